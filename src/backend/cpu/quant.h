@@ -1,0 +1,48 @@
+/*
+ * quant.h - CPU kernels for quantized weights: dequantize a row, quantize an
+ * activation row into the weight type's dot-product partner, and the dot
+ * product itself.  Each kernel exists as portable C, AVX2 and AVX-512
+ * variants; hy_quant_traits() returns the best variant the running CPU
+ * supports (cpuid, once), and tests can pin a level with hy_quant_set_isa().
+ */
+#ifndef HY_QUANT_H
+#define HY_QUANT_H
+
+#include "../../common/hy.h"
+#include "../../common/dtype.h"
+
+typedef enum {
+    HY_ISA_SCALAR = 0,
+    HY_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    HY_ISA_AVX512 = 2, /* AVX-512 F/BW/VL (+VNNI where used) */
+} hy_isa_t;
+
+typedef struct {
+    /* Activation format the dot product consumes (e.g. Q8_1 for Q4_1
+     * weights, F32 for F32 weights). */
+    hy_dtype_t vec_dot_type;
+    /* x (n floats) -> y in vec_dot_type; n a multiple of its block. */
+    void (*from_float)(const float *x, void *y, int64_t n);
+    /* *s = dot(weight row w, activation row x), n elements. */
+    void (*vec_dot)(int64_t n, float *s, const void *w, const void *x);
+    /* weight row -> n floats */
+    void (*to_float)(const void *w, float *y, int64_t n);
+} hy_quant_traits_t;
+
+/* Highest level this CPU and this build support. */
+hy_isa_t hy_cpu_isa(void);
+const char *hy_isa_name(hy_isa_t isa);
+/* Pin the level used by hy_quant_traits (tests); returns HY_EUNSUPPORTED if
+ * the CPU lacks it. */
+int hy_quant_set_isa(hy_isa_t isa);
+
+/* Kernels for weight type t at the current level; NULL if unsupported. */
+const hy_quant_traits_t *hy_quant_traits(hy_dtype_t t);
+
+/* Half/bfloat conversions used everywhere. */
+float hy_f16_to_f32(uint16_t h);
+uint16_t hy_f32_to_f16(float f);
+float hy_bf16_to_f32(uint16_t h);
+uint16_t hy_f32_to_bf16(float f);
+
+#endif

@@ -1,0 +1,35 @@
+/*
+ * hy.c - the error-buffer helper and status names declared in hy.h.
+ */
+#include "hy.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+int hy_err(char *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(err, HY_ERR_LEN, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+const char *hy_strerror(int code)
+{
+    switch (code) {
+    case HY_OK: return "ok";
+    case HY_EINVAL: return "invalid argument";
+    case HY_ENOMEM: return "out of memory";
+    case HY_EIO: return "i/o error";
+    case HY_EFORMAT: return "malformed input";
+    case HY_EUNSUPPORTED: return "unsupported";
+    case HY_ENOENT: return "not found";
+    case HY_ERANGE: return "out of range";
+    case HY_EFULL: return "full";
+    default: return "unknown error";
+    }
+}

@@ -1,0 +1,58 @@
+/*
+ * test.h - a minimal TAP producer for the unit tests.  Each HY_T_OK prints
+ * one "ok N - description" or "not ok N - description" line; hy_t_done()
+ * prints the plan and returns the process exit status.  Keep one line per
+ * meaningful case: aggregate inner loops (e.g. 10000 random rows) into one
+ * check that reports the worst error.
+ */
+#ifndef HY_TEST_H
+#define HY_TEST_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int hy_t_count, hy_t_failed;
+
+static void hy_t_ok(int ok, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5), unused));
+static void hy_t_ok(int ok, const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+
+    hy_t_count++;
+    if (!ok)
+        hy_t_failed++;
+    printf("%sok %d - ", ok ? "" : "not ", hy_t_count);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    if (!ok)
+        printf(" # at %s:%d", file, line);
+    printf("\n");
+    fflush(stdout);
+}
+
+#define HY_T_OK(cond, ...) hy_t_ok(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
+
+static int hy_t_done(void) __attribute__((unused));
+static int hy_t_done(void)
+{
+    printf("1..%d\n", hy_t_count);
+    return hy_t_failed ? 1 : 0;
+}
+
+/* Path of a file in the source tree (tests run from the build tree). */
+static const char *hy_t_srcpath(const char *rel) __attribute__((unused));
+static const char *hy_t_srcpath(const char *rel)
+{
+    static char buf[4][4096];
+    static int k;
+    const char *top = getenv("HY_SRCDIR");
+
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", top ? top : ".", rel);
+    return buf[k];
+}
+
+#endif
