@@ -1,0 +1,162 @@
+/*
+ * backend.h - the operations a model's forward pass needs, as a method table
+ * plus a context (ggml-backend style), so the model code is written once and
+ * runs on the CPU backend (threads + AVX2/AVX-512) or the CUDA backend.
+ *
+ * Memory model: activations are float32 buffers the backend allocates
+ * (hy_backend_i.alloc); weights are hy_weight_t that the backend prepared
+ * from the mapped GGUF (upload for CUDA; nothing for CPU).  Every op is
+ * synchronous from the caller's point of view as far as later ops are
+ * concerned; `sync` waits for results to be readable on the host.
+ *
+ * Batches are ragged: tokens of several sequences in one call, each with its
+ * own position and its own KV pages (DESIGN §2-3).
+ */
+#ifndef HY_BACKEND_H
+#define HY_BACKEND_H
+
+#include "common/hy.h"
+#include "common/dtype.h"
+
+typedef struct hy_backend hy_backend_t;
+
+/* A weight matrix or vector.  ne[0] is the row length (input features), ne[1]
+ * the number of rows (output features); vectors have ne[1] = 1.  The
+ * matmul convention is y[t][o] = sum_i W[o][i] * x[t][i]. */
+typedef struct {
+    hy_dtype_t type;
+    int64_t ne[4];
+    size_t row_bytes;  /* bytes of one row of ne[0] elements */
+    const void *data;  /* host data (into the GGUF mapping) */
+    void *dev;         /* backend-side copy or NULL (CPU uses data) */
+    const char *name;  /* tensor name, for messages */
+} hy_weight_t;
+
+/* One sequence's part of a batch.  Its tokens are rows first .. first+n-1
+ * of the batch, at positions n_past .. n_past+n-1. */
+typedef struct {
+    int32_t first;         /* first token row of this sequence in the batch */
+    int32_t n;             /* tokens of this sequence in the batch (>= 1) */
+    int32_t n_past;        /* tokens already in its KV cache before this batch */
+    const int32_t *pages;  /* KV page ids covering positions 0 .. n_past+n-1 */
+    int32_t n_pages;       /* >= ceil((n_past+n) / page_tokens) */
+    int32_t state_slot;    /* recurrent-state slot, -1 if the model has none */
+} hy_batch_seq_t;
+
+typedef struct {
+    int32_t n_tokens;
+    const int32_t *token;  /* [n_tokens] token ids */
+    const int32_t *pos;    /* [n_tokens] position of each token in its sequence */
+    int32_t n_seqs;
+    const hy_batch_seq_t *seqs; /* [n_seqs], rows in increasing order */
+} hy_batch_t;
+
+/* Geometry of the paged KV store, fixed when the backend is set up. */
+typedef struct {
+    int32_t n_layers;     /* full-attention layers that keep KV */
+    int32_t n_head_kv;
+    int32_t head_dim_k;
+    int32_t head_dim_v;
+    int32_t page_tokens;  /* tokens per page */
+    int32_t n_pages;      /* pages in the pool */
+    hy_dtype_t type;      /* F32, F16 or Q8_0 */
+} hy_kv_layout_t;
+
+typedef enum {
+    HY_ROPE_NORM = 0,  /* pairs (2i, 2i+1): llama */
+    HY_ROPE_NEOX = 2,  /* pairs (i, i + n_rot/2): qwen2/3, gpt-neox */
+} hy_rope_mode_t;
+
+typedef struct {
+    hy_rope_mode_t mode;
+    int32_t n_rot;        /* rotated dims per head (<= head_dim; rest passed through) */
+    float freq_base;
+    float freq_scale;     /* 1 / linear scaling factor */
+    /* YaRN (rope.scaling.type = yarn); ext_factor 0 disables */
+    float ext_factor, attn_factor, beta_fast, beta_slow;
+    int32_t n_ctx_orig;
+    const float *freq_factors; /* [n_rot/2] llama3 rope_freqs or NULL (host) */
+} hy_rope_t;
+
+typedef struct {
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;     /* q/k head size */
+    int32_t head_dim_v;
+    float scale;          /* usually 1/sqrt(head_dim) */
+    int32_t window;       /* sliding window in tokens, 0 = full */
+    float softcap;        /* 0 = off */
+} hy_attn_params_t;
+
+struct hy_backend_i {
+    const char *name;
+    void (*free)(hy_backend_t *be);
+
+    /* Prepare a weight for use (upload / repack).  CPU: may be a no-op. */
+    int (*weight_init)(hy_backend_t *be, hy_weight_t *w, char *err);
+
+    /* Set up (or replace) the paged KV store. */
+    int (*kv_init)(hy_backend_t *be, const hy_kv_layout_t *layout, char *err);
+
+    /* float buffers for activations */
+    float *(*alloc)(hy_backend_t *be, size_t n_floats);
+    void (*release)(hy_backend_t *be, float *p);
+    /* host <-> backend buffer copies (CPU: memcpy) */
+    void (*upload)(hy_backend_t *be, float *dst, const float *src, size_t n);
+    void (*download)(hy_backend_t *be, float *dst, const float *src, size_t n);
+    void (*sync)(hy_backend_t *be);
+
+    /* y[n_tok][w->ne[1]] = x[n_tok][w->ne[0]] W^T */
+    void (*matmul)(hy_backend_t *be, const hy_weight_t *w, const float *x,
+                   float *y, int32_t n_tok);
+    /* y[i] = row ids[i] of w, dequantized (embedding lookup) */
+    void (*get_rows)(hy_backend_t *be, const hy_weight_t *w, const int32_t *ids,
+                     float *y, int32_t n);
+    /* y = x / rms(x) * w per row of dim floats; w may be NULL (no weight).
+     * x == y allowed. */
+    void (*rmsnorm)(hy_backend_t *be, const float *x, const hy_weight_t *w,
+                    float *y, int32_t n_rows, int32_t dim, float eps);
+    /* In place RoPE on x[n_tok][n_head][head_dim] (row stride = n_head*head_dim). */
+    void (*rope)(hy_backend_t *be, float *x, int32_t n_tok, int32_t n_head,
+                 int32_t head_dim, const int32_t *pos, const hy_rope_t *rope);
+    /* Store k/v rows of this batch into the layer's KV pages at each token's
+     * position, then causal attention for every token over its sequence's
+     * positions 0..pos.  q [n_tok][n_head*head_dim], k [n_tok][n_head_kv*head_dim],
+     * v [n_tok][n_head_kv*head_dim_v], out [n_tok][n_head*head_dim_v]. */
+    void (*attention)(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batch,
+                      const float *q, const float *k, const float *v, float *out,
+                      const hy_attn_params_t *p);
+    /* y = silu(gate) * up, n floats (y may alias gate) */
+    void (*swiglu)(hy_backend_t *be, const float *gate, const float *up, float *y,
+                   size_t n);
+    /* x += y, n floats */
+    void (*add)(hy_backend_t *be, float *x, const float *y, size_t n);
+    /* x *= s, n floats */
+    void (*scale)(hy_backend_t *be, float *x, float s, size_t n);
+    /* Copy rows: dst[i] = src[rows[i]], each row n floats. */
+    void (*gather_rows)(hy_backend_t *be, float *dst, const float *src,
+                        const int32_t *rows, int32_t n_rows, int32_t n);
+    /* x[n_tok][dim] += b (bias vector broadcast over rows) */
+    void (*add_bias)(hy_backend_t *be, float *x, const hy_weight_t *b,
+                     int32_t n_tok, int32_t dim);
+
+    /* Ops return void, so one that gets input it cannot honour (token id out
+     * of range, KV position beyond the sequence's pages, unsupported weight
+     * type) records the first such error and zeroes its output.  status
+     * returns HY_OK or that error (message into err) and clears it; the
+     * engine checks it once per forward pass. */
+    int (*status)(hy_backend_t *be, char *err);
+};
+
+struct hy_backend {
+    const struct hy_backend_i *i;
+    void *ctx;
+};
+
+typedef struct {
+    int n_threads;  /* CPU: 0 = all cores */
+} hy_backend_opts_t;
+
+int hy_backend_cpu_new(hy_backend_t **out, const hy_backend_opts_t *opts, char *err);
+
+#endif

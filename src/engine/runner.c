@@ -1,0 +1,191 @@
+/*
+ * runner.c - batch building and page reservation around one forward pass.
+ * Pages for every sequence of the step are reserved before anything runs,
+ * and released again if the step cannot run, so a failed step leaves the
+ * pool and the sequences exactly as they were.
+ */
+#include "engine/runner.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void hy_runner_opts_default(hy_runner_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_tokens = 512;
+    o->max_outputs = 64;
+    o->max_seqs = 16;
+    o->n_ctx = 4096;
+    o->page_tokens = 16;
+    o->kv_type = HY_DTYPE_F16;
+}
+
+int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
+                   const hy_runner_opts_t *o, char *err)
+{
+    hy_kv_layout_t lay;
+    int rc;
+
+    memset(r, 0, sizeof *r);
+    r->model = m;
+    r->be = be;
+    r->opts = *o;
+    if (o->max_tokens < 1 || o->max_outputs < 1 || o->max_seqs < 1 || o->n_ctx < 1 ||
+        o->page_tokens < 1 || o->page_tokens > 256)
+        return hy_err(err, HY_EINVAL, "runner: bad sizes (tokens %d outputs %d seqs %d ctx %d page %d)",
+                      o->max_tokens, o->max_outputs, o->max_seqs, o->n_ctx, o->page_tokens);
+    if (r->opts.n_pages == 0) {
+        int64_t n = (int64_t)o->max_seqs * ((o->n_ctx + o->page_tokens - 1) / o->page_tokens);
+
+        if (n > INT32_MAX)
+            return hy_err(err, HY_ERANGE, "runner: %lld KV pages is too many", (long long)n);
+        r->opts.n_pages = (int32_t)n;
+    }
+    if ((rc = hy_fwd_init(&r->fwd, m, be, o->max_tokens, o->max_outputs, err)) != HY_OK)
+        return rc;
+    if ((rc = hy_kv_pages_init(&r->pages, r->opts.n_pages, err)) != HY_OK)
+        goto fail;
+    lay.n_layers = m->n_kv_layers;
+    lay.n_head_kv = m->n_head_kv;
+    lay.head_dim_k = m->head_dim;
+    lay.head_dim_v = m->head_dim_v;
+    lay.page_tokens = o->page_tokens;
+    lay.n_pages = r->opts.n_pages;
+    lay.type = o->kv_type;
+    if ((rc = be->i->kv_init(be, &lay, err)) != HY_OK)
+        goto fail;
+    r->tok = malloc(sizeof(int32_t) * (size_t)o->max_tokens);
+    r->pos = malloc(sizeof(int32_t) * (size_t)o->max_tokens);
+    r->out_rows = malloc(sizeof(int32_t) * (size_t)o->max_tokens);
+    r->bseqs = malloc(sizeof(hy_batch_seq_t) * (size_t)o->max_seqs);
+    if (!r->tok || !r->pos || !r->out_rows || !r->bseqs) {
+        rc = hy_err(err, HY_ENOMEM, "out of memory");
+        goto fail;
+    }
+    return HY_OK;
+fail:
+    hy_runner_free(r);
+    return rc;
+}
+
+void hy_runner_free(hy_runner_t *r)
+{
+    hy_fwd_free(&r->fwd);
+    hy_kv_pages_free(&r->pages);
+    free(r->tok);
+    free(r->pos);
+    free(r->out_rows);
+    free(r->bseqs);
+    memset(r, 0, sizeof *r);
+}
+
+int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
+                   float *logits, char *err)
+{
+    int32_t n_tok = 0, n_out = 0, i, j, reserved = 0;
+    int32_t *old_pages = NULL;
+    hy_batch_t b;
+    int rc = HY_OK;
+
+    if (n_items < 1 || n_items > r->opts.max_seqs)
+        return hy_err(err, HY_EINVAL, "step of %d sequences (1..%d allowed)", n_items,
+                      r->opts.max_seqs);
+    for (i = 0; i < n_items; i++) {
+        if (items[i].n < 1)
+            return hy_err(err, HY_EINVAL, "sequence %d has no tokens in this step", i);
+        if (items[i].seq->n_tokens + items[i].n > r->opts.n_ctx)
+            return hy_err(err, HY_ERANGE, "sequence %d would reach %d positions, the context is %d",
+                          i, items[i].seq->n_tokens + items[i].n, r->opts.n_ctx);
+        n_tok += items[i].n;
+        n_out += items[i].all_logits ? items[i].n : 1;
+        if (n_tok > r->opts.max_tokens || n_out > r->opts.max_outputs)
+            return hy_err(err, HY_EINVAL, "step of %d tokens / %d outputs exceeds %d / %d",
+                          n_tok, n_out, r->opts.max_tokens, r->opts.max_outputs);
+        for (j = 0; j < n_items; j++) {
+            if (j != i && items[j].seq == items[i].seq)
+                return hy_err(err, HY_EINVAL, "sequence %d appears twice in one step", i);
+        }
+    }
+    old_pages = malloc(sizeof(int32_t) * (size_t)n_items);
+    if (old_pages == NULL)
+        return hy_err(err, HY_ENOMEM, "out of memory");
+    for (i = 0; i < n_items; i++) {
+        hy_kv_seq_t *s = items[i].seq;
+
+        old_pages[i] = s->n_pages;
+        rc = hy_kv_seq_reserve(&r->pages, s, s->n_tokens + items[i].n, r->opts.page_tokens, err);
+        if (rc != HY_OK)
+            goto undo;
+        reserved = i + 1;
+    }
+
+    n_tok = n_out = 0;
+    for (i = 0; i < n_items; i++) {
+        const hy_runner_item_t *it = &items[i];
+        hy_batch_seq_t *bs = &r->bseqs[i];
+
+        bs->first = n_tok;
+        bs->n = it->n;
+        bs->n_past = it->seq->n_tokens;
+        bs->pages = it->seq->pages;
+        bs->n_pages = it->seq->n_pages;
+        bs->state_slot = -1;
+        for (j = 0; j < it->n; j++) {
+            r->tok[n_tok + j] = it->tokens[j];
+            r->pos[n_tok + j] = it->seq->n_tokens + j;
+            if (it->all_logits || j == it->n - 1)
+                r->out_rows[n_out++] = n_tok + j;
+        }
+        n_tok += it->n;
+    }
+    for (i = 0; i < n_tok; i++) {
+        if (r->tok[i] < 0 || r->tok[i] >= r->model->n_vocab) {
+            rc = hy_err(err, HY_EINVAL, "token id %d is outside the vocabulary (0..%d)",
+                        r->tok[i], r->model->n_vocab - 1);
+            goto undo;
+        }
+    }
+    b.n_tokens = n_tok;
+    b.token = r->tok;
+    b.pos = r->pos;
+    b.n_seqs = n_items;
+    b.seqs = r->bseqs;
+    rc = hy_model_forward(r->model, &r->fwd, &b, r->out_rows, n_out, logits, err);
+    if (rc != HY_OK)
+        goto undo;
+    for (i = 0; i < n_items; i++)
+        items[i].seq->n_tokens += items[i].n;
+    free(old_pages);
+    return HY_OK;
+undo:
+    /* give back pages reserved by this step only */
+    for (i = 0; i < reserved; i++) {
+        hy_kv_seq_t *s = items[i].seq;
+
+        while (s->n_pages > old_pages[i])
+            hy_kv_page_unref(&r->pages, s->pages[--s->n_pages]);
+    }
+    free(old_pages);
+    return rc;
+}
+
+int hy_runner_prefill(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *tokens,
+                      int32_t n, float *last_logits, char *err)
+{
+    int32_t done = 0;
+    int rc;
+
+    while (done < n) {
+        hy_runner_item_t it = {seq, tokens + done, HY_MIN(n - done, r->opts.max_tokens), false};
+
+        if ((rc = hy_runner_step(r, &it, 1, last_logits, err)) != HY_OK)
+            return rc;
+        done += it.n;
+    }
+    return HY_OK;
+}
+
+void hy_runner_seq_release(hy_runner_t *r, hy_kv_seq_t *seq)
+{
+    hy_kv_seq_release(&r->pages, seq);
+}

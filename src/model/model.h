@@ -1,0 +1,142 @@
+/*
+ * model.h - a loaded model: hyperparameters, the layer list with each
+ * layer's kind, and its weights as backend tensors.  The architecture files
+ * in src/model/arch/ fill this from GGUF metadata and tensors and provide the
+ * forward pass; the KV manager reads each layer's kind to decide what it
+ * needs (pages for attention, state slots for recurrent layers).
+ */
+#ifndef HY_MODEL_H
+#define HY_MODEL_H
+
+#include "common/hy.h"
+#include "model/gguf.h"
+#include "backend/backend.h"
+
+typedef enum {
+    HY_LAYER_ATTN_FULL = 0, /* softmax attention over the whole context */
+    HY_LAYER_ATTN_SWA,      /* softmax attention over a sliding window */
+    HY_LAYER_GDN,           /* gated delta net (linear attention) */
+    HY_LAYER_MAMBA2,        /* Mamba-2 SSD */
+    HY_LAYER_SHORTCONV,     /* gated short convolution */
+    HY_LAYER_LIGHTNING,     /* lightning (linear) attention */
+    HY_LAYER_NONE,          /* no mixer (MLP-only layer) */
+} hy_layer_kind_t;
+
+typedef enum {
+    HY_FFN_DENSE = 0, /* SwiGLU */
+    HY_FFN_MOE,
+    HY_FFN_NONE,
+} hy_ffn_kind_t;
+
+const char *hy_layer_kind_name(hy_layer_kind_t k);
+
+typedef struct {
+    hy_layer_kind_t kind;
+    hy_ffn_kind_t ffn;
+    int32_t kv_index;     /* index among KV-keeping layers, or -1 */
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t n_ff;
+
+    hy_weight_t attn_norm;            /* (n_embd) */
+    hy_weight_t wq, wk, wv, wo;       /* (n_embd, n_head*hd) (n_embd, n_kv*hd) x2 (n_head*hd, n_embd) */
+    hy_weight_t bq, bk, bv;           /* biases (qwen2) or absent (data == NULL) */
+    hy_weight_t q_norm, k_norm;       /* (head_dim) per-head RMSNorm (qwen3) or absent */
+    hy_weight_t ffn_norm;             /* (n_embd) */
+    hy_weight_t ffn_gate, ffn_up;     /* (n_embd, n_ff) */
+    hy_weight_t ffn_down;             /* (n_ff, n_embd) */
+} hy_layer_t;
+
+typedef struct hy_model hy_model_t;
+typedef struct hy_arch hy_arch_t;
+typedef struct hy_fwd hy_fwd_t;
+
+struct hy_model {
+    hy_gguf_t *gguf;
+    hy_backend_t *be;     /* weights were prepared for this backend */
+    const hy_arch_t *arch;
+    char arch_name[32];
+    char name[128];
+
+    int32_t n_vocab;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_ctx_train;
+    int32_t n_head;       /* layer 0's, for reporting */
+    int32_t n_head_kv;
+    int32_t head_dim;     /* key/query head size */
+    int32_t head_dim_v;
+    int32_t n_kv_layers;  /* layers that keep KV pages */
+    float norm_eps;
+    hy_rope_t rope;
+    float *rope_freq_factors; /* owned copy of rope_freqs, or NULL */
+
+    hy_weight_t tok_embd;     /* (n_embd, n_vocab) */
+    hy_weight_t output_norm;  /* (n_embd) */
+    hy_weight_t output;       /* (n_embd, n_vocab); == tok_embd when tied */
+    hy_layer_t *layers;       /* [n_layer] */
+};
+
+/* Working buffers for one forward pass of up to max_tokens tokens. */
+struct hy_fwd {
+    hy_backend_t *be;
+    int32_t max_tokens;
+    int32_t max_outputs;
+    float *x;      /* (max_tokens, n_embd) residual stream */
+    float *xn;     /* (max_tokens, n_embd) normed input */
+    float *q;      /* (max_tokens, n_head*head_dim) */
+    float *k;      /* (max_tokens, n_head_kv*head_dim) */
+    float *v;      /* (max_tokens, n_head_kv*head_dim_v) */
+    float *att;    /* (max_tokens, n_head*head_dim_v) */
+    float *gate;   /* (max_tokens, n_ff_max) */
+    float *up;     /* (max_tokens, n_ff_max) */
+    float *out_x;  /* (max_outputs, n_embd) rows that want logits */
+    float *logits; /* (max_outputs, n_vocab) backend side */
+};
+
+/* An architecture: how to read its weights and how to run it. */
+struct hy_arch {
+    const char *name;
+    int (*load)(hy_model_t *m, char *err);
+    /* Runs the batch and writes logits of rows out_rows[0..n_out-1] into
+     * logits (host, n_out x n_vocab). */
+    int (*forward)(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b,
+                   const int32_t *out_rows, int32_t n_out, float *logits, char *err);
+};
+
+int hy_model_load(hy_model_t **out, const char *path, hy_backend_t *be, char *err);
+void hy_model_free(hy_model_t *m);
+
+/* max_tokens: largest batch; max_outputs: most rows that want logits. */
+int hy_fwd_init(hy_fwd_t *f, const hy_model_t *m, hy_backend_t *be, int32_t max_tokens,
+                int32_t max_outputs, char *err);
+void hy_fwd_free(hy_fwd_t *f);
+
+static inline int hy_model_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b,
+                                   const int32_t *out_rows, int32_t n_out, float *logits,
+                                   char *err)
+{
+    return m->arch->forward(m, f, b, out_rows, n_out, logits, err);
+}
+
+/* ---- helpers for architecture files ------------------------------------ */
+
+/* Binds tensor `name` to w after checking its shape is exactly ne[0..3]
+ * (trailing dims 1).  If optional and absent, w->data stays NULL and HY_OK
+ * is returned. */
+int hy_model_weight(hy_model_t *m, hy_weight_t *w, const char *name,
+                    int64_t ne0, int64_t ne1, bool optional, char *err);
+/* Same with a printf-style layer name: "blk.%d.attn_q.weight". */
+int hy_model_layer_weight(hy_model_t *m, hy_weight_t *w, const char *fmt, int layer,
+                          int64_t ne0, int64_t ne1, bool optional, char *err);
+/* Reads "<arch>.<suffix>" as u32 / f32. */
+int hy_model_key_u32(hy_model_t *m, const char *suffix, uint32_t *out, bool optional,
+                     char *err);
+int hy_model_key_f32(hy_model_t *m, const char *suffix, float *out, bool optional,
+                     char *err);
+/* Fills m->rope from <arch>.rope.* keys; needs m->head_dim set. */
+int hy_model_read_rope(hy_model_t *m, hy_rope_mode_t mode, char *err);
+
+extern const hy_arch_t hy_arch_llama;
+
+#endif

@@ -1,0 +1,43 @@
+/*
+ * cli.h - what the hyserve subcommands share: parsing numeric flags with
+ * precise errors, and bringing up a model with its backend, tokenizer and
+ * runner in one call.
+ */
+#ifndef HY_TOOLS_CLI_H
+#define HY_TOOLS_CLI_H
+
+#include <stdio.h>
+
+#include "engine/runner.h"
+#include "model/tokenizer.h"
+
+typedef struct {
+    hy_backend_t *be;
+    hy_model_t *model;
+    hy_tok_t *tok;
+    hy_runner_t runner;
+    bool runner_ready;
+    double load_ms;
+} hy_cli_ctx_t;
+
+/* Parse flag values; on error print "hyserve CMD: --flag: ..." and return -1. */
+int hy_cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
+int hy_cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi,
+                 double *out);
+
+/* Loads model (and tokenizer if want_tok); runner sized by ro (NULL: no runner). */
+int hy_cli_open(hy_cli_ctx_t *c, const char *cmd, const char *model_path, int threads,
+                bool want_tok, const hy_runner_opts_t *ro);
+void hy_cli_close(hy_cli_ctx_t *c);
+
+double hy_cli_now_ms(void);
+/* Reads all of a stream into a malloc'd buffer. */
+int hy_cli_read_all(FILE *f, char **buf, size_t *len);
+
+int hy_cmd_run(int argc, char **argv);
+int hy_cmd_tokenize(int argc, char **argv);
+int hy_cmd_detokenize(int argc, char **argv);
+int hy_cmd_eval(int argc, char **argv);
+int hy_cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,149 @@
+/*
+ * cmd_bench.c - `hyserve bench`: prompt processing and generation speed with
+ * llama-bench's definitions, so the two can be compared line by line:
+ * ppN = N prompt tokens in one batch on an empty context; tgN = N tokens
+ * decoded one at a time starting from an empty context.  Token ids are
+ * random (the speed does not depend on them).  Each test is repeated and the
+ * median reported, because shared machines are noisy.
+ */
+#include <stdio.h>
+
+#include "tools/cli.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int hy_bench_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* One repetition; returns tokens/s or a negative value on error. */
+static double hy_bench_once(hy_cli_ctx_t *c, bool prompt, int32_t n, uint64_t *rng, float *logits)
+{
+    hy_kv_seq_t seq = {0};
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)n), i;
+    char err[HY_ERR_LEN];
+    double t0, dt = -1;
+
+    if (toks == NULL)
+        return -1;
+    for (i = 0; i < n; i++) {
+        *rng = *rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        toks[i] = (int32_t)((*rng >> 33) % (uint64_t)c->model->n_vocab);
+    }
+    t0 = hy_cli_now_ms();
+    if (prompt) {
+        if (hy_runner_prefill(&c->runner, &seq, toks, n, logits, err) != HY_OK)
+            goto fail;
+    } else {
+        for (i = 0; i < n; i++) {
+            hy_runner_item_t it = {&seq, &toks[i], 1, false};
+
+            if (hy_runner_step(&c->runner, &it, 1, logits, err) != HY_OK)
+                goto fail;
+        }
+    }
+    dt = hy_cli_now_ms() - t0;
+    hy_runner_seq_release(&c->runner, &seq);
+    free(toks);
+    return n * 1e3 / dt;
+fail:
+    fprintf(stderr, "hyserve bench: %s\n", err);
+    hy_runner_seq_release(&c->runner, &seq);
+    free(toks);
+    return -1;
+}
+
+int hy_cmd_bench(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"threads", required_argument, 0, 't'},
+        {"n-prompt", required_argument, 0, 'p'}, {"n-gen", required_argument, 0, 'n'},
+        {"repetitions", required_argument, 0, 'r'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *model = NULL, *threads_list = "0";
+    long n_prompt = 512, n_gen = 128, reps = 5;
+    char tl[256], *tok, *save;
+    int opt, rc = 1;
+
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "m:t:p:n:r:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'm': model = optarg; break;
+        case 't': threads_list = optarg; break;
+        case 'p': if (hy_cli_int("bench", "--n-prompt", optarg, 0, 65536, &n_prompt)) return 2; break;
+        case 'n': if (hy_cli_int("bench", "--n-gen", optarg, 0, 65536, &n_gen)) return 2; break;
+        case 'r': if (hy_cli_int("bench", "--repetitions", optarg, 1, 1000, &reps)) return 2; break;
+        case 'h':
+            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-r 5]\n"
+                   "  -t LIST  comma-separated thread counts (0 = all cores)\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    snprintf(tl, sizeof tl, "%s", threads_list);
+    printf("| model | threads | test | t/s (median) | min | max | reps |\n");
+    printf("| ----- | ------: | ---- | -----------: | --: | --: | ---: |\n");
+    for (tok = strtok_r(tl, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long threads;
+        hy_runner_opts_t ro;
+        hy_cli_ctx_t c;
+        int pass;
+
+        if (hy_cli_int("bench", "--threads", tok, 0, 1024, &threads))
+            return 2;
+        hy_runner_opts_default(&ro);
+        ro.max_seqs = 1;
+        ro.max_outputs = 1;
+        ro.max_tokens = (int32_t)HY_MAX(n_prompt, 1);
+        ro.n_ctx = (int32_t)HY_MAX(n_prompt, n_gen) + 1;
+        if (hy_cli_open(&c, "bench", model, (int)threads, false, &ro) != 0)
+            return 1;
+        for (pass = 0; pass < 2; pass++) {
+            long n = pass == 0 ? n_prompt : n_gen;
+            double *v = malloc(sizeof(double) * (size_t)reps);
+            float *logits = malloc(sizeof(float) * (size_t)c.model->n_vocab);
+            uint64_t rng = 42;
+            long r;
+
+            if (n == 0 || v == NULL || logits == NULL) {
+                free(v);
+                free(logits);
+                continue;
+            }
+            /* warm-up run, as llama-bench does */
+            if (hy_bench_once(&c, pass == 0, (int32_t)HY_MIN(n, 16), &rng, logits) < 0)
+                goto fail;
+            for (r = 0; r < reps; r++) {
+                v[r] = hy_bench_once(&c, pass == 0, (int32_t)n, &rng, logits);
+                if (v[r] < 0) {
+                    free(v);
+                    free(logits);
+                    hy_cli_close(&c);
+                    return 1;
+                }
+            }
+            qsort(v, (size_t)reps, sizeof *v, hy_bench_cmp);
+            printf("| %s | %ld | %s%ld | %.2f | %.2f | %.2f | %ld |\n", c.model->name,
+                   threads, pass == 0 ? "pp" : "tg", n,
+                   reps % 2 ? v[reps / 2] : (v[reps / 2 - 1] + v[reps / 2]) / 2, v[0],
+                   v[reps - 1], reps);
+            fflush(stdout);
+            free(v);
+            free(logits);
+            continue;
+fail:
+            free(v);
+            free(logits);
+            hy_cli_close(&c);
+            return 1;
+        }
+        hy_cli_close(&c);
+    }
+    rc = 0;
+    return rc;
+}

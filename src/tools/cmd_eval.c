@@ -1,0 +1,170 @@
+/*
+ * cmd_eval.c - `hyserve eval`: teacher-forced logits of every position of an
+ * id sequence, written raw (float32, row-major [n_tokens][n_vocab]) for the
+ * golden tests that compare us with a reference implementation.
+ */
+#include <stdio.h>
+
+#include "tools/cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int hy_eval_read_ids(const char *path, int32_t n_vocab, int32_t **ids, int32_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    char *text = NULL, *p, *end;
+    size_t len, cap = 0;
+    int32_t k = 0, *v = NULL;
+
+    if (f == NULL || hy_cli_read_all(f, &text, &len) != 0) {
+        fprintf(stderr, "hyserve eval: cannot read %s\n", path);
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    fclose(f);
+    /* only the first line holds the ids; later lines are metadata */
+    p = strchr(text, '\n');
+    if (p)
+        *p = '\0';
+    for (p = text;;) {
+        long x;
+
+        while (*p == ' ' || *p == '\t' || *p == '\r' || *p == ',')
+            p++;
+        if (*p == '\0')
+            break;
+        errno = 0;
+        x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x >= n_vocab) {
+            fprintf(stderr, "hyserve eval: %s: '%.20s' at byte %zu is not a token id (0..%d)\n",
+                    path, p, (size_t)(p - text), n_vocab - 1);
+            free(text);
+            free(v);
+            return -1;
+        }
+        if ((size_t)k == cap) {
+            int32_t *nv;
+
+            cap = cap ? cap * 2 : 256;
+            nv = realloc(v, cap * sizeof *v);
+            if (nv == NULL) {
+                free(text);
+                free(v);
+                return -1;
+            }
+            v = nv;
+        }
+        v[k++] = (int32_t)x;
+        p = end;
+    }
+    free(text);
+    if (k == 0) {
+        fprintf(stderr, "hyserve eval: %s holds no token ids\n", path);
+        free(v);
+        return -1;
+    }
+    *ids = v;
+    *n = k;
+    return 0;
+}
+
+int hy_cmd_eval(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"ids", required_argument, 0, 'i'},
+        {"out", required_argument, 0, 'o'}, {"threads", required_argument, 0, 't'},
+        {"batch", required_argument, 0, 'b'}, {"kv-type", required_argument, 0, 'k'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model = NULL, *ids_path = NULL, *out_path = NULL;
+    long threads = 0, batch = 64;
+    hy_dtype_t kv = HY_DTYPE_F32;
+    hy_runner_opts_t ro;
+    hy_cli_ctx_t c;
+    hy_kv_seq_t seq = {0};
+    int32_t *ids = NULL, n = 0, done = 0;
+    float *logits = NULL;
+    FILE *out = NULL;
+    char err[HY_ERR_LEN];
+    int opt, rc = 1;
+
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "m:i:o:t:b:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'm': model = optarg; break;
+        case 'i': ids_path = optarg; break;
+        case 'o': out_path = optarg; break;
+        case 't': if (hy_cli_int("eval", "--threads", optarg, 0, 1024, &threads)) return 2; break;
+        case 'b': if (hy_cli_int("eval", "--batch", optarg, 1, 4096, &batch)) return 2; break;
+        case 'k':
+            if (strcmp(optarg, "f32") == 0) kv = HY_DTYPE_F32;
+            else if (strcmp(optarg, "f16") == 0) kv = HY_DTYPE_F16;
+            else {
+                fprintf(stderr, "hyserve eval: --kv-type = '%s': must be f32 or f16\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h':
+            printf("usage: hyserve eval -m MODEL.gguf --ids FILE --out FILE [--batch N] [--kv-type f32|f16] [-t N]\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    if (ids_path == NULL || out_path == NULL) {
+        fprintf(stderr, "hyserve eval: --ids FILE and --out FILE are required\n");
+        return 2;
+    }
+    hy_runner_opts_default(&ro);
+    ro.max_seqs = 1;
+    ro.max_tokens = (int32_t)batch;
+    ro.max_outputs = (int32_t)batch;
+    ro.kv_type = kv;
+    ro.n_ctx = 1 << 20; /* clipped to the model's context by hy_cli_open */
+    if (hy_cli_open(&c, "eval", model, (int)threads, false, &ro) != 0)
+        return 1;
+    if (hy_eval_read_ids(ids_path, c.model->n_vocab, &ids, &n) != 0)
+        goto out;
+    if (n > c.runner.opts.n_ctx) {
+        fprintf(stderr, "hyserve eval: %d ids exceed the context of %d\n", n, c.runner.opts.n_ctx);
+        goto out;
+    }
+    logits = malloc(sizeof(float) * (size_t)batch * (size_t)c.model->n_vocab);
+    out = fopen(out_path, "wb");
+    if (logits == NULL || out == NULL) {
+        fprintf(stderr, "hyserve eval: cannot open %s for writing\n", out_path);
+        goto out;
+    }
+    while (done < n) {
+        hy_runner_item_t it = {&seq, ids + done, (int32_t)HY_MIN(batch, n - done), true};
+
+        if (hy_runner_step(&c.runner, &it, 1, logits, err) != HY_OK) {
+            fprintf(stderr, "hyserve eval: %s\n", err);
+            goto out;
+        }
+        if (fwrite(logits, sizeof(float) * (size_t)c.model->n_vocab, (size_t)it.n, out) !=
+            (size_t)it.n) {
+            fprintf(stderr, "hyserve eval: write to %s failed\n", out_path);
+            goto out;
+        }
+        done += it.n;
+    }
+    if (fclose(out) != 0) {
+        out = NULL;
+        fprintf(stderr, "hyserve eval: write to %s failed\n", out_path);
+        goto out;
+    }
+    out = NULL;
+    rc = 0;
+out:
+    if (out)
+        fclose(out);
+    if (c.runner_ready)
+        hy_runner_seq_release(&c.runner, &seq);
+    free(ids);
+    free(logits);
+    hy_cli_close(&c);
+    return rc;
+}
