@@ -88,6 +88,66 @@ typedef struct {
     float softcap;        /* 0 = off */
 } hy_attn_params_t;
 
+/* ---- recurrent layers ---------------------------------------------------
+ * A state slot holds one sequence's whole recurrent state: for every
+ * recurrent layer its conv window ((d_conv-1) x channels floats, oldest
+ * first) and its recurrent state matrix.  Slots are addressed by the
+ * batch's hy_batch_seq_t.state_slot; recurrent layers by their index among
+ * the model's recurrent layers (rec_layer).  State is always float32. */
+typedef struct {
+    int32_t n_layers;           /* recurrent layers */
+    int32_t n_slots;
+    const int64_t *conv_floats; /* [n_layers] conv-window floats per slot */
+    const int64_t *rec_floats;  /* [n_layers] recurrent-state floats per slot */
+} hy_state_layout_t;
+
+typedef enum {
+    HY_UNARY_SILU = 0,
+    HY_UNARY_SIGMOID,
+    HY_UNARY_SOFTPLUS,   /* x > 20 ? x : log1p(exp(x)), as torch */
+    HY_UNARY_RELU_SQR,   /* max(x,0)^2 (nemotron_h MLP) */
+} hy_unary_t;
+
+/* Gated DeltaNet (qwen3next / qwen35): per v-head h, state S (d_k x d_v):
+ * S <- exp(g_t) S; u = S^T k_t; S <- S + k_t (beta_t (v_t - u))^T; o_t = S^T q_t.
+ * q/k/v are rows of a packed buffer (row stride in floats), q and k already
+ * L2-normalised and q scaled by 1/sqrt(d_k).  v-head h reads k-head
+ * (v_tiled ? h % n_k_heads : h / (n_v_heads / n_k_heads)). */
+typedef struct {
+    int32_t n_k_heads, n_v_heads, d_k, d_v;
+    bool v_tiled;
+    int32_t chunk;   /* prefill chunk length (64); 1 = exact recurrent form */
+} hy_gdn_params_t;
+
+/* Mamba-2 SSD (granitehybrid, nemotron_h): per head h with head_dim P and
+ * state N, group g = h / (n_head / n_group):
+ * S_h <- exp(dt A_h) S_h + dt x_t B_t^T;  y_t = S_h C_t + D_h x_t. */
+typedef struct {
+    int32_t n_head, head_dim, n_group, d_state;
+    int32_t chunk;   /* prefill chunk length; 1 = exact recurrent form */
+} hy_ssd_params_t;
+
+/* Mixture of experts FFN weights (3-D tensors have ne[2] = n_expert).
+ * Routing per token: p = softmax(logits) or sigmoid(logits); choose the
+ * n_expert_used largest p + exp_bias (bias only for selection); weights =
+ * chosen p, divided by (their sum + norm_eps) if norm_topk, times
+ * weights_scale.  qwen3next/qwen35moe: softmax, norm_topk per config,
+ * norm_eps 0.  granitehybrid (softmax over the top-k logits) is the same
+ * as softmax + norm_topk, norm_eps 0.  lfm2moe: sigmoid + expert bias,
+ * norm_topk, norm_eps 1e-6, routed_scaling_factor. */
+typedef struct {
+    hy_weight_t gate_inp;   /* (n_embd, n_expert) router */
+    hy_weight_t exp_bias;   /* (n_expert) selection bias or absent */
+    hy_weight_t gate_exps;  /* (n_embd, n_ff_exp, n_expert) */
+    hy_weight_t up_exps;    /* (n_embd, n_ff_exp, n_expert) */
+    hy_weight_t down_exps;  /* (n_ff_exp, n_embd, n_expert) */
+    int32_t n_expert, n_expert_used, n_ff_exp;
+    bool softmax_gating;    /* softmax over all experts (else sigmoid) */
+    bool norm_topk;         /* renormalise the chosen weights to sum 1 */
+    float weights_scale;    /* multiply the chosen weights (1 or 0 = off) */
+    float norm_eps;         /* added to the sum when renormalising (lfm2moe 1e-6) */
+} hy_moe_t;
+
 struct hy_backend_i {
     const char *name;
     void (*free)(hy_backend_t *be);
@@ -139,6 +199,46 @@ struct hy_backend_i {
     /* x[n_tok][dim] += b (bias vector broadcast over rows) */
     void (*add_bias)(hy_backend_t *be, float *x, const hy_weight_t *b,
                      int32_t n_tok, int32_t dim);
+
+    /* ---- recurrent layers and MoE (hybrid architectures) ---- */
+    /* Allocate n_slots state slots of the given layout (all zero). */
+    int (*state_init)(hy_backend_t *be, const hy_state_layout_t *layout, char *err);
+    /* Zero a slot (a new sequence starts from empty state). */
+    void (*state_clear)(hy_backend_t *be, int32_t slot);
+    /* Copy a whole slot (prefix-cache checkpoints and their restore). */
+    void (*state_copy)(hy_backend_t *be, int32_t dst, int32_t src);
+    /* Causal depthwise conv over channels, per sequence, carrying the
+     * window in the sequence's slot: y_t[c] = sum_i w[c][i] x_{t-K+1+i}[c]
+     * (+ bias[c]), then SiLU if silu.  x rows have stride x_stride floats;
+     * y is dense [n_tok][channels].  w is (d_conv, channels). */
+    void (*conv1d)(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
+                   const float *x, int32_t x_stride, const hy_weight_t *w,
+                   const hy_weight_t *bias, float *y, int32_t channels, bool silu);
+    /* y = op(x), n floats (y may alias x) */
+    void (*unary)(hy_backend_t *be, hy_unary_t op, const float *x, float *y, size_t n);
+    /* x[i] *= y[i], n floats */
+    void (*mul)(hy_backend_t *be, float *x, const float *y, size_t n);
+    /* Per-row L2 normalisation of n_rows rows of dim floats (row stride
+     * stride floats), x / max(||x||, eps), times scale; in place. */
+    void (*l2norm)(hy_backend_t *be, float *x, int32_t n_rows, int32_t dim,
+                   int32_t stride, float eps, float scale);
+    /* Gated DeltaNet core for one layer (see hy_gdn_params_t): q/k/v rows
+     * of stride qkv_stride floats, g and beta [n_tok][n_v_heads], output
+     * o [n_tok][n_v_heads*d_v].  Uses and updates the slots' rec state. */
+    void (*gdn)(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
+                const float *q, const float *k, const float *v, int32_t qkv_stride,
+                const float *g, const float *beta, float *o, const hy_gdn_params_t *p);
+    /* Mamba-2 SSD scan for one layer: x [n_tok][n_head*head_dim] (stride
+     * x_stride), dt [n_tok][n_head] (after softplus), A [n_head] (negative),
+     * B, C [n_tok][n_group*d_state] (stride bc_stride), D [n_head] or NULL,
+     * y [n_tok][n_head*head_dim]. */
+    void (*ssd)(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
+                const float *x, int32_t x_stride, const float *dt, const hy_weight_t *A,
+                const float *B, const float *C, int32_t bc_stride, const hy_weight_t *D,
+                float *y, const hy_ssd_params_t *p);
+    /* y[n_tok][n_embd] = MoE FFN (SwiGLU experts) of x[n_tok][n_embd]. */
+    void (*moe)(hy_backend_t *be, const hy_moe_t *moe, const float *x, float *y,
+                int32_t n_tok, int32_t n_embd);
 
     /* Ops return void, so one that gets input it cannot honour (token id out
      * of range, KV position beyond the sequence's pages, unsupported weight

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int hy_runner_state_init(hy_runner_t *r, char *err);
+
 void hy_runner_opts_default(hy_runner_opts_t *o)
 {
     memset(o, 0, sizeof *o);
@@ -54,6 +56,8 @@ int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
     lay.type = o->kv_type;
     if ((rc = be->i->kv_init(be, &lay, err)) != HY_OK)
         goto fail;
+    if (m->n_rec_layers > 0 && (rc = hy_runner_state_init(r, err)) != HY_OK)
+        goto fail;
     r->tok = malloc(sizeof(int32_t) * (size_t)o->max_tokens);
     r->pos = malloc(sizeof(int32_t) * (size_t)o->max_tokens);
     r->out_rows = malloc(sizeof(int32_t) * (size_t)o->max_tokens);
@@ -68,8 +72,55 @@ fail:
     return rc;
 }
 
+/* One state slot per sequence that may run at once: recurrent state does
+ * not grow with the context, so there is nothing to page. */
+static int hy_runner_state_init(hy_runner_t *r, char *err)
+{
+    const hy_model_t *m = r->model;
+    hy_state_layout_t lay;
+    int64_t *conv = NULL, *rec = NULL;
+    int32_t il, k = 0, i;
+    int rc;
+
+    r->n_slots = r->opts.n_slots > 0 ? r->opts.n_slots : r->opts.max_seqs;
+    conv = calloc((size_t)m->n_rec_layers, sizeof *conv);
+    rec = calloc((size_t)m->n_rec_layers, sizeof *rec);
+    r->free_slots = malloc(sizeof(int32_t) * (size_t)r->n_slots);
+    if (conv == NULL || rec == NULL || r->free_slots == NULL) {
+        rc = hy_err(err, HY_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (il = 0; il < m->n_layer; il++) {
+        const hy_layer_t *L = &m->layers[il];
+
+        if (L->rec_index >= 0) {
+            conv[L->rec_index] = L->conv_floats;
+            rec[L->rec_index] = L->rec_floats;
+            k++;
+        }
+    }
+    if (k != m->n_rec_layers) {
+        rc = hy_err(err, HY_EINVAL, "model declares %d recurrent layers but indexes %d",
+                    m->n_rec_layers, k);
+        goto out;
+    }
+    lay.n_layers = m->n_rec_layers;
+    lay.n_slots = r->n_slots;
+    lay.conv_floats = conv;
+    lay.rec_floats = rec;
+    rc = r->be->i->state_init(r->be, &lay, err);
+    for (i = 0; i < r->n_slots; i++)
+        r->free_slots[i] = r->n_slots - 1 - i;
+    r->n_free_slots = r->n_slots;
+out:
+    free(conv);
+    free(rec);
+    return rc;
+}
+
 void hy_runner_free(hy_runner_t *r)
 {
+    free(r->free_slots);
     hy_fwd_free(&r->fwd);
     hy_kv_pages_free(&r->pages);
     free(r->tok);
@@ -84,6 +135,7 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
 {
     int32_t n_tok = 0, n_out = 0, i, j, reserved = 0;
     int32_t *old_pages = NULL;
+    bool *new_slot = NULL;
     hy_batch_t b;
     int rc = HY_OK;
 
@@ -107,8 +159,12 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
         }
     }
     old_pages = malloc(sizeof(int32_t) * (size_t)n_items);
-    if (old_pages == NULL)
+    new_slot = calloc((size_t)n_items, sizeof(bool));
+    if (old_pages == NULL || new_slot == NULL) {
+        free(old_pages);
+        free(new_slot);
         return hy_err(err, HY_ENOMEM, "out of memory");
+    }
     for (i = 0; i < n_items; i++) {
         hy_kv_seq_t *s = items[i].seq;
 
@@ -117,6 +173,15 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
         if (rc != HY_OK)
             goto undo;
         reserved = i + 1;
+        if (r->n_slots > 0 && s->state_slot == 0) {
+            if (r->n_free_slots == 0) {
+                rc = hy_err(err, HY_EFULL, "no free recurrent-state slot (%d in use)", r->n_slots);
+                goto undo;
+            }
+            s->state_slot = r->free_slots[--r->n_free_slots] + 1;
+            new_slot[i] = true;
+            r->be->i->state_clear(r->be, s->state_slot - 1);
+        }
     }
 
     n_tok = n_out = 0;
@@ -129,7 +194,7 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
         bs->n_past = it->seq->n_tokens;
         bs->pages = it->seq->pages;
         bs->n_pages = it->seq->n_pages;
-        bs->state_slot = -1;
+        bs->state_slot = it->seq->state_slot - 1;
         for (j = 0; j < it->n; j++) {
             r->tok[n_tok + j] = it->tokens[j];
             r->pos[n_tok + j] = it->seq->n_tokens + j;
@@ -156,6 +221,7 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
     for (i = 0; i < n_items; i++)
         items[i].seq->n_tokens += items[i].n;
     free(old_pages);
+    free(new_slot);
     return HY_OK;
 undo:
     /* give back pages reserved by this step only */
@@ -164,8 +230,13 @@ undo:
 
         while (s->n_pages > old_pages[i])
             hy_kv_page_unref(&r->pages, s->pages[--s->n_pages]);
+        if (new_slot[i]) {
+            r->free_slots[r->n_free_slots++] = s->state_slot - 1;
+            s->state_slot = 0;
+        }
     }
     free(old_pages);
+    free(new_slot);
     return rc;
 }
 
@@ -187,5 +258,7 @@ int hy_runner_prefill(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *tokens,
 
 void hy_runner_seq_release(hy_runner_t *r, hy_kv_seq_t *seq)
 {
+    if (seq->state_slot > 0)
+        r->free_slots[r->n_free_slots++] = seq->state_slot - 1;
     hy_kv_seq_release(&r->pages, seq);
 }

@@ -18,6 +18,7 @@ typedef struct {
     int32_t n_ctx;        /* longest sequence (positions) */
     int32_t n_pages;      /* KV pages in the pool; 0 = max_seqs * ceil(n_ctx / page_tokens) */
     int32_t page_tokens;  /* default 16 */
+    int32_t n_slots;      /* recurrent-state slots; 0 = max_seqs */
     hy_dtype_t kv_type;   /* F16 default (use F32 for exactness tests) */
 } hy_runner_opts_t;
 
@@ -35,6 +36,9 @@ typedef struct {
     hy_fwd_t fwd;
     hy_kv_pages_t pages;
     int32_t *tok, *pos, *out_rows; /* [max_tokens] batch scratch */
+    int32_t n_slots;               /* recurrent-state slots (0: model has none) */
+    int32_t n_free_slots;
+    int32_t *free_slots;           /* [n_slots] stack of free slot ids */
     hy_batch_seq_t *bseqs;         /* [max_seqs] */
 } hy_runner_t;
 

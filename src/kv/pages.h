@@ -23,6 +23,7 @@ typedef struct {
     int32_t n_pages;
     int32_t cap;
     int32_t n_tokens;   /* positions already written */
+    int32_t state_slot; /* recurrent-state slot + 1 (0 = none yet) */
 } hy_kv_seq_t;
 
 int hy_kv_pages_init(hy_kv_pages_t *p, int32_t n_pages, char *err);

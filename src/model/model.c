@@ -67,6 +67,12 @@ int hy_model_key_f32(hy_model_t *m, const char *suffix, float *out, bool optiona
 int hy_model_weight(hy_model_t *m, hy_weight_t *w, const char *name, int64_t ne0,
                     int64_t ne1, bool optional, char *err)
 {
+    return hy_model_weight3(m, w, name, ne0, ne1, 1, optional, err);
+}
+
+int hy_model_weight3(hy_model_t *m, hy_weight_t *w, const char *name, int64_t ne0,
+                     int64_t ne1, int64_t ne2, bool optional, char *err)
+{
     const hy_gguf_tensor_t *t = hy_gguf_find_tensor(m->gguf, name);
     const hy_dtype_info_t *ti;
 
@@ -77,12 +83,12 @@ int hy_model_weight(hy_model_t *m, hy_weight_t *w, const char *name, int64_t ne0
         return hy_err(err, HY_EFORMAT, "%s: tensor '%s' is missing",
                       hy_gguf_path(m->gguf), name);
     }
-    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2 || t->ne[3] != 1)
         return hy_err(err, HY_EFORMAT,
-                      "%s: tensor '%s' has shape {%lld, %lld, %lld, %lld}, expected {%lld, %lld}",
+                      "%s: tensor '%s' has shape {%lld, %lld, %lld, %lld}, expected {%lld, %lld, %lld}",
                       hy_gguf_path(m->gguf), name, (long long)t->ne[0], (long long)t->ne[1],
                       (long long)t->ne[2], (long long)t->ne[3], (long long)ne0,
-                      (long long)ne1);
+                      (long long)ne1, (long long)ne2);
     ti = hy_dtype_info(t->type);
     if (ti == NULL || !ti->supported)
         return hy_err(err, HY_EUNSUPPORTED, "%s: tensor '%s' has type %s, which hyserve cannot compute with",
@@ -90,7 +96,7 @@ int hy_model_weight(hy_model_t *m, hy_weight_t *w, const char *name, int64_t ne0
     w->type = (hy_dtype_t)t->type;
     w->ne[0] = t->ne[0];
     w->ne[1] = t->ne[1];
-    w->ne[2] = 1;
+    w->ne[2] = t->ne[2];
     w->ne[3] = 1;
     w->row_bytes = hy_dtype_row_bytes(t->type, t->ne[0]);
     w->data = t->data;
@@ -284,6 +290,7 @@ int hy_fwd_init(hy_fwd_t *f, const hy_model_t *m, hy_backend_t *be, int32_t max_
 {
     int32_t n_ff = 0, i;
     size_t T = (size_t)max_tokens;
+    bool scratch_ok = true;
 
     memset(f, 0, sizeof *f);
     f->be = be;
@@ -301,7 +308,13 @@ int hy_fwd_init(hy_fwd_t *f, const hy_model_t *m, hy_backend_t *be, int32_t max_
     f->up = be->i->alloc(be, T * (size_t)HY_MAX(n_ff, 1));
     f->out_x = be->i->alloc(be, (size_t)max_outputs * m->n_embd);
     f->logits = be->i->alloc(be, (size_t)max_outputs * m->n_vocab);
-    if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
+    for (i = 0; i < 4; i++) {
+        if (m->scratch_per_tok[i] > 0) {
+            f->scratch[i] = be->i->alloc(be, T * (size_t)m->scratch_per_tok[i]);
+            scratch_ok = scratch_ok && f->scratch[i] != NULL;
+        }
+    }
+    if (!scratch_ok || !f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
         !f->out_x || !f->logits) {
         hy_fwd_free(f);
         return hy_err(err, HY_ENOMEM, "out of memory for %d-token activation buffers",
@@ -326,5 +339,7 @@ void hy_fwd_free(hy_fwd_t *f)
     be->i->release(be, f->up);
     be->i->release(be, f->out_x);
     be->i->release(be, f->logits);
+    for (int i = 0; i < 4; i++)
+        be->i->release(be, f->scratch[i]);
     memset(f, 0, sizeof *f);
 }

@@ -45,6 +45,34 @@ typedef struct {
     hy_weight_t ffn_norm;             /* (n_embd) */
     hy_weight_t ffn_gate, ffn_up;     /* (n_embd, n_ff) */
     hy_weight_t ffn_down;             /* (n_ff, n_embd) */
+
+    /* ---- recurrent mixers (hybrid architectures) ---- */
+    int32_t rec_index;                /* index among recurrent layers, or -1 */
+    int64_t conv_floats;              /* conv-window floats this layer keeps per slot */
+    int64_t rec_floats;               /* recurrent-state floats this layer keeps per slot */
+    hy_weight_t attn_qkv;             /* GDN: (n_embd, conv_dim) fused q|k|v */
+    hy_weight_t attn_gate;            /* GDN: (n_embd, value_dim) z */
+    hy_weight_t ssm_in;               /* Mamba-2 in_proj (n_embd, d_in_proj) */
+    hy_weight_t ssm_conv1d;           /* (d_conv, channels) */
+    hy_weight_t ssm_conv1d_b;         /* (channels) or absent */
+    hy_weight_t ssm_dt_b;             /* (n_v_heads | n_head) */
+    hy_weight_t ssm_a;                /* (n_v_heads | n_head): A = -exp(A_log) */
+    hy_weight_t ssm_d;                /* (n_head) Mamba-2 skip */
+    hy_weight_t ssm_norm;             /* GDN (d_v) / Mamba-2 (d_inner/G, G) */
+    hy_weight_t ssm_out;              /* (value_dim | d_inner, n_embd) */
+    hy_weight_t ssm_ba;               /* qwen3next (n_embd, 2*n_v_heads) */
+    hy_weight_t ssm_beta, ssm_alpha;  /* qwen35 (n_embd, n_v_heads) each */
+    hy_weight_t sc_in;                /* LFM2 shortconv.in_proj (n_embd, 3*n_embd) */
+    hy_weight_t sc_conv;              /* LFM2 shortconv.conv (L, n_embd) */
+    hy_weight_t sc_out;               /* LFM2 shortconv.out_proj (n_embd, n_embd) */
+    hy_weight_t attn_gate_q;          /* unused slot kept for arch-specific use */
+
+    /* ---- mixture of experts ---- */
+    hy_moe_t moe;
+    hy_weight_t ffn_gate_shexp, ffn_up_shexp; /* (n_embd, n_ff_shexp) */
+    hy_weight_t ffn_down_shexp;       /* (n_ff_shexp, n_embd) */
+    hy_weight_t ffn_gate_inp_shexp;   /* (n_embd) sigmoid gate of the shared expert */
+    int32_t n_ff_shexp;
 } hy_layer_t;
 
 typedef struct hy_model hy_model_t;
@@ -67,6 +95,15 @@ struct hy_model {
     int32_t head_dim;     /* key/query head size */
     int32_t head_dim_v;
     int32_t n_kv_layers;  /* layers that keep KV pages */
+    int32_t n_rec_layers; /* layers that keep a recurrent state */
+    /* Extra per-token scratch an architecture needs in hy_fwd_t.scratch[i]
+     * (floats per token); set by its load(). */
+    int64_t scratch_per_tok[4];
+    /* Architecture-specific scalars (Granite's multipliers, ...). */
+    float embd_scale;     /* multiply embeddings (1 = off) */
+    float residual_scale; /* multiply each block's output before the residual add (1) */
+    float attn_scale;     /* attention scale override (0 = 1/sqrt(head_dim)) */
+    float logit_scale;    /* divide logits by this (1 = off) */
     float norm_eps;
     hy_rope_t rope;
     float *rope_freq_factors; /* owned copy of rope_freqs, or NULL */
@@ -92,6 +129,7 @@ struct hy_fwd {
     float *up;     /* (max_tokens, n_ff_max) */
     float *out_x;  /* (max_outputs, n_embd) rows that want logits */
     float *logits; /* (max_outputs, n_vocab) backend side */
+    float *scratch[4]; /* (max_tokens, model->scratch_per_tok[i]) or NULL */
 };
 
 /* An architecture: how to read its weights and how to run it. */
@@ -126,6 +164,9 @@ static inline int hy_model_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t 
  * is returned. */
 int hy_model_weight(hy_model_t *m, hy_weight_t *w, const char *name,
                     int64_t ne0, int64_t ne1, bool optional, char *err);
+/* Same for a 3-D tensor {ne0, ne1, ne2} (expert stacks). */
+int hy_model_weight3(hy_model_t *m, hy_weight_t *w, const char *name, int64_t ne0,
+                     int64_t ne1, int64_t ne2, bool optional, char *err);
 /* Same with a printf-style layer name: "blk.%d.attn_q.weight". */
 int hy_model_layer_weight(hy_model_t *m, hy_weight_t *w, const char *fmt, int layer,
                           int64_t ne0, int64_t ne1, bool optional, char *err);

@@ -45,4 +45,22 @@ uint16_t hy_f32_to_f16(float f);
 float hy_bf16_to_f32(uint16_t h);
 uint16_t hy_f32_to_bf16(float f);
 
+/* ---- additions (multi-row kernels) ---- */
+
+typedef void (*hy_quant_dot_fn_t)(int64_t n, float *s, const void *w,
+                                  const void *x);
+/* Dots of nw weight rows (w + r*w_stride bytes) with nx activation rows
+ * (x + c*x_stride bytes, already in vec_dot_type), n elements each:
+ * s[c*s_stride + r] = vec_dot(w_r, x_c), bit-identical to vec_dot at the
+ * same ISA level.  Register-blocked for prompt processing; s_stride counts
+ * floats. */
+typedef void (*hy_quant_tile_fn_t)(int64_t n, float *s, size_t s_stride,
+                                   const void *w, size_t w_stride, int nw,
+                                   const void *x, size_t x_stride, int nx);
+
+/* Tile kernel for weight type t at the current level; NULL only where
+ * hy_quant_traits(t) is NULL (types without a blocked kernel get a loop
+ * over vec_dot). */
+hy_quant_tile_fn_t hy_quant_vec_dot_tile(hy_dtype_t t);
+
 #endif

@@ -4,7 +4,7 @@
  * which optional tensors exist and in the RoPE pairing, so one file reads all
  * three; the forward pass below is the whole network, top to bottom.
  */
-#include "model/model.h"
+#include "model/arch/blocks.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -93,6 +93,7 @@ static int hy_llama_load(hy_model_t *m, char *err)
         L->kind = HY_LAYER_ATTN_FULL;
         L->ffn = HY_FFN_DENSE;
         L->kv_index = il;
+        L->rec_index = -1;
         L->n_head = (int32_t)n_head[il];
         L->n_head_kv = (int32_t)n_head_kv[il];
         L->n_ff = (int32_t)F;
@@ -118,60 +119,30 @@ static int hy_llama_load(hy_model_t *m, char *err)
     return HY_OK;
 }
 
+/* The dense decoder: pre-norm attention and SwiGLU blocks with residuals. */
 static int hy_llama_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b,
                             const int32_t *out_rows, int32_t n_out, float *logits, char *err)
 {
-    hy_backend_t *be = f->be;
-    const struct hy_backend_i *op = be->i;
+    const struct hy_backend_i *op = f->be->i;
     const int32_t n = b->n_tokens, E = m->n_embd;
     int32_t il;
+    int rc;
 
-    if (n <= 0 || n > f->max_tokens || n_out < 0 || n_out > f->max_outputs)
-        return hy_err(err, HY_EINVAL, "batch of %d tokens / %d outputs exceeds %d / %d", n,
-                      n_out, f->max_tokens, f->max_outputs);
-
-    op->get_rows(be, &m->tok_embd, b->token, f->x, n);
-
+    if ((rc = hy_blk_check(f, b, n_out, err)) != HY_OK)
+        return rc;
+    hy_blk_embed(m, f, b);
     for (il = 0; il < m->n_layer; il++) {
         const hy_layer_t *L = &m->layers[il];
-        const int32_t hd = m->head_dim;
-        hy_attn_params_t ap = {
-            .n_head = L->n_head, .n_head_kv = L->n_head_kv, .head_dim = hd,
-            .head_dim_v = m->head_dim_v, .scale = 1.0f / sqrtf((float)hd),
-        };
 
-        /* attention block */
-        op->rmsnorm(be, f->x, &L->attn_norm, f->xn, n, E, m->norm_eps);
-        op->matmul(be, &L->wq, f->xn, f->q, n);
-        op->matmul(be, &L->wk, f->xn, f->k, n);
-        op->matmul(be, &L->wv, f->xn, f->v, n);
-        if (L->bq.data) op->add_bias(be, f->q, &L->bq, n, L->n_head * hd);
-        if (L->bk.data) op->add_bias(be, f->k, &L->bk, n, L->n_head_kv * hd);
-        if (L->bv.data) op->add_bias(be, f->v, &L->bv, n, L->n_head_kv * m->head_dim_v);
-        if (L->q_norm.data) op->rmsnorm(be, f->q, &L->q_norm, f->q, n * L->n_head, hd, m->norm_eps);
-        if (L->k_norm.data) op->rmsnorm(be, f->k, &L->k_norm, f->k, n * L->n_head_kv, hd, m->norm_eps);
-        op->rope(be, f->q, n, L->n_head, hd, b->pos, &m->rope);
-        op->rope(be, f->k, n, L->n_head_kv, hd, b->pos, &m->rope);
-        op->attention(be, L->kv_index, b, f->q, f->k, f->v, f->att, &ap);
-        op->matmul(be, &L->wo, f->att, f->xn, n);
-        op->add(be, f->x, f->xn, (size_t)n * E);
+        op->rmsnorm(f->be, f->x, &L->attn_norm, f->xn, n, E, m->norm_eps);
+        hy_blk_attention(m, f, b, L, &m->rope, f->xn, f->xn);
+        hy_blk_residual(m, f, f->xn, n);
 
-        /* feed-forward block (SwiGLU) */
-        op->rmsnorm(be, f->x, &L->ffn_norm, f->xn, n, E, m->norm_eps);
-        op->matmul(be, &L->ffn_gate, f->xn, f->gate, n);
-        op->matmul(be, &L->ffn_up, f->xn, f->up, n);
-        op->swiglu(be, f->gate, f->up, f->gate, (size_t)n * L->n_ff);
-        op->matmul(be, &L->ffn_down, f->gate, f->xn, n);
-        op->add(be, f->x, f->xn, (size_t)n * E);
+        op->rmsnorm(f->be, f->x, &L->ffn_norm, f->xn, n, E, m->norm_eps);
+        hy_blk_ffn(m, f, L, n, f->xn, f->xn);
+        hy_blk_residual(m, f, f->xn, n);
     }
-
-    if (n_out == 0)
-        return HY_OK;
-    op->gather_rows(be, f->out_x, f->x, out_rows, n_out, E);
-    op->rmsnorm(be, f->out_x, &m->output_norm, f->out_x, n_out, E, m->norm_eps);
-    op->matmul(be, &m->output, f->out_x, f->logits, n_out);
-    op->download(be, logits, f->logits, (size_t)n_out * m->n_vocab);
-    return HY_OK;
+    return hy_blk_logits(m, f, out_rows, n_out, logits, err);
 }
 
 const hy_arch_t hy_arch_llama = {

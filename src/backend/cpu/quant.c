@@ -1,0 +1,721 @@
+/*
+ * quant.c - the portable reference quant kernels, half/bfloat conversions,
+ * and the runtime choice between scalar, AVX2 and AVX-512 tables.  The
+ * scalar code is written plainly: it is what the SIMD variants are tested
+ * against, so clarity beats speed here.  Built with -ffp-contract=off so that
+ * dequantization is the same float arithmetic as in the SIMD files.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "quant_impl.h"
+#include "quant_ref.h"
+
+/* ---- f16 / bf16 ---- */
+
+float hy_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1F;
+    uint32_t mant = h & 0x3FF;
+    uint32_t bits;
+    float f;
+
+    if (exp == 0x1F) {                 /* inf / nan, payload kept */
+        bits = sign | 0x7F800000u | (mant << 13);
+    } else if (exp != 0) {             /* normal: rebias 15 -> 127 */
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    } else if (mant == 0) {            /* signed zero */
+        bits = sign;
+    } else {                           /* subnormal: normalize */
+        uint32_t e = 113;
+        while (!(mant & 0x400)) {
+            mant <<= 1;
+            e--;
+        }
+        bits = sign | (e << 23) | ((mant & 0x3FF) << 13);
+    }
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Round to nearest, ties to even, like F16C's vcvtps2ph with imm 0; NaN
+ * stays NaN (quieted, top payload bits kept). */
+uint16_t hy_f32_to_f16(float f)
+{
+    uint32_t x, ax;
+    uint16_t sign;
+
+    memcpy(&x, &f, 4);
+    sign = (uint16_t)((x >> 16) & 0x8000);
+    ax = x & 0x7FFFFFFFu;
+    if (ax > 0x7F800000u)
+        return (uint16_t)(sign | 0x7E00 | ((ax >> 13) & 0x3FF));
+    if (ax >= 0x477FF000u)             /* >= 65520 rounds to inf */
+        return (uint16_t)(sign | 0x7C00);
+    if (ax >= 0x38800000u) {           /* half normal range */
+        uint32_t odd = (ax >> 13) & 1;
+        return (uint16_t)(sign | ((ax - (112u << 23) + 0xFFF + odd) >> 13));
+    }
+    {
+        /* half subnormal: count units of 2^-24 and round by hand */
+        uint32_t e = ax >> 23, mant, q, rem, half;
+        int shift;
+
+        if (e < 102)                   /* below 2^-25: rounds to zero */
+            return sign;
+        mant = (ax & 0x7FFFFF) | 0x800000;
+        shift = 126 - (int)e;          /* 14 .. 24 */
+        q = mant >> shift;
+        rem = mant & ((1u << shift) - 1);
+        half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1)))
+            q++;
+        return (uint16_t)(sign | q);   /* q == 0x400 is the smallest normal */
+    }
+}
+
+float hy_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t hy_f32_to_bf16(float f)
+{
+    uint32_t x;
+
+    memcpy(&x, &f, 4);
+    if ((x & 0x7FFFFFFFu) > 0x7F800000u)
+        return (uint16_t)((x >> 16) | 0x40); /* quiet the nan */
+    x += 0x7FFF + ((x >> 16) & 1);           /* nearest even; may carry to inf */
+    return (uint16_t)(x >> 16);
+}
+
+/* ---- activation quantizers (reference) ----
+ * Rounding is nearbyintf (ties to even) rather than roundf so that the SIMD
+ * versions (vroundps nearest) give identical bytes. */
+
+static void hy_quant_ref_from_float_q8_0(const float *x, void *vy, int64_t n)
+{
+    hy_block_q8_0_t *y = vy;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[i * 32 + j]));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = hy_f32_to_f16(d);
+        for (int j = 0; j < 32; j++)
+            y[i].qs[j] = (int8_t)nearbyintf(x[i * 32 + j] * id);
+    }
+}
+
+static void hy_quant_ref_from_float_q8_1(const float *x, void *vy, int64_t n)
+{
+    hy_block_q8_1_t *y = vy;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        float amax = 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[i * 32 + j]));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int j = 0; j < 32; j++) {
+            y[i].qs[j] = (int8_t)nearbyintf(x[i * 32 + j] * id);
+            sum += y[i].qs[j];
+        }
+        y[i].d = hy_f32_to_f16(d);
+        y[i].s = hy_f32_to_f16(d * (float)sum);
+    }
+}
+
+static void hy_quant_ref_from_float_q8_k(const float *x, void *vy, int64_t n)
+{
+    hy_block_q8_k_t *y = vy;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 256; j++)
+            amax = fmaxf(amax, fabsf(x[i * 256 + j]));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = d;
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) {
+                int8_t q = (int8_t)nearbyintf(x[i * 256 + g * 16 + j] * id);
+                y[i].qs[g * 16 + j] = q;
+                sum += q;
+            }
+            y[i].bsums[g] = (int16_t)sum;
+        }
+    }
+}
+
+void hy_quant_ref_from_float_copy(const float *x, void *y, int64_t n)
+{
+    memcpy(y, x, (size_t)n * sizeof(float));
+}
+
+/* ---- weight quantizers (tests, KV cache) ---- */
+
+static void hy_quant_ref_from_float_q4_0(const float *x, void *vy, int64_t n)
+{
+    hy_block_q4_0_t *y = vy;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        const float *xb = x + i * 32;
+        float amax = 0.0f, max = 0.0f;
+        /* ggml maps the value of largest magnitude to -8 so that its sign
+         * uses the asymmetric end of the range */
+        for (int j = 0; j < 32; j++) {
+            if (fabsf(xb[j]) > amax) {
+                amax = fabsf(xb[j]);
+                max = xb[j];
+            }
+        }
+        float d = max / -8.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = hy_f32_to_f16(d);
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int)nearbyintf(xb[j] * id) + 8;
+            int q1 = (int)nearbyintf(xb[j + 16] * id) + 8;
+            q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
+            q1 = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
+            y[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+static void hy_quant_ref_from_float_q4_1(const float *x, void *vy, int64_t n)
+{
+    hy_block_q4_1_t *y = vy;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        const float *xb = x + i * 32;
+        float min = xb[0], max = xb[0];
+        for (int j = 1; j < 32; j++) {
+            min = fminf(min, xb[j]);
+            max = fmaxf(max, xb[j]);
+        }
+        float d = (max - min) / 15.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = hy_f32_to_f16(d);
+        y[i].m = hy_f32_to_f16(min);
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int)nearbyintf((xb[j] - min) * id);
+            int q1 = (int)nearbyintf((xb[j + 16] - min) * id);
+            q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
+            q1 = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
+            y[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+static void hy_quant_ref_from_float_f16(const float *x, void *vy, int64_t n)
+{
+    uint16_t *y = vy;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = hy_f32_to_f16(x[i]);
+}
+
+static void hy_quant_ref_from_float_bf16(const float *x, void *vy, int64_t n)
+{
+    uint16_t *y = vy;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = hy_f32_to_bf16(x[i]);
+}
+
+/* ---- dequantization (reference) ---- */
+
+void hy_quant_ref_to_float_f32(const void *w, float *y, int64_t n)
+{
+    memcpy(y, w, (size_t)n * sizeof(float));
+}
+
+static void hy_quant_ref_to_float_f16(const void *vw, float *y, int64_t n)
+{
+    const uint16_t *w = vw;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = hy_f16_to_f32(w[i]);
+}
+
+static void hy_quant_ref_to_float_bf16(const void *vw, float *y, int64_t n)
+{
+    const uint16_t *w = vw;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = hy_bf16_to_f32(w[i]);
+}
+
+static void hy_quant_ref_to_float_q4_0(const void *vw, float *y, int64_t n)
+{
+    const hy_block_q4_0_t *w = vw;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d = hy_f16_to_f32(w[i].d);
+        for (int j = 0; j < 16; j++) {
+            y[i * 32 + j] = d * (float)((w[i].qs[j] & 15) - 8);
+            y[i * 32 + j + 16] = d * (float)((w[i].qs[j] >> 4) - 8);
+        }
+    }
+}
+
+static void hy_quant_ref_to_float_q4_1(const void *vw, float *y, int64_t n)
+{
+    const hy_block_q4_1_t *w = vw;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d = hy_f16_to_f32(w[i].d), m = hy_f16_to_f32(w[i].m);
+        for (int j = 0; j < 16; j++) {
+            y[i * 32 + j] = d * (float)(w[i].qs[j] & 15) + m;
+            y[i * 32 + j + 16] = d * (float)(w[i].qs[j] >> 4) + m;
+        }
+    }
+}
+
+static void hy_quant_ref_to_float_q8_0(const void *vw, float *y, int64_t n)
+{
+    const hy_block_q8_0_t *w = vw;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d = hy_f16_to_f32(w[i].d);
+        for (int j = 0; j < 32; j++)
+            y[i * 32 + j] = d * (float)w[i].qs[j];
+    }
+}
+
+void hy_quant_ref_to_float_q4_k(const void *vw, float *y, int64_t n)
+{
+    const hy_block_q4_k_t *w = vw;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        float d = hy_f16_to_f32(w[i].d), dmin = hy_f16_to_f32(w[i].dmin);
+        const uint8_t *q = w[i].qs;
+        for (int c = 0; c < 4; c++) {      /* 64-element chunks */
+            uint8_t sc, m;
+            hy_quant_scale_min_k4(2 * c, w[i].scales, &sc, &m);
+            float d1 = d * sc, m1 = dmin * m;
+            hy_quant_scale_min_k4(2 * c + 1, w[i].scales, &sc, &m);
+            float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; l++)
+                *y++ = d1 * (float)(q[l] & 15) - m1;
+            for (int l = 0; l < 32; l++)
+                *y++ = d2 * (float)(q[l] >> 4) - m2;
+            q += 32;
+        }
+    }
+}
+
+void hy_quant_ref_to_float_q5_k(const void *vw, float *y, int64_t n)
+{
+    const hy_block_q5_k_t *w = vw;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        float d = hy_f16_to_f32(w[i].d), dmin = hy_f16_to_f32(w[i].dmin);
+        const uint8_t *q = w[i].qs, *qh = w[i].qh;
+        for (int c = 0; c < 4; c++) {
+            uint8_t sc, m, u1 = (uint8_t)(1u << (2 * c)), u2 = (uint8_t)(2u << (2 * c));
+            hy_quant_scale_min_k4(2 * c, w[i].scales, &sc, &m);
+            float d1 = d * sc, m1 = dmin * m;
+            hy_quant_scale_min_k4(2 * c + 1, w[i].scales, &sc, &m);
+            float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; l++)
+                *y++ = d1 * (float)((q[l] & 15) + (qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; l++)
+                *y++ = d2 * (float)((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+            q += 32;
+        }
+    }
+}
+
+void hy_quant_ref_to_float_q6_k(const void *vw, float *y, int64_t n)
+{
+    const hy_block_q6_k_t *w = vw;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        float d = hy_f16_to_f32(w[i].d);
+        const uint8_t *ql = w[i].ql, *qh = w[i].qh;
+        const int8_t *sc = w[i].scales;
+        for (int half = 0; half < 2; half++) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * (float)sc[is] * (float)q1;
+                y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+                y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+                y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            }
+            y += 128;
+            ql += 64;
+            qh += 32;
+            sc += 8;
+        }
+    }
+}
+
+/* ---- dot products (reference): integer sums inside a block, float
+ * accumulation across blocks, as ggml does ---- */
+
+static void hy_quant_ref_dot_f32(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const float *w = vw, *x = vx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        sum += w[i] * x[i];
+    *s = sum;
+}
+
+static void hy_quant_ref_dot_f16(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const uint16_t *w = vw;
+    const float *x = vx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        sum += hy_f16_to_f32(w[i]) * x[i];
+    *s = sum;
+}
+
+static void hy_quant_ref_dot_bf16(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const uint16_t *w = vw;
+    const float *x = vx;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        sum += hy_bf16_to_f32(w[i]) * x[i];
+    *s = sum;
+}
+
+static void hy_quant_ref_dot_q4_0(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const hy_block_q4_0_t *w = vw;
+    const hy_block_q8_0_t *x = vx;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        int isum = 0;
+        for (int j = 0; j < 16; j++) {
+            isum += ((w[i].qs[j] & 15) - 8) * x[i].qs[j];
+            isum += ((w[i].qs[j] >> 4) - 8) * x[i].qs[j + 16];
+        }
+        sum += hy_f16_to_f32(w[i].d) * hy_f16_to_f32(x[i].d) * (float)isum;
+    }
+    *s = sum;
+}
+
+static void hy_quant_ref_dot_q4_1(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const hy_block_q4_1_t *w = vw;
+    const hy_block_q8_1_t *x = vx;
+    float sum = 0.0f;
+
+    /* sum_j (d_w q_j + m)(d_x x_j) = d_w d_x sum q_j x_j + m * s_x */
+    for (int64_t i = 0; i < n / 32; i++) {
+        int isum = 0;
+        for (int j = 0; j < 16; j++) {
+            isum += (w[i].qs[j] & 15) * x[i].qs[j];
+            isum += (w[i].qs[j] >> 4) * x[i].qs[j + 16];
+        }
+        sum += hy_f16_to_f32(w[i].d) * hy_f16_to_f32(x[i].d) * (float)isum
+             + hy_f16_to_f32(w[i].m) * hy_f16_to_f32(x[i].s);
+    }
+    *s = sum;
+}
+
+static void hy_quant_ref_dot_q8_0(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const hy_block_q8_0_t *w = vw, *x = vx;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        int isum = 0;
+        for (int j = 0; j < 32; j++)
+            isum += w[i].qs[j] * x[i].qs[j];
+        sum += hy_f16_to_f32(w[i].d) * hy_f16_to_f32(x[i].d) * (float)isum;
+    }
+    *s = sum;
+}
+
+/* Q4_K/Q5_K: y = d*sc_k*q - dmin*m_k, so per block
+ * dot = d_x*d*sum_k sc_k*(q.x)_k - d_x*dmin*sum_k m_k*(sum x)_k, the last
+ * sums coming from the Q8_K bsums. */
+static void hy_quant_ref_dot_q4_k(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const hy_block_q4_k_t *w = vw;
+    const hy_block_q8_k_t *x = vx;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        int sumi = 0, summ = 0;
+        for (int k = 0; k < 8; k++) {
+            uint8_t sc, m;
+            const uint8_t *q = w[i].qs + (k / 2) * 32;
+            const int8_t *xq = x[i].qs + k * 32;
+            int shift = (k & 1) * 4, isum = 0;
+            hy_quant_scale_min_k4(k, w[i].scales, &sc, &m);
+            for (int l = 0; l < 32; l++)
+                isum += ((q[l] >> shift) & 15) * xq[l];
+            sumi += sc * isum;
+            summ += m * (x[i].bsums[2 * k] + x[i].bsums[2 * k + 1]);
+        }
+        sum += x[i].d * hy_f16_to_f32(w[i].d) * (float)sumi
+             - x[i].d * hy_f16_to_f32(w[i].dmin) * (float)summ;
+    }
+    *s = sum;
+}
+
+static void hy_quant_ref_dot_q5_k(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const hy_block_q5_k_t *w = vw;
+    const hy_block_q8_k_t *x = vx;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        int sumi = 0, summ = 0;
+        for (int k = 0; k < 8; k++) {
+            uint8_t sc, m;
+            const uint8_t *q = w[i].qs + (k / 2) * 32;
+            const int8_t *xq = x[i].qs + k * 32;
+            int shift = (k & 1) * 4, isum = 0;
+            hy_quant_scale_min_k4(k, w[i].scales, &sc, &m);
+            for (int l = 0; l < 32; l++) {
+                int qv = ((q[l] >> shift) & 15) + ((w[i].qh[l] >> k) & 1) * 16;
+                isum += qv * xq[l];
+            }
+            sumi += sc * isum;
+            summ += m * (x[i].bsums[2 * k] + x[i].bsums[2 * k + 1]);
+        }
+        sum += x[i].d * hy_f16_to_f32(w[i].d) * (float)sumi
+             - x[i].d * hy_f16_to_f32(w[i].dmin) * (float)summ;
+    }
+    *s = sum;
+}
+
+static void hy_quant_ref_dot_q6_k(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const hy_block_q6_k_t *w = vw;
+    const hy_block_q8_k_t *x = vx;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        const uint8_t *ql = w[i].ql, *qh = w[i].qh;
+        const int8_t *xq = x[i].qs;
+        int sumi = 0;
+        for (int half = 0; half < 2; half++) {
+            const int8_t *sc = w[i].scales + half * 8;
+            int isum[8] = {0};
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                isum[is] += (((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32) * xq[l];
+                isum[is + 2] += (((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32) * xq[l + 32];
+                isum[is + 4] += (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32) * xq[l + 64];
+                isum[is + 6] += (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32) * xq[l + 96];
+            }
+            for (int k = 0; k < 8; k++)
+                sumi += sc[k] * isum[k];
+            ql += 64;
+            qh += 32;
+            xq += 128;
+        }
+        sum += x[i].d * hy_f16_to_f32(w[i].d) * (float)sumi;
+    }
+    *s = sum;
+}
+
+void hy_quant_tile_generic(hy_quant_dot_fn_t dot, int64_t n, float *s,
+                           size_t s_stride, const void *w, size_t w_stride,
+                           int nw, const void *x, size_t x_stride, int nx)
+{
+    for (int r = 0; r < nw; r++)
+        for (int c = 0; c < nx; c++)
+            dot(n, s + (size_t)c * s_stride + r,
+                (const char *)w + (size_t)r * w_stride,
+                (const char *)x + (size_t)c * x_stride);
+}
+
+#define HY_REF_TILE(name)                                                      \
+    static void hy_quant_ref_tile_##name(int64_t n, float *s, size_t ss,      \
+                                         const void *w, size_t ws, int nw,    \
+                                         const void *x, size_t xs, int nx)    \
+    {                                                                          \
+        hy_quant_tile_generic(hy_quant_ref_dot_##name, n, s, ss, w, ws, nw,    \
+                              x, xs, nx);                                      \
+    }
+HY_REF_TILE(f32)
+HY_REF_TILE(f16)
+HY_REF_TILE(bf16)
+HY_REF_TILE(q4_0)
+HY_REF_TILE(q4_1)
+HY_REF_TILE(q8_0)
+HY_REF_TILE(q4_k)
+HY_REF_TILE(q5_k)
+HY_REF_TILE(q6_k)
+
+const hy_quant_kernels_t hy_quant_scalar_kernels[HY_DTYPE_COUNT] = {
+    [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy,
+                       hy_quant_ref_dot_f32, hy_quant_ref_to_float_f32},
+                      hy_quant_ref_tile_f32},
+    [HY_DTYPE_F16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy,
+                       hy_quant_ref_dot_f16, hy_quant_ref_to_float_f16},
+                      hy_quant_ref_tile_f16},
+    [HY_DTYPE_BF16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy,
+                        hy_quant_ref_dot_bf16, hy_quant_ref_to_float_bf16},
+                       hy_quant_ref_tile_bf16},
+    [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_0, hy_quant_ref_from_float_q8_0,
+                        hy_quant_ref_dot_q4_0, hy_quant_ref_to_float_q4_0},
+                       hy_quant_ref_tile_q4_0},
+    [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_1, hy_quant_ref_from_float_q8_1,
+                        hy_quant_ref_dot_q4_1, hy_quant_ref_to_float_q4_1},
+                       hy_quant_ref_tile_q4_1},
+    [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q8_0, hy_quant_ref_from_float_q8_0,
+                        hy_quant_ref_dot_q8_0, hy_quant_ref_to_float_q8_0},
+                       hy_quant_ref_tile_q8_0},
+    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q8_K, hy_quant_ref_from_float_q8_k,
+                        hy_quant_ref_dot_q4_k, hy_quant_ref_to_float_q4_k},
+                       hy_quant_ref_tile_q4_k},
+    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q8_K, hy_quant_ref_from_float_q8_k,
+                        hy_quant_ref_dot_q5_k, hy_quant_ref_to_float_q5_k},
+                       hy_quant_ref_tile_q5_k},
+    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q8_K, hy_quant_ref_from_float_q8_k,
+                        hy_quant_ref_dot_q6_k, hy_quant_ref_to_float_q6_k},
+                       hy_quant_ref_tile_q6_k},
+};
+
+int hy_quant_quantize_row(hy_dtype_t t, const float *x, void *y, int64_t n)
+{
+    void (*fn)(const float *, void *, int64_t) = NULL;
+    const hy_dtype_info_t *info = hy_dtype_info((uint32_t)t);
+
+    switch (t) {
+    case HY_DTYPE_F32: fn = hy_quant_ref_from_float_copy; break;
+    case HY_DTYPE_F16: fn = hy_quant_ref_from_float_f16; break;
+    case HY_DTYPE_BF16: fn = hy_quant_ref_from_float_bf16; break;
+    case HY_DTYPE_Q4_0: fn = hy_quant_ref_from_float_q4_0; break;
+    case HY_DTYPE_Q4_1: fn = hy_quant_ref_from_float_q4_1; break;
+    case HY_DTYPE_Q8_0: fn = hy_quant_ref_from_float_q8_0; break;
+    case HY_DTYPE_Q8_1: fn = hy_quant_ref_from_float_q8_1; break;
+    case HY_DTYPE_Q8_K: fn = hy_quant_ref_from_float_q8_k; break;
+    default: return HY_EUNSUPPORTED;
+    }
+    if (info == NULL || n < 0 || n % info->block != 0)
+        return HY_EINVAL;
+    fn(x, y, n);
+    return HY_OK;
+}
+
+/* ---- runtime ISA choice ---- */
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+/* XCR0 says which register state the OS saves on context switch; a CPU with
+ * AVX-512 under an OS that does not save zmm state must not use it. */
+static uint64_t hy_quant_xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static hy_isa_t hy_quant_detect(void)
+{
+    unsigned a, b, c, d;
+    uint64_t xcr0;
+    int avx2, avx512;
+
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return HY_ISA_SCALAR;
+    /* OSXSAVE (27), AVX (28), FMA (12), F16C (29) */
+    if (!(c & (1u << 27)) || !(c & (1u << 28)) || !(c & (1u << 12)) ||
+        !(c & (1u << 29)))
+        return HY_ISA_SCALAR;
+    xcr0 = hy_quant_xgetbv0();
+    if ((xcr0 & 0x6) != 0x6)           /* xmm + ymm state */
+        return HY_ISA_SCALAR;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return HY_ISA_SCALAR;
+    avx2 = (b >> 5) & 1;
+    /* F (16), DQ (17), BW (30), VL (31); VNNI is ecx bit 11 */
+    avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) &&
+             ((b >> 31) & 1) && ((c >> 11) & 1) && (xcr0 & 0xE6) == 0xE6;
+    if (!avx2)
+        return HY_ISA_SCALAR;
+    return avx512 ? HY_ISA_AVX512 : HY_ISA_AVX2;
+}
+#else
+static hy_isa_t hy_quant_detect(void)
+{
+    return HY_ISA_SCALAR;
+}
+#endif
+
+/* -1 until first use; detection is idempotent, so a race only repeats it. */
+static int hy_quant_cpu_level = -1;
+static int hy_quant_level = -1;
+
+hy_isa_t hy_cpu_isa(void)
+{
+    int v = __atomic_load_n(&hy_quant_cpu_level, __ATOMIC_RELAXED);
+
+    if (v < 0) {
+        v = (int)hy_quant_detect();
+        __atomic_store_n(&hy_quant_cpu_level, v, __ATOMIC_RELAXED);
+    }
+    return (hy_isa_t)v;
+}
+
+const char *hy_isa_name(hy_isa_t isa)
+{
+    switch (isa) {
+    case HY_ISA_SCALAR: return "scalar";
+    case HY_ISA_AVX2: return "avx2";
+    case HY_ISA_AVX512: return "avx512";
+    }
+    return "unknown";
+}
+
+int hy_quant_set_isa(hy_isa_t isa)
+{
+    if ((int)isa < 0 || isa > hy_cpu_isa())
+        return HY_EUNSUPPORTED;
+    __atomic_store_n(&hy_quant_level, (int)isa, __ATOMIC_RELAXED);
+    return HY_OK;
+}
+
+static const hy_quant_kernels_t *hy_quant_kernels(hy_dtype_t t)
+{
+    int level = __atomic_load_n(&hy_quant_level, __ATOMIC_RELAXED);
+    const hy_quant_kernels_t *tab = hy_quant_scalar_kernels;
+
+    if ((unsigned)t >= HY_DTYPE_COUNT)
+        return NULL;
+    if (level < 0)
+        level = (int)hy_cpu_isa();
+#if defined(__x86_64__) || defined(__i386__)
+    if (level == HY_ISA_AVX512)
+        tab = hy_quant_avx512_kernels;
+    else if (level == HY_ISA_AVX2)
+        tab = hy_quant_avx2_kernels;
+#endif
+    return tab[t].traits.vec_dot ? &tab[t] : NULL;
+}
+
+const hy_quant_traits_t *hy_quant_traits(hy_dtype_t t)
+{
+    const hy_quant_kernels_t *k = hy_quant_kernels(t);
+    return k ? &k->traits : NULL;
+}
+
+hy_quant_tile_fn_t hy_quant_vec_dot_tile(hy_dtype_t t)
+{
+    const hy_quant_kernels_t *k = hy_quant_kernels(t);
+    return k ? k->tile : NULL;
+}

@@ -1,0 +1,226 @@
+/*
+ * quant_avx512.c - AVX-512 (F/BW/VL/DQ + VNNI) kernels, compiled with those
+ * flags in their own convenience library.  Q4_0/Q4_1/Q8_0 get 512-bit
+ * kernels: two 32-element blocks per zmm, VNNI dpbusd for the integer dot,
+ * register-blocked 4 weight rows x 4 activation rows; vec_dot is the 1x1
+ * instance of the same code.  The other types use quant_x86.h's 256-bit
+ * kernels rebuilt here with VNNI and EVEX.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+
+#define HY_QX_VNNI 1
+#include "quant_x86.h"
+
+enum { HY_A5_Q4_0, HY_A5_Q4_1, HY_A5_Q8_0 };
+
+HY_QX_INLINE __m512 hy_a5_pair_ps(float a, float b)
+{
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(a)), _mm256_set1_ps(b), 1);
+}
+
+/* 16 packed-nibble bytes of blocks b and b1 -> zmm laid out like the two
+ * activation blocks: [b low, b high, b1 low, b1 high] (16 bytes each). */
+HY_QX_INLINE __m512i hy_a5_nibbles2(const uint8_t *qs0, const uint8_t *qs1)
+{
+    __m256i v = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qs0)),
+        _mm_loadu_si128((const __m128i *)qs1), 1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4)),
+                                   _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 1);
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+/* Weight blocks ib and ib+1 (ib+1 only if two; else zeros) as the unsigned
+ * bytes fed to dpbusd, their scales as [d0 x8, d1 x8], offsets in m0/m1. */
+HY_QX_INLINE __m512i hy_a5_wload(int kind, const char *w, int64_t ib, int two,
+                                 __m512 *dv, float *m0, float *m1)
+{
+    if (kind == HY_A5_Q8_0) {
+        const hy_block_q8_0_t *b = (const hy_block_q8_0_t *)w + ib;
+        __m256i lo = _mm256_loadu_si256((const __m256i *)b[0].qs);
+        __m256i hi = two ? _mm256_loadu_si256((const __m256i *)b[1].qs)
+                         : _mm256_set1_epi8((char)0x80); /* 0x80 ^ 0x80 = 0 below */
+        *dv = hy_a5_pair_ps(hy_qx_h2f(b[0].d), two ? hy_qx_h2f(b[1].d) : 0.0f);
+        /* w + 128 is unsigned; the 128*sum(x) it adds is removed by the
+         * caller's correction term */
+        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+                                _mm512_set1_epi8((char)0x80));
+    }
+    if (kind == HY_A5_Q4_1) {
+        const hy_block_q4_1_t *b = (const hy_block_q4_1_t *)w + ib;
+        *dv = hy_a5_pair_ps(hy_qx_h2f(b[0].d), two ? hy_qx_h2f(b[1].d) : 0.0f);
+        *m0 = hy_qx_h2f(b[0].m);
+        *m1 = two ? hy_qx_h2f(b[1].m) : 0.0f;
+        return hy_a5_nibbles2(b[0].qs, two ? b[1].qs : b[0].qs);
+    }
+    const hy_block_q4_0_t *b = (const hy_block_q4_0_t *)w + ib;
+    *dv = hy_a5_pair_ps(hy_qx_h2f(b[0].d), two ? hy_qx_h2f(b[1].d) : 0.0f);
+    return hy_a5_nibbles2(b[0].qs, two ? b[1].qs : b[0].qs);
+}
+
+/* Activation blocks ib, ib+1 (zeros if !two): 64 int8, scales, and Q4_1's
+ * s values. */
+HY_QX_INLINE __m512i hy_a5_xload(int kind, const char *x, int64_t ib, int two,
+                                 __m512 *dv, float *s0, float *s1)
+{
+    __m256i lo, hi;
+    if (kind == HY_A5_Q4_1) {
+        const hy_block_q8_1_t *b = (const hy_block_q8_1_t *)x + ib;
+        lo = _mm256_loadu_si256((const __m256i *)b[0].qs);
+        hi = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256();
+        *dv = hy_a5_pair_ps(hy_qx_h2f(b[0].d), two ? hy_qx_h2f(b[1].d) : 0.0f);
+        *s0 = hy_qx_h2f(b[0].s);
+        *s1 = two ? hy_qx_h2f(b[1].s) : 0.0f;
+    } else {
+        const hy_block_q8_0_t *b = (const hy_block_q8_0_t *)x + ib;
+        lo = _mm256_loadu_si256((const __m256i *)b[0].qs);
+        hi = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256();
+        *dv = hy_a5_pair_ps(hy_qx_h2f(b[0].d), two ? hy_qx_h2f(b[1].d) : 0.0f);
+    }
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* One step of the tile over block pair (ib, ib+1). */
+HY_QX_INLINE void hy_a5_step(int kind, int64_t ib, int two, const char *w, size_t ws,
+                             const char *x, size_t xs, const int RW, const int RX,
+                             __m512 acc[4][4], __m128 msum[4])
+{
+    __m512i wq[4];
+    __m512 dw[4];
+    float mw0[4] = {0}, mw1[4] = {0};
+
+#pragma GCC unroll 4
+    for (int r = 0; r < RW; r++)
+        wq[r] = hy_a5_wload(kind, w + r * ws, ib, two, &dw[r], &mw0[r], &mw1[r]);
+#pragma GCC unroll 4
+    for (int c = 0; c < RX; c++) {
+        __m512 dx;
+        float s0 = 0, s1 = 0;
+        __m512i xq = hy_a5_xload(kind, x + c * xs, ib, two, &dx, &s0, &s1);
+        __m512i init = _mm512_setzero_si512();
+        /* Q4_0 stores q+8, Q8_0 is fed as w+128: start the dpbusd sums at
+         * minus that offset times the activation sums */
+        if (kind == HY_A5_Q4_0)
+            init = _mm512_sub_epi32(init, _mm512_dpbusd_epi32(init, _mm512_set1_epi8(8), xq));
+        if (kind == HY_A5_Q8_0)
+            init = _mm512_sub_epi32(init, _mm512_dpbusd_epi32(init, _mm512_set1_epi8((char)0x80), xq));
+        if (kind == HY_A5_Q4_1) {
+            __m128 t = _mm_fmadd_ps(hy_qx_vec4(mw0, RW), _mm_set1_ps(s0),
+                                    _mm_mul_ps(hy_qx_vec4(mw1, RW), _mm_set1_ps(s1)));
+            msum[c] = _mm_add_ps(msum[c], t);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++) {
+            __m512i p = _mm512_dpbusd_epi32(init, wq[r], xq);
+            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[r], dx), acc[r][c]);
+        }
+    }
+}
+
+HY_QX_INLINE void hy_a5_tile_kernel(int kind, int64_t nb, float *s, size_t ss,
+                                    const char *w, size_t ws, const char *x,
+                                    size_t xs, const int RW, const int RX)
+{
+    __m512 acc[4][4];
+    __m128 msum[4];
+    int64_t ib = 0;
+
+#pragma GCC unroll 4
+    for (int c = 0; c < RX; c++) {
+        msum[c] = _mm_setzero_ps();
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++)
+            acc[r][c] = _mm512_setzero_ps();
+    }
+    for (; ib + 2 <= nb; ib += 2)
+        hy_a5_step(kind, ib, 1, w, ws, x, xs, RW, RX, acc, msum);
+    if (ib < nb)
+        hy_a5_step(kind, ib, 0, w, ws, x, xs, RW, RX, acc, msum);
+#pragma GCC unroll 4
+    for (int c = 0; c < RX; c++) {
+        float mm[4];
+        _mm_storeu_ps(mm, msum[c]);
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++)
+            s[c * ss + r] = _mm512_reduce_add_ps(acc[r][c]) + (kind == HY_A5_Q4_1 ? mm[r] : 0.0f);
+    }
+}
+
+#define HY_A5_CASE(rw, rx)                                                         \
+    case (rw) * 8 + (rx):                                                          \
+        hy_a5_tile_kernel(kind, nb, sp, ss, wp, ws, xp, xs, rw, rx);               \
+        break;
+
+/* 4x4 tiles, weight rows outermost (a tile's weights stay in L1 while every
+ * activation row passes); edges use the smaller instances. */
+HY_QX_INLINE void hy_a5_tile(int kind, int64_t n, float *s, size_t ss, const void *w,
+                             size_t ws, int nw, const void *x, size_t xs, int nx)
+{
+    int64_t nb = n / 32;
+    for (int r0 = 0; r0 < nw; r0 += 4) {
+        for (int c0 = 0; c0 < nx; c0 += 4) {
+            float *sp = s + (size_t)c0 * ss + r0;
+            const char *wp = (const char *)w + (size_t)r0 * ws;
+            const char *xp = (const char *)x + (size_t)c0 * xs;
+            switch (HY_MIN(4, nw - r0) * 8 + HY_MIN(4, nx - c0)) {
+            HY_A5_CASE(1, 1) HY_A5_CASE(1, 2) HY_A5_CASE(1, 3) HY_A5_CASE(1, 4)
+            HY_A5_CASE(2, 1) HY_A5_CASE(2, 2) HY_A5_CASE(2, 3) HY_A5_CASE(2, 4)
+            HY_A5_CASE(3, 1) HY_A5_CASE(3, 2) HY_A5_CASE(3, 3) HY_A5_CASE(3, 4)
+            HY_A5_CASE(4, 1) HY_A5_CASE(4, 2) HY_A5_CASE(4, 3) HY_A5_CASE(4, 4)
+            }
+        }
+    }
+}
+
+#define HY_A5_KERNELS(name, kind)                                                  \
+    static void hy_a5_tile_##name(int64_t n, float *s, size_t ss, const void *w,  \
+                                  size_t ws, int nw, const void *x, size_t xs,    \
+                                  int nx)                                          \
+    {                                                                              \
+        hy_a5_tile(kind, n, s, ss, w, ws, nw, x, xs, nx);                          \
+    }                                                                              \
+    static void hy_a5_dot_##name(int64_t n, float *s, const void *w, const void *x) \
+    {                                                                              \
+        hy_a5_tile_kernel(kind, n / 32, s, 0, w, 0, x, 0, 1, 1);                   \
+    }
+HY_A5_KERNELS(q4_0, HY_A5_Q4_0)
+HY_A5_KERNELS(q4_1, HY_A5_Q4_1)
+HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
+
+#define HY_A5_GENERIC_TILE(name)                                                   \
+    static void hy_a5_tile_##name(int64_t n, float *s, size_t ss, const void *w,  \
+                                  size_t ws, int nw, const void *x, size_t xs,    \
+                                  int nx)                                          \
+    {                                                                              \
+        hy_quant_tile_generic(hy_qx_dot_##name, n, s, ss, w, ws, nw, x, xs, nx);   \
+    }
+HY_A5_GENERIC_TILE(f32)
+HY_A5_GENERIC_TILE(f16)
+HY_A5_GENERIC_TILE(bf16)
+HY_A5_GENERIC_TILE(q4_k)
+HY_A5_GENERIC_TILE(q5_k)
+HY_A5_GENERIC_TILE(q6_k)
+
+const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
+    [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_qx_dot_f32,
+                       hy_quant_ref_to_float_f32}, hy_a5_tile_f32},
+    [HY_DTYPE_F16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_qx_dot_f16,
+                       hy_qx_to_float_f16}, hy_a5_tile_f16},
+    [HY_DTYPE_BF16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_qx_dot_bf16,
+                        hy_qx_to_float_bf16}, hy_a5_tile_bf16},
+    [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_0, hy_qx_from_float_q8_0, hy_a5_dot_q4_0,
+                        hy_qx_to_float_q4_0}, hy_a5_tile_q4_0},
+    [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_1, hy_qx_from_float_q8_1, hy_a5_dot_q4_1,
+                        hy_qx_to_float_q4_1}, hy_a5_tile_q4_1},
+    [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q8_0, hy_qx_from_float_q8_0, hy_a5_dot_q8_0,
+                        hy_qx_to_float_q8_0}, hy_a5_tile_q8_0},
+    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q8_K, hy_qx_from_float_q8_k, hy_qx_dot_q4_k,
+                        hy_quant_ref_to_float_q4_k}, hy_a5_tile_q4_k},
+    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q8_K, hy_qx_from_float_q8_k, hy_qx_dot_q5_k,
+                        hy_quant_ref_to_float_q5_k}, hy_a5_tile_q5_k},
+    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q8_K, hy_qx_from_float_q8_k, hy_qx_dot_q6_k,
+                        hy_quant_ref_to_float_q6_k}, hy_a5_tile_q6_k},
+};
+
+#endif

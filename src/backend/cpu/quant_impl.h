@@ -1,0 +1,100 @@
+/*
+ * quant_impl.h - private to the quant kernels: the ggml block layouts, the
+ * per-ISA kernel tables, and the portable reference kernels that the AVX2
+ * and AVX-512 tables fall back to.  Only quant.c, quant_avx2.c,
+ * quant_avx512.c and the tests include it.
+ */
+#ifndef HY_QUANT_IMPL_H
+#define HY_QUANT_IMPL_H
+
+#include "quant.h"
+
+/* Block layouts exactly as ggml-common.h stores them (little-endian;
+ * halves kept as raw uint16_t bits). */
+typedef struct {
+    uint16_t d;       /* f16 scale */
+    uint8_t qs[16];   /* q[j] = qs[j] & 15, q[j+16] = qs[j] >> 4 */
+} hy_block_q4_0_t;
+typedef struct {
+    uint16_t d, m;    /* f16 scale and offset: y = d*q + m */
+    uint8_t qs[16];
+} hy_block_q4_1_t;
+typedef struct {
+    uint16_t d;
+    int8_t qs[32];
+} hy_block_q8_0_t;
+typedef struct {
+    uint16_t d, s;    /* s = d * sum(qs), rounded to f16 */
+    int8_t qs[32];
+} hy_block_q8_1_t;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12]; /* 8 x (6-bit scale, 6-bit min), packed */
+    uint8_t qs[128];
+} hy_block_q4_k_t;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[32];     /* 5th bits */
+    uint8_t qs[128];
+} hy_block_q5_k_t;
+typedef struct {
+    uint8_t ql[128];
+    uint8_t qh[64];
+    int8_t scales[16];
+    uint16_t d;
+} hy_block_q6_k_t;
+typedef struct {
+    float d;
+    int8_t qs[256];
+    int16_t bsums[16];  /* sums of each 16 consecutive qs */
+} hy_block_q8_k_t;
+
+_Static_assert(sizeof(hy_block_q4_0_t) == 18, "q4_0 block");
+_Static_assert(sizeof(hy_block_q4_1_t) == 20, "q4_1 block");
+_Static_assert(sizeof(hy_block_q8_0_t) == 34, "q8_0 block");
+_Static_assert(sizeof(hy_block_q8_1_t) == 36, "q8_1 block");
+_Static_assert(sizeof(hy_block_q4_k_t) == 144, "q4_K block");
+_Static_assert(sizeof(hy_block_q5_k_t) == 176, "q5_K block");
+_Static_assert(sizeof(hy_block_q6_k_t) == 210, "q6_K block");
+_Static_assert(sizeof(hy_block_q8_k_t) == 292, "q8_K block");
+
+/* One ISA level's kernels for one weight type.  `tile` is never NULL in a
+ * table entry that has a vec_dot: types without a blocked kernel get the
+ * generic loop over vec_dot. */
+typedef struct {
+    hy_quant_traits_t traits;
+    hy_quant_tile_fn_t tile;
+} hy_quant_kernels_t;
+
+/* Tables indexed by hy_dtype_t; entries with vec_dot == NULL are
+ * unsupported.  The AVX tables exist only in x86 builds. */
+extern const hy_quant_kernels_t hy_quant_scalar_kernels[HY_DTYPE_COUNT];
+extern const hy_quant_kernels_t hy_quant_avx2_kernels[HY_DTYPE_COUNT];
+extern const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT];
+
+/* Portable reference kernels (quant.c), shared by the SIMD tables where a
+ * SIMD version would not pay (K-quant dequantization). */
+void hy_quant_ref_to_float_q4_k(const void *w, float *y, int64_t n);
+void hy_quant_ref_to_float_q5_k(const void *w, float *y, int64_t n);
+void hy_quant_ref_to_float_q6_k(const void *w, float *y, int64_t n);
+void hy_quant_ref_to_float_f32(const void *w, float *y, int64_t n);
+void hy_quant_ref_from_float_copy(const float *x, void *y, int64_t n);
+void hy_quant_tile_generic(hy_quant_dot_fn_t dot, int64_t n, float *s,
+                           size_t s_stride, const void *w, size_t w_stride,
+                           int nw, const void *x, size_t x_stride, int nx);
+
+/* Unpack the 6-bit (scale, min) pair k of a Q4_K/Q5_K scales[12] array. */
+static inline void hy_quant_scale_min_k4(int k, const uint8_t *q, uint8_t *sc,
+                                         uint8_t *m)
+{
+    if (k < 4) {
+        *sc = q[k] & 63;
+        *m = q[k + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[k + 4] & 0xF) | ((q[k - 4] >> 6) << 4));
+        *m = (uint8_t)((q[k + 4] >> 4) | ((q[k] >> 6) << 4));
+    }
+}
+
+#endif

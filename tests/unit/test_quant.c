@@ -1,0 +1,464 @@
+/*
+ * test_quant.c - the quant kernels against plain references: exhaustive
+ * f16/bf16 conversions, known-answer blocks that check the block layouts
+ * against the formulas written out independently here, and for every weight
+ * type and every ISA level this CPU has: dequantization identical to the
+ * scalar code, activation quantizers identical to the scalar code, vec_dot
+ * within a tight tolerance of a double-precision dot, tile == vec_dot.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/quant_impl.h"
+#include "backend/cpu/quant_ref.h"
+#include "test.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rng_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float rng_f(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(rng_u32() & 0xFFFFFF) / 16777216.0f;
+}
+
+/* ---- conversions ---- */
+
+static double ref_f16(uint16_t h)
+{
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static void test_f16(void)
+{
+    int bad_to = 0, bad_rt = 0, bad_mid = 0, bad_nan = 0;
+
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = hy_f16_to_f32((uint16_t)h);
+        int e = (h >> 10) & 31;
+        if (e == 31) {
+            int m = h & 1023;
+            if ((m ? !isnan(f) : !isinf(f)) || !!signbit(f) != !!(h & 0x8000))
+                bad_to++;
+            if (m && !(hy_f32_to_f16(f) & 0x3FF))
+                bad_nan++;
+            continue;
+        }
+        if (fbits(f) != fbits((float)ref_f16((uint16_t)h)))
+            bad_to++;
+        if (hy_f32_to_f16(f) != h)
+            bad_rt++;
+        /* midpoint to the next half up in magnitude: ties go to the even
+         * code, one float ulp either side goes to the nearer one */
+        if ((h & 0x7FFF) < 0x7BFF) {
+            double a = ref_f16((uint16_t)h), b = ref_f16((uint16_t)(h + 1));
+            float mid = (float)((a + b) / 2);
+            uint16_t even = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
+            float lo = nextafterf(mid, (float)a), hi = nextafterf(mid, (float)b);
+            if ((double)mid != (a + b) / 2 || hy_f32_to_f16(mid) != even ||
+                hy_f32_to_f16(lo) != h || hy_f32_to_f16(hi) != h + 1)
+                bad_mid++;
+        }
+    }
+    HY_T_OK(bad_to == 0, "f16->f32 matches ldexp reference for all 65536 codes (%d bad)", bad_to);
+    HY_T_OK(bad_rt == 0, "f32->f16 round-trips every finite half (%d bad)", bad_rt);
+    HY_T_OK(bad_mid == 0, "f32->f16 ties to even, neighbours to nearest, incl. subnormals (%d bad)", bad_mid);
+    HY_T_OK(bad_nan == 0 && hy_f32_to_f16(65520.0f) == 0x7C00 &&
+            hy_f32_to_f16(65519.99f) == 0x7BFF && hy_f32_to_f16(-INFINITY) == 0xFC00 &&
+            hy_f32_to_f16(1e-8f) == 0 && hy_f32_to_f16(-3e-8f) == 0x8001 &&
+            isnan(hy_f16_to_f32(hy_f32_to_f16(NAN))),
+            "f32->f16 overflow, underflow, inf and nan");
+}
+
+static void test_bf16(void)
+{
+    int bad = 0, bad_mid = 0;
+
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = hy_bf16_to_f32((uint16_t)h);
+        if (fbits(f) != h << 16)
+            bad++;
+        if (((h >> 7) & 0xFF) == 0xFF) {
+            if ((h & 0x7F) && !isnan(hy_bf16_to_f32(hy_f32_to_bf16(f))))
+                bad++;
+            continue;
+        }
+        if (hy_f32_to_bf16(f) != h)
+            bad++;
+        if ((h & 0x7FFF) < 0x7F7F) {
+            uint32_t mid = (h << 16) | 0x8000;
+            uint16_t even = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
+            float fm, fl, fh;
+            uint32_t l = mid - 1, u = mid + 1;
+            memcpy(&fm, &mid, 4);
+            memcpy(&fl, &l, 4);
+            memcpy(&fh, &u, 4);
+            if (hy_f32_to_bf16(fm) != even || hy_f32_to_bf16(fl) != h ||
+                hy_f32_to_bf16(fh) != h + 1)
+                bad_mid++;
+        }
+    }
+    HY_T_OK(bad == 0, "bf16<->f32 exact for all 65536 codes, nan stays nan (%d bad)", bad);
+    HY_T_OK(bad_mid == 0 && hy_f32_to_bf16(3.4e38f) == 0x7F80,
+            "f32->bf16 ties to even, neighbours to nearest, overflow to inf (%d bad)", bad_mid);
+}
+
+/* ---- layouts, written from the notes element by element ---- */
+
+static void kat_scale_min(const uint8_t *s, int k, int *sc, int *m)
+{
+    if (k < 4) {
+        *sc = s[k] & 63;
+        *m = s[k + 4] & 63;
+    } else {
+        *sc = (s[k + 4] & 15) | ((s[k - 4] >> 6) << 4);
+        *m = (s[k + 4] >> 4) | ((s[k] >> 6) << 4);
+    }
+}
+
+/* Element i of a block, float arithmetic in the order the notes give. */
+static float kat_elem(hy_dtype_t t, const uint8_t *b, int i)
+{
+    float d = hy_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
+    switch (t) {
+    case HY_DTYPE_Q4_0: {
+        int q = i < 16 ? (b[2 + i] & 15) : (b[2 + i - 16] >> 4);
+        return d * (float)(q - 8);
+    }
+    case HY_DTYPE_Q4_1: {
+        float m = hy_f16_to_f32((uint16_t)(b[2] | b[3] << 8));
+        int q = i < 16 ? (b[4 + i] & 15) : (b[4 + i - 16] >> 4);
+        return d * (float)q + m;
+    }
+    case HY_DTYPE_Q8_0:
+        return d * (float)(int8_t)b[2 + i];
+    case HY_DTYPE_Q4_K:
+    case HY_DTYPE_Q5_K: {
+        float dmin = hy_f16_to_f32((uint16_t)(b[2] | b[3] << 8));
+        const uint8_t *scales = b + 4;
+        const uint8_t *qh = b + 16, *qs = b + (t == HY_DTYPE_Q5_K ? 48 : 16);
+        int c = i / 64, l = i % 64, k = 2 * c + (l >= 32), sc, m;
+        int q = l < 32 ? (qs[32 * c + l] & 15) : (qs[32 * c + l - 32] >> 4);
+        if (t == HY_DTYPE_Q5_K)
+            q += (qh[l % 32] >> k) & 1 ? 16 : 0;
+        kat_scale_min(scales, k, &sc, &m);
+        return d * (float)sc * (float)q - dmin * (float)m;
+    }
+    case HY_DTYPE_Q6_K: {
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float d6 = hy_f16_to_f32((uint16_t)(b[208] | b[209] << 8));
+        int h = i / 128, l = i % 128, g = l / 32, ll = l % 32;
+        int byte = ql[64 * h + (g & 1) * 32 + ll];
+        int q = (g < 2 ? byte & 15 : byte >> 4) | (((qh[32 * h + ll] >> (2 * g)) & 3) << 4);
+        return d6 * (float)sc[8 * h + 2 * g + ll / 16] * (float)(q - 32);
+    }
+    default:
+        return NAN;
+    }
+}
+
+static void put_f16(uint8_t *p, float v)
+{
+    uint16_t h = hy_f32_to_f16(v);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
+
+/* Fill n elements of weight type t with random but meaningful data. */
+static void make_weights(hy_dtype_t t, uint8_t *w, int64_t n)
+{
+    const hy_dtype_info_t *info = hy_dtype_info(t);
+    int64_t nb = n / info->block;
+    float *x = malloc((size_t)n * sizeof(float));
+
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rng_f(-1.0f, 1.0f) + (t == HY_DTYPE_Q4_1 ? (float)((i / 32) % 5) * 0.3f : 0.0f);
+    switch (t) {
+    case HY_DTYPE_Q4_K:
+    case HY_DTYPE_Q5_K:
+    case HY_DTYPE_Q6_K:
+        /* every bit pattern of a K block is valid: random bytes reach all
+         * scale/min/high-bit combinations; only the f16 factors are set */
+        for (size_t i = 0; i < (size_t)nb * info->block_bytes; i++)
+            w[i] = (uint8_t)rng_u32();
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = w + b * info->block_bytes;
+            if (t == HY_DTYPE_Q6_K) {
+                put_f16(blk + 208, rng_f(0.001f, 0.01f));
+            } else {
+                put_f16(blk, rng_f(0.001f, 0.01f));
+                put_f16(blk + 2, rng_f(0.001f, 0.02f));
+            }
+        }
+        break;
+    default:
+        hy_quant_quantize_row(t, x, w, n);
+    }
+    free(x);
+}
+
+static void test_known_answers(void)
+{
+    static const int sc[8] = {1, 2, 3, 4, 33, 47, 63, 50};
+    static const int mn[8] = {5, 6, 7, 8, 40, 41, 62, 17};
+    hy_block_q4_k_t b4;
+    hy_block_q5_k_t b5;
+    hy_block_q6_k_t b6;
+    float y[256];
+    int bad = 0;
+
+    /* Q4_K with chosen 6-bit scales/mins packed per the notes */
+    memset(&b4, 0, sizeof b4);
+    b4.d = hy_f32_to_f16(1.0f);
+    b4.dmin = hy_f32_to_f16(0.5f);
+    for (int k = 0; k < 4; k++) {
+        b4.scales[k] = (uint8_t)(sc[k] | ((sc[k + 4] >> 4) << 6));
+        b4.scales[k + 4] = (uint8_t)(mn[k] | ((mn[k + 4] >> 4) << 6));
+        b4.scales[k + 8] = (uint8_t)((sc[k + 4] & 15) | ((mn[k + 4] & 15) << 4));
+    }
+    for (int j = 0; j < 128; j++)
+        b4.qs[j] = (uint8_t)((j % 16) | ((15 - j % 16) << 4));
+    hy_quant_scalar_kernels[HY_DTYPE_Q4_K].traits.to_float(&b4, y, 256);
+    for (int i = 0; i < 256; i++) {
+        int c = i / 64, l = i % 64;
+        int q = l < 32 ? l % 16 : 15 - (l - 32) % 16, k = 2 * c + (l >= 32);
+        if (y[i] != (float)(sc[k] * q) - 0.5f * (float)mn[k])
+            bad++;
+    }
+    HY_T_OK(bad == 0 && y[0] == -2.5f && y[255] == -8.5f,
+            "Q4_K known block: chosen scales/mins decode per the notes (%d bad)", bad);
+
+    /* Q5_K: same scales, qh bit k set only on odd l: 5th bit lands on the
+     * sub-block the brief's u1/u2 masks say */
+    memset(&b5, 0, sizeof b5);
+    b5.d = b4.d;
+    b5.dmin = b4.dmin;
+    memcpy(b5.scales, b4.scales, 12);
+    memcpy(b5.qs, b4.qs, 128);
+    for (int l = 0; l < 32; l++)
+        b5.qh[l] = (l & 1) ? 0xA5 : 0x00;  /* bits 0,2,5,7 */
+    hy_quant_scalar_kernels[HY_DTYPE_Q5_K].traits.to_float(&b5, y, 256);
+    bad = 0;
+    for (int i = 0; i < 256; i++) {
+        int c = i / 64, l = i % 64, k = 2 * c + (l >= 32);
+        int q = l < 32 ? l % 16 : 15 - (l - 32) % 16;
+        if ((l % 32) & 1)
+            q += (0xA5 >> k) & 1 ? 16 : 0;
+        if (y[i] != (float)(sc[k] * q) - 0.5f * (float)mn[k])
+            bad++;
+    }
+    HY_T_OK(bad == 0 && y[1] == 1.0f * (1 + 16) - 2.5f,
+            "Q5_K known block: qh bit 2c/2c+1 adds 16 (%d bad)", bad);
+
+    /* Q6_K: scale j = j-8 (negative too), ql/qh chosen so q = (i%64) */
+    memset(&b6, 0, sizeof b6);
+    b6.d = hy_f32_to_f16(0.25f);
+    for (int j = 0; j < 16; j++)
+        b6.scales[j] = (int8_t)(j - 8);
+    for (int i = 0; i < 256; i++) {
+        int h = i / 128, l = i % 128, g = l / 32, ll = l % 32, q = i % 64;
+        uint8_t *p = &b6.ql[64 * h + (g & 1) * 32 + ll];
+        *p |= (uint8_t)(g < 2 ? (q & 15) : (q & 15) << 4);
+        b6.qh[32 * h + ll] |= (uint8_t)((q >> 4) << (2 * g));
+    }
+    hy_quant_scalar_kernels[HY_DTYPE_Q6_K].traits.to_float(&b6, y, 256);
+    bad = 0;
+    for (int i = 0; i < 256; i++)
+        if (y[i] != 0.25f * (float)(i / 16 - 8) * (float)(i % 64 - 32))
+            bad++;
+    HY_T_OK(bad == 0 && y[0] == 0.25f * -8 * -32,
+            "Q6_K known block: ql/qh/scales decode per the notes (%d bad)", bad);
+
+    /* every type: random blocks decode like the element-wise formula */
+    static const hy_dtype_t types[] = {HY_DTYPE_Q4_0, HY_DTYPE_Q4_1, HY_DTYPE_Q8_0,
+                                       HY_DTYPE_Q4_K, HY_DTYPE_Q5_K, HY_DTYPE_Q6_K};
+    for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++) {
+        hy_dtype_t t = types[ti];
+        const hy_dtype_info_t *info = hy_dtype_info(t);
+        int64_t n = 8 * 256;
+        uint8_t *w = malloc(hy_dtype_row_bytes(t, n));
+        float *yy = malloc((size_t)n * sizeof(float));
+        make_weights(t, w, n);
+        hy_quant_scalar_kernels[t].traits.to_float(w, yy, n);
+        bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (yy[i] != kat_elem(t, w + (i / info->block) * info->block_bytes,
+                                  (int)(i % info->block)))
+                bad++;
+        HY_T_OK(bad == 0, "%s reference dequant == element formula from the notes (%d bad)",
+                info->name, bad);
+        free(w);
+        free(yy);
+    }
+}
+
+/* ---- per-ISA checks ---- */
+
+static double deq_act(hy_dtype_t at, const void *x, int64_t i)
+{
+    switch (at) {
+    case HY_DTYPE_F32: return ((const float *)x)[i];
+    case HY_DTYPE_Q8_0: {
+        const hy_block_q8_0_t *b = (const hy_block_q8_0_t *)x + i / 32;
+        return (double)hy_f16_to_f32(b->d) * b->qs[i % 32];
+    }
+    case HY_DTYPE_Q8_1: {
+        const hy_block_q8_1_t *b = (const hy_block_q8_1_t *)x + i / 32;
+        return (double)hy_f16_to_f32(b->d) * b->qs[i % 32];
+    }
+    case HY_DTYPE_Q8_K: {
+        const hy_block_q8_k_t *b = (const hy_block_q8_k_t *)x + i / 256;
+        return (double)b->d * b->qs[i % 256];
+    }
+    default: return NAN;
+    }
+}
+
+enum { NW = 5, NX = 6, S_STRIDE = 7 };
+
+static void test_type_isa(hy_dtype_t t, hy_isa_t isa)
+{
+    const hy_dtype_info_t *info = hy_dtype_info(t);
+    const hy_quant_traits_t *tr = hy_quant_traits(t);
+    const hy_quant_traits_t *ref = &hy_quant_scalar_kernels[t].traits;
+    hy_quant_tile_fn_t tile = hy_quant_vec_dot_tile(t);
+    const int64_t lens_q[] = {64, 96, 4096}, lens_k[] = {512, 768, 4096},
+                  lens_f[] = {67, 96, 4096};
+    const int64_t *lens = info->block == 256 ? lens_k : info->block == 32 ? lens_q : lens_f;
+    int deq_bad = 0, act_bad = 0, tile_bad = 0;
+    double worst = 0.0;
+
+    if (tr == NULL || tile == NULL) {
+        HY_T_OK(0, "%s/%s: no kernels", info->name, hy_isa_name(isa));
+        return;
+    }
+    for (int li = 0; li < 3; li++) {
+        int64_t n = lens[li];
+        size_t wb = hy_dtype_row_bytes(t, n), xb = hy_dtype_row_bytes(tr->vec_dot_type, n);
+        uint8_t *w = malloc(wb * NW), *x = malloc(xb * NX), *xr = malloc(xb);
+        float *xf = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
+        float *yr = malloc((size_t)n * sizeof(float)), s[NX * S_STRIDE], d1;
+
+        for (int r = 0; r < NW; r++)
+            make_weights(t, w + r * wb, n);
+        for (int c = 0; c < NX; c++) {
+            for (int64_t i = 0; i < n; i++)
+                xf[i] = rng_f(-2.0f, 2.0f) * (c == 3 ? 1e-3f : 1.0f);
+            if (c == 5)
+                memset(xf, 0, 32 * sizeof(float)); /* an all-zero block: d = 0 */
+            tr->from_float(xf, x + c * xb, n);
+            ref->from_float(xf, xr, n);
+            if (memcmp(xr, x + c * xb, xb) != 0)
+                act_bad++;
+        }
+        for (int r = 0; r < NW; r++) {
+            tr->to_float(w + r * wb, y, n);
+            ref->to_float(w + r * wb, yr, n);
+            if (memcmp(y, yr, (size_t)n * sizeof(float)) != 0)
+                deq_bad++;
+            for (int c = 0; c < NX; c++) {
+                double dot = 0.0, mag = 0.0, slack = 0.0;
+                for (int64_t i = 0; i < n; i++) {
+                    double p = (double)yr[i] * deq_act(tr->vec_dot_type, x + c * xb, i);
+                    dot += p;
+                    mag += fabs(p);
+                }
+                if (t == HY_DTYPE_Q4_1) {
+                    /* Q8_1's s = f16(d*sum q) with unrounded d: two f16
+                     * roundings (2^-11 each) enter through the m*s term */
+                    for (int64_t b = 0; b < n / 32; b++) {
+                        const hy_block_q4_1_t *wb1 = (const hy_block_q4_1_t *)(w + r * wb) + b;
+                        const hy_block_q8_1_t *xb1 = (const hy_block_q8_1_t *)(x + c * xb) + b;
+                        slack += fabs(hy_f16_to_f32(wb1->m) * hy_f16_to_f32(xb1->s)) * 0x1.2p-10;
+                    }
+                }
+                tr->vec_dot(n, &d1, w + r * wb, x + c * xb);
+                double err = fabs(d1 - dot) / (1e-5 * mag + slack + 1e-30);
+                if (!(err <= worst))
+                    worst = err;  /* also catches nan */
+            }
+        }
+        /* tile over all rows must equal vec_dot bit for bit */
+        for (int k = 0; k < NX * S_STRIDE; k++)
+            s[k] = -1.0f;
+        tile(n, s, S_STRIDE, w, wb, NW, x, xb, NX);
+        for (int r = 0; r < NW; r++)
+            for (int c = 0; c < NX; c++) {
+                tr->vec_dot(n, &d1, w + r * wb, x + c * xb);
+                if (fbits(d1) != fbits(s[c * S_STRIDE + r]))
+                    tile_bad++;
+            }
+        for (int c = 0; c < NX; c++)
+            if (s[c * S_STRIDE + NW] != -1.0f)
+                tile_bad++;
+        free(w); free(x); free(xr); free(xf); free(y); free(yr);
+    }
+    HY_T_OK(deq_bad == 0, "%s/%s: to_float == scalar reference bit for bit (%d rows differ)",
+            info->name, hy_isa_name(isa), deq_bad);
+    HY_T_OK(act_bad == 0, "%s/%s: from_float (%s) == scalar reference bytes (%d rows differ)",
+            info->name, hy_isa_name(isa), hy_dtype_info(tr->vec_dot_type)->name, act_bad);
+    HY_T_OK(worst <= 1.0, "%s/%s: vec_dot vs double dot, worst error %.3g of tolerance "
+            "(1e-5*sum|w*x|%s)", info->name, hy_isa_name(isa), worst,
+            t == HY_DTYPE_Q4_1 ? " + f16 rounding of s" : "");
+    HY_T_OK(tile_bad == 0, "%s/%s: tile 5x6 == vec_dot per element (%d differ)",
+            info->name, hy_isa_name(isa), tile_bad);
+}
+
+static void test_errors(void)
+{
+    float x[64] = {0};
+    uint8_t y[64 * 4];
+
+    HY_T_OK(hy_quant_quantize_row(HY_DTYPE_Q8_0, x, y, 48) == HY_EINVAL &&
+            hy_quant_quantize_row(HY_DTYPE_Q8_K, x, y, 64) == HY_EINVAL &&
+            hy_quant_quantize_row(HY_DTYPE_Q8_0, x, y, -32) == HY_EINVAL &&
+            hy_quant_quantize_row(HY_DTYPE_Q5_0, x, y, 64) == HY_EUNSUPPORTED &&
+            hy_quant_quantize_row((hy_dtype_t)77, x, y, 64) == HY_EUNSUPPORTED &&
+            hy_quant_quantize_row(HY_DTYPE_Q4_0, x, y, 64) == HY_OK,
+            "quantize_row rejects bad lengths and types");
+    HY_T_OK(hy_quant_traits(HY_DTYPE_Q5_0) == NULL && hy_quant_traits((hy_dtype_t)200) == NULL &&
+            hy_quant_vec_dot_tile(HY_DTYPE_Q2_K) == NULL &&
+            hy_quant_set_isa((hy_isa_t)7) == HY_EUNSUPPORTED,
+            "unsupported types and ISA levels are refused");
+}
+
+int main(void)
+{
+    static const hy_dtype_t types[] = {HY_DTYPE_F32, HY_DTYPE_F16, HY_DTYPE_BF16,
+                                       HY_DTYPE_Q4_0, HY_DTYPE_Q4_1, HY_DTYPE_Q8_0,
+                                       HY_DTYPE_Q4_K, HY_DTYPE_Q5_K, HY_DTYPE_Q6_K};
+    hy_isa_t best = hy_cpu_isa();
+
+    test_f16();
+    test_bf16();
+    test_known_answers();
+    test_errors();
+    for (int isa = HY_ISA_SCALAR; isa <= HY_ISA_AVX512; isa++) {
+        if (hy_quant_set_isa((hy_isa_t)isa) != HY_OK) {
+            HY_T_OK(isa > (int)best, "%s kernels # SKIP this CPU lacks %s",
+                    hy_isa_name((hy_isa_t)isa), hy_isa_name((hy_isa_t)isa));
+            continue;
+        }
+        for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++)
+            test_type_isa(types[ti], (hy_isa_t)isa);
+    }
+    return hy_t_done();
+}
