@@ -1,0 +1,101 @@
+/*
+ * config.h - hyserve.ini as a C struct.  Every key is one row of a single
+ * table in config.c {section, key, type, offset, default, min, max}; the
+ * file, command-line overrides and the defaults all go through the same
+ * parse-and-check path, so a bad value is refused with one message format:
+ *   hyserve.ini: [cache] page_tokens = 0: must be 1..256
+ * etc/hyserve.ini documents every key with its default.
+ */
+#ifndef HY_COMMON_CONFIG_H
+#define HY_COMMON_CONFIG_H
+
+#include "common/hy.h"
+
+#define HY_CONFIG_PATH_LEN 4096
+#define HY_CONFIG_SOCKET_LEN 108 /* sizeof(sockaddr_un.sun_path) */
+#define HY_CONFIG_NAME_LEN 64
+
+typedef enum {
+    HY_CONFIG_INT,    /* int32_t, decimal */
+    HY_CONFIG_UINT,   /* uint32_t, decimal */
+    HY_CONFIG_SIZE,   /* uint64_t bytes; "512", "64K", "512M", "2G", "1T" (powers of 1024) */
+    HY_CONFIG_FLOAT,  /* double */
+    HY_CONFIG_BOOL,   /* bool; true/false, yes/no, on/off, 1/0 */
+    HY_CONFIG_STRING, /* char[max + 1]; max = longest accepted length */
+    HY_CONFIG_ENUM,   /* int32_t; value of the matching choice */
+    HY_CONFIG_MODE,   /* uint32_t file permission bits, octal ("0660") */
+} hy_config_type_t;
+
+/* KV cache element type ([cache] kv_type). */
+enum { HY_CONFIG_KV_F16, HY_CONFIG_KV_F32, HY_CONFIG_KV_Q8_0 };
+
+typedef struct {
+    struct {
+        char path[HY_CONFIG_PATH_LEN];          /* GGUF file */
+        char chat_template[HY_CONFIG_PATH_LEN]; /* "" = the model's own */
+        uint32_t threads;                       /* 0 = all cores */
+    } model;
+    struct {
+        uint32_t max_seqs;
+        uint32_t max_batch_tokens;
+        uint32_t max_context; /* 0 = the model's */
+    } engine;
+    struct {
+        uint32_t memory_mb;     /* 0 = memory_fraction of what is free */
+        double memory_fraction;
+        uint32_t page_tokens;
+        int32_t kv_type;        /* HY_CONFIG_KV_* */
+        uint32_t checkpoint_interval; /* tokens between recurrent-state snapshots */
+        char disk_cache_dir[HY_CONFIG_PATH_LEN]; /* "" = no disk tier */
+    } cache;
+    struct {
+        char socket[HY_CONFIG_SOCKET_LEN];
+        uint32_t socket_mode;
+        char socket_group[HY_CONFIG_NAME_LEN]; /* "" = the process's group */
+        uint32_t workers;
+        uint32_t threads_per_worker;
+        uint32_t max_queue;
+        uint32_t drain_seconds;
+        uint64_t max_body_bytes;
+        char instance[HY_CONFIG_NAME_LEN];
+    } server;
+    struct {
+        int32_t facility; /* LOG_DAEMON, LOG_USER, LOG_LOCAL0..7 */
+        int32_t level;    /* LOG_DEBUG..LOG_ERR */
+        char ident[HY_CONFIG_NAME_LEN];
+        bool to_stderr;   /* also copy each line to stderr */
+    } log;
+} hy_config_t;
+
+typedef struct {
+    const char *name;
+    int32_t value;
+} hy_config_choice_t;
+
+/* One row of the table (exposed so tests and `hyserve --help-config` can
+ * walk it). */
+typedef struct {
+    const char *section;
+    const char *key;
+    hy_config_type_t type;
+    size_t offset;        /* into hy_config_t */
+    const char *def;      /* default, in the syntax the file uses */
+    double min, max;      /* numeric range; STRING: max = longest length */
+    const hy_config_choice_t *choices; /* ENUM only, NULL-name terminated */
+} hy_config_key_t;
+
+const hy_config_key_t *hy_config_keys(size_t *n);
+
+/* Fills cfg with every default (which are valid by construction: the unit
+ * test checks them through the same parser). */
+void hy_config_defaults(hy_config_t *cfg);
+
+/* Defaults, then every key of the INI file at path.  Unknown sections and
+ * keys are errors.  Messages start with path. */
+int hy_config_load(hy_config_t *cfg, const char *path, char *err);
+
+/* One override, "section.key" = value, as from the command line; messages
+ * start with "command line". */
+int hy_config_set(hy_config_t *cfg, const char *dotted_key, const char *value, char *err);
+
+#endif

@@ -1,0 +1,53 @@
+/*
+ * chat_template.h - renders a model's `tokenizer.chat_template` (a Jinja2
+ * program) into the prompt text, exactly as Hugging Face transformers and
+ * vLLM do (jinja2 ImmutableSandboxedEnvironment with trim_blocks and
+ * lstrip_blocks, transformers' tojson/raise_exception/strftime_now).
+ * Compile once at model load: anything unsupported is reported then, with
+ * line:column.  Render per request; each render is independent and
+ * thread-safe on a shared compiled template.
+ */
+#ifndef HY_CHAT_TEMPLATE_H
+#define HY_CHAT_TEMPLATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/hy.h"
+
+typedef struct hy_chat_tmpl hy_chat_tmpl_t;
+
+/* One message; the template sees a dict with the non-NULL optional keys in
+ * this order: role, content, name, tool_calls, tool_call_id, reasoning_content. */
+typedef struct {
+    const char *role;              /* required */
+    const char *content;           /* NULL: the template sees None */
+    const char *name;              /* optional */
+    const char *tool_calls;        /* optional JSON array text (OpenAI tool_calls) */
+    const char *tool_call_id;      /* optional */
+    const char *reasoning_content; /* optional */
+} hy_chat_msg_t;
+
+typedef struct {
+    bool add_generation_prompt;
+    const char *bos_token;  /* NULL: undefined in the template */
+    const char *eos_token;  /* NULL: undefined in the template */
+    int enable_thinking;    /* -1: not passed (undefined); 0 false; 1 true */
+    const char *tools;      /* JSON array text, or NULL (template sees None) */
+    const char *extra_vars; /* JSON object of extra template variables, or NULL */
+    int64_t now;            /* strftime_now clock: 0 = local time now; else this UTC epoch second */
+    size_t max_output;      /* 0: 16 MiB */
+} hy_chat_opts_t;
+
+/* Parses src.  On failure *out is NULL and err says "chat template L:C: ...". */
+int hy_chat_compile(hy_chat_tmpl_t **out, const char *src, size_t len, char *err);
+
+/* Renders msgs; *out is malloc'd, NUL-terminated, and the caller frees it.
+ * raise_exception() in the template becomes HY_EINVAL with its message. */
+int hy_chat_render(const hy_chat_tmpl_t *t, const hy_chat_msg_t *msgs, size_t n,
+                   const hy_chat_opts_t *opts, char **out, size_t *out_len, char *err);
+
+void hy_chat_free(hy_chat_tmpl_t *t);
+
+#endif

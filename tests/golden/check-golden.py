@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""check-golden.py - compare hyserve's dense forward pass with the golden
+reference in tests/golden/smollm2/ (made by make-golden.py from transformers).
+For each prompt it runs `hyserve eval -m MODEL --ids FILE --out FILE` on the
+teacher-forced token sequence and checks argmax agreement, the relative RMS
+error of full logit rows, and the greedy continuation; prints TAP.
+
+Needs only Python 3 and numpy.  Skips (TAP "1..0 # SKIP") when the model
+file, the hyserve binary or numpy is absent, so `make check` stays green on
+hosts that have not run scripts/fetch-default-model.
+
+Usage: check-golden.py [--hyserve BIN] [--model GGUF] [--rel-rms X] ...
+  BIN:  --hyserve, else $HYSERVE, else ./hyserve (the build directory)
+  GGUF: --model, else $HY_MODEL, else <srcdir>/models/<manifest model_file>
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRCDIR = os.environ.get("HY_SRCDIR") or os.path.dirname(os.path.dirname(HERE))
+
+
+class Tap:
+    """Minimal TAP producer: the plan is printed first, so it must be known."""
+
+    def __init__(self, plan):
+        self.n = 0
+        self.failed = 0
+        print("1..%d" % plan, flush=True)
+
+    def ok(self, cond, what, diag=()):
+        self.n += 1
+        if not cond:
+            self.failed += 1
+        print("%s %d - %s" % ("ok" if cond else "not ok", self.n, what))
+        for line in diag:
+            print("# " + line)
+        sys.stdout.flush()
+
+
+def skip_all(reason):
+    print("1..0 # SKIP %s" % reason)
+    sys.exit(0)
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_ids(path):
+    """NAME.ids: line 1 the full token sequence, line 2 the prompt length."""
+    with open(path) as f:
+        lines = f.read().split("\n")
+    ids = [int(x) for x in lines[0].split()]
+    prompt_len = int(lines[1])
+    if not ids or not 1 <= prompt_len <= len(ids):
+        raise ValueError("%s: bad prompt length %d for %d ids" % (path, prompt_len, len(ids)))
+    return ids, prompt_len
+
+
+def read_top(path, n_tokens):
+    """NAME.top.txt -> (argmax[pos], margin[pos]) for every position."""
+    argmax, margin = [], []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            fields = line.split()
+            if int(fields[0]) != len(argmax):
+                raise ValueError("%s: positions out of order at %s" % (path, fields[0]))
+            argmax.append(int(fields[1]))
+            margin.append(float(fields[2]))
+    if len(argmax) != n_tokens:
+        raise ValueError("%s: %d rows, expected %d" % (path, len(argmax), n_tokens))
+    return argmax, margin
+
+
+def run_eval(np, hyserve, model, ids, n_vocab, workdir, name, timeout):
+    """Run hyserve eval; return (logits or None, diagnostics)."""
+    ids_path = os.path.join(workdir, name + ".in.ids")
+    out_path = os.path.join(workdir, name + ".out.f32")
+    with open(ids_path, "w") as f:
+        f.write(" ".join(str(i) for i in ids) + "\n")
+    cmd = [hyserve, "eval", "-m", model, "--ids", ids_path, "--out", out_path]
+    try:
+        res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, ["%s timed out after %d s" % (" ".join(cmd), timeout)]
+    except OSError as e:
+        return None, ["cannot run %s: %s" % (hyserve, e)]
+    tail = res.stderr.decode("utf-8", "replace").strip().splitlines()[-5:]
+    if res.returncode != 0:
+        return None, ["%s exited with status %d" % (" ".join(cmd), res.returncode)] + tail
+    if not os.path.isfile(out_path):
+        return None, ["hyserve eval wrote no %s" % out_path] + tail
+    want = len(ids) * n_vocab * 4
+    have = os.path.getsize(out_path)
+    if have != want:
+        return None, ["output is %d bytes, expected %d = %d tokens x %d vocab x 4"
+                      % (have, want, len(ids), n_vocab)]
+    logits = np.fromfile(out_path, dtype="<f4").reshape(len(ids), n_vocab)
+    bad = int((~np.isfinite(logits)).sum())
+    if bad:
+        return None, ["%d non-finite logits" % bad]
+    return logits, []
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hyserve", help="hyserve binary (default $HYSERVE or ./hyserve)")
+    ap.add_argument("--model", help="GGUF file (default $HY_MODEL or <srcdir>/models/...)")
+    ap.add_argument("--golden", default=os.path.join(HERE, "smollm2"),
+                    help="reference directory (default: %(default)s)")
+    ap.add_argument("--rel-rms", type=float, default=0.05,
+                    help="max relative RMS error of a full logit row (default 0.05)")
+    ap.add_argument("--argmax-min", type=float, default=0.99,
+                    help="min argmax agreement over all positions (default 0.99)")
+    ap.add_argument("--margin", type=float, default=None,
+                    help="top-2 margin above which a greedy token must match "
+                         "(default: the manifest's, 0.5)")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per hyserve run")
+    ap.add_argument("--prompt", action="append", help="check only this prompt (repeatable)")
+    args = ap.parse_args()
+
+    try:
+        import numpy as np
+    except ImportError:
+        skip_all("numpy is not installed")
+
+    with open(os.path.join(args.golden, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    if manifest.get("format") != 1:
+        print("Bail out! %s: unknown manifest format %r" % (args.golden, manifest.get("format")))
+        sys.exit(1)
+    n_vocab = int(manifest["n_vocab"])
+    margin_min = manifest["margin"] if args.margin is None else args.margin
+
+    model = (args.model or os.environ.get("HY_MODEL")
+             or os.path.join(SRCDIR, "models", manifest["model_file"]))
+    hyserve = args.hyserve or os.environ.get("HYSERVE") or "./hyserve"
+    if os.sep not in hyserve:
+        hyserve = shutil.which(hyserve) or hyserve
+    if not os.path.isfile(model):
+        skip_all("model %s absent (run scripts/fetch-default-model)" % model)
+    if not (os.path.isfile(hyserve) and os.access(hyserve, os.X_OK)):
+        skip_all("hyserve binary %s absent (set HYSERVE)" % hyserve)
+
+    prompts = manifest["prompts"]
+    if args.prompt:
+        unknown = set(args.prompt) - {p["name"] for p in prompts}
+        if unknown:
+            print("Bail out! unknown prompt(s): %s" % ", ".join(sorted(unknown)))
+            sys.exit(1)
+        prompts = [p for p in prompts if p["name"] in args.prompt]
+
+    # Plan: model hash, then 3 per prompt, then the overall argmax figure.
+    tap = Tap(1 + 3 * len(prompts) + 1)
+    digest = sha256_file(model)
+    tap.ok(digest == manifest["gguf_sha256"], "model %s matches the golden's sha256"
+           % os.path.basename(model),
+           [] if digest == manifest["gguf_sha256"] else
+           ["sha256 %s, expected %s" % (digest, manifest["gguf_sha256"])])
+
+    agree = total = 0
+    all_rel = []
+    workdir = tempfile.mkdtemp(prefix="hyserve-golden.")
+    try:
+        for p in prompts:
+            name = p["name"]
+            ids, plen = read_ids(os.path.join(args.golden, name + ".ids"))
+            ref_arg, ref_margin = read_top(os.path.join(args.golden, name + ".top.txt"),
+                                           len(ids))
+            positions = p["full_logits_positions"]
+            ref_rows = np.fromfile(os.path.join(args.golden, name + ".logits.f16"),
+                                   dtype="<f2").astype(np.float32)
+            ref_rows = ref_rows.reshape(len(positions), n_vocab)
+
+            logits, diag = run_eval(np, hyserve, model, ids, n_vocab, workdir, name,
+                                    args.timeout)
+            tap.ok(logits is not None, "%s: hyserve eval gives [%d][%d] finite logits"
+                   % (name, len(ids), n_vocab), diag)
+            if logits is None:
+                tap.ok(False, "%s: relative RMS error (not run)" % name)
+                tap.ok(False, "%s: greedy continuation (not run)" % name)
+                total += len(ids)          # counts as disagreement
+                continue
+
+            ours_arg = logits.argmax(axis=1)
+            agree += int((ours_arg == np.array(ref_arg)).sum())
+            total += len(ids)
+
+            # Rows are mean-centred first: softmax ignores a per-row shift,
+            # and the raw rows carry a common offset (up to 4x the spread at
+            # position 0) that would dilute the error.
+            ours = logits[positions]
+            ours = ours - ours.mean(axis=1, keepdims=True)
+            ref = ref_rows - ref_rows.mean(axis=1, keepdims=True)
+            rel = np.linalg.norm(ours - ref, axis=1) / np.linalg.norm(ref, axis=1)
+            all_rel.extend(rel.tolist())
+            worst = int(rel.argmax())
+            tap.ok(rel.max() <= args.rel_rms,
+                   "%s: relative RMS error max %.3g (pos %d) median %.3g over %d rows <= %g"
+                   % (name, rel.max(), positions[worst], float(np.median(rel)),
+                      len(positions), args.rel_rms))
+
+            # The greedy continuation: where the reference's choice is clear,
+            # ours must be the very token the reference generated.
+            checked, wrong = 0, []
+            for pos in range(plen - 1, len(ids) - 1):
+                if ref_margin[pos] > margin_min:
+                    checked += 1
+                    if int(ours_arg[pos]) != ids[pos + 1]:
+                        wrong.append("pos %d: ours %d, reference %d (margin %.3f)"
+                                     % (pos, ours_arg[pos], ids[pos + 1], ref_margin[pos]))
+            tap.ok(not wrong, "%s: greedy continuation matches at %d/%d clear positions "
+                   "(margin > %g)" % (name, checked - len(wrong), checked, margin_min),
+                   wrong[:8] + (["... and %d more" % (len(wrong) - 8)]
+                                if len(wrong) > 8 else []))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    frac = agree / total if total else 0.0
+    summary = []
+    if all_rel:
+        summary.append("relative RMS over all %d rows: max %.3g median %.3g"
+                       % (len(all_rel), max(all_rel), float(np.median(all_rel))))
+    tap.ok(frac >= args.argmax_min, "argmax agreement %d/%d = %.4f >= %g"
+           % (agree, total, frac, args.argmax_min), summary)
+    sys.exit(1 if tap.failed else 0)
+
+
+if __name__ == "__main__":
+    main()
