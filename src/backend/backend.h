@@ -229,16 +229,41 @@ struct hy_backend_i {
                 const float *q, const float *k, const float *v, int32_t qkv_stride,
                 const float *g, const float *beta, float *o, const hy_gdn_params_t *p);
     /* Mamba-2 SSD scan for one layer: x [n_tok][n_head*head_dim] (stride
-     * x_stride), dt [n_tok][n_head] (after softplus), A [n_head] (negative),
-     * B, C [n_tok][n_group*d_state] (stride bc_stride), D [n_head] or NULL,
-     * y [n_tok][n_head*head_dim]. */
+     * x_stride), dt [n_tok][n_head] raw (stride dt_stride): the op applies
+     * softplus(dt + dt_bias) itself, so dt can be read straight out of the
+     * in_proj output; A [n_head] (negative), B, C [n_tok][n_group*d_state]
+     * (stride bc_stride), D [n_head] or NULL, y [n_tok][n_head*head_dim]. */
     void (*ssd)(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
-                const float *x, int32_t x_stride, const float *dt, const hy_weight_t *A,
-                const float *B, const float *C, int32_t bc_stride, const hy_weight_t *D,
-                float *y, const hy_ssd_params_t *p);
+                const float *x, int32_t x_stride, const float *dt, int32_t dt_stride,
+                const hy_weight_t *dt_bias, const hy_weight_t *A, const float *B,
+                const float *C, int32_t bc_stride, const hy_weight_t *D, float *y,
+                const hy_ssd_params_t *p);
     /* y[n_tok][n_embd] = MoE FFN (SwiGLU experts) of x[n_tok][n_embd]. */
     void (*moe)(hy_backend_t *be, const hy_moe_t *moe, const float *x, float *y,
                 int32_t n_tok, int32_t n_embd);
+    /* x[r][c] *= s[r] for n_rows rows of dim floats: one scalar per row
+     * (qwen3next/qwen35moe shared-expert gate sigmoid(w . h) per token). */
+    void (*scale_rows)(hy_backend_t *be, float *x, const float *s, int32_t n_rows,
+                       int32_t dim);
+    /* Mamba-2's gated grouped RMSNorm, in place on y [n_rows][dim]:
+     * y <- y * silu(z), then each group of group_size channels is divided
+     * by its own rms (eps inside the root), then times w (dim floats).
+     * z rows have stride z_stride floats. */
+    void (*group_rmsnorm_gated)(hy_backend_t *be, float *y, const float *z,
+                                int32_t z_stride, const hy_weight_t *w, int32_t n_rows,
+                                int32_t dim, int32_t group_size, float eps);
+
+    /* ---- memory accounting (planner) ---- */
+    /* Bytes one KV page (all KV layers, K and V) and one state slot (all
+     * recurrent layers) occupy in this backend for these layouts; either
+     * layout may be NULL (its size is then 0).  kv_init and state_init
+     * allocate exactly n_pages * page_bytes and n_slots * slot_bytes, so
+     * the planner quotes the allocator's own numbers. */
+    int (*mem_sizes)(hy_backend_t *be, const hy_kv_layout_t *kv,
+                     const hy_state_layout_t *st, uint64_t *page_bytes,
+                     uint64_t *slot_bytes, char *err);
+    /* Bytes of KV pages and of state slots allocated right now. */
+    void (*mem_allocated)(hy_backend_t *be, uint64_t *kv_bytes, uint64_t *state_bytes);
 
     /* Ops return void, so one that gets input it cannot honour (token id out
      * of range, KV position beyond the sequence's pages, unsupported weight

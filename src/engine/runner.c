@@ -5,6 +5,7 @@
  * pool and the sequences exactly as they were.
  */
 #include "engine/runner.h"
+#include "kv/plan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -47,13 +48,7 @@ int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
         return rc;
     if ((rc = hy_kv_pages_init(&r->pages, r->opts.n_pages, err)) != HY_OK)
         goto fail;
-    lay.n_layers = m->n_kv_layers;
-    lay.n_head_kv = m->n_head_kv;
-    lay.head_dim_k = m->head_dim;
-    lay.head_dim_v = m->head_dim_v;
-    lay.page_tokens = o->page_tokens;
-    lay.n_pages = r->opts.n_pages;
-    lay.type = o->kv_type;
+    hy_plan_kv_layout(m, o->page_tokens, r->opts.n_pages, o->kv_type, &lay);
     if ((rc = be->i->kv_init(be, &lay, err)) != HY_OK)
         goto fail;
     if (m->n_rec_layers > 0 && (rc = hy_runner_state_init(r, err)) != HY_OK)
@@ -90,24 +85,14 @@ static int hy_runner_state_init(hy_runner_t *r, char *err)
         rc = hy_err(err, HY_ENOMEM, "out of memory");
         goto out;
     }
-    for (il = 0; il < m->n_layer; il++) {
-        const hy_layer_t *L = &m->layers[il];
-
-        if (L->rec_index >= 0) {
-            conv[L->rec_index] = L->conv_floats;
-            rec[L->rec_index] = L->rec_floats;
-            k++;
-        }
-    }
+    for (il = 0; il < m->n_layer; il++)
+        k += m->layers[il].rec_index >= 0;
     if (k != m->n_rec_layers) {
         rc = hy_err(err, HY_EINVAL, "model declares %d recurrent layers but indexes %d",
                     m->n_rec_layers, k);
         goto out;
     }
-    lay.n_layers = m->n_rec_layers;
-    lay.n_slots = r->n_slots;
-    lay.conv_floats = conv;
-    lay.rec_floats = rec;
+    hy_plan_state_layout(m, r->n_slots, conv, rec, &lay);
     rc = r->be->i->state_init(r->be, &lay, err);
     for (i = 0; i < r->n_slots; i++)
         r->free_slots[i] = r->n_slots - 1 - i;

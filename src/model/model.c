@@ -19,6 +19,13 @@ static const struct {
     {"llama", &hy_arch_llama},
     {"qwen2", &hy_arch_llama},
     {"qwen3", &hy_arch_llama},
+    {"lfm2", &hy_arch_lfm2},
+    {"lfm2moe", &hy_arch_lfm2},
+    {"qwen3next", &hy_arch_qwen3next},
+    {"qwen35", &hy_arch_qwen3next},
+    {"qwen35moe", &hy_arch_qwen3next},
+    {"granitehybrid", &hy_arch_granite_hybrid},
+    {"nemotron_h", &hy_arch_nemotron_h},
 };
 
 const char *hy_layer_kind_name(hy_layer_kind_t k)

@@ -65,7 +65,10 @@ typedef struct {
     hy_weight_t sc_in;                /* LFM2 shortconv.in_proj (n_embd, 3*n_embd) */
     hy_weight_t sc_conv;              /* LFM2 shortconv.conv (L, n_embd) */
     hy_weight_t sc_out;               /* LFM2 shortconv.out_proj (n_embd, n_embd) */
+    hy_weight_t sc_in_b, sc_in_c, sc_in_x; /* LFM2: row views of sc_in, (n_embd, n_embd) each */
     hy_weight_t attn_gate_q;          /* unused slot kept for arch-specific use */
+    hy_weight_t ssm_a_diag;           /* GDN: diag(ssm_a) (n_v_heads, n_v_heads) F32, built at load
+                                       * (g = A * softplus(.) as a matmul; memory owned by the layers array) */
 
     /* ---- mixture of experts ---- */
     hy_moe_t moe;
@@ -179,5 +182,9 @@ int hy_model_key_f32(hy_model_t *m, const char *suffix, float *out, bool optiona
 int hy_model_read_rope(hy_model_t *m, hy_rope_mode_t mode, char *err);
 
 extern const hy_arch_t hy_arch_llama;
+extern const hy_arch_t hy_arch_lfm2;   /* lfm2, lfm2moe */
+extern const hy_arch_t hy_arch_qwen3next; /* qwen3next, qwen35, qwen35moe */
+extern const hy_arch_t hy_arch_granite_hybrid; /* granitehybrid (Granite-4.0-H, Bamba) */
+extern const hy_arch_t hy_arch_nemotron_h;
 
 #endif

@@ -18,6 +18,7 @@ static const struct {
     {"detokenize", hy_cmd_detokenize, "token ids on stdin -> text"},
     {"eval", hy_cmd_eval, "logits of every position of an id sequence"},
     {"bench", hy_cmd_bench, "prompt processing and generation speed (pp512, tg128)"},
+    {"plan", hy_cmd_plan, "memory for a context length and concurrency, per layer kind"},
 };
 
 static void hy_usage(FILE *f)

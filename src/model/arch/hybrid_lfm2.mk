@@ -5,3 +5,4 @@ check_PROGRAMS += tests/unit/test_cpu_recurrent
 TESTS += tests/unit/test_cpu_recurrent
 tests_unit_test_cpu_recurrent_SOURCES = tests/unit/test_cpu_recurrent.c
 tests_unit_test_cpu_recurrent_LDADD = $(TEST_LDADD)
+libhy_a_SOURCES += src/model/arch/lfm2.c

@@ -1,0 +1,741 @@
+/*
+ * attention.c - the paged KV store and causal attention over it.  Each
+ * full-attention layer owns a pool of pages; a page holds page_tokens
+ * positions of every kv head, one head's rows contiguous so a page of keys is
+ * one run of memory.  attention() first writes the batch's k/v rows into
+ * their sequences' pages, then computes softmax(q k^T * scale) v for every
+ * token over positions 0..pos (or the sliding window) with an online softmax
+ * in f32.  Work is split into (sequence, kv head, query heads, block of query
+ * tokens) units: every query head that shares a kv head (GQA) and every
+ * token of the block reuses each page once it is converted to f32 and in L1,
+ * which is what makes long prompts (O(n^2)) affordable.
+ */
+#include "backend/cpu/cpu_impl.h"
+#include "backend/cpu/quant_ref.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define HY_ATTN_X86 1
+#endif
+
+/* Query tokens per unit: enough to amortise converting a page to f32 over
+ * many queries, small enough that short prompts still split across threads. */
+#define HY_ATTN_QBLOCK 16
+/* Largest head size accepted (the row scratch is sized from it). */
+#define HY_ATTN_MAX_HEAD 1024
+
+/* ---- vector helpers (chosen once by ISA) ---------------------------------- */
+
+/* Kernels over one page of keys for one query, so the indirect call is paid
+ * per page and the per-key work inlines within one ISA. */
+typedef struct {
+    /* s[j] = q . K[j], j < n (K rows of hd floats) */
+    void (*qk)(const float *q, const float *K, int n, int hd, float *s);
+    /* s[j] = exp(s[j] - m); returns the sum */
+    float (*expsum)(float *s, int n, float m);
+    /* acc += sum_j p[j] V[j] (V rows of hdv floats) */
+    void (*pv)(float *acc, const float *p, const float *V, int n, int hdv);
+    /* y *= a */
+    void (*scale)(float *y, float a, int n);
+} hy_attn_vec_t;
+
+#define HY_ATTN_BLOCK_KERNELS(sfx, attr)                                        \
+    attr static void hy_attn_qk_##sfx(const float *q, const float *K, int n,    \
+                                      int hd, float *s)                         \
+    {                                                                           \
+        for (int j = 0; j < n; j++)                                             \
+            s[j] = hy_attn_dot_##sfx(q, K + (size_t)j * hd, hd);                \
+    }                                                                           \
+    attr static void hy_attn_pv_##sfx(float *acc, const float *p,               \
+                                      const float *V, int n, int hdv)           \
+    {                                                                           \
+        for (int j = 0; j < n; j++)                                             \
+            hy_attn_axpy_##sfx(acc, p[j], V + (size_t)j * hdv, hdv);            \
+    }
+
+static inline float hy_attn_dot_c(const float *a, const float *b, int n)
+{
+    float s[8] = {0};
+    int i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += a[i + k] * b[i + k];
+    for (; i < n; i++)
+        s[0] += a[i] * b[i];
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+static inline void hy_attn_axpy_c(float *y, float a, const float *x, int n)
+{
+    for (int i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static void hy_attn_scale_c(float *y, float a, int n)
+{
+    for (int i = 0; i < n; i++)
+        y[i] *= a;
+}
+
+static float hy_attn_expsum_c(float *s, int n, float m)
+{
+    float sum = 0;
+
+    for (int j = 0; j < n; j++) {
+        s[j] = expf(s[j] - m);
+        sum += s[j];
+    }
+    return sum;
+}
+
+HY_ATTN_BLOCK_KERNELS(c, )
+
+#ifdef HY_ATTN_X86
+__attribute__((target("avx2,fma")))
+static inline float hy_attn_dot_avx2(const float *a, const float *b, int n)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s0 = _mm256_add_ps(s0, s1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    float s = _mm_cvtss_f32(h);
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+__attribute__((target("avx2,fma")))
+static inline void hy_attn_axpy_avx2(float *y, float a, const float *x, int n)
+{
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i),
+                                                _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+__attribute__((target("avx2,fma")))
+static void hy_attn_scale_avx2(float *y, float a, int n)
+{
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(va, _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] *= a;
+}
+
+__attribute__((target("avx512f")))
+static inline float hy_attn_dot_avx512(const float *a, const float *b, int n)
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int i = 0;
+
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i + 16 <= n; i += 16)
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+__attribute__((target("avx512f")))
+static inline void hy_attn_axpy_avx512(float *y, float a, const float *x, int n)
+{
+    __m512 va = _mm512_set1_ps(a);
+    int i = 0;
+
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i),
+                                                _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i),
+                                                       _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+__attribute__((target("avx512f")))
+static void hy_attn_scale_avx512(float *y, float a, int n)
+{
+    __m512 va = _mm512_set1_ps(a);
+    int i = 0;
+
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(va, _mm512_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] *= a;
+}
+
+/* exp for x <= 0 (scores minus their max), Cephes polynomial on the
+ * reduced argument: relative error ~2 ulp, far below what attention needs.
+ * Arguments below -87 (weights < 1e-38) are clamped there. */
+__attribute__((target("avx512f")))
+static inline __m512 hy_attn_exp_avx512(__m512 x)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+__attribute__((target("avx512f")))
+static float hy_attn_expsum_avx512(float *s, int n, float m)
+{
+    __m512 vm = _mm512_set1_ps(m), acc = _mm512_setzero_ps();
+    int j = 0;
+
+    for (; j + 16 <= n; j += 16) {
+        __m512 e = hy_attn_exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+        _mm512_storeu_ps(s + j, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (j < n) {
+        __mmask16 k = (__mmask16)((1u << (n - j)) - 1);
+        __m512 e = hy_attn_exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), vm));
+        _mm512_mask_storeu_ps(s + j, k, e);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+__attribute__((target("avx2,fma")))
+static inline __m256 hy_attn_exp_avx2(__m256 x)
+{
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* 2^n into the exponent field; n >= -126 after the clamp */
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target("avx2,fma")))
+static float hy_attn_expsum_avx2(float *s, int n, float m)
+{
+    __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+    int j = 0;
+    float sum;
+
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = hy_attn_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        _mm256_storeu_ps(s + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    sum = _mm_cvtss_f32(h);
+    for (; j < n; j++) {
+        s[j] = expf(s[j] - m);
+        sum += s[j];
+    }
+    return sum;
+}
+
+HY_ATTN_BLOCK_KERNELS(avx2, __attribute__((target("avx2,fma"))))
+HY_ATTN_BLOCK_KERNELS(avx512, __attribute__((target("avx512f"))))
+#endif
+
+/* -1: the CPU's best; tests pin lower levels to cover every variant. */
+static int hy_attn_isa_pin = -1;
+
+int hy_cpu_attn_set_isa(hy_isa_t isa)
+{
+    if ((int)isa < 0 || isa > hy_cpu_isa())
+        return HY_EUNSUPPORTED;
+    __atomic_store_n(&hy_attn_isa_pin, (int)isa, __ATOMIC_RELAXED);
+    return HY_OK;
+}
+
+static hy_attn_vec_t hy_attn_vec(void)
+{
+    hy_attn_vec_t v = {hy_attn_qk_c, hy_attn_expsum_c, hy_attn_pv_c, hy_attn_scale_c};
+    int pin = __atomic_load_n(&hy_attn_isa_pin, __ATOMIC_RELAXED);
+
+#ifdef HY_ATTN_X86
+    switch (pin >= 0 ? (hy_isa_t)pin : hy_cpu_isa()) {
+    case HY_ISA_AVX512:
+        v = (hy_attn_vec_t){hy_attn_qk_avx512, hy_attn_expsum_avx512, hy_attn_pv_avx512,
+                            hy_attn_scale_avx512};
+        break;
+    case HY_ISA_AVX2:
+        v = (hy_attn_vec_t){hy_attn_qk_avx2, hy_attn_expsum_avx2, hy_attn_pv_avx2,
+                            hy_attn_scale_avx2};
+        break;
+    default:
+        break;
+    }
+#endif
+    return v;
+}
+
+/* ---- the page pool -------------------------------------------------------- */
+
+static void hy_kv_unmap(uint8_t **pages, int32_t n_layers, size_t bytes)
+{
+    if (!pages)
+        return;
+    for (int32_t l = 0; l < n_layers; l++)
+        if (pages[l])
+            munmap(pages[l], bytes);
+    free(pages);
+}
+
+void hy_cpu_kv_free(hy_cpu_t *cpu)
+{
+    size_t n = (size_t)cpu->kv.n_pages;
+
+    if (cpu->kv_ready) {
+        hy_kv_unmap(cpu->k_pages, cpu->kv.n_layers, n * cpu->k_page_bytes);
+        hy_kv_unmap(cpu->v_pages, cpu->kv.n_layers, n * cpu->v_page_bytes);
+    }
+    cpu->k_pages = cpu->v_pages = NULL;
+    cpu->kv_ready = 0;
+    free(cpu->attn_scratch);
+    cpu->attn_scratch = NULL;
+    cpu->attn_scratch_floats = 0;
+}
+
+/* Maps one layer's pages: anonymous memory is zeroed and committed only as
+ * pages are first written, so a large pool costs nothing until used. */
+static uint8_t **hy_kv_map(int32_t n_layers, size_t bytes)
+{
+    uint8_t **pages = calloc((size_t)HY_MAX(n_layers, 1), sizeof *pages);
+
+    if (!pages)
+        return NULL;
+    for (int32_t l = 0; l < n_layers; l++) {
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            hy_kv_unmap(pages, n_layers, bytes);
+            return NULL;
+        }
+        pages[l] = p;
+    }
+    return pages;
+}
+
+int hy_cpu_kv_init(hy_backend_t *be, const hy_kv_layout_t *lay, char *err)
+{
+    hy_cpu_t *cpu = be->ctx;
+    size_t krow, vrow;
+    uint64_t kpage, vpage, kbytes, vbytes;
+    uint8_t **kp = NULL, **vp = NULL;
+    int rc = HY_OK;
+
+    if (lay->n_layers < 0 || lay->n_layers > 4096)
+        return hy_err(err, HY_ERANGE, "kv: n_layers = %d: must be 0..4096", lay->n_layers);
+    if (lay->n_head_kv < 1 || lay->n_head_kv > 4096)
+        return hy_err(err, HY_ERANGE, "kv: n_head_kv = %d: must be 1..4096", lay->n_head_kv);
+    if (lay->head_dim_k < 1 || lay->head_dim_k > HY_ATTN_MAX_HEAD ||
+        lay->head_dim_v < 1 || lay->head_dim_v > HY_ATTN_MAX_HEAD)
+        return hy_err(err, HY_ERANGE, "kv: head_dim_k = %d, head_dim_v = %d: must be 1..%d",
+                      lay->head_dim_k, lay->head_dim_v, HY_ATTN_MAX_HEAD);
+    if (lay->page_tokens < 1 || lay->page_tokens > 4096)
+        return hy_err(err, HY_ERANGE, "kv: page_tokens = %d: must be 1..4096", lay->page_tokens);
+    if (lay->n_pages < 1)
+        return hy_err(err, HY_ERANGE, "kv: n_pages = %d: must be >= 1", lay->n_pages);
+    if (lay->type != HY_DTYPE_F32 && lay->type != HY_DTYPE_F16 && lay->type != HY_DTYPE_Q8_0)
+        return hy_err(err, HY_EUNSUPPORTED, "kv: element type %u: use f32, f16 or q8_0",
+                      (unsigned)lay->type);
+    if ((rc = hy_cpu_kv_sizes(lay, &krow, &vrow, &kpage, &vpage, err)) != HY_OK)
+        return rc;
+    if (!hy_quant_traits(lay->type) || !hy_quant_traits(lay->type)->to_float)
+        return hy_err(err, HY_EUNSUPPORTED, "kv: no conversion kernels for type %u",
+                      (unsigned)lay->type);
+    if (hy_mul_overflow_u64(kpage, (uint64_t)lay->n_pages, &kbytes) ||
+        hy_mul_overflow_u64(vpage, (uint64_t)lay->n_pages, &vbytes) || kbytes > SIZE_MAX / 2 ||
+        vbytes > SIZE_MAX / 2)
+        return hy_err(err, HY_ERANGE, "kv: %d pages of %d tokens overflow the address space",
+                      lay->n_pages, lay->page_tokens);
+    /* Build the new pool before dropping the old: a failure leaves the
+     * backend as it was. */
+    kp = hy_kv_map(lay->n_layers, kbytes);
+    vp = kp ? hy_kv_map(lay->n_layers, vbytes) : NULL;
+    if (!kp || !vp) {
+        rc = hy_err(err, HY_ENOMEM, "kv: cannot map %d layers x %llu bytes of KV pages",
+                    lay->n_layers, (unsigned long long)(kbytes + vbytes));
+        hy_kv_unmap(kp, lay->n_layers, kbytes);
+        return rc;
+    }
+    hy_cpu_kv_free(cpu);
+    cpu->kv = *lay;
+    cpu->k_pages = kp;
+    cpu->v_pages = vp;
+    cpu->k_row_bytes = krow;
+    cpu->v_row_bytes = vrow;
+    cpu->k_page_bytes = kpage;
+    cpu->v_page_bytes = vpage;
+    cpu->kv_ready = 1;
+    return HY_OK;
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+typedef struct {
+    hy_cpu_t *cpu;
+    int32_t layer;
+    const hy_batch_t *b;
+    const float *q, *k, *v;
+    float *out;
+    const hy_attn_params_t *p;
+    hy_attn_vec_t vec;
+    const hy_quant_traits_t *tr;   /* KV type's to_float */
+    int group;                     /* query heads per kv head */
+    int n_hsplit;                  /* units a group of heads is split into */
+    int heads_per_unit;
+    const int64_t *unit_start;     /* [n_seqs + 1] first unit of each sequence */
+    int64_t n_units;
+    size_t scratch_floats;         /* per thread */
+    _Atomic int64_t next;
+} hy_attn_job_t;
+
+static void hy_attn_write_worker(void *arg, int ith, int nth)
+{
+    hy_attn_job_t *j = arg;
+    hy_cpu_t *cpu = j->cpu;
+    const hy_batch_t *b = j->b;
+    int32_t pt = cpu->kv.page_tokens, nkv = cpu->kv.n_head_kv;
+    int32_t hd = cpu->kv.head_dim_k, hdv = cpu->kv.head_dim_v;
+
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        const hy_batch_seq_t *sq = &b->seqs[s];
+        int64_t lo, hi;
+        /* split each sequence's tokens so a lone long prompt still spreads */
+        hy_cpu_split(sq->n, ith, nth, &lo, &hi);
+        for (int64_t i = lo; i < hi; i++) {
+            int32_t t = sq->first + (int32_t)i, pos = b->pos[t];
+            size_t page = (size_t)sq->pages[pos / pt], slot = (size_t)(pos % pt);
+            for (int32_t g = 0; g < nkv; g++) {
+                uint8_t *kd = cpu->k_pages[j->layer] + page * cpu->k_page_bytes +
+                              ((size_t)g * pt + slot) * cpu->k_row_bytes;
+                uint8_t *vd = cpu->v_pages[j->layer] + page * cpu->v_page_bytes +
+                              ((size_t)g * pt + slot) * cpu->v_row_bytes;
+                const float *ks = j->k + ((size_t)t * nkv + g) * hd;
+                const float *vs = j->v + ((size_t)t * nkv + g) * hdv;
+                if (cpu->kv.type == HY_DTYPE_F32) {
+                    memcpy(kd, ks, (size_t)hd * sizeof(float));
+                    memcpy(vd, vs, (size_t)hdv * sizeof(float));
+                } else {
+                    /* sizes were validated by kv_init: cannot fail */
+                    hy_quant_quantize_row(cpu->kv.type, ks, kd, hd);
+                    hy_quant_quantize_row(cpu->kv.type, vs, vd, hdv);
+                }
+            }
+        }
+    }
+}
+
+/* One unit: query tokens [t0, t1) of sequence sq, query heads [h0, h1), all
+ * sharing kv head g. */
+static void hy_attn_unit(hy_attn_job_t *j, float *scr, const hy_batch_seq_t *sq, int32_t t0,
+                         int32_t t1, int32_t g, int32_t h0, int32_t h1)
+{
+    hy_cpu_t *cpu = j->cpu;
+    const hy_attn_params_t *p = j->p;
+    const int32_t *pos = j->b->pos;
+    int32_t pt = cpu->kv.page_tokens, hd = p->head_dim, hdv = p->head_dim_v;
+    int32_t nh = h1 - h0, nq = (t1 - t0) * nh;
+    int is_f32 = cpu->kv.type == HY_DTYPE_F32;
+    float *kbuf = scr, *vbuf = kbuf + (size_t)pt * hd, *sc = vbuf + (size_t)pt * hdv;
+    float *m = sc + pt, *l = m + nq, *acc = l + nq;
+    int32_t kmin = INT32_MAX, kmax = -1;
+    float softcap = p->softcap;
+
+    for (int32_t t = t0; t < t1; t++) {
+        int32_t lo = p->window > 0 ? HY_MAX(0, pos[t] - p->window + 1) : 0;
+        kmin = HY_MIN(kmin, lo);
+        kmax = HY_MAX(kmax, pos[t]);
+    }
+    for (int32_t i = 0; i < nq; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0;
+    }
+    memset(acc, 0, (size_t)nq * hdv * sizeof(float));
+
+    for (int32_t pi = kmin / pt; pi <= kmax / pt; pi++) {
+        size_t page = (size_t)sq->pages[pi];
+        int32_t j0 = pi * pt, j1 = HY_MIN(j0 + pt, kmax + 1); /* positions [j0, j1) */
+        const uint8_t *kp = cpu->k_pages[j->layer] + page * cpu->k_page_bytes +
+                            (size_t)g * pt * cpu->k_row_bytes;
+        const uint8_t *vp = cpu->v_pages[j->layer] + page * cpu->v_page_bytes +
+                            (size_t)g * pt * cpu->v_row_bytes;
+        const float *K, *V;
+
+        /* convert the part of the page any query can see, once for all */
+        int32_t c0 = HY_MAX(j0, kmin) - j0, c1 = j1 - j0;
+        if (is_f32) {
+            K = (const float *)kp;
+            V = (const float *)vp;
+        } else {
+            j->tr->to_float(kp + (size_t)c0 * cpu->k_row_bytes, kbuf + (size_t)c0 * hd,
+                            (int64_t)(c1 - c0) * hd);
+            j->tr->to_float(vp + (size_t)c0 * cpu->v_row_bytes, vbuf + (size_t)c0 * hdv,
+                            (int64_t)(c1 - c0) * hdv);
+            K = kbuf;
+            V = vbuf;
+        }
+        for (int32_t t = t0; t < t1; t++) {
+            int32_t wlo = p->window > 0 ? HY_MAX(0, pos[t] - p->window + 1) : 0;
+            int32_t lo = HY_MAX(j0, wlo) - j0, hi = HY_MIN(j1 - 1, pos[t]) - j0;
+            if (lo > hi)
+                continue;
+            for (int32_t h = h0; h < h1; h++) {
+                int32_t qi = (t - t0) * nh + (h - h0);
+                const float *qv = j->q + ((size_t)t * p->n_head + h) * hd;
+                float *a = acc + (size_t)qi * hdv;
+                float *sj = sc + lo, bm = -INFINITY;
+                int32_t nk = hi - lo + 1;
+                j->vec.qk(qv, K + (size_t)lo * hd, nk, hd, sj);
+                for (int32_t jj = 0; jj < nk; jj++) {
+                    float s = sj[jj] * p->scale;
+                    if (softcap > 0.0f)
+                        s = softcap * tanhf(s / softcap);
+                    sj[jj] = s;
+                    bm = HY_MAX(bm, s);
+                }
+                if (bm > m[qi]) {
+                    /* new running max: rescale what was accumulated so far */
+                    float c = expf(m[qi] - bm);
+                    if (l[qi] > 0.0f) {
+                        l[qi] *= c;
+                        j->vec.scale(a, c, hdv);
+                    }
+                    m[qi] = bm;
+                }
+                float lsum = j->vec.expsum(sj, nk, m[qi]);
+                j->vec.pv(a, sj, V + (size_t)lo * hdv, nk, hdv);
+                l[qi] += lsum;
+            }
+        }
+    }
+
+    for (int32_t t = t0; t < t1; t++)
+        for (int32_t h = h0; h < h1; h++) {
+            int32_t qi = (t - t0) * nh + (h - h0);
+            float *o = j->out + ((size_t)t * p->n_head + h) * hdv;
+            float inv = l[qi] > 0.0f ? 1.0f / l[qi] : 0.0f;
+            for (int32_t i = 0; i < hdv; i++)
+                o[i] = acc[(size_t)qi * hdv + i] * inv;
+        }
+}
+
+static void hy_attn_worker(void *arg, int ith, int nth)
+{
+    hy_attn_job_t *j = arg;
+    const hy_batch_t *b = j->b;
+    float *scr = j->cpu->attn_scratch + (size_t)ith * j->scratch_floats;
+    int32_t nkv = j->p->n_head_kv;
+
+    for (int64_t u = ith; u < j->n_units;
+         u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) {
+        /* the sequence holding unit u: binary search the prefix sums */
+        int32_t lo = 0, hi = b->n_seqs - 1;
+        while (lo < hi) {
+            int32_t mid = (lo + hi + 1) / 2;
+            if (j->unit_start[mid] <= u)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        const hy_batch_seq_t *sq = &b->seqs[lo];
+        int64_t r = u - j->unit_start[lo];
+        int64_t per_block = (int64_t)nkv * j->n_hsplit;
+        int32_t n_qb = (sq->n + HY_ATTN_QBLOCK - 1) / HY_ATTN_QBLOCK;
+        /* last query block first: it sees the most keys, so it starts early */
+        int32_t qb = n_qb - 1 - (int32_t)(r / per_block);
+        int32_t g = (int32_t)(r % per_block) / j->n_hsplit;
+        int32_t hs = (int32_t)(r % per_block) % j->n_hsplit;
+        int32_t h0 = g * j->group + hs * j->heads_per_unit;
+        int32_t h1 = HY_MIN(h0 + j->heads_per_unit, (g + 1) * j->group);
+        int32_t t0 = sq->first + qb * HY_ATTN_QBLOCK;
+        int32_t t1 = HY_MIN(t0 + HY_ATTN_QBLOCK, sq->first + sq->n);
+        if (h0 < h1)
+            hy_attn_unit(j, scr, sq, t0, t1, g, h0, h1);
+    }
+}
+
+/* Everything the kernels index with comes from the scheduler; check it all
+ * before touching a page.  Returns 0 if the batch is usable. */
+static int hy_attn_check(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b,
+                         const hy_attn_params_t *p)
+{
+    const hy_kv_layout_t *kv = &cpu->kv;
+
+    if (!cpu->kv_ready) {
+        hy_cpu_fail(cpu, HY_EINVAL, "attention: kv_init was not called");
+        return -1;
+    }
+    if (layer < 0 || layer >= kv->n_layers) {
+        hy_cpu_fail(cpu, HY_ERANGE, "attention: kv layer %d outside 0..%d", layer,
+                    kv->n_layers - 1);
+        return -1;
+    }
+    if (p->n_head_kv != kv->n_head_kv || p->head_dim != kv->head_dim_k ||
+        p->head_dim_v != kv->head_dim_v || p->n_head < 1 || p->n_head % p->n_head_kv) {
+        hy_cpu_fail(cpu, HY_EINVAL, "attention: heads %d/%d of %d/%d do not match the KV "
+                    "layout (%d kv heads of %d/%d)", p->n_head, p->n_head_kv, p->head_dim,
+                    p->head_dim_v, kv->n_head_kv, kv->head_dim_k, kv->head_dim_v);
+        return -1;
+    }
+    if (p->window < 0 || p->softcap < 0.0f) {
+        hy_cpu_fail(cpu, HY_EINVAL, "attention: window %d / softcap %g must be >= 0",
+                    p->window, p->softcap);
+        return -1;
+    }
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        const hy_batch_seq_t *sq = &b->seqs[s];
+        int32_t max_pos = -1;
+        if (sq->first < 0 || sq->n < 1 || sq->first > b->n_tokens - sq->n ||
+            (s > 0 && sq->first < b->seqs[s - 1].first + b->seqs[s - 1].n)) {
+            hy_cpu_fail(cpu, HY_EINVAL, "attention: sequence %d rows %d+%d do not fit the "
+                        "batch of %d in order", s, sq->first, sq->n, b->n_tokens);
+            return -1;
+        }
+        for (int32_t t = sq->first; t < sq->first + sq->n; t++) {
+            if (b->pos[t] < 0) {
+                hy_cpu_fail(cpu, HY_ERANGE, "attention: token %d has position %d", t, b->pos[t]);
+                return -1;
+            }
+            max_pos = HY_MAX(max_pos, b->pos[t]);
+        }
+        if (max_pos / kv->page_tokens >= sq->n_pages || !sq->pages) {
+            hy_cpu_fail(cpu, HY_ERANGE, "attention: sequence %d reaches position %d but has "
+                        "%d pages of %d tokens", s, max_pos, sq->n_pages, kv->page_tokens);
+            return -1;
+        }
+        for (int32_t i = 0; i <= max_pos / kv->page_tokens; i++)
+            if (sq->pages[i] < 0 || sq->pages[i] >= kv->n_pages) {
+                hy_cpu_fail(cpu, HY_ERANGE, "attention: sequence %d page %d is id %d, pool "
+                            "has 0..%d", s, i, sq->pages[i], kv->n_pages - 1);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b,
+                      const float *q, const float *k, const float *v, float *out,
+                      const hy_attn_params_t *p)
+{
+    hy_cpu_t *cpu = be->ctx;
+    hy_attn_job_t j;
+    int64_t *unit_start = NULL;
+    int nth = cpu->n_threads;
+
+    if (b->n_tokens <= 0 || b->n_seqs <= 0)
+        return;
+    if (hy_attn_check(cpu, kv_layer, b, p) != 0)
+        goto fail;
+
+    memset(&j, 0, sizeof j);
+    j.cpu = cpu;
+    j.layer = kv_layer;
+    j.b = b;
+    j.q = q;
+    j.k = k;
+    j.v = v;
+    j.out = out;
+    j.p = p;
+    j.vec = hy_attn_vec();
+    j.tr = hy_quant_traits(cpu->kv.type);
+    j.group = p->n_head / p->n_head_kv;
+
+    /* 1. store this batch's k/v (all of it before anyone reads a page) */
+    hy_pool_run_n(cpu->pool,
+                  (int)HY_MIN((int64_t)nth, HY_MAX((int64_t)1, (int64_t)b->n_tokens *
+                              p->n_head_kv * (p->head_dim + p->head_dim_v) / 16384)),
+                  hy_attn_write_worker, &j);
+
+    /* 2. units; split the heads of a group only when there is too little
+     * other parallelism (decode of a few sequences) */
+    int64_t n_blocks = 0;
+    for (int32_t s = 0; s < b->n_seqs; s++)
+        n_blocks += (b->seqs[s].n + HY_ATTN_QBLOCK - 1) / HY_ATTN_QBLOCK;
+    j.n_hsplit = 1;
+    if (n_blocks * p->n_head_kv < 2 * nth)
+        j.n_hsplit = (int)HY_MIN((int64_t)j.group,
+                                 (2 * nth + n_blocks * p->n_head_kv - 1) / (n_blocks * p->n_head_kv));
+    j.heads_per_unit = (j.group + j.n_hsplit - 1) / j.n_hsplit;
+    j.n_hsplit = (j.group + j.heads_per_unit - 1) / j.heads_per_unit;
+    unit_start = malloc(((size_t)b->n_seqs + 1) * sizeof *unit_start);
+    if (!unit_start) {
+        hy_cpu_fail(cpu, HY_ENOMEM, "attention: out of memory");
+        goto fail;
+    }
+    unit_start[0] = 0;
+    for (int32_t s = 0; s < b->n_seqs; s++)
+        unit_start[s + 1] = unit_start[s] + (int64_t)((b->seqs[s].n + HY_ATTN_QBLOCK - 1) /
+                                                      HY_ATTN_QBLOCK) * p->n_head_kv * j.n_hsplit;
+    j.unit_start = unit_start;
+    j.n_units = unit_start[b->n_seqs];
+
+    /* per-thread scratch: K and V page in f32, scores, and m, l, acc for
+     * every query of a unit; rounded to cache lines */
+    int64_t nq = (int64_t)HY_ATTN_QBLOCK * j.heads_per_unit;
+    j.scratch_floats = (size_t)cpu->kv.page_tokens * (p->head_dim + p->head_dim_v + 1) +
+                       (size_t)nq * (2 + p->head_dim_v);
+    j.scratch_floats = (j.scratch_floats + 15) & ~(size_t)15;
+    nth = (int)HY_MIN((int64_t)nth, j.n_units);
+    if (j.scratch_floats * (size_t)nth > cpu->attn_scratch_floats) {
+        float *s = aligned_alloc(64, j.scratch_floats * (size_t)nth * sizeof(float));
+        if (!s) {
+            hy_cpu_fail(cpu, HY_ENOMEM, "attention: out of memory for scratch");
+            goto fail;
+        }
+        free(cpu->attn_scratch);
+        cpu->attn_scratch = s;
+        cpu->attn_scratch_floats = j.scratch_floats * (size_t)nth;
+    }
+    atomic_init(&j.next, nth);
+    hy_pool_run_n(cpu->pool, nth, hy_attn_worker, &j);
+    free(unit_start);
+    return;
+fail:
+    free(unit_start);
+    memset(out, 0, (size_t)b->n_tokens * p->n_head * p->head_dim_v * sizeof(float));
+}

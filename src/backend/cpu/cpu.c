@@ -1,0 +1,571 @@
+/*
+ * cpu.c - the CPU backend's method table and its small ops (get_rows,
+ * rmsnorm, rope, swiglu, add, scale, gather_rows, add_bias).  matmul and
+ * paged attention live in matmul.c and attention.c.  Ops are synchronous;
+ * an op that gets input it cannot honour (token id out of range, weight of
+ * the wrong shape) records a sticky error that `status` reports, and leaves
+ * its output zeroed rather than crashing.
+ */
+#include "backend/cpu/cpu_impl.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Element-wise ops below this many floats run on the calling thread alone:
+ * waking workers costs more than adding a few thousand floats. */
+#define HY_CPU_PAR_MIN 32768
+/* and each thread gets at least this many */
+#define HY_CPU_PAR_GRAIN 16384
+
+/* Largest n_rot the rope cos/sin cache on the stack holds. */
+#define HY_ROPE_MAX_ROT 1024
+
+void hy_cpu_fail(hy_cpu_t *cpu, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (cpu->err_code != HY_OK)
+        return;
+    cpu->err_code = code;
+    va_start(ap, fmt);
+    vsnprintf(cpu->err_msg, sizeof cpu->err_msg, fmt, ap);
+    va_end(ap);
+}
+
+int hy_cpu_scratch(void **buf, size_t *size, size_t need)
+{
+    void *p;
+
+    if (need <= *size)
+        return 0;
+    need = (need + 4095) / 4096 * 4096;
+    p = aligned_alloc(64, need);
+    if (!p)
+        return -1;
+    free(*buf);
+    *buf = p;
+    *size = need;
+    return 0;
+}
+
+static inline hy_cpu_t *hy_cpu(hy_backend_t *be)
+{
+    return be->ctx;
+}
+
+/* Threads worth using for an element-wise op over n floats. */
+static int hy_cpu_nth(const hy_cpu_t *cpu, size_t n)
+{
+    if (n < HY_CPU_PAR_MIN)
+        return 1;
+    size_t k = n / HY_CPU_PAR_GRAIN;
+    return (int)HY_MIN((size_t)cpu->n_threads, HY_MAX(k, (size_t)1));
+}
+
+/* ---- method table: memory ---------------------------------------------- */
+
+static float *hy_cpu_alloc(hy_backend_t *be, size_t n_floats)
+{
+    size_t bytes;
+
+    if (n_floats == 0)
+        n_floats = 1;
+    if (__builtin_mul_overflow(n_floats, sizeof(float), &bytes) || bytes > SIZE_MAX - 63)
+        return NULL;
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
+static void hy_cpu_release(hy_backend_t *be, float *p)
+{
+    free(p);
+}
+
+static void hy_cpu_copy(hy_backend_t *be, float *dst, const float *src, size_t n)
+{
+    if (dst != src)
+        memmove(dst, src, n * sizeof(float));
+}
+
+static void hy_cpu_sync(hy_backend_t *be)
+{
+}
+
+static int hy_cpu_weight_init(hy_backend_t *be, hy_weight_t *w, char *err)
+{
+    return hy_cpu_weight_check(w, err);
+}
+
+static int hy_cpu_status(hy_backend_t *be, char *err)
+{
+    hy_cpu_t *cpu = hy_cpu(be);
+    int rc = cpu->err_code;
+
+    if (rc != HY_OK) {
+        hy_err(err, rc, "%s", cpu->err_msg);
+        cpu->err_code = HY_OK;
+        cpu->err_msg[0] = 0;
+    }
+    return rc;
+}
+
+/* ---- get_rows ------------------------------------------------------------ */
+
+typedef struct {
+    const hy_weight_t *w;
+    const hy_quant_traits_t *tr;
+    const int32_t *ids;
+    float *y;
+    int32_t n;
+} hy_get_rows_job_t;
+
+static void hy_get_rows_worker(void *arg, int ith, int nth)
+{
+    hy_get_rows_job_t *j = arg;
+    int64_t lo, hi, ne0 = j->w->ne[0];
+
+    hy_cpu_split(j->n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        const uint8_t *row = (const uint8_t *)j->w->data + (size_t)j->ids[i] * j->w->row_bytes;
+        float *y = j->y + i * ne0;
+        if (j->w->type == HY_DTYPE_F32)
+            memcpy(y, row, (size_t)ne0 * sizeof(float));
+        else
+            j->tr->to_float(row, y, ne0);
+    }
+}
+
+static void hy_cpu_get_rows(hy_backend_t *be, const hy_weight_t *w, const int32_t *ids,
+                            float *y, int32_t n)
+{
+    hy_cpu_t *cpu = hy_cpu(be);
+    hy_get_rows_job_t j = {w, hy_quant_traits(w->type), ids, y, n};
+    char err[HY_ERR_LEN];
+
+    if (n <= 0)
+        return;
+    if (hy_cpu_weight_check(w, err) != HY_OK) {
+        hy_cpu_fail(cpu, HY_EUNSUPPORTED, "get_rows: %s", err);
+        memset(y, 0, (size_t)n * (size_t)w->ne[0] * sizeof(float));
+        return;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= w->ne[1]) {
+            hy_cpu_fail(cpu, HY_ERANGE, "get_rows %s: id %d at %d outside 0..%lld",
+                        w->name ? w->name : "?", ids[i], i, (long long)w->ne[1] - 1);
+            memset(y, 0, (size_t)n * (size_t)w->ne[0] * sizeof(float));
+            return;
+        }
+    }
+    hy_pool_run_n(cpu->pool, hy_cpu_nth(cpu, (size_t)n * (size_t)w->ne[0]),
+                  hy_get_rows_worker, &j);
+}
+
+/* ---- rmsnorm ------------------------------------------------------------- */
+
+typedef struct {
+    const float *x;
+    const float *w;  /* [dim] or NULL */
+    float *y;
+    int32_t n_rows, dim;
+    float eps;
+} hy_rmsnorm_job_t;
+
+static void hy_rmsnorm_worker(void *arg, int ith, int nth)
+{
+    hy_rmsnorm_job_t *j = arg;
+    int64_t lo, hi;
+
+    hy_cpu_split(j->n_rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *x = j->x + r * j->dim;
+        float *y = j->y + r * j->dim;
+        /* Eight float partial sums vectorise and keep the rounding error
+         * of a 576..8192-long sum near float epsilon. */
+        float acc[8] = {0};
+        int32_t i = 0;
+        for (; i + 8 <= j->dim; i += 8)
+            for (int k = 0; k < 8; k++)
+                acc[k] += x[i + k] * x[i + k];
+        double sum = 0;
+        for (int k = 0; k < 8; k++)
+            sum += acc[k];
+        for (; i < j->dim; i++)
+            sum += (double)x[i] * x[i];
+        float s = (float)(1.0 / sqrt(sum / j->dim + (double)j->eps));
+        if (j->w)
+            for (i = 0; i < j->dim; i++)
+                y[i] = x[i] * s * j->w[i];
+        else
+            for (i = 0; i < j->dim; i++)
+                y[i] = x[i] * s;
+    }
+}
+
+/* Returns w as floats (the data itself for F32, else a converted copy in
+ * *tmp that the caller frees), or NULL after recording an error. */
+static const float *hy_cpu_vector_f32(hy_cpu_t *cpu, const char *op, const hy_weight_t *w,
+                                      int32_t dim, float **tmp)
+{
+    const hy_quant_traits_t *tr;
+
+    *tmp = NULL;
+    if (w->ne[0] != dim || w->data == NULL) {
+        hy_cpu_fail(cpu, HY_EINVAL, "%s: weight %s has %lld elements, want %d", op,
+                    w->name ? w->name : "?", (long long)w->ne[0], dim);
+        return NULL;
+    }
+    if (w->type == HY_DTYPE_F32)
+        return w->data;
+    tr = hy_quant_traits(w->type);
+    if (!tr || !tr->to_float || hy_dtype_row_bytes(w->type, dim) == 0) {
+        hy_cpu_fail(cpu, HY_EUNSUPPORTED, "%s: weight %s has unsupported type %u", op,
+                    w->name ? w->name : "?", (unsigned)w->type);
+        return NULL;
+    }
+    *tmp = malloc((size_t)dim * sizeof(float));
+    if (!*tmp) {
+        hy_cpu_fail(cpu, HY_ENOMEM, "%s: out of memory", op);
+        return NULL;
+    }
+    tr->to_float(w->data, *tmp, dim);
+    return *tmp;
+}
+
+static void hy_cpu_rmsnorm(hy_backend_t *be, const float *x, const hy_weight_t *w,
+                           float *y, int32_t n_rows, int32_t dim, float eps)
+{
+    hy_cpu_t *cpu = hy_cpu(be);
+    hy_rmsnorm_job_t j = {x, NULL, y, n_rows, dim, eps};
+    float *tmp = NULL;
+
+    if (n_rows <= 0 || dim <= 0)
+        return;
+    if (w) {
+        j.w = hy_cpu_vector_f32(cpu, "rmsnorm", w, dim, &tmp);
+        if (!j.w) {
+            memset(y, 0, (size_t)n_rows * (size_t)dim * sizeof(float));
+            return;
+        }
+    }
+    hy_pool_run_n(cpu->pool, hy_cpu_nth(cpu, (size_t)n_rows * (size_t)dim),
+                  hy_rmsnorm_worker, &j);
+    free(tmp);
+}
+
+/* ---- rope ---------------------------------------------------------------- */
+
+typedef struct {
+    float *x;
+    int32_t n_tok, n_head, head_dim;
+    const int32_t *pos;
+    const hy_rope_t *r;
+    double freq_scale, mscale;   /* mscale includes YaRN's magnitude term */
+    double corr_lo, corr_hi;     /* YaRN ramp ends, in pair indices */
+    const double *inv_freq;      /* [n_rot/2] base^(-2i/n_rot) / freq_factor_i */
+} hy_rope_job_t;
+
+/* ggml's rope_yarn_ramp: 1 below `lo` (extrapolate), 0 above `hi`. */
+static double hy_rope_ramp(double lo, double hi, int i)
+{
+    double y = (i - lo) / HY_MAX(0.001, hi - lo);
+    return 1.0 - HY_MIN(1.0, HY_MAX(0.0, y));
+}
+
+/* ggml_rope_yarn_corr_dim: the dimension whose wavelength spans n_rot turns
+ * over the original context. */
+static double hy_rope_corr_dim(int n_dims, int n_ctx_orig, double n_rot, double base)
+{
+    return n_dims * log(n_ctx_orig / (n_rot * 2 * M_PI)) / (2 * log(base));
+}
+
+static void hy_rope_worker(void *arg, int ith, int nth)
+{
+    hy_rope_job_t *j = arg;
+    const hy_rope_t *r = j->r;
+    int half = r->n_rot / 2;
+    float cs[HY_ROPE_MAX_ROT / 2], sn[HY_ROPE_MAX_ROT / 2];
+    int64_t lo, hi;
+
+    hy_cpu_split(j->n_tok, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        /* Angles in double: float pos * freq loses ~1e-3 rad at pos 1e4. */
+        for (int i = 0; i < half; i++) {
+            double extrap = j->pos[t] * j->inv_freq[i];
+            double theta = j->freq_scale * extrap;
+            if (r->ext_factor != 0.0f) {
+                double mix = hy_rope_ramp(j->corr_lo, j->corr_hi, i) * r->ext_factor;
+                theta = theta * (1 - mix) + extrap * mix;
+            }
+            cs[i] = (float)(cos(theta) * j->mscale);
+            sn[i] = (float)(sin(theta) * j->mscale);
+        }
+        for (int h = 0; h < j->n_head; h++) {
+            float *x = j->x + (t * j->n_head + h) * j->head_dim;
+            if (r->mode == HY_ROPE_NEOX) {
+                for (int i = 0; i < half; i++) {
+                    float a = x[i], b = x[i + half];
+                    x[i] = a * cs[i] - b * sn[i];
+                    x[i + half] = a * sn[i] + b * cs[i];
+                }
+            } else {
+                for (int i = 0; i < half; i++) {
+                    float a = x[2 * i], b = x[2 * i + 1];
+                    x[2 * i] = a * cs[i] - b * sn[i];
+                    x[2 * i + 1] = a * sn[i] + b * cs[i];
+                }
+            }
+        }
+    }
+}
+
+static void hy_cpu_rope(hy_backend_t *be, float *x, int32_t n_tok, int32_t n_head,
+                        int32_t head_dim, const int32_t *pos, const hy_rope_t *r)
+{
+    hy_cpu_t *cpu = hy_cpu(be);
+    double inv_freq[HY_ROPE_MAX_ROT / 2];
+    hy_rope_job_t j = {x, n_tok, n_head, head_dim, pos, r, 1, 1, 0, 0, inv_freq};
+
+    if (n_tok <= 0 || n_head <= 0)
+        return;
+    if (r->n_rot <= 0 || r->n_rot % 2 || r->n_rot > head_dim || r->n_rot > HY_ROPE_MAX_ROT) {
+        hy_cpu_fail(cpu, HY_EINVAL, "rope: n_rot = %d: must be even, 2..min(head_dim %d, %d)",
+                    r->n_rot, head_dim, HY_ROPE_MAX_ROT);
+        return;
+    }
+    if (r->mode != HY_ROPE_NORM && r->mode != HY_ROPE_NEOX) {
+        hy_cpu_fail(cpu, HY_EUNSUPPORTED, "rope: mode %d not supported", (int)r->mode);
+        return;
+    }
+    if (!(r->freq_base > 0.0f)) {
+        hy_cpu_fail(cpu, HY_EINVAL, "rope: freq_base = %g: must be > 0", r->freq_base);
+        return;
+    }
+    /* 0 means "not set" for these two (a zeroed struct must not zero q/k). */
+    j.freq_scale = r->freq_scale > 0.0f ? r->freq_scale : 1.0;
+    j.mscale = r->attn_factor > 0.0f ? r->attn_factor : 1.0;
+    if (r->ext_factor != 0.0f) {
+        if (r->n_ctx_orig <= 0) {
+            hy_cpu_fail(cpu, HY_EINVAL, "rope: YaRN needs n_ctx_orig > 0 (got %d)",
+                        r->n_ctx_orig);
+            return;
+        }
+        /* ggml_rope_yarn_corr_dims, with its float rounding */
+        double start = floor(hy_rope_corr_dim(r->n_rot, r->n_ctx_orig, r->beta_fast, r->freq_base));
+        double end = ceil(hy_rope_corr_dim(r->n_rot, r->n_ctx_orig, r->beta_slow, r->freq_base));
+        j.corr_lo = HY_MAX(0.0, start);
+        j.corr_hi = HY_MIN((double)r->n_rot - 1, end);
+        j.mscale *= 1.0 + 0.1 * log(1.0 / j.freq_scale);
+    }
+    for (int i = 0; i < r->n_rot / 2; i++) {
+        double ff = r->freq_factors ? r->freq_factors[i] : 1.0;
+        inv_freq[i] = pow(r->freq_base, -2.0 * i / r->n_rot) / ff;
+    }
+    hy_pool_run_n(cpu->pool, hy_cpu_nth(cpu, (size_t)n_tok * n_head * (size_t)r->n_rot * 4),
+                  hy_rope_worker, &j);
+}
+
+/* ---- element-wise -------------------------------------------------------- */
+
+typedef struct {
+    float *x;
+    const float *y;
+    const float *z;
+    float s;
+    size_t n;
+} hy_ew_job_t;
+
+static void hy_swiglu_worker(void *arg, int ith, int nth)
+{
+    hy_ew_job_t *j = arg;
+    int64_t lo, hi;
+
+    hy_cpu_split((int64_t)j->n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        float g = j->y[i];
+        j->x[i] = g / (1.0f + expf(-g)) * j->z[i];
+    }
+}
+
+static void hy_cpu_swiglu(hy_backend_t *be, const float *gate, const float *up, float *y,
+                          size_t n)
+{
+    hy_ew_job_t j = {y, gate, up, 0, n};
+
+    /* expf makes this ~10x costlier per float than add: share it sooner */
+    hy_pool_run_n(hy_cpu(be)->pool, hy_cpu_nth(hy_cpu(be), n * 8), hy_swiglu_worker, &j);
+}
+
+static void hy_add_worker(void *arg, int ith, int nth)
+{
+    hy_ew_job_t *j = arg;
+    int64_t lo, hi;
+
+    hy_cpu_split((int64_t)j->n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++)
+        j->x[i] += j->y[i];
+}
+
+static void hy_cpu_add(hy_backend_t *be, float *x, const float *y, size_t n)
+{
+    hy_ew_job_t j = {x, y, NULL, 0, n};
+
+    hy_pool_run_n(hy_cpu(be)->pool, hy_cpu_nth(hy_cpu(be), n), hy_add_worker, &j);
+}
+
+static void hy_scale_worker(void *arg, int ith, int nth)
+{
+    hy_ew_job_t *j = arg;
+    int64_t lo, hi;
+
+    hy_cpu_split((int64_t)j->n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++)
+        j->x[i] *= j->s;
+}
+
+static void hy_cpu_scale(hy_backend_t *be, float *x, float s, size_t n)
+{
+    hy_ew_job_t j = {x, NULL, NULL, s, n};
+
+    hy_pool_run_n(hy_cpu(be)->pool, hy_cpu_nth(hy_cpu(be), n), hy_scale_worker, &j);
+}
+
+static void hy_cpu_gather_rows(hy_backend_t *be, float *dst, const float *src,
+                               const int32_t *rows, int32_t n_rows, int32_t n)
+{
+    /* rows index the caller's own buffers (not request data): a bad one is
+     * a bug in the engine, but still must not read wild memory silently */
+    for (int32_t i = 0; i < n_rows; i++) {
+        if (rows[i] < 0) {
+            hy_cpu_fail(hy_cpu(be), HY_ERANGE, "gather_rows: row %d at %d is negative",
+                        rows[i], i);
+            memset(dst + (size_t)i * n, 0, (size_t)n * sizeof(float));
+            continue;
+        }
+        memmove(dst + (size_t)i * n, src + (size_t)rows[i] * n, (size_t)n * sizeof(float));
+    }
+}
+
+typedef struct {
+    float *x;
+    const float *b;
+    int32_t n_tok, dim;
+} hy_bias_job_t;
+
+static void hy_bias_worker(void *arg, int ith, int nth)
+{
+    hy_bias_job_t *j = arg;
+    int64_t lo, hi;
+
+    hy_cpu_split(j->n_tok, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        float *x = j->x + t * j->dim;
+        for (int32_t i = 0; i < j->dim; i++)
+            x[i] += j->b[i];
+    }
+}
+
+static void hy_cpu_add_bias(hy_backend_t *be, float *x, const hy_weight_t *b,
+                            int32_t n_tok, int32_t dim)
+{
+    hy_cpu_t *cpu = hy_cpu(be);
+    hy_bias_job_t j = {x, NULL, n_tok, dim};
+    float *tmp;
+
+    if (n_tok <= 0 || dim <= 0)
+        return;
+    j.b = hy_cpu_vector_f32(cpu, "add_bias", b, dim, &tmp);
+    if (!j.b)
+        return;
+    hy_pool_run_n(cpu->pool, hy_cpu_nth(cpu, (size_t)n_tok * (size_t)dim), hy_bias_worker, &j);
+    free(tmp);
+}
+
+/* ---- construction -------------------------------------------------------- */
+
+static void hy_cpu_free(hy_backend_t *be)
+{
+    hy_cpu_t *cpu;
+
+    if (!be)
+        return;
+    cpu = be->ctx;
+    if (cpu) {
+        hy_pool_free(cpu->pool);
+        hy_cpu_kv_free(cpu);
+        hy_cpu_state_free(cpu);
+        free(cpu->moe_buf);
+        free(cpu->act);
+        free(cpu);
+    }
+    free(be);
+}
+
+/* Designated initialisers: the table grows (recurrent ops, MoE) and slots
+ * this file does not fill stay NULL instead of shifting. */
+static const struct hy_backend_i hy_cpu_methods = {
+    .name = "cpu",
+    .free = hy_cpu_free,
+    .weight_init = hy_cpu_weight_init,
+    .kv_init = hy_cpu_kv_init,
+    .alloc = hy_cpu_alloc,
+    .release = hy_cpu_release,
+    .upload = hy_cpu_copy,
+    .download = hy_cpu_copy,
+    .sync = hy_cpu_sync,
+    .matmul = hy_cpu_matmul,
+    .get_rows = hy_cpu_get_rows,
+    .rmsnorm = hy_cpu_rmsnorm,
+    .rope = hy_cpu_rope,
+    .attention = hy_cpu_attention,
+    .swiglu = hy_cpu_swiglu,
+    .add = hy_cpu_add,
+    .scale = hy_cpu_scale,
+    .gather_rows = hy_cpu_gather_rows,
+    .add_bias = hy_cpu_add_bias,
+    .state_init = hy_cpu_state_init,
+    .state_clear = hy_cpu_state_clear,
+    .state_copy = hy_cpu_state_copy,
+    .conv1d = hy_cpu_conv1d,
+    .unary = hy_cpu_unary,
+    .mul = hy_cpu_mul,
+    .l2norm = hy_cpu_l2norm,
+    .moe = hy_cpu_moe,
+    .gdn = hy_cpu_gdn,
+    .scale_rows = hy_cpu_scale_rows,
+    .ssd = hy_cpu_ssd,
+    .group_rmsnorm_gated = hy_cpu_group_rmsnorm_gated,
+    .status = hy_cpu_status,
+    .mem_sizes = hy_cpu_mem_sizes,
+    .mem_allocated = hy_cpu_mem_allocated,
+};
+
+int hy_backend_cpu_new(hy_backend_t **out, const hy_backend_opts_t *opts, char *err)
+{
+    hy_backend_t *be = NULL;
+    hy_cpu_t *cpu = NULL;
+    int rc;
+
+    *out = NULL;
+    be = calloc(1, sizeof *be);
+    cpu = calloc(1, sizeof *cpu);
+    if (!be || !cpu) {
+        free(be);
+        free(cpu);
+        return hy_err(err, HY_ENOMEM, "cpu backend: out of memory");
+    }
+    be->i = &hy_cpu_methods;
+    be->ctx = cpu;
+    rc = hy_pool_new(&cpu->pool, opts ? opts->n_threads : 0, err);
+    if (rc != HY_OK)
+        goto out;
+    cpu->n_threads = hy_pool_size(cpu->pool);
+    *out = be;
+    be = NULL;
+out:
+    if (be)
+        hy_cpu_free(be);
+    return rc;
+}

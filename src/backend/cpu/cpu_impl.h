@@ -1,0 +1,148 @@
+/*
+ * cpu_impl.h - private to the CPU backend: its context (thread pool, scratch
+ * buffers, the paged KV pool, the sticky error) and the entry points that
+ * cpu.c puts into the method table but matmul.c and attention.c implement.
+ */
+#ifndef HY_CPU_IMPL_H
+#define HY_CPU_IMPL_H
+
+#include "backend/backend.h"
+#include "backend/cpu/threadpool.h"
+#include "backend/cpu/quant.h"
+
+typedef struct {
+    hy_pool_t *pool;
+    int n_threads;
+
+    /* First error an op hit since the last `status` call (ops return void). */
+    int err_code;
+    char err_msg[HY_ERR_LEN];
+
+    /* matmul: activations converted to the weight's vec_dot_type */
+    void *act;          /* [n_tok][act row bytes] */
+    size_t act_size;
+
+    /* paged KV store; page p of layer l holds, for each kv head h and slot
+     * s, the K row at k_pages[l] + p*k_page_bytes + (h*page_tokens + s)*k_row_bytes
+     * (V likewise): one head's keys of one page are contiguous. */
+    hy_kv_layout_t kv;
+    int kv_ready;
+    uint8_t **k_pages;  /* [kv.n_layers] */
+    uint8_t **v_pages;  /* [kv.n_layers] */
+    size_t k_row_bytes, v_row_bytes;    /* head_dim(_v) elements of kv.type */
+    size_t k_page_bytes, v_page_bytes;  /* n_head_kv * page_tokens rows */
+
+    /* attention: per-thread float scratch */
+    float *attn_scratch;
+    size_t attn_scratch_floats; /* per thread */
+
+    /* recurrent state (recurrent.c): st_slots slots of st_slot_floats
+     * floats in one zeroed arena; recurrent layer l's conv window lives at
+     * st + slot*st_slot_floats + st_conv_off[l] (st_conv_floats[l] floats),
+     * its recurrent state at ... + st_rec_off[l] (st_rec_floats[l] floats). */
+    float *st;
+    int32_t st_layers, st_slots;
+    int64_t st_slot_floats;
+    int64_t *st_conv_off, *st_rec_off;       /* [st_layers] (one allocation) */
+    int64_t *st_conv_floats, *st_rec_floats; /* [st_layers] */
+
+    /* moe (moe.c): router logits, gathered rows and expert activations */
+    void *moe_buf;
+    size_t moe_buf_size;
+} hy_cpu_t;
+
+/* Records the first error (later ones are dropped: the first is the cause). */
+void hy_cpu_fail(hy_cpu_t *cpu, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Grows a 64-byte aligned scratch buffer; 0 on success. */
+int hy_cpu_scratch(void **buf, size_t *size, size_t need);
+
+/* matmul.c */
+void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float *y,
+                   int32_t n_tok);
+/* Checks that a weight is something matmul / get_rows can use. */
+int hy_cpu_weight_check(const hy_weight_t *w, char *err);
+
+/* attention.c */
+int hy_cpu_kv_init(hy_backend_t *be, const hy_kv_layout_t *layout, char *err);
+void hy_cpu_kv_free(hy_cpu_t *cpu);
+void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batch,
+                      const float *q, const float *k, const float *v, float *out,
+                      const hy_attn_params_t *p);
+/* Pin the attention kernels' ISA level (tests); HY_EUNSUPPORTED above the
+ * CPU's. */
+int hy_cpu_attn_set_isa(hy_isa_t isa);
+
+/* recurrent.c: state slots, short conv and small element-wise ops */
+int hy_cpu_state_init(hy_backend_t *be, const hy_state_layout_t *layout, char *err);
+void hy_cpu_state_free(hy_cpu_t *cpu);
+void hy_cpu_state_clear(hy_backend_t *be, int32_t slot);
+void hy_cpu_state_copy(hy_backend_t *be, int32_t dst, int32_t src);
+/* For recurrent kernels: checks that rec_layer exists, that every sequence
+ * of the batch has a valid slot, and that the layer keeps exactly conv_need
+ * conv-window floats and rec_need state floats (-1: not checked).  Records
+ * an error naming op and returns false otherwise. */
+bool hy_cpu_state_check(hy_cpu_t *cpu, const char *op, int32_t rec_layer,
+                        const hy_batch_t *batch, int64_t conv_need, int64_t rec_need);
+static inline float *hy_cpu_state_conv(hy_cpu_t *cpu, int32_t slot, int32_t rec_layer)
+{
+    return cpu->st + slot * cpu->st_slot_floats + cpu->st_conv_off[rec_layer];
+}
+static inline float *hy_cpu_state_rec(hy_cpu_t *cpu, int32_t slot, int32_t rec_layer)
+{
+    return cpu->st + slot * cpu->st_slot_floats + cpu->st_rec_off[rec_layer];
+}
+void hy_cpu_conv1d(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
+                   const float *x, int32_t x_stride, const hy_weight_t *w,
+                   const hy_weight_t *bias, float *y, int32_t channels, bool silu);
+void hy_cpu_unary(hy_backend_t *be, hy_unary_t op, const float *x, float *y, size_t n);
+void hy_cpu_mul(hy_backend_t *be, float *x, const float *y, size_t n);
+void hy_cpu_l2norm(hy_backend_t *be, float *x, int32_t n_rows, int32_t dim, int32_t stride,
+                   float eps, float scale);
+/* A float copy of a small weight (vector or conv kernel) of n elements: the
+ * data itself when F32, else converted into a malloc'd *tmp the caller
+ * frees.  NULL after recording an error (wrong size, type, no memory). */
+const float *hy_cpu_weight_floats(hy_cpu_t *cpu, const char *op, const hy_weight_t *w,
+                                  int64_t n, float **tmp);
+
+/* gdn.c: Gated DeltaNet (kernel in gdn_kern.h) and per-row scaling */
+void hy_cpu_gdn(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
+                const float *q, const float *k, const float *v, int32_t qkv_stride,
+                const float *g, const float *beta, float *o, const hy_gdn_params_t *p);
+void hy_cpu_scale_rows(hy_backend_t *be, float *x, const float *s, int32_t n_rows,
+                       int32_t dim);
+
+/* ssd.c: Mamba-2 SSD scan (kernel in ssd_kern.h) and gated grouped RMSNorm */
+void hy_cpu_ssd(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, const float *x,
+                int32_t x_stride, const float *dt, int32_t dt_stride,
+                const hy_weight_t *dt_bias, const hy_weight_t *A, const float *B,
+                const float *C, int32_t bc_stride, const hy_weight_t *D, float *y,
+                const hy_ssd_params_t *p);
+void hy_cpu_group_rmsnorm_gated(hy_backend_t *be, float *y, const float *z, int32_t z_stride,
+                                const hy_weight_t *w, int32_t n_rows, int32_t dim,
+                                int32_t group_size, float eps);
+
+/* moe.c */
+void hy_cpu_moe(hy_backend_t *be, const hy_moe_t *moe, const float *x, float *y,
+                int32_t n_tok, int32_t n_embd);
+
+/* Split [0, n) evenly: the part of thread ith of nth. */
+static inline void hy_cpu_split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi)
+{
+    int64_t per = (n + nth - 1) / nth;
+    *lo = HY_MIN(n, per * ith);
+    *hi = HY_MIN(n, *lo + per);
+}
+
+/* mem.c: sizes shared by the allocators and the planner */
+#define HY_REC_ALIGN 16 /* floats: state regions start on 64-byte boundaries */
+int hy_cpu_kv_sizes(const hy_kv_layout_t *lay, size_t *krow, size_t *vrow, uint64_t *kpage,
+                    uint64_t *vpage, char *err);
+int hy_cpu_state_slot_floats(const hy_state_layout_t *lay, int64_t *conv_off, int64_t *rec_off,
+                             int64_t *slot_floats, char *err);
+int hy_cpu_mem_sizes(hy_backend_t *be, const hy_kv_layout_t *kv, const hy_state_layout_t *st,
+                     uint64_t *page_bytes, uint64_t *slot_bytes, char *err);
+void hy_cpu_mem_allocated(hy_backend_t *be, uint64_t *kv_bytes, uint64_t *state_bytes);
+
+#endif

@@ -1,0 +1,170 @@
+/*
+ * matmul.c - y[t][o] = sum_i W[o][i] x[t][i] over quantized (or F32/F16/
+ * BF16) weights: the hot loop of the CPU backend.  Each activation row is
+ * converted once into the weight type's vec_dot_type, then the output is
+ * cut into tiles of (weight rows x token rows) that threads claim from an
+ * atomic counter.  A tile's weight rows stay in L1/L2 while they meet every
+ * token of the tile (prefill reuses weights from cache); with one token the
+ * tiles are plain row ranges and the threads stream the weights once
+ * (decode runs at memory bandwidth).
+ */
+#include "backend/cpu/cpu_impl.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+/* Target bytes of weight rows in one tile: about half of a 48 KB L1d, so
+ * the activation rows streaming past do not evict them. */
+#define HY_MM_W_TILE_BYTES (24 * 1024)
+/* Target bytes of activation rows in one tile (L2-resident). */
+#define HY_MM_X_TILE_BYTES (96 * 1024)
+/* Tiles per thread to aim for, so uneven threads still finish together. */
+#define HY_MM_TILES_PER_THREAD 4
+
+typedef struct {
+    const hy_weight_t *w;
+    const hy_quant_traits_t *tr;
+    hy_quant_tile_fn_t tile;
+    const float *x;       /* [n_tok][ne0] */
+    float *y;             /* [n_tok][n_out] */
+    const uint8_t *act;   /* [n_tok][act_row] converted activations */
+    size_t act_row;
+    int64_t ne0, n_out, n_tok;
+    int64_t br, bt;       /* tile: weight rows x token rows */
+    int64_t n_rb, n_tb;   /* tiles along each axis */
+    _Atomic int64_t next; /* next tile to claim */
+} hy_mm_job_t;
+
+int hy_cpu_weight_check(const hy_weight_t *w, char *err)
+{
+    const hy_quant_traits_t *tr;
+    const char *name = w->name ? w->name : "?";
+    size_t rb;
+
+    if ((unsigned)w->type >= HY_DTYPE_COUNT || !(tr = hy_quant_traits(w->type)))
+        return hy_err(err, HY_EUNSUPPORTED, "weight %s: type %u has no CPU kernels", name,
+                      (unsigned)w->type);
+    if (w->ne[0] <= 0 || w->ne[1] <= 0 || w->ne[0] > INT32_MAX || w->ne[1] > INT32_MAX)
+        return hy_err(err, HY_EINVAL, "weight %s: bad shape %lld x %lld", name,
+                      (long long)w->ne[0], (long long)w->ne[1]);
+    rb = hy_dtype_row_bytes(w->type, w->ne[0]);
+    if (rb == 0 || hy_dtype_row_bytes(tr->vec_dot_type, w->ne[0]) == 0)
+        return hy_err(err, HY_EINVAL, "weight %s: row of %lld is not a multiple of the %s block",
+                      name, (long long)w->ne[0], hy_dtype_info(w->type)->name);
+    if (w->row_bytes != rb)
+        return hy_err(err, HY_EINVAL, "weight %s: row_bytes %zu, type %s needs %zu", name,
+                      w->row_bytes, hy_dtype_info(w->type)->name, rb);
+    if (!w->data)
+        return hy_err(err, HY_EINVAL, "weight %s: no data", name);
+    return HY_OK;
+}
+
+static void hy_mm_convert_worker(void *arg, int ith, int nth)
+{
+    hy_mm_job_t *j = arg;
+    int64_t lo, hi;
+
+    hy_cpu_split(j->n_tok, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++)
+        j->tr->from_float(j->x + t * j->ne0, (uint8_t *)j->act + t * j->act_row, j->ne0);
+}
+
+static void hy_mm_tile(hy_mm_job_t *j, int64_t u)
+{
+    int64_t rb = u / j->n_tb, tb = u % j->n_tb;
+    int64_t r0 = rb * j->br, r1 = HY_MIN(j->n_out, r0 + j->br);
+    int64_t t0 = tb * j->bt, t1 = HY_MIN(j->n_tok, t0 + j->bt);
+    const uint8_t *w = (const uint8_t *)j->w->data + (size_t)r0 * j->w->row_bytes;
+    const uint8_t *x = j->act + (size_t)t0 * j->act_row;
+    float *y = j->y + t0 * j->n_out + r0;
+
+    if (j->tile) {
+        j->tile(j->ne0, y, (size_t)j->n_out, w, j->w->row_bytes, (int)(r1 - r0), x,
+                j->act_row, (int)(t1 - t0));
+        return;
+    }
+    for (int64_t t = t0; t < t1; t++, x += j->act_row, y += j->n_out) {
+        const uint8_t *wr = w;
+        for (int64_t r = 0; r < r1 - r0; r++, wr += j->w->row_bytes)
+            j->tr->vec_dot(j->ne0, &y[r], wr, x);
+    }
+}
+
+static void hy_mm_worker(void *arg, int ith, int nth)
+{
+    hy_mm_job_t *j = arg;
+    int64_t n_units = j->n_rb * j->n_tb;
+
+    /* The first tile of each thread is fixed, so the counter is touched
+     * only once per later tile. */
+    for (int64_t u = ith; u < n_units;
+         u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
+        hy_mm_tile(j, u);
+}
+
+void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float *y,
+                   int32_t n_tok)
+{
+    hy_cpu_t *cpu = be->ctx;
+    hy_mm_job_t j;
+    char err[HY_ERR_LEN];
+    int nth = cpu->n_threads;
+
+    if (n_tok <= 0)
+        return;
+    if (hy_cpu_weight_check(w, err) != HY_OK) {
+        hy_cpu_fail(cpu, HY_EUNSUPPORTED, "matmul: %s", err);
+        memset(y, 0, (size_t)n_tok * (size_t)HY_MAX(w->ne[1], 0) * sizeof(float));
+        return;
+    }
+    memset(&j, 0, sizeof j);
+    j.w = w;
+    j.tr = hy_quant_traits(w->type);
+    j.tile = hy_quant_vec_dot_tile(w->type);
+    j.x = x;
+    j.y = y;
+    j.ne0 = w->ne[0];
+    j.n_out = w->ne[1];
+    j.n_tok = n_tok;
+
+    /* activations in vec_dot_type: F32 partners use x as it is */
+    if (j.tr->vec_dot_type == HY_DTYPE_F32) {
+        j.act = (const uint8_t *)x;
+        j.act_row = (size_t)j.ne0 * sizeof(float);
+    } else {
+        j.act_row = hy_dtype_row_bytes(j.tr->vec_dot_type, j.ne0);
+        if (hy_cpu_scratch(&cpu->act, &cpu->act_size, j.act_row * (size_t)n_tok) != 0) {
+            hy_cpu_fail(cpu, HY_ENOMEM, "matmul %s: out of memory for %d activation rows",
+                        w->name ? w->name : "?", n_tok);
+            memset(y, 0, (size_t)n_tok * (size_t)j.n_out * sizeof(float));
+            return;
+        }
+        j.act = cpu->act;
+        /* one row converts in ~1 us: not worth a wake-up */
+        hy_pool_run_n(cpu->pool, n_tok >= 4 ? HY_MIN(nth, n_tok / 2) : 1,
+                      hy_mm_convert_worker, &j);
+    }
+
+    /* Tile shape.  Token rows: as many as fit the L2 budget (one row for
+     * decode).  Weight rows: the L1 budget, shrunk when that would leave too
+     * few tiles to keep every thread busy. */
+    j.bt = HY_MAX((int64_t)1, (int64_t)(HY_MM_X_TILE_BYTES / j.act_row));
+    j.bt = HY_MIN(j.bt, 64);
+    if (j.bt >= n_tok)
+        j.bt = n_tok;
+    else if (j.bt > 4)
+        j.bt &= ~(int64_t)3;
+    j.n_tb = (n_tok + j.bt - 1) / j.bt;
+    j.br = HY_MAX((int64_t)4, (int64_t)(HY_MM_W_TILE_BYTES / w->row_bytes)) & ~(int64_t)3;
+    int64_t want = (int64_t)nth * HY_MM_TILES_PER_THREAD;
+    if (nth > 1 && ((j.n_out + j.br - 1) / j.br) * j.n_tb < want) {
+        int64_t per = (j.n_out * j.n_tb + want - 1) / want;
+        j.br = HY_MAX((int64_t)4, (per + 3) & ~(int64_t)3);
+    }
+    j.br = HY_MIN(j.br, j.n_out);
+    j.n_rb = (j.n_out + j.br - 1) / j.br;
+    nth = (int)HY_MIN((int64_t)nth, j.n_rb * j.n_tb);
+    atomic_init(&j.next, nth);  /* tiles 0..nth-1 are the threads' first */
+
+    hy_pool_run_n(cpu->pool, nth, hy_mm_worker, &j);
+}

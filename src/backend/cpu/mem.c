@@ -1,0 +1,84 @@
+/*
+ * mem.c - how many bytes the CPU backend's KV pages and state slots take.
+ * kv_init (attention.c) and state_init (recurrent.c) size their allocations
+ * with these same functions, and the planner (src/kv/plan.c) asks them
+ * through hy_backend_i.mem_sizes, so a plan quotes the allocator's numbers.
+ */
+#include "backend/cpu/cpu_impl.h"
+#include "backend/cpu/quant.h"
+
+int hy_cpu_kv_sizes(const hy_kv_layout_t *lay, size_t *krow, size_t *vrow, uint64_t *kpage,
+                    uint64_t *vpage, char *err)
+{
+    *krow = hy_dtype_row_bytes(lay->type, lay->head_dim_k);
+    *vrow = hy_dtype_row_bytes(lay->type, lay->head_dim_v);
+    if (*krow == 0 || *vrow == 0)
+        return hy_err(err, HY_EINVAL, "kv: q8_0 cache needs head sizes that are multiples of "
+                      "32 (k %d, v %d)", lay->head_dim_k, lay->head_dim_v);
+    if (hy_mul_overflow_u64(*krow, (uint64_t)lay->page_tokens * lay->n_head_kv, kpage) ||
+        hy_mul_overflow_u64(*vrow, (uint64_t)lay->page_tokens * lay->n_head_kv, vpage))
+        return hy_err(err, HY_ERANGE, "kv: pages of %d tokens overflow", lay->page_tokens);
+    return HY_OK;
+}
+
+int hy_cpu_state_slot_floats(const hy_state_layout_t *lay, int64_t *conv_off, int64_t *rec_off,
+                             int64_t *slot_floats, char *err)
+{
+    int64_t off = 0;
+
+    for (int32_t l = 0; l < lay->n_layers; l++) {
+        int64_t c = lay->conv_floats[l], r = lay->rec_floats[l];
+
+        if (c < 0 || r < 0 || c > (INT64_C(1) << 40) || r > (INT64_C(1) << 40))
+            return hy_err(err, HY_EINVAL, "state_init: layer %d: bad sizes conv %lld, rec %lld",
+                          l, (long long)c, (long long)r);
+        /* each region starts on a 64-byte boundary for aligned vector loads */
+        if (conv_off)
+            conv_off[l] = off;
+        off += (c + HY_REC_ALIGN - 1) / HY_REC_ALIGN * HY_REC_ALIGN;
+        if (rec_off)
+            rec_off[l] = off;
+        off += (r + HY_REC_ALIGN - 1) / HY_REC_ALIGN * HY_REC_ALIGN;
+    }
+    if (off == 0)
+        off = HY_REC_ALIGN;
+    *slot_floats = off;
+    return HY_OK;
+}
+
+int hy_cpu_mem_sizes(hy_backend_t *be, const hy_kv_layout_t *kv, const hy_state_layout_t *st,
+                     uint64_t *page_bytes, uint64_t *slot_bytes, char *err)
+{
+    int rc;
+
+    *page_bytes = 0;
+    *slot_bytes = 0;
+    if (kv != NULL && kv->n_layers > 0) {
+        size_t krow, vrow;
+        uint64_t kpage, vpage;
+
+        if ((rc = hy_cpu_kv_sizes(kv, &krow, &vrow, &kpage, &vpage, err)) != HY_OK)
+            return rc;
+        *page_bytes = (kpage + vpage) * (uint64_t)kv->n_layers;
+    }
+    if (st != NULL && st->n_layers > 0) {
+        int64_t floats;
+
+        if ((rc = hy_cpu_state_slot_floats(st, NULL, NULL, &floats, err)) != HY_OK)
+            return rc;
+        *slot_bytes = (uint64_t)floats * sizeof(float);
+    }
+    return HY_OK;
+}
+
+void hy_cpu_mem_allocated(hy_backend_t *be, uint64_t *kv_bytes, uint64_t *state_bytes)
+{
+    hy_cpu_t *cpu = be->ctx;
+
+    *kv_bytes = cpu->kv_ready ? (uint64_t)(cpu->k_page_bytes + cpu->v_page_bytes) *
+                                    (uint64_t)cpu->kv.n_pages * (uint64_t)cpu->kv.n_layers
+                              : 0;
+    *state_bytes = cpu->st ? (uint64_t)cpu->st_slot_floats * sizeof(float) *
+                                 (uint64_t)cpu->st_slots
+                           : 0;
+}

@@ -1,0 +1,275 @@
+/*
+ * threadpool.c - persistent workers woken by a generation counter.  The
+ * caller publishes a job and bumps `gen`; workers spin on it for a short
+ * time budget (fast hand-off between the back-to-back ops of one forward
+ * pass) and then sleep on it with a futex (so an idle server burns no CPU).
+ * Completion is the mirror image: workers count up `n_done`, the caller
+ * spins, then sleeps on that word.  No mutex or condition variable per op.
+ */
+#define _GNU_SOURCE
+#include "backend/cpu/threadpool.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define HY_CPU_RELAX() _mm_pause()
+#else
+#define HY_CPU_RELAX() __asm__ __volatile__("" ::: "memory")
+#endif
+
+/* How long a thread spins before it sleeps.  Ops in one forward pass follow
+ * each other within microseconds; 200 us covers those gaps with margin while
+ * an idle pool goes to sleep almost at once. */
+#define HY_POOL_SPIN_NS 200000LL
+
+typedef struct {
+    hy_pool_t *pool;
+    int ith;
+} hy_pool_worker_t;
+
+struct hy_pool {
+    int n;                      /* threads including the caller */
+    pthread_t *tids;            /* [n - 1] */
+    hy_pool_worker_t *workers;  /* [n - 1] */
+    /* job, written by the caller before it bumps gen */
+    hy_pool_fn_t fn;
+    void *arg;
+    int nth;
+    int stop;
+    /* each word on its own cache line: they are hammered by spinners */
+    _Alignas(64) _Atomic uint32_t gen;
+    _Alignas(64) _Atomic uint32_t n_done;
+    _Atomic int caller_waiting;
+    _Alignas(64) _Atomic int n_sleeping;
+};
+
+static void hy_futex_wait(_Atomic uint32_t *addr, uint32_t val)
+{
+    /* EAGAIN (value changed) and EINTR both just mean "look again". */
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void hy_futex_wake(_Atomic uint32_t *addr, int n)
+{
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+static long long hy_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Spins until *word != seen or the budget runs out; returns the last value. */
+static uint32_t hy_pool_spin(_Atomic uint32_t *word, uint32_t seen)
+{
+    long long start = 0;
+    uint32_t v;
+
+    for (unsigned i = 0;; i++) {
+        v = atomic_load_explicit(word, memory_order_acquire);
+        if (v != seen)
+            return v;
+        HY_CPU_RELAX();
+        /* read the clock only now and then: it costs ~20 ns */
+        if ((i & 63) == 63) {
+            long long now = hy_now_ns();
+            if (start == 0)
+                start = now;
+            else if (now - start > HY_POOL_SPIN_NS)
+                return v;
+        }
+    }
+}
+
+static void *hy_pool_main(void *p)
+{
+    hy_pool_worker_t *w = p;
+    hy_pool_t *pool = w->pool;
+    uint32_t seen = 0;
+
+    for (;;) {
+        uint32_t g = hy_pool_spin(&pool->gen, seen);
+        if (g == seen) {
+            /* Sleep.  Dekker pairing with hy_pool_run_n: we bump n_sleeping
+             * then re-read gen; the caller bumps gen then reads n_sleeping,
+             * so one of us sees the other (seq_cst on both). */
+            atomic_fetch_add(&pool->n_sleeping, 1);
+            while ((g = atomic_load(&pool->gen)) == seen)
+                hy_futex_wait(&pool->gen, seen);
+            atomic_fetch_sub(&pool->n_sleeping, 1);
+        }
+        seen = g;
+        if (pool->stop)
+            break;
+        if (w->ith < pool->nth)
+            pool->fn(pool->arg, w->ith, pool->nth);
+        /* Every worker acknowledges every job, participant or not: then the
+         * caller never publishes job k+1 while a slow worker may still be
+         * reading job k's parameters. */
+        uint32_t d = atomic_fetch_add(&pool->n_done, 1) + 1;
+        if (d == (uint32_t)(pool->n - 1) && atomic_load(&pool->caller_waiting))
+            hy_futex_wake(&pool->n_done, 1);
+    }
+    return NULL;
+}
+
+int hy_pool_default_threads(void)
+{
+    cpu_set_t set;
+
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* Stops and joins the first n_started workers. */
+static void hy_pool_stop(hy_pool_t *pool, int n_started)
+{
+    pool->stop = 1;
+    atomic_fetch_add(&pool->gen, 1);
+    hy_futex_wake(&pool->gen, INT_MAX);
+    for (int i = 0; i < n_started; i++)
+        pthread_join(pool->tids[i], NULL);
+}
+
+int hy_pool_new(hy_pool_t **out, int n_threads, char *err)
+{
+    hy_pool_t *pool = NULL;
+    sigset_t all, old;
+    int rc = HY_OK, started = 0;
+
+    *out = NULL;
+    if (n_threads < 0 || n_threads > 4096) {
+        rc = hy_err(err, HY_ERANGE, "threads = %d: must be 0 (all CPUs) .. 4096", n_threads);
+        goto out;
+    }
+    if (n_threads == 0)
+        n_threads = hy_pool_default_threads();
+    pool = aligned_alloc(64, (sizeof *pool + 63) / 64 * 64);
+    if (!pool) {
+        rc = hy_err(err, HY_ENOMEM, "thread pool: out of memory");
+        goto out;
+    }
+    memset(pool, 0, sizeof *pool);
+    pool->n = n_threads;
+    pool->nth = 1;
+    atomic_init(&pool->gen, 0);
+    atomic_init(&pool->n_done, 0);
+    atomic_init(&pool->caller_waiting, 0);
+    atomic_init(&pool->n_sleeping, 0);
+    if (n_threads > 1) {
+        pool->tids = calloc((size_t)n_threads - 1, sizeof *pool->tids);
+        pool->workers = calloc((size_t)n_threads - 1, sizeof *pool->workers);
+        if (!pool->tids || !pool->workers) {
+            rc = hy_err(err, HY_ENOMEM, "thread pool: out of memory");
+            goto out;
+        }
+    }
+    /* Workers must not take the process's signals (SIGTERM, SIGHUP go to the
+     * thread that handles them), so they start with everything blocked. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    for (; started < n_threads - 1; started++) {
+        pool->workers[started].pool = pool;
+        pool->workers[started].ith = started + 1;
+        int e = pthread_create(&pool->tids[started], NULL, hy_pool_main,
+                               &pool->workers[started]);
+        if (e != 0) {
+            rc = hy_err(err, HY_ENOMEM, "thread pool: cannot start thread %d of %d: %s",
+                        started + 1, n_threads, strerror(e));
+            break;
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != HY_OK) {
+        hy_pool_stop(pool, started);
+        goto out;
+    }
+    *out = pool;
+    pool = NULL;
+out:
+    if (pool) {
+        free(pool->tids);
+        free(pool->workers);
+        free(pool);
+    }
+    return rc;
+}
+
+void hy_pool_free(hy_pool_t *pool)
+{
+    if (!pool)
+        return;
+    hy_pool_stop(pool, pool->n - 1);
+    free(pool->tids);
+    free(pool->workers);
+    free(pool);
+}
+
+int hy_pool_size(const hy_pool_t *pool)
+{
+    return pool->n;
+}
+
+void hy_pool_run_n(hy_pool_t *pool, int nth, hy_pool_fn_t fn, void *arg)
+{
+    uint32_t want = (uint32_t)(pool->n - 1), d;
+
+    if (nth > pool->n)
+        nth = pool->n;
+    if (nth <= 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    pool->fn = fn;
+    pool->arg = arg;
+    pool->nth = nth;
+    atomic_store_explicit(&pool->n_done, 0, memory_order_relaxed);
+    atomic_fetch_add(&pool->gen, 1); /* seq_cst: publishes the job */
+    if (atomic_load(&pool->n_sleeping) > 0)
+        hy_futex_wake(&pool->gen, INT_MAX);
+
+    fn(arg, 0, nth);
+
+    /* Wait for the workers: spin within the budget, then sleep.  Dekker
+     * pairing with hy_pool_main: we set caller_waiting then re-read n_done;
+     * the last worker bumps n_done then reads caller_waiting. */
+    long long start = 0;
+    for (unsigned i = 0;
+         (d = atomic_load_explicit(&pool->n_done, memory_order_acquire)) != want; i++) {
+        HY_CPU_RELAX();
+        if ((i & 63) == 63) {
+            long long now = hy_now_ns();
+            if (start == 0) {
+                start = now;
+            } else if (now - start > HY_POOL_SPIN_NS) {
+                atomic_store(&pool->caller_waiting, 1);
+                while ((d = atomic_load(&pool->n_done)) != want)
+                    hy_futex_wait(&pool->n_done, d);
+                atomic_store(&pool->caller_waiting, 0);
+                break;
+            }
+        }
+    }
+}
+
+void hy_pool_run(hy_pool_t *pool, hy_pool_fn_t fn, void *arg)
+{
+    hy_pool_run_n(pool, pool->n, fn, arg);
+}

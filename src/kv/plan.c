@@ -1,0 +1,249 @@
+/*
+ * plan.c - the memory planner (see plan.h).  Per-kind numbers come from
+ * asking the backend for the size of a layout restricted to that kind's
+ * layers, so they add up to the totals the allocators use.
+ */
+#include <stdio.h>
+
+#include "kv/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool hy_plan_is_attn(hy_layer_kind_t k)
+{
+    return k == HY_LAYER_ATTN_FULL || k == HY_LAYER_ATTN_SWA;
+}
+
+void hy_plan_kv_layout(const hy_model_t *m, int32_t page_tokens, int32_t n_pages,
+                       hy_dtype_t type, hy_kv_layout_t *out)
+{
+    out->n_layers = m->n_kv_layers;
+    out->n_head_kv = m->n_head_kv;
+    out->head_dim_k = m->head_dim;
+    out->head_dim_v = m->head_dim_v;
+    out->page_tokens = page_tokens;
+    out->n_pages = n_pages;
+    out->type = type;
+}
+
+void hy_plan_state_layout(const hy_model_t *m, int32_t n_slots, int64_t *conv, int64_t *rec,
+                          hy_state_layout_t *out)
+{
+    for (int32_t il = 0; il < m->n_layer; il++) {
+        const hy_layer_t *L = &m->layers[il];
+
+        if (L->rec_index >= 0) {
+            conv[L->rec_index] = L->conv_floats;
+            rec[L->rec_index] = L->rec_floats;
+        }
+    }
+    out->n_layers = m->n_rec_layers;
+    out->n_slots = n_slots;
+    out->conv_floats = conv;
+    out->rec_floats = rec;
+}
+
+/* Layer index of a tensor named blk.N.*, or -1. */
+static int32_t hy_plan_tensor_layer(const char *name)
+{
+    char *end;
+    long v;
+
+    if (strncmp(name, "blk.", 4) != 0)
+        return -1;
+    v = strtol(name + 4, &end, 10);
+    return end != name + 4 && *end == '.' && v >= 0 && v < INT32_MAX ? (int32_t)v : -1;
+}
+
+int hy_plan_make(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be, int32_t n_ctx,
+                 int32_t n_seqs, int32_t page_tokens, hy_dtype_t kv_type, char *err)
+{
+    int64_t *conv = NULL, *rec = NULL, i;
+    hy_kv_layout_t kv;
+    hy_state_layout_t st;
+    uint64_t pb, sb;
+    int rc = HY_OK;
+    int k;
+
+    memset(p, 0, sizeof *p);
+    if (n_ctx < 1 || n_seqs < 1 || page_tokens < 1)
+        return hy_err(err, HY_EINVAL, "plan: context %d, sequences %d, page %d must be >= 1",
+                      n_ctx, n_seqs, page_tokens);
+    p->n_ctx = n_ctx;
+    p->n_seqs = n_seqs;
+    p->page_tokens = page_tokens;
+    p->kv_type = kv_type;
+    {
+        int64_t pages = (int64_t)n_seqs * ((n_ctx + page_tokens - 1) / page_tokens);
+
+        if (pages > INT32_MAX)
+            return hy_err(err, HY_ERANGE, "plan: %lld pages is too many", (long long)pages);
+        p->n_pages = (int32_t)pages;
+    }
+    p->n_slots = m->n_rec_layers > 0 ? n_seqs : 0;
+
+    for (i = 0; i < m->n_layer; i++)
+        p->n_layers[m->layers[i].kind]++;
+    for (i = 0; i < hy_gguf_n_tensors(m->gguf); i++) {
+        const hy_gguf_tensor_t *t = hy_gguf_tensor(m->gguf, i);
+        int32_t il = hy_plan_tensor_layer(t->name);
+
+        if (il >= 0 && il < m->n_layer)
+            p->weight_bytes[m->layers[il].kind] += t->nbytes;
+        else
+            p->weight_bytes_other += t->nbytes;
+        p->weights_total += t->nbytes;
+    }
+
+    conv = calloc((size_t)HY_MAX(m->n_rec_layers, 1), sizeof *conv);
+    rec = calloc((size_t)HY_MAX(m->n_rec_layers, 1), sizeof *rec);
+    if (conv == NULL || rec == NULL) {
+        rc = hy_err(err, HY_ENOMEM, "out of memory");
+        goto out;
+    }
+    /* totals: exactly the layouts the runner allocates */
+    hy_plan_kv_layout(m, page_tokens, p->n_pages, kv_type, &kv);
+    hy_plan_state_layout(m, HY_MAX(p->n_slots, 1), conv, rec, &st);
+    if ((rc = be->i->mem_sizes(be, &kv, &st, &p->page_bytes, &p->slot_bytes, err)) != HY_OK)
+        goto out;
+    p->kv_total = p->page_bytes * (uint64_t)p->n_pages;
+    p->state_total = p->slot_bytes * (uint64_t)p->n_slots;
+
+    /* per kind: the same question for one layer of that kind */
+    for (k = 0; k < HY_LAYER_KINDS; k++) {
+        if (p->n_layers[k] == 0)
+            continue;
+        if (hy_plan_is_attn((hy_layer_kind_t)k)) {
+            hy_kv_layout_t one = kv;
+
+            one.n_layers = p->n_layers[k];
+            if ((rc = be->i->mem_sizes(be, &one, NULL, &pb, &sb, err)) != HY_OK)
+                goto out;
+            p->kv_bytes_per_token[k] = pb / (uint64_t)page_tokens;
+        } else {
+            hy_state_layout_t one = st;
+            int64_t *c1 = calloc((size_t)m->n_rec_layers, sizeof *c1);
+            int64_t *r1 = calloc((size_t)m->n_rec_layers, sizeof *r1);
+
+            if (c1 == NULL || r1 == NULL) {
+                free(c1);
+                free(r1);
+                rc = hy_err(err, HY_ENOMEM, "out of memory");
+                goto out;
+            }
+            for (i = 0; i < m->n_layer; i++) {
+                const hy_layer_t *L = &m->layers[i];
+
+                if (L->rec_index >= 0 && (int)L->kind == k) {
+                    c1[L->rec_index] = L->conv_floats;
+                    r1[L->rec_index] = L->rec_floats;
+                }
+            }
+            one.conv_floats = c1;
+            one.rec_floats = r1;
+            rc = be->i->mem_sizes(be, NULL, &one, &pb, &sb, err);
+            free(c1);
+            free(r1);
+            if (rc != HY_OK)
+                goto out;
+            p->state_bytes_per_seq[k] = sb;
+        }
+    }
+
+    /* the dense counterfactual: every layer keeps KV like our attention layers */
+    if (m->n_kv_layers > 0) {
+        hy_kv_layout_t dense = kv;
+
+        dense.n_layers = m->n_layer;
+        if ((rc = be->i->mem_sizes(be, &dense, NULL, &p->dense_page_bytes, &sb, err)) != HY_OK)
+            goto out;
+        p->dense_kv_total = p->dense_page_bytes * (uint64_t)p->n_pages;
+    }
+out:
+    free(conv);
+    free(rec);
+    return rc;
+}
+
+/* A GGUF's name is arbitrary text: escape it for JSON. */
+static void hy_plan_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static double hy_plan_mib(uint64_t b)
+{
+    return (double)b / (1024.0 * 1024.0);
+}
+
+void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
+{
+    int k;
+
+    if (json) {
+        fputs("{\"model\":", f);
+        hy_plan_json_str(f, m->name);
+        fputs(",\"architecture\":", f);
+        hy_plan_json_str(f, m->arch_name);
+        fprintf(f, ",\"context\":%d,\"sequences\":%d,"
+                   "\"page_tokens\":%d,\"kv_type\":\"%s\",\"kinds\":[",
+                p->n_ctx, p->n_seqs, p->page_tokens,
+                hy_dtype_info(p->kv_type) ? hy_dtype_info(p->kv_type)->name : "?");
+        bool first = true;
+
+        for (k = 0; k < HY_LAYER_KINDS; k++) {
+            if (p->n_layers[k] == 0)
+                continue;
+            fprintf(f, "%s{\"kind\":\"%s\",\"layers\":%d,\"weight_bytes\":%llu,"
+                       "\"kv_bytes_per_token\":%llu,\"state_bytes_per_sequence\":%llu}",
+                    first ? "" : ",", hy_layer_kind_name((hy_layer_kind_t)k), p->n_layers[k],
+                    (unsigned long long)p->weight_bytes[k],
+                    (unsigned long long)p->kv_bytes_per_token[k],
+                    (unsigned long long)p->state_bytes_per_seq[k]);
+            first = false;
+        }
+        fprintf(f, "],\"weight_bytes_other\":%llu,\"weights_total\":%llu,\"page_bytes\":%llu,"
+                   "\"pages\":%d,\"kv_total\":%llu,\"slot_bytes\":%llu,\"slots\":%d,"
+                   "\"state_total\":%llu,\"cache_total\":%llu,\"dense_kv_total\":%llu}\n",
+                (unsigned long long)p->weight_bytes_other, (unsigned long long)p->weights_total,
+                (unsigned long long)p->page_bytes, p->n_pages, (unsigned long long)p->kv_total,
+                (unsigned long long)p->slot_bytes, p->n_slots, (unsigned long long)p->state_total,
+                (unsigned long long)(p->kv_total + p->state_total),
+                (unsigned long long)p->dense_kv_total);
+        return;
+    }
+    fprintf(f, "model %s (%s), context %d x %d sequences, KV %s in pages of %d tokens\n\n",
+            m->name, m->arch_name, p->n_ctx, p->n_seqs,
+            hy_dtype_info(p->kv_type) ? hy_dtype_info(p->kv_type)->name : "?", p->page_tokens);
+    fprintf(f, "%-18s %6s %14s %18s %22s\n", "layer kind", "layers", "weights MiB",
+            "KV bytes/token", "state bytes/sequence");
+    for (k = 0; k < HY_LAYER_KINDS; k++) {
+        if (p->n_layers[k] == 0)
+            continue;
+        fprintf(f, "%-18s %6d %14.2f %18llu %22llu\n", hy_layer_kind_name((hy_layer_kind_t)k),
+                p->n_layers[k], hy_plan_mib(p->weight_bytes[k]),
+                (unsigned long long)p->kv_bytes_per_token[k],
+                (unsigned long long)p->state_bytes_per_seq[k]);
+    }
+    fprintf(f, "%-18s %6s %14.2f\n\n", "embeddings/output", "", hy_plan_mib(p->weight_bytes_other));
+    fprintf(f, "weights            %12.2f MiB\n", hy_plan_mib(p->weights_total));
+    fprintf(f, "KV pages           %12.2f MiB  (%d pages x %llu bytes)\n", hy_plan_mib(p->kv_total),
+            p->n_pages, (unsigned long long)p->page_bytes);
+    fprintf(f, "state slots        %12.2f MiB  (%d slots x %llu bytes)\n",
+            hy_plan_mib(p->state_total), p->n_slots, (unsigned long long)p->slot_bytes);
+    fprintf(f, "cache total        %12.2f MiB\n", hy_plan_mib(p->kv_total + p->state_total));
+    fprintf(f, "dense equivalent   %12.2f MiB  (full attention in all %d layers)\n",
+            hy_plan_mib(p->dense_kv_total), m->n_layer);
+}

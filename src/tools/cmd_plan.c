@@ -1,0 +1,64 @@
+/*
+ * cmd_plan.c - `hyserve plan`: what a model needs at a given context length
+ * and concurrency, per layer kind, from the same layouts and backend sizes
+ * the engine allocates with (src/kv/plan.c).
+ */
+#include <stdio.h>
+
+#include "tools/cli.h"
+#include "kv/plan.h"
+
+#include <getopt.h>
+#include <string.h>
+
+int hy_cmd_plan(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"context", required_argument, 0, 'c'},
+        {"seqs", required_argument, 0, 's'}, {"kv-type", required_argument, 0, 'k'},
+        {"page-tokens", required_argument, 0, 'p'}, {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model = NULL;
+    long ctx = 4096, seqs = 1, page = 16;
+    hy_dtype_t kv = HY_DTYPE_F16;
+    bool json = false;
+    hy_cli_ctx_t c;
+    hy_plan_t p;
+    char err[HY_ERR_LEN];
+    int opt, rc = 1;
+
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "m:c:s:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'm': model = optarg; break;
+        case 'c': if (hy_cli_int("plan", "--context", optarg, 1, 1L << 30, &ctx)) return 2; break;
+        case 's': if (hy_cli_int("plan", "--seqs", optarg, 1, 1 << 20, &seqs)) return 2; break;
+        case 'p': if (hy_cli_int("plan", "--page-tokens", optarg, 1, 256, &page)) return 2; break;
+        case 'k':
+            if (strcmp(optarg, "f16") == 0) kv = HY_DTYPE_F16;
+            else if (strcmp(optarg, "f32") == 0) kv = HY_DTYPE_F32;
+            else if (strcmp(optarg, "q8_0") == 0) kv = HY_DTYPE_Q8_0;
+            else {
+                fprintf(stderr, "hyserve plan: --kv-type = '%s': must be f16, f32 or q8_0\n", optarg);
+                return 2;
+            }
+            break;
+        case 'j': json = true; break;
+        case 'h':
+            printf("usage: hyserve plan -m MODEL.gguf [--context N] [--seqs M] [--kv-type f16|f32|q8_0] [--page-tokens N] [--json]\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    if (hy_cli_open(&c, "plan", model, 1, false, NULL) != 0)
+        return 1;
+    if (hy_plan_make(&p, c.model, c.be, (int32_t)ctx, (int32_t)seqs, (int32_t)page, kv, err) != HY_OK) {
+        fprintf(stderr, "hyserve plan: %s\n", err);
+        goto out;
+    }
+    hy_plan_print(&p, c.model, stdout, json);
+    rc = 0;
+out:
+    hy_cli_close(&c);
+    return rc;
+}

@@ -1,0 +1,80 @@
+/*
+ * test_plan.c - the memory planner quotes what the engine really allocates:
+ * for a dense and a hybrid tiny model at several context lengths and
+ * concurrencies, the runner's backend holds exactly the plan's KV and state
+ * bytes; per-kind numbers add up to the totals; a hybrid model's cache grows
+ * only with its attention layers.
+ */
+#include "engine/runner.h"
+#include "kv/plan.h"
+#include "test.h"
+
+static void hy_plan_case(hy_backend_t *be, const char *file, int32_t ctx, int32_t seqs)
+{
+    char err[HY_ERR_LEN], rel[128];
+    hy_model_t *m = NULL;
+    hy_plan_t p;
+    hy_runner_t r;
+    hy_runner_opts_t o;
+    uint64_t kv = 0, st = 0, kinds_kv = 0, kinds_st = 0;
+    int k, rc;
+
+    snprintf(rel, sizeof rel, "tests/golden/tiny/%s", file);
+    rc = hy_model_load(&m, hy_t_srcpath(rel), be, err);
+    if (rc != HY_OK) {
+        HY_T_OK(0, "%s: load: %s", file, err);
+        return;
+    }
+    rc = hy_plan_make(&p, m, be, ctx, seqs, 16, HY_DTYPE_F16, err);
+    HY_T_OK(rc == HY_OK, "%s ctx %d x %d: plan (%s)", file, ctx, seqs, rc ? err : "ok");
+    hy_runner_opts_default(&o);
+    o.max_tokens = 64;
+    o.max_outputs = 4;
+    o.max_seqs = seqs;
+    o.n_ctx = ctx;
+    rc = hy_runner_init(&r, m, be, &o, err);
+    if (rc == HY_OK) {
+        be->i->mem_allocated(be, &kv, &st);
+        hy_runner_free(&r);
+    }
+    HY_T_OK(rc == HY_OK && kv == p.kv_total && st == p.state_total,
+            "%s ctx %d x %d: allocated KV %llu = plan %llu, state %llu = plan %llu", file, ctx,
+            seqs, (unsigned long long)kv, (unsigned long long)p.kv_total,
+            (unsigned long long)st, (unsigned long long)p.state_total);
+    for (k = 0; k < HY_LAYER_KINDS; k++) {
+        kinds_kv += p.kv_bytes_per_token[k] * (uint64_t)p.page_tokens;
+        kinds_st += p.state_bytes_per_seq[k];
+    }
+    HY_T_OK(kinds_kv == p.page_bytes && kinds_st == p.slot_bytes &&
+            p.kv_total == p.page_bytes * (uint64_t)seqs * ((ctx + 15) / 16),
+            "%s ctx %d x %d: per-kind KV %llu/page and state %llu/seq add up to %llu and %llu",
+            file, ctx, seqs, (unsigned long long)kinds_kv, (unsigned long long)kinds_st,
+            (unsigned long long)p.page_bytes, (unsigned long long)p.slot_bytes);
+    if (m->n_rec_layers > 0)
+        HY_T_OK(p.dense_kv_total > p.kv_total && p.state_total > 0,
+                "%s ctx %d x %d: hybrid cache %llu < dense equivalent %llu", file, ctx, seqs,
+                (unsigned long long)(p.kv_total + p.state_total),
+                (unsigned long long)p.dense_kv_total);
+    hy_model_free(m);
+}
+
+int main(void)
+{
+    hy_backend_opts_t bo = {.n_threads = 1};
+    hy_backend_t *be = NULL;
+    char err[HY_ERR_LEN];
+    static const int32_t ctxs[] = {1, 100, 4096};
+    static const int32_t seqs[] = {1, 3};
+    static const char *files[] = {"llama.gguf", "qwen3next.gguf"};
+
+    if (hy_backend_cpu_new(&be, &bo, err) != HY_OK) {
+        HY_T_OK(0, "cpu backend: %s", err);
+        return hy_t_done();
+    }
+    for (size_t f = 0; f < HY_ARRAY_LEN(files); f++)
+        for (size_t c = 0; c < HY_ARRAY_LEN(ctxs); c++)
+            for (size_t s = 0; s < HY_ARRAY_LEN(seqs); s++)
+                hy_plan_case(be, files[f], ctxs[c], seqs[s]);
+    be->i->free(be);
+    return hy_t_done();
+}
