@@ -26,6 +26,9 @@ static const hy_dtype_info_t hy_dtype_table[HY_DTYPE_COUNT] = {
     [HY_DTYPE_I64] = {"i64", 1, 8, 0},
     [HY_DTYPE_F64] = {"f64", 1, 8, 0},
     [HY_DTYPE_BF16] = {"bf16", 1, 2, 1},
+    /* internal activation formats (quant_impl.h): not weight types */
+    [HY_DTYPE_Q8_2L] = {"q8_2l", 32, 76, 0},
+    [HY_DTYPE_Q8_K2L] = {"q8_K2l", 256, 580, 0},
 };
 
 const hy_dtype_info_t *hy_dtype_info(uint32_t id)

@@ -31,6 +31,11 @@ typedef enum {
     HY_DTYPE_I64 = 27,
     HY_DTYPE_F64 = 28,
     HY_DTYPE_BF16 = 30,
+    /* hyserve-internal activation formats (ids ggml leaves unused): the
+     * two-level int8 partners of the quantized dot products, see
+     * backend/cpu/quant_impl.h.  Never valid as a weight type. */
+    HY_DTYPE_Q8_2L = 60,
+    HY_DTYPE_Q8_K2L = 61,
     HY_DTYPE_COUNT = 64 /* ids at or above this are invalid */
 } hy_dtype_t;
 

@@ -151,6 +151,10 @@ int hy_api_err_internal(hy_api_error_t *e, const char *why);
  * or the request names none (aliases), else a 404 in e. */
 int hy_api_check_model(const hy_api_req_t *req, const char *served_id, hy_api_error_t *e);
 
+/* After the vocabulary is known: prompt token ids and logit_bias keys
+ * must be < n_vocab (400 otherwise). */
+int hy_api_check_vocab(const hy_api_req_t *req, int32_t n_vocab, hy_api_error_t *e);
+
 /* {"error":{"message","type","param","code"}}: malloc'd, NUL-terminated. */
 int hy_api_error_json(int status, const char *type, const char *message, const char *param,
                       const char *code, char **out);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "tools/cli.h"
+#include "model/chat_template.h"
 
 #include <errno.h>
 #include <math.h>
@@ -125,4 +126,55 @@ void hy_cli_close(hy_cli_ctx_t *c)
     if (c->be)
         c->be->i->free(c->be);
     memset(c, 0, sizeof *c);
+}
+
+/* The BOS/EOS texts the template may print, NUL-terminated copies. */
+static char *hy_cli_token_text(const hy_tok_t *tok, int32_t id)
+{
+    hy_tok_str_t t;
+    char *s;
+
+    if (id < 0)
+        return NULL;
+    t = hy_tok_text(tok, id);
+    s = malloc(t.len + 1);
+    if (s != NULL) {
+        memcpy(s, t.ptr, t.len);
+        s[t.len] = '\0';
+    }
+    return s;
+}
+
+int hy_cli_chat_render(hy_cli_ctx_t *c, const char *system_msg, const char *user,
+                       char **out, size_t *out_len, char *err)
+{
+    hy_gguf_str_t src;
+    hy_chat_tmpl_t *t = NULL;
+    hy_chat_msg_t msgs[2];
+    hy_chat_opts_t o;
+    size_t n = 0;
+    int rc;
+
+    if (hy_gguf_get_str(c->model->gguf, "tokenizer.chat_template", &src, NULL) != HY_OK)
+        return hy_err(err, HY_ENOENT, "%s has no tokenizer.chat_template; --chat needs one",
+                      hy_gguf_path(c->model->gguf));
+    if ((rc = hy_chat_compile(&t, src.ptr, src.len, err)) != HY_OK)
+        return rc;
+    memset(msgs, 0, sizeof msgs);
+    if (system_msg != NULL) {
+        msgs[n].role = "system";
+        msgs[n++].content = system_msg;
+    }
+    msgs[n].role = "user";
+    msgs[n++].content = user;
+    memset(&o, 0, sizeof o);
+    o.add_generation_prompt = true;
+    o.enable_thinking = -1;
+    o.bos_token = hy_cli_token_text(c->tok, hy_tok_bos(c->tok));
+    o.eos_token = hy_cli_token_text(c->tok, hy_tok_eos(c->tok));
+    rc = hy_chat_render(t, msgs, n, &o, out, out_len, err);
+    free((char *)o.bos_token);
+    free((char *)o.eos_token);
+    hy_chat_free(t);
+    return rc;
 }

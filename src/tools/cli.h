@@ -30,6 +30,11 @@ int hy_cli_open(hy_cli_ctx_t *c, const char *cmd, const char *model_path, int th
                 bool want_tok, const hy_runner_opts_t *ro);
 void hy_cli_close(hy_cli_ctx_t *c);
 
+/* Renders [system?, user] through the model's tokenizer.chat_template with
+ * the generation prompt; *out is malloc'd. */
+int hy_cli_chat_render(hy_cli_ctx_t *c, const char *system_msg, const char *user,
+                       char **out, size_t *out_len, char *err);
+
 double hy_cli_now_ms(void);
 /* Reads all of a stream into a malloc'd buffer. */
 int hy_cli_read_all(FILE *f, char **buf, size_t *len);

@@ -11,8 +11,76 @@
 #include "tools/cli.h"
 
 #include <getopt.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+
+/*
+ * Read bandwidth, to put tg numbers next to the memory bound: T threads each
+ * sum their share of a buffer much larger than the caches (64-bit adds the
+ * compiler vectorises), best of several passes.  Decode reads every weight
+ * once per token, so tokens/s can never exceed bandwidth / weight bytes.
+ */
+typedef struct {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} hy_bw_part_t;
+
+static void *hy_bw_worker(void *arg)
+{
+    hy_bw_part_t *w = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t i;
+
+    for (i = 0; i + 4 <= w->n; i += 4) {
+        s0 += w->p[i];
+        s1 += w->p[i + 1];
+        s2 += w->p[i + 2];
+        s3 += w->p[i + 3];
+    }
+    w->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+static double hy_bench_read_bw(int threads)
+{
+    const size_t bytes = (size_t)1 << 30, n = bytes / sizeof(uint64_t);
+    uint64_t *buf = malloc(bytes);
+    hy_bw_part_t parts[256];
+    pthread_t tid[256];
+    double best = 0;
+    int pass, t;
+
+    if (buf == NULL)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i;
+    if (threads < 1)
+        threads = 1;
+    if (threads > 256)
+        threads = 256;
+    for (pass = 0; pass < 5; pass++) {
+        double t0 = hy_cli_now_ms(), dt;
+
+        for (t = 0; t < threads; t++) {
+            parts[t].p = buf + n / threads * t;
+            parts[t].n = n / threads;
+            pthread_create(&tid[t], NULL, hy_bw_worker, &parts[t]);
+        }
+        for (t = 0; t < threads; t++)
+            pthread_join(tid[t], NULL);
+        dt = hy_cli_now_ms() - t0;
+        if (bytes / dt / 1e6 > best)
+            best = bytes / dt / 1e6;
+    }
+    /* keep the sums alive */
+    if (parts[0].sum == 42)
+        fprintf(stderr, " ");
+    free(buf);
+    return best; /* GB/s */
+}
 
 static int hy_bench_cmp(const void *a, const void *b)
 {
@@ -63,12 +131,16 @@ int hy_cmd_bench(int argc, char **argv)
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"threads", required_argument, 0, 't'},
         {"n-prompt", required_argument, 0, 'p'}, {"n-gen", required_argument, 0, 'n'},
-        {"repetitions", required_argument, 0, 'r'}, {"help", no_argument, 0, 'h'},
+        {"repetitions", required_argument, 0, 'r'}, {"membw", no_argument, 0, 'b'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *model = NULL, *threads_list = "0";
     long n_prompt = 512, n_gen = 128, reps = 5;
     char tl[256], *tok, *save;
     int opt, rc = 1;
+    bool membw = false;
+    uint64_t bw_note_wbytes = 0;
+    double bw_note_tg = 0;
 
     optind = 1;
     while ((opt = getopt_long(argc, argv, "m:t:p:n:r:h", opts, NULL)) != -1) {
@@ -78,9 +150,11 @@ int hy_cmd_bench(int argc, char **argv)
         case 'p': if (hy_cli_int("bench", "--n-prompt", optarg, 0, 65536, &n_prompt)) return 2; break;
         case 'n': if (hy_cli_int("bench", "--n-gen", optarg, 0, 65536, &n_gen)) return 2; break;
         case 'r': if (hy_cli_int("bench", "--repetitions", optarg, 1, 1000, &reps)) return 2; break;
+        case 'b': membw = true; break;
         case 'h':
-            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-r 5]\n"
-                   "  -t LIST  comma-separated thread counts (0 = all cores)\n");
+            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-r 5] [--membw]\n"
+                   "  -t LIST  comma-separated thread counts (0 = all cores)\n"
+                   "  --membw  also measure read bandwidth and tg's share of the memory bound\n");
             return 0;
         default: return 2;
         }
@@ -128,6 +202,22 @@ int hy_cmd_bench(int argc, char **argv)
                 }
             }
             qsort(v, (size_t)reps, sizeof *v, hy_bench_cmp);
+            if (pass == 1) {
+                /* every matrix is read once per decoded token; the
+                 * embedding contributes one row */
+                uint64_t wbytes = 0;
+                double med = reps % 2 ? v[reps / 2] : (v[reps / 2 - 1] + v[reps / 2]) / 2;
+
+                for (int64_t ti = 0; ti < hy_gguf_n_tensors(c.model->gguf); ti++) {
+                    const hy_gguf_tensor_t *tt = hy_gguf_tensor(c.model->gguf, ti);
+
+                    if (strcmp(tt->name, "token_embd.weight") != 0 ||
+                        c.model->output.data == c.model->tok_embd.data)
+                        wbytes += tt->nbytes;
+                }
+                bw_note_wbytes = wbytes;
+                bw_note_tg = med;
+            }
             printf("| %s | %ld | %s%ld | %.2f | %.2f | %.2f | %ld |\n", c.model->name,
                    threads, pass == 0 ? "pp" : "tg", n,
                    reps % 2 ? v[reps / 2] : (v[reps / 2 - 1] + v[reps / 2]) / 2, v[0],
@@ -143,6 +233,14 @@ fail:
             return 1;
         }
         hy_cli_close(&c);
+        if (membw && bw_note_tg > 0) {
+            double bw = hy_bench_read_bw(threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+
+            printf("\nthreads %ld: weights read per token %.1f MB; read bandwidth %.2f GB/s "
+                   "(%s threads summing 1 GiB, best of 5); bound %.1f tok/s; tg achieves %.0f%% of it\n\n",
+                   threads, bw_note_wbytes / 1e6, bw, tok, bw * 1e9 / bw_note_wbytes,
+                   100.0 * bw_note_tg * bw_note_wbytes / (bw * 1e9));
+        }
     }
     rc = 0;
     return rc;

@@ -7,6 +7,7 @@
 
 #include "tools/cli.h"
 #include "engine/sampler.h"
+#include "model/chat_template.h"
 
 #include <getopt.h>
 #include <stdlib.h>
@@ -31,7 +32,9 @@ static void hy_run_usage(FILE *f)
             "      --seed S            sampling seed (default: random)\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
             "  -c, --ctx N             context length (default: model's, at most 8192)\n"
-            "      --ignore-eos        keep generating past end-of-generation tokens\n");
+            "      --ignore-eos        keep generating past end-of-generation tokens\n"
+            "      --chat              wrap the prompt as a user message in the model's chat template\n"
+            "      --system TEXT       system message (with --chat)\n");
 }
 
 int hy_cmd_run(int argc, char **argv)
@@ -45,11 +48,14 @@ int hy_cmd_run(int argc, char **argv)
         {"presence-penalty", required_argument, 0, 6},
         {"frequency-penalty", required_argument, 0, 7}, {"seed", required_argument, 0, 8},
         {"threads", required_argument, 0, 't'}, {"ctx", required_argument, 0, 'c'},
-        {"ignore-eos", no_argument, 0, 9}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"ignore-eos", no_argument, 0, 9}, {"chat", no_argument, 0, 10},
+        {"system", required_argument, 0, 11}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *prompt = NULL, *file = NULL;
     long n_predict = 128, threads = 0, ctx = 8192, lv;
     double dv;
-    bool seeded = false, ignore_eos = false;
+    bool seeded = false, ignore_eos = false, chat = false;
+    const char *system_msg = NULL;
+    char *rendered = NULL;
     hy_sampling_t sp;
     hy_runner_opts_t ro;
     hy_cli_ctx_t c;
@@ -98,6 +104,8 @@ int hy_cmd_run(int argc, char **argv)
             break;
         }
         case 9: ignore_eos = true; break;
+        case 10: chat = true; break;
+        case 11: system_msg = optarg; break;
         case 'h': hy_run_usage(stdout); return 0;
         default: hy_run_usage(stderr); return 2;
         }
@@ -142,6 +150,11 @@ int hy_cmd_run(int argc, char **argv)
     }
     if (hy_sampler_create(&smp, &sp, c.model->n_vocab, err) != HY_OK)
         goto fail;
+    if (chat) {
+        if (hy_cli_chat_render(&c, system_msg, prompt, &rendered, &plen, err) != HY_OK)
+            goto fail;
+        prompt = rendered;
+    }
     if (hy_tok_encode_alloc(c.tok, prompt, plen, true, true, &ids, &n_ids, err) != HY_OK)
         goto fail;
     if (n_ids == 0) {
@@ -218,6 +231,7 @@ out:
     free(ids);
     free(logits);
     free(pbuf);
+    free(rendered);
     hy_cli_close(&c);
     return rc;
 }

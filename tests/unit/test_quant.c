@@ -328,18 +328,78 @@ static double deq_act(hy_dtype_t at, const void *x, int64_t i)
         const hy_block_q8_k_t *b = (const hy_block_q8_k_t *)x + i / 256;
         return (double)b->d * b->qs[i % 256];
     }
+    case HY_DTYPE_Q8_2L: {
+        const hy_block_q8_2l_t *b = (const hy_block_q8_2l_t *)x + i / 32;
+        return (double)b->d * (255 * b->hi[i % 32] + b->lo[i % 32]);
+    }
+    case HY_DTYPE_Q8_K2L: {
+        const hy_block_q8_k2l_t *b = (const hy_block_q8_k2l_t *)x + i / 256;
+        return (double)b->d * (255 * b->hi[i % 256] + b->lo[i % 256]);
+    }
     default: return NAN;
     }
 }
 
 enum { NW = 5, NX = 6, S_STRIDE = 7 };
 
-static void test_type_isa(hy_dtype_t t, hy_isa_t isa)
+/* Checks of the two-level block fields that the dots rely on: hi/lo in
+ * [-127, 127], vsum/bsums the sums of v, s the float sum of the inputs,
+ * and every v within d/2 of x (plus the float rounding of x*(1/d)). */
+static int check_2l(hy_dtype_t at, const void *x, const float *xf, int64_t n)
+{
+    int bad = 0;
+    int64_t bs = at == HY_DTYPE_Q8_2L ? 32 : 256;
+
+    for (int64_t b = 0; b < n / bs; b++) {
+        const int8_t *hi, *lo;
+        float d;
+        long gs[16] = {0}, vs = 0;
+        double fs = 0.0;
+        if (at == HY_DTYPE_Q8_2L) {
+            const hy_block_q8_2l_t *q = (const hy_block_q8_2l_t *)x + b;
+            hi = q->hi;
+            lo = q->lo;
+            d = q->d;
+        } else {
+            const hy_block_q8_k2l_t *q = (const hy_block_q8_k2l_t *)x + b;
+            hi = q->hi;
+            lo = q->lo;
+            d = q->d;
+        }
+        for (int64_t j = 0; j < bs; j++) {
+            int v = 255 * hi[j] + lo[j];
+            float xv = xf[b * bs + j];
+            if (hi[j] < -127 || lo[j] < -127 || fabs((double)d * v - xv) > 0.51 * d)
+                bad++;
+            gs[j / 16] += v;
+            vs += v;
+            fs += xv;
+        }
+        if (at == HY_DTYPE_Q8_2L) {
+            const hy_block_q8_2l_t *q = (const hy_block_q8_2l_t *)x + b;
+            if (q->vsum != vs || fabs(q->s - fs) > 1e-6 * (fabs(fs) + 32 * d * HY_Q8_2L_VMAX))
+                bad++;
+        } else {
+            const hy_block_q8_k2l_t *q = (const hy_block_q8_k2l_t *)x + b;
+            for (int g = 0; g < 16; g++)
+                if (q->bsums[g] != gs[g])
+                    bad++;
+        }
+    }
+    return bad;
+}
+
+/* legacy: the single-level ggml partners of hy_quant_traits_q8 */
+static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
 {
     const hy_dtype_info_t *info = hy_dtype_info(t);
-    const hy_quant_traits_t *tr = hy_quant_traits(t);
-    const hy_quant_traits_t *ref = &hy_quant_scalar_kernels[t].traits;
-    hy_quant_tile_fn_t tile = hy_quant_vec_dot_tile(t);
+    const hy_quant_traits_t *tr = legacy ? hy_quant_traits_q8(t) : hy_quant_traits(t);
+    const hy_quant_traits_t *ref = legacy && hy_quant_scalar_kernels_q8[t].traits.vec_dot
+                                       ? &hy_quant_scalar_kernels_q8[t].traits
+                                       : &hy_quant_scalar_kernels[t].traits;
+    hy_quant_tile_fn_t tile = legacy ? hy_quant_vec_dot_tile_q8(t) : hy_quant_vec_dot_tile(t);
+    int two = 0, fields_bad = 0;
+    double worst_f = 0.0, worst_b = 0.0, worst_o = 0.0;
     const int64_t lens_q[] = {64, 96, 4096}, lens_k[] = {512, 768, 4096},
                   lens_f[] = {67, 96, 4096};
     const int64_t *lens = info->block == 256 ? lens_k : info->block == 32 ? lens_q : lens_f;
@@ -350,24 +410,33 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa)
         HY_T_OK(0, "%s/%s: no kernels", info->name, hy_isa_name(isa));
         return;
     }
+    two = tr->vec_dot_type == HY_DTYPE_Q8_2L || tr->vec_dot_type == HY_DTYPE_Q8_K2L;
+    if (legacy && tr->vec_dot_type == HY_DTYPE_F32)
+        return; /* float types: same kernels as the default, tested there */
     for (int li = 0; li < 3; li++) {
         int64_t n = lens[li];
         size_t wb = hy_dtype_row_bytes(t, n), xb = hy_dtype_row_bytes(tr->vec_dot_type, n);
         uint8_t *w = malloc(wb * NW), *x = malloc(xb * NX), *xr = malloc(xb);
-        float *xf = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
+        float *xfa = malloc((size_t)n * NX * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
         float *yr = malloc((size_t)n * sizeof(float)), s[NX * S_STRIDE], d1;
 
         for (int r = 0; r < NW; r++)
             make_weights(t, w + r * wb, n);
         for (int c = 0; c < NX; c++) {
+            float *xf = xfa + c * n;
             for (int64_t i = 0; i < n; i++)
                 xf[i] = rng_f(-2.0f, 2.0f) * (c == 3 ? 1e-3f : 1.0f);
             if (c == 5)
                 memset(xf, 0, 32 * sizeof(float)); /* an all-zero block: d = 0 */
+            if (c == 4 && !legacy) /* LLM-style outlier channels: a few large values */
+                for (int64_t i = 7; i < n; i += 61)
+                    xf[i] = (i % 2 ? -40.0f : 55.0f) + rng_f(0.0f, 1.0f);
             tr->from_float(xf, x + c * xb, n);
             ref->from_float(xf, xr, n);
             if (memcmp(xr, x + c * xb, xb) != 0)
                 act_bad++;
+            if (two)
+                fields_bad += check_2l(tr->vec_dot_type, x + c * xb, xf, n);
         }
         for (int r = 0; r < NW; r++) {
             tr->to_float(w + r * wb, y, n);
@@ -381,19 +450,59 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa)
                     dot += p;
                     mag += fabs(p);
                 }
-                if (t == HY_DTYPE_Q4_1) {
+                if (t == HY_DTYPE_Q4_1 && !two) {
                     /* Q8_1's s = f16(d*sum q) with unrounded d: two f16
-                     * roundings (2^-11 each) enter through the m*s term */
+                     * roundings (2^-11 each, or 2^-25 absolute where d or s
+                     * is a subnormal half) enter through the m*s term */
                     for (int64_t b = 0; b < n / 32; b++) {
                         const hy_block_q4_1_t *wb1 = (const hy_block_q4_1_t *)(w + r * wb) + b;
                         const hy_block_q8_1_t *xb1 = (const hy_block_q8_1_t *)(x + c * xb) + b;
-                        slack += fabs(hy_f16_to_f32(wb1->m) * hy_f16_to_f32(xb1->s)) * 0x1.2p-10;
+                        int qsum = 0;
+                        for (int j = 0; j < 32; j++)
+                            qsum += xb1->qs[j];
+                        slack += fabs(hy_f16_to_f32(wb1->m)) *
+                                 (fabs(hy_f16_to_f32(xb1->s)) * 0x1.2p-10 +
+                                  0x1p-25 * (1.0 + abs(qsum)));
+                    }
+                }
+                if (t == HY_DTYPE_Q4_1 && two) {
+                    /* the m*sum(x) term uses the float sum of the inputs */
+                    dot = mag = 0.0;
+                    for (int64_t i = 0; i < n; i++) {
+                        const hy_block_q4_1_t *wb1 = (const hy_block_q4_1_t *)(w + r * wb) + i / 32;
+                        double mw = hy_f16_to_f32(wb1->m), p;
+                        p = ((double)yr[i] - mw) * deq_act(tr->vec_dot_type, x + c * xb, i) +
+                            mw * xfa[c * n + i];
+                        dot += p;
+                        mag += fabs((double)yr[i] * deq_act(tr->vec_dot_type, x + c * xb, i));
                     }
                 }
                 tr->vec_dot(n, &d1, w + r * wb, x + c * xb);
                 double err = fabs(d1 - dot) / (1e-5 * mag + slack + 1e-30);
                 if (!(err <= worst))
                     worst = err;  /* also catches nan */
+                if (two) {
+                    /* against the unquantized activations: within the
+                     * rounding bound sum|w|*d/2 always, and (rows without
+                     * outliers) within 2e-5 of sum|w*x| (typically ~2e-6;
+                     * 64-element rows of Q4_1 reach ~1.2e-5) */
+                    double df = 0.0, mf = 0.0, bound = 0.0;
+                    int64_t bs = info->block == 256 ? 256 : 32;
+                    for (int64_t i = 0; i < n; i++) {
+                        const uint8_t *xc = x + c * xb + (i / bs) * (xb / (n / bs));
+                        df += (double)yr[i] * xfa[c * n + i];
+                        mf += fabs((double)yr[i] * xfa[c * n + i]);
+                        bound += fabs((double)yr[i]) * 0.51 * *(const float *)xc;
+                    }
+                    err = fabs(d1 - df) / (bound + 2e-7 * mf + 1e-30);
+                    if (!(err <= worst_b))
+                        worst_b = err;
+                    err = fabs(d1 - df) / (2e-5 * mf + 1e-30);
+                    if (c != 4 && !(err <= worst_f))
+                        worst_f = err;
+                    if (c == 4 && !(err <= worst_o))
+                        worst_o = err;
+                }
             }
         }
         /* tile over all rows must equal vec_dot bit for bit */
@@ -409,17 +518,28 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa)
         for (int c = 0; c < NX; c++)
             if (s[c * S_STRIDE + NW] != -1.0f)
                 tile_bad++;
-        free(w); free(x); free(xr); free(xf); free(y); free(yr);
+        free(w); free(x); free(xr); free(xfa); free(y); free(yr);
     }
-    HY_T_OK(deq_bad == 0, "%s/%s: to_float == scalar reference bit for bit (%d rows differ)",
+    if (two) {
+        HY_T_OK(fields_bad == 0, "%s/%s: %s fields: |hi|,|lo| <= 127, sums exact, |d*v - x| "
+                "<= d/2 (%d bad)", info->name, hy_isa_name(isa),
+                hy_dtype_info(tr->vec_dot_type)->name, fields_bad);
+        HY_T_OK(worst_b <= 1.0, "%s/%s: vec_dot vs double dot of float activations, worst "
+                "error %.3g of sum|w|*d/2 + 2e-7*sum|w*x|", info->name, hy_isa_name(isa), worst_b);
+        HY_T_OK(worst_f <= 1.0, "%s/%s: same, rows without outliers: worst error %.3g of "
+                "2e-5*sum|w*x| (outlier row: %.3g)", info->name, hy_isa_name(isa), worst_f,
+                worst_o);
+    }
+    if (!legacy)
+        HY_T_OK(deq_bad == 0, "%s/%s: to_float == scalar reference bit for bit (%d rows differ)",
             info->name, hy_isa_name(isa), deq_bad);
-    HY_T_OK(act_bad == 0, "%s/%s: from_float (%s) == scalar reference bytes (%d rows differ)",
-            info->name, hy_isa_name(isa), hy_dtype_info(tr->vec_dot_type)->name, act_bad);
-    HY_T_OK(worst <= 1.0, "%s/%s: vec_dot vs double dot, worst error %.3g of tolerance "
-            "(1e-5*sum|w*x|%s)", info->name, hy_isa_name(isa), worst,
-            t == HY_DTYPE_Q4_1 ? " + f16 rounding of s" : "");
-    HY_T_OK(tile_bad == 0, "%s/%s: tile 5x6 == vec_dot per element (%d differ)",
-            info->name, hy_isa_name(isa), tile_bad);
+    HY_T_OK(act_bad == 0, "%s/%s%s: from_float (%s) == scalar reference bytes (%d rows differ)",
+            info->name, hy_isa_name(isa), legacy ? "/q8" : "", hy_dtype_info(tr->vec_dot_type)->name, act_bad);
+    HY_T_OK(worst <= 1.0, "%s/%s%s: vec_dot vs double dot, worst error %.3g of tolerance "
+            "(1e-5*sum|w*x|%s)", info->name, hy_isa_name(isa), legacy ? "/q8" : "", worst,
+            t == HY_DTYPE_Q4_1 && !two ? " + f16 rounding of s" : "");
+    HY_T_OK(tile_bad == 0, "%s/%s%s: tile 5x6 == vec_dot per element (%d differ)",
+            info->name, hy_isa_name(isa), legacy ? "/q8" : "", tile_bad);
 }
 
 static void test_errors(void)
@@ -457,8 +577,10 @@ int main(void)
                     hy_isa_name((hy_isa_t)isa), hy_isa_name((hy_isa_t)isa));
             continue;
         }
-        for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++)
-            test_type_isa(types[ti], (hy_isa_t)isa);
+        for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++) {
+            test_type_isa(types[ti], (hy_isa_t)isa, 0);
+            test_type_isa(types[ti], (hy_isa_t)isa, 1);
+        }
     }
     return hy_t_done();
 }

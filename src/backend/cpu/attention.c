@@ -32,6 +32,8 @@
 
 /* ---- vector helpers (chosen once by ISA) ---------------------------------- */
 
+struct hy_attn_lanes;
+
 /* Kernels over one page of keys for one query, so the indirect call is paid
  * per page and the per-key work inlines within one ISA. */
 typedef struct {
@@ -43,6 +45,9 @@ typedef struct {
     void (*pv)(float *acc, const float *p, const float *V, int n, int hdv);
     /* y *= a */
     void (*scale)(float *y, float a, int n);
+    /* small heads: one page folded into 16 queries' state (below) */
+    void (*lanes)(struct hy_attn_lanes *a, const float *K, const float *V, int n,
+                  int32_t jpos0);
 } hy_attn_vec_t;
 
 #define HY_ATTN_BLOCK_KERNELS(sfx, attr)                                        \
@@ -96,6 +101,83 @@ static float hy_attn_expsum_c(float *s, int n, float m)
 }
 
 HY_ATTN_BLOCK_KERNELS(c, )
+
+/* Small heads (hd, hdv <= HY_ATTN_LANE_HEAD): a dot product of 8 floats
+ * fills half a vector and then pays a horizontal sum per key, so instead
+ * 16 queries sit in the SIMD lanes and everything runs down the keys:
+ * S[j][lane] = sum_d K[j][d] Qt[d][lane], a per-lane online softmax, and
+ * accT[d][lane] += V[j][d] P[j][lane] -- vertical operations only.  Each
+ * lane's arithmetic is independent of the other lanes, so a query gets the
+ * same bits whether it is decoded alone or prefilled in a block. */
+#define HY_ATTN_LANES 16
+#define HY_ATTN_LANE_HEAD 16
+
+typedef struct hy_attn_lanes {
+    const float *Qt;      /* [hd][16] queries times the scale, padding lanes 0 */
+    const int32_t *qpos;  /* [16] query positions, -1 in padding lanes */
+    const int32_t *qlo;   /* [16] first position each query may see */
+    int hd, hdv;
+    float softcap;
+    float *m, *l, *accT;  /* [16], [16], [hdv][16]: running max, sum, output */
+    float *S;             /* [page_tokens][16] scores, then weights */
+} hy_attn_lanes_t;
+
+/* s = softcap * tanh(s / softcap) on n rows of raw scores. */
+static void hy_attn_lanes_softcap(hy_attn_lanes_t *a, int n)
+{
+    for (int i = 0; i < n * HY_ATTN_LANES; i++)
+        a->S[i] = a->softcap * tanhf(a->S[i] / a->softcap);
+}
+
+/* One page's keys K[0..n) (positions jpos0..) folded into the lanes' state. */
+static void hy_attn_lanes_c(hy_attn_lanes_t *a, const float *K, const float *V, int n,
+                            int32_t jpos0)
+{
+    const int hd = a->hd, hdv = a->hdv;
+    float mn[HY_ATTN_LANES], c[HY_ATTN_LANES];
+    int j, d, i;
+
+    for (i = 0; i < HY_ATTN_LANES; i++)
+        mn[i] = a->m[i];
+    for (j = 0; j < n; j++) {
+        float *sr = a->S + (size_t)j * HY_ATTN_LANES;
+        for (i = 0; i < HY_ATTN_LANES; i++)
+            sr[i] = 0.0f;
+        for (d = 0; d < hd; d++)
+            for (i = 0; i < HY_ATTN_LANES; i++)
+                sr[i] = fmaf(K[(size_t)j * hd + d], a->Qt[(size_t)d * HY_ATTN_LANES + i], sr[i]);
+    }
+    if (a->softcap > 0.0f)
+        hy_attn_lanes_softcap(a, n);
+    for (j = 0; j < n; j++) {
+        float *sr = a->S + (size_t)j * HY_ATTN_LANES;
+        for (i = 0; i < HY_ATTN_LANES; i++) {
+            if (jpos0 + j > a->qpos[i] || jpos0 + j < a->qlo[i])
+                sr[i] = -INFINITY;
+            mn[i] = HY_MAX(mn[i], sr[i]);
+        }
+    }
+    for (i = 0; i < HY_ATTN_LANES; i++) {
+        c[i] = mn[i] == -INFINITY ? 1.0f : expf(a->m[i] - mn[i]);
+        a->l[i] *= c[i];
+        a->m[i] = mn[i];
+    }
+    for (j = 0; j < n; j++) {
+        float *sr = a->S + (size_t)j * HY_ATTN_LANES;
+        for (i = 0; i < HY_ATTN_LANES; i++) {
+            sr[i] = sr[i] == -INFINITY ? 0.0f : expf(sr[i] - mn[i]);
+            a->l[i] += sr[i];
+        }
+    }
+    for (d = 0; d < hdv; d++) {
+        float *o = a->accT + (size_t)d * HY_ATTN_LANES;
+        for (i = 0; i < HY_ATTN_LANES; i++)
+            o[i] *= c[i];
+        for (j = 0; j < n; j++)
+            for (i = 0; i < HY_ATTN_LANES; i++)
+                o[i] = fmaf(V[(size_t)j * hdv + d], a->S[(size_t)j * HY_ATTN_LANES + i], o[i]);
+    }
+}
 
 #ifdef HY_ATTN_X86
 __attribute__((target("avx2,fma")))
@@ -278,6 +360,170 @@ static float hy_attn_expsum_avx2(float *s, int n, float m)
 
 HY_ATTN_BLOCK_KERNELS(avx2, __attribute__((target("avx2,fma"))))
 HY_ATTN_BLOCK_KERNELS(avx512, __attribute__((target("avx512f"))))
+
+/* ---- small heads: 16 queries in the SIMD lanes (see hy_attn_lanes_t) ---- */
+
+__attribute__((target("avx512f")))
+static void hy_attn_lanes_avx512(hy_attn_lanes_t *a, const float *K, const float *V, int n,
+                                 int32_t jpos0)
+{
+    const int hd = a->hd, hdv = a->hdv;
+    const __m512i qpos = _mm512_loadu_si512(a->qpos), qlo = _mm512_loadu_si512(a->qlo);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mmax = ninf;
+    int j = 0, d;
+
+    /* scores, four keys at a time sharing each query column; every key's
+     * dot product is one chain over d, whatever the blocking */
+    for (; j + 4 <= n; j += 4) {
+        const float *k0 = K + (size_t)j * hd;
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        for (d = 0; d < hd; d++) {
+            __m512 q = _mm512_loadu_ps(a->Qt + (size_t)d * HY_ATTN_LANES);
+            s0 = _mm512_fmadd_ps(_mm512_set1_ps(k0[d]), q, s0);
+            s1 = _mm512_fmadd_ps(_mm512_set1_ps(k0[hd + d]), q, s1);
+            s2 = _mm512_fmadd_ps(_mm512_set1_ps(k0[2 * hd + d]), q, s2);
+            s3 = _mm512_fmadd_ps(_mm512_set1_ps(k0[3 * hd + d]), q, s3);
+        }
+        _mm512_storeu_ps(a->S + (size_t)j * HY_ATTN_LANES, s0);
+        _mm512_storeu_ps(a->S + (size_t)(j + 1) * HY_ATTN_LANES, s1);
+        _mm512_storeu_ps(a->S + (size_t)(j + 2) * HY_ATTN_LANES, s2);
+        _mm512_storeu_ps(a->S + (size_t)(j + 3) * HY_ATTN_LANES, s3);
+    }
+    for (; j < n; j++) {
+        const float *kj = K + (size_t)j * hd;
+        __m512 s0 = _mm512_setzero_ps();
+        for (d = 0; d < hd; d++)
+            s0 = _mm512_fmadd_ps(_mm512_set1_ps(kj[d]),
+                                 _mm512_loadu_ps(a->Qt + (size_t)d * HY_ATTN_LANES), s0);
+        _mm512_storeu_ps(a->S + (size_t)j * HY_ATTN_LANES, s0);
+    }
+    if (a->softcap > 0.0f)
+        hy_attn_lanes_softcap(a, n);
+    for (j = 0; j < n; j++) {
+        float *sr = a->S + (size_t)j * HY_ATTN_LANES;
+        __m512i jp = _mm512_set1_epi32(jpos0 + j);
+        __mmask16 ok = _mm512_cmple_epi32_mask(jp, qpos) & _mm512_cmpge_epi32_mask(jp, qlo);
+        __m512 s = _mm512_mask_blend_ps(ok, ninf, _mm512_loadu_ps(sr));
+        _mm512_storeu_ps(sr, s);
+        mmax = _mm512_max_ps(mmax, s);
+    }
+
+    /* online softmax per lane: rescale what came before if the max grew */
+    __m512 m = _mm512_loadu_ps(a->m), mn = _mm512_max_ps(m, mmax);
+    __mmask16 empty = _mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ);
+    __m512 c = _mm512_mask_blend_ps(empty, hy_attn_exp_avx512(_mm512_sub_ps(m, mn)),
+                                    _mm512_set1_ps(1.0f));
+    __m512 l = _mm512_mul_ps(_mm512_loadu_ps(a->l), c);
+    for (j = 0; j < n; j++) {
+        float *sr = a->S + (size_t)j * HY_ATTN_LANES;
+        __m512 s = _mm512_loadu_ps(sr);
+        __mmask16 ok = _mm512_cmp_ps_mask(s, ninf, _CMP_NEQ_OQ);
+        __m512 p = _mm512_maskz_mov_ps(ok, hy_attn_exp_avx512(_mm512_sub_ps(s, mn)));
+        _mm512_storeu_ps(sr, p);
+        l = _mm512_add_ps(l, p);
+    }
+    _mm512_storeu_ps(a->m, mn);
+    _mm512_storeu_ps(a->l, l);
+
+    /* accT[d] = c accT[d] + sum_j V[j][d] P[j], four value columns at a time */
+    for (d = 0; d + 4 <= hdv; d += 4) {
+        float *o = a->accT + (size_t)d * HY_ATTN_LANES;
+        __m512 o0 = _mm512_mul_ps(_mm512_loadu_ps(o), c);
+        __m512 o1 = _mm512_mul_ps(_mm512_loadu_ps(o + HY_ATTN_LANES), c);
+        __m512 o2 = _mm512_mul_ps(_mm512_loadu_ps(o + 2 * HY_ATTN_LANES), c);
+        __m512 o3 = _mm512_mul_ps(_mm512_loadu_ps(o + 3 * HY_ATTN_LANES), c);
+        for (j = 0; j < n; j++) {
+            const float *vj = V + (size_t)j * hdv + d;
+            __m512 p = _mm512_loadu_ps(a->S + (size_t)j * HY_ATTN_LANES);
+            o0 = _mm512_fmadd_ps(_mm512_set1_ps(vj[0]), p, o0);
+            o1 = _mm512_fmadd_ps(_mm512_set1_ps(vj[1]), p, o1);
+            o2 = _mm512_fmadd_ps(_mm512_set1_ps(vj[2]), p, o2);
+            o3 = _mm512_fmadd_ps(_mm512_set1_ps(vj[3]), p, o3);
+        }
+        _mm512_storeu_ps(o, o0);
+        _mm512_storeu_ps(o + HY_ATTN_LANES, o1);
+        _mm512_storeu_ps(o + 2 * HY_ATTN_LANES, o2);
+        _mm512_storeu_ps(o + 3 * HY_ATTN_LANES, o3);
+    }
+    for (; d < hdv; d++) {
+        float *o = a->accT + (size_t)d * HY_ATTN_LANES;
+        __m512 o0 = _mm512_mul_ps(_mm512_loadu_ps(o), c);
+        for (j = 0; j < n; j++)
+            o0 = _mm512_fmadd_ps(_mm512_set1_ps(V[(size_t)j * hdv + d]),
+                                 _mm512_loadu_ps(a->S + (size_t)j * HY_ATTN_LANES), o0);
+        _mm512_storeu_ps(o, o0);
+    }
+}
+
+/* The AVX2 form: the 16 lanes as two independent halves of 8. */
+__attribute__((target("avx2,fma")))
+static void hy_attn_lanes_avx2(hy_attn_lanes_t *a, const float *K, const float *V, int n,
+                               int32_t jpos0)
+{
+    const int hd = a->hd, hdv = a->hdv;
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    int j, d;
+
+    if (a->softcap > 0.0f) {
+        /* raw scores of both halves first, then the cap, as the AVX-512 form */
+        for (j = 0; j < n; j++)
+            for (int h = 0; h < 2; h++) {
+                __m256 s0 = _mm256_setzero_ps();
+                for (d = 0; d < hd; d++)
+                    s0 = _mm256_fmadd_ps(_mm256_set1_ps(K[(size_t)j * hd + d]),
+                                         _mm256_loadu_ps(a->Qt + (size_t)d * HY_ATTN_LANES + 8 * h), s0);
+                _mm256_storeu_ps(a->S + (size_t)j * HY_ATTN_LANES + 8 * h, s0);
+            }
+        hy_attn_lanes_softcap(a, n);
+    }
+    for (int h = 0; h < 2; h++) {
+        const __m256i qpos = _mm256_loadu_si256((const __m256i *)(a->qpos + 8 * h));
+        const __m256i qlo = _mm256_loadu_si256((const __m256i *)(a->qlo + 8 * h));
+        float *S = a->S + 8 * h;
+        __m256 mmax = ninf;
+
+        for (j = 0; j < n; j++) {
+            __m256 s;
+            if (a->softcap > 0.0f) {
+                s = _mm256_loadu_ps(S + (size_t)j * HY_ATTN_LANES);
+            } else {
+                const float *kj = K + (size_t)j * hd;
+                s = _mm256_setzero_ps();
+                for (d = 0; d < hd; d++)
+                    s = _mm256_fmadd_ps(_mm256_set1_ps(kj[d]),
+                                        _mm256_loadu_ps(a->Qt + (size_t)d * HY_ATTN_LANES + 8 * h), s);
+            }
+            __m256i jp = _mm256_set1_epi32(jpos0 + j);
+            __m256i bad = _mm256_or_si256(_mm256_cmpgt_epi32(jp, qpos), _mm256_cmpgt_epi32(qlo, jp));
+            s = _mm256_blendv_ps(s, ninf, _mm256_castsi256_ps(bad));
+            _mm256_storeu_ps(S + (size_t)j * HY_ATTN_LANES, s);
+            mmax = _mm256_max_ps(mmax, s);
+        }
+        __m256 m = _mm256_loadu_ps(a->m + 8 * h), mn = _mm256_max_ps(m, mmax);
+        __m256 empty = _mm256_cmp_ps(mn, ninf, _CMP_EQ_OQ);
+        __m256 c = _mm256_blendv_ps(hy_attn_exp_avx2(_mm256_sub_ps(m, mn)), _mm256_set1_ps(1.0f),
+                                    empty);
+        __m256 l = _mm256_mul_ps(_mm256_loadu_ps(a->l + 8 * h), c);
+        for (j = 0; j < n; j++) {
+            __m256 s = _mm256_loadu_ps(S + (size_t)j * HY_ATTN_LANES);
+            __m256 ok = _mm256_cmp_ps(s, ninf, _CMP_NEQ_OQ);
+            __m256 p = _mm256_and_ps(ok, hy_attn_exp_avx2(_mm256_sub_ps(s, mn)));
+            _mm256_storeu_ps(S + (size_t)j * HY_ATTN_LANES, p);
+            l = _mm256_add_ps(l, p);
+        }
+        _mm256_storeu_ps(a->m + 8 * h, mn);
+        _mm256_storeu_ps(a->l + 8 * h, l);
+        for (d = 0; d < hdv; d++) {
+            float *o = a->accT + (size_t)d * HY_ATTN_LANES + 8 * h;
+            __m256 o0 = _mm256_mul_ps(_mm256_loadu_ps(o), c);
+            for (j = 0; j < n; j++)
+                o0 = _mm256_fmadd_ps(_mm256_set1_ps(V[(size_t)j * hdv + d]),
+                                     _mm256_loadu_ps(S + (size_t)j * HY_ATTN_LANES), o0);
+            _mm256_storeu_ps(o, o0);
+        }
+    }
+}
 #endif
 
 /* -1: the CPU's best; tests pin lower levels to cover every variant. */
@@ -293,18 +539,19 @@ int hy_cpu_attn_set_isa(hy_isa_t isa)
 
 static hy_attn_vec_t hy_attn_vec(void)
 {
-    hy_attn_vec_t v = {hy_attn_qk_c, hy_attn_expsum_c, hy_attn_pv_c, hy_attn_scale_c};
+    hy_attn_vec_t v = {hy_attn_qk_c, hy_attn_expsum_c, hy_attn_pv_c, hy_attn_scale_c,
+                       hy_attn_lanes_c};
     int pin = __atomic_load_n(&hy_attn_isa_pin, __ATOMIC_RELAXED);
 
 #ifdef HY_ATTN_X86
     switch (pin >= 0 ? (hy_isa_t)pin : hy_cpu_isa()) {
     case HY_ISA_AVX512:
         v = (hy_attn_vec_t){hy_attn_qk_avx512, hy_attn_expsum_avx512, hy_attn_pv_avx512,
-                            hy_attn_scale_avx512};
+                            hy_attn_scale_avx512, hy_attn_lanes_avx512};
         break;
     case HY_ISA_AVX2:
         v = (hy_attn_vec_t){hy_attn_qk_avx2, hy_attn_expsum_avx2, hy_attn_pv_avx2,
-                            hy_attn_scale_avx2};
+                            hy_attn_scale_avx2, hy_attn_lanes_avx2};
         break;
     default:
         break;
@@ -428,6 +675,7 @@ typedef struct {
     int group;                     /* query heads per kv head */
     int n_hsplit;                  /* units a group of heads is split into */
     int heads_per_unit;
+    int lanes;                     /* small heads: hy_attn_unit_lanes */
     const int64_t *unit_start;     /* [n_seqs + 1] first unit of each sequence */
     int64_t n_units;
     size_t scratch_floats;         /* per thread */
@@ -466,6 +714,76 @@ static void hy_attn_write_worker(void *arg, int ith, int nth)
                     hy_quant_quantize_row(cpu->kv.type, vs, vd, hdv);
                 }
             }
+        }
+    }
+}
+
+/* A unit of small heads (see hy_attn_lanes_t): its queries 16 at a time,
+ * each group sweeping the pages any of them can see. */
+static void hy_attn_unit_lanes(hy_attn_job_t *j, float *scr, const hy_batch_seq_t *sq,
+                               int32_t t0, int32_t t1, int32_t g, int32_t h0, int32_t h1)
+{
+    hy_cpu_t *cpu = j->cpu;
+    const hy_attn_params_t *p = j->p;
+    const int32_t *pos = j->b->pos;
+    int32_t pt = cpu->kv.page_tokens, hd = p->head_dim, hdv = p->head_dim_v;
+    int32_t nh = h1 - h0, nq = (t1 - t0) * nh;
+    int is_f32 = cpu->kv.type == HY_DTYPE_F32;
+    float *kbuf = scr, *vbuf = kbuf + (size_t)pt * hd, *S = vbuf + (size_t)pt * hdv;
+    float *Qt = S + (size_t)pt * HY_ATTN_LANES, *m = Qt + (size_t)hd * HY_ATTN_LANES;
+    float *l = m + HY_ATTN_LANES, *accT = l + HY_ATTN_LANES;
+    int32_t qpos[HY_ATTN_LANES], qlo[HY_ATTN_LANES];
+    hy_attn_lanes_t a = {Qt, qpos, qlo, hd, hdv, p->softcap, m, l, accT, S};
+
+    for (int32_t q0 = 0; q0 < nq; q0 += HY_ATTN_LANES) {
+        int32_t kmin = INT32_MAX, kmax = -1, nl = HY_MIN(HY_ATTN_LANES, nq - q0);
+
+        memset(Qt, 0, sizeof(float) * (size_t)hd * HY_ATTN_LANES);
+        memset(accT, 0, sizeof(float) * (size_t)hdv * HY_ATTN_LANES);
+        for (int32_t i = 0; i < HY_ATTN_LANES; i++) {
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+            qpos[i] = -1;
+            qlo[i] = 0;
+        }
+        for (int32_t i = 0; i < nl; i++) {
+            int32_t t = t0 + (q0 + i) / nh, h = h0 + (q0 + i) % nh;
+            const float *qv = j->q + ((size_t)t * p->n_head + h) * hd;
+            for (int32_t d = 0; d < hd; d++)
+                Qt[(size_t)d * HY_ATTN_LANES + i] = qv[d] * p->scale;
+            qpos[i] = pos[t];
+            qlo[i] = p->window > 0 ? HY_MAX(0, pos[t] - p->window + 1) : 0;
+            kmin = HY_MIN(kmin, qlo[i]);
+            kmax = HY_MAX(kmax, qpos[i]);
+        }
+        for (int32_t pi = kmin / pt; pi <= kmax / pt; pi++) {
+            size_t page = (size_t)sq->pages[pi];
+            int32_t j0 = pi * pt, c0 = HY_MAX(j0, kmin) - j0, c1 = HY_MIN(j0 + pt, kmax + 1) - j0;
+            const uint8_t *kp = cpu->k_pages[j->layer] + page * cpu->k_page_bytes +
+                                (size_t)g * pt * cpu->k_row_bytes;
+            const uint8_t *vp = cpu->v_pages[j->layer] + page * cpu->v_page_bytes +
+                                (size_t)g * pt * cpu->v_row_bytes;
+            const float *K, *V;
+
+            if (is_f32) {
+                K = (const float *)kp;
+                V = (const float *)vp;
+            } else {
+                j->tr->to_float(kp + (size_t)c0 * cpu->k_row_bytes, kbuf + (size_t)c0 * hd,
+                                (int64_t)(c1 - c0) * hd);
+                j->tr->to_float(vp + (size_t)c0 * cpu->v_row_bytes, vbuf + (size_t)c0 * hdv,
+                                (int64_t)(c1 - c0) * hdv);
+                K = kbuf;
+                V = vbuf;
+            }
+            j->vec.lanes(&a, K + (size_t)c0 * hd, V + (size_t)c0 * hdv, c1 - c0, j0 + c0);
+        }
+        for (int32_t i = 0; i < nl; i++) {
+            int32_t t = t0 + (q0 + i) / nh, h = h0 + (q0 + i) % nh;
+            float *o = j->out + ((size_t)t * p->n_head + h) * hdv;
+            float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+            for (int32_t d = 0; d < hdv; d++)
+                o[d] = accT[(size_t)d * HY_ATTN_LANES + i] * inv;
         }
     }
 }
@@ -594,7 +912,9 @@ static void hy_attn_worker(void *arg, int ith, int nth)
         int32_t h1 = HY_MIN(h0 + j->heads_per_unit, (g + 1) * j->group);
         int32_t t0 = sq->first + qb * HY_ATTN_QBLOCK;
         int32_t t1 = HY_MIN(t0 + HY_ATTN_QBLOCK, sq->first + sq->n);
-        if (h0 < h1)
+        if (h0 < h1 && j->lanes)
+            hy_attn_unit_lanes(j, scr, sq, t0, t1, g, h0, h1);
+        else if (h0 < h1)
             hy_attn_unit(j, scr, sq, t0, t1, g, h0, h1);
     }
 }
@@ -719,6 +1039,11 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b,
     int64_t nq = (int64_t)HY_ATTN_QBLOCK * j.heads_per_unit;
     j.scratch_floats = (size_t)cpu->kv.page_tokens * (p->head_dim + p->head_dim_v + 1) +
                        (size_t)nq * (2 + p->head_dim_v);
+    j.lanes = p->head_dim <= HY_ATTN_LANE_HEAD && p->head_dim_v <= HY_ATTN_LANE_HEAD;
+    if (j.lanes)
+        j.scratch_floats = (size_t)cpu->kv.page_tokens * (p->head_dim + p->head_dim_v +
+                                                          HY_ATTN_LANES) +
+                           (size_t)HY_ATTN_LANES * (p->head_dim + p->head_dim_v + 2);
     j.scratch_floats = (j.scratch_floats + 15) & ~(size_t)15;
     nth = (int)HY_MIN((int64_t)nth, j.n_units);
     if (j.scratch_floats * (size_t)nth > cpu->attn_scratch_floats) {

@@ -3,8 +3,10 @@
  * flags in their own convenience library.  Q4_0/Q4_1/Q8_0 get 512-bit
  * kernels: two 32-element blocks per zmm, VNNI dpbusd for the integer dot,
  * register-blocked 4 weight rows x 4 activation rows; vec_dot is the 1x1
- * instance of the same code.  The other types use quant_x86.h's 256-bit
- * kernels rebuilt here with VNNI and EVEX.
+ * instance of the same code.  Each exists for the default two-level Q8_2L
+ * activations (two dpbusd per block pair) and for ggml's Q8_0/Q8_1.  The
+ * other types use quant_x86.h's 256-bit kernels rebuilt here with VNNI and
+ * EVEX.
  */
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -188,6 +190,153 @@ HY_A5_KERNELS(q4_0, HY_A5_Q4_0)
 HY_A5_KERNELS(q4_1, HY_A5_Q4_1)
 HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
 
+/* ---- the same tiles over two-level activations (Q8_2L) ---- */
+
+/* Activation blocks ib, ib+1 (zeros if !two): hi and lo planes of both,
+ * scales, float sums, and Q4_0's -8*sum(v) in lanes 0 and 8. */
+HY_QX_INLINE void hy_a5l_xload(int kind, const char *x, int64_t ib, int two, __m512i *h,
+                               __m512i *l, __m512 *dv, float *s0, float *s1, __m512i *corr)
+{
+    const hy_block_q8_2l_t *b = (const hy_block_q8_2l_t *)x + ib;
+    __m256i z = _mm256_setzero_si256();
+    *h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].hi)),
+                            two ? _mm256_loadu_si256((const __m256i *)b[1].hi) : z, 1);
+    *l = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].lo)),
+                            two ? _mm256_loadu_si256((const __m256i *)b[1].lo) : z, 1);
+    *dv = hy_a5_pair_ps(b[0].d, two ? b[1].d : 0.0f);
+    *s0 = b[0].s;
+    *s1 = two ? b[1].s : 0.0f;
+    *corr = _mm512_setzero_si512();
+    if (kind == HY_A5_Q4_0) {
+        *corr = _mm512_mask_set1_epi32(*corr, 0x0001, -8 * b[0].vsum);
+        if (two)
+            *corr = _mm512_mask_set1_epi32(*corr, 0x0100, -8 * b[1].vsum);
+    }
+}
+
+/* One step over block pair (ib, ib+1): per weight row two dpbusd (hi, lo
+ * plane), joined as 255*hi + lo in int32 (|lane| <= 4*128*32512 < 2^24:
+ * the float conversion is exact).  Q8_0 weights are signed: their sign
+ * moves onto the activations (masked negate) so dpbusd sees |w|. */
+HY_QX_INLINE void hy_a5l_step(int kind, int64_t ib, int two, const char *w, size_t ws,
+                              const char *x, size_t xs, const int RW, const int RX,
+                              __m512 acc[4][4], __m128 msum[4])
+{
+    __m512i wq[4];
+    __m512 dw[4];
+    __mmask64 neg[4];
+    float mw0[4] = {0}, mw1[4] = {0};
+
+#pragma GCC unroll 4
+    for (int r = 0; r < RW; r++) {
+        if (kind == HY_A5_Q8_0) {
+            const hy_block_q8_0_t *b = (const hy_block_q8_0_t *)(w + r * ws) + ib;
+            __m256i lo = _mm256_loadu_si256((const __m256i *)b[0].qs);
+            __m256i hi = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256();
+            __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            dw[r] = hy_a5_pair_ps(hy_qx_h2f(b[0].d), two ? hy_qx_h2f(b[1].d) : 0.0f);
+            neg[r] = _mm512_movepi8_mask(q);
+            wq[r] = _mm512_abs_epi8(q);
+        } else {
+            wq[r] = hy_a5_wload(kind, w + r * ws, ib, two, &dw[r], &mw0[r], &mw1[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < RX; c++) {
+        __m512 dx;
+        __m512i xh, xl, corr;
+        float s0, s1;
+        hy_a5l_xload(kind, x + c * xs, ib, two, &xh, &xl, &dx, &s0, &s1, &corr);
+        if (kind == HY_A5_Q4_1) {
+            __m128 t = _mm_fmadd_ps(hy_qx_vec4(mw0, RW), _mm_set1_ps(s0),
+                                    _mm_mul_ps(hy_qx_vec4(mw1, RW), _mm_set1_ps(s1)));
+            msum[c] = _mm_add_ps(msum[c], t);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++) {
+            __m512i h = xh, l = xl;
+            if (kind == HY_A5_Q8_0) {
+                h = _mm512_mask_sub_epi8(xh, neg[r], _mm512_setzero_si512(), xh);
+                l = _mm512_mask_sub_epi8(xl, neg[r], _mm512_setzero_si512(), xl);
+            }
+            __m512i ph = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[r], h);
+            __m512i t = _mm512_sub_epi32(_mm512_slli_epi32(ph, 8), ph);
+            if (kind == HY_A5_Q4_0)
+                t = _mm512_add_epi32(t, corr);
+            __m512i p = _mm512_dpbusd_epi32(t, wq[r], l);
+            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[r], dx), acc[r][c]);
+        }
+    }
+}
+
+HY_QX_INLINE void hy_a5l_tile_kernel(int kind, int64_t nb, float *s, size_t ss,
+                                     const char *w, size_t ws, const char *x,
+                                     size_t xs, const int RW, const int RX)
+{
+    __m512 acc[4][4];
+    __m128 msum[4];
+    int64_t ib = 0;
+
+#pragma GCC unroll 4
+    for (int c = 0; c < RX; c++) {
+        msum[c] = _mm_setzero_ps();
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++)
+            acc[r][c] = _mm512_setzero_ps();
+    }
+    for (; ib + 2 <= nb; ib += 2)
+        hy_a5l_step(kind, ib, 1, w, ws, x, xs, RW, RX, acc, msum);
+    if (ib < nb)
+        hy_a5l_step(kind, ib, 0, w, ws, x, xs, RW, RX, acc, msum);
+#pragma GCC unroll 4
+    for (int c = 0; c < RX; c++) {
+        float mm[4];
+        _mm_storeu_ps(mm, msum[c]);
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++)
+            s[c * ss + r] = _mm512_reduce_add_ps(acc[r][c]) + (kind == HY_A5_Q4_1 ? mm[r] : 0.0f);
+    }
+}
+
+#define HY_A5L_CASE(rw, rx)                                                        \
+    case (rw) * 8 + (rx):                                                          \
+        hy_a5l_tile_kernel(kind, nb, sp, ss, wp, ws, xp, xs, rw, rx);              \
+        break;
+
+HY_QX_INLINE void hy_a5l_tile(int kind, int64_t n, float *s, size_t ss, const void *w,
+                              size_t ws, int nw, const void *x, size_t xs, int nx)
+{
+    int64_t nb = n / 32;
+    for (int r0 = 0; r0 < nw; r0 += 4) {
+        for (int c0 = 0; c0 < nx; c0 += 4) {
+            float *sp = s + (size_t)c0 * ss + r0;
+            const char *wp = (const char *)w + (size_t)r0 * ws;
+            const char *xp = (const char *)x + (size_t)c0 * xs;
+            switch (HY_MIN(4, nw - r0) * 8 + HY_MIN(4, nx - c0)) {
+            HY_A5L_CASE(1, 1) HY_A5L_CASE(1, 2) HY_A5L_CASE(1, 3) HY_A5L_CASE(1, 4)
+            HY_A5L_CASE(2, 1) HY_A5L_CASE(2, 2) HY_A5L_CASE(2, 3) HY_A5L_CASE(2, 4)
+            HY_A5L_CASE(3, 1) HY_A5L_CASE(3, 2) HY_A5L_CASE(3, 3) HY_A5L_CASE(3, 4)
+            HY_A5L_CASE(4, 1) HY_A5L_CASE(4, 2) HY_A5L_CASE(4, 3) HY_A5L_CASE(4, 4)
+            }
+        }
+    }
+}
+
+#define HY_A5L_KERNELS(name, kind)                                                 \
+    static void hy_a5_tile_##name##_2l(int64_t n, float *s, size_t ss, const void *w, \
+                                       size_t ws, int nw, const void *x, size_t xs, \
+                                       int nx)                                     \
+    {                                                                              \
+        hy_a5l_tile(kind, n, s, ss, w, ws, nw, x, xs, nx);                         \
+    }                                                                              \
+    static void hy_a5_dot_##name##_2l(int64_t n, float *s, const void *w, const void *x) \
+    {                                                                              \
+        hy_a5l_tile_kernel(kind, n / 32, s, 0, w, 0, x, 0, 1, 1);                  \
+    }
+HY_A5L_KERNELS(q4_0, HY_A5_Q4_0)
+HY_A5L_KERNELS(q4_1, HY_A5_Q4_1)
+HY_A5L_KERNELS(q8_0, HY_A5_Q8_0)
+
 #define HY_A5_GENERIC_TILE(name)                                                   \
     static void hy_a5_tile_##name(int64_t n, float *s, size_t ss, const void *w,  \
                                   size_t ws, int nw, const void *x, size_t xs,    \
@@ -201,6 +350,9 @@ HY_A5_GENERIC_TILE(bf16)
 HY_A5_GENERIC_TILE(q4_k)
 HY_A5_GENERIC_TILE(q5_k)
 HY_A5_GENERIC_TILE(q6_k)
+HY_A5_GENERIC_TILE(q4_k_2l)
+HY_A5_GENERIC_TILE(q5_k_2l)
+HY_A5_GENERIC_TILE(q6_k_2l)
 
 const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_qx_dot_f32,
@@ -209,6 +361,21 @@ const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
                        hy_qx_to_float_f16}, hy_a5_tile_f16},
     [HY_DTYPE_BF16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_qx_dot_bf16,
                         hy_qx_to_float_bf16}, hy_a5_tile_bf16},
+    [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a5_dot_q4_0_2l,
+                        hy_qx_to_float_q4_0}, hy_a5_tile_q4_0_2l},
+    [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a5_dot_q4_1_2l,
+                        hy_qx_to_float_q4_1}, hy_a5_tile_q4_1_2l},
+    [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a5_dot_q8_0_2l,
+                        hy_qx_to_float_q8_0}, hy_a5_tile_q8_0_2l},
+    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q4_k_2l,
+                        hy_quant_ref_to_float_q4_k}, hy_a5_tile_q4_k_2l},
+    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q5_k_2l,
+                        hy_quant_ref_to_float_q5_k}, hy_a5_tile_q5_k_2l},
+    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q6_k_2l,
+                        hy_quant_ref_to_float_q6_k}, hy_a5_tile_q6_k_2l},
+};
+/* ggml's single-level partners (hy_quant_traits_q8) */
+const hy_quant_kernels_t hy_quant_avx512_kernels_q8[HY_DTYPE_COUNT] = {
     [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_0, hy_qx_from_float_q8_0, hy_a5_dot_q4_0,
                         hy_qx_to_float_q4_0}, hy_a5_tile_q4_0},
     [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_1, hy_qx_from_float_q8_1, hy_a5_dot_q4_1,

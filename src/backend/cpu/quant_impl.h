@@ -50,6 +50,43 @@ typedef struct {
     int16_t bsums[16];  /* sums of each 16 consecutive qs */
 } hy_block_q8_k_t;
 
+/* Two-level int8 activations, hyserve's own partner format (ggml's Q8_x
+ * blocks lose ~1e-2 of an outlier-heavy row to their single int8 scale).
+ * Each element is v = round(x/d), |v| <= 127*256 = 32512 (d = amax/32512),
+ * stored as v = 255*hi + lo with hi = round(v/255): both then lie in
+ * [-127, 127] (255 is odd, so v/255 is never a tie and |lo| <= 127), which
+ * keeps the AVX2 abs/sign trick and maddubs free of overflow.  A dot is
+ * d_w*d*(255*sum(w*hi) + sum(w*lo)): two integer multiply-adds per block. */
+typedef struct {
+    float d;          /* x[j] ~= d * (255*hi[j] + lo[j]) */
+    float s;          /* sum of the 32 x as float (Q4_1's m*sum(x) term);
+                       * summed in the order hy_quant_sum32 fixes */
+    int32_t vsum;     /* sum of the 32 v (Q4_0's -8*sum(v), exact) */
+    int8_t hi[32];
+    int8_t lo[32];
+} hy_block_q8_2l_t;
+typedef struct {
+    float d;
+    int32_t bsums[16]; /* sum of v over each 16 consecutive elements */
+    int8_t hi[256];
+    int8_t lo[256];
+} hy_block_q8_k2l_t;
+
+/* Largest |v| of the two-level formats. */
+#define HY_Q8_2L_VMAX 32512.0f
+
+/* Sum of 32 floats in the order the SIMD quantizer adds them (8 lanes of
+ * 4 sequential adds, then the hsum tree), so every ISA stores the same s. */
+static inline float hy_quant_sum32(const float *x)
+{
+    float a[8];
+    for (int l = 0; l < 8; l++)
+        a[l] = ((x[l] + x[8 + l]) + x[16 + l]) + x[24 + l];
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+_Static_assert(sizeof(hy_block_q8_2l_t) == 76, "q8_2l block");
+_Static_assert(sizeof(hy_block_q8_k2l_t) == 580, "q8_K2l block");
 _Static_assert(sizeof(hy_block_q4_0_t) == 18, "q4_0 block");
 _Static_assert(sizeof(hy_block_q4_1_t) == 20, "q4_1 block");
 _Static_assert(sizeof(hy_block_q8_0_t) == 34, "q8_0 block");
@@ -72,6 +109,11 @@ typedef struct {
 extern const hy_quant_kernels_t hy_quant_scalar_kernels[HY_DTYPE_COUNT];
 extern const hy_quant_kernels_t hy_quant_avx2_kernels[HY_DTYPE_COUNT];
 extern const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT];
+/* The single-level (ggml Q8_0/Q8_1/Q8_K partner) kernels of the quantized
+ * types, kept for hy_quant_traits_q8(); other entries empty. */
+extern const hy_quant_kernels_t hy_quant_scalar_kernels_q8[HY_DTYPE_COUNT];
+extern const hy_quant_kernels_t hy_quant_avx2_kernels_q8[HY_DTYPE_COUNT];
+extern const hy_quant_kernels_t hy_quant_avx512_kernels_q8[HY_DTYPE_COUNT];
 
 /* Portable reference kernels (quant.c), shared by the SIMD tables where a
  * SIMD version would not pay (K-quant dequantization). */

@@ -9,8 +9,9 @@
 
 #include "model/model.h"
 
-/* Prefill chunk of the SSD scan (Dao & Gu's block size; 1 = recurrent). */
-#define HY_MAMBA2_CHUNK 64
+/* Prefill chunk of the SSD scan (1 = recurrent form).  32 is the fastest
+ * chunked setting in bench_ssd on AVX-512 (64: 0.8x of it, 128: 0.55x). */
+#define HY_MAMBA2_CHUNK 32
 
 typedef struct {
     int32_t d_conv;    /* ssm.conv_kernel */

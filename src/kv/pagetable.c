@@ -1,0 +1,864 @@
+/*
+ * pagetable.c - shared page table, prefix cache and checkpoint pool (see
+ * pagetable.h for the states and the rules).  Pages and checkpoint slots are
+ * two instances of one "pool" (entries + free list + LRU of cached entries);
+ * a single linear-probing index maps a block hash to the page and the
+ * checkpoint ending at that boundary.  Every list and counter is derived
+ * data: hy_pt_recover() rebuilds them from the entries alone.
+ */
+#define _GNU_SOURCE /* qsort_r */
+#include "kv/pagetable.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN64(x) (((x) + 63u) & ~(uint64_t)63u)
+
+/* ---- hashing ------------------------------------------------------------ */
+
+/* wyhash's 64x64->128 multiply-fold: every input bit reaches every output bit. */
+static inline uint64_t wymix(uint64_t a, uint64_t b)
+{
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+#define P0 0xa0761d6478bd642fULL
+#define P1 0xe7037ed1a0b428dbULL
+#define P2 0x8ebc6af09c88c6e3ULL
+
+uint64_t hy_pt_block_hash(uint64_t prev, const int32_t *tokens, int32_t n)
+{
+    uint64_t h = prev ^ P0;
+    int32_t i;
+
+    for (i = 0; i + 1 < n; i += 2) {
+        uint64_t w = (uint64_t)(uint32_t)tokens[i] | (uint64_t)(uint32_t)tokens[i + 1] << 32;
+        h = wymix(w ^ P1, h ^ P2);
+    }
+    if (i < n)
+        h = wymix((uint64_t)(uint32_t)tokens[i] ^ P2, h ^ P1);
+    return wymix(h ^ (uint64_t)(uint32_t)n, P1 ^ P0);
+}
+
+/* ---- layout ------------------------------------------------------------- */
+
+int hy_pt_layout(const hy_pt_params_t *p, hy_pt_layout_t *out, char *err)
+{
+    uint64_t off, sz, need, cap;
+
+    if (p->n_pages < 1 || p->n_pages > (1 << 28))
+        return hy_err(err, HY_ERANGE, "n_pages = %d: must be 1..%d", p->n_pages, 1 << 28);
+    if (p->page_tokens < 1 || p->page_tokens > 4096)
+        return hy_err(err, HY_ERANGE, "page_tokens = %d: must be 1..4096", p->page_tokens);
+    if (p->n_state_slots < 0 || p->n_state_slots > (1 << 24))
+        return hy_err(err, HY_ERANGE, "n_state_slots = %d: must be 0..%d", p->n_state_slots,
+                      1 << 24);
+    if (p->n_checkpoint_slots < 0 || p->n_checkpoint_slots > (1 << 24))
+        return hy_err(err, HY_ERANGE, "n_checkpoint_slots = %d: must be 0..%d",
+                      p->n_checkpoint_slots, 1 << 24);
+    /* every live index slot holds >= 1 hashed page or checkpoint, so more
+     * slots than pages + checkpoints means the index can never fill */
+    need = (uint64_t)p->n_pages + (uint64_t)p->n_checkpoint_slots + 1;
+    if (p->index_capacity == 0) {
+        for (cap = 16; cap < 2 * need; cap <<= 1)
+            ;
+    } else {
+        cap = (uint64_t)p->index_capacity;
+        if (p->index_capacity < 0 || (cap & (cap - 1)) != 0 || cap < need)
+            return hy_err(err, HY_ERANGE,
+                          "prefix index capacity = %d: must be a power of two >= %llu",
+                          p->index_capacity, (unsigned long long)need);
+    }
+    if (cap > (1u << 30))
+        return hy_err(err, HY_ERANGE, "prefix index capacity %llu too large",
+                      (unsigned long long)cap);
+    memset(out, 0, sizeof *out);
+    out->index_capacity = (int32_t)cap;
+    off = ALIGN64(sizeof(hy_pt_shared_t));
+    out->off_pages = off;
+    off = ALIGN64(off + (uint64_t)p->n_pages * sizeof(hy_pt_entry_t));
+    out->off_ckpts = off;
+    off = ALIGN64(off + (uint64_t)p->n_checkpoint_slots * sizeof(hy_pt_entry_t));
+    out->off_states = off;
+    off = ALIGN64(off + (uint64_t)p->n_state_slots * sizeof(int32_t));
+    out->off_index = off;
+    off = ALIGN64(off + cap * sizeof(hy_pt_index_t));
+    out->off_depth = off;
+    off = ALIGN64(off + (uint64_t)p->n_pages * sizeof(int32_t));
+    out->off_tokens = off;
+    if (hy_mul_overflow_u64((uint64_t)p->n_pages, (uint64_t)p->page_tokens * 4, &sz) ||
+        hy_add_overflow_u64(off, sz, &off))
+        return hy_err(err, HY_ERANGE, "page table size overflows");
+    out->total_size = ALIGN64(off);
+    return HY_OK;
+}
+
+static void pt_bind(hy_pt_t *pt, void *mem, pthread_mutex_t *mu)
+{
+    char *b = mem;
+    hy_pt_shared_t *sh = mem;
+
+    memset(pt, 0, sizeof *pt);
+    pt->sh = sh;
+    pt->pages = (hy_pt_entry_t *)(b + sh->off_pages);
+    pt->ckpts = (hy_pt_entry_t *)(b + sh->off_ckpts);
+    pt->states = (int32_t *)(b + sh->off_states);
+    pt->index = (hy_pt_index_t *)(b + sh->off_index);
+    pt->tokens = (int32_t *)(b + sh->off_tokens);
+    pt->depth = (int32_t *)(b + sh->off_depth);
+    pt->mu = mu;
+}
+
+int hy_pt_init(hy_pt_t *pt, void *mem, uint64_t size, const hy_pt_params_t *p,
+               pthread_mutex_t *mu, char *err)
+{
+    hy_pt_layout_t l;
+    hy_pt_shared_t *sh = mem;
+    int rc;
+
+    if ((rc = hy_pt_layout(p, &l, err)) != HY_OK)
+        return rc;
+    if (size < l.total_size)
+        return hy_err(err, HY_EINVAL, "page table needs %llu bytes, got %llu",
+                      (unsigned long long)l.total_size, (unsigned long long)size);
+    if (((uintptr_t)mem & 63u) != 0)
+        return hy_err(err, HY_EINVAL, "page table memory must be 64-byte aligned");
+    memset(mem, 0, l.total_size);
+    sh->total_size = l.total_size;
+    sh->params = *p;
+    sh->params.index_capacity = l.index_capacity;
+    sh->off_pages = l.off_pages;
+    sh->off_ckpts = l.off_ckpts;
+    sh->off_states = l.off_states;
+    sh->off_index = l.off_index;
+    sh->off_tokens = l.off_tokens;
+    sh->off_depth = l.off_depth;
+    sh->pages.n_total = p->n_pages;
+    sh->ckpts.n_total = p->n_checkpoint_slots;
+    pt_bind(pt, mem, mu);
+    /* every entry starts free with refcount 0: recovery builds the lists */
+    hy_pt_recover(pt);
+    sh->magic = HY_PT_MAGIC;
+    return HY_OK;
+}
+
+int hy_pt_open(hy_pt_t *pt, void *mem, uint64_t size, pthread_mutex_t *mu, char *err)
+{
+    hy_pt_shared_t *sh = mem;
+    hy_pt_layout_t l;
+    int rc;
+
+    if (size < sizeof *sh || sh->magic != HY_PT_MAGIC)
+        return hy_err(err, HY_EFORMAT, "page table: bad magic");
+    if ((rc = hy_pt_layout(&sh->params, &l, err)) != HY_OK)
+        return hy_err(err, HY_EFORMAT, "page table: bad parameters");
+    if (l.total_size != sh->total_size || l.total_size > size || l.off_pages != sh->off_pages ||
+        l.off_ckpts != sh->off_ckpts || l.off_states != sh->off_states ||
+        l.off_index != sh->off_index || l.off_tokens != sh->off_tokens ||
+        l.off_depth != sh->off_depth || sh->pages.n_total != sh->params.n_pages ||
+        sh->ckpts.n_total != sh->params.n_checkpoint_slots)
+        return hy_err(err, HY_EFORMAT, "page table: header does not match its parameters");
+    pt_bind(pt, mem, mu);
+    return HY_OK;
+}
+
+/* ---- locking ------------------------------------------------------------ */
+
+int hy_pt_lock(hy_pt_t *pt)
+{
+    int rc;
+
+    if (pt->mu == NULL)
+        return HY_OK;
+    rc = pthread_mutex_lock(pt->mu);
+    if (rc == EOWNERDEAD) {
+        /* The previous holder died inside a critical section: lists and
+         * counters may be half-updated, the entries are the truth. */
+        hy_pt_recover(pt);
+        if (pt->on_recover)
+            pt->on_recover(pt->recover_ctx);
+        atomic_fetch_add_explicit(&pt->sh->recoveries, 1, memory_order_relaxed);
+        if (pthread_mutex_consistent(pt->mu) != 0) {
+            pthread_mutex_unlock(pt->mu);
+            return HY_EIO;
+        }
+        return HY_OK;
+    }
+    return rc == 0 ? HY_OK : HY_EIO;
+}
+
+void hy_pt_unlock(hy_pt_t *pt)
+{
+    if (pt->mu != NULL)
+        pthread_mutex_unlock(pt->mu);
+}
+
+/* ---- pools -------------------------------------------------------------- */
+
+#define RLX memory_order_relaxed
+static inline void cnt_add(_Atomic int32_t *c, int32_t d)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, RLX) + d, RLX);
+}
+
+static void lru_unlink(hy_pt_pool_t *pool, hy_pt_entry_t *e, int32_t id)
+{
+    if (e[id].prev >= 0)
+        e[e[id].prev].next = e[id].next;
+    else
+        pool->lru_head = e[id].next;
+    if (e[id].next >= 0)
+        e[e[id].next].prev = e[id].prev;
+    else
+        pool->lru_tail = e[id].prev;
+    e[id].prev = e[id].next = -1;
+}
+
+static void lru_append(hy_pt_pool_t *pool, hy_pt_entry_t *e, int32_t id)
+{
+    e[id].prev = pool->lru_tail;
+    e[id].next = -1;
+    if (pool->lru_tail >= 0)
+        e[pool->lru_tail].next = id;
+    else
+        pool->lru_head = id;
+    pool->lru_tail = id;
+}
+
+static void free_push(hy_pt_pool_t *pool, hy_pt_entry_t *e, int32_t id)
+{
+    e[id].flags = 0;
+    e[id].refcount = 0;
+    e[id].prev = -1;
+    e[id].next = pool->free_head;
+    pool->free_head = id;
+}
+
+static int32_t free_pop(hy_pt_pool_t *pool, hy_pt_entry_t *e)
+{
+    int32_t id = pool->free_head;
+
+    if (id >= 0) {
+        pool->free_head = e[id].next;
+        e[id].next = e[id].prev = -1;
+    }
+    return id;
+}
+
+/* Takes a reference: a cached entry leaves the LRU and becomes used. */
+static void entry_ref(hy_pt_t *pt, hy_pt_pool_t *pool, hy_pt_entry_t *e, int32_t id)
+{
+    if (e[id].refcount == 0) {
+        lru_unlink(pool, e, id);
+        cnt_add(&pool->n_cached, -1);
+        cnt_add(&pool->n_used, 1);
+    }
+    e[id].refcount++;
+    e[id].last_use = ++pt->sh->tick;
+}
+
+/* ---- index -------------------------------------------------------------- */
+
+static int32_t idx_find(const hy_pt_t *pt, uint64_t hash)
+{
+    uint32_t mask = (uint32_t)pt->sh->params.index_capacity - 1;
+    uint32_t i = (uint32_t)(hash ^ hash >> 32) & mask;
+
+    for (;; i = (i + 1) & mask) {
+        const hy_pt_index_t *s = &pt->index[i];
+        if (s->page < 0 && s->ckpt < 0)
+            return -1;
+        if (s->hash == hash)
+            return (int32_t)i;
+    }
+}
+
+/* Never fails: capacity > pages + checkpoints (see hy_pt_layout). */
+static int32_t idx_get(hy_pt_t *pt, uint64_t hash)
+{
+    uint32_t mask = (uint32_t)pt->sh->params.index_capacity - 1;
+    uint32_t i = (uint32_t)(hash ^ hash >> 32) & mask;
+
+    for (;; i = (i + 1) & mask) {
+        hy_pt_index_t *s = &pt->index[i];
+        if (s->page < 0 && s->ckpt < 0) {
+            s->hash = hash;
+            cnt_add(&pt->sh->n_index_used, 1);
+            return (int32_t)i;
+        }
+        if (s->hash == hash)
+            return (int32_t)i;
+    }
+}
+
+/* Removes slot i if it holds nothing, shifting later probes back so lookups
+ * never need tombstones (Knuth's algorithm R). */
+static void idx_drop_if_empty(hy_pt_t *pt, int32_t pos)
+{
+    uint32_t mask = (uint32_t)pt->sh->params.index_capacity - 1;
+    uint32_t i = (uint32_t)pos, j = i, k;
+
+    if (pt->index[i].page >= 0 || pt->index[i].ckpt >= 0)
+        return;
+    cnt_add(&pt->sh->n_index_used, -1);
+    for (;;) {
+        j = (j + 1) & mask;
+        if (pt->index[j].page < 0 && pt->index[j].ckpt < 0)
+            break;
+        k = (uint32_t)(pt->index[j].hash ^ pt->index[j].hash >> 32) & mask;
+        /* move j to i unless its home k lies cyclically in (i, j] */
+        if ((i <= j) ? (i < k && k <= j) : (i < k || k <= j))
+            continue;
+        pt->index[i] = pt->index[j];
+        i = j;
+    }
+    pt->index[i].page = pt->index[i].ckpt = -1;
+    pt->index[i].hash = 0;
+}
+
+/* ---- eviction ----------------------------------------------------------- */
+
+static void ckpt_evict(hy_pt_t *pt, int32_t c)
+{
+    hy_pt_entry_t *e = pt->ckpts;
+    int32_t pos = idx_find(pt, e[c].hash);
+
+    lru_unlink(&pt->sh->ckpts, e, c);
+    if (pos >= 0 && pt->index[pos].ckpt == c) {
+        pt->index[pos].ckpt = -1;
+        idx_drop_if_empty(pt, pos);
+    }
+    free_push(&pt->sh->ckpts, e, c);
+    cnt_add(&pt->sh->ckpts.n_cached, -1);
+    cnt_add(&pt->sh->ckpts.n_free, 1);
+    atomic_fetch_add_explicit(&pt->sh->ckpts.evictions, 1, RLX);
+}
+
+/* Evicts one cached page.  A cached checkpoint at the same boundary is
+ * useless without the page (a hit needs both), so it goes too. */
+static void page_evict(hy_pt_t *pt, int32_t p)
+{
+    hy_pt_entry_t *e = pt->pages;
+    int32_t pos = idx_find(pt, e[p].hash);
+
+    lru_unlink(&pt->sh->pages, e, p);
+    if (pos >= 0 && pt->index[pos].page == p) {
+        int32_t c = pt->index[pos].ckpt;
+        pt->index[pos].page = -1;
+        if (c >= 0 && pt->ckpts[c].refcount == 0 && !(pt->ckpts[c].flags & HY_PT_F_PENDING))
+            ckpt_evict(pt, c); /* also drops pos if now empty */
+        else
+            idx_drop_if_empty(pt, pos);
+    }
+    free_push(&pt->sh->pages, e, p);
+    cnt_add(&pt->sh->pages.n_cached, -1);
+    cnt_add(&pt->sh->pages.n_free, 1);
+    atomic_fetch_add_explicit(&pt->sh->pages.evictions, 1, RLX);
+}
+
+/* ---- pages -------------------------------------------------------------- */
+
+int hy_pt_alloc_pages(hy_pt_t *pt, int32_t n, int32_t *out, char *err)
+{
+    hy_pt_pool_t *pool;
+    int32_t i;
+    int rc;
+
+    if (n < 0)
+        return hy_err(err, HY_EINVAL, "alloc_pages: n = %d", n);
+    if ((rc = hy_pt_lock(pt)) != HY_OK)
+        return hy_err(err, rc, "page table lock is not recoverable");
+    pool = &pt->sh->pages;
+    if (atomic_load_explicit(&pool->n_free, RLX) + atomic_load_explicit(&pool->n_cached, RLX) <
+        n) {
+        rc = hy_err(err, HY_EFULL, "KV pages exhausted: need %d, %d free + %d cached", n,
+                    atomic_load_explicit(&pool->n_free, RLX),
+                    atomic_load_explicit(&pool->n_cached, RLX));
+        goto out;
+    }
+    while (atomic_load_explicit(&pool->n_free, RLX) < n)
+        page_evict(pt, pool->lru_head);
+    for (i = 0; i < n; i++) {
+        int32_t p = free_pop(pool, pt->pages);
+        pt->pages[p].refcount = 1;
+        pt->pages[p].flags = 0;
+        pt->pages[p].last_use = ++pt->sh->tick;
+        out[i] = p;
+    }
+    cnt_add(&pool->n_free, -n);
+    cnt_add(&pool->n_used, n);
+    rc = HY_OK;
+out:
+    hy_pt_unlock(pt);
+    return rc;
+}
+
+int hy_pt_release_seq(hy_pt_t *pt, const int32_t *pages, int32_t n, char *err)
+{
+    hy_pt_pool_t *pool;
+    int32_t i, bad = -1;
+    int rc;
+
+    if ((rc = hy_pt_lock(pt)) != HY_OK)
+        return hy_err(err, rc, "page table lock is not recoverable");
+    pool = &pt->sh->pages;
+    for (i = n - 1; i >= 0; i--) {
+        int32_t p = pages[i];
+        hy_pt_entry_t *e = &pt->pages[p >= 0 && p < pool->n_total ? p : 0];
+        if (p < 0 || p >= pool->n_total || e->refcount <= 0) {
+            bad = p;
+            continue;
+        }
+        e->last_use = ++pt->sh->tick;
+        if (--e->refcount > 0)
+            continue;
+        cnt_add(&pool->n_used, -1);
+        if (e->flags & HY_PT_F_HASHED) {
+            lru_append(pool, pt->pages, p);
+            cnt_add(&pool->n_cached, 1);
+        } else {
+            free_push(pool, pt->pages, p);
+            cnt_add(&pool->n_free, 1);
+        }
+    }
+    rc = bad == -1 ? HY_OK
+                   : hy_err(err, HY_EINVAL, "release_seq: page %d is not in use", bad);
+    hy_pt_unlock(pt);
+    return rc;
+}
+
+int hy_pt_commit_block(hy_pt_t *pt, int32_t page, uint64_t hash, int32_t block,
+                       const int32_t *tokens, char *err)
+{
+    int32_t pos, pt_tok;
+    int rc;
+
+    if ((rc = hy_pt_lock(pt)) != HY_OK)
+        return hy_err(err, rc, "page table lock is not recoverable");
+    pt_tok = pt->sh->params.page_tokens;
+    if (page < 0 || page >= pt->sh->pages.n_total || pt->pages[page].refcount <= 0 ||
+        (pt->pages[page].flags & HY_PT_F_HASHED) || block < 0) {
+        rc = hy_err(err, HY_EINVAL, "commit_block: page %d is not a private page in use", page);
+        goto out;
+    }
+    pos = idx_get(pt, hash);
+    if (pt->index[pos].page >= 0) {
+        rc = 1; /* a twin computed the same block first; keep this one private */
+        goto out;
+    }
+    pt->index[pos].page = page;
+    pt->pages[page].hash = hash;
+    pt->pages[page].flags |= HY_PT_F_HASHED;
+    pt->depth[page] = block;
+    memcpy(pt->tokens + (size_t)page * (size_t)pt_tok, tokens, sizeof(int32_t) * (size_t)pt_tok);
+    rc = HY_OK;
+out:
+    hy_pt_unlock(pt);
+    return rc;
+}
+
+int hy_pt_match(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_checkpoint,
+                hy_pt_match_t *m, char *err)
+{
+    int32_t bt, max_blocks, b, best = 0, best_ckpt = -1;
+    uint64_t h = HY_PT_HASH_ROOT, best_hash = HY_PT_HASH_ROOT;
+    int rc;
+
+    m->n_blocks = m->n_tokens = 0;
+    m->ckpt = -1;
+    m->hash = HY_PT_HASH_ROOT;
+    if (n < 0 || m->cap < 0 || (m->cap > 0 && m->pages == NULL))
+        return hy_err(err, HY_EINVAL, "match: bad arguments");
+    if ((rc = hy_pt_lock(pt)) != HY_OK)
+        return hy_err(err, rc, "page table lock is not recoverable");
+    bt = pt->sh->params.page_tokens;
+    /* at least one token must remain to be computed: the sampler needs logits */
+    max_blocks = n > 0 ? (n - 1) / bt : 0;
+    if (max_blocks > m->cap)
+        max_blocks = m->cap;
+    for (b = 0; b < max_blocks; b++) {
+        const int32_t *blk = tokens + (size_t)b * (size_t)bt;
+        int32_t pos, p, c;
+
+        h = hy_pt_block_hash(h, blk, bt);
+        pos = idx_find(pt, h);
+        if (pos < 0 || (p = pt->index[pos].page) < 0 || pt->depth[p] != b ||
+            memcmp(pt->tokens + (size_t)p * (size_t)bt, blk, sizeof(int32_t) * (size_t)bt) != 0)
+            break;
+        m->pages[b] = p;
+        c = pt->index[pos].ckpt;
+        if (!need_checkpoint) {
+            best = b + 1;
+            best_hash = h;
+        } else if (c >= 0 && !(pt->ckpts[c].flags & HY_PT_F_PENDING)) {
+            best = b + 1;
+            best_hash = h;
+            best_ckpt = c;
+        }
+    }
+    for (b = 0; b < best; b++)
+        entry_ref(pt, &pt->sh->pages, pt->pages, m->pages[b]);
+    if (best_ckpt >= 0)
+        entry_ref(pt, &pt->sh->ckpts, pt->ckpts, best_ckpt);
+    m->n_blocks = best;
+    m->n_tokens = best * bt;
+    m->ckpt = best_ckpt;
+    m->hash = best_hash;
+    atomic_fetch_add_explicit(&pt->sh->queries, 1, RLX);
+    atomic_fetch_add_explicit(&pt->sh->query_tokens, (uint64_t)n, RLX);
+    if (best > 0) {
+        atomic_fetch_add_explicit(&pt->sh->hits, 1, RLX);
+        atomic_fetch_add_explicit(&pt->sh->hit_tokens, (uint64_t)m->n_tokens, RLX);
+    }
+    hy_pt_unlock(pt);
+    return HY_OK;
+}
+
+/* ---- checkpoints -------------------------------------------------------- */
+
+int hy_pt_checkpoint_put(hy_pt_t *pt, uint64_t hash, int32_t *slot, bool *existed, char *err)
+{
+    hy_pt_pool_t *pool;
+    int32_t pos, c;
+    int rc;
+
+    *slot = -1;
+    *existed = false;
+    if ((rc = hy_pt_lock(pt)) != HY_OK)
+        return hy_err(err, rc, "page table lock is not recoverable");
+    pool = &pt->sh->ckpts;
+    pos = idx_find(pt, hash);
+    if (pos >= 0 && (c = pt->index[pos].ckpt) >= 0) {
+        entry_ref(pt, pool, pt->ckpts, c);
+        *slot = c;
+        *existed = true;
+        rc = HY_OK;
+        goto out;
+    }
+    if (atomic_load_explicit(&pool->n_free, RLX) == 0) {
+        if (pool->lru_head < 0) {
+            rc = hy_err(err, HY_EFULL, "all %d checkpoint slots are in use", pool->n_total);
+            goto out;
+        }
+        ckpt_evict(pt, pool->lru_head);
+    }
+    c = free_pop(pool, pt->ckpts);
+    pt->ckpts[c].refcount = 1;
+    pt->ckpts[c].flags = HY_PT_F_HASHED | HY_PT_F_PENDING;
+    pt->ckpts[c].hash = hash;
+    pt->ckpts[c].last_use = ++pt->sh->tick;
+    cnt_add(&pool->n_free, -1);
+    cnt_add(&pool->n_used, 1);
+    pos = idx_get(pt, hash); /* after the eviction, which may move slots */
+    pt->index[pos].ckpt = c;
+    *slot = c;
+    rc = HY_OK;
+out:
+    hy_pt_unlock(pt);
+    return rc;
+}
+
+static int ckpt_unref(hy_pt_t *pt, int32_t c, bool publish, char *err)
+{
+    hy_pt_pool_t *pool = &pt->sh->ckpts;
+    hy_pt_entry_t *e;
+
+    if (c < 0 || c >= pool->n_total || pt->ckpts[c].refcount <= 0)
+        return hy_err(err, HY_EINVAL, "checkpoint slot %d is not in use", c);
+    e = &pt->ckpts[c];
+    if (publish) {
+        if (!(e->flags & HY_PT_F_PENDING))
+            return hy_err(err, HY_EINVAL, "checkpoint slot %d is already published", c);
+        e->flags &= ~HY_PT_F_PENDING;
+    }
+    e->last_use = ++pt->sh->tick;
+    if (--e->refcount > 0)
+        return HY_OK;
+    cnt_add(&pool->n_used, -1);
+    if (e->flags & HY_PT_F_PENDING) {
+        /* abandoned before it was written: never matchable, free it */
+        int32_t pos = idx_find(pt, e->hash);
+        if (pos >= 0 && pt->index[pos].ckpt == c) {
+            pt->index[pos].ckpt = -1;
+            idx_drop_if_empty(pt, pos);
+        }
+        free_push(pool, pt->ckpts, c);
+        cnt_add(&pool->n_free, 1);
+    } else {
+        lru_append(pool, pt->ckpts, c);
+        cnt_add(&pool->n_cached, 1);
+    }
+    return HY_OK;
+}
+
+int hy_pt_checkpoint_publish(hy_pt_t *pt, int32_t slot, char *err)
+{
+    int rc;
+
+    if ((rc = hy_pt_lock(pt)) != HY_OK)
+        return hy_err(err, rc, "page table lock is not recoverable");
+    rc = ckpt_unref(pt, slot, true, err);
+    hy_pt_unlock(pt);
+    return rc;
+}
+
+int hy_pt_checkpoint_release(hy_pt_t *pt, int32_t slot, char *err)
+{
+    int rc;
+
+    if ((rc = hy_pt_lock(pt)) != HY_OK)
+        return hy_err(err, rc, "page table lock is not recoverable");
+    rc = ckpt_unref(pt, slot, false, err);
+    hy_pt_unlock(pt);
+    return rc;
+}
+
+/* ---- state slots -------------------------------------------------------- */
+
+int hy_pt_state_alloc(hy_pt_t *pt, int32_t *slot, char *err)
+{
+    int32_t s;
+    int rc;
+
+    *slot = -1;
+    if ((rc = hy_pt_lock(pt)) != HY_OK)
+        return hy_err(err, rc, "page table lock is not recoverable");
+    s = pt->sh->state_free_head;
+    if (s < 0) {
+        rc = hy_err(err, HY_EFULL, "all %d state slots are in use", pt->sh->params.n_state_slots);
+        goto out;
+    }
+    pt->sh->state_free_head = pt->states[s];
+    pt->states[s] = HY_PT_STATE_USED;
+    cnt_add(&pt->sh->n_state_used, 1);
+    *slot = s;
+    rc = HY_OK;
+out:
+    hy_pt_unlock(pt);
+    return rc;
+}
+
+int hy_pt_state_free(hy_pt_t *pt, int32_t slot, char *err)
+{
+    int rc;
+
+    if ((rc = hy_pt_lock(pt)) != HY_OK)
+        return hy_err(err, rc, "page table lock is not recoverable");
+    if (slot < 0 || slot >= pt->sh->params.n_state_slots || pt->states[slot] != HY_PT_STATE_USED) {
+        rc = hy_err(err, HY_EINVAL, "state slot %d is not in use", slot);
+        goto out;
+    }
+    pt->states[slot] = pt->sh->state_free_head;
+    pt->sh->state_free_head = slot;
+    cnt_add(&pt->sh->n_state_used, -1);
+    rc = HY_OK;
+out:
+    hy_pt_unlock(pt);
+    return rc;
+}
+
+/* ---- recovery and checks ------------------------------------------------ */
+
+static int by_last_use(const void *a, const void *b, void *ctx)
+{
+    const hy_pt_entry_t *e = ctx;
+    uint64_t x = e[*(const int32_t *)a].last_use, y = e[*(const int32_t *)b].last_use;
+    return x < y ? -1 : x > y;
+}
+
+/* Rebuilds one pool's free list, LRU and counters; cached entries are put
+ * back in last_use order (id order if there is no memory to sort). */
+static void pool_rebuild(hy_pt_pool_t *pool, hy_pt_entry_t *e)
+{
+    int32_t i, n = pool->n_total, used = 0, nfree = 0, ncached = 0;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+
+    pool->free_head = pool->lru_head = pool->lru_tail = -1;
+    for (i = n - 1; i >= 0; i--) {
+        if (e[i].refcount < 0)
+            e[i].refcount = 0;
+        if (e[i].refcount == 0 && (e[i].flags & HY_PT_F_PENDING))
+            e[i].flags = 0; /* a pending checkpoint nobody holds was never written */
+        e[i].prev = e[i].next = -1;
+        if (e[i].refcount > 0) {
+            used++;
+        } else if (e[i].flags & HY_PT_F_HASHED) {
+            if (ids)
+                ids[ncached] = i;
+            else
+                lru_append(pool, e, i);
+            ncached++;
+        } else {
+            free_push(pool, e, i);
+            nfree++;
+        }
+    }
+    if (ids) {
+        qsort_r(ids, (size_t)ncached, sizeof *ids, by_last_use, e);
+        for (i = 0; i < ncached; i++)
+            lru_append(pool, e, ids[i]);
+        free(ids);
+    }
+    atomic_store_explicit(&pool->n_used, used, RLX);
+    atomic_store_explicit(&pool->n_free, nfree, RLX);
+    atomic_store_explicit(&pool->n_cached, ncached, RLX);
+}
+
+void hy_pt_recover(hy_pt_t *pt)
+{
+    hy_pt_shared_t *sh = pt->sh;
+    int32_t i, cap = sh->params.index_capacity, pos, used = 0;
+
+    /* the index first: an entry whose hash lost to a twin goes unhashed */
+    for (i = 0; i < cap; i++) {
+        pt->index[i].page = pt->index[i].ckpt = -1;
+        pt->index[i].hash = 0;
+    }
+    atomic_store_explicit(&sh->n_index_used, 0, RLX);
+    for (i = 0; i < sh->pages.n_total; i++) {
+        if (!(pt->pages[i].flags & HY_PT_F_HASHED))
+            continue;
+        pos = idx_get(pt, pt->pages[i].hash);
+        if (pt->index[pos].page >= 0)
+            pt->pages[i].flags &= ~HY_PT_F_HASHED;
+        else
+            pt->index[pos].page = i;
+    }
+    for (i = 0; i < sh->ckpts.n_total; i++) {
+        hy_pt_entry_t *c = &pt->ckpts[i];
+        if (!(c->flags & HY_PT_F_HASHED) || (c->refcount <= 0 && (c->flags & HY_PT_F_PENDING)))
+            continue;
+        pos = idx_get(pt, c->hash);
+        if (pt->index[pos].ckpt >= 0)
+            c->flags &= ~HY_PT_F_HASHED;
+        else
+            pt->index[pos].ckpt = i;
+    }
+    pool_rebuild(&sh->pages, pt->pages);
+    pool_rebuild(&sh->ckpts, pt->ckpts);
+    sh->state_free_head = -1;
+    for (i = sh->params.n_state_slots - 1; i >= 0; i--) {
+        if (pt->states[i] == HY_PT_STATE_USED) {
+            used++;
+        } else {
+            pt->states[i] = sh->state_free_head;
+            sh->state_free_head = i;
+        }
+    }
+    atomic_store_explicit(&sh->n_state_used, used, RLX);
+}
+
+static int pool_check(const hy_pt_t *pt, const hy_pt_pool_t *pool, const hy_pt_entry_t *e,
+                      bool is_page, const char *what, char *err)
+{
+    int32_t i, n = pool->n_total, used = 0, nfree = 0, ncached = 0, walk, prev;
+
+    for (i = 0; i < n; i++) {
+        int32_t pos;
+        if (e[i].refcount < 0)
+            return hy_err(err, HY_EFORMAT, "%s %d: refcount %d", what, i, e[i].refcount);
+        if (e[i].refcount > 0)
+            used++;
+        else if (e[i].flags & HY_PT_F_HASHED)
+            ncached++;
+        else
+            nfree++;
+        if (!(e[i].flags & HY_PT_F_HASHED))
+            continue;
+        pos = idx_find(pt, e[i].hash);
+        if (pos < 0 || (is_page ? pt->index[pos].page : pt->index[pos].ckpt) != i)
+            return hy_err(err, HY_EFORMAT, "%s %d: hashed but not indexed", what, i);
+    }
+    if (used + nfree + ncached != n || used != atomic_load(&pool->n_used) ||
+        nfree != atomic_load(&pool->n_free) || ncached != atomic_load(&pool->n_cached))
+        return hy_err(err, HY_EFORMAT,
+                      "%s accounting: entries say used %d free %d cached %d, counters say "
+                      "%d %d %d, total %d",
+                      what, used, nfree, ncached, atomic_load(&pool->n_used),
+                      atomic_load(&pool->n_free), atomic_load(&pool->n_cached), n);
+    for (walk = 0, i = pool->free_head; i >= 0 && walk <= n; i = e[i].next, walk++)
+        if (e[i].refcount != 0 || (e[i].flags & HY_PT_F_HASHED))
+            return hy_err(err, HY_EFORMAT, "%s %d on the free list is not free", what, i);
+    if (walk != nfree)
+        return hy_err(err, HY_EFORMAT, "%s free list has %d entries, %d free", what, walk, nfree);
+    prev = -1;
+    for (walk = 0, i = pool->lru_head; i >= 0 && walk <= n; prev = i, i = e[i].next, walk++)
+        if (e[i].refcount != 0 || !(e[i].flags & HY_PT_F_HASHED) || e[i].prev != prev)
+            return hy_err(err, HY_EFORMAT, "%s %d on the LRU list is not cached", what, i);
+    if (walk != ncached || pool->lru_tail != prev)
+        return hy_err(err, HY_EFORMAT, "%s LRU list has %d entries, %d cached", what, walk,
+                      ncached);
+    return HY_OK;
+}
+
+int hy_pt_check(hy_pt_t *pt, char *err)
+{
+    hy_pt_shared_t *sh;
+    int32_t i, live = 0, used = 0, walk;
+    int rc;
+
+    if ((rc = hy_pt_lock(pt)) != HY_OK)
+        return hy_err(err, rc, "page table lock is not recoverable");
+    sh = pt->sh;
+    if ((rc = pool_check(pt, &sh->pages, pt->pages, true, "page", err)) != HY_OK ||
+        (rc = pool_check(pt, &sh->ckpts, pt->ckpts, false, "checkpoint", err)) != HY_OK)
+        goto out;
+    for (i = 0; i < sh->params.index_capacity; i++) {
+        const hy_pt_index_t *s = &pt->index[i];
+        if (s->page < 0 && s->ckpt < 0)
+            continue;
+        live++;
+        if (idx_find(pt, s->hash) != i ||
+            (s->page >= 0 && (s->page >= sh->pages.n_total || pt->pages[s->page].hash != s->hash ||
+                              !(pt->pages[s->page].flags & HY_PT_F_HASHED))) ||
+            (s->ckpt >= 0 && (s->ckpt >= sh->ckpts.n_total || pt->ckpts[s->ckpt].hash != s->hash ||
+                              !(pt->ckpts[s->ckpt].flags & HY_PT_F_HASHED)))) {
+            rc = hy_err(err, HY_EFORMAT, "index slot %d is inconsistent", i);
+            goto out;
+        }
+    }
+    if (live != atomic_load(&sh->n_index_used)) {
+        rc = hy_err(err, HY_EFORMAT, "index has %d live slots, counter says %d", live,
+                    atomic_load(&sh->n_index_used));
+        goto out;
+    }
+    for (i = 0; i < sh->params.n_state_slots; i++)
+        used += pt->states[i] == HY_PT_STATE_USED;
+    for (walk = 0, i = sh->state_free_head; i >= 0 && walk <= sh->params.n_state_slots;
+         i = pt->states[i], walk++)
+        ;
+    if (used != atomic_load(&sh->n_state_used) || used + walk != sh->params.n_state_slots) {
+        rc = hy_err(err, HY_EFORMAT, "state slots: %d used (counter %d) + %d free != %d", used,
+                    atomic_load(&sh->n_state_used), walk, sh->params.n_state_slots);
+        goto out;
+    }
+    rc = HY_OK;
+out:
+    hy_pt_unlock(pt);
+    return rc;
+}
+
+void hy_pt_counts(const hy_pt_t *pt, hy_pt_counts_t *c)
+{
+    hy_pt_shared_t *sh = pt->sh;
+
+    c->pages_total = sh->pages.n_total;
+    c->pages_used = atomic_load_explicit(&sh->pages.n_used, RLX);
+    c->pages_free = atomic_load_explicit(&sh->pages.n_free, RLX);
+    c->pages_cached = atomic_load_explicit(&sh->pages.n_cached, RLX);
+    c->ckpt_total = sh->ckpts.n_total;
+    c->ckpt_used = atomic_load_explicit(&sh->ckpts.n_used, RLX);
+    c->ckpt_free = atomic_load_explicit(&sh->ckpts.n_free, RLX);
+    c->ckpt_cached = atomic_load_explicit(&sh->ckpts.n_cached, RLX);
+    c->state_total = sh->params.n_state_slots;
+    c->state_used = atomic_load_explicit(&sh->n_state_used, RLX);
+    c->page_evictions = atomic_load_explicit(&sh->pages.evictions, RLX);
+    c->ckpt_evictions = atomic_load_explicit(&sh->ckpts.evictions, RLX);
+    c->queries = atomic_load_explicit(&sh->queries, RLX);
+    c->query_tokens = atomic_load_explicit(&sh->query_tokens, RLX);
+    c->hits = atomic_load_explicit(&sh->hits, RLX);
+    c->hit_tokens = atomic_load_explicit(&sh->hit_tokens, RLX);
+    c->recoveries = atomic_load_explicit(&sh->recoveries, RLX);
+}

@@ -1,0 +1,478 @@
+/*
+ * ring.c - request slots and SPSC token rings (see ring.h for the slot life).
+ * No locks: the owner pid CAS claims a slot, the state word publishes it,
+ * `released` decides who frees it, and each ring is a head/tail counter pair
+ * (engine writes head with release after filling the entry, worker reads it
+ * with acquire; the reverse for tail).  A worker that dies anywhere in here
+ * leaves a slot that hy_shm_reap_owner() can always take back.
+ */
+#include "server/ring.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#define ACQ memory_order_acquire
+#define REL memory_order_release
+#define RLX memory_order_relaxed
+
+#define REL_WORKER 1u
+#define REL_ENGINE 2u
+
+/* Shared ring entry: header then n_top (id, logprob) pairs. */
+typedef struct {
+    int32_t token;
+    float logprob;
+    int32_t n_top;
+    int32_t pad;
+} ring_ent_t;
+
+typedef struct {
+    int32_t id;
+    float logprob;
+} ring_top_t;
+
+uint32_t hy_ring_entry_size(int32_t top_logprobs)
+{
+    return (uint32_t)(sizeof(ring_ent_t) + sizeof(ring_top_t) * (size_t)top_logprobs);
+}
+
+static hy_req_slot_t *slots(hy_shm_t *shm)
+{
+    return hy_shm_region(shm, HY_SHM_REG_SLOTS);
+}
+
+static int32_t n_slots(hy_shm_t *shm)
+{
+    return hy_shm_header(shm)->params.n_request_slots;
+}
+
+hy_req_slot_t *hy_req_slot(hy_shm_t *shm, int32_t idx)
+{
+    if (idx < 0 || idx >= n_slots(shm))
+        return NULL;
+    return &slots(shm)[idx];
+}
+
+const int32_t *hy_req_prompt(hy_shm_t *shm, int32_t idx)
+{
+    const hy_shm_header_t *h = hy_shm_header(shm);
+    return (const int32_t *)hy_shm_region(shm, HY_SHM_REG_PROMPTS) +
+           (size_t)idx * (size_t)h->params.max_prompt_tokens;
+}
+
+static char *ring_entry(hy_shm_t *shm, int32_t idx, uint64_t pos)
+{
+    const hy_shm_header_t *h = hy_shm_header(shm);
+    uint64_t cap = (uint64_t)h->params.ring_capacity;
+
+    return (char *)hy_shm_region(shm, HY_SHM_REG_RINGS) +
+           ((uint64_t)idx * cap + pos % cap) * h->ring_entry_size;
+}
+
+void hy_req_init_slots(hy_shm_t *shm)
+{
+    int32_t i;
+
+    for (i = 0; i < n_slots(shm); i++) {
+        hy_req_slot_t *s = &slots(shm)[i];
+        memset(s, 0, sizeof *s);
+        atomic_init(&s->state, HY_REQ_FREE);
+        atomic_init(&s->gen, 1);
+    }
+}
+
+/* Both sides let go: back to FREE.  gen changes first so a stale handle
+ * fails before anybody can reuse the slot; owner 0 last re-opens the claim. */
+static void slot_free(hy_shm_t *shm, hy_req_slot_t *s)
+{
+    atomic_fetch_add_explicit(&s->gen, 1, RLX);
+    atomic_store_explicit(&s->state, HY_REQ_FREE, REL);
+    atomic_store_explicit(&s->owner_pid, 0, REL);
+    atomic_fetch_sub_explicit(&hy_shm_stats(shm)->slots_used, 1, RLX);
+}
+
+static void let_go(hy_shm_t *shm, hy_req_slot_t *s, uint32_t bit)
+{
+    uint32_t old = atomic_fetch_or_explicit(&s->released, bit, memory_order_acq_rel);
+
+    if ((old | bit) == (REL_WORKER | REL_ENGINE) && old != (REL_WORKER | REL_ENGINE))
+        slot_free(shm, s);
+}
+
+static void wake_reader(hy_req_slot_t *s, bool always)
+{
+    atomic_fetch_add(&s->futex, 1); /* seq_cst: pairs with the reader's waiting flag */
+    if (always || atomic_load(&s->waiting))
+        hy_futex_wake(&s->futex, 1);
+}
+
+static hy_req_slot_t *handle_slot(hy_shm_t *shm, hy_req_handle_t h, char *err)
+{
+    hy_req_slot_t *s;
+
+    if (h.idx >= (uint32_t)n_slots(shm)) {
+        hy_err(err, HY_EINVAL, "request handle %u out of range", h.idx);
+        return NULL;
+    }
+    s = &slots(shm)[h.idx];
+    if (atomic_load_explicit(&s->gen, ACQ) != h.gen ||
+        atomic_load_explicit(&s->state, ACQ) == HY_REQ_FREE) {
+        hy_err(err, HY_ENOENT, "request handle %u/%u is stale", h.idx, h.gen);
+        return NULL;
+    }
+    return s;
+}
+
+static bool is_final(uint32_t st)
+{
+    return st == HY_REQ_DONE || st == HY_REQ_CANCELLED || st == HY_REQ_ERROR;
+}
+
+/* ---- worker side ---------------------------------------------------------- */
+
+int hy_req_submit(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt, int32_t n,
+                  hy_req_handle_t *h, char *err)
+{
+    hy_shm_header_t *hdr = hy_shm_header_rw(shm);
+    hy_stats_t *stats = hy_shm_stats(shm);
+    int32_t ns = n_slots(shm), i, k, start, pid = (int32_t)getpid();
+    hy_req_slot_t *s = NULL;
+    int rc;
+
+    if (n < 1 || n > hdr->params.max_prompt_tokens)
+        return hy_err(err, HY_ERANGE, "prompt has %d tokens: must be 1..%d", n,
+                      hdr->params.max_prompt_tokens);
+    if (p->max_tokens < 1)
+        return hy_err(err, HY_ERANGE, "max_tokens = %d: must be >= 1", p->max_tokens);
+    if (p->n_stop_ids < 0 || p->n_stop_ids > HY_REQ_MAX_STOP_IDS)
+        return hy_err(err, HY_ERANGE, "%d stop token ids: at most %d", p->n_stop_ids,
+                      HY_REQ_MAX_STOP_IDS);
+    if (p->sampling.n_logprobs > hdr->params.ring_top_logprobs)
+        return hy_err(err, HY_ERANGE, "top_logprobs = %d: this server keeps at most %d",
+                      p->sampling.n_logprobs, hdr->params.ring_top_logprobs);
+    if ((rc = hy_sampling_validate(&p->sampling, 0, err)) != HY_OK)
+        return rc;
+    for (i = 0; i < n; i++)
+        if (prompt[i] < 0)
+            return hy_err(err, HY_EINVAL, "prompt token %d is negative (%d)", i, prompt[i]);
+
+    start = (int32_t)(atomic_fetch_add_explicit(&hdr->claim_hint, 1, RLX) % (uint32_t)ns);
+    for (k = 0; k < ns; k++) {
+        int32_t zero = 0;
+        i = (start + k) % ns;
+        if (atomic_load_explicit(&slots(shm)[i].owner_pid, RLX) != 0 ||
+            atomic_load_explicit(&slots(shm)[i].state, RLX) != HY_REQ_FREE)
+            continue;
+        if (atomic_compare_exchange_strong(&slots(shm)[i].owner_pid, &zero, pid)) {
+            s = &slots(shm)[i];
+            break;
+        }
+    }
+    if (s == NULL) {
+        atomic_fetch_add_explicit(&stats->requests[HY_STATS_REQ_REJECTED], 1, RLX);
+        return hy_err(err, HY_EFULL, "all %d request slots are busy", ns);
+    }
+    atomic_fetch_add_explicit(&stats->slots_used, 1, RLX);
+    atomic_store_explicit(&s->state, HY_REQ_CLAIMED, REL);
+    atomic_store_explicit(&s->released, 0, RLX);
+    atomic_store_explicit(&s->cancel, 0, RLX);
+    atomic_store_explicit(&s->waiting, 0, RLX);
+    atomic_store_explicit(&s->head, 0, RLX);
+    atomic_store_explicit(&s->tail, 0, RLX);
+    s->params = *p;
+    s->prompt_len = (uint32_t)n;
+    s->submit_ns = hy_shm_now_ns();
+    s->start_ns = s->first_token_ns = s->finish_ns = 0;
+    s->finish_reason = HY_FINISH_NONE;
+    s->error_code = 0;
+    s->error_msg[0] = '\0';
+    s->n_cached_tokens = s->n_generated = 0;
+    memcpy((int32_t *)hy_req_prompt(shm, i), prompt, sizeof(int32_t) * (size_t)n);
+    s->seq = atomic_fetch_add_explicit(&hdr->submit_seq, 1, RLX);
+    h->idx = (uint32_t)i;
+    h->gen = atomic_load_explicit(&s->gen, RLX);
+    atomic_fetch_add_explicit(&stats->waiting, 1, RLX);
+    atomic_store_explicit(&s->state, HY_REQ_QUEUED, REL); /* publishes everything above */
+    hy_shm_engine_kick(shm);
+    return HY_OK;
+}
+
+static void fill_status(hy_req_slot_t *s, uint32_t st, bool done, hy_req_status_t *out)
+{
+    if (out == NULL)
+        return;
+    memset(out, 0, sizeof *out);
+    out->state = st;
+    out->done = done;
+    out->n_prompt = (int32_t)s->prompt_len;
+    if (is_final(st)) {
+        /* the state load was an acquire: the engine's fields are visible */
+        out->finish_reason = s->finish_reason;
+        out->error_code = s->error_code;
+        memcpy(out->error_msg, s->error_msg, sizeof out->error_msg);
+        out->n_generated = s->n_generated;
+    }
+    out->n_cached = s->n_cached_tokens;
+}
+
+int hy_req_read(hy_shm_t *shm, hy_req_handle_t h, hy_ring_tok_t *out, int32_t max,
+                int timeout_ms, hy_req_status_t *st, char *err)
+{
+    const hy_shm_header_t *hdr = hy_shm_header(shm);
+    int64_t deadline = timeout_ms > 0 ? hy_shm_now_ns() + (int64_t)timeout_ms * 1000000 : 0;
+    hy_req_slot_t *s = handle_slot(shm, h, err);
+    int32_t got = 0;
+
+    if (s == NULL)
+        return HY_ENOENT;
+    if (max < 0 || (max > 0 && out == NULL))
+        return hy_err(err, HY_EINVAL, "read: bad buffer");
+    for (;;) {
+        uint32_t f = atomic_load_explicit(&s->futex, ACQ);
+        uint64_t tail = atomic_load_explicit(&s->tail, RLX);
+        uint64_t head = atomic_load_explicit(&s->head, ACQ);
+        uint32_t state;
+        int wait_ms;
+
+        if (head > tail && max > 0) {
+            while (tail < head && got < max) {
+                const ring_ent_t *e = (const ring_ent_t *)ring_entry(shm, (int32_t)h.idx, tail);
+                const ring_top_t *t = (const ring_top_t *)(e + 1);
+                hy_ring_tok_t *o = &out[got++];
+                int32_t j, nt = e->n_top;
+                if (nt < 0 || nt > hdr->params.ring_top_logprobs)
+                    nt = 0;
+                o->token = e->token;
+                o->logprob = e->logprob;
+                o->n_top = nt;
+                for (j = 0; j < nt; j++) {
+                    o->top_ids[j] = t[j].id;
+                    o->top_logprobs[j] = t[j].logprob;
+                }
+                tail++;
+            }
+            atomic_store_explicit(&s->tail, tail, REL); /* frees the entries */
+            state = atomic_load_explicit(&s->state, ACQ);
+            fill_status(s, state, false, st);
+            return got;
+        }
+        state = atomic_load_explicit(&s->state, ACQ);
+        if (is_final(state)) {
+            /* the engine pushes before it publishes the final state */
+            if (atomic_load_explicit(&s->head, ACQ) > tail && max > 0)
+                continue;
+            fill_status(s, state, atomic_load_explicit(&s->head, ACQ) == tail, st);
+            return 0;
+        }
+        if (timeout_ms == 0)
+            break;
+        if (timeout_ms > 0) {
+            int64_t left = deadline - hy_shm_now_ns();
+            if (left <= 0)
+                break;
+            wait_ms = (int)((left + 999999) / 1000000);
+        } else {
+            wait_ms = -1;
+        }
+        atomic_store(&s->waiting, 1);
+        if (atomic_load(&s->futex) == f)
+            hy_futex_wait(&s->futex, f, wait_ms);
+        atomic_store(&s->waiting, 0);
+    }
+    fill_status(s, atomic_load_explicit(&s->state, ACQ), false, st);
+    return 0;
+}
+
+/* QUEUED -> CANCELLED before the engine took it: the engine will never see
+ * the request, so let go on its behalf. */
+static void cancel_slot(hy_shm_t *shm, hy_req_slot_t *s)
+{
+    uint32_t q = HY_REQ_QUEUED;
+
+    atomic_store_explicit(&s->cancel, 1, REL);
+    if (atomic_compare_exchange_strong(&s->state, &q, HY_REQ_CANCELLED)) {
+        hy_stats_t *stats = hy_shm_stats(shm);
+        s->finish_reason = HY_FINISH_CANCELLED;
+        atomic_fetch_sub_explicit(&stats->waiting, 1, RLX);
+        atomic_fetch_add_explicit(&stats->requests[HY_STATS_REQ_CANCELLED], 1, RLX);
+        let_go(shm, s, REL_ENGINE);
+        wake_reader(s, true);
+    }
+    hy_shm_engine_kick(shm);
+}
+
+int hy_req_cancel(hy_shm_t *shm, hy_req_handle_t h, char *err)
+{
+    hy_req_slot_t *s = handle_slot(shm, h, err);
+
+    if (s == NULL)
+        return HY_ENOENT;
+    if (!is_final(atomic_load_explicit(&s->state, ACQ)))
+        cancel_slot(shm, s);
+    return HY_OK;
+}
+
+int hy_req_release(hy_shm_t *shm, hy_req_handle_t h, char *err)
+{
+    hy_req_slot_t *s = handle_slot(shm, h, err);
+
+    if (s == NULL)
+        return HY_ENOENT;
+    if (atomic_load_explicit(&s->released, ACQ) & REL_WORKER)
+        return hy_err(err, HY_EINVAL, "request handle %u released twice", h.idx);
+    if (!is_final(atomic_load_explicit(&s->state, ACQ)))
+        cancel_slot(shm, s);
+    let_go(shm, s, REL_WORKER);
+    return HY_OK;
+}
+
+/* ---- engine side ---------------------------------------------------------- */
+
+int hy_req_take(hy_shm_t *shm, int32_t *idx)
+{
+    hy_stats_t *stats = hy_shm_stats(shm);
+    int32_t i, ns = n_slots(shm);
+
+    for (;;) {
+        int32_t best = -1;
+        uint32_t q = HY_REQ_QUEUED;
+        for (i = 0; i < ns; i++) {
+            hy_req_slot_t *s = &slots(shm)[i];
+            if (atomic_load_explicit(&s->state, ACQ) != HY_REQ_QUEUED)
+                continue;
+            if (best < 0 || s->params.priority < slots(shm)[best].params.priority ||
+                (s->params.priority == slots(shm)[best].params.priority &&
+                 s->seq < slots(shm)[best].seq))
+                best = i;
+        }
+        if (best < 0)
+            return HY_ENOENT;
+        /* a worker may cancel it between the scan and here: rescan then */
+        if (atomic_compare_exchange_strong(&slots(shm)[best].state, &q, HY_REQ_RUNNING)) {
+            hy_req_slot_t *s = &slots(shm)[best];
+            s->start_ns = hy_shm_now_ns();
+            hy_stats_observe(&stats->queue, (uint64_t)(s->start_ns - s->submit_ns) / 1000);
+            atomic_fetch_sub_explicit(&stats->waiting, 1, RLX);
+            atomic_fetch_add_explicit(&stats->running, 1, RLX);
+            *idx = best;
+            return HY_OK;
+        }
+    }
+}
+
+bool hy_req_cancel_requested(hy_shm_t *shm, int32_t idx)
+{
+    hy_req_slot_t *s = hy_req_slot(shm, idx);
+    return s == NULL || atomic_load_explicit(&s->cancel, ACQ) != 0;
+}
+
+int hy_req_push(hy_shm_t *shm, int32_t idx, const hy_ring_tok_t *t)
+{
+    const hy_shm_header_t *hdr = hy_shm_header(shm);
+    hy_req_slot_t *s = hy_req_slot(shm, idx);
+    uint64_t head, tail;
+    ring_ent_t *e;
+    ring_top_t *top;
+    int32_t j, nt;
+
+    if (s == NULL || atomic_load_explicit(&s->state, RLX) != HY_REQ_RUNNING)
+        return HY_EINVAL;
+    head = atomic_load_explicit(&s->head, RLX);
+    tail = atomic_load_explicit(&s->tail, ACQ); /* the reader is done with those entries */
+    if (head - tail >= (uint64_t)hdr->params.ring_capacity)
+        return HY_EFULL;
+    e = (ring_ent_t *)ring_entry(shm, idx, head);
+    top = (ring_top_t *)(e + 1);
+    nt = HY_MIN(HY_MAX(t->n_top, 0), hdr->params.ring_top_logprobs);
+    e->token = t->token;
+    e->logprob = t->logprob;
+    e->n_top = nt;
+    e->pad = 0;
+    for (j = 0; j < nt; j++) {
+        top[j].id = t->top_ids[j];
+        top[j].logprob = t->top_logprobs[j];
+    }
+    if (head == 0)
+        s->first_token_ns = hy_shm_now_ns();
+    s->n_generated++;
+    atomic_store_explicit(&s->head, head + 1, REL);
+    wake_reader(s, false);
+    return HY_OK;
+}
+
+int hy_req_finish(hy_shm_t *shm, int32_t idx, uint32_t state, int32_t finish_reason,
+                  int32_t error_code, const char *msg)
+{
+    hy_stats_t *stats = hy_shm_stats(shm);
+    hy_req_slot_t *s = hy_req_slot(shm, idx);
+    uint32_t running = HY_REQ_RUNNING;
+    int kind;
+
+    if (s == NULL || !is_final(state))
+        return HY_EINVAL;
+    s->finish_ns = hy_shm_now_ns();
+    s->finish_reason = finish_reason;
+    s->error_code = error_code;
+    if (msg != NULL) {
+        strncpy(s->error_msg, msg, sizeof s->error_msg - 1);
+        s->error_msg[sizeof s->error_msg - 1] = '\0';
+    }
+    if (!atomic_compare_exchange_strong(&s->state, &running, state))
+        return HY_EINVAL; /* not a request this engine took */
+    kind = state == HY_REQ_ERROR       ? HY_STATS_REQ_ERROR
+           : state == HY_REQ_CANCELLED ? HY_STATS_REQ_CANCELLED
+           : finish_reason == HY_FINISH_LENGTH ? HY_STATS_REQ_LENGTH
+                                               : HY_STATS_REQ_STOP;
+    atomic_fetch_add_explicit(&stats->requests[kind], 1, RLX);
+    atomic_fetch_sub_explicit(&stats->running, 1, RLX);
+    atomic_fetch_add_explicit(&stats->prompt_tokens, s->prompt_len, RLX);
+    atomic_fetch_add_explicit(&stats->cached_prompt_tokens, (uint64_t)s->n_cached_tokens, RLX);
+    atomic_fetch_add_explicit(&stats->generation_tokens, (uint64_t)s->n_generated, RLX);
+    hy_stats_observe(&stats->e2e, (uint64_t)(s->finish_ns - s->submit_ns) / 1000);
+    if (s->n_generated > 0)
+        hy_stats_observe(&stats->ttft, (uint64_t)(s->first_token_ns - s->submit_ns) / 1000);
+    if (s->n_generated > 1)
+        hy_stats_observe(&stats->tpot, (uint64_t)(s->finish_ns - s->first_token_ns) / 1000 /
+                                           (uint64_t)(s->n_generated - 1));
+    wake_reader(s, true);
+    let_go(shm, s, REL_ENGINE);
+    return HY_OK;
+}
+
+/* ---- coordinator ---------------------------------------------------------- */
+
+int hy_shm_reap_owner(hy_shm_t *shm, pid_t pid)
+{
+    int32_t i, ns = n_slots(shm), reaped = 0;
+
+    if (pid <= 0)
+        return 0;
+    for (i = 0; i < ns; i++) {
+        hy_req_slot_t *s = &slots(shm)[i];
+        int32_t owner = (int32_t)pid;
+        uint32_t st;
+
+        if (atomic_load_explicit(&s->owner_pid, ACQ) != (int32_t)pid)
+            continue;
+        st = atomic_load_explicit(&s->state, ACQ);
+        if (st == HY_REQ_FREE) {
+            /* died between the claim CAS and marking it CLAIMED */
+            atomic_compare_exchange_strong(&s->owner_pid, &owner, 0);
+            continue;
+        }
+        if (atomic_load_explicit(&s->released, ACQ) & REL_WORKER)
+            continue; /* it had let go already; the engine frees it */
+        if (st == HY_REQ_CLAIMED) {
+            /* died while filling it: the engine never saw it */
+            atomic_store_explicit(&s->released, REL_WORKER | REL_ENGINE, RLX);
+            slot_free(shm, s);
+        } else {
+            if (!is_final(st))
+                cancel_slot(shm, s);
+            let_go(shm, s, REL_WORKER);
+        }
+        reaped++;
+    }
+    atomic_fetch_add_explicit(&hy_shm_stats(shm)->reaped_requests, (uint64_t)reaped, RLX);
+    return reaped;
+}

@@ -1,0 +1,141 @@
+/*
+ * ring.h - request slots and token rings in the shared segment.  A worker
+ * submits a request into a free slot (prompt ids + sampling parameters), the
+ * engine takes it, pushes generated tokens into the slot's single-producer /
+ * single-consumer ring and bumps the slot's futex word; the worker waits on
+ * that word with a timeout and streams tokens out.  Everything here is
+ * lock-free (C11 atomics): slot claim is a CAS on the owner pid, the ring is
+ * two monotonically increasing counters (head by the engine, tail by the
+ * worker) with acquire/release ordering.
+ *
+ * Slot life: FREE -> CLAIMED (worker filling it) -> QUEUED -> RUNNING ->
+ * DONE | CANCELLED | ERROR -> FREE.  A slot is freed when both sides have let
+ * go: the worker (hy_req_release, or hy_shm_reap_owner after it died) and the
+ * engine (hy_req_finish, or implicitly when a QUEUED request is cancelled
+ * before the engine took it).  Handles carry a generation so a stale handle
+ * never touches a reused slot.
+ */
+#ifndef HY_SERVER_RING_H
+#define HY_SERVER_RING_H
+
+#include "engine/sampler.h"
+#include "server/shm.h"
+
+enum {
+    HY_REQ_FREE = 0,
+    HY_REQ_CLAIMED,
+    HY_REQ_QUEUED,
+    HY_REQ_RUNNING,
+    HY_REQ_DONE,
+    HY_REQ_CANCELLED,
+    HY_REQ_ERROR,
+};
+
+enum {
+    HY_FINISH_NONE = 0,
+    HY_FINISH_STOP,      /* stop token / stop sequence */
+    HY_FINISH_LENGTH,    /* max_tokens or context full */
+    HY_FINISH_CANCELLED,
+    HY_FINISH_ERROR,
+};
+
+#define HY_REQ_MAX_STOP_IDS 16
+#define HY_REQ_ERRMSG_LEN 160
+
+/* What a worker submits besides the prompt (pointer-free). */
+typedef struct {
+    hy_sampling_t sampling;
+    int32_t max_tokens; /* >= 1 */
+    int32_t priority;   /* lower runs first (vLLM's convention) */
+    int32_t n_stop_ids; /* token ids that end generation (besides EOS) */
+    int32_t stop_ids[HY_REQ_MAX_STOP_IDS];
+    uint32_t flags;     /* HY_REQ_F_* */
+} hy_req_params_t;
+
+#define HY_REQ_F_IGNORE_EOS 1u
+
+typedef struct {
+    _Atomic uint32_t state;    /* HY_REQ_* */
+    _Atomic int32_t owner_pid; /* 0 = unowned; the claim CAS */
+    _Atomic uint32_t gen;      /* bumped on every free */
+    _Atomic uint32_t released; /* bit 0 worker let go, bit 1 engine let go */
+    _Atomic uint32_t cancel;   /* worker asks the engine to stop */
+    _Atomic uint32_t futex;    /* bumped by the engine after each push/finish */
+    _Atomic uint32_t waiting;  /* worker is (about to be) in FUTEX_WAIT */
+    uint32_t prompt_len;
+    uint64_t seq;              /* submit order */
+    int64_t submit_ns, start_ns, first_token_ns, finish_ns;
+    int32_t finish_reason;     /* HY_FINISH_* */
+    int32_t error_code;
+    int32_t n_cached_tokens;   /* prefix-cache hit, set by the engine */
+    int32_t n_generated;
+    char error_msg[HY_REQ_ERRMSG_LEN];
+    hy_req_params_t params;
+    _Atomic uint64_t head __attribute__((aligned(64))); /* pushed (engine writes) */
+    _Atomic uint64_t tail __attribute__((aligned(64))); /* consumed (worker writes) */
+} hy_req_slot_t;
+
+typedef struct {
+    uint32_t idx;
+    uint32_t gen;
+} hy_req_handle_t;
+
+/* One generated token as the API sees it. */
+typedef struct {
+    int32_t token;
+    float logprob;
+    int32_t n_top; /* <= the segment's ring_top_logprobs */
+    int32_t top_ids[HY_SAMPLING_MAX_LOGPROBS];
+    float top_logprobs[HY_SAMPLING_MAX_LOGPROBS];
+} hy_ring_tok_t;
+
+typedef struct {
+    uint32_t state;
+    bool done;             /* final state reached and every token read */
+    int32_t finish_reason; /* HY_FINISH_* once done */
+    int32_t error_code;
+    char error_msg[HY_REQ_ERRMSG_LEN];
+    int32_t n_prompt, n_cached, n_generated;
+} hy_req_status_t;
+
+/* Bytes of one ring entry for a given top-logprob count. */
+uint32_t hy_ring_entry_size(int32_t top_logprobs);
+/* Formats every slot as FREE (called by hy_shm_create). */
+void hy_req_init_slots(hy_shm_t *shm);
+
+/* ---- worker side ---- */
+/* Copies prompt + params into a free slot.  HY_EFULL when none is free (the
+ * caller answers 503); HY_ERANGE/HY_EINVAL for bad input. */
+int hy_req_submit(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt, int32_t n,
+                  hy_req_handle_t *h, char *err);
+/* Up to max tokens into out; waits up to timeout_ms (0 = poll, -1 = forever)
+ * when none is ready.  Returns the count (0 on timeout or when done) or a
+ * negative code; st says the state and, once st->done, the finish reason. */
+int hy_req_read(hy_shm_t *shm, hy_req_handle_t h, hy_ring_tok_t *out, int32_t max,
+                int timeout_ms, hy_req_status_t *st, char *err);
+/* Asks the engine to stop; a queued request is cancelled at once. */
+int hy_req_cancel(hy_shm_t *shm, hy_req_handle_t h, char *err);
+/* The worker is done with h (cancels first if still live). */
+int hy_req_release(hy_shm_t *shm, hy_req_handle_t h, char *err);
+
+/* ---- engine side ---- */
+/* Takes the best queued request (lowest priority value, then oldest):
+ * QUEUED -> RUNNING.  HY_ENOENT when nothing is queued. */
+int hy_req_take(hy_shm_t *shm, int32_t *idx);
+hy_req_slot_t *hy_req_slot(hy_shm_t *shm, int32_t idx);
+const int32_t *hy_req_prompt(hy_shm_t *shm, int32_t idx);
+bool hy_req_cancel_requested(hy_shm_t *shm, int32_t idx);
+/* Appends one token and wakes the reader.  HY_EFULL when the reader is
+ * ring_capacity tokens behind (keep the token and retry next step). */
+int hy_req_push(hy_shm_t *shm, int32_t idx, const hy_ring_tok_t *t);
+/* Final state (DONE/CANCELLED/ERROR) and reason; records stats; the engine
+ * lets go of the slot. */
+int hy_req_finish(hy_shm_t *shm, int32_t idx, uint32_t state, int32_t finish_reason,
+                  int32_t error_code, const char *msg);
+
+/* ---- coordinator ---- */
+/* A worker died: cancel its requests and let go of them on its behalf.
+ * Returns how many slots were reaped. */
+int hy_shm_reap_owner(hy_shm_t *shm, pid_t pid);
+
+#endif

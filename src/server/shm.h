@@ -1,0 +1,164 @@
+/*
+ * shm.h - the shared-memory segment between the coordinator (engine) and the
+ * preforked FastCGI workers: /dev/shm/hyserve-<instance>, mode 0600, created
+ * O_EXCL by the coordinator and unlinked at its shutdown, attached read-write
+ * by workers and by hyserve-ctl.  One fixed layout sized from parameters and
+ * described by a versioned header (magic, layout version, total size, every
+ * region's offset/count/element size, creation time, coordinator pid); all
+ * cross-references are offsets, never pointers, so it maps anywhere.
+ *
+ * Regions: the page table + prefix cache (kv/pagetable.h, guarded by the one
+ * robust process-shared mutex in the header), request slots, their prompt
+ * arena and token rings (server/ring.h, lock-free), and the stats counters
+ * that /metrics and `hyserve-ctl status` read.
+ */
+#ifndef HY_SERVER_SHM_H
+#define HY_SERVER_SHM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "common/hy.h"
+#include "kv/pagetable.h"
+
+#define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
+#define HY_SHM_LAYOUT_VERSION 1
+#define HY_SHM_INSTANCE_MAX 48 /* [A-Za-z0-9_.-], not starting with '.' */
+
+typedef struct {
+    int32_t n_pages;               /* KV pages */
+    int32_t page_tokens;           /* tokens per page / prefix block */
+    int32_t n_state_slots;         /* live recurrent states */
+    int32_t n_checkpoint_slots;    /* recurrent-state snapshots for prefix reuse */
+    int32_t n_request_slots;       /* in-flight requests (1..65536) */
+    int32_t max_prompt_tokens;     /* per request, in the prompt arena */
+    int32_t ring_capacity;         /* generated tokens buffered per request */
+    int32_t ring_top_logprobs;     /* alternatives stored per token, 0..20 */
+    int32_t prefix_index_capacity; /* 0 = automatic (see hy_pt_params_t) */
+} hy_shm_params_t;
+
+enum {
+    HY_SHM_REG_PT,           /* page-table header (hy_pt_shared_t) */
+    HY_SHM_REG_PAGES,        /* hy_pt_entry_t [n_pages] */
+    HY_SHM_REG_CKPTS,        /* hy_pt_entry_t [n_checkpoint_slots] */
+    HY_SHM_REG_STATES,       /* int32_t [n_state_slots] */
+    HY_SHM_REG_INDEX,        /* hy_pt_index_t [prefix index capacity] */
+    HY_SHM_REG_DEPTH,        /* int32_t [n_pages] */
+    HY_SHM_REG_BLOCK_TOKENS, /* int32_t [n_pages][page_tokens] */
+    HY_SHM_REG_SLOTS,        /* hy_req_slot_t [n_request_slots] */
+    HY_SHM_REG_PROMPTS,      /* int32_t [n_request_slots][max_prompt_tokens] */
+    HY_SHM_REG_RINGS,        /* ring entries [n_request_slots][ring_capacity] */
+    HY_SHM_REG_STATS,        /* hy_stats_t */
+    HY_SHM_NREG
+};
+
+typedef struct {
+    uint64_t off;  /* bytes from the segment start */
+    uint64_t size; /* bytes */
+    uint64_t count;
+    uint32_t elem_size;
+    uint32_t pad;
+} hy_shm_region_t;
+
+typedef struct {
+    uint64_t magic;
+    uint32_t layout_version;
+    uint32_t header_size; /* sizeof(hy_shm_header_t): catches mismatched builds */
+    uint64_t total_size;
+    hy_shm_params_t params;
+    uint32_t n_regions;
+    uint32_t ring_entry_size;
+    uint32_t slot_size;  /* sizeof(hy_req_slot_t) */
+    uint32_t mutex_size; /* sizeof(pthread_mutex_t) */
+    hy_shm_region_t regions[HY_SHM_NREG];
+    int64_t created_unix; /* seconds */
+    int32_t coordinator_pid;
+    _Atomic uint32_t ready;        /* 1 once fully initialised */
+    _Atomic uint32_t engine_futex; /* bumped on submit/cancel: wakes an idle engine */
+    _Atomic uint32_t engine_waiting;
+    _Atomic uint32_t claim_hint;   /* where the next slot search starts */
+    _Atomic uint64_t submit_seq;   /* FIFO order among equal priorities */
+    pthread_mutex_t lock __attribute__((aligned(64))); /* robust, process-shared */
+} hy_shm_header_t;
+
+/* ---- stats (atomics only; read without locks) ---------------------------- */
+
+#define HY_STATS_NBUCKETS 22 /* finite bounds; one more bucket is +Inf */
+/* Upper bounds in seconds shared by every latency histogram. */
+extern const double hy_stats_bucket_le[HY_STATS_NBUCKETS];
+
+typedef struct {
+    _Atomic uint64_t bucket[HY_STATS_NBUCKETS + 1]; /* non-cumulative counts */
+    _Atomic uint64_t count;
+    _Atomic uint64_t sum_us;
+} hy_stats_hist_t;
+
+enum {
+    HY_STATS_REQ_STOP,      /* finished: stop token / stop condition */
+    HY_STATS_REQ_LENGTH,    /* finished: max_tokens */
+    HY_STATS_REQ_CANCELLED, /* client went away or asked */
+    HY_STATS_REQ_ERROR,     /* engine error */
+    HY_STATS_REQ_REJECTED,  /* no free slot at submit (HTTP 503) */
+    HY_STATS_REQ_N
+};
+
+typedef struct {
+    _Atomic uint64_t requests[HY_STATS_REQ_N];
+    hy_stats_hist_t ttft;  /* submit -> first token */
+    hy_stats_hist_t tpot;  /* mean time per output token after the first */
+    hy_stats_hist_t e2e;   /* submit -> finish */
+    hy_stats_hist_t queue; /* submit -> taken by the engine */
+    _Atomic uint64_t prompt_tokens, generation_tokens, cached_prompt_tokens;
+    _Atomic int32_t running, waiting, slots_used;
+    _Atomic uint64_t preemptions, worker_restarts, reaped_requests;
+} hy_stats_t;
+
+void hy_stats_observe(hy_stats_hist_t *h, uint64_t us);
+
+/* ---- the segment ----------------------------------------------------------- */
+
+typedef struct hy_shm hy_shm_t;
+
+/* A small default for tests and `hyserve run`; the coordinator fills its own. */
+void hy_shm_params_default(hy_shm_params_t *p);
+
+/* Validates p and computes the header (sizes, regions) it would produce. */
+int hy_shm_layout(const hy_shm_params_t *p, hy_shm_header_t *hdr, char *err);
+
+/* Coordinator: creates and formats /dev/shm/hyserve-<instance>.  Fails if it
+ * exists (another coordinator, or a stale one: see hy_shm_remove_stale). */
+int hy_shm_create(hy_shm_t **out, const char *instance, const hy_shm_params_t *p, char *err);
+/* Workers and tools: maps an existing segment read-write after checking its
+ * header against this build's layout. */
+int hy_shm_attach(hy_shm_t **out, const char *instance, char *err);
+/* Removes a segment whose coordinator is gone.  HY_OK removed, HY_ENOENT none,
+ * HY_EINVAL its coordinator still runs. */
+int hy_shm_remove_stale(const char *instance, char *err);
+/* Unmaps; the creator also unlinks the name. */
+void hy_shm_close(hy_shm_t *shm);
+
+const hy_shm_header_t *hy_shm_header(const hy_shm_t *shm);
+hy_shm_header_t *hy_shm_header_rw(hy_shm_t *shm);
+void *hy_shm_region(hy_shm_t *shm, int reg);
+hy_pt_t *hy_shm_pt(hy_shm_t *shm);
+hy_stats_t *hy_shm_stats(hy_shm_t *shm);
+
+/* The segment mutex (the page table's): HY_OK, or HY_EIO if unrecoverable.
+ * EOWNERDEAD is handled inside (page-table accounting rebuilt). */
+int hy_shm_lock(hy_shm_t *shm);
+void hy_shm_unlock(hy_shm_t *shm);
+
+/* Engine idle wait: returns when engine_futex != seen or after timeout_ms
+ * (-1 = forever).  Workers call hy_shm_engine_kick after submit/cancel. */
+void hy_shm_engine_wait(hy_shm_t *shm, uint32_t seen, int timeout_ms);
+void hy_shm_engine_kick(hy_shm_t *shm);
+
+/* Process-shared futex helpers (non-private: the word is in shared memory).
+ * wait returns 0 when woken or the value differs, -1 on timeout. */
+int hy_futex_wait(_Atomic uint32_t *word, uint32_t expected, int timeout_ms);
+void hy_futex_wake(_Atomic uint32_t *word, int n);
+
+int64_t hy_shm_now_ns(void); /* CLOCK_MONOTONIC: comparable across processes */
+
+#endif

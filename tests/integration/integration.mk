@@ -1,0 +1,9 @@
+# tests/integration/integration.mk - end-to-end tests that take longer than a
+# unit test (tens of seconds in the optimised build).  They are in TESTS but
+# not under tests/unit/, so `make check-unit` (the sanitizer build) skips them.
+check_PROGRAMS += tests/integration/test_long_context
+TESTS += tests/integration/test_long_context
+tests_integration_test_long_context_SOURCES = tests/integration/test_long_context.c
+tests_integration_test_long_context_LDADD = $(TEST_LDADD)
+# its model and goldens (tests/golden/tiny/qwen35-long.*) ship with
+# tests/golden/tiny (model.mk)

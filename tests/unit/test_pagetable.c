@@ -1,0 +1,377 @@
+/*
+ * test_pagetable.c - the page table and prefix cache in private memory:
+ * hits and misses, multi-turn reuse, checkpoint-gated matches for hybrid
+ * models, LRU eviction under pressure (never of a referenced page),
+ * duplicate blocks, recovery, and the used + free + cached == total
+ * invariant after every scenario.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/pagetable.h"
+#include "test.h"
+
+#define BT 4 /* tokens per block: small so scenarios span many blocks */
+
+static hy_pt_t pt;
+static void *mem;
+static char err[HY_ERR_LEN];
+
+static int setup(int n_pages, int n_ckpt, int n_state)
+{
+    hy_pt_params_t p = {n_pages, BT, n_state, n_ckpt, 0};
+    hy_pt_layout_t l;
+
+    free(mem);
+    if (hy_pt_layout(&p, &l, err) != HY_OK)
+        return -1;
+    mem = aligned_alloc(64, (l.total_size + 63) / 64 * 64);
+    return hy_pt_init(&pt, mem, l.total_size, &p, NULL, err);
+}
+
+static bool accounting_ok(const char *what)
+{
+    hy_pt_counts_t c;
+    int rc = hy_pt_check(&pt, err);
+
+    hy_pt_counts(&pt, &c);
+    HY_T_OK(rc == HY_OK && c.pages_used + c.pages_free + c.pages_cached == c.pages_total &&
+                c.ckpt_used + c.ckpt_free + c.ckpt_cached == c.ckpt_total,
+            "%s: accounting (pages %d+%d+%d=%d, ckpt %d+%d+%d=%d) %s", what, c.pages_used,
+            c.pages_free, c.pages_cached, c.pages_total, c.ckpt_used, c.ckpt_free, c.ckpt_cached,
+            c.ckpt_total, rc == HY_OK ? "" : err);
+    return rc == HY_OK;
+}
+
+/* Runs a "sequence" the way the engine would: match, allocate the rest,
+ * commit every full block, optionally checkpoint at the end of the last full
+ * block, release.  Returns matched tokens. */
+static int run_seq(const int32_t *tok, int n, bool hybrid, bool keep, int32_t *pages_out)
+{
+    int32_t pages[256];
+    hy_pt_match_t m = {pages, 256, 0, 0, -1, 0};
+    int32_t nb = (n + BT - 1) / BT, b;
+    uint64_t h;
+
+    if (hy_pt_match(&pt, tok, n, hybrid, &m, err) != HY_OK)
+        return -1;
+    if (m.ckpt >= 0)
+        hy_pt_checkpoint_release(&pt, m.ckpt, err); /* state copied out */
+    if (hy_pt_alloc_pages(&pt, nb - m.n_blocks, pages + m.n_blocks, err) != HY_OK) {
+        hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+        return -2;
+    }
+    h = m.hash;
+    for (b = m.n_blocks; b < n / BT; b++) {
+        h = hy_pt_block_hash(h, tok + b * BT, BT);
+        hy_pt_commit_block(&pt, pages[b], h, b, tok + b * BT, err);
+        if (hybrid && b == n / BT - 1) {
+            int32_t slot;
+            bool existed;
+            if (hy_pt_checkpoint_put(&pt, h, &slot, &existed, err) == HY_OK) {
+                if (existed)
+                    hy_pt_checkpoint_release(&pt, slot, err);
+                else
+                    hy_pt_checkpoint_publish(&pt, slot, err);
+            }
+        }
+    }
+    if (pages_out)
+        memcpy(pages_out, pages, sizeof(int32_t) * (size_t)nb);
+    if (!keep)
+        hy_pt_release_seq(&pt, pages, nb, err);
+    return m.n_tokens;
+}
+
+static void test_params(void)
+{
+    hy_pt_params_t p = {0, 16, 0, 0, 0};
+    hy_pt_layout_t l;
+    int i;
+
+    HY_T_OK(hy_pt_layout(&p, &l, err) == HY_ERANGE && strstr(err, "n_pages"),
+            "n_pages = 0 refused: %s", err);
+    p.n_pages = 8;
+    p.page_tokens = 0;
+    HY_T_OK(hy_pt_layout(&p, &l, err) == HY_ERANGE && strstr(err, "page_tokens"),
+            "page_tokens = 0 refused: %s", err);
+    p.page_tokens = 16;
+    p.index_capacity = 12;
+    HY_T_OK(hy_pt_layout(&p, &l, err) == HY_ERANGE, "non-power-of-two index refused: %s", err);
+    p.index_capacity = 0;
+    i = hy_pt_layout(&p, &l, err);
+    HY_T_OK(i == HY_OK && l.index_capacity >= 2 * 9, "automatic index capacity %d",
+            l.index_capacity);
+}
+
+static void test_hits_and_misses(void)
+{
+    int32_t a[12], b[12], pages[8];
+    hy_pt_match_t m = {pages, 8, 0, 0, -1, 0};
+    int i, r;
+
+    setup(16, 0, 0);
+    for (i = 0; i < 12; i++)
+        a[i] = 100 + i, b[i] = 100 + i;
+    b[5] = 7; /* differs inside block 1 */
+    HY_T_OK(run_seq(a, 12, false, false, NULL) == 0, "cold prompt misses");
+    r = run_seq(a, 12, false, false, NULL);
+    HY_T_OK(r == 8, "same 12-token prompt hits 2 of 3 blocks (one token must remain): %d", r);
+    r = hy_pt_match(&pt, b, 12, false, &m, err);
+    HY_T_OK(r == HY_OK && m.n_blocks == 1, "prompt differing in block 1 hits only block 0: %d",
+            m.n_blocks);
+    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    HY_T_OK(hy_pt_match(&pt, a, 3, false, &m, err) == HY_OK && m.n_blocks == 0,
+            "prompt shorter than one block: no hit");
+    HY_T_OK(hy_pt_match(&pt, a, BT, false, &m, err) == HY_OK && m.n_blocks == 0,
+            "prompt of exactly one block: no hit (a token must remain)");
+    HY_T_OK(hy_pt_match(&pt, a, BT + 1, false, &m, err) == HY_OK && m.n_blocks == 1,
+            "one block + 1 token: hit");
+    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    accounting_ok("hits/misses");
+}
+
+static void test_collision_guard(void)
+{
+    int32_t a[9], pages[4];
+    hy_pt_match_t m = {pages, 4, 0, 0, -1, 0};
+    int32_t p, i;
+    uint64_t h;
+
+    /* commit a page whose stored tokens disagree with the hash it claims:
+     * what a 64-bit collision would look like; the match must refuse it */
+    setup(8, 0, 0);
+    for (i = 0; i < 9; i++)
+        a[i] = i + 1;
+    hy_pt_alloc_pages(&pt, 1, &p, err);
+    h = hy_pt_block_hash(HY_PT_HASH_ROOT, a, BT);
+    {
+        int32_t other[BT] = {9, 9, 9, 9};
+        hy_pt_commit_block(&pt, p, h, 0, other, err);
+    }
+    hy_pt_release_seq(&pt, &p, 1, err);
+    HY_T_OK(hy_pt_match(&pt, a, 9, false, &m, err) == HY_OK && m.n_blocks == 0,
+            "hash hit with different tokens is not a hit");
+    accounting_ok("collision guard");
+}
+
+static void test_multi_turn(void)
+{
+    int32_t conv[400];
+    int n = 0, turn, i, ok = 1, worst = 0;
+
+    setup(128, 32, 4);
+    for (turn = 0; turn < 5; turn++) {
+        int prev = n, r;
+        for (i = 0; i < 37 + turn * 11; i++)
+            conv[n++] = (turn * 131 + i * 7) % 1000;
+        r = run_seq(conv, n, true, false, NULL);
+        /* every full block of the previous turn ends at or before prev; the
+         * checkpoint sits at the end of the previous turn's last full block */
+        if (r != (turn == 0 ? 0 : prev / BT * BT)) {
+            ok = 0;
+            worst = r;
+        }
+    }
+    HY_T_OK(ok, "5 growing turns each hit all previous full blocks (hybrid, checkpoint-gated)%s",
+            ok ? "" : " - failed");
+    (void)worst;
+    accounting_ok("multi-turn");
+}
+
+static void test_checkpoint_gating(void)
+{
+    int32_t t[40], pages[16], slot;
+    hy_pt_match_t m = {pages, 16, 0, 0, -1, 0};
+    bool existed;
+    int i;
+    uint64_t h = HY_PT_HASH_ROOT, h2 = 0;
+
+    setup(32, 4, 0);
+    for (i = 0; i < 40; i++)
+        t[i] = i * 3;
+    run_seq(t, 32, false, false, NULL); /* pages for 8 blocks, no checkpoints */
+    HY_T_OK(hy_pt_match(&pt, t, 40, true, &m, err) == HY_OK && m.n_blocks == 0 && m.ckpt == -1,
+            "hybrid: pages without a checkpoint give no hit");
+    for (i = 0; i < 2; i++)
+        h = hy_pt_block_hash(h, t + i * BT, BT);
+    hy_pt_checkpoint_put(&pt, h, &slot, &existed, err);
+    HY_T_OK(hy_pt_match(&pt, t, 40, true, &m, err) == HY_OK && m.n_blocks == 0,
+            "pending checkpoint is not matchable");
+    hy_pt_checkpoint_publish(&pt, slot, err);
+    i = hy_pt_match(&pt, t, 40, true, &m, err);
+    HY_T_OK(i == HY_OK && m.n_blocks == 2 && m.ckpt == slot,
+            "hybrid hit stops at the checkpoint after block 1: %d blocks", m.n_blocks);
+    hy_pt_checkpoint_release(&pt, m.ckpt, err);
+    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    HY_T_OK(hy_pt_match(&pt, t, 40, false, &m, err) == HY_OK && m.n_blocks == 8,
+            "attention-only match of the same prompt: 8 blocks");
+    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    hy_pt_checkpoint_put(&pt, h, &slot, &existed, err);
+    HY_T_OK(existed, "second put at the same boundary returns the existing checkpoint");
+    hy_pt_checkpoint_release(&pt, slot, err);
+    /* fill the pool: 4 slots, then a 5th evicts the LRU one */
+    for (i = 0; i < 4; i++) {
+        h2 = hy_pt_block_hash(0x1234 + (uint64_t)i, t, BT);
+        hy_pt_checkpoint_put(&pt, h2, &slot, &existed, err);
+        hy_pt_checkpoint_publish(&pt, slot, err);
+    }
+    HY_T_OK(hy_pt_match(&pt, t, 40, true, &m, err) == HY_OK && m.n_blocks == 0,
+            "oldest checkpoint evicted when the pool overflowed");
+    {
+        hy_pt_counts_t c;
+        hy_pt_counts(&pt, &c);
+        HY_T_OK(c.ckpt_evictions == 1 && c.ckpt_cached == 4, "one checkpoint eviction (%llu)",
+                (unsigned long long)c.ckpt_evictions);
+    }
+    /* all in use: put must fail, not evict a referenced one */
+    {
+        int32_t held[4];
+        int k, ok = 1;
+        for (k = 0; k < 4; k++) {
+            ok &= hy_pt_checkpoint_put(&pt, 0x9000 + (uint64_t)k, &held[k], &existed, err) == HY_OK;
+        }
+        HY_T_OK(ok && hy_pt_checkpoint_put(&pt, 0x9999, &slot, &existed, err) == HY_EFULL,
+                "checkpoint pool with every slot referenced: HY_EFULL");
+        for (k = 0; k < 4; k++)
+            hy_pt_checkpoint_release(&pt, held[k], err); /* pending -> freed */
+    }
+    accounting_ok("checkpoints");
+}
+
+static void test_eviction_pressure(void)
+{
+    int32_t held[8], t[64], pages[16], extra[16];
+    int i, s, ok = 1;
+    hy_pt_counts_t c;
+
+    setup(16, 0, 0);
+    for (i = 0; i < 32; i++)
+        t[i] = 500 + i;
+    /* a running sequence holds 8 pages (7 of them hashed full blocks) */
+    run_seq(t, 30, false, true, held);
+    /* many other prompts churn through the remaining 8 pages */
+    for (s = 0; s < 50; s++) {
+        int32_t u[16];
+        for (i = 0; i < 16; i++)
+            u[i] = s * 1000 + i;
+        if (run_seq(u, 16, false, false, NULL) < 0)
+            ok = 0;
+        for (i = 0; i < 8; i++)
+            if (pt.pages[held[i]].refcount != 1)
+                ok = 0;
+    }
+    HY_T_OK(ok, "50 prompts churn the pool; the 8 referenced pages are never evicted");
+    HY_T_OK(hy_pt_alloc_pages(&pt, 9, extra, err) == HY_EFULL,
+            "alloc beyond free + cached: HY_EFULL (%s)", err);
+    HY_T_OK(hy_pt_alloc_pages(&pt, 8, extra, err) == HY_OK,
+            "alloc of exactly free + cached succeeds by evicting");
+    hy_pt_counts(&pt, &c);
+    HY_T_OK(c.pages_used == 16 && c.pages_free == 0 && c.pages_cached == 0, "pool full");
+    accounting_ok("eviction: full");
+    hy_pt_release_seq(&pt, extra, 8, err);
+    {
+        hy_pt_match_t m = {pages, 16, 0, 0, -1, 0};
+        i = hy_pt_match(&pt, t, 30, false, &m, err);
+        HY_T_OK(i == HY_OK && m.n_blocks == 7,
+                "the held sequence's blocks are still shared by a new match: %d", m.n_blocks);
+        HY_T_OK(pt.pages[held[0]].refcount == 2, "shared page refcount 2");
+        hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    }
+    hy_pt_release_seq(&pt, held, 8, err);
+    HY_T_OK(hy_pt_release_seq(&pt, held, 1, err) == HY_EINVAL, "double release refused: %s", err);
+    accounting_ok("eviction pressure");
+}
+
+static void test_lru_order(void)
+{
+    int32_t a[9], b[9], c9[9], pages[4], p;
+    hy_pt_match_t m = {pages, 4, 0, 0, -1, 0};
+    int i;
+
+    /* 4 pages: A and B cached (2 blocks each), touch A, then allocating 2
+     * must evict B's pages, not A's */
+    setup(4, 0, 0);
+    for (i = 0; i < 9; i++)
+        a[i] = i, b[i] = 100 + i, c9[i] = 200 + i;
+    run_seq(a, 8, false, false, NULL);
+    run_seq(b, 8, false, false, NULL);
+    hy_pt_match(&pt, a, 9, false, &m, err);
+    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    run_seq(c9, 8, false, false, NULL);
+    HY_T_OK(hy_pt_match(&pt, a, 9, false, &m, err) == HY_OK && m.n_blocks == 2,
+            "recently used prefix survives eviction");
+    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    HY_T_OK(hy_pt_match(&pt, b, 9, false, &m, err) == HY_OK && m.n_blocks == 0,
+            "least recently used prefix was evicted");
+    (void)p;
+    accounting_ok("LRU order");
+}
+
+static void test_duplicate_and_partial(void)
+{
+    int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8}, p[2], q[2];
+    uint64_t h = hy_pt_block_hash(HY_PT_HASH_ROOT, t, BT);
+    hy_pt_counts_t c;
+
+    setup(8, 0, 0);
+    hy_pt_alloc_pages(&pt, 2, p, err);
+    hy_pt_alloc_pages(&pt, 2, q, err);
+    HY_T_OK(hy_pt_commit_block(&pt, p[0], h, 0, t, err) == HY_OK, "first commit indexes");
+    HY_T_OK(hy_pt_commit_block(&pt, q[0], h, 0, t, err) == 1, "twin commit stays private");
+    HY_T_OK(hy_pt_commit_block(&pt, p[0], h, 0, t, err) == HY_EINVAL, "recommit refused");
+    /* p[1], q[1] are partial last blocks: never committed */
+    hy_pt_release_seq(&pt, p, 2, err);
+    hy_pt_release_seq(&pt, q, 2, err);
+    hy_pt_counts(&pt, &c);
+    HY_T_OK(c.pages_cached == 1 && c.pages_free == 7,
+            "only the indexed full block is cached; twin and partial blocks freed (%d cached)",
+            c.pages_cached);
+    accounting_ok("duplicates and partial blocks");
+}
+
+static void test_state_slots_and_recover(void)
+{
+    int32_t s[3], x, t[24];
+    int r1, r2;
+    int i;
+
+    setup(8, 4, 3);
+    for (i = 0; i < 3; i++)
+        hy_pt_state_alloc(&pt, &s[i], err);
+    HY_T_OK(hy_pt_state_alloc(&pt, &x, err) == HY_EFULL, "state slots exhausted: %s", err);
+    HY_T_OK(hy_pt_state_free(&pt, s[1], err) == HY_OK &&
+                hy_pt_state_free(&pt, s[1], err) == HY_EINVAL,
+            "state slot double free refused");
+    for (i = 0; i < 24; i++)
+        t[i] = i;
+    run_seq(t, 20, true, false, NULL);
+    /* scramble the derived data as a crashed holder might leave it */
+    pt.sh->pages.free_head = 3;
+    pt.sh->pages.lru_head = -1;
+    atomic_store(&pt.sh->pages.n_free, 99);
+    pt.sh->state_free_head = -1;
+    HY_T_OK(hy_pt_check(&pt, err) != HY_OK, "check notices broken accounting: %s", err);
+    hy_pt_recover(&pt);
+    accounting_ok("after recover");
+    r1 = run_seq(t, 20, false, false, NULL);
+    r2 = run_seq(t, 21, true, false, NULL);
+    HY_T_OK(r1 == 16 && r2 == 20, "prefix cache (and checkpoint) still hit after recover: %d %d",
+            r1, r2);
+    accounting_ok("after recover + reuse");
+}
+
+int main(void)
+{
+    test_params();
+    test_hits_and_misses();
+    test_collision_guard();
+    test_multi_turn();
+    test_checkpoint_gating();
+    test_eviction_pressure();
+    test_lru_order();
+    test_duplicate_and_partial();
+    test_state_slots_and_recover();
+    free(mem);
+    return hy_t_done();
+}
