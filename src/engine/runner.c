@@ -46,7 +46,7 @@ int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
     }
     if ((rc = hy_fwd_init(&r->fwd, m, be, o->max_tokens, o->max_outputs, err)) != HY_OK)
         return rc;
-    if ((rc = hy_kv_pages_init(&r->pages, r->opts.n_pages, err)) != HY_OK)
+    if (!o->caller_pages && (rc = hy_kv_pages_init(&r->pages, r->opts.n_pages, err)) != HY_OK)
         goto fail;
     hy_plan_kv_layout(m, o->page_tokens, r->opts.n_pages, o->kv_type, &lay);
     if ((rc = be->i->kv_init(be, &lay, err)) != HY_OK)
@@ -150,7 +150,29 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
         free(new_slot);
         return hy_err(err, HY_ENOMEM, "out of memory");
     }
-    for (i = 0; i < n_items; i++) {
+    for (i = 0; r->opts.caller_pages && i < n_items; i++) {
+        hy_kv_seq_t *s = items[i].seq;
+        int32_t need = (s->n_tokens + items[i].n + r->opts.page_tokens - 1) / r->opts.page_tokens;
+
+        if (s->n_pages < need) {
+            rc = hy_err(err, HY_EINVAL, "sequence %d has %d pages, %d positions need %d", i,
+                        s->n_pages, s->n_tokens + items[i].n, need);
+            goto out;
+        }
+        for (j = 0; j < need; j++) {
+            if (s->pages[j] < 0 || s->pages[j] >= r->opts.n_pages) {
+                rc = hy_err(err, HY_EINVAL, "sequence %d: page id %d outside the pool (%d)", i,
+                            s->pages[j], r->opts.n_pages);
+                goto out;
+            }
+        }
+        if (r->n_slots > 0 && (s->state_slot < 1 || s->state_slot > r->n_slots)) {
+            rc = hy_err(err, HY_EINVAL, "sequence %d has no valid state slot (%d)", i,
+                        s->state_slot - 1);
+            goto out;
+        }
+    }
+    for (i = 0; !r->opts.caller_pages && i < n_items; i++) {
         hy_kv_seq_t *s = items[i].seq;
 
         old_pages[i] = s->n_pages;
@@ -205,9 +227,10 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
         goto undo;
     for (i = 0; i < n_items; i++)
         items[i].seq->n_tokens += items[i].n;
+out:
     free(old_pages);
     free(new_slot);
-    return HY_OK;
+    return rc;
 undo:
     /* give back pages reserved by this step only */
     for (i = 0; i < reserved; i++) {
@@ -243,6 +266,10 @@ int hy_runner_prefill(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *tokens,
 
 void hy_runner_seq_release(hy_runner_t *r, hy_kv_seq_t *seq)
 {
+    if (r->opts.caller_pages) {
+        seq->n_pages = seq->n_tokens = seq->state_slot = 0;
+        return;
+    }
     if (seq->state_slot > 0)
         r->free_slots[r->n_free_slots++] = seq->state_slot - 1;
     hy_kv_seq_release(&r->pages, seq);

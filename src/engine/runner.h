@@ -20,6 +20,11 @@ typedef struct {
     int32_t page_tokens;  /* default 16 */
     int32_t n_slots;      /* recurrent-state slots; 0 = max_seqs */
     hy_dtype_t kv_type;   /* F16 default (use F32 for exactness tests) */
+    /* The caller owns page ids and state slots (the coordinator's shared
+     * page table): each step only checks that every sequence's page list
+     * covers its new positions and that it has a state slot; the runner
+     * allocates, frees and clears nothing. */
+    bool caller_pages;
 } hy_runner_opts_t;
 
 typedef struct {

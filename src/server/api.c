@@ -492,6 +492,14 @@ static const char *const k_ignored_fields[] = {
     "web_search_options", "stream_options", "functions", "function_call", "priority",
     "request_id", "continuous_usage_stats", NULL};
 
+/* Extensions of other servers (vLLM, TGI, llama.cpp) that change the output
+ * and that we do not implement: refused by name, before the misspelling
+ * check could mistake e.g. min_tokens for max_tokens. */
+static const char *const k_foreign_fields[] = {
+    "min_tokens", "stop_token_ids", "use_beam_search", "length_penalty", "prompt_logprobs",
+    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "typical_p", "mirostat",
+    "max_new_tokens", NULL};
+
 static bool in_list(const char *const *list, const char *s)
 {
     for (; *list != NULL; list++)
@@ -594,6 +602,13 @@ static int check_fields(pctx_t *c, const cJSON *root)
         }
         if (in_list(k_ignored_fields, a->string))
             continue;
+        if (in_list(k_foreign_fields, a->string)) {
+            if (cJSON_IsNull(a))
+                continue;
+            return err_set(c->e, HY_EUNSUPPORTED, 400, "invalid_request_error", a->string,
+                           "unsupported_parameter", "%s is not supported by this server",
+                           a->string);
+        }
         near = near_miss(c->kind, a->string);
         if (near != NULL)
             return hy_api_err_invalid(c->e, a->string, "unknown_field",

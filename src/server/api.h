@@ -10,7 +10,9 @@
  *   - every field we implement is type- and range-checked;
  *   - OpenAI fields that would change the output in a way we cannot honour
  *     (suffix, best_of != n, non-text response_format, audio, prediction,
- *     non-text modalities, non-text content parts) are a 400 "not supported";
+ *     non-text modalities, non-text content parts) and other servers'
+ *     extensions that we do not implement (min_tokens, stop_token_ids,
+ *     guided_*, use_beam_search, max_new_tokens, ...) are a 400 "not supported";
  *   - OpenAI fields with no effect here (metadata, store, service_tier,
  *     parallel_tool_calls, reasoning_effort, ...) are accepted and ignored;
  *   - any other unknown field is ignored (clients send vendor extensions),

@@ -159,6 +159,8 @@ static const err_case_t k_rule_cases[] = {
     {CH, "{" M ",\"audio\":{}}", "audio is not supported by this server", "audio"},
     {CH, "{" M ",\"modalities\":[\"text\",\"audio\"]}", "modalities: only \"text\" is supported by this server", "modalities"},
     {CH, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}", "messages[0].content[0].type = 'image_url' is not supported: this server accepts text only", "messages[0].content[0]"},
+    {CH, "{" M ",\"min_tokens\":5}", "min_tokens is not supported by this server", "min_tokens"},
+    {CO, "{" P ",\"stop_token_ids\":[2]}", "stop_token_ids is not supported by this server", "stop_token_ids"},
     {CH, "{" M ",\"temprature\":0.2}", "unknown field 'temprature' (did you mean 'temperature'?)", "temprature"},
     {CH, "{" M ",\"Temperature\":0.2}", "unknown field 'Temperature' (did you mean 'temperature'?)", "Temperature"},
     {CH, "{" M ",\"top-p\":0.2}", "unknown field 'top-p' (did you mean 'top_p'?)", "top-p"},

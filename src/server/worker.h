@@ -1,0 +1,57 @@
+/*
+ * worker.h - one preforked FastCGI worker process: an FCGX_Accept_r loop
+ * (optionally several accept threads) that parses OpenAI requests, tokenizes
+ * them, submits them to the engine through the shared-memory request ring and
+ * streams the tokens back.  Workers are forked by the coordinator after the
+ * model is loaded, so everything in hy_worker_ctx_t (tokenizer, compiled chat
+ * template, model facts) is inherited read-only; they never touch weights.
+ */
+#ifndef HY_SERVER_WORKER_H
+#define HY_SERVER_WORKER_H
+
+#include <stdatomic.h>
+
+#include "common/config.h"
+#include "model/chat_template.h"
+#include "model/tokenizer.h"
+#include "server/ring.h"
+#include "server/shm.h"
+#include "server/sse.h"
+
+/* State the coordinator shares with every worker through a MAP_SHARED
+ * anonymous page created before the first fork (not in the segment, whose
+ * layout belongs to the engine side). */
+typedef struct {
+    _Atomic int32_t draining;  /* 1: refuse new generations, /health 503 */
+    _Atomic int32_t log_level; /* changed by SIGHUP; workers re-open the log */
+    _Atomic int32_t log_gen;   /* bumped on every reload */
+} hy_serve_ctl_t;
+
+#define HY_WORKER_MAX_EOG 16
+
+typedef struct {
+    const hy_config_t *cfg;
+    hy_serve_ctl_t *ctl;
+    hy_shm_t *shm;
+    const hy_tok_t *tok;
+    const hy_chat_tmpl_t *tmpl; /* NULL: the model has no chat template */
+    const char *bos_text;       /* for the template, NULL when none */
+    const char *eos_text;
+    hy_api_model_info_t info;   /* /v1/models; info.id is the served model id */
+    int32_t n_ctx;              /* longest prompt + completion */
+    int32_t n_vocab;
+    int32_t eog[HY_WORKER_MAX_EOG]; /* end-of-generation ids sent as stop ids */
+    int32_t n_eog;
+    int listen_fd;
+    const char *log_ident;      /* "<ident>-fcgi" */
+} hy_worker_ctx_t;
+
+/* Collects the vocabulary's end-of-generation ids into w->eog. */
+void hy_worker_find_eog(hy_worker_ctx_t *w);
+
+/* The worker process body: returns when shut down (SIGTERM / SIGUSR1 from
+ * the coordinator, after in-flight requests finished).  Returns an exit
+ * status. */
+int hy_worker_main(hy_worker_ctx_t *w);
+
+#endif
