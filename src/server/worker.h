@@ -27,8 +27,6 @@ typedef struct {
     _Atomic int32_t log_gen;   /* bumped on every reload */
 } hy_serve_ctl_t;
 
-#define HY_WORKER_MAX_EOG 16
-
 typedef struct {
     const hy_config_t *cfg;
     hy_serve_ctl_t *ctl;
@@ -40,14 +38,9 @@ typedef struct {
     hy_api_model_info_t info;   /* /v1/models; info.id is the served model id */
     int32_t n_ctx;              /* longest prompt + completion */
     int32_t n_vocab;
-    int32_t eog[HY_WORKER_MAX_EOG]; /* end-of-generation ids sent as stop ids */
-    int32_t n_eog;
     int listen_fd;
     const char *log_ident;      /* "<ident>-fcgi" */
 } hy_worker_ctx_t;
-
-/* Collects the vocabulary's end-of-generation ids into w->eog. */
-void hy_worker_find_eog(hy_worker_ctx_t *w);
 
 /* The worker process body: returns when shut down (SIGTERM / SIGUSR1 from
  * the coordinator, after in-flight requests finished).  Returns an exit

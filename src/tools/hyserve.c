@@ -13,6 +13,7 @@ static const struct {
     int (*fn)(int argc, char **argv);
     const char *help;
 } hy_cmds[] = {
+    {"serve", hy_cmd_serve, "serve the OpenAI API over FastCGI (-c hyserve.ini)"},
     {"run", hy_cmd_run, "generate text from a prompt"},
     {"tokenize", hy_cmd_tokenize, "text on stdin -> token ids"},
     {"detokenize", hy_cmd_detokenize, "token ids on stdin -> text"},

@@ -8,7 +8,9 @@
  * in f32.  Work is split into (sequence, kv head, query heads, block of query
  * tokens) units: every query head that shares a kv head (GQA) and every
  * token of the block reuses each page once it is converted to f32 and in L1,
- * which is what makes long prompts (O(n^2)) affordable.
+ * which is what makes long prompts (O(n^2)) affordable.  Heads of at most
+ * 16 floats take another kernel (hy_attn_lanes_t) that puts 16 queries in
+ * the SIMD lanes instead of one head's dimensions.
  */
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/quant_ref.h"

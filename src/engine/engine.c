@@ -1,0 +1,660 @@
+/*
+ * engine.c - the engine thread: take, admit, build one mixed batch, run it,
+ * commit full blocks to the prefix cache, checkpoint recurrent state, sample
+ * and stream.  Page ids, state slots and checkpoint slots all come from the
+ * segment's page table (the runner runs in caller_pages mode and only checks
+ * coverage); the runner's state arena holds n_state_slots live states
+ * followed by n_checkpoint_slots snapshots, copied with be->i->state_copy.
+ * Preemption drops a sequence's pages and state and recomputes them later
+ * from its tokens; its sampler is kept, so the output is the same.
+ */
+#include "engine/engine.h"
+#include "engine/runner.h"
+#include "engine/scheduler.h"
+#include "kv/plan.h"
+#include "model/tokenizer.h"
+#include "server/ring.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct hy_engine {
+    hy_model_t *model;
+    hy_backend_t *be;
+    hy_shm_t *shm;
+    hy_pt_t *pt;
+    hy_tok_t *tok;
+    hy_engine_opts_t o;
+    hy_shm_params_t sp;    /* the segment's numbers */
+    hy_runner_t runner;
+    bool hybrid;           /* the model keeps recurrent state */
+    int32_t ckpt_interval; /* rounded up to whole blocks; 0 = off */
+    int32_t n_pool;        /* sequences held at once (running + preempted) */
+    hy_sched_seq_t *pool;  /* [n_pool] */
+    hy_sched_seq_t **order;/* [n_pool] scratch */
+    hy_runner_item_t *items;
+    hy_sched_seq_t **item_seq;
+    float *logits;         /* [max_seqs][n_vocab] */
+    pthread_t thread;
+    bool started;
+    _Atomic int stop;
+};
+
+/* ---- sizing ------------------------------------------------------------- */
+
+static int32_t hy_engine_ctx(const hy_model_t *m, const hy_engine_opts_t *o)
+{
+    return o->n_ctx > 0 ? o->n_ctx : (m->n_ctx_train > 0 ? m->n_ctx_train : 4096);
+}
+
+int hy_engine_shm_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_opts_t *o,
+                         hy_shm_params_t *out, char *err)
+{
+    hy_plan_t plan;
+    int32_t n_ctx = hy_engine_ctx(m, o), per_seq;
+    uint64_t budget, state_budget, n_pages, n_state = 0, n_ckpt = 0;
+    int rc;
+
+    if (o->max_seqs < 1 || o->max_batch_tokens < 1 || o->page_tokens < 1 ||
+        o->page_tokens > 256 || o->n_request_slots < 1 || o->checkpoint_interval < 0)
+        return hy_err(err, HY_EINVAL,
+                      "engine: max_seqs %d, max_batch_tokens %d, page_tokens %d (1..256), "
+                      "request slots %d must be >= 1, checkpoint_interval %d >= 0",
+                      o->max_seqs, o->max_batch_tokens, o->page_tokens, o->n_request_slots,
+                      o->checkpoint_interval);
+    rc = hy_plan_make(&plan, m, be, n_ctx, o->max_seqs, o->page_tokens, o->kv_type, err);
+    if (rc != HY_OK)
+        return rc;
+    per_seq = (n_ctx + o->page_tokens - 1) / o->page_tokens;
+    hy_shm_params_default(out);
+    if (o->memory_bytes == 0) {
+        n_pages = (uint64_t)plan.n_pages;
+        if (m->n_rec_layers > 0) {
+            n_state = (uint64_t)o->max_seqs;
+            n_ckpt = 4 * (uint64_t)o->max_seqs;
+        }
+    } else {
+        budget = o->memory_bytes;
+        if (m->n_rec_layers > 0 && plan.slot_bytes > 0) {
+            /* A quarter of the budget for live states and checkpoints: a
+             * state slot costs as much as a whole sequence's recurrent
+             * state, the KV pages grow with the context. */
+            state_budget = budget / 4;
+            n_state = HY_MIN((uint64_t)o->max_seqs, state_budget / plan.slot_bytes);
+            if (n_state == 0)
+                n_state = 1;
+            if (n_state * plan.slot_bytes < state_budget)
+                n_ckpt = HY_MIN((state_budget - n_state * plan.slot_bytes) / plan.slot_bytes,
+                                8 * (uint64_t)o->max_seqs);
+            if ((n_state + n_ckpt) * plan.slot_bytes > budget)
+                return hy_err(err, HY_ERANGE,
+                              "engine: memory budget %llu bytes cannot hold one %llu-byte state slot",
+                              (unsigned long long)budget, (unsigned long long)plan.slot_bytes);
+            budget -= (n_state + n_ckpt) * plan.slot_bytes;
+        }
+        n_pages = plan.page_bytes > 0 ? budget / plan.page_bytes : (uint64_t)plan.n_pages;
+    }
+    if (n_pages < (uint64_t)per_seq)
+        return hy_err(err, HY_ERANGE,
+                      "engine: memory budget holds %llu KV pages, one %d-token sequence needs %d",
+                      (unsigned long long)n_pages, n_ctx, per_seq);
+    if (n_pages > (uint64_t)INT32_MAX / 2)
+        n_pages = INT32_MAX / 2;
+    out->n_pages = (int32_t)n_pages;
+    out->page_tokens = o->page_tokens;
+    out->n_state_slots = (int32_t)n_state;
+    out->n_checkpoint_slots = (int32_t)n_ckpt;
+    out->n_request_slots = o->n_request_slots;
+    out->max_prompt_tokens = n_ctx;
+    out->ring_capacity = 256;
+    out->ring_top_logprobs = HY_SAMPLING_MAX_LOGPROBS;
+    return HY_OK;
+}
+
+/* ---- life cycle ------------------------------------------------------------ */
+
+int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_shm_t *shm,
+                     const hy_engine_opts_t *o, char *err)
+{
+    hy_engine_t *e;
+    hy_runner_opts_t ro;
+    int32_t i, n_ctx = hy_engine_ctx(m, o), per_seq;
+    int rc;
+
+    *out = NULL;
+    e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return hy_err(err, HY_ENOMEM, "out of memory");
+    e->model = m;
+    e->be = be;
+    e->shm = shm;
+    e->pt = hy_shm_pt(shm);
+    e->o = *o;
+    e->o.n_ctx = n_ctx;
+    e->sp = hy_shm_header(shm)->params;
+    e->hybrid = m->n_rec_layers > 0;
+    if (o->max_seqs < 1 || o->max_batch_tokens < 1) {
+        rc = hy_err(err, HY_EINVAL, "engine: max_seqs %d and max_batch_tokens %d must be >= 1",
+                    o->max_seqs, o->max_batch_tokens);
+        goto fail;
+    }
+    if (e->sp.page_tokens != o->page_tokens) {
+        rc = hy_err(err, HY_EINVAL, "engine: segment has %d-token pages, the engine wants %d",
+                    e->sp.page_tokens, o->page_tokens);
+        goto fail;
+    }
+    if (e->hybrid && e->sp.n_state_slots < 1) {
+        rc = hy_err(err, HY_EINVAL, "engine: %s keeps recurrent state but the segment has no state slots",
+                    m->arch_name);
+        goto fail;
+    }
+    if (o->checkpoint_interval > 0)
+        e->ckpt_interval = (o->checkpoint_interval + o->page_tokens - 1) / o->page_tokens *
+                           o->page_tokens;
+    if ((rc = hy_tok_load(&e->tok, m->gguf, err)) != HY_OK)
+        goto fail;
+    hy_runner_opts_default(&ro);
+    ro.max_tokens = o->max_batch_tokens;
+    ro.max_outputs = o->max_seqs;
+    ro.max_seqs = o->max_seqs;
+    ro.n_ctx = n_ctx;
+    ro.n_pages = e->sp.n_pages;
+    ro.page_tokens = o->page_tokens;
+    ro.n_slots = e->sp.n_state_slots + e->sp.n_checkpoint_slots;
+    ro.kv_type = o->kv_type;
+    ro.caller_pages = true;
+    if ((rc = hy_runner_init(&e->runner, m, be, &ro, err)) != HY_OK)
+        goto fail;
+    /* Preempted sequences wait in the pool, so it holds more than max_seqs;
+     * it never needs more than there are request slots. */
+    e->n_pool = HY_MIN(2 * o->max_seqs, e->sp.n_request_slots);
+    if (e->n_pool < o->max_seqs)
+        e->n_pool = o->max_seqs;
+    per_seq = n_ctx / o->page_tokens + 2;
+    e->pool = calloc((size_t)e->n_pool, sizeof *e->pool);
+    e->order = calloc((size_t)e->n_pool, sizeof *e->order);
+    e->items = calloc((size_t)o->max_seqs, sizeof *e->items);
+    e->item_seq = calloc((size_t)o->max_seqs, sizeof *e->item_seq);
+    e->logits = malloc(sizeof(float) * (size_t)o->max_seqs * (size_t)m->n_vocab);
+    if (!e->pool || !e->order || !e->items || !e->item_seq || !e->logits) {
+        rc = hy_err(err, HY_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (i = 0; i < e->n_pool; i++) {
+        hy_sched_seq_t *s = &e->pool[i];
+
+        s->cap = n_ctx + 1;
+        s->tokens = malloc(sizeof(int32_t) * (size_t)s->cap);
+        s->kv.pages = malloc(sizeof(int32_t) * (size_t)per_seq);
+        s->kv.cap = per_seq;
+        if (!s->tokens || !s->kv.pages) {
+            rc = hy_err(err, HY_ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
+    *out = e;
+    return HY_OK;
+fail:
+    hy_engine_free(e);
+    return rc;
+}
+
+void hy_engine_describe(const hy_engine_t *e, FILE *f)
+{
+    uint64_t kv = 0, st = 0, total;
+
+    e->be->i->mem_allocated(e->be, &kv, &st);
+    total = kv + st;
+    fprintf(f,
+            "engine pages=%d page_tokens=%d kv_bytes=%llu state_slots=%d checkpoint_slots=%d "
+            "state_bytes=%llu split_kv_pct=%.1f max_seqs=%d max_batch_tokens=%d n_ctx=%d "
+            "checkpoint_interval=%d capacity_tokens=%lld request_slots=%d\n",
+            e->sp.n_pages, e->sp.page_tokens, (unsigned long long)kv, e->sp.n_state_slots,
+            e->sp.n_checkpoint_slots, (unsigned long long)st,
+            total ? 100.0 * (double)kv / (double)total : 100.0, e->o.max_seqs,
+            e->o.max_batch_tokens, e->o.n_ctx, e->ckpt_interval,
+            (long long)e->sp.n_pages * e->sp.page_tokens, e->sp.n_request_slots);
+}
+
+void hy_engine_free(hy_engine_t *e)
+{
+    int32_t i;
+
+    if (e == NULL)
+        return;
+    if (e->started)
+        hy_engine_stop(e);
+    for (i = 0; e->pool && i < e->n_pool; i++) {
+        free(e->pool[i].tokens);
+        free(e->pool[i].kv.pages);
+        hy_sampler_free(e->pool[i].sampler);
+    }
+    free(e->pool);
+    free(e->order);
+    free(e->items);
+    free(e->item_seq);
+    free(e->logits);
+    if (e->runner.model != NULL)
+        hy_runner_free(&e->runner);
+    hy_tok_free(e->tok);
+    free(e);
+}
+
+/* ---- resources ------------------------------------------------------------ */
+
+/* Gives back pages, state slot and a pending checkpoint; publish says the
+ * sequence ended normally, so its end-of-generation checkpoint is kept. */
+static void hy_engine_drop(hy_engine_t *e, hy_sched_seq_t *s, bool publish)
+{
+    char err[HY_ERR_LEN];
+
+    if (s->ckpt >= 0) {
+        if (publish && !s->ckpt_existed)
+            hy_pt_checkpoint_publish(e->pt, s->ckpt, err);
+        else
+            hy_pt_checkpoint_release(e->pt, s->ckpt, err);
+        s->ckpt = -1;
+    }
+    if (s->kv.n_pages > 0)
+        hy_pt_release_seq(e->pt, s->kv.pages, s->kv.n_pages, err);
+    if (s->state >= 0)
+        hy_pt_state_free(e->pt, s->state, err);
+    s->state = -1;
+    s->kv.n_pages = s->kv.n_tokens = s->kv.state_slot = 0;
+    s->n_hashed = 0;
+    s->hash = HY_PT_HASH_ROOT;
+    s->status = HY_SEQ_WAITING;
+}
+
+static void hy_engine_finish(hy_engine_t *e, hy_sched_seq_t *s, uint32_t state, int32_t reason,
+                             int32_t code, const char *msg)
+{
+    hy_engine_drop(e, s, state == HY_REQ_DONE);
+    hy_sampler_free(s->sampler);
+    s->sampler = NULL;
+    hy_req_finish(e->shm, s->slot, state, reason, code, msg);
+    s->status = HY_SEQ_FREE;
+    s->blocked = false;
+}
+
+static void hy_engine_preempt(hy_engine_t *e, hy_sched_seq_t *s)
+{
+    hy_engine_drop(e, s, false);
+    atomic_fetch_add_explicit(&hy_shm_stats(e->shm)->preemptions, 1, memory_order_relaxed);
+}
+
+/* Tries to give a WAITING sequence its state slot and its cached prefix.
+ * false: not now (no state slot, or too few pages for its first chunk). */
+static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
+{
+    char err[HY_ERR_LEN];
+    hy_pt_counts_t c;
+    hy_pt_match_t m;
+    int32_t first;
+
+    hy_pt_counts(e->pt, &c);
+    first = HY_MIN(s->n_total, e->o.max_batch_tokens);
+    /* Admitting what cannot get its first chunk's pages would only make
+     * it preempt somebody (or be preempted) straight away. */
+    if (c.pages_free + c.pages_cached < (first + e->sp.page_tokens - 1) / e->sp.page_tokens)
+        return false;
+    if (e->hybrid && hy_pt_state_alloc(e->pt, &s->state, err) != HY_OK) {
+        s->state = -1;
+        return false;
+    }
+    memset(&m, 0, sizeof m);
+    m.pages = s->kv.pages;
+    m.cap = s->kv.cap;
+    m.ckpt = -1;
+    if (hy_pt_match(e->pt, s->tokens, s->n_total, e->hybrid, &m, err) != HY_OK)
+        memset(&m, 0, sizeof m), m.ckpt = -1, m.hash = HY_PT_HASH_ROOT;
+    s->kv.n_pages = m.n_blocks;
+    s->kv.n_tokens = m.n_tokens;
+    s->n_hashed = m.n_blocks;
+    s->hash = m.n_blocks > 0 ? m.hash : HY_PT_HASH_ROOT;
+    if (e->hybrid) {
+        if (m.ckpt >= 0) {
+            e->be->i->state_copy(e->be, s->state, e->sp.n_state_slots + m.ckpt);
+            hy_pt_checkpoint_release(e->pt, m.ckpt, err);
+        } else {
+            e->be->i->state_clear(e->be, s->state);
+        }
+        s->kv.state_slot = s->state + 1;
+    }
+    if (!s->started) {
+        hy_req_slot(e->shm, s->slot)->n_cached_tokens = m.n_tokens;
+        s->started = true;
+    }
+    s->status = HY_SEQ_RUNNING;
+    return true;
+}
+
+/* A request the engine just took: copy what it needs out of the slot. */
+static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, int32_t idx, char *err)
+{
+    hy_req_slot_t *slot = hy_req_slot(e->shm, idx);
+    const int32_t *prompt = hy_req_prompt(e->shm, idx);
+    int32_t i, n = (int32_t)slot->prompt_len;
+    int rc;
+
+    memset(&s->pending, 0, sizeof s->pending);
+    s->slot = idx;
+    s->priority = slot->params.priority;
+    s->order = slot->seq;
+    s->started = s->blocked = false;
+    s->finish_after = HY_FINISH_NONE;
+    s->state = s->ckpt = -1;
+    s->kv.n_pages = s->kv.n_tokens = s->kv.state_slot = 0;
+    s->n_hashed = 0;
+    s->hash = HY_PT_HASH_ROOT;
+    s->max_tokens = slot->params.max_tokens;
+    s->status = HY_SEQ_WAITING;
+    if (n < 1 || n >= e->o.n_ctx)
+        return hy_err(err, HY_ERANGE, "prompt of %d tokens: the context holds %d (prompt + at least one token)",
+                      n, e->o.n_ctx);
+    for (i = 0; i < n; i++) {
+        if (prompt[i] < 0 || prompt[i] >= e->model->n_vocab)
+            return hy_err(err, HY_EINVAL, "prompt token %d is outside the vocabulary (0..%d)",
+                          prompt[i], e->model->n_vocab - 1);
+    }
+    if (s->max_tokens < 1)
+        return hy_err(err, HY_EINVAL, "max_tokens = %d: must be >= 1", s->max_tokens);
+    memcpy(s->tokens, prompt, sizeof(int32_t) * (size_t)n);
+    s->n_prompt = s->n_total = n;
+    if ((rc = hy_sampler_create(&s->sampler, &slot->params.sampling, e->model->n_vocab, err)) != HY_OK)
+        return rc;
+    return hy_sampler_accept_prompt(s->sampler, prompt, (size_t)n) == HY_OK
+               ? HY_OK
+               : hy_err(err, HY_ENOMEM, "sampler: cannot record the prompt");
+}
+
+/* ---- one step --------------------------------------------------------------- */
+
+static void hy_engine_cancels(hy_engine_t *e)
+{
+    int32_t i;
+
+    for (i = 0; i < e->n_pool; i++) {
+        hy_sched_seq_t *s = &e->pool[i];
+
+        if (s->status != HY_SEQ_FREE && hy_req_cancel_requested(e->shm, s->slot))
+            hy_engine_finish(e, s, HY_REQ_CANCELLED, HY_FINISH_CANCELLED, 0, "cancelled");
+    }
+}
+
+static int32_t hy_engine_count(const hy_engine_t *e, int32_t status)
+{
+    int32_t i, n = 0;
+
+    for (i = 0; i < e->n_pool; i++)
+        n += e->pool[i].status == status;
+    return n;
+}
+
+/* Preempted sequences first (they are older), then new requests, while
+ * the step has room for more sequences. */
+static void hy_engine_admit_all(hy_engine_t *e)
+{
+    char err[HY_ERR_LEN];
+    int32_t i, n = 0, running = hy_engine_count(e, HY_SEQ_RUNNING), idx;
+
+    for (i = 0; i < e->n_pool; i++)
+        if (e->pool[i].status == HY_SEQ_WAITING)
+            e->order[n++] = &e->pool[i];
+    hy_sched_sort(e->order, n);
+    for (i = 0; i < n && running < e->o.max_seqs; i++) {
+        if (!hy_engine_admit(e, e->order[i]))
+            return; /* keep FCFS: nobody overtakes the oldest waiting one */
+        running++;
+    }
+    while (running < e->o.max_seqs) {
+        hy_sched_seq_t *s = NULL;
+
+        for (i = 0; i < e->n_pool && s == NULL; i++)
+            if (e->pool[i].status == HY_SEQ_FREE)
+                s = &e->pool[i];
+        if (s == NULL || hy_req_take(e->shm, &idx) != HY_OK)
+            return;
+        if (hy_engine_adopt(e, s, idx, err) != HY_OK) {
+            hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, HY_EINVAL, err);
+            continue;
+        }
+        if (!hy_engine_admit(e, s))
+            return;
+        running++;
+    }
+}
+
+/* Pages for positions up to kv.n_tokens + chunk, preempting juniors if the
+ * pool is short.  false: this sequence cannot run in this step. */
+static bool hy_engine_pages(hy_engine_t *e, hy_sched_seq_t *s, int32_t chunk, int32_t n_run)
+{
+    char err[HY_ERR_LEN];
+    int32_t need = (s->kv.n_tokens + chunk + e->sp.page_tokens - 1) / e->sp.page_tokens - s->kv.n_pages;
+
+    if (need <= 0)
+        return true;
+    while (hy_pt_alloc_pages(e->pt, need, s->kv.pages + s->kv.n_pages, err) != HY_OK) {
+        hy_sched_seq_t *v = hy_sched_victim(e->order, n_run, s);
+
+        if (v == NULL)
+            return false;
+        hy_engine_preempt(e, v);
+    }
+    s->kv.n_pages += need;
+    return true;
+}
+
+static int32_t hy_engine_build(hy_engine_t *e)
+{
+    int32_t i, n_run = 0, n_items = 0, budget = e->o.max_batch_tokens, pass;
+
+    for (i = 0; i < e->n_pool; i++) {
+        e->pool[i].chunk = 0;
+        if (e->pool[i].status == HY_SEQ_RUNNING)
+            e->order[n_run++] = &e->pool[i];
+    }
+    hy_sched_sort(e->order, n_run);
+    /* decodes first (their latency is what users see), then prefill chunks */
+    for (pass = 0; pass < 2; pass++) {
+        for (i = 0; i < n_run && n_items < e->o.max_seqs && budget > 0; i++) {
+            hy_sched_seq_t *s = e->order[i];
+            bool decode = s->n_total - s->kv.n_tokens == 1;
+            int32_t chunk;
+
+            if (s->status != HY_SEQ_RUNNING || s->blocked || s->chunk > 0 || decode != (pass == 0))
+                continue;
+            chunk = hy_sched_chunk(s, budget, e->sp.page_tokens, e->ckpt_interval, e->hybrid);
+            if (!hy_engine_pages(e, s, chunk, n_run)) {
+                hy_pt_counts_t c;
+
+                hy_pt_counts(e->pt, &c);
+                /* every used page is its own: the pool can never hold it */
+                if (c.pages_used == s->kv.n_pages)
+                    hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, HY_EFULL,
+                                     "the KV page pool cannot hold this request");
+                continue;
+            }
+            s->chunk = chunk;
+            e->items[n_items].seq = &s->kv;
+            e->items[n_items].tokens = s->tokens + s->kv.n_tokens;
+            e->items[n_items].n = chunk;
+            e->items[n_items].all_logits = false;
+            e->item_seq[n_items++] = s;
+            budget -= chunk;
+        }
+    }
+    return n_items;
+}
+
+/* Commits every block that just filled, then snapshots the recurrent state
+ * if this position is a checkpoint boundary. */
+static void hy_engine_cache(hy_engine_t *e, hy_sched_seq_t *s)
+{
+    char err[HY_ERR_LEN];
+    int32_t pt = e->sp.page_tokens, b = s->kv.n_tokens, slot;
+    bool existed;
+
+    while ((s->n_hashed + 1) * pt <= b) {
+        const int32_t *blk = s->tokens + s->n_hashed * pt;
+        uint64_t h = hy_pt_block_hash(s->hash, blk, pt);
+
+        hy_pt_commit_block(e->pt, s->kv.pages[s->n_hashed], h, s->n_hashed, blk, err);
+        s->hash = h;
+        s->n_hashed++;
+    }
+    if (!e->hybrid || e->sp.n_checkpoint_slots == 0 || b == 0 || b % pt != 0)
+        return;
+    if ((e->ckpt_interval > 0 && b % e->ckpt_interval == 0) ||
+        b == hy_sched_prompt_boundary(s, pt)) {
+        if (hy_pt_checkpoint_put(e->pt, s->hash, &slot, &existed, err) != HY_OK)
+            return;
+        if (!existed) {
+            e->be->i->state_copy(e->be, e->sp.n_state_slots + slot, s->state);
+            hy_pt_checkpoint_publish(e->pt, slot, err);
+        } else {
+            hy_pt_checkpoint_release(e->pt, slot, err);
+        }
+    } else if (b > s->n_prompt) {
+        /* generation: keep the latest boundary pending; it is published
+         * when the sequence ends, so the next turn resumes from there */
+        if (s->ckpt >= 0)
+            hy_pt_checkpoint_release(e->pt, s->ckpt, err);
+        s->ckpt = -1;
+        if (hy_pt_checkpoint_put(e->pt, s->hash, &slot, &existed, err) != HY_OK)
+            return;
+        s->ckpt = slot;
+        s->ckpt_existed = existed;
+        if (!existed)
+            e->be->i->state_copy(e->be, e->sp.n_state_slots + slot, s->state);
+    }
+}
+
+/* Pushes the held token; finishes if that token was the last. */
+static void hy_engine_flush(hy_engine_t *e, hy_sched_seq_t *s)
+{
+    if (hy_req_push(e->shm, s->slot, &s->pending) == HY_EFULL)
+        return;
+    s->blocked = false;
+    if (s->finish_after != HY_FINISH_NONE)
+        hy_engine_finish(e, s, HY_REQ_DONE, s->finish_after, 0, NULL);
+}
+
+static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits)
+{
+    const hy_req_params_t *p = &hy_req_slot(e->shm, s->slot)->params;
+    hy_sample_out_t so;
+    int32_t t, j;
+    bool stop = false;
+
+    t = hy_sampler_sample(s->sampler, logits, &so);
+    if (t < 0) {
+        hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, t, "the logits are not finite");
+        return;
+    }
+    if (!(p->flags & HY_REQ_F_IGNORE_EOS)) {
+        stop = hy_tok_is_eog(e->tok, t);
+        for (j = 0; j < p->n_stop_ids && j < HY_REQ_MAX_STOP_IDS && !stop; j++)
+            stop = p->stop_ids[j] == t;
+    }
+    if (stop) {
+        hy_engine_finish(e, s, HY_REQ_DONE, HY_FINISH_STOP, 0, NULL);
+        return;
+    }
+    hy_sampler_accept(s->sampler, t);
+    s->tokens[s->n_total++] = t;
+    s->pending.token = t;
+    s->pending.logprob = so.logprob;
+    s->pending.n_top = HY_MIN(so.n_top, HY_SAMPLING_MAX_LOGPROBS);
+    for (j = 0; j < s->pending.n_top; j++) {
+        s->pending.top_ids[j] = so.top_ids[j];
+        s->pending.top_logprobs[j] = so.top_logprobs[j];
+    }
+    s->finish_after = s->n_total - s->n_prompt >= s->max_tokens || s->n_total >= e->o.n_ctx
+                          ? HY_FINISH_LENGTH
+                          : HY_FINISH_NONE;
+    s->blocked = true;
+    hy_engine_flush(e, s);
+}
+
+static void hy_engine_step(hy_engine_t *e, int32_t n_items)
+{
+    char err[HY_ERR_LEN];
+    int32_t i;
+    int rc;
+
+    rc = hy_runner_step(&e->runner, e->items, n_items, e->logits, err);
+    for (i = 0; i < n_items; i++) {
+        hy_sched_seq_t *s = e->item_seq[i];
+
+        if (rc != HY_OK) {
+            hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, rc, err);
+            continue;
+        }
+        hy_engine_cache(e, s);
+        if (s->kv.n_tokens == s->n_total)
+            hy_engine_sample(e, s, e->logits + (size_t)i * (size_t)e->model->n_vocab);
+    }
+}
+
+static void *hy_engine_main(void *arg)
+{
+    hy_engine_t *e = arg;
+    hy_shm_header_t *hdr = hy_shm_header_rw(e->shm);
+    int32_t i, n_items, idx;
+
+    while (!atomic_load(&e->stop)) {
+        uint32_t seen = atomic_load(&hdr->engine_futex);
+        bool any_blocked = false;
+
+        hy_engine_cancels(e);
+        for (i = 0; i < e->n_pool; i++) {
+            if (e->pool[i].status != HY_SEQ_FREE && e->pool[i].blocked) {
+                hy_engine_flush(e, &e->pool[i]);
+                any_blocked |= e->pool[i].status != HY_SEQ_FREE && e->pool[i].blocked;
+            }
+        }
+        hy_engine_admit_all(e);
+        n_items = hy_engine_build(e);
+        if (n_items > 0) {
+            hy_engine_step(e, n_items);
+            continue;
+        }
+        /* nothing runnable: sleep until a submit/cancel, polling briefly
+         * while a reader is behind (reads do not wake the engine) */
+        hy_shm_engine_wait(e->shm, seen, any_blocked || hy_engine_count(e, HY_SEQ_WAITING) ? 1 : 100);
+    }
+    for (i = 0; i < e->n_pool; i++)
+        if (e->pool[i].status != HY_SEQ_FREE)
+            hy_engine_finish(e, &e->pool[i], HY_REQ_CANCELLED, HY_FINISH_CANCELLED, 0,
+                             "the engine is shutting down");
+    while (hy_req_take(e->shm, &idx) == HY_OK)
+        hy_req_finish(e->shm, idx, HY_REQ_CANCELLED, HY_FINISH_CANCELLED, 0,
+                      "the engine is shutting down");
+    return NULL;
+}
+
+int hy_engine_start(hy_engine_t *e, char *err)
+{
+    int rc;
+
+    if (e->started)
+        return hy_err(err, HY_EINVAL, "engine already started");
+    atomic_store(&e->stop, 0);
+    if ((rc = pthread_create(&e->thread, NULL, hy_engine_main, e)) != 0)
+        return hy_err(err, HY_ENOMEM, "engine thread: %s", strerror(rc));
+    e->started = true;
+    return HY_OK;
+}
+
+void hy_engine_stop(hy_engine_t *e)
+{
+    if (e == NULL || !e->started)
+        return;
+    atomic_store(&e->stop, 1);
+    hy_shm_engine_kick(e->shm);
+    pthread_join(e->thread, NULL);
+    e->started = false;
+}

@@ -1,0 +1,635 @@
+/*
+ * coordinator.c - `hyserve serve`: the process that owns the model.  It
+ * loads the config, the model (CPU backend), tokenizer and chat template,
+ * creates the shared segment sized by the engine, starts the engine thread,
+ * opens the FastCGI socket and preforks the workers; then it supervises:
+ * a dead worker is logged (with its signal), its requests are reaped and a
+ * new one is forked with backoff.  SIGTERM drains (503 for new work, in-flight
+ * streams finish, up to server.drain_seconds) and exits; SIGHUP reloads what
+ * can change without the model (log level, facility, stderr copy).
+ */
+#include "server/worker.h"
+
+#include <errno.h>
+#include <fcgiapp.h>
+#include <getopt.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "tools/cli.h"
+
+#define CO_MAX_SETS 64
+#define CO_BACKOFF_MIN_MS 100
+#define CO_BACKOFF_MAX_MS 5000
+#define CO_STABLE_MS 10000 /* a worker that lived this long resets its backoff */
+#define CO_KILL_GRACE_MS 5000
+
+typedef struct {
+    pid_t pid;        /* 0 = not running */
+    int64_t born_ms;
+    int64_t respawn_at_ms;
+    int backoff_ms;
+} co_slot_t;
+
+typedef struct {
+    const char *ini;
+    const char *sets[CO_MAX_SETS];
+    int n_sets;
+} co_args_t;
+
+static char co_worker_ident[HY_CONFIG_NAME_LEN + 8];
+
+static int64_t co_now_ms(void)
+{
+    return hy_shm_now_ns() / 1000000;
+}
+
+/* Config file (or defaults) plus every --set, in order. */
+static int co_load_config(hy_config_t *cfg, const co_args_t *a, char *err)
+{
+    int i, rc;
+
+    if (a->ini != NULL) {
+        if ((rc = hy_config_load(cfg, a->ini, err)) != HY_OK)
+            return rc;
+    } else {
+        hy_config_defaults(cfg);
+    }
+    for (i = 0; i < a->n_sets; i++) {
+        char key[256];
+        const char *eq = strchr(a->sets[i], '=');
+
+        if (eq == NULL || (size_t)(eq - a->sets[i]) >= sizeof key)
+            return hy_err(err, HY_EINVAL, "--set '%s': expected section.key=value", a->sets[i]);
+        memcpy(key, a->sets[i], (size_t)(eq - a->sets[i]));
+        key[eq - a->sets[i]] = '\0';
+        if ((rc = hy_config_set(cfg, key, eq + 1, err)) != HY_OK)
+            return rc;
+    }
+    return HY_OK;
+}
+
+/* FCGX_OpenSocket unlinks whatever is at the path; refuse if a live server
+ * answers there (a second instance started by mistake). */
+static int co_socket_in_use(const char *path)
+{
+    struct sockaddr_un sa;
+    int fd, in_use;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    in_use = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return in_use;
+}
+
+static int co_open_socket(const hy_config_t *cfg, int *out, char *err)
+{
+    const char *path = cfg->server.socket;
+    int fd;
+
+    if (co_socket_in_use(path))
+        return hy_err(err, HY_EINVAL, "[server] socket = %s: another server is listening there",
+                      path);
+    fd = FCGX_OpenSocket(path, 128);
+    if (fd < 0)
+        return hy_err(err, HY_EIO, "[server] socket = %s: cannot listen: %s", path,
+                      strerror(errno));
+    /* FCGX_OpenSocket creates it under the umask and never chmods. */
+    if (chmod(path, cfg->server.socket_mode) != 0) {
+        close(fd);
+        return hy_err(err, HY_EIO, "chmod %s: %s", path, strerror(errno));
+    }
+    if (cfg->server.socket_group[0]) {
+        struct group *g = getgrnam(cfg->server.socket_group);
+
+        if (g == NULL || chown(path, (uid_t)-1, g->gr_gid) != 0) {
+            close(fd);
+            return hy_err(err, HY_EIO, "[server] socket_group = %s: %s", cfg->server.socket_group,
+                          g == NULL ? "no such group" : strerror(errno));
+        }
+    }
+    *out = fd;
+    return HY_OK;
+}
+
+/* The model's template (or [model] chat_template), compiled once and test
+ * rendered so a template that cannot render fails at load, not per request. */
+static int co_load_template(const hy_config_t *cfg, hy_model_t *m, hy_worker_ctx_t *w,
+                            hy_chat_tmpl_t **out, char *err)
+{
+    hy_gguf_str_t s;
+    char *src = NULL, *text = NULL;
+    size_t len = 0, tlen = 0;
+    hy_chat_msg_t msg = {.role = "user", .content = "Hello"};
+    hy_chat_opts_t o;
+    int rc;
+
+    *out = NULL;
+    if (cfg->model.chat_template[0]) {
+        FILE *f = fopen(cfg->model.chat_template, "rb");
+        long n;
+
+        if (f == NULL)
+            return hy_err(err, HY_EIO, "[model] chat_template = %s: %s", cfg->model.chat_template,
+                          strerror(errno));
+        if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
+            (src = malloc((size_t)n + 1)) == NULL || fread(src, 1, (size_t)n, f) != (size_t)n) {
+            fclose(f);
+            free(src);
+            return hy_err(err, HY_EIO, "[model] chat_template = %s: cannot read",
+                          cfg->model.chat_template);
+        }
+        fclose(f);
+        len = (size_t)n;
+        rc = hy_chat_compile(out, src, len, err);
+        free(src);
+    } else if (hy_gguf_get_str(m->gguf, "tokenizer.chat_template", &s, NULL) == HY_OK) {
+        rc = hy_chat_compile(out, s.ptr, s.len, err);
+    } else {
+        hy_log(LOG_WARNING, "no_chat_template",
+               "model=%s detail=\"/v1/chat/completions answers 400\"", m->name);
+        return HY_OK;
+    }
+    if (rc != HY_OK)
+        return rc;
+    memset(&o, 0, sizeof o);
+    o.add_generation_prompt = true;
+    o.enable_thinking = -1;
+    o.bos_token = w->bos_text;
+    o.eos_token = w->eos_text;
+    rc = hy_chat_render(*out, &msg, 1, &o, &text, &tlen, err);
+    free(text);
+    if (rc != HY_OK) {
+        hy_chat_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+static char *co_token_text(const hy_tok_t *tok, int32_t id)
+{
+    hy_tok_str_t t;
+    char *s;
+
+    if (id < 0)
+        return NULL;
+    t = hy_tok_text(tok, id);
+    if ((s = malloc(t.len + 1)) != NULL) {
+        memcpy(s, t.ptr, t.len);
+        s[t.len] = '\0';
+    }
+    return s;
+}
+
+/* The served model id: the file name without directory and ".gguf" (what
+ * clients pass as "model"; GGUF general.name is free text with spaces). */
+static const char *co_model_id(const char *path, char *buf, size_t cap)
+{
+    const char *b = strrchr(path, '/');
+    size_t n;
+
+    b = b ? b + 1 : path;
+    n = strlen(b);
+    if (n > 5 && strcmp(b + n - 5, ".gguf") == 0)
+        n -= 5;
+    snprintf(buf, cap, "%.*s", (int)n, b);
+    return buf;
+}
+
+/* MemAvailable from /proc/meminfo in bytes (0 if unknown). */
+static uint64_t co_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* ---- supervision ------------------------------------------------------------ */
+
+static pid_t co_fork_worker(hy_worker_ctx_t *w, const sigset_t *old_mask)
+{
+    pid_t parent = getpid(), pid = fork();
+
+    if (pid != 0)
+        return pid;
+    /* Child: die with the coordinator; never outlive the model's owner. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent)
+        _exit(0);
+    signal(SIGCHLD, SIG_DFL);
+    sigprocmask(SIG_SETMASK, old_mask, NULL);
+    hy_log_open(co_worker_ident, w->cfg->log.facility, atomic_load(&w->ctl->log_level),
+                w->cfg->log.to_stderr);
+    _exit(hy_worker_main(w));
+}
+
+static void co_log_death(pid_t pid, int status, bool expected)
+{
+    if (WIFSIGNALED(status))
+        hy_log(expected ? LOG_INFO : LOG_ERR, "worker_died", "pid=%d signal=%d name=%s",
+               (int)pid, WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+        hy_log(expected || WEXITSTATUS(status) == 0 ? LOG_INFO : LOG_ERR, "worker_exited",
+               "pid=%d status=%d", (int)pid, WEXITSTATUS(status));
+}
+
+/* Reaps every dead child; frees its request slots. */
+static int co_reap(hy_shm_t *shm, co_slot_t *slots, uint32_t n, bool expected)
+{
+    int status, n_dead = 0;
+    pid_t pid;
+
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        uint32_t i;
+        int reaped;
+
+        for (i = 0; i < n && slots[i].pid != pid; i++)
+            ;
+        co_log_death(pid, status, expected);
+        reaped = hy_shm_reap_owner(shm, pid);
+        if (reaped > 0) {
+            atomic_fetch_add(&hy_shm_stats(shm)->reaped_requests, (uint64_t)reaped);
+            hy_log(LOG_WARNING, "worker_requests_reaped", "pid=%d requests=%d", (int)pid, reaped);
+        }
+        hy_shm_engine_kick(shm);
+        if (i < n) {
+            int64_t now = co_now_ms();
+
+            slots[i].pid = 0;
+            if (now - slots[i].born_ms >= CO_STABLE_MS)
+                slots[i].backoff_ms = CO_BACKOFF_MIN_MS;
+            else
+                slots[i].backoff_ms = HY_MIN(slots[i].backoff_ms * 2, CO_BACKOFF_MAX_MS);
+            slots[i].respawn_at_ms = now + slots[i].backoff_ms;
+            n_dead++;
+        }
+    }
+    return n_dead;
+}
+
+static void co_spawn_due(hy_worker_ctx_t *w, co_slot_t *slots, uint32_t n,
+                         const sigset_t *old_mask, bool restart)
+{
+    int64_t now = co_now_ms();
+    uint32_t i;
+
+    for (i = 0; i < n; i++) {
+        pid_t pid;
+
+        if (slots[i].pid != 0 || now < slots[i].respawn_at_ms)
+            continue;
+        pid = co_fork_worker(w, old_mask);
+        if (pid < 0) {
+            hy_log(LOG_ERR, "fork_failed", "err=\"%s\"", strerror(errno));
+            slots[i].respawn_at_ms = now + CO_BACKOFF_MAX_MS;
+            continue;
+        }
+        slots[i].pid = pid;
+        slots[i].born_ms = now;
+        if (restart) {
+            atomic_fetch_add(&hy_shm_stats(w->shm)->worker_restarts, 1);
+            hy_log(LOG_INFO, "worker_respawned", "pid=%d slot=%u", (int)pid, i);
+        }
+    }
+}
+
+static uint32_t co_alive(const co_slot_t *slots, uint32_t n)
+{
+    uint32_t i, k = 0;
+
+    for (i = 0; i < n; i++)
+        k += slots[i].pid != 0;
+    return k;
+}
+
+static void co_signal_all(const co_slot_t *slots, uint32_t n, int sig)
+{
+    uint32_t i;
+
+    for (i = 0; i < n; i++)
+        if (slots[i].pid != 0)
+            kill(slots[i].pid, sig);
+}
+
+/* SIGHUP: re-read the file; apply what needs no restart, warn about the rest. */
+static void co_reload(hy_config_t *cfg, const co_args_t *a, hy_serve_ctl_t *ctl)
+{
+    hy_config_t *nc = malloc(sizeof *nc);
+    char err[HY_ERR_LEN];
+
+    if (nc == NULL)
+        return;
+    if (co_load_config(nc, a, err) != HY_OK) {
+        hy_log(LOG_ERR, "reload_failed", "err=\"%s\"", err);
+        free(nc);
+        return;
+    }
+    if (strcmp(nc->model.path, cfg->model.path) || strcmp(nc->server.socket, cfg->server.socket) ||
+        strcmp(nc->server.instance, cfg->server.instance) ||
+        nc->server.workers != cfg->server.workers || nc->engine.max_seqs != cfg->engine.max_seqs ||
+        nc->cache.memory_mb != cfg->cache.memory_mb)
+        hy_log(LOG_WARNING, "reload_needs_restart",
+               "detail=\"model, engine, cache and socket settings apply at the next start\"");
+    cfg->log = nc->log;
+    cfg->server.drain_seconds = nc->server.drain_seconds;
+    hy_log_open(cfg->log.ident, cfg->log.facility, cfg->log.level, cfg->log.to_stderr);
+    atomic_store(&ctl->log_level, cfg->log.level);
+    atomic_fetch_add(&ctl->log_gen, 1);
+    hy_log(LOG_INFO, "reloaded", "level=%d", cfg->log.level);
+    free(nc);
+}
+
+static void co_usage(FILE *f)
+{
+    fprintf(f, "usage: hyserve serve [-c hyserve.ini] [--set section.key=value ...]\n"
+               "  -c, --config FILE   configuration (default: built-in defaults)\n"
+               "  -s, --set K=V       override one key, e.g. --set server.workers=2\n");
+}
+
+int hy_cmd_serve(int argc, char **argv)
+{
+    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
+                                         {"set", required_argument, 0, 's'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    co_args_t a = {0};
+    hy_config_t *cfg = NULL;
+    hy_backend_t *be = NULL;
+    hy_model_t *model = NULL;
+    hy_tok_t *tok = NULL;
+    hy_chat_tmpl_t *tmpl = NULL;
+    hy_shm_t *shm = NULL;
+    hy_engine_t *eng = NULL;
+    hy_serve_ctl_t *ctl = MAP_FAILED;
+    hy_worker_ctx_t w;
+    hy_engine_opts_t eo;
+    hy_shm_params_t sp;
+    hy_api_layer_kind_t kinds[8];
+    char model_id[256];
+    co_slot_t *slots = NULL;
+    sigset_t mask, old_mask;
+    char err[HY_ERR_LEN];
+    bool engine_started = false, socket_open = false;
+    int opt, rc = 1, listen_fd = -1;
+    uint32_t i, n_workers;
+    int64_t t0 = co_now_ms();
+
+    memset(&w, 0, sizeof w);
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "c:s:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'c': a.ini = optarg; break;
+        case 's':
+            if (a.n_sets == CO_MAX_SETS) {
+                fprintf(stderr, "hyserve serve: at most %d --set options\n", CO_MAX_SETS);
+                return 2;
+            }
+            a.sets[a.n_sets++] = optarg;
+            break;
+        case 'h': co_usage(stdout); return 0;
+        default: co_usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "hyserve serve: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if ((cfg = malloc(sizeof *cfg)) == NULL) {
+        fprintf(stderr, "hyserve serve: out of memory\n");
+        return 1;
+    }
+    if (co_load_config(cfg, &a, err) != HY_OK) {
+        fprintf(stderr, "hyserve serve: %s\n", err);
+        free(cfg);
+        return 2;
+    }
+    if (!cfg->model.path[0]) {
+        fprintf(stderr, "hyserve serve: [model] path is required\n");
+        free(cfg);
+        return 2;
+    }
+    hy_log_open(cfg->log.ident, cfg->log.facility, cfg->log.level, cfg->log.to_stderr);
+    snprintf(co_worker_ident, sizeof co_worker_ident, "%s-fcgi", cfg->log.ident);
+
+    /* Block the signals we handle before any thread exists (the engine
+     * thread inherits the mask, so they all come to sigtimedwait below). */
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &mask, &old_mask);
+    signal(SIGPIPE, SIG_IGN);
+
+    /* Model, tokenizer, template. */
+    {
+        hy_backend_opts_t bo = {.n_threads = (int)cfg->model.threads};
+
+        if (hy_backend_cpu_new(&be, &bo, err) != HY_OK ||
+            hy_model_load(&model, cfg->model.path, be, err) != HY_OK ||
+            hy_tok_load(&tok, model->gguf, err) != HY_OK)
+            goto fail;
+    }
+    w.bos_text = co_token_text(tok, hy_tok_bos(tok));
+    w.eos_text = co_token_text(tok, hy_tok_eos(tok));
+    if (co_load_template(cfg, model, &w, &tmpl, err) != HY_OK)
+        goto fail;
+
+    /* Engine and segment. */
+    memset(&eo, 0, sizeof eo);
+    eo.max_batch_tokens = (int32_t)cfg->engine.max_batch_tokens;
+    eo.max_seqs = (int32_t)cfg->engine.max_seqs;
+    eo.n_ctx = (int32_t)(cfg->engine.max_context ? HY_MIN(cfg->engine.max_context,
+                                                          (uint32_t)model->n_ctx_train)
+                                                 : (uint32_t)model->n_ctx_train);
+    eo.page_tokens = (int32_t)cfg->cache.page_tokens;
+    eo.kv_type = cfg->cache.kv_type == HY_CONFIG_KV_F32    ? HY_DTYPE_F32
+                 : cfg->cache.kv_type == HY_CONFIG_KV_Q8_0 ? HY_DTYPE_Q8_0
+                                                           : HY_DTYPE_F16;
+    eo.memory_bytes = cfg->cache.memory_mb
+                          ? (uint64_t)cfg->cache.memory_mb << 20
+                          : (uint64_t)((double)co_mem_available() * cfg->cache.memory_fraction);
+    eo.checkpoint_interval = (int32_t)cfg->cache.checkpoint_interval;
+    eo.n_request_slots = (int32_t)HY_MIN(cfg->server.max_queue + cfg->engine.max_seqs, 65536u);
+    if (hy_engine_shm_params(model, be, &eo, &sp, err) != HY_OK)
+        goto fail;
+    if (hy_shm_remove_stale(cfg->server.instance, err) == HY_OK)
+        hy_log(LOG_WARNING, "stale_segment_removed", "instance=%s", cfg->server.instance);
+    if (hy_shm_create(&shm, cfg->server.instance, &sp, err) != HY_OK)
+        goto fail;
+    if (hy_engine_create(&eng, model, be, shm, &eo, err) != HY_OK)
+        goto fail;
+    if (hy_engine_start(eng, err) != HY_OK)
+        goto fail;
+    engine_started = true;
+
+    ctl = mmap(NULL, sizeof *ctl, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (ctl == MAP_FAILED) {
+        hy_err(err, HY_ENOMEM, "mmap: %s", strerror(errno));
+        goto fail;
+    }
+    atomic_store(&ctl->draining, 0);
+    atomic_store(&ctl->log_level, cfg->log.level);
+    atomic_store(&ctl->log_gen, 0);
+
+    if (FCGX_Init() != 0) {
+        hy_err(err, HY_EIO, "FCGX_Init failed");
+        goto fail;
+    }
+    if (co_open_socket(cfg, &listen_fd, err) != HY_OK)
+        goto fail;
+    socket_open = true;
+
+    /* What the workers inherit. */
+    w.cfg = cfg;
+    w.ctl = ctl;
+    w.shm = shm;
+    w.tok = tok;
+    w.tmpl = tmpl;
+    w.n_ctx = eo.n_ctx;
+    w.n_vocab = model->n_vocab;
+    w.listen_fd = listen_fd;
+    w.log_ident = co_worker_ident;
+    w.info.id = co_model_id(cfg->model.path, model_id, sizeof model_id);
+    w.info.created = (int64_t)time(NULL);
+    w.info.max_model_len = eo.n_ctx;
+    w.info.architecture = model->arch_name;
+    {
+        int32_t counts[HY_LAYER_NONE + 1] = {0}, l;
+        size_t k = 0;
+
+        for (l = 0; l < model->n_layer; l++)
+            counts[model->layers[l].kind]++;
+        for (l = 0; l <= HY_LAYER_NONE && k < HY_ARRAY_LEN(kinds); l++)
+            if (counts[l] > 0) {
+                kinds[k].kind = hy_layer_kind_name((hy_layer_kind_t)l);
+                kinds[k++].count = counts[l];
+            }
+        w.info.layers = kinds;
+        w.info.n_layer_kinds = k;
+    }
+
+    n_workers = cfg->server.workers;
+    slots = calloc(n_workers, sizeof *slots);
+    if (slots == NULL) {
+        hy_err(err, HY_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (i = 0; i < n_workers; i++)
+        slots[i].backoff_ms = CO_BACKOFF_MIN_MS;
+    co_spawn_due(&w, slots, n_workers, &old_mask, false);
+    hy_log(LOG_INFO, "serving",
+           "model=%s arch=%s socket=%s instance=%s workers=%u n_ctx=%d pages=%d "
+           "request_slots=%d load_ms=%lld",
+           w.info.id, model->arch_name, cfg->server.socket, cfg->server.instance, n_workers,
+           eo.n_ctx, sp.n_pages, sp.n_request_slots, (long long)(co_now_ms() - t0));
+
+    /* Supervise until SIGTERM/SIGINT. */
+    {
+        int64_t drain_until = 0, kill_at = 0;
+        bool draining = false, stopping = false;
+
+        for (;;) {
+            struct timespec ts = {0, 100 * 1000000};
+            siginfo_t si;
+            int sig = sigtimedwait(&mask, &si, &ts);
+
+            if (sig == SIGHUP) {
+                co_reload(cfg, &a, ctl);
+            } else if ((sig == SIGTERM || sig == SIGINT) && !draining) {
+                draining = true;
+                atomic_store(&ctl->draining, 1);
+                drain_until = co_now_ms() + (int64_t)cfg->server.drain_seconds * 1000;
+                hy_log(LOG_INFO, "draining", "signal=%d drain_seconds=%u", sig,
+                       cfg->server.drain_seconds);
+            } else if ((sig == SIGTERM || sig == SIGINT) && !stopping) {
+                drain_until = 0; /* a second signal: stop now */
+            }
+            co_reap(shm, slots, n_workers, stopping);
+            if (draining && !stopping) {
+                hy_stats_t *st = hy_shm_stats(shm);
+                bool idle = atomic_load(&st->slots_used) <= 0;
+
+                if (idle || co_now_ms() >= drain_until) {
+                    /* In-flight streams are done (or out of time): workers
+                     * stop accepting and exit. */
+                    stopping = true;
+                    hy_log(LOG_INFO, "stopping_workers", "idle=%d", idle);
+                    co_signal_all(slots, n_workers, SIGTERM);
+                    kill_at = co_now_ms() + CO_KILL_GRACE_MS;
+                }
+            }
+            if (stopping) {
+                if (co_alive(slots, n_workers) == 0)
+                    break;
+                if (kill_at && co_now_ms() >= kill_at) {
+                    co_signal_all(slots, n_workers, SIGKILL);
+                    kill_at = 0;
+                }
+                continue;
+            }
+            co_spawn_due(&w, slots, n_workers, &old_mask, true);
+        }
+    }
+    rc = 0;
+    hy_log(LOG_INFO, "stopped", "reason=signal");
+    goto out;
+fail:
+    hy_log(LOG_ERR, "start_failed", "err=\"%s\"", err);
+    fprintf(stderr, "hyserve serve: %s\n", err);
+    if (slots != NULL) {
+        co_signal_all(slots, n_workers, SIGKILL);
+        while (waitpid(-1, NULL, 0) > 0)
+            ;
+    }
+out:
+    if (socket_open) {
+        close(listen_fd);
+        unlink(cfg->server.socket);
+    }
+    if (engine_started)
+        hy_engine_stop(eng);
+    hy_engine_free(eng);
+    if (shm != NULL)
+        hy_shm_close(shm);
+    if (ctl != MAP_FAILED)
+        munmap(ctl, sizeof *ctl);
+    free(slots);
+    hy_chat_free(tmpl);
+    free((char *)w.bos_text);
+    free((char *)w.eos_text);
+    hy_tok_free(tok);
+    hy_model_free(model);
+    if (be)
+        be->i->free(be);
+    hy_log_close();
+    free(cfg);
+    return rc;
+}

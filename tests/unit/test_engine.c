@@ -1,0 +1,423 @@
+/*
+ * test_engine.c - the coordinator's engine in-process: a private segment,
+ * the engine thread, and this thread submitting through the worker-side
+ * ring API.  Checks batch invariance (16 mixed requests together == each
+ * alone), prefix hits (dense and hybrid: same tokens and logprobs as
+ * without, and the expected number of hit tokens over a 5-turn
+ * conversation), prompts under one block, preemption under a tiny page
+ * budget (same outputs), cancellation, and the page-table accounting after
+ * every scenario.  Tiny random models from tests/golden/tiny/.
+ */
+#include "engine/engine.h"
+#include "kv/plan.h"
+#include "server/ring.h"
+#include "test.h"
+
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#define HY_E_MAXGEN 64
+#define HY_E_NREQ 16
+
+typedef struct {
+    int32_t tok[HY_E_MAXGEN];
+    float lp[HY_E_MAXGEN];
+    int32_t n, n_cached, finish;
+} hy_e_out_t;
+
+typedef struct {
+    hy_model_t *m;
+    hy_backend_t *be;
+    hy_shm_t *shm;
+    hy_engine_t *e;
+    hy_engine_opts_t o;
+} hy_e_env_t;
+
+static int hy_e_inst;
+
+static void hy_e_opts(hy_engine_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_batch_tokens = 64;
+    o->max_seqs = 16;
+    o->n_ctx = 160;
+    o->page_tokens = 16;
+    o->kv_type = HY_DTYPE_F32;
+    o->checkpoint_interval = 32;
+    o->n_request_slots = 24;
+}
+
+static int hy_e_up(hy_e_env_t *v, const hy_engine_opts_t *o, char *err)
+{
+    hy_shm_params_t sp;
+    char inst[64];
+    int rc;
+
+    v->o = *o;
+    snprintf(inst, sizeof inst, "test-engine-%ld-%d", (long)getpid(), hy_e_inst++);
+    if ((rc = hy_engine_shm_params(v->m, v->be, o, &sp, err)) != HY_OK)
+        return rc;
+    if ((rc = hy_shm_create(&v->shm, inst, &sp, err)) != HY_OK)
+        return rc;
+    if ((rc = hy_engine_create(&v->e, v->m, v->be, v->shm, o, err)) != HY_OK ||
+        (rc = hy_engine_start(v->e, err)) != HY_OK) {
+        hy_engine_free(v->e);
+        hy_shm_close(v->shm);
+        v->e = NULL;
+        v->shm = NULL;
+    }
+    return rc;
+}
+
+/* Stops the engine and checks that everything went back: no used page,
+ * state slot or checkpoint, and hy_pt_check's invariants. */
+static void hy_e_down(hy_e_env_t *v, const char *what)
+{
+    char err[HY_ERR_LEN];
+    hy_pt_counts_t c;
+    int rc;
+
+    if (v->e == NULL)
+        return;
+    hy_engine_stop(v->e);
+    rc = hy_pt_check(hy_shm_pt(v->shm), err);
+    hy_pt_counts(hy_shm_pt(v->shm), &c);
+    HY_T_OK(rc == HY_OK && c.pages_used == 0 && c.state_used == 0 && c.ckpt_used == 0,
+            "%s: accounting (%s; pages used %d free %d cached %d, states %d, ckpts used %d)", what,
+            rc == HY_OK ? "ok" : err, c.pages_used, c.pages_free, c.pages_cached, c.state_used,
+            c.ckpt_used);
+    hy_engine_free(v->e);
+    hy_shm_close(v->shm);
+    v->e = NULL;
+    v->shm = NULL;
+}
+
+static void hy_e_prompt(int32_t *p, int32_t n, uint64_t seed, int32_t n_vocab)
+{
+    uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
+    int32_t i;
+
+    for (i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        p[i] = (int32_t)(x % (uint64_t)n_vocab);
+    }
+}
+
+static int hy_e_submit(hy_e_env_t *v, const int32_t *p, int32_t n, int32_t max_tokens,
+                       hy_req_handle_t *h, char *err)
+{
+    hy_req_params_t rp;
+    int rc;
+
+    memset(&rp, 0, sizeof rp);
+    hy_sampling_default(&rp.sampling);
+    rp.sampling.temperature = 0;
+    rp.sampling.n_logprobs = 2;
+    rp.max_tokens = max_tokens;
+    rp.flags = HY_REQ_F_IGNORE_EOS;
+    rc = hy_req_submit(v->shm, &rp, p, n, h, err);
+    hy_shm_engine_kick(v->shm);
+    return rc;
+}
+
+/* Reads one request to its end (30 s at most). */
+static int hy_e_collect(hy_e_env_t *v, hy_req_handle_t h, hy_e_out_t *out, char *err)
+{
+    hy_ring_tok_t buf[16];
+    hy_req_status_t st;
+    int k, n, i;
+
+    memset(out, 0, sizeof *out);
+    for (k = 0; k < 3000; k++) {
+        n = hy_req_read(v->shm, h, buf, 16, 10, &st, err);
+        if (n < 0)
+            return n;
+        for (i = 0; i < n && out->n < HY_E_MAXGEN; i++, out->n++) {
+            out->tok[out->n] = buf[i].token;
+            out->lp[out->n] = buf[i].logprob;
+        }
+        if (st.done) {
+            out->n_cached = st.n_cached;
+            out->finish = st.finish_reason;
+            hy_req_release(v->shm, h, err);
+            return st.finish_reason == HY_FINISH_ERROR ? hy_err(err, HY_EIO, "%s", st.error_msg)
+                                                       : HY_OK;
+        }
+    }
+    return hy_err(err, HY_EIO, "request did not finish in 30 s");
+}
+
+static int hy_e_run1(hy_e_env_t *v, const int32_t *p, int32_t n, int32_t max_tokens,
+                     hy_e_out_t *out, char *err)
+{
+    hy_req_handle_t h;
+    int rc;
+
+    if ((rc = hy_e_submit(v, p, n, max_tokens, &h, err)) != HY_OK)
+        return rc;
+    return hy_e_collect(v, h, out, err);
+}
+
+/* Same tokens and logprobs within tol; returns the worst logprob gap or
+ * INFINITY on a token mismatch. */
+static double hy_e_diff(const hy_e_out_t *a, const hy_e_out_t *b)
+{
+    double worst = 0;
+    int i;
+
+    if (a->n != b->n)
+        return INFINITY;
+    for (i = 0; i < a->n; i++) {
+        if (a->tok[i] != b->tok[i])
+            return INFINITY;
+        worst = fmax(worst, fabs((double)a->lp[i] - b->lp[i]));
+    }
+    return worst;
+}
+
+static const int32_t hy_e_lens[HY_E_NREQ] = {1, 70, 5, 16, 33, 2, 47, 17, 64, 9, 31, 100, 3, 48, 12, 80};
+
+/* 16 mixed-length requests alone, then all at once in a fresh engine. */
+static void hy_e_batch(hy_e_env_t *v, const char *name)
+{
+    char err[HY_ERR_LEN] = "";
+    int32_t p[128];
+    hy_e_out_t alone[HY_E_NREQ], tog[HY_E_NREQ];
+    hy_req_handle_t h[HY_E_NREQ];
+    double worst = 0;
+    int i, rc = HY_OK;
+
+    hy_e_opts(&v->o);
+    if ((rc = hy_e_up(v, &v->o, err)) != HY_OK)
+        goto out;
+    for (i = 0; i < HY_E_NREQ && rc == HY_OK; i++) {
+        hy_e_prompt(p, hy_e_lens[i], (uint64_t)i + 1, v->m->n_vocab);
+        rc = hy_e_run1(v, p, hy_e_lens[i], 6 + i % 5, &alone[i], err);
+    }
+    hy_e_down(v, name);
+    if (rc != HY_OK || (rc = hy_e_up(v, &v->o, err)) != HY_OK)
+        goto out;
+    for (i = 0; i < HY_E_NREQ && rc == HY_OK; i++) {
+        hy_e_prompt(p, hy_e_lens[i], (uint64_t)i + 1, v->m->n_vocab);
+        rc = hy_e_submit(v, p, hy_e_lens[i], 6 + i % 5, &h[i], err);
+    }
+    for (i = 0; i < HY_E_NREQ && rc == HY_OK; i++)
+        rc = hy_e_collect(v, h[i], &tog[i], err);
+    for (i = 0; i < HY_E_NREQ && rc == HY_OK; i++)
+        worst = fmax(worst, alone[i].n == 6 + i % 5 ? hy_e_diff(&alone[i], &tog[i]) : INFINITY);
+    hy_e_down(v, name);
+out:
+    HY_T_OK(rc == HY_OK && worst < 1e-3,
+            "%s: 16 mixed requests together == each alone (worst logprob gap %.2g; %s)", name,
+            worst, rc == HY_OK ? "ok" : err);
+}
+
+/* Prefix hits: a repeated prompt, a 5-turn conversation, a short prompt. */
+static void hy_e_prefix(hy_e_env_t *v, const char *name)
+{
+    char err[HY_ERR_LEN] = "";
+    int32_t conv[160], n_conv, pt = 16, turn, want_hit[5] = {0}, got_hit[5] = {0};
+    hy_e_out_t a = {0}, b = {0}, c = {0}, turns[5] = {{0}}, cold = {0};
+    hy_e_env_t w = *v;
+    double gap = INFINITY, tgap = 0;
+    int rc;
+    bool hits_ok = true;
+
+    hy_e_opts(&v->o);
+    if ((rc = hy_e_up(v, &v->o, err)) != HY_OK)
+        goto out;
+    hy_e_prompt(conv, 50, 99, v->m->n_vocab);
+    rc = hy_e_run1(v, conv, 50, 8, &a, err);
+    if (rc == HY_OK)
+        rc = hy_e_run1(v, conv, 50, 8, &b, err);
+    if (rc == HY_OK)
+        gap = hy_e_diff(&a, &b);
+    HY_T_OK(rc == HY_OK && a.n_cached == 0 && b.n_cached == 48 && gap < 1e-4,
+            "%s: repeated 50-token prompt hits 48 cached tokens, same tokens/logprobs "
+            "(cached %d then %d, gap %.2g; %s)", name, a.n_cached, b.n_cached, gap,
+            rc == HY_OK ? "ok" : err);
+    /* prompt under one block: nothing to hit, still generates */
+    if (rc == HY_OK)
+        rc = hy_e_run1(v, conv + 60, 5, 4, &c, err);
+    HY_T_OK(rc == HY_OK && c.n == 4 && c.n_cached == 0, "%s: 5-token prompt (%d tokens; %s)",
+            name, c.n, rc == HY_OK ? "ok" : err);
+    hy_e_down(v, name);
+
+    /* 5 turns: each prompt = the previous prompt + its reply + 9 new tokens */
+    if (rc != HY_OK || (rc = hy_e_up(v, &v->o, err)) != HY_OK)
+        goto out;
+    n_conv = 20;
+    hy_e_prompt(conv, n_conv, 7, v->m->n_vocab);
+    for (turn = 0; turn < 5 && rc == HY_OK; turn++) {
+        rc = hy_e_run1(v, conv, n_conv, 6, &turns[turn], err);
+        if (rc != HY_OK)
+            break;
+        got_hit[turn] = turns[turn].n_cached;
+        hits_ok &= got_hit[turn] == want_hit[turn];
+        /* the engine fed prompt + reply - 1 positions: every full block of them */
+        if (turn < 4)
+            want_hit[turn + 1] = (n_conv + turns[turn].n - 1) / pt * pt;
+        memcpy(conv + n_conv, turns[turn].tok, sizeof(int32_t) * (size_t)turns[turn].n);
+        n_conv += turns[turn].n;
+        hy_e_prompt(conv + n_conv, 9, 100 + (uint64_t)turn, v->m->n_vocab);
+        n_conv += 9;
+    }
+    hy_e_down(v, name);
+    HY_T_OK(rc == HY_OK && hits_ok,
+            "%s: 5-turn conversation hits every previous full block (hits %d %d %d %d %d, "
+            "want 0 %d %d %d %d; %s)", name, got_hit[0], got_hit[1], got_hit[2], got_hit[3],
+            got_hit[4], want_hit[1], want_hit[2], want_hit[3], want_hit[4],
+            rc == HY_OK ? "ok" : err);
+    /* the last turn with the cache against a cold engine */
+    if (rc != HY_OK || (rc = hy_e_up(&w, &v->o, err)) != HY_OK)
+        goto out;
+    n_conv -= 9 + turns[4].n;
+    rc = hy_e_run1(&w, conv, n_conv, 6, &cold, err);
+    hy_e_down(&w, name);
+    if (rc == HY_OK)
+        tgap = hy_e_diff(&cold, &turns[4]);
+    HY_T_OK(rc == HY_OK && cold.n_cached == 0 && tgap < 1e-4,
+            "%s: turn 5 with a %d-token hit == cold (gap %.2g; %s)", name, turns[4].n_cached, tgap,
+            rc == HY_OK ? "ok" : err);
+    return;
+out:
+    HY_T_OK(0, "%s: prefix scenarios (%s)", name, err);
+}
+
+/* A pool far too small for 8 concurrent requests: preemption, same outputs. */
+static void hy_e_preempt(hy_e_env_t *v, const char *name)
+{
+    char err[HY_ERR_LEN] = "";
+    int32_t p[64];
+    hy_e_out_t alone[8], tog[8];
+    hy_req_handle_t h[8];
+    hy_plan_t plan;
+    hy_engine_opts_t o;
+    uint64_t pre = 0;
+    double worst = 0;
+    int i, rc;
+
+    hy_e_opts(&o);
+    o.max_seqs = 8;
+    o.n_ctx = 96;
+    if ((rc = hy_plan_make(&plan, v->m, v->be, o.n_ctx, 1, o.page_tokens, o.kv_type, err)) != HY_OK)
+        goto out;
+    /* 12 pages (each request needs 5), plus a quarter for state slots */
+    o.memory_bytes = 12 * plan.page_bytes;
+    if (v->m->n_rec_layers > 0)
+        o.memory_bytes = 16 * plan.page_bytes + 4 * 20 * plan.slot_bytes;
+    if ((rc = hy_e_up(v, &o, err)) != HY_OK)
+        goto out;
+    for (i = 0; i < 8 && rc == HY_OK; i++) {
+        hy_e_prompt(p, 40 + i, 500 + (uint64_t)i, v->m->n_vocab);
+        rc = hy_e_run1(v, p, 40 + i, 30, &alone[i], err);
+    }
+    hy_e_down(v, name);
+    if (rc != HY_OK || (rc = hy_e_up(v, &o, err)) != HY_OK)
+        goto out;
+    for (i = 0; i < 8 && rc == HY_OK; i++) {
+        hy_e_prompt(p, 40 + i, 500 + (uint64_t)i, v->m->n_vocab);
+        rc = hy_e_submit(v, p, 40 + i, 30, &h[i], err);
+    }
+    for (i = 0; i < 8 && rc == HY_OK; i++)
+        rc = hy_e_collect(v, h[i], &tog[i], err);
+    for (i = 0; i < 8 && rc == HY_OK; i++)
+        worst = fmax(worst, alone[i].n == 30 ? hy_e_diff(&alone[i], &tog[i]) : INFINITY);
+    if (v->shm != NULL)
+        pre = atomic_load(&hy_shm_stats(v->shm)->preemptions);
+    hy_e_down(v, name);
+out:
+    HY_T_OK(rc == HY_OK && pre > 0 && worst < 1e-3,
+            "%s: %llu preemptions under a %d-page pool, same outputs (gap %.2g; %s)", name,
+            (unsigned long long)pre, (int)(o.memory_bytes / (plan.page_bytes ? plan.page_bytes : 1)),
+            worst, rc == HY_OK ? "ok" : err);
+}
+
+/* Cancel running and queued requests: everything comes back at once. */
+static void hy_e_cancel(hy_e_env_t *v, const char *name)
+{
+    char err[HY_ERR_LEN] = "";
+    int32_t p[64];
+    hy_req_handle_t h[6];
+    hy_ring_tok_t t[4];
+    hy_req_status_t st;
+    hy_engine_opts_t o;
+    hy_e_out_t rest;
+    int i, k, rc, got = 0, done = 0;
+
+    hy_e_opts(&o);
+    o.max_seqs = 4;
+    if ((rc = hy_e_up(v, &o, err)) != HY_OK)
+        goto out;
+    for (i = 0; i < 6 && rc == HY_OK; i++) {
+        hy_e_prompt(p, 30, 900 + (uint64_t)i, v->m->n_vocab);
+        rc = hy_e_submit(v, p, 30, 60, &h[i], err);
+    }
+    /* wait for a first token of request 0, then cancel all but request 1 */
+    for (k = 0; k < 3000 && rc == HY_OK && got == 0; k++)
+        got = hy_req_read(v->shm, h[0], t, 1, 10, &st, err);
+    for (i = 0; i < 6 && rc == HY_OK; i++)
+        if (i != 1)
+            rc = hy_req_cancel(v->shm, h[i], err);
+    hy_shm_engine_kick(v->shm);
+    for (i = 0; i < 6 && rc == HY_OK; i++) {
+        if (i == 1)
+            continue;
+        for (k = 0; k < 3000; k++) {
+            if (hy_req_read(v->shm, h[i], t, 4, 10, &st, err) < 0 || st.done)
+                break;
+        }
+        done += st.done && st.finish_reason == HY_FINISH_CANCELLED;
+        hy_req_release(v->shm, h[i], err);
+    }
+    if (rc == HY_OK)
+        rc = hy_e_collect(v, h[1], &rest, err);
+    HY_T_OK(rc == HY_OK && got > 0 && done == 5 && rest.n == 60,
+            "%s: 5 cancelled (%d), the other finishes (%d tokens; %s)", name, done,
+            rc == HY_OK ? rest.n : 0, rc == HY_OK ? "ok" : err);
+    hy_e_down(v, name);
+    return;
+out:
+    HY_T_OK(0, "%s: cancellation (%s)", name, err);
+}
+
+int main(void)
+{
+    static const char *const models[] = {"llama", "qwen3next", "lfm2", "granitehybrid-dense",
+                                         "nemotron_h"};
+    hy_backend_opts_t bo = {.n_threads = 2};
+    char err[HY_ERR_LEN], rel[128];
+    hy_e_env_t v;
+    size_t k;
+
+    memset(&v, 0, sizeof v);
+    if (hy_backend_cpu_new(&v.be, &bo, err) != HY_OK) {
+        HY_T_OK(0, "cpu backend (%s)", err);
+        return hy_t_done();
+    }
+    for (k = 0; k < sizeof models / sizeof *models; k++) {
+        int rc;
+
+        snprintf(rel, sizeof rel, "tests/golden/tiny/%s.gguf", models[k]);
+        rc = hy_model_load(&v.m, hy_t_srcpath(rel), v.be, err);
+        if (rc == HY_EUNSUPPORTED && k >= 3) {
+            printf("ok %d - %s # SKIP %s\n", ++hy_t_count, models[k], err);
+            continue;
+        }
+        HY_T_OK(rc == HY_OK, "%s loads (%s)", models[k], rc == HY_OK ? "ok" : err);
+        if (rc != HY_OK)
+            continue;
+        if (k < 3)
+            hy_e_batch(&v, models[k]);
+        hy_e_prefix(&v, models[k]);
+        if (k < 2)
+            hy_e_preempt(&v, models[k]);
+        if (k == 0)
+            hy_e_cancel(&v, models[k]);
+        hy_model_free(v.m);
+        v.m = NULL;
+    }
+    v.be->i->free(v.be);
+    return hy_t_done();
+}
