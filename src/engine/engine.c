@@ -57,12 +57,17 @@ int hy_engine_shm_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_
     uint64_t budget, state_budget, n_pages, n_state = 0, n_ckpt = 0;
     int rc;
 
-    if (o->max_seqs < 1 || o->max_batch_tokens < 1 || o->page_tokens < 1 ||
-        o->page_tokens > 256 || o->n_request_slots < 1 || o->checkpoint_interval < 0)
-        return hy_err(err, HY_EINVAL,
-                      "engine: max_seqs %d, max_batch_tokens %d, page_tokens %d (1..256), "
-                      "request slots %d must be >= 1, checkpoint_interval %d >= 0",
-                      o->max_seqs, o->max_batch_tokens, o->page_tokens, o->n_request_slots,
+    if (o->max_seqs < 1 || o->max_seqs > 65536)
+        return hy_err(err, HY_EINVAL, "engine: max_seqs = %d: must be 1..65536", o->max_seqs);
+    if (o->max_batch_tokens < 1)
+        return hy_err(err, HY_EINVAL, "engine: max_batch_tokens = %d: must be >= 1",
+                      o->max_batch_tokens);
+    if (o->page_tokens < 1 || o->page_tokens > 256)
+        return hy_err(err, HY_EINVAL, "engine: page_tokens = %d: must be 1..256", o->page_tokens);
+    if (o->n_request_slots < 1)
+        return hy_err(err, HY_EINVAL, "engine: %d request slots: must be >= 1", o->n_request_slots);
+    if (o->checkpoint_interval < 0)
+        return hy_err(err, HY_EINVAL, "engine: checkpoint_interval = %d: must be >= 0",
                       o->checkpoint_interval);
     rc = hy_plan_make(&plan, m, be, n_ctx, o->max_seqs, o->page_tokens, o->kv_type, err);
     if (rc != HY_OK)
@@ -310,6 +315,11 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
     m.ckpt = -1;
     if (hy_pt_match(e->pt, s->tokens, s->n_total, e->hybrid, &m, err) != HY_OK)
         memset(&m, 0, sizeof m), m.ckpt = -1, m.hash = HY_PT_HASH_ROOT;
+    if (e->hybrid && m.n_blocks > 0 && m.ckpt < 0) {
+        /* pages without the state at their end are useless to a hybrid */
+        hy_pt_release_seq(e->pt, m.pages, m.n_blocks, err);
+        m.n_blocks = m.n_tokens = 0;
+    }
     s->kv.n_pages = m.n_blocks;
     s->kv.n_tokens = m.n_tokens;
     s->n_hashed = m.n_blocks;

@@ -3,7 +3,9 @@
  * forward-pass buffers and the KV page pool, reserves each sequence's pages,
  * builds the hy_batch_t the backend reads, and returns the logits asked for.
  * `hyserve run/eval/bench` drive it directly with one or a few sequences; the
- * coordinator's engine loop feeds it the scheduler's mixed batches.
+ * coordinator's engine loop feeds it the scheduler's mixed batches, with
+ * caller_pages set: pages and state slots then come from the shared page
+ * table and the runner only checks that they cover each step.
  */
 #ifndef HY_ENGINE_RUNNER_H
 #define HY_ENGINE_RUNNER_H

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "tools/cli.h"
+#include "tools/bench_offline.h"
 
 #include <getopt.h>
 #include <pthread.h>
@@ -142,6 +143,9 @@ int hy_cmd_bench(int argc, char **argv)
     uint64_t bw_note_wbytes = 0;
     double bw_note_tg = 0;
 
+    for (opt = 1; opt < argc; opt++)
+        if (strcmp(argv[opt], "--offline") == 0)
+            return hy_cmd_bench_offline(argc, argv); /* the engine through the ring API */
     optind = 1;
     while ((opt = getopt_long(argc, argv, "m:t:p:n:r:h", opts, NULL)) != -1) {
         switch (opt) {
