@@ -10,6 +10,7 @@
 
 #include "tools/cli.h"
 #include "tools/bench_offline.h"
+#include "tools/bench_url.h"
 
 #include <getopt.h>
 #include <pthread.h>
@@ -146,6 +147,9 @@ int hy_cmd_bench(int argc, char **argv)
     for (opt = 1; opt < argc; opt++)
         if (strcmp(argv[opt], "--offline") == 0)
             return hy_cmd_bench_offline(argc, argv); /* the engine through the ring API */
+    for (opt = 1; opt < argc; opt++)
+        if (strcmp(argv[opt], "--url") == 0 || strncmp(argv[opt], "--url=", 6) == 0)
+            return hy_cmd_bench_url(argc, argv); /* a running server over HTTP */
     optind = 1;
     while ((opt = getopt_long(argc, argv, "m:t:p:n:r:h", opts, NULL)) != -1) {
         switch (opt) {

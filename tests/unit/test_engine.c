@@ -247,6 +247,7 @@ static void hy_e_prefix(hy_e_env_t *v, const char *name)
             "(cached %d then %d, gap %.2g; %s)", name, a.n_cached, b.n_cached, gap,
             rc == HY_OK ? "ok" : err);
     /* prompt under one block: nothing to hit, still generates */
+    hy_e_prompt(conv + 60, 5, 98, v->m->n_vocab);
     if (rc == HY_OK)
         rc = hy_e_run1(v, conv + 60, 5, 4, &c, err);
     HY_T_OK(rc == HY_OK && c.n == 4 && c.n_cached == 0, "%s: 5-token prompt (%d tokens; %s)",

@@ -737,6 +737,79 @@ void hy_quant_tile_generic(hy_quant_dot_fn_t dot, int64_t n, float *s,
                 (const char *)x + (size_t)c * x_stride);
 }
 
+/* Float weights: the same sequential sums as the ref dots above, register
+ * blocked 4 weight rows x 4 token rows.  Half-precision rows are converted
+ * once per chunk into a float panel that every token row of the tile
+ * reuses (the conversion is exact, so the bits equal the dot's); partial
+ * sums carry across chunks in order. */
+#define HY_REFF_KC 256
+#define HY_REFF_CT 64
+
+static void hy_quant_ref_tile_float(hy_dtype_t t, int64_t n, float *s, size_t ss,
+                                    const void *vw, size_t ws, int nw, const void *vx,
+                                    size_t xs, int nx)
+{
+    const char *w = vw, *x = vx;
+    float buf[4 * HY_REFF_KC], acc[HY_REFF_CT][4];
+
+    for (int r0 = 0; r0 < nw; r0 += 4) {
+        int rw = HY_MIN(4, nw - r0);
+        for (int c0 = 0; c0 < nx; c0 += HY_REFF_CT) {
+            int ct = HY_MIN(HY_REFF_CT, nx - c0);
+            memset(acc, 0, sizeof acc);
+            for (int64_t k0 = 0; k0 < n; k0 += HY_REFF_KC) {
+                int len = (int)HY_MIN((int64_t)HY_REFF_KC, n - k0);
+                for (int r = 0; r < rw; r++) {
+                    const char *row = w + (size_t)(r0 + r) * ws;
+                    if (t == HY_DTYPE_F32)
+                        memcpy(buf + r * HY_REFF_KC, (const float *)row + k0,
+                               (size_t)len * sizeof(float));
+                    else if (t == HY_DTYPE_F16)
+                        hy_quant_ref_to_float_f16((const uint16_t *)row + k0,
+                                                  buf + r * HY_REFF_KC, len);
+                    else
+                        hy_quant_ref_to_float_bf16((const uint16_t *)row + k0,
+                                                   buf + r * HY_REFF_KC, len);
+                }
+                for (int c = 0; c < ct; c++) {
+                    const float *xr = (const float *)(x + (size_t)(c0 + c) * xs) + k0;
+                    float a0 = acc[c][0], a1 = acc[c][1], a2 = acc[c][2], a3 = acc[c][3];
+                    if (rw == 4) {
+                        for (int k = 0; k < len; k++) {
+                            a0 += buf[k] * xr[k];
+                            a1 += buf[HY_REFF_KC + k] * xr[k];
+                            a2 += buf[2 * HY_REFF_KC + k] * xr[k];
+                            a3 += buf[3 * HY_REFF_KC + k] * xr[k];
+                        }
+                        acc[c][0] = a0, acc[c][1] = a1, acc[c][2] = a2, acc[c][3] = a3;
+                    } else {
+                        for (int r = 0; r < rw; r++) {
+                            float a = acc[c][r];
+                            for (int k = 0; k < len; k++)
+                                a += buf[r * HY_REFF_KC + k] * xr[k];
+                            acc[c][r] = a;
+                        }
+                    }
+                }
+            }
+            for (int c = 0; c < ct; c++)
+                for (int r = 0; r < rw; r++)
+                    s[(size_t)(c0 + c) * ss + (size_t)(r0 + r)] = acc[c][r];
+        }
+    }
+}
+
+#define HY_REFF_TILE(name, t)                                                  \
+    static void hy_quant_ref_tile_##name(int64_t n, float *s, size_t ss,      \
+                                         const void *w, size_t ws, int nw,    \
+                                         const void *x, size_t xs, int nx)    \
+    {                                                                          \
+        hy_quant_ref_tile_float(t, n, s, ss, w, ws, nw, x, xs, nx);            \
+    }
+HY_REFF_TILE(f32, HY_DTYPE_F32)
+HY_REFF_TILE(f16, HY_DTYPE_F16)
+HY_REFF_TILE(bf16, HY_DTYPE_BF16)
+
 #define HY_REF_TILE(name)                                                      \
     static void hy_quant_ref_tile_##name(int64_t n, float *s, size_t ss,      \
                                          const void *w, size_t ws, int nw,    \
@@ -745,9 +818,6 @@ void hy_quant_tile_generic(hy_quant_dot_fn_t dot, int64_t n, float *s,
         hy_quant_tile_generic(hy_quant_ref_dot_##name, n, s, ss, w, ws, nw,    \
                               x, xs, nx);                                      \
     }
-HY_REF_TILE(f32)
-HY_REF_TILE(f16)
-HY_REF_TILE(bf16)
 HY_REF_TILE(q4_0)
 HY_REF_TILE(q4_1)
 HY_REF_TILE(q8_0)

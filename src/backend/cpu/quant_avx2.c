@@ -337,6 +337,173 @@ HY_A2L_KERNELS(q4_0, HY_A2_Q4_0)
 HY_A2L_KERNELS(q4_1, HY_A2_Q4_1)
 HY_A2L_KERNELS(q8_0, HY_A2_Q8_0)
 
+/* ---- float weights (F32/F16/BF16): register-blocked SGEMM tiles ----
+ * Every (weight row, token row) pair owns one 8-lane accumulator that sums
+ * w*x over k in order, 8 elements a step (a zero-padded step for the tail),
+ * reduced by hy_qx_hsum8 at the end.  That order does not depend on the
+ * tile's shape, so a token row gives the same bits alone or in any batch,
+ * and vec_dot is the 1x1 tile.  With few token rows the half-precision
+ * weights are converted in registers (decode streams them once); with more,
+ * 4 weight rows are converted exactly into a float panel on the stack once
+ * per chunk and meet every token row from L1.  4 x 3 tiles: 12
+ * accumulators + 4 weight vectors fill the 16 ymm registers. */
+enum { HY_A2F_F32, HY_A2F_F16, HY_A2F_BF16 };
+#define HY_A2F_KC 512
+#define HY_A2F_CT 64
+#define HY_A2F_RX 3
+#define HY_A2F_PANEL_MIN 3
+
+/* lanes [0, m) of a float row; the rest zero (maskload never touches
+ * memory of masked-off lanes) */
+HY_QX_INLINE __m256 hy_a2f_xload_tail(const float *p, int m)
+{
+    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(m), idx));
+}
+
+HY_QX_INLINE __m256 hy_a2f_wload(int kind, const char *w, int64_t k, int m)
+{
+    if (kind == HY_A2F_F32)
+        return m ? hy_a2f_xload_tail((const float *)w + k, m) : _mm256_loadu_ps((const float *)w + k);
+    uint16_t tmp[8] = {0};
+    const uint16_t *p = (const uint16_t *)w + k;
+    if (m) {
+        memcpy(tmp, p, (size_t)m * sizeof(uint16_t));
+        p = tmp;
+    }
+    return kind == HY_A2F_F16 ? hy_qx_load_f16(p) : hy_qx_load_bf16(p);
+}
+
+/* acc[c*4 + r] += rows r < RW of w (stride ws bytes) . rows c < RX of x
+ * (stride xs bytes) over len elements, in 8-element steps. */
+HY_QX_INLINE void hy_a2f_micro(int kind, int64_t len, const char *w, size_t ws,
+                               const char *x, size_t xs, __m256 *acc, const int RW,
+                               const int RX)
+{
+    __m256 a[4][HY_A2F_RX];
+    int64_t k = 0;
+
+#pragma GCC unroll 3
+    for (int c = 0; c < RX; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++)
+            a[r][c] = acc[c * 4 + r];
+    for (; k + 8 <= len; k += 8) {
+        __m256 wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++)
+            wv[r] = hy_a2f_wload(kind, w + r * ws, k, 0);
+#pragma GCC unroll 3
+        for (int c = 0; c < RX; c++) {
+            __m256 xv = _mm256_loadu_ps((const float *)(x + c * xs) + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < RW; r++)
+                a[r][c] = _mm256_fmadd_ps(wv[r], xv, a[r][c]);
+        }
+    }
+    if (k < len) {
+        /* zero lanes add exact zeros: the tail is one more ordinary step */
+        int m = (int)(len - k);
+        __m256 wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++)
+            wv[r] = hy_a2f_wload(kind, w + r * ws, k, m);
+#pragma GCC unroll 3
+        for (int c = 0; c < RX; c++) {
+            __m256 xv = hy_a2f_xload_tail((const float *)(x + c * xs) + k, m);
+#pragma GCC unroll 4
+            for (int r = 0; r < RW; r++)
+                a[r][c] = _mm256_fmadd_ps(wv[r], xv, a[r][c]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int c = 0; c < RX; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++)
+            acc[c * 4 + r] = a[r][c];
+}
+
+#define HY_A2F_CASE(kind, rw, rx)                                                  \
+    case (rw) * 8 + (rx):                                                          \
+        hy_a2f_micro(kind, len, w, ws, x, xs, acc, rw, rx);                        \
+        break;
+#define HY_A2F_RUN(name, kind)                                                     \
+    static void hy_a2f_run_##name(int64_t len, const char *w, size_t ws,          \
+                                  const char *x, size_t xs, __m256 *acc, int rw,  \
+                                  int rx)                                          \
+    {                                                                              \
+        switch (rw * 8 + rx) {                                                     \
+        HY_A2F_CASE(kind, 1, 1) HY_A2F_CASE(kind, 1, 2) HY_A2F_CASE(kind, 1, 3)    \
+        HY_A2F_CASE(kind, 2, 1) HY_A2F_CASE(kind, 2, 2) HY_A2F_CASE(kind, 2, 3)    \
+        HY_A2F_CASE(kind, 3, 1) HY_A2F_CASE(kind, 3, 2) HY_A2F_CASE(kind, 3, 3)    \
+        HY_A2F_CASE(kind, 4, 1) HY_A2F_CASE(kind, 4, 2) HY_A2F_CASE(kind, 4, 3)    \
+        }                                                                          \
+    }
+HY_A2F_RUN(f32, HY_A2F_F32)
+HY_A2F_RUN(f16, HY_A2F_F16)
+HY_A2F_RUN(bf16, HY_A2F_BF16)
+
+HY_QX_INLINE void hy_a2f_tile(int kind, int64_t n, float *s, size_t ss, const void *vw,
+                              size_t ws, int nw, const void *vx, size_t xs, int nx)
+{
+    const char *w = vw, *x = vx;
+    const size_t esz = kind == HY_A2F_F32 ? sizeof(float) : sizeof(uint16_t);
+    const int panel = kind != HY_A2F_F32 && nx >= HY_A2F_PANEL_MIN;
+    float buf[4 * HY_A2F_KC] __attribute__((aligned(32)));
+    __m256 acc[HY_A2F_CT * 4];
+
+    for (int r0 = 0; r0 < nw; r0 += 4) {
+        int rw = HY_MIN(4, nw - r0);
+        for (int c0 = 0; c0 < nx; c0 += HY_A2F_CT) {
+            int ct = HY_MIN(HY_A2F_CT, nx - c0);
+            for (int i = 0; i < ct * 4; i++)
+                acc[i] = _mm256_setzero_ps();
+            for (int64_t k0 = 0; k0 < n; k0 += HY_A2F_KC) {
+                int64_t len = HY_MIN((int64_t)HY_A2F_KC, n - k0);
+                const char *wp = w + (size_t)r0 * ws + (size_t)k0 * esz;
+                size_t wps = ws;
+                if (panel) {
+                    /* exact conversion; the zero-padded tail is never read
+                     * past len by the micro-kernel */
+                    for (int r = 0; r < rw; r++)
+                        (kind == HY_A2F_F16 ? hy_qx_to_float_f16 : hy_qx_to_float_bf16)(
+                            wp + r * ws, buf + r * HY_A2F_KC, len);
+                    wp = (const char *)buf;
+                    wps = HY_A2F_KC * sizeof(float);
+                }
+                for (int cc = 0; cc < ct; cc += HY_A2F_RX) {
+                    int rx = HY_MIN(HY_A2F_RX, ct - cc);
+                    const char *xp = x + (size_t)(c0 + cc) * xs + (size_t)k0 * sizeof(float);
+                    if (panel || kind == HY_A2F_F32)
+                        hy_a2f_run_f32(len, wp, wps, xp, xs, acc + cc * 4, rw, rx);
+                    else if (kind == HY_A2F_F16)
+                        hy_a2f_run_f16(len, wp, wps, xp, xs, acc + cc * 4, rw, rx);
+                    else
+                        hy_a2f_run_bf16(len, wp, wps, xp, xs, acc + cc * 4, rw, rx);
+                }
+            }
+            for (int c = 0; c < ct; c++)
+                for (int r = 0; r < rw; r++)
+                    s[(size_t)(c0 + c) * ss + (size_t)(r0 + r)] = hy_qx_hsum8(acc[c * 4 + r]);
+        }
+    }
+}
+
+#define HY_A2F_KERNELS(name, kind)                                                 \
+    static void hy_a2_tile_##name(int64_t n, float *s, size_t ss, const void *w,  \
+                                  size_t ws, int nw, const void *x, size_t xs,    \
+                                  int nx)                                          \
+    {                                                                              \
+        hy_a2f_tile(kind, n, s, ss, w, ws, nw, x, xs, nx);                         \
+    }                                                                              \
+    static void hy_a2_dot_##name(int64_t n, float *s, const void *w, const void *x) \
+    {                                                                              \
+        hy_a2f_tile(kind, n, s, 0, w, 0, 1, x, 0, 1);                              \
+    }
+HY_A2F_KERNELS(f32, HY_A2F_F32)
+HY_A2F_KERNELS(f16, HY_A2F_F16)
+HY_A2F_KERNELS(bf16, HY_A2F_BF16)
+
 #define HY_A2_GENERIC_TILE(name)                                                   \
     static void hy_a2_tile_##name(int64_t n, float *s, size_t ss, const void *w,  \
                                   size_t ws, int nw, const void *x, size_t xs,    \
@@ -344,9 +511,6 @@ HY_A2L_KERNELS(q8_0, HY_A2_Q8_0)
     {                                                                              \
         hy_quant_tile_generic(hy_qx_dot_##name, n, s, ss, w, ws, nw, x, xs, nx);   \
     }
-HY_A2_GENERIC_TILE(f32)
-HY_A2_GENERIC_TILE(f16)
-HY_A2_GENERIC_TILE(bf16)
 HY_A2_GENERIC_TILE(q4_k)
 HY_A2_GENERIC_TILE(q5_k)
 HY_A2_GENERIC_TILE(q6_k)
@@ -355,12 +519,12 @@ HY_A2_GENERIC_TILE(q5_k_2l)
 HY_A2_GENERIC_TILE(q6_k_2l)
 
 const hy_quant_kernels_t hy_quant_avx2_kernels[HY_DTYPE_COUNT] = {
-    [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_qx_dot_f32,
+    [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a2_dot_f32,
                        hy_quant_ref_to_float_f32},
                       hy_a2_tile_f32},
-    [HY_DTYPE_F16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_qx_dot_f16,
+    [HY_DTYPE_F16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a2_dot_f16,
                        hy_qx_to_float_f16}, hy_a2_tile_f16},
-    [HY_DTYPE_BF16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_qx_dot_bf16,
+    [HY_DTYPE_BF16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a2_dot_bf16,
                         hy_qx_to_float_bf16}, hy_a2_tile_bf16},
     [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_q4_0_2l,
                         hy_qx_to_float_q4_0}, hy_a2_tile_q4_0_2l},

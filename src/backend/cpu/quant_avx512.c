@@ -337,6 +337,178 @@ HY_A5L_KERNELS(q4_0, HY_A5_Q4_0)
 HY_A5L_KERNELS(q4_1, HY_A5_Q4_1)
 HY_A5L_KERNELS(q8_0, HY_A5_Q8_0)
 
+/* ---- float weights (F32/F16/BF16): register-blocked SGEMM tiles ----
+ * Every (weight row, token row) pair owns one 16-lane accumulator that sums
+ * w*x over k in order, 16 elements a step (a masked step for the tail),
+ * and is reduced by _mm512_reduce_add_ps at the end.  That order does not
+ * depend on the tile's shape, so a token row gives the same bits alone or
+ * in any batch, and vec_dot is the 1x1 tile.  With few token rows the
+ * half-precision weights are converted in registers (decode streams them
+ * once); with more, a chunk of 4 weight rows is converted exactly into a
+ * float panel on the stack once and meets every token row from L1. */
+enum { HY_A5F_F32, HY_A5F_F16, HY_A5F_BF16 };
+#define HY_A5F_KC 512    /* k elements per panel chunk (4 rows: 8 KB) */
+#define HY_A5F_CT 64     /* token rows per accumulator block (16 KB) */
+#define HY_A5F_RX 6      /* token rows per micro-kernel: 24 accumulators */
+#define HY_A5F_PANEL_MIN 3 /* token rows from which the panel pays */
+
+HY_QX_INLINE __m512 hy_a5f_wload(int kind, const char *w, int64_t k, __mmask16 m, int tail)
+{
+    if (kind == HY_A5F_F32)
+        return tail ? _mm512_maskz_loadu_ps(m, (const float *)w + k)
+                    : _mm512_loadu_ps((const float *)w + k);
+    __m256i h = tail ? _mm256_maskz_loadu_epi16(m, (const uint16_t *)w + k)
+                     : _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k));
+    if (kind == HY_A5F_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* acc[c*4 + r] += rows r < RW of w (stride ws bytes) . rows c < RX of x
+ * (stride xs bytes) over len elements, in 16-element steps. */
+HY_QX_INLINE void hy_a5f_micro(int kind, int64_t len, const char *w, size_t ws,
+                               const char *x, size_t xs, __m512 *acc, const int RW,
+                               const int RX)
+{
+    __m512 a[4][HY_A5F_RX];
+    int64_t k = 0;
+
+#pragma GCC unroll 6
+    for (int c = 0; c < RX; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++)
+            a[r][c] = acc[c * 4 + r];
+    for (; k + 16 <= len; k += 16) {
+        __m512 wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++)
+            wv[r] = hy_a5f_wload(kind, w + r * ws, k, 0, 0);
+#pragma GCC unroll 6
+        for (int c = 0; c < RX; c++) {
+            __m512 xv = _mm512_loadu_ps((const float *)(x + c * xs) + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < RW; r++)
+                a[r][c] = _mm512_fmadd_ps(wv[r], xv, a[r][c]);
+        }
+    }
+    if (k < len) {
+        /* zero lanes add exact zeros: the tail is one more ordinary step */
+        __mmask16 m = (__mmask16)((1u << (len - k)) - 1);
+        __m512 wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++)
+            wv[r] = hy_a5f_wload(kind, w + r * ws, k, m, 1);
+#pragma GCC unroll 6
+        for (int c = 0; c < RX; c++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, (const float *)(x + c * xs) + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < RW; r++)
+                a[r][c] = _mm512_fmadd_ps(wv[r], xv, a[r][c]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int c = 0; c < RX; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++)
+            acc[c * 4 + r] = a[r][c];
+}
+
+#define HY_A5F_CASE(kind, rw, rx)                                                  \
+    case (rw) * 8 + (rx):                                                          \
+        hy_a5f_micro(kind, len, w, ws, x, xs, acc, rw, rx);                        \
+        break;
+#define HY_A5F_RUN(name, kind)                                                     \
+    static void hy_a5f_run_##name(int64_t len, const char *w, size_t ws,          \
+                                  const char *x, size_t xs, __m512 *acc, int rw,  \
+                                  int rx)                                          \
+    {                                                                              \
+        switch (rw * 8 + rx) {                                                     \
+        HY_A5F_CASE(kind, 1, 1) HY_A5F_CASE(kind, 1, 2) HY_A5F_CASE(kind, 1, 3)    \
+        HY_A5F_CASE(kind, 1, 4) HY_A5F_CASE(kind, 1, 5) HY_A5F_CASE(kind, 1, 6)    \
+        HY_A5F_CASE(kind, 2, 1) HY_A5F_CASE(kind, 2, 2) HY_A5F_CASE(kind, 2, 3)    \
+        HY_A5F_CASE(kind, 2, 4) HY_A5F_CASE(kind, 2, 5) HY_A5F_CASE(kind, 2, 6)    \
+        HY_A5F_CASE(kind, 3, 1) HY_A5F_CASE(kind, 3, 2) HY_A5F_CASE(kind, 3, 3)    \
+        HY_A5F_CASE(kind, 3, 4) HY_A5F_CASE(kind, 3, 5) HY_A5F_CASE(kind, 3, 6)    \
+        HY_A5F_CASE(kind, 4, 1) HY_A5F_CASE(kind, 4, 2) HY_A5F_CASE(kind, 4, 3)    \
+        HY_A5F_CASE(kind, 4, 4) HY_A5F_CASE(kind, 4, 5) HY_A5F_CASE(kind, 4, 6)    \
+        }                                                                          \
+    }
+HY_A5F_RUN(f32, HY_A5F_F32)
+HY_A5F_RUN(f16, HY_A5F_F16)
+HY_A5F_RUN(bf16, HY_A5F_BF16)
+
+/* len half-precision weights -> floats (exact). */
+HY_QX_INLINE void hy_a5f_convert(int kind, const uint16_t *w, float *p, int64_t len)
+{
+    int64_t k = 0;
+    for (; k + 16 <= len; k += 16)
+        _mm512_storeu_ps(p + k, hy_a5f_wload(kind, (const char *)w, k, 0, 0));
+    if (k < len) {
+        __mmask16 m = (__mmask16)((1u << (len - k)) - 1);
+        _mm512_mask_storeu_ps(p + k, m, hy_a5f_wload(kind, (const char *)w, k, m, 1));
+    }
+}
+
+HY_QX_INLINE void hy_a5f_tile(int kind, int64_t n, float *s, size_t ss, const void *vw,
+                              size_t ws, int nw, const void *vx, size_t xs, int nx)
+{
+    const char *w = vw, *x = vx;
+    const size_t esz = kind == HY_A5F_F32 ? sizeof(float) : sizeof(uint16_t);
+    const int panel = kind != HY_A5F_F32 && nx >= HY_A5F_PANEL_MIN;
+    float buf[4 * HY_A5F_KC] __attribute__((aligned(64)));
+    __m512 acc[HY_A5F_CT * 4];
+
+    for (int r0 = 0; r0 < nw; r0 += 4) {
+        int rw = HY_MIN(4, nw - r0);
+        for (int c0 = 0; c0 < nx; c0 += HY_A5F_CT) {
+            int ct = HY_MIN(HY_A5F_CT, nx - c0);
+            for (int i = 0; i < ct * 4; i++)
+                acc[i] = _mm512_setzero_ps();
+            for (int64_t k0 = 0; k0 < n; k0 += HY_A5F_KC) {
+                int64_t len = HY_MIN((int64_t)HY_A5F_KC, n - k0);
+                const char *wp = w + (size_t)r0 * ws + (size_t)k0 * esz;
+                size_t wps = ws;
+                if (panel) {
+                    for (int r = 0; r < rw; r++)
+                        hy_a5f_convert(kind, (const uint16_t *)(wp + r * ws),
+                                       buf + r * HY_A5F_KC, len);
+                    wp = (const char *)buf;
+                    wps = HY_A5F_KC * sizeof(float);
+                }
+                for (int cc = 0; cc < ct; cc += HY_A5F_RX) {
+                    int rx = HY_MIN(HY_A5F_RX, ct - cc);
+                    const char *xp = x + (size_t)(c0 + cc) * xs + (size_t)k0 * sizeof(float);
+                    if (panel || kind == HY_A5F_F32)
+                        hy_a5f_run_f32(len, wp, wps, xp, xs, acc + cc * 4, rw, rx);
+                    else if (kind == HY_A5F_F16)
+                        hy_a5f_run_f16(len, wp, wps, xp, xs, acc + cc * 4, rw, rx);
+                    else
+                        hy_a5f_run_bf16(len, wp, wps, xp, xs, acc + cc * 4, rw, rx);
+                }
+            }
+            for (int c = 0; c < ct; c++)
+                for (int r = 0; r < rw; r++)
+                    s[(size_t)(c0 + c) * ss + (size_t)(r0 + r)] =
+                        _mm512_reduce_add_ps(acc[c * 4 + r]);
+        }
+    }
+}
+
+#define HY_A5F_KERNELS(name, kind)                                                 \
+    static void hy_a5_tile_##name(int64_t n, float *s, size_t ss, const void *w,  \
+                                  size_t ws, int nw, const void *x, size_t xs,    \
+                                  int nx)                                          \
+    {                                                                              \
+        hy_a5f_tile(kind, n, s, ss, w, ws, nw, x, xs, nx);                         \
+    }                                                                              \
+    static void hy_a5_dot_##name(int64_t n, float *s, const void *w, const void *x) \
+    {                                                                              \
+        hy_a5f_tile(kind, n, s, 0, w, 0, 1, x, 0, 1);                              \
+    }
+HY_A5F_KERNELS(f32, HY_A5F_F32)
+HY_A5F_KERNELS(f16, HY_A5F_F16)
+HY_A5F_KERNELS(bf16, HY_A5F_BF16)
+
 #define HY_A5_GENERIC_TILE(name)                                                   \
     static void hy_a5_tile_##name(int64_t n, float *s, size_t ss, const void *w,  \
                                   size_t ws, int nw, const void *x, size_t xs,    \
@@ -344,9 +516,6 @@ HY_A5L_KERNELS(q8_0, HY_A5_Q8_0)
     {                                                                              \
         hy_quant_tile_generic(hy_qx_dot_##name, n, s, ss, w, ws, nw, x, xs, nx);   \
     }
-HY_A5_GENERIC_TILE(f32)
-HY_A5_GENERIC_TILE(f16)
-HY_A5_GENERIC_TILE(bf16)
 HY_A5_GENERIC_TILE(q4_k)
 HY_A5_GENERIC_TILE(q5_k)
 HY_A5_GENERIC_TILE(q6_k)
@@ -355,11 +524,11 @@ HY_A5_GENERIC_TILE(q5_k_2l)
 HY_A5_GENERIC_TILE(q6_k_2l)
 
 const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
-    [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_qx_dot_f32,
+    [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a5_dot_f32,
                        hy_quant_ref_to_float_f32}, hy_a5_tile_f32},
-    [HY_DTYPE_F16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_qx_dot_f16,
+    [HY_DTYPE_F16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a5_dot_f16,
                        hy_qx_to_float_f16}, hy_a5_tile_f16},
-    [HY_DTYPE_BF16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_qx_dot_bf16,
+    [HY_DTYPE_BF16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a5_dot_bf16,
                         hy_qx_to_float_bf16}, hy_a5_tile_bf16},
     [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a5_dot_q4_0_2l,
                         hy_qx_to_float_q4_0}, hy_a5_tile_q4_0_2l},

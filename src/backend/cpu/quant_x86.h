@@ -57,7 +57,8 @@ HY_QX_INLINE __m256i hy_qx_mul_sum_us8(__m256i a, __m256i b)
 
 /* ---- float dots ---- */
 
-static void hy_qx_dot_f32(int64_t n, float *s, const void *vw, const void *vx)
+/* unused where a file has its own blocked float kernels */
+__attribute__((unused)) static void hy_qx_dot_f32(int64_t n, float *s, const void *vw, const void *vx)
 {
     const float *w = vw, *x = vx;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -90,7 +91,7 @@ HY_QX_INLINE __m256 hy_qx_load_bf16(const uint16_t *p)
 }
 
 #define HY_QX_DOT_HALF(name, load, conv)                                          \
-    static void hy_qx_dot_##name(int64_t n, float *s, const void *vw, const void *vx) \
+    __attribute__((unused)) static void hy_qx_dot_##name(int64_t n, float *s, const void *vw, const void *vx) \
     {                                                                              \
         const uint16_t *w = vw;                                                    \
         const float *x = vx;                                                       \

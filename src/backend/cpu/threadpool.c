@@ -33,6 +33,11 @@
  * each other within microseconds; 200 us covers those gaps with margin while
  * an idle pool goes to sleep almost at once. */
 #define HY_POOL_SPIN_NS 200000LL
+/* After this long a spinner yields its core on every clock check: when more
+ * threads are runnable than there are cores (other processes, parallel
+ * tests), the thread we wait for may be the one that is descheduled, and
+ * spinning on would only delay it by a whole time slice. */
+#define HY_POOL_YIELD_NS 20000LL
 
 typedef struct {
     hy_pool_t *pool;
@@ -92,6 +97,8 @@ static uint32_t hy_pool_spin(_Atomic uint32_t *word, uint32_t seen)
                 start = now;
             else if (now - start > HY_POOL_SPIN_NS)
                 return v;
+            else if (now - start > HY_POOL_YIELD_NS)
+                sched_yield();
         }
     }
 }
@@ -264,6 +271,8 @@ void hy_pool_run_n(hy_pool_t *pool, int nth, hy_pool_fn_t fn, void *arg)
                     hy_futex_wait(&pool->n_done, d);
                 atomic_store(&pool->caller_waiting, 0);
                 break;
+            } else if (now - start > HY_POOL_YIELD_NS) {
+                sched_yield();
             }
         }
     }

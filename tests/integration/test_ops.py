@@ -1,0 +1,499 @@
+#!/usr/bin/env python3
+"""test_ops.py - the production nginx site (nginx/hyserve.conf) and
+hyserve-ctl end to end: a private nginx (temp prefix, loopback port, TLS with
+a throwaway certificate) in front of two `hyserve serve` coordinators, blue
+and green.  Checks API keys (401 JSON, key add/revoke), 413/429 JSON, TLS
+versions and HTTP/2, streaming through TLS, that the secret never reaches a
+worker (a fake FastCGI peer records the params), and a blue/green switch
+under concurrent streaming clients with zero failed responses.  TAP; skips
+(1..0 # SKIP) without nginx, openssl or cgi-fcgi.
+
+Environment: HY_SRCDIR (source tree), HYSERVE (the binary).
+"""
+import http.client as httpc
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SRC = os.path.abspath(os.environ.get("HY_SRCDIR", os.path.join(os.path.dirname(__file__), "..", "..")))
+HYSERVE = os.path.abspath(os.environ.get("HYSERVE", "./hyserve"))
+CTL = os.path.join(SRC, "scripts", "hyserve-ctl")
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+missing = [n for n, p in (("nginx", NGINX), ("openssl", shutil.which("openssl")),
+                          ("cgi-fcgi (libfcgi-bin)", shutil.which("cgi-fcgi"))) if p is None]
+if missing:
+    print("1..0 # SKIP needs %s" % ", ".join(missing))
+    sys.exit(0)
+if not os.path.exists("/etc/nginx/fastcgi_params"):
+    print("1..0 # SKIP needs /etc/nginx/fastcgi_params (Debian nginx-common)")
+    sys.exit(0)
+
+DEFAULT_MODEL = os.path.join(SRC, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+TINY_MODEL = os.path.join(SRC, "tests", "golden", "tiny", "llama.gguf")
+MODEL = DEFAULT_MODEL if os.path.exists(DEFAULT_MODEL) else TINY_MODEL
+N_WORKERS = 6
+
+n_test = 0
+n_fail = 0
+
+
+def ok(cond, what):
+    global n_test, n_fail
+    n_test += 1
+    if not cond:
+        n_fail += 1
+    print("%s %d - %s" % ("ok" if cond else "not ok", n_test, what), flush=True)
+    return cond
+
+
+def diag(msg):
+    for line in str(msg).splitlines():
+        print("# " + line, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_for(pred, timeout=20.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            if pred():
+                return True
+        except Exception:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+# ---- layout under a temp prefix -------------------------------------------
+TMP = tempfile.mkdtemp(prefix="hyops-")
+os.chmod(TMP, 0o755)  # nginx workers run as nobody when the test is root
+ETC = os.path.join(TMP, "etc")
+NGX_DIR = os.path.join(ETC, "nginx")
+for d in (NGX_DIR, os.path.join(ETC, "tls"), os.path.join(TMP, "run", "blue"),
+          os.path.join(TMP, "run", "green"), os.path.join(TMP, "models")):
+    os.makedirs(d, mode=0o755)
+    os.chmod(d, 0o755)
+PORT = free_port()
+TAG = "ops%d" % os.getpid()
+SOCK = {c: os.path.join(TMP, "run", c, "fcgi.sock") for c in ("blue", "green")}
+ECHO_SOCK = os.path.join(TMP, "run", "echo.sock")
+
+
+def rewrite(text):
+    return (text.replace("/etc/hyserve/", ETC + "/").replace("/run/hyserve/", TMP + "/run/")
+            .replace("max_conns=4", "max_conns=%d" % N_WORKERS))
+
+
+with open(os.path.join(SRC, "nginx", "hyserve.conf")) as f:
+    site = f.read()
+site = rewrite(site).replace("listen 8443 ssl http2;", "listen 127.0.0.1:%d ssl http2;" % PORT)
+site = "\n".join(l for l in site.splitlines() if "listen [::]" not in l) + "\n"
+with open(os.path.join(TMP, "site.conf"), "w") as f:
+    f.write(site)
+for c in ("blue", "green"):
+    with open(os.path.join(SRC, "nginx", "upstream-%s.conf" % c)) as f:
+        up = rewrite(f.read())
+    with open(os.path.join(NGX_DIR, "upstream-%s.conf" % c), "w") as f:
+        f.write(up)
+with open(os.path.join(NGX_DIR, "upstream-echo.conf"), "w") as f:
+    f.write("upstream hyserve_backend { zone hyserve_backend 64k; server unix:%s; }\n"
+            "map $host $hyserve_colour { default \"echo\"; }\n" % ECHO_SOCK)
+os.symlink("upstream-blue.conf", os.path.join(NGX_DIR, "upstream-active.conf"))
+with open(os.path.join(TMP, "nginx.conf"), "w") as f:
+    f.write("""daemon off;
+master_process on;
+worker_processes 2;
+worker_shutdown_timeout 30s;
+pid %(p)s/nginx.pid;
+error_log %(p)s/error.log info;
+events { worker_connections 512; }
+http {
+    access_log %(p)s/access.log;
+    client_body_temp_path %(p)s/body;
+    fastcgi_temp_path %(p)s/fastcgi;
+    proxy_temp_path %(p)s/proxy;
+    uwsgi_temp_path %(p)s/uwsgi;
+    scgi_temp_path %(p)s/scgi;
+    include %(p)s/site.conf;
+}
+""" % {"p": TMP})
+NGINX_CMD = "%s -p %s/ -c %s/nginx.conf -e %s/error.log" % (NGINX, TMP, TMP, TMP)
+ENV = dict(os.environ, HYSERVE_NGINX_DIR=NGX_DIR, HYSERVE_NGINX=NGINX_CMD)
+
+# models: one file per colour (symlinks) so /v1/models names the colour
+MODEL_ID = {}
+for c in ("blue", "green"):
+    os.symlink(MODEL, os.path.join(TMP, "models", "hyserve-%s.gguf" % c))
+    MODEL_ID[c] = "hyserve-%s" % c
+    with open(os.path.join(TMP, "%s.ini" % c), "w") as f:
+        f.write("""[model]
+path = %s/models/hyserve-%s.gguf
+threads = 1
+[engine]
+max_seqs = 8
+max_context = 512
+[cache]
+memory_mb = 64
+[server]
+socket = %s
+socket_mode = 0666
+workers = %d
+instance = %s-%s
+max_body_bytes = 1M
+drain_seconds = 10
+""" % (TMP, c, SOCK[c], N_WORKERS, TAG, c))
+
+procs = {}
+logs = []
+
+
+def ctl(*args):
+    r = subprocess.run([CTL] + list(args), env=ENV, capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout, r.stderr
+
+
+def start_serve(c):
+    log = open(os.path.join(TMP, "serve-%s.log" % c), "w")
+    logs.append(log)
+    procs[c] = subprocess.Popen([HYSERVE, "serve", "-c", os.path.join(TMP, "%s.ini" % c)],
+                                stdout=log, stderr=subprocess.STDOUT)
+    return wait_for(lambda: ctl_health(c), 30)
+
+
+def ctl_health(c):
+    return "ok" in subprocess.run(["sh", "-c", "REQUEST_METHOD=GET DOCUMENT_URI=/health "
+                                   "cgi-fcgi -bind -connect %s" % SOCK[c]],
+                                  capture_output=True, text=True, timeout=10).stdout
+
+
+SSL_CTX = ssl.create_default_context()
+SSL_CTX.check_hostname = False
+SSL_CTX.verify_mode = ssl.CERT_NONE
+
+
+def https(method, path, body=None, key=None, headers=None, timeout=60):
+    c = httpc.HTTPSConnection("127.0.0.1", PORT, timeout=timeout, context=SSL_CTX)
+    h = {"Content-Type": "application/json"}
+    if key is not None:
+        h["Authorization"] = "Bearer " + key
+    h.update(headers or {})
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    try:
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        out = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, out
+    finally:
+        c.close()
+
+
+def err_code(body):
+    try:
+        return json.loads(body)["error"]["code"]
+    except Exception:
+        return None
+
+
+def stream(key, max_tokens=12):
+    """A streamed completion; returns (status, n_chunks, done, model, error)."""
+    c = httpc.HTTPSConnection("127.0.0.1", PORT, timeout=60, context=SSL_CTX)
+    try:
+        c.request("POST", "/v1/completions",
+                  body=json.dumps({"model": "x", "prompt": "The capital of France is",
+                                   "max_tokens": max_tokens, "temperature": 0,
+                                   "stream": True}).encode(),
+                  headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
+        r = c.getresponse()
+        if r.status != 200:
+            return r.status, 0, False, None, r.read()[:200]
+        n, done, model, finish = 0, False, None, None
+        for line in r:
+            line = line.strip()
+            if not line.startswith(b"data: "):
+                continue
+            if line == b"data: [DONE]":
+                done = True
+                break
+            ev = json.loads(line[6:])
+            model = ev.get("model", model)
+            for ch in ev.get("choices", []):
+                finish = ch.get("finish_reason") or finish
+            n += 1
+        return 200, n, done and finish is not None, model, None
+    except Exception as e:  # a truncated or reset stream
+        return -1, 0, False, None, repr(e)
+    finally:
+        c.close()
+
+
+# ---- a fake FastCGI peer that answers with the params it received -----------
+def fcgi_echo_server(path, stop):
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    os.chmod(path, 0o666)
+    srv.listen(8)
+    srv.settimeout(0.2)
+
+    def recv_n(s, n):
+        b = b""
+        while len(b) < n:
+            x = s.recv(n - len(b))
+            if not x:
+                raise EOFError
+            b += x
+        return b
+
+    def rec(s, typ, rid, content):
+        return struct.pack(">BBHHBx", 1, typ, rid, len(content), 0) + content
+
+    while not stop.is_set():
+        try:
+            s, _ = srv.accept()
+        except socket.timeout:
+            continue
+        try:
+            params, rid = b"", 1
+            while True:
+                _, typ, rid, clen, plen = struct.unpack(">BBHHBx", recv_n(s, 8))
+                content = recv_n(s, clen)
+                recv_n(s, plen)
+                if typ == 4:
+                    params += content
+                elif typ == 5 and clen == 0:
+                    break
+            env, i = {}, 0
+            while i < len(params):
+                lens = []
+                for _ in range(2):
+                    n = params[i]
+                    if n >> 7:
+                        n = struct.unpack(">I", params[i:i + 4])[0] & 0x7FFFFFFF
+                        i += 4
+                    else:
+                        i += 1
+                    lens.append(n)
+                k = params[i:i + lens[0]].decode()
+                v = params[i + lens[0]:i + lens[0] + lens[1]].decode(errors="replace")
+                i += lens[0] + lens[1]
+                env[k] = v
+            body = json.dumps(env).encode()
+            out = b"Status: 200 OK\r\nContent-Type: application/json\r\n\r\n" + body
+            s.sendall(rec(s, 6, rid, out) + rec(s, 6, rid, b"") +
+                      rec(s, 3, rid, struct.pack(">IB3x", 0, 0)))
+        except Exception:
+            pass
+        finally:
+            s.close()
+    srv.close()
+
+
+# ---- run ---------------------------------------------------------------------
+NGX = None
+echo_stop = threading.Event()
+try:
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
+                        "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                        "-keyout", os.path.join(ETC, "tls", "key.pem"),
+                        "-out", os.path.join(ETC, "tls", "cert.pem")], capture_output=True)
+    ok(r.returncode == 0, "self-signed certificate")
+
+    # keys before nginx runs: nothing to reload yet
+    rc = subprocess.run([CTL, "key", "add", "alice"], capture_output=True, text=True,
+                        env=dict(ENV, HYSERVE_NO_RELOAD="1")).returncode
+    keyfile = os.path.join(NGX_DIR, "api-keys.map")
+    ok(rc == 0 and stat.S_IMODE(os.stat(keyfile).st_mode) == 0o640, "key add (no reload): keys file mode 0640")
+
+    r = subprocess.run(NGINX_CMD.split() + ["-t", "-q"], capture_output=True, text=True)
+    ok(r.returncode == 0, "nginx -t accepts the site with nginx 1.22 syntax")
+    diag(r.stderr)
+
+    ok(start_serve("blue"), "blue coordinator healthy on its own socket")
+    NGX = subprocess.Popen(NGINX_CMD.split(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ok(wait_for(lambda: https("GET", "/health")[0] == 200, 15), "nginx serves /health over TLS without a key")
+
+    # -- API keys
+    rc, out, err = ctl("key", "add", "bob")
+    bob = out.strip()
+    ok(rc == 0 and bob.startswith("hy-") and len(bob) == 46, "key add bob prints a 32-byte key once")
+    rc, out, _ = ctl("key", "add", "bob")
+    ok(rc != 0, "key add refuses a duplicate name")
+    rc, out, _ = ctl("key", "list")
+    ok(rc == 0 and out.split() == ["alice", "bob"] and "hy-" not in out, "key list shows names, never secrets")
+    st, h, b = https("GET", "/v1/models")
+    ok(st == 401 and err_code(b) == "invalid_api_key" and "json" in h.get("content-type", ""),
+       "no key: 401 OpenAI-shaped JSON")
+    st, _, b = https("GET", "/v1/models", key="hy-" + "A" * 43)
+    ok(st == 401 and err_code(b) == "invalid_api_key", "wrong key: 401 JSON")
+    st, _, b = https("GET", "/v1/models", headers={"Authorization": "Basic Ym9iOmJvYg=="})
+    ok(st == 401 and err_code(b) == "invalid_api_key", "malformed Authorization: 401 JSON")
+    st, h, b = https("GET", "/v1/models", key=bob)
+    ok(st == 200 and json.loads(b)["data"][0]["id"] == MODEL_ID["blue"] and h.get("x-hyserve-colour") == "blue",
+       "bob's key: 200 from blue")
+    st, _, b = https("POST", "/v1/completions", key=bob,
+                     body={"model": "x", "prompt": "Hello", "max_tokens": 4, "temperature": 0})
+    ok(st == 200 and json.loads(b)["choices"][0]["text"] is not None, "non-streamed completion through TLS")
+    st, n, done, model, e = stream(bob, 8)
+    ok(st == 200 and n >= 2 and done, "streamed completion through TLS: %d chunks, [DONE]" % n)
+    st, _, b = https("POST", "/v1/completions", key=bob, body=b"x" * (1536 * 1024))
+    ok(st == 413 and err_code(b) == "request_too_large", "1.5 MB body: 413 JSON")
+    st, _, _ = https("GET", "/metrics", key=bob)
+    ok(st == 200, "/metrics from loopback")
+
+    # -- TLS: versions and HTTP/2
+    r = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % PORT, "-tls1_1"],
+                       input="", capture_output=True, text=True, timeout=10)
+    ok(r.returncode != 0, "TLS 1.1 refused")
+    r = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % PORT, "-tls1_2"],
+                       input="", capture_output=True, text=True, timeout=10)
+    ok(r.returncode == 0 and "ECDHE" in r.stdout, "TLS 1.2 with an ECDHE cipher")
+    if shutil.which("curl"):
+        r = subprocess.run(["curl", "-sk", "--http2", "-o", "/dev/null", "-w", "%{http_version} %{http_code}",
+                            "-H", "Authorization: Bearer " + bob,
+                            "https://127.0.0.1:%d/v1/models" % PORT], capture_output=True, text=True,
+                           timeout=20)
+        ok(r.stdout == "2 200", "HTTP/2 via ALPN (curl: %s)" % r.stdout)
+    else:
+        ok(True, "HTTP/2 # SKIP no curl")
+
+    # -- blue/green
+    rc, _, err = ctl("switch", "green")
+    live = os.readlink(os.path.join(NGX_DIR, "upstream-active.conf"))
+    ok(rc != 0 and "blue stays live" in err and live == "upstream-blue.conf",
+       "switch to a down colour refused, blue stays live")
+    diag(err.strip())
+    ok(start_serve("green"), "green coordinator healthy")
+    rc, out, _ = ctl("status")
+    ok(rc == 0 and "hyserve-blue" in out and "hyserve-green" in out and
+       [l.split()[1] for l in out.splitlines() if l.startswith("blue")] == ["*"], "status shows both, blue live")
+    diag(out)
+
+    results, stop_load = [], threading.Event()
+
+    def client():
+        while not stop_load.is_set():
+            results.append(stream(bob, 12))
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    seen = []
+    for c in ("green", "blue", "green"):
+        rc, out, err = ctl("switch", c)
+        seen.append(rc == 0 and ("live: " + c) in out)
+        time.sleep(1.0)
+    stop_load.set()
+    for t in threads:
+        t.join(60)
+    ok(all(seen), "switch green -> blue -> green under load")
+    bad = [r for r in results if not (r[0] == 200 and r[2] and r[1] >= 1)]
+    models = set(r[3] for r in results if r[0] == 200)
+    ok(len(results) >= 8 and not bad, "%d streams during the switches, %d failed or truncated %s" %
+       (len(results), len(bad), bad[:2]))
+    ok(models == {MODEL_ID["blue"], MODEL_ID["green"]}, "streams were served by both colours: %s" % sorted(models))
+    st, h, b = https("GET", "/v1/models", key=bob)
+    ok(st == 200 and json.loads(b)["data"][0]["id"] == MODEL_ID["green"], "/v1/models shows green afterwards")
+    rc, out, _ = ctl("status")
+    ok(rc == 0 and [l.split()[1] for l in out.splitlines() if l.startswith("green")] == ["*"],
+       "status: green live")
+
+    # -- revoke
+    rc, out, _ = ctl("key", "revoke", "bob")
+    st, _, b = https("GET", "/v1/models", key=bob)
+    ok(rc == 0 and st == 401 and err_code(b) == "invalid_api_key", "revoked key: 401")
+    rc, out, _ = ctl("key", "list")
+    ok(out.split() == ["alice"], "key list after revoke")
+
+    # -- rate limit per key (burst 20 at 10 r/s)
+    rc, carol, _ = ctl("key", "add", "carol")
+    carol = carol.strip()
+    codes, lock = [], threading.Lock()
+
+    def hammer():
+        for _ in range(10):
+            st, _, b = https("GET", "/v1/models", key=carol)
+            with lock:
+                codes.append((st, err_code(b) if st == 429 else None))
+
+    hs = [threading.Thread(target=hammer) for _ in range(6)]
+    for t in hs:
+        t.start()
+    for t in hs:
+        t.join(60)
+    n429 = [c for c in codes if c[0] == 429]
+    ok(n429 and all(c[1] == "rate_limit_exceeded" for c in n429) and
+       all(c[0] in (200, 429) for c in codes),
+       "60 fast requests on one key: %d x 429 JSON, rest 200" % len(n429))
+
+    # -- the secret never reaches the backend; the key id does
+    threading.Thread(target=fcgi_echo_server, args=(ECHO_SOCK, echo_stop), daemon=True).start()
+    wait_for(lambda: os.path.exists(ECHO_SOCK), 5)
+    os.symlink("upstream-echo.conf", os.path.join(NGX_DIR, "upstream-active.conf.new"))
+    os.replace(os.path.join(NGX_DIR, "upstream-active.conf.new"), os.path.join(NGX_DIR, "upstream-active.conf"))
+    subprocess.run(NGINX_CMD.split() + ["-s", "reload"], check=True, capture_output=True)
+
+    def echoed():
+        st, h, b = https("POST", "/v1/completions", key=carol, body={"prompt": "x"})
+        return json.loads(b) if h.get("x-hyserve-colour") == "echo" else None
+
+    env = None
+    wait_for(lambda: echoed() is not None, 10)
+    env = echoed() or {}
+    ok(env.get("HTTP_AUTHORIZATION", "") == "" and carol not in json.dumps(env) and
+       env.get("HYSERVE_KEY_ID") == "carol", "backend sees HYSERVE_KEY_ID=carol and no Authorization")
+finally:
+    # ---- teardown: nothing may be left behind
+    echo_stop.set()
+    if NGX is not None:
+        NGX.send_signal(signal.SIGQUIT)
+        try:
+            NGX.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            NGX.kill()
+            NGX.wait()
+    for c, p in procs.items():
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    for l in logs:
+        l.close()
+
+ngx_left = subprocess.run(["pgrep", "-f", TMP + "/nginx.conf"], capture_output=True, text=True).stdout.split()
+ok(not ngx_left, "nginx master and workers gone")
+ok(all(p.returncode == 0 for p in procs.values()) and len(procs) == 2, "both coordinators exited 0 on SIGTERM")
+left = subprocess.run(["pgrep", "-f", TMP], capture_output=True, text=True).stdout.split()
+ok(not left, "no stray processes")
+ok(not any(os.path.exists("/dev/shm/hyserve-%s-%s" % (TAG, c)) for c in ("blue", "green")),
+   "/dev/shm segments removed")
+if n_fail:
+    for name in ("error.log", "serve-blue.log", "serve-green.log"):
+        try:
+            with open(os.path.join(TMP, name)) as f:
+                diag("---- %s (tail)\n%s" % (name, "".join(f.readlines()[-15:])))
+        except OSError:
+            pass
+else:
+    shutil.rmtree(TMP, ignore_errors=True)
+print("1..%d" % n_test)
+sys.exit(1 if n_fail else 0)
