@@ -162,7 +162,8 @@ int hy_cmd_bench(int argc, char **argv)
         case 'h':
             printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-r 5] [--membw]\n"
                    "  -t LIST  comma-separated thread counts (0 = all cores)\n"
-                   "  --membw  also measure read bandwidth and tg's share of the memory bound\n");
+                   "  --membw  also measure read bandwidth and tg's share of the memory bound\n"
+                   "       hyserve bench --url http://HOST:PORT ...  (load a running server; --url --help)\n");
             return 0;
         default: return 2;
         }

@@ -80,16 +80,17 @@ static const char *const hy_burl_words[] = {
     "way", "day", "man", "world", "life", "work", "house", "water", "city", "book", "story",
     "music", "river"};
 
-static void hy_burl_fail(hy_burl_result_t *r, const char *fmt, const char *arg)
+/* Records why request r failed: "what" or "what: detail". */
+static void hy_burl_fail(hy_burl_result_t *r, const char *what, const char *detail)
 {
     r->ok = false;
-    snprintf(r->why, sizeof r->why, fmt, arg);
+    snprintf(r->why, sizeof r->why, "%s%s%s", what, detail ? ": " : "", detail ? detail : "");
 }
 
 /* Builds the JSON body for request i into a malloc'd string. */
 static char *hy_burl_body(const hy_burl_t *b, long i)
 {
-    size_t cap = 256 + (size_t)b->prompt_tokens * 12 + (b->model ? strlen(b->model) * 2 : 0);
+    size_t cap = 512 + (size_t)b->prompt_tokens * 12 + (b->model ? strlen(b->model) * 2 : 0);
     char *s = malloc(cap), *p;
     uint64_t rng = 0x9E3779B97F4A7C15ULL * (uint64_t)(i + 1);
     long k;
@@ -276,12 +277,12 @@ static void hy_burl_one(hy_burl_t *b, long i, hy_burl_result_t *r)
     st.usage_tokens = -1;
     st.usage_prompt = -1;
     if (body == NULL) {
-        hy_burl_fail(r, "%s", "out of memory");
+        hy_burl_fail(r, "out of memory", NULL);
         goto out;
     }
     req = malloc(strlen(body) + 1024 + strlen(b->auth));
     if (req == NULL) {
-        hy_burl_fail(r, "%s", "out of memory");
+        hy_burl_fail(r, "out of memory", NULL);
         goto out;
     }
     req_len = (size_t)sprintf(req,
@@ -293,7 +294,7 @@ static void hy_burl_one(hy_burl_t *b, long i, hy_burl_result_t *r)
     t0 = hy_cli_now_ms();
     fd = socket(b->addr->ai_family, b->addr->ai_socktype, b->addr->ai_protocol);
     if (fd < 0 || connect(fd, b->addr->ai_addr, b->addr->ai_addrlen) != 0) {
-        hy_burl_fail(r, "connect: %s", strerror(errno));
+        hy_burl_fail(r, "connect", strerror(errno));
         goto out;
     }
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -304,7 +305,7 @@ static void hy_burl_one(hy_burl_t *b, long i, hy_burl_result_t *r)
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
-            hy_burl_fail(r, "send: %s", strerror(errno));
+            hy_burl_fail(r, "send", strerror(errno));
             goto out;
         }
         off += (size_t)w;
@@ -317,7 +318,7 @@ static void hy_burl_one(hy_burl_t *b, long i, hy_burl_result_t *r)
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0) {
-            hy_burl_fail(r, "recv: %s", errno == EAGAIN ? "timed out" : strerror(errno));
+            hy_burl_fail(r, "recv", errno == EAGAIN ? "timed out" : strerror(errno));
             goto out;
         }
         if (got == 0)
@@ -334,7 +335,7 @@ static void hy_burl_one(hy_burl_t *b, long i, hy_burl_result_t *r)
             end = strstr(st.head, "\r\n\r\n");
             if (end == NULL) {
                 if (st.head_len == sizeof st.head - 1) {
-                    hy_burl_fail(r, "%s", "response head over 8 KiB");
+                    hy_burl_fail(r, "response head over 8 KiB", NULL);
                     goto out;
                 }
                 continue;
@@ -343,7 +344,7 @@ static void hy_burl_one(hy_burl_t *b, long i, hy_burl_result_t *r)
             used -= st.head_len - (size_t)(end + 4 - st.head);
             *end = '\0';
             if (sscanf(st.head, "HTTP/1.%*d %d", &st.status) != 1) {
-                hy_burl_fail(r, "%s", "not an HTTP/1.x response");
+                hy_burl_fail(r, "not an HTTP/1.x response", NULL);
                 goto out;
             }
             for (char *h = strstr(st.head, "\r\n"); h; h = strstr(h + 2, "\r\n"))
@@ -353,7 +354,7 @@ static void hy_burl_one(hy_burl_t *b, long i, hy_burl_result_t *r)
             st.head_done = true;
         }
         if (hy_burl_body_bytes(&st, buf + used, (size_t)got - used, b->chat, now) != 0) {
-            hy_burl_fail(r, "%s", "malformed chunked body");
+            hy_burl_fail(r, "malformed chunked body", NULL);
             goto out;
         }
         if (st.done || st.error)
@@ -365,21 +366,21 @@ static void hy_burl_one(hy_burl_t *b, long i, hy_burl_result_t *r)
         char msg[100];
 
         st.line_len = HY_MIN(st.line_len, (size_t)60);
-        snprintf(msg, sizeof msg, "%d %.60s", st.status,
+        snprintf(msg, sizeof msg, "HTTP %d %.60s", st.status,
                  st.line ? (st.line[st.line_len] = '\0', st.line) : "");
-        hy_burl_fail(r, "HTTP %s", msg);
+        hy_burl_fail(r, msg, NULL);
         goto out;
     }
     if (st.error) {
-        hy_burl_fail(r, "%s", st.errmsg);
+        hy_burl_fail(r, st.errmsg, NULL);
         goto out;
     }
     if (!st.done && !st.finished) {
-        hy_burl_fail(r, "%s", "stream ended without [DONE] or a finish_reason");
+        hy_burl_fail(r, "stream ended without [DONE] or a finish_reason", NULL);
         goto out;
     }
     if (!st.have_first) {
-        hy_burl_fail(r, "%s", "no content token in the stream");
+        hy_burl_fail(r, "no content token in the stream", NULL);
         goto out;
     }
     r->ok = true;
@@ -395,6 +396,56 @@ out:
     free(st.line);
     free(req);
     free(body);
+}
+
+/* Without --model, asks GET /v1/models for the first id: OpenAI servers
+ * (hyserve included) require the field, and llama-server accepts its own. */
+static void hy_burl_default_model(hy_burl_t *b, char *out, size_t cap)
+{
+    char req[1024], *buf = malloc(1 << 20);
+    size_t len = 0;
+    struct timeval tv = {10, 0};
+    const char *v, *q;
+    int fd = -1, n;
+
+    out[0] = '\0';
+    if (buf == NULL)
+        return;
+    n = snprintf(req, sizeof req, "GET %s/v1/models HTTP/1.1\r\nHost: %s:%s\r\n%s"
+                 "Connection: close\r\n\r\n", b->path, b->host, b->port, b->auth);
+    fd = socket(b->addr->ai_family, b->addr->ai_socktype, b->addr->ai_protocol);
+    if (fd < 0 || n <= 0 || (size_t)n >= sizeof req ||
+        connect(fd, b->addr->ai_addr, b->addr->ai_addrlen) != 0)
+        goto out;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n)
+        goto out;
+    for (;;) {
+        ssize_t got = recv(fd, buf + len, (1 << 20) - 1 - len, 0);
+
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        len += (size_t)got;
+    }
+    buf[len] = '\0';
+    if (strncmp(buf, "HTTP/1.1 200", 12) != 0 && strncmp(buf, "HTTP/1.0 200", 12) != 0)
+        goto out;
+    v = hy_burl_json_val(buf, "id");
+    if (v == NULL || *v != '"')
+        goto out;
+    v++;
+    q = strchr(v, '"');
+    /* ids with escapes would need re-escaping; leave the field out instead */
+    if (q == NULL || (size_t)(q - v) >= cap || memchr(v, '\\', (size_t)(q - v)) != NULL)
+        goto out;
+    memcpy(out, v, (size_t)(q - v));
+    out[q - v] = '\0';
+out:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
 }
 
 static void *hy_burl_client(void *arg)
@@ -510,6 +561,7 @@ int hy_cmd_bench_url(int argc, char **argv)
     double *ttft = NULL, *tpot = NULL, *e2e = NULL, t0, wall;
     long n_ok = 0, n_tpot = 0, tokens = 0, prompt_sum = 0, prompt_n = 0, i, started = 0;
     const char *url = NULL, *key = NULL, *first_why = NULL;
+    char model_buf[512];
     int opt, rc = 1, gai;
 
     memset(&b, 0, sizeof b);
@@ -560,6 +612,11 @@ int hy_cmd_bench_url(int argc, char **argv)
     }
     b.addr = ai;
     b.concurrency = HY_MIN(b.concurrency, b.requests);
+    if (b.model == NULL) {
+        hy_burl_default_model(&b, model_buf, sizeof model_buf);
+        if (model_buf[0] != '\0')
+            b.model = model_buf;
+    }
     b.res = calloc((size_t)b.requests, sizeof *b.res);
     tid = calloc((size_t)b.concurrency, sizeof *tid);
     ttft = malloc(sizeof(double) * (size_t)b.requests);
@@ -603,9 +660,9 @@ int hy_cmd_bench_url(int argc, char **argv)
     qsort(ttft, (size_t)n_ok, sizeof(double), hy_burl_cmp);
     qsort(tpot, (size_t)n_tpot, sizeof(double), hy_burl_cmp);
     qsort(e2e, (size_t)n_ok, sizeof(double), hy_burl_cmp);
-    printf("url %s%s  concurrency %ld  requests %ld  prompt ~%ld words  max_tokens %ld\n",
-           url, b.chat ? " (chat)" : "", b.concurrency, b.requests, b.prompt_tokens,
-           b.max_tokens);
+    printf("url %s%s  model %s  concurrency %ld  requests %ld  prompt ~%ld words  "
+           "max_tokens %ld\n", url, b.chat ? " (chat)" : "", b.model ? b.model : "(none)",
+           b.concurrency, b.requests, b.prompt_tokens, b.max_tokens);
     if (prompt_n)
         printf("prompt tokens (server usage): mean %.1f\n", (double)prompt_sum / prompt_n);
     printf("requests: %ld ok, %ld failed%s%s\n", n_ok, b.requests - n_ok,

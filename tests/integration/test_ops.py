@@ -113,7 +113,7 @@ for c in ("blue", "green"):
     with open(os.path.join(NGX_DIR, "upstream-%s.conf" % c), "w") as f:
         f.write(up)
 with open(os.path.join(NGX_DIR, "upstream-echo.conf"), "w") as f:
-    f.write("upstream hyserve_backend { zone hyserve_backend 64k; server unix:%s; }\n"
+    f.write("upstream hyserve_backend { zone hyserve_backend 64k; server unix:%s max_conns=1; }\n"
             "map $host $hyserve_colour { default \"echo\"; }\n" % ECHO_SOCK)
 os.symlink("upstream-blue.conf", os.path.join(NGX_DIR, "upstream-active.conf"))
 with open(os.path.join(TMP, "nginx.conf"), "w") as f:
@@ -135,20 +135,24 @@ http {
 }
 """ % {"p": TMP})
 NGINX_CMD = "%s -p %s/ -c %s/nginx.conf -e %s/error.log" % (NGINX, TMP, TMP, TMP)
-ENV = dict(os.environ, HYSERVE_NGINX_DIR=NGX_DIR, HYSERVE_NGINX=NGINX_CMD)
+ENV = dict(os.environ, HYSERVE_NGINX_DIR=NGX_DIR, HYSERVE_NGINX=NGINX_CMD,
+           HYSERVE_NGINX_PID=os.path.join(TMP, "nginx.pid"))
 
-# models: one file per colour (symlinks) so /v1/models names the colour
-MODEL_ID = {}
+# The same model file under the same name for both colours (clients name
+# the model, so a switch must not rename it); the colours differ in
+# max_context, which /v1/models reports as max_model_len.
+MODEL_ID = "hyserve-test"
+MAX_LEN = {"blue": 384, "green": 448}  # both within the tiny model's 512
 for c in ("blue", "green"):
-    os.symlink(MODEL, os.path.join(TMP, "models", "hyserve-%s.gguf" % c))
-    MODEL_ID[c] = "hyserve-%s" % c
+    os.makedirs(os.path.join(TMP, "models", c))
+    os.symlink(MODEL, os.path.join(TMP, "models", c, MODEL_ID + ".gguf"))
     with open(os.path.join(TMP, "%s.ini" % c), "w") as f:
         f.write("""[model]
-path = %s/models/hyserve-%s.gguf
+path = %s/models/%s/%s.gguf
 threads = 1
 [engine]
 max_seqs = 8
-max_context = 512
+max_context = %d
 [cache]
 memory_mb = 64
 [server]
@@ -158,7 +162,7 @@ workers = %d
 instance = %s-%s
 max_body_bytes = 1M
 drain_seconds = 10
-""" % (TMP, c, SOCK[c], N_WORKERS, TAG, c))
+""" % (TMP, c, MODEL_ID, MAX_LEN[c], SOCK[c], N_WORKERS, TAG, c))
 
 procs = {}
 logs = []
@@ -212,18 +216,18 @@ def err_code(body):
 
 
 def stream(key, max_tokens=12):
-    """A streamed completion; returns (status, n_chunks, done, model, error)."""
+    """A streamed completion; returns (status, n_chunks, done, colour, error)."""
     c = httpc.HTTPSConnection("127.0.0.1", PORT, timeout=60, context=SSL_CTX)
     try:
         c.request("POST", "/v1/completions",
-                  body=json.dumps({"model": "x", "prompt": "The capital of France is",
+                  body=json.dumps({"model": MODEL_ID, "prompt": "The capital of France is",
                                    "max_tokens": max_tokens, "temperature": 0,
                                    "stream": True}).encode(),
                   headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
         r = c.getresponse()
         if r.status != 200:
             return r.status, 0, False, None, r.read()[:200]
-        n, done, model, finish = 0, False, None, None
+        n, done, model, finish = 0, False, r.getheader("X-Hyserve-Colour"), None
         for line in r:
             line = line.strip()
             if not line.startswith(b"data: "):
@@ -232,7 +236,6 @@ def stream(key, max_tokens=12):
                 done = True
                 break
             ev = json.loads(line[6:])
-            model = ev.get("model", model)
             for ch in ev.get("choices", []):
                 finish = ch.get("finish_reason") or finish
             n += 1
@@ -293,6 +296,8 @@ def fcgi_echo_server(path, stop):
                 v = params[i + lens[0]:i + lens[0] + lens[1]].decode(errors="replace")
                 i += lens[0] + lens[1]
                 env[k] = v
+            if env.get("DOCUMENT_URI") == "/slow":
+                time.sleep(1.5)
             body = json.dumps(env).encode()
             out = b"Status: 200 OK\r\nContent-Type: application/json\r\n\r\n" + body
             s.sendall(rec(s, 6, rid, out) + rec(s, 6, rid, b"") +
@@ -316,8 +321,9 @@ try:
     ok(r.returncode == 0, "self-signed certificate")
 
     # keys before nginx runs: nothing to reload yet
-    rc = subprocess.run([CTL, "key", "add", "alice"], capture_output=True, text=True,
-                        env=dict(ENV, HYSERVE_NO_RELOAD="1")).returncode
+    r = subprocess.run([CTL, "key", "add", "alice"], capture_output=True, text=True,
+                       env=dict(ENV, HYSERVE_NO_RELOAD="1"))
+    rc, alice = r.returncode, r.stdout.strip()
     keyfile = os.path.join(NGX_DIR, "api-keys.map")
     ok(rc == 0 and stat.S_IMODE(os.stat(keyfile).st_mode) == 0o640, "key add (no reload): keys file mode 0640")
 
@@ -333,6 +339,7 @@ try:
     rc, out, err = ctl("key", "add", "bob")
     bob = out.strip()
     ok(rc == 0 and bob.startswith("hy-") and len(bob) == 46, "key add bob prints a 32-byte key once")
+    # hyserve-ctl returns once only new nginx workers accept: no waiting here
     rc, out, _ = ctl("key", "add", "bob")
     ok(rc != 0, "key add refuses a duplicate name")
     rc, out, _ = ctl("key", "list")
@@ -345,10 +352,11 @@ try:
     st, _, b = https("GET", "/v1/models", headers={"Authorization": "Basic Ym9iOmJvYg=="})
     ok(st == 401 and err_code(b) == "invalid_api_key", "malformed Authorization: 401 JSON")
     st, h, b = https("GET", "/v1/models", key=bob)
-    ok(st == 200 and json.loads(b)["data"][0]["id"] == MODEL_ID["blue"] and h.get("x-hyserve-colour") == "blue",
-       "bob's key: 200 from blue")
+    if not ok(st == 200 and json.loads(b)["data"][0]["max_model_len"] == MAX_LEN["blue"] and
+              h.get("x-hyserve-colour") == "blue", "bob's key: 200 from blue"):
+        diag("%d %s %s" % (st, h, b[:300]))
     st, _, b = https("POST", "/v1/completions", key=bob,
-                     body={"model": "x", "prompt": "Hello", "max_tokens": 4, "temperature": 0})
+                     body={"model": MODEL_ID, "prompt": "Hello", "max_tokens": 4, "temperature": 0})
     ok(st == 200 and json.loads(b)["choices"][0]["text"] is not None, "non-streamed completion through TLS")
     st, n, done, model, e = stream(bob, 8)
     ok(st == 200 and n >= 2 and done, "streamed completion through TLS: %d chunks, [DONE]" % n)
@@ -381,15 +389,31 @@ try:
     diag(err.strip())
     ok(start_serve("green"), "green coordinator healthy")
     rc, out, _ = ctl("status")
-    ok(rc == 0 and "hyserve-blue" in out and "hyserve-green" in out and
+    ok(rc == 0 and out.count(MODEL_ID) == 2 and
        [l.split()[1] for l in out.splitlines() if l.startswith("blue")] == ["*"], "status shows both, blue live")
     diag(out)
+
+    green_conf = os.path.join(NGX_DIR, "upstream-green.conf")
+    with open(green_conf) as f:
+        good = f.read()
+    with open(green_conf, "a") as f:
+        f.write("bogus_directive on;\n")
+    rc, _, err = ctl("switch", "green")
+    ok(rc != 0 and "nginx rejected" in err and
+       os.readlink(os.path.join(NGX_DIR, "upstream-active.conf")) == "upstream-blue.conf" and
+       https("GET", "/health")[1].get("x-hyserve-colour") == "blue",
+       "switch with a broken green config: link restored, blue stays live")
+    with open(green_conf, "w") as f:
+        f.write(good)
 
     results, stop_load = [], threading.Event()
 
     def client():
+        # paced to stay under bob's 10 r/s when the model is tiny and fast
         while not stop_load.is_set():
+            t0 = time.time()
             results.append(stream(bob, 12))
+            time.sleep(max(0.0, 0.5 - (time.time() - t0)))
 
     threads = [threading.Thread(target=client) for _ in range(4)]
     for t in threads:
@@ -408,23 +432,24 @@ try:
     models = set(r[3] for r in results if r[0] == 200)
     ok(len(results) >= 8 and not bad, "%d streams during the switches, %d failed or truncated %s" %
        (len(results), len(bad), bad[:2]))
-    ok(models == {MODEL_ID["blue"], MODEL_ID["green"]}, "streams were served by both colours: %s" % sorted(models))
-    st, h, b = https("GET", "/v1/models", key=bob)
-    ok(st == 200 and json.loads(b)["data"][0]["id"] == MODEL_ID["green"], "/v1/models shows green afterwards")
+    ok(models == {"blue", "green"}, "streams were served by both colours: %s" % sorted(models))
+    ok(all(json.loads(https("GET", "/v1/models", key=bob)[2])["data"][0]["max_model_len"] ==
+           MAX_LEN["green"] for _ in range(5)), "/v1/models shows green afterwards")
     rc, out, _ = ctl("status")
     ok(rc == 0 and [l.split()[1] for l in out.splitlines() if l.startswith("green")] == ["*"],
        "status: green live")
 
     # -- revoke
     rc, out, _ = ctl("key", "revoke", "bob")
-    st, _, b = https("GET", "/v1/models", key=bob)
-    ok(rc == 0 and st == 401 and err_code(b) == "invalid_api_key", "revoked key: 401")
+    ok(rc == 0 and all(err_code(https("GET", "/v1/models", key=bob)[2]) == "invalid_api_key"
+                       for _ in range(5)), "revoked key: 401 as soon as key revoke returns")
     rc, out, _ = ctl("key", "list")
     ok(out.split() == ["alice"], "key list after revoke")
 
     # -- rate limit per key (burst 20 at 10 r/s)
     rc, carol, _ = ctl("key", "add", "carol")
     carol = carol.strip()
+    time.sleep(2.5)  # let the key's bucket refill
     codes, lock = [], threading.Lock()
 
     def hammer():
@@ -451,14 +476,32 @@ try:
     subprocess.run(NGINX_CMD.split() + ["-s", "reload"], check=True, capture_output=True)
 
     def echoed():
-        st, h, b = https("POST", "/v1/completions", key=carol, body={"prompt": "x"})
+        st, h, b = https("POST", "/v1/completions", key=alice, body={"prompt": "x"})
         return json.loads(b) if h.get("x-hyserve-colour") == "echo" else None
 
-    env = None
-    wait_for(lambda: echoed() is not None, 10)
-    env = echoed() or {}
-    ok(env.get("HTTP_AUTHORIZATION", "") == "" and carol not in json.dumps(env) and
-       env.get("HYSERVE_KEY_ID") == "carol", "backend sees HYSERVE_KEY_ID=carol and no Authorization")
+    got = [None]  # the first answer from a new worker (the reload is asynchronous here)
+    wait_for(lambda: got.append(echoed()) or got[-1] is not None, 10)
+    env = got[-1] or {}
+    ok(env.get("HTTP_AUTHORIZATION", "") == "" and alice not in json.dumps(env) and
+       env.get("HYSERVE_KEY_ID") == "alice", "backend sees HYSERVE_KEY_ID=alice and no Authorization")
+
+    # -- overload: max_conns reached -> 503 JSON with Retry-After, at once
+    slow_st = []
+    slow = threading.Thread(target=lambda: slow_st.append(https("GET", "/slow", key=alice)[0]))
+    slow.start()
+    time.sleep(0.4)
+    t0 = time.time()
+    st, h, b = https("GET", "/v1/models", key=alice)
+    dt = time.time() - t0
+    slow.join(10)
+    ok(st == 503 and err_code(b) == "backend_unavailable" and h.get("retry-after") == "5" and dt < 1.0
+       and slow_st == [200],
+       "upstream at max_conns: 503 JSON + Retry-After in %.2f s" % dt)
+    os.remove(ECHO_SOCK)
+    st, h, b = https("GET", "/v1/models", key=alice)
+    ok(st == 503 and err_code(b) == "backend_unavailable", "backend down: 503 JSON")
+except Exception as e:  # report, then still tear down and check the teardown
+    ok(False, "aborted: %r" % e)
 finally:
     # ---- teardown: nothing may be left behind
     echo_stop.set()

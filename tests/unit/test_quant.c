@@ -542,6 +542,86 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
             info->name, hy_isa_name(isa), legacy ? "/q8" : "", tile_bad);
 }
 
+/* ---- float-weight tiles (F32/F16/BF16 SGEMM kernels) ----
+ * Shapes that reach every path of the blocked kernels: k chunks (n > 512)
+ * with a ragged tail (n % 16 != 0), token blocks past 64, edge tiles of
+ * 1..3 weight rows and 1..5 token rows, in-register (nx < 3) and panel
+ * conversion.  Each element must equal vec_dot bit for bit and lie within
+ * 1e-5*sum|w*x| of a double-precision dot, and a token row computed alone
+ * must give the bits it gets inside the batch. */
+static void test_float_tile(hy_dtype_t t, hy_isa_t isa)
+{
+    enum { N = 1037, NW = 11, NX = 71 };
+    const hy_quant_traits_t *tr = hy_quant_traits(t);
+    hy_quant_tile_fn_t tile = hy_quant_vec_dot_tile(t);
+    size_t wb = hy_dtype_row_bytes(t, N), xb = N * sizeof(float) + 12; /* odd stride */
+    uint8_t *w = malloc(wb * NW);
+    float *wf = malloc(sizeof(float) * N * NW);
+    uint8_t *x = malloc(xb * NX);
+    size_t ss = NW + 3;
+    float *s = malloc(sizeof(float) * ss * NX), one = 0.0f, d = 0.0f;
+    int dot_bad = 0, alone_bad = 0, small_bad = 0;
+    double worst = 0.0;
+
+    if (!tr || !tile || !w || !wf || !x || !s) {
+        HY_T_OK(0, "%s/%s: float tile setup", hy_dtype_info(t)->name, hy_isa_name(isa));
+        goto done;
+    }
+    for (int r = 0; r < NW; r++) {
+        float *row = wf + (size_t)r * N;
+        for (int i = 0; i < N; i++)
+            row[i] = rng_f(-2.0f, 2.0f);
+        hy_quant_quantize_row(t, row, w + (size_t)r * wb, N);
+        tr->to_float(w + (size_t)r * wb, row, N); /* the values the kernel sees */
+    }
+    for (int c = 0; c < NX; c++)
+        for (int i = 0; i < N; i++)
+            ((float *)(x + (size_t)c * xb))[i] = rng_f(-1.0f, 1.0f);
+    tile(N, s, ss, w, wb, NW, x, xb, NX);
+    for (int c = 0; c < NX; c++) {
+        const float *xr = (const float *)(x + (size_t)c * xb);
+        for (int r = 0; r < NW; r++) {
+            double ref = 0.0, mag = 0.0;
+            for (int i = 0; i < N; i++) {
+                ref += (double)wf[(size_t)r * N + i] * xr[i];
+                mag += fabs((double)wf[(size_t)r * N + i] * xr[i]);
+            }
+            worst = fmax(worst, fabs(s[(size_t)c * ss + r] - ref) / (1e-5 * mag));
+            tr->vec_dot(N, &d, w + (size_t)r * wb, xr);
+            if (memcmp(&d, &s[(size_t)c * ss + r], sizeof d) != 0)
+                dot_bad++;
+        }
+        /* alone: a 1-token tile (in-register conversion) on this row */
+        for (int r = 0; r < NW; r++) {
+            tile(N, &one, 1, w + (size_t)r * wb, wb, 1, xr, xb, 1);
+            if (memcmp(&one, &s[(size_t)c * ss + r], sizeof one) != 0)
+                alone_bad++;
+        }
+    }
+    /* short rows (all tail) through every small tile shape */
+    for (int n = 1; n <= 40; n += 13)
+        for (int nw = 1; nw <= 5; nw++)
+            for (int nx = 1; nx <= 7; nx++) {
+                tile(n, s, ss, w, wb, nw, x, xb, nx);
+                for (int c = 0; c < nx; c++)
+                    for (int r = 0; r < nw; r++) {
+                        tr->vec_dot(n, &d, w + (size_t)r * wb, x + (size_t)c * xb);
+                        if (memcmp(&d, &s[(size_t)c * ss + r], sizeof d) != 0)
+                            small_bad++;
+                    }
+            }
+    HY_T_OK(dot_bad == 0 && alone_bad == 0 && small_bad == 0 && worst <= 1.0,
+            "%s/%s: blocked tile %dx%d, n %d: == vec_dot (%d differ), == 1-token tile "
+            "(%d differ), short rows (%d differ), worst %.3g of tol 1e-5*sum|w*x|",
+            hy_dtype_info(t)->name, hy_isa_name(isa), NW, NX, N, dot_bad, alone_bad,
+            small_bad, worst);
+done:
+    free(w);
+    free(wf);
+    free(x);
+    free(s);
+}
+
 static void test_errors(void)
 {
     float x[64] = {0};
@@ -581,6 +661,9 @@ int main(void)
             test_type_isa(types[ti], (hy_isa_t)isa, 0);
             test_type_isa(types[ti], (hy_isa_t)isa, 1);
         }
+        test_float_tile(HY_DTYPE_F32, (hy_isa_t)isa);
+        test_float_tile(HY_DTYPE_F16, (hy_isa_t)isa);
+        test_float_tile(HY_DTYPE_BF16, (hy_isa_t)isa);
     }
     return hy_t_done();
 }

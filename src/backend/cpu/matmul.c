@@ -149,6 +149,12 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
      * decode).  Weight rows: the L1 budget, shrunk when that would leave too
      * few tiles to keep every thread busy. */
     j.bt = HY_MAX((int64_t)1, (int64_t)(HY_MM_X_TILE_BYTES / j.act_row));
+    /* Float weights: their tile kernels walk k in chunks (a panel of
+     * converted weight rows and a few token rows stay in L1), so the L2
+     * budget does not bind; more token rows per tile means each F16/BF16
+     * weight row is converted fewer times. */
+    if (j.tr->vec_dot_type == HY_DTYPE_F32)
+        j.bt = 64;
     j.bt = HY_MIN(j.bt, 64);
     if (j.bt >= n_tok)
         j.bt = n_tok;

@@ -4,8 +4,10 @@
  * the register-blocked Q4_0/Q4_1/Q8_0 tile kernels (2 weight rows x 2
  * activation rows, two blocks per step), over the default two-level Q8_2L
  * activations and over ggml's Q8_0/Q8_1; the other kernels come from
- * quant_x86.h.  vec_dot is the 1x1 instance of the tile, so the two agree
- * bit for bit.
+ * quant_x86.h, except F32/F16/BF16, which get a register-blocked SGEMM
+ * tile (4 weight rows x 3 token rows, half-precision rows converted once
+ * per tile into an L1 panel).  vec_dot is the 1x1 instance of each tile,
+ * so the two agree bit for bit.
  */
 #if defined(__x86_64__) || defined(__i386__)
 

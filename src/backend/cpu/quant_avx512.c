@@ -7,6 +7,9 @@
  * activations (two dpbusd per block pair) and for ggml's Q8_0/Q8_1.  The
  * other types use quant_x86.h's 256-bit kernels rebuilt here with VNNI and
  * EVEX.
+ * F32/F16/BF16 weights get a register-blocked SGEMM tile (4 weight rows x
+ * 6 token rows of 16-lane f32 accumulators, half-precision rows converted
+ * once per tile into an L1 panel).
  */
 #if defined(__x86_64__) || defined(__i386__)
 

@@ -1,0 +1,16 @@
+# tests/integration/ops.mk - operations: the production nginx site (nginx/),
+# hyserve-ctl (API keys, blue/green switch, status), the systemd unit,
+# syslog-ng and logrotate files (etc/) and their end-to-end test, which runs
+# a private TLS nginx in front of two coordinators (skips without nginx,
+# openssl or cgi-fcgi).
+dist_sbin_SCRIPTS = scripts/hyserve-ctl
+hyservenginxdir = $(sysconfdir)/hyserve/nginx
+dist_hyservenginx_DATA = nginx/hyserve.conf nginx/upstream-blue.conf nginx/upstream-green.conf
+TESTS += tests/integration/test_ops.py
+EXTRA_DIST += tests/integration/test_ops.py scripts/quickstart \
+	etc/hyserve@.service etc/syslog-ng/hyserve.conf etc/logrotate.d/hyserve
+# the documented default config, as /etc/hyserve/hyserve.ini (copy it to
+# /etc/hyserve/<colour>.ini for hyserve@<colour>.service)
+hyserveconfdir = $(sysconfdir)/hyserve
+dist_hyserveconf_DATA = etc/hyserve.ini
+EXTRA_DIST += packaging
