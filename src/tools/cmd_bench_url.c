@@ -41,7 +41,7 @@ typedef struct {
     char auth[512];
     const char *model;
     bool chat;
-    long concurrency, requests, prompt_tokens, max_tokens, timeout_s;
+    long concurrency, requests, prompt_tokens, max_tokens, timeout_s, prompt_seed;
     struct addrinfo *addr;
     /* shared state */
     atomic_long next;
@@ -92,7 +92,7 @@ static char *hy_burl_body(const hy_burl_t *b, long i)
 {
     size_t cap = 512 + (size_t)b->prompt_tokens * 12 + (b->model ? strlen(b->model) * 2 : 0);
     char *s = malloc(cap), *p;
-    uint64_t rng = 0x9E3779B97F4A7C15ULL * (uint64_t)(i + 1);
+    uint64_t rng = 0x9E3779B97F4A7C15ULL * (uint64_t)(i + 1) + (uint64_t)b->prompt_seed;
     long k;
 
     if (s == NULL)
@@ -105,7 +105,7 @@ static char *hy_burl_body(const hy_burl_t *b, long i)
     }
     p += sprintf(p, b->chat ? "\"messages\":[{\"role\":\"user\",\"content\":\"" : "\"prompt\":\"");
     /* a distinct opening per request so no server gets a free prefix hit */
-    p += sprintf(p, "Request %ld:", i);
+    p += sprintf(p, "Request %ld-%ld:", b->prompt_seed, i);
     for (k = 2; k < b->prompt_tokens; k++) {
         rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
         p += sprintf(p, " %s", hy_burl_words[(rng >> 33) % (sizeof hy_burl_words /
@@ -541,9 +541,11 @@ static void hy_burl_usage(FILE *f)
     fprintf(f,
             "usage: hyserve bench --url http://HOST:PORT [--concurrency N] [--requests M]\n"
             "                     [--prompt-tokens P] [--max-tokens T] [--api-key K]\n"
-            "                     [--model NAME] [--chat] [--timeout S]\n"
+            "                     [--model NAME] [--chat] [--timeout S] [--prompt-seed X]\n"
             "  N clients keep N streamed requests in flight until M are done (defaults 1, 8,\n"
-            "  P=100, T=64, S=300); ignore_eos makes every request generate T tokens.\n");
+            "  P=100, T=64, S=300); ignore_eos makes every request generate T tokens.\n"
+            "  Prompts differ per request and per X (default 0): warm up with another X so\n"
+            "  the measured prompts are not already in a prefix cache.\n");
 }
 
 int hy_cmd_bench_url(int argc, char **argv)
@@ -553,7 +555,8 @@ int hy_cmd_bench_url(int argc, char **argv)
         {"requests", required_argument, 0, 'n'}, {"prompt-tokens", required_argument, 0, 'p'},
         {"max-tokens", required_argument, 0, 'T'}, {"api-key", required_argument, 0, 'k'},
         {"model", required_argument, 0, 'm'}, {"chat", no_argument, 0, 'C'},
-        {"timeout", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
+        {"timeout", required_argument, 0, 't'}, {"prompt-seed", required_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     hy_burl_t b;
     struct addrinfo hints, *ai = NULL;
@@ -579,6 +582,7 @@ int hy_cmd_bench_url(int argc, char **argv)
         case 'p': if (hy_cli_int("bench", "--prompt-tokens", optarg, 2, 100000, &b.prompt_tokens)) return 2; break;
         case 'T': if (hy_cli_int("bench", "--max-tokens", optarg, 1, 1000000, &b.max_tokens)) return 2; break;
         case 't': if (hy_cli_int("bench", "--timeout", optarg, 1, 86400, &b.timeout_s)) return 2; break;
+        case 's': if (hy_cli_int("bench", "--prompt-seed", optarg, 0, 1000000000, &b.prompt_seed)) return 2; break;
         case 'k': key = optarg; break;
         case 'm': b.model = optarg; break;
         case 'C': b.chat = true; break;
