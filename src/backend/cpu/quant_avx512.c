@@ -343,7 +343,7 @@ HY_A5L_KERNELS(q8_0, HY_A5_Q8_0)
 /* ---- float weights (F32/F16/BF16): register-blocked SGEMM tiles ----
  * Every (weight row, token row) pair owns one 16-lane accumulator that sums
  * w*x over k in order, 16 elements a step (a masked step for the tail),
- * and is reduced by _mm512_reduce_add_ps at the end.  That order does not
+ * and is reduced by hy_a5f_hsum4's fixed tree at the end.  That order does not
  * depend on the tile's shape, so a token row gives the same bits alone or
  * in any batch, and vec_dot is the 1x1 tile.  With few token rows the
  * half-precision weights are converted in registers (decode streams them
@@ -452,6 +452,30 @@ HY_QX_INLINE void hy_a5f_convert(int kind, const uint16_t *w, float *p, int64_t 
     }
 }
 
+/* Sums of the 16 lanes of a[0..3] into s[0..rw-1], all four at once in the
+ * fixed tree ((l + l+8) + (l+4)) + ... that every tile shape uses, so a
+ * pair's sum has the same bits whichever neighbours share its group. */
+HY_QX_INLINE void hy_a5f_hsum4(const __m512 *a, float *s, int rw)
+{
+    __m512 a1 = rw > 1 ? a[1] : _mm512_setzero_ps();
+    __m512 a2 = rw > 2 ? a[2] : _mm512_setzero_ps();
+    __m512 a3 = rw > 3 ? a[3] : _mm512_setzero_ps();
+    /* lanes j + lanes j+8: [a0 | a1], [a2 | a3] */
+    __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(a[0], a1, _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(a[0], a1, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)));
+    /* + lanes j+4: 128-bit lane k holds row k */
+    __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(3, 1, 3, 1)));
+    /* + lanes j+2, then + lane 1 */
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, 0xB1));
+    __m128 r = _mm512_castps512_ps128(_mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), u));
+    _mm_mask_storeu_ps(s, (__mmask8)((1u << rw) - 1), r);
+}
+
 HY_QX_INLINE void hy_a5f_tile(int kind, int64_t n, float *s, size_t ss, const void *vw,
                               size_t ws, int nw, const void *vx, size_t xs, int nx)
 {
@@ -490,9 +514,7 @@ HY_QX_INLINE void hy_a5f_tile(int kind, int64_t n, float *s, size_t ss, const vo
                 }
             }
             for (int c = 0; c < ct; c++)
-                for (int r = 0; r < rw; r++)
-                    s[(size_t)(c0 + c) * ss + (size_t)(r0 + r)] =
-                        _mm512_reduce_add_ps(acc[c * 4 + r]);
+                hy_a5f_hsum4(acc + c * 4, s + (size_t)(c0 + c) * ss + r0, rw);
         }
     }
 }
