@@ -27,13 +27,29 @@ HY_QX_INLINE __m512 hy_a5_pair_ps(float a, float b)
  * activation blocks: [b low, b high, b1 low, b1 high] (16 bytes each). */
 HY_QX_INLINE __m512i hy_a5_nibbles2(const uint8_t *qs0, const uint8_t *qs1)
 {
-    __m256i v = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qs0)),
-        _mm_loadu_si128((const __m128i *)qs1), 1);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4)),
-                                   _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 1);
-    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+    /* [qs0, qs0, qs1, qs1] by two broadcast loads, then one variable shift
+     * (0 or 4 per 128-bit lane) and one mask: 4 uops instead of a shuffle
+     * chain, which matters in decode where nothing else amortizes them */
+    __m512i v = _mm512_mask_broadcast_i32x4(
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qs0)), 0xFF00,
+        _mm_loadu_si128((const __m128i *)qs1));
+    const __m512i sh = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
+    return _mm512_and_si512(_mm512_srlv_epi64(v, sh), _mm512_set1_epi8(0x0F));
+}
+
+/* Q4_1 blocks ib, ib+1 of one row: nibbles, [d0 x8, d1 x8], and the
+ * (d0, m0, d1, m1) quadruple converted by one vcvtph2ps (the same values
+ * as four scalar conversions; the caller transposes the m's of 4 rows). */
+HY_QX_INLINE __m512i hy_a5_wload_q4_1x2(const char *w, int64_t ib, __m512 *dv, __m128 *dm)
+{
+    const hy_block_q4_1_t *b = (const hy_block_q4_1_t *)w + ib;
+    uint32_t u0, u1;
+    memcpy(&u0, &b[0], 4); /* d, m: the first 4 bytes of the block */
+    memcpy(&u1, &b[1], 4);
+    *dm = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)u0), (int)u1, 1));
+    *dv = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+                                _mm512_castps128_ps512(*dm));
+    return hy_a5_nibbles2(b[0].qs, b[1].qs);
 }
 
 /* Weight blocks ib and ib+1 (ib+1 only if two; else zeros) as the unsigned
@@ -223,14 +239,51 @@ HY_QX_INLINE void hy_a5l_xload(int kind, const char *x, int64_t ib, int two, __m
  * moves onto the activations (masked negate) so dpbusd sees |w|. */
 HY_QX_INLINE void hy_a5l_step(int kind, int64_t ib, int two, const char *w, size_t ws,
                               const char *x, size_t xs, const int RW, const int RX,
-                              __m512 acc[4][4], __m128 msum[4])
+                              __m512 acc[8][4], __m256 msum[4])
 {
-    __m512i wq[4];
-    __m512 dw[4];
-    __mmask64 neg[4];
-    float mw0[4] = {0}, mw1[4] = {0};
+    __m512i wq[8], c128[8];
+    __m512 dw[8];
+    __m128 ds[8];
+    __mmask64 neg[8];
+    float mw0[8] = {0}, mw1[8] = {0};
+    /* the fast path: full pairs of Q4_1/Q8_0, scales as one xmm per row
+     * (d0 in lane 0, d1 in lane 2), Q8_0 by the +128 offset below */
+    const int fast = two && (kind == HY_A5_Q4_1 || kind == HY_A5_Q8_0);
+    const __m512i idx02 = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
 
-#pragma GCC unroll 4
+    __m256 m0v = _mm256_setzero_ps(), m1v = _mm256_setzero_ps();
+    if (fast && kind == HY_A5_Q4_1) {
+        __m128 dm[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            dm[r] = _mm_setzero_ps();
+#pragma GCC unroll 8
+        for (int r = 0; r < RW; r++) {
+            wq[r] = hy_a5_wload_q4_1x2(w + r * ws, ib, &dw[r], &dm[r]);
+            ds[r] = dm[r];
+        }
+        /* lanes r = m0 (m1) of row r, zero past RW: hy_qx_vec4's vectors */
+        m0v = _mm256_set_m128(
+            _mm_movehl_ps(_mm_unpacklo_ps(dm[6], dm[7]), _mm_unpacklo_ps(dm[4], dm[5])),
+            _mm_movehl_ps(_mm_unpacklo_ps(dm[2], dm[3]), _mm_unpacklo_ps(dm[0], dm[1])));
+        m1v = _mm256_set_m128(
+            _mm_movehl_ps(_mm_unpackhi_ps(dm[6], dm[7]), _mm_unpackhi_ps(dm[4], dm[5])),
+            _mm_movehl_ps(_mm_unpackhi_ps(dm[2], dm[3]), _mm_unpackhi_ps(dm[0], dm[1])));
+    } else if (fast) {
+#pragma GCC unroll 8
+        for (int r = 0; r < RW; r++) {
+            const hy_block_q8_0_t *b = (const hy_block_q8_0_t *)(w + r * ws) + ib;
+            wq[r] = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].qs)),
+                _mm256_loadu_si256((const __m256i *)b[1].qs), 1);
+            ds[r] = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(b[0].d), b[1].d, 2));
+            dw[r] = _mm512_permutexvar_ps(idx02, _mm512_castps128_ps512(ds[r]));
+            /* 128*sum(w) per 4 bytes: removes the +128 of the activations */
+            c128[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80),
+                                          wq[r]);
+        }
+    } else {
+#pragma GCC unroll 8
     for (int r = 0; r < RW; r++) {
         if (kind == HY_A5_Q8_0) {
             const hy_block_q8_0_t *b = (const hy_block_q8_0_t *)(w + r * ws) + ib;
@@ -244,6 +297,11 @@ HY_QX_INLINE void hy_a5l_step(int kind, int64_t ib, int two, const char *w, size
             wq[r] = hy_a5_wload(kind, w + r * ws, ib, two, &dw[r], &mw0[r], &mw1[r]);
         }
     }
+    if (kind == HY_A5_Q4_1) {
+        m0v = _mm256_loadu_ps(mw0); /* zero past RW */
+        m1v = _mm256_loadu_ps(mw1);
+    }
+    }
 #pragma GCC unroll 4
     for (int c = 0; c < RX; c++) {
         __m512 dx;
@@ -251,23 +309,46 @@ HY_QX_INLINE void hy_a5l_step(int kind, int64_t ib, int two, const char *w, size
         float s0, s1;
         hy_a5l_xload(kind, x + c * xs, ib, two, &xh, &xl, &dx, &s0, &s1, &corr);
         if (kind == HY_A5_Q4_1) {
-            __m128 t = _mm_fmadd_ps(hy_qx_vec4(mw0, RW), _mm_set1_ps(s0),
-                                    _mm_mul_ps(hy_qx_vec4(mw1, RW), _mm_set1_ps(s1)));
-            msum[c] = _mm_add_ps(msum[c], t);
+            __m256 t = _mm256_fmadd_ps(m0v, _mm256_set1_ps(s0),
+                                       _mm256_mul_ps(m1v, _mm256_set1_ps(s1)));
+            msum[c] = _mm256_add_ps(msum[c], t);
         }
-#pragma GCC unroll 4
+        /* the activation scales as [dx0, dx0, dx1, dx1]: with one token the
+         * d_w*d_x products are formed in an xmm (port 1 helps) before the
+         * broadcast; the same two floats are multiplied either way */
+        const __m128 dxq = _mm_blend_ps(_mm512_castps512_ps128(dx),
+                                        _mm512_extractf32x4_ps(dx, 2), 0xC);
+        if (fast && kind == HY_A5_Q8_0) {
+            /* Q8_0 weights as the signed operand, activations + 128 as the
+             * unsigned one: 255*(ph + 128 sw) + (pl + 128 sw) - 256*128 sw
+             * = 255*ph + pl, the same int32 as the sign-moving path */
+            xh = _mm512_xor_si512(xh, _mm512_set1_epi8((char)0x80));
+            xl = _mm512_xor_si512(xl, _mm512_set1_epi8((char)0x80));
+        }
+#pragma GCC unroll 8
         for (int r = 0; r < RW; r++) {
-            __m512i h = xh, l = xl;
-            if (kind == HY_A5_Q8_0) {
-                h = _mm512_mask_sub_epi8(xh, neg[r], _mm512_setzero_si512(), xh);
-                l = _mm512_mask_sub_epi8(xl, neg[r], _mm512_setzero_si512(), xl);
+            __m512i h = xh, l = xl, t, p;
+            if (fast && kind == HY_A5_Q8_0) {
+                __m512i ph = _mm512_dpbusd_epi32(_mm512_setzero_si512(), h, wq[r]);
+                t = _mm512_sub_epi32(_mm512_slli_epi32(_mm512_sub_epi32(ph, c128[r]), 8), ph);
+                p = _mm512_dpbusd_epi32(t, l, wq[r]);
+            } else {
+                if (kind == HY_A5_Q8_0) {
+                    h = _mm512_mask_sub_epi8(xh, neg[r], _mm512_setzero_si512(), xh);
+                    l = _mm512_mask_sub_epi8(xl, neg[r], _mm512_setzero_si512(), xl);
+                }
+                __m512i ph = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[r], h);
+                t = _mm512_sub_epi32(_mm512_slli_epi32(ph, 8), ph);
+                if (kind == HY_A5_Q4_0)
+                    t = _mm512_add_epi32(t, corr);
+                p = _mm512_dpbusd_epi32(t, wq[r], l);
             }
-            __m512i ph = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[r], h);
-            __m512i t = _mm512_sub_epi32(_mm512_slli_epi32(ph, 8), ph);
-            if (kind == HY_A5_Q4_0)
-                t = _mm512_add_epi32(t, corr);
-            __m512i p = _mm512_dpbusd_epi32(t, wq[r], l);
-            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[r], dx), acc[r][c]);
+            __m512 sc;
+            if (fast && RX == 1)
+                sc = _mm512_permutexvar_ps(idx02, _mm512_castps128_ps512(_mm_mul_ps(ds[r], dxq)));
+            else
+                sc = _mm512_mul_ps(dw[r], dx);
+            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[r][c]);
         }
     }
 }
@@ -276,14 +357,14 @@ HY_QX_INLINE void hy_a5l_tile_kernel(int kind, int64_t nb, float *s, size_t ss,
                                      const char *w, size_t ws, const char *x,
                                      size_t xs, const int RW, const int RX)
 {
-    __m512 acc[4][4];
-    __m128 msum[4];
+    __m512 acc[8][4];
+    __m256 msum[4];
     int64_t ib = 0;
 
 #pragma GCC unroll 4
     for (int c = 0; c < RX; c++) {
-        msum[c] = _mm_setzero_ps();
-#pragma GCC unroll 4
+        msum[c] = _mm256_setzero_ps();
+#pragma GCC unroll 8
         for (int r = 0; r < RW; r++)
             acc[r][c] = _mm512_setzero_ps();
     }
@@ -293,9 +374,9 @@ HY_QX_INLINE void hy_a5l_tile_kernel(int kind, int64_t nb, float *s, size_t ss,
         hy_a5l_step(kind, ib, 0, w, ws, x, xs, RW, RX, acc, msum);
 #pragma GCC unroll 4
     for (int c = 0; c < RX; c++) {
-        float mm[4];
-        _mm_storeu_ps(mm, msum[c]);
-#pragma GCC unroll 4
+        float mm[8];
+        _mm256_storeu_ps(mm, msum[c]);
+#pragma GCC unroll 8
         for (int r = 0; r < RW; r++)
             s[c * ss + r] = _mm512_reduce_add_ps(acc[r][c]) + (kind == HY_A5_Q4_1 ? mm[r] : 0.0f);
     }
@@ -310,6 +391,20 @@ HY_QX_INLINE void hy_a5l_tile(int kind, int64_t n, float *s, size_t ss, const vo
                               size_t ws, int nw, const void *x, size_t xs, int nx)
 {
     int64_t nb = n / 32;
+    if (nx == 1) {
+        /* decode: 8 weight rows per pass over the one activation row, so
+         * its loads and Q4_1's m*s term are shared by twice the rows */
+        for (int r0 = 0; r0 < nw; r0 += 8) {
+            float *sp = s + r0;
+            const char *wp = (const char *)w + (size_t)r0 * ws;
+            const char *xp = (const char *)x;
+            switch (HY_MIN(8, nw - r0) * 8 + 1) {
+            HY_A5L_CASE(1, 1) HY_A5L_CASE(2, 1) HY_A5L_CASE(3, 1) HY_A5L_CASE(4, 1)
+            HY_A5L_CASE(5, 1) HY_A5L_CASE(6, 1) HY_A5L_CASE(7, 1) HY_A5L_CASE(8, 1)
+            }
+        }
+        return;
+    }
     for (int r0 = 0; r0 < nw; r0 += 4) {
         for (int c0 = 0; c0 < nx; c0 += 4) {
             float *sp = s + (size_t)c0 * ss + r0;
