@@ -2,8 +2,10 @@
  * quant_avx512.c - AVX-512 (F/BW/VL/DQ + VNNI) kernels, compiled with those
  * flags in their own convenience library.  Q4_0/Q4_1/Q8_0 get 512-bit
  * kernels: two 32-element blocks per zmm, VNNI dpbusd for the integer dot,
- * register-blocked 4 weight rows x 4 activation rows; vec_dot is the 1x1
- * instance of the same code.  Each exists for the default two-level Q8_2L
+ * register-blocked 4 weight rows x 4 activation rows (8 x 1 for decode
+ * over Q8_2L); vec_dot is the 1x1 instance of the same code, and every
+ * instance does the same float operations per output, so results do not
+ * depend on the batch.  Each exists for the default two-level Q8_2L
  * activations (two dpbusd per block pair) and for ggml's Q8_0/Q8_1.  The
  * other types use quant_x86.h's 256-bit kernels rebuilt here with VNNI and
  * EVEX.
@@ -37,6 +39,20 @@ HY_QX_INLINE __m512i hy_a5_nibbles2(const uint8_t *qs0, const uint8_t *qs1)
     return _mm512_and_si512(_mm512_srlv_epi64(v, sh), _mm512_set1_epi8(0x0F));
 }
 
+/* [a0, a0/16, a2, a2/16] from lanes 0 and 2 of a (exact: powers of two). */
+HY_QX_INLINE __m128 hy_a5_q4_1_sixteenth(__m128 a)
+{
+    return _mm_mul_ps(_mm_moveldup_ps(a), _mm_setr_ps(1.0f, 0.0625f, 1.0f, 0.0625f));
+}
+
+/* Per-lane x << 8 for |x| < 2^23 as a byte shuffle (port 5, where the
+ * shift would compete with dpbusd and the convert for port 0). */
+HY_QX_INLINE __m512i hy_a5_shl8(__m512i x)
+{
+    const __m512i idx = _mm512_set4_epi32(0x0E0D0C80, 0x0A090880, 0x06050480, 0x02010080);
+    return _mm512_shuffle_epi8(x, idx);
+}
+
 /* Q4_1 blocks ib, ib+1 of one row: nibbles, [d0 x8, d1 x8], and the
  * (d0, m0, d1, m1) quadruple converted by one vcvtph2ps (the same values
  * as four scalar conversions; the caller transposes the m's of 4 rows). */
@@ -47,9 +63,22 @@ HY_QX_INLINE __m512i hy_a5_wload_q4_1x2(const char *w, int64_t ib, __m512 *dv, _
     memcpy(&u0, &b[0], 4); /* d, m: the first 4 bytes of the block */
     memcpy(&u1, &b[1], 4);
     *dm = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)u0), (int)u1, 1));
-    *dv = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
-                                _mm512_castps128_ps512(*dm));
-    return hy_a5_nibbles2(b[0].qs, b[1].qs);
+    /* scales [d0, d0/16, d1, d1/16] per 4 int32 lanes: see below */
+    *dv = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+                                _mm512_castps128_ps512(hy_a5_q4_1_sixteenth(*dm)));
+    /* [qs0, qs0, qs1, qs1] masked to [low nibbles, 16 * high nibbles, ...]:
+     * no shift (a port-0 uop next to the two dpbusd and the convert); the
+     * x16 goes into the scale: 16p is exact in float (|16p| < 2^31, p has
+     * < 24 significant bits) and (16p)*(s/16) = p*s, so the FMA rounds the
+     * same as with the shifted nibbles */
+    __m512i v = _mm512_mask_broadcast_i32x4(
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)b[0].qs)), 0xFF00,
+        _mm_loadu_si128((const __m128i *)b[1].qs));
+    const __m512i mask = _mm512_set_epi64(
+        (long long)0xF0F0F0F0F0F0F0F0ull, (long long)0xF0F0F0F0F0F0F0F0ull, 0x0F0F0F0F0F0F0F0Fll,
+        0x0F0F0F0F0F0F0F0Fll, (long long)0xF0F0F0F0F0F0F0F0ull, (long long)0xF0F0F0F0F0F0F0F0ull,
+        0x0F0F0F0F0F0F0F0Fll, 0x0F0F0F0F0F0F0F0Fll);
+    return _mm512_and_si512(v, mask);
 }
 
 /* Weight blocks ib and ib+1 (ib+1 only if two; else zeros) as the unsigned
@@ -330,7 +359,8 @@ HY_QX_INLINE void hy_a5l_step(int kind, int64_t ib, int two, const char *w, size
             __m512i h = xh, l = xl, t, p;
             if (fast && kind == HY_A5_Q8_0) {
                 __m512i ph = _mm512_dpbusd_epi32(_mm512_setzero_si512(), h, wq[r]);
-                t = _mm512_sub_epi32(_mm512_slli_epi32(_mm512_sub_epi32(ph, c128[r]), 8), ph);
+                /* |ph - c128| = |sum h*w| <= 4*127*128 < 2^23 */
+                t = _mm512_sub_epi32(hy_a5_shl8(_mm512_sub_epi32(ph, c128[r])), ph);
                 p = _mm512_dpbusd_epi32(t, l, wq[r]);
             } else {
                 if (kind == HY_A5_Q8_0) {
@@ -338,13 +368,18 @@ HY_QX_INLINE void hy_a5l_step(int kind, int64_t ib, int two, const char *w, size
                     l = _mm512_mask_sub_epi8(xl, neg[r], _mm512_setzero_si512(), xl);
                 }
                 __m512i ph = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[r], h);
-                t = _mm512_sub_epi32(_mm512_slli_epi32(ph, 8), ph);
+                /* |ph| <= 4*240*127 < 2^23 */
+                t = _mm512_sub_epi32(fast ? hy_a5_shl8(ph) : _mm512_slli_epi32(ph, 8), ph);
                 if (kind == HY_A5_Q4_0)
                     t = _mm512_add_epi32(t, corr);
                 p = _mm512_dpbusd_epi32(t, wq[r], l);
             }
             __m512 sc;
-            if (fast && RX == 1)
+            if (fast && RX == 1 && kind == HY_A5_Q4_1)
+                sc = _mm512_permutexvar_ps(
+                    _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+                    _mm512_castps128_ps512(hy_a5_q4_1_sixteenth(_mm_mul_ps(ds[r], dxq))));
+            else if (fast && RX == 1)
                 sc = _mm512_permutexvar_ps(idx02, _mm512_castps128_ps512(_mm_mul_ps(ds[r], dxq)));
             else
                 sc = _mm512_mul_ps(dw[r], dx);
