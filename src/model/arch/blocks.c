@@ -89,3 +89,28 @@ int hy_blk_logits(hy_model_t *m, hy_fwd_t *f, const int32_t *out_rows, int32_t n
     }
     return op->status(be, err);
 }
+
+int hy_blk_load_attention(hy_model_t *m, hy_layer_t *L, int32_t il, int32_t n_head,
+                          int32_t n_head_kv, int32_t hd, int32_t hdv, char *err)
+{
+    const int64_t E = m->n_embd, Q = (int64_t)n_head * hd, K = (int64_t)n_head_kv * hd,
+                  V = (int64_t)n_head_kv * hdv;
+    int rc;
+
+    L->kind = HY_LAYER_ATTN_FULL;
+    L->kv_index = m->n_kv_layers++;
+    L->n_head = n_head;
+    L->n_head_kv = n_head_kv;
+#define W(field, name, a, b, opt)                                                          \
+    if ((rc = hy_model_layer_weight(m, &L->field, "blk.%d." name, il, a, b, opt, err)) != HY_OK) \
+        return rc;
+    W(wq, "attn_q.weight", E, Q, false)
+    W(wk, "attn_k.weight", E, K, false)
+    W(wv, "attn_v.weight", E, V, false)
+    W(wo, "attn_output.weight", (int64_t)n_head * hdv, E, false)
+    W(bq, "attn_q.bias", Q, 1, true)
+    W(bk, "attn_k.bias", K, 1, true)
+    W(bv, "attn_v.bias", V, 1, true)
+#undef W
+    return HY_OK;
+}

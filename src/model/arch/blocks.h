@@ -18,6 +18,12 @@ void hy_blk_embed(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b);
 void hy_blk_attention(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const hy_layer_t *L,
                       const hy_rope_t *rope, const float *in, float *out);
 
+/* Binds layer il's GQA attention tensors (attn_q/k/v/output, optional q/k/v
+ * biases) after checking their shapes; marks the layer ATTN_FULL with the
+ * next kv_index.  hd / hdv: key and value head sizes. */
+int hy_blk_load_attention(hy_model_t *m, hy_layer_t *L, int32_t il, int32_t n_head,
+                          int32_t n_head_kv, int32_t hd, int32_t hdv, char *err);
+
 /* SwiGLU feed-forward: out = down(silu(gate(in)) * up(in)). */
 void hy_blk_ffn(hy_model_t *m, hy_fwd_t *f, const hy_layer_t *L, int32_t n,
                 const float *in, float *out);

@@ -149,17 +149,9 @@ static int hy_gh_load(hy_model_t *m, char *err)
             if ((rc = hy_mamba2_load_layer(m, L, il, &d, &n_rec, err)) != HY_OK)
                 return rc;
         } else {
-            const int64_t Q = (int64_t)n_head[il] * hd, K = (int64_t)n_head_kv[il] * hd,
-                          V = (int64_t)n_head_kv[il] * hdv;
-            L->kind = HY_LAYER_ATTN_FULL;
-            L->kv_index = m->n_kv_layers++;
-            W(wq, "attn_q.weight", E, Q, false)
-            W(wk, "attn_k.weight", E, K, false)
-            W(wv, "attn_v.weight", E, V, false)
-            W(wo, "attn_output.weight", (int64_t)n_head[il] * hdv, E, false)
-            W(bq, "attn_q.bias", Q, 1, true)
-            W(bk, "attn_k.bias", K, 1, true)
-            W(bv, "attn_v.bias", V, 1, true)
+            if ((rc = hy_blk_load_attention(m, L, il, (int32_t)n_head[il],
+                                            (int32_t)n_head_kv[il], hd, hdv, err)) != HY_OK)
+                return rc;
         }
         W(ffn_norm, "ffn_norm.weight", E, 1, false)
         if (moe) {

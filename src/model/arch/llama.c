@@ -84,30 +84,21 @@ static int hy_llama_load(hy_model_t *m, char *err)
     m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
     if (m->layers == NULL)
         return hy_err(err, HY_ENOMEM, "out of memory");
-    m->n_kv_layers = m->n_layer;
+    m->n_kv_layers = 0; /* counted by hy_blk_load_attention */
     for (il = 0; il < m->n_layer; il++) {
         hy_layer_t *L = &m->layers[il];
-        const int64_t Q = (int64_t)n_head[il] * hd, K = (int64_t)n_head_kv[il] * hd,
-                      V = (int64_t)n_head_kv[il] * hdv, F = n_ff[il];
+        const int64_t F = n_ff[il];
 
-        L->kind = HY_LAYER_ATTN_FULL;
         L->ffn = HY_FFN_DENSE;
-        L->kv_index = il;
         L->rec_index = -1;
-        L->n_head = (int32_t)n_head[il];
-        L->n_head_kv = (int32_t)n_head_kv[il];
         L->n_ff = (int32_t)F;
+        if ((rc = hy_blk_load_attention(m, L, il, (int32_t)n_head[il], (int32_t)n_head_kv[il],
+                                        hd, hdv, err)) != HY_OK)
+            return rc;
 #define W(field, name, a, b, opt)                                                          \
     if ((rc = hy_model_layer_weight(m, &L->field, "blk.%d." name, il, a, b, opt, err)) != HY_OK) \
         return rc;
         W(attn_norm, "attn_norm.weight", E, 1, false)
-        W(wq, "attn_q.weight", E, Q, false)
-        W(wk, "attn_k.weight", E, K, false)
-        W(wv, "attn_v.weight", E, V, false)
-        W(wo, "attn_output.weight", (int64_t)n_head[il] * hdv, E, false)
-        W(bq, "attn_q.bias", Q, 1, true)
-        W(bk, "attn_k.bias", K, 1, true)
-        W(bv, "attn_v.bias", V, 1, true)
         W(q_norm, "attn_q_norm.weight", hd, 1, true)
         W(k_norm, "attn_k_norm.weight", hd, 1, true)
         W(ffn_norm, "ffn_norm.weight", E, 1, false)
