@@ -9,3 +9,7 @@ hyserve_LDADD = $(HY_LIBS)
 TESTS += tests/golden/check-golden.py
 EXTRA_DIST += tests/golden/check-golden.py tests/golden/make-golden.py tests/golden/README.md \
 	tests/golden/smollm2 scripts/fetch-default-model
+
+# Bad flags and bad input of every subcommand: exit status and message.
+TESTS += tests/integration/test_cli.sh
+EXTRA_DIST += tests/integration/test_cli.sh

@@ -1,0 +1,46 @@
+#!/bin/sh
+# test_cli.sh - every hyserve subcommand refuses bad flags and bad input with
+# its exit status (2 = usage, 1 = runtime) and one precise message.  TAP.
+hy=${HYSERVE:-./hyserve}
+src=${HY_SRCDIR:-.}
+tiny="$src/tests/golden/tiny/llama.gguf"
+n=0 fail=0
+
+# check WANT_RC "expected stderr substring" what -- command...
+check() {
+    want_rc=$1 want=$2 what=$3
+    shift 4
+    err=$("$@" 2>&1 >/dev/null </dev/null)
+    rc=$?
+    n=$((n + 1))
+    case "$err" in
+    *"$want"*) [ "$rc" = "$want_rc" ] && { echo "ok $n - $what"; return; } ;;
+    esac
+    fail=$((fail + 1))
+    echo "not ok $n - $what (rc $rc, stderr: $err)"
+}
+
+check 2 "hyserve run: --temp = 'abc': must be a number in 0..100" "run: non-numeric --temp" -- \
+    "$hy" run -m "$tiny" -p hi --temp abc
+check 2 "hyserve run: --top-p = '2': must be a number in 0..1" "run: --top-p out of range" -- \
+    "$hy" run -m "$tiny" -p hi --top-p 2
+check 2 "hyserve run: --n-predict = '12abc': must be an integer" "run: trailing garbage in -n" -- \
+    "$hy" run -m "$tiny" -p hi -n 12abc
+check 2 "give the prompt with exactly one of -p TEXT or -f FILE" "run: no prompt" -- \
+    "$hy" run -m "$tiny"
+check 1 "hyserve run: /nonexistent.gguf: cannot open" "run: missing model file" -- \
+    "$hy" run -m /nonexistent.gguf -p hi
+check 1 "has no tokenizer.chat_template; --chat needs one" "run: --chat without a template" -- \
+    "$hy" run -m "$tiny" -p hi --chat -n 1
+check 2 "hyserve plan: --kv-type = 'q4': must be f16, f32 or q8_0" "plan: unknown --kv-type" -- \
+    "$hy" plan -m "$tiny" --kv-type q4
+check 2 "hyserve bench: --repetitions = '0': must be an integer in 1..1000" "bench: zero repetitions" -- \
+    "$hy" bench -m "$tiny" -r 0
+check 2 "hyserve eval: --ids FILE and --out FILE are required" "eval: missing --out" -- \
+    "$hy" eval -m "$tiny" --ids /dev/null
+check 1 "is not a token id (0..263)" "detokenize: id outside the vocabulary" -- \
+    sh -c 'echo "5 99999" | "$0" detokenize -m "$1"' "$hy" "$tiny"
+check 2 "hyserve: unknown command 'frob'" "unknown subcommand" -- "$hy" frob
+
+echo "1..$n"
+[ "$fail" = 0 ]
