@@ -1,0 +1,1 @@
+# tests/integration/canary.mk - (filled in by its owner)

@@ -1,0 +1,1 @@
+# tests/integration/fuzz.mk - (filled in by its owner)

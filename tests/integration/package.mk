@@ -1,0 +1,1 @@
+# tests/integration/package.mk - (filled in by its owner)

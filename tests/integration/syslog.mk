@@ -1,0 +1,1 @@
+# tests/integration/syslog.mk - (filled in by its owner)
