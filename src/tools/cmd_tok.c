@@ -121,8 +121,12 @@ int hy_cmd_detokenize(int argc, char **argv)
         errno = 0;
         v = strtol(p, &end, 10);
         if (end == p || errno != 0 || v < 0 || (size_t)v >= hy_tok_n_vocab(tok)) {
-            fprintf(stderr, "hyserve detokenize: '%.20s' at byte %zu is not a token id (0..%zu)\n",
-                    p, (size_t)(p - text), hy_tok_n_vocab(tok) - 1);
+            /* quote just the offending word: the rest of the line (or a
+             * newline) in the message would hide what was wrong */
+            int wl = (int)strcspn(p, " \n\t\r,");
+
+            fprintf(stderr, "hyserve detokenize: '%.*s' at byte %zu is not a token id (0..%zu)\n",
+                    wl > 20 ? 20 : wl, p, (size_t)(p - text), hy_tok_n_vocab(tok) - 1);
             goto out;
         }
         if (n == cap) {

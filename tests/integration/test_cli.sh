@@ -38,8 +38,10 @@ check 2 "hyserve bench: --repetitions = '0': must be an integer in 1..1000" "ben
     "$hy" bench -m "$tiny" -r 0
 check 2 "hyserve eval: --ids FILE and --out FILE are required" "eval: missing --out" -- \
     "$hy" eval -m "$tiny" --ids /dev/null
-check 1 "is not a token id (0..263)" "detokenize: id outside the vocabulary" -- \
+check 1 "'99999' at byte 2 is not a token id (0..263)" "detokenize: id outside the vocabulary" -- \
     sh -c 'echo "5 99999" | "$0" detokenize -m "$1"' "$hy" "$tiny"
+check 1 "'x7' at byte 2 is not a token id (0..263)" "detokenize: quotes only the bad word" -- \
+    sh -c 'printf "5 x7 8\\n" | "$0" detokenize -m "$1"' "$hy" "$tiny"
 check 2 "hyserve: unknown command 'frob'" "unknown subcommand" -- "$hy" frob
 
 echo "1..$n"
