@@ -1,0 +1,545 @@
+#!/bin/sh
+# test_package.sh - the Debian package end to end, as CI does it on a
+# throwaway Debian 12 (as root): build hyserve_*.deb from a `make distdir`
+# copy in a temporary directory, lintian (no E: tags), install it, start the
+# installed hyserve@blue unit the way systemd would (User=, groups, the
+# *Directory= trees, UMask=, limits, no new privileges, empty capability
+# bounding set), serve the default model through the installed nginx site
+# over HTTPS with a key made by the installed hyserve-ctl, stop it, purge it,
+# and check that nothing the package or the service made is left behind.
+#
+# Leaves the machine as it found it: everything it creates (package, user,
+# /etc/hyserve, /run /var/lib /var/cache /var/log hyserve trees, the private
+# nginx) is removed on every exit path.  Skips (TAP "1..0 # SKIP") when not
+# root, without the tools, or when any trace of an installed hyserve exists,
+# because purging would then destroy someone's deployment.
+# Environment: HY_SRCDIR, HYSERVE (set by `make check`), HY_MODEL (default
+# $HY_SRCDIR/models/SmolLM2-135M-Instruct.Q4_1.gguf), HY_PACKAGE_CHECK=1 to
+# also run the unit tests inside dpkg-buildpackage (CI runs them elsewhere).
+set -u
+export LC_ALL=C
+top=${HY_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+model=${HY_MODEL:-$top/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+inst=blue
+unit=/lib/systemd/system/hyserve@.service
+
+skip() { echo "1..0 # SKIP $*"; exit 0; }
+
+# ---- can we run here at all? ------------------------------------------------
+[ "$(id -u)" = 0 ] || skip "needs root (installs and purges the package)"
+for t in dpkg-buildpackage dpkg-checkbuilddeps nginx openssl curl setpriv setsid \
+         adduser deluser python3 flock; do
+    command -v "$t" >/dev/null 2>&1 || skip "$t is missing"
+done
+[ -f "$model" ] || skip "default model $model missing (scripts/fetch-default-model)"
+# A second copy of this test (another build dir) would fight over the same
+# system paths: one at a time, and the lock is on this file, so no lock file
+# is left behind.
+exec 9<"$0"
+flock -n 9 || skip "another test_package.sh is running"
+for p in /etc/hyserve /usr/bin/hyserve /usr/sbin/hyserve-ctl "$unit" \
+         /etc/nginx/sites-available/hyserve /etc/nginx/sites-enabled/hyserve \
+         /run/hyserve /var/lib/hyserve /var/cache/hyserve /var/log/hyserve \
+         /dev/shm/hyserve-$inst; do
+    [ -e "$p" ] || [ -L "$p" ] && skip "hyserve is already installed here ($p exists)"
+done
+st=$(dpkg-query -W -f='${db:Status-Status}' hyserve 2>/dev/null)
+[ -z "$st" ] || [ "$st" = not-installed ] || skip "hyserve is already installed here (dpkg: $st)"
+getent passwd hyserve >/dev/null && skip "hyserve is already installed here (user hyserve exists)"
+getent group hyserve >/dev/null && skip "hyserve is already installed here (group hyserve exists)"
+getent group www-data >/dev/null || skip "no www-data group (nginx's user)"
+
+# ---- TAP and cleanup ---------------------------------------------------------
+n=0
+ok() { # STATUS WHAT: one TAP line; a failure is remembered
+    n=$((n + 1))
+    # printf, not echo: dash's echo would expand backslashes in $2
+    if [ "$1" = 0 ]; then printf 'ok %d - %s\n' $n "$2"; else printf 'not ok %d - %s\n' $n "$2"; fi
+}
+diag() { sed 's/^/# /'; }
+skip_rest() { # WHY: the checks that depend on a failed step
+    why=$1
+    shift
+    for w; do n=$((n + 1)); printf 'ok %d - %s # SKIP %s\n' $n "$w" "$why"; done
+}
+
+T=$(mktemp -d /tmp/hyserve-pkgtest.XXXXXX) || { echo "1..0 # SKIP mktemp failed"; exit 0; }
+chmod 0755 "$T" # nginx workers (www-data) use temp paths below it
+srv_pid="" ngx_pid="" touched=0
+
+stop_server() {
+    [ -n "$srv_pid" ] || return 0
+    kill -TERM "$srv_pid" 2>/dev/null
+    i=0
+    while kill -0 "$srv_pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.2; i=$((i + 1)); done
+    # KillMode=mixed: whatever is left of the unit gets SIGKILL
+    kill -KILL -- "-$srv_pid" 2>/dev/null
+    wait "$srv_pid" 2>/dev/null
+    srv_pid=""
+}
+stop_nginx() {
+    [ -n "$ngx_pid" ] || return 0
+    kill -QUIT "$ngx_pid" 2>/dev/null
+    i=0
+    while kill -0 "$ngx_pid" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.2; i=$((i + 1)); done
+    kill -KILL "$ngx_pid" 2>/dev/null
+    wait "$ngx_pid" 2>/dev/null
+    ngx_pid=""
+}
+# Every exit path: stop what we started, purge, remove what we made.  We
+# checked above that none of these paths, the user or the group existed.
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+    set +e
+    stop_server
+    stop_nginx
+    if [ "$touched" = 1 ]; then
+        st=$(dpkg-query -W -f='${db:Status-Status}' hyserve 2>/dev/null)
+        if [ -n "$st" ] && [ "$st" != not-installed ]; then
+            rm -rf "/etc/hyserve/$inst.ini" /etc/hyserve/tls
+            dpkg --purge hyserve >/dev/null 2>&1
+        fi
+        rm -f /etc/nginx/sites-enabled/hyserve
+        rm -rf /etc/hyserve /run/hyserve /var/lib/hyserve /var/cache/hyserve /var/log/hyserve \
+            "/dev/shm/hyserve-$inst"
+        getent passwd hyserve >/dev/null && deluser --quiet --system hyserve >/dev/null 2>&1
+        getent group hyserve >/dev/null && delgroup --quiet --system hyserve >/dev/null 2>&1
+    fi
+    rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+finish() { echo "1..$n"; exit 0; }
+
+# ---- 1. source copy and .deb -------------------------------------------------
+ver=$(sed -n '1s/^hyserve (\([^)]*\)).*/\1/p' "$top/packaging/debian/changelog")
+upver=${ver%-*}
+src=$T/src/hyserve-$upver
+mkdir -p "$T/src"
+bdir=""
+[ -n "${HYSERVE:-}" ] && [ -f "$(dirname "$HYSERVE")/Makefile" ] && bdir=$(dirname "$HYSERVE")
+if [ -n "$bdir" ]; then
+    # exactly what a release tarball holds: also checks EXTRA_DIST
+    how="make distdir"
+    make -s -C "$bdir" distdir distdir="$src" >"$T/dist.log" 2>&1
+    rc=$?
+elif [ -d "$top/.git" ] && command -v git >/dev/null; then
+    how="git ls-files copy"
+    mkdir -p "$src" && (cd "$top" && git ls-files -z --cached --others --exclude-standard |
+        xargs -0 cp --parents -p -t "$src") >"$T/dist.log" 2>&1
+    rc=$?
+else
+    how="copy of the source tree"
+    mkdir -p "$src" && tar -C "$top" --exclude=./build --exclude='./build-*' --exclude=./models \
+        --exclude=./.git --exclude=./autom4te.cache -cf - . | tar -C "$src" -xf - 2>"$T/dist.log"
+    rc=$?
+fi
+[ $rc = 0 ] && [ -f "$src/packaging/debian/control" ] || rc=1
+ok $rc "source copy for the package ($how, version $ver)"
+[ $rc = 0 ] || { tail -20 "$T/dist.log" | diag; finish; }
+
+cp -R "$src/packaging/debian" "$src/debian"
+deps=$(cd "$src" && dpkg-checkbuilddeps 2>&1)
+if [ -n "$deps" ]; then
+    echo "$deps" | diag
+    skip_rest "build dependencies missing" ".deb built" "lintian" "install" "service" "HTTPS" "purge"
+    finish
+fi
+opts="parallel=$(nproc 2>/dev/null || echo 2)"
+[ "${HY_PACKAGE_CHECK:-0}" = 1 ] || opts="nocheck $opts"
+start=$(date +%s)
+(cd "$src" && DEB_BUILD_OPTIONS="$opts" dpkg-buildpackage -us -uc -b) >"$T/build.log" 2>&1
+rc=$?
+deb=$T/src/hyserve_${ver}_$(dpkg --print-architecture).deb
+[ $rc = 0 ] && [ -f "$deb" ] || rc=1
+ok $rc "dpkg-buildpackage -us -uc -b builds $(basename "$deb") ($(($(date +%s) - start)) s, $opts)"
+[ $rc = 0 ] || { grep -E 'error|Error|dh_[a-z_]+: ' "$T/build.log" | tail -30 | diag; finish; }
+
+# ---- 2. lintian -------------------------------------------------------------
+if command -v lintian >/dev/null; then
+    changes=$T/src/hyserve_${ver}_$(dpkg --print-architecture).changes
+    lintian --pedantic "$changes" >"$T/lintian.log" 2>&1
+    grep -E '^[WEXIP]: ' "$T/lintian.log" | diag
+    errs=$(grep -c '^E: ' "$T/lintian.log")
+    ok "$([ "$errs" = 0 ] && echo 0 || echo 1)" "lintian: no errors on the .deb and .changes ($errs E: tags)"
+else
+    n=$((n + 1)); echo "ok $n - lintian # SKIP lintian not installed"
+fi
+
+# ---- 3. install ---------------------------------------------------------------
+# dpkg -i does not pull dependencies: check them first so that a missing one
+# reads as what it is, and dpkg never leaves a half-configured package.
+missing=""
+for d in $(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/|.*//; s/(.*//; s/:any//' | tr -d ' '); do
+    s=$(dpkg-query -W -f='${db:Status-Status}' "$d" 2>/dev/null)
+    [ "$s" = installed ] || missing="$missing $d"
+done
+if [ -n "$missing" ]; then
+    skip_rest "runtime dependencies not installed:$missing" "install" "service" "HTTPS" "purge"
+    finish
+fi
+touched=1
+dpkg -i "$deb" >"$T/install.log" 2>&1
+rc=$?
+ok $rc "dpkg -i installs the package"
+[ $rc = 0 ] || { diag <"$T/install.log"; finish; }
+dpkg-query -L hyserve | sort >"$T/files.list"
+
+# the user postinst creates: a system account without a login, in www-data
+uid=$(id -u hyserve 2>/dev/null)
+sh_=$(getent passwd hyserve | cut -d: -f7)
+grp=$(id -nG hyserve 2>/dev/null)
+rc=1
+[ -n "$uid" ] && [ "$uid" -lt 1000 ] && [ "$sh_" = /usr/sbin/nologin ] &&
+    echo " $grp " | grep -q ' www-data ' && echo " $grp " | grep -q ' hyserve ' && rc=0
+ok $rc "postinst made system user hyserve (uid ${uid:-none}, shell ${sh_:-none}, groups: $grp)"
+
+# every file the package puts under /etc is a conffile (the admin's edits
+# survive upgrades; purge removes them)
+etc_files=$(while read -r f; do [ -f "$f" ] && [ ! -L "$f" ] && echo "$f"; done <"$T/files.list" | grep '^/etc/')
+conf=$(dpkg-query -W -f='${Conffiles}\n' hyserve | awk 'NF { print $1 }' | sort)
+notconf=$(echo "$etc_files" | sort | comm -23 - "$(printf '%s\n' "$conf" >"$T/conf.list"; echo "$T/conf.list")")
+ok "$([ -z "$notconf" ] && [ -n "$conf" ] && echo 0 || echo 1)" \
+    "every file under /etc is a conffile ($(echo "$conf" | wc -l) conffiles${notconf:+; not: $notconf})"
+rc=1
+[ -f /etc/hyserve/nginx/api-keys.map ] && [ "$(stat -c %a /etc/hyserve/nginx/api-keys.map)" = 640 ] &&
+    [ "$(readlink /etc/hyserve/nginx/upstream-active.conf)" = upstream-$inst.conf ] && rc=0
+ok $rc "postinst made api-keys.map (0640) and upstream-active.conf -> upstream-$inst.conf"
+
+# ---- 4. configure as an admin would (packaging/debian/README.Debian) ----------
+install -d -m 0700 /etc/hyserve/tls
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
+    -keyout /etc/hyserve/tls/key.pem -out /etc/hyserve/tls/cert.pem >"$T/openssl.log" 2>&1
+rc=$?
+[ $rc = 0 ] || diag <"$T/openssl.log"
+models=/var/lib/hyserve/models
+install -d -m 0755 /var/lib/hyserve && install -d -m 0755 $models &&
+    cp "$model" "$models/" && chmod 0644 "$models/$(basename "$model")" || rc=1
+cat >"/etc/hyserve/$inst.ini" <<EOF
+; hyserve@$inst, written by test_package.sh
+[model]
+path = $models/$(basename "$model")
+threads = 2
+[engine]
+max_seqs = 4
+max_context = 1024
+[cache]
+memory_mb = 128
+disk_cache_dir = /var/cache/hyserve/$inst
+[server]
+socket_group = www-data
+socket_mode = 0660
+workers = 2
+[log]
+stderr = true
+EOF
+chgrp hyserve "/etc/hyserve/$inst.ini" && chmod 0640 "/etc/hyserve/$inst.ini" || rc=1
+key=$(HYSERVE_NO_RELOAD=1 /usr/sbin/hyserve-ctl key add pkgtest 2>"$T/ctl.log")
+[ ${#key} -ge 20 ] || { rc=1; diag <"$T/ctl.log"; }
+ok $rc "admin setup: self-signed certificate, $inst.ini, model in $models, key from hyserve-ctl"
+
+# ---- 5. the unit, run as systemd would --------------------------------------
+# unit_get KEY: the last KEY= of the unit, continuation lines joined, %i and
+# %I replaced by the instance; status 1 when the key is absent.
+unit_get() {
+    awk -v k="$1" -v inst="$inst" '
+        !cont && /^[ \t]*[#;]/ { next }
+        { cur = cont ? cur " " $0 : $0 }
+        cur ~ /\\$/ { sub(/\\$/, "", cur); cont = 1; next }
+        { cont = 0 }
+        index(cur, k "=") == 1 { v = substr(cur, length(k) + 2); found = 1 }
+        END {
+            if (!found) exit 1
+            gsub(/%[iI]/, inst, v); gsub(/[ \t]+/, " ", v); sub(/^ /, "", v); sub(/ $/, "", v)
+            print v
+        }' "$unit"
+}
+exec_start=$(unit_get ExecStart) || exec_start=""
+exec_start=${exec_start#-}
+u=$(unit_get User || echo root)
+g=$(unit_get Group || id -gn "$u")
+umask_=$(unit_get UMask || echo 0022)
+cond=$(unit_get ConditionPathExists || true)
+rc=0 why=""
+case $exec_start in
+"") rc=1 why="no ExecStart" ;;
+*[\'\"\$%\;]*) rc=1 why="ExecStart uses quoting, variables or specifiers this emulation does not: $exec_start" ;;
+esac
+[ -n "$cond" ] && [ ! -e "$cond" ] && { rc=1; why="ConditionPathExists=$cond does not hold"; }
+uid=$(id -u "$u" 2>/dev/null) || { rc=1; why="User=$u does not exist"; }
+gid=$(getent group "$g" | cut -d: -f3)
+[ -n "$gid" ] || { rc=1; why="Group=$g does not exist"; }
+ok $rc "installed unit parsed: User=$u Group=$g ExecStart=$exec_start${why:+ ($why)}"
+if [ $rc != 0 ]; then skip_rest "the unit cannot be run" "service" "HTTPS" "purge"; finish; fi
+
+# supplementary groups: the user's own (initgroups) plus SupplementaryGroups=
+groups=$( { id -G "$u"; for sg in $(unit_get SupplementaryGroups || true); do getent group "$sg" | cut -d: -f3; done; } |
+    tr ' ' '\n' | grep . | sort -un | paste -sd, -)
+# RuntimeDirectory= etc.: parents root-owned 0755, the innermost owned by the
+# service user with the *DirectoryMode= (systemd.exec(5))
+mkdirs() { # BASE KEY ENVVAR
+    dirs=$(unit_get "$2" || true)
+    mode=$(unit_get "${2}Mode" || echo 0755)
+    list=""
+    for d in $dirs; do
+        install -d -m 0755 "$1/$(dirname "$d")" && install -d -m "$mode" -o "$u" -g "$g" "$1/$d" || return 1
+        chown -R "$u:$g" "$1/$d"
+        list="$list${list:+:}$1/$d"
+        rwdirs="$rwdirs $1/$d"
+    done
+    [ -z "$list" ] || echo "$3=$list" >>"$T/unit.env"
+}
+: >"$T/unit.env"
+rwdirs=$(unit_get ReadWritePaths || true)
+rc=0
+mkdirs /run RuntimeDirectory RUNTIME_DIRECTORY && mkdirs /var/lib StateDirectory STATE_DIRECTORY &&
+    mkdirs /var/cache CacheDirectory CACHE_DIRECTORY && mkdirs /var/log LogsDirectory LOGS_DIRECTORY || rc=1
+nofile=$(unit_get LimitNOFILE || true)
+memlock=$(unit_get LimitMEMLOCK || true)
+[ "$memlock" = infinity ] && memlock=unlimited
+nnp=""
+[ "$(unit_get NoNewPrivileges || true)" = yes ] && nnp=--no-new-privs
+caps=""
+cbs=$(unit_get CapabilityBoundingSet) && [ -z "$cbs" ] && caps="--inh-caps=-all --bounding-set=-all"
+# The file-system sandbox (ProtectSystem=strict, PrivateTmp=, ProtectHome=)
+# in a private mount namespace: only the unit's own directories writable, a
+# private /tmp, no homes.  Where the machine allows no mount namespace (an
+# unprivileged container), the service runs without it and we say so.
+sbx="" sbx_note="no mount namespace here: file-system sandbox not emulated"
+cat >"$T/sandbox.sh" <<'EOF'
+# sandbox.sh CMD...: in the mount namespace unshare(1) made, set up what
+# HY_PROTECT_SYSTEM, HY_PRIVATE_TMP and HY_PROTECT_HOME ask for, leaving
+# HY_RW_DIRS writable, then exec CMD.  Every remount is "bind,remount":
+# per mount point, so nothing outside this namespace changes.
+set -e
+if [ "$HY_PROTECT_SYSTEM" = strict ]; then
+    for d in $HY_RW_DIRS; do mount --bind "$d" "$d"; done
+fi
+if [ "$HY_PRIVATE_TMP" = yes ]; then
+    for t in /tmp /var/tmp; do mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$t"; done
+fi
+if [ "$HY_PROTECT_SYSTEM" = strict ]; then
+    findmnt -rn -o TARGET | sort -u | while read -r m; do
+        case $m in /dev | /dev/* | /proc | /proc/* | /sys | /sys/*) continue ;; esac
+        [ "$HY_PRIVATE_TMP" = yes ] && case $m in /tmp | /var/tmp) continue ;; esac
+        case " $HY_RW_DIRS " in *" $m "*) continue ;; esac
+        mount -o remount,bind,ro "$m"
+    done
+fi
+if [ "$HY_PROTECT_HOME" = yes ]; then
+    for h in /home /root /run/user; do
+        [ ! -d "$h" ] || mount -t tmpfs -o ro,mode=0755,nosuid,nodev tmpfs "$h"
+    done
+fi
+exec "$@"
+EOF
+if unshare -m --propagation private sh -c 'mount -t tmpfs tmpfs /tmp && mount -o remount,bind,ro /' 2>/dev/null; then
+    sbx="unshare -m --propagation private sh $T/sandbox.sh"
+    sbx_note="ProtectSystem=$(unit_get ProtectSystem || echo no) PrivateTmp=$(unit_get PrivateTmp || echo no) ProtectHome=$(unit_get ProtectHome || echo no)"
+fi
+home=$(getent passwd "$u" | cut -d: -f6)
+shell=$(getent passwd "$u" | cut -d: -f7)
+set -f
+# ExecStart and the *_DIRECTORY= list are split into words as systemd does
+# (no quotes in them, checked above); dash and bash both have ulimit -n/-l
+# shellcheck disable=SC2086,SC2046,SC3045
+(
+    umask "$umask_"
+    [ -z "$nofile" ] || ulimit -n "$nofile"
+    [ -z "$memlock" ] || ulimit -l "$memlock"
+    cd /
+    HY_RW_DIRS="$rwdirs" HY_PROTECT_SYSTEM=$(unit_get ProtectSystem || echo no)
+    HY_PRIVATE_TMP=$(unit_get PrivateTmp || echo no) HY_PROTECT_HOME=$(unit_get ProtectHome || echo no)
+    export HY_RW_DIRS HY_PROTECT_SYSTEM HY_PRIVATE_TMP HY_PROTECT_HOME
+    exec $sbx setsid setpriv --reuid="$uid" --regid="$gid" --groups="$groups" $nnp $caps -- \
+        env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin LANG=C.UTF-8 \
+        USER="$u" LOGNAME="$u" HOME="$home" SHELL="$shell" $(cat "$T/unit.env") $exec_start
+) >"$T/service.log" 2>&1 </dev/null &
+srv_pid=$!
+set +f
+sock=/run/hyserve/$inst/fcgi.sock
+i=0
+while [ ! -S "$sock" ] && kill -0 "$srv_pid" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.2; i=$((i + 1)); done
+[ -S "$sock" ] || rc=1
+ok $rc "hyserve@$inst started as the unit says: socket $sock ($groups, umask $umask_${nnp:+, $nnp})"
+if [ $rc != 0 ]; then tail -30 "$T/service.log" | diag; skip_rest "the service did not start" "HTTPS" "purge"; finish; fi
+pu=$(ps -o user= -p "$srv_pid" | tr -d ' ')
+sm=$(stat -c '%U:%G %a' "$sock")
+rc=1
+[ "$pu" = "$u" ] && [ "$sm" = "$u:www-data 660" ] && rc=0
+ok $rc "server runs as $pu; socket owner and mode $sm (nginx's www-data may connect)"
+if [ -n "$sbx" ]; then
+    # what the running server sees: / read-only, its own /tmp
+    ro=$(awk '$5 == "/" { print $6 }' "/proc/$srv_pid/mountinfo" | tail -n 1)
+    tmp=$(awk '$5 == "/tmp" { print $9 }' "/proc/$srv_pid/mountinfo" | tail -n 1)
+    rc=1
+    case $ro in ro,* | ro) [ "$tmp" = tmpfs ] && rc=0 ;; esac
+    ok $rc "the server runs sandboxed: / mounted ${ro%%,*}, /tmp on ${tmp:-the host (shared)}, writable:$rwdirs ($sbx_note)"
+else
+    n=$((n + 1)); printf 'ok %d - file-system sandbox # SKIP %s\n' $n "$sbx_note"
+fi
+
+# ---- 6. nginx with the installed site, HTTPS ---------------------------------
+port_free() { ! ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+port=8443
+if ! port_free $port; then
+    port=18443
+    while ! port_free $port && [ $port -lt 18543 ]; do port=$((port + 1)); done
+fi
+site=/etc/nginx/sites-available/hyserve
+if [ $port != 8443 ] || [ ! -e /proc/net/if_inet6 ]; then
+    # the installed site with only the port changed (and no IPv6 listener
+    # where the kernel has no IPv6)
+    sed "s/:8443 /:$port /; s/listen 8443 /listen $port /" "$site" >"$T/site.conf"
+    [ -e /proc/net/if_inet6 ] || sed -i '/listen[ \t]*\[::\]/d' "$T/site.conf"
+    site=$T/site.conf
+fi
+mkdir -p "$T/nginx"
+chmod 0755 "$T/nginx"
+cat >"$T/nginx/nginx.conf" <<EOF
+user www-data;
+worker_processes 2;
+pid $T/nginx/nginx.pid;
+error_log $T/nginx/error.log notice;
+events { worker_connections 256; }
+http {
+    include /etc/nginx/mime.types;
+    access_log off;
+    client_body_temp_path $T/nginx/body;
+    fastcgi_temp_path $T/nginx/fastcgi;
+    proxy_temp_path $T/nginx/proxy;
+    uwsgi_temp_path $T/nginx/uwsgi;
+    scgi_temp_path $T/nginx/scgi;
+    include $site;
+}
+EOF
+ngx="nginx -e $T/nginx/error.log -p $T/nginx/ -c $T/nginx/nginx.conf"
+out=$($ngx -t -q 2>&1)
+rc=$?
+[ $rc = 0 ] || echo "$out" | diag
+if [ $rc = 0 ]; then
+    $ngx -g 'daemon off;' >>"$T/nginx/error.log" 2>&1 &
+    ngx_pid=$!
+    i=0
+    while ! curl -s -o /dev/null --max-time 2 --cacert /etc/hyserve/tls/cert.pem \
+            "https://localhost:$port/health" 2>/dev/null && kill -0 "$ngx_pid" 2>/dev/null && [ $i -lt 100 ]; do
+        sleep 0.2; i=$((i + 1))
+    done
+    kill -0 "$ngx_pid" 2>/dev/null || rc=1
+fi
+ok $rc "nginx -t and start with the installed site on port $port"
+if [ $rc != 0 ]; then tail -20 "$T/nginx/error.log" | diag; skip_rest "nginx did not start" "HTTPS" "purge"; finish; fi
+
+url=https://localhost:$port
+c() { curl -sS --max-time 120 --cacert /etc/hyserve/tls/cert.pem "$@"; }
+code=$(c -o "$T/health.json" -w '%{http_code}' "$url/health" 2>"$T/curl.log")
+ok "$([ "$code" = 200 ] && echo 0 || echo 1)" "GET /health over verified TLS: HTTP $code"
+code=$(c -o "$T/nokey.json" -w '%{http_code}' "$url/v1/models" 2>>"$T/curl.log")
+rc=1
+[ "$code" = 401 ] && grep -q '"invalid_api_key"' "$T/nokey.json" && rc=0
+ok $rc "no API key: HTTP $code with an OpenAI-shaped error"
+
+code=$(c -o "$T/models.json" -w '%{http_code}' -H "Authorization: Bearer $key" "$url/v1/models" 2>>"$T/curl.log")
+mid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["data"][0]["id"])' "$T/models.json" 2>/dev/null)
+ok "$([ "$code" = 200 ] && [ -n "$mid" ] && echo 0 || echo 1)" "GET /v1/models with the key: HTTP $code, model '$mid'"
+
+body='{"model":"'$mid'","prompt":"The capital of France is","max_tokens":8,"temperature":0}'
+code=$(c -o "$T/compl.json" -w '%{http_code}' -H "Authorization: Bearer $key" \
+    -H 'Content-Type: application/json' -d "$body" "$url/v1/completions" 2>>"$T/curl.log")
+text=$(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["choices"][0]
+assert r["object"] == "text_completion" and r["usage"]["completion_tokens"] > 0
+print(repr(c["text"]))' "$T/compl.json" 2>"$T/py.log")
+rc=1
+[ "$code" = 200 ] && [ -n "$text" ] && [ "$text" != "''" ] && rc=0
+ok $rc "POST /v1/completions through nginx: HTTP $code, text $text"
+[ $rc = 0 ] || { cat "$T/compl.json" "$T/py.log" "$T/curl.log" | head -20 | diag; }
+
+body='{"model":"'$mid'","messages":[{"role":"user","content":"Say hi."}],"max_tokens":8,"stream":true}'
+code=$(c -N -o "$T/stream.txt" -w '%{http_code}' -H "Authorization: Bearer $key" \
+    -H 'Content-Type: application/json' -d "$body" "$url/v1/chat/completions" 2>>"$T/curl.log")
+ev=$(grep -c '^data: {' "$T/stream.txt")
+rc=1
+[ "$code" = 200 ] && [ "$ev" -ge 2 ] && [ "$(grep '^data: ' "$T/stream.txt" | tail -n 1)" = "data: [DONE]" ] && rc=0
+ok $rc "streaming chat completion through nginx: HTTP $code, $ev events, ends with [DONE]"
+
+# the installed hyserve-ctl revokes the key and reloads this nginx
+out=$(HYSERVE_NGINX="$ngx" HYSERVE_NGINX_PID="$T/nginx/nginx.pid" /usr/sbin/hyserve-ctl key revoke pkgtest 2>&1)
+rc=$?
+code=$(c -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $key" "$url/v1/models" 2>>"$T/curl.log")
+ok "$([ $rc = 0 ] && [ "$code" = 401 ] && echo 0 || echo 1)" "hyserve-ctl key revoke + reload: the key now gets HTTP $code ($out)"
+
+# ---- 7. stop as systemd would: SIGTERM, then the runtime directory goes ----
+stop_nginx
+kill -TERM "$srv_pid"
+i=0
+tos=$(unit_get TimeoutStopSec || echo 90)
+tos=${tos%s}
+case $tos in '' | *[!0-9]*) tos=90 ;; esac
+while kill -0 "$srv_pid" 2>/dev/null && [ $i -lt $((tos * 5)) ]; do sleep 0.2; i=$((i + 1)); done
+if kill -0 "$srv_pid" 2>/dev/null; then
+    rc=1 st="still running after ${tos} s"
+else
+    wait "$srv_pid"
+    rc=$? st="exit status $rc"
+fi
+srv_pid_was=$srv_pid
+stop_server
+left=$(pgrep -g "$srv_pid_was" 2>/dev/null | paste -sd' ' -)
+[ -e "/dev/shm/hyserve-$inst" ] && { rc=1; st="$st, /dev/shm/hyserve-$inst left behind"; }
+[ -z "$left" ] || { rc=1; st="$st, processes left: $left"; }
+ok $rc "SIGTERM stops the service cleanly ($st)"
+[ $rc = 0 ] || tail -20 "$T/service.log" | diag
+for d in $(unit_get RuntimeDirectory || true); do rm -rf "/run/${d:?}"; done
+
+# ---- 8. remove, then purge ----------------------------------------------------
+# The site enabled as README.Debian says; `dpkg -r` takes sites-available/
+# hyserve away, so the enabled link must go too (nginx would not start with
+# a dangling include), while the conffiles and the user stay until purge.
+ln -s /etc/nginx/sites-available/hyserve /etc/nginx/sites-enabled/hyserve
+dpkg -r hyserve >"$T/remove.log" 2>&1
+rc=$?
+st=$(dpkg-query -W -f='${db:Status-Status}' hyserve 2>/dev/null)
+why="status $st"
+[ "$st" = config-files ] || rc=1
+{ [ -e /etc/nginx/sites-enabled/hyserve ] || [ -L /etc/nginx/sites-enabled/hyserve ]; } &&
+    { rc=1; why="$why, sites-enabled/hyserve left dangling"; }
+[ -f /etc/hyserve/hyserve.ini ] || { rc=1; why="$why, conffile hyserve.ini gone"; }
+[ -e /usr/bin/hyserve ] && { rc=1; why="$why, /usr/bin/hyserve still there"; }
+getent passwd hyserve >/dev/null || { rc=1; why="$why, user removed before purge"; }
+ok $rc "dpkg -r hyserve keeps the configuration, drops the enabled site ($why)"
+[ $rc = 0 ] || diag <"$T/remove.log"
+rm -f /etc/nginx/sites-enabled/hyserve
+
+# what the admin made is the admin's to remove (postrm keeps it)
+rm -rf "/etc/hyserve/$inst.ini" /etc/hyserve/tls
+dpkg --purge hyserve >"$T/purge.log" 2>&1
+rc=$?
+st=$(dpkg-query -W -f='${db:Status-Status}' hyserve 2>/dev/null)
+[ -z "$st" ] || [ "$st" = not-installed ] || rc=1
+ok $rc "dpkg --purge hyserve (status now: ${st:-not installed})"
+[ $rc = 0 ] || diag <"$T/purge.log"
+left=""
+while read -r f; do
+    [ "$f" = /. ] && continue
+    { [ -e "$f" ] || [ -L "$f" ]; } || continue
+    # directories the package shares with others (/etc/nginx, /usr/bin, and
+    # /lib, a link to usr/lib on Debian 12) stay with their other owners
+    dpkg -S "$f" >/dev/null 2>&1 && continue
+    left="$left $f"
+done <"$T/files.list"
+for f in /etc/hyserve /run/hyserve /var/lib/hyserve /var/cache/hyserve /var/log/hyserve \
+         /etc/nginx/sites-enabled/hyserve "/dev/shm/hyserve-$inst"; do
+    { [ -e "$f" ] || [ -L "$f" ]; } && left="$left $f"
+done
+ok "$([ -z "$left" ] && echo 0 || echo 1)" "purge leaves no file of the package, /etc/hyserve or state behind${left:+:$left}"
+rc=0
+getent passwd hyserve >/dev/null && rc=1
+getent group hyserve >/dev/null && rc=1
+getent group www-data | cut -d: -f4 | tr ',' '\n' | grep -qx hyserve && rc=1
+ok $rc "purge removed user and group hyserve (postrm promises it)"
+finish
