@@ -271,6 +271,13 @@ struct hy_backend_i {
      * returns HY_OK or that error (message into err) and clears it; the
      * engine checks it once per forward pass. */
     int (*status)(hy_backend_t *be, char *err);
+
+    /* The kernel this backend runs for op ("matmul" for weight w,
+     * "attention" at head size head_dim, "gdn", "ssd", "conv"), written
+     * into buf (at most n bytes), for the start-up log line that makes a
+     * silent fallback to a slower path visible.  May be NULL. */
+    void (*kernel_name)(hy_backend_t *be, const char *op, const hy_weight_t *w,
+                        int32_t head_dim, char *buf, size_t n);
 };
 
 struct hy_backend {

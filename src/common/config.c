@@ -53,7 +53,6 @@ static const hy_config_key_t keys[] = {
     { "cache",  "page_tokens",        HY_CONFIG_UINT,    OFF(cache.page_tokens),        "16",                    1,      256, NULL },
     { "cache",  "kv_type",            HY_CONFIG_ENUM,    OFF(cache.kv_type),            "f16",                   0,      0, kv_types },
     { "cache",  "checkpoint_interval", HY_CONFIG_UINT,   OFF(cache.checkpoint_interval), "1024",                 1,      16777216, NULL },
-    { "cache",  "disk_cache_dir",     HY_CONFIG_STRING,  OFF(cache.disk_cache_dir),     "",                      0,      STR(cache.disk_cache_dir), NULL },
     { "server", "socket",             HY_CONFIG_STRING,  OFF(server.socket),            "/run/hyserve/blue.sock", 1,     STR(server.socket), NULL },
     { "server", "socket_mode",        HY_CONFIG_MODE,    OFF(server.socket_mode),       "0660",                  0,      0777, NULL },
     { "server", "socket_group",       HY_CONFIG_STRING,  OFF(server.socket_group),      "",                      0,      STR(server.socket_group), NULL },
@@ -67,6 +66,7 @@ static const hy_config_key_t keys[] = {
     { "log",    "level",              HY_CONFIG_ENUM,    OFF(log.level),                "info",                  0,      0, levels },
     { "log",    "ident",              HY_CONFIG_STRING,  OFF(log.ident),                "hyserve",               1,      STR(log.ident), NULL },
     { "log",    "stderr",             HY_CONFIG_BOOL,    OFF(log.to_stderr),            "false",                 0,      0, NULL },
+    { "log",    "socket",             HY_CONFIG_STRING,  OFF(log.socket),               "",                      0,      STR(log.socket), NULL },
 };
 
 const hy_config_key_t *hy_config_keys(size_t *n)

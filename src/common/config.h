@@ -46,7 +46,6 @@ typedef struct {
         uint32_t page_tokens;
         int32_t kv_type;        /* HY_CONFIG_KV_* */
         uint32_t checkpoint_interval; /* tokens between recurrent-state snapshots */
-        char disk_cache_dir[HY_CONFIG_PATH_LEN]; /* "" = no disk tier */
     } cache;
     struct {
         char socket[HY_CONFIG_SOCKET_LEN];
@@ -64,6 +63,7 @@ typedef struct {
         int32_t level;    /* LOG_DEBUG..LOG_ERR */
         char ident[HY_CONFIG_NAME_LEN];
         bool to_stderr;   /* also copy each line to stderr */
+        char socket[108]; /* "" = the system's /dev/log; else this AF_UNIX datagram socket */
     } log;
 } hy_config_t;
 

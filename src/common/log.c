@@ -7,24 +7,49 @@
  */
 #include "common/log.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct {
     bool opened;
     bool to_stderr;
     int level;
+    int facility;
     char ident[64]; /* openlog keeps the pointer, so it must outlive the call */
-} log_state = { false, true, LOG_INFO, "hyserve" };
+    /* log.socket: our own datagram client instead of syslog() */
+    char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    int sock_fd;
+} log_state = { false, true, LOG_INFO, LOG_DAEMON, "hyserve", "", -1 };
+
+/* Worker threads log concurrently; the socket is (re)connected lazily. */
+static pthread_mutex_t log_sock_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t log_atfork_once = PTHREAD_ONCE_INIT;
+
+/* The coordinator forks workers while its engine thread may be logging: a
+ * child must not inherit the lock held by a thread that does not exist in
+ * it, so fork takes it and both sides release it. */
+static void log_fork_prepare(void) { pthread_mutex_lock(&log_sock_lock); }
+static void log_fork_release(void) { pthread_mutex_unlock(&log_sock_lock); }
+static void log_atfork_register(void)
+{
+    pthread_atfork(log_fork_prepare, log_fork_release, log_fork_release);
+}
 
 void hy_log_open(const char *ident, int facility, int level, bool to_stderr)
 {
     snprintf(log_state.ident, sizeof log_state.ident, "%s", ident ? ident : "hyserve");
     log_state.level = level;
     log_state.to_stderr = to_stderr;
+    log_state.facility = facility;
     openlog(log_state.ident, LOG_PID | LOG_NDELAY, facility);
     log_state.opened = true;
 }
@@ -35,6 +60,79 @@ void hy_log_close(void)
         closelog();
     log_state.opened = false;
     log_state.to_stderr = true;
+    pthread_mutex_lock(&log_sock_lock);
+    if (log_state.sock_fd >= 0)
+        close(log_state.sock_fd);
+    log_state.sock_fd = -1;
+    log_state.sock_path[0] = '\0';
+    pthread_mutex_unlock(&log_sock_lock);
+}
+
+int hy_log_set_socket(const char *path, char *err)
+{
+    size_t n = path ? strlen(path) : 0;
+
+    if (n >= sizeof log_state.sock_path)
+        return hy_err(err, HY_EINVAL, "log socket path is %zu bytes; at most %zu fit",
+                      n, sizeof log_state.sock_path - 1);
+    pthread_once(&log_atfork_once, log_atfork_register);
+    pthread_mutex_lock(&log_sock_lock);
+    if (log_state.sock_fd >= 0)
+        close(log_state.sock_fd);
+    log_state.sock_fd = -1;
+    memcpy(log_state.sock_path, path ? path : "", n + 1);
+    pthread_mutex_unlock(&log_sock_lock);
+    return HY_OK;
+}
+
+/* One RFC 3164 datagram: "<PRI>Mmm dd hh:mm:ss ident[pid]: line", what
+ * glibc's syslog() sends to /dev/log, so the daemon parses program and pid
+ * the same way.  Returns false when the line could not be delivered. */
+static bool log_sock_send(int level, const char *line)
+{
+    static const char *const mon[] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+    char msg[HY_LOG_LINE_LEN + 160];
+    struct tm tm;
+    time_t now = time(NULL);
+    int len;
+    bool sent = false;
+
+    localtime_r(&now, &tm);
+    len = snprintf(msg, sizeof msg, "<%d>%s %2d %02d:%02d:%02d %s[%ld]: %s",
+                   log_state.facility | level, mon[tm.tm_mon % 12], tm.tm_mday, tm.tm_hour,
+                   tm.tm_min, tm.tm_sec, log_state.ident, (long)getpid(), line);
+    if (len < 0)
+        return false;
+    if ((size_t)len >= sizeof msg)
+        len = (int)sizeof msg - 1;
+    pthread_mutex_lock(&log_sock_lock);
+    for (int attempt = 0; attempt < 2 && !sent; attempt++) {
+        if (log_state.sock_fd < 0) {
+            struct sockaddr_un sa;
+            int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+            if (fd < 0)
+                break;
+            memset(&sa, 0, sizeof sa);
+            sa.sun_family = AF_UNIX;
+            memcpy(sa.sun_path, log_state.sock_path, strlen(log_state.sock_path) + 1);
+            if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+                close(fd);
+                break;
+            }
+            log_state.sock_fd = fd;
+        }
+        if (send(log_state.sock_fd, msg, (size_t)len, MSG_NOSIGNAL) == len) {
+            sent = true;
+        } else {
+            /* the daemon restarted (ECONNREFUSED / ENOTCONN): reconnect once */
+            close(log_state.sock_fd);
+            log_state.sock_fd = -1;
+        }
+    }
+    pthread_mutex_unlock(&log_sock_lock);
+    return sent;
 }
 
 bool hy_log_enabled(int level)
@@ -259,7 +357,9 @@ void hy_log_v(int level, const char *event, const char *fmt, va_list ap)
     if (!hy_log_enabled(level))
         return;
     hy_log_format_v(line, sizeof line, event, fmt, ap);
-    if (log_state.opened)
+    if (log_state.opened && log_state.sock_path[0])
+        log_sock_send(level, line);
+    else if (log_state.opened)
         syslog(level, "%s", line);
     if (log_state.to_stderr)
         fprintf(stderr, "%s[%ld] %s: %s\n", log_state.ident, (long)getpid(),

@@ -25,6 +25,16 @@
 void hy_log_open(const char *ident, int facility, int level, bool to_stderr);
 void hy_log_close(void);
 
+/* Sends syslog lines to the AF_UNIX datagram socket at path (RFC 3164
+ * framing, as glibc's syslog() writes to /dev/log) instead of /dev/log;
+ * NULL or "" returns to /dev/log.  The socket is reconnected on the next
+ * line after a failed send, so a restarted syslog daemon is picked up.
+ * Fails (message in err) when path is too long for sun_path; an absent
+ * socket is not an error (lines go to stderr until it appears, if
+ * to_stderr). Kept across hy_log_open (forked workers re-open with their
+ * own ident and keep the socket). */
+int hy_log_set_socket(const char *path, char *err);
+
 /* Whether an event at level would be written (skip costly arguments). */
 bool hy_log_enabled(int level);
 

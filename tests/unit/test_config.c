@@ -125,15 +125,15 @@ static void test_good_values(void)
     char err[HY_ERR_LEN] = "";
     const char *path = write_ini(
         "; comment\n[cache]\npage_tokens = 256\nmemory_fraction = 0.5 ; inline\n"
-        "kv_type = q8_0\ndisk_cache_dir = \"/var/cache/hy serve\"\n"
+        "kv_type = q8_0\n"
         "[server]\nmax_body_bytes = 64k\nsocket_mode = 600\n"
-        "[LOG]\nFacility = local3\nlevel = err\nstderr = yes\n");
+        "[LOG]\nFacility = local3\nlevel = err\nstderr = yes\nsocket = \"/run/hy serve/log\"\n");
     int rc = hy_config_load(&cfg, path, err);
 
     unlink(path);
     HY_T_OK(rc == HY_OK && cfg.cache.page_tokens == 256 && cfg.cache.memory_fraction == 0.5 &&
             cfg.cache.kv_type == HY_CONFIG_KV_Q8_0 &&
-            strcmp(cfg.cache.disk_cache_dir, "/var/cache/hy serve") == 0 &&
+            strcmp(cfg.log.socket, "/run/hy serve/log") == 0 &&
             cfg.server.max_body_bytes == 65536 && cfg.server.socket_mode == 0600 &&
             cfg.log.facility == LOG_LOCAL3 && cfg.log.level == LOG_ERR && cfg.log.to_stderr &&
             cfg.engine.max_seqs == 64,

@@ -505,6 +505,9 @@ static void hy_cpu_free(hy_backend_t *be)
 
 /* Designated initialisers: the table grows (recurrent ops, MoE) and slots
  * this file does not fill stay NULL instead of shifting. */
+static void hy_cpu_kernel_name(hy_backend_t *be, const char *op, const hy_weight_t *w,
+                               int32_t head_dim, char *buf, size_t n);
+
 static const struct hy_backend_i hy_cpu_methods = {
     .name = "cpu",
     .free = hy_cpu_free,
@@ -540,7 +543,42 @@ static const struct hy_backend_i hy_cpu_methods = {
     .status = hy_cpu_status,
     .mem_sizes = hy_cpu_mem_sizes,
     .mem_allocated = hy_cpu_mem_allocated,
+    .kernel_name = hy_cpu_kernel_name,
 };
+
+/* Names what the dispatchers pick with no test pin: every module takes the
+ * CPU's best level (hy_cpu_isa), matmul the type's kernel pair from
+ * hy_quant_traits (a type without one is named as such, not hidden). */
+static void hy_cpu_kernel_name(hy_backend_t *be, const char *op, const hy_weight_t *w,
+                               int32_t head_dim, char *buf, size_t n)
+{
+    const char *isa = hy_isa_name(hy_cpu_isa());
+
+    (void)be;
+    if (strcmp(op, "matmul") == 0 && w != NULL) {
+        const hy_quant_traits_t *t = hy_quant_traits(w->type);
+        const hy_dtype_info_t *wi = hy_dtype_info((uint32_t)w->type);
+        const hy_dtype_info_t *xi = t ? hy_dtype_info((uint32_t)t->vec_dot_type) : NULL;
+
+        if (t == NULL)
+            snprintf(buf, n, "%s:unsupported", wi && wi->name ? wi->name : "?");
+        else
+            snprintf(buf, n, "%sx%s-%s%s", wi && wi->name ? wi->name : "?",
+                     xi && xi->name ? xi->name : "?", isa,
+                     hy_quant_vec_dot_tile(w->type) ? "-tiled" : "");
+    } else if (strcmp(op, "attention") == 0) {
+        /* attention.c puts 16 queries in the SIMD lanes for heads <= 16 */
+        snprintf(buf, n, "paged-%s-%s", head_dim <= 16 ? "lanes16" : "rows", isa);
+    } else if (strcmp(op, "gdn") == 0) {
+        snprintf(buf, n, "chunked-wy+recurrent-%s", isa);
+    } else if (strcmp(op, "ssd") == 0) {
+        snprintf(buf, n, "chunked-ssd+recurrent-%s", isa);
+    } else if (strcmp(op, "conv") == 0) {
+        snprintf(buf, n, "causal-conv1d-c");
+    } else {
+        snprintf(buf, n, "unknown-op");
+    }
+}
 
 int hy_backend_cpu_new(hy_backend_t **out, const hy_backend_opts_t *opts, char *err)
 {
