@@ -1,13 +1,76 @@
 /*
  * test_log.c - the key=value line format: plain values, quoting and
  * escaping, printf conversions with lengths and '*', truncation, level
- * filtering and the stderr copy.
+ * filtering, the stderr copy, and log.socket (a private datagram socket
+ * that receives RFC 3164 lines and survives the daemon's restart).
  */
 #include "common/log.h"
 #include "test.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+/* A datagram socket bound at path, as syslog-ng's unix-dgram() source. */
+static int bind_dgram(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    unlink(path);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static void test_socket(void)
+{
+    char dir[] = "/tmp/hy-logsock-XXXXXX", path[160], want[64], got[512];
+    char err[HY_ERR_LEN], longp[200];
+    struct timeval tv = {2, 0};
+    ssize_t n;
+    int fd;
+
+    if (mkdtemp(dir) == NULL) {
+        HY_T_OK(0, "mkdtemp failed");
+        return;
+    }
+    snprintf(path, sizeof path, "%s/log", dir);
+    fd = bind_dgram(path);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    memset(longp, 'a', sizeof longp - 1);
+    longp[sizeof longp - 1] = '\0';
+    HY_T_OK(hy_log_set_socket(longp, err) == HY_EINVAL && strstr(err, "at most 107"),
+            "a socket path longer than sun_path is refused (%s)", err);
+    HY_T_OK(hy_log_set_socket(path, err) == HY_OK, "log.socket set (%s)", err);
+    hy_log_open("hysock", LOG_LOCAL3, LOG_INFO, false);
+    hy_log(LOG_WARNING, "first", "k=%d", 7);
+    n = recv(fd, got, sizeof got - 1, 0);
+    got[n > 0 ? n : 0] = '\0';
+    /* <PRI> = facility | level; then "Mmm dd hh:mm:ss ident[pid]: line" */
+    snprintf(want, sizeof want, "hysock[%ld]: event=first k=7", (long)getpid());
+    HY_T_OK(n > 0 && strncmp(got, "<156>", 5) == 0 && got[8] == ' ' && got[20] == ' ' &&
+                strcmp(got + 21, want) == 0,
+            "one RFC 3164 datagram per line: [%s]", got);
+    /* the daemon restarts: a new socket at the same path gets the next line */
+    close(fd);
+    fd = bind_dgram(path);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    hy_log(LOG_INFO, "second", "k=%d", 8);
+    n = recv(fd, got, sizeof got - 1, 0);
+    got[n > 0 ? n : 0] = '\0';
+    HY_T_OK(n > 0 && strstr(got, "event=second k=8") && strncmp(got, "<158>", 5) == 0,
+            "after the daemon restarts the next line is delivered: [%s]", got);
+    hy_log_close();
+    close(fd);
+    unlink(path);
+    rmdir(dir);
+}
 
 static int same(const char *got, const char *want)
 {
@@ -74,5 +137,6 @@ int main(void)
     } else {
         HY_T_OK(0, "pipe failed");
     }
+    test_socket();
     return hy_t_done();
 }
