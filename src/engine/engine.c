@@ -297,7 +297,7 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
     char err[HY_ERR_LEN];
     hy_pt_counts_t c;
     hy_pt_match_t m;
-    int32_t first;
+    int32_t first, page_blocks = 0;
 
     hy_pt_counts(e->pt, &c);
     first = HY_MIN(s->n_total, e->o.max_batch_tokens);
@@ -313,13 +313,20 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
     m.pages = s->kv.pages;
     m.cap = s->kv.cap;
     m.ckpt = -1;
-    if (hy_pt_match(e->pt, s->tokens, s->n_total, e->hybrid, &m, err) != HY_OK)
-        memset(&m, 0, sizeof m), m.ckpt = -1, m.hash = HY_PT_HASH_ROOT;
+    if (hy_pt_match_ex(e->pt, s->tokens, s->n_total, e->hybrid, &m, &page_blocks, err) != HY_OK)
+        memset(&m, 0, sizeof m), m.ckpt = -1, m.hash = HY_PT_HASH_ROOT, page_blocks = 0;
     if (e->hybrid && m.n_blocks > 0 && m.ckpt < 0) {
         /* pages without the state at their end are useless to a hybrid */
         hy_pt_release_seq(e->pt, m.pages, m.n_blocks, err);
         m.n_blocks = m.n_tokens = 0;
     }
+    /* The cached pages reach further than any checkpoint: this prompt
+     * branches off a cached prefix that has never been snapshotted at its
+     * end (the earlier request went on past it).  Snapshot there, so every
+     * later request sharing that prefix (same system prompt, new question)
+     * resumes at the branch instead of the last interval checkpoint: the
+     * policy Marconi (MLSys 2025) calls checkpointing at branch points. */
+    s->branch = e->hybrid && page_blocks > m.n_blocks ? page_blocks * e->sp.page_tokens : 0;
     s->kv.n_pages = m.n_blocks;
     s->kv.n_tokens = m.n_tokens;
     s->n_hashed = m.n_blocks;
@@ -356,6 +363,7 @@ static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, int32_t idx, char 
     s->started = s->blocked = false;
     s->finish_after = HY_FINISH_NONE;
     s->state = s->ckpt = -1;
+    s->branch = 0;
     s->kv.n_pages = s->kv.n_tokens = s->kv.state_slot = 0;
     s->n_hashed = 0;
     s->hash = HY_PT_HASH_ROOT;
@@ -517,7 +525,7 @@ static void hy_engine_cache(hy_engine_t *e, hy_sched_seq_t *s)
     }
     if (!e->hybrid || e->sp.n_checkpoint_slots == 0 || b == 0 || b % pt != 0)
         return;
-    if ((e->ckpt_interval > 0 && b % e->ckpt_interval == 0) ||
+    if ((e->ckpt_interval > 0 && b % e->ckpt_interval == 0) || b == s->branch ||
         b == hy_sched_prompt_boundary(s, pt)) {
         if (hy_pt_checkpoint_put(e->pt, s->hash, &slot, &existed, err) != HY_OK)
             return;
@@ -527,9 +535,10 @@ static void hy_engine_cache(hy_engine_t *e, hy_sched_seq_t *s)
         } else {
             hy_pt_checkpoint_release(e->pt, slot, err);
         }
-    } else if (b > s->n_prompt) {
-        /* generation: keep the latest boundary pending; it is published
-         * when the sequence ends, so the next turn resumes from there */
+    } else if (b >= s->n_prompt) {
+        /* generation (or a prompt of whole blocks just done): keep the
+         * latest boundary pending; it is published when the sequence
+         * ends, so the next turn resumes from there */
         if (s->ckpt >= 0)
             hy_pt_checkpoint_release(e->pt, s->ckpt, err);
         s->ckpt = -1;

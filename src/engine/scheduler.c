@@ -29,7 +29,7 @@ void hy_sched_sort(hy_sched_seq_t **v, int32_t n)
 
 int32_t hy_sched_prompt_boundary(const hy_sched_seq_t *s, int32_t page_tokens)
 {
-    return s->n_prompt / page_tokens * page_tokens;
+    return s->n_prompt > 0 ? (s->n_prompt - 1) / page_tokens * page_tokens : 0;
 }
 
 int32_t hy_sched_chunk(const hy_sched_seq_t *s, int32_t budget, int32_t page_tokens,
@@ -47,6 +47,8 @@ int32_t hy_sched_chunk(const hy_sched_seq_t *s, int32_t budget, int32_t page_tok
     pb = hy_sched_prompt_boundary(s, page_tokens);
     if (pb > done && pb < next)
         next = pb;
+    if (s->branch > done && s->branch < next)
+        next = s->branch;
     if (next < done + chunk)
         chunk = next - done;
     return chunk;

@@ -34,6 +34,10 @@ typedef struct {
     int32_t state;         /* live recurrent-state slot, -1 = none */
     int32_t n_hashed;      /* leading blocks committed to the prefix cache */
     uint64_t hash;         /* chain hash after those blocks */
+    int32_t branch;        /* hybrid: block boundary where this prompt leaves a cached
+                              prefix that has pages but no checkpoint there (0 = none);
+                              the state is snapshotted there so the next request that
+                              shares the prefix resumes at its end */
     int32_t ckpt;          /* pending end-of-generation checkpoint, -1 = none */
     bool ckpt_existed;     /* ... which someone else wrote already (release, not publish) */
     bool started;          /* admitted at least once (cached-token count reported) */
@@ -52,12 +56,16 @@ void hy_sched_sort(hy_sched_seq_t **v, int32_t n);
 
 /* Tokens of s to feed in this step, at most budget (> 0).  For hybrid
  * models the chunk stops at the next checkpoint boundary (a multiple of
- * ckpt_interval, or the last block boundary of the prompt) so the state at
+ * ckpt_interval, the prompt boundary below, or s->branch) so the state at
  * that boundary can be snapshotted; interval 0 disables the multiples. */
 int32_t hy_sched_chunk(const hy_sched_seq_t *s, int32_t budget, int32_t page_tokens,
                        int32_t ckpt_interval, bool hybrid);
 
-/* The last block boundary of the prompt (0 if the prompt is under a block). */
+/* The last block boundary strictly before the prompt's last token (0 if the
+ * prompt is one block or less).  Strictly before, because a prefix match
+ * always leaves the last token to compute (its logits are needed): an exact
+ * repeat of a prompt of k full blocks can resume after k - 1 blocks, never
+ * after k, so a checkpoint at k blocks would never be hit by it. */
 int32_t hy_sched_prompt_boundary(const hy_sched_seq_t *s, int32_t page_tokens);
 
 /* Most junior RUNNING sequence of v[0..n) that is junior to `asking` and

@@ -462,11 +462,19 @@ out:
 int hy_pt_match(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_checkpoint,
                 hy_pt_match_t *m, char *err)
 {
-    int32_t bt, max_blocks, b, best = 0, best_ckpt = -1;
+    return hy_pt_match_ex(pt, tokens, n, need_checkpoint, m, NULL, err);
+}
+
+int hy_pt_match_ex(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_checkpoint,
+                   hy_pt_match_t *m, int32_t *n_page_blocks, char *err)
+{
+    int32_t bt, max_blocks, b, found, best = 0, best_ckpt = -1;
     uint64_t h = HY_PT_HASH_ROOT, best_hash = HY_PT_HASH_ROOT;
     int rc;
 
     m->n_blocks = m->n_tokens = 0;
+    if (n_page_blocks != NULL)
+        *n_page_blocks = 0;
     m->ckpt = -1;
     m->hash = HY_PT_HASH_ROOT;
     if (n < 0 || m->cap < 0 || (m->cap > 0 && m->pages == NULL))
@@ -498,12 +506,15 @@ int hy_pt_match(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_checkpo
             best_ckpt = c;
         }
     }
+    found = b;
     for (b = 0; b < best; b++)
         entry_ref(pt, &pt->sh->pages, pt->pages, m->pages[b]);
     if (best_ckpt >= 0)
         entry_ref(pt, &pt->sh->ckpts, pt->ckpts, best_ckpt);
     m->n_blocks = best;
     m->n_tokens = best * bt;
+    if (n_page_blocks != NULL)
+        *n_page_blocks = found;
     m->ckpt = best_ckpt;
     m->hash = best_hash;
     atomic_fetch_add_explicit(&pt->sh->queries, 1, RLX);

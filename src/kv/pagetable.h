@@ -185,6 +185,13 @@ int hy_pt_commit_block(hy_pt_t *pt, int32_t page, uint64_t hash, int32_t block,
  * ready checkpoint (m->ckpt, ref taken).  Page refs are taken. */
 int hy_pt_match(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_checkpoint,
                 hy_pt_match_t *m, char *err);
+/* hy_pt_match that also says how many leading full blocks have cached pages,
+ * checkpoint or not (>= m->n_blocks; refs only on m->n_blocks of them).
+ * With need_checkpoint, more of them than m->n_blocks means the prompt
+ * branches off a cached prefix whose state was never snapshotted at its
+ * end: the engine snapshots it there for the next request. */
+int hy_pt_match_ex(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_checkpoint,
+                   hy_pt_match_t *m, int32_t *n_page_blocks, char *err);
 
 /* Reserves a checkpoint slot for the state at the boundary `hash` (ref taken,
  * PENDING: invisible to matches).  Evicts the LRU cached checkpoint if none

@@ -4,7 +4,8 @@
  * ring API.  Checks batch invariance (16 mixed requests together == each
  * alone), prefix hits (dense and hybrid: same tokens and logprobs as
  * without, and the expected number of hit tokens over a 5-turn
- * conversation), prompts under one block, preemption under a tiny page
+ * conversation, an exact repeat of whole blocks, and a shared prefix
+ * branching with new suffixes), prompts under one block, preemption under a tiny page
  * budget (same outputs), cancellation, and the page-table accounting after
  * every scenario.  Tiny random models from tests/golden/tiny/.
  */
@@ -295,6 +296,69 @@ out:
     HY_T_OK(0, "%s: prefix scenarios (%s)", name, err);
 }
 
+/* Where a hit resumes, with only prompt-end checkpoints (interval 0):
+ * an exact repeat of a 64-token prompt (whole blocks: the match must leave
+ * the last token, so it resumes at 48 and needs a checkpoint there), and a
+ * 90-token shared prefix (not a multiple of 16) with new 11-token suffixes.
+ * The first request sharing the prefix finds pages up to 80 but, on a
+ * hybrid, no state there; it snapshots its state at that branch, so the
+ * next one resumes at 80 too.  Every hit's output == a cold engine's. */
+static void hy_e_resume(hy_e_env_t *v, const char *name)
+{
+    char err[HY_ERR_LEN] = "";
+    int32_t p[128], want_b = v->m->n_rec_layers > 0 ? 0 : 80;
+    hy_e_out_t a = {0}, a2 = {0}, x = {0}, b = {0}, c = {0}, cold_b = {0}, cold_c = {0};
+    hy_e_env_t w = *v;
+    double gap[3] = {INFINITY, INFINITY, INFINITY};
+    int rc, k;
+
+    hy_e_opts(&v->o);
+    v->o.checkpoint_interval = 0;
+    if ((rc = hy_e_up(v, &v->o, err)) != HY_OK)
+        goto out;
+    hy_e_prompt(p, 64, 501, v->m->n_vocab);
+    rc = hy_e_run1(v, p, 64, 4, &a, err);
+    if (rc == HY_OK)
+        rc = hy_e_run1(v, p, 64, 4, &a2, err);
+    if (rc == HY_OK)
+        gap[0] = hy_e_diff(&a, &a2);
+    HY_T_OK(rc == HY_OK && a.n_cached == 0 && a2.n_cached == 48 && gap[0] < 1e-4,
+            "%s: exact repeat of a 64-token prompt resumes at 48 (cached %d then %d, gap %.2g; %s)",
+            name, a.n_cached, a2.n_cached, gap[0], rc == HY_OK ? "ok" : err);
+    /* prefix p[0..90) + suffix: x (cold), then b and c with new suffixes */
+    hy_e_prompt(p, 90, 502, v->m->n_vocab);
+    hy_e_prompt(p + 90, 11, 503, v->m->n_vocab);
+    if (rc == HY_OK)
+        rc = hy_e_run1(v, p, 101, 4, &x, err);
+    hy_e_prompt(p + 90, 11, 504, v->m->n_vocab);
+    if (rc == HY_OK)
+        rc = hy_e_run1(v, p, 101, 4, &b, err);
+    hy_e_prompt(p + 90, 11, 505, v->m->n_vocab);
+    if (rc == HY_OK)
+        rc = hy_e_run1(v, p, 101, 4, &c, err);
+    hy_e_down(v, name);
+    /* the same two prompts, each in a cold engine */
+    for (k = 0; k < 2 && rc == HY_OK; k++) {
+        hy_e_prompt(p + 90, 11, 504 + (uint64_t)k, v->m->n_vocab);
+        if ((rc = hy_e_up(&w, &v->o, err)) != HY_OK)
+            break;
+        rc = hy_e_run1(&w, p, 101, 4, k == 0 ? &cold_b : &cold_c, err);
+        hy_e_down(&w, name);
+    }
+    if (rc == HY_OK) {
+        gap[1] = hy_e_diff(&cold_b, &b);
+        gap[2] = hy_e_diff(&cold_c, &c);
+    }
+    HY_T_OK(rc == HY_OK && x.n_cached == 0 && b.n_cached == want_b && c.n_cached == 80 &&
+                cold_b.n_cached == 0 && cold_c.n_cached == 0 && gap[1] < 1e-4 && gap[2] < 1e-4,
+            "%s: 90-token shared prefix + new suffixes: hits %d, %d (want %d, 80), outputs == cold "
+            "(gaps %.2g %.2g; %s)", name, b.n_cached, c.n_cached, want_b, gap[1], gap[2],
+            rc == HY_OK ? "ok" : err);
+    return;
+out:
+    HY_T_OK(0, "%s: resume points (%s)", name, err);
+}
+
 /* A pool far too small for 8 concurrent requests (each needs 4 of the 12
  * pages): preemption, same outputs. */
 static void hy_e_preempt(hy_e_env_t *v, const char *name)
@@ -451,6 +515,22 @@ static void hy_e_sched(void)
     HY_T_OK(got[0] == 32 && got[1] == 16 && got[2] == 2 && got[3] == 50,
             "hybrid chunks end at the interval and the prompt's last block (%d %d %d, dense %d)",
             got[0], got[1], got[2], got[3]);
+    /* 64 tokens: the prompt boundary is 48 (a repeat must still compute the
+     * last token); a branch at 80 of a 100-token prompt splits the chunk */
+    a.n_prompt = a.n_total = 64;
+    got[0] = hy_sched_chunk(&a, 64, 16, 0, true);
+    a.n_prompt = a.n_total = 100;
+    a.branch = 80;
+    got[1] = hy_sched_chunk(&a, 128, 16, 0, true);
+    a.kv.n_tokens = 80;
+    got[2] = hy_sched_chunk(&a, 128, 16, 0, true);
+    a.kv.n_tokens = 0;
+    a.branch = 0;
+    got[3] = hy_sched_chunk(&a, 128, 16, 0, true);
+    HY_T_OK(got[0] == 48 && got[1] == 80 && got[2] == 16 && got[3] == 96,
+            "hybrid chunks end before a whole-block prompt's last block and at a branch "
+            "(%d %d %d %d)", got[0], got[1], got[2], got[3]);
+    a.n_prompt = a.n_total = 50;
     b = c = a;
     a.status = b.status = c.status = HY_SEQ_RUNNING;
     a.order = 1, b.order = 2, c.order = 3;
@@ -528,6 +608,7 @@ int main(void)
         if (k < 3)
             hy_e_batch(&v, models[k]);
         hy_e_prefix(&v, models[k]);
+        hy_e_resume(&v, models[k]);
         if (k == 0 || k == 2) /* qwen3next's decode is the slow one */
             hy_e_preempt(&v, models[k]);
         if (k == 0) {
