@@ -43,6 +43,21 @@ check 1 "'99999' at byte 2 is not a token id (0..263)" "detokenize: id outside t
 check 1 "'x7' at byte 2 is not a token id (0..263)" "detokenize: quotes only the bad word" -- \
     sh -c 'printf "5 x7 8\\n" | "$0" detokenize -m "$1"' "$hy" "$tiny"
 check 2 "hyserve: unknown command 'frob'" "unknown subcommand" -- "$hy" frob
+check 2 "hyserve bench: --ttft-prefix = 0: must be an integer in 32..65536" "bench: --ttft-prefix too small" -- \
+    "$hy" bench --offline -m "$src/tests/golden/tiny/lfm2.gguf" --ttft-prefix=0
+
+# The TTFT mode end to end on a tiny hybrid: an exact repeat of a 200-token
+# prompt resumes at the last whole block before its final token (192), the
+# cold runs hit nothing.
+n=$((n + 1))
+out=$("$hy" bench --offline -m "$src/tests/golden/tiny/lfm2.gguf" --ttft-prefix=200 --repeat 2 -t 1 2>&1)
+case "$out" in
+*"ttft cold "*"hit_tokens=0"*"ttft repeat "*"hit_tokens=192 "*)
+    echo "ok $n - bench --offline --ttft-prefix: cold hits 0, a repeat hits 192 of 200" ;;
+*)
+    fail=$((fail + 1))
+    echo "not ok $n - bench --offline --ttft-prefix: $out" ;;
+esac
 
 echo "1..$n"
 [ "$fail" = 0 ]
