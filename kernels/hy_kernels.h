@@ -1,0 +1,126 @@
+/*
+ * hy_kernels.h - the C interface of the CUDA kernels in the kernels/ .cu files.  The
+ * CUDA backend (src/backend/cuda/) checks every argument on the host and
+ * then calls one of these launchers; they only configure a grid, launch on
+ * `stream` and return cudaGetLastError() as an int (0 = cudaSuccess), so no
+ * kernel ever sees a shape the host did not validate.  All pointers are
+ * device pointers unless a comment says otherwise.
+ */
+#ifndef HY_KERNELS_H
+#define HY_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CUstream_st *hy_cuk_stream_t; /* == cudaStream_t */
+
+/* Largest head size the attention kernels hold in registers (8 per thread). */
+#define HY_CUK_ATTN_MAX_HEAD 1024
+/* Rows of y one matvec launch handles per token: n_tok <= this takes the
+ * custom quantized kernels, larger batches go through cuBLAS. */
+#define HY_CUK_MATVEC_MAX_TOK 8
+
+/* ---- weights (kernels/hy_quant.cu) ---------------------------------------- */
+/* 1 if `type` (hy_dtype_t) has device kernels. */
+int hy_cuk_type_ok(int type);
+/* y[t][r] = sum_i W[r][i] x[t][i] for rows [0, n_rows), 1 <= n_tok <= 8. */
+int hy_cuk_matvec(int type, const void *w, size_t row_bytes, int64_t ne0, int64_t n_rows,
+                  const float *x, float *y, int32_t n_tok, hy_cuk_stream_t stream);
+/* out[i][0..ne0) = row (ids ? ids[i] : i) of W as float (n rows). */
+int hy_cuk_dequant_f32(int type, const void *w, size_t row_bytes, int64_t ne0,
+                       const int32_t *ids, int64_t n, float *out, hy_cuk_stream_t stream);
+/* out[i][0..ne0) = row i of W as half (n rows), the cuBLAS tiles. */
+int hy_cuk_dequant_f16(int type, const void *w, size_t row_bytes, int64_t ne0, int64_t n,
+                       void *out, hy_cuk_stream_t stream);
+/* out[i] = (half) x[i] */
+int hy_cuk_f32_to_f16(const float *x, void *out, size_t n, hy_cuk_stream_t stream);
+
+/* ---- element-wise and row ops (kernels/hy_ops.cu) ------------------------- */
+enum { HY_CUK_SWIGLU, HY_CUK_ADD, HY_CUK_MUL, HY_CUK_SCALE, HY_CUK_SILU, HY_CUK_SIGMOID,
+       HY_CUK_SOFTPLUS, HY_CUK_RELU_SQR };
+/* x = op(x, y) element-wise: SWIGLU x = silu(y) * z; ADD x += y; MUL x *= y;
+ * SCALE x *= s; unary ops x = f(y). */
+int hy_cuk_eltwise(int op, float *x, const float *y, const float *z, float s, size_t n,
+                   hy_cuk_stream_t stream);
+/* y = x / rms(x) (* w) per row; w may be NULL. */
+int hy_cuk_rmsnorm(const float *x, const float *w, float *y, int32_t n_rows, int32_t dim,
+                   float eps, hy_cuk_stream_t stream);
+/* x[r][0..dim) *= scale / max(||x_r||, eps), rows `stride` floats apart. */
+int hy_cuk_l2norm(float *x, int32_t n_rows, int32_t dim, int32_t stride, float eps,
+                  float scale, hy_cuk_stream_t stream);
+/* x[r][c] *= s[r] */
+int hy_cuk_scale_rows(float *x, const float *s, int32_t n_rows, int32_t dim,
+                      hy_cuk_stream_t stream);
+/* x[r][c] += b[c] */
+int hy_cuk_add_bias(float *x, const float *b, int32_t n_rows, int32_t dim,
+                    hy_cuk_stream_t stream);
+/* dst[i][0..n) = src[rows[i]][0..n) (dst and src must not overlap) */
+int hy_cuk_gather_rows(float *dst, const float *src, const int32_t *rows, int32_t n_rows,
+                       int32_t n, hy_cuk_stream_t stream);
+/* y[rows[i]][c] += wt[i] * x[i][c] for i < n_rows (rows distinct) */
+int hy_cuk_scatter_add(float *y, const float *x, const int32_t *rows, const float *wt,
+                       int32_t n_rows, int32_t n, hy_cuk_stream_t stream);
+/* Mamba-2 gated grouped RMSNorm, see hy_backend_i.group_rmsnorm_gated. */
+int hy_cuk_group_rmsnorm_gated(float *y, const float *z, int32_t z_stride, const float *w,
+                               int32_t n_rows, int32_t dim, int32_t group, float eps,
+                               hy_cuk_stream_t stream);
+/* RoPE in place; pos [n_tok], inv_freq [n_rot/2] (double) on the device. */
+int hy_cuk_rope(float *x, int32_t n_tok, int32_t n_head, int32_t head_dim, const int32_t *pos,
+                int neox, int32_t n_rot, const double *inv_freq, double freq_scale,
+                double mscale, float ext_factor, double corr_lo, double corr_hi,
+                hy_cuk_stream_t stream);
+
+/* ---- paged attention (kernels/hy_attn.cu) ---------------------------------- */
+typedef struct {
+    uint8_t *k_pool, *v_pool;    /* this layer's pages */
+    size_t k_row_bytes, v_row_bytes, k_page_bytes, v_page_bytes;
+    int32_t kv_type;             /* HY_DTYPE_F32, F16 or Q8_0 */
+    int32_t page_tokens, n_head, n_head_kv, head_dim, head_dim_v;
+    int32_t window;
+    float scale, softcap;
+    const int32_t *pos;          /* [n_tok] */
+    const int32_t *tok_seq;      /* [n_tok] sequence of each token */
+    const int32_t *page_off;     /* [n_seqs] offset of its pages in `pages` */
+    const int32_t *pages;        /* concatenated page lists */
+} hy_cuk_attn_t;
+/* Store k/v rows of n_tok tokens into their pages. */
+int hy_cuk_kv_write(const hy_cuk_attn_t *a, const float *k, const float *v, int32_t n_tok,
+                    hy_cuk_stream_t stream);
+/* out = softmax(q K^T) V per token and head, the KV length split into
+ * n_split parts whose partial results (part: n_tok*n_head*n_split*(2+hdv)
+ * floats) are merged at the end. */
+int hy_cuk_attention(const hy_cuk_attn_t *a, const float *q, float *out, int32_t n_tok,
+                     int32_t n_split, float *part, hy_cuk_stream_t stream);
+
+/* ---- recurrent layers (kernels/hy_rec.cu) ---------------------------------- */
+/* Per sequence s: rows first[s] .. first[s]+n[s]-1, state at st + slot[s]*slot_floats. */
+typedef struct {
+    float *st;
+    int64_t slot_floats, conv_off, rec_off;
+    const int32_t *first, *n, *slot;   /* [n_seqs] */
+    int32_t n_seqs;
+} hy_cuk_seqs_t;
+/* Causal depthwise conv with carried window; w [C][K], bias [C] or NULL. */
+int hy_cuk_conv1d(const hy_cuk_seqs_t *sq, const float *x, int32_t x_stride, const float *w,
+                  const float *bias, float *y, int32_t C, int32_t K, int silu,
+                  hy_cuk_stream_t stream);
+/* Gated DeltaNet, token by token (see hy_gdn_params_t). */
+int hy_cuk_gdn(const hy_cuk_seqs_t *sq, const float *q, const float *k, const float *v,
+               int32_t stride, const float *g, const float *beta, float *o, int32_t n_k_heads,
+               int32_t n_v_heads, int32_t d_k, int32_t d_v, int v_tiled,
+               hy_cuk_stream_t stream);
+/* Mamba-2 SSD, token by token (see hy_ssd_params_t); D may be NULL. */
+int hy_cuk_ssd(const hy_cuk_seqs_t *sq, const float *x, int32_t x_stride, const float *dt,
+               int32_t dt_stride, const float *dt_bias, const float *A, const float *B,
+               const float *C, int32_t bc_stride, const float *D, float *y, int32_t n_head,
+               int32_t head_dim, int32_t n_group, int32_t d_state, hy_cuk_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

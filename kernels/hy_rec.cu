@@ -1,0 +1,178 @@
+/*
+ * hy_rec.cu - recurrent-layer kernels of the CUDA backend, on the state
+ * slots laid out as the CPU backend lays them out (src/backend/cpu/mem.c):
+ * the causal depthwise conv with its (d_conv-1) x C window carried in the
+ * slot, the Gated DeltaNet recurrence on S[d_k][d_v] per v-head, and the
+ * Mamba-2 SSD recurrence on S[head_dim][d_state] per head.  These are the
+ * exact token-by-token forms (what the CPU computes for decode); prefill
+ * runs the same loop per sequence, one block per (sequence, head), with
+ * each thread owning a column (GDN) or a row (SSD) of the state so no two
+ * threads ever write the same state element.
+ */
+#include "hy_kernels.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+
+/* Thread per (channel, sequence): it owns channel c of the window. */
+__global__ void hy_conv1d_kernel(hy_cuk_seqs_t sq, int64_t conv_off, const float *x,
+                                 int32_t x_stride, const float *w, const float *bias, float *y,
+                                 int32_t C, int32_t K, int silu)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
+    if (c >= C)
+        return;
+    const int first = sq.first[s], n = sq.n[s];
+    float *win = sq.st + (int64_t)sq.slot[s] * sq.slot_floats + conv_off; /* [K-1][C] */
+    const float *xs = x + (int64_t)first * x_stride;
+    const float *wc = w + (int64_t)c * K;
+
+    for (int t = 0; t < n; t++) {
+        float acc = bias ? bias[c] : 0.0f;
+        for (int i = 0; i < K; i++) {
+            const int src_t = t - (K - 1) + i;
+            const float xv = src_t < 0 ? win[(int64_t)(K - 1 + src_t) * C + c]
+                                       : xs[(int64_t)src_t * x_stride + c];
+            acc += wc[i] * xv;
+        }
+        if (silu)
+            acc = acc / (1.0f + expf(-acc));
+        y[((int64_t)first + t) * C + c] = acc;
+    }
+    /* new window: the last K-1 inputs; ascending i reads entries >= i */
+    for (int i = 0; i < K - 1; i++) {
+        const int src_t = n - (K - 1) + i;
+        win[(int64_t)i * C + c] = src_t < 0 ? win[(int64_t)(K - 1 + src_t) * C + c]
+                                            : xs[(int64_t)src_t * x_stride + c];
+    }
+}
+
+extern "C" int hy_cuk_conv1d(const hy_cuk_seqs_t *sq, const float *x, int32_t x_stride,
+                             const float *w, const float *bias, float *y, int32_t C, int32_t K,
+                             int silu, hy_cuk_stream_t stream)
+{
+    if (sq->n_seqs <= 0 || C <= 0)
+        return 0;
+    hy_conv1d_kernel<<<dim3((unsigned)((C + 127) / 128), (unsigned)sq->n_seqs), 128, 0, stream>>>(
+        *sq, sq->conv_off, x, x_stride, w, bias, y, C, K, silu);
+    return (int)cudaGetLastError();
+}
+
+/* Block per (v-head, sequence); thread j owns column j of S (d_k x d_v,
+ * row-major), so each token costs two coalesced sweeps over S. */
+__global__ void hy_gdn_kernel(hy_cuk_seqs_t sq, const float *q, const float *k, const float *v,
+                              int32_t stride, const float *g, const float *beta, float *o,
+                              int32_t n_k_heads, int32_t Hv, int32_t dk, int32_t dv, int v_tiled)
+{
+    extern __shared__ float sm[]; /* q[dk] | k[dk] */
+    const int h = blockIdx.x, s = blockIdx.y;
+    const int kh = v_tiled ? h % n_k_heads : h / (Hv / n_k_heads);
+    const int first = sq.first[s], n = sq.n[s];
+    float *S = sq.st + (int64_t)sq.slot[s] * sq.slot_floats + sq.rec_off + (int64_t)h * dk * dv;
+    float *qs = sm, *ks = sm + dk;
+
+    for (int t = 0; t < n; t++) {
+        const int64_t r = (int64_t)first + t;
+        __syncthreads(); /* previous token's q/k no longer read */
+        for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+            qs[i] = q[r * stride + (int64_t)kh * dk + i];
+            ks[i] = k[r * stride + (int64_t)kh * dk + i];
+        }
+        __syncthreads();
+        const float decay = expf(g[r * Hv + h]), b = beta[r * Hv + h];
+        for (int j = threadIdx.x; j < dv; j += blockDim.x) {
+            float u = 0.0f, out = 0.0f;
+            for (int i = 0; i < dk; i++) {
+                const float sv = S[(int64_t)i * dv + j] * decay;
+                S[(int64_t)i * dv + j] = sv;
+                u += sv * ks[i];
+            }
+            const float delta = b * (v[r * stride + (int64_t)h * dv + j] - u);
+            for (int i = 0; i < dk; i++) {
+                const float sv = S[(int64_t)i * dv + j] + ks[i] * delta;
+                S[(int64_t)i * dv + j] = sv;
+                out += sv * qs[i];
+            }
+            o[r * (int64_t)Hv * dv + (int64_t)h * dv + j] = out;
+        }
+    }
+}
+
+extern "C" int hy_cuk_gdn(const hy_cuk_seqs_t *sq, const float *q, const float *k,
+                          const float *v, int32_t stride, const float *g, const float *beta,
+                          float *o, int32_t n_k_heads, int32_t n_v_heads, int32_t d_k,
+                          int32_t d_v, int v_tiled, hy_cuk_stream_t stream)
+{
+    const int threads = d_v >= 256 ? 256 : (d_v + 31) / 32 * 32;
+    const size_t shm = sizeof(float) * 2 * (size_t)d_k;
+
+    if (sq->n_seqs <= 0)
+        return 0;
+    if (shm > 48 * 1024)
+        return (int)cudaErrorInvalidValue;
+    hy_gdn_kernel<<<dim3((unsigned)n_v_heads, (unsigned)sq->n_seqs), threads, shm, stream>>>(
+        *sq, q, k, v, stride, g, beta, o, n_k_heads, n_v_heads, d_k, d_v, v_tiled);
+    return (int)cudaGetLastError();
+}
+
+__device__ __forceinline__ float hy_softplus(float v)
+{
+    return v > 20.0f ? v : log1pf(expf(v));
+}
+
+/* Block per (head, sequence); thread p owns row p of S (head_dim x d_state). */
+__global__ void hy_ssd_kernel(hy_cuk_seqs_t sq, const float *x, int32_t x_stride,
+                              const float *dt, int32_t dt_stride, const float *dt_bias,
+                              const float *A, const float *B, const float *C, int32_t bc_stride,
+                              const float *D, float *y, int32_t n_head, int32_t P,
+                              int32_t n_group, int32_t N)
+{
+    extern __shared__ float sm[]; /* B[N] | C[N] */
+    const int h = blockIdx.x, s = blockIdx.y, grp = h / (n_head / n_group);
+    const int first = sq.first[s], n = sq.n[s];
+    float *S = sq.st + (int64_t)sq.slot[s] * sq.slot_floats + sq.rec_off + (int64_t)h * P * N;
+    float *Bs = sm, *Cs = sm + N;
+    const float Ah = A[h], Dh = D ? D[h] : 0.0f, bias = dt_bias[h];
+    const int64_t ldy = (int64_t)n_head * P;
+
+    for (int t = 0; t < n; t++) {
+        const int64_t r = (int64_t)first + t;
+        __syncthreads();
+        for (int i = threadIdx.x; i < N; i += blockDim.x) {
+            Bs[i] = B[r * bc_stride + (int64_t)grp * N + i];
+            Cs[i] = C[r * bc_stride + (int64_t)grp * N + i];
+        }
+        __syncthreads();
+        const float dtv = hy_softplus(dt[r * dt_stride + h] + bias);
+        const float dA = expf(dtv * Ah);
+        for (int p = threadIdx.x; p < P; p += blockDim.x) {
+            const float xv = x[r * x_stride + (int64_t)h * P + p], xdt = xv * dtv;
+            float *sr = S + (int64_t)p * N, sum = 0.0f;
+            for (int i = 0; i < N; i++) {
+                const float sv = sr[i] * dA + xdt * Bs[i];
+                sr[i] = sv;
+                sum += sv * Cs[i];
+            }
+            y[r * ldy + (int64_t)h * P + p] = sum + Dh * xv;
+        }
+    }
+}
+
+extern "C" int hy_cuk_ssd(const hy_cuk_seqs_t *sq, const float *x, int32_t x_stride,
+                          const float *dt, int32_t dt_stride, const float *dt_bias,
+                          const float *A, const float *B, const float *C, int32_t bc_stride,
+                          const float *D, float *y, int32_t n_head, int32_t head_dim,
+                          int32_t n_group, int32_t d_state, hy_cuk_stream_t stream)
+{
+    const int threads = head_dim >= 128 ? 128 : (head_dim + 31) / 32 * 32;
+    const size_t shm = sizeof(float) * 2 * (size_t)d_state;
+
+    if (sq->n_seqs <= 0)
+        return 0;
+    if (shm > 48 * 1024)
+        return (int)cudaErrorInvalidValue;
+    hy_ssd_kernel<<<dim3((unsigned)n_head, (unsigned)sq->n_seqs), threads, shm, stream>>>(
+        *sq, x, x_stride, dt, dt_stride, dt_bias, A, B, C, bc_stride, D, y, n_head, head_dim,
+        n_group, d_state);
+    return (int)cudaGetLastError();
+}

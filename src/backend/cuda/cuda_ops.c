@@ -1,0 +1,596 @@
+/*
+ * cuda_ops.c - the CUDA backend's layer-kind ops: paged attention (store
+ * the batch's k/v, then attention split over the KV length when few query
+ * blocks would leave the GPU idle), the recurrent ops (causal conv1d, Gated
+ * DeltaNet, Mamba-2 SSD) on the device state slots, and the MoE FFN.  The
+ * host side of each validates the batch exactly as the CPU backend does
+ * (same messages), packs the small per-sequence tables into one upload and
+ * launches the kernels/ .cu files.  MoE routes on the host (the router logits are
+ * n_tok x n_expert floats) with the CPU backend's rule and runs each used
+ * expert over its tokens with the ordinary matmul path.
+ */
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cpu/quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Keys per split part below which splitting the KV length does not pay. */
+#define HY_CUDA_SPLIT_MIN_KEYS 256
+#define HY_CUDA_MAX_SPLIT 64
+
+/* ---- attention ------------------------------------------------------------- */
+
+static bool hy_cuda_attn_check(hy_cuda_t *cu, int32_t layer, const hy_batch_t *b,
+                               const hy_attn_params_t *p)
+{
+    const hy_kv_layout_t *kv = &cu->kv;
+
+    if (!cu->kv_ready) {
+        hy_cuda_fail(cu, HY_EINVAL, "attention: kv_init was not called");
+        return false;
+    }
+    if (layer < 0 || layer >= kv->n_layers) {
+        hy_cuda_fail(cu, HY_ERANGE, "attention: kv layer %d outside 0..%d", layer,
+                     kv->n_layers - 1);
+        return false;
+    }
+    if (p->n_head_kv != kv->n_head_kv || p->head_dim != kv->head_dim_k ||
+        p->head_dim_v != kv->head_dim_v || p->n_head < 1 || p->n_head % p->n_head_kv) {
+        hy_cuda_fail(cu, HY_EINVAL, "attention: heads %d/%d of %d/%d do not match the KV "
+                     "layout (%d kv heads of %d/%d)", p->n_head, p->n_head_kv, p->head_dim,
+                     p->head_dim_v, kv->n_head_kv, kv->head_dim_k, kv->head_dim_v);
+        return false;
+    }
+    if (p->window < 0 || p->softcap < 0.0f) {
+        hy_cuda_fail(cu, HY_EINVAL, "attention: window %d / softcap %g must be >= 0", p->window,
+                     p->softcap);
+        return false;
+    }
+    if (b->n_tokens > 65535 || p->n_head > 65535) {
+        hy_cuda_fail(cu, HY_ERANGE, "attention: %d tokens x %d heads exceed one launch (65535)",
+                     b->n_tokens, p->n_head);
+        return false;
+    }
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        const hy_batch_seq_t *sq = &b->seqs[s];
+        int32_t max_pos = -1;
+        if (sq->first < 0 || sq->n < 1 || sq->first > b->n_tokens - sq->n ||
+            (s > 0 && sq->first < b->seqs[s - 1].first + b->seqs[s - 1].n)) {
+            hy_cuda_fail(cu, HY_EINVAL, "attention: sequence %d rows %d+%d do not fit the "
+                         "batch of %d in order", s, sq->first, sq->n, b->n_tokens);
+            return false;
+        }
+        for (int32_t t = sq->first; t < sq->first + sq->n; t++) {
+            if (b->pos[t] < 0) {
+                hy_cuda_fail(cu, HY_ERANGE, "attention: token %d has position %d", t, b->pos[t]);
+                return false;
+            }
+            max_pos = HY_MAX(max_pos, b->pos[t]);
+        }
+        if (max_pos / kv->page_tokens >= sq->n_pages || !sq->pages) {
+            hy_cuda_fail(cu, HY_ERANGE, "attention: sequence %d reaches position %d but has "
+                         "%d pages of %d tokens", s, max_pos, sq->n_pages, kv->page_tokens);
+            return false;
+        }
+        for (int32_t i = 0; i <= max_pos / kv->page_tokens; i++)
+            if (sq->pages[i] < 0 || sq->pages[i] >= kv->n_pages) {
+                hy_cuda_fail(cu, HY_ERANGE, "attention: sequence %d page %d is id %d, pool "
+                             "has 0..%d", s, i, sq->pages[i], kv->n_pages - 1);
+                return false;
+            }
+    }
+    return true;
+}
+
+void hy_cuda_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b, const float *q,
+                       const float *k, const float *v, float *out, const hy_attn_params_t *p)
+{
+    hy_cuda_t *cu = be->ctx;
+    const int32_t pt = cu->kv.page_tokens;
+    int32_t *tok_seq = NULL, *page_off = NULL, *pages = NULL, n_pages = 0, max_len = 1;
+    int32_t n_split = 1, n_tok = b->n_tokens;
+    hy_cuk_attn_t a;
+    void *dev[4];
+
+    if (b->n_tokens <= 0 || b->n_seqs <= 0)
+        return;
+    if (!hy_cuda_attn_check(cu, kv_layer, b, p))
+        goto fail;
+    tok_seq = malloc(sizeof(int32_t) * (size_t)n_tok);
+    page_off = malloc(sizeof(int32_t) * (size_t)b->n_seqs);
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        int32_t max_pos = 0;
+        for (int32_t t = b->seqs[s].first; t < b->seqs[s].first + b->seqs[s].n; t++)
+            max_pos = HY_MAX(max_pos, b->pos[t]);
+        n_pages += max_pos / pt + 1;
+    }
+    pages = malloc(sizeof(int32_t) * (size_t)n_pages);
+    if (!tok_seq || !page_off || !pages) {
+        hy_cuda_fail(cu, HY_ENOMEM, "attention: out of memory");
+        goto fail;
+    }
+    /* tokens outside every sequence (none in a valid batch) read sequence 0 */
+    memset(tok_seq, 0, sizeof(int32_t) * (size_t)n_tok);
+    n_pages = 0;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        const hy_batch_seq_t *sq = &b->seqs[s];
+        int32_t max_pos = 0;
+        for (int32_t t = sq->first; t < sq->first + sq->n; t++) {
+            int32_t lo = p->window > 0 ? HY_MAX(0, b->pos[t] - p->window + 1) : 0;
+            tok_seq[t] = s;
+            max_pos = HY_MAX(max_pos, b->pos[t]);
+            max_len = HY_MAX(max_len, b->pos[t] - lo + 1);
+        }
+        page_off[s] = n_pages;
+        memcpy(pages + n_pages, sq->pages, sizeof(int32_t) * (size_t)(max_pos / pt + 1));
+        n_pages += max_pos / pt + 1;
+    }
+    {
+        const void *parts[4] = {b->pos, tok_seq, page_off, pages};
+        size_t bytes[4] = {sizeof(int32_t) * (size_t)n_tok, sizeof(int32_t) * (size_t)n_tok,
+                           sizeof(int32_t) * (size_t)b->n_seqs, sizeof(int32_t) * (size_t)n_pages};
+        if (!hy_cuda_meta(cu, "attention", 4, parts, bytes, dev))
+            goto fail;
+    }
+    memset(&a, 0, sizeof a);
+    a.k_pool = cu->k_pool + (size_t)kv_layer * cu->kv.n_pages * cu->k_page_bytes;
+    a.v_pool = cu->v_pool + (size_t)kv_layer * cu->kv.n_pages * cu->v_page_bytes;
+    a.k_row_bytes = cu->k_row_bytes;
+    a.v_row_bytes = cu->v_row_bytes;
+    a.k_page_bytes = cu->k_page_bytes;
+    a.v_page_bytes = cu->v_page_bytes;
+    a.kv_type = (int32_t)cu->kv.type;
+    a.page_tokens = pt;
+    a.n_head = p->n_head;
+    a.n_head_kv = p->n_head_kv;
+    a.head_dim = p->head_dim;
+    a.head_dim_v = p->head_dim_v;
+    a.window = p->window;
+    a.scale = p->scale;
+    a.softcap = p->softcap;
+    a.pos = dev[0];
+    a.tok_seq = dev[1];
+    a.page_off = dev[2];
+    a.pages = dev[3];
+    if (!hy_cuda_ok(cu, "attention kv store", hy_cuk_kv_write(&a, k, v, n_tok, cu->stream)))
+        goto fail;
+    /* split the KV length only when (token, head) blocks alone would not
+     * fill the multiprocessors twice over (decode of a few sequences) */
+    {
+        int64_t blocks = (int64_t)n_tok * p->n_head, want = 2 * (int64_t)HY_MAX(cu->n_sm, 1);
+        if (blocks < want && max_len >= 2 * HY_CUDA_SPLIT_MIN_KEYS) {
+            int64_t by_len = max_len / HY_CUDA_SPLIT_MIN_KEYS;
+            n_split = (int32_t)HY_MIN(HY_MIN((want + blocks - 1) / blocks, by_len),
+                                      (int64_t)HY_CUDA_MAX_SPLIT);
+            n_split = HY_MAX(n_split, 1);
+        }
+    }
+    if (!hy_cuda_scratch(cu, (void **)&cu->fscr, &cu->fscr_size,
+                         sizeof(float) * (size_t)n_tok * p->n_head * n_split * (2 + p->head_dim_v),
+                         "attention"))
+        goto fail;
+    if (!hy_cuda_ok(cu, "attention", hy_cuk_attention(&a, q, out, n_tok, n_split, cu->fscr,
+                                                      cu->stream)))
+        goto fail;
+    goto out;
+fail:
+    hy_cuda_zero(cu, out, (size_t)b->n_tokens * (size_t)HY_MAX(p->n_head, 0) *
+                              (size_t)HY_MAX(p->head_dim_v, 0));
+out:
+    free(tok_seq);
+    free(page_off);
+    free(pages);
+}
+
+/* ---- recurrent layers ------------------------------------------------------ */
+
+/* The CPU's hy_cpu_state_check, then the per-sequence tables on the device. */
+static bool hy_cuda_rec_seqs(hy_cuda_t *cu, const char *op, int32_t rec_layer,
+                             const hy_batch_t *b, int64_t conv_need, int64_t rec_need,
+                             hy_cuk_seqs_t *sq)
+{
+    int32_t *tab = NULL;
+    bool ok = false;
+
+    if (!cu->st) {
+        hy_cuda_fail(cu, HY_EINVAL, "%s: no recurrent state (state_init not called)", op);
+        return false;
+    }
+    if (rec_layer < 0 || rec_layer >= cu->st_layers) {
+        hy_cuda_fail(cu, HY_ERANGE, "%s: recurrent layer %d outside 0..%d", op, rec_layer,
+                     cu->st_layers - 1);
+        return false;
+    }
+    if (conv_need >= 0 && cu->st_conv_floats[rec_layer] != conv_need) {
+        hy_cuda_fail(cu, HY_EINVAL, "%s: layer %d keeps %lld conv floats per slot, op needs %lld",
+                     op, rec_layer, (long long)cu->st_conv_floats[rec_layer],
+                     (long long)conv_need);
+        return false;
+    }
+    if (rec_need >= 0 && cu->st_rec_floats[rec_layer] != rec_need) {
+        hy_cuda_fail(cu, HY_EINVAL, "%s: layer %d keeps %lld state floats per slot, op needs %lld",
+                     op, rec_layer, (long long)cu->st_rec_floats[rec_layer], (long long)rec_need);
+        return false;
+    }
+    if (b->n_seqs > 65535) {
+        hy_cuda_fail(cu, HY_ERANGE, "%s: %d sequences exceed one launch", op, b->n_seqs);
+        return false;
+    }
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        const hy_batch_seq_t *q = &b->seqs[s];
+        if (q->state_slot < 0 || q->state_slot >= cu->st_slots) {
+            hy_cuda_fail(cu, HY_ERANGE, "%s: state slot %d outside 0..%d", op, q->state_slot,
+                         cu->st_slots - 1);
+            return false;
+        }
+        if (q->n < 0 || q->first < 0 || q->first + q->n > b->n_tokens) {
+            hy_cuda_fail(cu, HY_ERANGE, "%s: sequence %d rows %d..+%d outside the batch of %d",
+                         op, s, q->first, q->n, b->n_tokens);
+            return false;
+        }
+    }
+    tab = malloc(sizeof(int32_t) * 3 * (size_t)HY_MAX(b->n_seqs, 1));
+    if (!tab) {
+        hy_cuda_fail(cu, HY_ENOMEM, "%s: out of memory", op);
+        return false;
+    }
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        tab[s] = b->seqs[s].first;
+        tab[b->n_seqs + s] = b->seqs[s].n;
+        tab[2 * b->n_seqs + s] = b->seqs[s].state_slot;
+    }
+    {
+        const void *parts[1] = {tab};
+        size_t bytes = sizeof(int32_t) * 3 * (size_t)b->n_seqs;
+        void *dev[1];
+        if (!hy_cuda_meta(cu, op, 1, parts, &bytes, dev))
+            goto out;
+        sq->st = cu->st;
+        sq->slot_floats = cu->st_slot_floats;
+        sq->conv_off = cu->st_conv_off[rec_layer];
+        sq->rec_off = cu->st_rec_off[rec_layer];
+        sq->first = dev[0];
+        sq->n = (const int32_t *)dev[0] + b->n_seqs;
+        sq->slot = (const int32_t *)dev[0] + 2 * b->n_seqs;
+        sq->n_seqs = b->n_seqs;
+    }
+    ok = true;
+out:
+    free(tab);
+    return ok;
+}
+
+void hy_cuda_conv1d(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, const float *x,
+                    int32_t x_stride, const hy_weight_t *w, const hy_weight_t *bias, float *y,
+                    int32_t channels, bool silu)
+{
+    hy_cuda_t *cu = be->ctx;
+    int32_t K = (int32_t)w->ne[0];
+    float *wtmp = NULL, *btmp = NULL;
+    const float *wf, *bf = NULL;
+    hy_cuk_seqs_t sq;
+
+    if (batch->n_tokens <= 0)
+        return;
+    if (channels <= 0 || x_stride < channels || K < 1 || K > 64 || w->ne[1] != channels) {
+        hy_cuda_fail(cu, HY_EINVAL, "conv1d: weight %s is %lld x %lld, want (d_conv 1..%d, %d); "
+                     "x_stride %d", w->name ? w->name : "?", (long long)w->ne[0],
+                     (long long)w->ne[1], 64, channels, x_stride);
+        goto fail;
+    }
+    if (!hy_cuda_rec_seqs(cu, "conv1d", rec_layer, batch, (int64_t)(K - 1) * channels, -1, &sq))
+        goto fail;
+    if (!(wf = hy_cuda_weight_floats(cu, "conv1d", w, (int64_t)K * channels, false, &wtmp)))
+        goto fail;
+    if (bias && bias->data &&
+        !(bf = hy_cuda_weight_floats(cu, "conv1d bias", bias, channels, false, &btmp)))
+        goto fail;
+    if (hy_cuda_ok(cu, "conv1d", hy_cuk_conv1d(&sq, x, x_stride, wf, bf, y, channels, K, silu,
+                                               cu->stream)))
+        goto out;
+fail:
+    hy_cuda_zero(cu, y, (size_t)batch->n_tokens * (size_t)HY_MAX(channels, 0));
+out:
+    if (wtmp)
+        cudaFree(wtmp);
+    if (btmp)
+        cudaFree(btmp);
+}
+
+void hy_cuda_gdn(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, const float *q,
+                 const float *k, const float *v, int32_t qkv_stride, const float *g,
+                 const float *beta, float *o, const hy_gdn_params_t *p)
+{
+    hy_cuda_t *cu = be->ctx;
+    hy_cuk_seqs_t sq;
+
+    /* chunk is the CPU's prefill granularity; the GPU kernel is the exact
+     * recurrent form for any chunk, but the same range is enforced */
+    if (p->n_k_heads <= 0 || p->n_v_heads <= 0 || p->n_v_heads % p->n_k_heads != 0 ||
+        p->d_k <= 0 || p->d_v <= 0 || p->d_k > 4096 || p->d_v > 4096 || p->chunk < 1 ||
+        p->chunk > 256 || p->n_v_heads > 65535) {
+        hy_cuda_fail(cu, HY_EINVAL, "gdn: bad shape: %d k-heads, %d v-heads (must be a multiple), "
+                     "d_k %d, d_v %d, chunk %d (1..%d)", p->n_k_heads, p->n_v_heads, p->d_k,
+                     p->d_v, p->chunk, 256);
+        goto zero;
+    }
+    if (qkv_stride < p->d_v * p->n_v_heads || qkv_stride < p->d_k * p->n_k_heads) {
+        hy_cuda_fail(cu, HY_EINVAL, "gdn: row stride %d is shorter than a row of heads", qkv_stride);
+        goto zero;
+    }
+    if (!hy_cuda_rec_seqs(cu, "gdn", rec_layer, batch, -1,
+                          (int64_t)p->n_v_heads * p->d_k * p->d_v, &sq))
+        goto zero;
+    if (hy_cuda_ok(cu, "gdn", hy_cuk_gdn(&sq, q, k, v, qkv_stride, g, beta, o, p->n_k_heads,
+                                         p->n_v_heads, p->d_k, p->d_v, p->v_tiled, cu->stream)))
+        return;
+zero:
+    hy_cuda_zero(cu, o, (size_t)batch->n_tokens * (size_t)HY_MAX(p->n_v_heads, 0) *
+                            (size_t)HY_MAX(p->d_v, 0));
+}
+
+void hy_cuda_ssd(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, const float *x,
+                 int32_t x_stride, const float *dt, int32_t dt_stride, const hy_weight_t *dt_bias,
+                 const hy_weight_t *A, const float *B, const float *C, int32_t bc_stride,
+                 const hy_weight_t *D, float *y, const hy_ssd_params_t *p)
+{
+    hy_cuda_t *cu = be->ctx;
+    float *tA = NULL, *tD = NULL, *tb = NULL;
+    const float *fA, *fb, *fD = NULL;
+    hy_cuk_seqs_t sq;
+
+    if (batch->n_tokens <= 0)
+        return;
+    if (p->n_head <= 0 || p->head_dim <= 0 || p->d_state <= 0 || p->n_group <= 0 ||
+        p->n_head % p->n_group != 0 || p->head_dim > 4096 || p->d_state > 4096 ||
+        p->chunk < 1 || p->chunk > 256 || p->n_head > 65535) {
+        hy_cuda_fail(cu, HY_EINVAL, "ssd: bad shape: %d heads of %d, %d groups (must divide the "
+                     "heads), state %d, chunk %d (1..%d)", p->n_head, p->head_dim, p->n_group,
+                     p->d_state, p->chunk, 256);
+        goto zero;
+    }
+    if (x_stride < p->n_head * p->head_dim || dt_stride < p->n_head ||
+        bc_stride < p->n_group * p->d_state) {
+        hy_cuda_fail(cu, HY_EINVAL, "ssd: row strides x %d / dt %d / bc %d are shorter than a row",
+                     x_stride, dt_stride, bc_stride);
+        goto zero;
+    }
+    if (!hy_cuda_rec_seqs(cu, "ssd", rec_layer, batch, -1,
+                          (int64_t)p->n_head * p->head_dim * p->d_state, &sq))
+        goto zero;
+    if (!(fA = hy_cuda_weight_floats(cu, "ssd A", A, p->n_head, false, &tA)) ||
+        !(fb = hy_cuda_weight_floats(cu, "ssd dt_bias", dt_bias, p->n_head, false, &tb)))
+        goto zero;
+    if (D != NULL && D->data != NULL &&
+        !(fD = hy_cuda_weight_floats(cu, "ssd D", D, p->n_head, false, &tD)))
+        goto zero;
+    if (hy_cuda_ok(cu, "ssd", hy_cuk_ssd(&sq, x, x_stride, dt, dt_stride, fb, fA, B, C, bc_stride,
+                                         fD, y, p->n_head, p->head_dim, p->n_group, p->d_state,
+                                         cu->stream)))
+        goto out;
+zero:
+    hy_cuda_zero(cu, y, (size_t)batch->n_tokens * (size_t)HY_MAX(p->n_head, 0) *
+                            (size_t)HY_MAX(p->head_dim, 0));
+out:
+    if (tA)
+        cudaFree(tA);
+    if (tb)
+        cudaFree(tb);
+    if (tD)
+        cudaFree(tD);
+}
+
+/* ---- mixture of experts ---------------------------------------------------- */
+
+/* Expert e's 2-D matrix inside a 3-D stack on the device. */
+static hy_weight_t hy_cuda_moe_slice(const hy_weight_t *stack, int32_t e)
+{
+    hy_weight_t v = *stack;
+
+    v.data = (const uint8_t *)stack->data + (size_t)e * (size_t)stack->ne[1] * stack->row_bytes;
+    v.dev = stack->dev ? (uint8_t *)stack->dev + (size_t)e * (size_t)stack->ne[1] * stack->row_bytes
+                       : NULL;
+    v.ne[2] = 1;
+    v.ne[3] = 1;
+    return v;
+}
+
+static bool hy_cuda_moe_check(hy_cuda_t *cu, const hy_moe_t *m, int32_t n_embd)
+{
+    const hy_weight_t *st[3] = {&m->gate_exps, &m->up_exps, &m->down_exps};
+    int64_t want[3][2] = {{n_embd, m->n_ff_exp}, {n_embd, m->n_ff_exp}, {m->n_ff_exp, n_embd}};
+
+    if (m->n_expert <= 0 || m->n_expert_used <= 0 || m->n_expert_used > m->n_expert ||
+        m->n_ff_exp <= 0) {
+        hy_cuda_fail(cu, HY_EINVAL, "moe: %d of %d experts with n_ff_exp %d", m->n_expert_used,
+                     m->n_expert, m->n_ff_exp);
+        return false;
+    }
+    if (m->gate_inp.ne[0] != n_embd || m->gate_inp.ne[1] != m->n_expert || !m->gate_inp.dev) {
+        hy_cuda_fail(cu, HY_EINVAL, "moe: router %s is %lld x %lld, want %d x %d",
+                     m->gate_inp.name ? m->gate_inp.name : "?", (long long)m->gate_inp.ne[0],
+                     (long long)m->gate_inp.ne[1], n_embd, m->n_expert);
+        return false;
+    }
+    for (int i = 0; i < 3; i++)
+        if (st[i]->ne[0] != want[i][0] || st[i]->ne[1] != want[i][1] ||
+            st[i]->ne[2] != m->n_expert || !st[i]->dev) {
+            hy_cuda_fail(cu, HY_EINVAL, "moe: expert stack %s is %lld x %lld x %lld, want "
+                         "%lld x %lld x %d", st[i]->name ? st[i]->name : "?",
+                         (long long)st[i]->ne[0], (long long)st[i]->ne[1],
+                         (long long)st[i]->ne[2], (long long)want[i][0], (long long)want[i][1],
+                         m->n_expert);
+            return false;
+        }
+    return true;
+}
+
+/* One token's routing, the CPU backend's rule (moe.c): p = softmax or
+ * sigmoid of the logits, top-k by p + bias (ties to the lower id), weights
+ * = chosen p, renormalised and scaled. */
+static void hy_cuda_route(const hy_moe_t *m, const float *l, const float *bias, float *p,
+                          uint8_t *taken, int32_t *sel, float *w)
+{
+    int32_t E = m->n_expert, K = m->n_expert_used;
+    float scale = m->weights_scale != 0.0f ? m->weights_scale : 1.0f;
+    double sum = 0;
+
+    if (m->softmax_gating) {
+        float mx = l[0];
+        double z = 0;
+        for (int32_t e = 1; e < E; e++)
+            mx = l[e] > mx ? l[e] : mx;
+        for (int32_t e = 0; e < E; e++) {
+            p[e] = expf(l[e] - mx);
+            z += p[e];
+        }
+        for (int32_t e = 0; e < E; e++)
+            p[e] = (float)(p[e] / z);
+    } else {
+        for (int32_t e = 0; e < E; e++)
+            p[e] = 1.0f / (1.0f + expf(-l[e]));
+    }
+    memset(taken, 0, (size_t)E);
+    for (int32_t k = 0; k < K; k++) {
+        int32_t best = -1;
+        float bs = 0;
+        for (int32_t e = 0; e < E; e++) {
+            float s = bias ? p[e] + bias[e] : p[e];
+            if (!taken[e] && (best < 0 || s > bs)) {
+                best = e;
+                bs = s;
+            }
+        }
+        taken[best] = 1;
+        sel[k] = best;
+        w[k] = p[best];
+        sum += p[best];
+    }
+    for (int32_t k = 0; k < K; k++) {
+        if (m->norm_topk)
+            w[k] = (float)(w[k] / (sum + m->norm_eps));
+        w[k] *= scale;
+    }
+}
+
+void hy_cuda_moe(hy_backend_t *be, const hy_moe_t *m, const float *x, float *y, int32_t n_tok,
+                 int32_t n_embd)
+{
+    hy_cuda_t *cu = be->ctx;
+    const int32_t E = m->n_expert, K = m->n_expert_used, F = m->n_ff_exp;
+    float *hlog = NULL, *bias = NULL, *p = NULL, *wsel = NULL, *we = NULL;
+    int32_t *sel = NULL, *cnt = NULL, *start = NULL, *tok = NULL;
+    uint8_t *taken = NULL;
+    float *logits, *xe, *ge, *ue, *de;
+    size_t nk = (size_t)n_tok * (size_t)HY_MAX(K, 0);
+    void *dev[2];
+
+    if (n_tok <= 0)
+        return;
+    hy_cuda_zero(cu, y, (size_t)n_tok * (size_t)HY_MAX(n_embd, 0));
+    if (n_embd <= 0 || !hy_cuda_moe_check(cu, m, n_embd))
+        return;
+    if (!hy_cuda_scratch(cu, (void **)&cu->fscr, &cu->fscr_size,
+                         sizeof(float) * ((size_t)n_tok * E + (size_t)n_tok * n_embd * 2 +
+                                          (size_t)n_tok * F * 2), "moe"))
+        return;
+    logits = cu->fscr;
+    xe = logits + (size_t)n_tok * E;
+    de = xe + (size_t)n_tok * n_embd;
+    ge = de + (size_t)n_tok * n_embd;
+    ue = ge + (size_t)n_tok * F;
+
+    hlog = malloc(sizeof(float) * (size_t)n_tok * E);
+    p = malloc(sizeof(float) * (size_t)E);
+    taken = malloc((size_t)E);
+    wsel = malloc(sizeof(float) * nk);
+    we = malloc(sizeof(float) * nk);
+    sel = malloc(sizeof(int32_t) * nk);
+    tok = malloc(sizeof(int32_t) * nk);
+    cnt = calloc((size_t)E + 1, sizeof(int32_t));
+    start = calloc((size_t)E + 1, sizeof(int32_t));
+    if (!hlog || !p || !taken || !wsel || !we || !sel || !tok || !cnt || !start) {
+        hy_cuda_fail(cu, HY_ENOMEM, "moe: out of memory");
+        goto out;
+    }
+    if (m->exp_bias.data) {
+        const hy_quant_traits_t *tr = hy_quant_traits(m->exp_bias.type);
+        if (m->exp_bias.ne[0] != E || !(bias = malloc(sizeof(float) * (size_t)E))) {
+            hy_cuda_fail(cu, HY_EINVAL, "moe selection bias: weight %s has %lld elements, want %d",
+                         m->exp_bias.name ? m->exp_bias.name : "?", (long long)m->exp_bias.ne[0], E);
+            goto out;
+        }
+        if (m->exp_bias.type == HY_DTYPE_F32)
+            memcpy(bias, m->exp_bias.data, sizeof(float) * (size_t)E);
+        else if (tr && tr->to_float)
+            tr->to_float(m->exp_bias.data, bias, E);
+        else {
+            hy_cuda_fail(cu, HY_EUNSUPPORTED, "moe selection bias: unsupported type %u",
+                         (unsigned)m->exp_bias.type);
+            goto out;
+        }
+    }
+
+    /* 1. route: logits on the device, selection on the host */
+    hy_cuda_matmul(be, &m->gate_inp, x, logits, n_tok);
+    if (!hy_cuda_ok(cu, "moe", (int)cudaMemcpyAsync(hlog, logits, sizeof(float) * (size_t)n_tok * E,
+                                                    cudaMemcpyDeviceToHost, cu->stream)) ||
+        !hy_cuda_ok(cu, "moe", (int)cudaStreamSynchronize(cu->stream)) || cu->err_code != HY_OK)
+        goto out;
+    for (int32_t t = 0; t < n_tok; t++)
+        hy_cuda_route(m, hlog + (size_t)t * E, bias, p, taken, sel + (size_t)t * K,
+                      wsel + (size_t)t * K);
+
+    /* 2. group (token, weight) pairs by expert, token order kept */
+    for (size_t i = 0; i < nk; i++)
+        cnt[sel[i]]++;
+    for (int32_t e = 0; e < E; e++)
+        start[e + 1] = start[e] + cnt[e];
+    memset(cnt, 0, sizeof(int32_t) * ((size_t)E + 1));
+    for (size_t i = 0; i < nk; i++) {
+        int32_t e = sel[i], at = start[e] + cnt[e]++;
+        tok[at] = (int32_t)(i / (size_t)K);
+        we[at] = wsel[i];
+    }
+    {
+        const void *parts[2] = {tok, we};
+        size_t bytes[2] = {sizeof(int32_t) * nk, sizeof(float) * nk};
+        if (!hy_cuda_meta(cu, "moe", 2, parts, bytes, dev))
+            goto out;
+    }
+
+    /* 3. each used expert over its tokens */
+    for (int32_t e = 0; e < E && cu->err_code == HY_OK; e++) {
+        int32_t n = start[e + 1] - start[e];
+        const int32_t *te = (const int32_t *)dev[0] + start[e];
+        const float *wte = (const float *)dev[1] + start[e];
+        hy_weight_t wg, wu, wd;
+
+        if (n == 0)
+            continue;
+        wg = hy_cuda_moe_slice(&m->gate_exps, e);
+        wu = hy_cuda_moe_slice(&m->up_exps, e);
+        wd = hy_cuda_moe_slice(&m->down_exps, e);
+        if (!hy_cuda_ok(cu, "moe gather", hy_cuk_gather_rows(xe, x, te, n, n_embd, cu->stream)))
+            break;
+        hy_cuda_matmul(be, &wg, xe, ge, n);
+        hy_cuda_matmul(be, &wu, xe, ue, n);
+        hy_cuda_ok(cu, "moe swiglu", hy_cuk_eltwise(HY_CUK_SWIGLU, ge, ge, ue, 0, (size_t)n * F,
+                                                    cu->stream));
+        hy_cuda_matmul(be, &wd, ge, de, n);
+        hy_cuda_ok(cu, "moe scatter", hy_cuk_scatter_add(y, de, te, wte, n, n_embd, cu->stream));
+    }
+out:
+    free(hlog);
+    free(bias);
+    free(p);
+    free(taken);
+    free(wsel);
+    free(we);
+    free(sel);
+    free(tok);
+    free(cnt);
+    free(start);
+}
