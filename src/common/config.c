@@ -24,6 +24,10 @@ static const hy_config_choice_t kv_types[] = {
     { NULL, 0 },
 };
 
+static const hy_config_choice_t backends[] = {
+    { "cpu", HY_CONFIG_BACKEND_CPU }, { "cuda", HY_CONFIG_BACKEND_CUDA }, { NULL, 0 },
+};
+
 static const hy_config_choice_t facilities[] = {
     { "daemon", LOG_DAEMON }, { "user", LOG_USER },     { "local0", LOG_LOCAL0 },
     { "local1", LOG_LOCAL1 }, { "local2", LOG_LOCAL2 }, { "local3", LOG_LOCAL3 },
@@ -48,6 +52,7 @@ static const hy_config_key_t keys[] = {
     { "engine", "max_seqs",           HY_CONFIG_UINT,    OFF(engine.max_seqs),          "64",                    1,      4096, NULL },
     { "engine", "max_batch_tokens",   HY_CONFIG_UINT,    OFF(engine.max_batch_tokens),  "2048",                  1,      1048576, NULL },
     { "engine", "max_context",        HY_CONFIG_UINT,    OFF(engine.max_context),       "0",                     0,      16777216, NULL },
+    { "engine", "backend",            HY_CONFIG_ENUM,    OFF(engine.backend),           "cpu",                   0,      0, backends },
     { "cache",  "memory_mb",          HY_CONFIG_UINT,    OFF(cache.memory_mb),          "0",                     0,      U32_MAX, NULL },
     { "cache",  "memory_fraction",    HY_CONFIG_FLOAT,   OFF(cache.memory_fraction),    "0.9",                   0.01,   1, NULL },
     { "cache",  "page_tokens",        HY_CONFIG_UINT,    OFF(cache.page_tokens),        "16",                    1,      256, NULL },

@@ -28,6 +28,7 @@ typedef enum {
 
 /* KV cache element type ([cache] kv_type). */
 enum { HY_CONFIG_KV_F16, HY_CONFIG_KV_F32, HY_CONFIG_KV_Q8_0 };
+enum { HY_CONFIG_BACKEND_CPU, HY_CONFIG_BACKEND_CUDA };
 
 typedef struct {
     struct {
@@ -39,6 +40,7 @@ typedef struct {
         uint32_t max_seqs;
         uint32_t max_batch_tokens;
         uint32_t max_context; /* 0 = the model's */
+        int32_t backend;      /* HY_CONFIG_BACKEND_* */
     } engine;
     struct {
         uint32_t memory_mb;     /* 0 = memory_fraction of what is free */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "tools/cli.h"
+#include "backend/select.h"
 #include "model/chat_template.h"
 
 #include <errno.h>
@@ -82,8 +83,8 @@ int hy_cli_read_all(FILE *f, char **buf, size_t *len)
     return 0;
 }
 
-int hy_cli_open(hy_cli_ctx_t *c, const char *cmd, const char *model_path, int threads,
-                bool want_tok, const hy_runner_opts_t *ro)
+int hy_cli_open(hy_cli_ctx_t *c, const char *cmd, const char *model_path, const char *backend,
+                int threads, bool want_tok, const hy_runner_opts_t *ro)
 {
     char err[HY_ERR_LEN];
     hy_backend_opts_t bo = {.n_threads = threads};
@@ -94,7 +95,7 @@ int hy_cli_open(hy_cli_ctx_t *c, const char *cmd, const char *model_path, int th
         fprintf(stderr, "hyserve %s: -m MODEL.gguf is required\n", cmd);
         return -1;
     }
-    if (hy_backend_cpu_new(&c->be, &bo, err) != HY_OK)
+    if (hy_backend_new(&c->be, backend, &bo, err) != HY_OK)
         goto fail;
     if (hy_model_load(&c->model, model_path, c->be, err) != HY_OK)
         goto fail;

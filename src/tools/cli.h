@@ -25,9 +25,10 @@ int hy_cli_int(const char *cmd, const char *flag, const char *s, long lo, long h
 int hy_cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi,
                  double *out);
 
-/* Loads model (and tokenizer if want_tok); runner sized by ro (NULL: no runner). */
-int hy_cli_open(hy_cli_ctx_t *c, const char *cmd, const char *model_path, int threads,
-                bool want_tok, const hy_runner_opts_t *ro);
+/* Loads model (and tokenizer if want_tok) on the named backend ("cpu" or
+ * "cuda", NULL = cpu); runner sized by ro (NULL: no runner). */
+int hy_cli_open(hy_cli_ctx_t *c, const char *cmd, const char *model_path, const char *backend,
+                int threads, bool want_tok, const hy_runner_opts_t *ro);
 void hy_cli_close(hy_cli_ctx_t *c);
 
 /* Renders [system?, user] through the model's tokenizer.chat_template with

@@ -134,9 +134,9 @@ int hy_cmd_bench(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"threads", required_argument, 0, 't'},
         {"n-prompt", required_argument, 0, 'p'}, {"n-gen", required_argument, 0, 'n'},
         {"repetitions", required_argument, 0, 'r'}, {"membw", no_argument, 0, 'b'},
-        {"help", no_argument, 0, 'h'},
+        {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    const char *model = NULL, *threads_list = "0";
+    const char *model = NULL, *threads_list = "0", *backend = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5;
     char tl[256], *tok, *save;
     int opt, rc = 1;
@@ -159,8 +159,9 @@ int hy_cmd_bench(int argc, char **argv)
         case 'n': if (hy_cli_int("bench", "--n-gen", optarg, 0, 65536, &n_gen)) return 2; break;
         case 'r': if (hy_cli_int("bench", "--repetitions", optarg, 1, 1000, &reps)) return 2; break;
         case 'b': membw = true; break;
+        case 'B': backend = optarg; break;
         case 'h':
-            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-r 5] [--membw]\n"
+            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-r 5] [--membw] [--backend cpu|cuda]\n"
                    "  -t LIST  comma-separated thread counts (0 = all cores)\n"
                    "  --membw  also measure read bandwidth and tg's share of the memory bound\n"
                    "       hyserve bench --url http://HOST:PORT ...  (load a running server; --url --help)\n");
@@ -184,7 +185,7 @@ int hy_cmd_bench(int argc, char **argv)
         ro.max_outputs = 1;
         ro.max_tokens = (int32_t)HY_MAX(n_prompt, 1);
         ro.n_ctx = (int32_t)HY_MAX(n_prompt, n_gen) + 1;
-        if (hy_cli_open(&c, "bench", model, (int)threads, false, &ro) != 0)
+        if (hy_cli_open(&c, "bench", model, backend, (int)threads, false, &ro) != 0)
             return 1;
         for (pass = 0; pass < 2; pass++) {
             long n = pass == 0 ? n_prompt : n_gen;

@@ -8,6 +8,7 @@
  * token of an N-token prompt cold, repeated exactly, and sharing all but a
  * short suffix with an earlier prompt, one request at a time.
  */
+#include "backend/select.h"
 #include "tools/bench_offline.h"
 #include "engine/engine.h"
 #include "model/tokenizer.h"
@@ -248,8 +249,8 @@ int hy_cmd_bench_offline(int argc, char **argv)
         {"max-batch-tokens", required_argument, 0, 'b'}, {"offline", no_argument, 0, 'o'},
         {"ttft-prefix", optional_argument, 0, 'T'}, {"suffix-tokens", required_argument, 0, 'S'},
         {"repeat", required_argument, 0, 'R'}, {"checkpoint-interval", required_argument, 0, 'k'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *model_path = NULL;
+        {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model_path = NULL, *backend = NULL;
     long threads = 0, conc = 8, n_req = 32, n_prompt = 128, n_gen = 64, mbt = 512;
     long ttft_n = 0, suffix = 37, reps = 5, ckpt_interval = 512;
     char err[HY_ERR_LEN], inst[64];
@@ -288,10 +289,11 @@ int hy_cmd_bench_offline(int argc, char **argv)
         case 'R': if (hy_bo_long("--repeat", optarg, 1, 1000, &reps)) return 2; break;
         case 'k': if (hy_bo_long("--checkpoint-interval", optarg, 0, 1 << 24, &ckpt_interval)) return 2; break;
         case 'o': break;
+        case 'B': backend = optarg; break;
         case 'h':
             printf("usage: hyserve bench --offline -m MODEL.gguf [--concurrency 8] [--requests 32]\n"
                    "       [--prompt-tokens 128] [--max-tokens 64] [--max-batch-tokens 512] [-t THREADS]\n"
-                   "       [--checkpoint-interval 512]\n"
+                   "       [--checkpoint-interval 512] [--backend cpu|cuda]\n"
                    "   or: hyserve bench --offline -m MODEL.gguf --ttft-prefix[=2000] [--suffix-tokens 37]\n"
                    "       [--repeat 5] [--max-batch-tokens 512] [--checkpoint-interval 512] [-t THREADS]\n"
                    "       time to first token of an N-token prompt: cold, exact repeat, shared prefix\n");
@@ -310,7 +312,8 @@ int hy_cmd_bench_offline(int argc, char **argv)
         return 2;
     }
     bo.n_threads = (int)threads;
-    if (hy_backend_cpu_new(&be, &bo, err) != HY_OK || hy_model_load(&m, model_path, be, err) != HY_OK)
+    if (hy_backend_new(&be, backend, &bo, err) != HY_OK ||
+        hy_model_load(&m, model_path, be, err) != HY_OK)
         goto fail;
     memset(&eo, 0, sizeof eo);
     eo.max_batch_tokens = (int32_t)mbt;

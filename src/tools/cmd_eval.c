@@ -78,8 +78,8 @@ int hy_cmd_eval(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"ids", required_argument, 0, 'i'},
         {"out", required_argument, 0, 'o'}, {"threads", required_argument, 0, 't'},
         {"batch", required_argument, 0, 'b'}, {"kv-type", required_argument, 0, 'k'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *model = NULL, *ids_path = NULL, *out_path = NULL;
+        {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model = NULL, *ids_path = NULL, *out_path = NULL, *backend = NULL;
     long threads = 0, batch = 64;
     hy_dtype_t kv = HY_DTYPE_F32;
     hy_runner_opts_t ro;
@@ -97,6 +97,7 @@ int hy_cmd_eval(int argc, char **argv)
         case 'm': model = optarg; break;
         case 'i': ids_path = optarg; break;
         case 'o': out_path = optarg; break;
+        case 'B': backend = optarg; break;
         case 't': if (hy_cli_int("eval", "--threads", optarg, 0, 1024, &threads)) return 2; break;
         case 'b': if (hy_cli_int("eval", "--batch", optarg, 1, 4096, &batch)) return 2; break;
         case 'k':
@@ -108,7 +109,7 @@ int hy_cmd_eval(int argc, char **argv)
             }
             break;
         case 'h':
-            printf("usage: hyserve eval -m MODEL.gguf --ids FILE --out FILE [--batch N] [--kv-type f32|f16] [-t N]\n");
+            printf("usage: hyserve eval -m MODEL.gguf --ids FILE --out FILE [--batch N] [--kv-type f32|f16] [-t N] [--backend cpu|cuda]\n");
             return 0;
         default: return 2;
         }
@@ -123,7 +124,7 @@ int hy_cmd_eval(int argc, char **argv)
     ro.max_outputs = (int32_t)batch;
     ro.kv_type = kv;
     ro.n_ctx = 1 << 20; /* clipped to the model's context by hy_cli_open */
-    if (hy_cli_open(&c, "eval", model, (int)threads, false, &ro) != 0)
+    if (hy_cli_open(&c, "eval", model, backend, (int)threads, false, &ro) != 0)
         return 1;
     if (hy_eval_read_ids(ids_path, c.model->n_vocab, &ids, &n) != 0)
         goto out;

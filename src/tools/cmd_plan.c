@@ -17,8 +17,8 @@ int hy_cmd_plan(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"context", required_argument, 0, 'c'},
         {"seqs", required_argument, 0, 's'}, {"kv-type", required_argument, 0, 'k'},
         {"page-tokens", required_argument, 0, 'p'}, {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *model = NULL;
+        {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model = NULL, *backend = NULL;
     long ctx = 4096, seqs = 1, page = 16;
     hy_dtype_t kv = HY_DTYPE_F16;
     bool json = false;
@@ -44,13 +44,14 @@ int hy_cmd_plan(int argc, char **argv)
             }
             break;
         case 'j': json = true; break;
+        case 'B': backend = optarg; break;
         case 'h':
-            printf("usage: hyserve plan -m MODEL.gguf [--context N] [--seqs M] [--kv-type f16|f32|q8_0] [--page-tokens N] [--json]\n");
+            printf("usage: hyserve plan -m MODEL.gguf [--context N] [--seqs M] [--kv-type f16|f32|q8_0] [--page-tokens N] [--json] [--backend cpu|cuda]\n");
             return 0;
         default: return 2;
         }
     }
-    if (hy_cli_open(&c, "plan", model, 1, false, NULL) != 0)
+    if (hy_cli_open(&c, "plan", model, backend, 1, false, NULL) != 0)
         return 1;
     if (hy_plan_make(&p, c.model, c.be, (int32_t)ctx, (int32_t)seqs, (int32_t)page, kv, err) != HY_OK) {
         fprintf(stderr, "hyserve plan: %s\n", err);

@@ -31,6 +31,7 @@ static void hy_run_usage(FILE *f)
             "      --presence-penalty P, --frequency-penalty P  (default 0)\n"
             "      --seed S            sampling seed (default: random)\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
+            "      --backend NAME      cpu | cuda (default cpu)\n"
             "  -c, --ctx N             context length (default: model's, at most 8192)\n"
             "      --ignore-eos        keep generating past end-of-generation tokens\n"
             "      --chat              wrap the prompt as a user message in the model's chat template\n"
@@ -49,8 +50,9 @@ int hy_cmd_run(int argc, char **argv)
         {"frequency-penalty", required_argument, 0, 7}, {"seed", required_argument, 0, 8},
         {"threads", required_argument, 0, 't'}, {"ctx", required_argument, 0, 'c'},
         {"ignore-eos", no_argument, 0, 9}, {"chat", no_argument, 0, 10},
-        {"system", required_argument, 0, 11}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *model = NULL, *prompt = NULL, *file = NULL;
+        {"system", required_argument, 0, 11}, {"backend", required_argument, 0, 12},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model = NULL, *prompt = NULL, *file = NULL, *backend = NULL;
     long n_predict = 128, threads = 0, ctx = 8192, lv;
     double dv;
     bool seeded = false, ignore_eos = false, chat = false;
@@ -106,6 +108,7 @@ int hy_cmd_run(int argc, char **argv)
         case 9: ignore_eos = true; break;
         case 10: chat = true; break;
         case 11: system_msg = optarg; break;
+        case 12: backend = optarg; break;
         case 'h': hy_run_usage(stdout); return 0;
         default: hy_run_usage(stderr); return 2;
         }
@@ -144,7 +147,7 @@ int hy_cmd_run(int argc, char **argv)
     ro.max_seqs = 1;
     ro.max_outputs = 1;
     ro.n_ctx = (int32_t)ctx;
-    if (hy_cli_open(&c, "run", model, (int)threads, true, &ro) != 0) {
+    if (hy_cli_open(&c, "run", model, backend, (int)threads, true, &ro) != 0) {
         free(pbuf);
         return 1;
     }

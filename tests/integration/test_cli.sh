@@ -43,6 +43,22 @@ check 1 "'99999' at byte 2 is not a token id (0..263)" "detokenize: id outside t
 check 1 "'x7' at byte 2 is not a token id (0..263)" "detokenize: quotes only the bad word" -- \
     sh -c 'printf "5 x7 8\\n" | "$0" detokenize -m "$1"' "$hy" "$tiny"
 check 2 "hyserve: unknown command 'frob'" "unknown subcommand" -- "$hy" frob
+check 1 "hyserve run: backend 'tpu': must be one of cpu|cuda" "run: unknown --backend" -- \
+    "$hy" run -m "$tiny" -p hi -n 1 --backend tpu
+check 2 "[engine] backend = gpu: must be one of cpu|cuda" "serve: unknown engine.backend" -- \
+    "$hy" serve --set engine.backend=gpu --set model.path="$tiny"
+# without CUDA built: says so; with CUDA built on a machine without a GPU:
+# names the missing device.  Either way a clear refusal, not a crash.
+n=$((n + 1))
+err=$("$hy" run -m "$tiny" -p hi -n 1 --backend cuda 2>&1 >/dev/null)
+rc=$?
+case "$rc:$err" in
+"1:hyserve run: hyserve was built without CUDA (configure --with-cuda)" | "1:hyserve run: no CUDA device: "*)
+    echo "ok $n - run --backend cuda refuses cleanly ($err)" ;;
+*)
+    fail=$((fail + 1))
+    echo "not ok $n - run --backend cuda: rc $rc, stderr: $err" ;;
+esac
 check 2 "hyserve bench: --ttft-prefix = 0: must be an integer in 32..65536" "bench: --ttft-prefix too small" -- \
     "$hy" bench --offline -m "$src/tests/golden/tiny/lfm2.gguf" --ttft-prefix=0
 
