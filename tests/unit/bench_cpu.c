@@ -4,6 +4,7 @@
  * GFLOP/s and weight GB/s; and paged attention for a 512-token prompt.
  * Built by `make check`, not run by it:
  *   tests/unit/bench_cpu [type=q8_0] [max_threads=2]
+ *   tests/unit/bench_cpu decode [rounds=7]   (share of the memory bound)
  */
 #include "backend/backend.h"
 #include "backend/cpu/quant.h"
@@ -41,6 +42,135 @@ static hy_dtype_t parse_type(const char *s)
     return HY_DTYPE_COUNT;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A plain read with 64-byte loads (the kernels' own width): the bound. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p, size_t n)
+{
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 256 <= n; i += 256) {
+        a0 = _mm512_xor_si512(a0, _mm512_loadu_si512(p + i));
+        a1 = _mm512_xor_si512(a1, _mm512_loadu_si512(p + i + 64));
+        a2 = _mm512_xor_si512(a2, _mm512_loadu_si512(p + i + 128));
+        a3 = _mm512_xor_si512(a3, _mm512_loadu_si512(p + i + 192));
+    }
+    for (; i < n; i++)
+        a0 = _mm512_add_epi64(a0, _mm512_set1_epi64(p[i]));
+    a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+    uint64_t v[8], r = 0;
+    _mm512_storeu_si512(v, a0); /* (reduce_add would be signed: UB on overflow) */
+    for (int k = 0; k < 8; k++)
+        r ^= v[k];
+    return r;
+}
+#define HAVE_READ_AVX512 1
+#endif
+
+/* `bench_cpu decode [rounds]`: one token through every matrix of
+ * SmolLM2-135M in layer order (30 x q,k,v,o,gate,up,down in Q4_1, then the
+ * 49152 x 576 Q8_0 output: 96.6 MB, each in its own buffer as in the mmap),
+ * 1 thread, process CPU time; alternated with a plain read of the same
+ * buffers in the same order (64-bit adds as `hyserve bench --membw` does,
+ * and 64-byte loads, which read faster here).  The ratio is the share of the memory bound
+ * the matmuls reach, measured the same way on the same bytes. */
+static int bench_decode(int rounds)
+{
+    static const struct { int in, out; } lay[] = {
+        {576, 576}, {576, 192}, {576, 192}, {576, 576}, {576, 1536}, {576, 1536}, {1536, 576}};
+    enum { N_LAYER = 30, N_MAT = N_LAYER * 7 + 1 };
+    hy_weight_t *ws = calloc(N_MAT, sizeof *ws);
+    float *x = calloc(1536, sizeof(float)), *y = calloc(49152, sizeof(float));
+    double *mm = calloc((size_t)rounds, sizeof(double)), *rd = calloc((size_t)rounds, sizeof(double));
+    double *ratio = calloc((size_t)rounds, sizeof(double));
+    double *rd5 = calloc((size_t)rounds, sizeof(double)), *ratio5 = calloc((size_t)rounds, sizeof(double));
+    int wide = 0;
+    hy_backend_t *be;
+    hy_backend_opts_t o = {1};
+    char err[HY_ERR_LEN];
+    size_t total = 0;
+    uint64_t sink = 0;
+
+    if (!ws || !x || !y || !mm || !rd || !ratio || hy_backend_cpu_new(&be, &o, err) != HY_OK) {
+        fprintf(stderr, "bench_cpu: setup failed\n");
+        return 1;
+    }
+    for (int i = 0; i < 1536; i++)
+        x[i] = (float)(i % 97) / 48.0f - 1.0f;
+    for (int m = 0; m < N_MAT; m++) {
+        int last = m == N_MAT - 1;
+        hy_dtype_t t = last ? HY_DTYPE_Q8_0 : HY_DTYPE_Q4_1;
+        int in = last ? 576 : lay[m % 7].in, out = last ? 49152 : lay[m % 7].out;
+        size_t rb = hy_dtype_row_bytes(t, in);
+        uint8_t *w = malloc(rb * out);
+        float row[1536];
+        if (!w) {
+            fprintf(stderr, "bench_cpu: out of memory\n");
+            return 1;
+        }
+        for (int r = 0; r < out; r++) {
+            for (int i = 0; i < in; i++)
+                row[i] = (float)((r * 31 + i * 17 + m) % 101) / 50.0f - 1.0f;
+            hy_quant_quantize_row(t, row, w + (size_t)r * rb, in);
+        }
+        ws[m] = (hy_weight_t){t, {in, out, 1, 1}, rb, w, NULL, "decode"};
+        total += rb * out;
+    }
+    for (int k = 0; k < rounds; k++) {
+        double c0 = cpu_s();
+        for (int m = 0; m < N_MAT; m++)
+            be->i->matmul(be, &ws[m], x, y, 1);
+        mm[k] = total / (cpu_s() - c0) / 1e9;
+        c0 = cpu_s();
+        for (int m = 0; m < N_MAT; m++) {
+            const uint64_t *p = ws[m].data;
+            size_t n = ws[m].row_bytes * (size_t)ws[m].ne[1] / 8;
+            uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (size_t i = 0; i + 4 <= n; i += 4) {
+                s0 += p[i];
+                s1 += p[i + 1];
+                s2 += p[i + 2];
+                s3 += p[i + 3];
+            }
+            sink += s0 + s1 + s2 + s3;
+        }
+        rd[k] = total / (cpu_s() - c0) / 1e9;
+        ratio[k] = mm[k] / rd[k];
+#ifdef HAVE_READ_AVX512
+        if ((wide = __builtin_cpu_supports("avx512f"))) {
+            c0 = cpu_s();
+            for (int m = 0; m < N_MAT; m++)
+                sink += read_avx512(ws[m].data, ws[m].row_bytes * (size_t)ws[m].ne[1]);
+            rd5[k] = total / (cpu_s() - c0) / 1e9;
+            ratio5[k] = mm[k] / rd5[k];
+        }
+#endif
+    }
+    qsort(rd5, (size_t)rounds, sizeof(double), cmp_double);
+    qsort(ratio5, (size_t)rounds, sizeof(double), cmp_double);
+    qsort(mm, (size_t)rounds, sizeof(double), cmp_double);
+    qsort(rd, (size_t)rounds, sizeof(double), cmp_double);
+    qsort(ratio, (size_t)rounds, sizeof(double), cmp_double);
+    printf("decode %.1f MB, 1 thread, isa %s: matmuls %.2f GB/s = %.1f tok/s, read %.2f GB/s, "
+           "ratio %.0f%% (medians of %d alternated rounds, CPU time; sink %d)\n",
+           total / 1e6, hy_isa_name(hy_cpu_isa()), mm[rounds / 2], mm[rounds / 2] * 1e9 / total,
+           rd[rounds / 2], 100.0 * ratio[rounds / 2], rounds, (int)(sink & 1));
+    if (wide)
+        printf("  against a read with 64-byte loads: %.2f GB/s, ratio %.0f%%\n",
+               rd5[rounds / 2], 100.0 * ratio5[rounds / 2]);
+    for (int m = 0; m < N_MAT; m++)
+        free((void *)ws[m].data);
+    free(ws); free(x); free(y); free(mm); free(rd); free(ratio); free(rd5); free(ratio5);
+    be->i->free(be);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct { int in, out; hy_dtype_t type; const char *what; } shapes[] = {
@@ -50,6 +180,8 @@ int main(int argc, char **argv)
         {576, 192, HY_DTYPE_COUNT, "attn k/v"},
         {576, 49152, HY_DTYPE_Q8_0, "output"},
     };
+    if (argc > 1 && strcmp(argv[1], "decode") == 0)
+        return bench_decode(argc > 2 && atoi(argv[2]) > 0 ? atoi(argv[2]) : 7);
     hy_dtype_t wt = argc > 1 ? parse_type(argv[1]) : HY_DTYPE_Q8_0;
     int max_threads = argc > 2 ? atoi(argv[2]) : 2;
     char err[HY_ERR_LEN];

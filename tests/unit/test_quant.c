@@ -340,7 +340,7 @@ static double deq_act(hy_dtype_t at, const void *x, int64_t i)
     }
 }
 
-enum { NW = 5, NX = 6, S_STRIDE = 7 };
+enum { NW = 5, NX = 6, S_STRIDE = 7, NWD = 21 };
 
 /* Checks of the two-level block fields that the dots rely on: hi/lo in
  * [-127, 127], vsum/bsums the sums of v, s the float sum of the inputs,
@@ -403,7 +403,7 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
     const int64_t lens_q[] = {64, 96, 4096}, lens_k[] = {512, 768, 4096},
                   lens_f[] = {67, 96, 4096};
     const int64_t *lens = info->block == 256 ? lens_k : info->block == 32 ? lens_q : lens_f;
-    int deq_bad = 0, act_bad = 0, tile_bad = 0;
+    int deq_bad = 0, act_bad = 0, tile_bad = 0, decode_bad = 0;
     double worst = 0.0;
 
     if (tr == NULL || tile == NULL) {
@@ -518,6 +518,25 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
         for (int c = 0; c < NX; c++)
             if (s[c * S_STRIDE + NW] != -1.0f)
                 tile_bad++;
+        /* decode: one activation row over NWD rows takes the 8-rows-a-pass
+         * kernels with software prefetch (8 + 8 + an edge of 5); also bit
+         * for bit vec_dot, and nothing written past the last row */
+        {
+            uint8_t *wd = malloc(wb * NWD);
+            float sd[NWD + 1];
+            for (int r = 0; r < NWD; r++)
+                make_weights(t, wd + r * wb, n);
+            sd[NWD] = -1.0f;
+            tile(n, sd, 0, wd, wb, NWD, x + 4 * xb, xb, 1);
+            for (int r = 0; r < NWD; r++) {
+                tr->vec_dot(n, &d1, wd + r * wb, x + 4 * xb);
+                if (fbits(d1) != fbits(sd[r]))
+                    decode_bad++;
+            }
+            if (sd[NWD] != -1.0f)
+                decode_bad++;
+            free(wd);
+        }
         free(w); free(x); free(xr); free(xfa); free(y); free(yr);
     }
     if (two) {
@@ -540,6 +559,8 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
             t == HY_DTYPE_Q4_1 && !two ? " + f16 rounding of s" : "");
     HY_T_OK(tile_bad == 0, "%s/%s%s: tile 5x6 == vec_dot per element (%d differ)",
             info->name, hy_isa_name(isa), legacy ? "/q8" : "", tile_bad);
+    HY_T_OK(decode_bad == 0, "%s/%s%s: decode tile %dx1 == vec_dot per element (%d differ)",
+            info->name, hy_isa_name(isa), legacy ? "/q8" : "", NWD, decode_bad);
 }
 
 /* ---- float-weight tiles (F32/F16/BF16 SGEMM kernels) ----

@@ -5,8 +5,9 @@
  * cut into tiles of (weight rows x token rows) that threads claim from an
  * atomic counter.  A tile's weight rows stay in L1/L2 while they meet every
  * token of the tile (prefill reuses weights from cache); with one token the
- * tiles are plain row ranges and the threads stream the weights once
- * (decode runs at memory bandwidth).
+ * tiles are plain row ranges, each thread streams its own contiguous run of
+ * them once and then helps with the others' (decode runs near memory
+ * bandwidth).
  */
 #include "backend/cpu/cpu_impl.h"
 
@@ -21,6 +22,16 @@
 /* Tiles per thread to aim for, so uneven threads still finish together. */
 #define HY_MM_TILES_PER_THREAD 4
 
+/* Threads that get their own runs of decode tiles (more share one counter). */
+#define HY_MM_MAX_RUNS 64
+
+/* One thread's run of consecutive tiles, claimed front to back; on its own
+ * cache line so that claims of different threads do not contend. */
+typedef struct {
+    _Alignas(64) _Atomic int64_t next;
+    int64_t end;
+} hy_mm_run_t;
+
 typedef struct {
     const hy_weight_t *w;
     const hy_quant_traits_t *tr;
@@ -33,6 +44,7 @@ typedef struct {
     int64_t br, bt;       /* tile: weight rows x token rows */
     int64_t n_rb, n_tb;   /* tiles along each axis */
     _Atomic int64_t next; /* next tile to claim */
+    hy_mm_run_t *runs;    /* decode: [nth] contiguous runs, or NULL */
 } hy_mm_job_t;
 
 int hy_cpu_weight_check(const hy_weight_t *w, char *err)
@@ -95,6 +107,20 @@ static void hy_mm_worker(void *arg, int ith, int nth)
     hy_mm_job_t *j = arg;
     int64_t n_units = j->n_rb * j->n_tb;
 
+    if (j->runs) {
+        /* Decode: this thread's own rows first, in address order, so its
+         * stream is one contiguous range (the kernels' software prefetch
+         * runs ahead into the thread's next tile, never into another's);
+         * then it helps finish the other runs. */
+        for (int k = 0; k < nth; k++) {
+            hy_mm_run_t *run = &j->runs[(ith + k) % nth];
+            int64_t u;
+            while ((u = atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed)) <
+                   run->end)
+                hy_mm_tile(j, u);
+        }
+        return;
+    }
     /* The first tile of each thread is fixed, so the counter is touched
      * only once per later tile. */
     for (int64_t u = ith; u < n_units;
@@ -107,6 +133,7 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
 {
     hy_cpu_t *cpu = be->ctx;
     hy_mm_job_t j;
+    hy_mm_run_t runs[HY_MM_MAX_RUNS];
     char err[HY_ERR_LEN];
     int nth = cpu->n_threads;
 
@@ -171,6 +198,20 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
     j.n_rb = (j.n_out + j.br - 1) / j.br;
     nth = (int)HY_MIN((int64_t)nth, j.n_rb * j.n_tb);
     atomic_init(&j.next, nth);  /* tiles 0..nth-1 are the threads' first */
+    /* One token: weights are streamed once, and the tiles are row ranges.
+     * Claimed from one counter, consecutive tiles alternate between the
+     * threads, so each thread's stream restarts cold at every tile (the
+     * prefetch of its previous tile ran into the neighbour's rows): give
+     * each thread a contiguous run instead. */
+    if (n_tok == 1 && nth > 1 && nth <= HY_MM_MAX_RUNS) {
+        for (int t = 0; t < nth; t++) {
+            int64_t lo, hi;
+            hy_cpu_split(j.n_rb, t, nth, &lo, &hi);
+            atomic_init(&runs[t].next, lo);
+            runs[t].end = hi;
+        }
+        j.runs = runs;
+    }
 
     hy_pool_run_n(cpu->pool, nth, hy_mm_worker, &j);
 }

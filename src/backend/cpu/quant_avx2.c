@@ -239,10 +239,23 @@ HY_QX_INLINE void hy_a2l_tile_kernel(int kind, int64_t nb, float *s, size_t ss,
         for (int r = 0; r < RW; r++)
             acc[r][c] = _mm256_setzero_ps();
     }
+    /* decode (one activation row, ws != 0): prefetch the same block of the
+     * row 16 rows ahead, as the AVX-512 kernels do (quant_avx512.c,
+     * HY_A5_PF_ROWS): the hardware streamers alone leave the kernel well
+     * short of a plain read of the same bytes */
+    const size_t bsz = kind == HY_A2_Q8_0   ? sizeof(hy_block_q8_0_t)
+                       : kind == HY_A2_Q4_1 ? sizeof(hy_block_q4_1_t)
+                                            : sizeof(hy_block_q4_0_t);
+    const size_t pf = RX == 1 ? 16 * ws : 0;
     /* two blocks per step, folded before touching the accumulator */
     for (; ib + 2 <= nb; ib += 2) {
         __m256i wq[2][2];
         float dw[2][2], mw[2][4] = {{0}};
+        if (pf) {
+#pragma GCC unroll 2
+            for (int r = 0; r < RW; r++)
+                _mm_prefetch(w + r * ws + (size_t)ib * bsz + pf, _MM_HINT_T0);
+        }
 #pragma GCC unroll 2
         for (int r = 0; r < RW; r++) {
             wq[r][0] = hy_a2_wload(kind, w + r * ws, ib, &dw[r][0], &mw[0][r]);

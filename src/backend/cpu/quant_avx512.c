@@ -6,7 +6,9 @@
  * over Q8_2L); vec_dot is the 1x1 instance of the same code, and every
  * instance does the same float operations per output, so results do not
  * depend on the batch.  Each exists for the default two-level Q8_2L
- * activations (two dpbusd per block pair) and for ggml's Q8_0/Q8_1.  The
+ * activations (two dpbusd per block pair) and for ggml's Q8_0/Q8_1.  Decode
+ * tiles prefetch 16 rows ahead (HY_A5_PF_ROWS) and Q4_1's decode step
+ * converts the scales of 4 rows at once (hy_a5l_step_q4_1_x1).  The
  * other types use quant_x86.h's 256-bit kernels rebuilt here with VNNI and
  * EVEX.
  * F32/F16/BF16 weights get a register-blocked SGEMM tile (4 weight rows x
@@ -375,11 +377,8 @@ HY_QX_INLINE void hy_a5l_step(int kind, int64_t ib, int two, const char *w, size
                 p = _mm512_dpbusd_epi32(t, wq[r], l);
             }
             __m512 sc;
-            if (fast && RX == 1 && kind == HY_A5_Q4_1)
-                sc = _mm512_permutexvar_ps(
-                    _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-                    _mm512_castps128_ps512(hy_a5_q4_1_sixteenth(_mm_mul_ps(ds[r], dxq))));
-            else if (fast && RX == 1)
+            /* (full Q4_1 pairs with one token go to hy_a5l_step_q4_1_x1) */
+            if (fast && RX == 1 && kind == HY_A5_Q8_0)
                 sc = _mm512_permutexvar_ps(idx02, _mm512_castps128_ps512(_mm_mul_ps(ds[r], dxq)));
             else
                 sc = _mm512_mul_ps(dw[r], dx);
@@ -387,6 +386,89 @@ HY_QX_INLINE void hy_a5l_step(int kind, int64_t ib, int two, const char *w, size
         }
     }
 }
+
+/* Q4_1 decode step (one activation row, full block pair ib, ib+1, RW <= 8
+ * rows).  The per-row scalar work is what bounds Q4_1 decode, so the
+ * scales go 4 rows per vcvtph2ps: row k's (d0, m0, d1, m1) land in lanes
+ * 4k..4k+3 of dm4, each row's d's are one permute away from its scale
+ * vector, and the m*s term of 4 rows is one multiply, one byte shift and
+ * one FMA (lane 4k+1 = fma(m0, s0, m1*s1), the same float operations as
+ * the transposed m0v/m1v of hy_a5l_step; lanes 4k+2, 4k+3 are ignored). */
+HY_QX_INLINE void hy_a5l_step_q4_1_x1(int64_t ib, const char *w, size_t ws, const char *x,
+                                      const int RW, __m512 acc[8], __m512 msum4[2])
+{
+    const hy_block_q8_2l_t *xb = (const hy_block_q8_2l_t *)x + ib;
+    const __m512i xh = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xb[0].hi)),
+        _mm256_loadu_si256((const __m256i *)xb[1].hi), 1);
+    const __m512i xl = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xb[0].lo)),
+        _mm256_loadu_si256((const __m256i *)xb[1].lo), 1);
+    /* [dx0 x4, dx0/16 x4, dx1 x4, dx1/16 x4], so each row's scales are one
+     * permute and one multiply: d*(dx/16) here and (d/16)*dx in the prefill
+     * tiles are both exact power-of-two scalings of d*dx, the same float */
+    const __m512 dx16 = _mm512_mul_ps(hy_a5_pair_ps(xb[0].d, xb[1].d),
+                                      _mm512_set_ps(0.0625f, 0.0625f, 0.0625f, 0.0625f, 1, 1, 1, 1,
+                                                    0.0625f, 0.0625f, 0.0625f, 0.0625f, 1, 1, 1, 1));
+    const __m512 s0 = _mm512_set1_ps(xb[0].s), s1 = _mm512_set1_ps(xb[1].s);
+    const __m512i mask = _mm512_set_epi64(
+        (long long)0xF0F0F0F0F0F0F0F0ull, (long long)0xF0F0F0F0F0F0F0F0ull, 0x0F0F0F0F0F0F0F0Fll,
+        0x0F0F0F0F0F0F0F0Fll, (long long)0xF0F0F0F0F0F0F0F0ull, (long long)0xF0F0F0F0F0F0F0F0ull,
+        0x0F0F0F0F0F0F0F0Fll, 0x0F0F0F0F0F0F0F0Fll);
+    __m512 dm4[2];
+
+#pragma GCC unroll 2
+    for (int g = 0; g < (RW + 3) / 4; g++) {
+        __m128i q[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            q[k] = _mm_setzero_si128();
+            if (4 * g + k < RW) {
+                const hy_block_q4_1_t *b = (const hy_block_q4_1_t *)(w + (4 * g + k) * ws) + ib;
+                uint32_t u0, u1;
+                memcpy(&u0, &b[0], 4); /* d, m */
+                memcpy(&u1, &b[1], 4);
+                q[k] = _mm_insert_epi32(_mm_cvtsi32_si128((int)u0), (int)u1, 1);
+            }
+        }
+        dm4[g] = _mm512_cvtph_ps(_mm256_set_m128i(_mm_unpacklo_epi64(q[2], q[3]),
+                                                  _mm_unpacklo_epi64(q[0], q[1])));
+        __m512 m1s1 = _mm512_castsi512_ps(
+            _mm512_bsrli_epi128(_mm512_castps_si512(_mm512_mul_ps(dm4[g], s1)), 8));
+        msum4[g] = _mm512_add_ps(msum4[g], _mm512_fmadd_ps(dm4[g], s0, m1s1));
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < RW; r++) {
+        const hy_block_q4_1_t *b = (const hy_block_q4_1_t *)(w + r * ws) + ib;
+        /* [qs0, qs0, qs1, qs1] masked to [low, 16 * high, ...] as in
+         * hy_a5_wload_q4_1x2 */
+        __m512i wq = _mm512_and_si512(
+            _mm512_mask_broadcast_i32x4(
+                _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)b[0].qs)), 0xFF00,
+                _mm_loadu_si128((const __m128i *)b[1].qs)),
+            mask);
+        __m512i ph = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, xh);
+        __m512i p = _mm512_dpbusd_epi32(_mm512_sub_epi32(hy_a5_shl8(ph), ph), wq, xl);
+        const int k = 4 * (r % 4);
+        __m512 sc = _mm512_mul_ps(
+            _mm512_permutexvar_ps(_mm512_set_epi32(k + 2, k + 2, k + 2, k + 2, k + 2, k + 2,
+                                                   k + 2, k + 2, k, k, k, k, k, k, k, k),
+                                  dm4[r / 4]),
+            dx16);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[r]);
+    }
+}
+
+/* Software prefetch for decode, in weight rows ahead of the row being
+ * read.  A decode pass walks 8 consecutive rows side by side, a block pair
+ * at a time, so the hardware streamers see 8 interleaved short streams and
+ * fall behind: without this the kernel ran at ~45% of a plain read of the
+ * same bytes (bench_quant's stream case), with it at 70-90%.  16 rows is
+ * 5.8 KB ahead for SmolLM2's Q4_1 rows of 576 and 9.8 KB for its Q8_0
+ * output rows: about 0.5-1 us at ~10 GB/s, more than a DRAM miss, and far
+ * inside L1 + L2.  8..32 measured the same; prefetches past the end of the
+ * matrix are harmless (prefetch never faults). */
+#define HY_A5_PF_ROWS 16
 
 HY_QX_INLINE void hy_a5l_tile_kernel(int kind, int64_t nb, float *s, size_t ss,
                                      const char *w, size_t ws, const char *x,
@@ -403,8 +485,40 @@ HY_QX_INLINE void hy_a5l_tile_kernel(int kind, int64_t nb, float *s, size_t ss,
         for (int r = 0; r < RW; r++)
             acc[r][c] = _mm512_setzero_ps();
     }
-    for (; ib + 2 <= nb; ib += 2)
+    const size_t bsz = kind == HY_A5_Q8_0   ? sizeof(hy_block_q8_0_t)
+                       : kind == HY_A5_Q4_1 ? sizeof(hy_block_q4_1_t)
+                                            : sizeof(hy_block_q4_0_t);
+    const size_t pf = (size_t)HY_A5_PF_ROWS * ws;
+    if (RX == 1 && kind == HY_A5_Q4_1) {
+        __m512 a1[8], msum4[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            a1[r] = _mm512_setzero_ps();
+        for (; ib + 2 <= nb; ib += 2) {
+            if (pf) {
+#pragma GCC unroll 8
+                for (int r = 0; r < RW; r++)
+                    _mm_prefetch(w + r * ws + (size_t)ib * bsz + pf, _MM_HINT_T0);
+            }
+            hy_a5l_step_q4_1_x1(ib, w, ws, x, RW, a1, msum4);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < RW; r++)
+            acc[r][0] = a1[r];
+        /* lanes 4k+1 of the two halves -> lane r of hy_a5l_step's msum, where
+         * the odd block below (if any) adds its term */
+        msum[0] = _mm512_castps512_ps256(_mm512_permutex2var_ps(
+            msum4[0], _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 29, 25, 21, 17, 13, 9, 5, 1),
+            msum4[1]));
+    }
+    for (; ib + 2 <= nb; ib += 2) {
+        if (RX == 1 && pf) { /* decode tiles; not vec_dot (ws = 0) */
+#pragma GCC unroll 8
+            for (int r = 0; r < RW; r++)
+                _mm_prefetch(w + r * ws + (size_t)ib * bsz + pf, _MM_HINT_T0);
+        }
         hy_a5l_step(kind, ib, 1, w, ws, x, xs, RW, RX, acc, msum);
+    }
     if (ib < nb)
         hy_a5l_step(kind, ib, 0, w, ws, x, xs, RW, RX, acc, msum);
 #pragma GCC unroll 4
