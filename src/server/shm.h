@@ -23,7 +23,7 @@
 #include "kv/pagetable.h"
 
 #define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
-#define HY_SHM_LAYOUT_VERSION 1
+#define HY_SHM_LAYOUT_VERSION 2 /* 2: model file, sha256 and its state in the header */
 #define HY_SHM_INSTANCE_MAX 48 /* [A-Za-z0-9_.-], not starting with '.' */
 
 typedef struct {
@@ -80,7 +80,15 @@ typedef struct {
     _Atomic uint32_t claim_hint;   /* where the next slot search starts */
     _Atomic uint64_t submit_seq;   /* FIFO order among equal priorities */
     pthread_mutex_t lock __attribute__((aligned(64))); /* robust, process-shared */
+    /* The model file's SHA-256, hashed by the coordinator in a background
+     * thread after start (serving does not wait for it); /v1/models and
+     * /health show "<file name>@<first 8 hex digits>" once state is DONE. */
+    _Atomic uint32_t model_sha256_state; /* HY_SHM_SHA256_* */
+    char model_sha256[65];               /* lower-case hex; written before DONE */
+    char model_file[256];                /* resolved file name without ".gguf"; set before ready */
 } hy_shm_header_t;
+
+enum { HY_SHM_SHA256_PENDING, HY_SHM_SHA256_DONE, HY_SHM_SHA256_FAILED };
 
 /* ---- stats (atomics only; read without locks) ---------------------------- */
 

@@ -1,5 +1,5 @@
 # tests/integration/ops.mk - operations: the production nginx site (nginx/),
-# hyserve-ctl (API keys, blue/green switch, status), the systemd unit,
+# hyserve-ctl (API keys, blue/green switch, canary, status), the systemd unit,
 # syslog-ng and logrotate files (etc/) and their end-to-end test, which runs
 # a private TLS nginx in front of two coordinators (skips without nginx,
 # openssl or cgi-fcgi).

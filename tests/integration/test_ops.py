@@ -4,12 +4,17 @@ hyserve-ctl end to end: a private nginx (temp prefix, loopback port, TLS with
 a throwaway certificate) in front of two `hyserve serve` coordinators, blue
 and green.  Checks API keys (401 JSON, key add/revoke), 413/429 JSON, TLS
 versions and HTTP/2, streaming through TLS, that the secret never reaches a
-worker (a fake FastCGI peer records the params), and a blue/green switch
-under concurrent streaming clients with zero failed responses.  TAP; skips
-(1..0 # SKIP) without nginx, openssl or cgi-fcgi.
+worker (a fake FastCGI peer records the params), a blue/green switch under
+concurrent streaming clients with zero failed responses, and canaries: the
+exact set of API keys split_clients sends to the canary colour (nginx's
+MurmurHash2 recomputed here), promote, abort, refusals that leave traffic
+unchanged, and the model/hyserve versions in /v1/models, /health and
+`hyserve-ctl status`.  TAP; skips (1..0 # SKIP) without nginx, openssl or
+cgi-fcgi.
 
 Environment: HY_SRCDIR (source tree), HYSERVE (the binary).
 """
+import hashlib
 import http.client as httpc
 import json
 import os
@@ -98,7 +103,7 @@ ECHO_SOCK = os.path.join(TMP, "run", "echo.sock")
 
 def rewrite(text):
     return (text.replace("/etc/hyserve/", ETC + "/").replace("/run/hyserve/", TMP + "/run/")
-            .replace("max_conns=4", "max_conns=%d" % N_WORKERS))
+            .replace("max_conns=64", "max_conns=%d" % N_WORKERS))
 
 
 with open(os.path.join(SRC, "nginx", "hyserve.conf")) as f:
@@ -246,7 +251,64 @@ def stream(key, max_tokens=12):
         c.close()
 
 
+# ---- canary helpers ----------------------------------------------------------
+def murmur2(data):
+    """nginx's ngx_murmur_hash2 (src/core/ngx_murmurhash.c), which
+    split_clients applies to its key string."""
+    m, h, i, n = 0x5bd1e995, len(data) & 0xffffffff, 0, len(data)
+    while n >= 4:
+        k = data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24
+        k = (k * m) & 0xffffffff
+        k ^= k >> 24
+        k = (k * m) & 0xffffffff
+        h = ((h * m) & 0xffffffff) ^ k
+        i, n = i + 4, n - 4
+    if n == 3:
+        h ^= data[i + 2] << 16
+    if n >= 2:
+        h ^= data[i + 1] << 8
+    if n >= 1:
+        h = ((h ^ data[i]) * m) & 0xffffffff
+    h ^= h >> 13
+    h = (h * m) & 0xffffffff
+    return h ^ (h >> 15)
+
+
+def split_share(name, percent):
+    """True when `split_clients "${key}" { P% canary; * live; }` picks the
+    first part for this key: hash < P*100 * 0xffffffff / 10000."""
+    return murmur2(name.encode()) < int(round(percent * 100)) * 0xffffffff // 10000
+
+
+def colour_of(key, tries=20):
+    """The colour (instance suffix) /v1/models reports for this key; waits
+    out the per-address rate limit (429) instead of failing on it."""
+    for _ in range(tries):
+        st, h, b = https("GET", "/v1/models", key=key)
+        time.sleep(0.025)  # stay under the 50 r/s per address the streams share
+        if st == 429:
+            time.sleep(0.5)
+            continue
+        if st != 200:
+            return "http-%d" % st
+        m = json.loads(b)["data"][0]
+        colour = m.get("instance", "").rsplit("-", 1)[-1]
+        return colour if h.get("x-hyserve-colour") == colour else "header-%s" % h.get("x-hyserve-colour")
+    return "rate-limited"
+
+
+def expected_model_version():
+    real = os.path.realpath(MODEL)
+    name = os.path.basename(real)
+    name = name[:-5] if name.endswith(".gguf") else name
+    with open(real, "rb") as f:
+        return "%s@%s" % (name, hashlib.sha256(f.read()).hexdigest()[:8])
+
+
 # ---- a fake FastCGI peer that answers with the params it received -----------
+SLOW_SEEN = threading.Event()  # set when /slow holds the peer's one connection
+
+
 def fcgi_echo_server(path, stop):
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(path)
@@ -297,6 +359,7 @@ def fcgi_echo_server(path, stop):
                 i += lens[0] + lens[1]
                 env[k] = v
             if env.get("DOCUMENT_URI") == "/slow":
+                SLOW_SEEN.set()
                 time.sleep(1.5)
             body = json.dumps(env).encode()
             out = b"Status: 200 OK\r\nContent-Type: application/json\r\n\r\n" + body
@@ -387,6 +450,12 @@ try:
     ok(rc != 0 and "blue stays live" in err and live == "upstream-blue.conf",
        "switch to a down colour refused, blue stays live")
     diag(err.strip())
+    rc, _, err = ctl("canary", "green", "10")
+    live = os.readlink(os.path.join(NGX_DIR, "upstream-active.conf"))
+    ok(rc != 0 and "not starting a canary on green" in err and "blue stays live" in err and
+       live == "upstream-blue.conf" and not os.path.exists(os.path.join(NGX_DIR, "upstream-canary.conf")) and
+       colour_of(bob) == "blue", "canary on a down colour refused, blue stays live")
+    diag(err.strip())
     ok(start_serve("green"), "green coordinator healthy")
     rc, out, _ = ctl("status")
     ok(rc == 0 and out.count(MODEL_ID) == 2 and
@@ -423,7 +492,11 @@ try:
     for c in ("green", "blue", "green"):
         rc, out, err = ctl("switch", c)
         seen.append(rc == 0 and ("live: " + c) in out)
+        # let new streams finish on this colour, however slow the machine
+        # (sanitizer builds): at least 1 s and one stream served by it
+        n0 = len(results)
         time.sleep(1.0)
+        wait_for(lambda: any(r[3] == c for r in results[n0:]), 60)
     stop_load.set()
     for t in threads:
         t.join(60)
@@ -438,6 +511,144 @@ try:
     rc, out, _ = ctl("status")
     ok(rc == 0 and [l.split()[1] for l in out.splitlines() if l.startswith("green")] == ["*"],
        "status: green live")
+
+    # -- versions: the model file (name + sha256 prefix) and hyserve's own
+    want_mv = expected_model_version()
+    hv = subprocess.run([HYSERVE, "--version"], capture_output=True, text=True).stdout.split()[-1]
+    got = {}
+
+    def versions_ready():
+        got["m"] = json.loads(https("GET", "/v1/models", key=bob)[2])["data"][0]
+        return not got["m"]["model_version"].endswith("@hashing")
+
+    ok(wait_for(versions_ready, 30) and got["m"]["model_version"] == want_mv and
+       got["m"]["model_sha256"].startswith(want_mv.rsplit("@", 1)[1]) and
+       got["m"]["hyserve_version"] == hv and got["m"]["instance"] == TAG + "-green",
+       "/v1/models: instance, model_version %s, hyserve_version %s" % (want_mv, hv))
+    st, h, b = https("GET", "/health")
+    hb = json.loads(b) if st == 200 else {}
+    ok(hb.get("status") == "ok" and hb.get("model_version") == want_mv and hb.get("model") == MODEL_ID and
+       hb.get("hyserve_version") == hv, "/health shows model and hyserve versions")
+    status_out = [""]
+
+    def status_versions():  # blue hashes at low priority: allow it time on a busy machine
+        status_out[0] = ctl("status")[1]
+        return status_out[0].count(want_mv) == 2 and status_out[0].count(" " + hv + " ") == 2
+
+    ok(wait_for(status_versions, 60), "status prints both colours' model and hyserve versions")
+    diag(status_out[0])
+
+    # -- canary: 40 API keys, 10% of them (by key id) on green
+    rc, out, err = ctl("switch", "blue")
+    ok(rc == 0, "back to blue before the canary")
+    names = ["ck%02d" % i for i in range(40)]
+    keys = {}
+    for n in names[:-1]:  # one reload for all of them
+        r = subprocess.run([CTL, "key", "add", n], capture_output=True, text=True,
+                           env=dict(ENV, HYSERVE_NO_RELOAD="1"))
+        keys[n] = r.stdout.strip()
+    rc, out, _ = ctl("key", "add", names[-1])
+    keys[names[-1]] = out.strip()
+    ok(rc == 0 and all(k.startswith("hy-") for k in keys.values()), "40 canary keys added")
+    want_green = sorted(n for n in names if split_share(n, 10))
+    diag("keys split_clients sends to green at 10%%: %s" % want_green)
+
+    rc, out, err = ctl("canary", "green", "150")
+    ok(rc != 0 and "0.01 to 99.99" in err, "canary refuses a percent outside 0.01..99.99")
+    rc, out, err = ctl("promote")
+    ok(rc != 0 and "no canary is running" in err, "promote without a canary refused")
+    rc, out, err = ctl("canary", "blue", "10")
+    ok(rc != 0 and "already live" in err, "canary on the live colour refused")
+
+    # streams that run through every canary change below
+    cresults, stop_c = [], threading.Event()
+
+    def canary_client(k):
+        while not stop_c.is_set():
+            t0 = time.time()
+            cresults.append(stream(k, 24))
+            time.sleep(max(0.0, 0.6 - (time.time() - t0)))
+
+    stream_keys = [keys[want_green[0]] if want_green else keys[names[0]], keys[names[0]],
+                   keys[names[1]]]
+    cthreads = [threading.Thread(target=canary_client, args=(k,)) for k in stream_keys]
+    for t in cthreads:
+        t.start()
+    time.sleep(0.5)
+
+    rc, out, err = ctl("canary", "green", "10")
+    ok(rc == 0 and "green gets 10% of API keys" in out and
+       os.readlink(os.path.join(NGX_DIR, "upstream-active.conf")) == "upstream-canary.conf",
+       "canary green 10: %s" % (out.strip() or err.strip()))
+    seen = {n: [colour_of(keys[n]) for _ in range(3)] for n in names}
+    on_green = sorted(n for n, c in seen.items() if c[0] == "green")
+    sticky = all(len(set(c)) == 1 and c[0] in ("blue", "green") for c in seen.values())
+    ok(sticky, "each key gets the same colour on every request")
+    if not sticky:
+        diag({n: c for n, c in seen.items() if len(set(c)) != 1 or c[0] not in ("blue", "green")})
+    ok(1 <= len(on_green) <= 12 and on_green == want_green,
+       "canary 10%%: %d of 40 keys on green, exactly the ones MurmurHash2 predicts (%s)" %
+       (len(on_green), on_green))
+    st, h, b = https("GET", "/health")
+    ok(st == 200 and h.get("x-hyserve-colour") == "blue" and json.loads(b)["instance"] == TAG + "-blue",
+       "keyless /health stays on the live colour")
+    rc, out, _ = ctl("status")
+    rows = {l.split()[0]: l.split() for l in out.splitlines() if l.split() and l.split()[0] in ("blue", "green")}
+    ok(rc == 0 and "canary: green gets 10% of API keys" in out and rows.get("blue", [""])[1:2] == ["*"] and
+       rows.get("green", [""])[1:2] == ["10%"], "status shows blue live and the green canary at 10%")
+    diag(out)
+
+    # nginx refuses the canary include: the running canary stays as it was
+    green_conf = os.path.join(NGX_DIR, "upstream-green.conf")
+    with open(green_conf) as f:
+        good = f.read()
+    with open(green_conf, "w") as f:
+        f.write(good.replace("max_conns=", "max_conns=x"))
+    rc, _, err = ctl("canary", "green", "50")
+    with open(green_conf, "w") as f:
+        f.write(good)
+    with open(os.path.join(NGX_DIR, "upstream-canary.conf")) as f:
+        state = f.read()
+    ok(rc != 0 and "nginx rejected" in err and "canary green at 10%" in err and
+       "percent=10\n" in state and [colour_of(keys[n]) for n in names[:8]] ==
+       ["green" if n in want_green else "blue" for n in names[:8]],
+       "a canary change nginx rejects leaves the 10% canary serving")
+    diag(err.strip().splitlines()[-1] if err.strip() else "")
+
+    rc, out, err = ctl("canary", "green", "25")
+    want25 = [n for n in names if split_share(n, 25)]
+    got25 = [n for n in names if colour_of(keys[n]) == "green"]
+    ok(rc == 0 and got25 == want25 and set(want_green) <= set(got25),
+       "canary raised to 25%%: %d keys on green, a superset of the 10%% ones" % len(got25))
+
+    rc, out, err = ctl("promote")
+    ok(rc == 0 and "live: green" in out and
+       os.readlink(os.path.join(NGX_DIR, "upstream-active.conf")) == "upstream-green.conf" and
+       not os.path.exists(os.path.join(NGX_DIR, "upstream-canary.conf")), "promote: green live")
+    after = [colour_of(keys[n]) for n in names]
+    ok(after == ["green"] * 40, "after promote all 40 keys on green (%d)" % after.count("green"))
+
+    rc, out, err = ctl("switch", "blue")
+    rc2, out2, err2 = ctl("canary", "green", "10")
+    ok(rc == 0 and rc2 == 0 and [colour_of(keys[n]) for n in want_green] == ["green"] * len(want_green),
+       "switch blue, canary green 10 again")
+    rc, out, err = ctl("abort")
+    after = [colour_of(keys[n]) for n in names]
+    ok(rc == 0 and "live: blue" in out and after == ["blue"] * 40 and
+       os.readlink(os.path.join(NGX_DIR, "upstream-active.conf")) == "upstream-blue.conf",
+       "abort: all 40 keys back on blue (%d)" % after.count("blue"))
+
+    time.sleep(1.0)
+    stop_c.set()
+    for t in cthreads:
+        t.join(60)
+    bad = [r for r in cresults if not (r[0] == 200 and r[2] and r[1] >= 1)]
+    ok(len(cresults) >= 6 and not bad, "%d streams across canary/promote/switch/abort, %d failed or truncated %s"
+       % (len(cresults), len(bad), bad[:2]))
+    ok(set(r[3] for r in cresults if r[0] == 200) == {"blue", "green"},
+       "canary streams were served by both colours")
+    for n in names:  # bob's revoke below reloads nginx for all of them
+        subprocess.run([CTL, "key", "revoke", n], capture_output=True, env=dict(ENV, HYSERVE_NO_RELOAD="1"))
 
     # -- revoke
     rc, out, _ = ctl("key", "revoke", "bob")
@@ -489,14 +700,16 @@ try:
     slow_st = []
     slow = threading.Thread(target=lambda: slow_st.append(https("GET", "/slow", key=alice)[0]))
     slow.start()
-    time.sleep(0.4)
+    # on a loaded machine the TLS handshake alone can take longer than any
+    # fixed sleep: wait until the peer really holds the slow request
+    SLOW_SEEN.wait(10)
     t0 = time.time()
     st, h, b = https("GET", "/v1/models", key=alice)
     dt = time.time() - t0
     slow.join(10)
     ok(st == 503 and err_code(b) == "backend_unavailable" and h.get("retry-after") == "5" and dt < 1.0
        and slow_st == [200],
-       "upstream at max_conns: 503 JSON + Retry-After in %.2f s" % dt)
+       "upstream at max_conns: 503 JSON + Retry-After in %.2f s (got %d; slow request %s)" % (dt, st, slow_st))
     os.remove(ECHO_SOCK)
     st, h, b = https("GET", "/v1/models", key=alice)
     ok(st == 503 and err_code(b) == "backend_unavailable", "backend down: 503 JSON")
