@@ -62,7 +62,7 @@ static const hy_config_key_t keys[] = {
     { "server", "socket_mode",        HY_CONFIG_MODE,    OFF(server.socket_mode),       "0660",                  0,      0777, NULL },
     { "server", "socket_group",       HY_CONFIG_STRING,  OFF(server.socket_group),      "",                      0,      STR(server.socket_group), NULL },
     { "server", "workers",            HY_CONFIG_UINT,    OFF(server.workers),           "4",                     1,      256, NULL },
-    { "server", "threads_per_worker", HY_CONFIG_UINT,    OFF(server.threads_per_worker), "1",                    1,      64, NULL },
+    { "server", "threads_per_worker", HY_CONFIG_UINT,    OFF(server.threads_per_worker), "16",                   1,      64, NULL },
     { "server", "max_queue",          HY_CONFIG_UINT,    OFF(server.max_queue),         "256",                   1,      65536, NULL },
     { "server", "drain_seconds",      HY_CONFIG_UINT,    OFF(server.drain_seconds),     "30",                    0,      3600, NULL },
     { "server", "max_body_bytes",     HY_CONFIG_SIZE,    OFF(server.max_body_bytes),    "1M",                    1024,   1073741824.0, NULL },

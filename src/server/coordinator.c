@@ -10,16 +10,22 @@
  */
 #include "server/worker.h"
 
+#include "config.h" /* PACKAGE_VERSION */
+
 #include <errno.h>
 #include <fcgiapp.h>
 #include <getopt.h>
 #include <grp.h>
+#include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -27,7 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/select.h"
 #include "common/log.h"
+#include "common/sha256.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "tools/cli.h"
@@ -202,6 +210,55 @@ static char *co_token_text(const hy_tok_t *tok, int32_t id)
 
 /* The served model id: the file name without directory and ".gguf" (what
  * clients pass as "model"; GGUF general.name is free text with spaces). */
+/* The kernel the backend runs for each layer kind present and for each
+ * weight type the matmuls read, "kind:kernel,..." into buf: logged at load
+ * so that a silent fallback to a slower path is visible (an operator's
+ * first question when a new model is slow). */
+static void co_kernels(const hy_model_t *m, hy_backend_t *be, char *buf, size_t cap)
+{
+    static const struct { hy_layer_kind_t kind; const char *op; } ops[] = {
+        {HY_LAYER_ATTN_FULL, "attention"}, {HY_LAYER_ATTN_SWA, "attention"},
+        {HY_LAYER_GDN, "gdn"},             {HY_LAYER_MAMBA2, "ssd"},
+        {HY_LAYER_SHORTCONV, "conv"},
+    };
+    bool seen_kind[HY_LAYER_NONE + 1] = {false}, seen_type[HY_DTYPE_COUNT] = {false};
+    size_t len = 0;
+    char k[96];
+    int64_t t;
+
+    buf[0] = '\0';
+    if (be->i->kernel_name == NULL) {
+        snprintf(buf, cap, "backend:%s", be->i->name);
+        return;
+    }
+    for (int32_t l = 0; l < m->n_layer; l++)
+        seen_kind[m->layers[l].kind] = true;
+    for (size_t i = 0; i < HY_ARRAY_LEN(ops); i++) {
+        if (!seen_kind[ops[i].kind])
+            continue;
+        be->i->kernel_name(be, ops[i].op, NULL, m->head_dim, k, sizeof k);
+        len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%s:%s", len ? "," : "",
+                                hy_layer_kind_name(ops[i].kind), k);
+        if (len >= cap)
+            return;
+    }
+    /* matmul kernels by the weight types of 2-D tensors (the matmuls) */
+    for (t = 0; t < hy_gguf_n_tensors(m->gguf); t++) {
+        const hy_gguf_tensor_t *ti = hy_gguf_tensor(m->gguf, t);
+        hy_weight_t w = {0};
+
+        if (ti->n_dims < 2 || ti->type >= HY_DTYPE_COUNT || seen_type[ti->type])
+            continue;
+        seen_type[ti->type] = true;
+        w.type = (hy_dtype_t)ti->type;
+        be->i->kernel_name(be, "matmul", &w, 0, k, sizeof k);
+        len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%smatmul:%s",
+                                len ? "," : "", k);
+        if (len >= cap)
+            return;
+    }
+}
+
 static const char *co_model_id(const char *path, char *buf, size_t cap)
 {
     const char *b = strrchr(path, '/');
@@ -213,6 +270,74 @@ static const char *co_model_id(const char *path, char *buf, size_t cap)
         n -= 5;
     snprintf(buf, cap, "%.*s", (int)n, b);
     return buf;
+}
+
+/* ---- model version: the file's SHA-256, off the serving path ---------------- */
+
+typedef struct {
+    pthread_t thread;
+    bool started;
+    atomic_int cancel;         /* set at shutdown: stop hashing a huge file */
+    char path[PATH_MAX];       /* the resolved model file */
+    hy_shm_header_t *hdr;      /* where the digest is published */
+} co_hash_t;
+
+/* Hashing a multi-GB model takes seconds to minutes, so it runs in its own
+ * low-priority thread while the coordinator goes on to serve (/v1/models
+ * says "@hashing" meanwhile).  It reads the file the model just mmapped, so
+ * it mostly hits the page cache. */
+static void *co_hash_main(void *arg)
+{
+    co_hash_t *h = arg;
+    uint8_t d[HY_SHA256_LEN];
+    char err[HY_ERR_LEN];
+    int64_t t0 = co_now_ms();
+
+    /* Linux: a per-thread nice value, so the engine thread keeps its core. */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+    if (hy_sha256_file(h->path, &h->cancel, d, err) == HY_OK) {
+        hy_sha256_hex(d, h->hdr->model_sha256);
+        atomic_store_explicit(&h->hdr->model_sha256_state, HY_SHM_SHA256_DONE,
+                              memory_order_release);
+        hy_log(LOG_INFO, "model_hashed", "file=\"%s\" sha256=%s ms=%lld", h->path,
+               h->hdr->model_sha256, (long long)(co_now_ms() - t0));
+    } else if (!atomic_load(&h->cancel)) {
+        atomic_store_explicit(&h->hdr->model_sha256_state, HY_SHM_SHA256_FAILED,
+                              memory_order_release);
+        hy_log(LOG_WARNING, "model_hash_failed", "err=\"%s\"", err);
+    }
+    return NULL;
+}
+
+/* Publishes the model's file name (symlinks resolved: the version names the
+ * weights actually served) and starts the hash.  A thread that cannot start
+ * is logged, not fatal: the model still serves, its version says "@unknown". */
+static void co_hash_start(co_hash_t *h, const char *model_path, hy_shm_header_t *hdr)
+{
+    char id[sizeof hdr->model_file];
+    int e;
+
+    memset(h, 0, sizeof *h);
+    h->hdr = hdr;
+    if (realpath(model_path, h->path) == NULL)
+        snprintf(h->path, sizeof h->path, "%s", model_path);
+    snprintf(hdr->model_file, sizeof hdr->model_file, "%s", co_model_id(h->path, id, sizeof id));
+    atomic_store(&hdr->model_sha256_state, HY_SHM_SHA256_PENDING);
+    if ((e = pthread_create(&h->thread, NULL, co_hash_main, h)) != 0) {
+        atomic_store(&hdr->model_sha256_state, HY_SHM_SHA256_FAILED);
+        hy_log(LOG_WARNING, "model_hash_failed", "err=\"pthread_create: %s\"", strerror(e));
+        return;
+    }
+    h->started = true;
+}
+
+static void co_hash_stop(co_hash_t *h)
+{
+    if (!h->started)
+        return;
+    atomic_store(&h->cancel, 1);
+    pthread_join(h->thread, NULL);
+    h->started = false;
 }
 
 /* MemAvailable from /proc/meminfo in bytes (0 if unknown). */
@@ -354,9 +479,11 @@ static void co_reload(hy_config_t *cfg, const co_args_t *a, hy_serve_ctl_t *ctl)
     if (strcmp(nc->model.path, cfg->model.path) || strcmp(nc->server.socket, cfg->server.socket) ||
         strcmp(nc->server.instance, cfg->server.instance) ||
         nc->server.workers != cfg->server.workers || nc->engine.max_seqs != cfg->engine.max_seqs ||
-        nc->cache.memory_mb != cfg->cache.memory_mb)
+        nc->cache.memory_mb != cfg->cache.memory_mb || strcmp(nc->log.socket, cfg->log.socket))
         hy_log(LOG_WARNING, "reload_needs_restart",
-               "detail=\"model, engine, cache and socket settings apply at the next start\"");
+               "detail=\"model, engine, cache, socket and log.socket settings apply at the next start\"");
+    /* the workers keep the log socket they inherited, so it stays as started */
+    memcpy(nc->log.socket, cfg->log.socket, sizeof nc->log.socket);
     cfg->log = nc->log;
     cfg->server.drain_seconds = nc->server.drain_seconds;
     hy_log_open(cfg->log.ident, cfg->log.facility, cfg->log.level, cfg->log.to_stderr);
@@ -394,6 +521,7 @@ int hy_cmd_serve(int argc, char **argv)
     hy_api_layer_kind_t kinds[8];
     char model_id[256];
     co_slot_t *slots = NULL;
+    co_hash_t *hash = NULL;
     sigset_t mask, old_mask;
     char err[HY_ERR_LEN];
     bool engine_started = false, socket_open = false;
@@ -436,6 +564,13 @@ int hy_cmd_serve(int argc, char **argv)
         return 2;
     }
     hy_log_open(cfg->log.ident, cfg->log.facility, cfg->log.level, cfg->log.to_stderr);
+    if (hy_log_set_socket(cfg->log.socket, err) != HY_OK) {
+        fprintf(stderr, "hyserve serve: [log] socket: %s\n", err);
+        free(cfg);
+        return 2;
+    }
+    hy_log(LOG_INFO, "start", "version=%s config=%s model=%s", PACKAGE_VERSION,
+           a.ini ? a.ini : "(defaults)", cfg->model.path);
     snprintf(co_worker_ident, sizeof co_worker_ident, "%s-fcgi", cfg->log.ident);
 
     /* Block the signals we handle before any thread exists (the engine
@@ -452,7 +587,8 @@ int hy_cmd_serve(int argc, char **argv)
     {
         hy_backend_opts_t bo = {.n_threads = (int)cfg->model.threads};
 
-        if (hy_backend_cpu_new(&be, &bo, err) != HY_OK ||
+        if (hy_backend_new(&be, cfg->engine.backend == HY_CONFIG_BACKEND_CUDA ? "cuda" : "cpu",
+                           &bo, err) != HY_OK ||
             hy_model_load(&model, cfg->model.path, be, err) != HY_OK ||
             hy_tok_load(&tok, model->gguf, err) != HY_OK)
             goto fail;
@@ -484,8 +620,30 @@ int hy_cmd_serve(int argc, char **argv)
         hy_log(LOG_WARNING, "stale_segment_removed", "instance=%s", cfg->server.instance);
     if (hy_shm_create(&shm, cfg->server.instance, &sp, err) != HY_OK)
         goto fail;
+    if ((hash = malloc(sizeof *hash)) == NULL) {
+        hy_err(err, HY_ENOMEM, "out of memory");
+        goto fail;
+    }
+    co_hash_start(hash, cfg->model.path, hy_shm_header_rw(shm));
     if (hy_engine_create(&eng, model, be, shm, &eo, err) != HY_OK)
         goto fail;
+    {
+        uint64_t weights = 0, kv_bytes = 0, st_bytes = 0;
+        char kernels[768];
+
+        for (int64_t t = 0; t < hy_gguf_n_tensors(model->gguf); t++)
+            weights += hy_gguf_tensor(model->gguf, t)->nbytes;
+        be->i->mem_allocated(be, &kv_bytes, &st_bytes);
+        co_kernels(model, be, kernels, sizeof kernels);
+        hy_log(LOG_INFO, "model_loaded",
+               "model=%s arch=%s layers=%d weights_bytes=%llu kv_bytes=%llu state_bytes=%llu "
+               "pages=%d page_tokens=%d state_slots=%d checkpoint_slots=%d backend=%s "
+               "kernels=%s ms=%lld",
+               cfg->model.path, model->arch_name, model->n_layer, (unsigned long long)weights,
+               (unsigned long long)kv_bytes, (unsigned long long)st_bytes, sp.n_pages,
+               sp.page_tokens, sp.n_state_slots, sp.n_checkpoint_slots, be->i->name, kernels,
+               (long long)(co_now_ms() - t0));
+    }
     if (hy_engine_start(eng, err) != HY_OK)
         goto fail;
     engine_started = true;
@@ -550,6 +708,15 @@ int hy_cmd_serve(int argc, char **argv)
            "request_slots=%d load_ms=%lld",
            w.info.id, model->arch_name, cfg->server.socket, cfg->server.instance, n_workers,
            eo.n_ctx, sp.n_pages, sp.n_request_slots, (long long)(co_now_ms() - t0));
+    /* Each accept thread holds one request (a stream) for its whole life,
+     * so the pool, not max_seqs, bounds how many streams run at once; say so
+     * where an operator looks when 32 clients get 4 streams' worth. */
+    if ((uint64_t)n_workers * cfg->server.threads_per_worker < cfg->engine.max_seqs)
+        hy_log(LOG_WARNING, "concurrency_capped",
+               "workers=%u threads_per_worker=%u max_seqs=%u max_concurrent_requests=%llu",
+               n_workers, (unsigned)cfg->server.threads_per_worker,
+               (unsigned)cfg->engine.max_seqs,
+               (unsigned long long)n_workers * cfg->server.threads_per_worker);
 
     /* Supervise until SIGTERM/SIGINT. */
     {
@@ -614,6 +781,9 @@ out:
         close(listen_fd);
         unlink(cfg->server.socket);
     }
+    if (hash != NULL)
+        co_hash_stop(hash);
+    free(hash);
     if (engine_started)
         hy_engine_stop(eng);
     hy_engine_free(eng);

@@ -11,6 +11,9 @@
 #define _GNU_SOURCE /* POLLRDHUP */
 #include "server/worker.h"
 
+#include "config.h" /* PACKAGE_VERSION */
+
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcgiapp.h>
 #include <poll.h>
@@ -233,7 +236,9 @@ typedef struct {
     hy_stop_t stop;
     bool stop_ready;
     hy_jbuf_t text;         /* non-streamed: the whole text */
-    size_t text_sent;       /* streamed: bytes sent (text_offset) */
+    size_t lp_offset;       /* streamed: text_offset of the next logprob token
+                             * (the token pieces so far, not the text sent:
+                             * the stop matcher and detokenizer hold bytes) */
     hy_api_token_lp_t *lp;  /* non-streamed logprobs */
     size_t n_lp, cap_lp;
     hy_api_top_t *tops;
@@ -382,8 +387,9 @@ static int wk_emit(wk_req_t *r, const hy_api_req_t *q, const hy_api_resp_t *m, w
     if (n == 0 && n_lp == 0)
         return HY_OK;
     hy_jbuf_reset(sb);
-    hy_sse_delta(sb, m, index, s, n, lp, n_lp, c->text_sent);
-    c->text_sent += n;
+    hy_sse_delta(sb, m, index, s, n, lp, n_lp, c->lp_offset);
+    for (size_t i = 0; i < n_lp; i++)
+        c->lp_offset += lp[i].len;
     if (sb->failed)
         return HY_ENOMEM;
     return wk_put(r, sb->data, sb->len) == 0 ? HY_OK : HY_EIO;
@@ -674,7 +680,7 @@ static void wk_generate(wk_req_t *r, hy_api_kind_t kind, const char *body, size_
                 const hy_api_prompt_t *pp = &q->prompts[i / (size_t)q->n];
                 if (pp->text != NULL) {
                     hy_sse_delta(&sb, &m, (int)i, pp->text, pp->text_len, NULL, 0, 0);
-                    cs[i].text_sent = pp->text_len;
+                    cs[i].lp_offset = pp->text_len;
                 }
             }
             if (sb.len > 0 && wk_put(r, sb.data, sb.len) != 0)
@@ -822,13 +828,57 @@ out:
 
 /* ---- the other routes ------------------------------------------------------ */
 
+/* What exactly this instance serves, for operators comparing colours
+ * (blue/green, canary): the instance name, the model file's version
+ * "<file>@<first 8 hex of its SHA-256>" ("@hashing" until the coordinator's
+ * background hash is done, "@unknown" if it failed), the full digest, and
+ * hyserve's own version. */
+typedef struct {
+    const char *instance;
+    char model_version[sizeof ((hy_shm_header_t *)0)->model_file + 16];
+    const char *model_sha256; /* NULL until hashed */
+} wk_version_t;
+
+static void wk_version(const wk_req_t *r, wk_version_t *v)
+{
+    const hy_shm_header_t *h = hy_shm_header(r->w->shm);
+    uint32_t st = atomic_load_explicit(&h->model_sha256_state, memory_order_acquire);
+
+    v->instance = r->w->cfg->server.instance;
+    v->model_sha256 = st == HY_SHM_SHA256_DONE ? h->model_sha256 : NULL;
+    snprintf(v->model_version, sizeof v->model_version, "%.*s@%.8s",
+             (int)strnlen(h->model_file, sizeof h->model_file), h->model_file,
+             v->model_sha256 ? v->model_sha256
+                             : st == HY_SHM_SHA256_PENDING ? "hashing" : "unknown");
+}
+
 static void wk_models(wk_req_t *r)
 {
-    char *out = NULL;
+    char *out = NULL, *with = NULL;
     size_t len = 0;
+    cJSON *doc = NULL, *m;
+    wk_version_t v;
 
     int rc = hy_api_format_models(&r->w->info, &out, &len);
 
+    /* The shared formatter knows the model; the version fields belong to
+     * this process, so they are added to data[0] here. */
+    if (rc == HY_OK) {
+        wk_version(r, &v);
+        doc = cJSON_ParseWithLength(out, len);
+        m = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, "data"), 0);
+        if (!cJSON_IsObject(m) || !cJSON_AddStringToObject(m, "instance", v.instance) ||
+            !cJSON_AddStringToObject(m, "model_version", v.model_version) ||
+            !(v.model_sha256 ? cJSON_AddStringToObject(m, "model_sha256", v.model_sha256)
+                             : cJSON_AddNullToObject(m, "model_sha256")) ||
+            !cJSON_AddStringToObject(m, "hyserve_version", PACKAGE_VERSION) ||
+            (with = cJSON_PrintUnformatted(doc)) == NULL)
+            rc = HY_ENOMEM;
+        free(out);
+        out = with;
+        len = with ? strlen(with) : 0;
+        cJSON_Delete(doc);
+    }
     wk_send_json(r, rc, out, len);
 }
 
@@ -844,8 +894,27 @@ static void wk_health(wk_req_t *r)
         hy_api_err_overloaded(&e, 503, WK_RETRY_AFTER_S, "loading");
         wk_send_error(r, &e, NULL);
     } else {
-        static const char ok[] = "{\"status\":\"ok\"}\n";
-        wk_send_body(r, "application/json", ok, sizeof ok - 1);
+        hy_jbuf_t b;
+        wk_version_t v;
+        char *out = NULL;
+        size_t len = 0;
+        int rc;
+
+        wk_version(r, &v);
+        hy_jbuf_init(&b);
+        hy_jbuf_cstr(&b, "{\"status\":\"ok\",\"instance\":");
+        hy_jbuf_cstr_q(&b, v.instance);
+        hy_jbuf_cstr(&b, ",\"model\":");
+        hy_jbuf_cstr_q(&b, r->w->info.id);
+        hy_jbuf_cstr(&b, ",\"model_version\":");
+        hy_jbuf_cstr_q(&b, v.model_version);
+        hy_jbuf_cstr(&b, ",\"model_sha256\":");
+        hy_jbuf_cstr_q(&b, v.model_sha256);
+        hy_jbuf_cstr(&b, ",\"hyserve_version\":");
+        hy_jbuf_cstr_q(&b, PACKAGE_VERSION);
+        hy_jbuf_cstr(&b, "}\n");
+        rc = hy_jbuf_take(&b, &out, &len);
+        wk_send_json(r, rc, out, len);
     }
 }
 
@@ -1066,7 +1135,7 @@ static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq)
     wk_req_t r;
     hy_api_error_t e;
     char pbuf[512], *body = NULL;
-    const char *path, *method, *rid;
+    const char *path, *method, *rid, *key_id;
     size_t i, len = 0;
     bool path_known = false;
 
@@ -1083,6 +1152,11 @@ static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq)
     method = FCGX_GetParam("REQUEST_METHOD", rq->envp);
     if (method == NULL)
         method = "GET";
+    /* nginx's keys map names the caller (the secret itself never reaches
+     * us); "-" when the socket is reached without the site in front */
+    key_id = FCGX_GetParam("HYSERVE_KEY_ID", rq->envp);
+    if (key_id == NULL || !*key_id)
+        key_id = "-";
     r.route = path;
     for (i = 0; i < HY_ARRAY_LEN(wk_routes); i++) {
         if (strcmp(path, wk_routes[i].path) != 0)
@@ -1122,9 +1196,9 @@ log:
     if (r.route != NULL && (strcmp(r.route, "/health") != 0 && strcmp(r.route, "/metrics") != 0
                             ? true : hy_log_enabled(LOG_DEBUG)))
         hy_log(r.status >= 500 ? LOG_WARNING : LOG_INFO, "request",
-               "req=%s route=%s method=%s status=%d prompt_tokens=%d cached_tokens=%d "
+               "req=%s key_id=%s route=%s method=%s status=%d prompt_tokens=%d cached_tokens=%d "
                "completion_tokens=%d ttft_ms=%.1f duration_ms=%.1f",
-               r.id, r.route, method, r.status, r.prompt_tokens, r.cached_tokens,
+               r.id, key_id, r.route, method, r.status, r.prompt_tokens, r.cached_tokens,
                r.completion_tokens, r.ttft_ns / 1e6, (hy_shm_now_ns() - r.t0_ns) / 1e6);
     wk_arena_free(&r.arena);
 }
@@ -1145,6 +1219,23 @@ typedef struct {
     int log_gen;
 } wk_thread_t;
 
+/* SIGHUP may change the log settings.  The accept threads of one worker
+ * share its syslog connection and ident buffer, so only the first thread to
+ * see a new generation reopens the log; the others just take note. */
+static pthread_mutex_t wk_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static int wk_log_gen_open = -1;
+
+static void wk_log_reopen(hy_worker_ctx_t *w, int gen)
+{
+    pthread_mutex_lock(&wk_log_lock);
+    if (gen != wk_log_gen_open) {
+        hy_log_open(w->log_ident, w->cfg->log.facility, atomic_load(&w->ctl->log_level),
+                    w->cfg->log.to_stderr);
+        wk_log_gen_open = gen;
+    }
+    pthread_mutex_unlock(&wk_log_lock);
+}
+
 static void *wk_loop(void *arg)
 {
     wk_thread_t *t = arg;
@@ -1157,9 +1248,7 @@ static void *wk_loop(void *arg)
         int gen = atomic_load(&w->ctl->log_gen);
 
         if (gen != t->log_gen) {
-            /* SIGHUP reloaded the log settings in the coordinator. */
-            hy_log_open(w->log_ident, w->cfg->log.facility, atomic_load(&w->ctl->log_level),
-                        w->cfg->log.to_stderr);
+            wk_log_reopen(w, gen);
             t->log_gen = gen;
         }
         wk_handle(w, &rq);

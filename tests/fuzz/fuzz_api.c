@@ -13,10 +13,13 @@
  *     ./fuzz_api -max_len=4096 corpus_dir/
  *
  *   standalone (-DHY_FUZZ_STANDALONE, what `make check` runs as
- *   tests/fuzz/fuzz_api_replay): a fixed-seed mutation loop over built-in
- *   seed bodies (plus the files of any directories named on the command
- *   line), HY_FUZZ_ITERS iterations (default 20000), TAP output.  Bounded
- *   and deterministic so CI can run it without clang.
+ *   tests/fuzz/fuzz_api_replay): the seed corpus tests/fuzz/corpus/api
+ *   (each file must be accepted by some endpoint), then a fixed-seed
+ *   mutation loop over built-in seed bodies, HY_FUZZ_ITERS iterations
+ *   (default 20000): the mutants must land on both sides (accepted and
+ *   rejected), and every rejection must make an OpenAI error body.  Bounded
+ *   and deterministic; tests/integration/test_fuzz_api.sh runs the real
+ *   libFuzzer build for a bounded time.
  */
 #include "server/api.h"
 #include "server/sse.h"
@@ -29,6 +32,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static volatile size_t g_sink;
+/* what the standalone run checks: inputs some parser accepted, and
+ * rejections whose OpenAI error body could not be made */
+static size_t g_accepted, g_no_error_body;
 
 static void walk(const hy_api_req_t *r)
 {
@@ -88,24 +94,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     hy_api_error_t e;
     char *s;
     size_t k;
+    bool accepted = false;
 
     for (k = 0; k < HY_ARRAY_LEN(kinds); k++) {
         if (hy_api_parse(kinds[k], (const char *)data, size, &r, &e) == HY_OK) {
             walk(r);
             hy_api_req_free(r);
-        } else if (hy_api_error_to_json(&e, &s) == HY_OK) {
+            accepted = true;
+        } else if (hy_api_error_to_json(&e, &s) == HY_OK && strstr(s, "\"message\"")) {
             g_sink += strlen(s);
             free(s);
+        } else {
+            g_no_error_body++;
         }
     }
     if (hy_api_parse_tokenize((const char *)data, size, &t, &e) == HY_OK) {
         g_sink += t->text_len;
         hy_api_tok_req_free(t);
+        accepted = true;
     }
     if (hy_api_parse_detokenize((const char *)data, size, &t, &e) == HY_OK) {
         g_sink += t->n_tokens;
         hy_api_tok_req_free(t);
+        accepted = true;
     }
+    g_accepted += accepted;
     return 0;
 }
 
@@ -218,11 +231,17 @@ int main(int argc, char **argv)
     static uint8_t buf[CAP];
     const char *env = getenv("HY_FUZZ_ITERS");
     long iters = env ? strtol(env, NULL, 10) : 20000, i;
-    size_t n = 0, files = 0;
+    size_t n = 0, files = 0, accepted;
     int a, m;
 
-    for (a = 1; a < argc; a++)
-        files += run_dir(argv[a]);
+    if (argc > 1)
+        for (a = 1; a < argc; a++)
+            files += run_dir(argv[a]);
+    else
+        files = run_dir(hy_t_srcpath("tests/fuzz/corpus/api"));
+    HY_T_OK(files >= 10 && g_accepted == files && g_no_error_body == 0,
+            "seed corpus: %zu files, %zu accepted by an endpoint", files, g_accepted);
+    g_accepted = 0;
     for (i = 0; i < iters; i++) {
         /* Restart from a seed every 64 steps so edits stay near valid JSON. */
         if (i % 64 == 0) {
@@ -235,7 +254,12 @@ int main(int argc, char **argv)
             n = mutate(buf, n, CAP);
         LLVMFuzzerTestOneInput(buf, n);
     }
-    HY_T_OK(1, "%ld mutated bodies and %zu corpus files parsed without a crash", iters, files);
+    accepted = g_accepted;
+    HY_T_OK(accepted > 0 && accepted < (size_t)iters,
+            "%ld mutated bodies: %zu accepted, %zu rejected, no crash", iters, accepted,
+            (size_t)iters - accepted);
+    HY_T_OK(g_no_error_body == 0, "every rejection made an OpenAI error body (%zu did not)",
+            g_no_error_body);
     return hy_t_done();
 }
 #endif

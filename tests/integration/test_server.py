@@ -1,83 +1,51 @@
 #!/usr/bin/env python3
 """test_server.py - end to end: a real nginx (plain HTTP on a loopback port)
 in front of `hyserve serve`, driven with the openai client and raw HTTP.
-Prints TAP.  Skips (1..0 # SKIP) without nginx or the python openai package.
-Uses the default model when present, else the tiny llama golden model (no
-chat template: the chat checks then expect a 400).
+Covers greedy output against `hyserve run`, 32 concurrent streams held by
+the FastCGI pool at once (each checked event by event against the
+non-streamed greedy text), n > 1 with logprobs in OpenAI's chat and
+completions shapes (streamed and not), a client killed mid-stream, kill -9
+of a busy worker, and the bad-input matrix.  Prints TAP.  Skips (1..0 #
+SKIP) without nginx or the python openai package.  Uses the default model
+when present, else the tiny llama golden model (no chat template: the chat
+checks then expect a 400).
 
 Environment: HY_SRCDIR (source tree), HYSERVE (the binary).
 """
 import http.client as httpc
 import json
+import math
 import os
-import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-SRC = os.environ.get("HY_SRCDIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-HYSERVE = os.environ.get("HYSERVE", "./hyserve")
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import taplib as t  # noqa: E402
 
 try:
     import openai
 except ImportError:
     openai = None
 
-if NGINX is None or openai is None:
-    print("1..0 # SKIP needs nginx and the python openai package (scripts/install-deps --test)")
-    sys.exit(0)
+if t.NGINX is None or openai is None:
+    t.skip_all("needs nginx and the python openai package (scripts/install-deps --test)")
 
-DEFAULT_MODEL = os.path.join(SRC, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-TINY_MODEL = os.path.join(SRC, "tests", "golden", "tiny", "llama.gguf")
-MODEL = DEFAULT_MODEL if os.path.exists(DEFAULT_MODEL) else TINY_MODEL
-HAS_CHAT = MODEL == DEFAULT_MODEL
+MODEL, HAS_CHAT = t.default_model()
 MODEL_ID = os.path.basename(MODEL)[:-5]
-
-n_test = 0
-n_fail = 0
-
-
-def skip(what, why):
-    global n_test
-    n_test += 1
-    print("ok %d - %s # SKIP %s" % (n_test, what, why), flush=True)
-
-
-def ok(cond, what):
-    global n_test, n_fail
-    n_test += 1
-    if not cond:
-        n_fail += 1
-    print("%s %d - %s" % ("ok" if cond else "not ok", n_test, what), flush=True)
-    return cond
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def http(method, path, body=None, timeout=60):
-    c = httpc.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
-    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-    c.request(method, path, body=data, headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    out = r.read()
-    c.close()
-    return r.status, dict(r.getheaders()), out
+N_STREAMS = 32
+# 4 processes x 9 accept threads: the 32 streams plus room for the /metrics
+# and /health polls made while they run.
+N_WORKERS = 4
+THREADS_PER_WORKER = 9
+ok = t.ok
 
 
 def metrics():
-    _, _, b = http("GET", "/metrics")
+    _, _, b = STACK.http("GET", "/metrics")
     m = {}
     for line in b.decode().splitlines():
         if line and not line.startswith("#"):
@@ -86,22 +54,10 @@ def metrics():
     return m
 
 
-def wait_for(pred, timeout=20.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            if pred():
-                return True
-        except Exception:
-            pass
-        time.sleep(0.1)
-    return False
-
-
-def workers():
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(SERVE.pid)], capture_output=True,
-                         text=True).stdout
-    return sorted(int(x) for x in out.split())
+def idle(m):
+    """No request slot, KV page or recurrent-state slot is held."""
+    return (m["hyserve_request_slots_used"] == 0 and m['hyserve_kv_pages{state="used"}'] == 0
+            and m["hyserve_state_slots_used"] == 0)
 
 
 def n_sockets(pid):
@@ -112,80 +68,160 @@ def n_sockets(pid):
         return 0
 
 
-def stream_raw(body, first_event):
-    """Opens a streamed completion; returns the connection once the first
-    event arrived (first_event is set)."""
-    c = httpc.HTTPConnection("127.0.0.1", PORT, timeout=60)
-    c.request("POST", "/v1/completions", body=json.dumps(body).encode(),
+def stream_raw(body, path="/v1/completions"):
+    """Opens a streamed request; returns (connection, response) once the
+    headers arrived."""
+    c = httpc.HTTPConnection("127.0.0.1", STACK.port, timeout=120)
+    c.request("POST", path, body=json.dumps(body).encode(),
               headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    return c, r
+    return c, c.getresponse()
+
+
+def sse_parse(raw):
+    """Strict SSE check of a whole streamed body: every event is exactly
+    'data: <json>' followed by a blank line, and the last one is [DONE].
+    Returns (events, problem or None)."""
+    text = raw.decode("utf-8")  # a split UTF-8 character raises here
+    if not text.endswith("\n\n"):
+        return [], "body does not end with a blank line"
+    events = []
+    parts = text[:-2].split("\n\n")
+    for i, ev in enumerate(parts):
+        if not ev.startswith("data: ") or "\n" in ev:
+            return events, "event %d is not one data: line: %r" % (i, ev[:80])
+        payload = ev[6:]
+        if payload == "[DONE]":
+            if i != len(parts) - 1:
+                return events, "[DONE] is not the last event"
+            return events, None
+        try:
+            events.append(json.loads(payload))
+        except ValueError as e:
+            return events, "event %d does not parse (%s): %r" % (i, e, payload[:80])
+    return events, "no [DONE]"
+
+
+def collect(events, chat):
+    """Per choice index: text, finish_reason, logprob entries and, for
+    completions, text offsets; plus a problem string or None.  Checks the
+    framing rules OpenAI clients rely on: one choice per chunk, one id, a
+    finish_reason exactly once per index and nothing after it."""
+    per = {}
+    ids = set()
+    for ev in events:
+        ids.add(ev.get("id"))
+        if "error" in ev:
+            return per, "error event %r" % ev["error"]
+        ch = ev.get("choices")
+        if ch == [] and ev.get("usage"):
+            continue
+        if not isinstance(ch, list) or len(ch) != 1:
+            return per, "a chunk without exactly one choice: %r" % ev
+        c = ch[0]
+        d = per.setdefault(c["index"], {"text": "", "finish": None, "lp": [], "offset": []})
+        if d["finish"] is not None:
+            return per, "index %d has a chunk after its finish_reason" % c["index"]
+        d["text"] += (c["delta"].get("content") or "") if chat else c["text"]
+        lp = c.get("logprobs")
+        if lp is not None:
+            if chat:
+                d["lp"] += lp["content"]
+            else:
+                if not (len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"])
+                        == len(lp["text_offset"])):
+                    return per, "completion logprobs lists of different lengths: %r" % lp
+                d["lp"] += [{"token": a, "logprob": b, "top": c2} for a, b, c2 in
+                            zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])]
+                d["offset"] += lp["text_offset"]
+        d["finish"] = c.get("finish_reason")
+    if len(ids) != 1:
+        return per, "chunks carry %d different ids" % len(ids)
+    for i, d in per.items():
+        if d["finish"] not in ("stop", "length"):
+            return per, "index %d ended without a finish_reason" % i
+    return per, None
+
+
+def close(a, b, eps=2e-3):
+    return a is not None and b is not None and abs(a - b) <= eps
+
+
+def tops_close(a, b):
+    """Two completions top_logprobs dicts: the same tokens, logprobs within
+    rounding (a prefix-cache hit may change the last bits)."""
+    return isinstance(a, dict) and isinstance(b, dict) and set(a) == set(b) and \
+        all(close(a[k], b[k]) for k in a)
+
+
+def check_chat_lp(entries, text, k):
+    """OpenAI chat shape: content[j] = {token, logprob, bytes, top_logprobs:
+    [{token, logprob, bytes}] * k}; the tokens spell the text."""
+    for e in entries:
+        if set(e) != {"token", "logprob", "bytes", "top_logprobs"}:
+            return "keys %r" % sorted(e)
+        if list(e["token"].encode("utf-8", "surrogatepass")) != e["bytes"] and \
+                "\ufffd" not in e["token"]:
+            return "bytes do not spell the token %r" % e["token"]
+        if not (e["logprob"] <= 0 and len(e["top_logprobs"]) == k):
+            return "logprob %r / %d alternatives" % (e["logprob"], len(e["top_logprobs"]))
+        tops = e["top_logprobs"]
+        if any(set(a) != {"token", "logprob", "bytes"} for a in tops):
+            return "top_logprobs entry keys"
+        if any(tops[j]["logprob"] < tops[j + 1]["logprob"] for j in range(len(tops) - 1)):
+            return "top_logprobs not sorted"
+        same = [a for a in tops if a["token"] == e["token"]]
+        if same and not close(same[0]["logprob"], e["logprob"]):
+            return "token %r: logprob %r but %r among the alternatives" % (
+                e["token"], e["logprob"], same[0]["logprob"])
+    spelled = "".join(e["token"] for e in entries)
+    if not spelled.startswith(text):
+        return "tokens spell %r, text is %r" % (spelled, text)
+    return None
+
+
+def check_completion_lp(lp, text, k, offset0=0):
+    """OpenAI completions shape: {tokens, token_logprobs, top_logprobs: [{tok:
+    lp}], text_offset}; offsets advance by each token's length."""
+    if set(lp) != {"tokens", "token_logprobs", "top_logprobs", "text_offset"}:
+        return "keys %r" % sorted(lp)
+    n = len(lp["tokens"])
+    if not (len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == len(lp["text_offset"]) == n):
+        return "lists of different lengths"
+    off = offset0
+    for j in range(n):
+        tok, tops = lp["tokens"][j], lp["top_logprobs"][j]
+        if lp["text_offset"][j] != off:
+            return "text_offset[%d] = %d, expected %d" % (j, lp["text_offset"][j], off)
+        off += len(tok.encode())
+        if not (lp["token_logprobs"][j] <= 0 and isinstance(tops, dict) and 1 <= len(tops) <= k):
+            return "entry %d: %r %r" % (j, lp["token_logprobs"][j], tops)
+        if tok in tops and not close(tops[tok], lp["token_logprobs"][j]):
+            return "token %r: logprob %r but %r among the alternatives" % (
+                tok, lp["token_logprobs"][j], tops[tok])
+    if not "".join(lp["tokens"]).startswith(text):
+        return "tokens spell %r, text is %r" % ("".join(lp["tokens"]), text)
+    return None
 
 
 # ---- start everything ------------------------------------------------------
-TMP = tempfile.mkdtemp(prefix="hyserve-it-")
-PORT = free_port()
-INSTANCE = "it%d" % os.getpid()
-SOCK = os.path.join(TMP, "fcgi.sock")
-N_WORKERS = 4
-with open(os.path.join(TMP, "hyserve.ini"), "w") as f:
-    f.write("""[model]
-path = %s
-threads = 2
-[engine]
-max_seqs = 8
-max_context = 1024
-[cache]
-memory_mb = 128
-[server]
-socket = %s
-workers = %d
-instance = %s
-max_body_bytes = 64K
-drain_seconds = 10
-[log]
-stderr = true
-""" % (MODEL, SOCK, N_WORKERS, INSTANCE))
-with open(os.path.join(SRC, "nginx", "hyserve-test.conf.in")) as f:
-    conf = f.read().replace("@PREFIX@", TMP).replace("@PORT@", str(PORT)).replace("@SOCKET@", SOCK)
-with open(os.path.join(TMP, "nginx.conf"), "w") as f:
-    f.write(conf)
-
-serve_log = open(os.path.join(TMP, "serve.log"), "w")
-SERVE = subprocess.Popen([HYSERVE, "serve", "-c", os.path.join(TMP, "hyserve.ini")],
-                         stdout=serve_log, stderr=subprocess.STDOUT)
-NGX = subprocess.Popen([NGINX, "-p", TMP, "-c", os.path.join(TMP, "nginx.conf"), "-e",
-                        os.path.join(TMP, "error.log")],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def teardown():
-    for p in (NGX, SERVE):
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in (NGX, SERVE):
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
+STACK = t.Stack(MODEL, workers=N_WORKERS,
+                ini={"engine": {"max_seqs": N_STREAMS},
+                     "server": {"threads_per_worker": THREADS_PER_WORKER}})
 try:
-    up = wait_for(lambda: os.path.exists(SOCK) and http("GET", "/health")[0] == 200, 30)
+    up = STACK.start(60)
     ok(up, "hyserve serve + nginx come up, /health 200")
     if not up:
         raise RuntimeError("not up")
-    client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % PORT, api_key="none",
-                           max_retries=0, timeout=60)
+    client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % STACK.port, api_key="none",
+                           max_retries=0, timeout=120)
 
-    st, _, b = http("GET", "/v1/models")
+    st, _, b = STACK.http("GET", "/v1/models")
     ok(st == 200 and json.loads(b)["data"][0]["id"] == MODEL_ID, "/v1/models lists the model")
 
     # Greedy through the API equals `hyserve run --temp 0`.
     prompt = "The capital of France is"
     r = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=12, temperature=0)
-    ref = subprocess.run([HYSERVE, "run", "-m", MODEL, "-p", prompt, "-n", "12", "--temp", "0",
+    ref = subprocess.run([t.HYSERVE, "run", "-m", MODEL, "-p", prompt, "-n", "12", "--temp", "0",
                           "-c", "1024", "-t", "2"], capture_output=True, text=True).stdout
     ref = ref[:-1] if ref.endswith("\n") else ref
     ok(r.choices[0].text == ref,
@@ -214,84 +250,223 @@ try:
         ok(" is" not in stop.choices[0].text and stop.choices[0].finish_reason == "stop",
            "stop string ends the completion (%r)" % stop.choices[0].text)
     else:
-        st, _, b = http("POST", "/v1/chat/completions",
-                        {"model": MODEL_ID, "messages": [{"role": "user", "content": "x"}]})
+        st, _, b = STACK.http("POST", "/v1/chat/completions",
+                              {"model": MODEL_ID, "messages": [{"role": "user", "content": "x"}]})
         ok(st == 400 and "error" in json.loads(b), "chat without a template: 400")
 
-    # 8 concurrent streams all complete.
-    results = [None] * 8
+    # ---- 32 concurrent streams ---------------------------------------------
+    # Greedy references first, one at a time; then all 32 streamed at once.
+    # ignore_eos keeps every stream the same length, so they overlap.
+    def body_clean(i, stream):
+        b = {"model": MODEL_ID, "prompt": "Item %d of the list:" % i, "max_tokens": 12,
+             "temperature": 0, "ignore_eos": True}
+        if stream:
+            b.update(stream=True, stream_options={"include_usage": True})
+        return b
+    refs = []
+    for i in range(N_STREAMS):
+        st, _, b = STACK.http("POST", "/v1/completions", body_clean(i, False), timeout=120)
+        refs.append(json.loads(b)["choices"][0]["text"] if st == 200 else None)
+    ok(all(x is not None for x in refs), "%d greedy non-streamed references" % N_STREAMS)
+
+    before = metrics()
+    results = [None] * N_STREAMS
+    go = threading.Barrier(N_STREAMS)
 
     def one(i):
+        res = {"t_head": None, "t_done": None, "problem": None}
         try:
-            s = client.completions.create(model=MODEL_ID, prompt="Count: %d," % i, max_tokens=16,
-                                          temperature=0.7, seed=i, stream=True)
-            results[i] = [c.choices[0].finish_reason for c in s if c.choices][-1]
+            go.wait(30)
+            c, resp = stream_raw(body_clean(i, True))
+            res["t_head"] = time.monotonic()
+            raw = resp.read()
+            res["t_done"] = time.monotonic()
+            c.close()
+            if resp.status != 200:
+                res["problem"] = "HTTP %d %r" % (resp.status, raw[:100])
+            else:
+                events, res["problem"] = sse_parse(raw)
+                if res["problem"] is None:
+                    per, res["problem"] = collect(events, False)
+                    usage = events[-1].get("usage") if events else None
+                    if res["problem"] is None:
+                        if sorted(per) != [0]:
+                            res["problem"] = "choice indexes %r" % sorted(per)
+                        elif per[0]["text"] != refs[i]:
+                            res["problem"] = "text %r != non-streamed %r" % (per[0]["text"],
+                                                                             refs[i])
+                        elif per[0]["finish"] != "length":
+                            res["problem"] = "finish_reason %r" % per[0]["finish"]
+                        elif not usage or usage["completion_tokens"] != 12:
+                            res["problem"] = "usage chunk %r" % usage
         except Exception as e:  # noqa
-            results[i] = repr(e)
-    th = [threading.Thread(target=one, args=(i,)) for i in range(8)]
-    for t in th:
-        t.start()
-    for t in th:
-        t.join(60)
-    ok(all(x in ("length", "stop") for x in results), "8 concurrent streams complete %s" % results)
+            res["problem"] = repr(e)
+        results[i] = res
+    th = [threading.Thread(target=one, args=(i,)) for i in range(N_STREAMS)]
+    for x in th:
+        x.start()
+    for x in th:
+        x.join(180)
+    bad = [(i, r["problem"]) for i, r in enumerate(results) if r is None or r["problem"]]
+    ok(not bad, "%d concurrent streams: every event parses, one finish_reason, usage, [DONE], "
+       "text equals the non-streamed greedy output%s" % (N_STREAMS, " %r" % bad[:3] if bad else ""))
+    # Held at once: every stream had its headers (sent after the engine
+    # request was queued) before the first one ended.  A pool that held fewer
+    # would serialise them and fail this.
+    heads = [r["t_head"] for r in results if r and r["t_head"]]
+    dones = [r["t_done"] for r in results if r and r["t_done"]]
+    ok(len(heads) == N_STREAMS and max(heads) < min(dones),
+       "the FastCGI pool held all %d streams at once (last start %.3fs before first end)" %
+       (N_STREAMS, (min(dones) - max(heads)) if heads and dones else float("nan")))
+    after = {}
+    ok(t.wait_for(lambda: idle(after.update(metrics()) or after), 10) and
+       after["hyserve_requests_total{finish=\"length\"}"] -
+       before["hyserve_requests_total{finish=\"length\"}"] == N_STREAMS,
+       "afterwards slots, KV pages and state slots are back to zero, %d finished by length"
+       % N_STREAMS)
 
-    # A client that disappears mid-stream frees its request.
+    # ---- n > 1 with logprobs, streamed and not ------------------------------
+    K = 2
+    cbody = {"model": MODEL_ID, "prompt": prompt, "max_tokens": 8, "n": 3, "logprobs": K,
+             "temperature": 0.9, "seed": 1234, "stop": [" Paris!"]}
+    st, _, b = STACK.http("POST", "/v1/completions", cbody)
+    full = json.loads(b) if st == 200 else {}
+    chs = full.get("choices", [])
+    probs = [check_completion_lp(c["logprobs"], c["text"], K) for c in chs]
+    ok(st == 200 and [c["index"] for c in chs] == [0, 1, 2] and not any(probs) and
+       full["usage"]["completion_tokens"] == sum(len(c["logprobs"]["tokens"]) for c in chs),
+       "completions n=3 logprobs=2: indexes 0..2, each its own tokens/token_logprobs/"
+       "top_logprobs/text_offset %r" % [p for p in probs if p])
+    st, _, b = STACK.http("POST", "/v1/completions", dict(cbody, stream=True))
+    events, prob = sse_parse(b) if st == 200 else ([], "HTTP %d" % st)
+    per, prob = collect(events, False) if prob is None else ({}, prob)
+    same = prob is None and sorted(per) == [0, 1, 2] and all(
+        per[i]["text"] == chs[i]["text"] and per[i]["finish"] == chs[i]["finish_reason"] and
+        [e["token"] for e in per[i]["lp"]] == chs[i]["logprobs"]["tokens"] and
+        all(close(e["logprob"], x) for e, x in zip(per[i]["lp"],
+                                                   chs[i]["logprobs"]["token_logprobs"])) and
+        all(tops_close(e["top"], x) for e, x in zip(per[i]["lp"],
+                                                    chs[i]["logprobs"]["top_logprobs"])) and
+        per[i]["offset"] == chs[i]["logprobs"]["text_offset"] for i in range(len(chs)))
+    ok(same, "streamed completions n=3 logprobs=2: per index the same text, finish_reason, "
+       "tokens, logprobs and text_offset as non-streamed (%s)" % prob)
+    # echo: offsets count from the start of the echoed prompt
+    st, _, b = STACK.http("POST", "/v1/completions", dict(cbody, n=2, echo=True))
+    ech = json.loads(b)["choices"] if st == 200 else []
+    probs = [check_completion_lp(c["logprobs"], c["text"][len(prompt):], K, len(prompt))
+             for c in ech]
+    ok(len(ech) == 2 and all(c["text"].startswith(prompt) for c in ech) and not any(probs),
+       "completions n=2 echo: text_offset starts after the prompt %r" % probs)
+
+    if HAS_CHAT:
+        hbody = {"model": MODEL_ID, "messages": [{"role": "user", "content": "Name a fruit."}],
+                 "max_tokens": 8, "n": 2, "logprobs": True, "top_logprobs": K,
+                 "temperature": 0.9, "seed": 99}
+        st, _, b = STACK.http("POST", "/v1/chat/completions", hbody)
+        full = json.loads(b) if st == 200 else {}
+        chs = full.get("choices", [])
+        probs = [check_chat_lp(c["logprobs"]["content"], c["message"]["content"], K)
+                 for c in chs]
+        ok(st == 200 and [c["index"] for c in chs] == [0, 1] and not any(probs),
+           "chat n=2 top_logprobs=2: each choice has logprobs.content[j].{token,logprob,bytes,"
+           "top_logprobs} %r" % [p for p in probs if p])
+        st, _, b = STACK.http("POST", "/v1/chat/completions", dict(hbody, stream=True))
+        events, prob = sse_parse(b) if st == 200 else ([], "HTTP %d" % st)
+        per, prob = collect(events, True) if prob is None else ({}, prob)
+        same = prob is None and sorted(per) == [0, 1] and all(
+            per[i]["text"] == chs[i]["message"]["content"] and
+            per[i]["finish"] == chs[i]["finish_reason"] and
+            [(e["token"], e["bytes"], [a["token"] for a in e["top_logprobs"]])
+             for e in per[i]["lp"]] ==
+            [(e["token"], e["bytes"], [a["token"] for a in e["top_logprobs"]])
+             for e in chs[i]["logprobs"]["content"]] and
+            all(close(e["logprob"], x["logprob"])
+                for e, x in zip(per[i]["lp"], chs[i]["logprobs"]["content"]))
+            for i in range(len(chs)))
+        roles = [ev["choices"][0]["index"] for ev in events
+                 if ev.get("choices") and ev["choices"][0]["delta"].get("role")]
+        ok(same and sorted(roles) == [0, 1],
+           "streamed chat n=2 logprobs: a role chunk per index, then the same content and "
+           "logprobs as non-streamed (%s)" % prob)
+        # the openai client reads the same shapes
+        cc = client.chat.completions.create(**{k: v for k, v in hbody.items()})
+        ok([c.index for c in cc.choices] == [0, 1] and
+           all(len(c.logprobs.content[0].top_logprobs) == K and
+               math.isfinite(c.logprobs.content[0].logprob) for c in cc.choices),
+           "the openai client parses chat n=2 logprobs")
+    else:
+        for what in ("chat n=2 top_logprobs=2 shapes", "streamed chat n=2 logprobs",
+                     "the openai client parses chat n=2 logprobs"):
+            t.skip(what, "needs the default model (chat template)")
+
+    # ---- a client that disappears mid-stream frees its request -------------
     before = metrics()
     c, resp = stream_raw({"model": MODEL_ID, "prompt": "Once upon a time", "max_tokens": 400,
-                          "stream": True, "ignore_eos": True}, None)
+                          "stream": True, "ignore_eos": True})
     resp.fp.readline()
     c.sock.shutdown(socket.SHUT_RDWR)
     c.close()
-    freed = wait_for(lambda: (lambda m: m['hyserve_requests_total{finish="cancelled"}'] >
-                              before['hyserve_requests_total{finish="cancelled"}'] and
-                              m["hyserve_request_slots_used"] == 0 and
-                              m['hyserve_kv_pages{state="used"}'] == 0)(metrics()), 15)
+    freed = t.wait_for(lambda: (lambda m: m['hyserve_requests_total{finish="cancelled"}'] >
+                                before['hyserve_requests_total{finish="cancelled"}'] and
+                                idle(m))(metrics()), 15)
     ok(freed, "client killed mid-stream: request cancelled, slot and pages freed")
 
-    # kill -9 of a worker mid-stream fails only its request.  The tiny
-    # fallback model finishes 400 tokens before a kill can be aimed at a
-    # busy worker, so the race is staged only with the default model.
+    # ---- kill -9 of a worker mid-stream fails only its requests ---------------
+    # Workers run several accept threads, so streams are started one at a
+    # time and each is mapped to the worker whose socket count rose, until
+    # one landed on a second worker; the victim is the first stream's worker.
+    # The tiny fallback model finishes 400 tokens before a kill can be aimed.
     if not HAS_CHAT:
-        for what in ("kill -9 of a busy worker fails only its stream",
-                     "a new worker replaces it", "its request slot was reclaimed"):
-            skip(what, "needs the default model")
+        for what in ("kill -9 of a busy worker fails only its streams",
+                     "a new worker replaces it", "its request slots were reclaimed"):
+            t.skip(what, "needs the default model")
     else:
-        pids = workers()
+        pids = STACK.workers()
         base = {p: n_sockets(p) for p in pids}
-        outcome = {}
+        outcome, where, ts = {}, {}, []
 
         def streamer(name):
             try:
-                # long enough that both streams are still running when the
-                # victim dies, even with the fast tiny fallback model
                 c2, r2 = stream_raw({"model": MODEL_ID, "prompt": "Story %s:" % name,
-                                     "max_tokens": 400, "stream": True, "ignore_eos": True}, None)
-                body = r2.read().decode(errors="replace")
-                outcome[name] = "[DONE]" in body
+                                     "max_tokens": 400, "stream": True, "ignore_eos": True})
+                body2 = r2.read().decode(errors="replace")
+                outcome[name] = "[DONE]" in body2 and '"error"' not in body2
             except Exception:
                 outcome[name] = False
-        ts = [threading.Thread(target=streamer, args=(n,)) for n in ("a", "b")]
-        for t in ts:
-            t.start()
-        busy = []
-        wait_for(lambda: len([p for p in pids if n_sockets(p) > base[p]]) >= 2 and
-                 busy.extend([p for p in pids if n_sockets(p) > base[p]]) is None, 10)
-        victim = busy[0] if busy else None
-        if victim:
-            time.sleep(0.1)
-            os.kill(victim, signal.SIGKILL)
-        for t in ts:
-            t.join(90)
-        ok(victim is not None and sorted(outcome.values()) == [False, True],
-           "kill -9 of a busy worker fails only its stream (%s)" % outcome)
-        ok(wait_for(lambda: len(workers()) == N_WORKERS and victim not in workers(), 10)
-           and metrics()["hyserve_worker_restarts_total"] >= 1, "a new worker replaces it")
-        ok(wait_for(lambda: metrics()["hyserve_request_slots_used"] == 0, 10) and
-           metrics()["hyserve_reaped_requests_total"] >= 1, "its request slot was reclaimed")
 
-    # The bad-input matrix: status and OpenAI-shaped error.
+        def busy():
+            return {p: n_sockets(p) - base[p] for p in pids if n_sockets(p) > base[p]}
+        for k in range(8):
+            name = "s%d" % k
+            was = busy()
+            x = threading.Thread(target=streamer, args=(name,))
+            x.start()
+            ts.append(x)
+            t.wait_for(lambda: sum(busy().values()) > sum(was.values()), 10, 0.01)
+            now = busy()
+            rose = [p for p in now if now[p] > was.get(p, 0)]
+            where[name] = rose[0] if len(rose) == 1 else None
+            if len(set(where.values()) - {None}) >= 2:
+                break
+        victim = where.get("s0")
+        mapped = victim is not None and None not in where.values() and \
+            len(set(where.values())) >= 2
+        if mapped:
+            os.kill(victim, signal.SIGKILL)
+        for x in ts:
+            x.join(120)
+        want = {n: where[n] != victim for n in where}
+        ok(mapped and outcome == want,
+           "kill -9 of a busy worker fails only its streams (%s, expected %s)" % (outcome, want))
+        ok(t.wait_for(lambda: len(STACK.workers()) == N_WORKERS and
+                      victim not in STACK.workers(), 10)
+           and metrics()["hyserve_worker_restarts_total"] >= 1, "a new worker replaces it")
+        ok(t.wait_for(lambda: idle(metrics()), 10) and
+           metrics()["hyserve_reaped_requests_total"] >= 1, "its request slots were reclaimed")
+
+    # ---- the bad-input matrix: status and OpenAI-shaped error ---------------
     def err_case(method, path, body, want, what, code=None):
-        st, hd, b = http(method, path, body)
+        st, hd, b = STACK.http(method, path, body)
         try:
             e = json.loads(b)["error"]
             shaped = all(k in e for k in ("message", "type", "param", "code"))
@@ -304,6 +479,11 @@ try:
     err_case("POST", "/v1/completions", {"model": MODEL_ID, "prompt": "x", "max_tokens": "5"},
              400, "max_tokens of the wrong type")
     err_case("POST", "/v1/completions", {"model": MODEL_ID, "prompt": 5}, 400, "prompt a number")
+    err_case("POST", "/v1/completions", {"model": MODEL_ID, "prompt": "x", "logprobs": 6}, 400,
+             "completions logprobs over 5")
+    err_case("POST", "/v1/chat/completions",
+             {"model": MODEL_ID, "messages": [{"role": "user", "content": "x"}],
+              "top_logprobs": 2}, 400, "top_logprobs without logprobs")
     err_case("GET", "/v1/nothing", None, 404, "unknown route")
     hd = err_case("GET", "/v1/completions", None, 405, "GET on a POST route")
     ok("POST" in hd.get("Allow", ""), "405 names the allowed method")
@@ -314,25 +494,22 @@ try:
              "context_length_exceeded")
     err_case("POST", "/v1/completions", {"model": "no-such-model", "prompt": "x"}, 404,
              "unknown model")
-    st, _, b = http("POST", "/tokenize", {"prompt": "hello world"})
+    st, _, b = STACK.http("POST", "/tokenize", {"prompt": "hello world"})
     toks = json.loads(b).get("tokens", []) if st == 200 else []
-    st2, _, b2 = http("POST", "/detokenize", {"tokens": toks})
+    st2, _, b2 = STACK.http("POST", "/detokenize", {"tokens": toks})
     ok(st == 200 and st2 == 200 and json.loads(b2).get("prompt") == "hello world",
        "/tokenize then /detokenize round-trips")
-    st, _, b = http("POST", "/v1/infer", {"input": "Hello", "max_tokens": 3})
+    st, _, b = STACK.http("POST", "/v1/infer", {"input": "Hello", "max_tokens": 3})
     ok(st == 200 and "choices" in json.loads(b), "/v1/infer alias")
 except Exception as ex:  # noqa
     ok(False, "unexpected exception: %r" % ex)
 finally:
-    teardown()
-    ok(SERVE.returncode == 0, "hyserve serve exits 0 on SIGTERM (rc=%s)" % SERVE.returncode)
-    ok(not os.path.exists("/dev/shm/hyserve-" + INSTANCE), "/dev/shm/hyserve-%s is gone" % INSTANCE)
-    ok(not os.path.exists(SOCK), "the socket is removed")
-    serve_log.close()
-    if n_fail:
-        with open(os.path.join(TMP, "serve.log")) as f:
-            sys.stdout.write("".join("# " + l for l in f.readlines()[-40:]))
-    else:
-        shutil.rmtree(TMP, ignore_errors=True)
-    print("1..%d" % n_test)
-sys.exit(1 if n_fail else 0)
+    rc = STACK.stop()
+    ok(rc == 0, "hyserve serve exits 0 on SIGTERM (rc=%s)" % rc)
+    ok(not os.path.exists("/dev/shm/hyserve-" + STACK.instance),
+       "/dev/shm/hyserve-%s is gone" % STACK.instance)
+    ok(not os.path.exists(STACK.sock), "the socket is removed")
+    if t.failed():
+        t.diag(t.tail(STACK.serve_log_path, 40))
+    STACK.cleanup(keep=t.failed())
+sys.exit(t.done())
