@@ -40,3 +40,13 @@ libhy_a_SOURCES += src/backend/cuda/stub.c
 tests_cuda_test_backend_select_CPPFLAGS = $(AM_CPPFLAGS) -DHY_TEST_CUDA_BUILT=0
 endif
 EXTRA_DIST += tests/cuda/test_cuda_ops.c
+
+# What CI runs in its CUDA build (scripts/run-tests, when nvcc is present):
+# only the CUDA tests, built alone, since the other builds run the rest.
+HY_CUDA_TESTS = tests/cuda/test_backend_select
+if HAVE_CUDA
+HY_CUDA_TESTS += tests/cuda/test_cuda_ops
+endif
+check-cuda:
+	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(HY_CUDA_TESTS)' check_PROGRAMS='$(HY_CUDA_TESTS)'
+.PHONY: check-cuda
