@@ -227,7 +227,6 @@ max_seqs = 4
 max_context = 1024
 [cache]
 memory_mb = 128
-disk_cache_dir = /var/cache/hyserve/$inst
 [server]
 socket_group = www-data
 socket_mode = 0660
