@@ -18,8 +18,8 @@
 #define HY_G_TOL 1e-4
 
 static const char *const hy_g_models[] = {
-    "llama", "qwen2", "qwen3", "qwen3next", "qwen35", "qwen35-long", "lfm2", "lfm2moe",
-    "granitehybrid-moe", "granitehybrid-dense", "nemotron_h",
+    "llama", "qwen2", "qwen3", "qwen3next", "qwen35", "qwen35moe", "qwen35-long", "lfm2",
+    "lfm2moe", "granitehybrid-moe", "granitehybrid-dense", "nemotron_h",
 };
 static const int hy_g_lens[] = {1, 7, 33, 100};
 static const int hy_g_prefix[] = {0, 3, 16, 70}; /* decode prefix per length */

@@ -8,9 +8,10 @@
  * in f32.  Work is split into (sequence, kv head, query heads, block of query
  * tokens) units: every query head that shares a kv head (GQA) and every
  * token of the block reuses each page once it is converted to f32 and in L1,
- * which is what makes long prompts (O(n^2)) affordable.  Heads of at most
- * 16 floats take another kernel (hy_attn_lanes_t) that puts 16 queries in
- * the SIMD lanes instead of one head's dimensions.
+ * which is what makes long prompts (O(n^2)) affordable.  Prefill units (and
+ * any unit of heads of at most 16 floats) take another kernel
+ * (hy_attn_lanes_t) that puts 16 queries in the SIMD lanes instead of one
+ * head's dimensions; decode units keep the row kernel.
  */
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/quant_ref.h"
@@ -113,6 +114,12 @@ HY_ATTN_BLOCK_KERNELS(c, )
  * same bits whether it is decoded alone or prefilled in a block. */
 #define HY_ATTN_LANES 16
 #define HY_ATTN_LANE_HEAD 16
+/* Larger heads take the lane kernel too once a unit has this many queries
+ * (prefill): half-empty lanes still beat a horizontal sum per key.  Decode
+ * units (one token, a few heads) keep the row kernel, so for large heads a
+ * decoded query differs from the same query prefilled by rounding only
+ * (test_cpu_backend bounds it at 1e-6). */
+#define HY_ATTN_LANES_MIN_Q 8
 
 typedef struct hy_attn_lanes {
     const float *Qt;      /* [hd][16] queries times the scale, padding lanes 0 */
@@ -375,8 +382,34 @@ static void hy_attn_lanes_avx512(hy_attn_lanes_t *a, const float *K, const float
     __m512 mmax = ninf;
     int j = 0, d;
 
-    /* scores, four keys at a time sharing each query column; every key's
-     * dot product is one chain over d, whatever the blocking */
+    /* scores, eight keys at a time sharing each query column (eight
+     * independent FMA chains hide the FMA latency on two ports); every
+     * key's dot product is one chain over d, whatever the blocking */
+    for (; j + 8 <= n; j += 8) {
+        const float *k0 = K + (size_t)j * hd;
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0,
+               s7 = s0;
+        for (d = 0; d < hd; d++) {
+            __m512 q = _mm512_loadu_ps(a->Qt + (size_t)d * HY_ATTN_LANES);
+            s0 = _mm512_fmadd_ps(_mm512_set1_ps(k0[d]), q, s0);
+            s1 = _mm512_fmadd_ps(_mm512_set1_ps(k0[hd + d]), q, s1);
+            s2 = _mm512_fmadd_ps(_mm512_set1_ps(k0[2 * hd + d]), q, s2);
+            s3 = _mm512_fmadd_ps(_mm512_set1_ps(k0[3 * hd + d]), q, s3);
+            s4 = _mm512_fmadd_ps(_mm512_set1_ps(k0[4 * hd + d]), q, s4);
+            s5 = _mm512_fmadd_ps(_mm512_set1_ps(k0[5 * hd + d]), q, s5);
+            s6 = _mm512_fmadd_ps(_mm512_set1_ps(k0[6 * hd + d]), q, s6);
+            s7 = _mm512_fmadd_ps(_mm512_set1_ps(k0[7 * hd + d]), q, s7);
+        }
+        float *sj = a->S + (size_t)j * HY_ATTN_LANES;
+        _mm512_storeu_ps(sj, s0);
+        _mm512_storeu_ps(sj + HY_ATTN_LANES, s1);
+        _mm512_storeu_ps(sj + 2 * HY_ATTN_LANES, s2);
+        _mm512_storeu_ps(sj + 3 * HY_ATTN_LANES, s3);
+        _mm512_storeu_ps(sj + 4 * HY_ATTN_LANES, s4);
+        _mm512_storeu_ps(sj + 5 * HY_ATTN_LANES, s5);
+        _mm512_storeu_ps(sj + 6 * HY_ATTN_LANES, s6);
+        _mm512_storeu_ps(sj + 7 * HY_ATTN_LANES, s7);
+    }
     for (; j + 4 <= n; j += 4) {
         const float *k0 = K + (size_t)j * hd;
         __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
@@ -428,8 +461,40 @@ static void hy_attn_lanes_avx512(hy_attn_lanes_t *a, const float *K, const float
     _mm512_storeu_ps(a->m, mn);
     _mm512_storeu_ps(a->l, l);
 
-    /* accT[d] = c accT[d] + sum_j V[j][d] P[j], four value columns at a time */
-    for (d = 0; d + 4 <= hdv; d += 4) {
+    /* accT[d] = c accT[d] + sum_j V[j][d] P[j], eight value columns at a
+     * time (then four, then one; each column is one chain over j) */
+    for (d = 0; d + 8 <= hdv; d += 8) {
+        float *o = a->accT + (size_t)d * HY_ATTN_LANES;
+        __m512 o0 = _mm512_mul_ps(_mm512_loadu_ps(o), c);
+        __m512 o1 = _mm512_mul_ps(_mm512_loadu_ps(o + HY_ATTN_LANES), c);
+        __m512 o2 = _mm512_mul_ps(_mm512_loadu_ps(o + 2 * HY_ATTN_LANES), c);
+        __m512 o3 = _mm512_mul_ps(_mm512_loadu_ps(o + 3 * HY_ATTN_LANES), c);
+        __m512 o4 = _mm512_mul_ps(_mm512_loadu_ps(o + 4 * HY_ATTN_LANES), c);
+        __m512 o5 = _mm512_mul_ps(_mm512_loadu_ps(o + 5 * HY_ATTN_LANES), c);
+        __m512 o6 = _mm512_mul_ps(_mm512_loadu_ps(o + 6 * HY_ATTN_LANES), c);
+        __m512 o7 = _mm512_mul_ps(_mm512_loadu_ps(o + 7 * HY_ATTN_LANES), c);
+        for (j = 0; j < n; j++) {
+            const float *vj = V + (size_t)j * hdv + d;
+            __m512 p = _mm512_loadu_ps(a->S + (size_t)j * HY_ATTN_LANES);
+            o0 = _mm512_fmadd_ps(_mm512_set1_ps(vj[0]), p, o0);
+            o1 = _mm512_fmadd_ps(_mm512_set1_ps(vj[1]), p, o1);
+            o2 = _mm512_fmadd_ps(_mm512_set1_ps(vj[2]), p, o2);
+            o3 = _mm512_fmadd_ps(_mm512_set1_ps(vj[3]), p, o3);
+            o4 = _mm512_fmadd_ps(_mm512_set1_ps(vj[4]), p, o4);
+            o5 = _mm512_fmadd_ps(_mm512_set1_ps(vj[5]), p, o5);
+            o6 = _mm512_fmadd_ps(_mm512_set1_ps(vj[6]), p, o6);
+            o7 = _mm512_fmadd_ps(_mm512_set1_ps(vj[7]), p, o7);
+        }
+        _mm512_storeu_ps(o, o0);
+        _mm512_storeu_ps(o + HY_ATTN_LANES, o1);
+        _mm512_storeu_ps(o + 2 * HY_ATTN_LANES, o2);
+        _mm512_storeu_ps(o + 3 * HY_ATTN_LANES, o3);
+        _mm512_storeu_ps(o + 4 * HY_ATTN_LANES, o4);
+        _mm512_storeu_ps(o + 5 * HY_ATTN_LANES, o5);
+        _mm512_storeu_ps(o + 6 * HY_ATTN_LANES, o6);
+        _mm512_storeu_ps(o + 7 * HY_ATTN_LANES, o7);
+    }
+    for (; d + 4 <= hdv; d += 4) {
         float *o = a->accT + (size_t)d * HY_ATTN_LANES;
         __m512 o0 = _mm512_mul_ps(_mm512_loadu_ps(o), c);
         __m512 o1 = _mm512_mul_ps(_mm512_loadu_ps(o + HY_ATTN_LANES), c);
@@ -677,7 +742,7 @@ typedef struct {
     int group;                     /* query heads per kv head */
     int n_hsplit;                  /* units a group of heads is split into */
     int heads_per_unit;
-    int lanes;                     /* small heads: hy_attn_unit_lanes */
+    int lanes;                     /* small heads: always hy_attn_unit_lanes */
     const int64_t *unit_start;     /* [n_seqs + 1] first unit of each sequence */
     int64_t n_units;
     size_t scratch_floats;         /* per thread */
@@ -720,7 +785,7 @@ static void hy_attn_write_worker(void *arg, int ith, int nth)
     }
 }
 
-/* A unit of small heads (see hy_attn_lanes_t): its queries 16 at a time,
+/* A unit in the lanes (see hy_attn_lanes_t): its queries 16 at a time,
  * each group sweeping the pages any of them can see. */
 static void hy_attn_unit_lanes(hy_attn_job_t *j, float *scr, const hy_batch_seq_t *sq,
                                int32_t t0, int32_t t1, int32_t g, int32_t h0, int32_t h1)
@@ -914,7 +979,11 @@ static void hy_attn_worker(void *arg, int ith, int nth)
         int32_t h1 = HY_MIN(h0 + j->heads_per_unit, (g + 1) * j->group);
         int32_t t0 = sq->first + qb * HY_ATTN_QBLOCK;
         int32_t t1 = HY_MIN(t0 + HY_ATTN_QBLOCK, sq->first + sq->n);
-        if (h0 < h1 && j->lanes)
+        /* a unit with enough queries to fill most of the lanes (prefill)
+         * runs lane-wise whatever the head size: no horizontal sum per key
+         * and the output accumulates in registers across a page instead of
+         * being loaded and stored once per key (2-3x at head 256) */
+        if (h0 < h1 && (j->lanes || (t1 - t0) * (h1 - h0) >= HY_ATTN_LANES_MIN_Q))
             hy_attn_unit_lanes(j, scr, sq, t0, t1, g, h0, h1);
         else if (h0 < h1)
             hy_attn_unit(j, scr, sq, t0, t1, g, h0, h1);
@@ -1039,13 +1108,14 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b,
     /* per-thread scratch: K and V page in f32, scores, and m, l, acc for
      * every query of a unit; rounded to cache lines */
     int64_t nq = (int64_t)HY_ATTN_QBLOCK * j.heads_per_unit;
-    j.scratch_floats = (size_t)cpu->kv.page_tokens * (p->head_dim + p->head_dim_v + 1) +
-                       (size_t)nq * (2 + p->head_dim_v);
+    size_t row_floats = (size_t)cpu->kv.page_tokens * (p->head_dim + p->head_dim_v + 1) +
+                        (size_t)nq * (2 + p->head_dim_v);
+    size_t lane_floats = (size_t)cpu->kv.page_tokens * (p->head_dim + p->head_dim_v +
+                                                        HY_ATTN_LANES) +
+                         (size_t)HY_ATTN_LANES * (p->head_dim + p->head_dim_v + 2);
     j.lanes = p->head_dim <= HY_ATTN_LANE_HEAD && p->head_dim_v <= HY_ATTN_LANE_HEAD;
-    if (j.lanes)
-        j.scratch_floats = (size_t)cpu->kv.page_tokens * (p->head_dim + p->head_dim_v +
-                                                          HY_ATTN_LANES) +
-                           (size_t)HY_ATTN_LANES * (p->head_dim + p->head_dim_v + 2);
+    /* large heads run either kernel, unit by unit (hy_attn_worker) */
+    j.scratch_floats = j.lanes ? lane_floats : HY_MAX(row_floats, lane_floats);
     j.scratch_floats = (j.scratch_floats + 15) & ~(size_t)15;
     nth = (int)HY_MIN((int64_t)nth, j.n_units);
     if (j.scratch_floats * (size_t)nth > cpu->attn_scratch_floats) {
