@@ -148,10 +148,10 @@ int hy_cmd_bench(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"threads", required_argument, 0, 't'},
         {"n-prompt", required_argument, 0, 'p'}, {"n-gen", required_argument, 0, 'n'},
         {"repetitions", required_argument, 0, 'r'}, {"membw", no_argument, 0, 'b'},
-        {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"backend", required_argument, 0, 'B'}, {"ubatch", required_argument, 0, 'u'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *threads_list = "0", *backend = NULL;
-    long n_prompt = 512, n_gen = 128, reps = 5;
+    long n_prompt = 512, n_gen = 128, reps = 5, ubatch = 512;
     char tl[256], *tok, *save;
     int opt, rc = 1;
     bool membw = false;
@@ -165,7 +165,7 @@ int hy_cmd_bench(int argc, char **argv)
         if (strcmp(argv[opt], "--url") == 0 || strncmp(argv[opt], "--url=", 6) == 0)
             return hy_cmd_bench_url(argc, argv); /* a running server over HTTP */
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "m:t:p:n:r:h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "m:t:p:n:r:u:h", opts, NULL)) != -1) {
         switch (opt) {
         case 'm': model = optarg; break;
         case 't': threads_list = optarg; break;
@@ -174,8 +174,10 @@ int hy_cmd_bench(int argc, char **argv)
         case 'r': if (hy_cli_int("bench", "--repetitions", optarg, 1, 1000, &reps)) return 2; break;
         case 'b': membw = true; break;
         case 'B': backend = optarg; break;
+        case 'u': if (hy_cli_int("bench", "--ubatch", optarg, 1, 65536, &ubatch)) return 2; break;
         case 'h':
-            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-r 5] [--membw] [--backend cpu|cuda]\n"
+            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-r 5] [-u 512] [--membw] [--backend cpu|cuda]\n"
+                   "  -u N     prompt tokens per forward pass (llama-bench's -ub, default 512)\n"
                    "  -t LIST  comma-separated thread counts (0 = all cores)\n"
                    "  --membw  also measure read bandwidth and tg's share of the memory bound\n"
                    "       hyserve bench --url http://HOST:PORT ...  (load a running server; --url --help)\n");
@@ -197,7 +199,9 @@ int hy_cmd_bench(int argc, char **argv)
         hy_runner_opts_default(&ro);
         ro.max_seqs = 1;
         ro.max_outputs = 1;
-        ro.max_tokens = (int32_t)HY_MAX(n_prompt, 1);
+        /* the prompt goes through in passes of ubatch tokens, as llama-bench's
+         * n_ubatch does and as the server's chunked prefill would */
+        ro.max_tokens = (int32_t)HY_MAX(HY_MIN(n_prompt, ubatch), 1);
         ro.n_ctx = (int32_t)HY_MAX(n_prompt, n_gen) + 1;
         if (hy_cli_open(&c, "bench", model, backend, (int)threads, false, &ro) != 0)
             return 1;
