@@ -48,42 +48,9 @@ TINY_MODEL = os.path.join(SRC, "tests", "golden", "tiny", "llama.gguf")
 MODEL = DEFAULT_MODEL if os.path.exists(DEFAULT_MODEL) else TINY_MODEL
 N_WORKERS = 6
 
-n_test = 0
-n_fail = 0
-
-
-def ok(cond, what):
-    global n_test, n_fail
-    n_test += 1
-    if not cond:
-        n_fail += 1
-    print("%s %d - %s" % ("ok" if cond else "not ok", n_test, what), flush=True)
-    return cond
-
-
-def diag(msg):
-    for line in str(msg).splitlines():
-        print("# " + line, flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_for(pred, timeout=20.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            if pred():
-                return True
-        except Exception:
-            pass
-        time.sleep(0.05)
-    return False
+# TAP and polling helpers shared by the integration scripts
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from taplib import diag, done, failed, free_port, ok, wait_for  # noqa: E402
 
 
 # ---- layout under a temp prefix -------------------------------------------
@@ -742,7 +709,7 @@ left = subprocess.run(["pgrep", "-f", TMP], capture_output=True, text=True).stdo
 ok(not left, "no stray processes")
 ok(not any(os.path.exists("/dev/shm/hyserve-%s-%s" % (TAG, c)) for c in ("blue", "green")),
    "/dev/shm segments removed")
-if n_fail:
+if failed():
     for name in ("error.log", "serve-blue.log", "serve-green.log"):
         try:
             with open(os.path.join(TMP, name)) as f:
@@ -751,5 +718,4 @@ if n_fail:
             pass
 else:
     shutil.rmtree(TMP, ignore_errors=True)
-print("1..%d" % n_test)
-sys.exit(1 if n_fail else 0)
+sys.exit(done())

@@ -598,6 +598,9 @@ enum { HY_A5F_F32, HY_A5F_F16, HY_A5F_BF16 };
 #define HY_A5F_CT 64     /* token rows per accumulator block (16 KB) */
 #define HY_A5F_RX 6      /* token rows per micro-kernel: 24 accumulators */
 #define HY_A5F_PANEL_MIN 3 /* token rows from which the panel pays */
+#ifndef HY_A5F_PF_ROWS
+#define HY_A5F_PF_ROWS 8   /* decode prefetch distance in rows, see hy_a5f_micro */
+#endif
 
 HY_QX_INLINE __m512 hy_a5f_wload(int kind, const char *w, int64_t k, __mmask16 m, int tail)
 {
@@ -612,10 +615,12 @@ HY_QX_INLINE __m512 hy_a5f_wload(int kind, const char *w, int64_t k, __mmask16 m
 }
 
 /* acc[c*4 + r] += rows r < RW of w (stride ws bytes) . rows c < RX of x
- * (stride xs bytes) over len elements, in 16-element steps. */
+ * (stride xs bytes) over len elements, in 16-element steps.  pf > 0: also
+ * prefetch each row pf bytes ahead (decode streams the weights once; the
+ * same reason as HY_A5_PF_ROWS for the quantized tiles). */
 HY_QX_INLINE void hy_a5f_micro(int kind, int64_t len, const char *w, size_t ws,
                                const char *x, size_t xs, __m512 *acc, const int RW,
-                               const int RX)
+                               const int RX, size_t pf)
 {
     __m512 a[4][HY_A5F_RX];
     int64_t k = 0;
@@ -625,8 +630,15 @@ HY_QX_INLINE void hy_a5f_micro(int kind, int64_t len, const char *w, size_t ws,
 #pragma GCC unroll 4
         for (int r = 0; r < RW; r++)
             a[r][c] = acc[c * 4 + r];
+    const size_t esz = kind == HY_A5F_F32 ? sizeof(float) : sizeof(uint16_t);
     for (; k + 16 <= len; k += 16) {
         __m512 wv[4];
+        /* one prefetch per 64-byte line of each row */
+        if (pf && (k * (int64_t)esz) % 64 == 0) {
+#pragma GCC unroll 4
+            for (int r = 0; r < RW; r++)
+                _mm_prefetch(w + r * ws + (size_t)k * esz + pf, _MM_HINT_T0);
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < RW; r++)
             wv[r] = hy_a5f_wload(kind, w + r * ws, k, 0, 0);
@@ -662,12 +674,12 @@ HY_QX_INLINE void hy_a5f_micro(int kind, int64_t len, const char *w, size_t ws,
 
 #define HY_A5F_CASE(kind, rw, rx)                                                  \
     case (rw) * 8 + (rx):                                                          \
-        hy_a5f_micro(kind, len, w, ws, x, xs, acc, rw, rx);                        \
+        hy_a5f_micro(kind, len, w, ws, x, xs, acc, rw, rx, pf);                    \
         break;
 #define HY_A5F_RUN(name, kind)                                                     \
     static void hy_a5f_run_##name(int64_t len, const char *w, size_t ws,          \
                                   const char *x, size_t xs, __m512 *acc, int rw,  \
-                                  int rx)                                          \
+                                  int rx, size_t pf)                               \
     {                                                                              \
         switch (rw * 8 + rx) {                                                     \
         HY_A5F_CASE(kind, 1, 1) HY_A5F_CASE(kind, 1, 2) HY_A5F_CASE(kind, 1, 3)    \
@@ -749,12 +761,16 @@ HY_QX_INLINE void hy_a5f_tile(int kind, int64_t n, float *s, size_t ss, const vo
                 for (int cc = 0; cc < ct; cc += HY_A5F_RX) {
                     int rx = HY_MIN(HY_A5F_RX, ct - cc);
                     const char *xp = x + (size_t)(c0 + cc) * xs + (size_t)k0 * sizeof(float);
+                    /* decode tiles stream rows from memory: prefetch
+                     * HY_A5_PF_ROWS rows ahead (not from the panel, and
+                     * not in vec_dot, whose ws is 0) */
+                    size_t pf = !panel && nx <= 2 ? (size_t)HY_A5F_PF_ROWS * ws : 0;
                     if (panel || kind == HY_A5F_F32)
-                        hy_a5f_run_f32(len, wp, wps, xp, xs, acc + cc * 4, rw, rx);
+                        hy_a5f_run_f32(len, wp, wps, xp, xs, acc + cc * 4, rw, rx, pf);
                     else if (kind == HY_A5F_F16)
-                        hy_a5f_run_f16(len, wp, wps, xp, xs, acc + cc * 4, rw, rx);
+                        hy_a5f_run_f16(len, wp, wps, xp, xs, acc + cc * 4, rw, rx, pf);
                     else
-                        hy_a5f_run_bf16(len, wp, wps, xp, xs, acc + cc * 4, rw, rx);
+                        hy_a5f_run_bf16(len, wp, wps, xp, xs, acc + cc * 4, rw, rx, pf);
                 }
             }
             for (int c = 0; c < ct; c++)
