@@ -50,7 +50,8 @@ N_WORKERS = 6
 
 # TAP and polling helpers shared by the integration scripts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from taplib import diag, done, failed, free_port, ok, wait_for  # noqa: E402
+import taplib  # noqa: E402
+from taplib import diag, free_port, ok, wait_for  # noqa: E402
 
 
 # ---- layout under a temp prefix -------------------------------------------
@@ -709,7 +710,7 @@ left = subprocess.run(["pgrep", "-f", TMP], capture_output=True, text=True).stdo
 ok(not left, "no stray processes")
 ok(not any(os.path.exists("/dev/shm/hyserve-%s-%s" % (TAG, c)) for c in ("blue", "green")),
    "/dev/shm segments removed")
-if failed():
+if taplib.failed():
     for name in ("error.log", "serve-blue.log", "serve-green.log"):
         try:
             with open(os.path.join(TMP, name)) as f:
@@ -718,4 +719,4 @@ if failed():
             pass
 else:
     shutil.rmtree(TMP, ignore_errors=True)
-sys.exit(done())
+sys.exit(taplib.done())
