@@ -541,4 +541,47 @@ getent passwd hyserve >/dev/null && rc=1
 getent group hyserve >/dev/null && rc=1
 getent group www-data | cut -d: -f4 | tr ',' '\n' | grep -qx hyserve && rc=1
 ok $rc "purge removed user and group hyserve (postrm promises it)"
+
+# ---- 7. hyserve-cuda (build profile pkg.hyserve.cuda; needs nvcc) -------------
+# Built and checked, not installed: this machine may have no GPU.  With one,
+# the binary must also serve; without, it must refuse cleanly.
+nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; })
+if [ -z "$nvcc" ]; then
+    skip_rest "no nvcc" "hyserve-cuda built with the CUDA profile" "hyserve-cuda contents" \
+        "hyserve-cuda lintian" "hyserve-cuda refuses or runs"
+    finish
+fi
+start=$(date +%s)
+(cd "$src" && DEB_BUILD_PROFILES=pkg.hyserve.cuda CUDA_DIR="$(dirname "$(dirname "$nvcc")")" \
+    DEB_BUILD_OPTIONS="$opts" dpkg-buildpackage -us -uc -b) >"$T/build-cuda.log" 2>&1
+rc=$?
+cdeb=$T/src/hyserve-cuda_${ver}_$(dpkg --print-architecture).deb
+[ $rc = 0 ] && [ -f "$cdeb" ] || rc=1
+ok $rc "DEB_BUILD_PROFILES=pkg.hyserve.cuda builds $(basename "$cdeb") ($(($(date +%s) - start)) s)"
+[ $rc = 0 ] || { grep -E 'error|Error|dh_[a-z_]+: ' "$T/build-cuda.log" | tail -30 | diag; finish; }
+rm -rf "$T/cx" && dpkg-deb -x "$cdeb" "$T/cx"
+rc=0 why=""
+[ -x "$T/cx/usr/bin/hyserve-cuda" ] || { rc=1; why="$why no /usr/bin/hyserve-cuda;"; }
+grep -q -- '--set engine.backend=cuda' "$T/cx/usr/lib/systemd/system/hyserve@.service.d/cuda.conf" 2>/dev/null ||
+    { rc=1; why="$why no drop-in running the CUDA backend;"; }
+objdump -p "$T/cx/usr/bin/hyserve-cuda" 2>/dev/null | grep -q 'NEEDED.*libcudart' ||
+    { rc=1; why="$why binary does not link libcudart;"; }
+dpkg-deb -f "$cdeb" Depends | grep -q "hyserve (= $ver)" || { rc=1; why="$why no Depends on hyserve (= $ver);"; }
+ok $rc "hyserve-cuda: /usr/bin/hyserve-cuda linking libcudart, the hyserve@ drop-in, Depends on hyserve (= $ver)${why:+ -$why}"
+if command -v lintian >/dev/null; then
+    lintian "$cdeb" >"$T/lintian-cuda.log" 2>&1
+    grep -E '^[WEXIP]: ' "$T/lintian-cuda.log" | diag
+    errs=$(grep -c '^E: ' "$T/lintian-cuda.log")
+    ok "$([ "$errs" = 0 ] && echo 0 || echo 1)" "lintian: no errors on hyserve-cuda ($errs E: tags)"
+else
+    n=$((n + 1)); echo "ok $n - hyserve-cuda lintian # SKIP lintian not installed"
+fi
+out=$("$T/cx/usr/bin/hyserve-cuda" run -m "$model" -p "The capital of France is" -n 4 --temp 0 \
+    --backend cuda 2>&1 >"$T/cuda-run.out")
+rc=$?
+case "$rc:$out" in
+0:*) ok 0 "hyserve-cuda run --backend cuda on the GPU: '$(cat "$T/cuda-run.out")'" ;;
+"1:hyserve run: no CUDA device: "*) ok 0 "hyserve-cuda run --backend cuda without a GPU refuses cleanly ($out)" ;;
+*) ok 1 "hyserve-cuda run --backend cuda: rc $rc, $out" ;;
+esac
 finish
