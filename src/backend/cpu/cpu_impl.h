@@ -141,6 +141,12 @@ int hy_cpu_kv_sizes(const hy_kv_layout_t *lay, size_t *krow, size_t *vrow, uint6
                     uint64_t *vpage, char *err);
 int hy_cpu_state_slot_floats(const hy_state_layout_t *lay, int64_t *conv_off, int64_t *rec_off,
                              int64_t *slot_floats, char *err);
+/* What every backend's state_init needs before it allocates: the layout
+ * checked, *meta = malloc'd [4][n_layers] (conv offsets, rec offsets, conv
+ * floats, rec floats; the caller owns it), the floats of one slot and the
+ * bytes of all n_slots slots. */
+int hy_cpu_state_plan(const hy_state_layout_t *lay, int64_t **meta, int64_t *slot_floats,
+                      uint64_t *total_bytes, char *err);
 int hy_cpu_mem_sizes(hy_backend_t *be, const hy_kv_layout_t *kv, const hy_state_layout_t *st,
                      uint64_t *page_bytes, uint64_t *slot_bytes, char *err);
 void hy_cpu_mem_allocated(hy_backend_t *be, uint64_t *kv_bytes, uint64_t *state_bytes);

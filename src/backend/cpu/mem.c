@@ -7,6 +7,9 @@
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/quant.h"
 
+#include <stdint.h>
+#include <stdlib.h>
+
 int hy_cpu_kv_sizes(const hy_kv_layout_t *lay, size_t *krow, size_t *vrow, uint64_t *kpage,
                     uint64_t *vpage, char *err)
 {
@@ -43,6 +46,42 @@ int hy_cpu_state_slot_floats(const hy_state_layout_t *lay, int64_t *conv_off, in
     if (off == 0)
         off = HY_REC_ALIGN;
     *slot_floats = off;
+    return HY_OK;
+}
+
+int hy_cpu_state_plan(const hy_state_layout_t *lay, int64_t **meta, int64_t *slot_floats,
+                      uint64_t *total_bytes, char *err)
+{
+    int64_t *m, off = 0;
+    uint64_t total;
+    int rc;
+
+    *meta = NULL;
+    if (!lay || lay->n_layers <= 0 || lay->n_slots <= 0 || !lay->conv_floats || !lay->rec_floats)
+        return hy_err(err, HY_EINVAL, "state_init: need n_layers > 0, n_slots > 0 and both size "
+                      "arrays (got %d layers, %d slots)", lay ? lay->n_layers : 0,
+                      lay ? lay->n_slots : 0);
+    m = calloc((size_t)lay->n_layers * 4, sizeof *m);
+    if (!m)
+        return hy_err(err, HY_ENOMEM, "state_init: out of memory");
+    /* same layout the planner quotes (hy_cpu_mem_sizes) */
+    if ((rc = hy_cpu_state_slot_floats(lay, m, m + lay->n_layers, &off, err)) != HY_OK) {
+        free(m);
+        return rc;
+    }
+    for (int32_t l = 0; l < lay->n_layers; l++) {
+        m[2 * lay->n_layers + l] = lay->conv_floats[l];
+        m[3 * lay->n_layers + l] = lay->rec_floats[l];
+    }
+    if (hy_mul_overflow_u64((uint64_t)off, (uint64_t)lay->n_slots, &total) ||
+        hy_mul_overflow_u64(total, sizeof(float), &total) || total > SIZE_MAX / 2) {
+        free(m);
+        return hy_err(err, HY_ERANGE, "state_init: %d slots of %lld floats overflow",
+                      lay->n_slots, (long long)off);
+    }
+    *meta = m;
+    *slot_floats = off;
+    *total_bytes = total;
     return HY_OK;
 }
 

@@ -9,7 +9,7 @@
  * op-heavy layer kinds (attention, recurrent, MoE) live in cuda_ops.c.
  */
 #include "backend/cuda/cuda_impl.h"
-#include "backend/cpu/cpu_impl.h" /* hy_cpu_kv_sizes, hy_cpu_state_slot_floats */
+#include "backend/cpu/cpu_impl.h" /* hy_cpu_kv_sizes, hy_cpu_state_plan */
 
 #include <math.h>
 #include <stdarg.h>
@@ -694,29 +694,8 @@ static int hy_cuda_state_init(hy_backend_t *be, const hy_state_layout_t *lay, ch
     cudaError_t e;
     int rc = HY_OK;
 
-    if (!lay || lay->n_layers <= 0 || lay->n_slots <= 0 || !lay->conv_floats || !lay->rec_floats) {
-        rc = hy_err(err, HY_EINVAL, "state_init: need n_layers > 0, n_slots > 0 and both size "
-                    "arrays (got %d layers, %d slots)", lay ? lay->n_layers : 0,
-                    lay ? lay->n_slots : 0);
+    if ((rc = hy_cpu_state_plan(lay, &meta, &off, &total, err)) != HY_OK)
         goto out;
-    }
-    meta = calloc((size_t)lay->n_layers * 4, sizeof *meta);
-    if (!meta) {
-        rc = hy_err(err, HY_ENOMEM, "state_init: out of memory");
-        goto out;
-    }
-    if ((rc = hy_cpu_state_slot_floats(lay, meta, meta + lay->n_layers, &off, err)) != HY_OK)
-        goto out;
-    for (int32_t l = 0; l < lay->n_layers; l++) {
-        meta[2 * lay->n_layers + l] = lay->conv_floats[l];
-        meta[3 * lay->n_layers + l] = lay->rec_floats[l];
-    }
-    if (hy_mul_overflow_u64((uint64_t)off, (uint64_t)lay->n_slots, &total) ||
-        hy_mul_overflow_u64(total, sizeof(float), &total) || total > SIZE_MAX / 2) {
-        rc = hy_err(err, HY_ERANGE, "state_init: %d slots of %lld floats overflow", lay->n_slots,
-                    (long long)off);
-        goto out;
-    }
     e = cudaMalloc((void **)&arena, (size_t)total);
     if (e == cudaSuccess)
         e = cudaMemset(arena, 0, (size_t)total);
