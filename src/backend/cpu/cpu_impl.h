@@ -135,6 +135,10 @@ static inline void hy_cpu_split(int64_t n, int ith, int nth, int64_t *lo, int64_
     *hi = HY_MIN(n, *lo + per);
 }
 
+/* moe.c: one token's expert choice and weights (p, taken: n_expert scratch) */
+void hy_moe_route_one(const hy_moe_t *m, const float *l, const float *bias, float *p,
+                      uint8_t *taken, int32_t *sel, float *w);
+
 /* mem.c: sizes shared by the allocators and the planner */
 #define HY_REC_ALIGN 16 /* floats: state regions start on 64-byte boundaries */
 int hy_cpu_kv_sizes(const hy_kv_layout_t *lay, size_t *krow, size_t *vrow, uint64_t *kpage,

@@ -10,6 +10,7 @@
  * expert over its tokens with the ordinary matmul path.
  */
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cpu/cpu_impl.h" /* hy_moe_route_one */
 #include "backend/cpu/quant.h"
 
 #include <math.h>
@@ -427,54 +428,6 @@ static bool hy_cuda_moe_check(hy_cuda_t *cu, const hy_moe_t *m, int32_t n_embd)
     return true;
 }
 
-/* One token's routing, the CPU backend's rule (moe.c): p = softmax or
- * sigmoid of the logits, top-k by p + bias (ties to the lower id), weights
- * = chosen p, renormalised and scaled. */
-static void hy_cuda_route(const hy_moe_t *m, const float *l, const float *bias, float *p,
-                          uint8_t *taken, int32_t *sel, float *w)
-{
-    int32_t E = m->n_expert, K = m->n_expert_used;
-    float scale = m->weights_scale != 0.0f ? m->weights_scale : 1.0f;
-    double sum = 0;
-
-    if (m->softmax_gating) {
-        float mx = l[0];
-        double z = 0;
-        for (int32_t e = 1; e < E; e++)
-            mx = l[e] > mx ? l[e] : mx;
-        for (int32_t e = 0; e < E; e++) {
-            p[e] = expf(l[e] - mx);
-            z += p[e];
-        }
-        for (int32_t e = 0; e < E; e++)
-            p[e] = (float)(p[e] / z);
-    } else {
-        for (int32_t e = 0; e < E; e++)
-            p[e] = 1.0f / (1.0f + expf(-l[e]));
-    }
-    memset(taken, 0, (size_t)E);
-    for (int32_t k = 0; k < K; k++) {
-        int32_t best = -1;
-        float bs = 0;
-        for (int32_t e = 0; e < E; e++) {
-            float s = bias ? p[e] + bias[e] : p[e];
-            if (!taken[e] && (best < 0 || s > bs)) {
-                best = e;
-                bs = s;
-            }
-        }
-        taken[best] = 1;
-        sel[k] = best;
-        w[k] = p[best];
-        sum += p[best];
-    }
-    for (int32_t k = 0; k < K; k++) {
-        if (m->norm_topk)
-            w[k] = (float)(w[k] / (sum + m->norm_eps));
-        w[k] *= scale;
-    }
-}
-
 void hy_cuda_moe(hy_backend_t *be, const hy_moe_t *m, const float *x, float *y, int32_t n_tok,
                  int32_t n_embd)
 {
@@ -540,7 +493,7 @@ void hy_cuda_moe(hy_backend_t *be, const hy_moe_t *m, const float *x, float *y, 
         !hy_cuda_ok(cu, "moe", (int)cudaStreamSynchronize(cu->stream)) || cu->err_code != HY_OK)
         goto out;
     for (int32_t t = 0; t < n_tok; t++)
-        hy_cuda_route(m, hlog + (size_t)t * E, bias, p, taken, sel + (size_t)t * K,
+        hy_moe_route_one(m, hlog + (size_t)t * E, bias, p, taken, sel + (size_t)t * K,
                       wsel + (size_t)t * K);
 
     /* 2. group (token, weight) pairs by expert, token order kept */
