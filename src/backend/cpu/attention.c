@@ -681,22 +681,7 @@ int hy_cpu_kv_init(hy_backend_t *be, const hy_kv_layout_t *lay, char *err)
     uint8_t **kp = NULL, **vp = NULL;
     int rc = HY_OK;
 
-    if (lay->n_layers < 0 || lay->n_layers > 4096)
-        return hy_err(err, HY_ERANGE, "kv: n_layers = %d: must be 0..4096", lay->n_layers);
-    if (lay->n_head_kv < 1 || lay->n_head_kv > 4096)
-        return hy_err(err, HY_ERANGE, "kv: n_head_kv = %d: must be 1..4096", lay->n_head_kv);
-    if (lay->head_dim_k < 1 || lay->head_dim_k > HY_ATTN_MAX_HEAD ||
-        lay->head_dim_v < 1 || lay->head_dim_v > HY_ATTN_MAX_HEAD)
-        return hy_err(err, HY_ERANGE, "kv: head_dim_k = %d, head_dim_v = %d: must be 1..%d",
-                      lay->head_dim_k, lay->head_dim_v, HY_ATTN_MAX_HEAD);
-    if (lay->page_tokens < 1 || lay->page_tokens > 4096)
-        return hy_err(err, HY_ERANGE, "kv: page_tokens = %d: must be 1..4096", lay->page_tokens);
-    if (lay->n_pages < 1)
-        return hy_err(err, HY_ERANGE, "kv: n_pages = %d: must be >= 1", lay->n_pages);
-    if (lay->type != HY_DTYPE_F32 && lay->type != HY_DTYPE_F16 && lay->type != HY_DTYPE_Q8_0)
-        return hy_err(err, HY_EUNSUPPORTED, "kv: element type %u: use f32, f16 or q8_0",
-                      (unsigned)lay->type);
-    if ((rc = hy_cpu_kv_sizes(lay, &krow, &vrow, &kpage, &vpage, err)) != HY_OK)
+    if ((rc = hy_cpu_kv_check(lay, HY_ATTN_MAX_HEAD, &krow, &vrow, &kpage, &vpage, err)) != HY_OK)
         return rc;
     if (!hy_quant_traits(lay->type) || !hy_quant_traits(lay->type)->to_float)
         return hy_err(err, HY_EUNSUPPORTED, "kv: no conversion kernels for type %u",

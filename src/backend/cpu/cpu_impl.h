@@ -143,6 +143,10 @@ void hy_moe_route_one(const hy_moe_t *m, const float *l, const float *bias, floa
 #define HY_REC_ALIGN 16 /* floats: state regions start on 64-byte boundaries */
 int hy_cpu_kv_sizes(const hy_kv_layout_t *lay, size_t *krow, size_t *vrow, uint64_t *kpage,
                     uint64_t *vpage, char *err);
+/* kv_init's checks of a layout (the backend's largest head: max_head),
+ * then hy_cpu_kv_sizes. */
+int hy_cpu_kv_check(const hy_kv_layout_t *lay, int32_t max_head, size_t *krow, size_t *vrow,
+                    uint64_t *kpage, uint64_t *vpage, char *err);
 int hy_cpu_state_slot_floats(const hy_state_layout_t *lay, int64_t *conv_off, int64_t *rec_off,
                              int64_t *slot_floats, char *err);
 /* What every backend's state_init needs before it allocates: the layout

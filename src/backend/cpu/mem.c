@@ -24,6 +24,27 @@ int hy_cpu_kv_sizes(const hy_kv_layout_t *lay, size_t *krow, size_t *vrow, uint6
     return HY_OK;
 }
 
+int hy_cpu_kv_check(const hy_kv_layout_t *lay, int32_t max_head, size_t *krow, size_t *vrow,
+                    uint64_t *kpage, uint64_t *vpage, char *err)
+{
+    if (lay->n_layers < 0 || lay->n_layers > 4096)
+        return hy_err(err, HY_ERANGE, "kv: n_layers = %d: must be 0..4096", lay->n_layers);
+    if (lay->n_head_kv < 1 || lay->n_head_kv > 4096)
+        return hy_err(err, HY_ERANGE, "kv: n_head_kv = %d: must be 1..4096", lay->n_head_kv);
+    if (lay->head_dim_k < 1 || lay->head_dim_k > max_head || lay->head_dim_v < 1 ||
+        lay->head_dim_v > max_head)
+        return hy_err(err, HY_ERANGE, "kv: head_dim_k = %d, head_dim_v = %d: must be 1..%d",
+                      lay->head_dim_k, lay->head_dim_v, max_head);
+    if (lay->page_tokens < 1 || lay->page_tokens > 4096)
+        return hy_err(err, HY_ERANGE, "kv: page_tokens = %d: must be 1..4096", lay->page_tokens);
+    if (lay->n_pages < 1)
+        return hy_err(err, HY_ERANGE, "kv: n_pages = %d: must be >= 1", lay->n_pages);
+    if (lay->type != HY_DTYPE_F32 && lay->type != HY_DTYPE_F16 && lay->type != HY_DTYPE_Q8_0)
+        return hy_err(err, HY_EUNSUPPORTED, "kv: element type %u: use f32, f16 or q8_0",
+                      (unsigned)lay->type);
+    return hy_cpu_kv_sizes(lay, krow, vrow, kpage, vpage, err);
+}
+
 int hy_cpu_state_slot_floats(const hy_state_layout_t *lay, int64_t *conv_off, int64_t *rec_off,
                              int64_t *slot_floats, char *err)
 {
