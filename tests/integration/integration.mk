@@ -7,3 +7,5 @@ tests_integration_test_long_context_SOURCES = tests/integration/test_long_contex
 tests_integration_test_long_context_LDADD = $(TEST_LDADD)
 # its model and goldens (tests/golden/tiny/qwen35-long.*) ship with
 # tests/golden/tiny (model.mk)
+# TAP helpers shared by the shell integration tests
+EXTRA_DIST += tests/integration/taplib.sh

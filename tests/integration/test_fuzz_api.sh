@@ -19,14 +19,7 @@ seeds="$src/tests/fuzz/corpus/api"
 # #includes of src/server/api.c (a missing one shows up as a link error).
 lib_sources="src/server/api.c src/server/sse.c src/server/stop.c src/server/json_out.c
 src/engine/sampler.c src/common/hy.c"
-n=0 fail=0
-
-ok() { # ok RC what...: a TAP line, passing when RC is 0
-    rc_=$1
-    shift
-    n=$((n + 1))
-    if [ "$rc_" = 0 ]; then echo "ok $n - $*"; else fail=$((fail + 1)); echo "not ok $n - $*"; fi
-}
+. "$src/tests/integration/taplib.sh"
 
 # The whole run must be bounded and numeric: a typo in the environment
 # would otherwise turn into an unbounded fuzz run in CI.

@@ -50,18 +50,7 @@ getent group hyserve >/dev/null && skip "hyserve is already installed here (grou
 getent group www-data >/dev/null || skip "no www-data group (nginx's user)"
 
 # ---- TAP and cleanup ---------------------------------------------------------
-n=0
-ok() { # STATUS WHAT: one TAP line; a failure is remembered
-    n=$((n + 1))
-    # printf, not echo: dash's echo would expand backslashes in $2
-    if [ "$1" = 0 ]; then printf 'ok %d - %s\n' $n "$2"; else printf 'not ok %d - %s\n' $n "$2"; fi
-}
-diag() { sed 's/^/# /'; }
-skip_rest() { # WHY: the checks that depend on a failed step
-    why=$1
-    shift
-    for w; do n=$((n + 1)); printf 'ok %d - %s # SKIP %s\n' $n "$w" "$why"; done
-}
+. "$top/tests/integration/taplib.sh"
 
 T=$(mktemp -d /tmp/hyserve-pkgtest.XXXXXX) || { echo "1..0 # SKIP mktemp failed"; exit 0; }
 chmod 0755 "$T" # nginx workers (www-data) use temp paths below it
@@ -110,7 +99,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-finish() { echo "1..$n"; exit 0; }
 
 # ---- 1. source copy and .deb -------------------------------------------------
 ver=$(sed -n '1s/^hyserve (\([^)]*\)).*/\1/p' "$top/packaging/debian/changelog")

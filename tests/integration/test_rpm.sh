@@ -18,14 +18,7 @@ for t in rpmbuild rpm rpmspec tar gzip; do
 done
 [ -f "$spec_in" ] || skip "no $spec_in"
 
-n=0
-ok() { # STATUS WHAT
-    n=$((n + 1))
-    # printf, not echo: dash's echo would expand backslashes in $2
-    if [ "$1" = 0 ]; then printf 'ok %d - %s\n' $n "$2"; else printf 'not ok %d - %s\n' $n "$2"; fi
-}
-diag() { sed 's/^/# /'; }
-finish() { echo "1..$n"; exit 0; }
+. "$top/tests/integration/taplib.sh"
 
 T=$(mktemp -d /tmp/hyserve-rpmtest.XXXXXX) || skip "mktemp failed"
 trap 'rm -rf "$T"' EXIT
