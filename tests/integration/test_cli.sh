@@ -59,6 +59,10 @@ case "$rc:$err" in
     fail=$((fail + 1))
     echo "not ok $n - run --backend cuda: rc $rc, stderr: $err" ;;
 esac
+check 2 "hyserve bench: --ubatch = '0': must be an integer in 1..65536" "bench: zero --ubatch" -- \
+    "$hy" bench -m "$tiny" -u 0
+check 1 "hyserve bench: backend 'gpu': must be one of cpu|cuda" "bench: unknown --backend" -- \
+    "$hy" bench -m "$tiny" -p 16 -n 0 -r 1 --backend gpu
 check 2 "hyserve bench: --ttft-prefix = 0: must be an integer in 32..65536" "bench: --ttft-prefix too small" -- \
     "$hy" bench --offline -m "$src/tests/golden/tiny/lfm2.gguf" --ttft-prefix=0
 
