@@ -1,5 +1,5 @@
 """taplib.py - shared helpers for the Python integration tests: TAP output
-(ok/skip/todo/diag and the plan), polling, a plain HTTP client, and a
+(ok/skip/diag and the plan), polling, a plain HTTP client, and a
 "stack" that starts `hyserve serve` behind a private nginx (plain HTTP on a
 loopback port, nginx/hyserve-test.conf.in) in a temporary directory and tears
 it down again.  Tests import it from their own directory:
@@ -73,18 +73,6 @@ def skip(what, why):
     global n_test
     n_test += 1
     print("ok %d - %s # SKIP %s" % (n_test, _one_line(what), _one_line(why)), flush=True)
-
-
-def todo(cond, what, why):
-    """A check for a feature known to be missing: reported, but its failure
-    does not fail the run (automake counts it XFAIL).  Once the feature
-    lands it passes as XPASS, which automake reports as an error, so the
-    TODO gets removed rather than forgotten."""
-    global n_test
-    n_test += 1
-    print("%s %d - %s # TODO %s" % ("ok" if cond else "not ok", n_test, _one_line(what),
-                                     _one_line(why)), flush=True)
-    return bool(cond)
 
 
 def diag(msg):
