@@ -5,36 +5,31 @@
  * (g*page_tokens + s)*k_row_bytes, in F32, F16 or Q8_0 (quantized exactly
  * as the CPU does: d = amax/127, ties-to-even rounding).
  *
- * attention: one block per (query head, token, KV split).  Each block walks
- * its part of positions lo..pos (sliding window aware) in tiles of 128
- * keys: every thread scores one key, the tile's max and sum update an online
- * softmax, then threads (one per output dimension) accumulate the tile's V
- * rows.  Long decode contexts are split over the KV length (n_split parts)
- * so that a batch of few tokens still fills the GPU; a second kernel merges
- * the parts' (max, sum, acc).  Query heads sharing a kv head (GQA) read the
- * same pages, which the L2 cache serves.
+ * Decode (hy_attn_kernel, body in hy_attn_split.h): one block per (query
+ * head, token, KV split).  Each block walks its part of positions lo..pos
+ * (sliding window aware) in tiles of 128 keys: every thread scores one key,
+ * the tile's max and sum update an online softmax, then threads (one per
+ * output dimension) accumulate the tile's V rows.  Long contexts are split over the KV length
+ * (n_split parts) so that a batch of few tokens still fills the GPU; a
+ * second kernel merges the parts' (max, sum, acc).
+ *
+ * Prefill (hy_flash_kernel_*, block body in hy_attn_flash.h): flash-
+ * attention style.  One block per (tile of a sequence's (token, head) rows,
+ * kv head): the rows of a tile are query heads sharing that kv head (GQA)
+ * and consecutive tokens, so every K/V tile of 32 keys streamed through
+ * shared memory serves all of them; the online softmax of each row lives
+ * in the registers of the warp owning it.
+ * All arithmetic is float32 (scores, exp, accumulation), so it agrees with
+ * the CPU backend to float32 rounding.
  */
 #include "hy_kernels.h"
+#include "hy_attn_split.h" /* also hy_attn_flash.h's common part */
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 
-#define HY_AT_THREADS 128
-#define HY_AT_PER_THREAD (HY_CUK_ATTN_MAX_HEAD / HY_AT_THREADS)
-
 enum { KV_F32 = 0, KV_F16 = 1, KV_Q8_0 = 8 };
-
-__device__ __forceinline__ float hy_kv_ld(const uint8_t *row, int type, int d)
-{
-    if (type == KV_F32)
-        return ((const float *)row)[d];
-    if (type == KV_F16)
-        return __half2float(((const __half *)row)[d]);
-    const uint8_t *b = row + (d / 32) * 34;
-    const float sc = __half2float(__ushort_as_half((unsigned short)(b[0] | (b[1] << 8))));
-    return (float)(int8_t)b[2 + d % 32] * sc;
-}
 
 /* One warp per (token, kv head, K or V): lanes walk the row; Q8_0 blocks
  * are one warp-wide max each. */
@@ -85,149 +80,124 @@ extern "C" int hy_cuk_kv_write(const hy_cuk_attn_t *a, const float *k, const flo
     return (int)cudaGetLastError();
 }
 
-__device__ __forceinline__ float hy_at_max(float v, float *red)
+/* The decode kernel and the merge: bodies in hy_attn_split.h. */
+__global__ void __launch_bounds__(HY_AS_THREADS)
+hy_attn_kernel(hy_cuk_attn_t a, const float *q, const int32_t *toks, float *part, int n_split)
 {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if (lane == 0)
-        red[wid] = v;
-    __syncthreads();
-    v = red[0];
-    for (int w = 1; w < HY_AT_THREADS / 32; w++)
-        v = fmaxf(v, red[w]);
-    return v;
+    extern __shared__ float hy_as_sm[];
+    hy_as_block(a, q, toks, part, n_split, (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z,
+                (int)threadIdx.x, hy_as_sm);
 }
 
-__device__ __forceinline__ float hy_at_sum(float v, float *red)
+__global__ void hy_attn_merge_kernel(const float *part, float *out, const int32_t *toks,
+                                     int n_head, int hdv, int n_split)
 {
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (lane == 0)
-        red[wid] = v;
-    __syncthreads();
-    v = 0.0f;
-    for (int w = 0; w < HY_AT_THREADS / 32; w++)
-        v += red[w];
-    return v;
-}
-
-/* part layout per (t, h, split): [m, l, acc[hdv]] */
-__global__ void __launch_bounds__(HY_AT_THREADS)
-hy_attn_kernel(hy_cuk_attn_t a, const float *q, float *part, int n_split)
-{
-    extern __shared__ float sm[];       /* q[head_dim] | p[HY_AT_THREADS] | red[32] */
-    float *qs = sm, *ps = sm + a.head_dim, *red = ps + HY_AT_THREADS;
-    const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
-    const int g = h / (a.n_head / a.n_head_kv);
-    const int pos = a.pos[t];
-    const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
-    const int len = pos - lo + 1, per = (len + n_split - 1) / n_split;
-    const int j_begin = lo + sp * per, j_end = min(pos + 1, j_begin + per); /* [begin, end) */
-    const int32_t *pages = a.pages + a.page_off[a.tok_seq[t]];
-    const int hd = a.head_dim, hdv = a.head_dim_v;
-    float acc[HY_AT_PER_THREAD];
-    float m = -INFINITY, l = 0.0f;
-
-    for (int d = tid; d < hd; d += HY_AT_THREADS)
-        qs[d] = q[((size_t)t * a.n_head + h) * hd + d];
-#pragma unroll
-    for (int r = 0; r < HY_AT_PER_THREAD; r++)
-        acc[r] = 0.0f;
-    __syncthreads();
-
-    for (int j0 = j_begin; j0 < j_end; j0 += HY_AT_THREADS) {
-        const int j = j0 + tid, n = min(HY_AT_THREADS, j_end - j0);
-        float s = -INFINITY;
-        if (j < j_end) {
-            const uint8_t *kr = a.k_pool + (size_t)pages[j / a.page_tokens] * a.k_page_bytes +
-                                ((size_t)g * a.page_tokens + j % a.page_tokens) * a.k_row_bytes;
-            float dot = 0.0f;
-            for (int d = 0; d < hd; d++)
-                dot += qs[d] * hy_kv_ld(kr, a.kv_type, d);
-            s = dot * a.scale;
-            if (a.softcap > 0.0f)
-                s = a.softcap * tanhf(s / a.softcap);
-        }
-        const float mnew = fmaxf(m, hy_at_max(s, red));  /* finite: the tile has a key */
-        const float c = expf(m - mnew);                   /* 0 while m is -inf */
-        const float p = j < j_end ? expf(s - mnew) : 0.0f;
-        ps[tid] = p;
-        l = l * c + hy_at_sum(p, red);                    /* syncs: ps visible */
-#pragma unroll
-        for (int r = 0; r < HY_AT_PER_THREAD; r++)
-            acc[r] *= c;
-        for (int jj = 0; jj < n; jj++) {
-            const int jp = j0 + jj;
-            const uint8_t *vr = a.v_pool + (size_t)pages[jp / a.page_tokens] * a.v_page_bytes +
-                                ((size_t)g * a.page_tokens + jp % a.page_tokens) * a.v_row_bytes;
-            const float pj = ps[jj];
-#pragma unroll
-            for (int r = 0; r < HY_AT_PER_THREAD; r++) {
-                const int d = tid + r * HY_AT_THREADS;
-                if (d < hdv)
-                    acc[r] += pj * hy_kv_ld(vr, a.kv_type, d);
-            }
-        }
-        m = mnew;
-        __syncthreads(); /* ps is rewritten by the next tile */
-    }
-    float *o = part + (((size_t)t * a.n_head + h) * n_split + sp) * (size_t)(2 + hdv);
-    if (tid == 0) {
-        o[0] = m;
-        o[1] = l;
-    }
-#pragma unroll
-    for (int r = 0; r < HY_AT_PER_THREAD; r++) {
-        const int d = tid + r * HY_AT_THREADS;
-        if (d < hdv)
-            o[2 + d] = acc[r];
-    }
-}
-
-/* out[t][h] = sum_s e^{m_s - M} acc_s / sum_s e^{m_s - M} l_s */
-__global__ void hy_attn_merge_kernel(const float *part, float *out, int n_head, int hdv,
-                                     int n_split)
-{
-    const int h = blockIdx.x, t = blockIdx.y;
-    const float *p = part + ((size_t)t * n_head + h) * n_split * (size_t)(2 + hdv);
-    float M = -INFINITY, L = 0.0f;
-
-    for (int s = 0; s < n_split; s++)
-        M = fmaxf(M, p[(size_t)s * (2 + hdv)]);
-    for (int s = 0; s < n_split; s++) {
-        const float ms = p[(size_t)s * (2 + hdv)];
-        if (ms > -INFINITY)
-            L += expf(ms - M) * p[(size_t)s * (2 + hdv) + 1];
-    }
-    for (int d = threadIdx.x; d < hdv; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int s = 0; s < n_split; s++) {
-            const float ms = p[(size_t)s * (2 + hdv)];
-            if (ms > -INFINITY)
-                acc += expf(ms - M) * p[(size_t)s * (2 + hdv) + 2 + d];
-        }
-        out[((size_t)t * n_head + h) * hdv + d] = L > 0.0f ? acc / L : 0.0f;
-    }
+    hy_as_merge(part, out, toks, n_head, hdv, n_split, (int)blockIdx.x, (int)blockIdx.y,
+                (int)threadIdx.x, (int)blockDim.x);
 }
 
 extern "C" int hy_cuk_attention(const hy_cuk_attn_t *a, const float *q, float *out,
-                                int32_t n_tok, int32_t n_split, float *part,
-                                hy_cuk_stream_t stream)
+                                const int32_t *toks, int32_t n_tok, int32_t n_split,
+                                float *part, hy_cuk_stream_t stream)
 {
-    const size_t shm = sizeof(float) * ((size_t)a->head_dim + HY_AT_THREADS + 32);
+    const size_t shm = hy_as_smem(a->head_dim);
 
     if (n_tok <= 0)
         return 0;
-    if (n_split < 1 || n_split > 65535 || a->head_dim_v > HY_CUK_ATTN_MAX_HEAD ||
-        a->head_dim > HY_CUK_ATTN_MAX_HEAD)
+    if (n_tok > 65535 || a->n_head < 1 || a->n_head > 65535 || n_split < 1 ||
+        n_split > 65535 || a->head_dim < 1 || a->head_dim_v < 1 ||
+        a->head_dim_v > HY_CUK_ATTN_MAX_HEAD || a->head_dim > HY_CUK_ATTN_MAX_HEAD)
         return (int)cudaErrorInvalidValue;
     hy_attn_kernel<<<dim3((unsigned)a->n_head, (unsigned)n_tok, (unsigned)n_split),
-                     HY_AT_THREADS, shm, stream>>>(*a, q, part, n_split);
+                     HY_AS_THREADS, shm, stream>>>(*a, q, toks, part, n_split);
     hy_attn_merge_kernel<<<dim3((unsigned)a->n_head, (unsigned)n_tok), 128, 0, stream>>>(
-        part, out, a->n_head, a->head_dim_v, n_split);
+        part, out, toks, a->n_head, a->head_dim_v, n_split);
     return (int)cudaGetLastError();
+}
+
+/* ---- prefill: flash attention over the pages --------------------------------
+ * The block body is kernels/hy_attn_flash.h (shared with a host emulation
+ * in the tests); one kernel per (32-float chunks of the head, rows). */
+#define HY_FA_DC 2
+#define HY_FA_BQ 64
+#define HY_FA_NAME hy_fa_block_2_64
+#include "hy_attn_flash.h"
+#define HY_FA_DC 4
+#define HY_FA_BQ 64
+#define HY_FA_NAME hy_fa_block_4_64
+#include "hy_attn_flash.h"
+#define HY_FA_DC 8
+#define HY_FA_BQ 32
+#define HY_FA_NAME hy_fa_block_8_32
+#include "hy_attn_flash.h"
+
+typedef void (*hy_fa_kernel_t)(hy_cuk_attn_t, const float *, float *, const hy_cuk_attn_tile_t *);
+
+#define HY_FA_KERNEL(DC, BQ)                                                                \
+    __global__ void __launch_bounds__(HY_FA_THREADS)                                        \
+    hy_flash_kernel_##DC##_##BQ(hy_cuk_attn_t a, const float *q, float *out,                \
+                                const hy_cuk_attn_tile_t *tiles)                            \
+    {                                                                                       \
+        extern __shared__ float4 hy_fa_sm_##DC##_##BQ[]; /* 16-byte aligned */              \
+        hy_fa_block_##DC##_##BQ(a, q, out, tiles[blockIdx.x], (int)blockIdx.y,              \
+                                (int)threadIdx.x, (float *)hy_fa_sm_##DC##_##BQ);           \
+    }
+HY_FA_KERNEL(2, 64)
+HY_FA_KERNEL(4, 64)
+HY_FA_KERNEL(8, 32)
+
+extern "C" int hy_cuk_flash_rows(int32_t head_dim, int32_t head_dim_v)
+{
+    int dev = 0, optin = 0;
+
+    if (head_dim < 1 || head_dim_v < 1 || head_dim > HY_FA_MAX_HEAD ||
+        head_dim_v > HY_FA_MAX_HEAD)
+        return 0;
+    /* a device with less opt-in shared memory than a block needs (none of
+     * sm_80/sm_90: 163/227 KB against at most 97 KB) takes the split kernel */
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess ||
+        hy_fa_smem(hy_fa_rows(head_dim, head_dim_v), head_dim, head_dim_v) > (size_t)optin) {
+        cudaGetLastError(); /* clear a failed query: the caller falls back */
+        return 0;
+    }
+    return hy_fa_rows(head_dim, head_dim_v);
+}
+
+static int hy_fa_launch(hy_fa_kernel_t kern, int bq, const hy_cuk_attn_t *a, const float *q,
+                        float *out, const hy_cuk_attn_tile_t *tiles, int32_t n_tiles,
+                        cudaStream_t stream)
+{
+    const size_t shm = hy_fa_smem(bq, a->head_dim, a->head_dim_v);
+    cudaError_t e;
+
+    /* above the 48 KB default a kernel must opt in; set every time, as it is
+     * per device and costs next to nothing next to a prefill */
+    e = cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)shm);
+    if (e != cudaSuccess)
+        return (int)e;
+    kern<<<dim3((unsigned)n_tiles, (unsigned)a->n_head_kv), HY_FA_THREADS, shm, stream>>>(
+        *a, q, out, tiles);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int hy_cuk_attention_flash(const hy_cuk_attn_t *a, const float *q, float *out,
+                                      const hy_cuk_attn_tile_t *tiles, int32_t n_tiles,
+                                      int32_t tile_rows, hy_cuk_stream_t stream)
+{
+    const int hmax = a->head_dim > a->head_dim_v ? a->head_dim : a->head_dim_v;
+
+    if (n_tiles <= 0)
+        return 0;
+    if (a->head_dim < 1 || a->head_dim_v < 1 || hmax > HY_FA_MAX_HEAD || a->n_head_kv < 1 ||
+        a->n_head_kv > 65535 || a->n_head < a->n_head_kv || a->n_head % a->n_head_kv ||
+        a->page_tokens < 1 || tile_rows != hy_fa_rows(a->head_dim, a->head_dim_v))
+        return (int)cudaErrorInvalidValue;
+    if (hmax <= 64)
+        return hy_fa_launch(hy_flash_kernel_2_64, 64, a, q, out, tiles, n_tiles, stream);
+    if (hmax <= 128)
+        return hy_fa_launch(hy_flash_kernel_4_64, 64, a, q, out, tiles, n_tiles, stream);
+    return hy_fa_launch(hy_flash_kernel_8_32, 32, a, q, out, tiles, n_tiles, stream);
 }

@@ -90,11 +90,35 @@ typedef struct {
 /* Store k/v rows of n_tok tokens into their pages. */
 int hy_cuk_kv_write(const hy_cuk_attn_t *a, const float *k, const float *v, int32_t n_tok,
                     hy_cuk_stream_t stream);
-/* out = softmax(q K^T) V per token and head, the KV length split into
+/* out = softmax(q K^T) V per token and head for the n_tok batch rows
+ * toks[0..n_tok) (device; NULL = rows 0..n_tok-1), the KV length split into
  * n_split parts whose partial results (part: n_tok*n_head*n_split*(2+hdv)
- * floats) are merged at the end. */
-int hy_cuk_attention(const hy_cuk_attn_t *a, const float *q, float *out, int32_t n_tok,
-                     int32_t n_split, float *part, hy_cuk_stream_t stream);
+ * floats) are merged at the end.  The decode kernel; n_tok <= 65535. */
+int hy_cuk_attention(const hy_cuk_attn_t *a, const float *q, float *out, const int32_t *toks,
+                     int32_t n_tok, int32_t n_split, float *part, hy_cuk_stream_t stream);
+
+/* One block of the prefill (flash) kernel, for each kv head g: rows
+ * r0 .. r0+tile_rows-1 (those below n*group) of sequence `seq`, where row f
+ * is batch row first + f/group with query head g*group + f%group
+ * (group = n_head/n_head_kv), i.e. the query heads sharing kv head g for
+ * consecutive tokens.  kmin..kmax bounds the key positions any of its rows
+ * may see (window and causal limits), so the block streams only those. */
+typedef struct {
+    int32_t seq;        /* index into hy_cuk_attn_t.page_off */
+    int32_t first, n;   /* the sequence's batch rows first .. first+n-1 */
+    int32_t r0;         /* first row of the tile */
+    int32_t kmin, kmax; /* key positions, kmin <= kmax */
+    int32_t pad[2];     /* 32 bytes: one aligned load per block */
+} hy_cuk_attn_tile_t;
+/* Rows per tile the flash kernel uses for these head sizes, or 0 when it
+ * cannot take them (a head over 256, or too little shared memory on the
+ * current device): then the caller uses hy_cuk_attention. */
+int hy_cuk_flash_rows(int32_t head_dim, int32_t head_dim_v);
+/* out rows of every tile (n_tiles x n_head_kv blocks); tile_rows must be
+ * hy_cuk_flash_rows(head_dim, head_dim_v).  Float32 throughout. */
+int hy_cuk_attention_flash(const hy_cuk_attn_t *a, const float *q, float *out,
+                           const hy_cuk_attn_tile_t *tiles, int32_t n_tiles, int32_t tile_rows,
+                           hy_cuk_stream_t stream);
 
 /* ---- recurrent layers (kernels/hy_rec.cu) ---------------------------------- */
 /* Per sequence s: rows first[s] .. first[s]+n[s]-1, state at st + slot[s]*slot_floats. */
@@ -103,21 +127,29 @@ typedef struct {
     int64_t slot_floats, conv_off, rec_off;
     const int32_t *first, *n, *slot;   /* [n_seqs] */
     int32_t n_seqs;
+    int32_t min_n, max_n;              /* shortest and longest n[s] (host copies) */
 } hy_cuk_seqs_t;
 /* Causal depthwise conv with carried window; w [C][K], bias [C] or NULL. */
 int hy_cuk_conv1d(const hy_cuk_seqs_t *sq, const float *x, int32_t x_stride, const float *w,
                   const float *bias, float *y, int32_t C, int32_t K, int silu,
                   hy_cuk_stream_t stream);
-/* Gated DeltaNet, token by token (see hy_gdn_params_t). */
+/* Gated DeltaNet (see hy_gdn_params_t).  With chunk > 1, sequences of two
+ * rows or more take the chunked form (kernels/hy_rec_chunk.h: chunks of
+ * min(chunk, 64) rows counted from the sequence's first row, as the CPU)
+ * when d_k <= 256 and the device can give a block its shared memory; the
+ * others (decode), and every sequence when chunk <= 1, the exact
+ * token-by-token recurrence. */
 int hy_cuk_gdn(const hy_cuk_seqs_t *sq, const float *q, const float *k, const float *v,
                int32_t stride, const float *g, const float *beta, float *o, int32_t n_k_heads,
-               int32_t n_v_heads, int32_t d_k, int32_t d_v, int v_tiled,
+               int32_t n_v_heads, int32_t d_k, int32_t d_v, int v_tiled, int32_t chunk,
                hy_cuk_stream_t stream);
-/* Mamba-2 SSD, token by token (see hy_ssd_params_t); D may be NULL. */
+/* Mamba-2 SSD (see hy_ssd_params_t); D may be NULL.  Chunked as hy_cuk_gdn
+ * for sequences of four rows or more when d_state <= 256. */
 int hy_cuk_ssd(const hy_cuk_seqs_t *sq, const float *x, int32_t x_stride, const float *dt,
                int32_t dt_stride, const float *dt_bias, const float *A, const float *B,
                const float *C, int32_t bc_stride, const float *D, float *y, int32_t n_head,
-               int32_t head_dim, int32_t n_group, int32_t d_state, hy_cuk_stream_t stream);
+               int32_t head_dim, int32_t n_group, int32_t d_state, int32_t chunk,
+               hy_cuk_stream_t stream);
 
 #ifdef __cplusplus
 }

@@ -148,6 +148,33 @@ typedef struct {
     float norm_eps;         /* added to the sum when renormalising (lfm2moe 1e-6) */
 } hy_moe_t;
 
+/* ---- sampling on the device (optional method `sample`) ------------------
+ * One row of logits -> one token as engine/sampler.c picks it for a request
+ * without logit_bias and penalties (those stay on the host: such a request
+ * is sampled there): top_k -> top_p -> min_p on temperature-1
+ * probabilities, then a draw with weights exp((l - max) / temperature)
+ * whose uniform is hy_sample_uniform(seed, counter) (backend/cuda/sample.h).
+ * temperature 0 or top_k 1 is greedy (ties -> lowest id).  logprobs are
+ * log-softmax at temperature 1 over the whole row, as the host reports. */
+#define HY_SAMPLE_MAX_TOP 20
+typedef struct {
+    float temperature;  /* 0..2; 0 = greedy */
+    int32_t top_k;      /* >= 0; 0 = off */
+    float top_p;        /* (0, 1]; 1 = off */
+    float min_p;        /* 0..1; 0 = off */
+    uint64_t seed;      /* the request's seed */
+    uint64_t counter;   /* which draw of the request (e.g. tokens generated so far) */
+    int32_t n_logprobs; /* 0..HY_SAMPLE_MAX_TOP alternatives to report */
+} hy_sample_params_t;
+
+typedef struct {
+    int32_t token;      /* -1: the row holds NaN or its max is +-inf */
+    float logprob;      /* of token */
+    int32_t n_top;      /* min(n_logprobs, n_vocab) */
+    int32_t top_ids[HY_SAMPLE_MAX_TOP];     /* best first, ties -> lowest id */
+    float top_logprobs[HY_SAMPLE_MAX_TOP];
+} hy_sample_result_t;
+
 struct hy_backend_i {
     const char *name;
     void (*free)(hy_backend_t *be);
@@ -278,6 +305,23 @@ struct hy_backend_i {
      * silent fallback to a slower path visible.  May be NULL. */
     void (*kernel_name)(hy_backend_t *be, const char *op, const hy_weight_t *w,
                         int32_t head_dim, char *buf, size_t n);
+
+    /* ---- optional (NULL: not provided) ---- */
+    /* Bracket one forward pass of batch b with n_out logit rows (the
+     * runner's step).  The CUDA backend captures the step's launches into a
+     * CUDA graph cached by batch shape and launches that, instead of each
+     * kernel, when the shape repeats.  step_end returns false when the
+     * step's work did NOT run (a capture could not complete; nothing was
+     * executed and its results must be ignored): the caller then runs the
+     * same forward pass again, which the backend executes eagerly. */
+    void (*step_begin)(hy_backend_t *be, const hy_batch_t *b, int32_t n_out);
+    bool (*step_end)(hy_backend_t *be);
+    /* Samples rows 0..n_rows-1 of logits (a backend buffer, n_vocab floats
+     * per row) with p[i] for row i (see hy_sample_params_t) into host
+     * res[i].  HY_OK, or HY_EINVAL / HY_ERANGE for bad parameters, or the
+     * backend's error; message in err.  A row with NaN gets token -1. */
+    int (*sample)(hy_backend_t *be, const float *logits, int32_t n_rows, int32_t n_vocab,
+                  const hy_sample_params_t *p, hy_sample_result_t *res, char *err);
 };
 
 struct hy_backend {

@@ -10,6 +10,7 @@
  */
 #include "engine/engine.h"
 #include "engine/runner.h"
+#include "common/log.h"
 #include "engine/scheduler.h"
 #include "kv/plan.h"
 #include "model/tokenizer.h"
@@ -37,6 +38,11 @@ struct hy_engine {
     hy_runner_item_t *items;
     hy_sched_seq_t **item_seq;
     float *logits;         /* [max_seqs][n_vocab] */
+    /* the backend's own sampler (hy_backend_i.sample), when it has one */
+    hy_sample_params_t *dev_p;   /* [max_seqs] */
+    hy_sample_result_t *dev_r;   /* [max_seqs] */
+    bool *dev_ok;                /* [max_seqs] row i was sampled by the backend */
+    bool dev_failed_logged;
     pthread_t thread;
     bool started;
     _Atomic int stop;
@@ -183,6 +189,15 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_shm_
     e->items = calloc((size_t)o->max_seqs, sizeof *e->items);
     e->item_seq = calloc((size_t)o->max_seqs, sizeof *e->item_seq);
     e->logits = malloc(sizeof(float) * (size_t)o->max_seqs * (size_t)m->n_vocab);
+    if (be->i->sample != NULL) {
+        e->dev_p = calloc((size_t)o->max_seqs, sizeof *e->dev_p);
+        e->dev_r = calloc((size_t)o->max_seqs, sizeof *e->dev_r);
+        e->dev_ok = calloc((size_t)o->max_seqs, sizeof *e->dev_ok);
+        if (!e->dev_p || !e->dev_r || !e->dev_ok) {
+            rc = hy_err(err, HY_ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
     if (!e->pool || !e->order || !e->items || !e->item_seq || !e->logits) {
         rc = hy_err(err, HY_ENOMEM, "out of memory");
         goto fail;
@@ -241,6 +256,9 @@ void hy_engine_free(hy_engine_t *e)
     free(e->items);
     free(e->item_seq);
     free(e->logits);
+    free(e->dev_p);
+    free(e->dev_r);
+    free(e->dev_ok);
     if (e->runner.model != NULL)
         hy_runner_free(&e->runner);
     hy_tok_free(e->tok);
@@ -561,14 +579,71 @@ static void hy_engine_flush(hy_engine_t *e, hy_sched_seq_t *s)
         hy_engine_finish(e, s, HY_REQ_DONE, s->finish_after, 0, NULL);
 }
 
-static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits)
+/* The backend samples on its side (hy_backend_i.sample, the GPU) the rows
+ * of requests whose sampling it reproduces: no logit_bias and no penalties,
+ * which need the request's history and stay with the host sampler.  Every
+ * row is passed (the rows are the items, one logit row each) so that the
+ * call is one launch; dev_ok marks the results to use.  A failed call
+ * leaves every row to the host. */
+static void hy_engine_device_sample(hy_engine_t *e, int32_t n_items)
+{
+    char err[HY_ERR_LEN];
+    bool any = false;
+    int32_t i;
+
+    for (i = 0; i < n_items; i++) {
+        hy_sched_seq_t *s = e->item_seq[i];
+        const hy_sampling_t *sp = &hy_req_slot(e->shm, s->slot)->params.sampling;
+        hy_sample_params_t *dp = &e->dev_p[i];
+
+        memset(dp, 0, sizeof *dp);
+        dp->top_p = 1.0f;
+        e->dev_ok[i] = s->kv.n_tokens == s->n_total && sp->n_logit_bias == 0 &&
+                       sp->repetition_penalty == 1.0f && sp->presence_penalty == 0.0f &&
+                       sp->frequency_penalty == 0.0f;
+        if (!e->dev_ok[i])
+            continue;
+        dp->temperature = sp->temperature;
+        dp->top_k = sp->top_k;
+        dp->top_p = sp->top_p;
+        dp->min_p = sp->min_p;
+        dp->seed = sp->seed;
+        dp->counter = (uint64_t)(s->n_total - s->n_prompt);
+        dp->n_logprobs = HY_MIN(sp->n_logprobs, HY_SAMPLE_MAX_TOP);
+        any = true;
+    }
+    if (!any)
+        return;
+    if (e->be->i->sample(e->be, e->runner.fwd.logits, n_items, e->model->n_vocab, e->dev_p,
+                         e->dev_r, err) != HY_OK) {
+        if (!e->dev_failed_logged)
+            hy_log(LOG_ERR, "device_sample_failed", "error=\"%s\" fallback=host", err);
+        e->dev_failed_logged = true;
+        memset(e->dev_ok, 0, sizeof *e->dev_ok * (size_t)n_items);
+    }
+}
+
+/* dev: the backend's result for this row, or NULL to sample on the host. */
+static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
+                             const hy_sample_result_t *dev)
 {
     const hy_req_params_t *p = &hy_req_slot(e->shm, s->slot)->params;
     hy_sample_out_t so;
     int32_t t, j;
     bool stop = false;
 
-    t = hy_sampler_sample(s->sampler, logits, &so);
+    if (dev != NULL) {
+        t = dev->token;
+        so.token = t;
+        so.logprob = dev->logprob;
+        so.n_top = HY_MIN(dev->n_top, HY_SAMPLING_MAX_LOGPROBS);
+        for (j = 0; j < so.n_top; j++) {
+            so.top_ids[j] = dev->top_ids[j];
+            so.top_logprobs[j] = dev->top_logprobs[j];
+        }
+    } else {
+        t = hy_sampler_sample(s->sampler, logits, &so);
+    }
     if (t < 0) {
         hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, t, "the logits are not finite");
         return;
@@ -605,6 +680,8 @@ static void hy_engine_step(hy_engine_t *e, int32_t n_items)
     int rc;
 
     rc = hy_runner_step(&e->runner, e->items, n_items, e->logits, err);
+    if (rc == HY_OK && e->dev_ok != NULL)
+        hy_engine_device_sample(e, n_items);
     for (i = 0; i < n_items; i++) {
         hy_sched_seq_t *s = e->item_seq[i];
 
@@ -614,7 +691,8 @@ static void hy_engine_step(hy_engine_t *e, int32_t n_items)
         }
         hy_engine_cache(e, s);
         if (s->kv.n_tokens == s->n_total)
-            hy_engine_sample(e, s, e->logits + (size_t)i * (size_t)e->model->n_vocab);
+            hy_engine_sample(e, s, e->logits + (size_t)i * (size_t)e->model->n_vocab,
+                             e->dev_ok != NULL && e->dev_ok[i] ? &e->dev_r[i] : NULL);
     }
 }
 

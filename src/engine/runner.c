@@ -222,7 +222,13 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
     b.pos = r->pos;
     b.n_seqs = n_items;
     b.seqs = r->bseqs;
+    /* step_begin/step_end let the backend replay the step as a CUDA graph;
+     * when its capture could not complete nothing ran: run it again, eagerly */
+    if (r->be->i->step_begin)
+        r->be->i->step_begin(r->be, &b, n_out);
     rc = hy_model_forward(r->model, &r->fwd, &b, r->out_rows, n_out, logits, err);
+    if (r->be->i->step_end && !r->be->i->step_end(r->be))
+        rc = hy_model_forward(r->model, &r->fwd, &b, r->out_rows, n_out, logits, err);
     if (rc != HY_OK)
         goto undo;
     for (i = 0; i < n_items; i++)

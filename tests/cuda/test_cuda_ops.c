@@ -14,6 +14,7 @@
 #include "backend/select.h"
 #include "engine/runner.h"
 #include "../unit/test.h"
+#include "cuda_test.h"
 
 #include <math.h>
 #include <string.h>
@@ -22,36 +23,8 @@
 #define TOL_HALF 1e-2
 
 static hy_backend_t *g_cpu, *g_gpu;
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 
-static float rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (float)((g_rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
 
-static float *rnd_vec(size_t n, float scale)
-{
-    float *v = malloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++)
-        v[i] = rnd() * scale;
-    return v;
-}
-
-/* Relative RMS error of a against reference b; INFINITY on any NaN/inf. */
-static double rel_err(const float *a, const float *b, size_t n)
-{
-    double e = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(b[i]))
-            return INFINITY;
-        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return r > 0 ? sqrt(e / r) : sqrt(e);
-}
 
 /* ---- buffers on both backends ----------------------------------------------- */
 
@@ -94,14 +67,7 @@ static double pair_err(const pair_t *p, size_t off, size_t n)
 
 static bool both_ok(const char *what)
 {
-    char err[HY_ERR_LEN];
-    int a = g_cpu->i->status(g_cpu, err), b;
-    if (a != HY_OK)
-        fprintf(stderr, "# %s: cpu: %s\n", what, err);
-    b = g_gpu->i->status(g_gpu, err);
-    if (b != HY_OK)
-        fprintf(stderr, "# %s: gpu: %s\n", what, err);
-    return a == HY_OK && b == HY_OK;
+    return hy_ct_both_ok(g_cpu, g_gpu, what);
 }
 
 /* A weight on both backends from host data (the data outlives the weight). */

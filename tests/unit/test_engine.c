@@ -6,13 +6,15 @@
  * without, and the expected number of hit tokens over a 5-turn
  * conversation, an exact repeat of whole blocks, and a shared prefix
  * branching with new suffixes), prompts under one block, preemption under a tiny page
- * budget (same outputs), cancellation, and the page-table accounting after
- * every scenario.  Tiny random models from tests/golden/tiny/.
+ * budget (same outputs), cancellation, sampling by the backend
+ * (hy_backend_i.sample, given here by the GPU sampler's host reference), and
+ * the page-table accounting after every scenario.  Tiny random models from tests/golden/tiny/.
  */
 #include "engine/engine.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
 #include "kv/plan.h"
+#include "backend/cuda/sample.h"
 #include "server/ring.h"
 #include "test.h"
 
@@ -113,8 +115,9 @@ static void hy_e_prompt(int32_t *p, int32_t n, uint64_t seed, int32_t n_vocab)
     }
 }
 
-static int hy_e_submit(hy_e_env_t *v, const int32_t *p, int32_t n, int32_t max_tokens,
-                       hy_req_handle_t *h, char *err)
+/* sampling: NULL = greedy with 2 logprobs */
+static int hy_e_submit_s(hy_e_env_t *v, const int32_t *p, int32_t n, int32_t max_tokens,
+                         const hy_sampling_t *sampling, hy_req_handle_t *h, char *err)
 {
     hy_req_params_t rp;
     int rc;
@@ -123,11 +126,19 @@ static int hy_e_submit(hy_e_env_t *v, const int32_t *p, int32_t n, int32_t max_t
     hy_sampling_default(&rp.sampling);
     rp.sampling.temperature = 0;
     rp.sampling.n_logprobs = 2;
+    if (sampling != NULL)
+        rp.sampling = *sampling;
     rp.max_tokens = max_tokens;
     rp.flags = HY_REQ_F_IGNORE_EOS;
     rc = hy_req_submit(v->shm, &rp, p, n, h, err);
     hy_shm_engine_kick(v->shm);
     return rc;
+}
+
+static int hy_e_submit(hy_e_env_t *v, const int32_t *p, int32_t n, int32_t max_tokens,
+                       hy_req_handle_t *h, char *err)
+{
+    return hy_e_submit_s(v, p, n, max_tokens, NULL, h, err);
 }
 
 /* Reads one request to its end (30 s at most). */
@@ -186,6 +197,119 @@ static double hy_e_diff(const hy_e_out_t *a, const hy_e_out_t *b)
 }
 
 static const int32_t hy_e_lens[HY_E_NREQ] = {1, 70, 5, 16, 33, 2, 47, 17, 64, 9, 31, 100, 3, 48, 12, 80};
+
+/* ---- sampling by the backend ------------------------------------------------ */
+
+/* What the stand-in device sampler saw and answered, in call order. */
+static struct {
+    int calls, rows, bad_params;
+    int n_tok;
+    int32_t tok[4 * HY_E_MAXGEN]; /* tokens of rows with temperature > 0 */
+} hy_e_dev;
+
+/* hy_backend_i.sample for the CPU backend's host buffers, through the GPU
+ * sampler's own host reference: the engine's wiring is what is tested. */
+static int hy_e_dev_sample(hy_backend_t *be, const float *logits, int32_t n_rows,
+                           int32_t n_vocab, const hy_sample_params_t *p,
+                           hy_sample_result_t *res, char *err)
+{
+    int32_t r;
+    int rc;
+
+    (void)be;
+    hy_e_dev.calls++;
+    for (r = 0; r < n_rows; r++) {
+        hy_e_dev.rows++;
+        if (hy_sample_params_check(&p[r], err) != HY_OK)
+            hy_e_dev.bad_params++;
+        if ((rc = hy_sample_ref(logits + (size_t)r * (size_t)n_vocab, n_vocab, &p[r], &res[r],
+                                err)) != HY_OK)
+            return rc;
+        if (p[r].temperature > 0 && hy_e_dev.n_tok < (int)(sizeof hy_e_dev.tok / sizeof *hy_e_dev.tok))
+            hy_e_dev.tok[hy_e_dev.n_tok++] = res[r].token;
+    }
+    return HY_OK;
+}
+
+static int hy_e_run_s(hy_e_env_t *v, const int32_t *p, int32_t n, int32_t max_tokens,
+                      const hy_sampling_t *sp, hy_e_out_t *out, char *err)
+{
+    hy_req_handle_t h;
+    int rc;
+
+    if ((rc = hy_e_submit_s(v, p, n, max_tokens, sp, &h, err)) != HY_OK)
+        return rc;
+    return hy_e_collect(v, h, out, err);
+}
+
+/* A backend with its own sampler: greedy rows give the host's tokens and
+ * logprobs, sampled rows stream exactly the backend's draws (seeded, so a
+ * repeat is identical), and requests with penalties or logit_bias never
+ * reach it. */
+static void hy_e_devsample(hy_e_env_t *v, const char *name)
+{
+    const struct hy_backend_i *host_i = v->be->i;
+    struct hy_backend_i dev_i = *host_i;
+    hy_engine_opts_t o;
+    hy_sampling_t sp;
+    hy_e_out_t host, dev, s1, s2, pen;
+    int32_t prompt[20];
+    char err[HY_ERR_LEN];
+    int rc, i, same;
+
+    memset(&s1, 0, sizeof s1);
+    memset(&s2, 0, sizeof s2);
+    memset(&pen, 0, sizeof pen);
+    hy_e_prompt(prompt, 20, 77, v->m->n_vocab);
+    hy_e_opts(&o);
+    rc = hy_e_up(v, &o, err);
+    if (rc == HY_OK)
+        rc = hy_e_run1(v, prompt, 20, 12, &host, err);
+    hy_e_down(v, name);
+    HY_T_OK(rc == HY_OK, "%s: host-sampled run (%s)", name, rc == HY_OK ? "ok" : err);
+
+    dev_i.sample = hy_e_dev_sample;
+    v->be->i = &dev_i;
+    memset(&hy_e_dev, 0, sizeof hy_e_dev);
+    rc = hy_e_up(v, &o, err);
+    if (rc == HY_OK)
+        rc = hy_e_run1(v, prompt, 20, 12, &dev, err);
+    HY_T_OK(rc == HY_OK && hy_e_dev.calls >= 12 && hy_e_dev.bad_params == 0 &&
+                hy_e_diff(&host, &dev) < 1e-5,
+            "%s: greedy through the backend's sampler = host (%d calls, %d bad params, gap %g)",
+            name, hy_e_dev.calls, hy_e_dev.bad_params, rc == HY_OK ? hy_e_diff(&host, &dev) : -1.0);
+
+    hy_sampling_default(&sp);
+    sp.temperature = 0.9f;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.min_p = 0.02f;
+    sp.seed = 12345;
+    sp.n_logprobs = 3;
+    memset(&hy_e_dev, 0, sizeof hy_e_dev);
+    if (rc == HY_OK)
+        rc = hy_e_run_s(v, prompt, 20, 16, &sp, &s1, err);
+    same = rc == HY_OK && hy_e_dev.n_tok == s1.n;
+    for (i = 0; same && i < s1.n; i++)
+        same = hy_e_dev.tok[i] == s1.tok[i];
+    HY_T_OK(same && hy_e_dev.bad_params == 0,
+            "%s: sampled tokens are the backend's draws (%d streamed, %d drawn; %s)", name, s1.n,
+            hy_e_dev.n_tok, rc == HY_OK ? "ok" : err);
+    if (rc == HY_OK)
+        rc = hy_e_run_s(v, prompt, 20, 16, &sp, &s2, err);
+    HY_T_OK(rc == HY_OK && hy_e_diff(&s1, &s2) == 0, "%s: same seed, same tokens on the device path",
+            name);
+
+    sp.presence_penalty = 0.5f;
+    memset(&hy_e_dev, 0, sizeof hy_e_dev);
+    if (rc == HY_OK)
+        rc = hy_e_run_s(v, prompt, 20, 8, &sp, &pen, err);
+    HY_T_OK(rc == HY_OK && pen.n == 8 && hy_e_dev.calls == 0,
+            "%s: a request with penalties is sampled on the host (%d backend calls; %s)", name,
+            hy_e_dev.calls, rc == HY_OK ? "ok" : err);
+    hy_e_down(v, name);
+    v->be->i = host_i;
+}
 
 /* 16 mixed-length requests alone, then all at once in a fresh engine. */
 static void hy_e_batch(hy_e_env_t *v, const char *name)
@@ -613,6 +737,7 @@ int main(void)
             hy_e_preempt(&v, models[k]);
         if (k == 0) {
             hy_e_cancel(&v, models[k]);
+            hy_e_devsample(&v, models[k]);
             hy_e_runner(v.m, v.be);
         }
         hy_model_free(v.m);

@@ -7,9 +7,15 @@
  * the host exactly as the CPU backend does, records the first error for
  * `status`, and zeroes its output instead of launching on bad shapes.  The
  * op-heavy layer kinds (attention, recurrent, MoE) live in cuda_ops.c.
+ * Also here: the runner's steps captured and replayed as CUDA graphs per
+ * batch shape (step_begin / step_end, policy in graph.c) and sampling on
+ * the device (`sample`, kernels/hy_sample.cu).
  */
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cpu/cpu_impl.h" /* hy_cpu_kv_check, hy_cpu_state_plan */
+#include "backend/cuda/sample.h"
+#include "common/log.h"
+#include "hy_sample.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -22,6 +28,30 @@
 #define HY_CUDA_TILE_BYTES ((size_t)64 << 20)
 /* Largest n_rot the rope frequency table holds (as on the CPU). */
 #define HY_CUDA_ROPE_MAX_ROT 1024
+/* Pinned staging for the op metadata of one captured step: starts at 1 MiB,
+ * grows (between steps) to what a step needed, never past the cap. */
+#define HY_CUDA_GRAPH_META_MIN ((size_t)1 << 20)
+#define HY_CUDA_GRAPH_META_MAX ((size_t)256 << 20)
+/* cuBLAS workspace set up front (the size NVIDIA suggests for Hopper), so a
+ * captured GEMM never allocates. */
+#define HY_CUDA_BLAS_WORKSPACE ((size_t)32 << 20)
+/* Broken captures in a row (over all shapes) after which graphs are off. */
+#define HY_CUDA_GRAPH_OFF_AFTER 8
+
+/* Where the step between step_begin and step_end stands. */
+enum {
+    HY_CUDA_STEP_IDLE = 0, /* no step, or an eager one: launches run directly */
+    HY_CUDA_STEP_CAPTURE,  /* launches are being captured */
+    HY_CUDA_STEP_BROKEN,   /* the capture cannot complete: the stream keeps
+                            * capturing so the rest of the step is swallowed
+                            * unexecuted, and step_end asks for a rerun */
+    HY_CUDA_STEP_LAUNCHED, /* the graph is launched; the rest runs eagerly */
+    HY_CUDA_STEP_POISON,   /* a broken capture could not be contained: the
+                            * step fails with a recorded error */
+};
+
+static void hy_cuda_graph_break(hy_cuda_t *cu, const char *why);
+static bool hy_cuda_graph_flush(hy_cuda_t *cu);
 
 static inline hy_cuda_t *hy_cuda(hy_backend_t *be)
 {
@@ -44,6 +74,10 @@ bool hy_cuda_ok(hy_cuda_t *cu, const char *op, int rc)
 {
     if (rc == 0)
         return true;
+    /* inside a capture a failed call (an op that synchronises, a copy a
+     * graph cannot hold) means the graph would be wrong: rerun eagerly,
+     * where a real error shows up again */
+    hy_cuda_graph_break(cu, "a CUDA call failed inside the capture");
     hy_cuda_fail(cu, HY_EIO, "%s: CUDA error %d: %s", op, rc,
                  cudaGetErrorString((cudaError_t)rc));
     return false;
@@ -62,6 +96,13 @@ bool hy_cuda_scratch(hy_cuda_t *cu, void **buf, size_t *size, size_t need, const
 
     if (need <= *size)
         return true;
+    /* a captured node may already use the old buffer: never free it
+     * mid-capture; the eager rerun of the step grows it */
+    if (cu->g_state == HY_CUDA_STEP_CAPTURE || cu->g_state == HY_CUDA_STEP_BROKEN) {
+        hy_cuda_graph_break(cu, "a scratch buffer had to grow");
+        hy_cuda_fail(cu, HY_EIO, "%s: scratch growth inside a CUDA graph capture", op);
+        return false;
+    }
     need = (need + ((size_t)1 << 20) - 1) / ((size_t)1 << 20) * ((size_t)1 << 20);
     /* cudaFree waits for kernels still reading the old buffer */
     if (*buf)
@@ -92,6 +133,31 @@ bool hy_cuda_meta(hy_cuda_t *cu, const char *op, int n, const void *const *parts
     }
     if (total == 0)
         total = 16;
+    if (cu->g_state == HY_CUDA_STEP_BROKEN) {
+        hy_cuda_fail(cu, HY_EIO, "%s: skipped (CUDA graph capture broke)", op);
+        return false;
+    }
+    if (cu->g_state == HY_CUDA_STEP_CAPTURE) {
+        /* every op of the step gets its own part of the pinned staging area:
+         * the graph's copy nodes read it when the graph runs, after the
+         * whole step has been packed */
+        uint8_t *h = cu->g_hmeta + cu->g_meta_used, *d = cu->g_dmeta + cu->g_meta_used;
+
+        if (total > cu->g_meta_size - cu->g_meta_used) {
+            cu->g_meta_need = HY_MAX(cu->g_meta_need, 2 * (cu->g_meta_used + total));
+            hy_cuda_graph_break(cu, "op metadata outgrew the pinned staging area");
+            hy_cuda_fail(cu, HY_EIO, "%s: metadata staging full inside a CUDA graph capture", op);
+            return false;
+        }
+        for (int i = 0; i < n; i++) {
+            if (bytes[i])
+                memcpy(h + off[i], parts[i], bytes[i]);
+            dev[i] = d + off[i];
+        }
+        cu->g_meta_used += total;
+        return hy_cuda_ok(cu, op, (int)cudaMemcpyAsync(d, h, total, cudaMemcpyHostToDevice,
+                                                        cu->stream));
+    }
     if (total > cu->hmeta_size) {
         uint8_t *h = realloc(cu->hmeta, total);
         if (!h) {
@@ -202,6 +268,12 @@ const float *hy_cuda_weight_floats(hy_cuda_t *cu, const char *op, const hy_weigh
     }
     if (w->type == HY_DTYPE_F32)
         return w->dev;
+    /* the converted copy is freed right after the op: a graph cannot keep it */
+    if (cu->g_state == HY_CUDA_STEP_CAPTURE || cu->g_state == HY_CUDA_STEP_BROKEN) {
+        hy_cuda_graph_break(cu, "a non-F32 vector weight is converted per call");
+        hy_cuda_fail(cu, HY_EIO, "%s: weight conversion inside a CUDA graph capture", op);
+        return NULL;
+    }
     if (!hy_cuk_type_ok((int)w->type) ||
         hy_dtype_row_bytes((uint32_t)w->type, w->ne[0]) != w->row_bytes) {
         hy_cuda_fail(cu, HY_EUNSUPPORTED, "%s: weight %s has unsupported type %u", op,
@@ -248,16 +320,20 @@ static void hy_cuda_upload(hy_backend_t *be, float *dst, const float *src, size_
 {
     hy_cuda_t *cu = hy_cuda(be);
 
-    if (n)
-        hy_cuda_ok(cu, "upload", (int)cudaMemcpyAsync(dst, src, n * sizeof(float),
-                                                      cudaMemcpyHostToDevice, cu->stream));
+    /* host memory read when a graph runs could change before: launch first */
+    if (!n || (cu->g_state == HY_CUDA_STEP_CAPTURE && !hy_cuda_graph_flush(cu)) ||
+        cu->g_state == HY_CUDA_STEP_BROKEN)
+        return;
+    hy_cuda_ok(cu, "upload", (int)cudaMemcpyAsync(dst, src, n * sizeof(float),
+                                                  cudaMemcpyHostToDevice, cu->stream));
 }
 
 static void hy_cuda_download(hy_backend_t *be, float *dst, const float *src, size_t n)
 {
     hy_cuda_t *cu = hy_cuda(be);
 
-    if (!n)
+    if (!n || (cu->g_state == HY_CUDA_STEP_CAPTURE && !hy_cuda_graph_flush(cu)) ||
+        cu->g_state == HY_CUDA_STEP_BROKEN)
         return;
     if (hy_cuda_ok(cu, "download", (int)cudaMemcpyAsync(dst, src, n * sizeof(float),
                                                         cudaMemcpyDeviceToHost, cu->stream)))
@@ -268,15 +344,25 @@ static void hy_cuda_sync(hy_backend_t *be)
 {
     hy_cuda_t *cu = hy_cuda(be);
 
+    if ((cu->g_state == HY_CUDA_STEP_CAPTURE && !hy_cuda_graph_flush(cu)) ||
+        cu->g_state == HY_CUDA_STEP_BROKEN)
+        return;
     hy_cuda_ok(cu, "sync", (int)cudaStreamSynchronize(cu->stream));
 }
 
 static int hy_cuda_status(hy_backend_t *be, char *err)
 {
     hy_cuda_t *cu = hy_cuda(be);
-    cudaError_t e = cudaStreamQuery(cu->stream);
+    cudaError_t e;
     int rc;
 
+    /* a broken capture's errors are its own: step_end discards them (a
+     * POISON one's error is reported below) */
+    if (cu->g_state == HY_CUDA_STEP_CAPTURE)
+        hy_cuda_graph_flush(cu);
+    if (cu->g_state == HY_CUDA_STEP_BROKEN)
+        return HY_OK;
+    e = cudaStreamQuery(cu->stream);
     /* a kernel that faulted asynchronously shows up here (sticky) */
     if (e != cudaSuccess && e != cudaErrorNotReady)
         hy_cuda_fail(cu, HY_EIO, "CUDA: %s", cudaGetErrorString(e));
@@ -763,6 +849,303 @@ static void hy_cuda_mem_allocated(hy_backend_t *be, uint64_t *kv_bytes, uint64_t
                           : 0;
 }
 
+/* ---- CUDA graphs: one runner step captured and replayed --------------------------
+ * step_begin starts capturing the stream when the step's shape has been seen
+ * before; every op then runs its host code (checks, metadata packing) as
+ * usual while its launches are recorded.  The first host synchronisation
+ * (normally the logits download) ends the capture: the graph updates the
+ * shape's cached executable in place (or instantiates one when the launch
+ * sequence changed) and is launched.  Anything a graph cannot hold (scratch
+ * growth, per-call weight conversion, a host sync inside an op) breaks the
+ * capture: nothing of the step has run, the rest of it is swallowed by the
+ * still-capturing stream, and step_end asks the runner to run it again,
+ * eagerly. */
+
+static void hy_cuda_graph_break(hy_cuda_t *cu, const char *why)
+{
+    if (cu->g_state != HY_CUDA_STEP_CAPTURE)
+        return;
+    cu->g_state = HY_CUDA_STEP_BROKEN;
+    cu->g_why = why;
+}
+
+static void hy_cuda_graph_drop(void *exec, void *arg)
+{
+    (void)arg;
+    cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}
+
+/* Ends the capture and launches the graph; false when the capture broke
+ * (the state is then BROKEN, or POISON with an error recorded). */
+static bool hy_cuda_graph_flush(hy_cuda_t *cu)
+{
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec;
+    cudaGraphExecUpdateResultInfo info;
+    cudaError_t e;
+    bool updated = false;
+
+    if (cu->g_state != HY_CUDA_STEP_CAPTURE)
+        return cu->g_state == HY_CUDA_STEP_IDLE || cu->g_state == HY_CUDA_STEP_LAUNCHED;
+    e = cudaStreamEndCapture(cu->stream, &g);
+    if (e != cudaSuccess || !g) {
+        /* an op synchronised with the host (MoE routing) or made another
+         * call a capture cannot contain */
+        cu->g_why = "the capture was invalidated (a host synchronisation inside the step)";
+        goto broken;
+    }
+    exec = (cudaGraphExec_t)cu->g_entry->exec;
+    if (exec && cudaGraphExecUpdate(exec, g, &info) == cudaSuccess) {
+        updated = true;
+    } else if (exec) {
+        /* the launch sequence changed (e.g. the attention split): rebuild */
+        cudaGetLastError();
+        cudaGraphExecDestroy(exec);
+        cu->g_entry->exec = NULL;
+    }
+    if (!updated) {
+        exec = NULL;
+        if (cudaGraphInstantiate(&exec, g, 0) != cudaSuccess) {
+            cu->g_why = "cudaGraphInstantiate failed";
+            goto broken;
+        }
+        cu->g_entry->exec = exec;
+    }
+    cudaGraphDestroy(g);
+    g = NULL;
+    if (cudaGraphLaunch(exec, cu->stream) != cudaSuccess) {
+        cu->g_why = "cudaGraphLaunch failed";
+        goto broken;
+    }
+    /* the next capture reuses the staging area this graph reads */
+    cudaEventRecord(cu->g_done, cu->stream);
+    if (hy_cuda_graph_done(&cu->graphs, cu->g_entry, updated))
+        hy_log(LOG_WARNING, "cuda_graph_eager", "n_tok=%d n_seqs=%d n_out=%d reason=%s",
+               cu->g_entry->key.n_tok, cu->g_entry->key.n_seqs, cu->g_entry->key.n_out,
+               "the launch sequence changes every step (no graph update possible)");
+    cu->g_breaks_in_row = 0;
+    cu->g_state = HY_CUDA_STEP_LAUNCHED;
+    return true;
+broken:
+    if (g)
+        cudaGraphDestroy(g);
+    cudaGetLastError(); /* not sticky: the rerun must not see it */
+    /* the rest of the step must not run: swallow it in a capture that
+     * step_end throws away */
+    if (cudaStreamBeginCapture(cu->stream, cudaStreamCaptureModeRelaxed) == cudaSuccess) {
+        cu->g_state = HY_CUDA_STEP_BROKEN;
+    } else {
+        cudaGetLastError();
+        cu->g_state = HY_CUDA_STEP_POISON;
+        cu->err_code = HY_OK;
+        hy_cuda_fail(cu, HY_EIO, "CUDA graph: %s, and the rest of the step could not be held "
+                     "back", cu->g_why);
+    }
+    return false;
+}
+
+/* (Re)allocates the pinned staging area and its device twin to `need`. */
+static bool hy_cuda_graph_staging(hy_cuda_t *cu, size_t need)
+{
+    uint8_t *h = NULL, *d = NULL;
+
+    need = (need + HY_CUDA_GRAPH_META_MIN - 1) / HY_CUDA_GRAPH_META_MIN * HY_CUDA_GRAPH_META_MIN;
+    if (need > HY_CUDA_GRAPH_META_MAX)
+        return false;
+    if (cudaHostAlloc((void **)&h, need, cudaHostAllocDefault) != cudaSuccess ||
+        cudaMalloc((void **)&d, need) != cudaSuccess) {
+        cudaGetLastError();
+        if (h)
+            cudaFreeHost(h);
+        return false;
+    }
+    /* a launched graph may still copy from the old area */
+    cudaEventSynchronize(cu->g_done);
+    if (cu->g_hmeta)
+        cudaFreeHost(cu->g_hmeta);
+    if (cu->g_dmeta)
+        cudaFree(cu->g_dmeta);
+    cu->g_hmeta = h;
+    cu->g_dmeta = d;
+    cu->g_meta_size = need;
+    return true;
+}
+
+static bool hy_cuda_step_end(hy_backend_t *be);
+
+static void hy_cuda_step_begin(hy_backend_t *be, const hy_batch_t *b, int32_t n_out)
+{
+    hy_cuda_t *cu = hy_cuda(be);
+    hy_cuda_graph_key_t key;
+    hy_cuda_graph_entry_t *ent;
+    void *evicted = NULL;
+
+    /* a step that was never ended (a caller bug) must not leave the stream
+     * capturing: close it as a broken one */
+    if (cu->g_state != HY_CUDA_STEP_IDLE && cu->g_entry)
+        hy_cuda_step_end(be);
+    cu->g_state = HY_CUDA_STEP_IDLE;
+    cu->g_entry = NULL;
+    /* a pending error must reach the caller as it is, not be discarded
+     * with a broken capture */
+    if (cu->g_off || cu->err_code != HY_OK || !hy_cuda_graph_key(b, n_out, &key))
+        return;
+    ent = hy_cuda_graph_get(&cu->graphs, &key, &evicted);
+    if (evicted)
+        cudaGraphExecDestroy((cudaGraphExec_t)evicted); /* freed once it has run */
+    if (hy_cuda_graph_plan(&cu->graphs, ent) != HY_CUDA_GRAPH_CAPTURE)
+        return;
+    if ((cu->g_meta_need > cu->g_meta_size || !cu->g_hmeta) &&
+        !hy_cuda_graph_staging(cu, HY_MAX(cu->g_meta_need, HY_CUDA_GRAPH_META_MIN))) {
+        /* too much metadata for a graph, or no pinned memory: eager */
+        if (hy_cuda_graph_broken(&cu->graphs, ent))
+            hy_log(LOG_WARNING, "cuda_graph_eager", "n_tok=%d n_seqs=%d n_out=%d reason=%s",
+                   key.n_tok, key.n_seqs, key.n_out, "no pinned staging for the op metadata");
+        return;
+    }
+    cudaEventSynchronize(cu->g_done);
+    cu->g_meta_used = 0;
+    if (cudaStreamBeginCapture(cu->stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+        cudaGetLastError();
+        if (hy_cuda_graph_broken(&cu->graphs, ent))
+            hy_log(LOG_WARNING, "cuda_graph_eager", "n_tok=%d n_seqs=%d n_out=%d reason=%s",
+                   key.n_tok, key.n_seqs, key.n_out, "cudaStreamBeginCapture failed");
+        return;
+    }
+    cu->g_entry = ent;
+    cu->g_state = HY_CUDA_STEP_CAPTURE;
+    cu->g_why = NULL;
+}
+
+static bool hy_cuda_step_end(hy_backend_t *be)
+{
+    hy_cuda_t *cu = hy_cuda(be);
+    bool ran = true;
+
+    if (cu->g_state == HY_CUDA_STEP_CAPTURE)
+        hy_cuda_graph_flush(cu); /* a step without a host sync (no logits) */
+    if (cu->g_state == HY_CUDA_STEP_BROKEN) {
+        cudaGraph_t g = NULL;
+
+        if (cudaStreamEndCapture(cu->stream, &g) == cudaSuccess && g)
+            cudaGraphDestroy(g);
+        cudaGetLastError();
+        /* nothing of the step ran: its recorded errors (skipped ops) go too */
+        cu->err_code = HY_OK;
+        cu->err_msg[0] = 0;
+        if (hy_cuda_graph_broken(&cu->graphs, cu->g_entry))
+            hy_log(LOG_WARNING, "cuda_graph_eager", "n_tok=%d n_seqs=%d n_out=%d reason=%s",
+                   cu->g_entry->key.n_tok, cu->g_entry->key.n_seqs, cu->g_entry->key.n_out,
+                   cu->g_why ? cu->g_why : "?");
+        /* a model whose every step breaks (MoE routing on the host) stops
+         * paying for captures after a few shapes */
+        if (++cu->g_breaks_in_row >= HY_CUDA_GRAPH_OFF_AFTER && !cu->g_off) {
+            cu->g_off = true;
+            hy_log(LOG_WARNING, "cuda_graphs_off", "broken_in_row=%u reason=%s",
+                   cu->g_breaks_in_row, cu->g_why ? cu->g_why : "?");
+        }
+        ran = false;
+    }
+    cu->g_state = HY_CUDA_STEP_IDLE;
+    cu->g_entry = NULL;
+    return ran;
+}
+
+int hy_cuda_graph_stats(hy_backend_t *be, hy_cuda_graph_cache_t *out)
+{
+    if (!be || !be->i || !be->i->name || strcmp(be->i->name, "cuda") != 0)
+        return HY_EINVAL;
+    *out = hy_cuda(be)->graphs;
+    return HY_OK;
+}
+
+/* ---- sampling on the device ------------------------------------------------------ */
+
+_Static_assert(HY_SAMPLE_MAX_TOP == HY_CUK_SAMPLE_MAX_TOP, "top logprobs differ");
+
+/* Grows the pinned + device parameter/result area of `sample`. */
+static bool hy_cuda_sample_area(hy_cuda_t *cu, size_t need)
+{
+    void *h = NULL, *d = NULL;
+
+    if (need <= cu->smp_size)
+        return true;
+    if (cudaHostAlloc(&h, need, cudaHostAllocDefault) != cudaSuccess ||
+        cudaMalloc(&d, need) != cudaSuccess) {
+        cudaGetLastError();
+        if (h)
+            cudaFreeHost(h);
+        return false;
+    }
+    /* the previous call synchronised before returning: nothing reads the old area */
+    if (cu->smp_host)
+        cudaFreeHost(cu->smp_host);
+    if (cu->smp_dev)
+        cudaFree(cu->smp_dev);
+    cu->smp_host = h;
+    cu->smp_dev = d;
+    cu->smp_size = need;
+    return true;
+}
+
+static int hy_cuda_sample(hy_backend_t *be, const float *logits, int32_t n_rows, int32_t n_vocab,
+                          const hy_sample_params_t *p, hy_sample_result_t *res, char *err)
+{
+    hy_cuda_t *cu = hy_cuda(be);
+    size_t rows_bytes, res_bytes;
+    hy_cuk_sample_row_t *hr;
+    hy_cuk_sample_res_t *hs;
+    cudaError_t e;
+    int rc;
+
+    if (!logits || !p || !res || n_rows <= 0 || n_rows > 65535 || n_vocab <= 0)
+        return hy_err(err, HY_EINVAL, "sample: %d rows of %d logits (1..65535 rows of >= 1)",
+                      (int)n_rows, (int)n_vocab);
+    if (cu->g_state == HY_CUDA_STEP_CAPTURE || cu->g_state == HY_CUDA_STEP_BROKEN)
+        return hy_err(err, HY_EINVAL, "sample: called inside a captured step");
+    for (int32_t i = 0; i < n_rows; i++) {
+        if ((rc = hy_sample_params_check(&p[i], err)) != HY_OK)
+            return rc;
+    }
+    rows_bytes = ((size_t)n_rows * sizeof *hr + 15) / 16 * 16;
+    res_bytes = (size_t)n_rows * sizeof *hs;
+    if (!hy_cuda_sample_area(cu, rows_bytes + res_bytes))
+        return hy_err(err, HY_ENOMEM, "sample: cannot allocate %zu bytes of pinned/GPU memory",
+                      rows_bytes + res_bytes);
+    hr = cu->smp_host;
+    hs = (hy_cuk_sample_res_t *)((uint8_t *)cu->smp_host + rows_bytes);
+    for (int32_t i = 0; i < n_rows; i++) {
+        hr[i] = (hy_cuk_sample_row_t){
+            .u = hy_sample_uniform(p[i].seed, p[i].counter),
+            .temperature = p[i].temperature,
+            .top_p = p[i].top_p,
+            /* the host's own logf, so min_p's threshold rounds as on the CPU */
+            .log_min_p = p[i].min_p > 0.0f ? logf(p[i].min_p) : -INFINITY,
+            .top_k = p[i].top_k,
+            .n_logprobs = p[i].n_logprobs,
+        };
+    }
+    if ((e = cudaMemcpyAsync(cu->smp_dev, hr, rows_bytes, cudaMemcpyHostToDevice, cu->stream)) !=
+            cudaSuccess ||
+        (e = (cudaError_t)hy_cuk_sample(logits, n_rows, n_vocab, cu->smp_dev,
+                                        (hy_cuk_sample_res_t *)((uint8_t *)cu->smp_dev + rows_bytes),
+                                        cu->stream)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(hs, (uint8_t *)cu->smp_dev + rows_bytes, res_bytes,
+                             cudaMemcpyDeviceToHost, cu->stream)) != cudaSuccess ||
+        (e = cudaStreamSynchronize(cu->stream)) != cudaSuccess)
+        return hy_err(err, HY_EIO, "sample: CUDA error %d: %s", (int)e, cudaGetErrorString(e));
+    for (int32_t i = 0; i < n_rows; i++) {
+        res[i].token = hs[i].token;
+        res[i].logprob = hs[i].logprob;
+        res[i].n_top = hs[i].n_top;
+        for (int32_t j = 0; j < hs[i].n_top && j < HY_SAMPLE_MAX_TOP; j++) {
+            res[i].top_ids[j] = hs[i].top_ids[j];
+            res[i].top_logprobs[j] = hs[i].top_logprobs[j];
+        }
+    }
+    return HY_OK;
+}
+
 /* ---- construction ------------------------------------------------------------ */
 
 static void hy_cuda_free(hy_backend_t *be)
@@ -775,6 +1158,17 @@ static void hy_cuda_free(hy_backend_t *be)
     if (cu) {
         if (cu->stream)
             cudaStreamSynchronize(cu->stream);
+        hy_cuda_graph_clear(&cu->graphs, hy_cuda_graph_drop, NULL);
+        if (cu->g_hmeta)
+            cudaFreeHost(cu->g_hmeta);
+        if (cu->g_dmeta)
+            cudaFree(cu->g_dmeta);
+        if (cu->g_done)
+            cudaEventDestroy(cu->g_done);
+        if (cu->smp_host)
+            cudaFreeHost(cu->smp_host);
+        if (cu->smp_dev)
+            cudaFree(cu->smp_dev);
         for (size_t i = 0; i < cu->n_wbufs; i++)
             cudaFree(cu->wbufs[i].dev);
         free(cu->wbufs);
@@ -791,6 +1185,8 @@ static void hy_cuda_free(hy_backend_t *be)
         free(cu->hmeta);
         if (cu->blas)
             cublasDestroy(cu->blas);
+        if (cu->blas_ws)
+            cudaFree(cu->blas_ws);
         if (cu->stream)
             cudaStreamDestroy(cu->stream);
         free(cu);
@@ -833,6 +1229,9 @@ static const struct hy_backend_i hy_cuda_methods = {
     .mem_sizes = hy_cuda_mem_sizes,
     .mem_allocated = hy_cuda_mem_allocated,
     .status = hy_cuda_status,
+    .step_begin = hy_cuda_step_begin,
+    .step_end = hy_cuda_step_end,
+    .sample = hy_cuda_sample,
 };
 
 int hy_backend_cuda_new(hy_backend_t **out, const hy_backend_opts_t *opts, char *err)
@@ -865,7 +1264,8 @@ int hy_backend_cuda_new(hy_backend_t **out, const hy_backend_opts_t *opts, char 
     if ((e = cudaSetDevice(cu->device)) != cudaSuccess ||
         (e = cudaDeviceGetAttribute(&cu->n_sm, cudaDevAttrMultiProcessorCount, cu->device)) !=
             cudaSuccess ||
-        (e = cudaStreamCreate(&cu->stream)) != cudaSuccess) {
+        (e = cudaStreamCreate(&cu->stream)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&cu->g_done, cudaEventDisableTiming)) != cudaSuccess) {
         rc = hy_err(err, HY_EUNSUPPORTED, "no CUDA device: device %d: %s", cu->device,
                     cudaGetErrorString(e));
         goto out;
@@ -876,6 +1276,23 @@ int hy_backend_cuda_new(hy_backend_t **out, const hy_backend_opts_t *opts, char 
         (bs = cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS) {
         rc = hy_err(err, HY_EIO, "cuda backend: cuBLAS setup failed (status %d)", (int)bs);
         goto out;
+    }
+    /* without its own workspace cuBLAS could allocate inside a capture;
+     * if even 32 MiB is missing, graphs still work for matvec steps */
+    if (cudaMalloc(&cu->blas_ws, HY_CUDA_BLAS_WORKSPACE) == cudaSuccess) {
+        if (cublasSetWorkspace(cu->blas, cu->blas_ws, HY_CUDA_BLAS_WORKSPACE) !=
+            CUBLAS_STATUS_SUCCESS) {
+            cudaFree(cu->blas_ws);
+            cu->blas_ws = NULL;
+        }
+    } else {
+        cudaGetLastError();
+        cu->blas_ws = NULL;
+    }
+    {
+        /* HY_CUDA_GRAPHS=0 runs every step eagerly (comparisons, debugging) */
+        const char *g = getenv("HY_CUDA_GRAPHS");
+        cu->g_off = g && strcmp(g, "0") == 0;
     }
     *out = be;
     be = NULL;

@@ -5,6 +5,18 @@
 # the suffix rule below (sm_90a + sm_80 + compute_80 PTX, see configure.ac).
 
 libhy_a_SOURCES += src/backend/select.c src/backend/select.h src/backend/cuda/cuda.h
+# CUDA graph cache policy and the device sampler's host reference: plain C,
+# in every build so their tests run without a GPU
+libhy_a_SOURCES += src/backend/cuda/graph.c src/backend/cuda/graph.h \
+	src/backend/cuda/sample.h src/backend/cuda/sample_ref.c
+check_PROGRAMS += tests/cuda/test_cuda_graph_cache
+TESTS += tests/cuda/test_cuda_graph_cache
+tests_cuda_test_cuda_graph_cache_SOURCES = tests/cuda/test_cuda_graph_cache.c
+tests_cuda_test_cuda_graph_cache_LDADD = $(TEST_LDADD)
+check_PROGRAMS += tests/cuda/test_cuda_sample
+TESTS += tests/cuda/test_cuda_sample
+tests_cuda_test_cuda_sample_SOURCES = tests/cuda/test_cuda_sample.c
+tests_cuda_test_cuda_sample_LDADD = $(TEST_LDADD)
 EXTRA_DIST += scripts/device-check
 
 # selection by name, in every build (the test learns which build it is in)
@@ -13,11 +25,25 @@ TESTS += tests/cuda/test_backend_select
 tests_cuda_test_backend_select_SOURCES = tests/cuda/test_backend_select.c
 tests_cuda_test_backend_select_LDADD = $(TEST_LDADD)
 
+# the chunked GDN / SSD kernels' code (kernels/hy_rec_chunk.h) run on the
+# host against the CPU backend, in every build
+check_PROGRAMS += tests/cuda/test_rec_chunk
+TESTS += tests/cuda/test_rec_chunk
+tests_cuda_test_rec_chunk_SOURCES = tests/cuda/test_rec_chunk.c tests/cuda/rec_cases.h \
+	kernels/hy_rec_chunk.h
+tests_cuda_test_rec_chunk_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/kernels
+tests_cuda_test_rec_chunk_LDADD = $(TEST_LDADD)
+
 if HAVE_CUDA
 AM_CPPFLAGS += -I$(top_srcdir)/kernels $(CUDA_CFLAGS)
 libhy_a_SOURCES += src/backend/cuda/cuda.c src/backend/cuda/cuda_ops.c \
 	src/backend/cuda/cuda_impl.h kernels/hy_kernels.h \
 	kernels/hy_quant.cu kernels/hy_ops.cu kernels/hy_attn.cu kernels/hy_rec.cu
+libhy_a_SOURCES += src/backend/cuda/attn_plan.c src/backend/cuda/attn_plan.h \
+	kernels/hy_attn_flash.h kernels/hy_attn_split.h
+kernels/hy_attn.$(OBJEXT): $(top_srcdir)/kernels/hy_attn_flash.h \
+	$(top_srcdir)/kernels/hy_attn_split.h
+libhy_a_SOURCES += kernels/hy_sample.h kernels/hy_sample.cu
 
 SUFFIXES = .cu
 NVCC_FLAGS = -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC $(CUDA_GENCODE) $(NVCCFLAGS)
@@ -27,6 +53,8 @@ NVCC_FLAGS = -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC $(CUDA_GEN
 # nvcc objects get no automatic dependency tracking: name their one header
 kernels/hy_quant.$(OBJEXT) kernels/hy_ops.$(OBJEXT) kernels/hy_attn.$(OBJEXT) \
 	kernels/hy_rec.$(OBJEXT): $(top_srcdir)/kernels/hy_kernels.h
+kernels/hy_sample.$(OBJEXT): $(top_srcdir)/kernels/hy_sample.h $(top_srcdir)/src/backend/cuda/sample.h
+kernels/hy_rec.$(OBJEXT): $(top_srcdir)/kernels/hy_rec_chunk.h
 
 # The CUDA build links and, on a machine without a GPU, reports a clear
 # error instead of crashing; with a GPU it checks every op against the CPU.
@@ -34,18 +62,42 @@ check_PROGRAMS += tests/cuda/test_cuda_ops
 TESTS += tests/cuda/test_cuda_ops
 tests_cuda_test_cuda_ops_SOURCES = tests/cuda/test_cuda_ops.c
 tests_cuda_test_cuda_ops_LDADD = $(TEST_LDADD)
+# paged attention (flash prefill + split decode) against the CPU; the plan without a GPU
+check_PROGRAMS += tests/cuda/test_cuda_attn
+TESTS += tests/cuda/test_cuda_attn
+tests_cuda_test_cuda_attn_SOURCES = tests/cuda/test_cuda_attn.c
+tests_cuda_test_cuda_attn_LDADD = $(TEST_LDADD)
+# GDN / SSD chunked prefill and recurrent decode against the CPU
+check_PROGRAMS += tests/cuda/test_cuda_rec
+TESTS += tests/cuda/test_cuda_rec
+tests_cuda_test_cuda_rec_SOURCES = tests/cuda/test_cuda_rec.c tests/cuda/rec_cases.h
+tests_cuda_test_cuda_rec_LDADD = $(TEST_LDADD)
+# decode steps as CUDA graphs: graphs vs eager vs CPU on ragged schedules
+check_PROGRAMS += tests/cuda/test_cuda_graph
+TESTS += tests/cuda/test_cuda_graph
+tests_cuda_test_cuda_graph_SOURCES = tests/cuda/test_cuda_graph.c
+tests_cuda_test_cuda_graph_LDADD = $(TEST_LDADD)
 tests_cuda_test_backend_select_CPPFLAGS = $(AM_CPPFLAGS) -DHY_TEST_CUDA_BUILT=1
 else
 libhy_a_SOURCES += src/backend/cuda/stub.c
 tests_cuda_test_backend_select_CPPFLAGS = $(AM_CPPFLAGS) -DHY_TEST_CUDA_BUILT=0
 endif
-EXTRA_DIST += tests/cuda/test_cuda_ops.c
+EXTRA_DIST += tests/cuda/test_cuda_ops.c tests/cuda/cuda_test.h
+EXTRA_DIST += tests/cuda/test_cuda_graph.c kernels/hy_sample.cu kernels/hy_sample.h
+EXTRA_DIST += tests/cuda/test_cuda_rec.c kernels/hy_rec_chunk.h
+EXTRA_DIST += tests/cuda/test_cuda_attn.c src/backend/cuda/attn_plan.c src/backend/cuda/attn_plan.h
 
 # What CI runs in its CUDA build (scripts/run-tests, when nvcc is present):
 # only the CUDA tests, built alone, since the other builds run the rest.
 HY_CUDA_TESTS = tests/cuda/test_backend_select
+HY_CUDA_TESTS += tests/cuda/test_cuda_graph_cache
+HY_CUDA_TESTS += tests/cuda/test_cuda_sample
+HY_CUDA_TESTS += tests/cuda/test_rec_chunk
 if HAVE_CUDA
 HY_CUDA_TESTS += tests/cuda/test_cuda_ops
+HY_CUDA_TESTS += tests/cuda/test_cuda_graph
+HY_CUDA_TESTS += tests/cuda/test_cuda_rec
+HY_CUDA_TESTS += tests/cuda/test_cuda_attn
 endif
 check-cuda:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(HY_CUDA_TESTS)' check_PROGRAMS='$(HY_CUDA_TESTS)'

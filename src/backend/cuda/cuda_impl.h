@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/graph.h"
 #include "hy_kernels.h" /* kernels/, on the include path in CUDA builds */
 
 #include <cublas_v2.h>
@@ -63,6 +64,27 @@ typedef struct {
     int32_t st_layers, st_slots;
     int64_t st_slot_floats;
     int64_t *st_conv_off, *st_rec_off, *st_conv_floats, *st_rec_floats; /* one allocation */
+
+    /* CUDA graphs (cuda.c, graph.h): the runner's step between step_begin
+     * and step_end is captured, launched as one graph at its first host
+     * synchronisation (download/sync/status/upload) and cached by shape.
+     * While capturing, op metadata goes to distinct offsets of a fixed
+     * pinned staging area (g_hmeta) copied by graph nodes to g_dmeta, so
+     * every node still reads its own data when the graph runs. */
+    hy_cuda_graph_cache_t graphs;
+    hy_cuda_graph_entry_t *g_entry; /* shape of the step in progress */
+    int g_state;                    /* HY_CUDA_STEP_* (cuda.c) */
+    const char *g_why;              /* why the capture broke */
+    bool g_off;                     /* HY_CUDA_GRAPHS=0, or every capture broke */
+    uint32_t g_breaks_in_row;       /* broken captures since the last good one */
+    uint8_t *g_hmeta, *g_dmeta;     /* pinned host / device staging, g_meta_size bytes */
+    size_t g_meta_size, g_meta_used, g_meta_need;
+    cudaEvent_t g_done;             /* recorded after each graph launch */
+    void *blas_ws;                  /* cuBLAS workspace: no allocation inside a capture */
+    /* device sampling (sample): per-row parameters and results */
+    void *smp_dev;                  /* device: rows' params then results */
+    void *smp_host;                 /* pinned: the same layout */
+    size_t smp_size;
 } hy_cuda_t;
 
 /* Records the first error (later ones are dropped: the first is the cause). */

@@ -1,25 +1,23 @@
 /*
  * cuda_ops.c - the CUDA backend's layer-kind ops: paged attention (store
- * the batch's k/v, then attention split over the KV length when few query
- * blocks would leave the GPU idle), the recurrent ops (causal conv1d, Gated
- * DeltaNet, Mamba-2 SSD) on the device state slots, and the MoE FFN.  The
- * host side of each validates the batch exactly as the CPU backend does
- * (same messages), packs the small per-sequence tables into one upload and
- * launches the kernels/ .cu files.  MoE routes on the host (the router logits are
- * n_tok x n_expert floats) with the CPU backend's rule and runs each used
- * expert over its tokens with the ordinary matmul path.
+ * the batch's k/v, then a flash kernel for prefilling sequences and a
+ * kernel split over the KV length for decode rows), the recurrent ops
+ * (causal conv1d, Gated DeltaNet, Mamba-2 SSD) on the device state slots,
+ * and the MoE FFN.  The host side of each validates the batch exactly as
+ * the CPU backend does (same messages), packs the small per-sequence
+ * tables into one upload and launches the kernels/ .cu files.  MoE routes
+ * on the host (the router logits are n_tok x n_expert floats) with the CPU
+ * backend's rule and runs each used expert over its tokens with the
+ * ordinary matmul path.
  */
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/attn_plan.h"
 #include "backend/cpu/cpu_impl.h" /* hy_moe_route_one */
 #include "backend/cpu/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Keys per split part below which splitting the KV length does not pay. */
-#define HY_CUDA_SPLIT_MIN_KEYS 256
-#define HY_CUDA_MAX_SPLIT 64
 
 /* ---- attention ------------------------------------------------------------- */
 
@@ -85,22 +83,33 @@ static bool hy_cuda_attn_check(hy_cuda_t *cu, int32_t layer, const hy_batch_t *b
     return true;
 }
 
+/* Stores the batch's k/v, then runs the flash kernel over the tiles of the
+ * prefilling sequences and the split decode kernel over every other row
+ * (attn_plan.c decides which); the two write disjoint rows of out. */
 void hy_cuda_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b, const float *q,
                        const float *k, const float *v, float *out, const hy_attn_params_t *p)
 {
     hy_cuda_t *cu = be->ctx;
     const int32_t pt = cu->kv.page_tokens;
-    int32_t *tok_seq = NULL, *page_off = NULL, *pages = NULL, n_pages = 0, max_len = 1;
-    int32_t n_split = 1, n_tok = b->n_tokens;
+    int32_t *tok_seq = NULL, *page_off = NULL, *pages = NULL, *gen = NULL;
+    int32_t n_pages = 0, max_len = 1, n_split = 1, n_tok = b->n_tokens;
+    int32_t tile_rows = 0, n_tiles = 0, n_gen = 0;
+    hy_cuk_attn_tile_t *tiles = NULL;
     hy_cuk_attn_t a;
-    void *dev[4];
+    void *dev[6];
 
     if (b->n_tokens <= 0 || b->n_seqs <= 0)
         return;
     if (!hy_cuda_attn_check(cu, kv_layer, b, p))
         goto fail;
+    /* 0 (heads over 256): everything takes the split kernel */
+    tile_rows = hy_cuk_flash_rows(p->head_dim, p->head_dim_v);
+    n_tiles = hy_cuda_attn_plan(b, p->n_head / p->n_head_kv, p->window, tile_rows,
+                                HY_CUDA_FLASH_MIN_TOK, NULL, NULL, NULL);
     tok_seq = malloc(sizeof(int32_t) * (size_t)n_tok);
+    gen = malloc(sizeof(int32_t) * (size_t)n_tok);
     page_off = malloc(sizeof(int32_t) * (size_t)b->n_seqs);
+    tiles = malloc(sizeof(hy_cuk_attn_tile_t) * (size_t)HY_MAX(n_tiles, 1));
     for (int32_t s = 0; s < b->n_seqs; s++) {
         int32_t max_pos = 0;
         for (int32_t t = b->seqs[s].first; t < b->seqs[s].first + b->seqs[s].n; t++)
@@ -108,10 +117,12 @@ void hy_cuda_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b, 
         n_pages += max_pos / pt + 1;
     }
     pages = malloc(sizeof(int32_t) * (size_t)n_pages);
-    if (!tok_seq || !page_off || !pages) {
+    if (!tok_seq || !gen || !page_off || !tiles || !pages) {
         hy_cuda_fail(cu, HY_ENOMEM, "attention: out of memory");
         goto fail;
     }
+    hy_cuda_attn_plan(b, p->n_head / p->n_head_kv, p->window, tile_rows, HY_CUDA_FLASH_MIN_TOK,
+                      tiles, gen, &n_gen);
     /* tokens outside every sequence (none in a valid batch) read sequence 0 */
     memset(tok_seq, 0, sizeof(int32_t) * (size_t)n_tok);
     n_pages = 0;
@@ -119,20 +130,25 @@ void hy_cuda_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b, 
         const hy_batch_seq_t *sq = &b->seqs[s];
         int32_t max_pos = 0;
         for (int32_t t = sq->first; t < sq->first + sq->n; t++) {
-            int32_t lo = p->window > 0 ? HY_MAX(0, b->pos[t] - p->window + 1) : 0;
             tok_seq[t] = s;
             max_pos = HY_MAX(max_pos, b->pos[t]);
-            max_len = HY_MAX(max_len, b->pos[t] - lo + 1);
         }
         page_off[s] = n_pages;
         memcpy(pages + n_pages, sq->pages, sizeof(int32_t) * (size_t)(max_pos / pt + 1));
         n_pages += max_pos / pt + 1;
     }
+    /* the split is sized by the decode kernel's rows only */
+    for (int32_t i = 0; i < n_gen; i++) {
+        int32_t pos = b->pos[gen[i]], lo = p->window > 0 ? HY_MAX(0, pos - p->window + 1) : 0;
+        max_len = HY_MAX(max_len, pos - lo + 1);
+    }
     {
-        const void *parts[4] = {b->pos, tok_seq, page_off, pages};
-        size_t bytes[4] = {sizeof(int32_t) * (size_t)n_tok, sizeof(int32_t) * (size_t)n_tok,
-                           sizeof(int32_t) * (size_t)b->n_seqs, sizeof(int32_t) * (size_t)n_pages};
-        if (!hy_cuda_meta(cu, "attention", 4, parts, bytes, dev))
+        const void *parts[6] = {b->pos, tok_seq, page_off, pages, tiles, gen};
+        size_t bytes[6] = {sizeof(int32_t) * (size_t)n_tok, sizeof(int32_t) * (size_t)n_tok,
+                           sizeof(int32_t) * (size_t)b->n_seqs, sizeof(int32_t) * (size_t)n_pages,
+                           sizeof(hy_cuk_attn_tile_t) * (size_t)n_tiles,
+                           sizeof(int32_t) * (size_t)n_gen};
+        if (!hy_cuda_meta(cu, "attention", 6, parts, bytes, dev))
             goto fail;
     }
     memset(&a, 0, sizeof a);
@@ -157,32 +173,31 @@ void hy_cuda_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b, 
     a.pages = dev[3];
     if (!hy_cuda_ok(cu, "attention kv store", hy_cuk_kv_write(&a, k, v, n_tok, cu->stream)))
         goto fail;
-    /* split the KV length only when (token, head) blocks alone would not
-     * fill the multiprocessors twice over (decode of a few sequences) */
-    {
-        int64_t blocks = (int64_t)n_tok * p->n_head, want = 2 * (int64_t)HY_MAX(cu->n_sm, 1);
-        if (blocks < want && max_len >= 2 * HY_CUDA_SPLIT_MIN_KEYS) {
-            int64_t by_len = max_len / HY_CUDA_SPLIT_MIN_KEYS;
-            n_split = (int32_t)HY_MIN(HY_MIN((want + blocks - 1) / blocks, by_len),
-                                      (int64_t)HY_CUDA_MAX_SPLIT);
-            n_split = HY_MAX(n_split, 1);
-        }
+    if (n_tiles > 0 &&
+        !hy_cuda_ok(cu, "attention (prefill)",
+                    hy_cuk_attention_flash(&a, q, out, dev[4], n_tiles, tile_rows, cu->stream)))
+        goto fail;
+    if (n_gen > 0) {
+        n_split = hy_cuda_attn_split((int64_t)n_gen * p->n_head, max_len, cu->n_sm);
+        if (!hy_cuda_scratch(cu, (void **)&cu->fscr, &cu->fscr_size,
+                             sizeof(float) * (size_t)n_gen * p->n_head * n_split *
+                                 (2 + p->head_dim_v),
+                             "attention"))
+            goto fail;
+        if (!hy_cuda_ok(cu, "attention", hy_cuk_attention(&a, q, out, dev[5], n_gen, n_split,
+                                                          cu->fscr, cu->stream)))
+            goto fail;
     }
-    if (!hy_cuda_scratch(cu, (void **)&cu->fscr, &cu->fscr_size,
-                         sizeof(float) * (size_t)n_tok * p->n_head * n_split * (2 + p->head_dim_v),
-                         "attention"))
-        goto fail;
-    if (!hy_cuda_ok(cu, "attention", hy_cuk_attention(&a, q, out, n_tok, n_split, cu->fscr,
-                                                      cu->stream)))
-        goto fail;
     goto out;
 fail:
     hy_cuda_zero(cu, out, (size_t)b->n_tokens * (size_t)HY_MAX(p->n_head, 0) *
                               (size_t)HY_MAX(p->head_dim_v, 0));
 out:
     free(tok_seq);
+    free(gen);
     free(page_off);
     free(pages);
+    free(tiles);
 }
 
 /* ---- recurrent layers ------------------------------------------------------ */
@@ -256,6 +271,13 @@ static bool hy_cuda_rec_seqs(hy_cuda_t *cu, const char *op, int32_t rec_layer,
         sq->n = (const int32_t *)dev[0] + b->n_seqs;
         sq->slot = (const int32_t *)dev[0] + 2 * b->n_seqs;
         sq->n_seqs = b->n_seqs;
+        /* the launchers choose chunked / recurrent kernels from these */
+        sq->min_n = b->n_seqs > 0 ? INT32_MAX : 0;
+        sq->max_n = 0;
+        for (int32_t s = 0; s < b->n_seqs; s++) {
+            sq->min_n = HY_MIN(sq->min_n, b->seqs[s].n);
+            sq->max_n = HY_MAX(sq->max_n, b->seqs[s].n);
+        }
     }
     ok = true;
 out:
@@ -307,8 +329,9 @@ void hy_cuda_gdn(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, c
     hy_cuda_t *cu = be->ctx;
     hy_cuk_seqs_t sq;
 
-    /* chunk is the CPU's prefill granularity; the GPU kernel is the exact
-     * recurrent form for any chunk, but the same range is enforced */
+    /* chunk as on the CPU: 1 = exact recurrence; otherwise runs of two rows
+     * or more take the chunked form (chunks above 64 rows are cut to 64,
+     * which changes rounding only) */
     if (p->n_k_heads <= 0 || p->n_v_heads <= 0 || p->n_v_heads % p->n_k_heads != 0 ||
         p->d_k <= 0 || p->d_v <= 0 || p->d_k > 4096 || p->d_v > 4096 || p->chunk < 1 ||
         p->chunk > 256 || p->n_v_heads > 65535) {
@@ -325,7 +348,8 @@ void hy_cuda_gdn(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, c
                           (int64_t)p->n_v_heads * p->d_k * p->d_v, &sq))
         goto zero;
     if (hy_cuda_ok(cu, "gdn", hy_cuk_gdn(&sq, q, k, v, qkv_stride, g, beta, o, p->n_k_heads,
-                                         p->n_v_heads, p->d_k, p->d_v, p->v_tiled, cu->stream)))
+                                         p->n_v_heads, p->d_k, p->d_v, p->v_tiled, p->chunk,
+                                         cu->stream)))
         return;
 zero:
     hy_cuda_zero(cu, o, (size_t)batch->n_tokens * (size_t)HY_MAX(p->n_v_heads, 0) *
@@ -369,7 +393,7 @@ void hy_cuda_ssd(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, c
         goto zero;
     if (hy_cuda_ok(cu, "ssd", hy_cuk_ssd(&sq, x, x_stride, dt, dt_stride, fb, fA, B, C, bc_stride,
                                          fD, y, p->n_head, p->head_dim, p->n_group, p->d_state,
-                                         cu->stream)))
+                                         p->chunk, cu->stream)))
         goto out;
 zero:
     hy_cuda_zero(cu, y, (size_t)batch->n_tokens * (size_t)HY_MAX(p->n_head, 0) *
