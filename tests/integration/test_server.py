@@ -263,11 +263,39 @@ try:
         if stream:
             b.update(stream=True, stream_options={"include_usage": True})
         return b
-    refs = []
+    # The references carry their top-2 logprobs: a stream may leave the
+    # reference only where its two best tokens are within TIE_NATS, and then
+    # for the second one (the engine's results depend on how a prompt is cut
+    # into prefill chunks, which concurrency changes, at the level of float
+    # rounding; llama.cpp and vLLM behave alike).  Anything else is a bug.
+    TIE_NATS = 0.01
+    refs, ref_lp = [], []
     for i in range(N_STREAMS):
-        st, _, b = STACK.http("POST", "/v1/completions", body_clean(i, False), timeout=120)
-        refs.append(json.loads(b)["choices"][0]["text"] if st == 200 else None)
-    ok(all(x is not None for x in refs), "%d greedy non-streamed references" % N_STREAMS)
+        body = dict(body_clean(i, False), logprobs=2)
+        st, _, b = STACK.http("POST", "/v1/completions", body, timeout=120)
+        ch = json.loads(b)["choices"][0] if st == 200 else None
+        refs.append(ch["text"] if ch else None)
+        ref_lp.append(ch.get("logprobs") if ch else None)
+    ok(all(x is not None for x in refs) and all(x and x.get("top_logprobs") for x in ref_lp),
+       "%d greedy non-streamed references with top-2 logprobs" % N_STREAMS)
+
+    def near_tie(i, text):
+        """Where text leaves reference i at a near-tie for the runner-up:
+        a description; None if it leaves it anywhere else."""
+        lp = ref_lp[i]
+        off = 0
+        for k, tok in enumerate(lp["tokens"]):
+            if text[off:off + len(tok)] != tok:
+                cands = sorted(lp["top_logprobs"][k].items(), key=lambda kv: -kv[1])
+                if len(cands) < 2:
+                    return None
+                (t1, l1), (t2, l2) = cands[:2]
+                if t1 == tok and l1 - l2 < TIE_NATS and text[off:].startswith(t2):
+                    return "stream %d token %d: %r for %r, margin %.4f" % (i, k, t2, t1, l1 - l2)
+                return None
+            off += len(tok)
+        return None
+    ties = []
 
     before = metrics()
     results = [None] * N_STREAMS
@@ -292,13 +320,15 @@ try:
                     if res["problem"] is None:
                         if sorted(per) != [0]:
                             res["problem"] = "choice indexes %r" % sorted(per)
-                        elif per[0]["text"] != refs[i]:
+                        elif per[0]["text"] != refs[i] and not near_tie(i, per[0]["text"]):
                             res["problem"] = "text %r != non-streamed %r" % (per[0]["text"],
                                                                              refs[i])
                         elif per[0]["finish"] != "length":
                             res["problem"] = "finish_reason %r" % per[0]["finish"]
                         elif not usage or usage["completion_tokens"] != 12:
                             res["problem"] = "usage chunk %r" % usage
+                        if res["problem"] is None and per[0]["text"] != refs[i]:
+                            ties.append(near_tie(i, per[0]["text"]))
         except Exception as e:  # noqa
             res["problem"] = repr(e)
         results[i] = res
@@ -309,7 +339,8 @@ try:
         x.join(180)
     bad = [(i, r["problem"]) for i, r in enumerate(results) if r is None or r["problem"]]
     ok(not bad, "%d concurrent streams: every event parses, one finish_reason, usage, [DONE], "
-       "text equals the non-streamed greedy output%s" % (N_STREAMS, " %r" % bad[:3] if bad else ""))
+       "text equals the non-streamed greedy output but at near-ties (%d: %s)%s"
+       % (N_STREAMS, len(ties), "; ".join(ties[:3]) or "none", " %r" % bad[:3] if bad else ""))
     # Held at once: every stream had its headers (sent after the engine
     # request was queued) before the first one ended.  A pool that held fewer
     # would serialise them and fail this.

@@ -13,6 +13,8 @@
 #include "backend/cpu/threadpool.h"
 #include "backend/cpu/cpu_impl.h"
 #include "test.h"
+#define HY_TEST_SEED 0x9E3779B97F4A7C15ULL
+#include "cpu_test.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -20,41 +22,6 @@
 #include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------- */
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
-
-static uint32_t rng_u32(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-
-/* uniform in [-a, a] */
-static float rng_f(float a)
-{
-    return ((float)(rng_u32() & 0xFFFFFF) / 16777215.0f * 2.0f - 1.0f) * a;
-}
-
-static void fill(float *x, size_t n, float a)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = rng_f(a);
-}
-
-static hy_backend_t *new_backend(int threads)
-{
-    hy_backend_t *be = NULL;
-    hy_backend_opts_t o = {threads};
-    char err[HY_ERR_LEN];
-
-    if (hy_backend_cpu_new(&be, &o, err) != HY_OK) {
-        printf("# backend: %s\n", err);
-        return NULL;
-    }
-    return be;
-}
 
 /* ---- thread pool --------------------------------------------------------- */
 

@@ -8,43 +8,11 @@
  */
 #include "backend/backend.h"
 #include "test.h"
+#define HY_TEST_SEED 0x2545F4914F6CDD1DULL
+#include "cpu_test.h"
 
 #include <math.h>
 #include <string.h>
-
-static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
-
-static uint32_t rng_u32(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-
-static float rng_f(float a)
-{
-    return ((float)(rng_u32() & 0xFFFFFF) / 16777215.0f * 2.0f - 1.0f) * a;
-}
-
-static void fill(float *x, size_t n, float a)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = rng_f(a);
-}
-
-static hy_backend_t *new_backend(int threads)
-{
-    hy_backend_t *be = NULL;
-    hy_backend_opts_t o = {threads};
-    char err[HY_ERR_LEN];
-
-    if (hy_backend_cpu_new(&be, &o, err) != HY_OK) {
-        printf("# backend: %s\n", err);
-        return NULL;
-    }
-    return be;
-}
 
 static hy_weight_t f32_weight(const float *data, int64_t ne0, int64_t ne1, int64_t ne2,
                               const char *name)

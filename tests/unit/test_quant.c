@@ -340,7 +340,7 @@ static double deq_act(hy_dtype_t at, const void *x, int64_t i)
     }
 }
 
-enum { NW = 5, NX = 6, S_STRIDE = 7, NWD = 21 };
+enum { NW = 21, NX = 6, S_STRIDE = 22, NWD = 21 }; /* NW: 16-row passes plus an edge of 5 */
 
 /* Checks of the two-level block fields that the dots rely on: hi/lo in
  * [-127, 127], vsum/bsums the sums of v, s the float sum of the inputs,
@@ -557,7 +557,7 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
     HY_T_OK(worst <= 1.0, "%s/%s%s: vec_dot vs double dot, worst error %.3g of tolerance "
             "(1e-5*sum|w*x|%s)", info->name, hy_isa_name(isa), legacy ? "/q8" : "", worst,
             t == HY_DTYPE_Q4_1 && !two ? " + f16 rounding of s" : "");
-    HY_T_OK(tile_bad == 0, "%s/%s%s: tile 5x6 == vec_dot per element (%d differ)",
+    HY_T_OK(tile_bad == 0, "%s/%s%s: tile 21x6 == vec_dot per element (%d differ)",
             info->name, hy_isa_name(isa), legacy ? "/q8" : "", tile_bad);
     HY_T_OK(decode_bad == 0, "%s/%s%s: decode tile %dx1 == vec_dot per element (%d differ)",
             info->name, hy_isa_name(isa), legacy ? "/q8" : "", NWD, decode_bad);

@@ -11,9 +11,13 @@
  * which is what makes long prompts (O(n^2)) affordable.  Prefill units (and
  * any unit of heads of at most 16 floats) take another kernel
  * (hy_attn_lanes_t) that puts 16 queries in the SIMD lanes instead of one
- * head's dimensions; decode units keep the row kernel.
+ * head's dimensions; decode units keep the row kernel.  On AVX2 and
+ * AVX-512, prefill units of larger heads go to the flash-attention kernels
+ * (attn_flash_impl.h) instead, in bigger units (up to HY_ATTN_FLASH_LANES
+ * queries each).
  */
 #include "backend/cpu/cpu_impl.h"
+#include "backend/cpu/attn_flash.h"
 #include "backend/cpu/quant_ref.h"
 
 #include <math.h>
@@ -30,6 +34,12 @@
 /* Query tokens per unit: enough to amortise converting a page to f32 over
  * many queries, small enough that short prompts still split across threads. */
 #define HY_ATTN_QBLOCK 16
+/* Queries per unit for the flash kernel: four lane groups of 48, so each
+ * K/V tile converted to f32 serves 192 queries (96 left 13% of the time
+ * in conversion and page misses at 16K keys; 192 gains ~6%).  Halved while
+ * a batch would make fewer than HY_ATTN_FLASH_UNITS units per thread. */
+#define HY_ATTN_FLASH_LANES 192
+#define HY_ATTN_FLASH_UNITS 4
 /* Largest head size accepted (the row scratch is sized from it). */
 #define HY_ATTN_MAX_HEAD 1024
 
@@ -283,27 +293,7 @@ static void hy_attn_scale_avx512(float *y, float a, int n)
         y[i] *= a;
 }
 
-/* exp for x <= 0 (scores minus their max), Cephes polynomial on the
- * reduced argument: relative error ~2 ulp, far below what attention needs.
- * Arguments below -87 (weights < 1e-38) are clamped there. */
-__attribute__((target("avx512f")))
-static inline __m512 hy_attn_exp_avx512(__m512 x)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
-
+/* (hy_attn_exp_avx512/avx2 are in attn_flash.h, shared with the flash kernels) */
 __attribute__((target("avx512f")))
 static float hy_attn_expsum_avx512(float *s, int n, float m)
 {
@@ -322,26 +312,6 @@ static float hy_attn_expsum_avx512(float *s, int n, float m)
         acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
     }
     return _mm512_reduce_add_ps(acc);
-}
-
-__attribute__((target("avx2,fma")))
-static inline __m256 hy_attn_exp_avx2(__m256 x)
-{
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    /* 2^n into the exponent field; n >= -126 after the clamp */
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
 __attribute__((target("avx2,fma")))
@@ -596,6 +566,14 @@ static void hy_attn_lanes_avx2(hy_attn_lanes_t *a, const float *K, const float *
 /* -1: the CPU's best; tests pin lower levels to cover every variant. */
 static int hy_attn_isa_pin = -1;
 
+/* The level the kernels run at now (the pin, else the CPU's best). */
+static hy_isa_t hy_attn_isa(void)
+{
+    int pin = __atomic_load_n(&hy_attn_isa_pin, __ATOMIC_RELAXED);
+
+    return pin >= 0 ? (hy_isa_t)pin : hy_cpu_isa();
+}
+
 int hy_cpu_attn_set_isa(hy_isa_t isa)
 {
     if ((int)isa < 0 || isa > hy_cpu_isa())
@@ -608,10 +586,9 @@ static hy_attn_vec_t hy_attn_vec(void)
 {
     hy_attn_vec_t v = {hy_attn_qk_c, hy_attn_expsum_c, hy_attn_pv_c, hy_attn_scale_c,
                        hy_attn_lanes_c};
-    int pin = __atomic_load_n(&hy_attn_isa_pin, __ATOMIC_RELAXED);
 
 #ifdef HY_ATTN_X86
-    switch (pin >= 0 ? (hy_isa_t)pin : hy_cpu_isa()) {
+    switch (hy_attn_isa()) {
     case HY_ISA_AVX512:
         v = (hy_attn_vec_t){hy_attn_qk_avx512, hy_attn_expsum_avx512, hy_attn_pv_avx512,
                             hy_attn_scale_avx512, hy_attn_lanes_avx512};
@@ -728,6 +705,9 @@ typedef struct {
     int n_hsplit;                  /* units a group of heads is split into */
     int heads_per_unit;
     int lanes;                     /* small heads: always hy_attn_unit_lanes */
+    /* prefill units of larger heads: the flash kernel of the ISA, or NULL */
+    void (*flash)(const hy_attn_flash_t *f, float *scratch);
+    int32_t qblock;                /* query tokens per unit */
     const int64_t *unit_start;     /* [n_seqs + 1] first unit of each sequence */
     int64_t n_units;
     size_t scratch_floats;         /* per thread */
@@ -838,6 +818,45 @@ static void hy_attn_unit_lanes(hy_attn_job_t *j, float *scr, const hy_batch_seq_
                 o[d] = accT[(size_t)d * HY_ATTN_LANES + i] * inv;
         }
     }
+}
+
+/* A prefill unit through the flash kernel (attn_flash_impl.h): the same unit,
+ * described by its page addressing. */
+static void hy_attn_unit_flash(hy_attn_job_t *j, float *scr, const hy_batch_seq_t *sq,
+                               int32_t t0, int32_t t1, int32_t g, int32_t h0, int32_t h1)
+{
+#ifdef HY_ATTN_X86
+    hy_cpu_t *cpu = j->cpu;
+    const hy_attn_params_t *p = j->p;
+    int32_t pt = cpu->kv.page_tokens;
+    hy_attn_flash_t f = {
+        /* .k_base = */ cpu->k_pages[j->layer] + (size_t)g * pt * cpu->k_row_bytes,
+        /* .v_base = */ cpu->v_pages[j->layer] + (size_t)g * pt * cpu->v_row_bytes,
+        /* .k_page_bytes = */ cpu->k_page_bytes,
+        /* .v_page_bytes = */ cpu->v_page_bytes,
+        /* .k_row_bytes = */ cpu->k_row_bytes,
+        /* .v_row_bytes = */ cpu->v_row_bytes,
+        /* .pages = */ sq->pages,
+        /* .page_tokens = */ pt,
+        /* .kv_f32 = */ cpu->kv.type == HY_DTYPE_F32,
+        /* .kv_f16 = */ cpu->kv.type == HY_DTYPE_F16,
+        /* .to_float = */ j->tr->to_float,
+        /* .q = */ j->q,
+        /* .out = */ j->out,
+        /* .pos = */ j->b->pos,
+        /* .q_stride = */ p->n_head * p->head_dim,
+        /* .out_stride = */ p->n_head * p->head_dim_v,
+        /* .t0 = */ t0, /* .t1 = */ t1, /* .h0 = */ h0, /* .h1 = */ h1,
+        /* .hd = */ p->head_dim,
+        /* .hdv = */ p->head_dim_v,
+        /* .window = */ p->window,
+        /* .scale = */ p->scale,
+        /* .softcap = */ p->softcap,
+    };
+    j->flash(&f, scr);
+#else
+    (void)j, (void)scr, (void)sq, (void)t0, (void)t1, (void)g, (void)h0, (void)h1;
+#endif
 }
 
 /* One unit: query tokens [t0, t1) of sequence sq, query heads [h0, h1), all
@@ -955,22 +974,28 @@ static void hy_attn_worker(void *arg, int ith, int nth)
         const hy_batch_seq_t *sq = &b->seqs[lo];
         int64_t r = u - j->unit_start[lo];
         int64_t per_block = (int64_t)nkv * j->n_hsplit;
-        int32_t n_qb = (sq->n + HY_ATTN_QBLOCK - 1) / HY_ATTN_QBLOCK;
+        int32_t n_qb = (sq->n + j->qblock - 1) / j->qblock;
         /* last query block first: it sees the most keys, so it starts early */
         int32_t qb = n_qb - 1 - (int32_t)(r / per_block);
         int32_t g = (int32_t)(r % per_block) / j->n_hsplit;
         int32_t hs = (int32_t)(r % per_block) % j->n_hsplit;
         int32_t h0 = g * j->group + hs * j->heads_per_unit;
         int32_t h1 = HY_MIN(h0 + j->heads_per_unit, (g + 1) * j->group);
-        int32_t t0 = sq->first + qb * HY_ATTN_QBLOCK;
-        int32_t t1 = HY_MIN(t0 + HY_ATTN_QBLOCK, sq->first + sq->n);
+        int32_t t0 = sq->first + qb * j->qblock;
+        int32_t t1 = HY_MIN(t0 + j->qblock, sq->first + sq->n);
         /* a unit with enough queries to fill most of the lanes (prefill)
          * runs lane-wise whatever the head size: no horizontal sum per key
          * and the output accumulates in registers across a page instead of
-         * being loaded and stored once per key (2-3x at head 256) */
-        if (h0 < h1 && (j->lanes || (t1 - t0) * (h1 - h0) >= HY_ATTN_LANES_MIN_Q))
+         * being loaded and stored once per key (2-3x at head 256); the
+         * flash kernel, where there is one, also blocks keys and queries
+         * in registers (another 2x at head 256) */
+        if (h0 >= h1)
+            continue;
+        if (j->flash && (t1 - t0) * (h1 - h0) >= HY_ATTN_LANES_MIN_Q)
+            hy_attn_unit_flash(j, scr, sq, t0, t1, g, h0, h1);
+        else if (j->lanes || (t1 - t0) * (h1 - h0) >= HY_ATTN_LANES_MIN_Q)
             hy_attn_unit_lanes(j, scr, sq, t0, t1, g, h0, h1);
-        else if (h0 < h1)
+        else
             hy_attn_unit(j, scr, sq, t0, t1, g, h0, h1);
     }
 }
@@ -1060,6 +1085,27 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b,
     j.vec = hy_attn_vec();
     j.tr = hy_quant_traits(cpu->kv.type);
     j.group = p->n_head / p->n_head_kv;
+    j.lanes = p->head_dim <= HY_ATTN_LANE_HEAD && p->head_dim_v <= HY_ATTN_LANE_HEAD;
+#ifdef HY_ATTN_X86
+    /* small heads stay in the lanes kernel, whose decode gives the same
+     * bits as its prefill */
+    if (!j.lanes && hy_attn_isa() == HY_ISA_AVX512)
+        j.flash = hy_attn_flash_avx512;
+    else if (!j.lanes && hy_attn_isa() == HY_ISA_AVX2)
+        j.flash = hy_attn_flash_avx2;
+#endif
+    j.qblock = HY_ATTN_QBLOCK;
+    if (j.flash) {
+        j.qblock = HY_MAX(1, HY_ATTN_FLASH_LANES / j.group);
+        for (;;) {
+            int64_t units = 0;
+            for (int32_t s = 0; s < b->n_seqs; s++)
+                units += (b->seqs[s].n + j.qblock - 1) / j.qblock;
+            if (j.qblock == 1 || units * p->n_head_kv >= (int64_t)HY_ATTN_FLASH_UNITS * nth)
+                break;
+            j.qblock = (j.qblock + 1) / 2;
+        }
+    }
 
     /* 1. store this batch's k/v (all of it before anyone reads a page) */
     hy_pool_run_n(cpu->pool,
@@ -1071,7 +1117,7 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b,
      * other parallelism (decode of a few sequences) */
     int64_t n_blocks = 0;
     for (int32_t s = 0; s < b->n_seqs; s++)
-        n_blocks += (b->seqs[s].n + HY_ATTN_QBLOCK - 1) / HY_ATTN_QBLOCK;
+        n_blocks += (b->seqs[s].n + j.qblock - 1) / j.qblock;
     j.n_hsplit = 1;
     if (n_blocks * p->n_head_kv < 2 * nth)
         j.n_hsplit = (int)HY_MIN((int64_t)j.group,
@@ -1085,22 +1131,25 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b,
     }
     unit_start[0] = 0;
     for (int32_t s = 0; s < b->n_seqs; s++)
-        unit_start[s + 1] = unit_start[s] + (int64_t)((b->seqs[s].n + HY_ATTN_QBLOCK - 1) /
-                                                      HY_ATTN_QBLOCK) * p->n_head_kv * j.n_hsplit;
+        unit_start[s + 1] = unit_start[s] + (int64_t)((b->seqs[s].n + j.qblock - 1) /
+                                                      j.qblock) * p->n_head_kv * j.n_hsplit;
     j.unit_start = unit_start;
     j.n_units = unit_start[b->n_seqs];
 
     /* per-thread scratch: K and V page in f32, scores, and m, l, acc for
      * every query of a unit; rounded to cache lines */
-    int64_t nq = (int64_t)HY_ATTN_QBLOCK * j.heads_per_unit;
+    int64_t nq = (int64_t)j.qblock * j.heads_per_unit;
     size_t row_floats = (size_t)cpu->kv.page_tokens * (p->head_dim + p->head_dim_v + 1) +
                         (size_t)nq * (2 + p->head_dim_v);
     size_t lane_floats = (size_t)cpu->kv.page_tokens * (p->head_dim + p->head_dim_v +
                                                         HY_ATTN_LANES) +
                          (size_t)HY_ATTN_LANES * (p->head_dim + p->head_dim_v + 2);
-    j.lanes = p->head_dim <= HY_ATTN_LANE_HEAD && p->head_dim_v <= HY_ATTN_LANE_HEAD;
     /* large heads run either kernel, unit by unit (hy_attn_worker) */
     j.scratch_floats = j.lanes ? lane_floats : HY_MAX(row_floats, lane_floats);
+    if (j.flash)
+        j.scratch_floats = HY_MAX(j.scratch_floats,
+                                  hy_attn_flash_scratch_floats(p->head_dim, p->head_dim_v,
+                                                               (int32_t)HY_MIN(nq, INT32_MAX)));
     j.scratch_floats = (j.scratch_floats + 15) & ~(size_t)15;
     nth = (int)HY_MIN((int64_t)nth, j.n_units);
     if (j.scratch_floats * (size_t)nth > cpu->attn_scratch_floats) {

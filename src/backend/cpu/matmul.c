@@ -7,9 +7,13 @@
  * token of the tile (prefill reuses weights from cache); with one token the
  * tiles are plain row ranges, each thread streams its own contiguous run of
  * them once and then helps with the others' (decode runs near memory
- * bandwidth).
+ * bandwidth).  Float weights (F32/F16/BF16) with many tokens on an AVX-512
+ * CPU take the packed GEMM of gemm_avx512.c instead: threads claim blocks
+ * of output rows, each computed for every token.
  */
 #include "backend/cpu/cpu_impl.h"
+#include "backend/cpu/gemm_avx512.h"
+#include "backend/cpu/quant_impl.h"
 
 #include <stdatomic.h>
 #include <string.h>
@@ -24,6 +28,21 @@
 
 /* Threads that get their own runs of decode tiles (more share one counter). */
 #define HY_MM_MAX_RUNS 64
+
+/* Tokens from which float weights take the GEMM.  Below it the tile
+ * kernels (weights converted in registers, streamed once) win: the GEMM's
+ * packing (convert + transpose every weight once per call) costs about as
+ * much as ~20 tokens of its arithmetic (bench_gemm: equal near 24 tokens,
+ * GEMM ahead from 32).  Decode keeps exactly the vec_dot results. */
+#define HY_MM_GEMM_MIN_TOK 32
+/* Row blocks per thread to aim for in the GEMM (a late thread's share can
+ * be taken over by the other). */
+#define HY_MM_GEMM_UNITS_PER_THREAD 4
+/* Tokens per GEMM block (a multiple of HY_GEMM_A5_NR): a block's outputs
+ * for one row block (256 rows x 516 tokens, 528 KB) stay in L2 next to the
+ * weight panel between its k blocks; longer batches are cut into blocks,
+ * each repacking its weights (~1% of its time). */
+#define HY_MM_GEMM_NC (43 * HY_GEMM_A5_NR)
 
 /* One thread's run of consecutive tiles, claimed front to back; on its own
  * cache line so that claims of different threads do not contend. */
@@ -46,6 +65,22 @@ typedef struct {
     _Atomic int64_t next; /* next tile to claim */
     hy_mm_run_t *runs;    /* decode: [nth] contiguous runs, or NULL */
 } hy_mm_job_t;
+
+/* The GEMM's job: activations packed once, then blocks of mc output rows
+ * claimed from one counter. */
+typedef struct {
+    const hy_weight_t *w;
+    const float *x;      /* [n_tok][k] */
+    float *y;            /* [n_tok][n_out] */
+    float *xp;           /* packed activations */
+    float *wp;           /* [nth][wp_floats] weight panels */
+    size_t wp_floats;
+    int64_t k, n_out, n_tok, n_groups;
+    int64_t mc, n_rb;    /* rows per row block, row blocks */
+    int64_t n_tb;        /* token blocks of HY_MM_GEMM_NC */
+    int64_t n_units;     /* n_rb * n_tb, row blocks varying fastest */
+    _Atomic int64_t next;
+} hy_mm_gemm_job_t;
 
 int hy_cpu_weight_check(const hy_weight_t *w, char *err)
 {
@@ -128,6 +163,105 @@ static void hy_mm_worker(void *arg, int ith, int nth)
         hy_mm_tile(j, u);
 }
 
+/* Whether w x (n_tok tokens) takes the GEMM: float weights, enough tokens,
+ * and the AVX-512 kernels selected (tests pin lower levels through
+ * hy_quant_set_isa, which must then not reach AVX-512 code). */
+static bool hy_mm_gemm_wanted(const hy_weight_t *w, int32_t n_tok)
+{
+    if (n_tok < HY_MM_GEMM_MIN_TOK ||
+        (w->type != HY_DTYPE_F32 && w->type != HY_DTYPE_F16 && w->type != HY_DTYPE_BF16))
+        return false;
+#if defined(__x86_64__) || defined(__i386__)
+    return hy_quant_traits(w->type) == &hy_quant_avx512_kernels[w->type].traits;
+#else
+    return false;
+#endif
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+static void hy_mm_gemm_pack_worker(void *arg, int ith, int nth)
+{
+    hy_mm_gemm_job_t *j = arg;
+    int64_t lo, hi;
+
+    hy_cpu_split(j->n_groups, ith, nth, &lo, &hi);
+    hy_gemm_a5_pack_x(j->x, (size_t)j->k, j->k, j->n_tok, lo, hi, j->xp);
+}
+
+static void hy_mm_gemm_worker(void *arg, int ith, int nth)
+{
+    hy_mm_gemm_job_t *j = arg;
+    float *wp = j->wp + (size_t)ith * j->wp_floats;
+
+    (void)nth;
+    for (int64_t u = ith; u < j->n_units;
+         u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) {
+        int64_t rb = u % j->n_rb, t0 = u / j->n_rb * HY_MM_GEMM_NC;
+        int64_t r0 = rb * j->mc, r1 = HY_MIN(j->n_out, r0 + j->mc);
+        hy_gemm_a5_rows(j->w->type, j->w->data, j->w->row_bytes, j->k, r0, r1,
+                        j->xp + (size_t)(t0 / HY_GEMM_A5_NR) * (size_t)j->k * HY_GEMM_A5_NR,
+                        HY_MIN((int64_t)HY_MM_GEMM_NC, j->n_tok - t0), j->y + t0 * j->n_out,
+                        (size_t)j->n_out, wp);
+    }
+}
+
+/* y = x W^T through the packed GEMM.  Returns false (nothing done, no
+ * error recorded) only if the scratch cannot be had, so that the caller
+ * falls back to the tile path, which needs none for float weights. */
+static bool hy_mm_gemm(hy_cpu_t *cpu, const hy_weight_t *w, const float *x, float *y,
+                       int32_t n_tok)
+{
+    hy_mm_gemm_job_t j;
+    int nth = cpu->n_threads;
+    size_t xp_floats;
+    uint64_t need;
+
+    memset(&j, 0, sizeof j);
+    j.w = w;
+    j.x = x;
+    j.y = y;
+    j.k = w->ne[0];
+    j.n_out = w->ne[1];
+    j.n_tok = n_tok;
+    j.n_groups = (n_tok + HY_GEMM_A5_NR - 1) / HY_GEMM_A5_NR;
+    /* Row blocks: as large as the L2 budget allows, but enough of them that
+     * every thread gets a few (rounded to the 32-row micro-kernel). */
+    int64_t want = nth > 1 ? (int64_t)nth * HY_MM_GEMM_UNITS_PER_THREAD : 1;
+    int64_t mc = (j.n_out + want - 1) / want;
+    mc = (mc + HY_GEMM_A5_MR - 1) / HY_GEMM_A5_MR * HY_GEMM_A5_MR;
+    j.mc = HY_MAX((int64_t)HY_GEMM_A5_MR, HY_MIN((int64_t)HY_GEMM_A5_MC, mc));
+    j.n_rb = (j.n_out + j.mc - 1) / j.mc;
+    j.n_tb = (n_tok + HY_MM_GEMM_NC - 1) / HY_MM_GEMM_NC;
+    j.n_units = j.n_rb * j.n_tb;
+    nth = (int)HY_MIN((int64_t)nth, j.n_units);
+
+    /* one scratch: packed activations, then each thread's weight panel
+     * (both multiples of 16 floats, so every part stays 64-byte aligned) */
+    xp_floats = (hy_gemm_a5_xpack_floats(j.k, n_tok) + 15) & ~(size_t)15;
+    j.wp_floats = (hy_gemm_a5_wpack_floats(j.k) + 15) & ~(size_t)15;
+    if (hy_mul_overflow_u64(j.wp_floats, (uint64_t)nth, &need) ||
+        hy_add_overflow_u64(need, xp_floats, &need) ||
+        hy_mul_overflow_u64(need, sizeof(float), &need) || need > SIZE_MAX ||
+        hy_cpu_scratch(&cpu->act, &cpu->act_size, (size_t)need) != 0)
+        return false;
+    j.xp = cpu->act;
+    j.wp = j.xp + xp_floats;
+
+    hy_pool_run_n(cpu->pool, (int)HY_MIN((int64_t)cpu->n_threads, (j.n_groups + 1) / 2),
+                  hy_mm_gemm_pack_worker, &j);
+    atomic_init(&j.next, nth); /* units 0..nth-1 are the threads' first */
+    hy_pool_run_n(cpu->pool, nth, hy_mm_gemm_worker, &j);
+    return true;
+}
+#else
+static bool hy_mm_gemm(hy_cpu_t *cpu, const hy_weight_t *w, const float *x, float *y,
+                       int32_t n_tok)
+{
+    (void)cpu, (void)w, (void)x, (void)y, (void)n_tok;
+    return false;
+}
+#endif
+
 void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float *y,
                    int32_t n_tok)
 {
@@ -144,6 +278,8 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
         memset(y, 0, (size_t)n_tok * (size_t)HY_MAX(w->ne[1], 0) * sizeof(float));
         return;
     }
+    if (hy_mm_gemm_wanted(w, n_tok) && hy_mm_gemm(cpu, w, x, y, n_tok))
+        return;
     memset(&j, 0, sizeof j);
     j.w = w;
     j.tr = hy_quant_traits(w->type);

@@ -1,0 +1,61 @@
+/*
+ * attn_avx512.c - the flash-attention prefill kernel (attn_flash_impl.h) on
+ * AVX-512: 16 lanes per vector, groups of 3 vectors (48 queries), 8 keys x
+ * 3 vectors of scores and 8 value columns x 3 vectors of output in
+ * registers (24 of the 32 zmm), broadcasts folded into the FMAs.
+ */
+#include "backend/cpu/attn_flash.h"
+
+#include <math.h>
+
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+
+#define HY_AF_W 16
+#define HY_AF_VMAX 3
+#define HY_AF_NK 8
+#define HY_AF_ND 8
+#define HY_AF_ENTRY hy_attn_flash_avx512
+
+typedef __m512 hy_af_v;
+
+#define HY_AF_PRIM __attribute__((always_inline)) static inline
+HY_AF_PRIM hy_af_v hy_af_zero(void) { return _mm512_setzero_ps(); }
+HY_AF_PRIM hy_af_v hy_af_load(const float *p) { return _mm512_loadu_ps(p); }
+HY_AF_PRIM void hy_af_store(float *p, hy_af_v v) { _mm512_storeu_ps(p, v); }
+HY_AF_PRIM hy_af_v hy_af_set1(float x) { return _mm512_set1_ps(x); }
+HY_AF_PRIM hy_af_v hy_af_fma(hy_af_v a, hy_af_v b, hy_af_v c) { return _mm512_fmadd_ps(a, b, c); }
+HY_AF_PRIM hy_af_v hy_af_max(hy_af_v a, hy_af_v b) { return _mm512_max_ps(a, b); }
+HY_AF_PRIM hy_af_v hy_af_sub(hy_af_v a, hy_af_v b) { return _mm512_sub_ps(a, b); }
+HY_AF_PRIM hy_af_v hy_af_add(hy_af_v a, hy_af_v b) { return _mm512_add_ps(a, b); }
+HY_AF_PRIM hy_af_v hy_af_exp(hy_af_v x) { return hy_attn_exp_avx512(x); }
+
+HY_AF_PRIM hy_af_v hy_af_mask_pos(hy_af_v s, int32_t j, const int32_t *qpos, const int32_t *qlo)
+{
+    __m512i jp = _mm512_set1_epi32(j);
+    __mmask16 ok = _mm512_cmple_epi32_mask(jp, _mm512_loadu_si512(qpos)) &
+                   _mm512_cmpge_epi32_mask(jp, _mm512_loadu_si512(qlo));
+    return _mm512_mask_blend_ps(ok, _mm512_set1_ps(-INFINITY), s);
+}
+
+HY_AF_PRIM hy_af_v hy_af_keep_ge(hy_af_v p, hy_af_v x, float t)
+{
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(t), _CMP_GE_OQ), p);
+}
+
+HY_AF_PRIM hy_af_v hy_af_one_if_ninf(hy_af_v c, hy_af_v m)
+{
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ), c,
+                                _mm512_set1_ps(1.0f));
+}
+
+HY_AF_PRIM hy_af_v hy_af_cvt_f16(const uint16_t *h)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+}
+
+#include "backend/cpu/attn_flash_impl.h"
+
+#pragma GCC pop_options
+#endif

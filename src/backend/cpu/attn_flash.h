@@ -1,0 +1,114 @@
+/*
+ * attn_flash.h - the flash-attention prefill kernels (attn_flash_impl.h,
+ * built once per ISA by attn_avx512.c and attn_avx2.c): one unit of queries
+ * (a block of tokens times the query heads of one KV head) against the
+ * paged KV cache.  attention.c decides which units take them and supplies
+ * the page addressing; these own only the arithmetic.
+ */
+#ifndef HY_ATTN_FLASH_H
+#define HY_ATTN_FLASH_H
+
+#include "common/hy.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One unit.  Lane i of the unit is query token t0 + i / (h1 - h0), head
+ * h0 + i % (h1 - h0); it attends to positions max(0, pos - window + 1) ..
+ * pos (window 0: from 0) of one KV head. */
+typedef struct {
+    /* that KV head's keys: position p is row p % page_tokens of page
+     * pages[p / page_tokens], at k_base + page * k_page_bytes (rows of
+     * k_row_bytes, contiguous within a page); values likewise */
+    const uint8_t *k_base, *v_base;
+    size_t k_page_bytes, v_page_bytes, k_row_bytes, v_row_bytes;
+    const int32_t *pages;
+    int32_t page_tokens;
+    int kv_f32;                      /* rows are floats: copied, not converted */
+    int kv_f16;                      /* rows are halves: converted inline */
+    void (*to_float)(const void *x, float *y, int64_t n); /* row elements -> f32 */
+
+    const float *q;      /* [tokens][q_stride]: head h at q + t*q_stride + h*hd */
+    float *out;          /* [tokens][out_stride]: head h at + h*hdv */
+    const int32_t *pos;  /* [tokens] positions */
+    int32_t q_stride, out_stride;
+    int32_t t0, t1, h0, h1;
+    int32_t hd, hdv;
+    int32_t window;      /* 0 = full causal */
+    float scale, softcap;
+} hy_attn_flash_t;
+
+/* Query lanes a kernel handles per sweep of the keys; units with more
+ * lanes sweep the keys more than once. */
+#define HY_ATTN_FLASH_MAX_LANES 192
+/* Key positions per tile, and the most lanes a kernel puts in one group. */
+#define HY_ATTN_FLASH_TILE 64
+#define HY_ATTN_FLASH_GROUP_MAX 48
+
+/* Scratch floats one call needs for units of up to max_lanes lanes: K and
+ * V tiles, the score tile, then Qt and O^T of every group.  (Any float
+ * alignment works; 64-byte aligned scratch keeps the AVX-512 kernel's
+ * tiles on cache lines.) */
+static inline size_t hy_attn_flash_scratch_floats(int32_t hd, int32_t hdv, int32_t max_lanes)
+{
+    size_t lanes = (size_t)HY_MIN(max_lanes, HY_ATTN_FLASH_MAX_LANES);
+
+    lanes = (lanes + HY_ATTN_FLASH_GROUP_MAX - 1) / HY_ATTN_FLASH_GROUP_MAX *
+            HY_ATTN_FLASH_GROUP_MAX;
+    return (size_t)HY_ATTN_FLASH_TILE * ((size_t)hd + (size_t)hdv + HY_ATTN_FLASH_GROUP_MAX) +
+           lanes * ((size_t)hd + (size_t)hdv);
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* Compute the unit's outputs.  The caller checks cpuid: AVX-512F, or AVX2
+ * with FMA and F16C. */
+void hy_attn_flash_avx512(const hy_attn_flash_t *f, float *scratch);
+void hy_attn_flash_avx2(const hy_attn_flash_t *f, float *scratch);
+
+/* exp for x <= 0 (scores minus their max), Cephes polynomial on the
+ * reduced argument: relative error ~2 ulp, far below what attention needs.
+ * Arguments below -87 (weights < 1e-38) are clamped there.  Shared by the
+ * flash kernels and attention.c's row and lanes kernels. */
+__attribute__((target("avx512f"), always_inline, unused)) static inline __m512
+hy_attn_exp_avx512(__m512 x)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* The same on 8 lanes. */
+__attribute__((target("avx2,fma"), always_inline, unused)) static inline __m256
+hy_attn_exp_avx2(__m256 x)
+{
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* 2^n into the exponent field; n >= -126 after the clamp */
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+#endif
+
+#endif

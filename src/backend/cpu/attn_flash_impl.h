@@ -1,0 +1,397 @@
+/*
+ * attn_flash_impl.h - the flash-attention prefill kernel over the paged KV
+ * cache, written once for every vector width: attn_avx512.c and attn_avx2.c
+ * each define the vector type and a dozen primitives (below) under their
+ * own target pragma, then include this file.  Queries sit in the SIMD lanes
+ * (groups of HY_AF_VMAX vectors of lanes, Qt is [d][lanes]) and the keys
+ * are swept in tiles of HY_ATTN_FLASH_TILE positions: each tile is
+ * converted to f32 once for every query of the unit, then per group
+ * S^T = K Qt (HY_AF_NK keys x HY_AF_VMAX vectors in registers), a per-lane
+ * online softmax (vertical operations only), and O^T += V^T P^T (HY_AF_ND
+ * value columns x HY_AF_VMAX vectors).  Masking runs only on tiles that
+ * cross a lane's causal edge or window.
+ *
+ * The includer defines: HY_AF_W (lanes per vector), HY_AF_VMAX, HY_AF_NK,
+ * HY_AF_ND (register blocking), HY_AF_ENTRY (the exported function's name),
+ * the type hy_af_v, and always-inline hy_af_zero, load, store, set1, fma
+ * (a*b+c), max, sub, add, exp (x <= 0), mask_pos (s, or -inf where the key
+ * position is outside a lane's [qlo, qpos]), keep_ge (p where x >= t,
+ * else 0, NaN x included), one_if_ninf (c, or 1 where m is -inf) and
+ * cvt_f16 (HY_AF_W halves to floats).
+ */
+#include <math.h>
+#include <string.h>
+
+#define HY_AF_BK HY_ATTN_FLASH_TILE
+#define HY_AF_GL (HY_AF_W * HY_AF_VMAX)           /* lanes per group */
+#define HY_AF_MAX_GROUPS (HY_ATTN_FLASH_MAX_LANES / HY_AF_GL)
+#define HY_AF_INLINE __attribute__((always_inline)) static inline
+/* Softmax weights below exp(-80) (2e-35 of the largest) are dropped: they
+ * cannot move a sum that holds the largest weight, 1, while their products
+ * with values would be denormals, which cost microcode assists. */
+#define HY_AF_EXP_MIN -80.0f
+
+_Static_assert(HY_AF_GL <= HY_ATTN_FLASH_GROUP_MAX, "groups fit the scratch plan");
+_Static_assert(HY_ATTN_FLASH_MAX_LANES % HY_AF_GL == 0, "whole groups per sweep");
+_Static_assert(HY_AF_VMAX == 3, "hy_af_group_tile_any instantiates 1..3 vectors");
+
+/* One lane group: nv vectors of lanes, the first n of them real queries
+ * (padding lanes repeat the first query's positions with a zero query, so
+ * they are ordinary finite lanes whose output is dropped). */
+typedef struct {
+    int32_t nv, lane0, n;
+    int32_t pmin, pmax, lomin, lomax;   /* positions, over the real lanes */
+    float *Qt;                          /* [hd][HY_AF_W nv]: query times scale */
+    float *O;                           /* [hdv][HY_AF_W nv]: unnormalised output */
+    float m[HY_AF_GL], l[HY_AF_GL];     /* running max and sum per lane */
+    int32_t qpos[HY_AF_GL], qlo[HY_AF_GL];
+} hy_af_group_t;
+
+/* The next tile's K/V rows, prefetched into L2 a few lines at a time while
+ * the current tile is computed: pages are scattered, so the hardware
+ * prefetcher finds them only a page at a time, and a burst of a whole
+ * tile's lines stalls on the fill buffers. */
+typedef struct {
+    const char *run[2 * (HY_AF_BK + 1)]; /* page runs of rows: start, bytes */
+    size_t len[2 * (HY_AF_BK + 1)];
+    int32_t n_run, ri;
+    size_t off;                          /* within run[ri] */
+} hy_af_pf_t;
+
+/* Issues up to n more line prefetches. */
+static inline void hy_af_pf_step(hy_af_pf_t *pf, int n)
+{
+    while (n > 0 && pf->ri < pf->n_run) {
+        _mm_prefetch(pf->run[pf->ri] + pf->off, _MM_HINT_T1);
+        n--;
+        pf->off += 64;
+        if (pf->off >= pf->len[pf->ri]) {
+            pf->ri++;
+            pf->off = 0;
+        }
+    }
+}
+
+/* S[r][lanes] = sum_d K[r][d] Qt[d][lanes] for rows r of nk consecutive
+ * keys (NV vectors of lanes, NK keys: NV*NK accumulators, one FMA chain per
+ * score over d); mx = max(mx, scores). */
+HY_AF_INLINE void hy_af_qk_tile(const float *Qt, const float *K, int hd, float *S, int NV,
+                                int NK, hy_af_v *mx)
+{
+    const int L = HY_AF_W * NV;
+    hy_af_v acc[HY_AF_NK > HY_AF_ND ? HY_AF_NK : HY_AF_ND][HY_AF_VMAX];
+
+#pragma GCC unroll 16
+    for (int kk = 0; kk < NK; kk++)
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++)
+            acc[kk][v] = hy_af_zero();
+    for (int d = 0; d < hd; d++) {
+        hy_af_v qv[HY_AF_VMAX];
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++)
+            qv[v] = hy_af_load(Qt + (size_t)d * L + HY_AF_W * v);
+#pragma GCC unroll 16
+        for (int kk = 0; kk < NK; kk++) {
+            hy_af_v kb = hy_af_set1(K[(size_t)kk * hd + d]);
+#pragma GCC unroll 3
+            for (int v = 0; v < NV; v++)
+                acc[kk][v] = hy_af_fma(kb, qv[v], acc[kk][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int kk = 0; kk < NK; kk++)
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++) {
+            hy_af_store(S + (size_t)kk * L + HY_AF_W * v, acc[kk][v]);
+            mx[v] = hy_af_max(mx[v], acc[kk][v]);
+        }
+}
+
+HY_AF_INLINE void hy_af_qk(const float *Qt, const float *K, int hd, int n, float *S, int NV,
+                           hy_af_v *mx)
+{
+    int r = 0;
+
+    for (; r + HY_AF_NK <= n; r += HY_AF_NK)
+        hy_af_qk_tile(Qt, K + (size_t)r * hd, hd, S + (size_t)r * HY_AF_W * NV, NV, HY_AF_NK, mx);
+    for (; r + 2 <= n; r += 2)
+        hy_af_qk_tile(Qt, K + (size_t)r * hd, hd, S + (size_t)r * HY_AF_W * NV, NV, 2, mx);
+    if (r < n)
+        hy_af_qk_tile(Qt, K + (size_t)r * hd, hd, S + (size_t)r * HY_AF_W * NV, NV, 1, mx);
+}
+
+/* O^T[d][lanes] = c O^T[d][lanes] + sum_r V[r][d] P[r][lanes] for value
+ * columns d0 .. d0+ND (ND*NV accumulators, one chain per output over r). */
+HY_AF_INLINE void hy_af_pv_tile(float *O, const float *P, const float *V, int hdv, int n,
+                                const hy_af_v *c, int NV, int ND)
+{
+    const int L = HY_AF_W * NV;
+    hy_af_v acc[HY_AF_NK > HY_AF_ND ? HY_AF_NK : HY_AF_ND][HY_AF_VMAX];
+
+#pragma GCC unroll 16
+    for (int dd = 0; dd < ND; dd++)
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++)
+            acc[dd][v] = hy_af_zero();
+    for (int r = 0; r < n; r++) {
+        hy_af_v pv[HY_AF_VMAX];
+        const float *vr = V + (size_t)r * hdv;
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++)
+            pv[v] = hy_af_load(P + (size_t)r * L + HY_AF_W * v);
+#pragma GCC unroll 16
+        for (int dd = 0; dd < ND; dd++) {
+            hy_af_v vb = hy_af_set1(vr[dd]);
+#pragma GCC unroll 3
+            for (int v = 0; v < NV; v++)
+                acc[dd][v] = hy_af_fma(vb, pv[v], acc[dd][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int dd = 0; dd < ND; dd++)
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++) {
+            float *o = O + (size_t)dd * L + HY_AF_W * v;
+            hy_af_store(o, hy_af_fma(hy_af_load(o), c[v], acc[dd][v]));
+        }
+}
+
+HY_AF_INLINE void hy_af_pv(float *O, const float *P, const float *V, int hdv, int n,
+                           const hy_af_v *c, int NV, hy_af_pf_t *pf)
+{
+    int d = 0;
+
+    for (; d + HY_AF_ND <= hdv; d += HY_AF_ND) {
+        hy_af_pv_tile(O + (size_t)d * HY_AF_W * NV, P, V + d, hdv, n, c, NV, HY_AF_ND);
+        hy_af_pf_step(pf, HY_AF_ND);
+    }
+    for (; d < hdv; d++)
+        hy_af_pv_tile(O + (size_t)d * HY_AF_W * NV, P, V + d, hdv, n, c, NV, 1);
+}
+
+/* Folds keys [j0, j0+n) (rows K, V) into group gr: scores, the cap, the
+ * mask where the tile crosses a lane's edge, the online softmax update and
+ * the weighted values.  S is n x HY_AF_W NV scratch. */
+HY_AF_INLINE void hy_af_group_tile(hy_af_group_t *gr, const float *K, const float *V,
+                                   int32_t j0, int n, int hd, int hdv, float softcap,
+                                   float *S, hy_af_pf_t *pf, int NV)
+{
+    const int L = HY_AF_W * NV;
+    const hy_af_v ninf = hy_af_set1(-INFINITY);
+    int masked = !(j0 + n - 1 <= gr->pmin && j0 >= gr->lomax);
+    hy_af_v mx[HY_AF_VMAX], c[HY_AF_VMAX], mn[HY_AF_VMAX], lsum[HY_AF_VMAX];
+
+    for (int v = 0; v < NV; v++)
+        mx[v] = ninf;
+    hy_af_qk(gr->Qt, K, hd, n, S, NV, mx);
+
+    if (softcap > 0.0f || masked) {
+        /* cap and mask in place, then the max again */
+        if (softcap > 0.0f)
+            for (int i = 0; i < n * L; i++)
+                S[i] = softcap * tanhf(S[i] / softcap);
+        for (int v = 0; v < NV; v++) {
+            mx[v] = ninf;
+            for (int r = 0; r < n; r++) {
+                float *sr = S + (size_t)r * L + HY_AF_W * v;
+                hy_af_v s = hy_af_load(sr);
+                if (masked) {
+                    s = hy_af_mask_pos(s, j0 + r, gr->qpos + HY_AF_W * v, gr->qlo + HY_AF_W * v);
+                    hy_af_store(sr, s);
+                }
+                mx[v] = hy_af_max(mx[v], s);
+            }
+        }
+    }
+
+    /* online softmax per lane: new max, rescale factor for what came before
+     * (1 while a lane has seen nothing: its max is still -inf) */
+    for (int v = 0; v < NV; v++) {
+        hy_af_v m = hy_af_load(gr->m + HY_AF_W * v);
+        mn[v] = hy_af_max(m, mx[v]);
+        hy_af_v x = hy_af_sub(m, mn[v]);
+        c[v] = hy_af_one_if_ninf(hy_af_keep_ge(hy_af_exp(x), x, HY_AF_EXP_MIN), mn[v]);
+        lsum[v] = hy_af_zero();
+        hy_af_store(gr->m + HY_AF_W * v, mn[v]);
+    }
+    for (int r = 0; r < n; r++)
+        for (int v = 0; v < NV; v++) {
+            float *sr = S + (size_t)r * L + HY_AF_W * v;
+            hy_af_v s = hy_af_load(sr);
+            hy_af_v x = hy_af_sub(s, mn[v]);
+            /* masked scores (x = -inf, or NaN in a lane that has seen
+             * nothing) weigh exactly 0, as do those below HY_AF_EXP_MIN */
+            hy_af_v p = hy_af_keep_ge(hy_af_exp(x), x, HY_AF_EXP_MIN);
+            hy_af_store(sr, p);
+            lsum[v] = hy_af_add(lsum[v], p);
+        }
+    for (int v = 0; v < NV; v++) {
+        hy_af_v l = hy_af_load(gr->l + HY_AF_W * v);
+        hy_af_store(gr->l + HY_AF_W * v, hy_af_fma(l, c[v], lsum[v]));
+    }
+    hy_af_pv(gr->O, S, V, hdv, n, c, NV, pf);
+}
+
+static void hy_af_group_tile_any(hy_af_group_t *gr, const float *K, const float *V,
+                                 int32_t j0, int n, int hd, int hdv, float softcap, float *S,
+                                 hy_af_pf_t *pf)
+{
+    /* a constant NV per copy, so the accumulators live in registers */
+    switch (gr->nv) {
+    case 1:
+        hy_af_group_tile(gr, K, V, j0, n, hd, hdv, softcap, S, pf, 1);
+        break;
+    case 2:
+        hy_af_group_tile(gr, K, V, j0, n, hd, hdv, softcap, S, pf, 2);
+        break;
+    default:
+        hy_af_group_tile(gr, K, V, j0, n, hd, hdv, softcap, S, pf, 3);
+        break;
+    }
+}
+
+/* Rows [lo, hi) of one KV head into a float tile (row p - lo), page by page. */
+static void hy_af_load_rows(const hy_attn_flash_t *f, const uint8_t *base, size_t page_bytes,
+                            size_t row_bytes, int32_t dim, int32_t lo, int32_t hi, float *tile)
+{
+    int32_t pt = f->page_tokens;
+
+    for (int32_t p = lo; p < hi;) {
+        int32_t pi = p / pt, slot = p % pt, cnt = HY_MIN(hi - p, pt - slot);
+        const uint8_t *src = base + (size_t)f->pages[pi] * page_bytes + (size_t)slot * row_bytes;
+        float *dst = tile + (size_t)(p - lo) * dim;
+        size_t n = (size_t)cnt * dim, i = 0;
+        if (f->kv_f32) {
+            memcpy(dst, src, n * sizeof(float));
+        } else if (f->kv_f16) {
+            /* the common case, a vector of halves per instruction */
+            const uint16_t *h = (const uint16_t *)src;
+            for (; i + HY_AF_W <= n; i += HY_AF_W)
+                hy_af_store(dst + i, hy_af_cvt_f16(h + i));
+            if (i < n) { /* odd head sizes: through padded copies */
+                uint16_t th[HY_AF_W] = {0};
+                float tf[HY_AF_W];
+                memcpy(th, h + i, (n - i) * sizeof(uint16_t));
+                hy_af_store(tf, hy_af_cvt_f16(th));
+                memcpy(dst + i, tf, (n - i) * sizeof(float));
+            }
+        } else {
+            f->to_float(src, dst, (int64_t)n);
+        }
+        p += cnt;
+    }
+}
+
+/* Queues rows [lo, hi) of one KV head for hy_af_pf_step. */
+static void hy_af_pf_rows(hy_af_pf_t *pf, const hy_attn_flash_t *f, const uint8_t *base,
+                          size_t page_bytes, size_t row_bytes, int32_t lo, int32_t hi)
+{
+    int32_t pt = f->page_tokens;
+
+    for (int32_t p = lo; p < hi;) {
+        int32_t pi = p / pt, slot = p % pt, cnt = HY_MIN(hi - p, pt - slot);
+        pf->run[pf->n_run] = (const char *)base + (size_t)f->pages[pi] * page_bytes +
+                             (size_t)slot * row_bytes;
+        pf->len[pf->n_run++] = (size_t)cnt * row_bytes;
+        p += cnt;
+    }
+}
+
+/* Lanes [q0, q0+nl) of the unit: set up the groups, sweep the keys, write
+ * the outputs. */
+static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_t nl)
+{
+    const int32_t hd = f->hd, hdv = f->hdv, nh = f->h1 - f->h0;
+    float *Kt = scr, *Vt = Kt + (size_t)HY_AF_BK * hd, *S = Vt + (size_t)HY_AF_BK * hdv;
+    float *Qbase = S + (size_t)HY_AF_BK * HY_AF_GL;
+    hy_af_group_t grs[HY_AF_MAX_GROUPS];
+    hy_af_pf_t pf;
+    int32_t ng = (nl + HY_AF_GL - 1) / HY_AF_GL, kmin = INT32_MAX, kmax = -1;
+
+    for (int32_t gi = 0; gi < ng; gi++) {
+        hy_af_group_t *gr = &grs[gi];
+        int32_t n = HY_MIN(HY_AF_GL, nl - gi * HY_AF_GL), L;
+        gr->lane0 = q0 + gi * HY_AF_GL;
+        gr->n = n;
+        gr->nv = (n + HY_AF_W - 1) / HY_AF_W;
+        L = HY_AF_W * gr->nv;
+        gr->Qt = Qbase + (size_t)gi * HY_AF_GL * (hd + hdv);
+        gr->O = gr->Qt + (size_t)HY_AF_GL * hd;
+        gr->pmin = gr->lomin = INT32_MAX;
+        gr->pmax = gr->lomax = -1;
+        memset(gr->Qt, 0, sizeof(float) * (size_t)hd * L);
+        memset(gr->O, 0, sizeof(float) * (size_t)hdv * L);
+        for (int32_t i = 0; i < L; i++) {
+            int32_t lane = gr->lane0 + (i < n ? i : 0);
+            int32_t t = f->t0 + lane / nh, h = f->h0 + lane % nh;
+            int32_t p = f->pos[t], lo = f->window > 0 ? HY_MAX(0, p - f->window + 1) : 0;
+            gr->m[i] = -INFINITY;
+            gr->l[i] = 0.0f;
+            gr->qpos[i] = p;
+            gr->qlo[i] = lo;
+            if (i >= n)
+                continue;
+            const float *qv = f->q + (size_t)t * f->q_stride + (size_t)h * hd;
+            for (int32_t d = 0; d < hd; d++)
+                gr->Qt[(size_t)d * L + i] = qv[d] * f->scale;
+            gr->pmin = HY_MIN(gr->pmin, p);
+            gr->pmax = HY_MAX(gr->pmax, p);
+            gr->lomin = HY_MIN(gr->lomin, lo);
+            gr->lomax = HY_MAX(gr->lomax, lo);
+        }
+        kmin = HY_MIN(kmin, gr->lomin);
+        kmax = HY_MAX(kmax, gr->pmax);
+    }
+
+    /* tiles aligned to multiples of HY_AF_BK positions */
+    for (int32_t a = kmin - kmin % HY_AF_BK; a <= kmax; a += HY_AF_BK) {
+        int32_t lo = HY_MAX(a, kmin), hi = HY_MIN(a + HY_AF_BK, kmax + 1);
+        /* the part of the tile some group sees */
+        int32_t clo = INT32_MAX, chi = -1;
+        for (int32_t gi = 0; gi < ng; gi++) {
+            clo = HY_MIN(clo, HY_MAX(lo, grs[gi].lomin));
+            chi = HY_MAX(chi, HY_MIN(hi, grs[gi].pmax + 1));
+        }
+        if (clo >= chi)
+            continue;
+        hy_af_load_rows(f, f->k_base, f->k_page_bytes, f->k_row_bytes, hd, clo, chi, Kt);
+        hy_af_load_rows(f, f->v_base, f->v_page_bytes, f->v_row_bytes, hdv, clo, chi, Vt);
+        pf.n_run = pf.ri = 0;
+        pf.off = 0;
+        if (a + HY_AF_BK <= kmax) {
+            int32_t nhi = HY_MIN(a + 2 * HY_AF_BK, kmax + 1);
+            hy_af_pf_rows(&pf, f, f->k_base, f->k_page_bytes, f->k_row_bytes, a + HY_AF_BK, nhi);
+            hy_af_pf_rows(&pf, f, f->v_base, f->v_page_bytes, f->v_row_bytes, a + HY_AF_BK, nhi);
+        }
+        for (int32_t gi = 0; gi < ng; gi++) {
+            int32_t glo = HY_MAX(clo, grs[gi].lomin), ghi = HY_MIN(chi, grs[gi].pmax + 1);
+            if (glo >= ghi)
+                continue;
+            hy_af_group_tile_any(&grs[gi], Kt + (size_t)(glo - clo) * hd,
+                                 Vt + (size_t)(glo - clo) * hdv, glo, ghi - glo, hd, hdv,
+                                 f->softcap, S, &pf);
+        }
+        hy_af_pf_step(&pf, INT32_MAX); /* whatever the groups left */
+    }
+
+    for (int32_t gi = 0; gi < ng; gi++) {
+        const hy_af_group_t *gr = &grs[gi];
+        int32_t L = HY_AF_W * gr->nv;
+        for (int32_t i = 0; i < gr->n; i++) {
+            int32_t lane = gr->lane0 + i, t = f->t0 + lane / nh, h = f->h0 + lane % nh;
+            float *o = f->out + (size_t)t * f->out_stride + (size_t)h * hdv;
+            float inv = gr->l[i] > 0.0f ? 1.0f / gr->l[i] : 0.0f;
+            for (int32_t d = 0; d < hdv; d++)
+                o[d] = gr->O[(size_t)d * L + i] * inv;
+        }
+    }
+}
+
+void HY_AF_ENTRY(const hy_attn_flash_t *f, float *scratch)
+{
+    int32_t nq = (f->t1 - f->t0) * (f->h1 - f->h0);
+
+    for (int32_t q0 = 0; q0 < nq; q0 += HY_ATTN_FLASH_MAX_LANES)
+        hy_af_sweep(f, scratch, q0, HY_MIN(HY_ATTN_FLASH_MAX_LANES, nq - q0));
+}

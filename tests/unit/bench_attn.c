@@ -1,0 +1,162 @@
+/*
+ * bench_attn.c - times the CPU backend's paged attention on the qwen35-bench
+ * shape (8 query heads, 2 KV heads of 256, f16 KV in pages of 16 tokens):
+ * one pass of 512 new tokens appended after n_past cached ones, as
+ * `hyserve bench` feeds a long prompt, plus one decode token.  One thread,
+ * thread CPU time, minimum over repeats (the build machine is shared).
+ * Built by `make check`, not run by it:
+ *   tests/unit/bench_attn [reps=3] [isa=best|avx2|scalar] [keys...=4096 16384 32768]
+ */
+#include "backend/backend.h"
+#include "backend/cpu/quant.h"
+#include "backend/cpu/cpu_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { B_NH = 8, B_NKV = 2, B_HD = 256, B_PT = 16, B_NQ = 512 };
+
+static double thread_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Deterministic values in [-a, a). */
+static void fill(float *x, size_t n, float a, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = a * ((float)(seed >> 8) / 8388608.0f - 1.0f);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int reps = argc > 1 ? atoi(argv[1]) : 3;
+    const char *isa = argc > 2 ? argv[2] : "best";
+    int keys[16] = {4096, 16384, 32768}, n_keys = 3, max_keys = 0, rc = 1;
+    hy_backend_t *be = NULL;
+    hy_backend_opts_t opts = {1};
+    char err[HY_ERR_LEN];
+    float *q = NULL, *k = NULL, *v = NULL, *o = NULL;
+    int32_t *pos = NULL, *pages = NULL;
+
+    if (argc > 3) {
+        n_keys = 0;
+        for (int i = 3; i < argc && n_keys < 16; i++)
+            keys[n_keys++] = atoi(argv[i]);
+    }
+    for (int i = 0; i < n_keys; i++) {
+        if (keys[i] < B_NQ || keys[i] > (1 << 20)) {
+            fprintf(stderr, "bench_attn: keys %d must be %d..%d\n", keys[i], B_NQ, 1 << 20);
+            return 1;
+        }
+        max_keys = keys[i] > max_keys ? keys[i] : max_keys;
+    }
+    if (reps < 1)
+        reps = 1;
+    if (hy_backend_cpu_new(&be, &opts, err) != HY_OK) {
+        fprintf(stderr, "bench_attn: %s\n", err);
+        return 1;
+    }
+    if (strcmp(isa, "best") != 0 &&
+        hy_cpu_attn_set_isa(strcmp(isa, "avx2") == 0 ? HY_ISA_AVX2 : HY_ISA_SCALAR) != HY_OK) {
+        fprintf(stderr, "bench_attn: isa %s not supported here\n", isa);
+        goto done;
+    }
+
+    int n_pages = (max_keys + B_PT - 1) / B_PT;
+    hy_kv_layout_t lay = {1, B_NKV, B_HD, B_HD, B_PT, n_pages, HY_DTYPE_F16};
+    q = malloc((size_t)B_NQ * B_NH * B_HD * sizeof(float));
+    k = malloc((size_t)B_NQ * B_NKV * B_HD * sizeof(float));
+    v = malloc((size_t)B_NQ * B_NKV * B_HD * sizeof(float));
+    o = malloc((size_t)B_NQ * B_NH * B_HD * sizeof(float));
+    pos = malloc(B_NQ * sizeof(int32_t));
+    pages = malloc((size_t)n_pages * sizeof(int32_t));
+    if (!q || !k || !v || !o || !pos || !pages || be->i->kv_init(be, &lay, err) != HY_OK) {
+        fprintf(stderr, "bench_attn: setup failed: %s\n", err);
+        goto done;
+    }
+    for (int i = 0; i < n_pages; i++) /* pages in reverse: no free locality */
+        pages[i] = n_pages - 1 - i;
+    fill(q, (size_t)B_NQ * B_NH * B_HD, 0.25f, 1);
+
+    /* fill the cache cheaply: passes with a window of 1 write every
+     * position's K/V but attend to themselves only */
+    hy_attn_params_t pw = {B_NH, B_NKV, B_HD, B_HD, 0.0625f, 1, 0};
+    for (int p0 = 0; p0 < max_keys; p0 += B_NQ) {
+        int n = max_keys - p0 < B_NQ ? max_keys - p0 : B_NQ;
+        hy_batch_seq_t sq = {0, n, p0, pages, (p0 + n + B_PT - 1) / B_PT, -1};
+        hy_batch_t b = {n, NULL, pos, 1, &sq};
+        for (int i = 0; i < n; i++)
+            pos[i] = p0 + i;
+        fill(k, (size_t)n * B_NKV * B_HD, 1.0f, 7u + (uint32_t)p0);
+        fill(v, (size_t)n * B_NKV * B_HD, 1.0f, 11u + (uint32_t)p0);
+        be->i->attention(be, 0, &b, q, k, v, o, &pw);
+    }
+    if (be->i->status(be, err) != HY_OK) {
+        fprintf(stderr, "bench_attn: cache fill: %s\n", err);
+        goto done;
+    }
+
+    hy_attn_params_t p = {B_NH, B_NKV, B_HD, B_HD, 0.0625f, 0, 0};
+    printf("# attention %d/%d heads of %d, f16 KV pages of %d, 1 thread, isa %s, "
+           "thread CPU time, min of %d (peak reference: 155 GFLOP/s/core)\n",
+           B_NH, B_NKV, B_HD, B_PT, isa, reps);
+    for (int kk = 0; kk < n_keys; kk++) {
+        /* the last pass of a keys[kk]-token prompt (it rewrites the last
+         * 512 positions' K/V: the values do not change the cost) */
+        int p0 = keys[kk] - B_NQ;
+        hy_batch_seq_t sq = {0, B_NQ, p0, pages, (keys[kk] + B_PT - 1) / B_PT, -1};
+        hy_batch_t b = {B_NQ, NULL, pos, 1, &sq};
+        double best = INFINITY, flop = 0;
+        for (int i = 0; i < B_NQ; i++) {
+            pos[i] = p0 + i;
+            flop += (double)(p0 + i + 1) * B_NH * (2.0 * B_HD + 2.0 * B_HD);
+        }
+        for (int r = 0; r < reps; r++) {
+            double t0 = thread_s();
+            be->i->attention(be, 0, &b, q, k, v, o, &p);
+            double dt = thread_s() - t0;
+            best = dt < best ? dt : best;
+        }
+        double cs = 0;
+        for (size_t i = 0; i < (size_t)B_NQ * B_NH * B_HD; i++)
+            cs += o[i];
+        printf("prefill 512 queries x %6d keys: %9.1f ms %7.1f GFLOP/s %5.1f%% of peak "
+               "(checksum %.6f)\n", keys[kk], best * 1e3, flop / best * 1e-9,
+               flop / best * 1e-9 / 155.0 * 100.0, cs);
+
+        /* one decode token at the end of the same history */
+        int32_t pd = keys[kk] - 1;
+        hy_batch_seq_t sd = {0, 1, pd, pages, (keys[kk] + B_PT - 1) / B_PT, -1};
+        hy_batch_t bd = {1, NULL, &pd, 1, &sd};
+        best = INFINITY;
+        for (int r = 0; r < 5 * reps; r++) {
+            double t0 = thread_s();
+            be->i->attention(be, 0, &bd, q + (size_t)(B_NQ - 1) * B_NH * B_HD,
+                             k + (size_t)(B_NQ - 1) * B_NKV * B_HD,
+                             v + (size_t)(B_NQ - 1) * B_NKV * B_HD, o, &p);
+            double dt = thread_s() - t0;
+            best = dt < best ? dt : best;
+        }
+        printf("decode 1 query  x %6d keys: %9.1f us\n", keys[kk], best * 1e6);
+    }
+    rc = be->i->status(be, err) == HY_OK ? 0 : 1;
+    if (rc)
+        fprintf(stderr, "bench_attn: %s\n", err);
+done:
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    free(pos);
+    free(pages);
+    be->i->free(be);
+    return rc;
+}

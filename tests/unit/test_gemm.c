@@ -1,0 +1,279 @@
+/*
+ * test_gemm.c - the float-weight (F32/F16/BF16) matrix product of many
+ * tokens against a double-precision reference: through the backend's matmul
+ * at every ISA level this CPU has (AVX-512 takes the packed GEMM of
+ * gemm_avx512.c from 9 tokens on, the others the tile kernels), and the
+ * GEMM's own entry points with odd shapes, unaligned strides, partial row
+ * ranges and its invariance (a token's outputs do not depend on the batch,
+ * the row block or the thread count).
+ */
+#include "backend/backend.h"
+#include "backend/cpu/gemm_avx512.h"
+#include "backend/cpu/quant.h"
+#include "test.h"
+#define HY_TEST_SEED 0x2545F4914F6CDD1DULL
+#include "cpu_test.h"
+
+#include <math.h>
+#include <string.h>
+
+static const hy_dtype_t types[] = {HY_DTYPE_F32, HY_DTYPE_F16, HY_DTYPE_BF16};
+
+/* A weight of n_out rows of k elements of type t, row stride ws bytes
+ * (>= the packed row), from random floats; wf gets the exact float values
+ * of what was stored. */
+static uint8_t *make_weight(hy_dtype_t t, int64_t k, int64_t n_out, size_t ws, float *wf)
+{
+    uint8_t *w = calloc((size_t)n_out, ws);
+
+    for (int64_t r = 0; w && r < n_out; r++)
+        for (int64_t i = 0; i < k; i++) {
+            float v = rng_f(1.0f);
+            uint8_t *p = w + (size_t)r * ws;
+            if (t == HY_DTYPE_F32) {
+                memcpy(p + i * 4, &v, 4);
+            } else {
+                uint16_t h = t == HY_DTYPE_F16 ? hy_f32_to_f16(v) : hy_f32_to_bf16(v);
+                memcpy(p + i * 2, &h, 2);
+                v = t == HY_DTYPE_F16 ? hy_f16_to_f32(h) : hy_bf16_to_f32(h);
+            }
+            wf[r * k + i] = v;
+        }
+    return w;
+}
+
+/* ref[t][r] = sum_i wf[r][i] x[t][i] in double, mag = sum |...|. */
+static void reference(const float *wf, const float *x, size_t xs, int64_t k, int64_t n_out,
+                      int64_t n_tok, double *ref, double *mag)
+{
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < n_out; r++) {
+            double s = 0, m = 0;
+            for (int64_t i = 0; i < k; i++) {
+                double p = (double)wf[r * k + i] * x[(size_t)t * xs + i];
+                s += p;
+                m += fabs(p);
+            }
+            ref[t * n_out + r] = s;
+            mag[t * n_out + r] = m > 0 ? m : 1;
+        }
+}
+
+/* Worst |got - ref| / mag over n_tok x n_out outputs (NaN: infinity). */
+static double worst_err(const float *y, size_t ys, const double *ref, const double *mag,
+                        int64_t n_out, int64_t n_tok)
+{
+    double worst = 0;
+
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < n_out; r++) {
+            double e = fabs(y[(size_t)t * ys + r] - ref[t * n_out + r]) / mag[t * n_out + r];
+            if (!(e <= worst))
+                worst = isnan(e) ? INFINITY : e;
+        }
+    return worst;
+}
+
+/* ---- through the backend, every ISA level -------------------------------- */
+
+static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
+{
+    /* (k, n_out): k not a multiple of 16, n_out not of 32, one of each
+     * below the micro-kernel's sizes, one over the GEMM's k block (384) and
+     * row block (256) */
+    static const int64_t shapes[][2] = {{37, 45}, {16, 1}, {1, 33}, {515, 300}, {200, 64}};
+    static const int ntoks[] = {1, 2, 5, 8, 9, 11, 12, 13, 23, 24, 25, 37, 64, 70};
+    enum { MAX_TOK = 70 };
+
+    for (int isa = HY_ISA_SCALAR; isa <= HY_ISA_AVX512; isa++) {
+        if (hy_quant_set_isa((hy_isa_t)isa) != HY_OK) {
+            printf("# matmul at %s: not on this CPU, skipped\n", hy_isa_name((hy_isa_t)isa));
+            continue;
+        }
+        for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++) {
+            hy_dtype_t t = types[ti];
+            double worst = 0;
+            int same = 1, ran = 1;
+            for (size_t si = 0; si < HY_ARRAY_LEN(shapes) && ran; si++) {
+                int64_t k = shapes[si][0], n_out = shapes[si][1];
+                size_t rb = hy_dtype_row_bytes(t, k);
+                float *wf = malloc((size_t)(k * n_out) * sizeof(float));
+                float *x = malloc((size_t)(MAX_TOK * k) * sizeof(float));
+                float *y1 = malloc((size_t)(MAX_TOK * n_out) * sizeof(float));
+                float *y3 = malloc((size_t)(MAX_TOK * n_out) * sizeof(float));
+                double *ref = malloc((size_t)(MAX_TOK * n_out) * sizeof(double));
+                double *mag = malloc((size_t)(MAX_TOK * n_out) * sizeof(double));
+                uint8_t *wd = wf ? make_weight(t, k, n_out, rb, wf) : NULL;
+                hy_weight_t w = {0};
+                char err[HY_ERR_LEN];
+                if (!wf || !x || !y1 || !y3 || !ref || !mag || !wd) {
+                    ran = 0;
+                    goto next;
+                }
+                for (int64_t i = 0; i < MAX_TOK * k; i++)
+                    x[i] = rng_f(2.0f);
+                reference(wf, x, (size_t)k, k, n_out, MAX_TOK, ref, mag);
+                w.type = t;
+                w.ne[0] = k;
+                w.ne[1] = n_out;
+                w.ne[2] = w.ne[3] = 1;
+                w.row_bytes = rb;
+                w.data = wd;
+                w.name = "gemm.weight";
+                for (size_t ni = 0; ni < HY_ARRAY_LEN(ntoks); ni++) {
+                    int nt = ntoks[ni];
+                    memset(y1, 0xff, (size_t)(MAX_TOK * n_out) * sizeof(float)); /* NaN */
+                    memset(y3, 0xff, (size_t)(MAX_TOK * n_out) * sizeof(float));
+                    be1->i->matmul(be1, &w, x, y1, nt);
+                    be3->i->matmul(be3, &w, x, y3, nt);
+                    double e1 = worst_err(y1, (size_t)n_out, ref, mag, n_out, nt);
+                    double e3 = worst_err(y3, (size_t)n_out, ref, mag, n_out, nt);
+                    worst = HY_MAX(worst, HY_MAX(e1, e3));
+                    same = same && memcmp(y1, y3, (size_t)(nt * n_out) * sizeof(float)) == 0;
+                }
+                if (be1->i->status(be1, err) != HY_OK || be3->i->status(be3, err) != HY_OK) {
+                    printf("# %s\n", err);
+                    ran = 0;
+                }
+            next:
+                free(wf);
+                free(x);
+                free(y1);
+                free(y3);
+                free(ref);
+                free(mag);
+                free(wd);
+            }
+            HY_T_OK(ran && worst <= 1e-5 && same,
+                    "matmul %s at %s, 5 shapes x n_tok 1..70: err vs double %.2e (tol 1e-5), "
+                    "1 and 3 threads %s", hy_dtype_info(t)->name, hy_isa_name((hy_isa_t)isa),
+                    worst, same ? "identical" : "DIFFER");
+        }
+    }
+    hy_quant_set_isa(hy_cpu_isa());
+}
+
+/* ---- the GEMM's own entry points (AVX-512 CPUs) --------------------------- */
+
+#if defined(__x86_64__) || defined(__i386__)
+/* One type: every n_tok 1..70 over an odd shape with unaligned strides, a
+ * row range inside the matrix (the rows outside it, and the padding of y's
+ * rows, must stay untouched), and the invariance of each token's outputs. */
+static void test_gemm_direct_type(hy_dtype_t t)
+{
+    enum { K = 403, N_OUT = 291, MAX_TOK = 70, XS = K + 3, YS = N_OUT + 5 };
+    const int64_t r0 = 7, r1 = r0 + HY_GEMM_A5_MC - 3; /* one full block, ragged */
+    const size_t ws = hy_dtype_row_bytes(t, K) + 6;     /* rows 2 bytes off alignment */
+    float *wf = malloc((size_t)K * N_OUT * sizeof(float));
+    float *xbuf = malloc(((size_t)MAX_TOK * XS + 1) * sizeof(float));
+    float *ybuf = malloc(((size_t)MAX_TOK * YS + 1) * sizeof(float));
+    float *yall = malloc((size_t)MAX_TOK * YS * sizeof(float));
+    float *xp = NULL, *wp = NULL;
+    double *ref = malloc((size_t)MAX_TOK * N_OUT * sizeof(double));
+    double *mag = malloc((size_t)MAX_TOK * N_OUT * sizeof(double));
+    uint8_t *wbuf = NULL;
+    double worst = 0;
+    int untouched = 1, invariant = 1, ok = 0;
+
+    if (!wf || !xbuf || !ybuf || !yall || !ref || !mag)
+        goto out;
+    wbuf = malloc((size_t)N_OUT * ws + 1);
+    xp = aligned_alloc(64, (hy_gemm_a5_xpack_floats(K, MAX_TOK) * sizeof(float) + 63) & ~63u);
+    wp = aligned_alloc(64, (hy_gemm_a5_wpack_floats(K) * sizeof(float) + 63) & ~63u);
+    if (!wbuf || !xp || !wp)
+        goto out;
+    /* weights and x start one element off alignment inside their buffers */
+    uint8_t *wd = make_weight(t, K, N_OUT, ws, wf);
+    if (!wd)
+        goto out;
+    memcpy(wbuf + 1, wd, (size_t)N_OUT * ws);
+    free(wd);
+    float *x = xbuf + 1, *y = ybuf + 1;
+    for (size_t i = 0; i < (size_t)MAX_TOK * XS; i++)
+        x[i] = rng_f(2.0f);
+    reference(wf, x, XS, K, N_OUT, MAX_TOK, ref, mag);
+
+    for (int nt = 1; nt <= MAX_TOK; nt++) {
+        memset(ybuf, 0xff, ((size_t)MAX_TOK * YS + 1) * sizeof(float));
+        hy_gemm_a5_pack_x(x, XS, K, nt, 0, (nt + HY_GEMM_A5_NR - 1) / HY_GEMM_A5_NR, xp);
+        hy_gemm_a5_rows(t, wbuf + 1, ws, K, r0, r1, xp, nt, y, YS, wp);
+        /* the ref's columns r0..r1-1 */
+        for (int64_t tk = 0; tk < nt; tk++)
+            for (int64_t r = r0; r < r1; r++) {
+                double e = fabs(y[tk * YS + r] - ref[tk * N_OUT + r]) / mag[tk * N_OUT + r];
+                if (!(e <= worst))
+                    worst = isnan(e) ? INFINITY : e;
+            }
+        /* all-ones bytes are a NaN no result can have bit for bit */
+        uint32_t bits;
+        memcpy(&bits, &ybuf[0], 4);
+        untouched = untouched && bits == 0xffffffffu;
+        for (int64_t tk = 0; tk < MAX_TOK; tk++)
+            for (int64_t r = 0; r < YS; r++) {
+                if (tk < nt && r >= r0 && r < r1)
+                    continue;
+                memcpy(&bits, &y[tk * YS + r], 4);
+                untouched = untouched && bits == 0xffffffffu;
+            }
+        if (nt == MAX_TOK)
+            memcpy(yall, y, (size_t)MAX_TOK * YS * sizeof(float));
+    }
+    /* The same outputs from other blocks: the rows in two pieces split off
+     * the micro-kernel's grid, and the tokens from 57 on packed as their
+     * own batch (the last call above left nt == MAX_TOK in y). */
+    memset(ybuf, 0xff, ((size_t)MAX_TOK * YS + 1) * sizeof(float));
+    hy_gemm_a5_rows(t, wbuf + 1, ws, K, r0, r0 + 45, xp, MAX_TOK, y, YS, wp);
+    hy_gemm_a5_rows(t, wbuf + 1, ws, K, r0 + 45, r1, xp, MAX_TOK, y, YS, wp);
+    for (int64_t tk = 0; tk < MAX_TOK; tk++)
+        invariant = invariant && memcmp(y + tk * YS + r0, yall + tk * YS + r0,
+                                        (size_t)(r1 - r0) * sizeof(float)) == 0;
+    hy_gemm_a5_pack_x(x + 57 * XS, XS, K, MAX_TOK - 57, 0, 2, xp);
+    hy_gemm_a5_rows(t, wbuf + 1, ws, K, r0, r1, xp, MAX_TOK - 57, y, YS, wp);
+    for (int64_t tk = 57; tk < MAX_TOK; tk++)
+        invariant = invariant && memcmp(y + (tk - 57) * YS + r0, yall + tk * YS + r0,
+                                        (size_t)(r1 - r0) * sizeof(float)) == 0;
+    ok = 1;
+out:
+    HY_T_OK(ok && worst <= 1e-5 && untouched,
+            "gemm %s %dx%d rows %lld..%lld, strides +3/+5 floats, rows 2 bytes off, "
+            "n_tok 1..70: err vs double %.2e (tol 1e-5), outside untouched %s",
+            hy_dtype_info(t)->name, K, N_OUT, (long long)r0, (long long)r1, worst,
+            untouched ? "yes" : "NO");
+    HY_T_OK(ok && invariant, "gemm %s: split row blocks and a separate 13-token batch give "
+            "the same bits", hy_dtype_info(t)->name);
+    free(wf);
+    free(xbuf);
+    free(ybuf);
+    free(yall);
+    free(ref);
+    free(mag);
+    free(wbuf);
+    free(xp);
+    free(wp);
+}
+#endif
+
+int main(void)
+{
+    hy_backend_t *be1 = NULL, *be3 = NULL;
+    hy_backend_opts_t o1 = {1}, o3 = {3};
+    char err[HY_ERR_LEN];
+
+    if (hy_backend_cpu_new(&be1, &o1, err) != HY_OK ||
+        hy_backend_cpu_new(&be3, &o3, err) != HY_OK) {
+        HY_T_OK(0, "cpu backend: %s", err);
+        return hy_t_done();
+    }
+    test_matmul_levels(be1, be3);
+#if defined(__x86_64__) || defined(__i386__)
+    if (hy_cpu_isa() >= HY_ISA_AVX512) {
+        for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++)
+            test_gemm_direct_type(types[ti]);
+    } else {
+        printf("# gemm entry points: no AVX-512 on this CPU, skipped\n");
+    }
+#endif
+    be1->i->free(be1);
+    be3->i->free(be3);
+    return hy_t_done();
+}
