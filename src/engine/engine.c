@@ -585,7 +585,16 @@ static void hy_engine_flush(hy_engine_t *e, hy_sched_seq_t *s)
  * row is passed (the rows are the items, one logit row each) so that the
  * call is one launch; dev_ok marks the results to use.  A failed call
  * leaves every row to the host. */
-static void hy_engine_device_sample(hy_engine_t *e, int32_t n_items)
+static bool hy_engine_device_samples(const hy_engine_t *e, const hy_sched_seq_t *s)
+{
+    const hy_sampling_t *sp = &hy_req_slot(e->shm, s->slot)->params.sampling;
+
+    return e->dev_ok != NULL && sp->n_logit_bias == 0 && sp->repetition_penalty == 1.0f &&
+           sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f;
+}
+
+/* host_logits: whether the step downloaded the logits to e->logits. */
+static void hy_engine_device_sample(hy_engine_t *e, int32_t n_items, bool host_logits)
 {
     char err[HY_ERR_LEN];
     bool any = false;
@@ -598,9 +607,7 @@ static void hy_engine_device_sample(hy_engine_t *e, int32_t n_items)
 
         memset(dp, 0, sizeof *dp);
         dp->top_p = 1.0f;
-        e->dev_ok[i] = s->kv.n_tokens == s->n_total && sp->n_logit_bias == 0 &&
-                       sp->repetition_penalty == 1.0f && sp->presence_penalty == 0.0f &&
-                       sp->frequency_penalty == 0.0f;
+        e->dev_ok[i] = s->kv.n_tokens == s->n_total && hy_engine_device_samples(e, s);
         if (!e->dev_ok[i])
             continue;
         dp->temperature = sp->temperature;
@@ -617,9 +624,12 @@ static void hy_engine_device_sample(hy_engine_t *e, int32_t n_items)
     if (e->be->i->sample(e->be, e->runner.fwd.logits, n_items, e->model->n_vocab, e->dev_p,
                          e->dev_r, err) != HY_OK) {
         if (!e->dev_failed_logged)
-            hy_log(LOG_ERR, "device_sample_failed", "error=\"%s\" fallback=host", err);
+            hy_log(LOG_ERR, "device_sample_failed", "err=%s fallback=host", err);
         e->dev_failed_logged = true;
         memset(e->dev_ok, 0, sizeof *e->dev_ok * (size_t)n_items);
+        if (!host_logits)
+            e->be->i->download(e->be, e->logits, e->runner.fwd.logits,
+                               (size_t)n_items * (size_t)e->model->n_vocab);
     }
 }
 
@@ -676,12 +686,16 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
 static void hy_engine_step(hy_engine_t *e, int32_t n_items)
 {
     char err[HY_ERR_LEN];
+    bool host_logits = false;
     int32_t i;
     int rc;
 
-    rc = hy_runner_step(&e->runner, e->items, n_items, e->logits, err);
+    /* The logits cross to the host only if a row may be sampled there. */
+    for (i = 0; i < n_items && !host_logits; i++)
+        host_logits = !hy_engine_device_samples(e, e->item_seq[i]);
+    rc = hy_runner_step(&e->runner, e->items, n_items, host_logits ? e->logits : NULL, err);
     if (rc == HY_OK && e->dev_ok != NULL)
-        hy_engine_device_sample(e, n_items);
+        hy_engine_device_sample(e, n_items, host_logits);
     for (i = 0; i < n_items; i++) {
         hy_sched_seq_t *s = e->item_seq[i];
 

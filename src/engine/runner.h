@@ -55,8 +55,9 @@ int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
 void hy_runner_free(hy_runner_t *r);
 
 /* One forward pass over all items.  logits receives, item by item, the rows
- * asked for (n rows when all_logits, else 1), each n_vocab floats.  On
- * error no sequence advances. */
+ * asked for (n rows when all_logits, else 1), each n_vocab floats; NULL
+ * leaves them in r->fwd.logits on the backend only.  On error no sequence
+ * advances. */
 int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
                    float *logits, char *err);
 

@@ -140,7 +140,8 @@ struct hy_arch {
     const char *name;
     int (*load)(hy_model_t *m, char *err);
     /* Runs the batch and writes logits of rows out_rows[0..n_out-1] into
-     * logits (host, n_out x n_vocab). */
+     * logits (host, n_out x n_vocab); logits NULL leaves them only in
+     * f->logits on the backend (a backend that samples them itself). */
     int (*forward)(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b,
                    const int32_t *out_rows, int32_t n_out, float *logits, char *err);
 };

@@ -299,12 +299,12 @@ static void *co_hash_main(void *arg)
         hy_sha256_hex(d, h->hdr->model_sha256);
         atomic_store_explicit(&h->hdr->model_sha256_state, HY_SHM_SHA256_DONE,
                               memory_order_release);
-        hy_log(LOG_INFO, "model_hashed", "file=\"%s\" sha256=%s ms=%lld", h->path,
+        hy_log(LOG_INFO, "model_hashed", "file=%s sha256=%s ms=%lld", h->path,
                h->hdr->model_sha256, (long long)(co_now_ms() - t0));
     } else if (!atomic_load(&h->cancel)) {
         atomic_store_explicit(&h->hdr->model_sha256_state, HY_SHM_SHA256_FAILED,
                               memory_order_release);
-        hy_log(LOG_WARNING, "model_hash_failed", "err=\"%s\"", err);
+        hy_log(LOG_WARNING, "model_hash_failed", "err=%s", err);
     }
     return NULL;
 }
@@ -432,7 +432,7 @@ static void co_spawn_due(hy_worker_ctx_t *w, co_slot_t *slots, uint32_t n,
             continue;
         pid = co_fork_worker(w, old_mask);
         if (pid < 0) {
-            hy_log(LOG_ERR, "fork_failed", "err=\"%s\"", strerror(errno));
+            hy_log(LOG_ERR, "fork_failed", "err=%s", strerror(errno));
             slots[i].respawn_at_ms = now + CO_BACKOFF_MAX_MS;
             continue;
         }
@@ -472,7 +472,7 @@ static void co_reload(hy_config_t *cfg, const co_args_t *a, hy_serve_ctl_t *ctl)
     if (nc == NULL)
         return;
     if (co_load_config(nc, a, err) != HY_OK) {
-        hy_log(LOG_ERR, "reload_failed", "err=\"%s\"", err);
+        hy_log(LOG_ERR, "reload_failed", "err=%s", err);
         free(nc);
         return;
     }
@@ -769,7 +769,7 @@ int hy_cmd_serve(int argc, char **argv)
     hy_log(LOG_INFO, "stopped", "reason=signal");
     goto out;
 fail:
-    hy_log(LOG_ERR, "start_failed", "err=\"%s\"", err);
+    hy_log(LOG_ERR, "start_failed", "err=%s", err);
     fprintf(stderr, "hyserve serve: %s\n", err);
     if (slots != NULL) {
         co_signal_all(slots, n_workers, SIGKILL);

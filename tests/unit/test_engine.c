@@ -203,6 +203,9 @@ static const int32_t hy_e_lens[HY_E_NREQ] = {1, 70, 5, 16, 33, 2, 47, 17, 64, 9,
 /* What the stand-in device sampler saw and answered, in call order. */
 static struct {
     int calls, rows, bad_params;
+    int downloads;                /* of n_vocab-multiple sizes: logits */
+    bool fail;                    /* answer every call with an error */
+    int32_t n_vocab;
     int n_tok;
     int32_t tok[4 * HY_E_MAXGEN]; /* tokens of rows with temperature > 0 */
 } hy_e_dev;
@@ -218,6 +221,8 @@ static int hy_e_dev_sample(hy_backend_t *be, const float *logits, int32_t n_rows
 
     (void)be;
     hy_e_dev.calls++;
+    if (hy_e_dev.fail)
+        return hy_err(err, HY_EIO, "stand-in device sampler: failing on purpose");
     for (r = 0; r < n_rows; r++) {
         hy_e_dev.rows++;
         if (hy_sample_params_check(&p[r], err) != HY_OK)
@@ -229,6 +234,15 @@ static int hy_e_dev_sample(hy_backend_t *be, const float *logits, int32_t n_rows
             hy_e_dev.tok[hy_e_dev.n_tok++] = res[r].token;
     }
     return HY_OK;
+}
+
+static void (*hy_e_host_download)(hy_backend_t *be, float *dst, const float *src, size_t n);
+
+static void hy_e_dev_download(hy_backend_t *be, float *dst, const float *src, size_t n)
+{
+    if (hy_e_dev.n_vocab > 0 && n > 0 && n % (size_t)hy_e_dev.n_vocab == 0)
+        hy_e_dev.downloads++;
+    hy_e_host_download(be, dst, src, n);
 }
 
 static int hy_e_run_s(hy_e_env_t *v, const int32_t *p, int32_t n, int32_t max_tokens,
@@ -269,15 +283,20 @@ static void hy_e_devsample(hy_e_env_t *v, const char *name)
     HY_T_OK(rc == HY_OK, "%s: host-sampled run (%s)", name, rc == HY_OK ? "ok" : err);
 
     dev_i.sample = hy_e_dev_sample;
+    hy_e_host_download = host_i->download;
+    dev_i.download = hy_e_dev_download;
     v->be->i = &dev_i;
     memset(&hy_e_dev, 0, sizeof hy_e_dev);
+    hy_e_dev.n_vocab = v->m->n_vocab;
     rc = hy_e_up(v, &o, err);
     if (rc == HY_OK)
         rc = hy_e_run1(v, prompt, 20, 12, &dev, err);
     HY_T_OK(rc == HY_OK && hy_e_dev.calls >= 12 && hy_e_dev.bad_params == 0 &&
-                hy_e_diff(&host, &dev) < 1e-5,
-            "%s: greedy through the backend's sampler = host (%d calls, %d bad params, gap %g)",
-            name, hy_e_dev.calls, hy_e_dev.bad_params, rc == HY_OK ? hy_e_diff(&host, &dev) : -1.0);
+                hy_e_diff(&host, &dev) < 1e-5 && hy_e_dev.downloads == 0,
+            "%s: greedy through the backend's sampler = host, logits never downloaded (%d calls, "
+            "%d bad params, %d downloads, gap %g)",
+            name, hy_e_dev.calls, hy_e_dev.bad_params, hy_e_dev.downloads,
+            rc == HY_OK ? hy_e_diff(&host, &dev) : -1.0);
 
     hy_sampling_default(&sp);
     sp.temperature = 0.9f;
@@ -302,11 +321,26 @@ static void hy_e_devsample(hy_e_env_t *v, const char *name)
 
     sp.presence_penalty = 0.5f;
     memset(&hy_e_dev, 0, sizeof hy_e_dev);
+    hy_e_dev.n_vocab = v->m->n_vocab;
     if (rc == HY_OK)
         rc = hy_e_run_s(v, prompt, 20, 8, &sp, &pen, err);
-    HY_T_OK(rc == HY_OK && pen.n == 8 && hy_e_dev.calls == 0,
-            "%s: a request with penalties is sampled on the host (%d backend calls; %s)", name,
-            hy_e_dev.calls, rc == HY_OK ? "ok" : err);
+    HY_T_OK(rc == HY_OK && pen.n == 8 && hy_e_dev.calls == 0 && hy_e_dev.downloads >= 8,
+            "%s: a request with penalties is sampled on the host (%d backend calls, %d logit "
+            "downloads; %s)", name, hy_e_dev.calls, hy_e_dev.downloads, rc == HY_OK ? "ok" : err);
+    hy_e_down(v, name);
+
+    /* a failing device sampler: every row falls back to the host, whose
+     * logits are fetched after the fact */
+    memset(&hy_e_dev, 0, sizeof hy_e_dev);
+    hy_e_dev.n_vocab = v->m->n_vocab;
+    hy_e_dev.fail = true;
+    rc = hy_e_up(v, &o, err);
+    if (rc == HY_OK)
+        rc = hy_e_run1(v, prompt, 20, 12, &dev, err);
+    HY_T_OK(rc == HY_OK && hy_e_dev.calls >= 12 && hy_e_dev.downloads >= 12 &&
+                hy_e_diff(&host, &dev) < 1e-5,
+            "%s: a failing backend sampler falls back to the host (%d calls, %d downloads; %s)",
+            name, hy_e_dev.calls, hy_e_dev.downloads, rc == HY_OK ? "ok" : err);
     hy_e_down(v, name);
     v->be->i = host_i;
 }

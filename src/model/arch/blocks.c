@@ -85,7 +85,8 @@ int hy_blk_logits(hy_model_t *m, hy_fwd_t *f, const int32_t *out_rows, int32_t n
         op->matmul(be, &m->output, f->out_x, f->logits, n_out);
         if (m->logit_scale != 0.0f && m->logit_scale != 1.0f)
             op->scale(be, f->logits, 1.0f / m->logit_scale, (size_t)n_out * m->n_vocab);
-        op->download(be, logits, f->logits, (size_t)n_out * m->n_vocab);
+        if (logits != NULL)
+            op->download(be, logits, f->logits, (size_t)n_out * m->n_vocab);
     }
     return op->status(be, err);
 }
