@@ -9,8 +9,8 @@
  * from its tokens; its sampler is kept, so the output is the same.
  */
 #include "engine/engine.h"
-#include "engine/runner.h"
 #include "common/log.h"
+#include "engine/runner.h"
 #include "engine/scheduler.h"
 #include "kv/plan.h"
 #include "model/tokenizer.h"

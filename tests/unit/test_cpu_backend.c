@@ -17,6 +17,7 @@
 #include "cpu_test.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,6 +30,8 @@ typedef struct {
     _Atomic int calls;
     _Atomic int64_t sum;
     int nth_seen[8];
+    pthread_t caller;
+    _Atomic int by_caller; /* shares other than 0 the caller took over */
 } pool_probe_t;
 
 static void pool_probe(void *arg, int ith, int nth)
@@ -37,13 +40,15 @@ static void pool_probe(void *arg, int ith, int nth)
     atomic_fetch_add(&p->calls, 1);
     atomic_fetch_add(&p->sum, ith);
     p->nth_seen[ith] = nth;
+    if (ith > 0 && pthread_equal(pthread_self(), p->caller))
+        atomic_fetch_add(&p->by_caller, 1);
 }
 
 static void test_pool(void)
 {
     hy_pool_t *pool;
     char err[HY_ERR_LEN];
-    int ok = 1;
+    int ok = 1, taken = 0;
 
     HY_T_OK(hy_pool_new(&pool, -1, err) == HY_ERANGE, "pool rejects -1 threads (%s)", err);
     if (hy_pool_new(&pool, 4, err) != HY_OK) {
@@ -56,15 +61,19 @@ static void test_pool(void)
         pool_probe_t p;
         int nth = it % 4 + 1;
         memset(&p, 0, sizeof p);
+        p.caller = pthread_self();
         if (it % 500 == 499)
             usleep(2000);
         hy_pool_run_n(pool, nth, pool_probe, &p);
         ok = atomic_load(&p.calls) == nth && atomic_load(&p.sum) == nth * (nth - 1) / 2;
         for (int i = 0; i < nth; i++)
             ok = ok && p.nth_seen[i] == nth;
+        taken += atomic_load(&p.by_caller);
     }
-    HY_T_OK(ok, "pool: 3000 jobs on 1..4 threads each ran once per thread, spin and futex "
-            "wake-ups");
+    /* a share whose worker was late (asleep, descheduled) is run by the
+     * caller instead: still exactly once */
+    HY_T_OK(ok, "pool: 3000 jobs on 1..4 threads each ran once per share, spin and futex "
+            "wake-ups (%d shares taken over by the caller)", taken);
     hy_pool_free(pool);
 }
 

@@ -5,6 +5,14 @@
  * pass) and then sleep on it with a futex (so an idle server burns no CPU).
  * Completion is the mirror image: workers count up `n_done`, the caller
  * spins, then sleeps on that word.  No mutex or condition variable per op.
+ *
+ * A worker's share of a job is claimed, by the worker or by the caller,
+ * with one compare-and-swap on the worker's slot: when the caller is done
+ * with its own share it takes over every share whose worker has not
+ * started yet and runs it itself.  A worker that is descheduled (more
+ * runnable threads than cores: other processes, parallel tests) then costs
+ * its share's time instead of a whole time slice per op, and the caller
+ * waits only for shares that are really running.
  */
 #define _GNU_SOURCE
 #include "backend/cpu/threadpool.h"
@@ -39,9 +47,14 @@
  * spinning on would only delay it by a whole time slice. */
 #define HY_POOL_YIELD_NS 20000LL
 
+/* A slot holds (generation << 2) | state for its worker's share of the
+ * job of that generation. */
+enum { HY_SLOT_PENDING = 0, HY_SLOT_RUNNING = 1, HY_SLOT_TAKEN = 2 };
+
 typedef struct {
     hy_pool_t *pool;
     int ith;
+    _Alignas(64) _Atomic uint64_t slot;
 } hy_pool_worker_t;
 
 struct hy_pool {
@@ -57,6 +70,10 @@ struct hy_pool {
     _Alignas(64) _Atomic uint32_t gen;
     _Alignas(64) _Atomic uint32_t n_done;
     _Atomic int caller_waiting;
+    /* shares claimed by their workers in the current job: n_done's goal
+     * (set by the caller once its claims are over; read by workers only
+     * after they finish a share, which the caller then still waits for) */
+    _Atomic int n_running;
     _Alignas(64) _Atomic int n_sleeping;
 };
 
@@ -123,13 +140,17 @@ static void *hy_pool_main(void *p)
         seen = g;
         if (pool->stop)
             break;
-        if (w->ith < pool->nth)
-            pool->fn(pool->arg, w->ith, pool->nth);
-        /* Every worker acknowledges every job, participant or not: then the
-         * caller never publishes job k+1 while a slow worker may still be
-         * reading job k's parameters. */
+        /* The share is ours only if the caller has not taken it (nor moved
+         * on to a later job, which rewrote the slot): job parameters are
+         * read only after the claim, so a late worker never reads a job
+         * the caller has already finished. */
+        uint64_t want = (uint64_t)g << 2 | HY_SLOT_PENDING;
+        if (!atomic_compare_exchange_strong(&w->slot, &want,
+                                            (uint64_t)g << 2 | HY_SLOT_RUNNING))
+            continue;
+        pool->fn(pool->arg, w->ith, pool->nth);
         uint32_t d = atomic_fetch_add(&pool->n_done, 1) + 1;
-        if (d == (uint32_t)(pool->n - 1) && atomic_load(&pool->caller_waiting))
+        if (d == (uint32_t)pool->n_running && atomic_load(&pool->caller_waiting))
             hy_futex_wake(&pool->n_done, 1);
     }
     return NULL;
@@ -236,7 +257,8 @@ int hy_pool_size(const hy_pool_t *pool)
 
 void hy_pool_run_n(hy_pool_t *pool, int nth, hy_pool_fn_t fn, void *arg)
 {
-    uint32_t want = (uint32_t)(pool->n - 1), d;
+    uint32_t want, d, g;
+    int running;
 
     if (nth > pool->n)
         nth = pool->n;
@@ -248,15 +270,41 @@ void hy_pool_run_n(hy_pool_t *pool, int nth, hy_pool_fn_t fn, void *arg)
     pool->arg = arg;
     pool->nth = nth;
     atomic_store_explicit(&pool->n_done, 0, memory_order_relaxed);
-    atomic_fetch_add(&pool->gen, 1); /* seq_cst: publishes the job */
+    /* A share a worker never claimed stays marked for an older job; one of
+     * those cannot be claimed any more since its generation is past. */
+    atomic_store_explicit(&pool->n_running, INT_MAX, memory_order_relaxed);
+    g = atomic_load_explicit(&pool->gen, memory_order_relaxed) + 1;
+    for (int i = 1; i < nth; i++)
+        atomic_store_explicit(&pool->workers[i - 1].slot, (uint64_t)g << 2 | HY_SLOT_PENDING,
+                              memory_order_relaxed);
+    /* shares of workers beyond nth: a generation nobody will ever claim */
+    for (int i = nth; i < pool->n; i++)
+        atomic_store_explicit(&pool->workers[i - 1].slot, (uint64_t)g << 2 | HY_SLOT_TAKEN,
+                              memory_order_relaxed);
+    atomic_fetch_add(&pool->gen, 1); /* seq_cst: publishes the job and the slots */
     if (atomic_load(&pool->n_sleeping) > 0)
         hy_futex_wake(&pool->gen, INT_MAX);
 
     fn(arg, 0, nth);
 
-    /* Wait for the workers: spin within the budget, then sleep.  Dekker
-     * pairing with hy_pool_main: we set caller_waiting then re-read n_done;
-     * the last worker bumps n_done then reads caller_waiting. */
+    /* Take over the shares nobody has started, then wait for the others. */
+    running = 0;
+    for (int i = 1; i < nth; i++) {
+        uint64_t pend = (uint64_t)g << 2 | HY_SLOT_PENDING;
+        if (atomic_compare_exchange_strong(&pool->workers[i - 1].slot, &pend,
+                                           (uint64_t)g << 2 | HY_SLOT_TAKEN))
+            fn(arg, i, nth);
+        else
+            running++;
+    }
+    if (running == 0)
+        return;
+    want = (uint32_t)running;
+    atomic_store(&pool->n_running, running);
+
+    /* Wait for the running shares: spin within the budget, then sleep.
+     * Dekker pairing with hy_pool_main: we set caller_waiting then re-read
+     * n_done; the last worker bumps n_done then reads caller_waiting. */
     long long start = 0;
     for (unsigned i = 0;
          (d = atomic_load_explicit(&pool->n_done, memory_order_acquire)) != want; i++) {

@@ -11,8 +11,9 @@
 
 typedef struct hy_pool hy_pool_t;
 
-/* One job: called once per participating thread with ith in 0..nth-1; the
- * calling thread is ith 0. */
+/* One job: called once per share ith in 0..nth-1, each share on one thread
+ * (not necessarily a distinct one): the caller runs share 0, and any share
+ * whose worker has not started when the caller is done with its own. */
 typedef void (*hy_pool_fn_t)(void *arg, int ith, int nth);
 
 /* n_threads counts the caller too; 0 = the CPUs this process may run on. */
