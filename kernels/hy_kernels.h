@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hy_moe_route.h" /* hy_mr_params_t, shared with the routing kernel */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -150,6 +152,25 @@ int hy_cuk_ssd(const hy_cuk_seqs_t *sq, const float *x, int32_t x_stride, const 
                const float *C, int32_t bc_stride, const float *D, float *y, int32_t n_head,
                int32_t head_dim, int32_t n_group, int32_t d_state, int32_t chunk,
                hy_cuk_stream_t stream);
+
+/* ---- mixture of experts (kernels/hy_moe.cu) ------------------------------------ */
+/* Routes n_tok tokens (logits [n_tok][n_expert], bias [n_expert] or NULL)
+ * into sel / w [n_tok][n_used]: hy_mr_route with one warp per token. */
+int hy_cuk_moe_route(const hy_mr_params_t *m, const float *logits, const float *bias,
+                     int32_t *sel, float *w, int32_t n_tok, hy_cuk_stream_t stream);
+/* For each pair j < n_pairs (1..65535): y0[j][r] = sum_i W0[sel[j]][r][i] *
+ * x[j / x_div][i] for r < n_rows, where expert e's matrix starts at
+ * w0 + e * expert_bytes (rows row_bytes apart, ne0 wide); the same with
+ * w1 -> y1 when w1 is not NULL (same type and strides).  Pairs that share an
+ * expert read its rows once per 8. */
+int hy_cuk_moe_matvec(int type, const void *w0, float *y0, const void *w1, float *y1,
+                      size_t expert_bytes, size_t row_bytes, int64_t ne0, int64_t n_rows,
+                      const float *x, int32_t x_div, const int32_t *sel, int32_t n_pairs,
+                      int32_t n_expert, hy_cuk_stream_t stream);
+/* y[t][c] = sum_k w[t][k] * d[t*n_used+k][c], slots added in ascending
+ * expert id (the CPU's order); n_tok <= 65535, n_used <= HY_MR_MAX_USED. */
+int hy_cuk_moe_combine(float *y, const float *d, const int32_t *sel, const float *w,
+                       int32_t n_tok, int32_t n_used, int32_t n_embd, hy_cuk_stream_t stream);
 
 #ifdef __cplusplus
 }

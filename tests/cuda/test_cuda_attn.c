@@ -76,12 +76,10 @@ static float emu_shfl(float v, int src)
 #define TOL_HALF 1e-2  /* f16 / q8_0 KV */
 #define BK 32          /* keys per tile of the flash kernel (hy_attn.cu) */
 
-
 static int rnd_int(int n)
 {
     return (int)((rnd() * 0.5f + 0.5f) * (float)n) % n;
 }
-
 
 /* ---- host reference: direct softmax in double ---------------------------- */
 
@@ -716,35 +714,6 @@ static void test_launch_checks(void)
 }
 
 /* ---- on the GPU ---------------------------------------------------------------- */
-
-static hy_backend_t *g_cpu, *g_gpu;
-
-typedef struct {
-    float *c, *g;
-    size_t n;
-} pair_t;
-
-static pair_t pair_new(const float *init, size_t n)
-{
-    pair_t p = {g_cpu->i->alloc(g_cpu, n), g_gpu->i->alloc(g_gpu, n), n};
-    float *z = init ? NULL : calloc(n ? n : 1, sizeof(float));
-
-    memcpy(p.c, init ? init : z, sizeof(float) * n);
-    g_gpu->i->upload(g_gpu, p.g, init ? init : z, n);
-    free(z);
-    return p;
-}
-
-static void pair_free(pair_t *p)
-{
-    g_cpu->i->release(g_cpu, p->c);
-    g_gpu->i->release(g_gpu, p->g);
-}
-
-static bool both_ok(const char *what)
-{
-    return hy_ct_both_ok(g_cpu, g_gpu, what);
-}
 
 /* Relative RMS error of the whole output and the worst row's (a row is
  * one token's head of hdv floats); INFINITY on any non-finite value. */

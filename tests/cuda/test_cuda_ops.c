@@ -22,118 +22,13 @@
 #define TOL_F32 1e-5
 #define TOL_HALF 1e-2
 
-static hy_backend_t *g_cpu, *g_gpu;
-
-
-
 /* ---- buffers on both backends ----------------------------------------------- */
-
-typedef struct {
-    float *c, *g;  /* cpu, gpu */
-    size_t n;
-} pair_t;
-
-static pair_t pair_new(const float *init, size_t n)
-{
-    pair_t p = {g_cpu->i->alloc(g_cpu, n), g_gpu->i->alloc(g_gpu, n), n};
-    if (init) {
-        memcpy(p.c, init, sizeof(float) * n);
-        g_gpu->i->upload(g_gpu, p.g, init, n);
-    } else {
-        memset(p.c, 0, sizeof(float) * n);
-        float *z = calloc(n ? n : 1, sizeof(float));
-        g_gpu->i->upload(g_gpu, p.g, z, n);
-        free(z);
-    }
-    return p;
-}
-
-static void pair_free(pair_t *p)
-{
-    g_cpu->i->release(g_cpu, p->c);
-    g_gpu->i->release(g_gpu, p->g);
-}
-
-/* Relative error of the GPU copy against the CPU copy (n floats from off). */
-static double pair_err(const pair_t *p, size_t off, size_t n)
-{
-    float *h = malloc(sizeof(float) * (n ? n : 1));
-    double e;
-    g_gpu->i->download(g_gpu, h, p->g + off, n);
-    e = rel_err(h, p->c + off, n);
-    free(h);
-    return e;
-}
-
-static bool both_ok(const char *what)
-{
-    return hy_ct_both_ok(g_cpu, g_gpu, what);
-}
-
-/* A weight on both backends from host data (the data outlives the weight). */
-typedef struct {
-    hy_weight_t c, g;
-    void *data;
-} wpair_t;
-
-static wpair_t wpair_new(hy_dtype_t type, int64_t ne0, int64_t ne1, int64_t ne2, void *data)
-{
-    wpair_t w;
-    char err[HY_ERR_LEN];
-    memset(&w, 0, sizeof w);
-    w.c.type = type;
-    w.c.ne[0] = ne0;
-    w.c.ne[1] = ne1;
-    w.c.ne[2] = ne2;
-    w.c.ne[3] = 1;
-    w.c.row_bytes = hy_dtype_row_bytes(type, ne0);
-    w.c.data = data;
-    w.c.name = "test";
-    w.g = w.c;
-    w.data = data;
-    if (g_cpu->i->weight_init(g_cpu, &w.c, err) != HY_OK ||
-        g_gpu->i->weight_init(g_gpu, &w.g, err) != HY_OK)
-        fprintf(stderr, "# weight_init: %s\n", err);
-    return w;
-}
 
 static wpair_t wpair_f32(const float *v, int64_t ne0, int64_t ne1)
 {
     float *d = malloc(sizeof(float) * (size_t)(ne0 * ne1));
     memcpy(d, v, sizeof(float) * (size_t)(ne0 * ne1));
     return wpair_new(HY_DTYPE_F32, ne0, ne1, 1, d);
-}
-
-/* Random but well-formed rows of a block type: random quant bytes, sane
- * f16 scales. */
-static void *rnd_weight(hy_dtype_t t, int64_t ne0, int64_t rows)
-{
-    const hy_dtype_info_t *ti = hy_dtype_info(t);
-    size_t rb = hy_dtype_row_bytes(t, ne0), nb = rb / ti->block_bytes;
-    uint8_t *d = malloc(rb * (size_t)rows);
-
-    for (size_t i = 0; i < rb * (size_t)rows; i++)
-        d[i] = (uint8_t)(rnd() * 128 + 128);
-    for (int64_t r = 0; r < rows; r++) {
-        uint8_t *row = d + (size_t)r * rb;
-        for (size_t b = 0; b < nb; b++) {
-            uint8_t *blk = row + b * ti->block_bytes;
-            uint16_t h1 = hy_f32_to_f16(0.01f + 0.02f * fabsf(rnd()));
-            uint16_t h2 = hy_f32_to_f16(0.01f * rnd());
-            switch (t) {
-            case HY_DTYPE_F32: ((float *)row)[b] = rnd(); break;
-            case HY_DTYPE_F16: ((uint16_t *)row)[b] = hy_f32_to_f16(rnd()); break;
-            case HY_DTYPE_BF16: ((uint16_t *)row)[b] = hy_f32_to_bf16(rnd()); break;
-            case HY_DTYPE_Q6_K: memcpy(blk + 208, &h1, 2); break;
-            case HY_DTYPE_Q4_1: case HY_DTYPE_Q4_K: case HY_DTYPE_Q5_K:
-                memcpy(blk, &h1, 2);
-                memcpy(blk + 2, &h2, 2);
-                break;
-            default: memcpy(blk, &h1, 2); break;
-            }
-        }
-    }
-    return d;
 }
 
 /* ---- matmul and get_rows ---------------------------------------------------- */
@@ -148,7 +43,7 @@ static void test_matmul(void)
 
     for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++) {
         hy_dtype_t t = types[ti];
-        void *data = rnd_weight(t, ne0, ne1);
+        void *data = rnd_weight_s(t, ne0, ne1, 1.0f);
         wpair_t w = wpair_new(t, ne0, ne1, 1, data);
         float *deq = malloc(sizeof(float) * (size_t)(ne0 * ne1));
         const hy_quant_traits_t *tr = hy_quant_traits(t);
@@ -504,8 +399,8 @@ static void test_recurrent(void)
 static void test_moe(hy_dtype_t t, bool softmax, int n_tok)
 {
     const int E = 8, Kx = 2, D = 64, F = 32;
-    void *gi = rnd_weight(HY_DTYPE_F32, D, E), *ge = rnd_weight(t, D, (int64_t)F * E),
-         *ue = rnd_weight(t, D, (int64_t)F * E), *de = rnd_weight(t, F, (int64_t)D * E);
+    void *gi = rnd_weight_s(HY_DTYPE_F32, D, E, 1.0f), *ge = rnd_weight_s(t, D, (int64_t)F * E, 1.0f),
+         *ue = rnd_weight_s(t, D, (int64_t)F * E, 1.0f), *de = rnd_weight_s(t, F, (int64_t)D * E, 1.0f);
     float *bias = rnd_vec((size_t)E, 0.2f);
     hy_moe_t mc, mg;
     wpair_t wi = wpair_new(HY_DTYPE_F32, D, E, 1, gi), wg = wpair_new(t, D, F, E, ge),

@@ -889,8 +889,8 @@ static bool hy_cuda_graph_flush(hy_cuda_t *cu)
         return cu->g_state == HY_CUDA_STEP_IDLE || cu->g_state == HY_CUDA_STEP_LAUNCHED;
     e = cudaStreamEndCapture(cu->stream, &g);
     if (e != cudaSuccess || !g) {
-        /* an op synchronised with the host (MoE routing) or made another
-         * call a capture cannot contain */
+        /* an op synchronised with the host or made another call a
+         * capture cannot contain */
         cu->g_why = "the capture was invalidated (a host synchronisation inside the step)";
         goto broken;
     }

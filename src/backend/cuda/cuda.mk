@@ -34,6 +34,14 @@ tests_cuda_test_rec_chunk_SOURCES = tests/cuda/test_rec_chunk.c tests/cuda/rec_c
 tests_cuda_test_rec_chunk_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/kernels
 tests_cuda_test_rec_chunk_LDADD = $(TEST_LDADD)
 
+# the MoE routing kernel's code (kernels/hy_moe_route.h) run on the host
+# against the CPU's hy_moe_route_one, in every build
+check_PROGRAMS += tests/cuda/test_moe_route
+TESTS += tests/cuda/test_moe_route
+tests_cuda_test_moe_route_SOURCES = tests/cuda/test_moe_route.c kernels/hy_moe_route.h
+tests_cuda_test_moe_route_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/kernels
+tests_cuda_test_moe_route_LDADD = $(TEST_LDADD)
+
 if HAVE_CUDA
 AM_CPPFLAGS += -I$(top_srcdir)/kernels $(CUDA_CFLAGS)
 libhy_a_SOURCES += src/backend/cuda/cuda.c src/backend/cuda/cuda_ops.c \
@@ -44,6 +52,7 @@ libhy_a_SOURCES += src/backend/cuda/attn_plan.c src/backend/cuda/attn_plan.h \
 kernels/hy_attn.$(OBJEXT): $(top_srcdir)/kernels/hy_attn_flash.h \
 	$(top_srcdir)/kernels/hy_attn_split.h
 libhy_a_SOURCES += kernels/hy_sample.h kernels/hy_sample.cu
+libhy_a_SOURCES += kernels/hy_moe.cu kernels/hy_moe_route.h kernels/hy_quant_dev.h
 
 SUFFIXES = .cu
 NVCC_FLAGS = -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC $(CUDA_GENCODE) $(NVCCFLAGS)
@@ -55,6 +64,10 @@ kernels/hy_quant.$(OBJEXT) kernels/hy_ops.$(OBJEXT) kernels/hy_attn.$(OBJEXT) \
 	kernels/hy_rec.$(OBJEXT): $(top_srcdir)/kernels/hy_kernels.h
 kernels/hy_sample.$(OBJEXT): $(top_srcdir)/kernels/hy_sample.h $(top_srcdir)/src/backend/cuda/sample.h
 kernels/hy_rec.$(OBJEXT): $(top_srcdir)/kernels/hy_rec_chunk.h
+kernels/hy_quant.$(OBJEXT) kernels/hy_moe.$(OBJEXT): $(top_srcdir)/kernels/hy_quant_dev.h
+kernels/hy_quant.$(OBJEXT) kernels/hy_ops.$(OBJEXT) kernels/hy_attn.$(OBJEXT) \
+	kernels/hy_rec.$(OBJEXT) kernels/hy_moe.$(OBJEXT): $(top_srcdir)/kernels/hy_moe_route.h
+kernels/hy_moe.$(OBJEXT): $(top_srcdir)/kernels/hy_kernels.h
 
 # The CUDA build links and, on a machine without a GPU, reports a clear
 # error instead of crashing; with a GPU it checks every op against the CPU.
@@ -77,6 +90,11 @@ check_PROGRAMS += tests/cuda/test_cuda_graph
 TESTS += tests/cuda/test_cuda_graph
 tests_cuda_test_cuda_graph_SOURCES = tests/cuda/test_cuda_graph.c
 tests_cuda_test_cuda_graph_LDADD = $(TEST_LDADD)
+# MoE on the device (routing, indexed mat-vec, grouped prefill) against the CPU
+check_PROGRAMS += tests/cuda/test_cuda_moe
+TESTS += tests/cuda/test_cuda_moe
+tests_cuda_test_cuda_moe_SOURCES = tests/cuda/test_cuda_moe.c
+tests_cuda_test_cuda_moe_LDADD = $(TEST_LDADD)
 tests_cuda_test_backend_select_CPPFLAGS = $(AM_CPPFLAGS) -DHY_TEST_CUDA_BUILT=1
 else
 libhy_a_SOURCES += src/backend/cuda/stub.c
@@ -85,6 +103,7 @@ endif
 EXTRA_DIST += tests/cuda/test_cuda_ops.c tests/cuda/cuda_test.h
 EXTRA_DIST += tests/cuda/test_cuda_graph.c kernels/hy_sample.cu kernels/hy_sample.h
 EXTRA_DIST += tests/cuda/test_cuda_rec.c kernels/hy_rec_chunk.h
+EXTRA_DIST += tests/cuda/test_cuda_moe.c kernels/hy_moe.cu kernels/hy_quant_dev.h
 EXTRA_DIST += tests/cuda/test_cuda_attn.c src/backend/cuda/attn_plan.c src/backend/cuda/attn_plan.h
 
 # What CI runs in its CUDA build (scripts/run-tests, when nvcc is present):
@@ -93,11 +112,13 @@ HY_CUDA_TESTS = tests/cuda/test_backend_select
 HY_CUDA_TESTS += tests/cuda/test_cuda_graph_cache
 HY_CUDA_TESTS += tests/cuda/test_cuda_sample
 HY_CUDA_TESTS += tests/cuda/test_rec_chunk
+HY_CUDA_TESTS += tests/cuda/test_moe_route
 if HAVE_CUDA
 HY_CUDA_TESTS += tests/cuda/test_cuda_ops
 HY_CUDA_TESTS += tests/cuda/test_cuda_graph
 HY_CUDA_TESTS += tests/cuda/test_cuda_rec
 HY_CUDA_TESTS += tests/cuda/test_cuda_attn
+HY_CUDA_TESTS += tests/cuda/test_cuda_moe
 endif
 check-cuda:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(HY_CUDA_TESTS)' check_PROGRAMS='$(HY_CUDA_TESTS)'

@@ -6,13 +6,12 @@
  * and the MoE FFN.  The host side of each validates the batch exactly as
  * the CPU backend does (same messages), packs the small per-sequence
  * tables into one upload and launches the kernels/ .cu files.  MoE routes
- * on the host (the router logits are n_tok x n_expert floats) with the CPU
- * backend's rule and runs each used expert over its tokens with the
- * ordinary matmul path.
+ * on the device with the CPU backend's rule (kernels/hy_moe_route.h); decode
+ * batches then run the chosen experts with no host synchronisation (graph
+ * capture works), prefill batches group tokens by expert for cuBLAS.
  */
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/attn_plan.h"
-#include "backend/cpu/cpu_impl.h" /* hy_moe_route_one */
 #include "backend/cpu/quant.h"
 
 #include <math.h>
@@ -422,6 +421,9 @@ static hy_weight_t hy_cuda_moe_slice(const hy_weight_t *stack, int32_t e)
     return v;
 }
 
+/* The CPU's shape checks, plus what the device kernels need: every stack
+ * of a type with kernels and rows that fit it, on the device, and routing
+ * within the routing kernel's limits. */
 static bool hy_cuda_moe_check(hy_cuda_t *cu, const hy_moe_t *m, int32_t n_embd)
 {
     const hy_weight_t *st[3] = {&m->gate_exps, &m->up_exps, &m->down_exps};
@@ -433,103 +435,124 @@ static bool hy_cuda_moe_check(hy_cuda_t *cu, const hy_moe_t *m, int32_t n_embd)
                      m->n_expert, m->n_ff_exp);
         return false;
     }
+    if (m->n_expert > HY_MR_MAX_EXPERT || m->n_expert_used > HY_MR_MAX_USED) {
+        hy_cuda_fail(cu, HY_EUNSUPPORTED, "moe: %d of %d experts: the CUDA routing takes at most "
+                     "%d of %d", m->n_expert_used, m->n_expert, HY_MR_MAX_USED, HY_MR_MAX_EXPERT);
+        return false;
+    }
     if (m->gate_inp.ne[0] != n_embd || m->gate_inp.ne[1] != m->n_expert || !m->gate_inp.dev) {
         hy_cuda_fail(cu, HY_EINVAL, "moe: router %s is %lld x %lld, want %d x %d",
                      m->gate_inp.name ? m->gate_inp.name : "?", (long long)m->gate_inp.ne[0],
                      (long long)m->gate_inp.ne[1], n_embd, m->n_expert);
         return false;
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
+        const char *name = st[i]->name ? st[i]->name : "?";
         if (st[i]->ne[0] != want[i][0] || st[i]->ne[1] != want[i][1] ||
             st[i]->ne[2] != m->n_expert || !st[i]->dev) {
             hy_cuda_fail(cu, HY_EINVAL, "moe: expert stack %s is %lld x %lld x %lld, want "
-                         "%lld x %lld x %d", st[i]->name ? st[i]->name : "?",
-                         (long long)st[i]->ne[0], (long long)st[i]->ne[1],
-                         (long long)st[i]->ne[2], (long long)want[i][0], (long long)want[i][1],
-                         m->n_expert);
+                         "%lld x %lld x %d", name, (long long)st[i]->ne[0],
+                         (long long)st[i]->ne[1], (long long)st[i]->ne[2],
+                         (long long)want[i][0], (long long)want[i][1], m->n_expert);
             return false;
         }
+        if (!hy_cuk_type_ok((int)st[i]->type) ||
+            hy_dtype_row_bytes((uint32_t)st[i]->type, st[i]->ne[0]) == 0 ||
+            st[i]->row_bytes != hy_dtype_row_bytes((uint32_t)st[i]->type, st[i]->ne[0])) {
+            hy_cuda_fail(cu, HY_EUNSUPPORTED, "moe: expert stack %s: type %u with rows of %lld "
+                         "(%zu bytes) has no CUDA kernels", name, (unsigned)st[i]->type,
+                         (long long)st[i]->ne[0], st[i]->row_bytes);
+            return false;
+        }
+    }
     return true;
 }
 
-void hy_cuda_moe(hy_backend_t *be, const hy_moe_t *m, const float *x, float *y, int32_t n_tok,
-                 int32_t n_embd)
+/* Decode-size batches: every (token, slot) pair through the indexed
+ * mat-vec, all on the stream with no host synchronisation (graphs capture
+ * it).  sel / wsel come from the routing kernel; scratch holds the pairs'
+ * gate, up and down rows. */
+static void hy_cuda_moe_small(hy_cuda_t *cu, const hy_moe_t *m, const float *x, float *y,
+                              int32_t n_tok, int32_t n_embd, const int32_t *sel,
+                              const float *wsel, float *ge, float *ue, float *de)
+{
+    const int32_t K = m->n_expert_used, F = m->n_ff_exp, nk = n_tok * K;
+    const hy_weight_t *wg = &m->gate_exps, *wu = &m->up_exps, *wd = &m->down_exps;
+    hy_cuk_stream_t st = cu->stream;
+
+    if (wg->type == wu->type && wg->row_bytes == wu->row_bytes) {
+        if (!hy_cuda_ok(cu, "moe gate/up", hy_cuk_moe_matvec((int)wg->type, wg->dev, ge, wu->dev,
+                                                             ue, (size_t)F * wg->row_bytes,
+                                                             wg->row_bytes, n_embd, F, x, K, sel,
+                                                             nk, m->n_expert, st)))
+            return;
+    } else if (!hy_cuda_ok(cu, "moe gate", hy_cuk_moe_matvec((int)wg->type, wg->dev, ge, NULL,
+                                                            NULL, (size_t)F * wg->row_bytes,
+                                                            wg->row_bytes, n_embd, F, x, K, sel,
+                                                            nk, m->n_expert, st)) ||
+               !hy_cuda_ok(cu, "moe up", hy_cuk_moe_matvec((int)wu->type, wu->dev, ue, NULL, NULL,
+                                                          (size_t)F * wu->row_bytes, wu->row_bytes,
+                                                          n_embd, F, x, K, sel, nk, m->n_expert,
+                                                          st)))
+        return;
+    if (!hy_cuda_ok(cu, "moe swiglu", hy_cuk_eltwise(HY_CUK_SWIGLU, ge, ge, ue, 0,
+                                                     (size_t)nk * F, st)) ||
+        !hy_cuda_ok(cu, "moe down", hy_cuk_moe_matvec((int)wd->type, wd->dev, de, NULL, NULL,
+                                                      (size_t)n_embd * wd->row_bytes,
+                                                      wd->row_bytes, F, n_embd, ge, 1, sel, nk,
+                                                      m->n_expert, st)))
+        return;
+    hy_cuda_ok(cu, "moe combine", hy_cuk_moe_combine(y, de, sel, wsel, n_tok, K, n_embd, st));
+}
+
+/* Prefill-size batches: the (small) selection (dsel: wsel [nk] then sel
+ * [nk]) comes to the host with one synchronisation, tokens are grouped by
+ * expert there (token order kept, as on the CPU) and each used expert runs
+ * over its tokens through the ordinary matmul (cuBLAS on dequantized
+ * tiles, sized by the counts, which is why they must reach the host). */
+static void hy_cuda_moe_grouped(hy_backend_t *be, const hy_moe_t *m, const float *x, float *y,
+                                int32_t n_tok, int32_t n_embd, const float *dsel, float *xe,
+                                float *ge, float *ue, float *de)
 {
     hy_cuda_t *cu = be->ctx;
     const int32_t E = m->n_expert, K = m->n_expert_used, F = m->n_ff_exp;
-    float *hlog = NULL, *bias = NULL, *p = NULL, *wsel = NULL, *we = NULL;
-    int32_t *sel = NULL, *cnt = NULL, *start = NULL, *tok = NULL;
-    uint8_t *taken = NULL;
-    float *logits, *xe, *ge, *ue, *de;
-    size_t nk = (size_t)n_tok * (size_t)HY_MAX(K, 0);
+    const size_t nk = (size_t)n_tok * (size_t)K;
+    float *hsel = NULL, *we = NULL; /* hsel: wsel [nk] then sel [nk] (int32) */
+    int32_t *sel, *cnt = NULL, *start = NULL, *tok = NULL;
     void *dev[2];
 
-    if (n_tok <= 0)
-        return;
-    hy_cuda_zero(cu, y, (size_t)n_tok * (size_t)HY_MAX(n_embd, 0));
-    if (n_embd <= 0 || !hy_cuda_moe_check(cu, m, n_embd))
-        return;
-    if (!hy_cuda_scratch(cu, (void **)&cu->fscr, &cu->fscr_size,
-                         sizeof(float) * ((size_t)n_tok * E + (size_t)n_tok * n_embd * 2 +
-                                          (size_t)n_tok * F * 2), "moe"))
-        return;
-    logits = cu->fscr;
-    xe = logits + (size_t)n_tok * E;
-    de = xe + (size_t)n_tok * n_embd;
-    ge = de + (size_t)n_tok * n_embd;
-    ue = ge + (size_t)n_tok * F;
-
-    hlog = malloc(sizeof(float) * (size_t)n_tok * E);
-    p = malloc(sizeof(float) * (size_t)E);
-    taken = malloc((size_t)E);
-    wsel = malloc(sizeof(float) * nk);
+    hsel = calloc(2 * nk, sizeof(float));
     we = malloc(sizeof(float) * nk);
-    sel = malloc(sizeof(int32_t) * nk);
     tok = malloc(sizeof(int32_t) * nk);
     cnt = calloc((size_t)E + 1, sizeof(int32_t));
     start = calloc((size_t)E + 1, sizeof(int32_t));
-    if (!hlog || !p || !taken || !wsel || !we || !sel || !tok || !cnt || !start) {
+    if (!hsel || !we || !tok || !cnt || !start) {
         hy_cuda_fail(cu, HY_ENOMEM, "moe: out of memory");
         goto out;
     }
-    if (m->exp_bias.data) {
-        const hy_quant_traits_t *tr = hy_quant_traits(m->exp_bias.type);
-        if (m->exp_bias.ne[0] != E || !(bias = malloc(sizeof(float) * (size_t)E))) {
-            hy_cuda_fail(cu, HY_EINVAL, "moe selection bias: weight %s has %lld elements, want %d",
-                         m->exp_bias.name ? m->exp_bias.name : "?", (long long)m->exp_bias.ne[0], E);
-            goto out;
-        }
-        if (m->exp_bias.type == HY_DTYPE_F32)
-            memcpy(bias, m->exp_bias.data, sizeof(float) * (size_t)E);
-        else if (tr && tr->to_float)
-            tr->to_float(m->exp_bias.data, bias, E);
-        else {
-            hy_cuda_fail(cu, HY_EUNSUPPORTED, "moe selection bias: unsupported type %u",
-                         (unsigned)m->exp_bias.type);
-            goto out;
-        }
-    }
-
-    /* 1. route: logits on the device, selection on the host */
-    hy_cuda_matmul(be, &m->gate_inp, x, logits, n_tok);
-    if (!hy_cuda_ok(cu, "moe", (int)cudaMemcpyAsync(hlog, logits, sizeof(float) * (size_t)n_tok * E,
-                                                    cudaMemcpyDeviceToHost, cu->stream)) ||
-        !hy_cuda_ok(cu, "moe", (int)cudaStreamSynchronize(cu->stream)) || cu->err_code != HY_OK)
+    hy_cuda_zero(cu, y, (size_t)n_tok * (size_t)n_embd);
+    /* the backend's download: inside a captured step it first launches what
+     * was captured so far as the step's graph (the rest then runs eagerly),
+     * as the logits download does; a broken capture makes it a no-op and
+     * the metadata upload below refuses to run */
+    be->i->download(be, hsel, dsel, 2 * nk);
+    if (cu->err_code != HY_OK)
         goto out;
-    for (int32_t t = 0; t < n_tok; t++)
-        hy_moe_route_one(m, hlog + (size_t)t * E, bias, p, taken, sel + (size_t)t * K,
-                      wsel + (size_t)t * K);
-
-    /* 2. group (token, weight) pairs by expert, token order kept */
-    for (size_t i = 0; i < nk; i++)
+    sel = (int32_t *)(hsel + nk);
+    for (size_t i = 0; i < nk; i++) {
+        if (sel[i] < 0 || sel[i] >= E) {
+            hy_cuda_fail(cu, HY_EIO, "moe: routing produced expert %d of %d", sel[i], E);
+            goto out;
+        }
         cnt[sel[i]]++;
+    }
     for (int32_t e = 0; e < E; e++)
         start[e + 1] = start[e] + cnt[e];
     memset(cnt, 0, sizeof(int32_t) * ((size_t)E + 1));
     for (size_t i = 0; i < nk; i++) {
         int32_t e = sel[i], at = start[e] + cnt[e]++;
         tok[at] = (int32_t)(i / (size_t)K);
-        we[at] = wsel[i];
+        we[at] = hsel[i];
     }
     {
         const void *parts[2] = {tok, we};
@@ -537,8 +560,6 @@ void hy_cuda_moe(hy_backend_t *be, const hy_moe_t *m, const float *x, float *y, 
         if (!hy_cuda_meta(cu, "moe", 2, parts, bytes, dev))
             goto out;
     }
-
-    /* 3. each used expert over its tokens */
     for (int32_t e = 0; e < E && cu->err_code == HY_OK; e++) {
         int32_t n = start[e + 1] - start[e];
         const int32_t *te = (const int32_t *)dev[0] + start[e];
@@ -560,14 +581,76 @@ void hy_cuda_moe(hy_backend_t *be, const hy_moe_t *m, const float *x, float *y, 
         hy_cuda_ok(cu, "moe scatter", hy_cuk_scatter_add(y, de, te, wte, n, n_embd, cu->stream));
     }
 out:
-    free(hlog);
-    free(bias);
-    free(p);
-    free(taken);
-    free(wsel);
+    free(hsel);
     free(we);
-    free(sel);
     free(tok);
     free(cnt);
     free(start);
+}
+
+/* Router logits and routing on the device (kernels/hy_moe_route.h, the
+ * CPU's rule), then the experts: the indexed mat-vec for decode-size
+ * batches, grouped cuBLAS products for larger ones.  Scratch (fscr):
+ * logits [n_tok][E] | wsel [nk] | sel [nk] | the experts' buffers. */
+void hy_cuda_moe(hy_backend_t *be, const hy_moe_t *m, const float *x, float *y, int32_t n_tok,
+                 int32_t n_embd)
+{
+    hy_cuda_t *cu = be->ctx;
+    const int32_t E = m->n_expert, K = m->n_expert_used, F = m->n_ff_exp;
+    const bool small = n_tok <= HY_CUK_MATVEC_MAX_TOK;
+    float *btmp = NULL, *logits, *wsel, *buf;
+    const float *bias = NULL;
+    int32_t *sel;
+    size_t nk, head, need;
+    hy_mr_params_t rp;
+
+    if (n_tok <= 0)
+        return;
+    if (n_embd <= 0 || !hy_cuda_moe_check(cu, m, n_embd))
+        goto fail;
+    nk = (size_t)n_tok * (size_t)K;
+    /* the experts' buffers start 16-float aligned */
+    head = ((size_t)n_tok * E + 2 * nk + 15) / 16 * 16;
+    need = small ? head + nk * (2 * (size_t)F + (size_t)n_embd)
+                 : head + (size_t)n_tok * (2 * (size_t)n_embd + 2 * (size_t)F);
+    if (m->exp_bias.data &&
+        !(bias = hy_cuda_weight_floats(cu, "moe selection bias", &m->exp_bias, E, false, &btmp)))
+        goto fail;
+    if (!hy_cuda_scratch(cu, (void **)&cu->fscr, &cu->fscr_size, sizeof(float) * need, "moe"))
+        goto fail;
+    logits = cu->fscr;
+    wsel = logits + (size_t)n_tok * E;
+    sel = (int32_t *)(wsel + nk);
+    buf = logits + head;
+
+    /* 1. route on the device */
+    memset(&rp, 0, sizeof rp);
+    rp.n_expert = E;
+    rp.n_used = K;
+    rp.softmax = m->softmax_gating;
+    rp.norm_topk = m->norm_topk;
+    rp.weights_scale = m->weights_scale;
+    rp.norm_eps = m->norm_eps;
+    hy_cuda_matmul(be, &m->gate_inp, x, logits, n_tok);
+    if (cu->err_code != HY_OK ||
+        !hy_cuda_ok(cu, "moe route", hy_cuk_moe_route(&rp, logits, bias, sel, wsel, n_tok,
+                                                      cu->stream)))
+        goto fail;
+
+    /* 2. the experts */
+    if (small)
+        hy_cuda_moe_small(cu, m, x, y, n_tok, n_embd, sel, wsel, buf, buf + nk * F,
+                          buf + 2 * nk * F);
+    else
+        hy_cuda_moe_grouped(be, m, x, y, n_tok, n_embd, wsel, buf,
+                            buf + 2 * (size_t)n_tok * n_embd,
+                            buf + 2 * (size_t)n_tok * n_embd + (size_t)n_tok * F,
+                            buf + (size_t)n_tok * n_embd);
+    if (cu->err_code == HY_OK)
+        goto out;
+fail:
+    hy_cuda_zero(cu, y, (size_t)n_tok * (size_t)HY_MAX(n_embd, 0));
+out:
+    if (btmp)
+        cudaFree(btmp);
 }
