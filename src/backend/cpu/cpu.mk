@@ -32,3 +32,15 @@ tests_unit_test_gemm_SOURCES = tests/unit/test_gemm.c
 tests_unit_test_gemm_LDADD = $(TEST_LDADD)
 tests_unit_bench_gemm_SOURCES = tests/unit/bench_gemm.c
 tests_unit_bench_gemm_LDADD = $(TEST_LDADD)
+# The thread pool under ThreadSanitizer: its own objects with
+# -fsanitize=thread, so only in builds without ASan (the two do not mix).
+if !SANITIZERS
+check_PROGRAMS += tests/unit/test_pool_tsan
+TESTS += tests/unit/test_pool_tsan
+tests_unit_test_pool_tsan_SOURCES = tests/unit/test_pool_tsan.c \
+	src/backend/cpu/threadpool.c src/common/hy.c
+tests_unit_test_pool_tsan_CFLAGS = $(AM_CFLAGS) -fsanitize=thread -O1 -g
+tests_unit_test_pool_tsan_LDFLAGS = -fsanitize=thread
+tests_unit_test_pool_tsan_LDADD = -lpthread
+endif
+EXTRA_DIST += tests/unit/test_pool_tsan.c

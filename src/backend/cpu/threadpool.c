@@ -65,7 +65,9 @@ struct hy_pool {
     hy_pool_fn_t fn;
     void *arg;
     int nth;
-    int stop;
+    /* atomic: a worker that lost its share to the caller reads it with no
+     * other synchronisation with the thread that sets it */
+    _Atomic int stop;
     /* each word on its own cache line: they are hammered by spinners */
     _Alignas(64) _Atomic uint32_t gen;
     _Alignas(64) _Atomic uint32_t n_done;
@@ -138,7 +140,7 @@ static void *hy_pool_main(void *p)
             atomic_fetch_sub(&pool->n_sleeping, 1);
         }
         seen = g;
-        if (pool->stop)
+        if (atomic_load_explicit(&pool->stop, memory_order_acquire))
             break;
         /* The share is ours only if the caller has not taken it (nor moved
          * on to a later job, which rewrote the slot): job parameters are
@@ -169,7 +171,7 @@ int hy_pool_default_threads(void)
 /* Stops and joins the first n_started workers. */
 static void hy_pool_stop(hy_pool_t *pool, int n_started)
 {
-    pool->stop = 1;
+    atomic_store_explicit(&pool->stop, 1, memory_order_release);
     atomic_fetch_add(&pool->gen, 1);
     hy_futex_wake(&pool->gen, INT_MAX);
     for (int i = 0; i < n_started; i++)
@@ -201,6 +203,7 @@ int hy_pool_new(hy_pool_t **out, int n_threads, char *err)
     atomic_init(&pool->n_done, 0);
     atomic_init(&pool->caller_waiting, 0);
     atomic_init(&pool->n_sleeping, 0);
+    atomic_init(&pool->stop, 0);
     if (n_threads > 1) {
         pool->tids = calloc((size_t)n_threads - 1, sizeof *pool->tids);
         pool->workers = calloc((size_t)n_threads - 1, sizeof *pool->workers);
