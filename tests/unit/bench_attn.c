@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/cpu_impl.h"
+#include "bench.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -18,13 +19,6 @@
 #include <time.h>
 
 enum { B_NH = 8, B_NKV = 2, B_HD = 256, B_PT = 16, B_NQ = 512 };
-
-static double thread_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Deterministic values in [-a, a). */
 static void fill(float *x, size_t n, float a, uint32_t seed)
@@ -120,9 +114,9 @@ int main(int argc, char **argv)
             flop += (double)(p0 + i + 1) * B_NH * (2.0 * B_HD + 2.0 * B_HD);
         }
         for (int r = 0; r < reps; r++) {
-            double t0 = thread_s();
+            double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
             be->i->attention(be, 0, &b, q, k, v, o, &p);
-            double dt = thread_s() - t0;
+            double dt = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
             best = dt < best ? dt : best;
         }
         double cs = 0;
@@ -138,11 +132,11 @@ int main(int argc, char **argv)
         hy_batch_t bd = {1, NULL, &pd, 1, &sd};
         best = INFINITY;
         for (int r = 0; r < 5 * reps; r++) {
-            double t0 = thread_s();
+            double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
             be->i->attention(be, 0, &bd, q + (size_t)(B_NQ - 1) * B_NH * B_HD,
                              k + (size_t)(B_NQ - 1) * B_NKV * B_HD,
                              v + (size_t)(B_NQ - 1) * B_NKV * B_HD, o, &p);
-            double dt = thread_s() - t0;
+            double dt = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
             best = dt < best ? dt : best;
         }
         printf("decode 1 query  x %6d keys: %9.1f us\n", keys[kk], best * 1e6);

@@ -9,69 +9,13 @@
 #include "backend/backend.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/quant_ref.h"
+#include "bench.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Process CPU time: on a loaded machine wall time mostly measures the
- * queue; with one thread, CPU time is the op's own cost. */
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static hy_dtype_t parse_type(const char *s)
-{
-    for (uint32_t t = 0; t < HY_DTYPE_COUNT; t++) {
-        const hy_dtype_info_t *i = hy_dtype_info(t);
-        if (i && i->name && strcmp(i->name, s) == 0)
-            return (hy_dtype_t)t;
-    }
-    return HY_DTYPE_COUNT;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* A plain read with 64-byte loads (the kernels' own width): the bound. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p, size_t n)
-{
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-    size_t i = 0;
-    for (; i + 256 <= n; i += 256) {
-        a0 = _mm512_xor_si512(a0, _mm512_loadu_si512(p + i));
-        a1 = _mm512_xor_si512(a1, _mm512_loadu_si512(p + i + 64));
-        a2 = _mm512_xor_si512(a2, _mm512_loadu_si512(p + i + 128));
-        a3 = _mm512_xor_si512(a3, _mm512_loadu_si512(p + i + 192));
-    }
-    for (; i < n; i++)
-        a0 = _mm512_add_epi64(a0, _mm512_set1_epi64(p[i]));
-    a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
-    uint64_t v[8], r = 0;
-    _mm512_storeu_si512(v, a0); /* (reduce_add would be signed: UB on overflow) */
-    for (int k = 0; k < 8; k++)
-        r ^= v[k];
-    return r;
-}
-#define HAVE_READ_AVX512 1
-#endif
 
 /* `bench_cpu decode [rounds]`: one token through every matrix of
  * SmolLM2-135M in layer order (30 x q,k,v,o,gate,up,down in Q4_1, then the
@@ -123,11 +67,11 @@ static int bench_decode(int rounds)
         total += rb * out;
     }
     for (int k = 0; k < rounds; k++) {
-        double c0 = cpu_s();
+        double c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         for (int m = 0; m < N_MAT; m++)
             be->i->matmul(be, &ws[m], x, y, 1);
-        mm[k] = total / (cpu_s() - c0) / 1e9;
-        c0 = cpu_s();
+        mm[k] = total / (bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / 1e9;
+        c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
         for (int m = 0; m < N_MAT; m++) {
             const uint64_t *p = ws[m].data;
             size_t n = ws[m].row_bytes * (size_t)ws[m].ne[1] / 8;
@@ -140,23 +84,23 @@ static int bench_decode(int rounds)
             }
             sink += s0 + s1 + s2 + s3;
         }
-        rd[k] = total / (cpu_s() - c0) / 1e9;
+        rd[k] = total / (bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / 1e9;
         ratio[k] = mm[k] / rd[k];
 #ifdef HAVE_READ_AVX512
         if ((wide = __builtin_cpu_supports("avx512f"))) {
-            c0 = cpu_s();
+            c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
             for (int m = 0; m < N_MAT; m++)
-                sink += read_avx512(ws[m].data, ws[m].row_bytes * (size_t)ws[m].ne[1]);
-            rd5[k] = total / (cpu_s() - c0) / 1e9;
+                sink += bench_read_avx512(ws[m].data, ws[m].row_bytes * (size_t)ws[m].ne[1]);
+            rd5[k] = total / (bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / 1e9;
             ratio5[k] = mm[k] / rd5[k];
         }
 #endif
     }
-    qsort(rd5, (size_t)rounds, sizeof(double), cmp_double);
-    qsort(ratio5, (size_t)rounds, sizeof(double), cmp_double);
-    qsort(mm, (size_t)rounds, sizeof(double), cmp_double);
-    qsort(rd, (size_t)rounds, sizeof(double), cmp_double);
-    qsort(ratio, (size_t)rounds, sizeof(double), cmp_double);
+    qsort(rd5, (size_t)rounds, sizeof(double), bench_cmp_double);
+    qsort(ratio5, (size_t)rounds, sizeof(double), bench_cmp_double);
+    qsort(mm, (size_t)rounds, sizeof(double), bench_cmp_double);
+    qsort(rd, (size_t)rounds, sizeof(double), bench_cmp_double);
+    qsort(ratio, (size_t)rounds, sizeof(double), bench_cmp_double);
     printf("decode %.1f MB, 1 thread, isa %s: matmuls %.2f GB/s = %.1f tok/s, read %.2f GB/s, "
            "ratio %.0f%% (medians of %d alternated rounds, CPU time; sink %d)\n",
            total / 1e6, hy_isa_name(hy_cpu_isa()), mm[rounds / 2], mm[rounds / 2] * 1e9 / total,
@@ -182,7 +126,7 @@ int main(int argc, char **argv)
     };
     if (argc > 1 && strcmp(argv[1], "decode") == 0)
         return bench_decode(argc > 2 && atoi(argv[2]) > 0 ? atoi(argv[2]) : 7);
-    hy_dtype_t wt = argc > 1 ? parse_type(argv[1]) : HY_DTYPE_Q8_0;
+    hy_dtype_t wt = argc > 1 ? bench_parse_type(argv[1]) : HY_DTYPE_Q8_0;
     int max_threads = argc > 2 ? atoi(argv[2]) : 2;
     char err[HY_ERR_LEN];
 
@@ -219,14 +163,14 @@ int main(int argc, char **argv)
                 double t0, c0, dt, dc;
                 int reps = 0;
                 be->i->matmul(be, &wt2, x, y, n_tok); /* warm */
-                t0 = now_s();
-                c0 = cpu_s();
+                t0 = bench_clock_s(CLOCK_MONOTONIC);
+                c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
                 do {
                     be->i->matmul(be, &wt2, x, y, n_tok);
                     reps++;
-                } while ((dt = now_s() - t0) < 0.3);
+                } while ((dt = bench_clock_s(CLOCK_MONOTONIC) - t0) < 0.3);
                 dt /= reps;
-                dc = (cpu_s() - c0) / reps / nth;
+                dc = (bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / reps / nth;
                 printf("threads %d %-5s %5d->%-6d n_tok %3d: %9.1f us %7.1f GFLOP/s %6.1f GB/s"
                        " | cpu/thread %9.1f us %7.1f GFLOP/s %6.1f GB/s (%s)\n",
                        nth, hy_dtype_info(t)->name, in, out, n_tok, dt * 1e6,
@@ -261,12 +205,12 @@ int main(int argc, char **argv)
             hy_batch_t b = {n, NULL, pos, 1, &sq};
             hy_attn_params_t p = {9, 3, 64, 64, 0.125f, 0, 0};
             if (be->i->kv_init(be, &lay, err) == HY_OK) {
-                double t0 = now_s(), dt;
+                double t0 = bench_clock_s(CLOCK_MONOTONIC), dt;
                 int reps = 0;
                 do {
                     be->i->attention(be, 0, &b, q, k, v, o, &p);
                     reps++;
-                } while ((dt = now_s() - t0) < 0.3);
+                } while ((dt = bench_clock_s(CLOCK_MONOTONIC) - t0) < 0.3);
                 dt /= reps;
                 printf("threads %d attention f16 prefill 512 tokens, 9/3 heads: %8.1f us "
                        "(%.1f GFLOP/s)\n", nth, dt * 1e6,
@@ -275,12 +219,12 @@ int main(int argc, char **argv)
                 hy_batch_seq_t sd = {0, 1, 511, pages, 64, -1};
                 int32_t pd = 511;
                 hy_batch_t bd = {1, NULL, &pd, 1, &sd};
-                t0 = now_s();
+                t0 = bench_clock_s(CLOCK_MONOTONIC);
                 reps = 0;
                 do {
                     be->i->attention(be, 0, &bd, q, k, v, o, &p);
                     reps++;
-                } while ((dt = now_s() - t0) < 0.3);
+                } while ((dt = bench_clock_s(CLOCK_MONOTONIC) - t0) < 0.3);
                 printf("threads %d attention f16 decode at 512: %8.1f us\n", nth,
                        dt / reps * 1e6);
             }

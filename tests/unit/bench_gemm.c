@@ -9,6 +9,7 @@
  */
 #include "backend/backend.h"
 #include "backend/cpu/quant.h"
+#include "bench.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,28 +20,11 @@
  * lanes x 2 FLOP x ~2.45 GHz), to print a share of it. */
 #define BENCH_PEAK_GFLOPS 155.0
 
-static double clock_s(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static hy_dtype_t parse_type(const char *s)
-{
-    for (uint32_t t = 0; t < HY_DTYPE_COUNT; t++) {
-        const hy_dtype_info_t *i = hy_dtype_info(t);
-        if (i && i->name && strcmp(i->name, s) == 0)
-            return (hy_dtype_t)t;
-    }
-    return HY_DTYPE_COUNT;
-}
-
 int main(int argc, char **argv)
 {
     static const int64_t shapes[][2] = {{1024, 6144}, {1024, 2048}, {2048, 1024}};
     int ntoks[] = {64, 512, 4096};
-    hy_dtype_t t = parse_type(argc > 1 ? argv[1] : "f16");
+    hy_dtype_t t = bench_parse_type(argc > 1 ? argv[1] : "f16");
     int max_th = argc > 2 ? atoi(argv[2]) : 2;
     int reps = argc > 3 ? atoi(argv[3]) : 5;
     size_t n_nt = sizeof ntoks / sizeof ntoks[0];
@@ -107,10 +91,10 @@ int main(int argc, char **argv)
                 clockid_t id = th == 1 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
                 be->i->matmul(be, &w, x, y, nt); /* warm-up: scratch, page faults */
                 for (int r = 0; r < reps; r++) {
-                    double t0 = clock_s(id), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+                    double t0 = bench_clock_s(id), c0 = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID);
                     be->i->matmul(be, &w, x, y, nt);
-                    double dt = clock_s(id) - t0;
-                    double dc = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+                    double dt = bench_clock_s(id) - t0;
+                    double dc = bench_clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
                     best = dt < best ? dt : best;
                     best_cpu = dc < best_cpu ? dc : best_cpu;
                 }

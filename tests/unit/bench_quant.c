@@ -17,45 +17,11 @@
 
 #include "backend/cpu/quant.h"
 #include "backend/cpu/quant_ref.h"
+#include "bench.h"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); /* the CI box is shared */
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The bound: every byte read once, in order, nothing else done with it.
- * 64-byte vector loads where the CPU has them (the kernels' own loads), else
- * 64-bit adds as `hyserve bench --membw` does. */
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p, size_t n)
-{
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-    size_t i = 0;
-    for (; i + 256 <= n; i += 256) {
-        a0 = _mm512_xor_si512(a0, _mm512_loadu_si512(p + i));
-        a1 = _mm512_xor_si512(a1, _mm512_loadu_si512(p + i + 64));
-        a2 = _mm512_xor_si512(a2, _mm512_loadu_si512(p + i + 128));
-        a3 = _mm512_xor_si512(a3, _mm512_loadu_si512(p + i + 192));
-    }
-    a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
-    uint64_t v[8], r = i < n ? p[i] : 0;
-    _mm512_storeu_si512(v, a0); /* (reduce_add would be signed: UB on overflow) */
-    for (int k = 0; k < 8; k++)
-        r ^= v[k];
-    return r;
-}
-#define HAVE_READ_AVX512 1
-#endif
-
+/* The bound: every byte read once, in order, nothing else done with it:
+ * bench.h's 64-byte loads where the CPU has them (the kernels' own loads),
+ * else 64-bit adds as `hyserve bench --membw` does. */
 static uint64_t read_u64(const uint8_t *p, size_t n)
 {
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, v[4];
@@ -74,7 +40,7 @@ static uint64_t read_bound(const uint8_t *p, size_t n)
 {
 #ifdef HAVE_READ_AVX512
     if (__builtin_cpu_supports("avx512f"))
-        return read_avx512(p, n);
+        return bench_read_avx512(p, n);
 #endif
     return read_u64(p, n);
 }
@@ -110,7 +76,7 @@ static void bench_in_cache(double secs)
                 tr->from_float(xf + c * K, x + c * xb, K);
             for (int mode = 0; mode < 3; mode++) {
                 long iters = 0;
-                double t0 = now(), el;
+                double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID), el;
                 do {
                     if (mode == 0)
                         for (int r = 0; r < M; r++)
@@ -118,7 +84,7 @@ static void bench_in_cache(double secs)
                     else
                         tile(K, out, M, w, wb, M, x, xb, mode == 1 ? 1 : NX);
                     iters++;
-                    el = now() - t0;
+                    el = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
                 } while (el < secs);
                 printf("%-5s %-7s %s: %7.2f GB/s weights, %8.1f us/matmul\n",
                        hy_dtype_info(t)->name, hy_isa_name((hy_isa_t)isa), names[mode],
@@ -170,18 +136,18 @@ static void bench_stream(size_t mb, int rounds)
         }
         tr->from_float(xf, x, K);
         for (int k = 0; k < rounds; k++) {
-            double t0 = now();
+            double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
             for (size_t r = 0; r < rows; r += CHUNK)
                 tile(K, out + r, rows, w + r * wb, wb, CHUNK, x, xb, 1);
-            kern[k] = bytes / (now() - t0) / 1e9;
-            t0 = now();
+            kern[k] = bytes / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / 1e9;
+            t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
             sink += read_bound(w, bytes);
-            rd[k] = bytes / (now() - t0) / 1e9;
+            rd[k] = bytes / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / 1e9;
             ratio[k] = kern[k] / rd[k];
         }
-        qsort(kern, (size_t)rounds, sizeof(double), cmp_double);
-        qsort(rd, (size_t)rounds, sizeof(double), cmp_double);
-        qsort(ratio, (size_t)rounds, sizeof(double), cmp_double);
+        qsort(kern, (size_t)rounds, sizeof(double), bench_cmp_double);
+        qsort(rd, (size_t)rounds, sizeof(double), bench_cmp_double);
+        qsort(ratio, (size_t)rounds, sizeof(double), bench_cmp_double);
         printf("%-5s %-7s stream %zu MB: decode tile %6.2f GB/s, read %6.2f GB/s, "
                "ratio %.0f%% (median of %d alternated rounds; sink %d)\n",
                hy_dtype_info(t)->name, hy_isa_name(isa), bytes >> 20,
