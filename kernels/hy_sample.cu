@@ -54,19 +54,25 @@ __device__ __forceinline__ bool better(float l, int id, float bl, int bid)
     return l > bl || (l == bl && id < bid);
 }
 
+/* Warp-wide best (l, id), left in every lane. */
+__device__ __forceinline__ void warp_best(float *l, int *id)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float l2 = __shfl_xor_sync(0xffffffffu, *l, o);
+        int i2 = __shfl_xor_sync(0xffffffffu, *id, o);
+        if (better(l2, i2, *l, *id)) {
+            *l = l2;
+            *id = i2;
+        }
+    }
+}
+
 /* Block-wide best (l, id); returns it in *ol / *oid on every thread. */
 __device__ void block_best(float l, int id, float *shl, int *shi, float *ol, int *oid)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
-    for (int o = 16; o > 0; o >>= 1) {
-        float l2 = __shfl_xor_sync(0xffffffffu, l, o);
-        int i2 = __shfl_xor_sync(0xffffffffu, id, o);
-        if (better(l2, i2, l, id)) {
-            l = l2;
-            id = i2;
-        }
-    }
+    warp_best(&l, &id);
     if (lane == 0) {
         shl[warp] = l;
         shi[warp] = id;
@@ -75,14 +81,7 @@ __device__ void block_best(float l, int id, float *shl, int *shi, float *ol, int
     if (warp == 0) {
         l = lane < NW ? shl[lane] : -INFINITY;
         id = lane < NW ? shi[lane] : INT32_MAX;
-        for (int o = 16; o > 0; o >>= 1) {
-            float l2 = __shfl_xor_sync(0xffffffffu, l, o);
-            int i2 = __shfl_xor_sync(0xffffffffu, id, o);
-            if (better(l2, i2, l, id)) {
-                l = l2;
-                id = i2;
-            }
-        }
+        warp_best(&l, &id);
         if (lane == 0) {
             shl[NW] = l;
             shi[NW] = id;
