@@ -135,6 +135,12 @@ static inline void hy_cpu_split(int64_t n, int ith, int nth, int64_t *lo, int64_
     *hi = HY_MIN(n, *lo + per);
 }
 
+/* The argument checks of the gdn and ssd ops (hy_backend_i), shared by
+ * every backend: HY_EINVAL with the message in err, or HY_OK. */
+int hy_gdn_check(const hy_gdn_params_t *p, int32_t qkv_stride, char *err);
+int hy_ssd_check(const hy_ssd_params_t *p, int32_t x_stride, int32_t dt_stride,
+                 int32_t bc_stride, char *err);
+
 /* moe.c: one token's expert choice and weights (p, taken: n_expert scratch) */
 void hy_moe_route_one(const hy_moe_t *m, const float *l, const float *bias, float *p,
                       uint8_t *taken, int32_t *sel, float *w);

@@ -12,6 +12,7 @@
  */
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/attn_plan.h"
+#include "backend/cpu/cpu_impl.h" /* hy_gdn_check, hy_ssd_check */
 #include "backend/cpu/quant.h"
 
 #include <math.h>
@@ -327,20 +328,19 @@ void hy_cuda_gdn(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, c
 {
     hy_cuda_t *cu = be->ctx;
     hy_cuk_seqs_t sq;
+    char err[HY_ERR_LEN];
+    int rc;
 
     /* chunk as on the CPU: 1 = exact recurrence; otherwise runs of two rows
      * or more take the chunked form (chunks above 64 rows are cut to 64,
      * which changes rounding only) */
-    if (p->n_k_heads <= 0 || p->n_v_heads <= 0 || p->n_v_heads % p->n_k_heads != 0 ||
-        p->d_k <= 0 || p->d_v <= 0 || p->d_k > 4096 || p->d_v > 4096 || p->chunk < 1 ||
-        p->chunk > 256 || p->n_v_heads > 65535) {
-        hy_cuda_fail(cu, HY_EINVAL, "gdn: bad shape: %d k-heads, %d v-heads (must be a multiple), "
-                     "d_k %d, d_v %d, chunk %d (1..%d)", p->n_k_heads, p->n_v_heads, p->d_k,
-                     p->d_v, p->chunk, 256);
+    if ((rc = hy_gdn_check(p, qkv_stride, err)) != HY_OK) {
+        hy_cuda_fail(cu, rc, "%s", err);
         goto zero;
     }
-    if (qkv_stride < p->d_v * p->n_v_heads || qkv_stride < p->d_k * p->n_k_heads) {
-        hy_cuda_fail(cu, HY_EINVAL, "gdn: row stride %d is shorter than a row of heads", qkv_stride);
+    if (p->n_v_heads > 65535) { /* one grid dimension per v-head */
+        hy_cuda_fail(cu, HY_EINVAL, "gdn: %d v-heads: the GPU kernels take at most 65535",
+                     p->n_v_heads);
         goto zero;
     }
     if (!hy_cuda_rec_seqs(cu, "gdn", rec_layer, batch, -1,
@@ -364,21 +364,18 @@ void hy_cuda_ssd(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, c
     float *tA = NULL, *tD = NULL, *tb = NULL;
     const float *fA, *fb, *fD = NULL;
     hy_cuk_seqs_t sq;
+    char err[HY_ERR_LEN];
+    int rc;
 
     if (batch->n_tokens <= 0)
         return;
-    if (p->n_head <= 0 || p->head_dim <= 0 || p->d_state <= 0 || p->n_group <= 0 ||
-        p->n_head % p->n_group != 0 || p->head_dim > 4096 || p->d_state > 4096 ||
-        p->chunk < 1 || p->chunk > 256 || p->n_head > 65535) {
-        hy_cuda_fail(cu, HY_EINVAL, "ssd: bad shape: %d heads of %d, %d groups (must divide the "
-                     "heads), state %d, chunk %d (1..%d)", p->n_head, p->head_dim, p->n_group,
-                     p->d_state, p->chunk, 256);
+    if ((rc = hy_ssd_check(p, x_stride, dt_stride, bc_stride, err)) != HY_OK) {
+        hy_cuda_fail(cu, rc, "%s", err);
         goto zero;
     }
-    if (x_stride < p->n_head * p->head_dim || dt_stride < p->n_head ||
-        bc_stride < p->n_group * p->d_state) {
-        hy_cuda_fail(cu, HY_EINVAL, "ssd: row strides x %d / dt %d / bc %d are shorter than a row",
-                     x_stride, dt_stride, bc_stride);
+    if (p->n_head > 65535) { /* one grid dimension per head */
+        hy_cuda_fail(cu, HY_EINVAL, "ssd: %d heads: the GPU kernels take at most 65535",
+                     p->n_head);
         goto zero;
     }
     if (!hy_cuda_rec_seqs(cu, "ssd", rec_layer, batch, -1,
