@@ -9,6 +9,7 @@
 #include "backend/select.h"
 #include "../unit/test.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int main(void)
@@ -43,6 +44,16 @@ int main(void)
     } else {
         HY_T_OK(rc == HY_EUNSUPPORTED && be == NULL && strncmp(err, "no CUDA device: ", 16) == 0,
                 "\"cuda\" with CUDA built but no GPU: %s", err);
+    }
+    if (HY_TEST_CUDA_BUILT) {
+        /* a bad HY_CUDA_GRAPHS is refused before any device work, so this
+         * holds with or without a GPU */
+        setenv("HY_CUDA_GRAPHS", "yes", 1);
+        rc = hy_backend_new(&be, "cuda", &bo, err);
+        unsetenv("HY_CUDA_GRAPHS");
+        HY_T_OK(rc == HY_EINVAL && be == NULL &&
+                    strcmp(err, "HY_CUDA_GRAPHS='yes': must be 0 (graphs off) or 1 (on)") == 0,
+                "\"cuda\" with a bad HY_CUDA_GRAPHS: %s", err);
     }
     return hy_t_done();
 }

@@ -119,5 +119,19 @@ int main(void)
     ok = g_dropped == HY_CUDA_GRAPH_SLOTS - 2 && c.tick == 0 && !c.e[0].used;
     HY_T_OK(ok, "clear: %d cached execs dropped (want %d), cache empty", g_dropped,
             HY_CUDA_GRAPH_SLOTS - 2);
+
+    {
+        char err[HY_ERR_LEN] = "";
+        bool off = true, off0 = false, off1 = true;
+        int rc_unset = hy_cuda_graph_env(NULL, &off, err);
+        int rc0 = hy_cuda_graph_env("0", &off0, err), rc1 = hy_cuda_graph_env("1", &off1, err);
+        int rcb = hy_cuda_graph_env("off", &off, err);
+
+        HY_T_OK(rc_unset == HY_OK && rc0 == HY_OK && off0 && rc1 == HY_OK && !off1,
+                "HY_CUDA_GRAPHS: unset and 1 keep graphs on, 0 turns them off");
+        HY_T_OK(rcb == HY_EINVAL &&
+                    strcmp(err, "HY_CUDA_GRAPHS='off': must be 0 (graphs off) or 1 (on)") == 0,
+                "HY_CUDA_GRAPHS=off refused: %s", err);
+    }
     return hy_t_done();
 }

@@ -1239,11 +1239,16 @@ int hy_backend_cuda_new(hy_backend_t **out, const hy_backend_opts_t *opts, char 
     hy_backend_t *be = NULL;
     hy_cuda_t *cu = NULL;
     int count = 0, rc = HY_OK;
+    bool g_off;
     cudaError_t e;
     cublasStatus_t bs;
 
     (void)opts;
     *out = NULL;
+    /* HY_CUDA_GRAPHS=0 runs every step eagerly (comparisons, debugging); a
+     * bad value is a configuration error, reported before any device work */
+    if ((rc = hy_cuda_graph_env(getenv("HY_CUDA_GRAPHS"), &g_off, err)) != HY_OK)
+        return rc;
     /* no driver, no device, or a driver too old for this runtime: all end
      * here with the runtime's own reason */
     e = cudaGetDeviceCount(&count);
@@ -1289,11 +1294,7 @@ int hy_backend_cuda_new(hy_backend_t **out, const hy_backend_opts_t *opts, char 
         cudaGetLastError();
         cu->blas_ws = NULL;
     }
-    {
-        /* HY_CUDA_GRAPHS=0 runs every step eagerly (comparisons, debugging) */
-        const char *g = getenv("HY_CUDA_GRAPHS");
-        cu->g_off = g && strcmp(g, "0") == 0;
-    }
+    cu->g_off = g_off;
     *out = be;
     be = NULL;
 out:

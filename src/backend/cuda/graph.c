@@ -99,3 +99,15 @@ void hy_cuda_graph_clear(hy_cuda_graph_cache_t *c, void (*drop)(void *exec, void
     }
     memset(c, 0, sizeof *c);
 }
+
+int hy_cuda_graph_env(const char *v, bool *off, char *err)
+{
+    *off = false;
+    if (v == NULL || strcmp(v, "1") == 0)
+        return HY_OK;
+    if (strcmp(v, "0") == 0) {
+        *off = true;
+        return HY_OK;
+    }
+    return hy_err(err, HY_EINVAL, "HY_CUDA_GRAPHS='%.64s': must be 0 (graphs off) or 1 (on)", v);
+}

@@ -76,6 +76,11 @@ bool hy_cuda_graph_broken(hy_cuda_graph_cache_t *c, hy_cuda_graph_entry_t *e);
 /* Calls drop(exec, arg) for every cached exec and empties the cache. */
 void hy_cuda_graph_clear(hy_cuda_graph_cache_t *c, void (*drop)(void *exec, void *arg), void *arg);
 
+/* The HY_CUDA_GRAPHS environment value v (NULL when unset): unset or "1"
+ * keeps graphs on, "0" turns them off (*off); anything else is HY_EINVAL
+ * with the value named in err, so a typo does not silently keep them on. */
+int hy_cuda_graph_env(const char *v, bool *off, char *err);
+
 /* A copy of the CUDA backend's cache and counters (cuda.c, CUDA builds
  * only); HY_EINVAL when be is not the CUDA backend. */
 int hy_cuda_graph_stats(hy_backend_t *be, hy_cuda_graph_cache_t *out);
