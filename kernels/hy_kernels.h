@@ -43,7 +43,7 @@ int hy_cuk_f32_to_f16(const float *x, void *out, size_t n, hy_cuk_stream_t strea
 
 /* ---- element-wise and row ops (kernels/hy_ops.cu) ------------------------- */
 enum { HY_CUK_SWIGLU, HY_CUK_ADD, HY_CUK_MUL, HY_CUK_SCALE, HY_CUK_SILU, HY_CUK_SIGMOID,
-       HY_CUK_SOFTPLUS, HY_CUK_RELU_SQR };
+       HY_CUK_SOFTPLUS, HY_CUK_RELU_SQR, HY_CUK_GELU_TANH, HY_CUK_TANH };
 /* x = op(x, y) element-wise: SWIGLU x = silu(y) * z; ADD x += y; MUL x *= y;
  * SCALE x *= s; unary ops x = f(y). */
 int hy_cuk_eltwise(int op, float *x, const float *y, const float *z, float s, size_t n,

@@ -58,6 +58,13 @@ __global__ void hy_eltwise_kernel(int op, float *x, const float *y, const float 
             x[i] = r * r;
             break;
         }
+        case HY_CUK_GELU_TANH: {
+            /* torch's gelu(approximate="tanh"); sqrt(2/pi) as torch writes it */
+            const float v = y[i];
+            x[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+            break;
+        }
+        case HY_CUK_TANH: x[i] = tanhf(y[i]); break;
         }
     }
 }

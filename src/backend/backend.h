@@ -106,7 +106,10 @@ typedef enum {
     HY_UNARY_SIGMOID,
     HY_UNARY_SOFTPLUS,   /* x > 20 ? x : log1p(exp(x)), as torch */
     HY_UNARY_RELU_SQR,   /* max(x,0)^2 (nemotron_h MLP) */
+    HY_UNARY_GELU_TANH,  /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Gemma GeGLU) */
+    HY_UNARY_TANH,       /* tanh(x) (Gemma's final logit soft-capping) */
 } hy_unary_t;
+#define HY_UNARY_LAST HY_UNARY_TANH
 
 /* Gated DeltaNet (qwen3next / qwen35): per v-head h, state S (d_k x d_v):
  * S <- exp(g_t) S; u = S^T k_t; S <- S + k_t (beta_t (v_t - u))^T; o_t = S^T q_t.

@@ -144,7 +144,7 @@ static void test_small_ops(void)
         g_cpu->i->mul(g_cpu, o.c, y.c, n);
         g_gpu->i->mul(g_gpu, o.g, y.g, n);
         worst[5] = HY_MAX(worst[5], pair_err(&o, 0, n));
-        for (int op = HY_UNARY_SILU; op <= HY_UNARY_RELU_SQR; op++) {
+        for (int op = HY_UNARY_SILU; op <= HY_UNARY_LAST; op++) {
             /* spread x so softplus meets its threshold of 20 */
             g_cpu->i->scale(g_cpu, x.c, 4.0f, n);
             g_gpu->i->scale(g_gpu, x.g, 4.0f, n);

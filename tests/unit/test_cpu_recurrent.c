@@ -222,6 +222,9 @@ static double unary_ref(hy_unary_t op, double x)
     case HY_UNARY_SIGMOID: return 1 / (1 + exp(-x));
     case HY_UNARY_SOFTPLUS: return x > 20 ? x : log1p(exp(x));
     case HY_UNARY_RELU_SQR: return x > 0 ? x * x : 0;
+    case HY_UNARY_GELU_TANH:
+        return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case HY_UNARY_TANH: return tanh(x);
     }
     return NAN;
 }
@@ -229,12 +232,12 @@ static double unary_ref(hy_unary_t op, double x)
 static void test_elementwise(hy_backend_t *be)
 {
     enum { N = 100003 };
-    static const char *names[] = {"silu", "sigmoid", "softplus", "relu_sqr"};
+    static const char *names[] = {"silu", "sigmoid", "softplus", "relu_sqr", "gelu_tanh", "tanh"};
     float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
     float *z = malloc(N * sizeof(float));
     char err[HY_ERR_LEN];
 
-    for (int op = HY_UNARY_SILU; op <= HY_UNARY_RELU_SQR; op++) {
+    for (int op = HY_UNARY_SILU; op <= HY_UNARY_LAST; op++) {
         double worst = 0;
         fill(x, N, 12.0f);
         x[0] = 30.0f;   /* softplus threshold branch */

@@ -313,6 +313,9 @@ out:
 
 /* ---- element-wise ---------------------------------------------------------- */
 
+/* sqrt(2 / pi) as torch writes it: M_SQRT2 * M_2_SQRTPI * 0.5 */
+#define HY_GELU_SQRT_2_OVER_PI 0.7978845608028654f
+
 typedef struct {
     hy_unary_t op;
     const float *x;
@@ -346,6 +349,18 @@ static void hy_unary_worker(void *arg, int ith, int nth)
             j->y[i] = r * r;
         }
         break;
+    case HY_UNARY_GELU_TANH:
+        /* torch's gelu(approximate="tanh"), the form Gemma's
+         * gelu_pytorch_tanh and ggml's gelu compute */
+        for (int64_t i = lo; i < hi; i++) {
+            const float x = j->x[i];
+            j->y[i] = 0.5f * x * (1.0f + tanhf(HY_GELU_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)));
+        }
+        break;
+    case HY_UNARY_TANH:
+        for (int64_t i = lo; i < hi; i++)
+            j->y[i] = tanhf(j->x[i]);
+        break;
     }
 }
 
@@ -356,7 +371,7 @@ void hy_cpu_unary(hy_backend_t *be, hy_unary_t op, const float *x, float *y, siz
 
     if (n == 0)
         return;
-    if ((unsigned)op > HY_UNARY_RELU_SQR) {
+    if ((unsigned)op > HY_UNARY_LAST) {
         hy_cpu_fail(cpu, HY_EUNSUPPORTED, "unary: op %d not supported", (int)op);
         memset(y, 0, n * sizeof(float));
         return;

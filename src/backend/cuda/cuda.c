@@ -578,11 +578,12 @@ static void hy_cuda_unary(hy_backend_t *be, hy_unary_t op, const float *x, float
     static const int map[] = {
         [HY_UNARY_SILU] = HY_CUK_SILU, [HY_UNARY_SIGMOID] = HY_CUK_SIGMOID,
         [HY_UNARY_SOFTPLUS] = HY_CUK_SOFTPLUS, [HY_UNARY_RELU_SQR] = HY_CUK_RELU_SQR,
+        [HY_UNARY_GELU_TANH] = HY_CUK_GELU_TANH, [HY_UNARY_TANH] = HY_CUK_TANH,
     };
 
     if (n == 0)
         return;
-    if ((unsigned)op > HY_UNARY_RELU_SQR) {
+    if ((unsigned)op > HY_UNARY_LAST) {
         hy_cuda_fail(cu, HY_EUNSUPPORTED, "unary: op %d not supported", (int)op);
         hy_cuda_zero(cu, y, n);
         return;
