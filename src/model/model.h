@@ -30,6 +30,12 @@ typedef enum {
 
 const char *hy_layer_kind_name(hy_layer_kind_t k);
 
+/* Most layers a model may have.  Loaders read per-layer key arrays into
+ * fixed arrays of this many entries on their stack (16 KiB each): far above
+ * any released model (Llama 3.1 405B has 126 layers), and a block_count
+ * beyond it is refused by hy_model_load with the key's name. */
+#define HY_MODEL_MAX_LAYERS 4096
+
 typedef struct {
     hy_layer_kind_t kind;
     hy_ffn_kind_t ffn;
@@ -37,6 +43,12 @@ typedef struct {
     int32_t n_head;
     int32_t n_head_kv;
     int32_t n_ff;
+    /* ATTN_SWA: a token attends to the last `window` positions, its own
+     * included; 0 for every other kind.  The KV pages of a sliding layer
+     * are still kept for the whole sequence (the kernel masks to the
+     * window); releasing what slid out is the page allocator's later job. */
+    int32_t window;
+    const hy_rope_t *rope; /* attention layers: the RoPE they use (m->rope or m->rope_swa) */
 
     hy_weight_t attn_norm;            /* (n_embd) */
     hy_weight_t wq, wk, wv, wo;       /* (n_embd, n_head*hd) (n_embd, n_kv*hd) x2 (n_head*hd, n_embd) */
@@ -45,6 +57,8 @@ typedef struct {
     hy_weight_t ffn_norm;             /* (n_embd) */
     hy_weight_t ffn_gate, ffn_up;     /* (n_embd, n_ff) */
     hy_weight_t ffn_down;             /* (n_ff, n_embd) */
+    hy_weight_t attn_post_norm;       /* Gemma: (n_embd) norm of the attention output */
+    hy_weight_t ffn_post_norm;        /* Gemma: (n_embd) norm of the FFN output */
 
     /* ---- recurrent mixers (hybrid architectures) ---- */
     int32_t rec_index;                /* index among recurrent layers, or -1 */
@@ -82,6 +96,30 @@ typedef struct hy_model hy_model_t;
 typedef struct hy_arch hy_arch_t;
 typedef struct hy_fwd hy_fwd_t;
 
+/* ---- per-architecture scratch ------------------------------------------
+ * An architecture names the extra buffers its forward pass needs in a
+ * struct of float pointers of its own (hy_qwen_scratch_t, ...) and its
+ * load() describes each member once with hy_model_scratch: which member,
+ * how many floats per token, and its region.  Members of one region share
+ * memory (the architecture promises they are never live together, e.g. a
+ * GDN layer's buffers and an attention layer's); every region gets its own
+ * 64-byte aligned span of one backend allocation.  hy_fwd_init sizes that
+ * allocation and points every member into it from this description alone,
+ * so no arch file computes an offset or a size twice. */
+#define HY_SCRATCH_PARTS 16
+
+typedef struct {
+    size_t member;    /* offsetof(<arch scratch struct>, <float * member>) */
+    int32_t region;   /* 0..HY_SCRATCH_PARTS-1 */
+    int64_t per_tok;  /* floats per token */
+} hy_scratch_part_t;
+
+typedef struct {
+    size_t size;      /* sizeof(<arch scratch struct>); 0: no scratch */
+    int32_t n_parts;
+    hy_scratch_part_t part[HY_SCRATCH_PARTS];
+} hy_scratch_desc_t;
+
 struct hy_model {
     hy_gguf_t *gguf;
     hy_backend_t *be;     /* weights were prepared for this backend */
@@ -99,17 +137,20 @@ struct hy_model {
     int32_t head_dim_v;
     int32_t n_kv_layers;  /* layers that keep KV pages */
     int32_t n_rec_layers; /* layers that keep a recurrent state */
-    /* Extra per-token scratch an architecture needs in hy_fwd_t.scratch[i]
-     * (floats per token); set by its load(). */
-    int64_t scratch_per_tok[4];
+    int32_t n_swa_layers; /* ATTN_SWA layers (among the n_kv_layers) */
+    hy_scratch_desc_t scratch; /* the architecture's forward scratch, set by its load() */
     /* Architecture-specific scalars (Granite's multipliers, ...). */
     float embd_scale;     /* multiply embeddings (1 = off) */
     float residual_scale; /* multiply each block's output before the residual add (1) */
     float attn_scale;     /* attention scale override (0 = 1/sqrt(head_dim)) */
     float logit_scale;    /* divide logits by this (1 = off) */
+    float attn_softcap;   /* attention scores -> c tanh(s / c) (0 = off; Gemma 2) */
+    float final_softcap;  /* logits -> c tanh(l / c) (0 = off; Gemma 2/3) */
     float norm_eps;
     hy_rope_t rope;
+    hy_rope_t rope_swa;   /* sliding layers' RoPE where it differs (Gemma's freq_base_swa) */
     float *rope_freq_factors; /* owned copy of rope_freqs, or NULL */
+    void *arch_mem;       /* one allocation an architecture keeps (freed with the model) */
 
     hy_weight_t tok_embd;     /* (n_embd, n_vocab) */
     hy_weight_t output_norm;  /* (n_embd) */
@@ -132,10 +173,13 @@ struct hy_fwd {
     float *up;     /* (max_tokens, n_ff_max) */
     float *out_x;  /* (max_outputs, n_embd) rows that want logits */
     float *logits; /* (max_outputs, n_vocab) backend side */
-    float *scratch[4]; /* (max_tokens, model->scratch_per_tok[i]) or NULL */
+    void *scratch;      /* the architecture's scratch struct (see hy_scratch_desc_t) or NULL */
+    float *scratch_mem; /* backend memory its members point into */
 };
 
-/* An architecture: how to read its weights and how to run it. */
+/* An architecture: how to read its weights and how to run it.  The table
+ * of families (src/model/arch/families.c) maps general.architecture names
+ * to these. */
 struct hy_arch {
     const char *name;
     int (*load)(hy_model_t *m, char *err);
@@ -161,31 +205,8 @@ static inline int hy_model_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t 
     return m->arch->forward(m, f, b, out_rows, n_out, logits, err);
 }
 
-/* ---- helpers for architecture files ------------------------------------ */
-
-/* Binds tensor `name` to w after checking its shape is exactly ne[0..3]
- * (trailing dims 1).  If optional and absent, w->data stays NULL and HY_OK
- * is returned. */
-int hy_model_weight(hy_model_t *m, hy_weight_t *w, const char *name,
-                    int64_t ne0, int64_t ne1, bool optional, char *err);
-/* Same for a 3-D tensor {ne0, ne1, ne2} (expert stacks). */
-int hy_model_weight3(hy_model_t *m, hy_weight_t *w, const char *name, int64_t ne0,
-                     int64_t ne1, int64_t ne2, bool optional, char *err);
-/* Same with a printf-style layer name: "blk.%d.attn_q.weight". */
-int hy_model_layer_weight(hy_model_t *m, hy_weight_t *w, const char *fmt, int layer,
-                          int64_t ne0, int64_t ne1, bool optional, char *err);
-/* Reads "<arch>.<suffix>" as u32 / f32. */
-int hy_model_key_u32(hy_model_t *m, const char *suffix, uint32_t *out, bool optional,
-                     char *err);
-int hy_model_key_f32(hy_model_t *m, const char *suffix, float *out, bool optional,
-                     char *err);
-/* Fills m->rope from <arch>.rope.* keys; needs m->head_dim set. */
-int hy_model_read_rope(hy_model_t *m, hy_rope_mode_t mode, char *err);
-
-extern const hy_arch_t hy_arch_llama;
-extern const hy_arch_t hy_arch_lfm2;   /* lfm2, lfm2moe */
-extern const hy_arch_t hy_arch_qwen3next; /* qwen3next, qwen35, qwen35moe */
-extern const hy_arch_t hy_arch_granite_hybrid; /* granitehybrid (Granite-4.0-H, Bamba) */
-extern const hy_arch_t hy_arch_nemotron_h;
+/* The architecture that reads general.architecture `name` (len bytes), or
+ * NULL: a lookup in the table of families. */
+const hy_arch_t *hy_arch_find(const char *name, size_t len);
 
 #endif

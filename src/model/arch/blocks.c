@@ -23,7 +23,7 @@ void hy_blk_embed(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b)
 }
 
 void hy_blk_attention(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const hy_layer_t *L,
-                      const hy_rope_t *rope, const float *in, float *out)
+                      const float *in, float *out)
 {
     hy_backend_t *be = f->be;
     const struct hy_backend_i *op = be->i;
@@ -32,6 +32,7 @@ void hy_blk_attention(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const hy_
         .n_head = L->n_head, .n_head_kv = L->n_head_kv, .head_dim = hd,
         .head_dim_v = m->head_dim_v,
         .scale = m->attn_scale != 0.0f ? m->attn_scale : 1.0f / sqrtf((float)hd),
+        .window = L->window, .softcap = m->attn_softcap,
     };
 
     op->matmul(be, &L->wq, in, f->q, n);
@@ -42,9 +43,9 @@ void hy_blk_attention(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const hy_
     if (L->bv.data) op->add_bias(be, f->v, &L->bv, n, L->n_head_kv * m->head_dim_v);
     if (L->q_norm.data) op->rmsnorm(be, f->q, &L->q_norm, f->q, n * L->n_head, hd, m->norm_eps);
     if (L->k_norm.data) op->rmsnorm(be, f->k, &L->k_norm, f->k, n * L->n_head_kv, hd, m->norm_eps);
-    if (rope != NULL) {
-        op->rope(be, f->q, n, L->n_head, hd, b->pos, rope);
-        op->rope(be, f->k, n, L->n_head_kv, hd, b->pos, rope);
+    if (L->rope != NULL) {
+        op->rope(be, f->q, n, L->n_head, hd, b->pos, L->rope);
+        op->rope(be, f->k, n, L->n_head_kv, hd, b->pos, L->rope);
     }
     op->attention(be, L->kv_index, b, f->q, f->k, f->v, f->att, &ap);
     op->matmul(be, &L->wo, f->att, out, n);
@@ -59,6 +60,21 @@ void hy_blk_ffn(hy_model_t *m, hy_fwd_t *f, const hy_layer_t *L, int32_t n,
     op->matmul(be, &L->ffn_gate, in, f->gate, n);
     op->matmul(be, &L->ffn_up, in, f->up, n);
     op->swiglu(be, f->gate, f->up, f->gate, (size_t)n * L->n_ff);
+    op->matmul(be, &L->ffn_down, f->gate, out, n);
+}
+
+void hy_blk_ffn_geglu(hy_model_t *m, hy_fwd_t *f, const hy_layer_t *L, int32_t n,
+                      const float *in, float *out)
+{
+    hy_backend_t *be = f->be;
+    const struct hy_backend_i *op = be->i;
+    const size_t cnt = (size_t)n * L->n_ff;
+
+    (void)m;
+    op->matmul(be, &L->ffn_gate, in, f->gate, n);
+    op->matmul(be, &L->ffn_up, in, f->up, n);
+    op->unary(be, HY_UNARY_GELU_TANH, f->gate, f->gate, cnt);
+    op->mul(be, f->gate, f->up, cnt);
     op->matmul(be, &L->ffn_down, f->gate, out, n);
 }
 
@@ -85,33 +101,16 @@ int hy_blk_logits(hy_model_t *m, hy_fwd_t *f, const int32_t *out_rows, int32_t n
         op->matmul(be, &m->output, f->out_x, f->logits, n_out);
         if (m->logit_scale != 0.0f && m->logit_scale != 1.0f)
             op->scale(be, f->logits, 1.0f / m->logit_scale, (size_t)n_out * m->n_vocab);
+        if (m->final_softcap > 0.0f) {
+            /* c tanh(l / c), in llama.cpp's three steps */
+            const size_t cnt = (size_t)n_out * m->n_vocab;
+
+            op->scale(be, f->logits, 1.0f / m->final_softcap, cnt);
+            op->unary(be, HY_UNARY_TANH, f->logits, f->logits, cnt);
+            op->scale(be, f->logits, m->final_softcap, cnt);
+        }
         if (logits != NULL)
             op->download(be, logits, f->logits, (size_t)n_out * m->n_vocab);
     }
     return op->status(be, err);
-}
-
-int hy_blk_load_attention(hy_model_t *m, hy_layer_t *L, int32_t il, int32_t n_head,
-                          int32_t n_head_kv, int32_t hd, int32_t hdv, char *err)
-{
-    const int64_t E = m->n_embd, Q = (int64_t)n_head * hd, K = (int64_t)n_head_kv * hd,
-                  V = (int64_t)n_head_kv * hdv;
-    int rc;
-
-    L->kind = HY_LAYER_ATTN_FULL;
-    L->kv_index = m->n_kv_layers++;
-    L->n_head = n_head;
-    L->n_head_kv = n_head_kv;
-#define W(field, name, a, b, opt)                                                          \
-    if ((rc = hy_model_layer_weight(m, &L->field, "blk.%d." name, il, a, b, opt, err)) != HY_OK) \
-        return rc;
-    W(wq, "attn_q.weight", E, Q, false)
-    W(wk, "attn_k.weight", E, K, false)
-    W(wv, "attn_v.weight", E, V, false)
-    W(wo, "attn_output.weight", (int64_t)n_head * hdv, E, false)
-    W(bq, "attn_q.bias", Q, 1, true)
-    W(bk, "attn_k.bias", K, 1, true)
-    W(bv, "attn_v.bias", V, 1, true)
-#undef W
-    return HY_OK;
 }

@@ -14,24 +14,24 @@
 void hy_blk_embed(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b);
 
 /* GQA softmax attention with optional q/k/v biases, per-head q/k RMSNorm
- * and RoPE (rope == NULL: no positional encoding, NoPE). */
+ * and the layer's RoPE (L->rope NULL: no positional encoding, NoPE), over
+ * the layer's window (0: the whole context), scores soft-capped by
+ * m->attn_softcap (0: off). */
 void hy_blk_attention(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const hy_layer_t *L,
-                      const hy_rope_t *rope, const float *in, float *out);
-
-/* Binds layer il's GQA attention tensors (attn_q/k/v/output, optional q/k/v
- * biases) after checking their shapes; marks the layer ATTN_FULL with the
- * next kv_index.  hd / hdv: key and value head sizes. */
-int hy_blk_load_attention(hy_model_t *m, hy_layer_t *L, int32_t il, int32_t n_head,
-                          int32_t n_head_kv, int32_t hd, int32_t hdv, char *err);
+                      const float *in, float *out);
 
 /* SwiGLU feed-forward: out = down(silu(gate(in)) * up(in)). */
 void hy_blk_ffn(hy_model_t *m, hy_fwd_t *f, const hy_layer_t *L, int32_t n,
                 const float *in, float *out);
+/* GeGLU feed-forward (Gemma): out = down(gelu_tanh(gate(in)) * up(in)). */
+void hy_blk_ffn_geglu(hy_model_t *m, hy_fwd_t *f, const hy_layer_t *L, int32_t n,
+                      const float *in, float *out);
 
 /* x += s * y over n rows (s = m->residual_scale) */
 void hy_blk_residual(hy_model_t *m, hy_fwd_t *f, float *y, int32_t n);
 
-/* final norm over the rows that want logits, LM head, download to host */
+/* final norm over the rows that want logits, LM head, logit_scale and
+ * final_softcap, download to host */
 int hy_blk_logits(hy_model_t *m, hy_fwd_t *f, const int32_t *out_rows, int32_t n_out,
                   float *logits, char *err);
 

@@ -7,98 +7,57 @@
  * multipliers.  Notes b.3; llama.cpp src/models/granite-hybrid.cpp.
  */
 #include "model/arch/blocks.h"
+#include "model/arch/load.h"
 #include "model/arch/mamba2.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Reads a per-layer u32 key (scalar broadcast); missing is an error unless
- * def is given. */
-static int hy_gh_layers(hy_model_t *m, const char *suffix, uint32_t *out, const uint32_t *def,
-                        char *err)
+/* The forward pass's buffers: the Mamba-2 mixer's and the routed experts'
+ * output of a MoE layer. */
+typedef struct {
+    hy_mamba2_scratch_t m2;
+    float *routed; /* (T, n_embd) */
+} hy_gh_scratch_t;
+enum { HY_GH_R_ROUTED = HY_MAMBA2_REGIONS };
+
+/* The MoE keys (no expert_count: dense FFNs). */
+typedef struct {
+    uint32_t n_expert, n_used, n_ff_sh;
+} hy_gh_moe_t;
+
+static int hy_gh_read_moe(hy_model_t *m, hy_gh_moe_t *x, char *err)
 {
-    char key[160];
     int rc;
 
-    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
-    rc = hy_gguf_get_u32_layers(m->gguf, key, out, (uint32_t)m->n_layer, err);
-    if (rc == HY_ENOENT && def != NULL) {
-        for (int32_t i = 0; i < m->n_layer; i++)
-            out[i] = *def;
+    *x = (hy_gh_moe_t){0};
+    if ((rc = hy_model_key_u32(m, "expert_count", &x->n_expert, true, err)) != HY_OK ||
+        (rc = hy_model_key_u32(m, "expert_used_count", &x->n_used, true, err)) != HY_OK ||
+        (rc = hy_model_key_u32(m, "expert_shared_feed_forward_length", &x->n_ff_sh, true, err)) != HY_OK)
+        return rc;
+    if (x->n_expert == 0)
         return HY_OK;
-    }
-    if (rc == HY_ENOENT)
-        return hy_err(err, HY_EFORMAT, "%s: required key '%s' is missing", hy_gguf_path(m->gguf),
-                      key);
-    return rc;
-}
-
-static int hy_gh_load(hy_model_t *m, char *err)
-{
-    uint32_t n_head[4096], n_head_kv[4096], n_ff[4096], u, n_expert = 0, n_used = 0,
-             n_ff_sh = 0, zero = 0;
-    const int64_t E = m->n_embd;
-    hy_mamba2_dims_t d;
-    int32_t il, hd, hdv, n_rec = 0, att = -1;
-    bool finetuned = false, moe;
-    char key[160];
-    int rc;
-
-    if ((rc = hy_gh_layers(m, "attention.head_count", n_head, NULL, err)) != HY_OK ||
-        (rc = hy_gh_layers(m, "attention.head_count_kv", n_head_kv, &zero, err)) != HY_OK ||
-        (rc = hy_gh_layers(m, "feed_forward_length", n_ff, NULL, err)) != HY_OK)
-        return rc;
-    if ((rc = hy_mamba2_read_dims(m, &d, err)) != HY_OK)
-        return rc;
-    if ((rc = hy_model_key_u32(m, "expert_count", &n_expert, true, err)) != HY_OK ||
-        (rc = hy_model_key_u32(m, "expert_used_count", &n_used, true, err)) != HY_OK ||
-        (rc = hy_model_key_u32(m, "expert_shared_feed_forward_length", &n_ff_sh, true, err)) != HY_OK)
-        return rc;
-    moe = n_expert > 0;
-    if (moe && (n_expert > 4096 || n_used == 0 || n_used > n_expert))
+    if (x->n_expert > 4096 || x->n_used == 0 || x->n_used > x->n_expert)
         return hy_err(err, HY_EFORMAT, "%s: %s.expert_used_count = %u must be 1..expert_count (%u)",
-                      hy_gguf_path(m->gguf), m->arch_name, n_used, n_expert);
+                      hy_gguf_path(m->gguf), m->arch_name, x->n_used, x->n_expert);
     /* every Granite MoE layer also runs its shared MLP (transformers'
      * GraniteMoeHybridDecoderLayer always builds shared_mlp) */
-    if (moe && (n_ff_sh == 0 || n_ff_sh > 1u << 20))
+    if (x->n_ff_sh == 0 || x->n_ff_sh > 1u << 20)
         return hy_err(err, HY_EFORMAT, "%s: %s.expert_shared_feed_forward_length = %u is out of range (1..%u)",
-                      hy_gguf_path(m->gguf), m->arch_name, n_ff_sh, 1u << 20);
-    for (il = 0; il < m->n_layer; il++) {
-        if (n_ff[il] == 0 || n_ff[il] > 1u << 20)
-            return hy_err(err, HY_EFORMAT, "%s: layer %d: %s.feed_forward_length = %u is out of range",
-                          hy_gguf_path(m->gguf), il, m->arch_name, n_ff[il]);
-        if (n_head_kv[il] == 0)
-            continue;
-        if (n_head[il] == 0 || n_head[il] > 1024 || n_head[il] % n_head_kv[il] != 0)
-            return hy_err(err, HY_EFORMAT,
-                          "%s: layer %d: head_count %u / head_count_kv %u must be positive, with head_count a multiple of head_count_kv",
-                          hy_gguf_path(m->gguf), il, n_head[il], n_head_kv[il]);
-        if (att >= 0 && (n_head[il] != n_head[att] || n_head_kv[il] != n_head_kv[att]))
-            return hy_err(err, HY_EUNSUPPORTED, "%s: attention layers %d and %d have different head counts",
-                          hy_gguf_path(m->gguf), att, il);
-        att = att < 0 ? il : att;
-    }
-    /* buffers are sized from the attention layers' geometry */
-    m->n_head = att >= 0 ? (int32_t)n_head[att] : HY_MAX((int32_t)n_head[0], 1);
-    m->n_head_kv = att >= 0 ? (int32_t)n_head_kv[att] : 1;
-    if (m->n_head <= 0)
-        return hy_err(err, HY_EFORMAT, "%s: %s.attention.head_count is 0", hy_gguf_path(m->gguf),
-                      m->arch_name);
-    u = (uint32_t)(m->n_embd / m->n_head);
-    if ((rc = hy_model_key_u32(m, "attention.key_length", &u, true, err)) != HY_OK)
-        return rc;
-    hd = (int32_t)u;
-    if ((rc = hy_model_key_u32(m, "attention.value_length", &u, true, err)) != HY_OK)
-        return rc;
-    hdv = (int32_t)u;
-    if (hd <= 0 || hd > 1024 || hdv <= 0 || hdv > 1024)
-        return hy_err(err, HY_EFORMAT, "%s: attention head size %d/%d is out of range",
-                      hy_gguf_path(m->gguf), hd, hdv);
-    m->head_dim = hd;
-    m->head_dim_v = hdv;
+                      hy_gguf_path(m->gguf), m->arch_name, x->n_ff_sh, 1u << 20);
+    return HY_OK;
+}
 
-    /* Granite's multipliers (absent: 1 / default attention scale) */
+/* Granite's multipliers (absent: 1 / the default attention scale) and its
+ * positional encoding: none for Granite-4.0-H, NORM RoPE when
+ * rope.scaling.finetuned is true (Bamba). */
+static int hy_gh_read_scalars(hy_model_t *m, char *err)
+{
+    bool finetuned = false;
+    char key[160];
+    int rc;
+
     m->embd_scale = m->residual_scale = m->logit_scale = 1.0f;
     m->attn_scale = 0.0f;
     if ((rc = hy_model_key_f32(m, "embedding_scale", &m->embd_scale, true, err)) != HY_OK ||
@@ -109,86 +68,92 @@ static int hy_gh_load(hy_model_t *m, char *err)
     if (m->logit_scale == 0.0f)
         return hy_err(err, HY_EFORMAT, "%s: %s.logit_scale must not be 0", hy_gguf_path(m->gguf),
                       m->arch_name);
-    /* Granite-4.0-H has no positional encoding; Bamba (finetuned) has RoPE */
     snprintf(key, sizeof key, "%s.rope.scaling.finetuned", m->arch_name);
     rc = hy_gguf_get_bool(m->gguf, key, &finetuned, err);
     if (rc != HY_OK && rc != HY_ENOENT)
         return rc;
     if (finetuned && (rc = hy_model_read_rope(m, HY_ROPE_NORM, err)) != HY_OK)
         return rc;
-    m->rope.n_rot = finetuned ? m->rope.n_rot : 0; /* n_rot 0 marks NoPE for forward() */
+    m->rope.n_rot = finetuned ? m->rope.n_rot : 0; /* 0: NoPE (layers get rope NULL) */
+    return HY_OK;
+}
 
-    if ((rc = hy_model_weight(m, &m->tok_embd, "token_embd.weight", E, m->n_vocab, false,
-                              err)) != HY_OK ||
-        (rc = hy_model_weight(m, &m->output_norm, "output_norm.weight", E, 1, false, err)) != HY_OK ||
-        (rc = hy_model_weight(m, &m->output, "output.weight", E, m->n_vocab, true, err)) != HY_OK)
+/* A MoE FFN: routed experts (softmax top-k, renormalised) plus the shared
+ * SwiGLU expert that every token runs. */
+static int hy_gh_load_moe(hy_model_t *m, hy_layer_t *L, int32_t il, const hy_gh_moe_t *x,
+                          int32_t n_ff, char *err)
+{
+    const int64_t E = m->n_embd, S = x->n_ff_sh;
+    const hy_layer_tensor_t shexp[] = {
+        {HY_LT(ffn_gate_shexp), "ffn_gate_shexp.weight", {E, S}, false},
+        {HY_LT(ffn_up_shexp), "ffn_up_shexp.weight", {E, S}, false},
+        {HY_LT(ffn_down_shexp), "ffn_down_shexp.weight", {S, E}, false},
+    };
+    hy_moe_t *mo = &L->moe;
+    int rc;
+
+    if ((rc = hy_model_load_experts(m, L, il, (int32_t)x->n_expert, (int32_t)x->n_used, n_ff,
+                                    err)) != HY_OK ||
+        (rc = hy_model_layer_tensors(m, L, il, shexp, HY_ARRAY_LEN(shexp), err)) != HY_OK)
         return rc;
-    if (m->output.data == NULL)
-        m->output = m->tok_embd; /* tied embeddings */
+    /* top-k of the logits, softmax over those k == softmax, then
+     * renormalise the chosen k */
+    mo->softmax_gating = true;
+    mo->norm_topk = true;
+    mo->weights_scale = 1.0f;
+    mo->norm_eps = 0.0f;
+    L->n_ff_shexp = (int32_t)x->n_ff_sh;
+    L->n_ff = L->n_ff_shexp; /* f->gate / f->up hold the shared expert */
+    hy_model_scratch(m, sizeof(hy_gh_scratch_t), offsetof(hy_gh_scratch_t, routed),
+                     HY_GH_R_ROUTED, E);
+    return HY_OK;
+}
 
-    m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
-    if (m->layers == NULL)
-        return hy_err(err, HY_ENOMEM, "out of memory");
+static int hy_gh_load(hy_model_t *m, char *err)
+{
+    uint32_t n_head[HY_MODEL_MAX_LAYERS], n_head_kv[HY_MODEL_MAX_LAYERS], n_ff[HY_MODEL_MAX_LAYERS];
+    bool is_attn[HY_MODEL_MAX_LAYERS];
+    const int64_t E = m->n_embd;
+    hy_mamba2_dims_t d;
+    hy_gh_moe_t moe;
+    int32_t il;
+    int rc;
+
+    /* head_count_kv 0 (or absent) marks a Mamba-2 layer */
+    memset(n_head_kv, 0, sizeof(uint32_t) * (size_t)m->n_layer);
+    if ((rc = hy_model_layers_u32(m, "attention.head_count", n_head, false, err)) != HY_OK ||
+        (rc = hy_model_layers_u32(m, "attention.head_count_kv", n_head_kv, true, err)) != HY_OK ||
+        (rc = hy_model_layers_u32(m, "feed_forward_length", n_ff, false, err)) != HY_OK ||
+        (rc = hy_mamba2_read_dims(m, &d, err)) != HY_OK ||
+        (rc = hy_gh_read_moe(m, &moe, err)) != HY_OK ||
+        (rc = hy_model_check_ff(m, n_ff, false, err)) != HY_OK)
+        return rc;
+    for (il = 0; il < m->n_layer; il++)
+        is_attn[il] = n_head_kv[il] != 0;
+    if ((rc = hy_model_attn_dims(m, n_head, n_head_kv, is_attn, err)) != HY_OK ||
+        (rc = hy_gh_read_scalars(m, err)) != HY_OK ||
+        (rc = hy_model_load_common(m, "output_norm.weight", err)) != HY_OK)
+        return rc;
+    hy_mamba2_scratch(m, &d, sizeof(hy_gh_scratch_t), offsetof(hy_gh_scratch_t, m2), 0);
+
     for (il = 0; il < m->n_layer; il++) {
         hy_layer_t *L = &m->layers[il];
-        const int64_t F = n_ff[il];
+        const hy_layer_tensor_t attn_norm[] = {{HY_LT(attn_norm), "attn_norm.weight", {E}, false}};
+        const hy_layer_tensor_t ffn_norm[] = {{HY_LT(ffn_norm), "ffn_norm.weight", {E}, false}};
 
-        L->rec_index = -1;
-        L->kv_index = -1;
-        L->n_head = (int32_t)n_head[il];
-        L->n_head_kv = (int32_t)n_head_kv[il];
-#define W(field, name, a, b, opt)                                                          \
-    if ((rc = hy_model_layer_weight(m, &L->field, "blk.%d." name, il, a, b, opt, err)) != HY_OK) \
-        return rc;
-#define W3(field, name, a, b, c)                                                           \
-    snprintf(key, sizeof key, "blk.%d." name, il);                                         \
-    if ((rc = hy_model_weight3(m, &L->field, key, a, b, c, false, err)) != HY_OK)          \
-        return rc;
-        W(attn_norm, "attn_norm.weight", E, 1, false)
-        if (n_head_kv[il] == 0) {
-            if ((rc = hy_mamba2_load_layer(m, L, il, &d, &n_rec, err)) != HY_OK)
-                return rc;
-        } else {
-            if ((rc = hy_blk_load_attention(m, L, il, (int32_t)n_head[il],
-                                            (int32_t)n_head_kv[il], hd, hdv, err)) != HY_OK)
-                return rc;
-        }
-        W(ffn_norm, "ffn_norm.weight", E, 1, false)
-        if (moe) {
-            hy_moe_t *mo = &L->moe;
-
-            L->ffn = HY_FFN_MOE;
-            W(moe.gate_inp, "ffn_gate_inp.weight", E, n_expert, false)
-            W3(moe.gate_exps, "ffn_gate_exps.weight", E, F, n_expert)
-            W3(moe.up_exps, "ffn_up_exps.weight", E, F, n_expert)
-            W3(moe.down_exps, "ffn_down_exps.weight", F, E, n_expert)
-            mo->n_expert = (int32_t)n_expert;
-            mo->n_expert_used = (int32_t)n_used;
-            mo->n_ff_exp = (int32_t)F;
-            /* top-k of the logits, softmax over those k == softmax, then
-             * renormalise the chosen k */
-            mo->softmax_gating = true;
-            mo->norm_topk = true;
-            mo->weights_scale = 1.0f;
-            mo->norm_eps = 0.0f;
-            L->n_ff_shexp = (int32_t)n_ff_sh;
-            W(ffn_gate_shexp, "ffn_gate_shexp.weight", E, n_ff_sh, false)
-            W(ffn_up_shexp, "ffn_up_shexp.weight", E, n_ff_sh, false)
-            W(ffn_down_shexp, "ffn_down_shexp.weight", n_ff_sh, E, false)
-            L->n_ff = L->n_ff_shexp; /* f->gate / f->up hold the shared expert */
-        } else {
-            L->ffn = HY_FFN_DENSE;
-            L->n_ff = (int32_t)F;
-            W(ffn_gate, "ffn_gate.weight", E, F, false)
-            W(ffn_up, "ffn_up.weight", E, F, false)
-            W(ffn_down, "ffn_down.weight", F, E, false)
-        }
-#undef W
-#undef W3
+        if ((rc = hy_model_layer_tensors(m, L, il, attn_norm, 1, err)) != HY_OK)
+            return rc;
+        rc = is_attn[il] ? hy_model_load_attention(m, L, il, (int32_t)n_head[il],
+                                                   (int32_t)n_head_kv[il], err)
+                         : hy_mamba2_load_layer(m, L, il, &d, err);
+        if (rc != HY_OK || (rc = hy_model_layer_tensors(m, L, il, ffn_norm, 1, err)) != HY_OK)
+            return rc;
+        rc = moe.n_expert > 0 ? hy_gh_load_moe(m, L, il, &moe, (int32_t)n_ff[il], err)
+                              : hy_model_load_ffn(m, L, il, (int32_t)n_ff[il], err);
+        if (rc != HY_OK)
+            return rc;
+        L->rope = m->rope.n_rot > 0 ? &m->rope : NULL;
     }
-    m->n_rec_layers = n_rec;
-    if (moe)
-        m->scratch_per_tok[3] = E; /* routed experts' output */
     return HY_OK;
 }
 
@@ -199,7 +164,8 @@ static void hy_gh_moe(hy_model_t *m, hy_fwd_t *f, const hy_layer_t *L, int32_t n
 {
     hy_backend_t *be = f->be;
     const struct hy_backend_i *op = be->i;
-    float *routed = f->scratch[3];
+    const hy_gh_scratch_t *s = f->scratch;
+    float *routed = s->routed;
 
     op->moe(be, &L->moe, in, routed, n, m->n_embd);
     op->matmul(be, &L->ffn_gate_shexp, in, f->gate, n);
@@ -216,7 +182,7 @@ static int hy_gh_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const 
 {
     const struct hy_backend_i *op = f->be->i;
     const int32_t n = b->n_tokens, E = m->n_embd;
-    const hy_rope_t *rope = m->rope.n_rot > 0 ? &m->rope : NULL;
+    const hy_gh_scratch_t *s = f->scratch;
     int rc;
 
     if ((rc = hy_blk_check(f, b, n_out, err)) != HY_OK)
@@ -227,9 +193,9 @@ static int hy_gh_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const 
 
         op->rmsnorm(f->be, f->x, &L->attn_norm, f->xn, n, E, m->norm_eps);
         if (L->kind == HY_LAYER_MAMBA2)
-            hy_mamba2_mixer(m, f, b, L, f->xn, f->xn);
+            hy_mamba2_mixer(m, f, &s->m2, b, L, f->xn, f->xn);
         else
-            hy_blk_attention(m, f, b, L, rope, f->xn, f->xn);
+            hy_blk_attention(m, f, b, L, f->xn, f->xn);
         hy_blk_residual(m, f, f->xn, n);
 
         op->rmsnorm(f->be, f->x, &L->ffn_norm, f->xn, n, E, m->norm_eps);
@@ -242,7 +208,7 @@ static int hy_gh_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const 
     return hy_blk_logits(m, f, out_rows, n_out, logits, err);
 }
 
-const hy_arch_t hy_arch_granite_hybrid = {
+static const hy_arch_t hy_arch_granite_hybrid = {
     /* .name    = */ "granitehybrid",
     /* .load    = */ hy_gh_load,
     /* .forward = */ hy_gh_forward,

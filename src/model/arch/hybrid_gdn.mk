@@ -1,10 +1,10 @@
-# Gated DeltaNet hybrid family (qwen3next, qwen35, qwen35moe): the
-# architecture and the CPU gdn op.  The kernel source gdn_kern.h is compiled
+# Gated DeltaNet hybrid family (qwen3next, qwen35, qwen35moe): the CPU gdn
+# op (the architecture, arch/qwen3next.c, is built by arch/families.c).  The kernel source gdn_kern.h is compiled
 # three times, each in its own convenience library with its own target
 # flags (baseline, AVX2+FMA, AVX-512), like the quant kernels; gdn.c picks
 # one at run time.  -O3 so the vectoriser also handles the loops whose trip
 # count is only known at run time (head sizes).
-libhy_a_SOURCES += src/backend/cpu/gdn.c src/backend/cpu/gdn.h src/model/arch/qwen3next.c
+libhy_a_SOURCES += src/backend/cpu/gdn.c src/backend/cpu/gdn.h
 noinst_LIBRARIES += libhy_gdn.a libhy_gdn_avx2.a libhy_gdn_avx512.a
 libhy_gdn_a_SOURCES = src/backend/cpu/gdn_kern_generic.c src/backend/cpu/gdn_kern.h
 libhy_gdn_a_CFLAGS = $(AM_CFLAGS) -O3

@@ -1,13 +1,13 @@
 # Mamba-2 hybrid families (granitehybrid = Granite-4.0-H / Bamba, nemotron_h):
-# the architectures, their shared Mamba-2 mixer block, and the CPU ssd and
-# group_rmsnorm_gated ops.  The SSD kernel source ssd_kern.h is compiled
-# three times, each in its own convenience library with its own target
-# flags (baseline, AVX2+FMA, AVX-512), like the quant and gdn kernels;
-# ssd.c picks one at run time.  -O3 so the vectoriser also handles loops
-# whose trip count is only known at run time (head and state sizes).
+# their shared Mamba-2 mixer block and the CPU ssd and group_rmsnorm_gated
+# ops (the architectures are built by arch/families.c).  The SSD kernel
+# source ssd_kern.h is compiled three times, each in its own convenience
+# library with its own target flags (baseline, AVX2+FMA, AVX-512), like the
+# quant and gdn kernels; ssd.c picks one at run time.  -O3 so the
+# vectoriser also handles loops whose trip count is only known at run time
+# (head and state sizes).
 libhy_a_SOURCES += src/backend/cpu/ssd.c src/backend/cpu/ssd.h \
-	src/model/arch/mamba2.c src/model/arch/mamba2.h \
-	src/model/arch/granite_hybrid.c src/model/arch/nemotron_h.c
+	src/model/arch/mamba2.c src/model/arch/mamba2.h
 noinst_LIBRARIES += libhy_ssd.a libhy_ssd_avx2.a libhy_ssd_avx512.a
 libhy_ssd_a_SOURCES = src/backend/cpu/ssd_kern_generic.c src/backend/cpu/ssd_kern.h
 libhy_ssd_a_CFLAGS = $(AM_CFLAGS) -O3

@@ -7,29 +7,26 @@
  * Conventions: /work/shared/notes/gguf-and-hybrid-architectures.md, b.2.
  */
 #include "model/arch/blocks.h"
+#include "model/arch/load.h"
 
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* transformers' Lfm2MoeTopKRouter: weights / (sum + 1e-6). */
 #define HY_LFM2_MOE_NORM_EPS 1e-6f
 
-/* Reads a required per-layer u32 key "<arch>.<suffix>". */
-static int hy_lfm2_layers_u32(hy_model_t *m, const char *suffix, uint32_t *out, bool optional,
-                              char *err)
-{
-    char key[160];
-    int rc;
+/* The forward pass's buffers: a conv layer's B | C | x parts of in_proj,
+ * all live at once, and a MoE layer's output (its input stays in xn). */
+typedef struct {
+    float *b, *c, *x; /* (T, n_embd) each */
+    float *moe_out;   /* (T, n_embd) */
+} hy_lfm2_scratch_t;
+enum { HY_LFM2_R_B, HY_LFM2_R_C, HY_LFM2_R_X, HY_LFM2_R_MOE };
 
-    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
-    rc = hy_gguf_get_u32_layers(m->gguf, key, out, (uint32_t)m->n_layer, err);
-    if (rc == HY_ENOENT && !optional)
-        return hy_err(err, HY_EFORMAT, "%s: required key '%s' is missing",
-                      hy_gguf_path(m->gguf), key);
-    return rc;
-}
+/* lfm2moe's routing keys, checked. */
+typedef struct {
+    uint32_t n_dense, n_expert, n_used, n_ff_exp, gating, norm_w;
+    float w_scale;
+} hy_lfm2_moe_t;
 
 /* Rows [k*E, (k+1)*E) of in_proj (B, C or x) as a matrix of its own, so
  * each lands in its own dense buffer without strided element-wise ops. */
@@ -43,172 +40,160 @@ static int hy_lfm2_in_part(hy_model_t *m, const hy_weight_t *in, int k, hy_weigh
     return m->be->i->weight_init(m->be, out, err);
 }
 
+static int hy_lfm2_read_moe(hy_model_t *m, hy_lfm2_moe_t *x, char *err)
+{
+    const char *path = hy_gguf_path(m->gguf);
+    int rc;
+
+    *x = (hy_lfm2_moe_t){.gating = 2, .norm_w = 1, .w_scale = 1.0f};
+    if ((rc = hy_model_key_u32(m, "leading_dense_block_count", &x->n_dense, true, err)) != HY_OK ||
+        (rc = hy_model_key_u32(m, "expert_count", &x->n_expert, false, err)) != HY_OK ||
+        (rc = hy_model_key_u32(m, "expert_used_count", &x->n_used, false, err)) != HY_OK ||
+        (rc = hy_model_key_u32(m, "expert_feed_forward_length", &x->n_ff_exp, false, err)) != HY_OK ||
+        (rc = hy_model_key_u32(m, "expert_gating_func", &x->gating, true, err)) != HY_OK ||
+        (rc = hy_model_key_u32(m, "expert_weights_norm", &x->norm_w, true, err)) != HY_OK ||
+        (rc = hy_model_key_f32(m, "expert_weights_scale", &x->w_scale, true, err)) != HY_OK)
+        return rc;
+    /* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID; the converter always writes it */
+    if (x->gating != 2)
+        return hy_err(err, HY_EUNSUPPORTED, "%s: lfm2moe expert_gating_func %u (only 2, "
+                      "sigmoid, is defined)", path, x->gating);
+    if (x->n_expert == 0 || x->n_expert > 4096 || x->n_used == 0 || x->n_used > x->n_expert ||
+        x->n_ff_exp == 0 || x->n_ff_exp > 1u << 20)
+        return hy_err(err, HY_EFORMAT, "%s: %u of %u experts with expert_feed_forward_length "
+                      "%u are out of range", path, x->n_used, x->n_expert, x->n_ff_exp);
+    return HY_OK;
+}
+
+/* A gated short-conv layer: in_proj (and its B / C / x row views), the
+ * depthwise kernel of l_cache taps, out_proj; its conv window is a state. */
+static int hy_lfm2_load_conv(hy_model_t *m, hy_layer_t *L, int32_t il, uint32_t l_cache,
+                             char *err)
+{
+    const int64_t E = m->n_embd;
+    const hy_layer_tensor_t t[] = {
+        {HY_LT(sc_in), "shortconv.in_proj.weight", {E, 3 * E}, false},
+        {HY_LT(sc_conv), "shortconv.conv.weight", {l_cache, E}, false},
+        {HY_LT(sc_out), "shortconv.out_proj.weight", {E, E}, false},
+    };
+    int rc;
+
+    L->kind = HY_LAYER_SHORTCONV;
+    L->rec_index = m->n_rec_layers++;
+    L->conv_floats = (int64_t)(l_cache - 1) * E;
+    L->rec_floats = 0;
+    if ((rc = hy_model_layer_tensors(m, L, il, t, HY_ARRAY_LEN(t), err)) != HY_OK ||
+        (rc = hy_lfm2_in_part(m, &L->sc_in, 0, &L->sc_in_b, err)) != HY_OK ||
+        (rc = hy_lfm2_in_part(m, &L->sc_in, 1, &L->sc_in_c, err)) != HY_OK ||
+        (rc = hy_lfm2_in_part(m, &L->sc_in, 2, &L->sc_in_x, err)) != HY_OK)
+        return rc;
+    hy_model_scratch(m, sizeof(hy_lfm2_scratch_t), offsetof(hy_lfm2_scratch_t, b), HY_LFM2_R_B, E);
+    hy_model_scratch(m, sizeof(hy_lfm2_scratch_t), offsetof(hy_lfm2_scratch_t, c), HY_LFM2_R_C, E);
+    hy_model_scratch(m, sizeof(hy_lfm2_scratch_t), offsetof(hy_lfm2_scratch_t, x), HY_LFM2_R_X, E);
+    return HY_OK;
+}
+
+/* An attention layer: GQA with per-head q/k RMSNorm; with
+ * attention.sliding_window every attention layer slides (llama.cpp's
+ * LFM2: all non-recurrent layers are SWA when the key is set). */
+static int hy_lfm2_load_attn(hy_model_t *m, hy_layer_t *L, int32_t il, uint32_t n_head,
+                             uint32_t n_head_kv, uint32_t window, char *err)
+{
+    const hy_layer_tensor_t t[] = {
+        {HY_LT(q_norm), "attn_q_norm.weight", {m->head_dim}, false},
+        {HY_LT(k_norm), "attn_k_norm.weight", {m->head_dim}, false},
+    };
+    int rc;
+
+    if ((rc = hy_model_load_attention(m, L, il, (int32_t)n_head, (int32_t)n_head_kv, err)) != HY_OK ||
+        (rc = hy_model_layer_tensors(m, L, il, t, HY_ARRAY_LEN(t), err)) != HY_OK)
+        return rc;
+    if (window > 0) {
+        L->kind = HY_LAYER_ATTN_SWA;
+        L->window = (int32_t)window;
+        m->n_swa_layers++;
+    }
+    return HY_OK;
+}
+
+/* lfm2moe's routed experts (sigmoid gating with a selection bias). */
+static int hy_lfm2_load_moe(hy_model_t *m, hy_layer_t *L, int32_t il, const hy_lfm2_moe_t *x,
+                            char *err)
+{
+    const hy_layer_tensor_t bias[] = {
+        {HY_LT(moe.exp_bias), "exp_probs_b.bias", {x->n_expert}, false},
+    };
+    hy_moe_t *mo = &L->moe;
+    int rc;
+
+    if ((rc = hy_model_load_experts(m, L, il, (int32_t)x->n_expert, (int32_t)x->n_used,
+                                    (int32_t)x->n_ff_exp, err)) != HY_OK ||
+        (rc = hy_model_layer_tensors(m, L, il, bias, 1, err)) != HY_OK)
+        return rc;
+    mo->softmax_gating = false;
+    mo->norm_topk = x->norm_w != 0;
+    mo->norm_eps = HY_LFM2_MOE_NORM_EPS;
+    mo->weights_scale = x->w_scale;
+    L->n_ff = 0; /* no dense FFN buffers needed for this layer */
+    hy_model_scratch(m, sizeof(hy_lfm2_scratch_t), offsetof(hy_lfm2_scratch_t, moe_out),
+                     HY_LFM2_R_MOE, m->n_embd);
+    return HY_OK;
+}
+
 static int hy_lfm2_load(hy_model_t *m, char *err)
 {
-    /* n_layer <= 4096 is checked by hy_model_load */
-    uint32_t n_head[4096], n_head_kv[4096], n_ff[4096];
-    uint32_t l_cache = 0, n_dense = 0, n_expert = 0, n_used = 0, n_ff_exp = 0, u;
-    uint32_t gating = 2, norm_w = 1;
-    float w_scale = 1.0f;
+    uint32_t n_head[HY_MODEL_MAX_LAYERS], n_head_kv[HY_MODEL_MAX_LAYERS], n_ff[HY_MODEL_MAX_LAYERS];
+    bool is_attn[HY_MODEL_MAX_LAYERS];
+    uint32_t l_cache = 0, window = 0;
     const bool is_moe = strcmp(m->arch_name, "lfm2moe") == 0;
     const int64_t E = m->n_embd;
     const char *path = hy_gguf_path(m->gguf);
-    int32_t il, hd = 0, n_attn = 0;
+    hy_lfm2_moe_t moe = {0};
+    int32_t il, n_attn = 0;
     int rc;
 
-    if ((rc = hy_lfm2_layers_u32(m, "attention.head_count", n_head, false, err)) != HY_OK ||
-        (rc = hy_lfm2_layers_u32(m, "attention.head_count_kv", n_head_kv, false, err)) != HY_OK ||
-        (rc = hy_lfm2_layers_u32(m, "feed_forward_length", n_ff, false, err)) != HY_OK)
-        return rc;
-    if ((rc = hy_model_key_u32(m, "shortconv.l_cache", &l_cache, false, err)) != HY_OK)
+    if ((rc = hy_model_layers_u32(m, "attention.head_count", n_head, false, err)) != HY_OK ||
+        (rc = hy_model_layers_u32(m, "attention.head_count_kv", n_head_kv, false, err)) != HY_OK ||
+        (rc = hy_model_layers_u32(m, "feed_forward_length", n_ff, false, err)) != HY_OK ||
+        (rc = hy_model_check_ff(m, n_ff, false, err)) != HY_OK ||
+        (rc = hy_model_key_u32(m, "shortconv.l_cache", &l_cache, false, err)) != HY_OK ||
+        (rc = hy_model_key_u32(m, "attention.sliding_window", &window, true, err)) != HY_OK)
         return rc;
     if (l_cache < 1 || l_cache > 64)
         return hy_err(err, HY_EFORMAT, "%s: shortconv.l_cache = %u: must be 1..64", path, l_cache);
-    u = 0;
-    if ((rc = hy_model_key_u32(m, "attention.sliding_window", &u, true, err)) != HY_OK)
+    if (window > (uint32_t)INT32_MAX)
+        return hy_err(err, HY_EFORMAT, "%s: %s.attention.sliding_window = %u is out of range",
+                      path, m->arch_name, window);
+    if (is_moe && (rc = hy_lfm2_read_moe(m, &moe, err)) != HY_OK)
         return rc;
-    if (u != 0)
-        return hy_err(err, HY_EUNSUPPORTED, "%s: %s with sliding-window attention (window %u) "
-                      "is not supported", path, m->arch_name, u);
-    if (is_moe) {
-        if ((rc = hy_model_key_u32(m, "leading_dense_block_count", &n_dense, true, err)) != HY_OK ||
-            (rc = hy_model_key_u32(m, "expert_count", &n_expert, false, err)) != HY_OK ||
-            (rc = hy_model_key_u32(m, "expert_used_count", &n_used, false, err)) != HY_OK ||
-            (rc = hy_model_key_u32(m, "expert_feed_forward_length", &n_ff_exp, false, err)) != HY_OK ||
-            (rc = hy_model_key_u32(m, "expert_gating_func", &gating, true, err)) != HY_OK ||
-            (rc = hy_model_key_u32(m, "expert_weights_norm", &norm_w, true, err)) != HY_OK ||
-            (rc = hy_model_key_f32(m, "expert_weights_scale", &w_scale, true, err)) != HY_OK)
-            return rc;
-        /* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID; the converter always writes it */
-        if (gating != 2)
-            return hy_err(err, HY_EUNSUPPORTED, "%s: lfm2moe expert_gating_func %u (only 2, "
-                          "sigmoid, is defined)", path, gating);
-        if (n_expert == 0 || n_expert > 4096 || n_used == 0 || n_used > n_expert ||
-            n_ff_exp == 0 || n_ff_exp > 1u << 20)
-            return hy_err(err, HY_EFORMAT, "%s: %u of %u experts with expert_feed_forward_length "
-                          "%u are out of range", path, n_used, n_expert, n_ff_exp);
-    }
-
     for (il = 0; il < m->n_layer; il++) {
-        if (n_ff[il] == 0 || n_ff[il] > 1u << 20)
-            return hy_err(err, HY_EFORMAT, "%s: layer %d: feed_forward_length %u is out of range",
-                          path, il, n_ff[il]);
-        if (n_head_kv[il] == 0)
-            continue;
-        if (n_head[il] == 0 || n_head[il] > 1024 || n_head[il] % n_head_kv[il] != 0 ||
-            E % n_head[il] != 0)
-            return hy_err(err, HY_EFORMAT, "%s: layer %d: head_count %u / head_count_kv %u must "
-                          "be positive, head_count a multiple of head_count_kv and a divisor "
-                          "of n_embd %lld", path, il, n_head[il], n_head_kv[il], (long long)E);
-        if (n_attn > 0 && (n_head[il] != (uint32_t)m->n_head || n_head_kv[il] != (uint32_t)m->n_head_kv))
-            return hy_err(err, HY_EUNSUPPORTED, "%s: attention layers with different head "
-                          "counts are not supported", path);
-        m->n_head = (int32_t)n_head[il];
-        m->n_head_kv = (int32_t)n_head_kv[il];
-        n_attn++;
+        is_attn[il] = n_head_kv[il] != 0; /* a conv layer has no kv heads */
+        n_attn += is_attn[il];
     }
-    if (n_attn == 0) {
-        /* buffers are sized from the attention geometry: keep them tiny */
-        m->n_head = 1;
-        m->n_head_kv = 1;
-        hd = 1;
-    } else {
-        hd = (int32_t)(E / m->n_head);
-    }
-    m->head_dim = hd;
-    m->head_dim_v = hd;
-    if (n_attn > 0 && (rc = hy_model_read_rope(m, HY_ROPE_NEOX, err)) != HY_OK)
+    if ((rc = hy_model_attn_dims(m, n_head, n_head_kv, is_attn, err)) != HY_OK ||
+        (n_attn > 0 && (rc = hy_model_read_rope(m, HY_ROPE_NEOX, err)) != HY_OK) ||
+        (rc = hy_model_load_common(m, "token_embd_norm.weight", err)) != HY_OK)
         return rc;
 
-    if ((rc = hy_model_weight(m, &m->tok_embd, "token_embd.weight", E, m->n_vocab, false,
-                              err)) != HY_OK ||
-        (rc = hy_model_weight(m, &m->output_norm, "token_embd_norm.weight", E, 1, false,
-                              err)) != HY_OK ||
-        (rc = hy_model_weight(m, &m->output, "output.weight", E, m->n_vocab, true, err)) != HY_OK)
-        return rc;
-    if (m->output.data == NULL)
-        m->output = m->tok_embd; /* tied embeddings */
-
-    m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
-    if (m->layers == NULL)
-        return hy_err(err, HY_ENOMEM, "out of memory");
-    m->n_kv_layers = 0;
-    m->n_rec_layers = 0;
     for (il = 0; il < m->n_layer; il++) {
         hy_layer_t *L = &m->layers[il];
-        const int64_t F = n_ff[il];
+        const hy_layer_tensor_t norms[] = {
+            {HY_LT(attn_norm), "attn_norm.weight", {E}, false},
+            {HY_LT(ffn_norm), "ffn_norm.weight", {E}, false},
+        };
 
-#define W(field, name, a, b, opt)                                                          \
-    if ((rc = hy_model_layer_weight(m, &L->field, "blk.%d." name, il, a, b, opt, err)) != HY_OK) \
-        return rc;
-        L->n_ff = (int32_t)F;
-        W(attn_norm, "attn_norm.weight", E, 1, false)
-        W(ffn_norm, "ffn_norm.weight", E, 1, false)
-        if (n_head_kv[il] == 0) {
-            L->kind = HY_LAYER_SHORTCONV;
-            L->kv_index = -1;
-            L->rec_index = m->n_rec_layers++;
-            L->conv_floats = (int64_t)(l_cache - 1) * E;
-            L->rec_floats = 0;
-            W(sc_in, "shortconv.in_proj.weight", E, 3 * E, false)
-            W(sc_conv, "shortconv.conv.weight", l_cache, E, false)
-            W(sc_out, "shortconv.out_proj.weight", E, E, false)
-            if ((rc = hy_lfm2_in_part(m, &L->sc_in, 0, &L->sc_in_b, err)) != HY_OK ||
-                (rc = hy_lfm2_in_part(m, &L->sc_in, 1, &L->sc_in_c, err)) != HY_OK ||
-                (rc = hy_lfm2_in_part(m, &L->sc_in, 2, &L->sc_in_x, err)) != HY_OK)
-                return rc;
-        } else {
-            const int64_t KV = (int64_t)n_head_kv[il] * hd;
-            L->kind = HY_LAYER_ATTN_FULL;
-            L->kv_index = m->n_kv_layers++;
-            L->rec_index = -1;
-            L->n_head = (int32_t)n_head[il];
-            L->n_head_kv = (int32_t)n_head_kv[il];
-            W(wq, "attn_q.weight", E, E, false)
-            W(wk, "attn_k.weight", E, KV, false)
-            W(wv, "attn_v.weight", E, KV, false)
-            W(wo, "attn_output.weight", E, E, false)
-            W(q_norm, "attn_q_norm.weight", hd, 1, false)
-            W(k_norm, "attn_k_norm.weight", hd, 1, false)
-        }
-        if (is_moe && il >= (int32_t)n_dense) {
-            hy_moe_t *mo = &L->moe;
-            L->ffn = HY_FFN_MOE;
-            W(moe.gate_inp, "ffn_gate_inp.weight", E, n_expert, false)
-            W(moe.exp_bias, "exp_probs_b.bias", n_expert, 1, false)
-#define W3(field, name, a, b, c)                                                              \
-    {                                                                                          \
-        char nm[96];                                                                           \
-        snprintf(nm, sizeof nm, "blk.%d." name, il);                                           \
-        if ((rc = hy_model_weight3(m, &L->field, nm, a, b, c, false, err)) != HY_OK)          \
-            return rc;                                                                         \
+        L->n_ff = (int32_t)n_ff[il];
+        if ((rc = hy_model_layer_tensors(m, L, il, norms, HY_ARRAY_LEN(norms), err)) != HY_OK)
+            return rc;
+        rc = is_attn[il] ? hy_lfm2_load_attn(m, L, il, n_head[il], n_head_kv[il], window, err)
+                         : hy_lfm2_load_conv(m, L, il, l_cache, err);
+        if (rc != HY_OK)
+            return rc;
+        rc = is_moe && il >= (int32_t)moe.n_dense ? hy_lfm2_load_moe(m, L, il, &moe, err)
+                                                  : hy_model_load_ffn(m, L, il, (int32_t)n_ff[il], err);
+        if (rc != HY_OK)
+            return rc;
     }
-            W3(moe.gate_exps, "ffn_gate_exps.weight", E, n_ff_exp, n_expert)
-            W3(moe.up_exps, "ffn_up_exps.weight", E, n_ff_exp, n_expert)
-            W3(moe.down_exps, "ffn_down_exps.weight", n_ff_exp, E, n_expert)
-#undef W3
-            mo->n_expert = (int32_t)n_expert;
-            mo->n_expert_used = (int32_t)n_used;
-            mo->n_ff_exp = (int32_t)n_ff_exp;
-            mo->softmax_gating = false;
-            mo->norm_topk = norm_w != 0;
-            mo->norm_eps = HY_LFM2_MOE_NORM_EPS;
-            mo->weights_scale = w_scale;
-            L->n_ff = 0; /* no dense FFN buffers needed for this layer */
-        } else {
-            L->ffn = HY_FFN_DENSE;
-            W(ffn_gate, "ffn_gate.weight", E, F, false)
-            W(ffn_up, "ffn_up.weight", E, F, false)
-            W(ffn_down, "ffn_down.weight", F, E, false)
-        }
-#undef W
-    }
-    /* conv layers: B | C | x parts of in_proj, n_embd floats each */
-    if (m->n_rec_layers > 0)
-        m->scratch_per_tok[0] = 3 * E;
-    /* MoE layers: the expert mixture's output */
-    if (is_moe && n_dense < (uint32_t)m->n_layer)
-        m->scratch_per_tok[1] = E;
     return HY_OK;
 }
 
@@ -221,7 +206,8 @@ static void hy_lfm2_shortconv(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b,
     const struct hy_backend_i *op = be->i;
     const int32_t n = b->n_tokens, E = m->n_embd;
     const size_t nE = (size_t)n * E;
-    float *B = f->scratch[0], *C = B + nE, *X = C + nE;
+    const hy_lfm2_scratch_t *s = f->scratch;
+    float *B = s->b, *C = s->c, *X = s->x;
 
     op->matmul(be, &L->sc_in_b, in, B, n);
     op->matmul(be, &L->sc_in_c, in, C, n);
@@ -252,14 +238,16 @@ static int hy_lfm2_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b,
         if (L->kind == HY_LAYER_SHORTCONV)
             hy_lfm2_shortconv(m, f, b, L, f->xn, f->xn);
         else
-            hy_blk_attention(m, f, b, L, &m->rope, f->xn, f->xn);
+            hy_blk_attention(m, f, b, L, f->xn, f->xn);
         hy_blk_residual(m, f, f->xn, n);
 
         op->rmsnorm(f->be, f->x, &L->ffn_norm, f->xn, n, E, m->norm_eps);
         if (L->ffn == HY_FFN_MOE) {
             /* moe's output may not alias its input */
-            op->moe(f->be, &L->moe, f->xn, f->scratch[1], n, E);
-            hy_blk_residual(m, f, f->scratch[1], n);
+            const hy_lfm2_scratch_t *s = f->scratch;
+
+            op->moe(f->be, &L->moe, f->xn, s->moe_out, n, E);
+            hy_blk_residual(m, f, s->moe_out, n);
         } else {
             hy_blk_ffn(m, f, L, n, f->xn, f->xn);
             hy_blk_residual(m, f, f->xn, n);
@@ -268,7 +256,7 @@ static int hy_lfm2_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b,
     return hy_blk_logits(m, f, out_rows, n_out, logits, err);
 }
 
-const hy_arch_t hy_arch_lfm2 = {
+static const hy_arch_t hy_arch_lfm2 = {
     /* .name    = */ "lfm2",
     /* .load    = */ hy_lfm2_load,
     /* .forward = */ hy_lfm2_forward,

@@ -7,6 +7,7 @@
  *   y = RMSNorm_per_group(y * SiLU(z)) * w;  out = W_out y.
  */
 #include "model/arch/mamba2.h"
+#include "model/arch/load.h"
 
 #include <stdio.h>
 
@@ -42,37 +43,45 @@ int hy_mamba2_read_dims(hy_model_t *m, hy_mamba2_dims_t *d, char *err)
     return HY_OK;
 }
 
+void hy_mamba2_scratch(hy_model_t *m, const hy_mamba2_dims_t *d, size_t struct_size,
+                       size_t base, int32_t region0)
+{
+    hy_model_scratch(m, struct_size, base + offsetof(hy_mamba2_scratch_t, zxbcdt), region0,
+                     d->d_in_proj);
+    hy_model_scratch(m, struct_size, base + offsetof(hy_mamba2_scratch_t, xbc), region0 + 1,
+                     d->conv_ch);
+    hy_model_scratch(m, struct_size, base + offsetof(hy_mamba2_scratch_t, y), region0 + 2,
+                     d->d_inner);
+}
+
 int hy_mamba2_load_layer(hy_model_t *m, hy_layer_t *L, int il, const hy_mamba2_dims_t *d,
-                         int32_t *n_rec, char *err)
+                         char *err)
 {
     const int64_t E = m->n_embd;
+    const hy_layer_tensor_t t[] = {
+        {HY_LT(ssm_in), "ssm_in.weight", {E, d->d_in_proj}, false},
+        {HY_LT(ssm_conv1d), "ssm_conv1d.weight", {d->d_conv, d->conv_ch}, false},
+        {HY_LT(ssm_conv1d_b), "ssm_conv1d.bias", {d->conv_ch}, true},
+        {HY_LT(ssm_dt_b), "ssm_dt.bias", {d->n_head}, false},
+        {HY_LT(ssm_a), "ssm_a", {1, d->n_head}, false},
+        {HY_LT(ssm_d), "ssm_d", {1, d->n_head}, false},
+        {HY_LT(ssm_norm), "ssm_norm.weight", {d->d_inner / d->n_group, d->n_group}, false},
+        {HY_LT(ssm_out), "ssm_out.weight", {d->d_inner, E}, false},
+    };
     int rc;
 
-#define W(field, name, a, b, opt)                                                          \
-    if ((rc = hy_model_layer_weight(m, &L->field, "blk.%d." name, il, a, b, opt, err)) != HY_OK) \
+    if ((rc = hy_model_layer_tensors(m, L, il, t, HY_ARRAY_LEN(t), err)) != HY_OK)
         return rc;
-    W(ssm_in, "ssm_in.weight", E, d->d_in_proj, false)
-    W(ssm_conv1d, "ssm_conv1d.weight", d->d_conv, d->conv_ch, false)
-    W(ssm_conv1d_b, "ssm_conv1d.bias", d->conv_ch, 1, true)
-    W(ssm_dt_b, "ssm_dt.bias", d->n_head, 1, false)
-    W(ssm_a, "ssm_a", 1, d->n_head, false)
-    W(ssm_d, "ssm_d", 1, d->n_head, false)
-    W(ssm_norm, "ssm_norm.weight", d->d_inner / d->n_group, d->n_group, false)
-    W(ssm_out, "ssm_out.weight", d->d_inner, E, false)
-#undef W
     L->kind = HY_LAYER_MAMBA2;
     L->kv_index = -1;
-    L->rec_index = (*n_rec)++;
+    L->rec_index = m->n_rec_layers++;
     L->conv_floats = (int64_t)(d->d_conv - 1) * d->conv_ch;
     L->rec_floats = (int64_t)d->n_head * d->head_dim * d->d_state;
-    m->scratch_per_tok[0] = HY_MAX(m->scratch_per_tok[0], (int64_t)d->d_in_proj);
-    m->scratch_per_tok[1] = HY_MAX(m->scratch_per_tok[1], (int64_t)d->conv_ch);
-    m->scratch_per_tok[2] = HY_MAX(m->scratch_per_tok[2], (int64_t)d->d_inner);
     return HY_OK;
 }
 
-void hy_mamba2_mixer(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const hy_layer_t *L,
-                     const float *in, float *out)
+void hy_mamba2_mixer(hy_model_t *m, hy_fwd_t *f, const hy_mamba2_scratch_t *s,
+                     const hy_batch_t *b, const hy_layer_t *L, const float *in, float *out)
 {
     hy_backend_t *be = f->be;
     const struct hy_backend_i *op = be->i;
@@ -82,7 +91,7 @@ void hy_mamba2_mixer(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const hy_l
                   G = (int32_t)L->ssm_norm.ne[1], conv_ch = (int32_t)L->ssm_conv1d.ne[1],
                   d_in_proj = (int32_t)L->ssm_in.ne[1], N = (conv_ch - d_inner) / (2 * G);
     const hy_ssd_params_t sp = {n_head, d_inner / n_head, G, N, HY_MAMBA2_CHUNK};
-    float *zxbcdt = f->scratch[0], *xbc = f->scratch[1], *y = f->scratch[2];
+    float *zxbcdt = s->zxbcdt, *xbc = s->xbc, *y = s->y;
 
     op->matmul(be, &L->ssm_in, in, zxbcdt, n);
     op->conv1d(be, L->rec_index, b, zxbcdt + d_inner, d_in_proj, &L->ssm_conv1d,

@@ -27,15 +27,28 @@ typedef struct {
 /* Reads and validates the <arch>.ssm.* keys. */
 int hy_mamba2_read_dims(hy_model_t *m, hy_mamba2_dims_t *d, char *err);
 
-/* Binds layer il's Mamba-2 tensors (exact shapes), sets its kind, its
- * rec_index (*n_rec is the running count) and its state sizes, and raises
- * m->scratch_per_tok[0..2] to what hy_mamba2_mixer needs. */
-int hy_mamba2_load_layer(hy_model_t *m, hy_layer_t *L, int il, const hy_mamba2_dims_t *d,
-                         int32_t *n_rec, char *err);
+/* The mixer's buffers, embedded in the scratch struct of every family that
+ * uses it: in_proj's output, the conv output and the scan output. */
+typedef struct {
+    float *zxbcdt; /* (T, d_in_proj) */
+    float *xbc;    /* (T, conv_ch) */
+    float *y;      /* (T, d_inner) */
+} hy_mamba2_scratch_t;
+#define HY_MAMBA2_REGIONS 3
 
-/* out (n, n_embd) = the Mamba-2 mixer of in; in and out may alias.  Uses
- * f->scratch[0..2]. */
-void hy_mamba2_mixer(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const hy_layer_t *L,
-                     const float *in, float *out);
+/* Declares the mixer's scratch: struct_size is the family's scratch
+ * struct, base the offset of its hy_mamba2_scratch_t member, regions
+ * region0 .. region0 + HY_MAMBA2_REGIONS - 1. */
+void hy_mamba2_scratch(hy_model_t *m, const hy_mamba2_dims_t *d, size_t struct_size,
+                       size_t base, int32_t region0);
+
+/* Binds layer il's Mamba-2 tensors (exact shapes), sets its kind, its
+ * rec_index (the next of m->n_rec_layers) and its state sizes. */
+int hy_mamba2_load_layer(hy_model_t *m, hy_layer_t *L, int il, const hy_mamba2_dims_t *d,
+                         char *err);
+
+/* out (n, n_embd) = the Mamba-2 mixer of in; in and out may alias. */
+void hy_mamba2_mixer(hy_model_t *m, hy_fwd_t *f, const hy_mamba2_scratch_t *s,
+                     const hy_batch_t *b, const hy_layer_t *L, const float *in, float *out);
 
 #endif

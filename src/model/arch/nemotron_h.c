@@ -8,122 +8,80 @@
  * src/models/nemotron-h.cpp.
  */
 #include "model/arch/blocks.h"
+#include "model/arch/load.h"
 #include "model/arch/mamba2.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int hy_nh_layers(hy_model_t *m, const char *suffix, uint32_t *out, bool required,
-                        char *err)
-{
-    char key[160];
-    int rc;
+/* The forward pass's buffers: only the Mamba-2 mixer's. */
+typedef struct {
+    hy_mamba2_scratch_t m2;
+} hy_nh_scratch_t;
 
-    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
-    rc = hy_gguf_get_u32_layers(m->gguf, key, out, (uint32_t)m->n_layer, err);
-    if (rc == HY_ENOENT && !required) {
-        memset(out, 0, sizeof(uint32_t) * (size_t)m->n_layer);
-        return HY_OK;
-    }
-    if (rc == HY_ENOENT)
-        return hy_err(err, HY_EFORMAT, "%s: required key '%s' is missing", hy_gguf_path(m->gguf),
-                      key);
-    return rc;
+/* The MLP block: out = down(relu(up(x))^2), no gate. */
+static int hy_nh_load_mlp(hy_model_t *m, hy_layer_t *L, int32_t il, uint32_t n_ff, char *err)
+{
+    const int64_t E = m->n_embd;
+    const hy_layer_tensor_t t[] = {
+        {HY_LT(ffn_up), "ffn_up.weight", {E, n_ff}, false},
+        {HY_LT(ffn_down), "ffn_down.weight", {n_ff, E}, false},
+    };
+
+    L->kind = HY_LAYER_NONE;
+    L->ffn = HY_FFN_DENSE;
+    L->n_ff = (int32_t)n_ff;
+    return hy_model_layer_tensors(m, L, il, t, HY_ARRAY_LEN(t), err);
 }
 
 static int hy_nh_load(hy_model_t *m, char *err)
 {
-    uint32_t n_head[4096], n_head_kv[4096], n_ff[4096], u;
+    uint32_t n_head[HY_MODEL_MAX_LAYERS], n_head_kv[HY_MODEL_MAX_LAYERS], n_ff[HY_MODEL_MAX_LAYERS];
+    bool is_attn[HY_MODEL_MAX_LAYERS], any_mamba = false;
     const int64_t E = m->n_embd;
     hy_mamba2_dims_t d = {0};
-    int32_t il, hd, hdv, n_rec = 0, att = -1;
-    bool any_mamba = false;
+    int32_t il;
     int rc;
 
-    if ((rc = hy_nh_layers(m, "attention.head_count", n_head, true, err)) != HY_OK ||
-        (rc = hy_nh_layers(m, "attention.head_count_kv", n_head_kv, true, err)) != HY_OK ||
-        (rc = hy_nh_layers(m, "feed_forward_length", n_ff, true, err)) != HY_OK)
+    if ((rc = hy_model_layers_u32(m, "attention.head_count", n_head, false, err)) != HY_OK ||
+        (rc = hy_model_layers_u32(m, "attention.head_count_kv", n_head_kv, false, err)) != HY_OK ||
+        (rc = hy_model_layers_u32(m, "feed_forward_length", n_ff, false, err)) != HY_OK ||
+        (rc = hy_model_check_ff(m, n_ff, true, err)) != HY_OK)
         return rc;
+    /* llama.cpp's rule: an MLP has feed_forward_length > 0; otherwise kv
+     * heads make it attention, none a Mamba-2 mixer */
     for (il = 0; il < m->n_layer; il++) {
-        if (n_ff[il] > 1u << 20)
-            return hy_err(err, HY_EFORMAT, "%s: layer %d: %s.feed_forward_length = %u is out of range",
-                          hy_gguf_path(m->gguf), il, m->arch_name, n_ff[il]);
-        if (n_ff[il] == 0 && n_head_kv[il] == 0) {
-            any_mamba = true;
-            continue;
-        }
-        if (n_ff[il] > 0)
-            continue; /* MLP */
-        if (n_head[il] == 0 || n_head[il] > 1024 || n_head[il] % n_head_kv[il] != 0)
-            return hy_err(err, HY_EFORMAT,
-                          "%s: layer %d: head_count %u / head_count_kv %u must be positive, with head_count a multiple of head_count_kv",
-                          hy_gguf_path(m->gguf), il, n_head[il], n_head_kv[il]);
-        if (att >= 0 && (n_head[il] != n_head[att] || n_head_kv[il] != n_head_kv[att]))
-            return hy_err(err, HY_EUNSUPPORTED, "%s: attention layers %d and %d have different head counts",
-                          hy_gguf_path(m->gguf), att, il);
-        att = att < 0 ? il : att;
+        is_attn[il] = n_ff[il] == 0 && n_head_kv[il] > 0;
+        any_mamba = any_mamba || (n_ff[il] == 0 && n_head_kv[il] == 0);
     }
-    if (any_mamba && (rc = hy_mamba2_read_dims(m, &d, err)) != HY_OK)
+    if ((rc = hy_model_attn_dims(m, n_head, n_head_kv, is_attn, err)) != HY_OK ||
+        (any_mamba && (rc = hy_mamba2_read_dims(m, &d, err)) != HY_OK))
         return rc;
-    m->n_head = att >= 0 ? (int32_t)n_head[att] : HY_MAX((int32_t)n_head[0], 1);
-    m->n_head_kv = att >= 0 ? (int32_t)n_head_kv[att] : 1;
-    u = (uint32_t)(m->n_embd / m->n_head);
-    if ((rc = hy_model_key_u32(m, "attention.key_length", &u, true, err)) != HY_OK)
-        return rc;
-    hd = (int32_t)u;
-    if ((rc = hy_model_key_u32(m, "attention.value_length", &u, true, err)) != HY_OK)
-        return rc;
-    hdv = (int32_t)u;
-    if (hd <= 0 || hd > 1024 || hdv <= 0 || hdv > 1024)
-        return hy_err(err, HY_EFORMAT, "%s: attention head size %d/%d is out of range",
-                      hy_gguf_path(m->gguf), hd, hdv);
-    m->head_dim = hd;
-    m->head_dim_v = hdv;
     m->attn_scale = 0.0f; /* 1/sqrt(head_dim) unless the file says otherwise */
-    if ((rc = hy_model_key_f32(m, "attention.scale", &m->attn_scale, true, err)) != HY_OK)
+    if ((rc = hy_model_key_f32(m, "attention.scale", &m->attn_scale, true, err)) != HY_OK ||
+        (rc = hy_model_load_common(m, "output_norm.weight", err)) != HY_OK)
         return rc;
+    if (any_mamba)
+        hy_mamba2_scratch(m, &d, sizeof(hy_nh_scratch_t), offsetof(hy_nh_scratch_t, m2), 0);
 
-    if ((rc = hy_model_weight(m, &m->tok_embd, "token_embd.weight", E, m->n_vocab, false,
-                              err)) != HY_OK ||
-        (rc = hy_model_weight(m, &m->output_norm, "output_norm.weight", E, 1, false, err)) != HY_OK ||
-        (rc = hy_model_weight(m, &m->output, "output.weight", E, m->n_vocab, true, err)) != HY_OK)
-        return rc;
-    if (m->output.data == NULL)
-        m->output = m->tok_embd; /* tied embeddings */
-
-    m->layers = calloc((size_t)m->n_layer, sizeof *m->layers);
-    if (m->layers == NULL)
-        return hy_err(err, HY_ENOMEM, "out of memory");
     for (il = 0; il < m->n_layer; il++) {
         hy_layer_t *L = &m->layers[il];
+        const hy_layer_tensor_t norm[] = {{HY_LT(attn_norm), "attn_norm.weight", {E}, false}};
 
-        L->rec_index = -1;
-        L->kv_index = -1;
         L->ffn = HY_FFN_NONE;
-        L->n_head = (int32_t)n_head[il];
-        L->n_head_kv = (int32_t)n_head_kv[il];
-#define W(field, name, a, b, opt)                                                          \
-    if ((rc = hy_model_layer_weight(m, &L->field, "blk.%d." name, il, a, b, opt, err)) != HY_OK) \
-        return rc;
-        W(attn_norm, "attn_norm.weight", E, 1, false)
-        if (n_ff[il] > 0) {
-            L->kind = HY_LAYER_NONE;
-            L->ffn = HY_FFN_DENSE;
-            L->n_ff = (int32_t)n_ff[il];
-            W(ffn_up, "ffn_up.weight", E, n_ff[il], false)
-            W(ffn_down, "ffn_down.weight", n_ff[il], E, false)
-        } else if (n_head_kv[il] == 0) {
-            if ((rc = hy_mamba2_load_layer(m, L, il, &d, &n_rec, err)) != HY_OK)
-                return rc;
-        } else {
-            if ((rc = hy_blk_load_attention(m, L, il, (int32_t)n_head[il],
-                                            (int32_t)n_head_kv[il], hd, hdv, err)) != HY_OK)
-                return rc;
-        }
-#undef W
+        if ((rc = hy_model_layer_tensors(m, L, il, norm, 1, err)) != HY_OK)
+            return rc;
+        if (n_ff[il] > 0)
+            rc = hy_nh_load_mlp(m, L, il, n_ff[il], err);
+        else if (is_attn[il])
+            rc = hy_model_load_attention(m, L, il, (int32_t)n_head[il], (int32_t)n_head_kv[il], err);
+        else
+            rc = hy_mamba2_load_layer(m, L, il, &d, err);
+        if (rc != HY_OK)
+            return rc;
+        L->rope = NULL; /* no positional encoding */
     }
-    m->n_rec_layers = n_rec;
     return HY_OK;
 }
 
@@ -134,6 +92,7 @@ static int hy_nh_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const 
     hy_backend_t *be = f->be;
     const struct hy_backend_i *op = be->i;
     const int32_t n = b->n_tokens, E = m->n_embd;
+    const hy_nh_scratch_t *s = f->scratch;
     int rc;
 
     if ((rc = hy_blk_check(f, b, n_out, err)) != HY_OK)
@@ -144,9 +103,9 @@ static int hy_nh_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const 
 
         op->rmsnorm(be, f->x, &L->attn_norm, f->xn, n, E, m->norm_eps);
         if (L->kind == HY_LAYER_MAMBA2) {
-            hy_mamba2_mixer(m, f, b, L, f->xn, f->xn);
+            hy_mamba2_mixer(m, f, &s->m2, b, L, f->xn, f->xn);
         } else if (L->kind == HY_LAYER_ATTN_FULL) {
-            hy_blk_attention(m, f, b, L, NULL, f->xn, f->xn);
+            hy_blk_attention(m, f, b, L, f->xn, f->xn);
         } else {
             op->matmul(be, &L->ffn_up, f->xn, f->up, n);
             op->unary(be, HY_UNARY_RELU_SQR, f->up, f->up, (size_t)n * L->n_ff);
@@ -157,7 +116,7 @@ static int hy_nh_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const 
     return hy_blk_logits(m, f, out_rows, n_out, logits, err);
 }
 
-const hy_arch_t hy_arch_nemotron_h = {
+static const hy_arch_t hy_arch_nemotron_h = {
     /* .name    = */ "nemotron_h",
     /* .load    = */ hy_nh_load,
     /* .forward = */ hy_nh_forward,

@@ -10,6 +10,7 @@
  * Conventions: /work/shared/notes/gguf-and-hybrid-architectures.md, b.1.
  */
 #include "model/arch/blocks.h"
+#include "model/arch/load.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +34,32 @@ typedef struct {
 typedef struct {
     int32_t d_conv, d, Hk, Hv, key_dim, value_dim, conv_dim;
 } hy_qwen_gdn_t;
+
+/* The hyperparameters, read and checked once. */
+typedef struct {
+    uint32_t n_head, n_head_kv, hd, n_ff, nextn;
+    uint32_t d_conv, d_state, Hk, Hv;          /* GDN: Hk key heads, Hv value heads */
+    uint32_t n_expert, n_used, n_ff_exp, n_ff_sh;
+    float w_scale;
+    int64_t key_dim, value_dim, conv_dim, Q, KV;
+} hy_qwen_hp_t;
+
+/* The forward pass's buffers.  A layer is GDN or attention and its FFN
+ * runs after its mixer, so each of regions A and B holds one buffer of
+ * whichever runs; the GDN's z, o, b|a, alpha, beta and g are live at once. */
+typedef struct {
+    float *qkv, *attn_gate, *moe_out;   /* region A: (T, conv_dim) | (T, Q) | (T, n_embd) */
+    float *conv, *qg, *shexp;           /* region B: (T, conv_dim) | (T, 2Q) | (T, n_embd) */
+    float *z, *o;                       /* (T, value_dim) each */
+    float *ba;                          /* qwen3next: (T, 2 Hv) per k-head [b | a] */
+    float *alpha, *beta, *g;            /* (T, Hv) each */
+    float *shexp_gate;                  /* (T, 1) sigmoid(w . h) of the shared expert */
+} hy_qwen_scratch_t;
+enum { HY_QWEN_R_A, HY_QWEN_R_B, HY_QWEN_R_Z, HY_QWEN_R_O, HY_QWEN_R_BA, HY_QWEN_R_ALPHA,
+       HY_QWEN_R_BETA, HY_QWEN_R_G, HY_QWEN_R_SHEXP_GATE };
+#define HY_QWEN_SCRATCH(member, region, per_tok)                                          \
+    hy_model_scratch(m, sizeof(hy_qwen_scratch_t), offsetof(hy_qwen_scratch_t, member),    \
+                     region, per_tok)
 
 static hy_qwen_variant_t hy_qwen_variant(const hy_model_t *m)
 {
@@ -67,45 +94,32 @@ static hy_qwen_gdn_t hy_qwen_geometry(const hy_model_t *m)
 }
 
 /* Which layers are recurrent: attention.recurrent_layers (bool or integer
- * array over block_count, or a scalar) if present, else every layer but
- * each full_attention_interval-th (llama.cpp's rule). */
-static int hy_qwen_read_pattern(hy_model_t *m, uint32_t n_all, bool *is_recr, char *err)
+ * array over block_count, or a scalar bool) if present, else every layer but
+ * each full_attention_interval-th (llama.cpp's rule).  Reads over all
+ * block_count layers, the MTP blocks included. */
+static int hy_qwen_read_pattern(hy_model_t *m, bool *is_recr, char *err)
 {
-    const char *path = hy_gguf_path(m->gguf);
     char key[160];
-    hy_gguf_type_t et;
-    uint64_t count;
-    const void *data;
     uint32_t interval = 4;
     bool bv;
     int rc;
 
+    rc = hy_model_layers_flag(m, "attention.recurrent_layers", "a scalar bool", is_recr, err);
+    if (rc != HY_ENOENT)
+        return rc;
     snprintf(key, sizeof key, "%s.attention.recurrent_layers", m->arch_name);
-    rc = hy_gguf_get_arr(m->gguf, key, &et, &count, &data, NULL);
-    if (rc == HY_OK) {
-        int64_t kv = hy_gguf_find_key(m->gguf, key);
-
-        if (count != n_all || et == HY_GGUF_STRING || et == HY_GGUF_ARRAY ||
-            et == HY_GGUF_F32 || et == HY_GGUF_F64)
-            return hy_err(err, HY_EFORMAT, "%s: '%s' must be a bool or integer array of block_count = %u entries",
-                          path, key, n_all);
-        for (uint32_t i = 0; i < n_all; i++)
-            is_recr[i] = et == HY_GGUF_BOOL ? ((const uint8_t *)data)[i] != 0
-                                            : hy_gguf_arr_i64(m->gguf, kv, i) != 0;
-        return HY_OK;
-    }
     if (hy_gguf_get_bool(m->gguf, key, &bv, NULL) == HY_OK) {
-        for (uint32_t i = 0; i < n_all; i++)
+        for (int32_t i = 0; i < m->n_layer; i++)
             is_recr[i] = bv;
         return HY_OK;
     }
     if ((rc = hy_model_key_u32(m, "full_attention_interval", &interval, true, err)) != HY_OK)
         return rc;
     if (interval == 0)
-        return hy_err(err, HY_EFORMAT, "%s: %s.full_attention_interval must be positive", path,
-                      m->arch_name);
-    for (uint32_t i = 0; i < n_all; i++)
-        is_recr[i] = (i + 1) % interval != 0;
+        return hy_err(err, HY_EFORMAT, "%s: %s.full_attention_interval must be positive",
+                      hy_gguf_path(m->gguf), m->arch_name);
+    for (int32_t i = 0; i < m->n_layer; i++)
+        is_recr[i] = (uint32_t)(i + 1) % interval != 0;
     return HY_OK;
 }
 
@@ -134,232 +148,273 @@ static int hy_qwen_check_mrope(hy_model_t *m, char *err)
     return HY_OK;
 }
 
-static int hy_qwen_load(hy_model_t *m, char *err)
+/* Reads and checks the hyperparameters (scalar keys: every layer of a
+ * kind has the same geometry in this family). */
+static int hy_qwen_read_hp(hy_model_t *m, const hy_qwen_variant_t *var, hy_qwen_hp_t *h,
+                           char *err)
 {
-    const hy_qwen_variant_t var = hy_qwen_variant(m);
-    const char *path = hy_gguf_path(m->gguf);
-    const int64_t E = m->n_embd;
-    bool is_recr[4096];
-    uint32_t n_head = 0, n_head_kv = 0, hd, hdv, n_ff = 0, nextn = 0;
-    uint32_t d_conv = 0, d_state = 0, Hk = 0, Hv = 0, inner = 0;
-    uint32_t n_expert = 0, n_used = 0, n_ff_exp = 0, n_ff_sh = 0;
-    float w_scale = 0.0f;
-    int64_t key_dim, value_dim, conv_dim, Q, KV;
-    int32_t il, n_gdn = 0, n_attn = 0;
-    float *diag;
+    const char *path = hy_gguf_path(m->gguf), *a = m->arch_name;
+    uint32_t inner = 0, hdv;
     int rc;
 
-    /* ---- hyperparameters ---- */
+    memset(h, 0, sizeof *h);
 #define KEY(suffix, var_, opt)                                                 \
     if ((rc = hy_model_key_u32(m, suffix, &(var_), opt, err)) != HY_OK)        \
         return rc;
-    KEY("attention.head_count", n_head, false)
-    n_head_kv = n_head;
-    KEY("attention.head_count_kv", n_head_kv, true)
-    hd = n_head ? (uint32_t)E / n_head : 0;
-    KEY("attention.key_length", hd, true)
-    hdv = hd;
+    KEY("attention.head_count", h->n_head, false)
+    h->n_head_kv = h->n_head;
+    KEY("attention.head_count_kv", h->n_head_kv, true)
+    h->hd = h->n_head ? (uint32_t)m->n_embd / h->n_head : 0;
+    KEY("attention.key_length", h->hd, true)
+    hdv = h->hd;
     KEY("attention.value_length", hdv, true)
-    KEY("nextn_predict_layers", nextn, true)
-    KEY("ssm.conv_kernel", d_conv, false)
-    KEY("ssm.state_size", d_state, false)
-    KEY("ssm.group_count", Hk, false)
-    KEY("ssm.time_step_rank", Hv, false)
+    KEY("nextn_predict_layers", h->nextn, true)
+    KEY("ssm.conv_kernel", h->d_conv, false)
+    KEY("ssm.state_size", h->d_state, false)
+    KEY("ssm.group_count", h->Hk, false)
+    KEY("ssm.time_step_rank", h->Hv, false)
     KEY("ssm.inner_size", inner, false)
-    KEY("feed_forward_length", n_ff, var.moe)
-    if (var.moe) {
-        KEY("expert_count", n_expert, false)
-        KEY("expert_used_count", n_used, false)
-        KEY("expert_feed_forward_length", n_ff_exp, true)
-        KEY("expert_shared_feed_forward_length", n_ff_sh, true)
-        if ((rc = hy_model_key_f32(m, "expert_weights_scale", &w_scale, true, err)) != HY_OK)
+    KEY("feed_forward_length", h->n_ff, var->moe)
+    if (var->moe) {
+        KEY("expert_count", h->n_expert, false)
+        KEY("expert_used_count", h->n_used, false)
+        KEY("expert_feed_forward_length", h->n_ff_exp, true)
+        KEY("expert_shared_feed_forward_length", h->n_ff_sh, true)
+        if ((rc = hy_model_key_f32(m, "expert_weights_scale", &h->w_scale, true, err)) != HY_OK)
             return rc;
     }
 #undef KEY
-    if (n_head == 0 || n_head > 1024 || n_head_kv == 0 || n_head % n_head_kv != 0)
+    if (h->n_head == 0 || h->n_head > 1024 || h->n_head_kv == 0 || h->n_head % h->n_head_kv != 0)
         return hy_err(err, HY_EFORMAT, "%s: %s.attention.head_count %u / head_count_kv %u must be positive, with head_count a multiple of head_count_kv",
-                      path, m->arch_name, n_head, n_head_kv);
-    if (hd == 0 || hd > 1024 || hdv != hd)
+                      path, a, h->n_head, h->n_head_kv);
+    if (h->hd == 0 || h->hd > 1024 || hdv != h->hd)
         return hy_err(err, HY_EFORMAT, "%s: %s.attention.key_length %u / value_length %u must be equal and in 1..1024 (the output gate multiplies one by the other)",
-                      path, m->arch_name, hd, hdv);
-    if (nextn >= (uint32_t)m->n_layer)
+                      path, a, h->hd, hdv);
+    if (h->nextn >= (uint32_t)m->n_layer)
         return hy_err(err, HY_EFORMAT, "%s: %s.nextn_predict_layers = %u must be below block_count %d",
-                      path, m->arch_name, nextn, m->n_layer);
-    if (d_conv < 2 || d_conv > 64)
-        return hy_err(err, HY_EFORMAT, "%s: %s.ssm.conv_kernel = %u must be 2..64", path,
-                      m->arch_name, d_conv);
-    if (d_state == 0 || d_state > 1024)
-        return hy_err(err, HY_EFORMAT, "%s: %s.ssm.state_size = %u must be 1..1024", path,
-                      m->arch_name, d_state);
-    if (Hk == 0 || Hk > 1024 || Hv == 0 || Hv > 1024 || Hv % Hk != 0)
+                      path, a, h->nextn, m->n_layer);
+    if (h->d_conv < 2 || h->d_conv > 64)
+        return hy_err(err, HY_EFORMAT, "%s: %s.ssm.conv_kernel = %u must be 2..64", path, a,
+                      h->d_conv);
+    if (h->d_state == 0 || h->d_state > 1024)
+        return hy_err(err, HY_EFORMAT, "%s: %s.ssm.state_size = %u must be 1..1024", path, a,
+                      h->d_state);
+    if (h->Hk == 0 || h->Hk > 1024 || h->Hv == 0 || h->Hv > 1024 || h->Hv % h->Hk != 0)
         return hy_err(err, HY_EFORMAT, "%s: %s.ssm.time_step_rank (value heads) = %u must be a positive multiple of %s.ssm.group_count (key heads) = %u",
-                      path, m->arch_name, Hv, m->arch_name, Hk);
-    if ((uint64_t)inner != (uint64_t)Hv * d_state)
+                      path, a, h->Hv, a, h->Hk);
+    if ((uint64_t)inner != (uint64_t)h->Hv * h->d_state)
         return hy_err(err, HY_EFORMAT, "%s: %s.ssm.inner_size = %u, expected time_step_rank x state_size = %u x %u",
-                      path, m->arch_name, inner, Hv, d_state);
-    if (var.moe && (n_expert == 0 || n_expert > 4096 || n_used == 0 || n_used > n_expert))
+                      path, a, inner, h->Hv, h->d_state);
+    if (var->moe && (h->n_expert == 0 || h->n_expert > 4096 || h->n_used == 0 ||
+                     h->n_used > h->n_expert))
         return hy_err(err, HY_EFORMAT, "%s: %s.expert_used_count = %u must be 1..expert_count = %u",
-                      path, m->arch_name, n_used, n_expert);
-    if (!var.moe && (n_ff == 0 || n_ff > 1u << 20))
+                      path, a, h->n_used, h->n_expert);
+    if (!var->moe && (h->n_ff == 0 || h->n_ff > 1u << 20))
         return hy_err(err, HY_EFORMAT, "%s: %s.feed_forward_length = %u is out of range", path,
-                      m->arch_name, n_ff);
-    if (var.moe) {
-        if (n_ff_exp == 0)
-            n_ff_exp = n_ff ? n_ff / n_used : 0;
-        if (n_ff_sh == 0)
-            n_ff_sh = n_ff;
-        if (n_ff_exp == 0 || n_ff_exp > 1u << 20 || n_ff_sh > 1u << 20)
+                      a, h->n_ff);
+    if (var->moe) {
+        if (h->n_ff_exp == 0)
+            h->n_ff_exp = h->n_ff ? h->n_ff / h->n_used : 0;
+        if (h->n_ff_sh == 0)
+            h->n_ff_sh = h->n_ff;
+        if (h->n_ff_exp == 0 || h->n_ff_exp > 1u << 20 || h->n_ff_sh > 1u << 20)
             return hy_err(err, HY_EFORMAT, "%s: %s.expert_feed_forward_length = %u is out of range",
-                          path, m->arch_name, n_ff_exp);
+                          path, a, h->n_ff_exp);
     }
-    if ((rc = hy_qwen_read_pattern(m, (uint32_t)m->n_layer, is_recr, err)) != HY_OK)
-        return rc;
-    m->n_layer -= (int32_t)nextn; /* the MTP blocks are not part of the main pass */
-    m->n_head = (int32_t)n_head;
-    m->n_head_kv = (int32_t)n_head_kv;
-    m->head_dim = m->head_dim_v = (int32_t)hd;
-    if ((rc = hy_model_read_rope(m, HY_ROPE_NEOX, err)) != HY_OK)
-        return rc;
-    if (var.v_tiled && (rc = hy_qwen_check_mrope(m, err)) != HY_OK)
-        return rc;
+    h->key_dim = (int64_t)h->Hk * h->d_state;
+    h->value_dim = (int64_t)h->Hv * h->d_state;
+    h->conv_dim = 2 * h->key_dim + h->value_dim;
+    h->Q = (int64_t)h->n_head * h->hd;
+    h->KV = (int64_t)h->n_head_kv * h->hd;
+    return HY_OK;
+}
 
-    key_dim = (int64_t)Hk * d_state;
-    value_dim = (int64_t)Hv * d_state;
-    conv_dim = 2 * key_dim + value_dim;
-    Q = (int64_t)n_head * hd;
-    KV = (int64_t)n_head_kv * hd;
+/* A Gated DeltaNet layer.  g = A * softplus(a + dt_bias) per v-head is
+ * computed as a matmul by diag(A): diag (Hv x Hv floats, in m->arch_mem)
+ * is built here from ssm_a, which must be f32, finite and <= 0. */
+static int hy_qwen_load_gdn(hy_model_t *m, hy_layer_t *L, int32_t il, const hy_qwen_variant_t *var,
+                            const hy_qwen_hp_t *h, float *diag, char *err)
+{
+    const int64_t E = m->n_embd, Hv = h->Hv;
+    const hy_layer_tensor_t in[] = {
+        {HY_LT(attn_qkv), "attn_qkv.weight", {E, h->conv_dim}, false},
+        {HY_LT(attn_gate), "attn_gate.weight", {E, h->value_dim}, false},
+    };
+    const hy_layer_tensor_t ba_split[] = {
+        {HY_LT(ssm_beta), "ssm_beta.weight", {E, Hv}, false},
+        {HY_LT(ssm_alpha), "ssm_alpha.weight", {E, Hv}, false},
+    };
+    const hy_layer_tensor_t ba_fused[] = {{HY_LT(ssm_ba), "ssm_ba.weight", {E, 2 * Hv}, false}};
+    const hy_layer_tensor_t rest[] = {
+        {HY_LT(ssm_conv1d), "ssm_conv1d.weight", {h->d_conv, h->conv_dim}, false},
+        {HY_LT(ssm_dt_b), "ssm_dt.bias", {Hv}, false},
+        {HY_LT(ssm_a), "ssm_a", {Hv}, false},
+        {HY_LT(ssm_norm), "ssm_norm.weight", {h->d_state}, false},
+        {HY_LT(ssm_out), "ssm_out.weight", {h->value_dim, E}, false},
+    };
+    int rc;
 
-    /* ---- tensors ---- */
-    if ((rc = hy_model_weight(m, &m->tok_embd, "token_embd.weight", E, m->n_vocab, false,
-                              err)) != HY_OK)
+    L->kind = HY_LAYER_GDN;
+    L->rec_index = m->n_rec_layers++;
+    L->conv_floats = (int64_t)(h->d_conv - 1) * h->conv_dim;
+    L->rec_floats = Hv * h->d_state * h->d_state;
+    if ((rc = hy_model_layer_tensors(m, L, il, in, HY_ARRAY_LEN(in), err)) != HY_OK ||
+        (rc = var->split_ba ? hy_model_layer_tensors(m, L, il, ba_split, 2, err)
+                            : hy_model_layer_tensors(m, L, il, ba_fused, 1, err)) != HY_OK ||
+        (rc = hy_model_layer_tensors(m, L, il, rest, HY_ARRAY_LEN(rest), err)) != HY_OK)
         return rc;
-    if ((rc = hy_model_weight(m, &m->output_norm, "output_norm.weight", E, 1, false, err)) != HY_OK)
-        return rc;
-    if ((rc = hy_model_weight(m, &m->output, "output.weight", E, m->n_vocab, true, err)) != HY_OK)
-        return rc;
-    if (m->output.data == NULL)
-        m->output = m->tok_embd;
+    if (L->ssm_a.type != HY_DTYPE_F32)
+        return hy_err(err, HY_EUNSUPPORTED, "%s: tensor 'blk.%d.ssm_a' must be f32",
+                      hy_gguf_path(m->gguf), il);
+    L->ssm_a_diag = L->ssm_a;
+    L->ssm_a_diag.ne[0] = L->ssm_a_diag.ne[1] = Hv;
+    L->ssm_a_diag.row_bytes = sizeof(float) * (size_t)Hv;
+    L->ssm_a_diag.data = diag;
+    L->ssm_a_diag.dev = NULL;
+    for (int64_t i = 0; i < Hv; i++) {
+        float *d = &diag[i * Hv + i];
 
+        memcpy(d, (const float *)L->ssm_a.data + i, sizeof(float));
+        if (!isfinite(*d) || *d > 0.0f)
+            return hy_err(err, HY_EFORMAT, "%s: tensor 'blk.%d.ssm_a' holds %g at %lld: A = -exp(A_log) must be finite and <= 0",
+                          hy_gguf_path(m->gguf), il, *d, (long long)i);
+    }
+    return m->be->i->weight_init(m->be, &L->ssm_a_diag, err);
+}
+
+/* A gated attention layer: attn_q holds per head [q | gate] rows (2Q). */
+static int hy_qwen_load_attn(hy_model_t *m, hy_layer_t *L, int32_t il, const hy_qwen_hp_t *h,
+                             char *err)
+{
+    const int64_t E = m->n_embd;
+    const hy_layer_tensor_t t[] = {
+        {HY_LT(wq), "attn_q.weight", {E, 2 * h->Q}, false},
+        {HY_LT(wk), "attn_k.weight", {E, h->KV}, false},
+        {HY_LT(wv), "attn_v.weight", {E, h->KV}, false},
+        {HY_LT(wo), "attn_output.weight", {h->Q, E}, false},
+        {HY_LT(q_norm), "attn_q_norm.weight", {h->hd}, false},
+        {HY_LT(k_norm), "attn_k_norm.weight", {h->hd}, false},
+    };
+
+    L->kind = HY_LAYER_ATTN_FULL;
+    L->kv_index = m->n_kv_layers++;
+    L->n_head = (int32_t)h->n_head;
+    L->n_head_kv = (int32_t)h->n_head_kv;
+    return hy_model_layer_tensors(m, L, il, t, HY_ARRAY_LEN(t), err);
+}
+
+/* Softmax top-k experts plus, where the file has one, the shared expert
+ * with its sigmoid gate. */
+static int hy_qwen_load_moe(hy_model_t *m, hy_layer_t *L, int32_t il, const hy_qwen_hp_t *h,
+                            char *err)
+{
+    const int64_t E = m->n_embd, S = h->n_ff_sh;
+    const hy_layer_tensor_t up[] = {{HY_LT(ffn_up_shexp), "ffn_up_shexp.weight", {E, S}, true}};
+    const hy_layer_tensor_t rest[] = {
+        {HY_LT(ffn_gate_shexp), "ffn_gate_shexp.weight", {E, S}, false},
+        {HY_LT(ffn_down_shexp), "ffn_down_shexp.weight", {S, E}, false},
+        {HY_LT(ffn_gate_inp_shexp), "ffn_gate_inp_shexp.weight", {E}, false},
+    };
+    hy_moe_t *mo = &L->moe;
+    int rc;
+
+    if ((rc = hy_model_load_experts(m, L, il, (int32_t)h->n_expert, (int32_t)h->n_used,
+                                    (int32_t)h->n_ff_exp, err)) != HY_OK)
+        return rc;
+    mo->softmax_gating = true;
+    mo->norm_topk = true;
+    mo->weights_scale = h->w_scale;
+    mo->norm_eps = 0.0f;
+    if ((rc = hy_model_layer_tensors(m, L, il, up, 1, err)) != HY_OK)
+        return rc;
+    if (L->ffn_up_shexp.data != NULL) {
+        if (h->n_ff_sh == 0)
+            return hy_err(err, HY_EFORMAT, "%s: %s.expert_shared_feed_forward_length is missing but layer %d has a shared expert",
+                          hy_gguf_path(m->gguf), m->arch_name, il);
+        L->n_ff_shexp = (int32_t)h->n_ff_sh;
+        if ((rc = hy_model_layer_tensors(m, L, il, rest, HY_ARRAY_LEN(rest), err)) != HY_OK)
+            return rc;
+    }
+    L->n_ff = L->n_ff_shexp; /* f->gate / f->up hold the shared expert */
+    return HY_OK;
+}
+
+/* The scratch description: what each kind of layer present needs. */
+static void hy_qwen_scratch(hy_model_t *m, const hy_qwen_variant_t *var, const hy_qwen_hp_t *h)
+{
+    const int64_t E = m->n_embd, Hv = h->Hv;
+
+    if (m->n_rec_layers > 0) {
+        HY_QWEN_SCRATCH(qkv, HY_QWEN_R_A, h->conv_dim);
+        HY_QWEN_SCRATCH(conv, HY_QWEN_R_B, h->conv_dim);
+        HY_QWEN_SCRATCH(z, HY_QWEN_R_Z, h->value_dim);
+        HY_QWEN_SCRATCH(o, HY_QWEN_R_O, h->value_dim);
+        if (!var->split_ba)
+            HY_QWEN_SCRATCH(ba, HY_QWEN_R_BA, 2 * Hv);
+        HY_QWEN_SCRATCH(alpha, HY_QWEN_R_ALPHA, Hv);
+        HY_QWEN_SCRATCH(beta, HY_QWEN_R_BETA, Hv);
+        HY_QWEN_SCRATCH(g, HY_QWEN_R_G, Hv);
+    }
+    if (m->n_kv_layers > 0) {
+        HY_QWEN_SCRATCH(attn_gate, HY_QWEN_R_A, h->Q);
+        HY_QWEN_SCRATCH(qg, HY_QWEN_R_B, 2 * h->Q);
+    }
+    if (var->moe) {
+        HY_QWEN_SCRATCH(moe_out, HY_QWEN_R_A, E);
+        HY_QWEN_SCRATCH(shexp, HY_QWEN_R_B, E);
+        HY_QWEN_SCRATCH(shexp_gate, HY_QWEN_R_SHEXP_GATE, 1);
+    }
+}
+
+static int hy_qwen_load(hy_model_t *m, char *err)
+{
+    const hy_qwen_variant_t var = hy_qwen_variant(m);
+    const int64_t E = m->n_embd;
+    bool is_recr[HY_MODEL_MAX_LAYERS];
+    hy_qwen_hp_t h;
+    int32_t il, n_gdn = 0;
+    float *diag;
+    int rc;
+
+    if ((rc = hy_qwen_read_hp(m, &var, &h, err)) != HY_OK ||
+        (rc = hy_qwen_read_pattern(m, is_recr, err)) != HY_OK)
+        return rc;
+    m->n_layer -= (int32_t)h.nextn; /* the MTP blocks are not part of the main pass */
+    m->n_head = (int32_t)h.n_head;
+    m->n_head_kv = (int32_t)h.n_head_kv;
+    m->head_dim = m->head_dim_v = (int32_t)h.hd;
+    if ((rc = hy_model_read_rope(m, HY_ROPE_NEOX, err)) != HY_OK ||
+        (var.v_tiled && (rc = hy_qwen_check_mrope(m, err)) != HY_OK) ||
+        (rc = hy_model_load_common(m, "output_norm.weight", err)) != HY_OK)
+        return rc;
     for (il = 0; il < m->n_layer; il++)
         n_gdn += is_recr[il];
-    /* One allocation: the layer array, then each GDN layer's diag(A)
-     * matrix (hy_model_free frees m->layers, so nothing else to track). */
-    m->layers = calloc(1, sizeof(hy_layer_t) * (size_t)m->n_layer +
-                              sizeof(float) * (size_t)n_gdn * Hv * Hv);
-    if (m->layers == NULL)
+    /* each GDN layer's diag(A) matrix, freed with the model */
+    m->arch_mem = calloc((size_t)HY_MAX(n_gdn, 1) * h.Hv * h.Hv, sizeof(float));
+    if (m->arch_mem == NULL)
         return hy_err(err, HY_ENOMEM, "out of memory");
-    diag = (float *)(m->layers + m->n_layer);
+    diag = m->arch_mem;
 
     for (il = 0; il < m->n_layer; il++) {
         hy_layer_t *L = &m->layers[il];
+        const hy_layer_tensor_t norms[] = {
+            {HY_LT(attn_norm), "attn_norm.weight", {E}, false},
+            {HY_LT(ffn_norm), "post_attention_norm.weight", {E}, false},
+        };
 
-        L->kv_index = L->rec_index = -1;
-#define W(field, name, a, b, opt)                                                          \
-    if ((rc = hy_model_layer_weight(m, &L->field, "blk.%d." name, il, a, b, opt, err)) != HY_OK) \
-        return rc;
-#define W3(field, name, a, b, c)                                                           \
-    {                                                                                      \
-        char nm[96];                                                                       \
-        snprintf(nm, sizeof nm, "blk.%d." name, il);                                       \
-        if ((rc = hy_model_weight3(m, &L->field, nm, a, b, c, false, err)) != HY_OK)       \
-            return rc;                                                                     \
+        if ((rc = hy_model_layer_tensors(m, L, il, norms, HY_ARRAY_LEN(norms), err)) != HY_OK)
+            return rc;
+        rc = is_recr[il] ? hy_qwen_load_gdn(m, L, il, &var, &h,
+                                            diag + (size_t)m->n_rec_layers * h.Hv * h.Hv, err)
+                         : hy_qwen_load_attn(m, L, il, &h, err);
+        if (rc != HY_OK)
+            return rc;
+        rc = var.moe ? hy_qwen_load_moe(m, L, il, &h, err)
+                     : hy_model_load_ffn(m, L, il, (int32_t)h.n_ff, err);
+        if (rc != HY_OK)
+            return rc;
     }
-        W(attn_norm, "attn_norm.weight", E, 1, false)
-        W(ffn_norm, "post_attention_norm.weight", E, 1, false)
-        if (is_recr[il]) {
-            L->kind = HY_LAYER_GDN;
-            L->rec_index = m->n_rec_layers++;
-            L->conv_floats = (int64_t)(d_conv - 1) * conv_dim;
-            L->rec_floats = (int64_t)Hv * d_state * d_state;
-            W(attn_qkv, "attn_qkv.weight", E, conv_dim, false)
-            W(attn_gate, "attn_gate.weight", E, value_dim, false)
-            if (var.split_ba) {
-                W(ssm_beta, "ssm_beta.weight", E, Hv, false)
-                W(ssm_alpha, "ssm_alpha.weight", E, Hv, false)
-            } else {
-                W(ssm_ba, "ssm_ba.weight", E, 2 * (int64_t)Hv, false)
-            }
-            W(ssm_conv1d, "ssm_conv1d.weight", d_conv, conv_dim, false)
-            W(ssm_dt_b, "ssm_dt.bias", Hv, 1, false)
-            W(ssm_a, "ssm_a", Hv, 1, false)
-            W(ssm_norm, "ssm_norm.weight", d_state, 1, false)
-            W(ssm_out, "ssm_out.weight", value_dim, E, false)
-            if (L->ssm_a.type != HY_DTYPE_F32)
-                return hy_err(err, HY_EUNSUPPORTED, "%s: tensor 'blk.%d.ssm_a' must be f32", path,
-                              il);
-            /* g = A * softplus(a + dt_bias) per v-head, done as a matmul by diag(A) */
-            {
-                float *d = diag + (size_t)(L->rec_index) * Hv * Hv;
-                L->ssm_a_diag = L->ssm_a;
-                L->ssm_a_diag.ne[0] = L->ssm_a_diag.ne[1] = Hv;
-                L->ssm_a_diag.row_bytes = sizeof(float) * Hv;
-                L->ssm_a_diag.data = d;
-                L->ssm_a_diag.dev = NULL;
-                for (uint32_t h = 0; h < Hv; h++) {
-                    memcpy(&d[(size_t)h * Hv + h], (const float *)L->ssm_a.data + h, sizeof(float));
-                    if (!isfinite(d[(size_t)h * Hv + h]) || d[(size_t)h * Hv + h] > 0.0f)
-                        return hy_err(err, HY_EFORMAT, "%s: tensor 'blk.%d.ssm_a' holds %g at %u: A = -exp(A_log) must be finite and <= 0",
-                                      path, il, d[(size_t)h * Hv + h], h);
-                }
-                if ((rc = m->be->i->weight_init(m->be, &L->ssm_a_diag, err)) != HY_OK)
-                    return rc;
-            }
-        } else {
-            L->kind = HY_LAYER_ATTN_FULL;
-            L->kv_index = n_attn++;
-            L->n_head = (int32_t)n_head;
-            L->n_head_kv = (int32_t)n_head_kv;
-            W(wq, "attn_q.weight", E, 2 * Q, false)
-            W(wk, "attn_k.weight", E, KV, false)
-            W(wv, "attn_v.weight", E, KV, false)
-            W(wo, "attn_output.weight", Q, E, false)
-            W(q_norm, "attn_q_norm.weight", hd, 1, false)
-            W(k_norm, "attn_k_norm.weight", hd, 1, false)
-        }
-        if (var.moe) {
-            hy_moe_t *mo = &L->moe;
-
-            L->ffn = HY_FFN_MOE;
-            W(moe.gate_inp, "ffn_gate_inp.weight", E, n_expert, false)
-            W3(moe.gate_exps, "ffn_gate_exps.weight", E, n_ff_exp, n_expert)
-            W3(moe.up_exps, "ffn_up_exps.weight", E, n_ff_exp, n_expert)
-            W3(moe.down_exps, "ffn_down_exps.weight", n_ff_exp, E, n_expert)
-            mo->n_expert = (int32_t)n_expert;
-            mo->n_expert_used = (int32_t)n_used;
-            mo->n_ff_exp = (int32_t)n_ff_exp;
-            mo->softmax_gating = true;
-            mo->norm_topk = true;
-            mo->weights_scale = w_scale;
-            mo->norm_eps = 0.0f;
-            W(ffn_up_shexp, "ffn_up_shexp.weight", E, n_ff_sh, true)
-            if (L->ffn_up_shexp.data != NULL) {
-                if (n_ff_sh == 0)
-                    return hy_err(err, HY_EFORMAT, "%s: %s.expert_shared_feed_forward_length is missing but layer %d has a shared expert",
-                                  path, m->arch_name, il);
-                L->n_ff_shexp = (int32_t)n_ff_sh;
-                W(ffn_gate_shexp, "ffn_gate_shexp.weight", E, n_ff_sh, false)
-                W(ffn_down_shexp, "ffn_down_shexp.weight", n_ff_sh, E, false)
-                W(ffn_gate_inp_shexp, "ffn_gate_inp_shexp.weight", E, 1, false)
-            }
-            L->n_ff = L->n_ff_shexp; /* f->gate / f->up hold the shared expert */
-        } else {
-            L->ffn = HY_FFN_DENSE;
-            L->n_ff = (int32_t)n_ff;
-            W(ffn_gate, "ffn_gate.weight", E, n_ff, false)
-            W(ffn_up, "ffn_up.weight", E, n_ff, false)
-            W(ffn_down, "ffn_down.weight", n_ff, E, false)
-        }
-#undef W
-#undef W3
-    }
-    m->n_kv_layers = n_attn;
-    {
-        const int64_t cd = n_gdn ? conv_dim : 0, vd = n_gdn ? value_dim : 0;
-        m->scratch_per_tok[0] = HY_MAX(HY_MAX(cd, Q), E);          /* qkv | attn gate | moe out */
-        m->scratch_per_tok[1] = HY_MAX(HY_MAX(cd, 2 * Q), E);      /* conv out | q,gate | shexp */
-        m->scratch_per_tok[2] = HY_MAX(vd, 1);                     /* z */
-        m->scratch_per_tok[3] = vd + 5 * (int64_t)Hv + 1;          /* o, ba, alpha, beta, g, sg */
-    }
+    hy_qwen_scratch(m, &var, &h);
     return HY_OK;
 }
 
@@ -387,7 +442,8 @@ static void hy_qwen_attention(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b,
     hy_backend_t *be = f->be;
     const struct hy_backend_i *op = be->i;
     const int32_t n = b->n_tokens, hd = m->head_dim, nq = n * L->n_head;
-    float *gate = f->scratch[0], *qg = f->scratch[1];
+    const hy_qwen_scratch_t *s = f->scratch;
+    float *gate = s->attn_gate, *qg = s->qg;
     hy_attn_params_t ap = {
         .n_head = L->n_head, .n_head_kv = L->n_head_kv, .head_dim = hd,
         .head_dim_v = m->head_dim_v, .scale = 1.0f / sqrtf((float)hd),
@@ -416,10 +472,10 @@ static void hy_qwen_gdn(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const h
     hy_backend_t *be = f->be;
     const struct hy_backend_i *op = be->i;
     const hy_qwen_variant_t var = hy_qwen_variant(m);
-    const int32_t n = b->n_tokens, Hv = gm->Hv, d = gm->d, T = f->max_tokens;
-    float *xraw = f->scratch[0], *x = f->scratch[1], *z = f->scratch[2];
-    float *o = f->scratch[3], *ba = o + (size_t)T * gm->value_dim, *alpha = ba + (size_t)T * 2 * Hv,
-          *beta = alpha + (size_t)T * Hv, *g = beta + (size_t)T * Hv;
+    const int32_t n = b->n_tokens, Hv = gm->Hv, d = gm->d;
+    const hy_qwen_scratch_t *s = f->scratch;
+    float *xraw = s->qkv, *x = s->conv, *z = s->z, *o = s->o, *ba = s->ba, *alpha = s->alpha,
+          *beta = s->beta, *g = s->g;
     hy_gdn_params_t gp = {gm->Hk, Hv, d, d, var.v_tiled, HY_QWEN_GDN_CHUNK};
 
     op->matmul(be, &L->attn_qkv, io, xraw, n);
@@ -461,8 +517,8 @@ static float *hy_qwen_moe(hy_model_t *m, hy_fwd_t *f, const hy_layer_t *L, int32
 {
     hy_backend_t *be = f->be;
     const struct hy_backend_i *op = be->i;
-    float *y = f->scratch[0], *sh = f->scratch[1];
-    float *sg = f->scratch[3] + (size_t)f->max_tokens * (m->scratch_per_tok[3] - 1);
+    const hy_qwen_scratch_t *s = f->scratch;
+    float *y = s->moe_out, *sh = s->shexp, *sg = s->shexp_gate;
 
     op->moe(be, &L->moe, in, y, n, m->n_embd);
     if (L->ffn_up_shexp.data != NULL) {
@@ -515,7 +571,7 @@ static int hy_qwen_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b,
     return hy_blk_logits(m, f, out_rows, n_out, logits, err);
 }
 
-const hy_arch_t hy_arch_qwen3next = {
+static const hy_arch_t hy_arch_qwen3next = {
     /* .name    = */ "qwen3next",
     /* .load    = */ hy_qwen_load,
     /* .forward = */ hy_qwen_forward,
