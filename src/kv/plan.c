@@ -83,8 +83,10 @@ int hy_plan_make(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be, int32_t n_
     }
     p->n_slots = m->n_rec_layers > 0 ? n_seqs : 0;
 
-    for (i = 0; i < m->n_layer; i++)
+    for (i = 0; i < m->n_layer; i++) {
         p->n_layers[m->layers[i].kind]++;
+        p->window[m->layers[i].kind] = HY_MAX(p->window[m->layers[i].kind], m->layers[i].window);
+    }
     for (i = 0; i < hy_gguf_n_tensors(m->gguf); i++) {
         const hy_gguf_tensor_t *t = hy_gguf_tensor(m->gguf, i);
         int32_t il = hy_plan_tensor_layer(t->name);
@@ -166,6 +168,13 @@ out:
     return rc;
 }
 
+char hy_plan_kind_letter(hy_layer_kind_t k)
+{
+    static const char letters[] = "ASGMCL-";
+
+    return (unsigned)k < sizeof letters - 1 ? letters[k] : '?';
+}
+
 /* A GGUF's name is arbitrary text: escape it for JSON. */
 static void hy_plan_json_str(FILE *f, const char *s)
 {
@@ -206,14 +215,20 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
         for (k = 0; k < HY_LAYER_KINDS; k++) {
             if (p->n_layers[k] == 0)
                 continue;
-            fprintf(f, "%s{\"kind\":\"%s\",\"layers\":%d,\"weight_bytes\":%llu,"
+            fprintf(f, "%s{\"kind\":\"%s\",\"layers\":%d,\"window\":%d,\"weight_bytes\":%llu,"
                        "\"kv_bytes_per_token\":%llu,\"state_bytes_per_sequence\":%llu}",
                     first ? "" : ",", hy_layer_kind_name((hy_layer_kind_t)k), p->n_layers[k],
-                    (unsigned long long)p->weight_bytes[k],
+                    p->window[k], (unsigned long long)p->weight_bytes[k],
                     (unsigned long long)p->kv_bytes_per_token[k],
                     (unsigned long long)p->state_bytes_per_seq[k]);
             first = false;
         }
+        fputs("],\"layers\":\"", f);
+        for (int32_t il = 0; il < m->n_layer; il++)
+            fputc(hy_plan_kind_letter(m->layers[il].kind), f);
+        fputs("\",\"windows\":[", f);
+        for (int32_t il = 0; il < m->n_layer; il++)
+            fprintf(f, "%s%d", il ? "," : "", m->layers[il].window);
         fprintf(f, "],\"weight_bytes_other\":%llu,\"weights_total\":%llu,\"page_bytes\":%llu,"
                    "\"pages\":%d,\"kv_total\":%llu,\"slot_bytes\":%llu,\"slots\":%d,"
                    "\"state_total\":%llu,\"cache_total\":%llu,\"dense_kv_total\":%llu}\n",
@@ -238,6 +253,16 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
                 (unsigned long long)p->state_bytes_per_seq[k]);
     }
     fprintf(f, "%-18s %6s %14.2f\n\n", "embeddings/output", "", hy_plan_mib(p->weight_bytes_other));
+    fputs("layers             ", f);
+    for (int32_t il = 0; il < m->n_layer; il++)
+        fputc(hy_plan_kind_letter(m->layers[il].kind), f);
+    fputs("\n                   (A attention, S sliding window, G gated deltanet, M mamba2,"
+          " C shortconv, - MLP only)\n", f);
+    if (p->n_layers[HY_LAYER_ATTN_SWA] > 0)
+        fprintf(f, "sliding window     %d tokens in %d of %d layers; their KV pages are still kept"
+                   " for the whole context (counted so above)\n",
+                p->window[HY_LAYER_ATTN_SWA], p->n_layers[HY_LAYER_ATTN_SWA], m->n_layer);
+    fputc('\n', f);
     fprintf(f, "weights            %12.2f MiB\n", hy_plan_mib(p->weights_total));
     fprintf(f, "KV pages           %12.2f MiB  (%d pages x %llu bytes)\n", hy_plan_mib(p->kv_total),
             p->n_pages, (unsigned long long)p->page_bytes);

@@ -23,6 +23,7 @@ typedef struct {
     int32_t n_layers[HY_LAYER_KINDS];          /* layers of each kind */
     uint64_t weight_bytes[HY_LAYER_KINDS];     /* tensors of blk.N of that kind */
     uint64_t weight_bytes_other;               /* embeddings, output, final norm */
+    int32_t window[HY_LAYER_KINDS];            /* largest window of that kind (ATTN_SWA) */
     uint64_t kv_bytes_per_token[HY_LAYER_KINDS]; /* attention kinds only */
     uint64_t state_bytes_per_seq[HY_LAYER_KINDS]; /* recurrent kinds only */
 
@@ -46,6 +47,11 @@ void hy_plan_state_layout(const hy_model_t *m, int32_t n_slots, int64_t *conv, i
 
 int hy_plan_make(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be, int32_t n_ctx,
                  int32_t n_seqs, int32_t page_tokens, hy_dtype_t kv_type, char *err);
+
+/* One letter per layer kind, for the per-layer line of the plan:
+ * A attention, S sliding window, G gated deltanet, M mamba2, C shortconv,
+ * L lightning, - no mixer. */
+char hy_plan_kind_letter(hy_layer_kind_t k);
 
 /* Human-readable table or JSON object on f. */
 void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json);

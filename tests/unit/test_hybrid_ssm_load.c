@@ -5,68 +5,8 @@
  * golden model's bytes in place (same length: a key's value, one letter of
  * a tensor name), writes it to a temporary file and loads it.
  */
-#include "backend/backend.h"
-#include "model/model.h"
+#include "gguf_patch.h"
 #include "test.h"
-
-#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
-
-static unsigned char *read_all(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf = NULL;
-    long sz;
-
-    if (f == NULL)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (sz > 0 && (buf = malloc((size_t)sz)) != NULL && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *size = (size_t)sz;
-    return buf;
-}
-
-/* Offset just past the first occurrence of GGUF string s (u64 length +
- * bytes), or 0. */
-static size_t find_str(const unsigned char *buf, size_t size, const char *s)
-{
-    size_t n = strlen(s);
-
-    for (size_t i = 8; i + n <= size; i++) {
-        uint64_t len;
-        memcpy(&len, buf + i - 8, 8);
-        if (len == n && memcmp(buf + i, s, n) == 0)
-            return i + n;
-    }
-    return 0;
-}
-
-/* Loads a patched copy; returns the load's status with the message in err. */
-static int load_bytes(hy_backend_t *be, const unsigned char *buf, size_t size, char *err)
-{
-    char path[] = "/tmp/hy_ssm_load_XXXXXX";
-    int fd = mkstemp(path), rc;
-    hy_model_t *m = NULL;
-
-    if (fd < 0 || write(fd, buf, size) != (ssize_t)size) {
-        if (fd >= 0)
-            close(fd);
-        snprintf(err, HY_ERR_LEN, "cannot write a temporary file");
-        return HY_EIO;
-    }
-    close(fd);
-    rc = hy_model_load(&m, path, be, err);
-    hy_model_free(m);
-    unlink(path);
-    return rc;
-}
 
 typedef struct {
     const char *model;
@@ -115,8 +55,8 @@ int main(void)
         int rc;
 
         snprintf(rel, sizeof rel, "tests/golden/tiny/%s.gguf", models[i]);
-        buf = read_all(hy_t_srcpath(rel), &size);
-        rc = buf ? load_bytes(be, buf, size, err) : HY_EIO;
+        buf = hy_tp_read_all(hy_t_srcpath(rel), &size);
+        rc = buf ? hy_tp_load(be, buf, size, NULL, err) : HY_EIO;
         HY_T_OK(rc == HY_OK, "%s: the unpatched file loads (%s)", models[i],
                 rc == HY_OK ? "ok" : err);
         free(buf);
@@ -128,8 +68,8 @@ int main(void)
         int rc = HY_OK;
 
         snprintf(rel, sizeof rel, "tests/golden/tiny/%s.gguf", c->model);
-        buf = read_all(hy_t_srcpath(rel), &size);
-        at = buf ? find_str(buf, size, c->key) : 0;
+        buf = hy_tp_read_all(hy_t_srcpath(rel), &size);
+        at = buf ? hy_tp_find_str(buf, size, c->key) : 0;
         if (at == 0) {
             HY_T_OK(0, "%s: %s: key or tensor '%s' not found in the file", c->model, c->what,
                     c->key);
@@ -140,8 +80,7 @@ int main(void)
             buf[at - 1] = (unsigned char)c->value; /* last letter of the name */
         else
             memcpy(buf + at + c->value_off, &c->value, 4);
-        err[0] = '\0';
-        rc = load_bytes(be, buf, size, err);
+        rc = hy_tp_load(be, buf, size, NULL, err);
         HY_T_OK(rc != HY_OK && strstr(err, c->expect) != NULL, "%s: %s is refused (%s)", c->model,
                 c->what, err);
         free(buf);

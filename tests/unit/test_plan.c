@@ -3,7 +3,8 @@
  * for a dense and a hybrid tiny model at several context lengths and
  * concurrencies, the runner's backend holds exactly the plan's KV and state
  * bytes; per-kind numbers add up to the totals; a hybrid model's cache grows
- * only with its attention layers.
+ * only with its attention layers; sliding-window layers are shown with their
+ * window (their KV is still kept in full, as the allocator does).
  */
 #include "engine/runner.h"
 #include "kv/plan.h"
@@ -50,6 +51,17 @@ static void hy_plan_case(hy_backend_t *be, const char *file, int32_t ctx, int32_
             "%s ctx %d x %d: per-kind KV %llu/page and state %llu/seq add up to %llu and %llu",
             file, ctx, seqs, (unsigned long long)kinds_kv, (unsigned long long)kinds_st,
             (unsigned long long)p.page_bytes, (unsigned long long)p.slot_bytes);
+    if (m->n_swa_layers > 0) {
+        int32_t w = 0;
+
+        for (int32_t il = 0; il < m->n_layer; il++)
+            w = HY_MAX(w, m->layers[il].window);
+        HY_T_OK(p.n_layers[HY_LAYER_ATTN_SWA] == m->n_swa_layers && w > 0 &&
+                    p.window[HY_LAYER_ATTN_SWA] == w && p.window[HY_LAYER_ATTN_FULL] == 0,
+                "%s ctx %d x %d: %d sliding layers of window %d shown apart from %d global ones",
+                file, ctx, seqs, p.n_layers[HY_LAYER_ATTN_SWA], p.window[HY_LAYER_ATTN_SWA],
+                p.n_layers[HY_LAYER_ATTN_FULL]);
+    }
     if (m->n_rec_layers > 0)
         HY_T_OK(p.dense_kv_total > p.kv_total && p.state_total > 0,
                 "%s ctx %d x %d: hybrid cache %llu < dense equivalent %llu", file, ctx, seqs,
@@ -65,7 +77,9 @@ int main(void)
     char err[HY_ERR_LEN];
     static const int32_t ctxs[] = {1, 100, 4096};
     static const int32_t seqs[] = {1, 3};
-    static const char *files[] = {"llama.gguf", "qwen3next.gguf"};
+    /* models without recurrent layers first: the shared backend keeps the
+     * last runner's state slots allocated (runner.c only sets them up) */
+    static const char *files[] = {"llama.gguf", "gemma3.gguf", "qwen3next.gguf"};
 
     if (hy_backend_cpu_new(&be, &bo, err) != HY_OK) {
         HY_T_OK(0, "cpu backend: %s", err);

@@ -6,13 +6,14 @@
  * file, this table and its tiny-model spec in scripts/make-tiny-models -
  * no build fragment, header or test list (README "Adding a family").
  * The arch files keep their functions static and prefixed by family
- * (hy_llama_, hy_lfm2_, ...), so sharing a unit cannot mix them up.
+ * (hy_llama_, hy_gemma_, ...), so sharing a unit cannot mix them up.
  */
 #include "model/model.h"
 
 #include <string.h>
 
 #include "model/arch/llama.c"
+#include "model/arch/gemma.c"
 #include "model/arch/lfm2.c"
 #include "model/arch/qwen3next.c"
 #include "model/arch/granite_hybrid.c"
@@ -25,6 +26,8 @@ static const struct {
     {"llama", &hy_arch_llama},
     {"qwen2", &hy_arch_llama},
     {"qwen3", &hy_arch_llama},
+    {"gemma2", &hy_arch_gemma},
+    {"gemma3", &hy_arch_gemma},
     {"lfm2", &hy_arch_lfm2},
     {"lfm2moe", &hy_arch_lfm2},
     {"qwen3next", &hy_arch_qwen3next},

@@ -24,7 +24,7 @@ tests_unit_test_gdn_SOURCES = tests/unit/test_gdn.c
 tests_unit_test_gdn_LDADD = $(TEST_LDADD)
 check_PROGRAMS += tests/unit/test_qwen3next
 TESTS += tests/unit/test_qwen3next
-tests_unit_test_qwen3next_SOURCES = tests/unit/test_qwen3next.c
+tests_unit_test_qwen3next_SOURCES = tests/unit/test_qwen3next.c tests/unit/gguf_patch.h
 tests_unit_test_qwen3next_LDADD = $(TEST_LDADD)
 # bench_gdn: chunked vs recurrent prefill speed (run by hand, not a test)
 check_PROGRAMS += tests/unit/bench_gdn

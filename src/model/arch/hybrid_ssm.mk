@@ -26,7 +26,7 @@ tests_unit_test_ssd_SOURCES = tests/unit/test_ssd.c
 tests_unit_test_ssd_LDADD = $(TEST_LDADD)
 check_PROGRAMS += tests/unit/test_hybrid_ssm_load
 TESTS += tests/unit/test_hybrid_ssm_load
-tests_unit_test_hybrid_ssm_load_SOURCES = tests/unit/test_hybrid_ssm_load.c
+tests_unit_test_hybrid_ssm_load_SOURCES = tests/unit/test_hybrid_ssm_load.c tests/unit/gguf_patch.h
 tests_unit_test_hybrid_ssm_load_LDADD = $(TEST_LDADD)
 # bench_ssd is built by `make check` but not run as a test: run
 # tests/unit/bench_ssd [threads] [tokens] by hand (chunked vs recurrent prefill).
