@@ -38,7 +38,7 @@ static int hy_gh_read_moe(hy_model_t *m, hy_gh_moe_t *x, char *err)
         return rc;
     if (x->n_expert == 0)
         return HY_OK;
-    if (x->n_expert > 4096 || x->n_used == 0 || x->n_used > x->n_expert)
+    if (x->n_expert > HY_MODEL_MAX_EXPERTS || x->n_used == 0 || x->n_used > x->n_expert)
         return hy_err(err, HY_EFORMAT, "%s: %s.expert_used_count = %u must be 1..expert_count (%u)",
                       hy_gguf_path(m->gguf), m->arch_name, x->n_used, x->n_expert);
     /* every Granite MoE layer also runs its shared MLP (transformers'

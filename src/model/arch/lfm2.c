@@ -58,8 +58,8 @@ static int hy_lfm2_read_moe(hy_model_t *m, hy_lfm2_moe_t *x, char *err)
     if (x->gating != 2)
         return hy_err(err, HY_EUNSUPPORTED, "%s: lfm2moe expert_gating_func %u (only 2, "
                       "sigmoid, is defined)", path, x->gating);
-    if (x->n_expert == 0 || x->n_expert > 4096 || x->n_used == 0 || x->n_used > x->n_expert ||
-        x->n_ff_exp == 0 || x->n_ff_exp > 1u << 20)
+    if (x->n_expert == 0 || x->n_expert > HY_MODEL_MAX_EXPERTS || x->n_used == 0 ||
+        x->n_used > x->n_expert || x->n_ff_exp == 0 || x->n_ff_exp > 1u << 20)
         return hy_err(err, HY_EFORMAT, "%s: %u of %u experts with expert_feed_forward_length "
                       "%u are out of range", path, x->n_used, x->n_expert, x->n_ff_exp);
     return HY_OK;

@@ -17,6 +17,10 @@
 
 #include "model/model.h"
 
+/* Most routed experts a MoE layer may have (Qwen3-Next has 512, llama.cpp
+ * allows 1024): a bound on the router's per-token work and tables. */
+#define HY_MODEL_MAX_EXPERTS 4096
+
 /* ---- keys ----------------------------------------------------------------- */
 
 /* "<arch>.<suffix>" as u32 / f32 (f32: also refused when not finite). */

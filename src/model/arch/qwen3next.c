@@ -205,7 +205,7 @@ static int hy_qwen_read_hp(hy_model_t *m, const hy_qwen_variant_t *var, hy_qwen_
     if ((uint64_t)inner != (uint64_t)h->Hv * h->d_state)
         return hy_err(err, HY_EFORMAT, "%s: %s.ssm.inner_size = %u, expected time_step_rank x state_size = %u x %u",
                       path, a, inner, h->Hv, h->d_state);
-    if (var->moe && (h->n_expert == 0 || h->n_expert > 4096 || h->n_used == 0 ||
+    if (var->moe && (h->n_expert == 0 || h->n_expert > HY_MODEL_MAX_EXPERTS || h->n_used == 0 ||
                      h->n_used > h->n_expert))
         return hy_err(err, HY_EFORMAT, "%s: %s.expert_used_count = %u must be 1..expert_count = %u",
                       path, a, h->n_used, h->n_expert);
