@@ -12,6 +12,7 @@
 #include "backend/cpu/quant_impl.h"
 #include "backend/cpu/threadpool.h"
 #include "backend/cpu/cpu_impl.h"
+#include "quant_fill.h"
 #include "test.h"
 #define HY_TEST_SEED 0x9E3779B97F4A7C15ULL
 #include "cpu_test.h"
@@ -94,24 +95,9 @@ static size_t make_weight(hy_dtype_t t, int64_t ne0, int64_t n_out, void **data)
             continue;
         for (size_t i = 0; i < rb; i++)
             dst[i] = (uint8_t)rng_u32();
-        for (int64_t b = 0; b < ne0 / hy_dtype_info(t)->block; b++) {
-            uint8_t *blk = dst + (size_t)b * hy_dtype_info(t)->block_bytes;
-            uint16_t d0 = hy_f32_to_f16(0.01f + 0.01f * (float)(rng_u32() % 100) / 100.0f);
-            uint16_t d1 = hy_f32_to_f16(0.005f);
-            if (t == HY_DTYPE_Q6_K) {
-                memcpy(blk + offsetof(hy_block_q6_k_t, d), &d0, 2);
-            } else if (t == HY_DTYPE_Q2_K) {
-                memcpy(blk + offsetof(hy_block_q2_k_t, d), &d0, 2);
-                memcpy(blk + offsetof(hy_block_q2_k_t, dmin), &d1, 2);
-            } else if (t == HY_DTYPE_Q3_K) {
-                memcpy(blk + offsetof(hy_block_q3_k_t, d), &d0, 2);
-            } else if (t == HY_DTYPE_Q5_0 || t == HY_DTYPE_IQ4_NL || t == HY_DTYPE_IQ4_XS) {
-                memcpy(blk, &d0, 2);
-            } else {
-                memcpy(blk, &d0, 2);
-                memcpy(blk + 2, &d1, 2);
-            }
-        }
+        for (int64_t b = 0; b < ne0 / hy_dtype_info(t)->block; b++)
+            hy_test_block_factors(t, dst + (size_t)b * hy_dtype_info(t)->block_bytes,
+                                  0.01f + 0.01f * (float)(rng_u32() % 100) / 100.0f, 0.005f);
     }
     free(row);
     *data = d;

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/quant_impl.h"
 #include "backend/cpu/quant_ref.h"
+#include "quant_fill.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -222,13 +223,6 @@ static float kat_elem(hy_dtype_t t, const uint8_t *b, int i)
     }
 }
 
-static void put_f16(uint8_t *p, float v)
-{
-    uint16_t h = hy_f32_to_f16(v);
-    p[0] = (uint8_t)h;
-    p[1] = (uint8_t)(h >> 8);
-}
-
 /* Fill n elements of weight type t with random but meaningful data. */
 static void make_weights(hy_dtype_t t, uint8_t *w, int64_t n)
 {
@@ -254,23 +248,10 @@ static void make_weights(hy_dtype_t t, uint8_t *w, int64_t n)
         for (size_t i = 0; i < (size_t)nb * info->block_bytes; i++)
             w[i] = (uint8_t)rng_u32();
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t *blk = w + b * info->block_bytes;
-            if (t == HY_DTYPE_Q6_K) {
-                put_f16(blk + 208, rng_f(0.001f, 0.01f));
-            } else if (t == HY_DTYPE_Q2_K) {
-                put_f16(blk + 80, rng_f(0.001f, 0.01f));
-                put_f16(blk + 82, rng_f(0.001f, 0.02f));
-            } else if (t == HY_DTYPE_Q3_K) {
-                put_f16(blk + 108, rng_f(0.001f, 0.01f));
-            } else if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K) {
-                put_f16(blk, rng_f(0.001f, 0.01f));
-                put_f16(blk + 2, rng_f(0.001f, 0.02f));
-            } else if (t == HY_DTYPE_Q5_1) {
-                put_f16(blk, rng_f(0.001f, 0.01f));
-                put_f16(blk + 2, rng_f(-0.2f, 0.2f)); /* the offset m */
-            } else {
-                put_f16(blk, rng_f(0.001f, 0.01f));
-            }
+            /* Q5_1's m is an offset of either sign, K dmins positive */
+            float d = rng_f(0.001f, 0.01f);
+            float m = t == HY_DTYPE_Q5_1 ? rng_f(-0.2f, 0.2f) : rng_f(0.001f, 0.02f);
+            hy_test_block_factors(t, w + b * info->block_bytes, d, m);
         }
         break;
     default:

@@ -617,9 +617,9 @@ enum { HY_A2_Q4_0, HY_A2_Q4_1, HY_A2_Q8_0, HY_A2_Q5_0, HY_A2_Q5_1, HY_A2_IQ4_NL 
 #define HY_A2_HAS_M(kind) ((kind) == HY_A2_Q4_1 || (kind) == HY_A2_Q5_1)
 #define HY_A2_SIGNED(kind) ((kind) == HY_A2_Q8_0 || (kind) == HY_A2_Q5_0 || (kind) == HY_A2_IQ4_NL)
 
-/* 32 bits (little-endian) -> 32 bytes, byte j 0x10 where bit j is set: the
+/* 32 bits (little-endian) -> 32 bytes, byte j 0xFF where bit j is set: the
  * 5th bits of a Q5_0/Q5_1 block in hy_qx_nibbles' element order. */
-HY_QX_INLINE __m256i hy_qx_bits16(const uint8_t *qh)
+HY_QX_INLINE __m256i hy_qx_bitmask32(const uint8_t *qh)
 {
     uint32_t u;
     memcpy(&u, qh, 4);
@@ -629,8 +629,7 @@ HY_QX_INLINE __m256i hy_qx_bits16(const uint8_t *qh)
                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)u), spread);
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
 }
 
 /* 16 bytes of packed IQ4_NL indices -> the 32 int8 grid values, element order. */
@@ -661,14 +660,17 @@ HY_QX_INLINE __m256i hy_a2_wload(int kind, const char *w, int64_t ib, float *d, 
     if (kind == HY_A2_Q5_0) {
         const hy_block_q5_0_t *b = (const hy_block_q5_0_t *)w + ib;
         *d = hy_qx_h2f(b->d);
-        return _mm256_sub_epi8(_mm256_or_si256(hy_qx_nibbles(b->qs), hy_qx_bits16(b->qh)),
-                               _mm256_set1_epi8(16));
+        /* q - 16 = the nibble with 0xF0 on top where the 5th bit is clear
+         * (two's complement), so one andnot + or gives the signed value */
+        return _mm256_or_si256(hy_qx_nibbles(b->qs),
+                               _mm256_andnot_si256(hy_qx_bitmask32(b->qh), _mm256_set1_epi8((char)0xF0)));
     }
     if (kind == HY_A2_Q5_1) {
         const hy_block_q5_1_t *b = (const hy_block_q5_1_t *)w + ib;
         *d = hy_qx_h2f(b->d);
         *m = hy_qx_h2f(b->m);
-        return _mm256_or_si256(hy_qx_nibbles(b->qs), hy_qx_bits16(b->qh));
+        return _mm256_or_si256(hy_qx_nibbles(b->qs),
+                               _mm256_and_si256(hy_qx_bitmask32(b->qh), _mm256_set1_epi8(0x10)));
     }
     if (kind == HY_A2_IQ4_NL) {
         const hy_block_iq4_nl_t *b = (const hy_block_iq4_nl_t *)w + ib;
