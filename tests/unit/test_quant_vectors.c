@@ -28,15 +28,22 @@
 #define QV_VOCAB 264
 
 /* Largest relative RMS error of the quantized model's logits against the
- * float32 model's, per type: about 1.5x what was measured (see the report
- * lines), so a kernel or layout bug (errors of order 1) cannot pass. */
+ * float32 model's, per type: about 1.3x what was measured (random weights
+ * at n_embd 256 quantize poorly: 0.09 for Q5_1 up to 0.65 for Q2_K, the
+ * same as transformers' own forward over the dequantized weights gives), so
+ * it bounds the quantization error only.  The kernels are held to
+ * QV_TOL_DEQ against that forward over llama.cpp's dequantized weights. */
 static const struct {
     const char *type;
     double max_rel;
 } qv_types[] = {
-    {"q5_0", 0.10}, {"q5_1", 0.08}, {"iq4_nl", 0.15}, {"q2_K", 0.60}, {"q3_K", 0.35},
-    {"iq4_xs", 0.15},
+    {"q5_0", 0.13}, {"q5_1", 0.12}, {"iq4_nl", 0.23}, {"q2_K", 0.85}, {"q3_K", 0.45},
+    {"iq4_xs", 0.23},
 };
+/* Relative RMS error allowed against transformers' logits over the same
+ * dequantized weights (hyserve's two-level int8 activations and float32
+ * summation order; test_golden_tiny holds float32 models to 1e-4). */
+#define QV_TOL_DEQ 5e-4
 
 static void *qv_read(const char *name, size_t *size)
 {
@@ -45,7 +52,7 @@ static void *qv_read(const char *name, size_t *size)
     void *buf = NULL;
     long sz;
 
-    snprintf(rel, sizeof rel, "tests/data/quant/%s", name);
+    snprintf(rel, sizeof rel, "%s%s", strchr(name, '/') ? "" : "tests/data/quant/", name);
     f = fopen(hy_t_srcpath(rel), "rb");
     if (f == NULL)
         return NULL;
@@ -194,8 +201,32 @@ done:
     free(mv);
 }
 
+/* Relative RMS error of rows x QV_VOCAB logits against ref, and in *agree
+ * the positions whose argmax matches. */
+static double qv_rel(const float *out, const float *ref, int rows, int *agree)
+{
+    double e2 = 0, r2 = 0;
+
+    *agree = 0;
+    for (int p = 0; p < rows; p++) {
+        int a = 0, b = 0;
+        for (int v = 0; v < QV_VOCAB; v++) {
+            double d = (double)out[p * QV_VOCAB + v] - ref[p * QV_VOCAB + v];
+            e2 += d * d;
+            r2 += (double)ref[p * QV_VOCAB + v] * ref[p * QV_VOCAB + v];
+            if (out[p * QV_VOCAB + v] > out[p * QV_VOCAB + a])
+                a = v;
+            if (ref[p * QV_VOCAB + v] > ref[p * QV_VOCAB + b])
+                b = v;
+        }
+        *agree += a == b;
+    }
+    return r2 > 0 && isfinite(e2) ? sqrt(e2 / r2) : INFINITY;
+}
+
 /* The quantized model's logits for the golden sequences vs the float32
- * model's (transformers). */
+ * model's (transformers), and for the 33-token one vs transformers' forward
+ * over llama.cpp's dequantization of the same file. */
 static void qv_model(const char *type, double max_rel, hy_backend_t *be)
 {
     static const int lens[] = {33, 100};
@@ -224,42 +255,44 @@ static void qv_model(const char *type, double max_rel, hy_backend_t *be)
     }
     for (size_t k = 0; k < HY_ARRAY_LEN(lens); k++) {
         int n = lens[k], agree = 0;
-        size_t szi = 0, szl = 0;
+        size_t szi = 0, szl = 0, szd = 0;
         char name[128];
         int32_t *ids;
-        float *ref, *out = malloc(sizeof(float) * (size_t)n * QV_VOCAB);
-        double e2 = 0, r2 = 0;
+        float *ref, *deq = NULL, *out = malloc(sizeof(float) * (size_t)n * QV_VOCAB);
 
         snprintf(name, sizeof name, "%s.s%d.ids", QV_NAME, n);
         ids = qv_read(name, &szi);
         snprintf(name, sizeof name, "%s.s%d.logits", QV_NAME, n);
         ref = qv_read(name, &szl);
+        if (n == 33) {
+            snprintf(name, sizeof name, "%s.%s.s%d.logits", QV_NAME, type, n);
+            deq = qv_read(name, &szd);
+        }
         if (!ids || !ref || szi != sizeof(int32_t) * (size_t)n ||
-            szl != sizeof(float) * (size_t)n * QV_VOCAB) {
+            szl != sizeof(float) * (size_t)n * QV_VOCAB ||
+            (n == 33 && (!deq || szd != szl))) {
             HY_T_OK(0, "%s: golden files for s%d", type, n);
         } else {
             hy_kv_seq_t seq = {0};
             hy_runner_item_t it = {&seq, ids, n, true};
+            double relr;
             rc = hy_runner_step(&r, &it, 1, out, err);
             hy_runner_seq_release(&r, &seq);
-            for (int p = 0; p < n && rc == HY_OK; p++) {
-                int a = 0, b = 0;
-                for (int v = 0; v < QV_VOCAB; v++) {
-                    double d = (double)out[p * QV_VOCAB + v] - ref[p * QV_VOCAB + v];
-                    e2 += d * d;
-                    r2 += (double)ref[p * QV_VOCAB + v] * ref[p * QV_VOCAB + v];
-                    if (out[p * QV_VOCAB + v] > out[p * QV_VOCAB + a])
-                        a = v;
-                    if (ref[p * QV_VOCAB + v] > ref[p * QV_VOCAB + b])
-                        b = v;
-                }
-                agree += a == b;
+            if (rc != HY_OK)
+                fprintf(stderr, "# step failed: %s\n", err);
+            if (deq) {
+                relr = rc == HY_OK ? qv_rel(out, deq, n, &agree) : INFINITY;
+                HY_T_OK(relr <= QV_TOL_DEQ,
+                        "%s: %d-token prefill vs transformers over llama.cpp's dequantized "
+                        "weights: relative RMS %.2e (tol %.0e), argmax agrees at %d/%d", type, n,
+                        relr, QV_TOL_DEQ, agree, n);
             }
-            double relr = r2 > 0 ? sqrt(e2 / r2) : INFINITY;
-            HY_T_OK(rc == HY_OK && relr <= max_rel,
+            relr = rc == HY_OK ? qv_rel(out, ref, n, &agree) : INFINITY;
+            HY_T_OK(relr <= max_rel,
                     "%s: %d-token prefill vs the float32 model: relative RMS %.4f (bound %.2f), "
                     "argmax agrees at %d/%d positions", type, n, relr, max_rel, agree, n);
         }
+        free(deq);
         free(ids);
         free(ref);
         free(out);
@@ -268,13 +301,13 @@ static void qv_model(const char *type, double max_rel, hy_backend_t *be)
     hy_model_free(m);
 }
 
-/* A tensor whose type id hyserve has no kernels for fails at load naming
- * the tensor: the Q5_0 file with one tensor's type set to Q8_1 (known to
- * ggml, same 32-element block, but an activation format only). */
+/* A tensor whose type hyserve has no kernels for fails at load naming the
+ * tensor: the float32 tiny llama with one matrix's type set to I32 (known
+ * to ggml, the same 4 bytes per element, but not a weight type). */
 static void qv_unsupported(hy_backend_t *be)
 {
     size_t sz = 0;
-    uint8_t *buf = qv_read(QV_NAME ".q5_0.gguf", &sz);
+    uint8_t *buf = qv_read("tests/golden/tiny/llama.gguf", &sz);
     const char *tn = "blk.1.ffn_down.weight";
     char path[] = "/tmp/hyserve-qv-XXXXXX", err[HY_ERR_LEN] = "";
     hy_model_t *m = NULL;
@@ -286,7 +319,7 @@ static void qv_unsupported(hy_backend_t *be)
         uint64_t len;
         memcpy(&len, buf + i - 8, 8);
         if (len == strlen(tn) && memcmp(buf + i, tn, len) == 0) {
-            uint32_t nd, ty = 9; /* Q8_1 */
+            uint32_t nd, ty = HY_DTYPE_I32;
             memcpy(&nd, buf + i + len, 4);
             if (nd == 2) {
                 memcpy(buf + i + len + 4 + 8 * nd, &ty, 4);
@@ -305,7 +338,7 @@ static void qv_unsupported(hy_backend_t *be)
     } else if (fd >= 0) {
         close(fd);
     }
-    HY_T_OK(patched && rc == HY_EUNSUPPORTED && strstr(err, tn) && strstr(err, "q8_1"),
+    HY_T_OK(patched && rc == HY_EUNSUPPORTED && strstr(err, tn) && strstr(err, "i32"),
             "a weight of a type without kernels fails at load, naming it: %s", err);
     if (m)
         hy_model_free(m);
