@@ -831,29 +831,38 @@ static void hy_quant_ref_dot_q6_k_2l(int64_t n, float *s, const void *vw, const 
     *s = sum;
 }
 
-/* The 32-element types added later (Q5_0, Q5_1, IQ4_NL) as signed or
- * unsigned integer weights: element j of block i as the dot sees it, and the
- * block's scale and offset (0 where there is none). */
-static int hy_quant_ref_q32(hy_dtype_t t, const void *vw, int64_t i, int j, float *d, float *m)
+/* Block i of a Q5_0, Q5_1 or IQ4_NL row as the integers the dot sees
+ * (signed, or Q5_1's unsigned ones), with its scale and offset (0 where
+ * there is none). */
+static void hy_quant_ref_q32(hy_dtype_t t, const void *vw, int64_t i, int q[32], float *d,
+                             float *m)
 {
+    *m = 0.0f;
+    if (t == HY_DTYPE_IQ4_NL) {
+        const hy_block_iq4_nl_t *b = (const hy_block_iq4_nl_t *)vw + i;
+        *d = hy_f16_to_f32(b->d);
+        for (int j = 0; j < 16; j++) {
+            q[j] = hy_quant_iq4nl_values[b->qs[j] & 15];
+            q[j + 16] = hy_quant_iq4nl_values[b->qs[j] >> 4];
+        }
+        return;
+    }
+    const uint8_t *qh, *qs;
+    int off = 0;
     if (t == HY_DTYPE_Q5_0) {
         const hy_block_q5_0_t *b = (const hy_block_q5_0_t *)vw + i;
-        int lo = j < 16 ? b->qs[j] & 15 : b->qs[j - 16] >> 4;
         *d = hy_f16_to_f32(b->d);
-        *m = 0.0f;
-        return (lo | hy_quant_q5_high(b->qh, j) << 4) - 16;
-    }
-    if (t == HY_DTYPE_Q5_1) {
+        qh = b->qh, qs = b->qs, off = 16;
+    } else {
         const hy_block_q5_1_t *b = (const hy_block_q5_1_t *)vw + i;
-        int lo = j < 16 ? b->qs[j] & 15 : b->qs[j - 16] >> 4;
         *d = hy_f16_to_f32(b->d);
         *m = hy_f16_to_f32(b->m);
-        return lo | hy_quant_q5_high(b->qh, j) << 4;
+        qh = b->qh, qs = b->qs;
     }
-    const hy_block_iq4_nl_t *b = (const hy_block_iq4_nl_t *)vw + i;
-    *d = hy_f16_to_f32(b->d);
-    *m = 0.0f;
-    return hy_quant_iq4nl_values[j < 16 ? b->qs[j] & 15 : b->qs[j - 16] >> 4];
+    for (int j = 0; j < 16; j++) {
+        q[j] = ((qs[j] & 15) | hy_quant_q5_high(qh, j) << 4) - off;
+        q[j + 16] = ((qs[j] >> 4) | hy_quant_q5_high(qh, j + 16) << 4) - off;
+    }
 }
 
 /* dot = sum_i d_w*d_x*(255*sum(q*hi) + sum(q*lo)) [+ m_w * sum(x)]: the
@@ -865,12 +874,12 @@ static void hy_quant_ref_dot_q32_2l(hy_dtype_t t, int64_t n, float *s, const voi
     float sum = 0.0f;
 
     for (int64_t i = 0; i < n / 32; i++) {
-        int ih = 0, il = 0;
-        float d = 0.0f, m = 0.0f;
+        int q[32], ih = 0, il = 0;
+        float d, m;
+        hy_quant_ref_q32(t, vw, i, q, &d, &m);
         for (int j = 0; j < 32; j++) {
-            int q = hy_quant_ref_q32(t, vw, i, j, &d, &m);
-            ih += q * x[i].hi[j];
-            il += q * x[i].lo[j];
+            ih += q[j] * x[i].hi[j];
+            il += q[j] * x[i].lo[j];
         }
         if (t == HY_DTYPE_Q5_1)
             sum += d * x[i].d * (float)(255 * ih + il) + m * x[i].s;

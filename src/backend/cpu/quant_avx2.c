@@ -1,10 +1,10 @@
 /*
  * quant_avx2.c - AVX2+FMA+F16C kernels, compiled only with those flags (own
  * convenience library) so the rest of libhy stays baseline x86-64.  Holds
- * the register-blocked Q4_0/Q4_1/Q8_0 tile kernels (2 weight rows x 2
- * activation rows, two blocks per step), over the default two-level Q8_2L
- * activations and over ggml's Q8_0/Q8_1; the other kernels come from
- * quant_x86.h, except F32/F16/BF16, which get a register-blocked SGEMM
+ * the register-blocked Q4_0/Q4_1/Q8_0 tile kernels over ggml's Q8_0/Q8_1
+ * (2 weight rows x 2 activation rows, two blocks per step); their two-level
+ * Q8_2L versions, which also serve Q5_0/Q5_1/IQ4_NL, and the other kernels
+ * come from quant_x86.h, except F32/F16/BF16, which get a register-blocked SGEMM
  * tile (4 weight rows x 3 token rows, half-precision rows converted once
  * per tile into an L1 panel).  vec_dot is the 1x1 instance of each tile,
  * so the two agree bit for bit.

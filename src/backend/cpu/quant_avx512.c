@@ -10,8 +10,9 @@
  * Q4_1 over Q8_2L (SmolLM2's weights), which puts 16 weight rows across
  * the lanes instead (hy_a5t_*: one exact int32 sum per block and row).
  * Decode tiles prefetch 16 rows ahead (HY_A5_PF_ROWS).  The
- * other types use quant_x86.h's 256-bit kernels rebuilt here with VNNI and
- * EVEX.
+ * other types (the K-quants, Q5_0, Q5_1, IQ4_NL, IQ4_XS) use quant_x86.h's
+ * 256-bit kernels rebuilt here with VNNI and EVEX: the same code the AVX2
+ * level runs, so the tests of either level cover it.
  * F32/F16/BF16 weights get a register-blocked SGEMM tile (4 weight rows x
  * 6 token rows of 16-lane f32 accumulators, half-precision rows converted
  * once per tile into an L1 panel).

@@ -4,8 +4,10 @@
  * so the AVX-512 build gets the same code with EVEX encodings and VNNI where
  * HY_QX_VNNI is defined.  Everything here is static: no symbol clashes.
  * Kernels: F32/F16/BF16 dots, Q4_K/Q5_K/Q6_K x Q8_K and x Q8_K2L dots, the
- * Q8_0/Q8_1/Q8_K/Q8_2L/Q8_K2L activation quantizers and the simple
- * dequantizers.
+ * Q8_0/Q8_1/Q8_K/Q8_2L/Q8_K2L activation quantizers, the simple
+ * dequantizers, the register-blocked 32-element tiles over Q8_2L (Q4_0,
+ * Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL) and the Q2_K/Q3_K/IQ4_XS x Q8_K2L block
+ * kernels.
  */
 #ifndef HY_QUANT_X86_H
 #define HY_QUANT_X86_H
