@@ -1,6 +1,7 @@
 /*
  * hy_quant.cu - weight kernels of the CUDA backend: decode of the ggml block
- * layouts (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, and plain F32/F16/BF16; the
+ * layouts (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K,
+ * Q6_K, IQ4_XS, and plain F32/F16/BF16; the
  * same formulas as src/backend/cpu/quant.c's reference dequantizers), the
  * decode-time mat-vec products that read quantized rows straight from device
  * memory (one warp per output row, up to 8 tokens per pass so the weights
@@ -8,7 +9,7 @@
  * tiles of large batches.  Block types are decoded 32 elements ("a chunk",
  * one sub-block of a K-quant) at a time by the decoders of hy_quant_dev.h
  * (shared with the MoE kernels); bytes are read one by one so no load
- * depends on the 18/20/34/144/176/210-byte block alignment.
+ * depends on the block alignment.
  */
 #include "hy_kernels.h"
 #include "hy_quant_dev.h"
@@ -117,7 +118,8 @@ extern "C" int hy_cuk_type_ok(int type)
 {
     switch (type) {
     case T_F32: case T_F16: case T_BF16: case T_Q4_0: case T_Q4_1: case T_Q8_0: case T_Q4_K:
-    case T_Q5_K: case T_Q6_K:
+    case T_Q5_K: case T_Q6_K: case T_Q5_0: case T_Q5_1: case T_IQ4_NL: case T_Q2_K: case T_Q3_K:
+    case T_IQ4_XS:
         return 1;
     default:
         return 0;

@@ -25,6 +25,8 @@ typedef enum {
     HY_DTYPE_Q5_K = 13,
     HY_DTYPE_Q6_K = 14,
     HY_DTYPE_Q8_K = 15,
+    HY_DTYPE_IQ4_NL = 20,
+    HY_DTYPE_IQ4_XS = 23,
     HY_DTYPE_I8 = 24,
     HY_DTYPE_I16 = 25,
     HY_DTYPE_I32 = 26,

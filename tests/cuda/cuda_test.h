@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/quant.h"
 #include "common/dtype.h"
+#include "../unit/quant_fill.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -165,12 +166,9 @@ static inline void *rnd_weight_s(hy_dtype_t t, int64_t ne0, int64_t rows, float 
             case HY_DTYPE_F32: ((float *)row)[b] = rnd() * fscale; break;
             case HY_DTYPE_F16: ((uint16_t *)row)[b] = hy_f32_to_f16(rnd() * fscale); break;
             case HY_DTYPE_BF16: ((uint16_t *)row)[b] = hy_f32_to_bf16(rnd() * fscale); break;
-            case HY_DTYPE_Q6_K: memcpy(blk + 208, &h1, 2); break;
-            case HY_DTYPE_Q4_1: case HY_DTYPE_Q4_K: case HY_DTYPE_Q5_K:
-                memcpy(blk, &h1, 2);
-                memcpy(blk + 2, &h2, 2);
+            default:
+                hy_test_block_factors(t, blk, hy_f16_to_f32(h1), hy_f16_to_f32(h2));
                 break;
-            default: memcpy(blk, &h1, 2); break;
             }
         }
     }

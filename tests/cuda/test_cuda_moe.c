@@ -115,7 +115,9 @@ static void test_op_types(void)
 {
     static const hy_dtype_t types[] = {HY_DTYPE_F32, HY_DTYPE_F16, HY_DTYPE_BF16,
                                        HY_DTYPE_Q4_0, HY_DTYPE_Q4_1, HY_DTYPE_Q8_0,
-                                       HY_DTYPE_Q4_K, HY_DTYPE_Q5_K, HY_DTYPE_Q6_K};
+                                       HY_DTYPE_Q4_K, HY_DTYPE_Q5_K, HY_DTYPE_Q6_K,
+                                       HY_DTYPE_Q5_0, HY_DTYPE_Q5_1, HY_DTYPE_IQ4_NL,
+                                       HY_DTYPE_Q2_K, HY_DTYPE_Q3_K, HY_DTYPE_IQ4_XS};
     static const int32_t toks[] = {1, 3, 8, 40};
 
     for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++) {

@@ -37,7 +37,9 @@ static void test_matmul(void)
 {
     static const hy_dtype_t types[] = {HY_DTYPE_F32, HY_DTYPE_F16, HY_DTYPE_BF16, HY_DTYPE_Q4_0,
                                        HY_DTYPE_Q4_1, HY_DTYPE_Q8_0, HY_DTYPE_Q4_K,
-                                       HY_DTYPE_Q5_K, HY_DTYPE_Q6_K};
+                                       HY_DTYPE_Q5_K, HY_DTYPE_Q6_K,
+                                       HY_DTYPE_Q5_0, HY_DTYPE_Q5_1, HY_DTYPE_IQ4_NL,
+                                       HY_DTYPE_Q2_K, HY_DTYPE_Q3_K, HY_DTYPE_IQ4_XS};
     static const int toks[] = {1, 3, 8, 9, 64};
     const int64_t ne0 = 512, ne1 = 130;
 

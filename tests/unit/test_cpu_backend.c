@@ -12,6 +12,7 @@
 #include "backend/cpu/quant_impl.h"
 #include "backend/cpu/threadpool.h"
 #include "backend/cpu/cpu_impl.h"
+#include "quant_fill.h"
 #include "test.h"
 #define HY_TEST_SEED 0x9E3779B97F4A7C15ULL
 #include "cpu_test.h"
@@ -94,17 +95,9 @@ static size_t make_weight(hy_dtype_t t, int64_t ne0, int64_t n_out, void **data)
             continue;
         for (size_t i = 0; i < rb; i++)
             dst[i] = (uint8_t)rng_u32();
-        for (int64_t b = 0; b < ne0 / 256; b++) {
-            uint8_t *blk = dst + (size_t)b * hy_dtype_info(t)->block_bytes;
-            uint16_t d0 = hy_f32_to_f16(0.01f + 0.01f * (float)(rng_u32() % 100) / 100.0f);
-            uint16_t d1 = hy_f32_to_f16(0.005f);
-            if (t == HY_DTYPE_Q6_K) {
-                memcpy(blk + offsetof(hy_block_q6_k_t, d), &d0, 2);
-            } else {
-                memcpy(blk, &d0, 2);
-                memcpy(blk + 2, &d1, 2);
-            }
-        }
+        for (int64_t b = 0; b < ne0 / hy_dtype_info(t)->block; b++)
+            hy_test_block_factors(t, dst + (size_t)b * hy_dtype_info(t)->block_bytes,
+                                  0.01f + 0.01f * (float)(rng_u32() % 100) / 100.0f, 0.005f);
     }
     free(row);
     *data = d;
@@ -197,7 +190,8 @@ static void test_matmul(hy_backend_t *be1, hy_backend_t *be3)
 {
     const hy_dtype_t types[] = {HY_DTYPE_F32, HY_DTYPE_F16, HY_DTYPE_BF16, HY_DTYPE_Q8_0,
                                 HY_DTYPE_Q4_0, HY_DTYPE_Q4_1, HY_DTYPE_Q4_K, HY_DTYPE_Q5_K,
-                                HY_DTYPE_Q6_K};
+                                HY_DTYPE_Q6_K, HY_DTYPE_Q5_0, HY_DTYPE_Q5_1, HY_DTYPE_IQ4_NL,
+                                HY_DTYPE_Q2_K, HY_DTYPE_Q3_K, HY_DTYPE_IQ4_XS};
     hy_weight_t w = {0};
     char err[HY_ERR_LEN];
     float x[64] = {0}, y[4];
@@ -237,7 +231,9 @@ static void test_matmul(hy_backend_t *be1, hy_backend_t *be3)
 static void test_get_rows(hy_backend_t *be)
 {
     const int64_t ne0 = 256, n_rows = 40;
-    const hy_dtype_t types[] = {HY_DTYPE_F32, HY_DTYPE_F16, HY_DTYPE_Q8_0, HY_DTYPE_Q4_K};
+    const hy_dtype_t types[] = {HY_DTYPE_F32, HY_DTYPE_F16, HY_DTYPE_Q8_0, HY_DTYPE_Q4_K,
+                                HY_DTYPE_Q5_0, HY_DTYPE_Q5_1, HY_DTYPE_IQ4_NL, HY_DTYPE_Q2_K,
+                                HY_DTYPE_Q3_K, HY_DTYPE_IQ4_XS};
     int32_t ids[300];
     float *y = malloc(300 * ne0 * sizeof(float)), *ref = malloc(ne0 * sizeof(float));
     char err[HY_ERR_LEN];
@@ -269,7 +265,8 @@ static void test_get_rows(hy_backend_t *be)
         }
         free(data);
     }
-    HY_T_OK(ok, "get_rows f32/f16/q8_0/q4_K: 300 rows equal to_float of the picked row");
+    HY_T_OK(ok, "get_rows f32/f16/q8_0/q4_K/q5_0/q5_1/iq4_nl/q2_K/q3_K/iq4_xs: 300 rows "
+            "equal to_float of the picked row");
     free(y);
     free(ref);
 }

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/quant_impl.h"
 #include "backend/cpu/quant_ref.h"
+#include "quant_fill.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -170,16 +171,56 @@ static float kat_elem(hy_dtype_t t, const uint8_t *b, int i)
         int q = (g < 2 ? byte & 15 : byte >> 4) | (((qh[32 * h + ll] >> (2 * g)) & 3) << 4);
         return d6 * (float)sc[8 * h + 2 * g + ll / 16] * (float)(q - 32);
     }
+    case HY_DTYPE_Q5_0:
+    case HY_DTYPE_Q5_1: {
+        /* d[, m], qh (u32 LE: bit i = 5th bit of element i), qs */
+        int o = t == HY_DTYPE_Q5_1 ? 4 : 2;
+        uint32_t qh = (uint32_t)b[o] | (uint32_t)b[o + 1] << 8 | (uint32_t)b[o + 2] << 16 |
+                      (uint32_t)b[o + 3] << 24;
+        int q = (i < 16 ? (b[o + 4 + i] & 15) : (b[o + 4 + i - 16] >> 4)) + 16 * ((qh >> i) & 1);
+        if (t == HY_DTYPE_Q5_0)
+            return d * (float)(q - 16);
+        return d * (float)q + hy_f16_to_f32((uint16_t)(b[2] | b[3] << 8));
+    }
+    case HY_DTYPE_IQ4_NL: {
+        static const int grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                     1, 13, 25, 38, 53, 69, 89, 113};
+        int q = i < 16 ? (b[2 + i] & 15) : (b[2 + i - 16] >> 4);
+        return d * (float)grid[q];
+    }
+    case HY_DTYPE_IQ4_XS: {
+        static const int grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                     1, 13, 25, 38, 53, 69, 89, 113};
+        int sb = i / 32, l = i % 32;
+        int sh = (b[2] | b[3] << 8) >> (2 * sb) & 3, sl = (b[4 + sb / 2] >> (4 * (sb % 2))) & 15;
+        const uint8_t *qs = b + 8 + 16 * sb;
+        int q = l < 16 ? (qs[l] & 15) : (qs[l - 16] >> 4);
+        return d * (float)((sl | sh << 4) - 32) * (float)grid[q];
+    }
+    case HY_DTYPE_Q2_K: {
+        /* scales[16], qs[64], d, dmin: group i/16, 2-bit field (i%128)/32 of
+         * qs[32*(i/128) + i%32] */
+        float d2 = hy_f16_to_f32((uint16_t)(b[80] | b[81] << 8));
+        float m2 = hy_f16_to_f32((uint16_t)(b[82] | b[83] << 8));
+        int sc = b[i / 16];
+        int q = (b[16 + 32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+        return d2 * (float)(sc & 15) * (float)q - m2 * (float)(sc >> 4);
+    }
+    case HY_DTYPE_Q3_K: {
+        /* hmask[32], qs[64], scales[12], d; scale g: low nibble g/8 of
+         * scales[g%8], bits 2(g/4).. of scales[8+g%4], stored +32 */
+        const uint8_t *hm = b, *qs = b + 32, *sc = b + 96;
+        float d3 = hy_f16_to_f32((uint16_t)(b[108] | b[109] << 8));
+        int g = i / 16;
+        int scale = (((sc[g % 8] >> (4 * (g / 8))) & 15) | (((sc[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32;
+        int q = (qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+        if (!((hm[i % 32] >> (i / 32)) & 1))
+            q -= 4;
+        return d3 * (float)scale * (float)q;
+    }
     default:
         return NAN;
     }
-}
-
-static void put_f16(uint8_t *p, float v)
-{
-    uint16_t h = hy_f32_to_f16(v);
-    p[0] = (uint8_t)h;
-    p[1] = (uint8_t)(h >> 8);
 }
 
 /* Fill n elements of weight type t with random but meaningful data. */
@@ -195,18 +236,22 @@ static void make_weights(hy_dtype_t t, uint8_t *w, int64_t n)
     case HY_DTYPE_Q4_K:
     case HY_DTYPE_Q5_K:
     case HY_DTYPE_Q6_K:
-        /* every bit pattern of a K block is valid: random bytes reach all
-         * scale/min/high-bit combinations; only the f16 factors are set */
+    case HY_DTYPE_Q2_K:
+    case HY_DTYPE_Q3_K:
+    case HY_DTYPE_IQ4_XS:
+    case HY_DTYPE_Q5_0:
+    case HY_DTYPE_Q5_1:
+    case HY_DTYPE_IQ4_NL:
+        /* every bit pattern of these blocks is valid: random bytes reach
+         * all scale/min/high-bit/grid combinations; only the f16 factors
+         * are set */
         for (size_t i = 0; i < (size_t)nb * info->block_bytes; i++)
             w[i] = (uint8_t)rng_u32();
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t *blk = w + b * info->block_bytes;
-            if (t == HY_DTYPE_Q6_K) {
-                put_f16(blk + 208, rng_f(0.001f, 0.01f));
-            } else {
-                put_f16(blk, rng_f(0.001f, 0.01f));
-                put_f16(blk + 2, rng_f(0.001f, 0.02f));
-            }
+            /* Q5_1's m is an offset of either sign, K dmins positive */
+            float d = rng_f(0.001f, 0.01f);
+            float m = t == HY_DTYPE_Q5_1 ? rng_f(-0.2f, 0.2f) : rng_f(0.001f, 0.02f);
+            hy_test_block_factors(t, w + b * info->block_bytes, d, m);
         }
         break;
     default:
@@ -289,7 +334,9 @@ static void test_known_answers(void)
 
     /* every type: random blocks decode like the element-wise formula */
     static const hy_dtype_t types[] = {HY_DTYPE_Q4_0, HY_DTYPE_Q4_1, HY_DTYPE_Q8_0,
-                                       HY_DTYPE_Q4_K, HY_DTYPE_Q5_K, HY_DTYPE_Q6_K};
+                                       HY_DTYPE_Q4_K, HY_DTYPE_Q5_K, HY_DTYPE_Q6_K,
+                                       HY_DTYPE_Q5_0, HY_DTYPE_Q5_1, HY_DTYPE_IQ4_NL,
+                                       HY_DTYPE_Q2_K, HY_DTYPE_Q3_K, HY_DTYPE_IQ4_XS};
     for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++) {
         hy_dtype_t t = types[ti];
         const hy_dtype_info_t *info = hy_dtype_info(t);
@@ -411,8 +458,13 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
         return;
     }
     two = tr->vec_dot_type == HY_DTYPE_Q8_2L || tr->vec_dot_type == HY_DTYPE_Q8_K2L;
-    if (legacy && tr->vec_dot_type == HY_DTYPE_F32)
-        return; /* float types: same kernels as the default, tested there */
+    if (legacy && !hy_quant_scalar_kernels_q8[t].traits.vec_dot) {
+        /* float types and the types without ggml partners: the default
+         * kernels, tested there */
+        if (tr != hy_quant_traits(t) || tile != hy_quant_vec_dot_tile(t))
+            HY_T_OK(0, "%s/%s/q8: not the default kernels", info->name, hy_isa_name(isa));
+        return;
+    }
     for (int li = 0; li < 3; li++) {
         int64_t n = lens[li];
         size_t wb = hy_dtype_row_bytes(t, n), xb = hy_dtype_row_bytes(tr->vec_dot_type, n);
@@ -465,12 +517,12 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
                                   0x1p-25 * (1.0 + abs(qsum)));
                     }
                 }
-                if (t == HY_DTYPE_Q4_1 && two) {
+                if ((t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_1) && two) {
                     /* the m*sum(x) term uses the float sum of the inputs */
                     dot = mag = 0.0;
                     for (int64_t i = 0; i < n; i++) {
-                        const hy_block_q4_1_t *wb1 = (const hy_block_q4_1_t *)(w + r * wb) + i / 32;
-                        double mw = hy_f16_to_f32(wb1->m), p;
+                        const uint8_t *blk = w + r * wb + (i / 32) * info->block_bytes;
+                        double mw = hy_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8)), p;
                         p = ((double)yr[i] - mw) * deq_act(tr->vec_dot_type, x + c * xb, i) +
                             mw * xfa[c * n + i];
                         dot += p;
@@ -652,11 +704,13 @@ static void test_errors(void)
             hy_quant_quantize_row(HY_DTYPE_Q8_K, x, y, 64) == HY_EINVAL &&
             hy_quant_quantize_row(HY_DTYPE_Q8_0, x, y, -32) == HY_EINVAL &&
             hy_quant_quantize_row(HY_DTYPE_Q5_0, x, y, 64) == HY_EUNSUPPORTED &&
+            hy_quant_quantize_row(HY_DTYPE_IQ4_XS, x, y, 256) == HY_EUNSUPPORTED &&
             hy_quant_quantize_row((hy_dtype_t)77, x, y, 64) == HY_EUNSUPPORTED &&
             hy_quant_quantize_row(HY_DTYPE_Q4_0, x, y, 64) == HY_OK,
             "quantize_row rejects bad lengths and types");
-    HY_T_OK(hy_quant_traits(HY_DTYPE_Q5_0) == NULL && hy_quant_traits((hy_dtype_t)200) == NULL &&
-            hy_quant_vec_dot_tile(HY_DTYPE_Q2_K) == NULL &&
+    /* 16 = IQ2_XXS, a GGUF type hyserve has no kernels for */
+    HY_T_OK(hy_quant_traits((hy_dtype_t)16) == NULL && hy_quant_traits((hy_dtype_t)200) == NULL &&
+            hy_quant_traits(HY_DTYPE_Q8_K) == NULL && hy_quant_vec_dot_tile((hy_dtype_t)16) == NULL &&
             hy_quant_set_isa((hy_isa_t)7) == HY_EUNSUPPORTED,
             "unsupported types and ISA levels are refused");
 }
@@ -665,7 +719,9 @@ int main(void)
 {
     static const hy_dtype_t types[] = {HY_DTYPE_F32, HY_DTYPE_F16, HY_DTYPE_BF16,
                                        HY_DTYPE_Q4_0, HY_DTYPE_Q4_1, HY_DTYPE_Q8_0,
-                                       HY_DTYPE_Q4_K, HY_DTYPE_Q5_K, HY_DTYPE_Q6_K};
+                                       HY_DTYPE_Q4_K, HY_DTYPE_Q5_K, HY_DTYPE_Q6_K,
+                                       HY_DTYPE_Q5_0, HY_DTYPE_Q5_1, HY_DTYPE_IQ4_NL,
+                                       HY_DTYPE_Q2_K, HY_DTYPE_Q3_K, HY_DTYPE_IQ4_XS};
     hy_isa_t best = hy_cpu_isa();
 
     test_f16();

@@ -416,6 +416,111 @@ void hy_quant_ref_to_float_q6_k(const void *vw, float *y, int64_t n)
     }
 }
 
+/* The 5th bits of a Q5_0/Q5_1 block: bit j of qh (little-endian) belongs to
+ * element j. */
+static inline int hy_quant_q5_high(const uint8_t *qh, int j)
+{
+    return (qh[j / 8] >> (j % 8)) & 1;
+}
+
+void hy_quant_ref_to_float_q5_0(const void *vw, float *y, int64_t n)
+{
+    const hy_block_q5_0_t *w = vw;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d = hy_f16_to_f32(w[i].d);
+        for (int j = 0; j < 16; j++) {
+            int q0 = (w[i].qs[j] & 15) | hy_quant_q5_high(w[i].qh, j) << 4;
+            int q1 = (w[i].qs[j] >> 4) | hy_quant_q5_high(w[i].qh, j + 16) << 4;
+            y[i * 32 + j] = d * (float)(q0 - 16);
+            y[i * 32 + j + 16] = d * (float)(q1 - 16);
+        }
+    }
+}
+
+void hy_quant_ref_to_float_q5_1(const void *vw, float *y, int64_t n)
+{
+    const hy_block_q5_1_t *w = vw;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d = hy_f16_to_f32(w[i].d), m = hy_f16_to_f32(w[i].m);
+        for (int j = 0; j < 16; j++) {
+            int q0 = (w[i].qs[j] & 15) | hy_quant_q5_high(w[i].qh, j) << 4;
+            int q1 = (w[i].qs[j] >> 4) | hy_quant_q5_high(w[i].qh, j + 16) << 4;
+            y[i * 32 + j] = d * (float)q0 + m;
+            y[i * 32 + j + 16] = d * (float)q1 + m;
+        }
+    }
+}
+
+void hy_quant_ref_to_float_iq4_nl(const void *vw, float *y, int64_t n)
+{
+    const hy_block_iq4_nl_t *w = vw;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d = hy_f16_to_f32(w[i].d);
+        for (int j = 0; j < 16; j++) {
+            y[i * 32 + j] = d * (float)hy_quant_iq4nl_values[w[i].qs[j] & 15];
+            y[i * 32 + j + 16] = d * (float)hy_quant_iq4nl_values[w[i].qs[j] >> 4];
+        }
+    }
+}
+
+/* The 2-bit field of element e (0..255) of a Q2_K/Q3_K block's qs[64]. */
+static inline int hy_quant_k2_low(const uint8_t *qs, int e)
+{
+    return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
+}
+
+void hy_quant_ref_to_float_q2_k(const void *vw, float *y, int64_t n)
+{
+    const hy_block_q2_k_t *w = vw;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        float d = hy_f16_to_f32(w[i].d), dmin = hy_f16_to_f32(w[i].dmin);
+        for (int g = 0; g < 16; g++) {
+            float dl = d * (float)(w[i].scales[g] & 15);
+            float ml = dmin * (float)(w[i].scales[g] >> 4);
+            for (int e = 16 * g; e < 16 * g + 16; e++)
+                *y++ = dl * (float)hy_quant_k2_low(w[i].qs, e) - ml;
+        }
+    }
+}
+
+void hy_quant_ref_to_float_q3_k(const void *vw, float *y, int64_t n)
+{
+    const hy_block_q3_k_t *w = vw;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        float d = hy_f16_to_f32(w[i].d);
+        for (int g = 0; g < 16; g++) {
+            float dl = d * (float)hy_quant_scale_q3_k(w[i].scales, g);
+            for (int e = 16 * g; e < 16 * g + 16; e++) {
+                int hi = (w[i].hmask[e % 32] >> (e / 32)) & 1;
+                *y++ = dl * (float)(hy_quant_k2_low(w[i].qs, e) - (hi ? 0 : 4));
+            }
+        }
+    }
+}
+
+void hy_quant_ref_to_float_iq4_xs(const void *vw, float *y, int64_t n)
+{
+    const hy_block_iq4_xs_t *w = vw;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        float d = hy_f16_to_f32(w[i].d);
+        for (int b = 0; b < 8; b++) {
+            float dl = d * (float)hy_quant_scale_iq4_xs(&w[i], b);
+            const uint8_t *q = w[i].qs + 16 * b;
+            for (int j = 0; j < 16; j++)
+                y[j] = dl * (float)hy_quant_iq4nl_values[q[j] & 15];
+            for (int j = 0; j < 16; j++)
+                y[j + 16] = dl * (float)hy_quant_iq4nl_values[q[j] >> 4];
+            y += 32;
+        }
+    }
+}
+
 /* ---- dot products (reference): integer sums inside a block, float
  * accumulation across blocks, as ggml does ---- */
 
@@ -726,6 +831,154 @@ static void hy_quant_ref_dot_q6_k_2l(int64_t n, float *s, const void *vw, const 
     *s = sum;
 }
 
+/* Block i of a Q5_0, Q5_1 or IQ4_NL row as the integers the dot sees
+ * (signed, or Q5_1's unsigned ones), with its scale and offset (0 where
+ * there is none). */
+static void hy_quant_ref_q32(hy_dtype_t t, const void *vw, int64_t i, int q[32], float *d,
+                             float *m)
+{
+    *m = 0.0f;
+    if (t == HY_DTYPE_IQ4_NL) {
+        const hy_block_iq4_nl_t *b = (const hy_block_iq4_nl_t *)vw + i;
+        *d = hy_f16_to_f32(b->d);
+        for (int j = 0; j < 16; j++) {
+            q[j] = hy_quant_iq4nl_values[b->qs[j] & 15];
+            q[j + 16] = hy_quant_iq4nl_values[b->qs[j] >> 4];
+        }
+        return;
+    }
+    const uint8_t *qh, *qs;
+    int off = 0;
+    if (t == HY_DTYPE_Q5_0) {
+        const hy_block_q5_0_t *b = (const hy_block_q5_0_t *)vw + i;
+        *d = hy_f16_to_f32(b->d);
+        qh = b->qh, qs = b->qs, off = 16;
+    } else {
+        const hy_block_q5_1_t *b = (const hy_block_q5_1_t *)vw + i;
+        *d = hy_f16_to_f32(b->d);
+        *m = hy_f16_to_f32(b->m);
+        qh = b->qh, qs = b->qs;
+    }
+    for (int j = 0; j < 16; j++) {
+        q[j] = ((qs[j] & 15) | hy_quant_q5_high(qh, j) << 4) - off;
+        q[j + 16] = ((qs[j] >> 4) | hy_quant_q5_high(qh, j + 16) << 4) - off;
+    }
+}
+
+/* dot = sum_i d_w*d_x*(255*sum(q*hi) + sum(q*lo)) [+ m_w * sum(x)]: the
+ * Q4_0/Q4_1/Q8_0 formulas with these types' integers. */
+static void hy_quant_ref_dot_q32_2l(hy_dtype_t t, int64_t n, float *s, const void *vw,
+                                    const void *vx)
+{
+    const hy_block_q8_2l_t *x = vx;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        int q[32], ih = 0, il = 0;
+        float d, m;
+        hy_quant_ref_q32(t, vw, i, q, &d, &m);
+        for (int j = 0; j < 32; j++) {
+            ih += q[j] * x[i].hi[j];
+            il += q[j] * x[i].lo[j];
+        }
+        if (t == HY_DTYPE_Q5_1)
+            sum += d * x[i].d * (float)(255 * ih + il) + m * x[i].s;
+        else
+            sum += d * x[i].d * (float)(255 * ih + il);
+    }
+    *s = sum;
+}
+
+static void hy_quant_ref_dot_q5_0_2l(int64_t n, float *s, const void *vw, const void *vx)
+{
+    hy_quant_ref_dot_q32_2l(HY_DTYPE_Q5_0, n, s, vw, vx);
+}
+
+static void hy_quant_ref_dot_q5_1_2l(int64_t n, float *s, const void *vw, const void *vx)
+{
+    hy_quant_ref_dot_q32_2l(HY_DTYPE_Q5_1, n, s, vw, vx);
+}
+
+static void hy_quant_ref_dot_iq4_nl_2l(int64_t n, float *s, const void *vw, const void *vx)
+{
+    hy_quant_ref_dot_q32_2l(HY_DTYPE_IQ4_NL, n, s, vw, vx);
+}
+
+/* Q2_K: y = d*sc_g*q - dmin*m_g over groups of 16, so per block
+ * dot = d_x*d*sum_g sc_g*(q.v)_g - d_x*dmin*sum_g m_g*bsums_g. */
+static void hy_quant_ref_dot_q2_k_2l(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const hy_block_q2_k_t *w = vw;
+    const hy_block_q8_k2l_t *x = vx;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        int64_t sumh = 0, suml = 0, summ = 0;
+        for (int g = 0; g < 16; g++) {
+            int ih = 0, il = 0;
+            for (int e = 16 * g; e < 16 * g + 16; e++) {
+                int q = hy_quant_k2_low(w[i].qs, e);
+                ih += q * x[i].hi[e];
+                il += q * x[i].lo[e];
+            }
+            sumh += (w[i].scales[g] & 15) * ih;
+            suml += (w[i].scales[g] & 15) * il;
+            summ += (int64_t)(w[i].scales[g] >> 4) * x[i].bsums[g];
+        }
+        sum += x[i].d * hy_f16_to_f32(w[i].d) * (float)(255 * sumh + suml)
+             - x[i].d * hy_f16_to_f32(w[i].dmin) * (float)summ;
+    }
+    *s = sum;
+}
+
+/* Q3_K and IQ4_XS: signed integers under signed per-group scales, one
+ * integer sum per block as for Q6_K. */
+static void hy_quant_ref_dot_q3_k_2l(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const hy_block_q3_k_t *w = vw;
+    const hy_block_q8_k2l_t *x = vx;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        int64_t sumi = 0;
+        for (int g = 0; g < 16; g++) {
+            int ih = 0, il = 0;
+            for (int e = 16 * g; e < 16 * g + 16; e++) {
+                int hi = (w[i].hmask[e % 32] >> (e / 32)) & 1;
+                int q = hy_quant_k2_low(w[i].qs, e) - (hi ? 0 : 4);
+                ih += q * x[i].hi[e];
+                il += q * x[i].lo[e];
+            }
+            sumi += (int64_t)hy_quant_scale_q3_k(w[i].scales, g) * (255 * ih + il);
+        }
+        sum += x[i].d * hy_f16_to_f32(w[i].d) * (float)sumi;
+    }
+    *s = sum;
+}
+
+static void hy_quant_ref_dot_iq4_xs_2l(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const hy_block_iq4_xs_t *w = vw;
+    const hy_block_q8_k2l_t *x = vx;
+    float sum = 0.0f;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        int64_t sumi = 0;
+        for (int b = 0; b < 8; b++) {
+            const uint8_t *q = w[i].qs + 16 * b;
+            int ih = 0, il = 0;
+            for (int j = 0; j < 32; j++) {
+                int v = hy_quant_iq4nl_values[j < 16 ? q[j] & 15 : q[j - 16] >> 4];
+                ih += v * x[i].hi[32 * b + j];
+                il += v * x[i].lo[32 * b + j];
+            }
+            sumi += (int64_t)hy_quant_scale_iq4_xs(&w[i], b) * (255 * ih + il);
+        }
+        sum += x[i].d * hy_f16_to_f32(w[i].d) * (float)sumi;
+    }
+    *s = sum;
+}
+
 void hy_quant_tile_generic(hy_quant_dot_fn_t dot, int64_t n, float *s,
                            size_t s_stride, const void *w, size_t w_stride,
                            int nw, const void *x, size_t x_stride, int nx)
@@ -830,6 +1083,12 @@ HY_REF_TILE(q8_0_2l)
 HY_REF_TILE(q4_k_2l)
 HY_REF_TILE(q5_k_2l)
 HY_REF_TILE(q6_k_2l)
+HY_REF_TILE(q5_0_2l)
+HY_REF_TILE(q5_1_2l)
+HY_REF_TILE(iq4_nl_2l)
+HY_REF_TILE(q2_k_2l)
+HY_REF_TILE(q3_k_2l)
+HY_REF_TILE(iq4_xs_2l)
 
 const hy_quant_kernels_t hy_quant_scalar_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy,
@@ -859,6 +1118,24 @@ const hy_quant_kernels_t hy_quant_scalar_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q8_K2L, hy_quant_ref_from_float_q8_k2l,
                         hy_quant_ref_dot_q6_k_2l, hy_quant_ref_to_float_q6_k},
                        hy_quant_ref_tile_q6_k_2l},
+    [HY_DTYPE_Q5_0] = {{HY_DTYPE_Q8_2L, hy_quant_ref_from_float_q8_2l,
+                        hy_quant_ref_dot_q5_0_2l, hy_quant_ref_to_float_q5_0},
+                       hy_quant_ref_tile_q5_0_2l},
+    [HY_DTYPE_Q5_1] = {{HY_DTYPE_Q8_2L, hy_quant_ref_from_float_q8_2l,
+                        hy_quant_ref_dot_q5_1_2l, hy_quant_ref_to_float_q5_1},
+                       hy_quant_ref_tile_q5_1_2l},
+    [HY_DTYPE_IQ4_NL] = {{HY_DTYPE_Q8_2L, hy_quant_ref_from_float_q8_2l,
+                          hy_quant_ref_dot_iq4_nl_2l, hy_quant_ref_to_float_iq4_nl},
+                         hy_quant_ref_tile_iq4_nl_2l},
+    [HY_DTYPE_Q2_K] = {{HY_DTYPE_Q8_K2L, hy_quant_ref_from_float_q8_k2l,
+                        hy_quant_ref_dot_q2_k_2l, hy_quant_ref_to_float_q2_k},
+                       hy_quant_ref_tile_q2_k_2l},
+    [HY_DTYPE_Q3_K] = {{HY_DTYPE_Q8_K2L, hy_quant_ref_from_float_q8_k2l,
+                        hy_quant_ref_dot_q3_k_2l, hy_quant_ref_to_float_q3_k},
+                       hy_quant_ref_tile_q3_k_2l},
+    [HY_DTYPE_IQ4_XS] = {{HY_DTYPE_Q8_K2L, hy_quant_ref_from_float_q8_k2l,
+                          hy_quant_ref_dot_iq4_xs_2l, hy_quant_ref_to_float_iq4_xs},
+                         hy_quant_ref_tile_iq4_xs_2l},
 };
 
 /* ggml's single-level partners (hy_quant_traits_q8) */

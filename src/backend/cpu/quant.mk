@@ -28,3 +28,11 @@ tests_unit_test_quant_SOURCES = tests/unit/test_quant.c
 tests_unit_test_quant_LDADD = $(TEST_LDADD)
 tests_unit_bench_quant_SOURCES = tests/unit/bench_quant.c
 tests_unit_bench_quant_LDADD = $(TEST_LDADD)
+
+# the new weight types against llama.cpp's own quantized files and
+# dequantization (tests/data/quant, scripts/make-quant-vectors)
+check_PROGRAMS += tests/unit/test_quant_vectors
+TESTS += tests/unit/test_quant_vectors
+tests_unit_test_quant_vectors_SOURCES = tests/unit/test_quant_vectors.c
+tests_unit_test_quant_vectors_LDADD = $(TEST_LDADD)
+EXTRA_DIST += scripts/make-quant-vectors tests/data/quant

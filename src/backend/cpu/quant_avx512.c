@@ -10,8 +10,9 @@
  * Q4_1 over Q8_2L (SmolLM2's weights), which puts 16 weight rows across
  * the lanes instead (hy_a5t_*: one exact int32 sum per block and row).
  * Decode tiles prefetch 16 rows ahead (HY_A5_PF_ROWS).  The
- * other types use quant_x86.h's 256-bit kernels rebuilt here with VNNI and
- * EVEX.
+ * other types (the K-quants, Q5_0, Q5_1, IQ4_NL, IQ4_XS) use quant_x86.h's
+ * 256-bit kernels rebuilt here with VNNI and EVEX: the same code the AVX2
+ * level runs, so the tests of either level cover it.
  * F32/F16/BF16 weights get a register-blocked SGEMM tile (4 weight rows x
  * 6 token rows of 16-lane f32 accumulators, half-precision rows converted
  * once per tile into an L1 panel).
@@ -852,6 +853,12 @@ HY_A5F_KERNELS(bf16, HY_A5F_BF16)
     {                                                                              \
         hy_quant_tile_generic(hy_qx_dot_##name, n, s, ss, w, ws, nw, x, xs, nx);   \
     }
+/* the 256-bit two-level tiles of quant_x86.h for the 32-element types
+ * without 512-bit kernels here */
+HY_A2L_KERNELS(q5_0, HY_A2_Q5_0)
+HY_A2L_KERNELS(q5_1, HY_A2_Q5_1)
+HY_A2L_KERNELS(iq4_nl, HY_A2_IQ4_NL)
+
 HY_A5_GENERIC_TILE(q4_k)
 HY_A5_GENERIC_TILE(q5_k)
 HY_A5_GENERIC_TILE(q6_k)
@@ -877,7 +884,18 @@ const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q5_k_2l,
                         hy_quant_ref_to_float_q5_k}, hy_a5_tile_q5_k_2l},
     [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q6_k_2l,
-                        hy_quant_ref_to_float_q6_k}, hy_a5_tile_q6_k_2l},
+                        hy_quant_ref_to_float_q6_k}, hy_a5_tile_q6_k_2l},    [HY_DTYPE_Q5_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_q5_0_2l,
+                        hy_quant_ref_to_float_q5_0}, hy_a2_tile_q5_0_2l},
+    [HY_DTYPE_Q5_1] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_q5_1_2l,
+                        hy_quant_ref_to_float_q5_1}, hy_a2_tile_q5_1_2l},
+    [HY_DTYPE_IQ4_NL] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_iq4_nl_2l,
+                          hy_quant_ref_to_float_iq4_nl}, hy_a2_tile_iq4_nl_2l},
+    [HY_DTYPE_Q2_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q2_k_2l,
+                        hy_quant_ref_to_float_q2_k}, hy_qx_tile_q2_k_2l},
+    [HY_DTYPE_Q3_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q3_k_2l,
+                        hy_quant_ref_to_float_q3_k}, hy_qx_tile_q3_k_2l},
+    [HY_DTYPE_IQ4_XS] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_iq4_xs_2l,
+                          hy_quant_ref_to_float_iq4_xs}, hy_qx_tile_iq4_xs_2l},
 };
 /* ggml's single-level partners (hy_quant_traits_q8) */
 const hy_quant_kernels_t hy_quant_avx512_kernels_q8[HY_DTYPE_COUNT] = {

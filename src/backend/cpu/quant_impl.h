@@ -49,6 +49,37 @@ typedef struct {
     int8_t qs[256];
     int16_t bsums[16];  /* sums of each 16 consecutive qs */
 } hy_block_q8_k_t;
+typedef struct {
+    uint16_t d;       /* y = d * (q - 16) */
+    uint8_t qh[4];    /* bit j of the little-endian u32: 5th bit of q[j] */
+    uint8_t qs[16];   /* low 4 bits, packed as in Q4_0 */
+} hy_block_q5_0_t;
+typedef struct {
+    uint16_t d, m;    /* y = d*q + m */
+    uint8_t qh[4];
+    uint8_t qs[16];
+} hy_block_q5_1_t;
+typedef struct {
+    uint8_t scales[16]; /* group g of 16: scale (low nibble), min (high) */
+    uint8_t qs[64];     /* 2 bits: element 128h + 32j + l at qs[32h + l] >> 2j */
+    uint16_t d, dmin;   /* y = d*sc_g*q - dmin*m_g */
+} hy_block_q2_k_t;
+typedef struct {
+    uint8_t hmask[32];  /* bit j of hmask[l]: high bit of element 32j + l */
+    uint8_t qs[64];     /* low 2 bits, laid out as in Q2_K */
+    uint8_t scales[12]; /* 16 x 6-bit scales stored +32, see hy_quant_scale_q3_k */
+    uint16_t d;         /* y = d*(sc_g - 32)*(q - (high bit ? 0 : 4)) */
+} hy_block_q3_k_t;
+typedef struct {
+    uint16_t d;       /* y = d * hy_quant_iq4nl_values[q] */
+    uint8_t qs[16];   /* packed as in Q4_0 */
+} hy_block_iq4_nl_t;
+typedef struct {
+    uint16_t d;
+    uint16_t scales_h;  /* 2 high bits of sub-block b's scale at bit 2b */
+    uint8_t scales_l[4];/* 4 low bits of sub-block b's scale: nibble b%2 of byte b/2 */
+    uint8_t qs[128];    /* sub-block b of 32: qs[16b..16b+15], packed as in Q4_0 */
+} hy_block_iq4_xs_t;    /* y = d*(sc_b - 32) * hy_quant_iq4nl_values[q] */
 
 /* Two-level int8 activations, hyserve's own partner format (ggml's Q8_x
  * blocks lose ~1e-2 of an outlier-heavy row to their single int8 scale).
@@ -95,6 +126,17 @@ _Static_assert(sizeof(hy_block_q4_k_t) == 144, "q4_K block");
 _Static_assert(sizeof(hy_block_q5_k_t) == 176, "q5_K block");
 _Static_assert(sizeof(hy_block_q6_k_t) == 210, "q6_K block");
 _Static_assert(sizeof(hy_block_q8_k_t) == 292, "q8_K block");
+_Static_assert(sizeof(hy_block_q5_0_t) == 22, "q5_0 block");
+_Static_assert(sizeof(hy_block_q5_1_t) == 24, "q5_1 block");
+_Static_assert(sizeof(hy_block_q2_k_t) == 84, "q2_K block");
+_Static_assert(sizeof(hy_block_q3_k_t) == 110, "q3_K block");
+_Static_assert(sizeof(hy_block_iq4_nl_t) == 18, "iq4_nl block");
+_Static_assert(sizeof(hy_block_iq4_xs_t) == 136, "iq4_xs block");
+
+/* The 16 values an IQ4_NL/IQ4_XS index selects (ggml's kvalues_iq4nl): a
+ * non-uniform grid, denser near zero, within int8. */
+static const int8_t hy_quant_iq4nl_values[16] = {
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* One ISA level's kernels for one weight type.  `tile` is never NULL in a
  * table entry that has a vec_dot: types without a blocked kernel get the
@@ -120,6 +162,12 @@ extern const hy_quant_kernels_t hy_quant_avx512_kernels_q8[HY_DTYPE_COUNT];
 void hy_quant_ref_to_float_q4_k(const void *w, float *y, int64_t n);
 void hy_quant_ref_to_float_q5_k(const void *w, float *y, int64_t n);
 void hy_quant_ref_to_float_q6_k(const void *w, float *y, int64_t n);
+void hy_quant_ref_to_float_q5_0(const void *w, float *y, int64_t n);
+void hy_quant_ref_to_float_q5_1(const void *w, float *y, int64_t n);
+void hy_quant_ref_to_float_q2_k(const void *w, float *y, int64_t n);
+void hy_quant_ref_to_float_q3_k(const void *w, float *y, int64_t n);
+void hy_quant_ref_to_float_iq4_nl(const void *w, float *y, int64_t n);
+void hy_quant_ref_to_float_iq4_xs(const void *w, float *y, int64_t n);
 void hy_quant_ref_to_float_f32(const void *w, float *y, int64_t n);
 void hy_quant_ref_from_float_copy(const float *x, void *y, int64_t n);
 void hy_quant_tile_generic(hy_quant_dot_fn_t dot, int64_t n, float *s,
@@ -137,6 +185,23 @@ static inline void hy_quant_scale_min_k4(int k, const uint8_t *q, uint8_t *sc,
         *sc = (uint8_t)((q[k + 4] & 0xF) | ((q[k - 4] >> 6) << 4));
         *m = (uint8_t)((q[k + 4] >> 4) | ((q[k] >> 6) << 4));
     }
+}
+
+/* Scale g (0..15) of a Q3_K block, minus its +32 bias: the low 4 bits are
+ * nibble g/8 of scales[g%8], the high 2 bits field g/4 of scales[8 + g%4]. */
+static inline int hy_quant_scale_q3_k(const uint8_t *scales, int g)
+{
+    int lo = (scales[g % 8] >> (4 * (g / 8))) & 15;
+    int hi = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+/* Scale of sub-block b (0..7) of an IQ4_XS block, minus its +32 bias. */
+static inline int hy_quant_scale_iq4_xs(const hy_block_iq4_xs_t *x, int b)
+{
+    int lo = (x->scales_l[b / 2] >> (4 * (b % 2))) & 15;
+    int hi = (x->scales_h >> (2 * b)) & 3;
+    return (lo | (hi << 4)) - 32;
 }
 
 #endif

@@ -4,8 +4,10 @@
  * so the AVX-512 build gets the same code with EVEX encodings and VNNI where
  * HY_QX_VNNI is defined.  Everything here is static: no symbol clashes.
  * Kernels: F32/F16/BF16 dots, Q4_K/Q5_K/Q6_K x Q8_K and x Q8_K2L dots, the
- * Q8_0/Q8_1/Q8_K/Q8_2L/Q8_K2L activation quantizers and the simple
- * dequantizers.
+ * Q8_0/Q8_1/Q8_K/Q8_2L/Q8_K2L activation quantizers, the simple
+ * dequantizers, the register-blocked 32-element tiles over Q8_2L (Q4_0,
+ * Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL) and the Q2_K/Q3_K/IQ4_XS x Q8_K2L block
+ * kernels.
  */
 #ifndef HY_QUANT_X86_H
 #define HY_QUANT_X86_H
@@ -605,5 +607,447 @@ static void hy_qx_dot_q6_k_2l(int64_t n, float *s, const void *vw, const void *v
     }
     *s = hy_qx_hsum8(acc);
 }
+
+/* ---- 32-element block types: register-blocked tiles over Q8_2L ----
+ * Used by quant_avx2.c for every 32-element type and by quant_avx512.c for
+ * the types it has no 512-bit kernels of its own for (Q5_0, Q5_1,
+ * IQ4_NL), so that both levels run code this file's tests exercise. */
+enum { HY_A2_Q4_0, HY_A2_Q4_1, HY_A2_Q8_0, HY_A2_Q5_0, HY_A2_Q5_1, HY_A2_IQ4_NL };
+
+/* Kinds with an offset m (y = d*q + m), and kinds whose integers are signed
+ * (fed to the u8 x s8 products as |w| with w's sign moved onto x). */
+#define HY_A2_HAS_M(kind) ((kind) == HY_A2_Q4_1 || (kind) == HY_A2_Q5_1)
+#define HY_A2_SIGNED(kind) ((kind) == HY_A2_Q8_0 || (kind) == HY_A2_Q5_0 || (kind) == HY_A2_IQ4_NL)
+
+/* 32 bits (little-endian) -> 32 bytes, byte j 0xFF where bit j is set: the
+ * 5th bits of a Q5_0/Q5_1 block in hy_qx_nibbles' element order. */
+HY_QX_INLINE __m256i hy_qx_bitmask32(const uint8_t *qh)
+{
+    uint32_t u;
+    memcpy(&u, qh, 4);
+    /* byte j takes byte j/8 of u (shuffle works per 128-bit lane; both
+     * lanes hold u), then tests its bit j%8 */
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)u), spread);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* 16 bytes of packed IQ4_NL indices -> the 32 int8 grid values, element order. */
+HY_QX_INLINE __m256i hy_qx_iq4nl(const uint8_t *qs)
+{
+    const __m256i grid = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)hy_quant_iq4nl_values));
+    return _mm256_shuffle_epi8(grid, hy_qx_nibbles(qs));
+}
+
+/* Weight block ib of the row at w, as the unsigned or signed bytes that the
+ * integer dot consumes, plus its scale (and Q4_1/Q5_1 offset).  Q5_0 comes
+ * signed (q - 16): stored unsigned, its -16*sum(v) correction could pass
+ * 2^24 in one lane and round in the float conversion. */
+HY_QX_INLINE __m256i hy_a2_wload(int kind, const char *w, int64_t ib, float *d, float *m)
+{
+    if (kind == HY_A2_Q4_0) {
+        const hy_block_q4_0_t *b = (const hy_block_q4_0_t *)w + ib;
+        *d = hy_qx_h2f(b->d);
+        return hy_qx_nibbles(b->qs);
+    }
+    if (kind == HY_A2_Q4_1) {
+        const hy_block_q4_1_t *b = (const hy_block_q4_1_t *)w + ib;
+        *d = hy_qx_h2f(b->d);
+        *m = hy_qx_h2f(b->m);
+        return hy_qx_nibbles(b->qs);
+    }
+    if (kind == HY_A2_Q5_0) {
+        const hy_block_q5_0_t *b = (const hy_block_q5_0_t *)w + ib;
+        *d = hy_qx_h2f(b->d);
+        /* q - 16 = the nibble with 0xF0 on top where the 5th bit is clear
+         * (two's complement), so one andnot + or gives the signed value */
+        return _mm256_or_si256(hy_qx_nibbles(b->qs),
+                               _mm256_andnot_si256(hy_qx_bitmask32(b->qh), _mm256_set1_epi8((char)0xF0)));
+    }
+    if (kind == HY_A2_Q5_1) {
+        const hy_block_q5_1_t *b = (const hy_block_q5_1_t *)w + ib;
+        *d = hy_qx_h2f(b->d);
+        *m = hy_qx_h2f(b->m);
+        return _mm256_or_si256(hy_qx_nibbles(b->qs),
+                               _mm256_and_si256(hy_qx_bitmask32(b->qh), _mm256_set1_epi8(0x10)));
+    }
+    if (kind == HY_A2_IQ4_NL) {
+        const hy_block_iq4_nl_t *b = (const hy_block_iq4_nl_t *)w + ib;
+        *d = hy_qx_h2f(b->d);
+        return hy_qx_iq4nl(b->qs);
+    }
+    const hy_block_q8_0_t *b = (const hy_block_q8_0_t *)w + ib;
+    *d = hy_qx_h2f(b->d);
+    return _mm256_loadu_si256((const __m256i *)b->qs);
+}
+
+/* Bytes of one block of a kind (decode prefetch steps). */
+HY_QX_INLINE size_t hy_a2_block_bytes(int kind)
+{
+    switch (kind) {
+    case HY_A2_Q4_0: return sizeof(hy_block_q4_0_t);
+    case HY_A2_Q4_1: return sizeof(hy_block_q4_1_t);
+    case HY_A2_Q5_0: return sizeof(hy_block_q5_0_t);
+    case HY_A2_Q5_1: return sizeof(hy_block_q5_1_t);
+    case HY_A2_IQ4_NL: return sizeof(hy_block_iq4_nl_t);
+    default: return sizeof(hy_block_q8_0_t);
+    }
+}
+
+/* Activation block ib: hi and lo planes, scale, float sum, sum of v. */
+HY_QX_INLINE void hy_a2l_xload(const char *x, int64_t ib, __m256i *h, __m256i *l,
+                               float *d, float *s, int *vsum)
+{
+    const hy_block_q8_2l_t *b = (const hy_block_q8_2l_t *)x + ib;
+    *h = _mm256_loadu_si256((const __m256i *)b->hi);
+    *l = _mm256_loadu_si256((const __m256i *)b->lo);
+    *d = b->d;
+    *s = b->s;
+    *vsum = b->vsum;
+}
+
+/* 255*sum(w*hi) + sum(w*lo) of one block as 8 floats.  Q4_0's stored
+ * q+8 is undone by corr (-8*sum(v) in lane 0).  Lanes stay below 2^24 in
+ * magnitude (4*128*32512, or 4*15*32512 + 8*32*32512 for lane 0 of Q4_0),
+ * so the conversion is exact. */
+HY_QX_INLINE __m256 hy_a2l_bdot(int kind, __m256i wq, __m256i xh, __m256i xl, __m256i corr)
+{
+    __m256i ph, pl;
+    if (HY_A2_SIGNED(kind)) {
+        __m256i aw = _mm256_abs_epi8(wq);
+        ph = hy_qx_mul_sum_us8(aw, _mm256_sign_epi8(xh, wq));
+        pl = hy_qx_mul_sum_us8(aw, _mm256_sign_epi8(xl, wq));
+    } else {
+        ph = hy_qx_mul_sum_us8(wq, xh);
+        pl = hy_qx_mul_sum_us8(wq, xl);
+    }
+    __m256i p = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(ph, 8), ph), pl);
+    if (kind == HY_A2_Q4_0)
+        p = _mm256_add_epi32(p, corr);
+    return _mm256_cvtepi32_ps(p);
+}
+
+HY_QX_INLINE __m256i hy_a2l_corr(int kind, int vsum)
+{
+    if (kind != HY_A2_Q4_0)
+        return _mm256_setzero_si256();
+    return _mm256_zextsi128_si256(_mm_cvtsi32_si128(-8 * vsum));
+}
+
+HY_QX_INLINE void hy_a2l_tile_kernel(int kind, int64_t nb, float *s, size_t ss,
+                                     const char *w, size_t ws, const char *x,
+                                     size_t xs, const int RW, const int RX)
+{
+    __m256 acc[2][2];
+    __m128 msum[2];
+    int64_t ib = 0;
+
+#pragma GCC unroll 2
+    for (int c = 0; c < RX; c++) {
+        msum[c] = _mm_setzero_ps();
+#pragma GCC unroll 2
+        for (int r = 0; r < RW; r++)
+            acc[r][c] = _mm256_setzero_ps();
+    }
+    /* decode (one activation row, ws != 0): prefetch the same block of the
+     * row 16 rows ahead, as the AVX-512 kernels do (quant_avx512.c,
+     * HY_A5_PF_ROWS): the hardware streamers alone leave the kernel well
+     * short of a plain read of the same bytes */
+    const size_t bsz = hy_a2_block_bytes(kind);
+    const size_t pf = RX == 1 ? 16 * ws : 0;
+    /* two blocks per step, folded before touching the accumulator */
+    for (; ib + 2 <= nb; ib += 2) {
+        __m256i wq[2][2];
+        float dw[2][2], mw[2][4] = {{0}};
+        if (pf) {
+#pragma GCC unroll 2
+            for (int r = 0; r < RW; r++)
+                _mm_prefetch(w + r * ws + (size_t)ib * bsz + pf, _MM_HINT_T0);
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < RW; r++) {
+            wq[r][0] = hy_a2_wload(kind, w + r * ws, ib, &dw[r][0], &mw[0][r]);
+            wq[r][1] = hy_a2_wload(kind, w + r * ws, ib + 1, &dw[r][1], &mw[1][r]);
+        }
+#pragma GCC unroll 2
+        for (int c = 0; c < RX; c++) {
+            float dx0, dx1, sx0, sx1;
+            int v0, v1;
+            __m256i h0, l0, h1, l1;
+            hy_a2l_xload(x + c * xs, ib, &h0, &l0, &dx0, &sx0, &v0);
+            hy_a2l_xload(x + c * xs, ib + 1, &h1, &l1, &dx1, &sx1, &v1);
+            __m256i c0 = hy_a2l_corr(kind, v0), c1 = hy_a2l_corr(kind, v1);
+            if (HY_A2_HAS_M(kind)) {
+                __m128 t = _mm_fmadd_ps(hy_qx_vec4(mw[0], RW), _mm_set1_ps(sx0),
+                                        _mm_mul_ps(hy_qx_vec4(mw[1], RW), _mm_set1_ps(sx1)));
+                msum[c] = _mm_add_ps(msum[c], t);
+            }
+#pragma GCC unroll 2
+            for (int r = 0; r < RW; r++) {
+                __m256 p0 = hy_a2l_bdot(kind, wq[r][0], h0, l0, c0);
+                __m256 p1 = hy_a2l_bdot(kind, wq[r][1], h1, l1, c1);
+                __m256 t = _mm256_fmadd_ps(p0, _mm256_set1_ps(dw[r][0] * dx0),
+                                           _mm256_mul_ps(p1, _mm256_set1_ps(dw[r][1] * dx1)));
+                acc[r][c] = _mm256_add_ps(acc[r][c], t);
+            }
+        }
+    }
+    if (ib < nb) {
+        __m256i wq[2];
+        float dw[2], mw[4] = {0};
+#pragma GCC unroll 2
+        for (int r = 0; r < RW; r++)
+            wq[r] = hy_a2_wload(kind, w + r * ws, ib, &dw[r], &mw[r]);
+#pragma GCC unroll 2
+        for (int c = 0; c < RX; c++) {
+            float dx0, sx0;
+            int v0;
+            __m256i h0, l0;
+            hy_a2l_xload(x + c * xs, ib, &h0, &l0, &dx0, &sx0, &v0);
+            __m256i c0 = hy_a2l_corr(kind, v0);
+            if (HY_A2_HAS_M(kind))
+                msum[c] = _mm_fmadd_ps(hy_qx_vec4(mw, RW), _mm_set1_ps(sx0), msum[c]);
+#pragma GCC unroll 2
+            for (int r = 0; r < RW; r++)
+                acc[r][c] = _mm256_fmadd_ps(hy_a2l_bdot(kind, wq[r], h0, l0, c0),
+                                            _mm256_set1_ps(dw[r] * dx0), acc[r][c]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int c = 0; c < RX; c++) {
+        float mm[4];
+        _mm_storeu_ps(mm, msum[c]);
+#pragma GCC unroll 2
+        for (int r = 0; r < RW; r++)
+            s[c * ss + r] = hy_qx_hsum8(acc[r][c]) + (HY_A2_HAS_M(kind) ? mm[r] : 0.0f);
+    }
+}
+
+HY_QX_INLINE void hy_a2l_tile(int kind, int64_t n, float *s, size_t ss, const void *w,
+                              size_t ws, int nw, const void *x, size_t xs, int nx)
+{
+    int64_t nb = n / 32;
+    for (int r0 = 0; r0 < nw; r0 += 2) {
+        for (int c0 = 0; c0 < nx; c0 += 2) {
+            float *sp = s + (size_t)c0 * ss + r0;
+            const char *wp = (const char *)w + (size_t)r0 * ws;
+            const char *xp = (const char *)x + (size_t)c0 * xs;
+            int rw = HY_MIN(2, nw - r0), rx = HY_MIN(2, nx - c0);
+            if (rw == 2 && rx == 2)
+                hy_a2l_tile_kernel(kind, nb, sp, ss, wp, ws, xp, xs, 2, 2);
+            else if (rw == 2)
+                hy_a2l_tile_kernel(kind, nb, sp, ss, wp, ws, xp, xs, 2, 1);
+            else if (rx == 2)
+                hy_a2l_tile_kernel(kind, nb, sp, ss, wp, ws, xp, xs, 1, 2);
+            else
+                hy_a2l_tile_kernel(kind, nb, sp, ss, wp, ws, xp, xs, 1, 1);
+        }
+    }
+}
+
+#define HY_A2L_KERNELS(name, kind)                                                 \
+    static void hy_a2_tile_##name##_2l(int64_t n, float *s, size_t ss, const void *w, \
+                                       size_t ws, int nw, const void *x, size_t xs, \
+                                       int nx)                                     \
+    {                                                                              \
+        hy_a2l_tile(kind, n, s, ss, w, ws, nw, x, xs, nx);                         \
+    }                                                                              \
+    static void hy_a2_dot_##name##_2l(int64_t n, float *s, const void *w, const void *x) \
+    {                                                                              \
+        hy_a2l_tile_kernel(kind, n / 32, s, 0, w, 0, x, 0, 1, 1);                  \
+    }
+
+/* ---- Q2_K, Q3_K, IQ4_XS over Q8_K2L ----
+ * A weight block is unpacked once (hy_qx_kb_t: 8 vectors of 32 integers in
+ * element order, the int16 multipliers of each chunk's pair sums, the
+ * per-group terms of the bsums correction); the integer dot with one
+ * activation plane is then a maddubs + madd per chunk.  The tile unpacks a
+ * block once for up to HY_QX_KB_RX token rows, and vec_dot is its one-row
+ * instance: each (row, token) pair sees the same operations in the same
+ * order either way, so the two agree bit for bit.  A kernel for more token
+ * rows (or more weight rows per pass) plugs in at hy_qx_kb_tile. */
+enum { HY_QX_KB_Q2_K, HY_QX_KB_Q3_K, HY_QX_KB_IQ4_XS };
+#define HY_QX_KB_RX 4
+
+typedef struct {
+    __m256i q[8];   /* chunk k: unsigned integers, or |w| for IQ4_XS */
+    __m256i w[8];   /* IQ4_XS: the signed values, whose signs move onto x */
+    __m256i sc[8];  /* chunk k: int16 multiplier of each of its 16 pair sums */
+    __m256i cw[2];  /* groups 0..7, 8..15: Q2_K mins, Q3_K scales (int32) */
+    float d, dmin;  /* f16 factors; dmin is Q2_K's */
+} hy_qx_kb_t;
+
+/* 16 int8 group scales -> chunk k's multipliers [g 2k x8 | g 2k+1 x8]. */
+HY_QX_INLINE void hy_qx_kb_scales16(__m128i sc8, __m256i sc[8])
+{
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        __m128i shuf = _mm_set_epi64x(0x0101010101010101LL * (2 * k + 1),
+                                      0x0101010101010101LL * (2 * k));
+        sc[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, shuf));
+    }
+}
+
+HY_QX_INLINE void hy_qx_kb_unpack(int kind, const char *w, int64_t ib, hy_qx_kb_t *b)
+{
+    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+
+    if (kind == HY_QX_KB_Q2_K) {
+        const hy_block_q2_k_t *x = (const hy_block_q2_k_t *)w + ib;
+        /* chunk 4h + j: 2-bit field j of qs[32h .. 32h+31] */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                b->q[4 * h + j] = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), three);
+        }
+        __m128i sm = _mm_loadu_si128((const __m128i *)x->scales);
+        hy_qx_kb_scales16(_mm_and_si128(sm, _mm_set1_epi8(0x0F)), b->sc);
+        __m128i mins = _mm_and_si128(_mm_srli_epi16(sm, 4), _mm_set1_epi8(0x0F));
+        b->cw[0] = _mm256_cvtepu8_epi32(mins);
+        b->cw[1] = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(mins, mins));
+        b->d = hy_qx_h2f(x->d);
+        b->dmin = hy_qx_h2f(x->dmin);
+    } else if (kind == HY_QX_KB_Q3_K) {
+        const hy_block_q3_k_t *x = (const hy_block_q3_k_t *)w + ib;
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)x->hmask);
+        /* chunk k = 4h + j: low bits as Q2_K's, high bit k of hmask as +4
+         * (the -4 of a clear bit comes from the bsums) */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hb, 4 * h + j), one);
+                b->q[4 * h + j] = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), three),
+                    _mm256_slli_epi16(hi, 2));
+            }
+        }
+        /* the 16 6-bit scales (hy_quant_scale_q3_k) four at a time: low
+         * nibbles of bytes 0..7, then their high nibbles; 2-bit fields of
+         * bytes 8..11 on top */
+        uint32_t a0, a1, t;
+        memcpy(&a0, x->scales, 4);
+        memcpy(&a1, x->scales + 4, 4);
+        memcpy(&t, x->scales + 8, 4);
+        const uint32_t m4 = 0x0F0F0F0Fu, m2 = 0x03030303u;
+        __m128i sc8 = _mm_setr_epi32((int)((a0 & m4) | ((t & m2) << 4)),
+                                     (int)((a1 & m4) | (((t >> 2) & m2) << 4)),
+                                     (int)(((a0 >> 4) & m4) | (((t >> 4) & m2) << 4)),
+                                     (int)(((a1 >> 4) & m4) | (((t >> 6) & m2) << 4)));
+        sc8 = _mm_sub_epi8(sc8, _mm_set1_epi8(32));
+        hy_qx_kb_scales16(sc8, b->sc);
+        b->cw[0] = _mm256_cvtepi8_epi32(sc8);
+        b->cw[1] = _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(sc8, sc8));
+        b->d = hy_qx_h2f(x->d);
+    } else {
+        const hy_block_iq4_xs_t *x = (const hy_block_iq4_xs_t *)w + ib;
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            b->w[k] = hy_qx_iq4nl(x->qs + 16 * k);
+            b->q[k] = _mm256_abs_epi8(b->w[k]);
+            b->sc[k] = _mm256_set1_epi16((short)hy_quant_scale_iq4_xs(x, k));
+        }
+        b->d = hy_qx_h2f(x->d);
+    }
+}
+
+/* sum over the block of sc_g * (w . plane)_g, 8 int32 lanes.  |lane| stays
+ * below 2^24 (IQ4_XS: 8 chunks x 2 pairs x 2*127*127 x 32), so the float
+ * conversion after it is exact. */
+HY_QX_INLINE __m256i hy_qx_kb_dot(int kind, const hy_qx_kb_t *b, const int8_t *plane)
+{
+    __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(plane + 32 * k));
+        if (kind == HY_QX_KB_IQ4_XS)
+            xv = _mm256_sign_epi8(xv, b->w[k]);
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(b->sc[k], _mm256_maddubs_epi16(b->q[k], xv)));
+    }
+    return sum;
+}
+
+/* acc += block b . activation block x: d*(255*sumh + suml) plus the bsums
+ * term (Q2_K: -dmin*sum m_g*bsums_g; Q3_K: -4*d*sum sc_g*bsums_g). */
+HY_QX_INLINE __m256 hy_qx_kb_acc(int kind, const hy_qx_kb_t *b, const hy_block_q8_k2l_t *x,
+                                 __m256 acc)
+{
+    const float d = x->d * b->d;
+    const __m256i sumh = hy_qx_kb_dot(kind, b, x->hi), suml = hy_qx_kb_dot(kind, b, x->lo);
+
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d * 255.0f), _mm256_cvtepi32_ps(sumh), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(suml), acc);
+    if (kind != HY_QX_KB_IQ4_XS) {
+        /* |m_g| <= 15, |sc_g| <= 32, |bsums_g| <= 16*32512: int32 is ample */
+        __m256i c = _mm256_add_epi32(
+            _mm256_mullo_epi32(b->cw[0], _mm256_loadu_si256((const __m256i *)x->bsums)),
+            _mm256_mullo_epi32(b->cw[1], _mm256_loadu_si256((const __m256i *)(x->bsums + 8))));
+        float f = kind == HY_QX_KB_Q2_K ? -x->d * b->dmin : d * -4.0f;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f), _mm256_cvtepi32_ps(c), acc);
+    }
+    return acc;
+}
+
+/* One weight row against RX activation rows (x + c*xs) over nb blocks. */
+HY_QX_INLINE void hy_qx_kb_kernel(int kind, int64_t nb, float *s, size_t ss, const char *w,
+                                  const char *x, size_t xs, const int RX)
+{
+    __m256 acc[HY_QX_KB_RX];
+    hy_qx_kb_t b;
+
+#pragma GCC unroll 4
+    for (int c = 0; c < RX; c++)
+        acc[c] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        hy_qx_kb_unpack(kind, w, ib, &b);
+#pragma GCC unroll 4
+        for (int c = 0; c < RX; c++)
+            acc[c] = hy_qx_kb_acc(kind, &b, (const hy_block_q8_k2l_t *)(x + c * xs) + ib, acc[c]);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < RX; c++)
+        s[c * ss] = hy_qx_hsum8(acc[c]);
+}
+
+HY_QX_INLINE void hy_qx_kb_tile(int kind, int64_t n, float *s, size_t ss, const void *vw,
+                                size_t ws, int nw, const void *vx, size_t xs, int nx)
+{
+    const int64_t nb = n / 256;
+
+    for (int r = 0; r < nw; r++) {
+        const char *w = (const char *)vw + (size_t)r * ws;
+        for (int c0 = 0; c0 < nx; c0 += HY_QX_KB_RX) {
+            float *sp = s + (size_t)c0 * ss + r;
+            const char *xp = (const char *)vx + (size_t)c0 * xs;
+            switch (HY_MIN(HY_QX_KB_RX, nx - c0)) {
+            case 1: hy_qx_kb_kernel(kind, nb, sp, ss, w, xp, xs, 1); break;
+            case 2: hy_qx_kb_kernel(kind, nb, sp, ss, w, xp, xs, 2); break;
+            case 3: hy_qx_kb_kernel(kind, nb, sp, ss, w, xp, xs, 3); break;
+            default: hy_qx_kb_kernel(kind, nb, sp, ss, w, xp, xs, 4); break;
+            }
+        }
+    }
+}
+
+#define HY_QX_KB_KERNELS(name, kind)                                               \
+    static void hy_qx_tile_##name##_2l(int64_t n, float *s, size_t ss, const void *w, \
+                                       size_t ws, int nw, const void *x, size_t xs, \
+                                       int nx)                                     \
+    {                                                                              \
+        hy_qx_kb_tile(kind, n, s, ss, w, ws, nw, x, xs, nx);                       \
+    }                                                                              \
+    static void hy_qx_dot_##name##_2l(int64_t n, float *s, const void *w, const void *x) \
+    {                                                                              \
+        hy_qx_kb_kernel(kind, n / 256, s, 0, w, x, 0, 1);                          \
+    }
+HY_QX_KB_KERNELS(q2_k, HY_QX_KB_Q2_K)
+HY_QX_KB_KERNELS(q3_k, HY_QX_KB_Q3_K)
+HY_QX_KB_KERNELS(iq4_xs, HY_QX_KB_IQ4_XS)
 
 #endif

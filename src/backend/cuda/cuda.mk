@@ -34,6 +34,16 @@ tests_cuda_test_rec_chunk_SOURCES = tests/cuda/test_rec_chunk.c tests/cuda/rec_c
 tests_cuda_test_rec_chunk_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/kernels
 tests_cuda_test_rec_chunk_LDADD = $(TEST_LDADD)
 
+# the weight kernels' block decoders (kernels/hy_dq_chunk.h) run on the
+# host against the CPU reference dequantizers, in every build
+check_PROGRAMS += tests/cuda/test_dq_chunk
+TESTS += tests/cuda/test_dq_chunk
+tests_cuda_test_dq_chunk_SOURCES = tests/cuda/test_dq_chunk.c kernels/hy_dq_chunk.h \
+	tests/unit/quant_fill.h
+tests_cuda_test_dq_chunk_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/kernels
+tests_cuda_test_dq_chunk_CFLAGS = $(AM_CFLAGS) -ffp-contract=off
+tests_cuda_test_dq_chunk_LDADD = $(TEST_LDADD)
+
 # the MoE routing kernel's code (kernels/hy_moe_route.h) run on the host
 # against the CPU's hy_moe_route_one, in every build
 check_PROGRAMS += tests/cuda/test_moe_route
@@ -52,7 +62,8 @@ libhy_a_SOURCES += src/backend/cuda/attn_plan.c src/backend/cuda/attn_plan.h \
 kernels/hy_attn.$(OBJEXT): $(top_srcdir)/kernels/hy_attn_flash.h \
 	$(top_srcdir)/kernels/hy_attn_split.h
 libhy_a_SOURCES += kernels/hy_sample.h kernels/hy_sample.cu
-libhy_a_SOURCES += kernels/hy_moe.cu kernels/hy_moe_route.h kernels/hy_quant_dev.h
+libhy_a_SOURCES += kernels/hy_moe.cu kernels/hy_moe_route.h kernels/hy_quant_dev.h \
+	kernels/hy_dq_chunk.h
 
 SUFFIXES = .cu
 NVCC_FLAGS = -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC $(CUDA_GENCODE) $(NVCCFLAGS)
@@ -64,7 +75,8 @@ kernels/hy_quant.$(OBJEXT) kernels/hy_ops.$(OBJEXT) kernels/hy_attn.$(OBJEXT) \
 	kernels/hy_rec.$(OBJEXT): $(top_srcdir)/kernels/hy_kernels.h
 kernels/hy_sample.$(OBJEXT): $(top_srcdir)/kernels/hy_sample.h $(top_srcdir)/src/backend/cuda/sample.h
 kernels/hy_rec.$(OBJEXT): $(top_srcdir)/kernels/hy_rec_chunk.h
-kernels/hy_quant.$(OBJEXT) kernels/hy_moe.$(OBJEXT): $(top_srcdir)/kernels/hy_quant_dev.h
+kernels/hy_quant.$(OBJEXT) kernels/hy_moe.$(OBJEXT): $(top_srcdir)/kernels/hy_quant_dev.h \
+	$(top_srcdir)/kernels/hy_dq_chunk.h
 kernels/hy_quant.$(OBJEXT) kernels/hy_ops.$(OBJEXT) kernels/hy_attn.$(OBJEXT) \
 	kernels/hy_rec.$(OBJEXT) kernels/hy_moe.$(OBJEXT): $(top_srcdir)/kernels/hy_moe_route.h
 kernels/hy_moe.$(OBJEXT): $(top_srcdir)/kernels/hy_kernels.h
@@ -113,6 +125,7 @@ HY_CUDA_TESTS += tests/cuda/test_cuda_graph_cache
 HY_CUDA_TESTS += tests/cuda/test_cuda_sample
 HY_CUDA_TESTS += tests/cuda/test_rec_chunk
 HY_CUDA_TESTS += tests/cuda/test_moe_route
+HY_CUDA_TESTS += tests/cuda/test_dq_chunk
 if HAVE_CUDA
 HY_CUDA_TESTS += tests/cuda/test_cuda_ops
 HY_CUDA_TESTS += tests/cuda/test_cuda_graph
