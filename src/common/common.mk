@@ -10,3 +10,10 @@ check_PROGRAMS += tests/unit/test_sha256
 TESTS += tests/unit/test_sha256
 tests_unit_test_sha256_SOURCES = tests/unit/test_sha256.c
 tests_unit_test_sha256_LDADD = $(TEST_LDADD)
+# Sliding-window quantiles and per-second rates in shared memory (/metrics
+# summaries and tokens/s gauges).
+libhy_a_SOURCES += src/common/winstat.c src/common/winstat.h
+check_PROGRAMS += tests/unit/test_winstat
+TESTS += tests/unit/test_winstat
+tests_unit_test_winstat_SOURCES = tests/unit/test_winstat.c
+tests_unit_test_winstat_LDADD = $(TEST_LDADD)

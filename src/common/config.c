@@ -59,6 +59,7 @@ static const hy_config_key_t keys[] = {
     { "cache",  "kv_type",            HY_CONFIG_ENUM,    OFF(cache.kv_type),            "f16",                   0,      0, kv_types },
     { "cache",  "checkpoint_interval", HY_CONFIG_UINT,   OFF(cache.checkpoint_interval), "1024",                 1,      16777216, NULL },
     { "server", "socket",             HY_CONFIG_STRING,  OFF(server.socket),            "/run/hyserve/blue.sock", 1,     STR(server.socket), NULL },
+    { "server", "control_socket",     HY_CONFIG_STRING,  OFF(server.control_socket),    "",                      0,      STR(server.control_socket), NULL },
     { "server", "socket_mode",        HY_CONFIG_MODE,    OFF(server.socket_mode),       "0660",                  0,      0777, NULL },
     { "server", "socket_group",       HY_CONFIG_STRING,  OFF(server.socket_group),      "",                      0,      STR(server.socket_group), NULL },
     { "server", "workers",            HY_CONFIG_UINT,    OFF(server.workers),           "4",                     1,      256, NULL },

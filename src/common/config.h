@@ -51,6 +51,7 @@ typedef struct {
     } cache;
     struct {
         char socket[HY_CONFIG_SOCKET_LEN];
+        char control_socket[HY_CONFIG_SOCKET_LEN]; /* "" = none */
         uint32_t socket_mode;
         char socket_group[HY_CONFIG_NAME_LEN]; /* "" = the process's group */
         uint32_t workers;

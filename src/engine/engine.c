@@ -574,6 +574,7 @@ static void hy_engine_flush(hy_engine_t *e, hy_sched_seq_t *s)
 {
     if (hy_req_push(e->shm, s->slot, &s->pending) == HY_EFULL)
         return;
+    hy_rwin_add(&hy_shm_stats(e->shm)->generation_rate, hy_shm_now_ns(), 1);
     s->blocked = false;
     if (s->finish_after != HY_FINISH_NONE)
         hy_engine_finish(e, s, HY_REQ_DONE, s->finish_after, 0, NULL);
@@ -683,6 +684,23 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
     hy_engine_flush(e, s);
 }
 
+/* Prompt tokens this step computes (cached ones never reach a step;
+ * recomputing generated tokens after a preemption is not prompt work), for
+ * the prompt tokens/s gauges. */
+static void hy_engine_count_prompt(hy_engine_t *e, int32_t n_items)
+{
+    uint32_t n = 0;
+    int32_t i;
+
+    for (i = 0; i < n_items; i++) {
+        const hy_sched_seq_t *s = e->item_seq[i];
+
+        if (s->kv.n_tokens < s->n_prompt)
+            n += (uint32_t)HY_MIN(s->chunk, s->n_prompt - s->kv.n_tokens);
+    }
+    hy_rwin_add(&hy_shm_stats(e->shm)->prompt_rate, hy_shm_now_ns(), n);
+}
+
 static void hy_engine_step(hy_engine_t *e, int32_t n_items)
 {
     char err[HY_ERR_LEN];
@@ -693,6 +711,7 @@ static void hy_engine_step(hy_engine_t *e, int32_t n_items)
     /* The logits cross to the host only if a row may be sampled there. */
     for (i = 0; i < n_items && !host_logits; i++)
         host_logits = !hy_engine_device_samples(e, e->item_seq[i]);
+    hy_engine_count_prompt(e, n_items);
     rc = hy_runner_step(&e->runner, e->items, n_items, host_logits ? e->logits : NULL, err);
     if (rc == HY_OK && e->dev_ok != NULL)
         hy_engine_device_sample(e, n_items, host_logits);

@@ -92,8 +92,11 @@ const char *hy_api_status_text(int status)
     case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
     case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
     case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
     default: return "Error";
@@ -479,7 +482,7 @@ static const char *const k_common_fields[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "logprobs",
     "n", "stream", "stream_options", "user", "ignore_eos", "skip_special_tokens",
-    "include_stop_str_in_output", "response_format", NULL};
+    "include_stop_str_in_output", "response_format", "priority", NULL};
 static const char *const k_chat_fields[] = {
     "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
     "chat_template_kwargs", "add_generation_prompt", NULL};
@@ -489,7 +492,7 @@ static const char *const k_generate_fields[] = {"prompt", "max_length", NULL};
 /* OpenAI fields with no effect on what we compute. */
 static const char *const k_ignored_fields[] = {
     "metadata", "store", "service_tier", "parallel_tool_calls", "reasoning_effort",
-    "web_search_options", "stream_options", "functions", "function_call", "priority",
+    "web_search_options", "stream_options", "functions", "function_call",
     "request_id", "continuous_usage_stats", NULL};
 
 /* Extensions of other servers (vLLM, TGI, llama.cpp) that change the output
@@ -927,6 +930,16 @@ static int read_tools(pctx_t *c, const cJSON *root, hy_api_req_t *r)
 
 /* ---- sampling and the remaining scalar fields ---- */
 
+static int read_priority(pctx_t *c, const cJSON *root, hy_api_req_t *r)
+{
+    int64_t v = 0;
+    int rc = read_int(c, root, "priority", HY_API_PRIORITY_MIN, HY_API_PRIORITY_MAX, &v,
+                      &r->priority_given);
+
+    r->priority = (int32_t)v;
+    return rc;
+}
+
 /* seed: an int64 number (exact only up to 2^53 in JSON) or a decimal string
  * for the full 64 bits; negative seeds wrap to uint64 as vLLM's do. */
 static int read_seed(pctx_t *c, const cJSON *root, hy_api_req_t *r)
@@ -1223,7 +1236,7 @@ static int read_request(pctx_t *c, const cJSON *root, hy_api_req_t *r)
     r->add_generation_prompt = true;
     r->skip_special_tokens = true;
 
-    if ((rc = check_fields(c, root)) != HY_OK)
+    if ((rc = check_fields(c, root)) != HY_OK || (rc = read_priority(c, root, r)) != HY_OK)
         return rc;
     rc = read_string(c, root, "model",
                      c->kind == HY_API_COMPLETIONS || c->kind == HY_API_CHAT, &r->model, NULL);
@@ -1447,5 +1460,31 @@ int hy_api_check_vocab(const hy_api_req_t *req, int32_t n_vocab, hy_api_error_t 
     rc = hy_sampling_validate(&req->sampling, n_vocab, msg);
     if (rc != HY_OK)
         return err_set(e, rc, 400, "invalid_request_error", "logit_bias", NULL, "%s", msg);
+    return HY_OK;
+}
+
+int hy_api_priority(const hy_api_req_t *req, const char *key_priority, int32_t *out,
+                    hy_api_error_t *e)
+{
+    long key = 0;
+    char *end;
+
+    if (key_priority != NULL && *key_priority) {
+        errno = 0;
+        key = strtol(key_priority, &end, 10);
+        if (errno || *end || key < HY_API_PRIORITY_MIN || key > HY_API_PRIORITY_MAX)
+            return hy_api_err_internal(e, "the site passed a malformed HYSERVE_KEY_PRIORITY "
+                                          "(nginx key map); it must be an integer in "
+                                          "-1000..1000");
+    }
+    *out = (int32_t)key;
+    if (!req->priority_given)
+        return HY_OK;
+    if (key_priority != NULL && *key_priority && req->priority < key)
+        return err_set(e, HY_EINVAL, 403, "permission_error", "priority", "priority_not_allowed",
+                       "priority = %d: this API key may not ask for a priority below %ld "
+                       "(lower runs earlier)",
+                       (int)req->priority, key);
+    *out = req->priority;
     return HY_OK;
 }

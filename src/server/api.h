@@ -38,6 +38,9 @@
 #define HY_API_MAX_N 16         /* choices per prompt */
 #define HY_API_MAX_PROMPTS 64   /* prompts in one batched /v1/completions */
 #define HY_API_MAX_COMPLETION_LOGPROBS 5 /* /v1/completions "logprobs" */
+/* "priority": lower runs earlier (vLLM's convention), 0 by default */
+#define HY_API_PRIORITY_MIN (-1000)
+#define HY_API_PRIORITY_MAX 1000
 
 typedef enum {
     HY_API_COMPLETIONS = 0, /* POST /v1/completions */
@@ -88,6 +91,8 @@ typedef struct {
     bool ignore_eos;
     bool skip_special_tokens;   /* default true */
     bool include_stop_str_in_output;
+    int32_t priority;           /* HY_API_PRIORITY_MIN..MAX; see hy_api_priority */
+    bool priority_given;
 
     void *arena_;               /* private: owns every pointer above */
 } hy_api_req_t;
@@ -156,6 +161,18 @@ int hy_api_check_model(const hy_api_req_t *req, const char *served_id, hy_api_er
 /* After the vocabulary is known: prompt token ids and logit_bias keys
  * must be < n_vocab (400 otherwise). */
 int hy_api_check_vocab(const hy_api_req_t *req, int32_t n_vocab, hy_api_error_t *e);
+
+/* The scheduling priority of req (lower runs earlier): the body's
+ * "priority", else the API key's.  key_priority is the site's
+ * HYSERVE_KEY_PRIORITY (nginx's key map gives every key one, 0 unless set
+ * with `hyserve-ctl key add --priority`); it is also the most urgent the
+ * key may ask for: a body priority below it is refused with 403, so only
+ * the operator makes a key more urgent, while any client can step back.
+ * NULL or "" (no site in front: no key policy) takes the body's value as it
+ * is, 0 by default.  A malformed key_priority (a broken site config) is a
+ * 500 naming it. */
+int hy_api_priority(const hy_api_req_t *req, const char *key_priority, int32_t *out,
+                    hy_api_error_t *e);
 
 /* {"error":{"message","type","param","code"}}: malloc'd, NUL-terminated. */
 int hy_api_error_json(int status, const char *type, const char *message, const char *param,

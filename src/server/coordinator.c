@@ -38,6 +38,7 @@
 #include "common/sha256.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/metrics.h"
 #include "tools/cli.h"
 
 #define CO_MAX_SETS 64
@@ -109,17 +110,18 @@ static int co_socket_in_use(const char *path)
     return in_use;
 }
 
-static int co_open_socket(const hy_config_t *cfg, int *out, char *err)
+/* key: "socket" or "control_socket", for the messages */
+static int co_open_socket(const hy_config_t *cfg, const char *path, const char *key, int *out,
+                          char *err)
 {
-    const char *path = cfg->server.socket;
     int fd;
 
     if (co_socket_in_use(path))
-        return hy_err(err, HY_EINVAL, "[server] socket = %s: another server is listening there",
-                      path);
+        return hy_err(err, HY_EINVAL, "[server] %s = %s: another server is listening there",
+                      key, path);
     fd = FCGX_OpenSocket(path, 128);
     if (fd < 0)
-        return hy_err(err, HY_EIO, "[server] socket = %s: cannot listen: %s", path,
+        return hy_err(err, HY_EIO, "[server] %s = %s: cannot listen: %s", key, path,
                       strerror(errno));
     /* FCGX_OpenSocket creates it under the umask and never chmods. */
     if (chmod(path, cfg->server.socket_mode) != 0) {
@@ -525,7 +527,7 @@ int hy_cmd_serve(int argc, char **argv)
     sigset_t mask, old_mask;
     char err[HY_ERR_LEN];
     bool engine_started = false, socket_open = false;
-    int opt, rc = 1, listen_fd = -1;
+    int opt, rc = 1, listen_fd = -1, control_fd = -1;
     uint32_t i, n_workers;
     int64_t t0 = co_now_ms();
 
@@ -634,6 +636,7 @@ int hy_cmd_serve(int argc, char **argv)
         for (int64_t t = 0; t < hy_gguf_n_tensors(model->gguf); t++)
             weights += hy_gguf_tensor(model->gguf, t)->nbytes;
         be->i->mem_allocated(be, &kv_bytes, &st_bytes);
+        hy_metrics_set_memory(shm, weights, kv_bytes, st_bytes);
         co_kernels(model, be, kernels, sizeof kernels);
         hy_log(LOG_INFO, "model_loaded",
                "model=%s arch=%s layers=%d weights_bytes=%llu kv_bytes=%llu state_bytes=%llu "
@@ -661,9 +664,12 @@ int hy_cmd_serve(int argc, char **argv)
         hy_err(err, HY_EIO, "FCGX_Init failed");
         goto fail;
     }
-    if (co_open_socket(cfg, &listen_fd, err) != HY_OK)
+    if (co_open_socket(cfg, cfg->server.socket, "socket", &listen_fd, err) != HY_OK)
         goto fail;
     socket_open = true;
+    if (cfg->server.control_socket[0] &&
+        co_open_socket(cfg, cfg->server.control_socket, "control_socket", &control_fd, err) != HY_OK)
+        goto fail;
 
     /* What the workers inherit. */
     w.cfg = cfg;
@@ -674,6 +680,7 @@ int hy_cmd_serve(int argc, char **argv)
     w.n_ctx = eo.n_ctx;
     w.n_vocab = model->n_vocab;
     w.listen_fd = listen_fd;
+    w.control_fd = control_fd;
     w.log_ident = co_worker_ident;
     w.info.id = co_model_id(cfg->model.path, model_id, sizeof model_id);
     w.info.created = (int64_t)time(NULL);
@@ -780,6 +787,10 @@ out:
     if (socket_open) {
         close(listen_fd);
         unlink(cfg->server.socket);
+    }
+    if (control_fd >= 0) {
+        close(control_fd);
+        unlink(cfg->server.control_socket);
     }
     if (hash != NULL)
         co_hash_stop(hash);

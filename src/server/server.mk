@@ -5,3 +5,6 @@ libhy_a_SOURCES += src/server/worker.c src/server/worker.h src/server/coordinato
 # or the python openai package).
 TESTS += tests/integration/test_server.py
 EXTRA_DIST += tests/integration/test_server.py nginx/hyserve-test.conf.in
+# What operators watch: HTTP answers by endpoint and status (nginx's own
+# refusals included), latency summaries, tokens/s, memory by kind (/metrics).
+libhy_a_SOURCES += src/server/metrics.c src/server/metrics.h

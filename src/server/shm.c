@@ -48,6 +48,7 @@ void hy_stats_observe(hy_stats_hist_t *h, uint64_t us)
     atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->sum_us, us, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    hy_qwin_observe(&h->win, hy_shm_now_ns(), us);
 }
 
 int64_t hy_shm_now_ns(void)

@@ -20,10 +20,12 @@
 #include <sys/types.h>
 
 #include "common/hy.h"
+#include "common/winstat.h"
 #include "kv/pagetable.h"
 
 #define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
-#define HY_SHM_LAYOUT_VERSION 2 /* 2: model file, sha256 and its state in the header */
+#define HY_SHM_LAYOUT_VERSION 3 /* 2: model file, sha256 and its state in the header;
+                                 3: windows, HTTP counts and memory facts in the stats */
 #define HY_SHM_INSTANCE_MAX 48 /* [A-Za-z0-9_.-], not starting with '.' */
 
 typedef struct {
@@ -92,6 +94,10 @@ enum { HY_SHM_SHA256_PENDING, HY_SHM_SHA256_DONE, HY_SHM_SHA256_FAILED };
 
 /* ---- stats (atomics only; read without locks) ---------------------------- */
 
+#define HY_STATS_HTTP_ORIGINS 2    /* 0 hyserve, 1 nginx */
+#define HY_STATS_HTTP_ENDPOINTS 12 /* server/metrics.c names them */
+#define HY_STATS_HTTP_CODES 500    /* statuses 100..599 */
+
 #define HY_STATS_NBUCKETS 22 /* finite bounds; one more bucket is +Inf */
 /* Upper bounds in seconds shared by every latency histogram. */
 extern const double hy_stats_bucket_le[HY_STATS_NBUCKETS];
@@ -100,6 +106,7 @@ typedef struct {
     _Atomic uint64_t bucket[HY_STATS_NBUCKETS + 1]; /* non-cumulative counts */
     _Atomic uint64_t count;
     _Atomic uint64_t sum_us;
+    hy_qwin_t win; /* the same observations over the last 60 s: /metrics summaries */
 } hy_stats_hist_t;
 
 enum {
@@ -120,6 +127,19 @@ typedef struct {
     _Atomic uint64_t prompt_tokens, generation_tokens, cached_prompt_tokens;
     _Atomic int32_t running, waiting, slots_used;
     _Atomic uint64_t preemptions, worker_restarts, reaped_requests;
+    /* ---- for operators (server/metrics.c) ---- */
+    /* every HTTP answer, by who produced it (hyserve, or nginx handing us
+     * its own refusal), endpoint (hy_metrics_endpoint) and status 100..599 */
+    _Atomic uint64_t http[HY_STATS_HTTP_ORIGINS][HY_STATS_HTTP_ENDPOINTS][HY_STATS_HTTP_CODES];
+    hy_rwin_t generation_rate; /* tokens pushed to clients, per second */
+    hy_rwin_t prompt_rate;     /* prompt tokens computed (cache hits excluded) */
+    /* Counters the crash-proof master (engine respawns) and the disk tier
+     * (failed reads/writes/checksums) add to; 0 until those exist. */
+    _Atomic uint64_t engine_restarts, disk_errors;
+    /* memory facts the coordinator publishes once before ready: bytes of
+     * the weights, of one KV page and of one state slot (a checkpoint slot
+     * is the same size); multiplied by the page table's counts */
+    _Atomic uint64_t mem_weights_bytes, mem_page_bytes, mem_slot_bytes;
 } hy_stats_t;
 
 void hy_stats_observe(hy_stats_hist_t *h, uint64_t us);

@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "server/api.h"
 #include "server/json_out.h"
+#include "server/metrics.h"
 #include "server/stop.h"
 
 #define WK_POLL_MS 50        /* longest wait between client-liveness checks */
@@ -562,6 +563,7 @@ static void wk_generate(wk_req_t *r, hy_api_kind_t kind, const char *body, size_
     hy_api_token_lp_t slp;
     hy_api_top_t stops[HY_SAMPLING_MAX_LOGPROBS];
     uint64_t seed;
+    int32_t priority = 0;
     int rc;
 
     hy_jbuf_init(&sb);
@@ -569,7 +571,9 @@ static void wk_generate(wk_req_t *r, hy_api_kind_t kind, const char *body, size_
     if (hy_api_parse(kind, body, len, &q, &e) != HY_OK)
         goto fail;
     if (hy_api_check_model(q, w->info.id, &e) != HY_OK ||
-        hy_api_check_vocab(q, w->n_vocab, &e) != HY_OK)
+        hy_api_check_vocab(q, w->n_vocab, &e) != HY_OK ||
+        hy_api_priority(q, FCGX_GetParam("HYSERVE_KEY_PRIORITY", r->rq->envp), &priority,
+                        &e) != HY_OK)
         goto fail;
     if (atomic_load(&w->ctl->draining)) {
         hy_api_err_overloaded(&e, 503, WK_RETRY_AFTER_S, "the server is shutting down");
@@ -634,6 +638,7 @@ static void wk_generate(wk_req_t *r, hy_api_kind_t kind, const char *body, size_
         p.sampling = q->sampling;
         p.sampling.seed = seed + i % (size_t)q->n;
         p.max_tokens = (int32_t)HY_MIN(cs[i].max_tokens, (int64_t)INT32_MAX);
+        p.priority = priority;
         /* End-of-generation tokens are the engine's business (it knows the
          * vocabulary); stop strings are ours. */
         p.flags = q->ignore_eos ? HY_REQ_F_IGNORE_EOS : 0;
@@ -918,101 +923,21 @@ static void wk_health(wk_req_t *r)
     }
 }
 
-static void wk_hist(hy_jbuf_t *b, const char *name, const char *help, const hy_stats_hist_t *h)
-{
-    uint64_t cum = 0;
-    int i;
-
-    hy_jbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    for (i = 0; i < HY_STATS_NBUCKETS; i++) {
-        cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
-        hy_jbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, hy_stats_bucket_le[i],
-                       (unsigned long long)cum);
-    }
-    cum += atomic_load_explicit(&h->bucket[HY_STATS_NBUCKETS], memory_order_relaxed);
-    hy_jbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
-    hy_jbuf_printf(b, "%s_sum %.6f\n%s_count %llu\n", name,
-                   (double)atomic_load(&h->sum_us) / 1e6, name,
-                   (unsigned long long)atomic_load(&h->count));
-}
-
-static void wk_metric(hy_jbuf_t *b, const char *name, const char *type, const char *help,
-                      unsigned long long v)
-{
-    hy_jbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, v);
-}
-
-/* Prometheus text from the segment's stats and the page table's counts;
- * lock-free, so a scrape never waits on the engine. */
+/* Prometheus text from the segment's stats (server/metrics.c). */
 static void wk_metrics(wk_req_t *r)
 {
-    hy_stats_t *s = hy_shm_stats(r->w->shm);
-    const hy_shm_header_t *h = hy_shm_header(r->w->shm);
-    static const char *const why[HY_STATS_REQ_N] = {"stop", "length", "cancelled", "error",
-                                                    "rejected"};
-    hy_pt_counts_t pc;
-    hy_jbuf_t b;
+    hy_metrics_info_t in;
+    wk_version_t v;
     char *out = NULL;
     size_t len = 0;
-    int i;
 
-    hy_pt_counts(hy_shm_pt(r->w->shm), &pc);
-    hy_jbuf_init(&b);
-    hy_jbuf_cstr(&b, "# HELP hyserve_requests_total Finished requests by outcome.\n"
-                     "# TYPE hyserve_requests_total counter\n");
-    for (i = 0; i < HY_STATS_REQ_N; i++)
-        hy_jbuf_printf(&b, "hyserve_requests_total{finish=\"%s\"} %llu\n", why[i],
-                       (unsigned long long)atomic_load(&s->requests[i]));
-    wk_hist(&b, "hyserve_time_to_first_token_seconds", "Submit to first token.", &s->ttft);
-    wk_hist(&b, "hyserve_time_per_output_token_seconds", "Mean time per output token after the first.", &s->tpot);
-    wk_hist(&b, "hyserve_e2e_request_latency_seconds", "Submit to finish.", &s->e2e);
-    wk_hist(&b, "hyserve_request_queue_time_seconds", "Submit to taken by the engine.", &s->queue);
-    wk_metric(&b, "hyserve_prompt_tokens_total", "counter", "Prompt tokens submitted.",
-              (unsigned long long)atomic_load(&s->prompt_tokens));
-    wk_metric(&b, "hyserve_generation_tokens_total", "counter", "Tokens generated.",
-              (unsigned long long)atomic_load(&s->generation_tokens));
-    wk_metric(&b, "hyserve_cached_prompt_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
-              (unsigned long long)atomic_load(&s->cached_prompt_tokens));
-    wk_metric(&b, "hyserve_num_requests_running", "gauge", "Requests the engine is running.",
-              (unsigned long long)HY_MAX(atomic_load(&s->running), 0));
-    wk_metric(&b, "hyserve_num_requests_waiting", "gauge", "Requests queued for the engine.",
-              (unsigned long long)HY_MAX(atomic_load(&s->waiting), 0));
-    wk_metric(&b, "hyserve_request_slots_used", "gauge", "Request slots in use.",
-              (unsigned long long)HY_MAX(atomic_load(&s->slots_used), 0));
-    wk_metric(&b, "hyserve_request_slots_total", "gauge", "Request slots in the segment.",
-              (unsigned long long)h->params.n_request_slots);
-    wk_metric(&b, "hyserve_preemptions_total", "counter", "Sequences preempted for memory.",
-              (unsigned long long)atomic_load(&s->preemptions));
-    wk_metric(&b, "hyserve_worker_restarts_total", "counter", "Worker processes respawned.",
-              (unsigned long long)atomic_load(&s->worker_restarts));
-    wk_metric(&b, "hyserve_reaped_requests_total", "counter", "Requests of dead workers reclaimed.",
-              (unsigned long long)atomic_load(&s->reaped_requests));
-    hy_jbuf_cstr(&b, "# HELP hyserve_kv_pages KV pages by state.\n# TYPE hyserve_kv_pages gauge\n");
-    hy_jbuf_printf(&b, "hyserve_kv_pages{state=\"used\"} %d\nhyserve_kv_pages{state=\"free\"} %d\n"
-                       "hyserve_kv_pages{state=\"cached\"} %d\n",
-                   pc.pages_used, pc.pages_free, pc.pages_cached);
-    wk_metric(&b, "hyserve_kv_pages_total", "gauge", "KV pages in the pool.",
-              (unsigned long long)pc.pages_total);
-    hy_jbuf_cstr(&b, "# HELP hyserve_state_checkpoints Recurrent-state snapshots by state.\n"
-                     "# TYPE hyserve_state_checkpoints gauge\n");
-    hy_jbuf_printf(&b, "hyserve_state_checkpoints{state=\"used\"} %d\n"
-                       "hyserve_state_checkpoints{state=\"free\"} %d\n"
-                       "hyserve_state_checkpoints{state=\"cached\"} %d\n",
-                   pc.ckpt_used, pc.ckpt_free, pc.ckpt_cached);
-    wk_metric(&b, "hyserve_state_slots_used", "gauge", "Live recurrent-state slots in use.",
-              (unsigned long long)pc.state_used);
-    wk_metric(&b, "hyserve_state_slots_total", "gauge", "Live recurrent-state slots.",
-              (unsigned long long)pc.state_total);
-    wk_metric(&b, "hyserve_kv_page_evictions_total", "counter", "Cached pages evicted.",
-              (unsigned long long)pc.page_evictions);
-    wk_metric(&b, "hyserve_prefix_cache_queries_total", "counter", "Prefix-cache lookups (tokens).",
-              (unsigned long long)pc.query_tokens);
-    wk_metric(&b, "hyserve_prefix_cache_hits_total", "counter", "Prefix-cache hits (tokens).",
-              (unsigned long long)pc.hit_tokens);
-    wk_metric(&b, "hyserve_draining", "gauge", "1 while the server drains for shutdown.",
-              (unsigned long long)atomic_load(&r->w->ctl->draining));
-    if (hy_jbuf_take(&b, &out, &len) != HY_OK) {
-        hy_jbuf_free(&b);
+    wk_version(r, &v);
+    in.instance = v.instance;
+    in.model = r->w->info.id;
+    in.model_version = v.model_version;
+    in.version = PACKAGE_VERSION;
+    in.draining = atomic_load(&r->w->ctl->draining);
+    if (hy_metrics_render(r->w->shm, &in, &out, &len) != HY_OK) {
         wk_send_json(r, HY_ENOMEM, NULL, 0);
         return;
     }
@@ -1130,14 +1055,42 @@ static const char *wk_path(wk_req_t *r, char *buf, size_t cap)
     return buf;
 }
 
-static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq)
+/* A refusal nginx made itself (API key, rate limit, body size, malformed
+ * request...), handed over by the site's error_page location with its
+ * status (HYSERVE_NGINX_STATUS): the client gets OpenAI's error object and
+ * /metrics counts it under origin="nginx" and the endpoint the client asked
+ * for (REQUEST_URI; the location's own path is nginx's, not the client's). */
+static void wk_nginx_refusal(wk_req_t *r, const char *status, char *pbuf, size_t cap)
+{
+    const char *uri = FCGX_GetParam("REQUEST_URI", r->rq->envp);
+    hy_api_error_t e;
+    char *end;
+    long st;
+
+    snprintf(pbuf, cap, "%.*s", uri ? (int)strcspn(uri, "?") : 0, uri ? uri : "");
+    r->route = pbuf[0] ? pbuf : "-";
+    errno = 0;
+    st = strtol(status, &end, 10);
+    if (errno || *end || st < 100 || st > 599)
+        st = 0;
+    if (hy_metrics_nginx_error((int)st, &e) != HY_OK)
+        hy_log(LOG_ERR, "bad_nginx_status", "req=%s status=\"%.16s\"", r->id, status);
+    wk_send_error(r, &e, e.status == 405 ? "GET, HEAD, POST" : NULL);
+}
+
+/* control: a request from the control socket, which serves only what
+ * answers at once (/health, /metrics, /v1/models, nginx's refusals), so
+ * that probes and scrapes get through while every generation worker
+ * streams. */
+static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq, bool control)
 {
     wk_req_t r;
     hy_api_error_t e;
     char pbuf[512], *body = NULL;
-    const char *path, *method, *rid, *key_id;
+    const char *path, *method, *rid, *key_id, *nginx_status;
     size_t i, len = 0;
     bool path_known = false;
+    hy_metrics_origin_t origin = HY_METRICS_HYSERVE;
 
     memset(&r, 0, sizeof r);
     r.w = w;
@@ -1158,6 +1111,11 @@ static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq)
     if (key_id == NULL || !*key_id)
         key_id = "-";
     r.route = path;
+    if ((nginx_status = FCGX_GetParam("HYSERVE_NGINX_STATUS", rq->envp)) != NULL) {
+        wk_nginx_refusal(&r, nginx_status, pbuf, sizeof pbuf);
+        origin = HY_METRICS_NGINX;
+        goto log;
+    }
     for (i = 0; i < HY_ARRAY_LEN(wk_routes); i++) {
         if (strcmp(path, wk_routes[i].path) != 0)
             continue;
@@ -1180,6 +1138,15 @@ static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq)
         goto log;
     }
     r.route = wk_routes[i].path;
+    if (control && wk_routes[i].handler != WK_HEALTH && wk_routes[i].handler != WK_METRICS &&
+        wk_routes[i].handler != WK_MODELS) {
+        hy_api_err_not_found(&e, path);
+        snprintf(e.message, sizeof e.message,
+                 "%.200s is served on the FastCGI socket ([server] socket), not the control "
+                 "socket", path);
+        wk_send_error(&r, &e, NULL);
+        goto log;
+    }
     if (strcmp(wk_routes[i].method, "POST") == 0 && wk_read_body(&r, &body, &len, &e) != HY_OK) {
         wk_send_error(&r, &e, NULL);
         goto log;
@@ -1193,6 +1160,7 @@ static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq)
     case WK_DETOKENIZE: wk_detokenize(&r, body, len); break;
     }
 log:
+    hy_metrics_count(hy_shm_stats(w->shm), origin, r.route, r.status);
     if (r.route != NULL && (strcmp(r.route, "/health") != 0 && strcmp(r.route, "/metrics") != 0
                             ? true : hy_log_enabled(LOG_DEBUG)))
         hy_log(r.status >= 500 ? LOG_WARNING : LOG_INFO, "request",
@@ -1217,6 +1185,8 @@ static void wk_on_term(int sig)
 typedef struct {
     hy_worker_ctx_t *w;
     int log_gen;
+    int fd;       /* the socket this thread accepts on */
+    bool control; /* it is the control socket */
 } wk_thread_t;
 
 /* SIGHUP may change the log settings.  The accept threads of one worker
@@ -1242,7 +1212,7 @@ static void *wk_loop(void *arg)
     hy_worker_ctx_t *w = t->w;
     FCGX_Request rq;
 
-    if (FCGX_InitRequest(&rq, w->listen_fd, FCGI_FAIL_ACCEPT_ON_INTR) != 0)
+    if (FCGX_InitRequest(&rq, t->fd, FCGI_FAIL_ACCEPT_ON_INTR) != 0)
         return NULL;
     while (!wk_stop && FCGX_Accept_r(&rq) >= 0) {
         int gen = atomic_load(&w->ctl->log_gen);
@@ -1251,7 +1221,7 @@ static void *wk_loop(void *arg)
             wk_log_reopen(w, gen);
             t->log_gen = gen;
         }
-        wk_handle(w, &rq);
+        wk_handle(w, &rq, t->control);
         FCGX_Finish_r(&rq);
     }
     FCGX_Free(&rq, 1);
@@ -1261,7 +1231,7 @@ static void *wk_loop(void *arg)
 int hy_worker_main(hy_worker_ctx_t *w)
 {
     struct sigaction sa;
-    uint32_t n_threads = w->cfg->server.threads_per_worker, i;
+    uint32_t n_threads = w->cfg->server.threads_per_worker, n_all, i;
     pthread_t *tids = NULL;
     wk_thread_t *ts = NULL;
 
@@ -1282,27 +1252,31 @@ int hy_worker_main(hy_worker_ctx_t *w)
     }
     if (n_threads < 1)
         n_threads = 1;
-    tids = calloc(n_threads, sizeof *tids);
-    ts = calloc(n_threads, sizeof *ts);
+    /* one more thread for the control socket, if there is one */
+    n_all = n_threads + (w->control_fd >= 0);
+    tids = calloc(n_all, sizeof *tids);
+    ts = calloc(n_all, sizeof *ts);
     if (tids == NULL || ts == NULL) {
         free(tids);
         free(ts);
         return 1;
     }
-    for (i = 0; i < n_threads; i++) {
+    for (i = 0; i < n_all; i++) {
         ts[i].w = w;
         ts[i].log_gen = atomic_load(&w->ctl->log_gen);
+        ts[i].control = i >= n_threads;
+        ts[i].fd = ts[i].control ? w->control_fd : w->listen_fd;
     }
-    hy_log(LOG_INFO, "worker_started", "threads=%u", n_threads);
-    for (i = 1; i < n_threads; i++)
+    hy_log(LOG_INFO, "worker_started", "threads=%u control=%d", n_threads, w->control_fd >= 0);
+    for (i = 1; i < n_all; i++)
         if (pthread_create(&tids[i], NULL, wk_loop, &ts[i]) != 0)
             tids[i] = 0;
     wk_loop(&ts[0]);
     /* The other threads may be blocked in accept(): wake them. */
-    for (i = 1; i < n_threads; i++)
+    for (i = 1; i < n_all; i++)
         if (tids[i])
             pthread_kill(tids[i], SIGUSR1);
-    for (i = 1; i < n_threads; i++)
+    for (i = 1; i < n_all; i++)
         if (tids[i])
             pthread_join(tids[i], NULL);
     hy_log(LOG_INFO, "worker_exit", "reason=shutdown");

@@ -39,6 +39,7 @@ typedef struct {
     int32_t n_ctx;              /* longest prompt + completion */
     int32_t n_vocab;
     int listen_fd;
+    int control_fd;             /* [server] control_socket, -1 = none */
     const char *log_ident;      /* "<ident>-fcgi" */
 } hy_worker_ctx_t;
 

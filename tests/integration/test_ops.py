@@ -18,6 +18,7 @@ import hashlib
 import http.client as httpc
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -130,12 +131,14 @@ max_context = %d
 memory_mb = 64
 [server]
 socket = %s
+control_socket = %s
 socket_mode = 0666
 workers = %d
 instance = %s-%s
 max_body_bytes = 1M
 drain_seconds = 10
-""" % (TMP, c, MODEL_ID, MAX_LEN[c], SOCK[c], N_WORKERS, TAG, c))
+""" % (TMP, c, MODEL_ID, MAX_LEN[c], SOCK[c], os.path.join(TMP, "run", c, "ctl.sock"),
+       N_WORKERS, TAG, c))
 
 procs = {}
 logs = []
@@ -565,6 +568,41 @@ try:
     ok(rc == 0 and "canary: green gets 10% of API keys" in out and rows.get("blue", [""])[1:2] == ["*"] and
        rows.get("green", [""])[1:2] == ["10%"], "status shows blue live and the green canary at 10%")
     diag(out)
+
+    # -- hyserve-ctl top: both colours while the canary streams run
+    rc, out, err = ctl("top", "--once")
+    rows = {l.split()[0]: l.split() for l in out.splitlines()
+            if l.split() and l.split()[0] in ("blue", "green")}
+
+    def top_row_ok(c, live):
+        r = rows.get(c, [])
+        if len(r) != 14 or r[1] != live or r[2] != "ok" or r[3] != "hot":
+            return False
+        metrics = subprocess.run(["sh", "-c", "REQUEST_METHOD=GET DOCUMENT_URI=/metrics cgi-fcgi "
+                                  "-bind -connect %s" % os.path.join(TMP, "run", c, "ctl.sock")],
+                                 capture_output=True, text=True, timeout=10).stdout
+        total = re.search(r"^hyserve_kv_pages_total (\d+)", metrics, re.M)
+        return (all(x.isdigit() for x in r[4:8]) and int(r[6]) >= 1 and
+                all(float(x) >= 0 for x in r[8:10]) and re.fullmatch(r"\d+/\d+/\d+", r[10]) and
+                total is not None and r[11].split("/")[1] == total.group(1) and
+                re.fullmatch(r"\d+/\d+", r[12]) and re.fullmatch(r"\d+/\d+", r[13]))
+
+    ok(rc == 0 and "live: blue; canary: green at 10%" in out and top_row_ok("blue", "*") and
+       top_row_ok("green", "10%"),
+       "top --once: both colours with requests, tokens/s, TTFT P50/P95/P99, hot-tier pages and slots")
+    diag(out)
+    # the live view redraws every second: wait for two frames, then Ctrl-C
+    top = subprocess.Popen([CTL, "top"], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    frames, buf, t_end = 0, b"", time.time() + 60
+    os.set_blocking(top.stdout.fileno(), False)
+    while frames < 2 and time.time() < t_end and top.poll() is None:
+        buf += top.stdout.read() or b""
+        frames = buf.count(b"\033[H\033[2J")
+        time.sleep(0.1)
+    top.send_signal(signal.SIGINT)
+    rc = top.wait(timeout=10)
+    ok(frames >= 2 and rc == 0 and buf.count(b"\ngreen ") >= 2,
+       "top redraws both colours every second until interrupted (%d frames, exit %s)" % (frames, rc))
 
     # nginx refuses the canary include: the running canary stays as it was
     green_conf = os.path.join(NGX_DIR, "upstream-green.conf")

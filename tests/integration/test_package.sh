@@ -357,6 +357,11 @@ sm=$(stat -c '%U:%G %a' "$sock")
 rc=1
 [ "$pu" = "$u" ] && [ "$sm" = "$u:www-data 660" ] && rc=0
 ok $rc "server runs as $pu; socket owner and mode $sm (nginx's www-data may connect)"
+csock=/run/hyserve/$inst/ctl.sock
+i=0
+while [ ! -S "$csock" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+cm=$(stat -c '%U:%G %a' "$csock" 2>/dev/null)
+ok "$([ "$cm" = "$sm" ] && echo 0 || echo 1)" "the unit's control socket $csock: ${cm:-missing} like the FastCGI socket"
 if [ -n "$sbx" ]; then
     # what the running server sees: / read-only, its own /tmp
     ro=$(awk '$5 == "/" { print $6 }' "/proc/$srv_pid/mountinfo" | tail -n 1)
@@ -427,6 +432,13 @@ code=$(c -o "$T/nokey.json" -w '%{http_code}' "$url/v1/models" 2>>"$T/curl.log")
 rc=1
 [ "$code" = 401 ] && grep -q '"invalid_api_key"' "$T/nokey.json" && rc=0
 ok $rc "no API key: HTTP $code with an OpenAI-shaped error"
+# nginx handed that 401 to the instance (control socket), which counted it
+hdr=$(c -s -D - -o /dev/null "$url/v1/models" 2>>"$T/curl.log" | tr -d '\r')
+code=$(c -o "$T/metrics.txt" -w '%{http_code}' "$url/metrics/$inst" 2>>"$T/curl.log")
+n401=$(sed -n 's/^hyserve_http_requests_total{origin="nginx",endpoint="\/v1\/models",code="401"} //p' "$T/metrics.txt")
+rc=1
+echo "$hdr" | grep -qi "^x-hyserve-colour: $inst" && [ "$code" = 200 ] && [ "$n401" = 2 ] && rc=0
+ok $rc "nginx's 401s answered by hyserve@$inst and counted in /metrics/$inst (HTTP $code, ${n401:-no} count)"
 
 code=$(c -o "$T/models.json" -w '%{http_code}' -H "Authorization: Bearer $key" "$url/v1/models" 2>>"$T/curl.log")
 mid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["data"][0]["id"])' "$T/models.json" 2>/dev/null)
@@ -459,6 +471,19 @@ out=$(HYSERVE_NGINX="$ngx" HYSERVE_NGINX_PID="$T/nginx/nginx.pid" /usr/sbin/hyse
 rc=$?
 code=$(c -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $key" "$url/v1/models" 2>>"$T/curl.log")
 ok "$([ $rc = 0 ] && [ "$code" = 401 ] && echo 0 || echo 1)" "hyserve-ctl key revoke + reload: the key now gets HTTP $code ($out)"
+
+# the monitoring files, where the scrape config says they are
+mon=/usr/share/hyserve/monitoring
+rc=0
+for f in prometheus.yml hyserve-rules.yml hyserve-rules.test.yml grafana-hyserve.json; do
+    grep -qx "$mon/$f" "$T/files.list" || rc=1
+done
+if [ $rc = 0 ] && command -v promtool >/dev/null 2>&1; then
+    promtool check config "$mon/prometheus.yml" >"$T/promtool.log" 2>&1 || rc=1
+    (cd "$mon" && promtool test rules hyserve-rules.test.yml) >>"$T/promtool.log" 2>&1 || rc=1
+fi
+ok $rc "the package ships $mon (scrape config, rules, their tests, dashboard)$(command -v promtool >/dev/null || echo '; promtool absent, not run')"
+[ $rc = 0 ] || diag <"$T/promtool.log"
 
 # ---- 7. stop as systemd would: SIGTERM, then the runtime directory goes ----
 stop_nginx

@@ -92,10 +92,12 @@ files=$(rpm -qpl "$rpmf" 2>/dev/null)
 conf=$(rpm -qpc "$rpmf" 2>/dev/null)
 missing=""
 for f in /usr/bin/hyserve /usr/sbin/hyserve-ctl /usr/lib/systemd/system/hyserve@.service \
-         /etc/hyserve/hyserve.ini /etc/hyserve/nginx/hyserve.conf /etc/logrotate.d/hyserve; do
+         /etc/hyserve/hyserve.ini /etc/hyserve/nginx/hyserve.conf /etc/logrotate.d/hyserve \
+         /usr/share/hyserve/monitoring/prometheus.yml /usr/share/hyserve/monitoring/hyserve-rules.yml \
+         /usr/share/hyserve/monitoring/grafana-hyserve.json; do
     echo "$files" | grep -qxF "$f" || missing="$missing $f"
 done
-ok "$([ -z "$missing" ] && echo 0 || echo 1)" "the rpm holds the server, hyserve-ctl, the unit and the configuration${missing:+; missing:$missing}"
+ok "$([ -z "$missing" ] && echo 0 || echo 1)" "the rpm holds the server, hyserve-ctl, the unit, the configuration and the monitoring files${missing:+; missing:$missing}"
 notconf=$(echo "$files" | grep '^/etc/' | while read -r f; do
     # directories and the disabled-site link are not config files
     case $f in /etc/hyserve | /etc/hyserve/nginx | /etc/nginx/conf.d | */hyserve.conf.disabled) continue ;; esac

@@ -735,6 +735,55 @@ static void test_stop(void)
     }
 }
 
+/* "priority" (lower runs earlier) and the API key's default from nginx's
+ * key map, which is also the most urgent the key may ask for. */
+static void test_priority(void)
+{
+    hy_api_req_t *r = NULL, *none = NULL;
+    hy_api_error_t e;
+    int32_t p = 99, p2 = 99, p3 = 99;
+    int ok;
+
+    ok = parse(CO, "{" P ",\"priority\":-7}", &r, &e) == HY_OK && r->priority_given &&
+         r->priority == -7 && parse(CO, "{" P "}", &none, &e) == HY_OK && !none->priority_given;
+    HY_T_OK(ok, "priority is read from the body (and absent by default)");
+    ok = expect_err(CO, "{" P ",\"priority\":1001}", 400,
+                    "priority = 1001: must be in [-1000, 1000]", "priority") &&
+         expect_err(CO, "{" P ",\"priority\":1.5}", 400, "priority = 1.5: must be an integer",
+                    "priority") &&
+         expect_err(CH, "{" M ",\"priority\":\"high\"}", 400,
+                    "priority: expected an integer, got a string", "priority") &&
+         expect_err(CO, "{" P ",\"priorty\":1}", 400,
+                    "unknown field 'priorty' (did you mean 'priority'?)", "priorty");
+    HY_T_OK(ok, "a priority that is not an integer in -1000..1000 (or misspelt) is a 400");
+    HY_T_OK(r != NULL && none != NULL && hy_api_priority(none, NULL, &p, &e) == HY_OK && p == 0 &&
+                hy_api_priority(none, "", &p2, &e) == HY_OK && p2 == 0 &&
+                hy_api_priority(r, NULL, &p3, &e) == HY_OK && p3 == -7,
+            "no key priority: 0 by default, the body's value when given");
+    p = p2 = 99;
+    HY_T_OK(none != NULL && hy_api_priority(none, "-3", &p, &e) == HY_OK && p == -3 &&
+                hy_api_priority(none, "12", &p2, &e) == HY_OK && p2 == 12,
+            "the key's priority is the default");
+    ok = r != NULL && hy_api_priority(r, "-3", &p, &e) != HY_OK && e.status == 403 &&
+         strcmp(e.type, "permission_error") == 0 && strcmp(e.param, "priority") == 0 &&
+         strcmp(e.code, "priority_not_allowed") == 0 &&
+         strcmp(e.message, "priority = -7: this API key may not ask for a priority below -3 "
+                           "(lower runs earlier)") == 0;
+    if (!ok && r != NULL)
+        printf("# got %d %s\n", e.status, e.message);
+    HY_T_OK(ok, "a body priority more urgent than the key's is a 403");
+    p = 99;
+    HY_T_OK(r != NULL && hy_api_priority(r, "-7", &p, &e) == HY_OK && p == -7 &&
+                hy_api_priority(r, "-10", &p, &e) == HY_OK && p == -7,
+            "a key may ask for its own priority or a less urgent one");
+    ok = none != NULL && hy_api_priority(none, "x5", &p, &e) != HY_OK && e.status == 500 &&
+         strstr(e.message, "HYSERVE_KEY_PRIORITY") != NULL &&
+         hy_api_priority(none, "5000", &p, &e) != HY_OK && e.status == 500;
+    HY_T_OK(ok, "a malformed key priority from the site is a 500 naming it");
+    hy_api_req_free(r);
+    hy_api_req_free(none);
+}
+
 int main(void)
 {
     test_error_tables();
@@ -747,5 +796,6 @@ int main(void)
     test_sse();
     test_models_tokenize();
     test_stop();
+    test_priority();
     return hy_t_done();
 }

@@ -1,0 +1,450 @@
+/*
+ * metrics.c - the operator's view of an instance (metrics.h).  Counting is
+ * a relaxed atomic add into the shared segment, so every worker (and the
+ * nginx error path, which reaches a worker through the control socket)
+ * adds to the same numbers; rendering reads them without locks.  Besides
+ * the histograms, the latency windows (common/winstat.h) give Prometheus
+ * summaries (P50/P95/P99 over the last 60 s) that a dashboard or
+ * `hyserve-ctl top` shows as they are, without a PromQL query.
+ */
+#include "server/metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/json_out.h"
+
+/* ---- counting ---------------------------------------------------------------- */
+
+/* The label values of hy_stats_t.http's endpoint index; "other" last. */
+static const char *const mt_endpoints[] = {
+    "/v1/completions", "/v1/chat/completions", "/v1/infer", "/generate", "/v1/models",
+    "/health", "/metrics", "/tokenize", "/detokenize", "other",
+};
+#define MT_N_ENDPOINTS ((int)HY_ARRAY_LEN(mt_endpoints))
+_Static_assert(HY_ARRAY_LEN(mt_endpoints) <= HY_STATS_HTTP_ENDPOINTS,
+               "hy_stats_t.http has room for every endpoint");
+
+static const char *const mt_origins[HY_STATS_HTTP_ORIGINS] = {"hyserve", "nginx"};
+
+int hy_metrics_endpoint(const char *path)
+{
+    int i;
+
+    for (i = 0; path != NULL && i < MT_N_ENDPOINTS - 1; i++)
+        if (strcmp(path, mt_endpoints[i]) == 0)
+            return i;
+    return MT_N_ENDPOINTS - 1;
+}
+
+const char *hy_metrics_endpoint_name(int endpoint)
+{
+    return endpoint >= 0 && endpoint < MT_N_ENDPOINTS ? mt_endpoints[endpoint] : "other";
+}
+
+void hy_metrics_count(hy_stats_t *st, hy_metrics_origin_t origin, const char *path, int status)
+{
+    if (status < 100 || status > 599 || (int)origin < 0 || (int)origin >= HY_STATS_HTTP_ORIGINS)
+        return;
+    atomic_fetch_add_explicit(&st->http[origin][hy_metrics_endpoint(path)][status - 100], 1,
+                              memory_order_relaxed);
+}
+
+/* ---- nginx's own refusals ------------------------------------------------------ */
+
+/* Every status the site's error_page hands over (nginx/hyserve.conf), with
+ * the words a client sees.  502/504 arrive as 503: nginx could not reach a
+ * generation worker (pool at max_conns, or the instance is down). */
+static const struct {
+    int status;
+    const char *type, *code, *message;
+    int retry_after;
+} mt_nginx_errors[] = {
+    {400, "invalid_request_error", "bad_request",
+     "Malformed HTTP request (request line, headers or body framing).", 0},
+    {401, "invalid_request_error", "invalid_api_key",
+     "Incorrect or missing API key: send \"Authorization: Bearer <key>\".", 0},
+    {403, "permission_error", "forbidden", "This path is not served to this address.", 0},
+    {404, "invalid_request_error", "not_found", "Unknown path.", 0},
+    {405, "invalid_request_error", "method_not_allowed",
+     "Method not allowed; the API uses GET, HEAD and POST.", 0},
+    {408, "invalid_request_error", "request_timeout", "The request was not sent in time.", 0},
+    {413, "invalid_request_error", "request_too_large", "Request body too large.", 0},
+    {414, "invalid_request_error", "uri_too_long", "Request URI too long.", 0},
+    {429, "rate_limit_error", "rate_limit_exceeded",
+     "Rate limit reached for this API key or address; retry shortly.", 1},
+    {431, "invalid_request_error", "headers_too_large", "Request headers too large.", 0},
+    {500, "server_error", "internal_error", "The web server failed internally.", 0},
+    {503, "server_error", "backend_unavailable",
+     "The model server is overloaded or unavailable; retry shortly.", 5},
+};
+
+int hy_metrics_nginx_error(int status, hy_api_error_t *e)
+{
+    size_t i;
+
+    memset(e, 0, sizeof *e);
+    for (i = 0; i < HY_ARRAY_LEN(mt_nginx_errors); i++) {
+        if (mt_nginx_errors[i].status != status)
+            continue;
+        e->status = status;
+        e->type = mt_nginx_errors[i].type;
+        e->code = mt_nginx_errors[i].code;
+        e->retry_after = mt_nginx_errors[i].retry_after;
+        snprintf(e->message, sizeof e->message, "%s", mt_nginx_errors[i].message);
+        return HY_OK;
+    }
+    hy_api_err_internal(e, "the web server handed over an error status hyserve does not know");
+    return HY_EINVAL;
+}
+
+/* ---- memory facts ---------------------------------------------------------------- */
+
+void hy_metrics_set_memory(hy_shm_t *shm, uint64_t weights_bytes, uint64_t kv_bytes,
+                           uint64_t state_bytes)
+{
+    const hy_shm_params_t *p = &hy_shm_header(shm)->params;
+    hy_stats_t *st = hy_shm_stats(shm);
+    uint64_t slots = (uint64_t)p->n_state_slots + (uint64_t)p->n_checkpoint_slots;
+
+    atomic_store(&st->mem_weights_bytes, weights_bytes);
+    atomic_store(&st->mem_page_bytes, p->n_pages > 0 ? kv_bytes / (uint64_t)p->n_pages : 0);
+    atomic_store(&st->mem_slot_bytes, slots > 0 ? state_bytes / slots : 0);
+}
+
+/* MemTotal and MemAvailable of the host, in bytes (0 when unknown). */
+static void mt_host_memory(uint64_t *total, uint64_t *avail)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb;
+
+    *total = *avail = 0;
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+            *total = (uint64_t)kb * 1024;
+        else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            *avail = (uint64_t)kb * 1024;
+    }
+    fclose(f);
+}
+
+/* ---- exposition ------------------------------------------------------------------ */
+
+static void mt_head(hy_jbuf_t *b, const char *name, const char *type, const char *help)
+{
+    hy_jbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void mt_metric(hy_jbuf_t *b, const char *name, const char *type, const char *help,
+                      unsigned long long v)
+{
+    mt_head(b, name, type, help);
+    hy_jbuf_printf(b, "%s %llu\n", name, v);
+}
+
+/* A label value with the text format's escapes (backslash, quote, newline). */
+static void mt_label(hy_jbuf_t *b, const char *s)
+{
+    for (; s != NULL && *s; s++) {
+        if (*s == '\\' || *s == '"')
+            hy_jbuf_printf(b, "\\%c", *s);
+        else if (*s == '\n')
+            hy_jbuf_cstr(b, "\\n");
+        else
+            hy_jbuf_raw(b, s, 1);
+    }
+}
+
+/* A sample value: Prometheus spells the special values NaN, +Inf, -Inf. */
+static void mt_value(hy_jbuf_t *b, double v)
+{
+    if (isnan(v))
+        hy_jbuf_cstr(b, "NaN");
+    else if (isinf(v))
+        hy_jbuf_cstr(b, v > 0 ? "+Inf" : "-Inf");
+    else
+        hy_jbuf_printf(b, "%.9g", v);
+}
+
+static void mt_hist(hy_jbuf_t *b, const char *name, const char *help, const hy_stats_hist_t *h)
+{
+    uint64_t cum = 0;
+    int i;
+
+    mt_head(b, name, "histogram", help);
+    for (i = 0; i < HY_STATS_NBUCKETS; i++) {
+        cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
+        hy_jbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, hy_stats_bucket_le[i],
+                       (unsigned long long)cum);
+    }
+    cum += atomic_load_explicit(&h->bucket[HY_STATS_NBUCKETS], memory_order_relaxed);
+    hy_jbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    hy_jbuf_printf(b, "%s_sum %.6f\n%s_count %llu\n", name,
+                   (double)atomic_load(&h->sum_us) / 1e6, name,
+                   (unsigned long long)atomic_load(&h->count));
+}
+
+/* The histogram's last 60 s as a summary.  _sum and _count are the
+ * histogram's (cumulative, as Prometheus client libraries report them);
+ * only the quantiles are windowed. */
+static void mt_summary(hy_jbuf_t *b, const char *name, const char *help,
+                       const hy_stats_hist_t *h, int64_t now)
+{
+    static const double q[3] = {0.5, 0.95, 0.99};
+    static const char *const qs[3] = {"0.5", "0.95", "0.99"};
+    double v[3];
+    int i;
+
+    hy_qwin_quantiles(&h->win, now, q, 3, v);
+    mt_head(b, name, "summary", help);
+    for (i = 0; i < 3; i++) {
+        hy_jbuf_printf(b, "%s{quantile=\"%s\"} ", name, qs[i]);
+        mt_value(b, v[i] / 1e6);
+        hy_jbuf_cstr(b, "\n");
+    }
+    hy_jbuf_printf(b, "%s_sum %.6f\n%s_count %llu\n", name,
+                   (double)atomic_load(&h->sum_us) / 1e6, name,
+                   (unsigned long long)atomic_load(&h->count));
+}
+
+static void mt_latency(hy_jbuf_t *b, const hy_stats_t *s, int64_t now)
+{
+    static const struct {
+        size_t off;
+        const char *hist, *summary, *help;
+    } lat[] = {
+        {offsetof(hy_stats_t, ttft), "hyserve_time_to_first_token_seconds",
+         "hyserve_time_to_first_token_window_seconds", "Submit to first token"},
+        {offsetof(hy_stats_t, tpot), "hyserve_time_per_output_token_seconds",
+         "hyserve_time_per_output_token_window_seconds",
+         "Mean time per output token after the first"},
+        {offsetof(hy_stats_t, e2e), "hyserve_e2e_request_latency_seconds",
+         "hyserve_e2e_request_latency_window_seconds", "Submit to finish"},
+        {offsetof(hy_stats_t, queue), "hyserve_request_queue_time_seconds",
+         "hyserve_request_queue_time_window_seconds", "Submit to taken by the engine"},
+    };
+    char help[160];
+    size_t i;
+
+    for (i = 0; i < HY_ARRAY_LEN(lat); i++) {
+        const hy_stats_hist_t *h = (const hy_stats_hist_t *)((const char *)s + lat[i].off);
+
+        snprintf(help, sizeof help, "%s.", lat[i].help);
+        mt_hist(b, lat[i].hist, help, h);
+        snprintf(help, sizeof help,
+                 "%s: quantiles over the last %d s (%d steps of %lld s), within 3.2%%.",
+                 lat[i].help, HY_QWIN_SECONDS, HY_QWIN_STEPS, HY_QWIN_STEP_NS / 1000000000LL);
+        mt_summary(b, lat[i].summary, help, h, now);
+    }
+}
+
+static void mt_rates(hy_jbuf_t *b, const hy_stats_t *s, int64_t now)
+{
+    static const int windows[2] = {10, 60};
+    int i;
+
+    mt_head(b, "hyserve_generation_tokens_per_second", "gauge",
+            "Tokens generated per second, mean over the last whole 10 s or 60 s.");
+    for (i = 0; i < 2; i++) {
+        hy_jbuf_printf(b, "hyserve_generation_tokens_per_second{window=\"%ds\"} ", windows[i]);
+        mt_value(b, hy_rwin_rate(&s->generation_rate, now, windows[i]));
+        hy_jbuf_cstr(b, "\n");
+    }
+    mt_head(b, "hyserve_prompt_tokens_per_second", "gauge",
+            "Prompt tokens computed per second (prefix-cache hits excluded), mean over the last "
+            "whole 10 s or 60 s.");
+    for (i = 0; i < 2; i++) {
+        hy_jbuf_printf(b, "hyserve_prompt_tokens_per_second{window=\"%ds\"} ", windows[i]);
+        mt_value(b, hy_rwin_rate(&s->prompt_rate, now, windows[i]));
+        hy_jbuf_cstr(b, "\n");
+    }
+}
+
+static void mt_http(hy_jbuf_t *b, const hy_stats_t *s)
+{
+    int o, ep, c;
+
+    mt_head(b, "hyserve_http_requests_total", "counter",
+            "HTTP answers by endpoint and status; origin=\"nginx\" for refusals nginx made "
+            "itself (API key, rate limit, body size, malformed requests) and handed to hyserve "
+            "to answer.");
+    for (o = 0; o < HY_STATS_HTTP_ORIGINS; o++)
+        for (ep = 0; ep < MT_N_ENDPOINTS; ep++)
+            for (c = 0; c < HY_STATS_HTTP_CODES; c++) {
+                uint64_t n = atomic_load_explicit(&s->http[o][ep][c], memory_order_relaxed);
+
+                if (n > 0)
+                    hy_jbuf_printf(b,
+                                   "hyserve_http_requests_total{origin=\"%s\",endpoint=\"%s\","
+                                   "code=\"%d\"} %llu\n",
+                                   mt_origins[o], mt_endpoints[ep], c + 100,
+                                   (unsigned long long)n);
+            }
+}
+
+/* Memory by kind in the hot tier (the pool the kernels read: GPU memory
+ * with CUDA, the main pool on the CPU); the warm and cold tiers add their
+ * own tier label when they exist. */
+static void mt_memory(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *p,
+                      const hy_pt_counts_t *pc)
+{
+    uint64_t w = atomic_load(&s->mem_weights_bytes), pb = atomic_load(&s->mem_page_bytes),
+             sb = atomic_load(&s->mem_slot_bytes), total, avail;
+    const struct {
+        const char *kind;
+        uint64_t alloc, used, cached;
+    } k[] = {
+        {"weights", w, w, 0},
+        {"kv_pages", pb * (uint64_t)p->n_pages, pb * (uint64_t)pc->pages_used,
+         pb * (uint64_t)pc->pages_cached},
+        {"state_slots", sb * (uint64_t)p->n_state_slots, sb * (uint64_t)pc->state_used, 0},
+        {"checkpoints", sb * (uint64_t)p->n_checkpoint_slots, sb * (uint64_t)pc->ckpt_used,
+         sb * (uint64_t)pc->ckpt_cached},
+    };
+    size_t i;
+
+    mt_head(b, "hyserve_memory_bytes", "gauge", "Bytes allocated, by kind and tier.");
+    for (i = 0; i < HY_ARRAY_LEN(k); i++)
+        hy_jbuf_printf(b, "hyserve_memory_bytes{kind=\"%s\",tier=\"hot\"} %llu\n", k[i].kind,
+                       (unsigned long long)k[i].alloc);
+    mt_head(b, "hyserve_memory_used_bytes", "gauge",
+            "Bytes held by running requests (all of the weights), by kind and tier.");
+    for (i = 0; i < HY_ARRAY_LEN(k); i++)
+        hy_jbuf_printf(b, "hyserve_memory_used_bytes{kind=\"%s\",tier=\"hot\"} %llu\n",
+                       k[i].kind, (unsigned long long)k[i].used);
+    mt_head(b, "hyserve_memory_cached_bytes", "gauge",
+            "Bytes of prefix-cache content no request holds (reclaimable), by kind and tier.");
+    for (i = 0; i < HY_ARRAY_LEN(k); i++)
+        if (strcmp(k[i].kind, "kv_pages") == 0 || strcmp(k[i].kind, "checkpoints") == 0)
+            hy_jbuf_printf(b, "hyserve_memory_cached_bytes{kind=\"%s\",tier=\"hot\"} %llu\n",
+                           k[i].kind, (unsigned long long)k[i].cached);
+    mt_host_memory(&total, &avail);
+    mt_head(b, "hyserve_host_memory_bytes", "gauge",
+            "The host's memory (/proc/meminfo MemTotal and MemAvailable).");
+    hy_jbuf_printf(b, "hyserve_host_memory_bytes{state=\"total\"} %llu\n"
+                      "hyserve_host_memory_bytes{state=\"available\"} %llu\n",
+                   (unsigned long long)total, (unsigned long long)avail);
+}
+
+static void mt_pages(hy_jbuf_t *b, const hy_pt_counts_t *pc)
+{
+    mt_head(b, "hyserve_kv_pages", "gauge", "KV pages by state.");
+    hy_jbuf_printf(b, "hyserve_kv_pages{state=\"used\"} %d\nhyserve_kv_pages{state=\"free\"} %d\n"
+                      "hyserve_kv_pages{state=\"cached\"} %d\n",
+                   pc->pages_used, pc->pages_free, pc->pages_cached);
+    mt_metric(b, "hyserve_kv_pages_total", "gauge", "KV pages in the pool.",
+              (unsigned long long)pc->pages_total);
+    mt_head(b, "hyserve_state_checkpoints", "gauge", "Recurrent-state snapshots by state.");
+    hy_jbuf_printf(b, "hyserve_state_checkpoints{state=\"used\"} %d\n"
+                      "hyserve_state_checkpoints{state=\"free\"} %d\n"
+                      "hyserve_state_checkpoints{state=\"cached\"} %d\n",
+                   pc->ckpt_used, pc->ckpt_free, pc->ckpt_cached);
+    mt_metric(b, "hyserve_state_slots_used", "gauge", "Live recurrent-state slots in use.",
+              (unsigned long long)pc->state_used);
+    mt_metric(b, "hyserve_state_slots_total", "gauge", "Live recurrent-state slots.",
+              (unsigned long long)pc->state_total);
+    mt_metric(b, "hyserve_kv_page_evictions_total", "counter", "Cached pages evicted.",
+              (unsigned long long)pc->page_evictions);
+    mt_metric(b, "hyserve_prefix_cache_queries_total", "counter", "Prefix-cache lookups (tokens).",
+              (unsigned long long)pc->query_tokens);
+    mt_metric(b, "hyserve_prefix_cache_hits_total", "counter", "Prefix-cache hits (tokens).",
+              (unsigned long long)pc->hit_tokens);
+}
+
+/* The plain counters and gauges of hy_stats_t, as one table. */
+static const struct {
+    const char *name, *type, *help;
+    size_t off;
+    bool i32; /* an _Atomic int32_t gauge (clamped at 0), else _Atomic uint64_t */
+} mt_plain[] = {
+    {"hyserve_prompt_tokens_total", "counter", "Prompt tokens submitted.",
+     offsetof(hy_stats_t, prompt_tokens), false},
+    {"hyserve_generation_tokens_total", "counter", "Tokens generated.",
+     offsetof(hy_stats_t, generation_tokens), false},
+    {"hyserve_cached_prompt_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
+     offsetof(hy_stats_t, cached_prompt_tokens), false},
+    {"hyserve_num_requests_running", "gauge", "Requests the engine is running.",
+     offsetof(hy_stats_t, running), true},
+    {"hyserve_num_requests_waiting", "gauge", "Requests queued for the engine.",
+     offsetof(hy_stats_t, waiting), true},
+    {"hyserve_request_slots_used", "gauge", "Request slots in use.",
+     offsetof(hy_stats_t, slots_used), true},
+    {"hyserve_preemptions_total", "counter", "Sequences preempted for memory.",
+     offsetof(hy_stats_t, preemptions), false},
+    {"hyserve_worker_restarts_total", "counter", "Worker processes respawned.",
+     offsetof(hy_stats_t, worker_restarts), false},
+    {"hyserve_reaped_requests_total", "counter", "Requests of dead workers reclaimed.",
+     offsetof(hy_stats_t, reaped_requests), false},
+    {"hyserve_engine_restarts_total", "counter", "Engine processes restarted after a crash.",
+     offsetof(hy_stats_t, engine_restarts), false},
+    {"hyserve_disk_errors_total", "counter", "Disk-tier read, write and checksum failures.",
+     offsetof(hy_stats_t, disk_errors), false},
+};
+
+static void mt_counters(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *p)
+{
+    static const char *const why[HY_STATS_REQ_N] = {"stop", "length", "cancelled", "error",
+                                                    "rejected"};
+    const char *base = (const char *)s;
+    size_t k;
+    int i;
+
+    mt_head(b, "hyserve_requests_total", "counter", "Finished requests by outcome.");
+    for (i = 0; i < HY_STATS_REQ_N; i++)
+        hy_jbuf_printf(b, "hyserve_requests_total{finish=\"%s\"} %llu\n", why[i],
+                       (unsigned long long)atomic_load(&s->requests[i]));
+    for (k = 0; k < HY_ARRAY_LEN(mt_plain); k++) {
+        const void *f = base + mt_plain[k].off;
+        unsigned long long v =
+            mt_plain[k].i32 ? (unsigned long long)HY_MAX(atomic_load((_Atomic int32_t *)f), 0)
+                            : (unsigned long long)atomic_load((_Atomic uint64_t *)f);
+
+        mt_metric(b, mt_plain[k].name, mt_plain[k].type, mt_plain[k].help, v);
+    }
+    mt_metric(b, "hyserve_request_slots_total", "gauge", "Request slots in the segment.",
+              (unsigned long long)p->n_request_slots);
+}
+
+static void mt_info(hy_jbuf_t *b, const hy_metrics_info_t *in)
+{
+    mt_head(b, "hyserve_info", "gauge", "What this instance serves (always 1).");
+    hy_jbuf_cstr(b, "hyserve_info{hyserve_instance=\"");
+    mt_label(b, in->instance);
+    hy_jbuf_cstr(b, "\",model=\"");
+    mt_label(b, in->model);
+    hy_jbuf_cstr(b, "\",model_version=\"");
+    mt_label(b, in->model_version);
+    hy_jbuf_cstr(b, "\",version=\"");
+    mt_label(b, in->version);
+    hy_jbuf_cstr(b, "\"} 1\n");
+    mt_metric(b, "hyserve_draining", "gauge", "1 while the server drains for shutdown.",
+              (unsigned long long)(in->draining != 0));
+}
+
+int hy_metrics_render(hy_shm_t *shm, const hy_metrics_info_t *info, char **out, size_t *len)
+{
+    const hy_stats_t *s = hy_shm_stats(shm);
+    const hy_shm_params_t *p = &hy_shm_header(shm)->params;
+    int64_t now = hy_shm_now_ns();
+    hy_pt_counts_t pc;
+    hy_jbuf_t b;
+    int rc;
+
+    hy_pt_counts(hy_shm_pt(shm), &pc);
+    hy_jbuf_init(&b);
+    mt_info(&b, info);
+    mt_counters(&b, s, p);
+    mt_http(&b, s);
+    mt_latency(&b, s, now);
+    mt_rates(&b, s, now);
+    mt_pages(&b, &pc);
+    mt_memory(&b, s, p, &pc);
+    if ((rc = hy_jbuf_take(&b, out, len)) != HY_OK)
+        hy_jbuf_free(&b);
+    return rc;
+}
