@@ -7,6 +7,7 @@
  * leaves a slot that hy_shm_reap_owner() can always take back.
  */
 #include "server/ring.h"
+#include "common/futex.h"
 
 #include <string.h>
 #include <unistd.h>

@@ -9,17 +9,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/futex.h"
 #include "server/ring.h"
 
 #define ALIGN64(x) (((x) + 63u) & ~(uint64_t)63u)
@@ -367,26 +366,6 @@ hy_stats_t *hy_shm_stats(hy_shm_t *shm)
 
 int hy_shm_lock(hy_shm_t *shm) { return hy_pt_lock(&shm->pt); }
 void hy_shm_unlock(hy_shm_t *shm) { hy_pt_unlock(&shm->pt); }
-
-int hy_futex_wait(_Atomic uint32_t *word, uint32_t expected, int timeout_ms)
-{
-    struct timespec ts, *tp = NULL;
-    long r;
-
-    if (timeout_ms >= 0) {
-        ts.tv_sec = timeout_ms / 1000;
-        ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
-        tp = &ts;
-    }
-    /* FUTEX_WAIT, not _PRIVATE: the word is shared between processes */
-    r = syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, tp, NULL, 0);
-    return (r == -1 && errno == ETIMEDOUT) ? -1 : 0;
-}
-
-void hy_futex_wake(_Atomic uint32_t *word, int n)
-{
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, n, NULL, NULL, 0);
-}
 
 void hy_shm_engine_wait(hy_shm_t *shm, uint32_t seen, int timeout_ms)
 {

@@ -162,11 +162,6 @@ void hy_shm_unlock(hy_shm_t *shm);
 void hy_shm_engine_wait(hy_shm_t *shm, uint32_t seen, int timeout_ms);
 void hy_shm_engine_kick(hy_shm_t *shm);
 
-/* Process-shared futex helpers (non-private: the word is in shared memory).
- * wait returns 0 when woken or the value differs, -1 on timeout. */
-int hy_futex_wait(_Atomic uint32_t *word, uint32_t expected, int timeout_ms);
-void hy_futex_wake(_Atomic uint32_t *word, int n);
-
 int64_t hy_shm_now_ns(void); /* CLOCK_MONOTONIC: comparable across processes */
 
 #endif
