@@ -658,7 +658,8 @@ int hy_cpu_kv_init(hy_backend_t *be, const hy_kv_layout_t *lay, char *err)
     uint8_t **kp = NULL, **vp = NULL;
     int rc = HY_OK;
 
-    if ((rc = hy_cpu_kv_check(lay, HY_ATTN_MAX_HEAD, &krow, &vrow, &kpage, &vpage, err)) != HY_OK)
+    rc = hy_kv_layout_check(lay, HY_ATTN_MAX_HEAD, &krow, &vrow, &kpage, &vpage, err);
+    if (rc != HY_OK)
         return rc;
     if (!hy_quant_traits(lay->type) || !hy_quant_traits(lay->type)->to_float)
         return hy_err(err, HY_EUNSUPPORTED, "kv: no conversion kernels for type %u",

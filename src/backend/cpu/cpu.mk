@@ -2,7 +2,7 @@
 # small ops).
 libhy_a_SOURCES += src/backend/backend.h src/backend/cpu/cpu.c src/backend/cpu/cpu_impl.h \
 	src/backend/cpu/threadpool.c src/backend/cpu/threadpool.h \
-	src/backend/cpu/matmul.c src/backend/cpu/attention.c src/backend/cpu/mem.c \
+	src/backend/cpu/matmul.c src/backend/cpu/attention.c src/backend/layout.c src/backend/layout.h \
 	src/backend/cpu/attn_flash.h src/backend/cpu/attn_flash_impl.h \
 	src/backend/cpu/attn_avx512.c src/backend/cpu/attn_avx2.c
 # bench_cpu and bench_attn are built by `make check` but not run as tests:
