@@ -14,7 +14,7 @@
 #include "engine/scheduler.h"
 #include "kv/plan.h"
 #include "model/tokenizer.h"
-#include "server/ring.h"
+#include "ipc/ring.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

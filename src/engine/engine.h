@@ -12,7 +12,7 @@
 #include <stdio.h>
 
 #include "model/model.h"
-#include "server/shm.h"
+#include "ipc/shm.h"
 
 typedef struct hy_engine hy_engine_t;
 

@@ -12,7 +12,7 @@
 
 #include "engine/sampler.h"
 #include "kv/pages.h"
-#include "server/ring.h"
+#include "ipc/ring.h"
 
 enum {
     HY_SEQ_FREE = 0, /* pool entry unused */

@@ -12,7 +12,7 @@
 #include "tools/bench_offline.h"
 #include "engine/engine.h"
 #include "model/tokenizer.h"
-#include "server/ring.h"
+#include "ipc/ring.h"
 
 #include <getopt.h>
 #include <stdio.h>

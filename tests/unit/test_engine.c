@@ -15,7 +15,7 @@
 #include "engine/scheduler.h"
 #include "kv/plan.h"
 #include "backend/cuda/sample.h"
-#include "server/ring.h"
+#include "ipc/ring.h"
 #include "test.h"
 
 #include <math.h>

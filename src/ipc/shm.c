@@ -5,7 +5,7 @@
  * whose header disagrees, so a worker from a different build or a
  * truncated file never reads past its end.
  */
-#include "server/shm.h"
+#include "ipc/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "common/futex.h"
-#include "server/ring.h"
+#include "ipc/ring.h"
 
 #define ALIGN64(x) (((x) + 63u) & ~(uint64_t)63u)
 

@@ -15,44 +15,11 @@
  * before the engine took it).  Handles carry a generation so a stale handle
  * never touches a reused slot.
  */
-#ifndef HY_SERVER_RING_H
-#define HY_SERVER_RING_H
+#ifndef HY_IPC_RING_H
+#define HY_IPC_RING_H
 
-#include "engine/sampler.h"
-#include "server/shm.h"
-
-enum {
-    HY_REQ_FREE = 0,
-    HY_REQ_CLAIMED,
-    HY_REQ_QUEUED,
-    HY_REQ_RUNNING,
-    HY_REQ_DONE,
-    HY_REQ_CANCELLED,
-    HY_REQ_ERROR,
-};
-
-enum {
-    HY_FINISH_NONE = 0,
-    HY_FINISH_STOP,      /* stop token / stop sequence */
-    HY_FINISH_LENGTH,    /* max_tokens or context full */
-    HY_FINISH_CANCELLED,
-    HY_FINISH_ERROR,
-};
-
-#define HY_REQ_MAX_STOP_IDS 16
-#define HY_REQ_ERRMSG_LEN 160
-
-/* What a worker submits besides the prompt (pointer-free). */
-typedef struct {
-    hy_sampling_t sampling;
-    int32_t max_tokens; /* >= 1 */
-    int32_t priority;   /* lower runs first (vLLM's convention) */
-    int32_t n_stop_ids; /* token ids that end generation (besides EOS) */
-    int32_t stop_ids[HY_REQ_MAX_STOP_IDS];
-    uint32_t flags;     /* HY_REQ_F_* */
-} hy_req_params_t;
-
-#define HY_REQ_F_IGNORE_EOS 1u
+#include "ipc/request.h"
+#include "ipc/shm.h"
 
 typedef struct {
     _Atomic uint32_t state;    /* HY_REQ_* */
@@ -79,15 +46,6 @@ typedef struct {
     uint32_t idx;
     uint32_t gen;
 } hy_req_handle_t;
-
-/* One generated token as the API sees it. */
-typedef struct {
-    int32_t token;
-    float logprob;
-    int32_t n_top; /* <= the segment's ring_top_logprobs */
-    int32_t top_ids[HY_SAMPLING_MAX_LOGPROBS];
-    float top_logprobs[HY_SAMPLING_MAX_LOGPROBS];
-} hy_ring_tok_t;
 
 typedef struct {
     uint32_t state;

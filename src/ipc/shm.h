@@ -7,20 +7,20 @@
  * region's offset/count/element size, creation time, coordinator pid); all
  * cross-references are offsets, never pointers, so it maps anywhere.
  *
- * Regions: the page table + prefix cache (kv/pagetable.h, guarded by the one
+ * Regions: the page table + prefix cache (ipc/pagetable.h, guarded by the one
  * robust process-shared mutex in the header), request slots, their prompt
- * arena and token rings (server/ring.h, lock-free), and the stats counters
+ * arena and token rings (ipc/ring.h, lock-free), and the stats counters
  * that /metrics and `hyserve-ctl status` read.
  */
-#ifndef HY_SERVER_SHM_H
-#define HY_SERVER_SHM_H
+#ifndef HY_IPC_SHM_H
+#define HY_IPC_SHM_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/types.h>
 
 #include "common/hy.h"
-#include "kv/pagetable.h"
+#include "ipc/pagetable.h"
 
 #define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
 #define HY_SHM_LAYOUT_VERSION 2 /* 2: model file, sha256 and its state in the header */

@@ -7,7 +7,7 @@
  * data: hy_pt_recover() rebuilds them from the entries alone.
  */
 #define _GNU_SOURCE /* qsort_r */
-#include "kv/pagetable.h"
+#include "ipc/pagetable.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * with acquire; the reverse for tail).  A worker that dies anywhere in here
  * leaves a slot that hy_shm_reap_owner() can always take back.
  */
-#include "server/ring.h"
+#include "ipc/ring.h"
 #include "common/futex.h"
 
 #include <string.h>

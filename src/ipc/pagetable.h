@@ -41,8 +41,8 @@
  * locker rebuilds free lists, LRU lists, the index and the counters from the
  * entries (hy_pt_recover) before marking the mutex consistent.
  */
-#ifndef HY_KV_PAGETABLE_H
-#define HY_KV_PAGETABLE_H
+#ifndef HY_IPC_PAGETABLE_H
+#define HY_IPC_PAGETABLE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
