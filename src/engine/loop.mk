@@ -1,6 +1,7 @@
 # src/engine/engine + scheduler: the coordinator's engine thread (batching,
 # chunked prefill, prefix cache, preemption) and `hyserve bench --offline`.
-libhy_a_SOURCES += src/engine/engine.c src/engine/engine.h src/engine/scheduler.c \
+libhy_a_SOURCES += src/engine/engine.c src/engine/engine.h src/engine/local.c src/engine/local.h \
+	src/engine/scheduler.c \
 	src/engine/scheduler.h src/tools/cmd_bench_offline.c src/tools/bench_offline.h
 check_PROGRAMS += tests/unit/test_engine
 TESTS += tests/unit/test_engine

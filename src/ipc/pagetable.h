@@ -158,6 +158,12 @@ int hy_pt_init(hy_pt_t *pt, void *mem, uint64_t size, const hy_pt_params_t *p,
 /* Builds a view of a table another process formatted; checks its header. */
 int hy_pt_open(hy_pt_t *pt, void *mem, uint64_t size, pthread_mutex_t *mu, char *err);
 
+/* A table in this process's own memory with no mutex, for one owner
+ * (`hyserve run`, the tools, the tests): the same allocator as the shared
+ * one, with no lock calls.  hy_pt_destroy frees only tables made here. */
+int hy_pt_create(hy_pt_t **out, const hy_pt_params_t *p, char *err);
+void hy_pt_destroy(hy_pt_t *pt);
+
 /* The robust lock (EOWNERDEAD -> recover).  HY_EIO if not recoverable. */
 int hy_pt_lock(hy_pt_t *pt);
 void hy_pt_unlock(hy_pt_t *pt);

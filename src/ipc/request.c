@@ -1,7 +1,8 @@
 /*
  * request.c - the request parameters' defaults and range checks (request.h),
- * one place for the API parser, the request slots and the engine's sampler,
- * so a value refused anywhere is refused everywhere with the same message.
+ * one place for the API parser, both request sources and the engine's
+ * sampler, so a value refused anywhere is refused everywhere with the same
+ * message.
  */
 #include "ipc/request.h"
 
@@ -58,5 +59,25 @@ int hy_sampling_validate(const hy_sampling_t *p, int32_t n_vocab, char *err)
             return hy_err(err, HY_ERANGE, "logit_bias[%d] = %g: must be in [-100, 100]",
                           (int)b->token, b->bias);
     }
+    return HY_OK;
+}
+
+int hy_req_check(const hy_req_params_t *p, const int32_t *prompt, int32_t n, char *err)
+{
+    int32_t i;
+    int rc;
+
+    if (n < 1)
+        return hy_err(err, HY_ERANGE, "prompt has %d tokens: must be >= 1", n);
+    if (p->max_tokens < 1)
+        return hy_err(err, HY_ERANGE, "max_tokens = %d: must be >= 1", p->max_tokens);
+    if (p->n_stop_ids < 0 || p->n_stop_ids > HY_REQ_MAX_STOP_IDS)
+        return hy_err(err, HY_ERANGE, "%d stop token ids: at most %d", p->n_stop_ids,
+                      HY_REQ_MAX_STOP_IDS);
+    if ((rc = hy_sampling_validate(&p->sampling, 0, err)) != HY_OK)
+        return rc;
+    for (i = 0; i < n; i++)
+        if (prompt[i] < 0)
+            return hy_err(err, HY_EINVAL, "prompt token %d is negative (%d)", i, prompt[i]);
     return HY_OK;
 }

@@ -83,6 +83,11 @@ typedef struct {
 
 #define HY_REQ_F_IGNORE_EOS 1u
 
+/* The checks every submit makes, whatever the transport: max_tokens >= 1,
+ * the stop ids' count, the sampling ranges (hy_sampling_validate without
+ * the vocabulary), a non-empty prompt of non-negative ids. */
+int hy_req_check(const hy_req_params_t *p, const int32_t *prompt, int32_t n, char *err);
+
 /* One generated token as the API sees it (what a request slot's ring carries). */
 typedef struct {
     int32_t token;

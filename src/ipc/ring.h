@@ -20,6 +20,7 @@
 
 #include "ipc/request.h"
 #include "ipc/shm.h"
+#include "ipc/source.h"
 
 typedef struct {
     _Atomic uint32_t state;    /* HY_REQ_* */
@@ -90,6 +91,11 @@ int hy_req_push(hy_shm_t *shm, int32_t idx, const hy_ring_tok_t *t);
  * lets go of the slot. */
 int hy_req_finish(hy_shm_t *shm, int32_t idx, uint32_t state, int32_t finish_reason,
                   int32_t error_code, const char *msg);
+
+/* The engine's view of the slots (ipc/source.h): take, cancelled, push and
+ * finish above, the segment's engine futex for epoch/wait/kick, and the
+ * segment's stats for preemptions.  ctx is the segment. */
+void hy_ring_source(hy_shm_t *shm, hy_req_source_t *out);
 
 /* ---- coordinator ---- */
 /* A worker died: cancel its requests and let go of them on its behalf.

@@ -71,6 +71,21 @@ void hy_shm_params_default(hy_shm_params_t *p)
     p->prefix_index_capacity = 0;
 }
 
+void hy_shm_params_for(hy_shm_params_t *p, const hy_pt_params_t *pt, int32_t n_request_slots,
+                       int32_t max_prompt_tokens)
+{
+    memset(p, 0, sizeof *p);
+    p->n_pages = pt->n_pages;
+    p->page_tokens = pt->page_tokens;
+    p->n_state_slots = pt->n_state_slots;
+    p->n_checkpoint_slots = pt->n_checkpoint_slots;
+    p->prefix_index_capacity = pt->index_capacity;
+    p->n_request_slots = n_request_slots;
+    p->max_prompt_tokens = max_prompt_tokens;
+    p->ring_capacity = 256;
+    p->ring_top_logprobs = HY_SAMPLING_MAX_LOGPROBS;
+}
+
 static int instance_ok(const char *s, char *err)
 {
     size_t i, n = s ? strlen(s) : 0;

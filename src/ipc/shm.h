@@ -131,6 +131,12 @@ typedef struct hy_shm hy_shm_t;
 /* A small default for tests and `hyserve run`; the coordinator fills its own. */
 void hy_shm_params_default(hy_shm_params_t *p);
 
+/* The segment for an engine's page table (hy_engine_pt_params), with
+ * n_request_slots slots for prompts of up to max_prompt_tokens, and rings
+ * of 256 tokens with room for every logprob a request may ask for. */
+void hy_shm_params_for(hy_shm_params_t *p, const hy_pt_params_t *pt, int32_t n_request_slots,
+                       int32_t max_prompt_tokens);
+
 /* Validates p and computes the header (sizes, regions) it would produce. */
 int hy_shm_layout(const hy_shm_params_t *p, hy_shm_header_t *hdr, char *err);
 

@@ -517,6 +517,8 @@ int hy_cmd_serve(int argc, char **argv)
     hy_serve_ctl_t *ctl = MAP_FAILED;
     hy_worker_ctx_t w;
     hy_engine_opts_t eo;
+    hy_pt_params_t pp;
+    hy_req_source_t src;
     hy_shm_params_t sp;
     hy_api_layer_kind_t kinds[8];
     char model_id[256];
@@ -614,8 +616,9 @@ int hy_cmd_serve(int argc, char **argv)
                           : (uint64_t)((double)co_mem_available() * cfg->cache.memory_fraction);
     eo.checkpoint_interval = (int32_t)cfg->cache.checkpoint_interval;
     eo.n_request_slots = (int32_t)HY_MIN(cfg->server.max_queue + cfg->engine.max_seqs, 65536u);
-    if (hy_engine_shm_params(model, be, &eo, &sp, err) != HY_OK)
+    if (hy_engine_pt_params(model, be, &eo, &pp, err) != HY_OK)
         goto fail;
+    hy_shm_params_for(&sp, &pp, eo.n_request_slots, eo.n_ctx);
     if (hy_shm_remove_stale(cfg->server.instance, err) == HY_OK)
         hy_log(LOG_WARNING, "stale_segment_removed", "instance=%s", cfg->server.instance);
     if (hy_shm_create(&shm, cfg->server.instance, &sp, err) != HY_OK)
@@ -625,7 +628,8 @@ int hy_cmd_serve(int argc, char **argv)
         goto fail;
     }
     co_hash_start(hash, cfg->model.path, hy_shm_header_rw(shm));
-    if (hy_engine_create(&eng, model, be, shm, &eo, err) != HY_OK)
+    hy_ring_source(shm, &src);
+    if (hy_engine_create(&eng, model, be, hy_shm_pt(shm), &src, &eo, err) != HY_OK)
         goto fail;
     {
         uint64_t weights = 0, kv_bytes = 0, st_bytes = 0;
