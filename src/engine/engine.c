@@ -2,8 +2,9 @@
  * engine.c - one engine step: take, admit, build one mixed batch, run it,
  * commit full blocks to the prefix cache, checkpoint recurrent state, sample
  * and hand tokens to the request source.  Page ids, state slots and
- * checkpoint slots all come from the page table (the runner runs in
- * caller_pages mode and only checks coverage); the runner's state arena
+ * checkpoint slots all come from the page table, which the runner shares:
+ * the engine gives each sequence its pages before a step (prefix hits,
+ * preemption), so the runner finds them covered; the runner's state arena
  * holds n_state_slots live states followed by n_checkpoint_slots snapshots,
  * copied with be->i->state_copy.  Preemption drops a sequence's pages and
  * state and recomputes them later from its tokens; its sampler is kept, so
@@ -169,11 +170,8 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t
     ro.max_outputs = o->max_seqs;
     ro.max_seqs = o->max_seqs;
     ro.n_ctx = n_ctx;
-    ro.n_pages = e->sp.n_pages;
-    ro.page_tokens = o->page_tokens;
-    ro.n_slots = e->sp.n_state_slots + e->sp.n_checkpoint_slots;
     ro.kv_type = o->kv_type;
-    ro.caller_pages = true;
+    ro.pt = pt; /* its state slots, then its checkpoints, in the backend's arena */
     if ((rc = hy_runner_init(&e->runner, m, be, &ro, err)) != HY_OK)
         goto fail;
     /* Preempted sequences wait in the pool, so it holds more than max_seqs;
@@ -278,12 +276,8 @@ static void hy_engine_drop(hy_engine_t *e, hy_sched_seq_t *s, bool publish)
             hy_pt_checkpoint_release(e->pt, s->ckpt, err);
         s->ckpt = -1;
     }
-    if (s->kv.n_pages > 0)
-        hy_pt_release_seq(e->pt, s->kv.pages, s->kv.n_pages, err);
-    if (s->state >= 0)
-        hy_pt_state_free(e->pt, s->state, err);
+    hy_runner_seq_drop(&e->runner, &s->kv); /* pages and live state slot */
     s->state = -1;
-    s->kv.n_pages = s->kv.n_tokens = s->kv.state_slot = 0;
     s->n_hashed = 0;
     s->hash = HY_PT_HASH_ROOT;
     s->status = HY_SEQ_WAITING;
@@ -321,9 +315,12 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
      * it preempt somebody (or be preempted) straight away. */
     if (c.pages_free + c.pages_cached < (first + e->sp.page_tokens - 1) / e->sp.page_tokens)
         return false;
-    if (e->hybrid && hy_pt_state_alloc(e->pt, &s->state, err) != HY_OK) {
-        s->state = -1;
-        return false;
+    if (e->hybrid) {
+        if (hy_pt_state_alloc(e->pt, &s->state, err) != HY_OK) {
+            s->state = -1;
+            return false;
+        }
+        s->kv.state_slot = s->state + 1;
     }
     memset(&m, 0, sizeof m);
     m.pages = s->kv.pages;
@@ -354,7 +351,6 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
         } else {
             e->be->i->state_clear(e->be, s->state);
         }
-        s->kv.state_slot = s->state + 1;
     }
     if (!s->started) {
         e->src.i->started(&e->src, s->id, m.n_tokens);

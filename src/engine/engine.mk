@@ -1,5 +1,5 @@
 # src/engine (runner) and src/kv (page ids).
-libhy_a_SOURCES += src/engine/runner.c src/engine/runner.h src/kv/pages.c src/kv/pages.h \
+libhy_a_SOURCES += src/engine/runner.c src/engine/runner.h \
 	src/kv/plan.c src/kv/plan.h
 check_PROGRAMS += tests/unit/test_plan
 TESTS += tests/unit/test_plan

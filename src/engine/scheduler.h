@@ -11,7 +11,7 @@
 #define HY_ENGINE_SCHEDULER_H
 
 #include "engine/sampler.h"
-#include "kv/pages.h"
+#include "engine/runner.h"
 #include "ipc/request.h"
 
 enum {

@@ -828,37 +828,58 @@ static void hy_e_sched(void)
     HY_T_OK(hy_sched_victim(v, 3, &c) == &b, "priority outranks submit order");
 }
 
-/* caller_pages mode: the runner checks coverage and allocates nothing. */
+/* The runner on a given page table (as the engine runs it): page ids the
+ * table does not have are refused, what a sequence lacks comes from the
+ * table, a step the table cannot cover takes nothing, and the table's
+ * accounting holds throughout. */
 static void hy_e_runner(hy_model_t *m, hy_backend_t *be)
 {
-    char err[HY_ERR_LEN];
+    char err[HY_ERR_LEN] = "", err2[HY_ERR_LEN] = "", perr[HY_ERR_LEN] = "ok";
+    hy_pt_params_t pp = {4, 16, 0, 0, 0};
+    hy_pt_t *pt = NULL;
     hy_runner_t r;
     hy_runner_opts_t o;
-    int32_t pages[2] = {7, 1}, tok[20] = {0};
-    hy_kv_seq_t s = {pages, 0, 2, 0, 0};
-    hy_runner_item_t it = {&s, tok, 20, false};
-    float *logits = malloc(sizeof(float) * (size_t)m->n_vocab);
+    hy_pt_counts_t c[3];
+    int32_t pages[2] = {7, 1}, tok[40] = {0};
+    hy_kv_seq_t bad = {pages, 2, 2, 0, 0}, a = {0}, b = {0};
+    hy_runner_item_t it[2] = {{&bad, tok, 20, false}, {&b, tok, 40, false}};
+    float *logits = malloc(sizeof(float) * 2 * (size_t)m->n_vocab);
     int rc[3] = {0};
 
     hy_runner_opts_default(&o);
     o.n_ctx = 64;
-    o.n_pages = 4;
-    o.caller_pages = true;
-    if (hy_runner_init(&r, m, be, &o, err) != HY_OK) {
-        HY_T_OK(0, "caller_pages runner (%s)", err);
+    rc[0] = hy_pt_create(&pt, &pp, err);
+    o.pt = pt;
+    if (rc[0] != HY_OK || hy_runner_init(&r, m, be, &o, err) != HY_OK) {
+        HY_T_OK(0, "runner on a 4-page table (%s)", err);
+        hy_pt_destroy(pt);
         free(logits);
         return;
     }
-    rc[0] = hy_runner_step(&r, &it, 1, logits, err); /* no pages */
-    s.n_pages = 2;
-    rc[1] = hy_runner_step(&r, &it, 1, logits, err); /* page 7 is outside the pool */
-    pages[0] = 3;
-    rc[2] = hy_runner_step(&r, &it, 1, logits, err);
-    HY_T_OK(rc[0] == HY_EINVAL && rc[1] == HY_EINVAL && rc[2] == HY_OK && s.n_tokens == 20 &&
-                s.n_pages == 2,
-            "caller_pages: uncovered and out-of-pool pages refused, covered step runs (%d %d %d)",
-            rc[0], rc[1], rc[2]);
+    rc[0] = hy_runner_step(&r, it, 1, logits, err); /* page 7 is outside the pool */
+    hy_pt_counts(pt, &c[0]);
+    it[0].seq = &a;
+    rc[1] = hy_runner_step(&r, it, 1, logits, err2); /* two pages from the table */
+    hy_pt_counts(pt, &c[1]);
+    it[0].tokens = tok + 20;
+    it[0].n = 1;
+    rc[2] = hy_runner_step(&r, it, 2, logits, err2); /* b needs 3 pages, 2 are free */
+    hy_pt_counts(pt, &c[2]);
+    HY_T_OK(rc[0] == HY_EINVAL && strstr(err, "page id 7 outside the pool (4)") &&
+                c[0].pages_used == 0 && rc[1] == HY_OK && c[1].pages_used == 2 && a.n_pages == 2 && a.n_tokens == 20 &&
+                rc[2] == HY_EFULL && strstr(err2, "sequence 1:") && c[2].pages_used == 2 &&
+                a.n_tokens == 20 && b.n_pages == 0,
+            "runner on a table: foreign page refused (%s), pages taken from it (%d used), a "
+            "step it cannot cover takes nothing (%s; %d used)", err, c[1].pages_used, err2,
+            c[2].pages_used);
+    hy_runner_seq_release(&r, &a);
+    hy_runner_seq_release(&r, &b);
+    rc[0] = hy_pt_check(pt, perr);
+    hy_pt_counts(pt, &c[0]);
+    HY_T_OK(rc[0] == HY_OK && c[0].pages_used == 0 && c[0].pages_free == 4,
+            "runner on a table: every page back after release (%s)", perr);
     hy_runner_free(&r);
+    hy_pt_destroy(pt);
     free(logits);
 }
 
