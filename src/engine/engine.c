@@ -27,7 +27,8 @@ struct hy_engine {
     hy_backend_t *be;
     hy_req_source_t src;
     hy_pt_t *pt;
-    hy_tok_t *tok;
+    const hy_tok_t *tok;   /* o.tok, or own_tok */
+    hy_tok_t *own_tok;
     hy_engine_opts_t o;
     hy_pt_params_t sp;     /* the page table's numbers */
     hy_runner_t runner;
@@ -85,7 +86,7 @@ int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_o
         n_pages = (uint64_t)plan.n_pages;
         if (m->n_rec_layers > 0) {
             n_state = (uint64_t)o->max_seqs;
-            n_ckpt = 4 * (uint64_t)o->max_seqs;
+            n_ckpt = o->no_checkpoints ? 0 : 4 * (uint64_t)o->max_seqs;
         }
     } else {
         budget = o->memory_bytes;
@@ -97,7 +98,7 @@ int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_o
             n_state = HY_MIN((uint64_t)o->max_seqs, state_budget / plan.slot_bytes);
             if (n_state == 0)
                 n_state = 1;
-            if (n_state * plan.slot_bytes < state_budget)
+            if (n_state * plan.slot_bytes < state_budget && !o->no_checkpoints)
                 n_ckpt = HY_MIN((state_budget - n_state * plan.slot_bytes) / plan.slot_bytes,
                                 8 * (uint64_t)o->max_seqs);
             if ((n_state + n_ckpt) * plan.slot_bytes > budget)
@@ -163,8 +164,9 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t
     if (o->checkpoint_interval > 0)
         e->ckpt_interval = (o->checkpoint_interval + o->page_tokens - 1) / o->page_tokens *
                            o->page_tokens;
-    if ((rc = hy_tok_load(&e->tok, m->gguf, err)) != HY_OK)
+    if (o->tok == NULL && (rc = hy_tok_load(&e->own_tok, m->gguf, err)) != HY_OK)
         goto fail;
+    e->tok = o->tok != NULL ? o->tok : e->own_tok;
     hy_runner_opts_default(&ro);
     ro.max_tokens = o->max_batch_tokens;
     ro.max_outputs = o->max_seqs;
@@ -257,7 +259,7 @@ void hy_engine_free(hy_engine_t *e)
     free(e->dev_ok);
     if (e->runner.model != NULL)
         hy_runner_free(&e->runner);
-    hy_tok_free(e->tok);
+    hy_tok_free(e->own_tok);
     free(e);
 }
 
@@ -496,7 +498,10 @@ static int32_t hy_engine_build(hy_engine_t *e)
 
             if (s->status != HY_SEQ_RUNNING || s->blocked || s->chunk > 0 || decode != (pass == 0))
                 continue;
-            chunk = hy_sched_chunk(s, budget, e->sp.page_tokens, e->ckpt_interval, e->hybrid);
+            /* chunks end at checkpoint boundaries only if there are
+             * checkpoint slots to take the state there */
+            chunk = hy_sched_chunk(s, budget, e->sp.page_tokens, e->ckpt_interval,
+                                   e->hybrid && e->sp.n_checkpoint_slots > 0);
             if (!hy_engine_pages(e, s, chunk, n_run)) {
                 hy_pt_counts_t c;
 

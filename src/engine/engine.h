@@ -19,6 +19,7 @@
 #include "ipc/pagetable.h"
 #include "ipc/source.h"
 #include "model/model.h"
+#include "model/tokenizer.h"
 
 typedef struct hy_engine hy_engine_t;
 
@@ -32,6 +33,10 @@ typedef struct {
                                     0 = max_seqs full-context sequences */
     int32_t checkpoint_interval; /* [cache] checkpoint_interval tokens (0 = prompt ends only) */
     int32_t n_request_slots;     /* requests the source can hold ([server] max_queue + max_seqs) */
+    bool no_checkpoints;         /* no recurrent-state checkpoint slots: requests that never
+                                    share a prefix (hyserve run) */
+    const hy_tok_t *tok;         /* the model's tokenizer, when the caller has loaded it
+                                    already (only read); NULL: the engine loads its own */
 } hy_engine_opts_t;
 
 /* The context length o gives for m (o->n_ctx, else the model's). */

@@ -616,6 +616,7 @@ int hy_cmd_serve(int argc, char **argv)
                           : (uint64_t)((double)co_mem_available() * cfg->cache.memory_fraction);
     eo.checkpoint_interval = (int32_t)cfg->cache.checkpoint_interval;
     eo.n_request_slots = (int32_t)HY_MIN(cfg->server.max_queue + cfg->engine.max_seqs, 65536u);
+    eo.tok = tok;
     if (hy_engine_pt_params(model, be, &eo, &pp, err) != HY_OK)
         goto fail;
     hy_shm_params_for(&sp, &pp, eo.n_request_slots, eo.n_ctx);
