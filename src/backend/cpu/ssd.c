@@ -29,9 +29,11 @@ static hy_pool_fn_t hy_ssd_worker(void)
 
     if (isa < 0)
         isa = (int)hy_cpu_isa();
-#if defined(__x86_64__) || defined(__i386__)
+#if HY_BUILD_AVX512
     if (isa == HY_ISA_AVX512)
         return hy_ssd_worker_avx512;
+#endif
+#if HY_BUILD_AVX2
     if (isa == HY_ISA_AVX2)
         return hy_ssd_worker_avx2;
 #endif
