@@ -1,12 +1,14 @@
 /*
- * engine.c - the engine thread: take, admit, build one mixed batch, run it,
+ * engine.c - one engine step: take, admit, build one mixed batch, run it,
  * commit full blocks to the prefix cache, checkpoint recurrent state, sample
- * and stream.  Page ids, state slots and checkpoint slots all come from the
- * segment's page table (the runner runs in caller_pages mode and only checks
- * coverage); the runner's state arena holds n_state_slots live states
- * followed by n_checkpoint_slots snapshots, copied with be->i->state_copy.
- * Preemption drops a sequence's pages and state and recomputes them later
- * from its tokens; its sampler is kept, so the output is the same.
+ * and hand tokens to the request source.  Page ids, state slots and
+ * checkpoint slots all come from the page table, which the runner shares:
+ * the engine gives each sequence its pages before a step (prefix hits,
+ * preemption), so the runner finds them covered; the runner's state arena
+ * holds n_state_slots live states followed by n_checkpoint_slots snapshots,
+ * copied with be->i->state_copy.  Preemption drops a sequence's pages and
+ * state and recomputes them later from its tokens; its sampler is kept, so
+ * the output is the same.
  */
 #include "engine/engine.h"
 #include "common/log.h"
@@ -14,7 +16,6 @@
 #include "engine/scheduler.h"
 #include "kv/plan.h"
 #include "model/tokenizer.h"
-#include "server/ring.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,11 +25,12 @@
 struct hy_engine {
     hy_model_t *model;
     hy_backend_t *be;
-    hy_shm_t *shm;
+    hy_req_source_t src;
     hy_pt_t *pt;
-    hy_tok_t *tok;
+    const hy_tok_t *tok;   /* o.tok, or own_tok */
+    hy_tok_t *own_tok;
     hy_engine_opts_t o;
-    hy_shm_params_t sp;    /* the segment's numbers */
+    hy_pt_params_t sp;     /* the page table's numbers */
     hy_runner_t runner;
     bool hybrid;           /* the model keeps recurrent state */
     int32_t ckpt_interval; /* rounded up to whole blocks; 0 = off */
@@ -50,16 +52,16 @@ struct hy_engine {
 
 /* ---- sizing ------------------------------------------------------------- */
 
-static int32_t hy_engine_ctx(const hy_model_t *m, const hy_engine_opts_t *o)
+int32_t hy_engine_n_ctx(const hy_model_t *m, const hy_engine_opts_t *o)
 {
     return o->n_ctx > 0 ? o->n_ctx : (m->n_ctx_train > 0 ? m->n_ctx_train : 4096);
 }
 
-int hy_engine_shm_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_opts_t *o,
-                         hy_shm_params_t *out, char *err)
+int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_opts_t *o,
+                        hy_pt_params_t *out, char *err)
 {
     hy_plan_t plan;
-    int32_t n_ctx = hy_engine_ctx(m, o), per_seq;
+    int32_t n_ctx = hy_engine_n_ctx(m, o), per_seq;
     uint64_t budget, state_budget, n_pages, n_state = 0, n_ckpt = 0;
     int rc;
 
@@ -79,12 +81,12 @@ int hy_engine_shm_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_
     if (rc != HY_OK)
         return rc;
     per_seq = (n_ctx + o->page_tokens - 1) / o->page_tokens;
-    hy_shm_params_default(out);
+    memset(out, 0, sizeof *out);
     if (o->memory_bytes == 0) {
         n_pages = (uint64_t)plan.n_pages;
         if (m->n_rec_layers > 0) {
             n_state = (uint64_t)o->max_seqs;
-            n_ckpt = 4 * (uint64_t)o->max_seqs;
+            n_ckpt = o->no_checkpoints ? 0 : 4 * (uint64_t)o->max_seqs;
         }
     } else {
         budget = o->memory_bytes;
@@ -96,7 +98,7 @@ int hy_engine_shm_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_
             n_state = HY_MIN((uint64_t)o->max_seqs, state_budget / plan.slot_bytes);
             if (n_state == 0)
                 n_state = 1;
-            if (n_state * plan.slot_bytes < state_budget)
+            if (n_state * plan.slot_bytes < state_budget && !o->no_checkpoints)
                 n_ckpt = HY_MIN((state_budget - n_state * plan.slot_bytes) / plan.slot_bytes,
                                 8 * (uint64_t)o->max_seqs);
             if ((n_state + n_ckpt) * plan.slot_bytes > budget)
@@ -117,21 +119,17 @@ int hy_engine_shm_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_
     out->page_tokens = o->page_tokens;
     out->n_state_slots = (int32_t)n_state;
     out->n_checkpoint_slots = (int32_t)n_ckpt;
-    out->n_request_slots = o->n_request_slots;
-    out->max_prompt_tokens = n_ctx;
-    out->ring_capacity = 256;
-    out->ring_top_logprobs = HY_SAMPLING_MAX_LOGPROBS;
     return HY_OK;
 }
 
 /* ---- life cycle ------------------------------------------------------------ */
 
-int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_shm_t *shm,
-                     const hy_engine_opts_t *o, char *err)
+int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t *pt,
+                     const hy_req_source_t *src, const hy_engine_opts_t *o, char *err)
 {
     hy_engine_t *e;
     hy_runner_opts_t ro;
-    int32_t i, n_ctx = hy_engine_ctx(m, o), per_seq;
+    int32_t i, n_ctx = hy_engine_n_ctx(m, o), per_seq;
     int rc;
 
     *out = NULL;
@@ -140,47 +138,47 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_shm_
         return hy_err(err, HY_ENOMEM, "out of memory");
     e->model = m;
     e->be = be;
-    e->shm = shm;
-    e->pt = hy_shm_pt(shm);
+    e->src = *src;
+    e->pt = pt;
     e->o = *o;
     e->o.n_ctx = n_ctx;
-    e->sp = hy_shm_header(shm)->params;
+    e->sp = pt->sh->params;
     e->hybrid = m->n_rec_layers > 0;
-    if (o->max_seqs < 1 || o->max_batch_tokens < 1) {
-        rc = hy_err(err, HY_EINVAL, "engine: max_seqs %d and max_batch_tokens %d must be >= 1",
-                    o->max_seqs, o->max_batch_tokens);
+    if (o->max_seqs < 1 || o->max_batch_tokens < 1 || o->n_request_slots < 1) {
+        rc = hy_err(err, HY_EINVAL,
+                    "engine: max_seqs %d, max_batch_tokens %d and request slots %d must be >= 1",
+                    o->max_seqs, o->max_batch_tokens, o->n_request_slots);
         goto fail;
     }
     if (e->sp.page_tokens != o->page_tokens) {
-        rc = hy_err(err, HY_EINVAL, "engine: segment has %d-token pages, the engine wants %d",
+        rc = hy_err(err, HY_EINVAL, "engine: page table has %d-token pages, the engine wants %d",
                     e->sp.page_tokens, o->page_tokens);
         goto fail;
     }
     if (e->hybrid && e->sp.n_state_slots < 1) {
-        rc = hy_err(err, HY_EINVAL, "engine: %s keeps recurrent state but the segment has no state slots",
+        rc = hy_err(err, HY_EINVAL,
+                    "engine: %s keeps recurrent state but the page table has no state slots",
                     m->arch_name);
         goto fail;
     }
     if (o->checkpoint_interval > 0)
         e->ckpt_interval = (o->checkpoint_interval + o->page_tokens - 1) / o->page_tokens *
                            o->page_tokens;
-    if ((rc = hy_tok_load(&e->tok, m->gguf, err)) != HY_OK)
+    if (o->tok == NULL && (rc = hy_tok_load(&e->own_tok, m->gguf, err)) != HY_OK)
         goto fail;
+    e->tok = o->tok != NULL ? o->tok : e->own_tok;
     hy_runner_opts_default(&ro);
     ro.max_tokens = o->max_batch_tokens;
     ro.max_outputs = o->max_seqs;
     ro.max_seqs = o->max_seqs;
     ro.n_ctx = n_ctx;
-    ro.n_pages = e->sp.n_pages;
-    ro.page_tokens = o->page_tokens;
-    ro.n_slots = e->sp.n_state_slots + e->sp.n_checkpoint_slots;
     ro.kv_type = o->kv_type;
-    ro.caller_pages = true;
+    ro.pt = pt; /* its state slots, then its checkpoints, in the backend's arena */
     if ((rc = hy_runner_init(&e->runner, m, be, &ro, err)) != HY_OK)
         goto fail;
     /* Preempted sequences wait in the pool, so it holds more than max_seqs;
      * it never needs more than there are request slots. */
-    e->n_pool = HY_MIN(2 * o->max_seqs, e->sp.n_request_slots);
+    e->n_pool = HY_MIN(2 * o->max_seqs, o->n_request_slots);
     if (e->n_pool < o->max_seqs)
         e->n_pool = o->max_seqs;
     per_seq = n_ctx / o->page_tokens + 2;
@@ -235,7 +233,7 @@ void hy_engine_describe(const hy_engine_t *e, FILE *f)
             e->sp.n_checkpoint_slots, (unsigned long long)st,
             total ? 100.0 * (double)kv / (double)total : 100.0, e->o.max_seqs,
             e->o.max_batch_tokens, e->o.n_ctx, e->ckpt_interval,
-            (long long)e->sp.n_pages * e->sp.page_tokens, e->sp.n_request_slots);
+            (long long)e->sp.n_pages * e->sp.page_tokens, e->o.n_request_slots);
 }
 
 void hy_engine_free(hy_engine_t *e)
@@ -261,7 +259,7 @@ void hy_engine_free(hy_engine_t *e)
     free(e->dev_ok);
     if (e->runner.model != NULL)
         hy_runner_free(&e->runner);
-    hy_tok_free(e->tok);
+    hy_tok_free(e->own_tok);
     free(e);
 }
 
@@ -280,12 +278,8 @@ static void hy_engine_drop(hy_engine_t *e, hy_sched_seq_t *s, bool publish)
             hy_pt_checkpoint_release(e->pt, s->ckpt, err);
         s->ckpt = -1;
     }
-    if (s->kv.n_pages > 0)
-        hy_pt_release_seq(e->pt, s->kv.pages, s->kv.n_pages, err);
-    if (s->state >= 0)
-        hy_pt_state_free(e->pt, s->state, err);
+    hy_runner_seq_drop(&e->runner, &s->kv); /* pages and live state slot */
     s->state = -1;
-    s->kv.n_pages = s->kv.n_tokens = s->kv.state_slot = 0;
     s->n_hashed = 0;
     s->hash = HY_PT_HASH_ROOT;
     s->status = HY_SEQ_WAITING;
@@ -297,7 +291,7 @@ static void hy_engine_finish(hy_engine_t *e, hy_sched_seq_t *s, uint32_t state, 
     hy_engine_drop(e, s, state == HY_REQ_DONE);
     hy_sampler_free(s->sampler);
     s->sampler = NULL;
-    hy_req_finish(e->shm, s->slot, state, reason, code, msg);
+    e->src.i->finish(&e->src, s->id, state, reason, code, msg);
     s->status = HY_SEQ_FREE;
     s->blocked = false;
 }
@@ -305,7 +299,7 @@ static void hy_engine_finish(hy_engine_t *e, hy_sched_seq_t *s, uint32_t state, 
 static void hy_engine_preempt(hy_engine_t *e, hy_sched_seq_t *s)
 {
     hy_engine_drop(e, s, false);
-    atomic_fetch_add_explicit(&hy_shm_stats(e->shm)->preemptions, 1, memory_order_relaxed);
+    e->src.i->preempted(&e->src);
 }
 
 /* Tries to give a WAITING sequence its state slot and its cached prefix.
@@ -323,9 +317,12 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
      * it preempt somebody (or be preempted) straight away. */
     if (c.pages_free + c.pages_cached < (first + e->sp.page_tokens - 1) / e->sp.page_tokens)
         return false;
-    if (e->hybrid && hy_pt_state_alloc(e->pt, &s->state, err) != HY_OK) {
-        s->state = -1;
-        return false;
+    if (e->hybrid) {
+        if (hy_pt_state_alloc(e->pt, &s->state, err) != HY_OK) {
+            s->state = -1;
+            return false;
+        }
+        s->kv.state_slot = s->state + 1;
     }
     memset(&m, 0, sizeof m);
     m.pages = s->kv.pages;
@@ -356,28 +353,26 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
         } else {
             e->be->i->state_clear(e->be, s->state);
         }
-        s->kv.state_slot = s->state + 1;
     }
     if (!s->started) {
-        hy_req_slot(e->shm, s->slot)->n_cached_tokens = m.n_tokens;
+        e->src.i->started(&e->src, s->id, m.n_tokens);
         s->started = true;
     }
     s->status = HY_SEQ_RUNNING;
     return true;
 }
 
-/* A request the engine just took: copy what it needs out of the slot. */
-static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, int32_t idx, char *err)
+/* A request the engine just took: copy what it needs out of the source. */
+static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken_t *q, char *err)
 {
-    hy_req_slot_t *slot = hy_req_slot(e->shm, idx);
-    const int32_t *prompt = hy_req_prompt(e->shm, idx);
-    int32_t i, n = (int32_t)slot->prompt_len;
+    int32_t i, n = q->n_prompt;
     int rc;
 
     memset(&s->pending, 0, sizeof s->pending);
-    s->slot = idx;
-    s->priority = slot->params.priority;
-    s->order = slot->seq;
+    s->id = q->id;
+    s->params = q->params;
+    s->priority = q->params.priority;
+    s->order = q->order;
     s->started = s->blocked = false;
     s->finish_after = HY_FINISH_NONE;
     s->state = s->ckpt = -1;
@@ -385,23 +380,23 @@ static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, int32_t idx, char 
     s->kv.n_pages = s->kv.n_tokens = s->kv.state_slot = 0;
     s->n_hashed = 0;
     s->hash = HY_PT_HASH_ROOT;
-    s->max_tokens = slot->params.max_tokens;
+    s->max_tokens = q->params.max_tokens;
     s->status = HY_SEQ_WAITING;
     if (n < 1 || n >= e->o.n_ctx)
         return hy_err(err, HY_ERANGE, "prompt of %d tokens: the context holds %d (prompt + at least one token)",
                       n, e->o.n_ctx);
     for (i = 0; i < n; i++) {
-        if (prompt[i] < 0 || prompt[i] >= e->model->n_vocab)
+        if (q->prompt[i] < 0 || q->prompt[i] >= e->model->n_vocab)
             return hy_err(err, HY_EINVAL, "prompt token %d is outside the vocabulary (0..%d)",
-                          prompt[i], e->model->n_vocab - 1);
+                          q->prompt[i], e->model->n_vocab - 1);
     }
     if (s->max_tokens < 1)
         return hy_err(err, HY_EINVAL, "max_tokens = %d: must be >= 1", s->max_tokens);
-    memcpy(s->tokens, prompt, sizeof(int32_t) * (size_t)n);
+    memcpy(s->tokens, q->prompt, sizeof(int32_t) * (size_t)n);
     s->n_prompt = s->n_total = n;
-    if ((rc = hy_sampler_create(&s->sampler, &slot->params.sampling, e->model->n_vocab, err)) != HY_OK)
+    if ((rc = hy_sampler_create(&s->sampler, &q->params.sampling, e->model->n_vocab, err)) != HY_OK)
         return rc;
-    return hy_sampler_accept_prompt(s->sampler, prompt, (size_t)n) == HY_OK
+    return hy_sampler_accept_prompt(s->sampler, s->tokens, (size_t)n) == HY_OK
                ? HY_OK
                : hy_err(err, HY_ENOMEM, "sampler: cannot record the prompt");
 }
@@ -415,7 +410,7 @@ static void hy_engine_cancels(hy_engine_t *e)
     for (i = 0; i < e->n_pool; i++) {
         hy_sched_seq_t *s = &e->pool[i];
 
-        if (s->status != HY_SEQ_FREE && hy_req_cancel_requested(e->shm, s->slot))
+        if (s->status != HY_SEQ_FREE && e->src.i->cancelled(&e->src, s->id))
             hy_engine_finish(e, s, HY_REQ_CANCELLED, HY_FINISH_CANCELLED, 0, "cancelled");
     }
 }
@@ -434,7 +429,8 @@ static int32_t hy_engine_count(const hy_engine_t *e, int32_t status)
 static void hy_engine_admit_all(hy_engine_t *e)
 {
     char err[HY_ERR_LEN];
-    int32_t i, n = 0, running = hy_engine_count(e, HY_SEQ_RUNNING), idx;
+    int32_t i, n = 0, running = hy_engine_count(e, HY_SEQ_RUNNING);
+    hy_req_taken_t q;
 
     for (i = 0; i < e->n_pool; i++)
         if (e->pool[i].status == HY_SEQ_WAITING)
@@ -451,9 +447,9 @@ static void hy_engine_admit_all(hy_engine_t *e)
         for (i = 0; i < e->n_pool && s == NULL; i++)
             if (e->pool[i].status == HY_SEQ_FREE)
                 s = &e->pool[i];
-        if (s == NULL || hy_req_take(e->shm, &idx) != HY_OK)
+        if (s == NULL || e->src.i->take(&e->src, &q) != HY_OK)
             return;
-        if (hy_engine_adopt(e, s, idx, err) != HY_OK) {
+        if (hy_engine_adopt(e, s, &q, err) != HY_OK) {
             hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, HY_EINVAL, err);
             continue;
         }
@@ -502,7 +498,10 @@ static int32_t hy_engine_build(hy_engine_t *e)
 
             if (s->status != HY_SEQ_RUNNING || s->blocked || s->chunk > 0 || decode != (pass == 0))
                 continue;
-            chunk = hy_sched_chunk(s, budget, e->sp.page_tokens, e->ckpt_interval, e->hybrid);
+            /* chunks end at checkpoint boundaries only if there are
+             * checkpoint slots to take the state there */
+            chunk = hy_sched_chunk(s, budget, e->sp.page_tokens, e->ckpt_interval,
+                                   e->hybrid && e->sp.n_checkpoint_slots > 0);
             if (!hy_engine_pages(e, s, chunk, n_run)) {
                 hy_pt_counts_t c;
 
@@ -572,9 +571,8 @@ static void hy_engine_cache(hy_engine_t *e, hy_sched_seq_t *s)
 /* Pushes the held token; finishes if that token was the last. */
 static void hy_engine_flush(hy_engine_t *e, hy_sched_seq_t *s)
 {
-    if (hy_req_push(e->shm, s->slot, &s->pending) == HY_EFULL)
+    if (e->src.i->push(&e->src, s->id, &s->pending) == HY_EFULL)
         return;
-    hy_rwin_add(&hy_shm_stats(e->shm)->generation_rate, hy_shm_now_ns(), 1);
     s->blocked = false;
     if (s->finish_after != HY_FINISH_NONE)
         hy_engine_finish(e, s, HY_REQ_DONE, s->finish_after, 0, NULL);
@@ -588,7 +586,7 @@ static void hy_engine_flush(hy_engine_t *e, hy_sched_seq_t *s)
  * leaves every row to the host. */
 static bool hy_engine_device_samples(const hy_engine_t *e, const hy_sched_seq_t *s)
 {
-    const hy_sampling_t *sp = &hy_req_slot(e->shm, s->slot)->params.sampling;
+    const hy_sampling_t *sp = &s->params.sampling;
 
     return e->dev_ok != NULL && sp->n_logit_bias == 0 && sp->repetition_penalty == 1.0f &&
            sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f;
@@ -603,7 +601,7 @@ static void hy_engine_device_sample(hy_engine_t *e, int32_t n_items, bool host_l
 
     for (i = 0; i < n_items; i++) {
         hy_sched_seq_t *s = e->item_seq[i];
-        const hy_sampling_t *sp = &hy_req_slot(e->shm, s->slot)->params.sampling;
+        const hy_sampling_t *sp = &s->params.sampling;
         hy_sample_params_t *dp = &e->dev_p[i];
 
         memset(dp, 0, sizeof *dp);
@@ -638,7 +636,7 @@ static void hy_engine_device_sample(hy_engine_t *e, int32_t n_items, bool host_l
 static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
                              const hy_sample_result_t *dev)
 {
-    const hy_req_params_t *p = &hy_req_slot(e->shm, s->slot)->params;
+    const hy_req_params_t *p = &s->params;
     hy_sample_out_t so;
     int32_t t, j;
     bool stop = false;
@@ -689,19 +687,19 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
  * the prompt tokens/s gauges. */
 static void hy_engine_count_prompt(hy_engine_t *e, int32_t n_items)
 {
-    uint32_t n = 0;
+    int32_t n = 0;
     int32_t i;
 
     for (i = 0; i < n_items; i++) {
         const hy_sched_seq_t *s = e->item_seq[i];
 
         if (s->kv.n_tokens < s->n_prompt)
-            n += (uint32_t)HY_MIN(s->chunk, s->n_prompt - s->kv.n_tokens);
+            n += HY_MIN(s->chunk, s->n_prompt - s->kv.n_tokens);
     }
-    hy_rwin_add(&hy_shm_stats(e->shm)->prompt_rate, hy_shm_now_ns(), n);
+    e->src.i->prompt_computed(&e->src, n);
 }
 
-static void hy_engine_step(hy_engine_t *e, int32_t n_items)
+static void hy_engine_run(hy_engine_t *e, int32_t n_items)
 {
     char err[HY_ERR_LEN];
     bool host_logits = false;
@@ -729,40 +727,70 @@ static void hy_engine_step(hy_engine_t *e, int32_t n_items)
     }
 }
 
+/* Offers again the tokens that wait for their readers; *any_blocked: one
+ * still waits. */
+static void hy_engine_flush_all(hy_engine_t *e, bool *any_blocked)
+{
+    int32_t i;
+
+    *any_blocked = false;
+    for (i = 0; i < e->n_pool; i++) {
+        if (e->pool[i].status != HY_SEQ_FREE && e->pool[i].blocked) {
+            hy_engine_flush(e, &e->pool[i]);
+            *any_blocked |= e->pool[i].status != HY_SEQ_FREE && e->pool[i].blocked;
+        }
+    }
+}
+
+/* One step; *any_blocked as hy_engine_flush_all says. */
+static int32_t hy_engine_once(hy_engine_t *e, bool *any_blocked)
+{
+    int32_t n_items;
+
+    hy_engine_cancels(e);
+    hy_engine_flush_all(e, any_blocked);
+    hy_engine_admit_all(e);
+    n_items = hy_engine_build(e);
+    if (n_items > 0)
+        hy_engine_run(e, n_items);
+    return n_items;
+}
+
+int32_t hy_engine_poll(hy_engine_t *e)
+{
+    bool any_blocked;
+
+    return hy_engine_once(e, &any_blocked);
+}
+
+void hy_engine_cancel_all(hy_engine_t *e, const char *why)
+{
+    hy_req_taken_t q;
+    int32_t i;
+
+    for (i = 0; i < e->n_pool; i++)
+        if (e->pool[i].status != HY_SEQ_FREE)
+            hy_engine_finish(e, &e->pool[i], HY_REQ_CANCELLED, HY_FINISH_CANCELLED, 0, why);
+    while (e->src.i->take(&e->src, &q) == HY_OK)
+        e->src.i->finish(&e->src, q.id, HY_REQ_CANCELLED, HY_FINISH_CANCELLED, 0, why);
+}
+
 static void *hy_engine_main(void *arg)
 {
     hy_engine_t *e = arg;
-    hy_shm_header_t *hdr = hy_shm_header_rw(e->shm);
-    int32_t i, n_items, idx;
 
     while (!atomic_load(&e->stop)) {
-        uint32_t seen = atomic_load(&hdr->engine_futex);
-        bool any_blocked = false;
+        uint32_t seen = e->src.i->epoch(&e->src);
+        bool any_blocked;
 
-        hy_engine_cancels(e);
-        for (i = 0; i < e->n_pool; i++) {
-            if (e->pool[i].status != HY_SEQ_FREE && e->pool[i].blocked) {
-                hy_engine_flush(e, &e->pool[i]);
-                any_blocked |= e->pool[i].status != HY_SEQ_FREE && e->pool[i].blocked;
-            }
-        }
-        hy_engine_admit_all(e);
-        n_items = hy_engine_build(e);
-        if (n_items > 0) {
-            hy_engine_step(e, n_items);
+        if (hy_engine_once(e, &any_blocked) > 0)
             continue;
-        }
         /* nothing runnable: sleep until a submit/cancel, polling briefly
          * while a reader is behind (reads do not wake the engine) */
-        hy_shm_engine_wait(e->shm, seen, any_blocked || hy_engine_count(e, HY_SEQ_WAITING) ? 1 : 100);
+        e->src.i->wait(&e->src, seen,
+                       any_blocked || hy_engine_count(e, HY_SEQ_WAITING) ? 1 : 100);
     }
-    for (i = 0; i < e->n_pool; i++)
-        if (e->pool[i].status != HY_SEQ_FREE)
-            hy_engine_finish(e, &e->pool[i], HY_REQ_CANCELLED, HY_FINISH_CANCELLED, 0,
-                             "the engine is shutting down");
-    while (hy_req_take(e->shm, &idx) == HY_OK)
-        hy_req_finish(e->shm, idx, HY_REQ_CANCELLED, HY_FINISH_CANCELLED, 0,
-                      "the engine is shutting down");
+    hy_engine_cancel_all(e, "the engine is shutting down");
     return NULL;
 }
 
@@ -784,7 +812,7 @@ void hy_engine_stop(hy_engine_t *e)
     if (e == NULL || !e->started)
         return;
     atomic_store(&e->stop, 1);
-    hy_shm_engine_kick(e->shm);
+    e->src.i->kick(&e->src);
     pthread_join(e->thread, NULL);
     e->started = false;
 }

@@ -1,18 +1,25 @@
 /*
- * engine.h - the coordinator's engine: one thread that takes requests from
- * the shared segment's request slots, schedules every running sequence into
- * one mixed batch per step (decode tokens + chunked prefill, one forward
- * pass), samples, and streams tokens into the slots' rings.  KV pages, state
- * slots and recurrent-state checkpoints come from the segment's page table,
- * so prefix caching spans requests and workers.
+ * engine.h - the engine: takes requests from a request source (ipc/source.h),
+ * schedules every running sequence into one mixed batch per step (decode
+ * tokens + chunked prefill, one forward pass), samples, and hands the tokens
+ * back to the source.  KV pages, state slots and recurrent-state checkpoints
+ * come from a page table (ipc/pagetable.h), so prefix caching spans requests.
+ *
+ * The server gives it the shared segment's request slots and page table and
+ * runs it on its own thread (hy_engine_start); `hyserve run` and `hyserve
+ * bench --offline` give it an in-process source (engine/local.h) and a
+ * private page table and drive it step by step from their own thread
+ * (hy_engine_poll).  The engine never sees which.
  */
 #ifndef HY_ENGINE_ENGINE_H
 #define HY_ENGINE_ENGINE_H
 
 #include <stdio.h>
 
+#include "ipc/pagetable.h"
+#include "ipc/source.h"
 #include "model/model.h"
-#include "server/shm.h"
+#include "model/tokenizer.h"
 
 typedef struct hy_engine hy_engine_t;
 
@@ -25,21 +32,37 @@ typedef struct {
     uint64_t memory_bytes;       /* [cache] budget for KV pages + state slots + checkpoints;
                                     0 = max_seqs full-context sequences */
     int32_t checkpoint_interval; /* [cache] checkpoint_interval tokens (0 = prompt ends only) */
-    int32_t n_request_slots;     /* [server] max_queue + max_seqs */
+    int32_t n_request_slots;     /* requests the source can hold ([server] max_queue + max_seqs) */
+    bool no_checkpoints;         /* no recurrent-state checkpoint slots: requests that never
+                                    share a prefix (hyserve run) */
+    const hy_tok_t *tok;         /* the model's tokenizer, when the caller has loaded it
+                                    already (only read); NULL: the engine loads its own */
 } hy_engine_opts_t;
 
-/* Fills the segment parameters (pages, state slots, checkpoints, request
- * slots...) from the model, the backend's sizes and the memory budget split
- * between KV pages and state+checkpoint slots; never refuses because slots
- * < max_seqs: sizes them (fewer state slots means fewer running sequences). */
-int hy_engine_shm_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_opts_t *o,
-                         hy_shm_params_t *out, char *err);
-/* The segment must have been created with hy_engine_shm_params' numbers
- * (or at least as many pages/slots as the runner is given). */
-int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_shm_t *shm,
-                     const hy_engine_opts_t *o, char *err);
-int hy_engine_start(hy_engine_t *e, char *err); /* engine thread */
-void hy_engine_stop(hy_engine_t *e);            /* finishes the current step, cancels the rest */
+/* The context length o gives for m (o->n_ctx, else the model's). */
+int32_t hy_engine_n_ctx(const hy_model_t *m, const hy_engine_opts_t *o);
+
+/* The page table the engine needs (pages, state slots, checkpoints) from
+ * the model, the backend's sizes and the memory budget split between KV
+ * pages and state+checkpoint slots; never refuses because slots <
+ * max_seqs: sizes them (fewer state slots means fewer running sequences). */
+int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_opts_t *o,
+                        hy_pt_params_t *out, char *err);
+/* pt must have been made with hy_engine_pt_params' numbers (or at least as
+ * many pages and slots); src is copied.  The engine uses both until freed. */
+int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t *pt,
+                     const hy_req_source_t *src, const hy_engine_opts_t *o, char *err);
+/* The engine on its own thread: steps while there is work, waits on the
+ * source while there is none. */
+int hy_engine_start(hy_engine_t *e, char *err);
+void hy_engine_stop(hy_engine_t *e); /* finishes the current step, cancels the rest */
+/* Or driven by the caller: one step (take, admit, one forward pass, sample,
+ * hand tokens over).  Returns how many sequences ran; 0 when nothing can
+ * run now (no request, or every one waits for its reader). */
+int32_t hy_engine_poll(hy_engine_t *e);
+/* Ends every request the engine holds, and every one still queued in the
+ * source, as cancelled with reason why; their pages go back. */
+void hy_engine_cancel_all(hy_engine_t *e, const char *why);
 void hy_engine_free(hy_engine_t *e);
 /* One key=value line: pages, slots, split, capacity. */
 void hy_engine_describe(const hy_engine_t *e, FILE *f);

@@ -1,7 +1,13 @@
-# src/engine (runner) and src/kv (page ids).
-libhy_a_SOURCES += src/engine/runner.c src/engine/runner.h src/kv/pages.c src/kv/pages.h \
-	src/kv/plan.c src/kv/plan.h
-check_PROGRAMS += tests/unit/test_plan
-TESTS += tests/unit/test_plan
-tests_unit_test_plan_SOURCES = tests/unit/test_plan.c
-tests_unit_test_plan_LDADD = $(TEST_LDADD)
+# src/engine: the runner (ragged batches on a page table), the sampler, the
+# scheduler's policy and the engine (batching, chunked prefill, prefix
+# cache, preemption), and the in-process request source (local.c).
+libhy_a_SOURCES += src/engine/runner.c src/engine/runner.h \
+	src/engine/sampler.c src/engine/sampler.h \
+	src/engine/scheduler.c src/engine/scheduler.h \
+	src/engine/engine.c src/engine/engine.h src/engine/local.c src/engine/local.h
+check_PROGRAMS += tests/unit/test_sampler tests/unit/test_engine
+TESTS += tests/unit/test_sampler tests/unit/test_engine
+tests_unit_test_sampler_SOURCES = tests/unit/test_sampler.c
+tests_unit_test_sampler_LDADD = $(TEST_LDADD)
+tests_unit_test_engine_SOURCES = tests/unit/test_engine.c
+tests_unit_test_engine_LDADD = $(TEST_LDADD)

@@ -1,8 +1,9 @@
 /*
  * runner.c - batch building and page reservation around one forward pass.
- * Pages for every sequence of the step are reserved before anything runs,
- * and released again if the step cannot run, so a failed step leaves the
- * pool and the sequences exactly as they were.
+ * What a step's sequences lack (pages for their new positions, a state
+ * slot) is taken from the page table before anything runs, and given back
+ * if the step cannot run, so a failed step leaves the table and the
+ * sequences exactly as they were.
  */
 #include "engine/runner.h"
 #include "kv/plan.h"
@@ -23,10 +24,44 @@ void hy_runner_opts_default(hy_runner_opts_t *o)
     o->kv_type = HY_DTYPE_F16;
 }
 
+/* The table's numbers into r->opts (a given table), or a private table of
+ * r->opts' numbers: one state slot per sequence that may run at once. */
+static int hy_runner_table(hy_runner_t *r, char *err)
+{
+    hy_runner_opts_t *o = &r->opts;
+    hy_pt_params_t pp;
+    int64_t n;
+
+    if (o->pt != NULL) {
+        r->pt = o->pt;
+        o->n_pages = r->pt->sh->params.n_pages;
+        o->page_tokens = r->pt->sh->params.page_tokens;
+        r->n_live_slots = r->pt->sh->params.n_state_slots;
+        o->n_slots = r->n_live_slots + r->pt->sh->params.n_checkpoint_slots;
+        return HY_OK;
+    }
+    if (o->n_pages == 0) {
+        n = (int64_t)o->max_seqs * ((o->n_ctx + o->page_tokens - 1) / o->page_tokens);
+        if (n > INT32_MAX)
+            return hy_err(err, HY_ERANGE, "runner: %lld KV pages is too many", (long long)n);
+        o->n_pages = (int32_t)n;
+    }
+    if (o->n_slots == 0)
+        o->n_slots = o->max_seqs;
+    memset(&pp, 0, sizeof pp);
+    pp.n_pages = o->n_pages;
+    pp.page_tokens = o->page_tokens;
+    pp.n_state_slots = r->model->n_rec_layers > 0 ? o->n_slots : 0;
+    r->n_live_slots = pp.n_state_slots;
+    r->own_pt = true;
+    return hy_pt_create(&r->pt, &pp, err);
+}
+
 int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
                    const hy_runner_opts_t *o, char *err)
 {
     hy_kv_layout_t lay;
+    size_t ns;
     int rc;
 
     memset(r, 0, sizeof *r);
@@ -37,27 +72,23 @@ int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
         o->page_tokens < 1 || o->page_tokens > 256)
         return hy_err(err, HY_EINVAL, "runner: bad sizes (tokens %d outputs %d seqs %d ctx %d page %d)",
                       o->max_tokens, o->max_outputs, o->max_seqs, o->n_ctx, o->page_tokens);
-    if (r->opts.n_pages == 0) {
-        int64_t n = (int64_t)o->max_seqs * ((o->n_ctx + o->page_tokens - 1) / o->page_tokens);
-
-        if (n > INT32_MAX)
-            return hy_err(err, HY_ERANGE, "runner: %lld KV pages is too many", (long long)n);
-        r->opts.n_pages = (int32_t)n;
-    }
-    if ((rc = hy_fwd_init(&r->fwd, m, be, o->max_tokens, o->max_outputs, err)) != HY_OK)
+    if ((rc = hy_runner_table(r, err)) != HY_OK)
         return rc;
-    if (!o->caller_pages && (rc = hy_kv_pages_init(&r->pages, r->opts.n_pages, err)) != HY_OK)
+    if ((rc = hy_fwd_init(&r->fwd, m, be, o->max_tokens, o->max_outputs, err)) != HY_OK)
         goto fail;
-    hy_plan_kv_layout(m, o->page_tokens, r->opts.n_pages, o->kv_type, &lay);
+    hy_plan_kv_layout(m, r->opts.page_tokens, r->opts.n_pages, o->kv_type, &lay);
     if ((rc = be->i->kv_init(be, &lay, err)) != HY_OK)
         goto fail;
     if (m->n_rec_layers > 0 && (rc = hy_runner_state_init(r, err)) != HY_OK)
         goto fail;
+    ns = (size_t)o->max_seqs;
     r->tok = malloc(sizeof(int32_t) * (size_t)o->max_tokens);
     r->pos = malloc(sizeof(int32_t) * (size_t)o->max_tokens);
     r->out_rows = malloc(sizeof(int32_t) * (size_t)o->max_tokens);
-    r->bseqs = malloc(sizeof(hy_batch_seq_t) * (size_t)o->max_seqs);
-    if (!r->tok || !r->pos || !r->out_rows || !r->bseqs) {
+    r->old_pages = malloc(sizeof(int32_t) * ns);
+    r->new_slot = malloc(sizeof(bool) * ns);
+    r->bseqs = malloc(sizeof(hy_batch_seq_t) * ns);
+    if (!r->tok || !r->pos || !r->out_rows || !r->old_pages || !r->new_slot || !r->bseqs) {
         rc = hy_err(err, HY_ENOMEM, "out of memory");
         goto fail;
     }
@@ -67,21 +98,20 @@ fail:
     return rc;
 }
 
-/* One state slot per sequence that may run at once: recurrent state does
- * not grow with the context, so there is nothing to page. */
+/* The backend's state arena: n_slots slots (recurrent state does not grow
+ * with the context, so there is nothing to page). */
 static int hy_runner_state_init(hy_runner_t *r, char *err)
 {
     const hy_model_t *m = r->model;
     hy_state_layout_t lay;
     int64_t *conv = NULL, *rec = NULL;
-    int32_t il, k = 0, i;
+    int32_t il, k = 0;
     int rc;
 
-    r->n_slots = r->opts.n_slots > 0 ? r->opts.n_slots : r->opts.max_seqs;
+    r->n_slots = r->opts.n_slots;
     conv = calloc((size_t)m->n_rec_layers, sizeof *conv);
     rec = calloc((size_t)m->n_rec_layers, sizeof *rec);
-    r->free_slots = malloc(sizeof(int32_t) * (size_t)r->n_slots);
-    if (conv == NULL || rec == NULL || r->free_slots == NULL) {
+    if (conv == NULL || rec == NULL) {
         rc = hy_err(err, HY_ENOMEM, "out of memory");
         goto out;
     }
@@ -94,9 +124,6 @@ static int hy_runner_state_init(hy_runner_t *r, char *err)
     }
     hy_plan_state_layout(m, r->n_slots, conv, rec, &lay);
     rc = r->be->i->state_init(r->be, &lay, err);
-    for (i = 0; i < r->n_slots; i++)
-        r->free_slots[i] = r->n_slots - 1 - i;
-    r->n_free_slots = r->n_slots;
 out:
     free(conv);
     free(rec);
@@ -105,24 +132,24 @@ out:
 
 void hy_runner_free(hy_runner_t *r)
 {
-    free(r->free_slots);
     hy_fwd_free(&r->fwd);
-    hy_kv_pages_free(&r->pages);
+    if (r->own_pt)
+        hy_pt_destroy(r->pt);
     free(r->tok);
     free(r->pos);
     free(r->out_rows);
+    free(r->old_pages);
+    free(r->new_slot);
     free(r->bseqs);
     memset(r, 0, sizeof *r);
 }
 
-int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
-                   float *logits, char *err)
+/* ---- one step --------------------------------------------------------------- */
+
+static int hy_runner_check(const hy_runner_t *r, const hy_runner_item_t *items,
+                           int32_t n_items, char *err)
 {
-    int32_t n_tok = 0, n_out = 0, i, j, reserved = 0;
-    int32_t *old_pages = NULL;
-    bool *new_slot = NULL;
-    hy_batch_t b;
-    int rc = HY_OK;
+    int32_t n_tok = 0, n_out = 0, i, j;
 
     if (n_items < 1 || n_items > r->opts.max_seqs)
         return hy_err(err, HY_EINVAL, "step of %d sequences (1..%d allowed)", n_items,
@@ -143,55 +170,79 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
                 return hy_err(err, HY_EINVAL, "sequence %d appears twice in one step", i);
         }
     }
-    old_pages = malloc(sizeof(int32_t) * (size_t)n_items);
-    new_slot = calloc((size_t)n_items, sizeof(bool));
-    if (old_pages == NULL || new_slot == NULL) {
-        free(old_pages);
-        free(new_slot);
-        return hy_err(err, HY_ENOMEM, "out of memory");
+    return HY_OK;
+}
+
+/* Pages for s's positions up to n_total and a state slot, from the table
+ * when s lacks them; then every page id and the slot must be the table's. */
+static int hy_runner_reserve(hy_runner_t *r, hy_kv_seq_t *s, int32_t n_total, bool *new_slot,
+                             char *err)
+{
+    int32_t need = (n_total + r->opts.page_tokens - 1) / r->opts.page_tokens, j;
+    int rc;
+
+    *new_slot = false;
+    if (need > s->cap) {
+        int32_t cap = HY_MAX(need, s->cap * 2);
+        int32_t *np = realloc(s->pages, sizeof(int32_t) * (size_t)cap);
+
+        if (np == NULL)
+            return hy_err(err, HY_ENOMEM, "out of memory");
+        s->pages = np;
+        s->cap = cap;
     }
-    for (i = 0; r->opts.caller_pages && i < n_items; i++) {
+    if (need > s->n_pages) {
+        if ((rc = hy_pt_alloc_pages(r->pt, need - s->n_pages, s->pages + s->n_pages, err)) != HY_OK)
+            return rc;
+        s->n_pages = need;
+    }
+    for (j = 0; j < need; j++)
+        if (s->pages[j] < 0 || s->pages[j] >= r->opts.n_pages)
+            return hy_err(err, HY_EINVAL, "page id %d outside the pool (%d)", s->pages[j],
+                          r->opts.n_pages);
+    if (r->n_slots == 0)
+        return HY_OK;
+    if (s->state_slot == 0) {
+        int32_t slot;
+
+        if ((rc = hy_pt_state_alloc(r->pt, &slot, err)) != HY_OK)
+            return rc;
+        s->state_slot = slot + 1;
+        *new_slot = true;
+        r->be->i->state_clear(r->be, slot);
+    }
+    if (s->state_slot < 1 || s->state_slot > r->n_slots)
+        return hy_err(err, HY_EINVAL, "no valid state slot (%d)", s->state_slot - 1);
+    return HY_OK;
+}
+
+/* Gives back what this step's reservations took from items[0..n). */
+static void hy_runner_unreserve(hy_runner_t *r, hy_runner_item_t *items, int32_t n)
+{
+    char err[HY_ERR_LEN];
+    int32_t i;
+
+    for (i = 0; i < n; i++) {
         hy_kv_seq_t *s = items[i].seq;
-        int32_t need = (s->n_tokens + items[i].n + r->opts.page_tokens - 1) / r->opts.page_tokens;
 
-        if (s->n_pages < need) {
-            rc = hy_err(err, HY_EINVAL, "sequence %d has %d pages, %d positions need %d", i,
-                        s->n_pages, s->n_tokens + items[i].n, need);
-            goto out;
-        }
-        for (j = 0; j < need; j++) {
-            if (s->pages[j] < 0 || s->pages[j] >= r->opts.n_pages) {
-                rc = hy_err(err, HY_EINVAL, "sequence %d: page id %d outside the pool (%d)", i,
-                            s->pages[j], r->opts.n_pages);
-                goto out;
-            }
-        }
-        if (r->n_slots > 0 && (s->state_slot < 1 || s->state_slot > r->n_slots)) {
-            rc = hy_err(err, HY_EINVAL, "sequence %d has no valid state slot (%d)", i,
-                        s->state_slot - 1);
-            goto out;
+        if (s->n_pages > r->old_pages[i])
+            hy_pt_release_seq(r->pt, s->pages + r->old_pages[i], s->n_pages - r->old_pages[i],
+                              err);
+        s->n_pages = HY_MIN(s->n_pages, r->old_pages[i]);
+        if (r->new_slot[i]) {
+            hy_pt_state_free(r->pt, s->state_slot - 1, err);
+            s->state_slot = 0;
         }
     }
-    for (i = 0; !r->opts.caller_pages && i < n_items; i++) {
-        hy_kv_seq_t *s = items[i].seq;
+}
 
-        old_pages[i] = s->n_pages;
-        rc = hy_kv_seq_reserve(&r->pages, s, s->n_tokens + items[i].n, r->opts.page_tokens, err);
-        if (rc != HY_OK)
-            goto undo;
-        reserved = i + 1;
-        if (r->n_slots > 0 && s->state_slot == 0) {
-            if (r->n_free_slots == 0) {
-                rc = hy_err(err, HY_EFULL, "no free recurrent-state slot (%d in use)", r->n_slots);
-                goto undo;
-            }
-            s->state_slot = r->free_slots[--r->n_free_slots] + 1;
-            new_slot[i] = true;
-            r->be->i->state_clear(r->be, s->state_slot - 1);
-        }
-    }
+/* The batch the backend reads; n_out rows of logits asked for. */
+static int hy_runner_batch(hy_runner_t *r, const hy_runner_item_t *items, int32_t n_items,
+                           hy_batch_t *b, int32_t *n_out, char *err)
+{
+    int32_t n_tok = 0, i, j;
 
-    n_tok = n_out = 0;
+    *n_out = 0;
     for (i = 0; i < n_items; i++) {
         const hy_runner_item_t *it = &items[i];
         hy_batch_seq_t *bs = &r->bseqs[i];
@@ -203,25 +254,47 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
         bs->n_pages = it->seq->n_pages;
         bs->state_slot = it->seq->state_slot - 1;
         for (j = 0; j < it->n; j++) {
+            if (it->tokens[j] < 0 || it->tokens[j] >= r->model->n_vocab)
+                return hy_err(err, HY_EINVAL, "token id %d is outside the vocabulary (0..%d)",
+                              it->tokens[j], r->model->n_vocab - 1);
             r->tok[n_tok + j] = it->tokens[j];
             r->pos[n_tok + j] = it->seq->n_tokens + j;
             if (it->all_logits || j == it->n - 1)
-                r->out_rows[n_out++] = n_tok + j;
+                r->out_rows[(*n_out)++] = n_tok + j;
         }
         n_tok += it->n;
     }
-    for (i = 0; i < n_tok; i++) {
-        if (r->tok[i] < 0 || r->tok[i] >= r->model->n_vocab) {
-            rc = hy_err(err, HY_EINVAL, "token id %d is outside the vocabulary (0..%d)",
-                        r->tok[i], r->model->n_vocab - 1);
+    b->n_tokens = n_tok;
+    b->token = r->tok;
+    b->pos = r->pos;
+    b->n_seqs = n_items;
+    b->seqs = r->bseqs;
+    return HY_OK;
+}
+
+int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
+                   float *logits, char *err)
+{
+    int32_t i, reserved = 0, n_out;
+    char sub[HY_ERR_LEN];
+    hy_batch_t b;
+    int rc;
+
+    if ((rc = hy_runner_check(r, items, n_items, err)) != HY_OK)
+        return rc;
+    for (i = 0; i < n_items; i++) {
+        r->old_pages[i] = items[i].seq->n_pages;
+        r->new_slot[i] = false;
+        reserved = i + 1;
+        rc = hy_runner_reserve(r, items[i].seq, items[i].seq->n_tokens + items[i].n,
+                               &r->new_slot[i], sub);
+        if (rc != HY_OK) {
+            hy_err(err, rc, "sequence %d: %.400s", i, sub);
             goto undo;
         }
     }
-    b.n_tokens = n_tok;
-    b.token = r->tok;
-    b.pos = r->pos;
-    b.n_seqs = n_items;
-    b.seqs = r->bseqs;
+    if ((rc = hy_runner_batch(r, items, n_items, &b, &n_out, err)) != HY_OK)
+        goto undo;
     /* step_begin/step_end let the backend replay the step as a CUDA graph;
      * when its capture could not complete nothing ran: run it again, eagerly */
     if (r->be->i->step_begin)
@@ -233,24 +306,9 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
         goto undo;
     for (i = 0; i < n_items; i++)
         items[i].seq->n_tokens += items[i].n;
-out:
-    free(old_pages);
-    free(new_slot);
-    return rc;
+    return HY_OK;
 undo:
-    /* give back pages reserved by this step only */
-    for (i = 0; i < reserved; i++) {
-        hy_kv_seq_t *s = items[i].seq;
-
-        while (s->n_pages > old_pages[i])
-            hy_kv_page_unref(&r->pages, s->pages[--s->n_pages]);
-        if (new_slot[i]) {
-            r->free_slots[r->n_free_slots++] = s->state_slot - 1;
-            s->state_slot = 0;
-        }
-    }
-    free(old_pages);
-    free(new_slot);
+    hy_runner_unreserve(r, items, reserved);
     return rc;
 }
 
@@ -270,13 +328,20 @@ int hy_runner_prefill(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *tokens,
     return HY_OK;
 }
 
+void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq)
+{
+    char err[HY_ERR_LEN];
+
+    if (seq->n_pages > 0)
+        hy_pt_release_seq(r->pt, seq->pages, seq->n_pages, err);
+    if (seq->state_slot > 0)
+        hy_pt_state_free(r->pt, seq->state_slot - 1, err);
+    seq->n_pages = seq->n_tokens = seq->state_slot = 0;
+}
+
 void hy_runner_seq_release(hy_runner_t *r, hy_kv_seq_t *seq)
 {
-    if (r->opts.caller_pages) {
-        seq->n_pages = seq->n_tokens = seq->state_slot = 0;
-        return;
-    }
-    if (seq->state_slot > 0)
-        r->free_slots[r->n_free_slots++] = seq->state_slot - 1;
-    hy_kv_seq_release(&r->pages, seq);
+    hy_runner_seq_drop(r, seq);
+    free(seq->pages);
+    memset(seq, 0, sizeof *seq);
 }

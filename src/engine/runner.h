@@ -1,17 +1,29 @@
 /*
  * runner.h - runs ragged batches of sequences through a model: it owns the
- * forward-pass buffers and the KV page pool, reserves each sequence's pages,
- * builds the hy_batch_t the backend reads, and returns the logits asked for.
- * `hyserve run/eval/bench` drive it directly with one or a few sequences; the
- * coordinator's engine loop feeds it the scheduler's mixed batches, with
- * caller_pages set: pages and state slots then come from the shared page
- * table and the runner only checks that they cover each step.
+ * forward-pass buffers, builds the hy_batch_t the backend reads, and returns
+ * the logits asked for.  Page ids and recurrent-state slots come from one
+ * page table (ipc/pagetable.h), the allocator the server runs: the engine
+ * hands the runner the shared segment's table (and gives each sequence its
+ * pages itself, with prefix hits and preemption); `hyserve eval/bench`, the
+ * golden tests and the long-context test let the runner make a private one
+ * (no mutex, so no lock calls).  Either way a step tops up what a sequence
+ * lacks for its new positions from the table and checks the rest.
  */
 #ifndef HY_ENGINE_RUNNER_H
 #define HY_ENGINE_RUNNER_H
 
+#include "ipc/pagetable.h"
 #include "model/model.h"
-#include "kv/pages.h"
+
+/* One sequence's KV pages: pages[i] holds positions i*page_tokens ..
+ * +page_tokens-1.  The array is malloc'd (the runner grows it when it must). */
+typedef struct {
+    int32_t *pages;     /* [cap] page ids from the runner's table */
+    int32_t n_pages;
+    int32_t cap;
+    int32_t n_tokens;   /* positions already written */
+    int32_t state_slot; /* recurrent-state slot + 1 (0 = none yet) */
+} hy_kv_seq_t;
 
 typedef struct {
     int32_t max_tokens;   /* tokens per step */
@@ -22,11 +34,11 @@ typedef struct {
     int32_t page_tokens;  /* default 16 */
     int32_t n_slots;      /* recurrent-state slots; 0 = max_seqs */
     hy_dtype_t kv_type;   /* F16 default (use F32 for exactness tests) */
-    /* The caller owns page ids and state slots (the coordinator's shared
-     * page table): each step only checks that every sequence's page list
-     * covers its new positions and that it has a state slot; the runner
-     * allocates, frees and clears nothing. */
-    bool caller_pages;
+    /* The page table to take pages and state slots from (the engine's);
+     * n_pages, page_tokens and n_slots then come from it: its pages, and
+     * its state slots followed by its checkpoint slots in the backend's
+     * state arena.  NULL: the runner makes a private one of the sizes above. */
+    hy_pt_t *pt;
 } hy_runner_opts_t;
 
 typedef struct {
@@ -41,11 +53,13 @@ typedef struct {
     hy_backend_t *be;
     hy_runner_opts_t opts;
     hy_fwd_t fwd;
-    hy_kv_pages_t pages;
+    hy_pt_t *pt;                   /* opts.pt, or the private table */
+    bool own_pt;
     int32_t *tok, *pos, *out_rows; /* [max_tokens] batch scratch */
-    int32_t n_slots;               /* recurrent-state slots (0: model has none) */
-    int32_t n_free_slots;
-    int32_t *free_slots;           /* [n_slots] stack of free slot ids */
+    int32_t *old_pages;            /* [max_seqs] page counts before this step */
+    bool *new_slot;                /* [max_seqs] this step gave the sequence its state slot */
+    int32_t n_slots;               /* backend state slots (0: the model has no recurrent layers) */
+    int32_t n_live_slots;          /* of which the table hands to sequences */
     hy_batch_seq_t *bseqs;         /* [max_seqs] */
 } hy_runner_t;
 
@@ -54,10 +68,12 @@ int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
                    const hy_runner_opts_t *o, char *err);
 void hy_runner_free(hy_runner_t *r);
 
-/* One forward pass over all items.  logits receives, item by item, the rows
- * asked for (n rows when all_logits, else 1), each n_vocab floats; NULL
- * leaves them in r->fwd.logits on the backend only.  On error no sequence
- * advances. */
+/* One forward pass over all items.  Pages (and a cleared state slot) that
+ * a sequence lacks for its new positions are taken from the table first;
+ * HY_EFULL when the table has too few.  logits receives, item by item, the
+ * rows asked for (n rows when all_logits, else 1), each n_vocab floats;
+ * NULL leaves them in r->fwd.logits on the backend only.  On error no
+ * sequence advances and what this step took goes back. */
 int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
                    float *logits, char *err);
 
@@ -66,6 +82,10 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
 int hy_runner_prefill(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *tokens,
                       int32_t n, float *last_logits, char *err);
 
+/* Gives seq's pages and state slot back to the table and empties it; the
+ * page array stays for reuse. */
+void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq);
+/* hy_runner_seq_drop, then frees the page array. */
 void hy_runner_seq_release(hy_runner_t *r, hy_kv_seq_t *seq);
 
 #endif

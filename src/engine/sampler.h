@@ -1,9 +1,9 @@
 /*
  * sampler.h - turns one row of logits into one token for one sequence.
- * hy_sampling_t is the plain, copyable parameter block a request carries
- * (it has no pointers, so it can live in a shared-memory request slot);
- * hy_sampler_t is the per-sequence state built from it: its own PRNG and
- * the token counts the repetition/presence/frequency penalties need.
+ * hy_sampling_t (ipc/request.h) is the plain, copyable parameter block a
+ * request carries; hy_sampler_t is the per-sequence state built from it:
+ * its own PRNG and the token counts the repetition/presence/frequency
+ * penalties need.
  *
  * Pipeline (llama.cpp's default chain):
  *   logit_bias -> penalties -> top_k -> top_p -> min_p -> temperature -> draw
@@ -24,30 +24,7 @@
 #ifndef HY_ENGINE_SAMPLER_H
 #define HY_ENGINE_SAMPLER_H
 
-#include "common/hy.h"
-
-#define HY_SAMPLING_MAX_LOGPROBS 20    /* OpenAI top_logprobs upper bound */
-#define HY_SAMPLING_MAX_LOGIT_BIAS 300 /* entries in one request's logit_bias */
-
-typedef struct {
-    int32_t token;
-    float bias; /* added to the logit; OpenAI range -100..100 */
-} hy_logit_bias_t;
-
-typedef struct {
-    float temperature;        /* 0..2; 0 = greedy (argmax, ties -> lowest id) */
-    int32_t top_k;            /* >= 0; 0 = off */
-    float top_p;              /* (0, 1]; 1 = off */
-    float min_p;              /* 0..1; 0 = off */
-    float repetition_penalty; /* (0, 10]; 1 = off */
-    float presence_penalty;   /* -2..2 */
-    float frequency_penalty;  /* -2..2 */
-    int32_t penalty_last_n;   /* >= 0; 0 = whole sequence */
-    uint64_t seed;            /* the server picks a random one when the request has none */
-    int32_t n_logprobs;       /* 0..20 alternatives reported per token */
-    int32_t n_logit_bias;     /* 0..HY_SAMPLING_MAX_LOGIT_BIAS */
-    hy_logit_bias_t logit_bias[HY_SAMPLING_MAX_LOGIT_BIAS];
-} hy_sampling_t;
+#include "ipc/request.h"
 
 typedef struct {
     int32_t token;   /* the chosen token */
@@ -58,15 +35,6 @@ typedef struct {
 } hy_sample_out_t;
 
 typedef struct hy_sampler hy_sampler_t;
-
-/* The neutral parameters: temperature 1, every filter and penalty off. */
-void hy_sampling_default(hy_sampling_t *p);
-
-/* Checks every field against its allowed range.  n_vocab > 0 also checks
- * logit_bias token ids (pass 0 when the vocabulary is not known yet).  The
- * message names the field with its OpenAI spelling, e.g.
- * "top_p = 0: must be in (0, 1]".  Returns HY_OK or HY_ERANGE/HY_EINVAL. */
-int hy_sampling_validate(const hy_sampling_t *p, int32_t n_vocab, char *err);
 
 /* Validates p and builds the per-sequence state (p is copied). */
 int hy_sampler_create(hy_sampler_t **out, const hy_sampling_t *p, int32_t n_vocab,

@@ -11,8 +11,8 @@
 #define HY_ENGINE_SCHEDULER_H
 
 #include "engine/sampler.h"
-#include "kv/pages.h"
-#include "server/ring.h"
+#include "engine/runner.h"
+#include "ipc/request.h"
 
 enum {
     HY_SEQ_FREE = 0, /* pool entry unused */
@@ -22,7 +22,8 @@ enum {
 
 typedef struct {
     int32_t status;        /* HY_SEQ_* */
-    int32_t slot;          /* request slot index in the segment */
+    int32_t id;            /* the request's id in its source (ipc/source.h) */
+    hy_req_params_t params; /* the request's parameters, copied when taken */
     int32_t priority;      /* lower runs first */
     uint64_t order;        /* submit order: FCFS among equal priorities */
     int32_t *tokens;       /* [cap] prompt, then accepted generated tokens */

@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #include "common/hy.h"
-#include "engine/sampler.h"
+#include "ipc/request.h"
 #include "model/chat_template.h"
 
 #define HY_API_MAX_DEPTH 64     /* JSON nesting we accept (cJSON allows 1000) */

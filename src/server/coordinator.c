@@ -8,6 +8,7 @@
  * streams finish, up to server.drain_seconds) and exits; SIGHUP reloads what
  * can change without the model (log level, facility, stderr copy).
  */
+#include "server/coordinator.h"
 #include "server/worker.h"
 
 #include "config.h" /* PACKAGE_VERSION */
@@ -39,7 +40,6 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/metrics.h"
-#include "tools/cli.h"
 
 #define CO_MAX_SETS 64
 #define CO_BACKOFF_MIN_MS 100
@@ -210,8 +210,6 @@ static char *co_token_text(const hy_tok_t *tok, int32_t id)
     return s;
 }
 
-/* The served model id: the file name without directory and ".gguf" (what
- * clients pass as "model"; GGUF general.name is free text with spaces). */
 /* The kernel the backend runs for each layer kind present and for each
  * weight type the matmuls read, "kind:kernel,..." into buf: logged at load
  * so that a silent fallback to a slower path is visible (an operator's
@@ -261,6 +259,8 @@ static void co_kernels(const hy_model_t *m, hy_backend_t *be, char *buf, size_t 
     }
 }
 
+/* The served model id: the file name without directory and ".gguf" (what
+ * clients pass as "model"; GGUF general.name is free text with spaces). */
 static const char *co_model_id(const char *path, char *buf, size_t cap)
 {
     const char *b = strrchr(path, '/');
@@ -502,48 +502,57 @@ static void co_usage(FILE *f)
                "  -s, --set K=V       override one key, e.g. --set server.workers=2\n");
 }
 
-int hy_cmd_serve(int argc, char **argv)
+/* ---- the coordinator's life: parse, start, supervise, shut down ------------------ */
+
+/* Everything the coordinator holds; what co_shutdown releases. */
+typedef struct {
+    co_args_t a;
+    hy_config_t *cfg;
+    hy_backend_t *be;
+    hy_model_t *model;
+    hy_tok_t *tok;
+    hy_chat_tmpl_t *tmpl;
+    hy_shm_t *shm;
+    hy_engine_t *eng;
+    bool engine_started;
+    hy_serve_ctl_t *ctl;   /* MAP_FAILED until mapped */
+    hy_worker_ctx_t w;     /* what the workers inherit */
+    hy_engine_opts_t eo;
+    hy_shm_params_t sp;
+    hy_api_layer_kind_t kinds[8];
+    char model_id[256];
+    co_slot_t *slots;      /* [n_workers] */
+    uint32_t n_workers;
+    co_hash_t *hash;
+    int listen_fd;
+    bool socket_open;
+    int control_fd;        /* [server] control_socket; -1 when none */
+    sigset_t mask, old_mask;
+    int64_t t0;
+} co_t;
+
+/* Command line: 0 parsed, 1 --help printed, 2 a usage error (reported). */
+static int co_parse(int argc, char **argv, co_args_t *a)
 {
     static const struct option opts[] = {{"config", required_argument, 0, 'c'},
                                          {"set", required_argument, 0, 's'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    co_args_t a = {0};
-    hy_config_t *cfg = NULL;
-    hy_backend_t *be = NULL;
-    hy_model_t *model = NULL;
-    hy_tok_t *tok = NULL;
-    hy_chat_tmpl_t *tmpl = NULL;
-    hy_shm_t *shm = NULL;
-    hy_engine_t *eng = NULL;
-    hy_serve_ctl_t *ctl = MAP_FAILED;
-    hy_worker_ctx_t w;
-    hy_engine_opts_t eo;
-    hy_shm_params_t sp;
-    hy_api_layer_kind_t kinds[8];
-    char model_id[256];
-    co_slot_t *slots = NULL;
-    co_hash_t *hash = NULL;
-    sigset_t mask, old_mask;
-    char err[HY_ERR_LEN];
-    bool engine_started = false, socket_open = false;
-    int opt, rc = 1, listen_fd = -1, control_fd = -1;
-    uint32_t i, n_workers;
-    int64_t t0 = co_now_ms();
+    int opt;
 
-    memset(&w, 0, sizeof w);
+    memset(a, 0, sizeof *a);
     optind = 1;
     while ((opt = getopt_long(argc, argv, "c:s:h", opts, NULL)) != -1) {
         switch (opt) {
-        case 'c': a.ini = optarg; break;
+        case 'c': a->ini = optarg; break;
         case 's':
-            if (a.n_sets == CO_MAX_SETS) {
+            if (a->n_sets == CO_MAX_SETS) {
                 fprintf(stderr, "hyserve serve: at most %d --set options\n", CO_MAX_SETS);
                 return 2;
             }
-            a.sets[a.n_sets++] = optarg;
+            a->sets[a->n_sets++] = optarg;
             break;
-        case 'h': co_usage(stdout); return 0;
+        case 'h': co_usage(stdout); return 1;
         default: co_usage(stderr); return 2;
         }
     }
@@ -551,266 +560,351 @@ int hy_cmd_serve(int argc, char **argv)
         fprintf(stderr, "hyserve serve: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if ((cfg = malloc(sizeof *cfg)) == NULL) {
+    return 0;
+}
+
+/* The configuration and the log: 0, or an exit status after a message on
+ * stderr (nothing is logged before the log is open). */
+static int co_configure(co_t *co)
+{
+    char err[HY_ERR_LEN];
+
+    if ((co->cfg = malloc(sizeof *co->cfg)) == NULL) {
         fprintf(stderr, "hyserve serve: out of memory\n");
         return 1;
     }
-    if (co_load_config(cfg, &a, err) != HY_OK) {
+    if (co_load_config(co->cfg, &co->a, err) != HY_OK) {
         fprintf(stderr, "hyserve serve: %s\n", err);
-        free(cfg);
         return 2;
     }
-    if (!cfg->model.path[0]) {
+    if (!co->cfg->model.path[0]) {
         fprintf(stderr, "hyserve serve: [model] path is required\n");
-        free(cfg);
         return 2;
     }
-    hy_log_open(cfg->log.ident, cfg->log.facility, cfg->log.level, cfg->log.to_stderr);
-    if (hy_log_set_socket(cfg->log.socket, err) != HY_OK) {
+    hy_log_open(co->cfg->log.ident, co->cfg->log.facility, co->cfg->log.level,
+                co->cfg->log.to_stderr);
+    if (hy_log_set_socket(co->cfg->log.socket, err) != HY_OK) {
         fprintf(stderr, "hyserve serve: [log] socket: %s\n", err);
-        free(cfg);
         return 2;
     }
     hy_log(LOG_INFO, "start", "version=%s config=%s model=%s", PACKAGE_VERSION,
-           a.ini ? a.ini : "(defaults)", cfg->model.path);
-    snprintf(co_worker_ident, sizeof co_worker_ident, "%s-fcgi", cfg->log.ident);
+           co->a.ini ? co->a.ini : "(defaults)", co->cfg->model.path);
+    snprintf(co_worker_ident, sizeof co_worker_ident, "%s-fcgi", co->cfg->log.ident);
+    return 0;
+}
 
-    /* Block the signals we handle before any thread exists (the engine
-     * thread inherits the mask, so they all come to sigtimedwait below). */
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGHUP);
-    sigaddset(&mask, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &mask, &old_mask);
-    signal(SIGPIPE, SIG_IGN);
+/* Model, tokenizer, chat template. */
+static int co_load_model(co_t *co, char *err)
+{
+    const hy_config_t *cfg = co->cfg;
+    hy_backend_opts_t bo = {.n_threads = (int)cfg->model.threads};
+    int rc;
 
-    /* Model, tokenizer, template. */
-    {
-        hy_backend_opts_t bo = {.n_threads = (int)cfg->model.threads};
+    if ((rc = hy_backend_new(&co->be, cfg->engine.backend == HY_CONFIG_BACKEND_CUDA ? "cuda" : "cpu",
+                             &bo, err)) != HY_OK ||
+        (rc = hy_model_load(&co->model, cfg->model.path, co->be, err)) != HY_OK ||
+        (rc = hy_tok_load(&co->tok, co->model->gguf, err)) != HY_OK)
+        return rc;
+    co->w.bos_text = co_token_text(co->tok, hy_tok_bos(co->tok));
+    co->w.eos_text = co_token_text(co->tok, hy_tok_eos(co->tok));
+    return co_load_template(cfg, co->model, &co->w, &co->tmpl, err);
+}
 
-        if (hy_backend_new(&be, cfg->engine.backend == HY_CONFIG_BACKEND_CUDA ? "cuda" : "cpu",
-                           &bo, err) != HY_OK ||
-            hy_model_load(&model, cfg->model.path, be, err) != HY_OK ||
-            hy_tok_load(&tok, model->gguf, err) != HY_OK)
-            goto fail;
-    }
-    w.bos_text = co_token_text(tok, hy_tok_bos(tok));
-    w.eos_text = co_token_text(tok, hy_tok_eos(tok));
-    if (co_load_template(cfg, model, &w, &tmpl, err) != HY_OK)
-        goto fail;
+/* The engine's options from the config; the memory budget is [cache]
+ * memory_mb, or that fraction of what the machine has available now. */
+static void co_engine_opts(co_t *co)
+{
+    const hy_config_t *cfg = co->cfg;
+    hy_engine_opts_t *eo = &co->eo;
 
-    /* Engine and segment. */
-    memset(&eo, 0, sizeof eo);
-    eo.max_batch_tokens = (int32_t)cfg->engine.max_batch_tokens;
-    eo.max_seqs = (int32_t)cfg->engine.max_seqs;
-    eo.n_ctx = (int32_t)(cfg->engine.max_context ? HY_MIN(cfg->engine.max_context,
-                                                          (uint32_t)model->n_ctx_train)
-                                                 : (uint32_t)model->n_ctx_train);
-    eo.page_tokens = (int32_t)cfg->cache.page_tokens;
-    eo.kv_type = cfg->cache.kv_type == HY_CONFIG_KV_F32    ? HY_DTYPE_F32
-                 : cfg->cache.kv_type == HY_CONFIG_KV_Q8_0 ? HY_DTYPE_Q8_0
-                                                           : HY_DTYPE_F16;
-    eo.memory_bytes = cfg->cache.memory_mb
-                          ? (uint64_t)cfg->cache.memory_mb << 20
-                          : (uint64_t)((double)co_mem_available() * cfg->cache.memory_fraction);
-    eo.checkpoint_interval = (int32_t)cfg->cache.checkpoint_interval;
-    eo.n_request_slots = (int32_t)HY_MIN(cfg->server.max_queue + cfg->engine.max_seqs, 65536u);
-    if (hy_engine_shm_params(model, be, &eo, &sp, err) != HY_OK)
-        goto fail;
-    if (hy_shm_remove_stale(cfg->server.instance, err) == HY_OK)
-        hy_log(LOG_WARNING, "stale_segment_removed", "instance=%s", cfg->server.instance);
-    if (hy_shm_create(&shm, cfg->server.instance, &sp, err) != HY_OK)
-        goto fail;
-    if ((hash = malloc(sizeof *hash)) == NULL) {
-        hy_err(err, HY_ENOMEM, "out of memory");
-        goto fail;
-    }
-    co_hash_start(hash, cfg->model.path, hy_shm_header_rw(shm));
-    if (hy_engine_create(&eng, model, be, shm, &eo, err) != HY_OK)
-        goto fail;
-    {
-        uint64_t weights = 0, kv_bytes = 0, st_bytes = 0;
-        char kernels[768];
+    memset(eo, 0, sizeof *eo);
+    eo->max_batch_tokens = (int32_t)cfg->engine.max_batch_tokens;
+    eo->max_seqs = (int32_t)cfg->engine.max_seqs;
+    eo->n_ctx = (int32_t)(cfg->engine.max_context
+                              ? HY_MIN(cfg->engine.max_context, (uint32_t)co->model->n_ctx_train)
+                              : (uint32_t)co->model->n_ctx_train);
+    eo->page_tokens = (int32_t)cfg->cache.page_tokens;
+    eo->kv_type = cfg->cache.kv_type == HY_CONFIG_KV_F32    ? HY_DTYPE_F32
+                  : cfg->cache.kv_type == HY_CONFIG_KV_Q8_0 ? HY_DTYPE_Q8_0
+                                                            : HY_DTYPE_F16;
+    eo->memory_bytes = cfg->cache.memory_mb
+                           ? (uint64_t)cfg->cache.memory_mb << 20
+                           : (uint64_t)((double)co_mem_available() * cfg->cache.memory_fraction);
+    eo->checkpoint_interval = (int32_t)cfg->cache.checkpoint_interval;
+    eo->n_request_slots = (int32_t)HY_MIN(cfg->server.max_queue + cfg->engine.max_seqs, 65536u);
+    eo->tok = co->tok;
+}
 
-        for (int64_t t = 0; t < hy_gguf_n_tensors(model->gguf); t++)
-            weights += hy_gguf_tensor(model->gguf, t)->nbytes;
-        be->i->mem_allocated(be, &kv_bytes, &st_bytes);
-        hy_metrics_set_memory(shm, weights, kv_bytes, st_bytes);
-        co_kernels(model, be, kernels, sizeof kernels);
-        hy_log(LOG_INFO, "model_loaded",
-               "model=%s arch=%s layers=%d weights_bytes=%llu kv_bytes=%llu state_bytes=%llu "
-               "pages=%d page_tokens=%d state_slots=%d checkpoint_slots=%d backend=%s "
-               "kernels=%s ms=%lld",
-               cfg->model.path, model->arch_name, model->n_layer, (unsigned long long)weights,
-               (unsigned long long)kv_bytes, (unsigned long long)st_bytes, sp.n_pages,
-               sp.page_tokens, sp.n_state_slots, sp.n_checkpoint_slots, be->i->name, kernels,
-               (long long)(co_now_ms() - t0));
-    }
-    if (hy_engine_start(eng, err) != HY_OK)
-        goto fail;
-    engine_started = true;
+/* One line an operator reads first: what was loaded, how memory went; the
+ * same memory facts go to the stats for /metrics. */
+static void co_log_loaded(const co_t *co)
+{
+    uint64_t weights = 0, kv_bytes = 0, st_bytes = 0;
+    char kernels[768];
 
-    ctl = mmap(NULL, sizeof *ctl, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (ctl == MAP_FAILED) {
-        hy_err(err, HY_ENOMEM, "mmap: %s", strerror(errno));
-        goto fail;
-    }
-    atomic_store(&ctl->draining, 0);
-    atomic_store(&ctl->log_level, cfg->log.level);
-    atomic_store(&ctl->log_gen, 0);
+    for (int64_t t = 0; t < hy_gguf_n_tensors(co->model->gguf); t++)
+        weights += hy_gguf_tensor(co->model->gguf, t)->nbytes;
+    co->be->i->mem_allocated(co->be, &kv_bytes, &st_bytes);
+    hy_metrics_set_memory(co->shm, weights, kv_bytes, st_bytes);
+    co_kernels(co->model, co->be, kernels, sizeof kernels);
+    hy_log(LOG_INFO, "model_loaded",
+           "model=%s arch=%s layers=%d weights_bytes=%llu kv_bytes=%llu state_bytes=%llu "
+           "pages=%d page_tokens=%d state_slots=%d checkpoint_slots=%d backend=%s "
+           "kernels=%s ms=%lld",
+           co->cfg->model.path, co->model->arch_name, co->model->n_layer,
+           (unsigned long long)weights, (unsigned long long)kv_bytes,
+           (unsigned long long)st_bytes, co->sp.n_pages, co->sp.page_tokens,
+           co->sp.n_state_slots, co->sp.n_checkpoint_slots, co->be->i->name, kernels,
+           (long long)(co_now_ms() - co->t0));
+}
 
-    if (FCGX_Init() != 0) {
-        hy_err(err, HY_EIO, "FCGX_Init failed");
-        goto fail;
-    }
-    if (co_open_socket(cfg, cfg->server.socket, "socket", &listen_fd, err) != HY_OK)
-        goto fail;
-    socket_open = true;
-    if (cfg->server.control_socket[0] &&
-        co_open_socket(cfg, cfg->server.control_socket, "control_socket", &control_fd, err) != HY_OK)
-        goto fail;
+/* The segment sized by the engine, the model's hash, the engine thread. */
+static int co_start_engine(co_t *co, char *err)
+{
+    hy_pt_params_t pp;
+    hy_req_source_t src;
+    int rc;
 
-    /* What the workers inherit. */
-    w.cfg = cfg;
-    w.ctl = ctl;
-    w.shm = shm;
-    w.tok = tok;
-    w.tmpl = tmpl;
-    w.n_ctx = eo.n_ctx;
-    w.n_vocab = model->n_vocab;
-    w.listen_fd = listen_fd;
-    w.control_fd = control_fd;
-    w.log_ident = co_worker_ident;
-    w.info.id = co_model_id(cfg->model.path, model_id, sizeof model_id);
-    w.info.created = (int64_t)time(NULL);
-    w.info.max_model_len = eo.n_ctx;
-    w.info.architecture = model->arch_name;
-    {
-        int32_t counts[HY_LAYER_NONE + 1] = {0}, l;
-        size_t k = 0;
+    co_engine_opts(co);
+    if ((rc = hy_engine_pt_params(co->model, co->be, &co->eo, &pp, err)) != HY_OK)
+        return rc;
+    hy_shm_params_for(&co->sp, &pp, co->eo.n_request_slots, co->eo.n_ctx);
+    if (hy_shm_remove_stale(co->cfg->server.instance, err) == HY_OK)
+        hy_log(LOG_WARNING, "stale_segment_removed", "instance=%s", co->cfg->server.instance);
+    if ((rc = hy_shm_create(&co->shm, co->cfg->server.instance, &co->sp, err)) != HY_OK)
+        return rc;
+    if ((co->hash = malloc(sizeof *co->hash)) == NULL)
+        return hy_err(err, HY_ENOMEM, "out of memory");
+    co_hash_start(co->hash, co->cfg->model.path, hy_shm_header_rw(co->shm));
+    hy_ring_source(co->shm, &src);
+    if ((rc = hy_engine_create(&co->eng, co->model, co->be, hy_shm_pt(co->shm), &src, &co->eo,
+                               err)) != HY_OK)
+        return rc;
+    co_log_loaded(co);
+    if ((rc = hy_engine_start(co->eng, err)) != HY_OK)
+        return rc;
+    co->engine_started = true;
+    return HY_OK;
+}
 
-        for (l = 0; l < model->n_layer; l++)
-            counts[model->layers[l].kind]++;
-        for (l = 0; l <= HY_LAYER_NONE && k < HY_ARRAY_LEN(kinds); l++)
-            if (counts[l] > 0) {
-                kinds[k].kind = hy_layer_kind_name((hy_layer_kind_t)l);
-                kinds[k++].count = counts[l];
-            }
-        w.info.layers = kinds;
-        w.info.n_layer_kinds = k;
-    }
+/* What the workers inherit: the control page, the listening socket (and the
+ * control socket, when configured), the model's facts for /v1/models. */
+static int co_prepare_workers(co_t *co, char *err)
+{
+    hy_worker_ctx_t *w = &co->w;
+    int32_t counts[HY_LAYER_NONE + 1] = {0}, l;
+    size_t k = 0;
+    int rc;
 
-    n_workers = cfg->server.workers;
-    slots = calloc(n_workers, sizeof *slots);
-    if (slots == NULL) {
-        hy_err(err, HY_ENOMEM, "out of memory");
-        goto fail;
-    }
-    for (i = 0; i < n_workers; i++)
-        slots[i].backoff_ms = CO_BACKOFF_MIN_MS;
-    co_spawn_due(&w, slots, n_workers, &old_mask, false);
+    co->ctl = mmap(NULL, sizeof *co->ctl, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                   -1, 0);
+    if (co->ctl == MAP_FAILED)
+        return hy_err(err, HY_ENOMEM, "mmap: %s", strerror(errno));
+    atomic_store(&co->ctl->draining, 0);
+    atomic_store(&co->ctl->log_level, co->cfg->log.level);
+    atomic_store(&co->ctl->log_gen, 0);
+    if (FCGX_Init() != 0)
+        return hy_err(err, HY_EIO, "FCGX_Init failed");
+    if ((rc = co_open_socket(co->cfg, co->cfg->server.socket, "socket", &co->listen_fd, err)) !=
+        HY_OK)
+        return rc;
+    co->socket_open = true;
+    if (co->cfg->server.control_socket[0] &&
+        (rc = co_open_socket(co->cfg, co->cfg->server.control_socket, "control_socket",
+                             &co->control_fd, err)) != HY_OK)
+        return rc;
+
+    w->cfg = co->cfg;
+    w->ctl = co->ctl;
+    w->shm = co->shm;
+    w->tok = co->tok;
+    w->tmpl = co->tmpl;
+    w->n_ctx = co->eo.n_ctx;
+    w->n_vocab = co->model->n_vocab;
+    w->listen_fd = co->listen_fd;
+    w->control_fd = co->control_fd;
+    w->log_ident = co_worker_ident;
+    w->info.id = co_model_id(co->cfg->model.path, co->model_id, sizeof co->model_id);
+    w->info.created = (int64_t)time(NULL);
+    w->info.max_model_len = co->eo.n_ctx;
+    w->info.architecture = co->model->arch_name;
+    for (l = 0; l < co->model->n_layer; l++)
+        counts[co->model->layers[l].kind]++;
+    for (l = 0; l <= HY_LAYER_NONE && k < HY_ARRAY_LEN(co->kinds); l++)
+        if (counts[l] > 0) {
+            co->kinds[k].kind = hy_layer_kind_name((hy_layer_kind_t)l);
+            co->kinds[k++].count = counts[l];
+        }
+    w->info.layers = co->kinds;
+    w->info.n_layer_kinds = k;
+    return HY_OK;
+}
+
+/* Forks the workers and says the server is up. */
+static int co_start_workers(co_t *co, char *err)
+{
+    const hy_config_t *cfg = co->cfg;
+    uint32_t i;
+
+    co->n_workers = cfg->server.workers;
+    if ((co->slots = calloc(co->n_workers, sizeof *co->slots)) == NULL)
+        return hy_err(err, HY_ENOMEM, "out of memory");
+    for (i = 0; i < co->n_workers; i++)
+        co->slots[i].backoff_ms = CO_BACKOFF_MIN_MS;
+    co_spawn_due(&co->w, co->slots, co->n_workers, &co->old_mask, false);
     hy_log(LOG_INFO, "serving",
            "model=%s arch=%s socket=%s instance=%s workers=%u n_ctx=%d pages=%d "
            "request_slots=%d load_ms=%lld",
-           w.info.id, model->arch_name, cfg->server.socket, cfg->server.instance, n_workers,
-           eo.n_ctx, sp.n_pages, sp.n_request_slots, (long long)(co_now_ms() - t0));
+           co->w.info.id, co->model->arch_name, cfg->server.socket, cfg->server.instance,
+           co->n_workers, co->eo.n_ctx, co->sp.n_pages, co->sp.n_request_slots,
+           (long long)(co_now_ms() - co->t0));
     /* Each accept thread holds one request (a stream) for its whole life,
      * so the pool, not max_seqs, bounds how many streams run at once; say so
      * where an operator looks when 32 clients get 4 streams' worth. */
-    if ((uint64_t)n_workers * cfg->server.threads_per_worker < cfg->engine.max_seqs)
+    if ((uint64_t)co->n_workers * cfg->server.threads_per_worker < cfg->engine.max_seqs)
         hy_log(LOG_WARNING, "concurrency_capped",
                "workers=%u threads_per_worker=%u max_seqs=%u max_concurrent_requests=%llu",
-               n_workers, (unsigned)cfg->server.threads_per_worker,
+               co->n_workers, (unsigned)cfg->server.threads_per_worker,
                (unsigned)cfg->engine.max_seqs,
-               (unsigned long long)n_workers * cfg->server.threads_per_worker);
+               (unsigned long long)co->n_workers * cfg->server.threads_per_worker);
+    return HY_OK;
+}
 
-    /* Supervise until SIGTERM/SIGINT. */
-    {
-        int64_t drain_until = 0, kill_at = 0;
-        bool draining = false, stopping = false;
+/* Everything up to serving.  The signals we handle are blocked before any
+ * thread exists (the engine thread inherits the mask, so they all come to
+ * co_supervise's sigtimedwait). */
+static int co_start(co_t *co, char *err)
+{
+    int rc;
 
-        for (;;) {
-            struct timespec ts = {0, 100 * 1000000};
-            siginfo_t si;
-            int sig = sigtimedwait(&mask, &si, &ts);
+    sigemptyset(&co->mask);
+    sigaddset(&co->mask, SIGTERM);
+    sigaddset(&co->mask, SIGINT);
+    sigaddset(&co->mask, SIGHUP);
+    sigaddset(&co->mask, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &co->mask, &co->old_mask);
+    signal(SIGPIPE, SIG_IGN);
+    if ((rc = co_load_model(co, err)) != HY_OK || (rc = co_start_engine(co, err)) != HY_OK ||
+        (rc = co_prepare_workers(co, err)) != HY_OK || (rc = co_start_workers(co, err)) != HY_OK)
+        return rc;
+    return HY_OK;
+}
 
-            if (sig == SIGHUP) {
-                co_reload(cfg, &a, ctl);
-            } else if ((sig == SIGTERM || sig == SIGINT) && !draining) {
-                draining = true;
-                atomic_store(&ctl->draining, 1);
-                drain_until = co_now_ms() + (int64_t)cfg->server.drain_seconds * 1000;
-                hy_log(LOG_INFO, "draining", "signal=%d drain_seconds=%u", sig,
-                       cfg->server.drain_seconds);
-            } else if ((sig == SIGTERM || sig == SIGINT) && !stopping) {
-                drain_until = 0; /* a second signal: stop now */
-            }
-            co_reap(shm, slots, n_workers, stopping);
-            if (draining && !stopping) {
-                hy_stats_t *st = hy_shm_stats(shm);
-                bool idle = atomic_load(&st->slots_used) <= 0;
+/* Until SIGTERM/SIGINT: reap and respawn workers, reload on SIGHUP, then
+ * drain (new work refused, in-flight streams finish, up to drain_seconds;
+ * a second signal stops at once) and stop the workers. */
+static void co_supervise(co_t *co)
+{
+    const hy_config_t *cfg = co->cfg;
+    int64_t drain_until = 0, kill_at = 0;
+    bool draining = false, stopping = false;
 
-                if (idle || co_now_ms() >= drain_until) {
-                    /* In-flight streams are done (or out of time): workers
-                     * stop accepting and exit. */
-                    stopping = true;
-                    hy_log(LOG_INFO, "stopping_workers", "idle=%d", idle);
-                    co_signal_all(slots, n_workers, SIGTERM);
-                    kill_at = co_now_ms() + CO_KILL_GRACE_MS;
-                }
-            }
-            if (stopping) {
-                if (co_alive(slots, n_workers) == 0)
-                    break;
-                if (kill_at && co_now_ms() >= kill_at) {
-                    co_signal_all(slots, n_workers, SIGKILL);
-                    kill_at = 0;
-                }
-                continue;
-            }
-            co_spawn_due(&w, slots, n_workers, &old_mask, true);
+    for (;;) {
+        struct timespec ts = {0, 100 * 1000000};
+        siginfo_t si;
+        int sig = sigtimedwait(&co->mask, &si, &ts);
+
+        if (sig == SIGHUP) {
+            co_reload(co->cfg, &co->a, co->ctl);
+        } else if ((sig == SIGTERM || sig == SIGINT) && !draining) {
+            draining = true;
+            atomic_store(&co->ctl->draining, 1);
+            drain_until = co_now_ms() + (int64_t)cfg->server.drain_seconds * 1000;
+            hy_log(LOG_INFO, "draining", "signal=%d drain_seconds=%u", sig,
+                   cfg->server.drain_seconds);
+        } else if ((sig == SIGTERM || sig == SIGINT) && !stopping) {
+            drain_until = 0; /* a second signal: stop now */
         }
+        co_reap(co->shm, co->slots, co->n_workers, stopping);
+        if (draining && !stopping) {
+            bool idle = atomic_load(&hy_shm_stats(co->shm)->slots_used) <= 0;
+
+            if (idle || co_now_ms() >= drain_until) {
+                /* In-flight streams are done (or out of time): workers
+                 * stop accepting and exit. */
+                stopping = true;
+                hy_log(LOG_INFO, "stopping_workers", "idle=%d", idle);
+                co_signal_all(co->slots, co->n_workers, SIGTERM);
+                kill_at = co_now_ms() + CO_KILL_GRACE_MS;
+            }
+        }
+        if (stopping) {
+            if (co_alive(co->slots, co->n_workers) == 0)
+                return;
+            if (kill_at && co_now_ms() >= kill_at) {
+                co_signal_all(co->slots, co->n_workers, SIGKILL);
+                kill_at = 0;
+            }
+            continue;
+        }
+        co_spawn_due(&co->w, co->slots, co->n_workers, &co->old_mask, true);
     }
-    rc = 0;
-    hy_log(LOG_INFO, "stopped", "reason=signal");
-    goto out;
-fail:
-    hy_log(LOG_ERR, "start_failed", "err=%s", err);
-    fprintf(stderr, "hyserve serve: %s\n", err);
-    if (slots != NULL) {
-        co_signal_all(slots, n_workers, SIGKILL);
+}
+
+/* Releases everything co_start got, in reverse; after a failed start the
+ * workers already forked are killed first. */
+static void co_shutdown(co_t *co, bool failed)
+{
+    if (failed && co->slots != NULL) {
+        co_signal_all(co->slots, co->n_workers, SIGKILL);
         while (waitpid(-1, NULL, 0) > 0)
             ;
     }
-out:
-    if (socket_open) {
-        close(listen_fd);
-        unlink(cfg->server.socket);
+    if (co->socket_open) {
+        close(co->listen_fd);
+        unlink(co->cfg->server.socket);
     }
-    if (control_fd >= 0) {
-        close(control_fd);
-        unlink(cfg->server.control_socket);
+    if (co->control_fd >= 0) {
+        close(co->control_fd);
+        unlink(co->cfg->server.control_socket);
     }
-    if (hash != NULL)
-        co_hash_stop(hash);
-    free(hash);
-    if (engine_started)
-        hy_engine_stop(eng);
-    hy_engine_free(eng);
-    if (shm != NULL)
-        hy_shm_close(shm);
-    if (ctl != MAP_FAILED)
-        munmap(ctl, sizeof *ctl);
-    free(slots);
-    hy_chat_free(tmpl);
-    free((char *)w.bos_text);
-    free((char *)w.eos_text);
-    hy_tok_free(tok);
-    hy_model_free(model);
-    if (be)
-        be->i->free(be);
+    if (co->hash != NULL)
+        co_hash_stop(co->hash);
+    free(co->hash);
+    if (co->engine_started)
+        hy_engine_stop(co->eng);
+    hy_engine_free(co->eng);
+    if (co->shm != NULL)
+        hy_shm_close(co->shm);
+    if (co->ctl != MAP_FAILED)
+        munmap(co->ctl, sizeof *co->ctl);
+    free(co->slots);
+    hy_chat_free(co->tmpl);
+    free((char *)co->w.bos_text);
+    free((char *)co->w.eos_text);
+    hy_tok_free(co->tok);
+    hy_model_free(co->model);
+    if (co->be)
+        co->be->i->free(co->be);
     hy_log_close();
-    free(cfg);
-    return rc;
+    free(co->cfg);
+}
+
+int hy_cmd_serve(int argc, char **argv)
+{
+    char err[HY_ERR_LEN];
+    co_t co;
+    int rc;
+
+    memset(&co, 0, sizeof co);
+    co.ctl = MAP_FAILED;
+    co.listen_fd = -1;
+    co.control_fd = -1;
+    co.t0 = co_now_ms();
+    if ((rc = co_parse(argc, argv, &co.a)) != 0)
+        return rc == 1 ? 0 : rc;
+    if ((rc = co_configure(&co)) != 0) {
+        free(co.cfg);
+        return rc;
+    }
+    if (co_start(&co, err) != HY_OK) {
+        hy_log(LOG_ERR, "start_failed", "err=%s", err);
+        fprintf(stderr, "hyserve serve: %s\n", err);
+        co_shutdown(&co, true);
+        return 1;
+    }
+    co_supervise(&co);
+    hy_log(LOG_INFO, "stopped", "reason=signal");
+    co_shutdown(&co, false);
+    return 0;
 }

@@ -11,8 +11,8 @@
 
 #include <stddef.h>
 
+#include "ipc/shm.h"
 #include "server/api.h"
-#include "server/shm.h"
 
 typedef enum {
     HY_METRICS_HYSERVE = 0, /* a worker's own answer */

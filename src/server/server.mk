@@ -1,6 +1,24 @@
-# src/server: the FastCGI worker processes and the coordinator (`hyserve
-# serve`) that loads the model, runs the engine thread and supervises them.
-libhy_a_SOURCES += src/server/worker.c src/server/worker.h src/server/coordinator.c
+# src/server: the coordinator (`hyserve serve`: loads the model, runs the
+# engine thread on the shared segment, supervises the workers), the FastCGI
+# workers, and the OpenAI API they speak.
+
+# OpenAI-compatible request parsing/validation, error bodies, response and
+# SSE formatting, stop-string matching (pure C, no sockets).
+libhy_a_SOURCES += src/server/api.c src/server/api.h src/server/sse.c src/server/sse.h \
+	src/server/stop.c src/server/stop.h src/server/json_out.c src/server/json_out.h
+check_PROGRAMS += tests/unit/test_api tests/fuzz/fuzz_api_replay
+TESTS += tests/unit/test_api tests/fuzz/fuzz_api_replay
+tests_unit_test_api_SOURCES = tests/unit/test_api.c
+tests_unit_test_api_LDADD = $(TEST_LDADD)
+# The libFuzzer target built as a bounded random-mutation run (no clang
+# needed); see the comment at the top of tests/fuzz/fuzz_api.c.
+tests_fuzz_fuzz_api_replay_SOURCES = tests/fuzz/fuzz_api.c
+tests_fuzz_fuzz_api_replay_CPPFLAGS = $(AM_CPPFLAGS) -DHY_FUZZ_STANDALONE
+tests_fuzz_fuzz_api_replay_LDADD = $(TEST_LDADD)
+
+# The FastCGI worker processes and the coordinator.
+libhy_a_SOURCES += src/server/worker.c src/server/worker.h src/server/coordinator.c \
+	src/server/coordinator.h
 # End-to-end: a real nginx in front of `hyserve serve` (skips without nginx
 # or the python openai package).
 TESTS += tests/integration/test_server.py

@@ -43,8 +43,18 @@ typedef struct wk_blk {
     max_align_t data[];
 } wk_blk_t;
 
+/* What the arena runs when it is freed (in reverse order of registration):
+ * the frees of objects that manage their own memory (the parsed request,
+ * detokenizers, growing buffers), so error paths need no frees. */
+typedef struct wk_cleanup {
+    struct wk_cleanup *next;
+    void (*fn)(void *arg);
+    void *arg;
+} wk_cleanup_t;
+
 typedef struct {
     wk_blk_t *head;
+    wk_cleanup_t *cleanups;
 } wk_arena_t;
 
 static void *wk_alloc(wk_arena_t *a, size_t n)
@@ -61,8 +71,36 @@ static void *wk_alloc(wk_arena_t *a, size_t n)
     return b->data;
 }
 
+/* n zeroed bytes. */
+static void *wk_zalloc(wk_arena_t *a, size_t n)
+{
+    void *p = wk_alloc(a, n);
+
+    if (p != NULL)
+        memset(p, 0, n);
+    return p;
+}
+
+/* fn(arg) when the arena is freed; HY_ENOMEM (and fn not registered) when
+ * the arena cannot hold the record. */
+static int wk_arena_cleanup(wk_arena_t *a, void (*fn)(void *), void *arg)
+{
+    wk_cleanup_t *c = wk_alloc(a, sizeof *c);
+
+    if (c == NULL)
+        return HY_ENOMEM;
+    c->fn = fn;
+    c->arg = arg;
+    c->next = a->cleanups;
+    a->cleanups = c;
+    return HY_OK;
+}
+
 static void wk_arena_free(wk_arena_t *a)
 {
+    for (wk_cleanup_t *c = a->cleanups; c != NULL; c = c->next)
+        c->fn(c->arg);
+    a->cleanups = NULL;
     while (a->head) {
         wk_blk_t *n = a->head->next;
         free(a->head);
@@ -538,63 +576,94 @@ static int wk_poll_choice(wk_req_t *r, const hy_api_req_t *q, const hy_api_resp_
     return wk_choice_end(r, q, m, c, index, sb);
 }
 
-static void wk_cancel_all(wk_req_t *r, wk_choice_t *cs, size_t n)
+/* ---- one generation request, phase by phase ------------------------------------- */
+
+/* What the phases of wk_generate share.  It lives in the request's arena,
+ * and everything it owns is freed by the arena's cleanups. */
+typedef struct {
+    wk_req_t *r;
+    hy_api_kind_t kind;
+    hy_api_req_t *q;
+    hy_api_error_t e;       /* the error to send when a phase fails */
+    hy_api_resp_t m;        /* response metadata */
+    wk_choice_t *cs;        /* [n_choices] */
+    size_t n_choices;
+    char *chat_text;        /* the rendered chat (HY_API_CHAT) */
+    size_t chat_len;
+    hy_jbuf_t sb;           /* one SSE event */
+    hy_ring_tok_t *toks;    /* [WK_READ_BATCH] */
+    hy_api_token_lp_t slp;  /* one streamed token's logprobs */
+    hy_api_top_t stops[HY_SAMPLING_MAX_LOGPROBS];
+    int32_t priority;       /* the body's or the API key's (hy_api_priority) */
+} wk_gen_t;
+
+/* A phase's outcome besides HY_OK: the client went away (nothing more to
+ * send), or g->e holds the error to send. */
+#define WK_GONE 1
+#define WK_FAILED 2
+
+static void wk_gen_cleanup(void *arg)
+{
+    wk_gen_t *g = arg;
+
+    for (size_t i = 0; g->cs != NULL && i < g->n_choices; i++)
+        wk_choice_free(&g->cs[i]);
+    free(g->chat_text);
+    hy_jbuf_free(&g->sb);
+    hy_api_req_free(g->q);
+}
+
+static void wk_cancel_all(wk_gen_t *g)
 {
     char err[HY_ERR_LEN];
     size_t i;
 
-    for (i = 0; i < n; i++)
-        if (cs[i].live && !cs[i].done)
-            hy_req_cancel(r->w->shm, cs[i].h, err);
+    for (i = 0; i < g->n_choices; i++)
+        if (g->cs[i].live && !g->cs[i].done)
+            hy_req_cancel(g->r->w->shm, g->cs[i].h, err);
 }
 
-static void wk_generate(wk_req_t *r, hy_api_kind_t kind, const char *body, size_t len)
+/* The body: parsed, checked against the served model, the server's state,
+ * and (for chat) rendered through the template. */
+static int wk_gen_parse(wk_gen_t *g, const char *body, size_t len)
 {
-    hy_worker_ctx_t *w = r->w;
-    hy_api_req_t *q = NULL;
-    hy_api_error_t e;
-    hy_api_resp_t m;
-    wk_choice_t *cs = NULL;
-    size_t n_choices = 0, i, n_live;
-    char *chat_text = NULL, err[HY_ERR_LEN];
-    size_t chat_len = 0;
-    hy_jbuf_t sb;
-    hy_ring_tok_t *toks = NULL;
-    hy_api_token_lp_t slp;
-    hy_api_top_t stops[HY_SAMPLING_MAX_LOGPROBS];
-    uint64_t seed;
-    int32_t priority = 0;
-    int rc;
+    const hy_worker_ctx_t *w = g->r->w;
 
-    hy_jbuf_init(&sb);
-    memset(&e, 0, sizeof e);
-    if (hy_api_parse(kind, body, len, &q, &e) != HY_OK)
-        goto fail;
-    if (hy_api_check_model(q, w->info.id, &e) != HY_OK ||
-        hy_api_check_vocab(q, w->n_vocab, &e) != HY_OK ||
-        hy_api_priority(q, FCGX_GetParam("HYSERVE_KEY_PRIORITY", r->rq->envp), &priority,
-                        &e) != HY_OK)
-        goto fail;
+    if (hy_api_parse(g->kind, body, len, &g->q, &g->e) != HY_OK ||
+        hy_api_check_model(g->q, w->info.id, &g->e) != HY_OK ||
+        hy_api_check_vocab(g->q, w->n_vocab, &g->e) != HY_OK ||
+        hy_api_priority(g->q, FCGX_GetParam("HYSERVE_KEY_PRIORITY", g->r->rq->envp),
+                        &g->priority, &g->e) != HY_OK)
+        return WK_FAILED;
     if (atomic_load(&w->ctl->draining)) {
-        hy_api_err_overloaded(&e, 503, WK_RETRY_AFTER_S, "the server is shutting down");
-        goto fail;
+        hy_api_err_overloaded(&g->e, 503, WK_RETRY_AFTER_S, "the server is shutting down");
+        return WK_FAILED;
     }
-    if (kind == HY_API_CHAT && wk_render_chat(r, q, &chat_text, &chat_len, &e) != HY_OK)
-        goto fail;
+    if (g->kind == HY_API_CHAT &&
+        wk_render_chat(g->r, g->q, &g->chat_text, &g->chat_len, &g->e) != HY_OK)
+        return WK_FAILED;
+    return HY_OK;
+}
 
-    n_choices = (kind == HY_API_CHAT ? 1 : q->n_prompts) * (size_t)q->n;
-    cs = calloc(n_choices, sizeof *cs);
-    toks = malloc(WK_READ_BATCH * sizeof *toks);
-    if (cs == NULL || toks == NULL) {
-        hy_api_err_internal(&e, "out of memory");
-        goto fail;
+/* Every choice's detokenizer and stop matcher, every prompt tokenized and
+ * checked against the context, before anything is submitted. */
+static int wk_gen_prompts(wk_gen_t *g)
+{
+    const hy_worker_ctx_t *w = g->r->w;
+    const hy_api_req_t *q = g->q;
+    char err[HY_ERR_LEN];
+    size_t i, n = (size_t)q->n;
+
+    g->n_choices = (g->kind == HY_API_CHAT ? 1 : q->n_prompts) * n;
+    g->cs = wk_zalloc(&g->r->arena, g->n_choices * sizeof *g->cs);
+    g->toks = wk_alloc(&g->r->arena, WK_READ_BATCH * sizeof *g->toks);
+    if (g->cs == NULL || g->toks == NULL) {
+        g->n_choices = g->cs == NULL ? 0 : g->n_choices;
+        hy_api_err_internal(&g->e, "out of memory");
+        return WK_FAILED;
     }
-    seed = q->seed_given ? q->sampling.seed : wk_random64();
-
-    /* Tokenize and check every prompt before submitting any. */
-    for (i = 0; i < n_choices; i++) {
-        wk_choice_t *c = &cs[i];
-        size_t pi = i / (size_t)q->n;
+    for (i = 0; i < g->n_choices; i++) {
+        wk_choice_t *c = &g->cs[i];
         const int32_t *ids = NULL;
         size_t n_ids = 0;
         int64_t max_tokens;
@@ -602,233 +671,281 @@ static void wk_generate(wk_req_t *r, hy_api_kind_t kind, const char *body, size_
         hy_jbuf_init(&c->text);
         hy_tok_stream_init(&c->ts, w->tok, !q->skip_special_tokens, false);
         c->ts_ready = true;
-        if (hy_stop_init(&c->stop, q->stop, q->stop_len, q->n_stop,
-                         q->include_stop_str_in_output, err) != HY_OK) {
-            hy_api_err_invalid(&e, "stop", NULL, "%s", err);
-            goto fail;
+        if (hy_stop_init(&c->stop, q->stop, q->stop_len, q->n_stop, q->include_stop_str_in_output,
+                         err) != HY_OK) {
+            hy_api_err_invalid(&g->e, "stop", NULL, "%s", err);
+            return WK_FAILED;
         }
         c->stop_ready = true;
-        if (i % (size_t)q->n != 0)
+        if (i % n != 0)
             continue;
-        if (wk_prompt_ids(r, q, pi, chat_text, chat_len, &ids, &n_ids, &e) != HY_OK)
-            goto fail;
+        if (wk_prompt_ids(g->r, q, i / n, g->chat_text, g->chat_len, &ids, &n_ids, &g->e) != HY_OK)
+            return WK_FAILED;
         if (n_ids == 0) {
-            hy_api_err_invalid(&e, "prompt", NULL, "the prompt is empty after tokenization");
-            goto fail;
+            hy_api_err_invalid(&g->e, "prompt", NULL, "the prompt is empty after tokenization");
+            return WK_FAILED;
         }
         max_tokens = q->max_tokens >= 0 ? q->max_tokens : (int64_t)w->n_ctx - (int64_t)n_ids;
         if ((int64_t)n_ids + HY_MAX(max_tokens, 1) > w->n_ctx || max_tokens < 1 ||
             n_ids > (size_t)hy_shm_header(w->shm)->params.max_prompt_tokens) {
-            hy_api_err_context_length(&e, kind, w->n_ctx, (int64_t)n_ids,
+            hy_api_err_context_length(&g->e, g->kind, w->n_ctx, (int64_t)n_ids,
                                       q->max_tokens >= 0 ? q->max_tokens : 1);
-            goto fail;
+            return WK_FAILED;
         }
-        for (size_t j = 0; j < (size_t)q->n; j++) {
-            cs[i + j].n_prompt = (int32_t)n_ids;
-            cs[i + j].ids = ids;
-            cs[i + j].max_tokens = max_tokens;
+        for (size_t j = 0; j < n; j++) {
+            g->cs[i + j].n_prompt = (int32_t)n_ids;
+            g->cs[i + j].ids = ids;
+            g->cs[i + j].max_tokens = max_tokens;
         }
     }
+    return HY_OK;
+}
 
-    /* Submit one engine request per choice (seed + j for choice j). */
-    for (i = 0; i < n_choices; i++) {
+/* One engine request per choice (seed + j for choice j); on a refusal the
+ * ones already submitted are released again. */
+static int wk_gen_submit(wk_gen_t *g)
+{
+    hy_worker_ctx_t *w = g->r->w;
+    const hy_api_req_t *q = g->q;
+    uint64_t seed = q->seed_given ? q->sampling.seed : wk_random64();
+    char err[HY_ERR_LEN];
+    size_t i, n = (size_t)q->n;
+    int rc;
+
+    for (i = 0; i < g->n_choices; i++) {
         hy_req_params_t p;
 
         memset(&p, 0, sizeof p);
         p.sampling = q->sampling;
-        p.sampling.seed = seed + i % (size_t)q->n;
-        p.max_tokens = (int32_t)HY_MIN(cs[i].max_tokens, (int64_t)INT32_MAX);
-        p.priority = priority;
+        p.sampling.seed = seed + i % n;
+        p.max_tokens = (int32_t)HY_MIN(g->cs[i].max_tokens, (int64_t)INT32_MAX);
+        p.priority = g->priority;
         /* End-of-generation tokens are the engine's business (it knows the
          * vocabulary); stop strings are ours. */
         p.flags = q->ignore_eos ? HY_REQ_F_IGNORE_EOS : 0;
-        rc = hy_req_submit(w->shm, &p, cs[i].ids, cs[i].n_prompt, &cs[i].h, err);
+        rc = hy_req_submit(w->shm, &p, g->cs[i].ids, g->cs[i].n_prompt, &g->cs[i].h, err);
         if (rc != HY_OK) {
             if (rc == HY_EFULL)
-                hy_api_err_overloaded(&e, 503, WK_RETRY_AFTER_S,
+                hy_api_err_overloaded(&g->e, 503, WK_RETRY_AFTER_S,
                                       "no free request slot; retry later");
             else
-                hy_api_err_internal(&e, err);
+                hy_api_err_internal(&g->e, err);
             for (size_t j = 0; j < i; j++) {
-                hy_req_release(w->shm, cs[j].h, err);
-                cs[j].live = false;
+                hy_req_release(w->shm, g->cs[j].h, err);
+                g->cs[j].live = false;
             }
-            goto fail;
+            return WK_FAILED;
         }
-        cs[i].live = true;
-        r->prompt_tokens += (i % (size_t)q->n == 0) ? cs[i].n_prompt : 0;
+        g->cs[i].live = true;
+        g->r->prompt_tokens += (i % n == 0) ? g->cs[i].n_prompt : 0;
     }
     hy_shm_engine_kick(w->shm);
+    return HY_OK;
+}
 
-    /* Response metadata. */
-    memset(&m, 0, sizeof m);
-    m.kind = kind;
-    hy_api_make_id(kind, wk_random64(), wk_random64(), r->id);
-    m.id = r->id;
-    m.created = (int64_t)time(NULL);
-    m.model = w->info.id;
-    m.logprobs = q->logprobs;
-    m.include_usage = q->stream && q->include_usage;
+/* Response metadata; for a stream the headers, each choice's role and the
+ * echoed prompt, for a body the echoed prompt in each choice's text. */
+static int wk_gen_head(wk_gen_t *g)
+{
+    const hy_api_req_t *q = g->q;
+    wk_req_t *r = g->r;
+    size_t i;
 
-    if (q->stream) {
+    memset(&g->m, 0, sizeof g->m);
+    g->m.kind = g->kind;
+    hy_api_make_id(g->kind, wk_random64(), wk_random64(), r->id);
+    g->m.id = r->id;
+    g->m.created = (int64_t)time(NULL);
+    g->m.model = r->w->info.id;
+    g->m.logprobs = q->logprobs;
+    g->m.include_usage = q->stream && q->include_usage;
+    if (!q->stream) {
+        for (i = 0; q->echo && g->kind != HY_API_CHAT && i < g->n_choices; i++) {
+            const hy_api_prompt_t *pp = &q->prompts[i / (size_t)q->n];
+            if (pp->text != NULL)
+                hy_jbuf_raw(&g->cs[i].text, pp->text, pp->text_len);
+        }
+        return HY_OK;
+    }
+    {
         static const char hdr[] = "Status: 200 OK\r\nContent-Type: text/event-stream\r\n"
                                   "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n\r\n";
         r->status = 200;
         r->head_sent = true;
         if (wk_put(r, hdr, sizeof hdr - 1) != 0)
-            goto gone;
-        for (i = 0; i < n_choices; i++) {
-            hy_jbuf_reset(&sb);
-            if (kind == HY_API_CHAT)
-                hy_sse_role(&sb, &m, (int)i);
-            if (q->echo && kind != HY_API_CHAT) {
-                const hy_api_prompt_t *pp = &q->prompts[i / (size_t)q->n];
-                if (pp->text != NULL) {
-                    hy_sse_delta(&sb, &m, (int)i, pp->text, pp->text_len, NULL, 0, 0);
-                    cs[i].lp_offset = pp->text_len;
-                }
-            }
-            if (sb.len > 0 && wk_put(r, sb.data, sb.len) != 0)
-                goto gone;
-        }
-    } else if (q->echo && kind != HY_API_CHAT) {
-        for (i = 0; i < n_choices; i++) {
+            return WK_GONE;
+    }
+    for (i = 0; i < g->n_choices; i++) {
+        hy_jbuf_reset(&g->sb);
+        if (g->kind == HY_API_CHAT)
+            hy_sse_role(&g->sb, &g->m, (int)i);
+        if (q->echo && g->kind != HY_API_CHAT) {
             const hy_api_prompt_t *pp = &q->prompts[i / (size_t)q->n];
-            if (pp->text != NULL)
-                hy_jbuf_raw(&cs[i].text, pp->text, pp->text_len);
+            if (pp->text != NULL) {
+                hy_sse_delta(&g->sb, &g->m, (int)i, pp->text, pp->text_len, NULL, 0, 0);
+                g->cs[i].lp_offset = pp->text_len;
+            }
+        }
+        if (g->sb.len > 0 && wk_put(r, g->sb.data, g->sb.len) != 0)
+            return WK_GONE;
+    }
+    return HY_OK;
+}
+
+/* The read loop: every live choice, until all are done.  A pass that finds
+ * nothing blocks on the first live choice, at most WK_POLL_MS so that a
+ * client hang-up is noticed even during a long prefill. */
+static int wk_gen_read(wk_gen_t *g)
+{
+    int timeout = 0, rc;
+    size_t i, n_live;
+
+    for (;;) {
+        bool any = false;
+
+        n_live = 0;
+        for (i = 0; i < g->n_choices; i++) {
+            if (g->cs[i].done)
+                continue;
+            rc = wk_poll_choice(g->r, g->q, &g->m, &g->cs[i], (int)i, g->toks, timeout, &g->sb,
+                                &g->slp, g->stops, &any);
+            timeout = 0;
+            if (rc == HY_EIO)
+                return WK_GONE;
+            if (rc != HY_OK) {
+                hy_api_err_internal(&g->e, "cannot format tokens");
+                return WK_FAILED;
+            }
+            if (!g->cs[i].done)
+                n_live++;
+        }
+        if (n_live == 0)
+            return HY_OK;
+        if (!any) {
+            if (wk_peer_closed(g->r))
+                return WK_GONE;
+            timeout = WK_POLL_MS;
         }
     }
+}
 
-    /* The read loop: every live choice, until all are done.  A pass that
-     * finds nothing blocks on the first live choice, at most WK_POLL_MS so
-     * that a client hang-up is noticed even during a long prefill. */
-    {
-        int timeout = 0;
+/* Usage and the end of the response: the final SSE events, or the whole
+ * JSON body; an engine error in any choice is the response's error. */
+static void wk_gen_end(wk_gen_t *g)
+{
+    const hy_api_req_t *q = g->q;
+    wk_req_t *r = g->r;
+    hy_api_usage_t u = {0};
+    hy_api_choice_t *ch;
+    const char *why = NULL;
+    char *out = NULL;
+    size_t i, out_len = 0;
+    int rc;
 
-        for (;;) {
-            bool any = false;
-
-            n_live = 0;
-            for (i = 0; i < n_choices; i++) {
-                if (cs[i].done)
-                    continue;
-                rc = wk_poll_choice(r, q, &m, &cs[i], (int)i, toks, timeout, &sb, &slp, stops,
-                                    &any);
-                timeout = 0;
-                if (rc == HY_EIO)
-                    goto gone;
-                if (rc != HY_OK) {
-                    hy_api_err_internal(&e, "cannot format tokens");
-                    goto fail_live;
-                }
-                if (!cs[i].done)
-                    n_live++;
-            }
-            if (n_live == 0)
-                break;
-            if (!any) {
-                if (wk_peer_closed(r))
-                    goto gone;
-                timeout = WK_POLL_MS;
-            }
-        }
+    for (i = 0; i < g->n_choices; i++) {
+        u.completion_tokens += g->cs[i].n_gen;
+        if (i % (size_t)q->n == 0)
+            u.cached_tokens += g->cs[i].n_cached;
+        if (g->cs[i].failed)
+            why = g->cs[i].errmsg;
     }
-
-    /* Usage and the end of the response. */
-    {
-        hy_api_usage_t u = {0};
-        bool failed = false;
-        const char *why = NULL;
-
-        for (i = 0; i < n_choices; i++) {
-            u.completion_tokens += cs[i].n_gen;
-            if (i % (size_t)q->n == 0)
-                u.cached_tokens += cs[i].n_cached;
-            if (cs[i].failed) {
-                failed = true;
-                why = cs[i].errmsg;
-            }
-        }
-        u.prompt_tokens = r->prompt_tokens;
-        r->cached_tokens = (int32_t)u.cached_tokens;
-        r->completion_tokens = (int32_t)u.completion_tokens;
-        if (failed) {
-            hy_api_err_internal(&e, why);
-            if (q->stream) {
-                hy_jbuf_reset(&sb);
-                hy_sse_error(&sb, &e);
-                r->status = 500;
-                wk_put(r, sb.data, sb.len);
-            } else {
-                wk_send_error(r, &e, NULL);
-            }
-            goto out;
-        }
+    u.prompt_tokens = r->prompt_tokens;
+    r->cached_tokens = (int32_t)u.cached_tokens;
+    r->completion_tokens = (int32_t)u.completion_tokens;
+    if (why != NULL) {
+        hy_api_err_internal(&g->e, why);
         if (q->stream) {
-            hy_jbuf_reset(&sb);
-            if (m.include_usage)
-                hy_sse_usage(&sb, &m, &u);
-            hy_sse_done(&sb);
-            if (!sb.failed)
-                wk_put(r, sb.data, sb.len);
+            hy_jbuf_reset(&g->sb);
+            hy_sse_error(&g->sb, &g->e);
+            r->status = 500;
+            wk_put(r, g->sb.data, g->sb.len);
         } else {
-            hy_api_choice_t *ch = calloc(n_choices, sizeof *ch);
-            char *out = NULL;
-            size_t out_len = 0;
-
-            if (ch == NULL) {
-                hy_api_err_internal(&e, "out of memory");
-                wk_send_error(r, &e, NULL);
-                goto out;
-            }
-            for (i = 0; i < n_choices; i++) {
-                wk_lp_fixup(&cs[i]);
-                ch[i].text = cs[i].text.data ? cs[i].text.data : "";
-                ch[i].text_len = cs[i].text.len;
-                ch[i].finish = cs[i].finish;
-                ch[i].lp = cs[i].lp;
-                ch[i].n_lp = cs[i].n_lp;
-                ch[i].text_offset = q->echo && kind != HY_API_CHAT &&
-                                            q->prompts[i / (size_t)q->n].text
-                                        ? q->prompts[i / (size_t)q->n].text_len
-                                        : 0;
-            }
-            rc = hy_api_format_response(&m, ch, n_choices, &u, &out, &out_len);
-            free(ch);
-            wk_send_json(r, rc, out, out_len);
+            wk_send_error(r, &g->e, NULL);
         }
+        return;
     }
-    goto out;
+    if (q->stream) {
+        hy_jbuf_reset(&g->sb);
+        if (g->m.include_usage)
+            hy_sse_usage(&g->sb, &g->m, &u);
+        hy_sse_done(&g->sb);
+        if (!g->sb.failed)
+            wk_put(r, g->sb.data, g->sb.len);
+        return;
+    }
+    if ((ch = wk_zalloc(&r->arena, g->n_choices * sizeof *ch)) == NULL) {
+        hy_api_err_internal(&g->e, "out of memory");
+        wk_send_error(r, &g->e, NULL);
+        return;
+    }
+    for (i = 0; i < g->n_choices; i++) {
+        const hy_api_prompt_t *pp = &q->prompts[i / (size_t)q->n];
 
-gone:
-    /* The client went away: stop generating at once so its pages free up. */
-    wk_cancel_all(r, cs, n_choices);
-    r->status = 499;
-    goto out;
-fail_live:
-    wk_cancel_all(r, cs, n_choices);
-fail:
+        wk_lp_fixup(&g->cs[i]);
+        ch[i].text = g->cs[i].text.data ? g->cs[i].text.data : "";
+        ch[i].text_len = g->cs[i].text.len;
+        ch[i].finish = g->cs[i].finish;
+        ch[i].lp = g->cs[i].lp;
+        ch[i].n_lp = g->cs[i].n_lp;
+        ch[i].text_offset = q->echo && g->kind != HY_API_CHAT && pp->text ? pp->text_len : 0;
+    }
+    rc = hy_api_format_response(&g->m, ch, g->n_choices, &u, &out, &out_len);
+    wk_send_json(r, rc, out, out_len);
+}
+
+/* A phase failed: stop what runs, then the error in the stream (headers
+ * are out) or as the response; a client that went away gets nothing. */
+static void wk_gen_fail(wk_gen_t *g, int why)
+{
+    wk_req_t *r = g->r;
+
+    wk_cancel_all(g);
+    if (why == WK_GONE) {
+        r->status = 499;
+        return;
+    }
     if (r->head_sent) {
-        hy_jbuf_reset(&sb);
-        hy_sse_error(&sb, &e);
-        wk_put(r, sb.data, sb.len);
-        r->status = e.status;
+        hy_jbuf_reset(&g->sb);
+        hy_sse_error(&g->sb, &g->e);
+        wk_put(r, g->sb.data, g->sb.len);
+        r->status = g->e.status;
     } else {
+        wk_send_error(r, &g->e, NULL);
+    }
+}
+
+static void wk_generate(wk_req_t *r, hy_api_kind_t kind, const char *body, size_t len)
+{
+    wk_gen_t *g = wk_zalloc(&r->arena, sizeof *g);
+    char err[HY_ERR_LEN];
+    size_t i;
+    int rc;
+
+    if (g == NULL || wk_arena_cleanup(&r->arena, wk_gen_cleanup, g) != HY_OK) {
+        hy_api_error_t e;
+
+        hy_api_err_internal(&e, "out of memory");
         wk_send_error(r, &e, NULL);
+        return;
     }
-out:
-    for (i = 0; cs != NULL && i < n_choices; i++) {
-        if (cs[i].live)
-            hy_req_release(w->shm, cs[i].h, err);
-        if (r->completion_tokens == 0 && cs[i].n_gen > 0 && r->status == 499)
-            r->completion_tokens += cs[i].n_gen;
-        wk_choice_free(&cs[i]);
+    g->r = r;
+    g->kind = kind;
+    hy_jbuf_init(&g->sb);
+    if ((rc = wk_gen_parse(g, body, len)) == HY_OK && (rc = wk_gen_prompts(g)) == HY_OK &&
+        (rc = wk_gen_submit(g)) == HY_OK && (rc = wk_gen_head(g)) == HY_OK)
+        rc = wk_gen_read(g);
+    if (rc == HY_OK)
+        wk_gen_end(g);
+    else
+        wk_gen_fail(g, rc);
+    /* the engine requests go back now; the arena frees the rest */
+    for (i = 0; i < g->n_choices; i++) {
+        if (g->cs[i].live)
+            hy_req_release(r->w->shm, g->cs[i].h, err);
+        g->cs[i].live = false;
+        if (r->completion_tokens == 0 && g->cs[i].n_gen > 0 && r->status == 499)
+            r->completion_tokens += g->cs[i].n_gen;
     }
-    free(cs);
-    free(toks);
-    free(chat_text);
-    hy_jbuf_free(&sb);
-    hy_api_req_free(q);
 }
 
 /* ---- the other routes ------------------------------------------------------ */
@@ -1078,7 +1195,8 @@ static void wk_nginx_refusal(wk_req_t *r, const char *status, char *pbuf, size_t
     wk_send_error(r, &e, e.status == 405 ? "GET, HEAD, POST" : NULL);
 }
 
-/* control: a request from the control socket, which serves only what
+/* One request: route, answer, log, finish the response, then free its
+ * arena.  control: a request from the control socket, which serves only what
  * answers at once (/health, /metrics, /v1/models, nginx's refusals), so
  * that probes and scrapes get through while every generation worker
  * streams. */
@@ -1168,6 +1286,8 @@ log:
                "completion_tokens=%d ttft_ms=%.1f duration_ms=%.1f",
                r.id, key_id, r.route, method, r.status, r.prompt_tokens, r.cached_tokens,
                r.completion_tokens, r.ttft_ns / 1e6, (hy_shm_now_ns() - r.t0_ns) / 1e6);
+    /* the response is complete before the request's memory goes */
+    FCGX_Finish_r(rq);
     wk_arena_free(&r.arena);
 }
 
@@ -1222,7 +1342,6 @@ static void *wk_loop(void *arg)
             t->log_gen = gen;
         }
         wk_handle(w, &rq, t->control);
-        FCGX_Finish_r(&rq);
     }
     FCGX_Free(&rq, 1);
     return NULL;

@@ -14,8 +14,8 @@
 #include "common/config.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
-#include "server/ring.h"
-#include "server/shm.h"
+#include "ipc/ring.h"
+#include "ipc/shm.h"
 #include "server/sse.h"
 
 /* State the coordinator shares with every worker through a MAP_SHARED

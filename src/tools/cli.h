@@ -46,6 +46,5 @@ int hy_cmd_detokenize(int argc, char **argv);
 int hy_cmd_eval(int argc, char **argv);
 int hy_cmd_bench(int argc, char **argv);
 int hy_cmd_plan(int argc, char **argv);
-int hy_cmd_serve(int argc, char **argv); /* src/server/coordinator.c */
 
 #endif

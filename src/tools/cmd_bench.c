@@ -160,7 +160,7 @@ int hy_cmd_bench(int argc, char **argv)
 
     for (opt = 1; opt < argc; opt++)
         if (strcmp(argv[opt], "--offline") == 0)
-            return hy_cmd_bench_offline(argc, argv); /* the engine through the ring API */
+            return hy_cmd_bench_offline(argc, argv); /* the engine, in process */
     for (opt = 1; opt < argc; opt++)
         if (strcmp(argv[opt], "--url") == 0 || strncmp(argv[opt], "--url=", 6) == 0)
             return hy_cmd_bench_url(argc, argv); /* a running server over HTTP */

@@ -1,31 +1,28 @@
 /*
  * cmd_bench_offline.c - `hyserve bench --offline -m MODEL --concurrency N
- * --requests M`: a private shared-memory segment, the engine thread, and
- * this thread acting as the workers: it keeps N requests submitted (random
- * prompts, greedy, ignore_eos so each generates exactly --max-tokens),
- * reads their rings and measures TTFT, TPOT and generation tokens/s.
+ * --requests M`: the engine with an in-process request source and a private
+ * page table (engine/local.h), driven step by step from this thread, which
+ * keeps N requests submitted (random prompts, greedy, ignore_eos so each
+ * generates exactly --max-tokens) and measures TTFT, TPOT and generation
+ * tokens/s from the times the engine handed each request's tokens over.
  * `--ttft-prefix[=N]` instead measures the prefix cache: time to first
  * token of an N-token prompt cold, repeated exactly, and sharing all but a
  * short suffix with an earlier prompt, one request at a time.
  */
 #include "backend/select.h"
 #include "tools/bench_offline.h"
-#include "engine/engine.h"
+#include "engine/local.h"
 #include "model/tokenizer.h"
-#include "server/ring.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 typedef struct {
-    hy_req_handle_t h;
+    int32_t id;
     bool live;
-    int64_t submit_ns, first_ns;
-    int32_t n;
 } hy_bo_req_t;
 
 static int hy_bo_long(const char *flag, const char *s, long lo, long hi, long *out)
@@ -103,46 +100,32 @@ static void hy_bo_fill(const hy_bo_vocab_t *v, int32_t *out, int32_t n, uint64_t
 }
 
 /* One request alone, greedy, one generated token: milliseconds from
- * submit to the first token in this thread, and the engine's hit count. */
-static int hy_bo_first(hy_shm_t *shm, const int32_t *prompt, int32_t n, double *ms,
+ * submit to the first token, and the engine's hit count. */
+static int hy_bo_first(hy_local_engine_t *le, const int32_t *prompt, int32_t n, double *ms,
                        int32_t *hit, char *err)
 {
+    const hy_local_status_t *st;
     hy_req_params_t p;
-    hy_req_handle_t h;
-    hy_ring_tok_t tok;
-    hy_req_status_t st;
-    int64_t t0, t1 = 0;
-    int rc, got;
+    int32_t id;
+    int rc;
 
-    memset(&st, 0, sizeof st);
     memset(&p, 0, sizeof p);
     hy_sampling_default(&p.sampling);
     p.sampling.temperature = 0;
     p.max_tokens = 1;
     p.flags = HY_REQ_F_IGNORE_EOS;
-    t0 = hy_shm_now_ns();
-    if ((rc = hy_req_submit(shm, &p, prompt, n, &h, err)) != HY_OK)
+    if ((rc = hy_local_submit(le->local, &p, prompt, n, &id, err)) != HY_OK)
         return rc;
-    hy_shm_engine_kick(shm);
-    for (;;) {
-        got = hy_req_read(shm, h, &tok, 1, 1000, &st, err);
-        if (got < 0) {
-            rc = got;
-            break;
-        }
-        if (got > 0 && t1 == 0)
-            t1 = hy_shm_now_ns();
-        if (st.done) {
-            if (st.finish_reason == HY_FINISH_ERROR)
-                rc = hy_err(err, HY_EIO, "request failed: %s", st.error_msg);
-            else if (t1 == 0)
-                rc = hy_err(err, HY_EIO, "request finished without a token");
-            break;
-        }
+    if ((rc = hy_local_engine_wait(le, id, err)) == HY_OK) {
+        st = hy_local_status(le->local, id);
+        if (st->finish_reason == HY_FINISH_ERROR)
+            rc = hy_err(err, HY_EIO, "request failed: %s", st->error_msg);
+        else if (st->n_generated == 0)
+            rc = hy_err(err, HY_EIO, "request finished without a token");
+        *ms = (double)(st->first_token_ns - st->submit_ns) / 1e6;
+        *hit = st->n_cached;
     }
-    hy_req_release(shm, h, err);
-    *ms = (double)(t1 - t0) / 1e6;
-    *hit = st.n_cached;
+    hy_local_release(le->local, id);
     return rc;
 }
 
@@ -182,8 +165,8 @@ static double hy_bo_report(const char *phase, double *ms, const int32_t *hit, in
  * long system prompt, new questions); the first of those is reported on
  * its own, because on a hybrid model it is the one that snapshots the
  * state where the prompts branch. */
-static int hy_bo_ttft(hy_shm_t *shm, const hy_model_t *m, int32_t n, int32_t suffix, int reps,
-                      char *err)
+static int hy_bo_ttft(hy_local_engine_t *le, const hy_model_t *m, int32_t n, int32_t suffix,
+                      int reps, char *err)
 {
     hy_bo_vocab_t v = {0};
     int32_t *prompt = NULL, *hit = NULL, first_hit = 0;
@@ -201,28 +184,28 @@ static int hy_bo_ttft(hy_shm_t *shm, const hy_model_t *m, int32_t n, int32_t suf
         goto out;
     /* page the weights in and start the threads: not measured */
     hy_bo_fill(&v, prompt, HY_MIN(n, 64), 1);
-    if ((rc = hy_bo_first(shm, prompt, HY_MIN(n, 64), &warm_ms, &first_hit, err)) != HY_OK)
+    if ((rc = hy_bo_first(le, prompt, HY_MIN(n, 64), &warm_ms, &first_hit, err)) != HY_OK)
         goto out;
     for (r = 0; r < reps; r++) {
         hy_bo_fill(&v, prompt, n, 100 + (uint64_t)r);
-        if ((rc = hy_bo_first(shm, prompt, n, &ms[r], &hit[r], err)) != HY_OK)
+        if ((rc = hy_bo_first(le, prompt, n, &ms[r], &hit[r], err)) != HY_OK)
             goto out;
     }
     cold = hy_bo_report("cold", ms, hit, reps, 0);
     hy_bo_fill(&v, prompt, n, 200);
-    if ((rc = hy_bo_first(shm, prompt, n, &warm_ms, &first_hit, err)) != HY_OK)
+    if ((rc = hy_bo_first(le, prompt, n, &warm_ms, &first_hit, err)) != HY_OK)
         goto out;
     for (r = 0; r < reps; r++)
-        if ((rc = hy_bo_first(shm, prompt, n, &ms[r], &hit[r], err)) != HY_OK)
+        if ((rc = hy_bo_first(le, prompt, n, &ms[r], &hit[r], err)) != HY_OK)
             goto out;
     rep = hy_bo_report("repeat", ms, hit, reps, cold);
     hy_bo_fill(&v, prompt, n - suffix, 300);
     hy_bo_fill(&v, prompt + n - suffix, suffix, 400);
-    if ((rc = hy_bo_first(shm, prompt, n, &warm_ms, &first_hit, err)) != HY_OK)
+    if ((rc = hy_bo_first(le, prompt, n, &warm_ms, &first_hit, err)) != HY_OK)
         goto out;
     for (r = 0; r < reps; r++) {
         hy_bo_fill(&v, prompt + n - suffix, suffix, 401 + (uint64_t)r);
-        if ((rc = hy_bo_first(shm, prompt, n, &ms[r], &hit[r], err)) != HY_OK)
+        if ((rc = hy_bo_first(le, prompt, n, &ms[r], &hit[r], err)) != HY_OK)
             goto out;
         if (r == 0)
             first_ms = ms[0], first_hit = hit[0];
@@ -240,7 +223,125 @@ out:
     return rc;
 }
 
-int hy_cmd_bench_offline(int argc, char **argv)
+/* ---- throughput --------------------------------------------------------------- */
+
+typedef struct {
+    const char *model_path, *backend;
+    long threads, conc, n_req, n_prompt, n_gen, mbt;
+    long ttft_n, suffix, reps, ckpt_interval;
+} hy_bo_opts_t;
+
+/* One finished request's numbers into ttft/tpot; false if it failed. */
+static bool hy_bo_done(const hy_local_status_t *st, double *ttft, int *n_ttft, double *tpot,
+                       int *n_tpot, uint64_t *gen_tokens, char *err)
+{
+    if (st->finish_reason == HY_FINISH_ERROR) {
+        hy_err(err, HY_EIO, "request failed: %s", st->error_msg);
+        return false;
+    }
+    if (st->n_generated > 0)
+        ttft[(*n_ttft)++] = (double)(st->first_token_ns - st->submit_ns) / 1e6;
+    if (st->n_generated > 1)
+        tpot[(*n_tpot)++] = (double)(st->finish_ns - st->first_token_ns) / 1e6 /
+                            (st->n_generated - 1);
+    *gen_tokens += (uint64_t)st->n_generated;
+    return true;
+}
+
+/* Keeps o->conc random-prompt requests in flight until o->n_req are done,
+ * stepping the engine in between; prints the throughput and latency lines. */
+static int hy_bo_throughput(hy_local_engine_t *le, const hy_model_t *m, const hy_bo_opts_t *o,
+                            char *err)
+{
+    hy_bo_req_t *reqs = calloc((size_t)o->conc, sizeof *reqs);
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)o->n_prompt);
+    double *ttft = malloc(sizeof(double) * (size_t)o->n_req);
+    double *tpot = malloc(sizeof(double) * (size_t)o->n_req);
+    uint64_t rng = 0x2545f4914f6cdd1dULL, gen_tokens = 0;
+    long submitted = 0, done = 0, i, j;
+    int n_ttft = 0, n_tpot = 0, rc = HY_OK;
+    struct timespec t0, t1;
+    hy_req_params_t p;
+    double wall;
+
+    if (!reqs || !prompt || !ttft || !tpot) {
+        rc = hy_err(err, HY_ENOMEM, "out of memory");
+        goto out;
+    }
+    memset(&p, 0, sizeof p);
+    hy_sampling_default(&p.sampling);
+    p.sampling.temperature = 0;
+    p.max_tokens = (int32_t)o->n_gen;
+    p.flags = HY_REQ_F_IGNORE_EOS;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (done < o->n_req) {
+        for (i = 0; i < o->conc && submitted < o->n_req; i++) {
+            if (reqs[i].live)
+                continue;
+            for (j = 0; j < o->n_prompt; j++) {
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                prompt[j] = (int32_t)(rng % (uint64_t)m->n_vocab);
+            }
+            if ((rc = hy_local_submit(le->local, &p, prompt, (int32_t)o->n_prompt, &reqs[i].id,
+                                      err)) != HY_OK)
+                goto out;
+            reqs[i].live = true;
+            submitted++;
+        }
+        if (hy_engine_poll(le->engine) == 0) {
+            rc = hy_err(err, HY_EIO, "the engine cannot run the requests (too few KV pages)");
+            goto out;
+        }
+        for (i = 0; i < o->conc; i++) {
+            const hy_local_status_t *st = reqs[i].live ? hy_local_status(le->local, reqs[i].id)
+                                                        : NULL;
+
+            if (st == NULL || !st->done)
+                continue;
+            if (!hy_bo_done(st, ttft, &n_ttft, tpot, &n_tpot, &gen_tokens, err)) {
+                rc = HY_EIO;
+                goto out;
+            }
+            hy_local_release(le->local, reqs[i].id);
+            reqs[i].live = false;
+            done++;
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    wall = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    qsort(ttft, (size_t)n_ttft, sizeof *ttft, hy_bo_dcmp);
+    qsort(tpot, (size_t)n_tpot, sizeof *tpot, hy_bo_dcmp);
+    hy_engine_describe(le->engine, stdout);
+    printf("bench offline model=%s requests=%ld concurrency=%ld prompt_tokens=%ld max_tokens=%ld "
+           "wall_s=%.3f gen_tokens=%llu gen_tok_s=%.1f prompt_tok_s=%.1f\n",
+           o->model_path, o->n_req, o->conc, o->n_prompt, o->n_gen, wall,
+           (unsigned long long)gen_tokens, (double)gen_tokens / wall,
+           (double)(o->n_req * o->n_prompt) / wall);
+    printf("ttft_ms p50=%.2f p90=%.2f p99=%.2f  tpot_ms p50=%.2f p90=%.2f p99=%.2f\n",
+           hy_bo_pct(ttft, n_ttft, 50), hy_bo_pct(ttft, n_ttft, 90), hy_bo_pct(ttft, n_ttft, 99),
+           hy_bo_pct(tpot, n_tpot, 50), hy_bo_pct(tpot, n_tpot, 90), hy_bo_pct(tpot, n_tpot, 99));
+out:
+    free(reqs);
+    free(prompt);
+    free(ttft);
+    free(tpot);
+    return rc;
+}
+
+/* ---- the command ---------------------------------------------------------------- */
+
+static void hy_bo_usage(void)
+{
+    printf("usage: hyserve bench --offline -m MODEL.gguf [--concurrency 8] [--requests 32]\n"
+           "       [--prompt-tokens 128] [--max-tokens 64] [--max-batch-tokens 512] [-t THREADS]\n"
+           "       [--checkpoint-interval 512] [--backend cpu|cuda]\n"
+           "   or: hyserve bench --offline -m MODEL.gguf --ttft-prefix[=2000] [--suffix-tokens 37]\n"
+           "       [--repeat 5] [--max-batch-tokens 512] [--checkpoint-interval 512] [-t THREADS]\n"
+           "       time to first token of an N-token prompt: cold, exact repeat, shared prefix\n");
+}
+
+/* 0: parsed; 1: --help printed; 2: a bad option (reported). */
+static int hy_bo_parse(int argc, char **argv, hy_bo_opts_t *o)
 {
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"threads", required_argument, 0, 't'},
@@ -250,196 +351,96 @@ int hy_cmd_bench_offline(int argc, char **argv)
         {"ttft-prefix", optional_argument, 0, 'T'}, {"suffix-tokens", required_argument, 0, 'S'},
         {"repeat", required_argument, 0, 'R'}, {"checkpoint-interval", required_argument, 0, 'k'},
         {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *model_path = NULL, *backend = NULL;
-    long threads = 0, conc = 8, n_req = 32, n_prompt = 128, n_gen = 64, mbt = 512;
-    long ttft_n = 0, suffix = 37, reps = 5, ckpt_interval = 512;
-    char err[HY_ERR_LEN], inst[64];
-    hy_backend_opts_t bo = {0};
-    hy_backend_t *be = NULL;
-    hy_model_t *m = NULL;
-    hy_shm_t *shm = NULL;
-    hy_engine_t *e = NULL;
-    hy_engine_opts_t eo;
-    hy_shm_params_t sp;
-    hy_bo_req_t *reqs = NULL;
-    hy_ring_tok_t *buf = NULL;
-    int32_t *prompt = NULL;
-    double *ttft = NULL, *tpot = NULL;
-    int opt, rc = 1, n_ttft = 0, n_tpot = 0;
-    long submitted = 0, done = 0, i, j;
-    uint64_t rng = 0x2545f4914f6cdd1dULL, gen_tokens = 0;
-    int64_t t0, t1;
+    int opt;
 
+    *o = (hy_bo_opts_t){.conc = 8, .n_req = 32, .n_prompt = 128, .n_gen = 64, .mbt = 512,
+                        .suffix = 37, .reps = 5, .ckpt_interval = 512};
     optind = 1;
     while ((opt = getopt_long(argc, argv, "m:t:c:r:p:n:b:h", opts, NULL)) != -1) {
         switch (opt) {
-        case 'm': model_path = optarg; break;
-        case 't': if (hy_bo_long("--threads", optarg, 0, 1024, &threads)) return 2; break;
-        case 'c': if (hy_bo_long("--concurrency", optarg, 1, 1024, &conc)) return 2; break;
-        case 'r': if (hy_bo_long("--requests", optarg, 1, 1000000, &n_req)) return 2; break;
-        case 'p': if (hy_bo_long("--prompt-tokens", optarg, 1, 65536, &n_prompt)) return 2; break;
-        case 'n': if (hy_bo_long("--max-tokens", optarg, 1, 65536, &n_gen)) return 2; break;
-        case 'b': if (hy_bo_long("--max-batch-tokens", optarg, 1, 65536, &mbt)) return 2; break;
+        case 'm': o->model_path = optarg; break;
+        case 't': if (hy_bo_long("--threads", optarg, 0, 1024, &o->threads)) return 2; break;
+        case 'c': if (hy_bo_long("--concurrency", optarg, 1, 1024, &o->conc)) return 2; break;
+        case 'r': if (hy_bo_long("--requests", optarg, 1, 1000000, &o->n_req)) return 2; break;
+        case 'p': if (hy_bo_long("--prompt-tokens", optarg, 1, 65536, &o->n_prompt)) return 2; break;
+        case 'n': if (hy_bo_long("--max-tokens", optarg, 1, 65536, &o->n_gen)) return 2; break;
+        case 'b': if (hy_bo_long("--max-batch-tokens", optarg, 1, 65536, &o->mbt)) return 2; break;
         case 'T':
-            ttft_n = 2000;
-            if (optarg != NULL && hy_bo_long("--ttft-prefix", optarg, 32, 65536, &ttft_n))
+            o->ttft_n = 2000;
+            if (optarg != NULL && hy_bo_long("--ttft-prefix", optarg, 32, 65536, &o->ttft_n))
                 return 2;
             break;
-        case 'S': if (hy_bo_long("--suffix-tokens", optarg, 1, 65535, &suffix)) return 2; break;
-        case 'R': if (hy_bo_long("--repeat", optarg, 1, 1000, &reps)) return 2; break;
-        case 'k': if (hy_bo_long("--checkpoint-interval", optarg, 0, 1 << 24, &ckpt_interval)) return 2; break;
+        case 'S': if (hy_bo_long("--suffix-tokens", optarg, 1, 65535, &o->suffix)) return 2; break;
+        case 'R': if (hy_bo_long("--repeat", optarg, 1, 1000, &o->reps)) return 2; break;
+        case 'k': if (hy_bo_long("--checkpoint-interval", optarg, 0, 1 << 24, &o->ckpt_interval)) return 2; break;
         case 'o': break;
-        case 'B': backend = optarg; break;
-        case 'h':
-            printf("usage: hyserve bench --offline -m MODEL.gguf [--concurrency 8] [--requests 32]\n"
-                   "       [--prompt-tokens 128] [--max-tokens 64] [--max-batch-tokens 512] [-t THREADS]\n"
-                   "       [--checkpoint-interval 512] [--backend cpu|cuda]\n"
-                   "   or: hyserve bench --offline -m MODEL.gguf --ttft-prefix[=2000] [--suffix-tokens 37]\n"
-                   "       [--repeat 5] [--max-batch-tokens 512] [--checkpoint-interval 512] [-t THREADS]\n"
-                   "       time to first token of an N-token prompt: cold, exact repeat, shared prefix\n");
-            return 0;
+        case 'B': o->backend = optarg; break;
+        case 'h': hy_bo_usage(); return 1;
         default: return 2;
         }
     }
-    if (model_path == NULL) {
+    if (o->model_path == NULL) {
         fprintf(stderr, "hyserve bench: --offline needs -m MODEL.gguf\n");
         return 2;
     }
-    if (ttft_n > 0 && suffix > ttft_n - 16) {
+    if (o->ttft_n > 0 && o->suffix > o->ttft_n - 16) {
         fprintf(stderr, "hyserve bench: --suffix-tokens = %ld: must leave at least one 16-token "
                         "block of the %ld-token prompt shared (1..%ld)\n",
-                suffix, ttft_n, ttft_n - 16);
+                o->suffix, o->ttft_n, o->ttft_n - 16);
         return 2;
     }
-    bo.n_threads = (int)threads;
-    if (hy_backend_new(&be, backend, &bo, err) != HY_OK ||
-        hy_model_load(&m, model_path, be, err) != HY_OK)
-        goto fail;
+    return 0;
+}
+
+int hy_cmd_bench_offline(int argc, char **argv)
+{
+    char err[HY_ERR_LEN];
+    hy_backend_opts_t bo = {0};
+    hy_backend_t *be = NULL;
+    hy_model_t *m = NULL;
+    hy_local_engine_t le = {0};
+    hy_engine_opts_t eo;
+    hy_bo_opts_t o;
+    int rc;
+
+    if ((rc = hy_bo_parse(argc, argv, &o)) != 0)
+        return rc == 1 ? 0 : rc;
+    bo.n_threads = (int)o.threads;
     memset(&eo, 0, sizeof eo);
-    eo.max_batch_tokens = (int32_t)mbt;
-    eo.max_seqs = (int32_t)conc;
-    eo.n_ctx = (int32_t)(ttft_n > 0 ? ttft_n + 2 : n_prompt + n_gen + 1);
+    eo.max_batch_tokens = (int32_t)o.mbt;
+    eo.max_seqs = (int32_t)o.conc;
+    eo.n_ctx = (int32_t)(o.ttft_n > 0 ? o.ttft_n + 2 : o.n_prompt + o.n_gen + 1);
     eo.page_tokens = 16;
     eo.kv_type = HY_DTYPE_F16;
-    eo.checkpoint_interval = (int32_t)ckpt_interval;
-    eo.n_request_slots = (int32_t)conc;
-    if (hy_engine_shm_params(m, be, &eo, &sp, err) != HY_OK)
+    eo.checkpoint_interval = (int32_t)o.ckpt_interval;
+    eo.n_request_slots = (int32_t)o.conc;
+    rc = 1;
+    if (hy_backend_new(&be, o.backend, &bo, err) != HY_OK ||
+        hy_model_load(&m, o.model_path, be, err) != HY_OK ||
+        hy_local_engine_open(&le, m, be, &eo, NULL, NULL, err) != HY_OK)
         goto fail;
-    snprintf(inst, sizeof inst, "bench-%ld", (long)getpid());
-    if (hy_shm_create(&shm, inst, &sp, err) != HY_OK)
-        goto fail;
-    if (hy_engine_create(&e, m, be, shm, &eo, err) != HY_OK || hy_engine_start(e, err) != HY_OK)
-        goto fail;
-    if (ttft_n > 0) {
-        hy_engine_describe(e, stdout);
+    if (o.ttft_n > 0) {
+        hy_engine_describe(le.engine, stdout);
         printf("ttft model=%s arch=%s prompt_tokens=%ld suffix_tokens=%ld repeat=%ld threads=%ld "
                "max_batch_tokens=%ld checkpoint_interval=%ld\n",
-               model_path, m->arch_name, ttft_n, suffix, reps, threads, mbt, ckpt_interval);
+               o.model_path, m->arch_name, o.ttft_n, o.suffix, o.reps, o.threads, o.mbt,
+               o.ckpt_interval);
         fflush(stdout);
-        if (hy_bo_ttft(shm, m, (int32_t)ttft_n, (int32_t)suffix, (int)reps, err) != HY_OK)
+        if (hy_bo_ttft(&le, m, (int32_t)o.ttft_n, (int32_t)o.suffix, (int)o.reps, err) != HY_OK)
             goto fail;
-        rc = 0;
-        goto out;
-    }
-    reqs = calloc((size_t)conc, sizeof *reqs);
-    buf = malloc(sizeof *buf * 64);
-    prompt = malloc(sizeof(int32_t) * (size_t)n_prompt);
-    ttft = malloc(sizeof(double) * (size_t)n_req);
-    tpot = malloc(sizeof(double) * (size_t)n_req);
-    if (!reqs || !buf || !prompt || !ttft || !tpot) {
-        hy_err(err, HY_ENOMEM, "out of memory");
+    } else if (hy_bo_throughput(&le, m, &o, err) != HY_OK) {
         goto fail;
     }
-    t0 = hy_shm_now_ns();
-    while (done < n_req) {
-        bool progress = false;
-
-        for (i = 0; i < conc; i++) {
-            hy_bo_req_t *r = &reqs[i];
-            hy_req_status_t st;
-            int n;
-
-            if (!r->live && submitted < n_req) {
-                hy_req_params_t p;
-
-                memset(&p, 0, sizeof p);
-                hy_sampling_default(&p.sampling);
-                p.sampling.temperature = 0;
-                p.max_tokens = (int32_t)n_gen;
-                p.flags = HY_REQ_F_IGNORE_EOS;
-                for (j = 0; j < n_prompt; j++) {
-                    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-                    prompt[j] = (int32_t)(rng % (uint64_t)m->n_vocab);
-                }
-                if (hy_req_submit(shm, &p, prompt, (int32_t)n_prompt, &r->h, err) != HY_OK)
-                    goto fail;
-                hy_shm_engine_kick(shm);
-                r->live = true;
-                r->submit_ns = hy_shm_now_ns();
-                r->first_ns = 0;
-                r->n = 0;
-                submitted++;
-                progress = true;
-            }
-            if (!r->live)
-                continue;
-            n = hy_req_read(shm, r->h, buf, 64, 0, &st, err);
-            if (n < 0)
-                goto fail;
-            if (n > 0 && r->first_ns == 0)
-                r->first_ns = hy_shm_now_ns();
-            r->n += n;
-            progress |= n > 0;
-            if (st.done) {
-                int64_t end = hy_shm_now_ns();
-
-                if (st.finish_reason == HY_FINISH_ERROR) {
-                    hy_err(err, HY_EIO, "request failed: %s", st.error_msg);
-                    goto fail;
-                }
-                if (r->n > 0)
-                    ttft[n_ttft++] = (double)(r->first_ns - r->submit_ns) / 1e6;
-                if (r->n > 1)
-                    tpot[n_tpot++] = (double)(end - r->first_ns) / 1e6 / (r->n - 1);
-                gen_tokens += (uint64_t)r->n;
-                hy_req_release(shm, r->h, err);
-                r->live = false;
-                done++;
-                progress = true;
-            }
-        }
-        if (!progress) {
-            struct timespec ts = {0, 100000};
-
-            nanosleep(&ts, NULL);
-        }
-    }
-    t1 = hy_shm_now_ns();
-    qsort(ttft, (size_t)n_ttft, sizeof *ttft, hy_bo_dcmp);
-    qsort(tpot, (size_t)n_tpot, sizeof *tpot, hy_bo_dcmp);
-    hy_engine_describe(e, stdout);
-    printf("bench offline model=%s requests=%ld concurrency=%ld prompt_tokens=%ld max_tokens=%ld "
-           "wall_s=%.3f gen_tokens=%llu gen_tok_s=%.1f prompt_tok_s=%.1f\n",
-           model_path, n_req, conc, n_prompt, n_gen, (double)(t1 - t0) / 1e9,
-           (unsigned long long)gen_tokens, (double)gen_tokens / ((double)(t1 - t0) / 1e9),
-           (double)(n_req * n_prompt) / ((double)(t1 - t0) / 1e9));
-    printf("ttft_ms p50=%.2f p90=%.2f p99=%.2f  tpot_ms p50=%.2f p90=%.2f p99=%.2f\n",
-           hy_bo_pct(ttft, n_ttft, 50), hy_bo_pct(ttft, n_ttft, 90), hy_bo_pct(ttft, n_ttft, 99),
-           hy_bo_pct(tpot, n_tpot, 50), hy_bo_pct(tpot, n_tpot, 90), hy_bo_pct(tpot, n_tpot, 99));
+    if (hy_local_engine_close(&le, err) != HY_OK)
+        goto fail;
     rc = 0;
     goto out;
 fail:
     fprintf(stderr, "hyserve bench: %s\n", err);
 out:
-    hy_engine_free(e);
-    hy_shm_close(shm);
+    hy_local_engine_close(&le, NULL);
     hy_model_free(m);
     if (be != NULL)
         be->i->free(be);
-    free(reqs);
-    free(buf);
-    free(prompt);
-    free(ttft);
-    free(tpot);
     return rc;
 }

@@ -548,7 +548,9 @@ static void hy_burl_usage(FILE *f)
             "  the measured prompts are not already in a prefix cache.\n");
 }
 
-int hy_cmd_bench_url(int argc, char **argv)
+/* Options into b and *url: 0 parsed, 1 --help printed, 2 a usage error
+ * (reported). */
+static int hy_burl_args(int argc, char **argv, hy_burl_t *b, const char **url)
 {
     static const struct option opts[] = {
         {"url", required_argument, 0, 'u'}, {"concurrency", required_argument, 0, 'c'},
@@ -558,35 +560,29 @@ int hy_cmd_bench_url(int argc, char **argv)
         {"timeout", required_argument, 0, 't'}, {"prompt-seed", required_argument, 0, 's'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    hy_burl_t b;
-    struct addrinfo hints, *ai = NULL;
-    pthread_t *tid = NULL;
-    double *ttft = NULL, *tpot = NULL, *e2e = NULL, t0, wall;
-    long n_ok = 0, n_tpot = 0, tokens = 0, prompt_sum = 0, prompt_n = 0, i, started = 0;
-    const char *url = NULL, *key = NULL, *first_why = NULL;
-    char model_buf[512];
-    int opt, rc = 1, gai;
+    const char *key = NULL;
+    int opt;
 
-    memset(&b, 0, sizeof b);
-    b.concurrency = 1;
-    b.requests = 8;
-    b.prompt_tokens = 100;
-    b.max_tokens = 64;
-    b.timeout_s = 300;
+    b->concurrency = 1;
+    b->requests = 8;
+    b->prompt_tokens = 100;
+    b->max_tokens = 64;
+    b->timeout_s = 300;
+    *url = NULL;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
-        case 'u': url = optarg; break;
-        case 'c': if (hy_cli_int("bench", "--concurrency", optarg, 1, 4096, &b.concurrency)) return 2; break;
-        case 'n': if (hy_cli_int("bench", "--requests", optarg, 1, 10000000, &b.requests)) return 2; break;
-        case 'p': if (hy_cli_int("bench", "--prompt-tokens", optarg, 2, 100000, &b.prompt_tokens)) return 2; break;
-        case 'T': if (hy_cli_int("bench", "--max-tokens", optarg, 1, 1000000, &b.max_tokens)) return 2; break;
-        case 't': if (hy_cli_int("bench", "--timeout", optarg, 1, 86400, &b.timeout_s)) return 2; break;
-        case 's': if (hy_cli_int("bench", "--prompt-seed", optarg, 0, 1000000000, &b.prompt_seed)) return 2; break;
+        case 'u': *url = optarg; break;
+        case 'c': if (hy_cli_int("bench", "--concurrency", optarg, 1, 4096, &b->concurrency)) return 2; break;
+        case 'n': if (hy_cli_int("bench", "--requests", optarg, 1, 10000000, &b->requests)) return 2; break;
+        case 'p': if (hy_cli_int("bench", "--prompt-tokens", optarg, 2, 100000, &b->prompt_tokens)) return 2; break;
+        case 'T': if (hy_cli_int("bench", "--max-tokens", optarg, 1, 1000000, &b->max_tokens)) return 2; break;
+        case 't': if (hy_cli_int("bench", "--timeout", optarg, 1, 86400, &b->timeout_s)) return 2; break;
+        case 's': if (hy_cli_int("bench", "--prompt-seed", optarg, 0, 1000000000, &b->prompt_seed)) return 2; break;
         case 'k': key = optarg; break;
-        case 'm': b.model = optarg; break;
-        case 'C': b.chat = true; break;
-        case 'h': hy_burl_usage(stdout); return 0;
+        case 'm': b->model = optarg; break;
+        case 'C': b->chat = true; break;
+        case 'h': hy_burl_usage(stdout); return 1;
         default: hy_burl_usage(stderr); return 2;
         }
     }
@@ -594,9 +590,9 @@ int hy_cmd_bench_url(int argc, char **argv)
         fprintf(stderr, "hyserve bench: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (url == NULL || hy_burl_parse_url(&b, url) != 0)
+    if (*url == NULL || hy_burl_parse_url(b, *url) != 0)
         return 2;
-    if (b.model && strpbrk(b.model, "\"\\") != NULL) {
+    if (b->model && strpbrk(b->model, "\"\\") != NULL) {
         fprintf(stderr, "hyserve bench: --model: quotes and backslashes are not allowed\n");
         return 2;
     }
@@ -605,8 +601,86 @@ int hy_cmd_bench_url(int argc, char **argv)
             fprintf(stderr, "hyserve bench: --api-key: must be one line of at most 400 bytes\n");
             return 2;
         }
-        snprintf(b.auth, sizeof b.auth, "Authorization: Bearer %s\r\n", key);
+        snprintf(b->auth, sizeof b->auth, "Authorization: Bearer %s\r\n", key);
     }
+    return 0;
+}
+
+/* The results table and its JSON line; 0 when every request succeeded.
+ * ttft, tpot, e2e: scratch for b->requests values each. */
+static int hy_burl_report(const hy_burl_t *b, const char *url, double wall, double *ttft,
+                          double *tpot, double *e2e)
+{
+    long n_ok = 0, n_tpot = 0, tokens = 0, prompt_sum = 0, prompt_n = 0, i;
+    const char *first_why = NULL;
+
+    for (i = 0; i < b->requests; i++) {
+        const hy_burl_result_t *r = &b->res[i];
+
+        if (!r->ok) {
+            if (first_why == NULL)
+                first_why = r->why;
+            continue;
+        }
+        ttft[n_ok] = r->ttft;
+        e2e[n_ok] = r->e2e;
+        n_ok++;
+        if (r->tpot >= 0)
+            tpot[n_tpot++] = r->tpot;
+        tokens += r->tokens;
+        if (r->prompt_tokens >= 0) {
+            prompt_sum += r->prompt_tokens;
+            prompt_n++;
+        }
+    }
+    qsort(ttft, (size_t)n_ok, sizeof(double), hy_burl_cmp);
+    qsort(tpot, (size_t)n_tpot, sizeof(double), hy_burl_cmp);
+    qsort(e2e, (size_t)n_ok, sizeof(double), hy_burl_cmp);
+    printf("url %s%s  model %s  concurrency %ld  requests %ld  prompt ~%ld words  "
+           "max_tokens %ld\n", url, b->chat ? " (chat)" : "", b->model ? b->model : "(none)",
+           b->concurrency, b->requests, b->prompt_tokens, b->max_tokens);
+    if (prompt_n)
+        printf("prompt tokens (server usage): mean %.1f\n", (double)prompt_sum / prompt_n);
+    printf("requests: %ld ok, %ld failed%s%s\n", n_ok, b->requests - n_ok,
+           first_why ? "; first failure: " : "", first_why ? first_why : "");
+    printf("wall %.2f s, output tokens %ld, throughput %.1f tok/s, %.2f req/s\n", wall / 1e3,
+           tokens, tokens * 1e3 / wall, n_ok * 1e3 / wall);
+    printf("| metric (ms) |    p50 |    p90 |    p99 |\n");
+    printf("| ----------- | -----: | -----: | -----: |\n");
+    printf("| TTFT        | %6.1f | %6.1f | %6.1f |\n", hy_burl_pct(ttft, n_ok, 50),
+           hy_burl_pct(ttft, n_ok, 90), hy_burl_pct(ttft, n_ok, 99));
+    printf("| TPOT        | %6.2f | %6.2f | %6.2f |\n", hy_burl_pct(tpot, n_tpot, 50),
+           hy_burl_pct(tpot, n_tpot, 90), hy_burl_pct(tpot, n_tpot, 99));
+    printf("| E2E         | %6.1f | %6.1f | %6.1f |\n", hy_burl_pct(e2e, n_ok, 50),
+           hy_burl_pct(e2e, n_ok, 90), hy_burl_pct(e2e, n_ok, 99));
+    printf("json: {\"concurrency\":%ld,\"requests\":%ld,\"ok\":%ld,\"failed\":%ld,"
+           "\"output_tokens\":%ld,\"wall_s\":%.3f,\"tok_per_s\":%.2f,"
+           "\"ttft_ms\":{\"p50\":%.2f,\"p90\":%.2f,\"p99\":%.2f},"
+           "\"tpot_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
+           "\"e2e_ms\":{\"p50\":%.2f,\"p90\":%.2f,\"p99\":%.2f}}\n",
+           b->concurrency, b->requests, n_ok, b->requests - n_ok, tokens, wall / 1e3,
+           tokens * 1e3 / wall, hy_burl_pct(ttft, n_ok, 50), hy_burl_pct(ttft, n_ok, 90),
+           hy_burl_pct(ttft, n_ok, 99), hy_burl_pct(tpot, n_tpot, 50),
+           hy_burl_pct(tpot, n_tpot, 90), hy_burl_pct(tpot, n_tpot, 99),
+           hy_burl_pct(e2e, n_ok, 50), hy_burl_pct(e2e, n_ok, 90), hy_burl_pct(e2e, n_ok, 99));
+    fflush(stdout);
+    return n_ok == b->requests ? 0 : 1;
+}
+
+int hy_cmd_bench_url(int argc, char **argv)
+{
+    hy_burl_t b;
+    struct addrinfo hints, *ai = NULL;
+    pthread_t *tid = NULL;
+    double *ttft = NULL, *tpot = NULL, *e2e = NULL, t0, wall;
+    long i, started = 0;
+    const char *url;
+    char model_buf[512];
+    int rc, gai;
+
+    memset(&b, 0, sizeof b);
+    if ((rc = hy_burl_args(argc, argv, &b, &url)) != 0)
+        return rc == 1 ? 0 : rc;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -614,6 +688,7 @@ int hy_cmd_bench_url(int argc, char **argv)
         fprintf(stderr, "hyserve bench: --url %s: %s\n", url, gai_strerror(gai));
         return 2;
     }
+    rc = 1;
     b.addr = ai;
     b.concurrency = HY_MIN(b.concurrency, b.requests);
     if (b.model == NULL) {
@@ -640,66 +715,14 @@ int hy_cmd_bench_url(int argc, char **argv)
     for (i = 0; i < started; i++)
         pthread_join(tid[i], NULL);
     wall = hy_cli_now_ms() - t0;
-    if (started == 0)
-        goto out;
-    for (i = 0; i < b.requests; i++) {
-        hy_burl_result_t *r = &b.res[i];
-
-        if (!r->ok) {
-            if (first_why == NULL)
-                first_why = r->why;
-            continue;
-        }
-        ttft[n_ok] = r->ttft;
-        e2e[n_ok] = r->e2e;
-        n_ok++;
-        if (r->tpot >= 0)
-            tpot[n_tpot++] = r->tpot;
-        tokens += r->tokens;
-        if (r->prompt_tokens >= 0) {
-            prompt_sum += r->prompt_tokens;
-            prompt_n++;
-        }
-    }
-    qsort(ttft, (size_t)n_ok, sizeof(double), hy_burl_cmp);
-    qsort(tpot, (size_t)n_tpot, sizeof(double), hy_burl_cmp);
-    qsort(e2e, (size_t)n_ok, sizeof(double), hy_burl_cmp);
-    printf("url %s%s  model %s  concurrency %ld  requests %ld  prompt ~%ld words  "
-           "max_tokens %ld\n", url, b.chat ? " (chat)" : "", b.model ? b.model : "(none)",
-           b.concurrency, b.requests, b.prompt_tokens, b.max_tokens);
-    if (prompt_n)
-        printf("prompt tokens (server usage): mean %.1f\n", (double)prompt_sum / prompt_n);
-    printf("requests: %ld ok, %ld failed%s%s\n", n_ok, b.requests - n_ok,
-           first_why ? "; first failure: " : "", first_why ? first_why : "");
-    printf("wall %.2f s, output tokens %ld, throughput %.1f tok/s, %.2f req/s\n", wall / 1e3,
-           tokens, tokens * 1e3 / wall, n_ok * 1e3 / wall);
-    printf("| metric (ms) |    p50 |    p90 |    p99 |\n");
-    printf("| ----------- | -----: | -----: | -----: |\n");
-    printf("| TTFT        | %6.1f | %6.1f | %6.1f |\n", hy_burl_pct(ttft, n_ok, 50),
-           hy_burl_pct(ttft, n_ok, 90), hy_burl_pct(ttft, n_ok, 99));
-    printf("| TPOT        | %6.2f | %6.2f | %6.2f |\n", hy_burl_pct(tpot, n_tpot, 50),
-           hy_burl_pct(tpot, n_tpot, 90), hy_burl_pct(tpot, n_tpot, 99));
-    printf("| E2E         | %6.1f | %6.1f | %6.1f |\n", hy_burl_pct(e2e, n_ok, 50),
-           hy_burl_pct(e2e, n_ok, 90), hy_burl_pct(e2e, n_ok, 99));
-    printf("json: {\"concurrency\":%ld,\"requests\":%ld,\"ok\":%ld,\"failed\":%ld,"
-           "\"output_tokens\":%ld,\"wall_s\":%.3f,\"tok_per_s\":%.2f,"
-           "\"ttft_ms\":{\"p50\":%.2f,\"p90\":%.2f,\"p99\":%.2f},"
-           "\"tpot_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
-           "\"e2e_ms\":{\"p50\":%.2f,\"p90\":%.2f,\"p99\":%.2f}}\n",
-           b.concurrency, b.requests, n_ok, b.requests - n_ok, tokens, wall / 1e3,
-           tokens * 1e3 / wall, hy_burl_pct(ttft, n_ok, 50), hy_burl_pct(ttft, n_ok, 90),
-           hy_burl_pct(ttft, n_ok, 99), hy_burl_pct(tpot, n_tpot, 50),
-           hy_burl_pct(tpot, n_tpot, 90), hy_burl_pct(tpot, n_tpot, 99),
-           hy_burl_pct(e2e, n_ok, 50), hy_burl_pct(e2e, n_ok, 90), hy_burl_pct(e2e, n_ok, 99));
-    fflush(stdout);
-    rc = n_ok == b.requests ? 0 : 1;
+    if (started > 0)
+        rc = hy_burl_report(&b, url, wall, ttft, tpot, e2e);
 out:
     free(b.res);
     free(tid);
     free(ttft);
     free(tpot);
     free(e2e);
-    if (ai)
-        freeaddrinfo(ai);
+    freeaddrinfo(ai);
     return rc;
 }

@@ -1,12 +1,14 @@
 /*
- * cmd_run.c - `hyserve run`: one prompt, one sequence, text streamed to
+ * cmd_run.c - `hyserve run`: one prompt, one request, text streamed to
  * stdout as it is generated (only whole UTF-8 characters), timing summary on
- * stderr.  It drives the same runner and sampler as the server.
+ * stderr.  The request goes through the server's engine, scheduler, sampler
+ * and page allocator, with an in-process request source (engine/local.h)
+ * instead of the shared segment; this thread steps the engine.
  */
 #include <stdio.h>
 
 #include "tools/cli.h"
-#include "engine/sampler.h"
+#include "engine/local.h"
 #include "model/chat_template.h"
 
 #include <getopt.h>
@@ -38,7 +40,15 @@ static void hy_run_usage(FILE *f)
             "      --system TEXT       system message (with --chat)\n");
 }
 
-int hy_cmd_run(int argc, char **argv)
+typedef struct {
+    const char *model, *prompt, *file, *backend, *system_msg;
+    long n_predict, threads, ctx;
+    bool ignore_eos, chat;
+    hy_sampling_t sp;
+} hy_run_opts_t;
+
+/* 0: parsed; 1: --help printed; 2: a bad option (reported). */
+static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
 {
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
@@ -52,64 +62,53 @@ int hy_cmd_run(int argc, char **argv)
         {"ignore-eos", no_argument, 0, 9}, {"chat", no_argument, 0, 10},
         {"system", required_argument, 0, 11}, {"backend", required_argument, 0, 12},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *model = NULL, *prompt = NULL, *file = NULL, *backend = NULL;
-    long n_predict = 128, threads = 0, ctx = 8192, lv;
+    hy_sampling_t *sp = &o->sp;
+    bool seeded = false;
     double dv;
-    bool seeded = false, ignore_eos = false, chat = false;
-    const char *system_msg = NULL;
-    char *rendered = NULL;
-    hy_sampling_t sp;
-    hy_runner_opts_t ro;
-    hy_cli_ctx_t c;
-    hy_sampler_t *smp = NULL;
-    hy_kv_seq_t seq = {0};
-    hy_tok_stream_t stream;
-    int32_t *ids = NULL;
-    size_t n_ids = 0, plen = 0;
-    char *pbuf = NULL, err[HY_ERR_LEN];
-    float *logits = NULL;
-    double t_prompt = 0, t_gen = 0, t0;
-    int32_t n_gen = 0;
-    int opt, rc = 1;
+    long lv;
+    int opt;
 
-    hy_sampling_default(&sp);
-    sp.temperature = 0.8f;
-    sp.top_k = 40;
-    sp.top_p = 0.95f;
-    sp.min_p = 0.05f;
+    memset(o, 0, sizeof *o);
+    o->n_predict = 128;
+    o->ctx = 8192;
+    hy_sampling_default(sp);
+    sp->temperature = 0.8f;
+    sp->top_k = 40;
+    sp->top_p = 0.95f;
+    sp->min_p = 0.05f;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "m:p:f:n:t:c:h", opts, NULL)) != -1) {
         switch (opt) {
-        case 'm': model = optarg; break;
-        case 'p': prompt = optarg; break;
-        case 'f': file = optarg; break;
-        case 'n': if (hy_cli_int("run", "--n-predict", optarg, 0, 1 << 20, &n_predict)) return 2; break;
-        case 't': if (hy_cli_int("run", "--threads", optarg, 0, 1024, &threads)) return 2; break;
-        case 'c': if (hy_cli_int("run", "--ctx", optarg, 16, 1 << 20, &ctx)) return 2; break;
-        case 1: if (hy_cli_float("run", "--temp", optarg, 0, 100, &dv)) return 2; sp.temperature = (float)dv; break;
-        case 2: if (hy_cli_int("run", "--top-k", optarg, 0, 1 << 30, &lv)) return 2; sp.top_k = (int32_t)lv; break;
-        case 3: if (hy_cli_float("run", "--top-p", optarg, 0, 1, &dv)) return 2; sp.top_p = (float)dv; break;
-        case 4: if (hy_cli_float("run", "--min-p", optarg, 0, 1, &dv)) return 2; sp.min_p = (float)dv; break;
-        case 5: if (hy_cli_float("run", "--repeat-penalty", optarg, 0, 10, &dv)) return 2; sp.repetition_penalty = (float)dv; break;
-        case 6: if (hy_cli_float("run", "--presence-penalty", optarg, -2, 2, &dv)) return 2; sp.presence_penalty = (float)dv; break;
-        case 7: if (hy_cli_float("run", "--frequency-penalty", optarg, -2, 2, &dv)) return 2; sp.frequency_penalty = (float)dv; break;
+        case 'm': o->model = optarg; break;
+        case 'p': o->prompt = optarg; break;
+        case 'f': o->file = optarg; break;
+        case 'n': if (hy_cli_int("run", "--n-predict", optarg, 0, 1 << 20, &o->n_predict)) return 2; break;
+        case 't': if (hy_cli_int("run", "--threads", optarg, 0, 1024, &o->threads)) return 2; break;
+        case 'c': if (hy_cli_int("run", "--ctx", optarg, 16, 1 << 20, &o->ctx)) return 2; break;
+        case 1: if (hy_cli_float("run", "--temp", optarg, 0, 100, &dv)) return 2; sp->temperature = (float)dv; break;
+        case 2: if (hy_cli_int("run", "--top-k", optarg, 0, 1 << 30, &lv)) return 2; sp->top_k = (int32_t)lv; break;
+        case 3: if (hy_cli_float("run", "--top-p", optarg, 0, 1, &dv)) return 2; sp->top_p = (float)dv; break;
+        case 4: if (hy_cli_float("run", "--min-p", optarg, 0, 1, &dv)) return 2; sp->min_p = (float)dv; break;
+        case 5: if (hy_cli_float("run", "--repeat-penalty", optarg, 0, 10, &dv)) return 2; sp->repetition_penalty = (float)dv; break;
+        case 6: if (hy_cli_float("run", "--presence-penalty", optarg, -2, 2, &dv)) return 2; sp->presence_penalty = (float)dv; break;
+        case 7: if (hy_cli_float("run", "--frequency-penalty", optarg, -2, 2, &dv)) return 2; sp->frequency_penalty = (float)dv; break;
         case 8: {
             char *end;
-            unsigned long long s = strtoull(optarg, &end, 10);
+            unsigned long long v = strtoull(optarg, &end, 10);
 
             if (end == optarg || *end) {
                 fprintf(stderr, "hyserve run: --seed = '%s': must be a non-negative integer\n", optarg);
                 return 2;
             }
-            sp.seed = s;
+            sp->seed = v;
             seeded = true;
             break;
         }
-        case 9: ignore_eos = true; break;
-        case 10: chat = true; break;
-        case 11: system_msg = optarg; break;
-        case 12: backend = optarg; break;
-        case 'h': hy_run_usage(stdout); return 0;
+        case 9: o->ignore_eos = true; break;
+        case 10: o->chat = true; break;
+        case 11: o->system_msg = optarg; break;
+        case 12: o->backend = optarg; break;
+        case 'h': hy_run_usage(stdout); return 1;
         default: hy_run_usage(stderr); return 2;
         }
     }
@@ -117,44 +116,160 @@ int hy_cmd_run(int argc, char **argv)
         fprintf(stderr, "hyserve run: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if ((prompt == NULL) == (file == NULL)) {
+    if ((o->prompt == NULL) == (o->file == NULL)) {
         fprintf(stderr, "hyserve run: give the prompt with exactly one of -p TEXT or -f FILE\n");
         return 2;
-    }
-    if (file != NULL) {
-        FILE *fp = strcmp(file, "-") == 0 ? stdin : fopen(file, "rb");
-
-        if (fp == NULL || hy_cli_read_all(fp, &pbuf, &plen) != 0) {
-            fprintf(stderr, "hyserve run: cannot read prompt file %s\n", file);
-            if (fp && fp != stdin)
-                fclose(fp);
-            return 1;
-        }
-        if (fp != stdin)
-            fclose(fp);
-        prompt = pbuf;
-    } else {
-        plen = strlen(prompt);
     }
     if (!seeded) {
         struct timespec ts;
 
         clock_gettime(CLOCK_REALTIME, &ts);
-        sp.seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+        sp->seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
     }
+    return 0;
+}
 
-    hy_runner_opts_default(&ro);
-    ro.max_seqs = 1;
-    ro.max_outputs = 1;
-    ro.n_ctx = (int32_t)ctx;
-    if (hy_cli_open(&c, "run", model, backend, (int)threads, true, &ro) != 0) {
+/* -f FILE ('-' = stdin) into *buf, or -p TEXT as it is. */
+static int hy_run_read_prompt(const hy_run_opts_t *o, char **buf, const char **text, size_t *len)
+{
+    FILE *fp;
+
+    if (o->file == NULL) {
+        *text = o->prompt;
+        *len = strlen(o->prompt);
+        return 0;
+    }
+    fp = strcmp(o->file, "-") == 0 ? stdin : fopen(o->file, "rb");
+    if (fp == NULL || hy_cli_read_all(fp, buf, len) != 0) {
+        fprintf(stderr, "hyserve run: cannot read prompt file %s\n", o->file);
+        if (fp && fp != stdin)
+            fclose(fp);
+        return -1;
+    }
+    if (fp != stdin)
+        fclose(fp);
+    *text = *buf;
+    return 0;
+}
+
+/* What the token callback needs: it prints each token's text as it comes. */
+typedef struct {
+    hy_tok_stream_t stream;
+    hy_local_t *local;
+    bool print; /* -n 0 asks for the prompt alone: the one token is not shown */
+    int rc;
+    char err[HY_ERR_LEN];
+} hy_run_out_t;
+
+static void hy_run_on_token(void *user, int32_t id, const hy_ring_tok_t *t)
+{
+    hy_run_out_t *out = user;
+    const char *piece;
+    size_t n;
+
+    if (!out->print || out->rc != HY_OK)
+        return;
+    if ((out->rc = hy_tok_stream_feed(&out->stream, t->token, &piece, &n, out->err)) != HY_OK) {
+        hy_local_cancel(out->local, id);
+        return;
+    }
+    fwrite(piece, 1, n, stdout);
+    fflush(stdout);
+}
+
+/* The request through the engine, text on stdout, timings on stderr. */
+static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ctx,
+                           const int32_t *ids, int32_t n_ids, char *err)
+{
+    hy_run_out_t out = {.print = o->n_predict > 0, .rc = HY_OK};
+    hy_local_engine_t le = {0};
+    const hy_local_status_t *st;
+    hy_engine_opts_t eo;
+    hy_req_params_t rp;
+    double t_open = hy_cli_now_ms(), t_prompt, t_gen;
+    int32_t id, n_gen;
+    const char *piece;
+    size_t plen;
+    int rc;
+
+    memset(&eo, 0, sizeof eo);
+    eo.max_batch_tokens = 512;
+    eo.max_seqs = 1;
+    /* -n 0 with a prompt that fills the context: room for the one token
+     * the engine draws and nobody sees */
+    eo.n_ctx = n_ctx + (o->n_predict == 0 && n_ids == n_ctx);
+    eo.page_tokens = 16;
+    eo.kv_type = HY_DTYPE_F16;
+    eo.n_request_slots = 1;
+    eo.no_checkpoints = true;
+    eo.tok = c->tok;
+    memset(&rp, 0, sizeof rp);
+    rp.sampling = o->sp;
+    rp.max_tokens = (int32_t)HY_MAX(o->n_predict, 1);
+    rp.flags = o->ignore_eos ? HY_REQ_F_IGNORE_EOS : 0;
+    hy_tok_stream_init(&out.stream, c->tok, false, false);
+    if ((rc = hy_local_engine_open(&le, c->model, c->be, &eo, hy_run_on_token, &out, err)) != HY_OK)
+        goto out;
+    out.local = le.local;
+    c->load_ms += hy_cli_now_ms() - t_open;
+    if ((rc = hy_local_submit(le.local, &rp, ids, n_ids, &id, err)) != HY_OK ||
+        (rc = hy_local_engine_wait(&le, id, err)) != HY_OK)
+        goto out;
+    st = hy_local_status(le.local, id);
+    if (out.rc != HY_OK) {
+        rc = hy_err(err, out.rc, "%s", out.err);
+        goto out;
+    }
+    if (st->finish_reason == HY_FINISH_ERROR) {
+        rc = hy_err(err, HY_EIO, "%s", st->error_msg);
+        goto out;
+    }
+    if (out.print && hy_tok_stream_flush(&out.stream, &piece, &plen, err) == HY_OK)
+        fwrite(piece, 1, plen, stdout);
+    printf("\n");
+    fflush(stdout);
+    /* an end-of-generation token was drawn too, though never shown */
+    n_gen = out.print ? st->n_generated + (st->finish_reason == HY_FINISH_STOP) : 0;
+    t_prompt = (double)((st->n_generated > 0 ? st->first_token_ns : st->finish_ns) -
+                        st->submit_ns) / 1e6;
+    t_gen = out.print && st->n_generated > 0 ? (double)(st->finish_ns - st->first_token_ns) / 1e6
+                                             : 0;
+    fprintf(stderr,
+            "hyserve run: load %.0f ms | prompt %d tokens, %.1f ms, %.2f tok/s | generation %d tokens, %.1f ms, %.2f tok/s\n",
+            c->load_ms, n_ids, t_prompt, n_ids * 1e3 / (t_prompt > 0 ? t_prompt : 1e-9), n_gen,
+            t_gen, n_gen * 1e3 / (t_gen > 0 ? t_gen : 1e-9));
+    hy_local_release(le.local, id);
+out:
+    if (hy_local_engine_close(&le, rc == HY_OK ? err : NULL) != HY_OK && rc == HY_OK)
+        rc = HY_EFORMAT;
+    hy_tok_stream_free(&out.stream);
+    return rc;
+}
+
+int hy_cmd_run(int argc, char **argv)
+{
+    hy_run_opts_t o;
+    hy_cli_ctx_t c;
+    const char *prompt;
+    char *pbuf = NULL, *rendered = NULL, err[HY_ERR_LEN];
+    int32_t *ids = NULL, n_ctx;
+    size_t n_ids = 0, plen = 0;
+    int rc;
+
+    if ((rc = hy_run_parse(argc, argv, &o)) != 0)
+        return rc == 1 ? 0 : rc;
+    if (hy_run_read_prompt(&o, &pbuf, &prompt, &plen) != 0)
+        return 1;
+    if (hy_cli_open(&c, "run", o.model, o.backend, (int)o.threads, true, NULL) != 0) {
         free(pbuf);
         return 1;
     }
-    if (hy_sampler_create(&smp, &sp, c.model->n_vocab, err) != HY_OK)
+    rc = 1;
+    n_ctx = (int32_t)HY_MIN(o.ctx, (long)c.model->n_ctx_train);
+    if ((rc = hy_sampling_validate(&o.sp, c.model->n_vocab, err)) != HY_OK)
         goto fail;
-    if (chat) {
-        if (hy_cli_chat_render(&c, system_msg, prompt, &rendered, &plen, err) != HY_OK)
+    if (o.chat) {
+        if (hy_cli_chat_render(&c, o.system_msg, prompt, &rendered, &plen, err) != HY_OK)
             goto fail;
         prompt = rendered;
     }
@@ -164,75 +279,20 @@ int hy_cmd_run(int argc, char **argv)
         snprintf(err, sizeof err, "the prompt is empty after tokenization");
         goto fail;
     }
-    if ((long)n_ids + n_predict > c.runner.opts.n_ctx) {
+    if ((long)n_ids + o.n_predict > n_ctx) {
         snprintf(err, sizeof err, "prompt (%zu tokens) + %ld to generate exceeds the context of %d tokens",
-                 n_ids, n_predict, c.runner.opts.n_ctx);
+                 n_ids, o.n_predict, n_ctx);
         goto fail;
     }
-    logits = malloc(sizeof(float) * (size_t)c.model->n_vocab);
-    if (logits == NULL) {
-        snprintf(err, sizeof err, "out of memory");
+    if (hy_run_generate(&c, &o, n_ctx, ids, (int32_t)n_ids, err) != HY_OK)
         goto fail;
-    }
-    hy_sampler_accept_prompt(smp, ids, n_ids);
-    hy_tok_stream_init(&stream, c.tok, false, false);
-
-    t0 = hy_cli_now_ms();
-    if (hy_runner_prefill(&c.runner, &seq, ids, (int32_t)n_ids, logits, err) != HY_OK)
-        goto fail_stream;
-    t_prompt = hy_cli_now_ms() - t0;
-
-    t0 = hy_cli_now_ms();
-    while (n_gen < n_predict) {
-        const char *piece;
-        size_t plen2;
-        int32_t tok = hy_sampler_sample(smp, logits, NULL);
-        hy_runner_item_t it = {&seq, &tok, 1, false};
-
-        if (tok < 0) {
-            snprintf(err, sizeof err, "sampling failed: %s", hy_strerror(tok));
-            goto fail_stream;
-        }
-        n_gen++;
-        if (!ignore_eos && hy_tok_is_eog(c.tok, tok))
-            break;
-        hy_sampler_accept(smp, tok);
-        if (hy_tok_stream_feed(&stream, tok, &piece, &plen2, err) != HY_OK)
-            goto fail_stream;
-        fwrite(piece, 1, plen2, stdout);
-        fflush(stdout);
-        if (n_gen == n_predict)
-            break;
-        if (hy_runner_step(&c.runner, &it, 1, logits, err) != HY_OK)
-            goto fail_stream;
-    }
-    t_gen = hy_cli_now_ms() - t0;
-    {
-        const char *piece;
-        size_t plen2;
-
-        if (hy_tok_stream_flush(&stream, &piece, &plen2, err) == HY_OK)
-            fwrite(piece, 1, plen2, stdout);
-    }
-    printf("\n");
-    fflush(stdout);
-    fprintf(stderr,
-            "hyserve run: load %.0f ms | prompt %zu tokens, %.1f ms, %.2f tok/s | generation %d tokens, %.1f ms, %.2f tok/s\n",
-            c.load_ms, n_ids, t_prompt, n_ids * 1e3 / (t_prompt > 0 ? t_prompt : 1e-9), n_gen,
-            t_gen, n_gen * 1e3 / (t_gen > 0 ? t_gen : 1e-9));
     rc = 0;
-    hy_tok_stream_free(&stream);
     goto out;
-fail_stream:
-    hy_tok_stream_free(&stream);
 fail:
     fprintf(stderr, "hyserve run: %s\n", err);
+    rc = 1;
 out:
-    if (c.runner_ready)
-        hy_runner_seq_release(&c.runner, &seq);
-    hy_sampler_free(smp);
     free(ids);
-    free(logits);
     free(pbuf);
     free(rendered);
     hy_cli_close(&c);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "server/coordinator.h"
 #include "tools/cli.h"
 
 static const struct {

@@ -1,7 +1,9 @@
-# src/tools: the hyserve binary.
+# src/tools: the hyserve binary - the command table and every subcommand
+# but serve (src/server) - and the end-to-end tests of the commands.
 bin_PROGRAMS += hyserve
 hyserve_SOURCES = src/tools/hyserve.c src/tools/cli.c src/tools/cli.h src/tools/cmd_run.c \
-	src/tools/cmd_tok.c src/tools/cmd_eval.c src/tools/cmd_bench.c src/tools/cmd_plan.c
+	src/tools/cmd_tok.c src/tools/cmd_eval.c src/tools/cmd_bench.c src/tools/cmd_plan.c \
+	src/tools/cmd_bench_offline.c src/tools/bench_offline.h
 hyserve_LDADD = $(HY_LIBS)
 
 # The default model against transformers' float32 logits (skips without the
@@ -13,3 +15,10 @@ EXTRA_DIST += tests/golden/check-golden.py tests/golden/make-golden.py tests/gol
 # Bad flags and bad input of every subcommand: exit status and message.
 TESTS += tests/integration/test_cli.sh
 EXTRA_DIST += tests/integration/test_cli.sh
+
+# `hyserve bench --url`: the streaming HTTP load generator (any
+# OpenAI-compatible server) and its end-to-end test against hyserve behind
+# nginx (skips without nginx or the default model).
+hyserve_SOURCES += src/tools/cmd_bench_url.c src/tools/bench_url.h
+TESTS += tests/integration/test_bench_url.py
+EXTRA_DIST += tests/integration/test_bench_url.py

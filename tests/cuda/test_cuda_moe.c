@@ -12,7 +12,7 @@
  * activations to 8 bits for quantized weights).  Skips without a GPU.
  */
 #include "backend/backend.h"
-#include "backend/cpu/cpu_impl.h" /* hy_moe_route_one */
+#include "backend/layout.h" /* hy_moe_route_one */
 #include "backend/cpu/quant.h"
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/graph.h"

@@ -9,7 +9,7 @@
  * with a real barrier (the kernel's work split and barriers) it must equal
  * the one-thread run bit for bit.  Runs in every build, GPU or not.
  */
-#include "backend/cpu/cpu_impl.h" /* hy_moe_route_one */
+#include "backend/layout.h" /* hy_moe_route_one */
 #include "backend/backend.h"
 
 #include <pthread.h>

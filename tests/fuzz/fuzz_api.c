@@ -9,7 +9,7 @@
  *     clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc \
  *         -I/usr/include/cjson tests/fuzz/fuzz_api.c src/server/api.c \
  *         src/server/sse.c src/server/stop.c src/server/json_out.c \
- *         src/engine/sampler.c src/common/hy.c -lcjson -lm -o fuzz_api
+ *         src/ipc/request.c src/common/hy.c -lcjson -lm -o fuzz_api
  *     ./fuzz_api -max_len=4096 corpus_dir/
  *
  *   standalone (-DHY_FUZZ_STANDALONE, what `make check` runs as

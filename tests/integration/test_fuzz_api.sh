@@ -18,7 +18,7 @@ seeds="$src/tests/fuzz/corpus/api"
 # that libFuzzer sees the parser's coverage.  Keep in step with the
 # #includes of src/server/api.c (a missing one shows up as a link error).
 lib_sources="src/server/api.c src/server/sse.c src/server/stop.c src/server/json_out.c
-src/engine/sampler.c src/common/hy.c"
+src/ipc/request.c src/common/hy.c"
 . "$src/tests/integration/taplib.sh"
 
 # The whole run must be bounded and numeric: a typo in the environment

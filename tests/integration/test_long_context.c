@@ -295,7 +295,11 @@ int main(void)
                     c.argmax_ok ? "same" : "differs");
         }
         if (ci < (int)HY_ARRAY_LEN(checks) && done == checks[ci]) {
-            uint64_t used = (uint64_t)hy_kv_pages_used(&r.pages) * full.page_bytes, rss;
+            hy_pt_counts_t pc;
+            uint64_t used, rss;
+
+            hy_pt_counts(r.pt, &pc);
+            used = (uint64_t)pc.pages_used * full.page_bytes;
 
             rc = hy_plan_make(&at, m, be, done, 1, LC_PAGE, HY_DTYPE_F32, err);
             if (rc != HY_OK)
@@ -357,8 +361,16 @@ int main(void)
     printf("# long run: %.1f s for %d tokens (%.0f tokens/s), total %.1f s\n", t_long, LC_CTX,
            LC_CTX / t_long, lc_now() - t0);
     hy_runner_seq_release(&r, &seq);
-    HY_T_OK(hy_kv_pages_used(&r.pages) == 0 && r.n_free_slots == r.n_slots,
-            "after release every page and slot is free");
+    {
+        char perr[HY_ERR_LEN] = "ok";
+        int prc = hy_pt_check(r.pt, perr);
+        hy_pt_counts_t pc;
+
+        hy_pt_counts(r.pt, &pc);
+        HY_T_OK(prc == HY_OK && pc.pages_used == 0 && pc.state_used == 0,
+                "after release every page and slot is free (%s; %d pages, %d slots used)", perr,
+                pc.pages_used, pc.state_used);
+    }
 out:
     if (runner_up)
         hy_runner_free(&r);

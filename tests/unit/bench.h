@@ -42,7 +42,7 @@ static inline hy_dtype_t bench_parse_type(const char *s)
 
 /* Every byte read once, in order, with 64-byte loads (the kernels' own
  * width), folded into a value the caller keeps so the reads stay. */
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && HY_BUILD_AVX512
 #include <immintrin.h>
 #define HAVE_READ_AVX512 1
 __attribute__((target("avx512f"), unused)) static uint64_t bench_read_avx512(const uint8_t *p,

@@ -11,11 +11,12 @@
  * the page-table accounting after every scenario.  Tiny random models from tests/golden/tiny/.
  */
 #include "engine/engine.h"
+#include "engine/local.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
 #include "kv/plan.h"
 #include "backend/cuda/sample.h"
-#include "server/ring.h"
+#include "ipc/ring.h"
 #include "test.h"
 
 #include <math.h>
@@ -57,21 +58,25 @@ static void hy_e_opts(hy_engine_opts_t *o)
 
 static int hy_e_up(hy_e_env_t *v, const hy_engine_opts_t *o, char *err)
 {
+    hy_pt_params_t pp;
     hy_shm_params_t sp;
+    hy_req_source_t src;
     char inst[64];
     int rc;
 
     v->o = *o;
     snprintf(inst, sizeof inst, "test-engine-%ld-%d", (long)getpid(), hy_e_inst++);
-    if ((rc = hy_engine_shm_params(v->m, v->be, o, &sp, err)) != HY_OK)
+    if ((rc = hy_engine_pt_params(v->m, v->be, o, &pp, err)) != HY_OK)
         return rc;
+    hy_shm_params_for(&sp, &pp, o->n_request_slots, hy_engine_n_ctx(v->m, o));
     if (v->force_pages > 0)
         sp.n_pages = v->force_pages;
     if (v->force_ring > 0)
         sp.ring_capacity = v->force_ring;
     if ((rc = hy_shm_create(&v->shm, inst, &sp, err)) != HY_OK)
         return rc;
-    if ((rc = hy_engine_create(&v->e, v->m, v->be, v->shm, o, err)) != HY_OK ||
+    hy_ring_source(v->shm, &src);
+    if ((rc = hy_engine_create(&v->e, v->m, v->be, hy_shm_pt(v->shm), &src, o, err)) != HY_OK ||
         (rc = hy_engine_start(v->e, err)) != HY_OK) {
         hy_engine_free(v->e);
         hy_shm_close(v->shm);
@@ -345,6 +350,8 @@ static void hy_e_devsample(hy_e_env_t *v, const char *name)
     v->be->i = host_i;
 }
 
+static void hy_e_local(hy_e_env_t *v, const char *name, const hy_e_out_t *alone);
+
 /* 16 mixed-length requests alone, then all at once in a fresh engine. */
 static void hy_e_batch(hy_e_env_t *v, const char *name)
 {
@@ -378,6 +385,127 @@ out:
     HY_T_OK(rc == HY_OK && worst < 1e-3,
             "%s: 16 mixed requests together == each alone (worst logprob gap %.2g; %s)", name,
             worst, rc == HY_OK ? "ok" : err);
+    if (rc == HY_OK)
+        hy_e_local(v, name, alone);
+}
+
+/* ---- the in-process request source (engine/local.h) ------------------------------ */
+
+typedef struct {
+    hy_e_out_t out[HY_E_NREQ];
+} hy_e_local_t;
+
+static void hy_e_on_token(void *user, int32_t id, const hy_ring_tok_t *t)
+{
+    hy_e_out_t *o = &((hy_e_local_t *)user)->out[id];
+
+    if (o->n < HY_E_MAXGEN) {
+        o->tok[o->n] = t->token;
+        o->lp[o->n++] = t->logprob;
+    }
+}
+
+/* The 16 requests of hy_e_batch at once through the local source, the
+ * engine stepped by this thread: the outputs of the shared slots, and
+ * every page back in the private table at the end. */
+static void hy_e_local(hy_e_env_t *v, const char *name, const hy_e_out_t *alone)
+{
+    char err[HY_ERR_LEN] = "";
+    hy_local_engine_t le;
+    hy_e_local_t got;
+    hy_req_params_t rp;
+    int32_t p[128], id[HY_E_NREQ];
+    double worst = 0;
+    int i, rc, done = 0, steps = 0;
+
+    memset(&got, 0, sizeof got);
+    memset(&rp, 0, sizeof rp);
+    hy_sampling_default(&rp.sampling);
+    rp.sampling.temperature = 0;
+    rp.sampling.n_logprobs = 2;
+    rp.flags = HY_REQ_F_IGNORE_EOS;
+    rc = hy_local_engine_open(&le, v->m, v->be, &v->o, hy_e_on_token, &got, err);
+    for (i = 0; i < HY_E_NREQ && rc == HY_OK; i++) {
+        hy_e_prompt(p, hy_e_lens[i], (uint64_t)i + 1, v->m->n_vocab);
+        rp.max_tokens = 6 + i % 5;
+        rc = hy_local_submit(le.local, &rp, p, hy_e_lens[i], &id[i], err);
+    }
+    while (rc == HY_OK && done < HY_E_NREQ && steps++ < 10000) {
+        hy_engine_poll(le.engine);
+        for (i = 0, done = 0; i < HY_E_NREQ; i++)
+            done += hy_local_status(le.local, id[i])->done;
+    }
+    for (i = 0; i < HY_E_NREQ && rc == HY_OK; i++) {
+        const hy_local_status_t *st = hy_local_status(le.local, id[i]);
+
+        got.out[id[i]].n_cached = st->n_cached;
+        worst = fmax(worst, st->finish_reason == HY_FINISH_LENGTH && st->n_generated == 6 + i % 5
+                                ? hy_e_diff(&alone[i], &got.out[id[i]])
+                                : INFINITY);
+        hy_local_release(le.local, id[i]);
+    }
+    if (rc == HY_OK && done < HY_E_NREQ)
+        rc = hy_err(err, HY_EIO, "%d of %d requests done after 10000 steps", done, HY_E_NREQ);
+    if (le.engine != NULL && hy_local_engine_close(&le, rc == HY_OK ? err : NULL) != HY_OK &&
+        rc == HY_OK)
+        rc = HY_EFORMAT;
+    HY_T_OK(rc == HY_OK && worst < 1e-3,
+            "%s: the same 16 requests through the in-process source == the shared slots "
+            "(worst logprob gap %.2g), every page back (%s)", name, worst,
+            rc == HY_OK ? "ok" : err);
+}
+
+/* What the in-process source refuses or reports, and cancellation. */
+static void hy_e_local_errors(hy_e_env_t *v, const char *name)
+{
+    char err[HY_ERR_LEN] = "", e1[HY_ERR_LEN] = "", e2[HY_ERR_LEN] = "";
+    hy_local_engine_t le;
+    hy_engine_opts_t o;
+    hy_req_params_t rp;
+    const hy_local_status_t *st;
+    int32_t p[200], id[3], bad;
+    int rc, rc1, rc2;
+
+    hy_e_opts(&o);
+    o.n_request_slots = 2;
+    memset(&rp, 0, sizeof rp);
+    hy_sampling_default(&rp.sampling);
+    rp.max_tokens = 4;
+    hy_e_prompt(p, 200, 5, v->m->n_vocab);
+    if ((rc = hy_local_engine_open(&le, v->m, v->be, &o, NULL, NULL, err)) != HY_OK) {
+        HY_T_OK(0, "%s: local engine (%s)", name, err);
+        return;
+    }
+    rp.max_tokens = 0;
+    rc1 = hy_local_submit(le.local, &rp, p, 10, &bad, e1);
+    rp.max_tokens = 4;
+    rp.sampling.top_p = 0;
+    rc2 = hy_local_submit(le.local, &rp, p, 10, &bad, e2);
+    rp.sampling.top_p = 1;
+    HY_T_OK(rc1 == HY_ERANGE && strstr(e1, "max_tokens = 0") && rc2 == HY_ERANGE &&
+                strstr(e2, "top_p = 0"),
+            "%s: local submit refuses bad parameters (%s | %s)", name, e1, e2);
+    rc = hy_local_submit(le.local, &rp, p, 10, &id[0], err);
+    if (rc == HY_OK)
+        rc = hy_local_submit(le.local, &rp, p, 170, &id[1], err);
+    rc1 = hy_local_submit(le.local, &rp, p, 10, &id[2], e1);
+    HY_T_OK(rc == HY_OK && rc1 == HY_EFULL && strstr(e1, "2 local request slots"),
+            "%s: a full local source says so (%s)", name, e1);
+    hy_local_cancel(le.local, id[0]);
+    st = hy_local_status(le.local, id[0]);
+    HY_T_OK(st != NULL && st->done && st->state == HY_REQ_CANCELLED,
+            "%s: a queued local request is cancelled at once", name);
+    rc = hy_local_engine_wait(&le, id[1], err);
+    st = hy_local_status(le.local, id[1]);
+    HY_T_OK(rc == HY_OK && st->finish_reason == HY_FINISH_ERROR &&
+                strstr(st->error_msg, "prompt of 170 tokens"),
+            "%s: a prompt over the context ends with the engine's error (%s)", name,
+            rc == HY_OK ? st->error_msg : err);
+    hy_local_release(le.local, id[0]);
+    hy_local_release(le.local, id[1]);
+    rc = hy_local_engine_close(&le, err);
+    HY_T_OK(rc == HY_OK, "%s: local engine closes with every page back (%s)", name,
+            rc == HY_OK ? "ok" : err);
 }
 
 /* Prefix hits: a repeated prompt, a 5-turn conversation, a short prompt. */
@@ -630,16 +758,16 @@ static void hy_e_sizing(hy_e_env_t *v, const char *name)
 {
     char err[HY_ERR_LEN] = "", err2[HY_ERR_LEN] = "";
     hy_engine_opts_t o;
-    hy_shm_params_t sp;
+    hy_pt_params_t sp;
     hy_plan_t plan;
     int rc[3];
 
     hy_e_opts(&o);
     o.max_seqs = 0;
-    rc[0] = hy_engine_shm_params(v->m, v->be, &o, &sp, err);
+    rc[0] = hy_engine_pt_params(v->m, v->be, &o, &sp, err);
     hy_e_opts(&o);
     o.memory_bytes = 1000;
-    rc[1] = hy_engine_shm_params(v->m, v->be, &o, &sp, err2);
+    rc[1] = hy_engine_pt_params(v->m, v->be, &o, &sp, err2);
     HY_T_OK(rc[0] == HY_EINVAL && rc[1] == HY_ERANGE && strstr(err2, "budget") != NULL,
             "%s: bad options / a tiny budget are refused (%s | %s)", name, err, err2);
     if (v->m->n_rec_layers == 0)
@@ -647,7 +775,7 @@ static void hy_e_sizing(hy_e_env_t *v, const char *name)
     hy_e_opts(&o);
     hy_plan_make(&plan, v->m, v->be, o.n_ctx, 1, o.page_tokens, o.kv_type, err);
     o.memory_bytes = 16 * plan.slot_bytes + 4 * 10 * plan.page_bytes;
-    rc[2] = hy_engine_shm_params(v->m, v->be, &o, &sp, err);
+    rc[2] = hy_engine_pt_params(v->m, v->be, &o, &sp, err);
     HY_T_OK(rc[2] == HY_OK && sp.n_state_slots >= 1 && sp.n_state_slots < o.max_seqs &&
                 sp.n_pages >= 10,
             "%s: a small budget sizes %d state slots (< max_seqs %d), %d checkpoints, %d pages (%s)",
@@ -700,37 +828,58 @@ static void hy_e_sched(void)
     HY_T_OK(hy_sched_victim(v, 3, &c) == &b, "priority outranks submit order");
 }
 
-/* caller_pages mode: the runner checks coverage and allocates nothing. */
+/* The runner on a given page table (as the engine runs it): page ids the
+ * table does not have are refused, what a sequence lacks comes from the
+ * table, a step the table cannot cover takes nothing, and the table's
+ * accounting holds throughout. */
 static void hy_e_runner(hy_model_t *m, hy_backend_t *be)
 {
-    char err[HY_ERR_LEN];
+    char err[HY_ERR_LEN] = "", err2[HY_ERR_LEN] = "", perr[HY_ERR_LEN] = "ok";
+    hy_pt_params_t pp = {4, 16, 0, 0, 0};
+    hy_pt_t *pt = NULL;
     hy_runner_t r;
     hy_runner_opts_t o;
-    int32_t pages[2] = {7, 1}, tok[20] = {0};
-    hy_kv_seq_t s = {pages, 0, 2, 0, 0};
-    hy_runner_item_t it = {&s, tok, 20, false};
-    float *logits = malloc(sizeof(float) * (size_t)m->n_vocab);
+    hy_pt_counts_t c[3];
+    int32_t pages[2] = {7, 1}, tok[40] = {0};
+    hy_kv_seq_t bad = {pages, 2, 2, 0, 0}, a = {0}, b = {0};
+    hy_runner_item_t it[2] = {{&bad, tok, 20, false}, {&b, tok, 40, false}};
+    float *logits = malloc(sizeof(float) * 2 * (size_t)m->n_vocab);
     int rc[3] = {0};
 
     hy_runner_opts_default(&o);
     o.n_ctx = 64;
-    o.n_pages = 4;
-    o.caller_pages = true;
-    if (hy_runner_init(&r, m, be, &o, err) != HY_OK) {
-        HY_T_OK(0, "caller_pages runner (%s)", err);
+    rc[0] = hy_pt_create(&pt, &pp, err);
+    o.pt = pt;
+    if (rc[0] != HY_OK || hy_runner_init(&r, m, be, &o, err) != HY_OK) {
+        HY_T_OK(0, "runner on a 4-page table (%s)", err);
+        hy_pt_destroy(pt);
         free(logits);
         return;
     }
-    rc[0] = hy_runner_step(&r, &it, 1, logits, err); /* no pages */
-    s.n_pages = 2;
-    rc[1] = hy_runner_step(&r, &it, 1, logits, err); /* page 7 is outside the pool */
-    pages[0] = 3;
-    rc[2] = hy_runner_step(&r, &it, 1, logits, err);
-    HY_T_OK(rc[0] == HY_EINVAL && rc[1] == HY_EINVAL && rc[2] == HY_OK && s.n_tokens == 20 &&
-                s.n_pages == 2,
-            "caller_pages: uncovered and out-of-pool pages refused, covered step runs (%d %d %d)",
-            rc[0], rc[1], rc[2]);
+    rc[0] = hy_runner_step(&r, it, 1, logits, err); /* page 7 is outside the pool */
+    hy_pt_counts(pt, &c[0]);
+    it[0].seq = &a;
+    rc[1] = hy_runner_step(&r, it, 1, logits, err2); /* two pages from the table */
+    hy_pt_counts(pt, &c[1]);
+    it[0].tokens = tok + 20;
+    it[0].n = 1;
+    rc[2] = hy_runner_step(&r, it, 2, logits, err2); /* b needs 3 pages, 2 are free */
+    hy_pt_counts(pt, &c[2]);
+    HY_T_OK(rc[0] == HY_EINVAL && strstr(err, "page id 7 outside the pool (4)") &&
+                c[0].pages_used == 0 && rc[1] == HY_OK && c[1].pages_used == 2 && a.n_pages == 2 && a.n_tokens == 20 &&
+                rc[2] == HY_EFULL && strstr(err2, "sequence 1:") && c[2].pages_used == 2 &&
+                a.n_tokens == 20 && b.n_pages == 0,
+            "runner on a table: foreign page refused (%s), pages taken from it (%d used), a "
+            "step it cannot cover takes nothing (%s; %d used)", err, c[1].pages_used, err2,
+            c[2].pages_used);
+    hy_runner_seq_release(&r, &a);
+    hy_runner_seq_release(&r, &b);
+    rc[0] = hy_pt_check(pt, perr);
+    hy_pt_counts(pt, &c[0]);
+    HY_T_OK(rc[0] == HY_OK && c[0].pages_used == 0 && c[0].pages_free == 4,
+            "runner on a table: every page back after release (%s)", perr);
     hy_runner_free(&r);
+    hy_pt_destroy(pt);
     free(logits);
 }
 
@@ -771,6 +920,7 @@ int main(void)
             hy_e_preempt(&v, models[k]);
         if (k == 0) {
             hy_e_cancel(&v, models[k]);
+            hy_e_local_errors(&v, models[k]);
             hy_e_devsample(&v, models[k]);
             hy_e_runner(v.m, v.be);
         }

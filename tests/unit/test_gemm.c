@@ -155,7 +155,7 @@ static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
 
 /* ---- the GEMM's own entry points (AVX-512 CPUs) --------------------------- */
 
-#if defined(__x86_64__) || defined(__i386__)
+#if HY_BUILD_AVX512
 /* One type: every n_tok 1..70 over an odd shape with unaligned strides, a
  * row range inside the matrix (the rows outside it, and the padding of y's
  * rows, must stay untouched), and the invariance of each token's outputs. */
@@ -265,7 +265,7 @@ int main(void)
         return hy_t_done();
     }
     test_matmul_levels(be1, be3);
-#if defined(__x86_64__) || defined(__i386__)
+#if HY_BUILD_AVX512
     if (hy_cpu_isa() >= HY_ISA_AVX512) {
         for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++)
             test_gemm_direct_type(types[ti]);

@@ -214,11 +214,18 @@ static void hy_g_model(const char *name, hy_backend_t *be)
             hy_runner_seq_release(&r, &seqs[k]);
         hy_g_report(name, "four sequences in one ragged batch", &batch);
     }
-    HY_T_OK(hy_kv_pages_used(&r.pages) == 0 && r.pages.n_free == r.pages.n_pages &&
-            r.n_free_slots == r.n_slots,
-            "%s: accounting: pages used %d + free %d = total %d, state slots free %d of %d", name,
-            hy_kv_pages_used(&r.pages), r.pages.n_free, r.pages.n_pages, r.n_free_slots,
-            r.n_slots);
+    {
+        char perr[HY_ERR_LEN] = "ok";
+        int prc = hy_pt_check(r.pt, perr);
+        hy_pt_counts_t c;
+
+        hy_pt_counts(r.pt, &c);
+        HY_T_OK(prc == HY_OK && c.pages_used == 0 && c.pages_free == c.pages_total &&
+                    c.state_used == 0,
+                "%s: accounting (%s): pages used %d + free %d = total %d, state slots used %d "
+                "of %d", name, perr, c.pages_used, c.pages_free, c.pages_total, c.state_used,
+                c.state_total);
+    }
 out:
     for (k = 0; k < 4; k++) {
         free(ids[k]);

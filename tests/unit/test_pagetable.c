@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv/pagetable.h"
+#include "ipc/pagetable.h"
 #include "test.h"
 
 #define BT 4 /* tokens per block: small so scenarios span many blocks */

@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "server/ring.h"
+#include "ipc/ring.h"
 #include "test.h"
 
 #define NTOK 100000

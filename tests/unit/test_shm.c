@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "server/shm.h"
+#include "ipc/shm.h"
 #include "test.h"
 
 static char err[HY_ERR_LEN];

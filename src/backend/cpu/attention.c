@@ -26,9 +26,14 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#if defined(__x86_64__)
+/* HY_ATTN_X86: the AVX2 kernels are built; HY_ATTN_AVX512: the AVX-512 ones
+ * too (configure's HY_BUILD_*: what the compiler can build). */
+#if defined(__x86_64__) && HY_BUILD_AVX2
 #include <immintrin.h>
 #define HY_ATTN_X86 1
+#if HY_BUILD_AVX512
+#define HY_ATTN_AVX512 1
+#endif
 #endif
 
 /* Query tokens per unit: enough to amortise converting a page to f32 over
@@ -246,6 +251,7 @@ static void hy_attn_scale_avx2(float *y, float a, int n)
         y[i] *= a;
 }
 
+#ifdef HY_ATTN_AVX512
 __attribute__((target("avx512f")))
 static inline float hy_attn_dot_avx512(const float *a, const float *b, int n)
 {
@@ -314,6 +320,8 @@ static float hy_attn_expsum_avx512(float *s, int n, float m)
     return _mm512_reduce_add_ps(acc);
 }
 
+#endif
+
 __attribute__((target("avx2,fma")))
 static float hy_attn_expsum_avx2(float *s, int n, float m)
 {
@@ -338,6 +346,7 @@ static float hy_attn_expsum_avx2(float *s, int n, float m)
 }
 
 HY_ATTN_BLOCK_KERNELS(avx2, __attribute__((target("avx2,fma"))))
+#ifdef HY_ATTN_AVX512
 HY_ATTN_BLOCK_KERNELS(avx512, __attribute__((target("avx512f"))))
 
 /* ---- small heads: 16 queries in the SIMD lanes (see hy_attn_lanes_t) ---- */
@@ -493,6 +502,8 @@ static void hy_attn_lanes_avx512(hy_attn_lanes_t *a, const float *K, const float
     }
 }
 
+#endif
+
 /* The AVX2 form: the 16 lanes as two independent halves of 8. */
 __attribute__((target("avx2,fma")))
 static void hy_attn_lanes_avx2(hy_attn_lanes_t *a, const float *K, const float *V, int n,
@@ -589,10 +600,12 @@ static hy_attn_vec_t hy_attn_vec(void)
 
 #ifdef HY_ATTN_X86
     switch (hy_attn_isa()) {
+#ifdef HY_ATTN_AVX512
     case HY_ISA_AVX512:
         v = (hy_attn_vec_t){hy_attn_qk_avx512, hy_attn_expsum_avx512, hy_attn_pv_avx512,
                             hy_attn_scale_avx512, hy_attn_lanes_avx512};
         break;
+#endif
     case HY_ISA_AVX2:
         v = (hy_attn_vec_t){hy_attn_qk_avx2, hy_attn_expsum_avx2, hy_attn_pv_avx2,
                             hy_attn_scale_avx2, hy_attn_lanes_avx2};
@@ -658,7 +671,8 @@ int hy_cpu_kv_init(hy_backend_t *be, const hy_kv_layout_t *lay, char *err)
     uint8_t **kp = NULL, **vp = NULL;
     int rc = HY_OK;
 
-    if ((rc = hy_cpu_kv_check(lay, HY_ATTN_MAX_HEAD, &krow, &vrow, &kpage, &vpage, err)) != HY_OK)
+    rc = hy_kv_layout_check(lay, HY_ATTN_MAX_HEAD, &krow, &vrow, &kpage, &vpage, err);
+    if (rc != HY_OK)
         return rc;
     if (!hy_quant_traits(lay->type) || !hy_quant_traits(lay->type)->to_float)
         return hy_err(err, HY_EUNSUPPORTED, "kv: no conversion kernels for type %u",
@@ -1089,9 +1103,11 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b,
 #ifdef HY_ATTN_X86
     /* small heads stay in the lanes kernel, whose decode gives the same
      * bits as its prefill */
+#ifdef HY_ATTN_AVX512
     if (!j.lanes && hy_attn_isa() == HY_ISA_AVX512)
         j.flash = hy_attn_flash_avx512;
-    else if (!j.lanes && hy_attn_isa() == HY_ISA_AVX2)
+#endif
+    if (!j.lanes && hy_attn_isa() == HY_ISA_AVX2)
         j.flash = hy_attn_flash_avx2;
 #endif
     j.qblock = HY_ATTN_QBLOCK;

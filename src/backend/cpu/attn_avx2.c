@@ -8,7 +8,7 @@
 
 #include <math.h>
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && HY_BUILD_AVX2
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 

@@ -8,7 +8,7 @@
 
 #include <math.h>
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && HY_BUILD_AVX512
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 

@@ -59,14 +59,15 @@ static inline size_t hy_attn_flash_scratch_floats(int32_t hd, int32_t hdv, int32
            lanes * ((size_t)hd + (size_t)hdv);
 }
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && HY_BUILD_AVX2
 #include <immintrin.h>
 
 /* Compute the unit's outputs.  The caller checks cpuid: AVX-512F, or AVX2
- * with FMA and F16C. */
+ * with FMA and F16C; each exists in builds whose compiler could build it. */
 void hy_attn_flash_avx512(const hy_attn_flash_t *f, float *scratch);
 void hy_attn_flash_avx2(const hy_attn_flash_t *f, float *scratch);
 
+#if HY_BUILD_AVX512
 /* exp for x <= 0 (scores minus their max), Cephes polynomial on the
  * reduced argument: relative error ~2 ulp, far below what attention needs.
  * Arguments below -87 (weights < 1e-38) are clamped there.  Shared by the
@@ -88,6 +89,7 @@ hy_attn_exp_avx512(__m512 x)
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(p, n);
 }
+#endif
 
 /* The same on 8 lanes. */
 __attribute__((target("avx2,fma"), always_inline, unused)) static inline __m256

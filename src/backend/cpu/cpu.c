@@ -503,6 +503,19 @@ static void hy_cpu_free(hy_backend_t *be)
     free(be);
 }
 
+/* Bytes the KV pages and state slots hold now (sized by backend/layout.c). */
+static void hy_cpu_mem_allocated(hy_backend_t *be, uint64_t *kv_bytes, uint64_t *state_bytes)
+{
+    hy_cpu_t *cpu = be->ctx;
+
+    *kv_bytes = cpu->kv_ready ? (uint64_t)(cpu->k_page_bytes + cpu->v_page_bytes) *
+                                    (uint64_t)cpu->kv.n_pages * (uint64_t)cpu->kv.n_layers
+                              : 0;
+    *state_bytes = cpu->st ? (uint64_t)cpu->st_slot_floats * sizeof(float) *
+                                 (uint64_t)cpu->st_slots
+                           : 0;
+}
+
 /* Designated initialisers: the table grows (recurrent ops, MoE) and slots
  * this file does not fill stay NULL instead of shifting. */
 static void hy_cpu_kernel_name(hy_backend_t *be, const char *op, const hy_weight_t *w,
@@ -541,7 +554,7 @@ static const struct hy_backend_i hy_cpu_methods = {
     .ssd = hy_cpu_ssd,
     .group_rmsnorm_gated = hy_cpu_group_rmsnorm_gated,
     .status = hy_cpu_status,
-    .mem_sizes = hy_cpu_mem_sizes,
+    .mem_sizes = hy_layout_mem_sizes,
     .mem_allocated = hy_cpu_mem_allocated,
     .kernel_name = hy_cpu_kernel_name,
 };

@@ -7,6 +7,7 @@
 #define HY_CPU_IMPL_H
 
 #include "backend/backend.h"
+#include "backend/layout.h"
 #include "backend/cpu/threadpool.h"
 #include "backend/cpu/quant.h"
 
@@ -134,35 +135,5 @@ static inline void hy_cpu_split(int64_t n, int ith, int nth, int64_t *lo, int64_
     *lo = HY_MIN(n, per * ith);
     *hi = HY_MIN(n, *lo + per);
 }
-
-/* The argument checks of the gdn and ssd ops (hy_backend_i), shared by
- * every backend: HY_EINVAL with the message in err, or HY_OK. */
-int hy_gdn_check(const hy_gdn_params_t *p, int32_t qkv_stride, char *err);
-int hy_ssd_check(const hy_ssd_params_t *p, int32_t x_stride, int32_t dt_stride,
-                 int32_t bc_stride, char *err);
-
-/* moe.c: one token's expert choice and weights (p, taken: n_expert scratch) */
-void hy_moe_route_one(const hy_moe_t *m, const float *l, const float *bias, float *p,
-                      uint8_t *taken, int32_t *sel, float *w);
-
-/* mem.c: sizes shared by the allocators and the planner */
-#define HY_REC_ALIGN 16 /* floats: state regions start on 64-byte boundaries */
-int hy_cpu_kv_sizes(const hy_kv_layout_t *lay, size_t *krow, size_t *vrow, uint64_t *kpage,
-                    uint64_t *vpage, char *err);
-/* kv_init's checks of a layout (the backend's largest head: max_head),
- * then hy_cpu_kv_sizes. */
-int hy_cpu_kv_check(const hy_kv_layout_t *lay, int32_t max_head, size_t *krow, size_t *vrow,
-                    uint64_t *kpage, uint64_t *vpage, char *err);
-int hy_cpu_state_slot_floats(const hy_state_layout_t *lay, int64_t *conv_off, int64_t *rec_off,
-                             int64_t *slot_floats, char *err);
-/* What every backend's state_init needs before it allocates: the layout
- * checked, *meta = malloc'd [4][n_layers] (conv offsets, rec offsets, conv
- * floats, rec floats; the caller owns it), the floats of one slot and the
- * bytes of all n_slots slots. */
-int hy_cpu_state_plan(const hy_state_layout_t *lay, int64_t **meta, int64_t *slot_floats,
-                      uint64_t *total_bytes, char *err);
-int hy_cpu_mem_sizes(hy_backend_t *be, const hy_kv_layout_t *kv, const hy_state_layout_t *st,
-                     uint64_t *page_bytes, uint64_t *slot_bytes, char *err);
-void hy_cpu_mem_allocated(hy_backend_t *be, uint64_t *kv_bytes, uint64_t *state_bytes);
 
 #endif

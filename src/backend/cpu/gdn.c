@@ -29,9 +29,11 @@ static hy_pool_fn_t hy_gdn_worker(void)
 
     if (isa < 0)
         isa = (int)hy_cpu_isa();
-#if defined(__x86_64__) || defined(__i386__)
+#if HY_BUILD_AVX512
     if (isa == HY_ISA_AVX512)
         return hy_gdn_worker_avx512;
+#endif
+#if HY_BUILD_AVX2
     if (isa == HY_ISA_AVX2)
         return hy_gdn_worker_avx2;
 #endif
@@ -46,20 +48,6 @@ size_t hy_gdn_scratch_floats(int32_t C, int32_t dk, int32_t dv)
            HY_GDN_PART((size_t)2 * C * C) + HY_GDN_PART(C) + HY_GDN_PART(dv);
 }
 #undef HY_GDN_PART
-
-int hy_gdn_check(const hy_gdn_params_t *p, int32_t qkv_stride, char *err)
-{
-    if (p->n_k_heads <= 0 || p->n_v_heads <= 0 || p->n_v_heads % p->n_k_heads != 0 ||
-        p->d_k <= 0 || p->d_v <= 0 || p->d_k > 4096 || p->d_v > 4096 || p->chunk < 1 ||
-        p->chunk > HY_GDN_MAX_CHUNK)
-        return hy_err(err, HY_EINVAL,
-                      "gdn: bad shape: %d k-heads, %d v-heads (must be a multiple), d_k %d, d_v %d, chunk %d (1..%d)",
-                      p->n_k_heads, p->n_v_heads, p->d_k, p->d_v, p->chunk, HY_GDN_MAX_CHUNK);
-    if (qkv_stride < p->d_v * p->n_v_heads || qkv_stride < p->d_k * p->n_k_heads)
-        return hy_err(err, HY_EINVAL, "gdn: row stride %d is shorter than a row of heads",
-                      qkv_stride);
-    return HY_OK;
-}
 
 void hy_cpu_gdn(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
                 const float *q, const float *k, const float *v, int32_t qkv_stride,

@@ -9,9 +9,6 @@
 
 #include "backend/cpu/cpu_impl.h"
 
-/* Largest prefill chunk (per-thread scratch is O(chunk * (d_k + d_v + chunk))). */
-#define HY_GDN_MAX_CHUNK 256
-
 /* One gdn call, split into units (sequence, v-head) that threads take in
  * turn from `next`. */
 typedef struct {

@@ -171,14 +171,14 @@ static bool hy_mm_gemm_wanted(const hy_weight_t *w, int32_t n_tok)
     if (n_tok < HY_MM_GEMM_MIN_TOK ||
         (w->type != HY_DTYPE_F32 && w->type != HY_DTYPE_F16 && w->type != HY_DTYPE_BF16))
         return false;
-#if defined(__x86_64__) || defined(__i386__)
+#if HY_BUILD_AVX512
     return hy_quant_traits(w->type) == &hy_quant_avx512_kernels[w->type].traits;
 #else
     return false;
 #endif
 }
 
-#if defined(__x86_64__) || defined(__i386__)
+#if HY_BUILD_AVX512
 static void hy_mm_gemm_pack_worker(void *arg, int ith, int nth)
 {
     hy_mm_gemm_job_t *j = arg;

@@ -24,58 +24,6 @@ typedef struct {
     int32_t n_tok;
 } hy_route_job_t;
 
-/* One token's routing: see hy_moe_t for the math of each family.  p and
- * taken are n_expert scratch; the CUDA backend routes on the host with it. */
-void hy_moe_route_one(const hy_moe_t *m, const float *l, const float *bias, float *p,
-                      uint8_t *taken, int32_t *sel, float *w)
-{
-    int32_t E = m->n_expert, K = m->n_expert_used;
-    float scale = m->weights_scale != 0.0f ? m->weights_scale : 1.0f;
-    double sum = 0;
-
-    if (m->softmax_gating) {
-        float mx = l[0];
-        double z = 0;
-
-        for (int32_t e = 1; e < E; e++)
-            mx = l[e] > mx ? l[e] : mx;
-        for (int32_t e = 0; e < E; e++) {
-            p[e] = expf(l[e] - mx);
-            z += p[e];
-        }
-        for (int32_t e = 0; e < E; e++)
-            p[e] = (float)(p[e] / z);
-    } else {
-        for (int32_t e = 0; e < E; e++)
-            p[e] = 1.0f / (1.0f + expf(-l[e]));
-    }
-    /* top-k by selection score; ties go to the lower expert id, and a
-     * NaN score still yields K distinct experts */
-    memset(taken, 0, (size_t)E);
-    for (int32_t k = 0; k < K; k++) {
-        int32_t best = -1;
-        float bs = 0;
-
-        for (int32_t e = 0; e < E; e++) {
-            float s = bias ? p[e] + bias[e] : p[e];
-
-            if (!taken[e] && (best < 0 || s > bs)) {
-                best = e;
-                bs = s;
-            }
-        }
-        taken[best] = 1;
-        sel[k] = best;
-        w[k] = p[best];
-        sum += p[best];
-    }
-    for (int32_t k = 0; k < K; k++) {
-        if (m->norm_topk)
-            w[k] = (float)(w[k] / (sum + m->norm_eps));
-        w[k] *= scale;
-    }
-}
-
 static void hy_route_worker(void *arg, int ith, int nth)
 {
     hy_route_job_t *j = arg;

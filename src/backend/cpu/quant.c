@@ -1240,6 +1240,12 @@ hy_isa_t hy_cpu_isa(void)
 
     if (v < 0) {
         v = (int)hy_quant_detect();
+        /* never a level whose kernels this build lacks (configure's
+         * HY_BUILD_AVX2 / HY_BUILD_AVX512) */
+        if (v == HY_ISA_AVX512 && !HY_BUILD_AVX512)
+            v = HY_ISA_AVX2;
+        if (v == HY_ISA_AVX2 && !HY_BUILD_AVX2)
+            v = HY_ISA_SCALAR;
         __atomic_store_n(&hy_quant_cpu_level, v, __ATOMIC_RELAXED);
     }
     return (hy_isa_t)v;
@@ -1273,11 +1279,14 @@ static const hy_quant_kernels_t *hy_quant_kernels(hy_dtype_t t, int q8)
         return NULL;
     if (level < 0)
         level = (int)hy_cpu_isa();
-#if defined(__x86_64__) || defined(__i386__)
+#if HY_BUILD_AVX512
     if (level == HY_ISA_AVX512) {
         tab = hy_quant_avx512_kernels;
         tab_q8 = hy_quant_avx512_kernels_q8;
-    } else if (level == HY_ISA_AVX2) {
+    }
+#endif
+#if HY_BUILD_AVX2
+    if (level == HY_ISA_AVX2) {
         tab = hy_quant_avx2_kernels;
         tab_q8 = hy_quant_avx2_kernels_q8;
     }

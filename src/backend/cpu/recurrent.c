@@ -49,7 +49,7 @@ int hy_cpu_state_init(hy_backend_t *be, const hy_state_layout_t *lay, char *err)
     uint64_t total;
     int rc = HY_OK;
 
-    if ((rc = hy_cpu_state_plan(lay, &meta, &off, &total, err)) != HY_OK)
+    if ((rc = hy_state_layout_plan(lay, &meta, &off, &total, err)) != HY_OK)
         goto out;
     arena = aligned_alloc(64, (size_t)total);
     if (!arena) {

@@ -29,9 +29,11 @@ static hy_pool_fn_t hy_ssd_worker(void)
 
     if (isa < 0)
         isa = (int)hy_cpu_isa();
-#if defined(__x86_64__) || defined(__i386__)
+#if HY_BUILD_AVX512
     if (isa == HY_ISA_AVX512)
         return hy_ssd_worker_avx512;
+#endif
+#if HY_BUILD_AVX2
     if (isa == HY_ISA_AVX2)
         return hy_ssd_worker_avx2;
 #endif
@@ -44,22 +46,6 @@ size_t hy_ssd_scratch_floats(int32_t Q, int32_t P, int32_t N)
     return HY_SSD_PART((size_t)N * P) + 2 * HY_SSD_PART((size_t)N * Q) +
            HY_SSD_PART((size_t)Q * N) + HY_SSD_PART((size_t)Q * Q) +
            HY_SSD_PART((size_t)Q * P) + 2 * HY_SSD_PART(Q);
-}
-
-int hy_ssd_check(const hy_ssd_params_t *p, int32_t x_stride, int32_t dt_stride,
-                 int32_t bc_stride, char *err)
-{
-    if (p->n_head <= 0 || p->head_dim <= 0 || p->d_state <= 0 || p->n_group <= 0 ||
-        p->n_head % p->n_group != 0 || p->head_dim > 4096 || p->d_state > 4096 ||
-        p->chunk < 1 || p->chunk > HY_SSD_MAX_CHUNK)
-        return hy_err(err, HY_EINVAL,
-                      "ssd: bad shape: %d heads of %d, %d groups (must divide the heads), state %d, chunk %d (1..%d)",
-                      p->n_head, p->head_dim, p->n_group, p->d_state, p->chunk, HY_SSD_MAX_CHUNK);
-    if (x_stride < p->n_head * p->head_dim || dt_stride < p->n_head ||
-        bc_stride < p->n_group * p->d_state)
-        return hy_err(err, HY_EINVAL, "ssd: row strides x %d / dt %d / bc %d are shorter than a row",
-                      x_stride, dt_stride, bc_stride);
-    return HY_OK;
 }
 
 void hy_cpu_ssd(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, const float *x,

@@ -9,8 +9,6 @@
 
 #include "backend/cpu/cpu_impl.h"
 
-/* Largest prefill chunk (per-thread scratch is O(chunk * (chunk + N + P))). */
-#define HY_SSD_MAX_CHUNK 256
 /* Sequences with fewer rows than this in a step run the recurrent form:
  * the chunked form's transposes and Q x Q products do not pay off. */
 #define HY_SSD_MIN_CHUNKED 4

@@ -16,17 +16,16 @@
  */
 #define _GNU_SOURCE
 #include "backend/cpu/threadpool.h"
+#include "common/futex.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,17 +78,6 @@ struct hy_pool {
     _Alignas(64) _Atomic int n_sleeping;
 };
 
-static void hy_futex_wait(_Atomic uint32_t *addr, uint32_t val)
-{
-    /* EAGAIN (value changed) and EINTR both just mean "look again". */
-    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-}
-
-static void hy_futex_wake(_Atomic uint32_t *addr, int n)
-{
-    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
-}
-
 static long long hy_now_ns(void)
 {
     struct timespec ts;
@@ -136,7 +124,7 @@ static void *hy_pool_main(void *p)
              * so one of us sees the other (seq_cst on both). */
             atomic_fetch_add(&pool->n_sleeping, 1);
             while ((g = atomic_load(&pool->gen)) == seen)
-                hy_futex_wait(&pool->gen, seen);
+                hy_futex_wait_private(&pool->gen, seen);
             atomic_fetch_sub(&pool->n_sleeping, 1);
         }
         seen = g;
@@ -153,7 +141,7 @@ static void *hy_pool_main(void *p)
         pool->fn(pool->arg, w->ith, pool->nth);
         uint32_t d = atomic_fetch_add(&pool->n_done, 1) + 1;
         if (d == (uint32_t)pool->n_running && atomic_load(&pool->caller_waiting))
-            hy_futex_wake(&pool->n_done, 1);
+            hy_futex_wake_private(&pool->n_done, 1);
     }
     return NULL;
 }
@@ -173,7 +161,7 @@ static void hy_pool_stop(hy_pool_t *pool, int n_started)
 {
     atomic_store_explicit(&pool->stop, 1, memory_order_release);
     atomic_fetch_add(&pool->gen, 1);
-    hy_futex_wake(&pool->gen, INT_MAX);
+    hy_futex_wake_private(&pool->gen, INT_MAX);
     for (int i = 0; i < n_started; i++)
         pthread_join(pool->tids[i], NULL);
 }
@@ -286,7 +274,7 @@ void hy_pool_run_n(hy_pool_t *pool, int nth, hy_pool_fn_t fn, void *arg)
                               memory_order_relaxed);
     atomic_fetch_add(&pool->gen, 1); /* seq_cst: publishes the job and the slots */
     if (atomic_load(&pool->n_sleeping) > 0)
-        hy_futex_wake(&pool->gen, INT_MAX);
+        hy_futex_wake_private(&pool->gen, INT_MAX);
 
     fn(arg, 0, nth);
 
@@ -319,7 +307,7 @@ void hy_pool_run_n(hy_pool_t *pool, int nth, hy_pool_fn_t fn, void *arg)
             } else if (now - start > HY_POOL_SPIN_NS) {
                 atomic_store(&pool->caller_waiting, 1);
                 while ((d = atomic_load(&pool->n_done)) != want)
-                    hy_futex_wait(&pool->n_done, d);
+                    hy_futex_wait_private(&pool->n_done, d);
                 atomic_store(&pool->caller_waiting, 0);
                 break;
             } else if (now - start > HY_POOL_YIELD_NS) {

@@ -12,7 +12,7 @@
  * the device (`sample`, kernels/hy_sample.cu).
  */
 #include "backend/cuda/cuda_impl.h"
-#include "backend/cpu/cpu_impl.h" /* hy_cpu_kv_check, hy_cpu_state_plan */
+#include "backend/layout.h"
 #include "backend/cuda/sample.h"
 #include "common/log.h"
 #include "hy_sample.h"
@@ -711,8 +711,8 @@ static int hy_cuda_kv_init(hy_backend_t *be, const hy_kv_layout_t *lay, char *er
     cudaError_t e;
     int rc;
 
-    if ((rc = hy_cpu_kv_check(lay, HY_CUK_ATTN_MAX_HEAD, &krow, &vrow, &kpage, &vpage, err)) !=
-        HY_OK)
+    rc = hy_kv_layout_check(lay, HY_CUK_ATTN_MAX_HEAD, &krow, &vrow, &kpage, &vpage, err);
+    if (rc != HY_OK)
         return rc;
     if (hy_mul_overflow_u64(kpage, (uint64_t)lay->n_pages * (uint64_t)lay->n_layers, &kbytes) ||
         hy_mul_overflow_u64(vpage, (uint64_t)lay->n_pages * (uint64_t)lay->n_layers, &vbytes) ||
@@ -767,7 +767,7 @@ static int hy_cuda_state_init(hy_backend_t *be, const hy_state_layout_t *lay, ch
     cudaError_t e;
     int rc = HY_OK;
 
-    if ((rc = hy_cpu_state_plan(lay, &meta, &off, &total, err)) != HY_OK)
+    if ((rc = hy_state_layout_plan(lay, &meta, &off, &total, err)) != HY_OK)
         goto out;
     e = cudaMalloc((void **)&arena, (size_t)total);
     if (e == cudaSuccess)
@@ -829,14 +829,6 @@ static void hy_cuda_state_copy(hy_backend_t *be, int32_t dst, int32_t src)
                                     cu->st + src * cu->st_slot_floats,
                                     (size_t)cu->st_slot_floats * sizeof(float),
                                     cudaMemcpyDeviceToDevice, cu->stream));
-}
-
-/* Same layouts as the CPU backend, so the same sizes. */
-static int hy_cuda_mem_sizes(hy_backend_t *be, const hy_kv_layout_t *kv,
-                             const hy_state_layout_t *st, uint64_t *page_bytes,
-                             uint64_t *slot_bytes, char *err)
-{
-    return hy_cpu_mem_sizes(be, kv, st, page_bytes, slot_bytes, err);
 }
 
 static void hy_cuda_mem_allocated(hy_backend_t *be, uint64_t *kv_bytes, uint64_t *state_bytes)
@@ -1227,7 +1219,7 @@ static const struct hy_backend_i hy_cuda_methods = {
     .moe = hy_cuda_moe,
     .scale_rows = hy_cuda_scale_rows,
     .group_rmsnorm_gated = hy_cuda_group_rmsnorm_gated,
-    .mem_sizes = hy_cuda_mem_sizes,
+    .mem_sizes = hy_layout_mem_sizes, /* the CPU backend's layouts, so its sizes */
     .mem_allocated = hy_cuda_mem_allocated,
     .status = hy_cuda_status,
     .step_begin = hy_cuda_step_begin,

@@ -1,10 +1,10 @@
-# cuda.mk - the CUDA backend (configure --with-cuda) and backend selection.
-# select.c is in every build; it calls hy_backend_cuda_new, which is the
-# real backend (cuda.c, cuda_ops.c, the kernels/ .cu files) in CUDA builds and a stub
-# that says "built without CUDA" otherwise.  .cu files go through nvcc by
-# the suffix rule below (sm_90a + sm_80 + compute_80 PTX, see configure.ac).
+# cuda.mk - the CUDA backend (configure --with-cuda).  hy_backend_cuda_new
+# (cuda.h), which backend/select.c calls in every build, is the real backend
+# (cuda.c, cuda_ops.c, the kernels/ .cu files) in CUDA builds and a stub that
+# says "built without CUDA" otherwise.  .cu files go through nvcc by the
+# suffix rule below (sm_90a + sm_80 + compute_80 PTX, see configure.ac).
 
-libhy_a_SOURCES += src/backend/select.c src/backend/select.h src/backend/cuda/cuda.h
+libhy_a_SOURCES += src/backend/cuda/cuda.h
 # CUDA graph cache policy and the device sampler's host reference: plain C,
 # in every build so their tests run without a GPU
 libhy_a_SOURCES += src/backend/cuda/graph.c src/backend/cuda/graph.h \

@@ -12,8 +12,7 @@
  */
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/attn_plan.h"
-#include "backend/cpu/cpu_impl.h" /* hy_gdn_check, hy_ssd_check */
-#include "backend/cpu/quant.h"
+#include "backend/layout.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -202,7 +201,8 @@ out:
 
 /* ---- recurrent layers ------------------------------------------------------ */
 
-/* The CPU's hy_cpu_state_check, then the per-sequence tables on the device. */
+/* The CPU backend's state checks (hy_cpu_state_check), then the per-sequence
+ * tables on the device. */
 static bool hy_cuda_rec_seqs(hy_cuda_t *cu, const char *op, int32_t rec_layer,
                              const hy_batch_t *b, int64_t conv_need, int64_t rec_need,
                              hy_cuk_seqs_t *sq)

@@ -15,44 +15,12 @@
  * before the engine took it).  Handles carry a generation so a stale handle
  * never touches a reused slot.
  */
-#ifndef HY_SERVER_RING_H
-#define HY_SERVER_RING_H
+#ifndef HY_IPC_RING_H
+#define HY_IPC_RING_H
 
-#include "engine/sampler.h"
-#include "server/shm.h"
-
-enum {
-    HY_REQ_FREE = 0,
-    HY_REQ_CLAIMED,
-    HY_REQ_QUEUED,
-    HY_REQ_RUNNING,
-    HY_REQ_DONE,
-    HY_REQ_CANCELLED,
-    HY_REQ_ERROR,
-};
-
-enum {
-    HY_FINISH_NONE = 0,
-    HY_FINISH_STOP,      /* stop token / stop sequence */
-    HY_FINISH_LENGTH,    /* max_tokens or context full */
-    HY_FINISH_CANCELLED,
-    HY_FINISH_ERROR,
-};
-
-#define HY_REQ_MAX_STOP_IDS 16
-#define HY_REQ_ERRMSG_LEN 160
-
-/* What a worker submits besides the prompt (pointer-free). */
-typedef struct {
-    hy_sampling_t sampling;
-    int32_t max_tokens; /* >= 1 */
-    int32_t priority;   /* lower runs first (vLLM's convention) */
-    int32_t n_stop_ids; /* token ids that end generation (besides EOS) */
-    int32_t stop_ids[HY_REQ_MAX_STOP_IDS];
-    uint32_t flags;     /* HY_REQ_F_* */
-} hy_req_params_t;
-
-#define HY_REQ_F_IGNORE_EOS 1u
+#include "ipc/request.h"
+#include "ipc/shm.h"
+#include "ipc/source.h"
 
 typedef struct {
     _Atomic uint32_t state;    /* HY_REQ_* */
@@ -79,15 +47,6 @@ typedef struct {
     uint32_t idx;
     uint32_t gen;
 } hy_req_handle_t;
-
-/* One generated token as the API sees it. */
-typedef struct {
-    int32_t token;
-    float logprob;
-    int32_t n_top; /* <= the segment's ring_top_logprobs */
-    int32_t top_ids[HY_SAMPLING_MAX_LOGPROBS];
-    float top_logprobs[HY_SAMPLING_MAX_LOGPROBS];
-} hy_ring_tok_t;
 
 typedef struct {
     uint32_t state;
@@ -132,6 +91,11 @@ int hy_req_push(hy_shm_t *shm, int32_t idx, const hy_ring_tok_t *t);
  * lets go of the slot. */
 int hy_req_finish(hy_shm_t *shm, int32_t idx, uint32_t state, int32_t finish_reason,
                   int32_t error_code, const char *msg);
+
+/* The engine's view of the slots (ipc/source.h): take, cancelled, push and
+ * finish above, the segment's engine futex for epoch/wait/kick, and the
+ * segment's stats for preemptions.  ctx is the segment. */
+void hy_ring_source(hy_shm_t *shm, hy_req_source_t *out);
 
 /* ---- coordinator ---- */
 /* A worker died: cancel its requests and let go of them on its behalf.

@@ -41,8 +41,8 @@
  * locker rebuilds free lists, LRU lists, the index and the counters from the
  * entries (hy_pt_recover) before marking the mutex consistent.
  */
-#ifndef HY_KV_PAGETABLE_H
-#define HY_KV_PAGETABLE_H
+#ifndef HY_IPC_PAGETABLE_H
+#define HY_IPC_PAGETABLE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -157,6 +157,12 @@ int hy_pt_init(hy_pt_t *pt, void *mem, uint64_t size, const hy_pt_params_t *p,
                pthread_mutex_t *mu, char *err);
 /* Builds a view of a table another process formatted; checks its header. */
 int hy_pt_open(hy_pt_t *pt, void *mem, uint64_t size, pthread_mutex_t *mu, char *err);
+
+/* A table in this process's own memory with no mutex, for one owner
+ * (`hyserve run`, the tools, the tests): the same allocator as the shared
+ * one, with no lock calls.  hy_pt_destroy frees only tables made here. */
+int hy_pt_create(hy_pt_t **out, const hy_pt_params_t *p, char *err);
+void hy_pt_destroy(hy_pt_t *pt);
 
 /* The robust lock (EOWNERDEAD -> recover).  HY_EIO if not recoverable. */
 int hy_pt_lock(hy_pt_t *pt);

@@ -1,7 +1,8 @@
-# src/server/shm + src/kv/pagetable + src/server/ring: the coordinator/worker
-# shared-memory segment, page table + prefix cache, request slots and token rings.
-libhy_a_SOURCES += src/server/shm.c src/server/shm.h src/kv/pagetable.c src/kv/pagetable.h \
-	src/server/ring.c src/server/ring.h
+# src/ipc: what the engine and the workers share across processes - the
+# shared-memory segment, its page table + prefix cache, request slots and
+# token rings - and the request parameters they carry.
+libhy_a_SOURCES += src/ipc/request.c src/ipc/request.h src/ipc/source.h src/ipc/shm.c src/ipc/shm.h \
+	src/ipc/pagetable.c src/ipc/pagetable.h src/ipc/ring.c src/ipc/ring.h
 check_PROGRAMS += tests/unit/test_shm tests/unit/test_pagetable tests/unit/test_ring
 TESTS += tests/unit/test_shm tests/unit/test_pagetable tests/unit/test_ring
 tests_unit_test_shm_SOURCES = tests/unit/test_shm.c

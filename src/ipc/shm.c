@@ -5,22 +5,21 @@
  * whose header disagrees, so a worker from a different build or a
  * truncated file never reads past its end.
  */
-#include "server/shm.h"
+#include "ipc/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "server/ring.h"
+#include "common/futex.h"
+#include "ipc/ring.h"
 
 #define ALIGN64(x) (((x) + 63u) & ~(uint64_t)63u)
 
@@ -71,6 +70,21 @@ void hy_shm_params_default(hy_shm_params_t *p)
     p->ring_capacity = 256;
     p->ring_top_logprobs = 0;
     p->prefix_index_capacity = 0;
+}
+
+void hy_shm_params_for(hy_shm_params_t *p, const hy_pt_params_t *pt, int32_t n_request_slots,
+                       int32_t max_prompt_tokens)
+{
+    memset(p, 0, sizeof *p);
+    p->n_pages = pt->n_pages;
+    p->page_tokens = pt->page_tokens;
+    p->n_state_slots = pt->n_state_slots;
+    p->n_checkpoint_slots = pt->n_checkpoint_slots;
+    p->prefix_index_capacity = pt->index_capacity;
+    p->n_request_slots = n_request_slots;
+    p->max_prompt_tokens = max_prompt_tokens;
+    p->ring_capacity = 256;
+    p->ring_top_logprobs = HY_SAMPLING_MAX_LOGPROBS;
 }
 
 static int instance_ok(const char *s, char *err)
@@ -368,26 +382,6 @@ hy_stats_t *hy_shm_stats(hy_shm_t *shm)
 
 int hy_shm_lock(hy_shm_t *shm) { return hy_pt_lock(&shm->pt); }
 void hy_shm_unlock(hy_shm_t *shm) { hy_pt_unlock(&shm->pt); }
-
-int hy_futex_wait(_Atomic uint32_t *word, uint32_t expected, int timeout_ms)
-{
-    struct timespec ts, *tp = NULL;
-    long r;
-
-    if (timeout_ms >= 0) {
-        ts.tv_sec = timeout_ms / 1000;
-        ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
-        tp = &ts;
-    }
-    /* FUTEX_WAIT, not _PRIVATE: the word is shared between processes */
-    r = syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, tp, NULL, 0);
-    return (r == -1 && errno == ETIMEDOUT) ? -1 : 0;
-}
-
-void hy_futex_wake(_Atomic uint32_t *word, int n)
-{
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, n, NULL, NULL, 0);
-}
 
 void hy_shm_engine_wait(hy_shm_t *shm, uint32_t seen, int timeout_ms)
 {

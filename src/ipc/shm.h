@@ -7,13 +7,13 @@
  * region's offset/count/element size, creation time, coordinator pid); all
  * cross-references are offsets, never pointers, so it maps anywhere.
  *
- * Regions: the page table + prefix cache (kv/pagetable.h, guarded by the one
+ * Regions: the page table + prefix cache (ipc/pagetable.h, guarded by the one
  * robust process-shared mutex in the header), request slots, their prompt
- * arena and token rings (server/ring.h, lock-free), and the stats counters
+ * arena and token rings (ipc/ring.h, lock-free), and the stats counters
  * that /metrics and `hyserve-ctl status` read.
  */
-#ifndef HY_SERVER_SHM_H
-#define HY_SERVER_SHM_H
+#ifndef HY_IPC_SHM_H
+#define HY_IPC_SHM_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,7 +21,7 @@
 
 #include "common/hy.h"
 #include "common/winstat.h"
-#include "kv/pagetable.h"
+#include "ipc/pagetable.h"
 
 #define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
 #define HY_SHM_LAYOUT_VERSION 3 /* 2: model file, sha256 and its state in the header;
@@ -151,6 +151,12 @@ typedef struct hy_shm hy_shm_t;
 /* A small default for tests and `hyserve run`; the coordinator fills its own. */
 void hy_shm_params_default(hy_shm_params_t *p);
 
+/* The segment for an engine's page table (hy_engine_pt_params), with
+ * n_request_slots slots for prompts of up to max_prompt_tokens, and rings
+ * of 256 tokens with room for every logprob a request may ask for. */
+void hy_shm_params_for(hy_shm_params_t *p, const hy_pt_params_t *pt, int32_t n_request_slots,
+                       int32_t max_prompt_tokens);
+
 /* Validates p and computes the header (sizes, regions) it would produce. */
 int hy_shm_layout(const hy_shm_params_t *p, hy_shm_header_t *hdr, char *err);
 
@@ -181,11 +187,6 @@ void hy_shm_unlock(hy_shm_t *shm);
  * (-1 = forever).  Workers call hy_shm_engine_kick after submit/cancel. */
 void hy_shm_engine_wait(hy_shm_t *shm, uint32_t seen, int timeout_ms);
 void hy_shm_engine_kick(hy_shm_t *shm);
-
-/* Process-shared futex helpers (non-private: the word is in shared memory).
- * wait returns 0 when woken or the value differs, -1 on timeout. */
-int hy_futex_wait(_Atomic uint32_t *word, uint32_t expected, int timeout_ms);
-void hy_futex_wake(_Atomic uint32_t *word, int n);
 
 int64_t hy_shm_now_ns(void); /* CLOCK_MONOTONIC: comparable across processes */
 

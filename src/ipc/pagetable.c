@@ -7,7 +7,7 @@
  * data: hy_pt_recover() rebuilds them from the entries alone.
  */
 #define _GNU_SOURCE /* qsort_r */
-#include "kv/pagetable.h"
+#include "ipc/pagetable.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -162,6 +162,40 @@ int hy_pt_open(hy_pt_t *pt, void *mem, uint64_t size, pthread_mutex_t *mu, char 
         return hy_err(err, HY_EFORMAT, "page table: header does not match its parameters");
     pt_bind(pt, mem, mu);
     return HY_OK;
+}
+
+int hy_pt_create(hy_pt_t **out, const hy_pt_params_t *p, char *err)
+{
+    hy_pt_layout_t l;
+    hy_pt_t *pt = NULL;
+    void *mem = NULL;
+    int rc;
+
+    *out = NULL;
+    if ((rc = hy_pt_layout(p, &l, err)) != HY_OK)
+        return rc;
+    pt = malloc(sizeof *pt);
+    mem = aligned_alloc(64, (size_t)l.total_size); /* a multiple of 64 */
+    if (pt == NULL || mem == NULL) {
+        rc = hy_err(err, HY_ENOMEM, "out of memory for a page table of %d pages", p->n_pages);
+        goto fail;
+    }
+    if ((rc = hy_pt_init(pt, mem, l.total_size, p, NULL, err)) != HY_OK)
+        goto fail;
+    *out = pt;
+    return HY_OK;
+fail:
+    free(mem);
+    free(pt);
+    return rc;
+}
+
+void hy_pt_destroy(hy_pt_t *pt)
+{
+    if (pt == NULL)
+        return;
+    free(pt->sh);
+    free(pt);
 }
 
 /* ---- locking ------------------------------------------------------------ */

@@ -6,7 +6,8 @@
  * with acquire; the reverse for tail).  A worker that dies anywhere in here
  * leaves a slot that hy_shm_reap_owner() can always take back.
  */
-#include "server/ring.h"
+#include "ipc/ring.h"
+#include "common/futex.h"
 
 #include <string.h>
 #include <unistd.h>
@@ -142,19 +143,11 @@ int hy_req_submit(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt
     if (n < 1 || n > hdr->params.max_prompt_tokens)
         return hy_err(err, HY_ERANGE, "prompt has %d tokens: must be 1..%d", n,
                       hdr->params.max_prompt_tokens);
-    if (p->max_tokens < 1)
-        return hy_err(err, HY_ERANGE, "max_tokens = %d: must be >= 1", p->max_tokens);
-    if (p->n_stop_ids < 0 || p->n_stop_ids > HY_REQ_MAX_STOP_IDS)
-        return hy_err(err, HY_ERANGE, "%d stop token ids: at most %d", p->n_stop_ids,
-                      HY_REQ_MAX_STOP_IDS);
     if (p->sampling.n_logprobs > hdr->params.ring_top_logprobs)
         return hy_err(err, HY_ERANGE, "top_logprobs = %d: this server keeps at most %d",
                       p->sampling.n_logprobs, hdr->params.ring_top_logprobs);
-    if ((rc = hy_sampling_validate(&p->sampling, 0, err)) != HY_OK)
+    if ((rc = hy_req_check(p, prompt, n, err)) != HY_OK)
         return rc;
-    for (i = 0; i < n; i++)
-        if (prompt[i] < 0)
-            return hy_err(err, HY_EINVAL, "prompt token %d is negative (%d)", i, prompt[i]);
 
     start = (int32_t)(atomic_fetch_add_explicit(&hdr->claim_hint, 1, RLX) % (uint32_t)ns);
     for (k = 0; k < ns; k++) {
@@ -437,6 +430,100 @@ int hy_req_finish(hy_shm_t *shm, int32_t idx, uint32_t state, int32_t finish_rea
     wake_reader(s, true);
     let_go(shm, s, REL_ENGINE);
     return HY_OK;
+}
+
+/* ---- the engine's request source ------------------------------------------ */
+
+static int src_take(hy_req_source_t *src, hy_req_taken_t *out)
+{
+    hy_shm_t *shm = src->ctx;
+    const hy_req_slot_t *s;
+    int32_t idx;
+    int rc;
+
+    if ((rc = hy_req_take(shm, &idx)) != HY_OK)
+        return rc;
+    s = &slots(shm)[idx];
+    out->id = idx;
+    out->prompt = hy_req_prompt(shm, idx);
+    out->n_prompt = (int32_t)s->prompt_len;
+    out->order = s->seq;
+    out->params = s->params;
+    return HY_OK;
+}
+
+static bool src_cancelled(hy_req_source_t *src, int32_t id)
+{
+    return hy_req_cancel_requested(src->ctx, id);
+}
+
+static void src_started(hy_req_source_t *src, int32_t id, int32_t n_cached)
+{
+    hy_req_slot_t *s = hy_req_slot(src->ctx, id);
+
+    if (s != NULL)
+        s->n_cached_tokens = n_cached;
+}
+
+/* Each token handed to a reader counts in the generation tokens/s gauges. */
+static int src_push(hy_req_source_t *src, int32_t id, const hy_ring_tok_t *t)
+{
+    int rc = hy_req_push(src->ctx, id, t);
+
+    if (rc == HY_OK)
+        hy_rwin_add(&hy_shm_stats(src->ctx)->generation_rate, hy_shm_now_ns(), 1);
+    return rc;
+}
+
+static void src_finish(hy_req_source_t *src, int32_t id, uint32_t state, int32_t reason,
+                       int32_t code, const char *msg)
+{
+    hy_req_finish(src->ctx, id, state, reason, code, msg);
+}
+
+static uint32_t src_epoch(hy_req_source_t *src)
+{
+    return atomic_load(&hy_shm_header_rw(src->ctx)->engine_futex);
+}
+
+static void src_wait(hy_req_source_t *src, uint32_t seen, int timeout_ms)
+{
+    hy_shm_engine_wait(src->ctx, seen, timeout_ms);
+}
+
+static void src_kick(hy_req_source_t *src)
+{
+    hy_shm_engine_kick(src->ctx);
+}
+
+static void src_preempted(hy_req_source_t *src)
+{
+    atomic_fetch_add_explicit(&hy_shm_stats(src->ctx)->preemptions, 1, RLX);
+}
+
+static void src_prompt_computed(hy_req_source_t *src, int32_t n)
+{
+    hy_rwin_add(&hy_shm_stats(src->ctx)->prompt_rate, hy_shm_now_ns(), (uint32_t)n);
+}
+
+static const struct hy_req_source_i hy_ring_source_methods = {
+    .name = "shm",
+    .take = src_take,
+    .cancelled = src_cancelled,
+    .started = src_started,
+    .push = src_push,
+    .finish = src_finish,
+    .epoch = src_epoch,
+    .wait = src_wait,
+    .kick = src_kick,
+    .preempted = src_preempted,
+    .prompt_computed = src_prompt_computed,
+};
+
+void hy_ring_source(hy_shm_t *shm, hy_req_source_t *out)
+{
+    out->i = &hy_ring_source_methods;
+    out->ctx = shm;
 }
 
 /* ---- coordinator ---------------------------------------------------------- */

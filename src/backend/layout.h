@@ -1,0 +1,56 @@
+/*
+ * layout.h - what every backend computes the same way, whatever memory it
+ * allocates: the bytes of a KV page and of a recurrent-state slot for a
+ * layout (so a plan made with one backend quotes the other's allocation),
+ * the checks of a KV or state layout, the argument checks of the gdn and ssd
+ * ops, and MoE's routing rule (which experts a token picks, with what
+ * weights), which the CUDA backend's kernel must reproduce bit for bit.
+ * The CPU and CUDA backends both call these; neither includes the other.
+ */
+#ifndef HY_BACKEND_LAYOUT_H
+#define HY_BACKEND_LAYOUT_H
+
+#include "backend/backend.h"
+
+/* Longest prefill chunk of the gdn and ssd ops (the CPU kernels' per-thread
+ * scratch is O(chunk * (head sizes + chunk))). */
+#define HY_GDN_MAX_CHUNK 256
+#define HY_SSD_MAX_CHUNK 256
+
+/* Floats: each state region starts on a 64-byte boundary. */
+#define HY_REC_ALIGN 16
+
+/* Bytes of one K and V row and of one layer's K and V page of lay. */
+int hy_kv_layout_sizes(const hy_kv_layout_t *lay, size_t *krow, size_t *vrow, uint64_t *kpage,
+                       uint64_t *vpage, char *err);
+/* kv_init's checks of a layout (the backend's largest head: max_head),
+ * then hy_kv_layout_sizes. */
+int hy_kv_layout_check(const hy_kv_layout_t *lay, int32_t max_head, size_t *krow, size_t *vrow,
+                       uint64_t *kpage, uint64_t *vpage, char *err);
+/* Floats of one state slot, and where each layer's conv window and state
+ * start in it (conv_off / rec_off may be NULL). */
+int hy_state_layout_floats(const hy_state_layout_t *lay, int64_t *conv_off, int64_t *rec_off,
+                           int64_t *slot_floats, char *err);
+/* What every backend's state_init needs before it allocates: the layout
+ * checked, *meta = malloc'd [4][n_layers] (conv offsets, rec offsets, conv
+ * floats, rec floats; the caller owns it), the floats of one slot and the
+ * bytes of all n_slots slots. */
+int hy_state_layout_plan(const hy_state_layout_t *lay, int64_t **meta, int64_t *slot_floats,
+                         uint64_t *total_bytes, char *err);
+/* hy_backend_i.mem_sizes for a backend that lays memory out as above. */
+int hy_layout_mem_sizes(hy_backend_t *be, const hy_kv_layout_t *kv, const hy_state_layout_t *st,
+                        uint64_t *page_bytes, uint64_t *slot_bytes, char *err);
+
+/* The argument checks of the gdn and ssd ops: HY_EINVAL with the message
+ * in err, or HY_OK. */
+int hy_gdn_check(const hy_gdn_params_t *p, int32_t qkv_stride, char *err);
+int hy_ssd_check(const hy_ssd_params_t *p, int32_t x_stride, int32_t dt_stride,
+                 int32_t bc_stride, char *err);
+
+/* One token's expert choice and weights (see hy_moe_t for each family's
+ * math): l[n_expert] router logits, bias[n_expert] selection bias or NULL;
+ * p and taken are n_expert scratch; sel[k] and w[k] out. */
+void hy_moe_route_one(const hy_moe_t *m, const float *l, const float *bias, float *p,
+                      uint8_t *taken, int32_t *sel, float *w);
+
+#endif

@@ -1,9 +1,0 @@
-# src/common: configuration (hyserve.ini) and key=value syslog logging.
-libhy_a_SOURCES += src/common/config.c src/common/config.h src/common/log.c src/common/log.h
-check_PROGRAMS += tests/unit/test_config tests/unit/test_log
-TESTS += tests/unit/test_config tests/unit/test_log
-tests_unit_test_config_SOURCES = tests/unit/test_config.c
-tests_unit_test_config_LDADD = $(TEST_LDADD)
-tests_unit_test_log_SOURCES = tests/unit/test_log.c
-tests_unit_test_log_LDADD = $(TEST_LDADD)
-EXTRA_DIST += etc/hyserve.ini

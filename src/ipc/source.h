@@ -1,0 +1,70 @@
+/*
+ * source.h - how the engine takes requests, whoever submits them: a method
+ * table plus a context, like a backend (hy_backend_i).  The engine asks the
+ * source for the next queued request, copies what it needs, and from then on
+ * speaks to the source only by the request's id: whether its submitter
+ * cancelled it, how much of its prompt the prefix cache held, each token,
+ * and its end.  Two sources exist: the shared segment's request slots
+ * (ipc/ring.c, hy_ring_source: the FastCGI workers in other processes) and a
+ * queue in the engine's own process (engine/local.c: `hyserve run`,
+ * `hyserve bench --offline`).
+ *
+ * The engine keeps no pointer into a source's memory across calls and owns
+ * nothing a source lends it, so the source is the state that outlives an
+ * engine: a new engine on the same slots starts from what take() hands it.
+ */
+#ifndef HY_IPC_SOURCE_H
+#define HY_IPC_SOURCE_H
+
+#include "ipc/request.h"
+
+typedef struct hy_req_source hy_req_source_t;
+
+/* A request as take() hands it over. */
+typedef struct {
+    int32_t id;             /* the source's handle, >= 0 */
+    const int32_t *prompt;  /* n_prompt token ids, valid until the next call into the source */
+    int32_t n_prompt;
+    uint64_t order;         /* submit order: first come, first served among equal priorities */
+    hy_req_params_t params; /* a copy */
+} hy_req_taken_t;
+
+struct hy_req_source_i {
+    const char *name;
+    /* The best queued request (lowest params.priority, then lowest order)
+     * moves from QUEUED to RUNNING and is handed over.  HY_ENOENT: none. */
+    int (*take)(hy_req_source_t *src, hy_req_taken_t *out);
+    /* The submitter asked to stop id (or gave it up). */
+    bool (*cancelled)(hy_req_source_t *src, int32_t id);
+    /* id was admitted for the first time: n_cached of its prompt tokens came
+     * from the prefix cache. */
+    void (*started)(hy_req_source_t *src, int32_t id, int32_t n_cached);
+    /* One generated token.  HY_EFULL when the reader is that far behind: the
+     * engine keeps the token and offers it again on a later step. */
+    int (*push)(hy_req_source_t *src, int32_t id, const hy_ring_tok_t *t);
+    /* The end: state HY_REQ_DONE / HY_REQ_CANCELLED / HY_REQ_ERROR with its
+     * HY_FINISH_* reason (code and msg for errors, msg may be NULL).  The
+     * engine lets go of id. */
+    void (*finish)(hy_req_source_t *src, int32_t id, uint32_t state, int32_t reason,
+                   int32_t code, const char *msg);
+    /* A counter that changes on every submit and cancel: the engine reads
+     * it before a step and, when nothing could run, waits for a change. */
+    uint32_t (*epoch)(hy_req_source_t *src);
+    /* Returns when epoch() != seen, on kick(), or after timeout_ms. */
+    void (*wait)(hy_req_source_t *src, uint32_t seen, int timeout_ms);
+    /* Wakes a wait(): the engine thread's stop. */
+    void (*kick)(hy_req_source_t *src);
+    /* A running request lost its pages to a senior one (counted for /metrics). */
+    void (*preempted)(hy_req_source_t *src);
+    /* A step computed n prompt tokens (cache hits never reach a step, and
+     * recomputing generated tokens after a preemption is not prompt work):
+     * the prompt tokens/s gauges of /metrics. */
+    void (*prompt_computed)(hy_req_source_t *src, int32_t n);
+};
+
+struct hy_req_source {
+    const struct hy_req_source_i *i;
+    void *ctx;
+};
+
+#endif
