@@ -205,6 +205,30 @@ static inline int hy_model_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t 
     return m->arch->forward(m, f, b, out_rows, n_out, logits, err);
 }
 
+/* Keys, for the loader and every family's load() (model/arch/load.h has the
+ * rest of what they share).  The rule for a missing key, everywhere: a
+ * required key that is absent is an error naming the key and the file
+ * ("<file>: required key '<key>' is missing"); an optional one leaves the
+ * caller's value (its default) as it was.  A key of the wrong type or array
+ * length is an error naming the key.
+ *
+ * "<arch>.<suffix>" as u32 / f32 (f32: also refused when not finite). */
+int hy_model_key_u32(hy_model_t *m, const char *suffix, uint32_t *out, bool optional,
+                     char *err);
+int hy_model_key_f32(hy_model_t *m, const char *suffix, float *out, bool optional,
+                     char *err);
+/* "<arch>.<suffix>" as a per-layer u32: a scalar for every layer or an array
+ * of block_count values, into out[0..m->n_layer). */
+int hy_model_layers_u32(hy_model_t *m, const char *suffix, uint32_t *out, bool optional,
+                        char *err);
+/* "<arch>.<suffix>" as a per-layer flag array: bools or integers (non-zero
+ * = true), one per layer, into out[0..m->n_layer).  HY_ENOENT (err
+ * untouched) when the key is absent or not an array, so that the caller
+ * can read its scalar form; an array of another type or length is an error
+ * naming the key and `what` the scalar form would be. */
+int hy_model_layers_flag(hy_model_t *m, const char *suffix, const char *what, bool *out,
+                         char *err);
+
 /* The architecture that reads general.architecture `name` (len bytes), or
  * NULL: a lookup in the table of families. */
 const hy_arch_t *hy_arch_find(const char *name, size_t len);

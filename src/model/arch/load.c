@@ -1,6 +1,6 @@
 /*
- * load.c - the loading steps every architecture shares (see load.h): keys
- * with one rule for a missing key, tensors bound only after their exact
+ * load.c - the loading steps every architecture shares (see load.h):
+ * hyperparameter checks, tensors bound only after their exact
  * shape is checked (so a file whose metadata and tensors disagree fails here
  * with the tensor's name instead of reading out of bounds later), the
  * common tensors, attention geometry and the scratch description.
@@ -13,88 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- keys ----------------------------------------------------------------- */
-
-/* The one rule: absent and required is an error naming key and file;
- * absent and optional is HY_OK with the caller's default untouched. */
-static int hy_model_key_missing(hy_model_t *m, const char *key, int rc, bool optional, char *err)
-{
-    if (rc == HY_ENOENT && optional)
-        return HY_OK;
-    if (rc == HY_ENOENT)
-        return hy_err(err, HY_EFORMAT, "%s: required key '%s' is missing",
-                      hy_gguf_path(m->gguf), key);
-    return rc;
-}
-
-int hy_model_key_u32(hy_model_t *m, const char *suffix, uint32_t *out, bool optional,
-                     char *err)
-{
-    char key[160];
-    uint32_t v;
-    int rc;
-
-    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
-    rc = hy_gguf_get_u32(m->gguf, key, &v, err);
-    if (rc == HY_OK)
-        *out = v;
-    return hy_model_key_missing(m, key, rc, optional, err);
-}
-
-int hy_model_key_f32(hy_model_t *m, const char *suffix, float *out, bool optional,
-                     char *err)
-{
-    char key[160];
-    float v;
-    int rc;
-
-    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
-    rc = hy_gguf_get_f32(m->gguf, key, &v, err);
-    if (rc == HY_OK && !isfinite(v))
-        return hy_err(err, HY_EFORMAT, "%s: key '%s' is not a finite number",
-                      hy_gguf_path(m->gguf), key);
-    if (rc == HY_OK)
-        *out = v;
-    return hy_model_key_missing(m, key, rc, optional, err);
-}
-
-int hy_model_layers_u32(hy_model_t *m, const char *suffix, uint32_t *out, bool optional,
-                        char *err)
-{
-    uint32_t tmp[HY_MODEL_MAX_LAYERS];
-    char key[160];
-    int rc;
-
-    /* read into a copy so a failed read leaves the caller's defaults */
-    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
-    rc = hy_gguf_get_u32_layers(m->gguf, key, tmp, (uint32_t)m->n_layer, err);
-    if (rc == HY_OK)
-        memcpy(out, tmp, sizeof(uint32_t) * (size_t)m->n_layer);
-    return hy_model_key_missing(m, key, rc, optional, err);
-}
-
-int hy_model_layers_flag(hy_model_t *m, const char *suffix, const char *what, bool *out,
-                         char *err)
-{
-    char key[160];
-    hy_gguf_type_t et;
-    uint64_t count;
-    const void *data;
-    int64_t kv;
-
-    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
-    if (hy_gguf_get_arr(m->gguf, key, &et, &count, &data, NULL) != HY_OK)
-        return HY_ENOENT;
-    if (count != (uint64_t)m->n_layer || et == HY_GGUF_STRING || et == HY_GGUF_ARRAY ||
-        et == HY_GGUF_F32 || et == HY_GGUF_F64)
-        return hy_err(err, HY_EFORMAT, "%s: '%s' must be %s or a bool or integer array of block_count = %d entries",
-                      hy_gguf_path(m->gguf), key, what, m->n_layer);
-    kv = hy_gguf_find_key(m->gguf, key);
-    for (int32_t il = 0; il < m->n_layer; il++)
-        out[il] = et == HY_GGUF_BOOL ? ((const uint8_t *)data)[il] != 0
-                                     : hy_gguf_arr_i64(m->gguf, kv, (uint64_t)il) != 0;
-    return HY_OK;
-}
+/* ---- hyperparameters ---------------------------------------------------- */
 
 int hy_model_check_ff(hy_model_t *m, const uint32_t *n_ff, bool allow_zero, char *err)
 {

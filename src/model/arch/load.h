@@ -1,14 +1,11 @@
 /*
  * load.h - what every architecture's load() is made of, so that an arch file
- * says only what is particular to its family: keys (scalar and per-layer,
- * with one rule for a missing key), the common tensors (embedding, final
- * norm, output or tied output), attention geometry, per-layer tensor tables
- * checked for their exact shapes, and the scratch description.
- *
- * The rule for a missing key, everywhere: a required key that is absent is
- * an error naming the key and the file ("<file>: required key '<key>' is
- * missing"); an optional one leaves the caller's value (its default) as it
- * was.  A key of the wrong type or array length is an error naming the key.
+ * says only what is particular to its family: the common tensors (embedding,
+ * final norm, output or tied output), attention geometry, per-layer tensor
+ * tables checked for their exact shapes, and the scratch description.  Keys
+ * (scalar and per-layer, with one rule for a missing key) are read with
+ * model/model.h's readers, which the loader shares: model/ is the layer
+ * below this one.
  */
 #ifndef HY_ARCH_LOAD_H
 #define HY_ARCH_LOAD_H
@@ -21,24 +18,12 @@
  * allows 1024): a bound on the router's per-token work and tables. */
 #define HY_MODEL_MAX_EXPERTS 4096
 
-/* ---- keys ----------------------------------------------------------------- */
+/* ---- hyperparameters ---------------------------------------------------- */
 
-/* "<arch>.<suffix>" as u32 / f32 (f32: also refused when not finite). */
-int hy_model_key_u32(hy_model_t *m, const char *suffix, uint32_t *out, bool optional,
-                     char *err);
-int hy_model_key_f32(hy_model_t *m, const char *suffix, float *out, bool optional,
-                     char *err);
-/* "<arch>.<suffix>" as a per-layer u32: a scalar for every layer or an array
- * of block_count values, into out[0..m->n_layer). */
-int hy_model_layers_u32(hy_model_t *m, const char *suffix, uint32_t *out, bool optional,
-                        char *err);
-/* "<arch>.<suffix>" as a per-layer flag array: bools or integers (non-zero
- * = true), one per layer, into out[0..m->n_layer).  HY_ENOENT (err
- * untouched) when the key is absent or not an array, so that the caller
- * can read its scalar form; an array of another type or length is an error
- * naming the key and `what` the scalar form would be. */
-int hy_model_layers_flag(hy_model_t *m, const char *suffix, const char *what, bool *out,
-                         char *err);
+/* (The key readers, hy_model_key_u32 / _f32 / hy_model_layers_u32 / _flag,
+ * are in model/model.h: the loader reads the keys every family shares with
+ * them too.) */
+
 /* Refuses a feed_forward_length outside 1..2^20 (0 too unless allow_zero)
  * on any layer, naming the layer. */
 int hy_model_check_ff(hy_model_t *m, const uint32_t *n_ff, bool allow_zero, char *err);
