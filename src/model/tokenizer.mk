@@ -8,3 +8,4 @@ check_PROGRAMS += tests/unit/test_tokenizer
 TESTS += tests/unit/test_tokenizer
 tests_unit_test_tokenizer_SOURCES = tests/unit/test_tokenizer.c tests/unit/gguf_writer.h
 tests_unit_test_tokenizer_LDADD = $(TEST_LDADD)
+EXTRA_DIST += tests/data/tokenizer
