@@ -21,7 +21,8 @@
 
 struct hy_tok {
     bool spm;                 /* SentencePiece ("llama"), else byte-level BPE */
-    hy_tok_pre_info_t pre;    /* BPE only */
+    hy_tok_pre_t *pre;        /* BPE only: the word splitter */
+    hy_tok_pre_flags_t pf;    /* BPE only: how words become symbols */
     size_t n_vocab;
     char *arena;              /* token texts then pieces, back to back */
     uint64_t *text_off;       /* [n_vocab] into arena */
@@ -132,6 +133,7 @@ void hy_tok_free(hy_tok_t *t)
     free(t->merge_rank);
     free(t->merge_result);
     free(t->specials);
+    hy_tok_pre_free(t->pre);
     free(t);
 }
 
@@ -163,7 +165,7 @@ static size_t make_piece(const hy_tok_t *t, int32_t id, char *out)
     default:
         return 0; /* UNUSED / UNDEFINED render as nothing, as in llama.cpp */
     }
-    if (t->spm) {
+    if (t->spm || t->pf.escape_spaces) {
         for (size_t i = 0; i < len; i++) {
             if (i + 2 < len && memcmp(s + i, "\xe2\x96\x81", 3) == 0) {
                 out[n++] = ' ';
@@ -310,11 +312,11 @@ int hy_tok_build(hy_tok_t **out, const hy_tok_spec_t *sp, char *err)
         t->spm = true;
     } else if (strcmp(sp->model, "gpt2") == 0) {
         t->spm = false;
-        if (hy_tok_pre_lookup(sp->pre, &t->pre) != HY_OK) {
-            rc = hy_err(err, HY_EUNSUPPORTED, "tokenizer.ggml.pre = \"%s\": unknown pre-tokenizer",
-                        sp->pre);
+        rc = hy_tok_pre_new(&t->pre, sp->pre, &t->pf, err);
+        if (rc == HY_ENOENT)
+            rc = HY_EUNSUPPORTED; /* err already names the key and value */
+        if (rc)
             goto fail;
-        }
         if (!sp->merges || sp->n_merges == 0) {
             rc = hy_err(err, HY_ENOENT, "tokenizer.ggml.merges: missing (required for gpt2)");
             goto fail;
@@ -396,7 +398,9 @@ int hy_tok_build(hy_tok_t **out, const hy_tok_spec_t *sp, char *err)
         goto fail;
     t->add_bos = sp->add_bos >= 0 ? sp->add_bos
                  : t->spm         ? true
-                 : t->pre.add_bos >= 0 ? t->pre.add_bos : false;
+                 : t->pf.add_bos >= 0 ? t->pf.add_bos : false;
+    if (!t->spm && t->pf.force_bos)
+        t->add_bos = true; /* as llama.cpp overrides the file for Gemma 4 */
     t->add_eos = sp->add_eos > 0;
     t->add_space_prefix = sp->add_space_prefix >= 0 ? sp->add_space_prefix : t->spm;
     if (t->add_bos && t->bos < 0) {
@@ -441,11 +445,12 @@ int hy_tok_build(hy_tok_t **out, const hy_tok_spec_t *sp, char *err)
         }
     }
 
-    /* Lone-byte tokens: the byte's GPT-2 code point, or SPM's <0xNN>. */
+    /* Lone-byte tokens: the byte's GPT-2 code point, or <0xNN> where text
+     * stays UTF-8 (SentencePiece, and BPE over raw UTF-8). */
     for (unsigned b = 0; b < 256; b++) {
         char buf[8];
         size_t len;
-        if (t->spm) {
+        if (t->spm || t->pf.raw_utf8) {
             len = (size_t)snprintf(buf, sizeof buf, "<0x%02X>", b);
         } else {
             len = hy_uni_encode(hy_uni_byte_to_cp((uint8_t)b), buf);
@@ -735,14 +740,8 @@ typedef struct {
 
 static int ids_push(hy_tok_ids_t *o, int32_t id)
 {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 256;
-        int32_t *nv = realloc(o->v, cap * sizeof *nv);
-        if (!nv)
-            return HY_ENOMEM;
-        o->v = nv;
-        o->cap = cap;
-    }
+    if (hy_tok_grow((void **)&o->v, &o->cap, o->n + 1, sizeof *o->v))
+        return HY_ENOMEM;
     o->v[o->n++] = id;
     return HY_OK;
 }
@@ -798,24 +797,8 @@ typedef struct {
     size_t n_heap, heap_cap;
     char *buf;
     size_t buf_cap;
+    hy_tok_rx_work_t rx; /* pre-tokenizer regex stack */
 } hy_tok_work_t;
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    size_t c = *cap ? *cap : 64;
-    void *np;
-
-    if (need <= *cap)
-        return HY_OK;
-    while (c < need)
-        c *= 2;
-    np = realloc(*p, c * elem);
-    if (!np)
-        return HY_ENOMEM;
-    *p = np;
-    *cap = c;
-    return HY_OK;
-}
 
 /* true if a should be popped before b */
 static bool pair_before(const hy_tok_pair_t *a, const hy_tok_pair_t *b, bool spm)
@@ -833,7 +816,7 @@ static int heap_push(hy_tok_work_t *w, const hy_tok_pair_t *p, bool spm)
 {
     size_t i;
 
-    if (grow((void **)&w->heap, &w->heap_cap, w->n_heap + 1, sizeof *w->heap))
+    if (hy_tok_grow((void **)&w->heap, &w->heap_cap, w->n_heap + 1, sizeof *w->heap))
         return HY_ENOMEM;
     i = w->n_heap++;
     while (i > 0) {
@@ -887,36 +870,60 @@ static int bpe_add_pair(const hy_tok_t *t, hy_tok_work_t *w, int32_t l, int32_t 
     return heap_push(w, &p, false);
 }
 
-/* One pre-tokenized word (raw bytes) -> ids, merging the pair of lowest
- * rank (leftmost on ties) until none applies, like llm_tokenizer_bpe. */
-static int bpe_word(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size_t n,
-                    hy_tok_ids_t *out)
+/* A whole word emitted as one token when the vocabulary has it: with
+ * ignore_merges (Llama 3 and kin), and for runs of newlines (Gemma 4).
+ * Returns 1 if it did, 0 if the word must be merged, or HY_ENOMEM. */
+static int bpe_whole_word(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size_t n,
+                          hy_tok_ids_t *out)
 {
-    if (n == 0)
-        return HY_OK;
-    if (t->pre.ignore_merges) {
+    int32_t id = -1;
+
+    if (t->pf.ignore_merges && !t->pf.raw_utf8) {
         size_t k = 0;
-        int32_t id;
-        if (grow((void **)&w->buf, &w->buf_cap, n * 2, 1))
+        if (hy_tok_grow((void **)&w->buf, &w->buf_cap, n * 2, 1))
             return HY_ENOMEM;
         for (size_t i = 0; i < n; i++)
             k += hy_uni_encode(hy_uni_byte_to_cp((uint8_t)s[i]), w->buf + k);
         id = hy_tok_find(t, w->buf, k);
-        if (id >= 0)
-            return ids_push(out, id);
+    } else if (t->pf.ignore_merges ||
+               (t->pf.newline_words && strspn(s, "\n") >= n)) {
+        id = hy_tok_find(t, s, n);
     }
-    if (n > INT32_MAX || grow((void **)&w->sym, &w->sym_cap, n, sizeof *w->sym))
+    if (id < 0)
+        return 0;
+    return ids_push(out, id) ? HY_ENOMEM : 1;
+}
+
+/* One pre-tokenized word (raw bytes) -> ids, merging the pair of lowest
+ * rank (leftmost on ties) until none applies, like llm_tokenizer_bpe.  The
+ * first symbols are the word's bytes (byte-level BPE: each is a token)
+ * or its UTF-8 characters (raw_utf8: looked up as they are). */
+static int bpe_word(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size_t n,
+                    hy_tok_ids_t *out)
+{
+    static const uint8_t utf8_len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    size_t nsym = 0;
+    int rc;
+
+    if (n == 0)
+        return HY_OK;
+    rc = bpe_whole_word(t, w, s, n, out);
+    if (rc != 0)
+        return rc < 0 ? rc : HY_OK;
+    if (n > INT32_MAX || hy_tok_grow((void **)&w->sym, &w->sym_cap, n, sizeof *w->sym))
         return HY_ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        hy_tok_sym_t *y = &w->sym[i];
-        y->id = t->byte_tok[(uint8_t)s[i]];
-        y->prev = (int32_t)i - 1;
-        y->next = i + 1 < n ? (int32_t)i + 1 : -1;
+    for (size_t i = 0; i < n; nsym++) {
+        hy_tok_sym_t *y = &w->sym[nsym];
+        size_t len = t->pf.raw_utf8 ? HY_MIN((size_t)utf8_len[(uint8_t)s[i] >> 4], n - i) : 1;
+        y->id = t->pf.raw_utf8 ? hy_tok_find(t, s + i, len) : t->byte_tok[(uint8_t)s[i]];
+        y->prev = (int32_t)nsym - 1;
         y->start = (uint32_t)i;
-        y->len = 1;
+        y->len = (uint32_t)len;
+        i += len;
+        y->next = i < n ? (int32_t)nsym + 1 : -1;
     }
     w->n_heap = 0;
-    for (size_t i = 1; i < n; i++) {
+    for (size_t i = 1; i < nsym; i++) {
         if (bpe_add_pair(t, w, (int32_t)i - 1, (int32_t)i))
             return HY_ENOMEM;
     }
@@ -952,9 +959,31 @@ static int bpe_word(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size_t n
     return HY_OK;
 }
 
+/* Spaces become U+2581 before splitting, as SentencePiece does; returns
+ * a malloc'd copy (NULL: out of memory) with its length in *n. */
+static char *escape_spaces(const char *s, size_t *n)
+{
+    char *esc = *n < SIZE_MAX / 3 ? malloc(*n * 3 + 1) : NULL;
+    size_t k = 0;
+
+    if (!esc)
+        return NULL;
+    for (size_t i = 0; i < *n; i++) {
+        if (s[i] == ' ') {
+            memcpy(esc + k, "\xe2\x96\x81", 3);
+            k += 3;
+        } else {
+            esc[k++] = s[i];
+        }
+    }
+    *n = k;
+    return esc;
+}
+
 static int bpe_fragment(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size_t n,
                         hy_tok_ids_t *out)
 {
+    char *esc = t->pf.escape_spaces ? escape_spaces(s, &n) : NULL;
     uint32_t *cps = malloc((n + 1) * sizeof *cps);
     uint16_t *fl = malloc((n + 1) * sizeof *fl);
     size_t *boff = malloc((n + 2) * sizeof *boff);
@@ -963,8 +992,10 @@ static int bpe_fragment(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size
     size_t ncp = 0, pos = 0, nb = 0, start = 0;
     int rc = HY_ENOMEM;
 
-    if (!cps || !fl || !boff || !norm)
+    if (!cps || !fl || !boff || !norm || (t->pf.escape_spaces && !esc))
         goto out;
+    if (esc)
+        s = esc;
     /* Decode as llama.cpp does (a bad byte becomes U+FFFD) and work on the
      * re-encoded text, so invalid input gets the same ids as there. */
     while (pos < n) {
@@ -976,7 +1007,7 @@ static int bpe_fragment(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size
         ncp++;
     }
     boff[ncp] = nb;
-    rc = hy_tok_pre_split(t->pre.pre, cps, fl, ncp, &ends);
+    rc = hy_tok_pre_split(t->pre, cps, fl, ncp, &ends, &w->rx);
     if (rc)
         goto out;
     for (size_t i = 0; i < ends.n; i++) {
@@ -992,6 +1023,7 @@ out:
     free(fl);
     free(boff);
     free(norm);
+    free(esc);
     free(ends.v);
     return rc;
 }
@@ -1026,7 +1058,7 @@ static int spm_fragment(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size
     static const uint8_t utf8_len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
     size_t m = 0, nsym = 0;
 
-    if (n > (SIZE_MAX - 8) / 3 || grow((void **)&w->buf, &w->buf_cap, n * 3 + 3, 1))
+    if (n > (SIZE_MAX - 8) / 3 || hy_tok_grow((void **)&w->buf, &w->buf_cap, n * 3 + 3, 1))
         return HY_ENOMEM;
     if (prefix_space) {
         memcpy(w->buf, "\xe2\x96\x81", 3);
@@ -1042,7 +1074,7 @@ static int spm_fragment(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size
     }
     if (m == 0)
         return HY_OK;
-    if (m > INT32_MAX || grow((void **)&w->sym, &w->sym_cap, m, sizeof *w->sym))
+    if (m > INT32_MAX || hy_tok_grow((void **)&w->sym, &w->sym_cap, m, sizeof *w->sym))
         return HY_ENOMEM;
     for (size_t off = 0; off < m; nsym++) {
         hy_tok_sym_t *y = &w->sym[nsym];
@@ -1194,6 +1226,7 @@ out:
     free(w.sym);
     free(w.heap);
     free(w.buf);
+    free(w.rx.v);
     return rc;
 }
 
@@ -1292,7 +1325,7 @@ static int stream_emit(hy_tok_stream_t *s, const char *p, size_t n, bool at_end,
     unsigned char *in;
 
     /* Every input byte becomes at most 3 output bytes (U+FFFD). */
-    if (grow((void **)&s->buf, &s->cap, total * 3 + 1, 1))
+    if (hy_tok_grow((void **)&s->buf, &s->cap, total * 3 + 1, 1))
         return hy_err(err, HY_ENOMEM, "detokenize: out of memory");
     in = malloc(total + 1);
     if (!in)
