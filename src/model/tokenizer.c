@@ -524,167 +524,173 @@ static char *dup_str(hy_gguf_str_t s)
     return p;
 }
 
-int hy_tok_load(hy_tok_t **out, const hy_gguf_t *g, char *err)
+/* A string array key as (ptr, len) views into g: tokens and merges. */
+static int read_str_arr(const hy_gguf_t *g, const char *key, bool required, size_t max,
+                        hy_tok_str_t **out, size_t *n, char *err)
 {
-    hy_tok_spec_t sp = {0};
-    hy_gguf_str_t model, pre;
     hy_gguf_type_t et;
     uint64_t count;
     const void *data;
-    hy_tok_str_t *tokens = NULL, *merges = NULL;
-    int32_t *types = NULL;
-    float *scores = NULL;
-    char *model_s = NULL, *pre_s = NULL;
     int64_t ki;
-    int rc;
+    int rc = hy_gguf_get_arr(g, key, &et, &count, &data, err);
 
     *out = NULL;
-    sp.bos = sp.eos = sp.eot = sp.eom = sp.pad = sp.unk = -1;
-    sp.add_bos = sp.add_eos = sp.add_space_prefix = -1;
-
-    rc = hy_gguf_get_str(g, "tokenizer.ggml.model", &model, err);
+    *n = 0;
+    if (rc == HY_ENOENT && !required)
+        return HY_OK;
     if (rc == HY_ENOENT)
-        rc = hy_err(err, HY_ENOENT, "tokenizer.ggml.model: missing");
+        return hy_err(err, HY_ENOENT, "%s: missing", key);
     if (rc)
-        goto out;
-    model_s = dup_str(model);
-    if (!model_s) {
-        rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-        goto out;
-    }
-    sp.model = model_s;
-    rc = hy_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err);
-    if (rc == HY_OK) {
-        pre_s = dup_str(pre);
-        if (!pre_s) {
-            rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-            goto out;
-        }
-        sp.pre = pre_s;
-    } else if (rc != HY_ENOENT) {
-        goto out;
-    }
-
-    /* tokens */
-    rc = hy_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &count, &data, err);
-    if (rc == HY_ENOENT)
-        rc = hy_err(err, HY_ENOENT, "tokenizer.ggml.tokens: missing");
-    if (rc)
-        goto out;
-    if (et != HY_GGUF_STRING || count == 0 || count > HY_TOK_MAX_VOCAB) {
-        rc = hy_err(err, HY_EFORMAT,
-                    "tokenizer.ggml.tokens: must be a non-empty string array of at most %u, "
-                    "is type %d count %llu", HY_TOK_MAX_VOCAB, (int)et, (unsigned long long)count);
-        goto out;
-    }
-    sp.n_vocab = (size_t)count;
-    ki = hy_gguf_find_key(g, "tokenizer.ggml.tokens");
-    tokens = malloc(sp.n_vocab * sizeof *tokens);
-    if (!tokens) {
-        rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < sp.n_vocab; i++) {
+        return rc;
+    if (et != HY_GGUF_STRING || (required && count == 0) || count > max)
+        return hy_err(err, HY_EFORMAT,
+                      "%s: must be a%s string array of at most %zu, is type %d count %llu", key,
+                      required ? " non-empty" : "", max, (int)et, (unsigned long long)count);
+    *out = malloc((count ? count : 1) * sizeof **out);
+    if (!*out)
+        return hy_err(err, HY_ENOMEM, "tokenizer: out of memory for %s", key);
+    ki = hy_gguf_find_key(g, key);
+    for (size_t i = 0; i < count; i++) {
         hy_gguf_str_t s = hy_gguf_arr_str(g, ki, i);
-        tokens[i].ptr = s.ptr;
-        tokens[i].len = (size_t)s.len;
+        (*out)[i].ptr = s.ptr;
+        (*out)[i].len = (size_t)s.len;
     }
-    sp.tokens = tokens;
+    *n = (size_t)count;
+    return HY_OK;
+}
 
-    /* token_type and scores: optional, but one per token when present */
-    rc = hy_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &count, &data, err);
-    if (rc == HY_OK) {
-        if (count != sp.n_vocab || et == HY_GGUF_STRING || et == HY_GGUF_ARRAY) {
-            rc = hy_err(err, HY_EFORMAT,
-                        "tokenizer.ggml.token_type: %llu entries of type %d, need %zu integers",
-                        (unsigned long long)count, (int)et, sp.n_vocab);
-            goto out;
-        }
-        ki = hy_gguf_find_key(g, "tokenizer.ggml.token_type");
-        types = malloc(sp.n_vocab * sizeof *types);
-        if (!types) {
-            rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-            goto out;
-        }
-        for (size_t i = 0; i < sp.n_vocab; i++) {
+/* token_type (as int32) or scores (as float): optional, but one number
+ * per token when present.  *out stays NULL when the key is absent. */
+static int read_num_arr(const hy_gguf_t *g, const char *key, size_t n_vocab, bool as_type,
+                        void **out, char *err)
+{
+    hy_gguf_type_t et;
+    uint64_t count;
+    const void *data;
+    int64_t ki;
+    int rc = hy_gguf_get_arr(g, key, &et, &count, &data, err);
+
+    *out = NULL;
+    if (rc == HY_ENOENT)
+        return HY_OK;
+    if (rc)
+        return rc;
+    if (count != n_vocab || et == HY_GGUF_STRING || et == HY_GGUF_ARRAY)
+        return hy_err(err, HY_EFORMAT, "%s: %llu entries of type %d, need %zu %s", key,
+                      (unsigned long long)count, (int)et, n_vocab, as_type ? "integers" : "numbers");
+    *out = malloc(n_vocab * 4);
+    if (!*out)
+        return hy_err(err, HY_ENOMEM, "tokenizer: out of memory for %s", key);
+    ki = hy_gguf_find_key(g, key);
+    for (size_t i = 0; i < n_vocab; i++) {
+        if (as_type) {
             int64_t v = hy_gguf_arr_i64(g, ki, i);
-            types[i] = v < 0 || v > 6 ? -1 : (int32_t)v;
+            ((int32_t *)*out)[i] = v < 0 || v > 6 ? -1 : (int32_t)v;
+        } else {
+            ((float *)*out)[i] = (float)hy_gguf_arr_f64(g, ki, i);
         }
-        sp.types = types;
-    } else if (rc != HY_ENOENT) {
-        goto out;
     }
-    rc = hy_gguf_get_arr(g, "tokenizer.ggml.scores", &et, &count, &data, err);
-    if (rc == HY_OK) {
-        if (count != sp.n_vocab || et == HY_GGUF_STRING || et == HY_GGUF_ARRAY) {
-            rc = hy_err(err, HY_EFORMAT,
-                        "tokenizer.ggml.scores: %llu entries of type %d, need %zu numbers",
-                        (unsigned long long)count, (int)et, sp.n_vocab);
-            goto out;
-        }
-        ki = hy_gguf_find_key(g, "tokenizer.ggml.scores");
-        scores = malloc(sp.n_vocab * sizeof *scores);
-        if (!scores) {
-            rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-            goto out;
-        }
-        for (size_t i = 0; i < sp.n_vocab; i++)
-            scores[i] = (float)hy_gguf_arr_f64(g, ki, i);
-        sp.scores = scores;
-    } else if (rc != HY_ENOENT) {
-        goto out;
-    }
+    return HY_OK;
+}
 
-    /* merges */
-    rc = hy_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &count, &data, err);
-    if (rc == HY_OK) {
-        if (et != HY_GGUF_STRING || count > SIZE_MAX / sizeof *merges) {
-            rc = hy_err(err, HY_EFORMAT, "tokenizer.ggml.merges: must be a string array");
-            goto out;
-        }
-        ki = hy_gguf_find_key(g, "tokenizer.ggml.merges");
-        sp.n_merges = (size_t)count;
-        merges = malloc((sp.n_merges ? sp.n_merges : 1) * sizeof *merges);
-        if (!merges) {
-            rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-            goto out;
-        }
-        for (size_t i = 0; i < sp.n_merges; i++) {
-            hy_gguf_str_t s = hy_gguf_arr_str(g, ki, i);
-            merges[i].ptr = s.ptr;
-            merges[i].len = (size_t)s.len;
-        }
-        sp.merges = merges;
-    } else if (rc != HY_ENOENT) {
-        goto out;
-    }
+/* A string key as a malloc'd C string; *out NULL when absent. */
+static int read_str(const hy_gguf_t *g, const char *key, char **out, char *err)
+{
+    hy_gguf_str_t v;
+    int rc = hy_gguf_get_str(g, key, &v, err);
 
+    *out = NULL;
+    if (rc == HY_ENOENT)
+        return HY_OK;
+    if (rc)
+        return rc;
+    *out = dup_str(v);
+    return *out ? HY_OK : hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
+}
+
+void hy_tok_spec_free(hy_tok_spec_t *sp)
+{
+    free((void *)sp->tokens);
+    free((void *)sp->merges);
+    free((void *)sp->types);
+    free((void *)sp->scores);
+    free((void *)sp->model);
+    free((void *)sp->pre);
+    memset(sp, 0, sizeof *sp);
+}
+
+int hy_tok_spec_read(hy_tok_spec_t *sp, const hy_gguf_t *g, char *err)
+{
+    char *model = NULL, *pre = NULL;
+    hy_tok_str_t *tokens = NULL, *merges = NULL;
+    void *types = NULL, *scores = NULL;
+    int rc;
+
+    memset(sp, 0, sizeof *sp);
+    sp->bos = sp->eos = sp->eot = sp->eom = sp->pad = sp->unk = -1;
+    sp->add_bos = sp->add_eos = sp->add_space_prefix = -1;
+    if ((rc = read_str(g, "tokenizer.ggml.model", &model, err)) ||
+        (rc = read_str(g, "tokenizer.ggml.pre", &pre, err)))
+        goto fail;
+    if (!model) {
+        rc = hy_err(err, HY_ENOENT, "tokenizer.ggml.model: missing");
+        goto fail;
+    }
+    if ((rc = read_str_arr(g, "tokenizer.ggml.tokens", true, HY_TOK_MAX_VOCAB, &tokens,
+                           &sp->n_vocab, err)) ||
+        (rc = read_num_arr(g, "tokenizer.ggml.token_type", sp->n_vocab, true, &types, err)) ||
+        (rc = read_num_arr(g, "tokenizer.ggml.scores", sp->n_vocab, false, &scores, err)) ||
+        (rc = read_str_arr(g, "tokenizer.ggml.merges", false, SIZE_MAX / sizeof *merges, &merges,
+                           &sp->n_merges, err)))
+        goto fail;
+    sp->model = model;
+    sp->pre = pre;
+    sp->tokens = tokens;
+    sp->merges = merges;
+    sp->types = types;
+    sp->scores = scores;
     /* SentencePiece defaults, as llama.cpp sets them before reading keys. */
-    if (strcmp(sp.model, "llama") == 0) {
-        sp.bos = sp.n_vocab > 1 ? 1 : -1;
-        sp.eos = sp.n_vocab > 2 ? 2 : -1;
-        sp.unk = 0;
+    if (strcmp(model, "llama") == 0) {
+        sp->bos = sp->n_vocab > 1 ? 1 : -1;
+        sp->eos = sp->n_vocab > 2 ? 2 : -1;
+        sp->unk = 0;
     }
-    if ((rc = get_opt_id(g, "tokenizer.ggml.bos_token_id", &sp.bos, err)) ||
-        (rc = get_opt_id(g, "tokenizer.ggml.eos_token_id", &sp.eos, err)) ||
-        (rc = get_opt_id(g, "tokenizer.ggml.eot_token_id", &sp.eot, err)) ||
-        (rc = get_opt_id(g, "tokenizer.ggml.eom_token_id", &sp.eom, err)) ||
-        (rc = get_opt_id(g, "tokenizer.ggml.padding_token_id", &sp.pad, err)) ||
-        (rc = get_opt_id(g, "tokenizer.ggml.unknown_token_id", &sp.unk, err)) ||
-        (rc = get_opt_flag(g, "tokenizer.ggml.add_bos_token", &sp.add_bos, err)) ||
-        (rc = get_opt_flag(g, "tokenizer.ggml.add_eos_token", &sp.add_eos, err)) ||
-        (rc = get_opt_flag(g, "tokenizer.ggml.add_space_prefix", &sp.add_space_prefix, err)))
-        goto out;
-    rc = hy_tok_build(out, &sp, err);
-    if (rc == HY_OK && err)
+    if ((rc = get_opt_id(g, "tokenizer.ggml.bos_token_id", &sp->bos, err)) ||
+        (rc = get_opt_id(g, "tokenizer.ggml.eos_token_id", &sp->eos, err)) ||
+        (rc = get_opt_id(g, "tokenizer.ggml.eot_token_id", &sp->eot, err)) ||
+        (rc = get_opt_id(g, "tokenizer.ggml.eom_token_id", &sp->eom, err)) ||
+        (rc = get_opt_id(g, "tokenizer.ggml.padding_token_id", &sp->pad, err)) ||
+        (rc = get_opt_id(g, "tokenizer.ggml.unknown_token_id", &sp->unk, err)) ||
+        (rc = get_opt_flag(g, "tokenizer.ggml.add_bos_token", &sp->add_bos, err)) ||
+        (rc = get_opt_flag(g, "tokenizer.ggml.add_eos_token", &sp->add_eos, err)) ||
+        (rc = get_opt_flag(g, "tokenizer.ggml.add_space_prefix", &sp->add_space_prefix, err))) {
+        hy_tok_spec_free(sp);
+        return rc;
+    }
+    if (err)
         err[0] = 0; /* drop "not found" text left by optional keys */
-out:
+    return HY_OK;
+fail:
+    free(model);
+    free(pre);
     free(tokens);
     free(merges);
     free(types);
     free(scores);
-    free(model_s);
-    free(pre_s);
+    memset(sp, 0, sizeof *sp);
+    return rc;
+}
+
+int hy_tok_load(hy_tok_t **out, const hy_gguf_t *g, char *err)
+{
+    hy_tok_spec_t sp;
+    int rc = hy_tok_spec_read(&sp, g, err);
+
+    *out = NULL;
+    if (rc)
+        return rc;
+    rc = hy_tok_build(out, &sp, err);
+    hy_tok_spec_free(&sp);
     return rc;
 }
 
