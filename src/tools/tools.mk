@@ -8,7 +8,7 @@ hyserve_LDADD = $(HY_LIBS)
 # model file; scripts/fetch-default-model gets it).
 TESTS += tests/golden/check-golden.py
 EXTRA_DIST += tests/golden/check-golden.py tests/golden/make-golden.py tests/golden/README.md \
-	tests/golden/smollm2 scripts/fetch-default-model
+	tests/golden/smollm2 scripts/fetch-default-model scripts/fetch-model
 
 # Bad flags and bad input of every subcommand: exit status and message.
 TESTS += tests/integration/test_cli.sh
