@@ -289,54 +289,42 @@ static int build_merges(hy_tok_t *t, const hy_tok_spec_t *sp, char *err)
     return HY_OK;
 }
 
-int hy_tok_build(hy_tok_t **out, const hy_tok_spec_t *sp, char *err)
+/* The model kind and, for BPE, its pre-tokenizer. */
+static int build_model(hy_tok_t *t, const hy_tok_spec_t *sp, char *err)
 {
-    hy_tok_t *t = NULL;
-    uint64_t text_total = 0, piece_total = 0;
-    size_t n;
-    int rc = HY_OK;
+    int rc;
 
-    *out = NULL;
-    if (!sp->model)
-        return hy_err(err, HY_ENOENT, "tokenizer.ggml.model: missing");
-    if (sp->n_vocab == 0 || !sp->tokens)
-        return hy_err(err, HY_ENOENT, "tokenizer.ggml.tokens: missing or empty");
-    if (sp->n_vocab > HY_TOK_MAX_VOCAB)
-        return hy_err(err, HY_ERANGE, "tokenizer.ggml.tokens: %zu tokens, at most %u supported",
-                      sp->n_vocab, HY_TOK_MAX_VOCAB);
-    n = sp->n_vocab;
-    t = calloc(1, sizeof *t);
-    if (!t)
-        return hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
     if (strcmp(sp->model, "llama") == 0) {
         t->spm = true;
-    } else if (strcmp(sp->model, "gpt2") == 0) {
-        t->spm = false;
-        rc = hy_tok_pre_new(&t->pre, sp->pre, &t->pf, err);
-        if (rc == HY_ENOENT)
-            rc = HY_EUNSUPPORTED; /* err already names the key and value */
-        if (rc)
-            goto fail;
-        if (!sp->merges || sp->n_merges == 0) {
-            rc = hy_err(err, HY_ENOENT, "tokenizer.ggml.merges: missing (required for gpt2)");
-            goto fail;
-        }
-    } else {
-        rc = hy_err(err, HY_EUNSUPPORTED,
-                    "tokenizer.ggml.model = \"%s\": unsupported (gpt2 and llama are)", sp->model);
-        goto fail;
+        return HY_OK;
     }
-    t->n_vocab = n;
+    if (strcmp(sp->model, "gpt2") != 0)
+        return hy_err(err, HY_EUNSUPPORTED,
+                      "tokenizer.ggml.model = \"%s\": unsupported (gpt2 and llama are)", sp->model);
+    rc = hy_tok_pre_new(&t->pre, sp->pre, &t->pf, err);
+    if (rc == HY_ENOENT)
+        rc = HY_EUNSUPPORTED; /* err already names the key and value */
+    if (rc)
+        return rc;
+    if (!sp->merges || sp->n_merges == 0)
+        return hy_err(err, HY_ENOENT, "tokenizer.ggml.merges: missing (required for gpt2)");
+    return HY_OK;
+}
 
+/* Every per-token array; the arena holds the texts (*text_total bytes)
+ * and then the pieces. */
+static int build_arrays(hy_tok_t *t, const hy_tok_spec_t *sp, uint64_t *text_total, char *err)
+{
+    size_t n = sp->n_vocab;
+
+    *text_total = 0;
     for (size_t i = 0; i < n; i++) {
-        if (sp->tokens[i].len > UINT32_MAX / 4) {
-            rc = hy_err(err, HY_ERANGE, "tokenizer.ggml.tokens[%zu]: too long", i);
-            goto fail;
-        }
-        text_total += sp->tokens[i].len;
+        if (sp->tokens[i].len > UINT32_MAX / 4)
+            return hy_err(err, HY_ERANGE, "tokenizer.ggml.tokens[%zu]: too long", i);
+        *text_total += sp->tokens[i].len;
     }
-    piece_total = text_total * 4; /* byte-level unmapping never grows more */
-    t->arena = malloc(text_total + piece_total + 1);
+    /* byte-level unmapping never grows a piece past 4x its text */
+    t->arena = malloc(*text_total * 5 + 1);
     t->text_off = malloc(n * sizeof *t->text_off);
     t->text_len = malloc(n * sizeof *t->text_len);
     t->piece_off = malloc(n * sizeof *t->piece_off);
@@ -348,54 +336,61 @@ int hy_tok_build(hy_tok_t **out, const hy_tok_spec_t *sp, char *err)
     t->text_hash = malloc(t->text_cap * sizeof *t->text_hash);
     t->specials = malloc(n * sizeof *t->specials);
     if (!t->arena || !t->text_off || !t->text_len || !t->piece_off || !t->piece_len ||
-        !t->type || !t->score || !t->eog || !t->text_hash || !t->specials) {
-        rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory for %zu tokens", n);
-        goto fail;
-    }
+        !t->type || !t->score || !t->eog || !t->text_hash || !t->specials)
+        return hy_err(err, HY_ENOMEM, "tokenizer: out of memory for %zu tokens", n);
     memset(t->text_hash, 0xff, t->text_cap * sizeof *t->text_hash);
+    return HY_OK;
+}
 
-    {
-        uint64_t off = 0;
-        for (size_t i = 0; i < n; i++) {
-            int32_t ty = sp->types ? sp->types[i] : HY_TOK_TYPE_NORMAL;
-            size_t mask = t->text_cap - 1;
-            if (ty < HY_TOK_TYPE_UNDEFINED || ty > HY_TOK_TYPE_BYTE) {
-                rc = hy_err(err, HY_EFORMAT, "tokenizer.ggml.token_type[%zu] = %d: must be 0..6",
-                            i, (int)ty);
-                goto fail;
+/* Texts, types, scores and the text -> id hash. */
+static int build_texts(hy_tok_t *t, const hy_tok_spec_t *sp, char *err)
+{
+    uint64_t off = 0;
+    size_t mask = t->text_cap - 1;
+
+    for (size_t i = 0; i < t->n_vocab; i++) {
+        int32_t ty = sp->types ? sp->types[i] : HY_TOK_TYPE_NORMAL;
+        if (ty < HY_TOK_TYPE_UNDEFINED || ty > HY_TOK_TYPE_BYTE)
+            return hy_err(err, HY_EFORMAT, "tokenizer.ggml.token_type[%zu] = %d: must be 0..6", i,
+                          (int)ty);
+        t->type[i] = (uint8_t)ty;
+        t->score[i] = sp->scores ? sp->scores[i] : 0.0f;
+        t->text_off[i] = off;
+        t->text_len[i] = (uint32_t)sp->tokens[i].len;
+        if (sp->tokens[i].len)
+            memcpy(t->arena + off, sp->tokens[i].ptr, sp->tokens[i].len);
+        off += sp->tokens[i].len;
+        /* Duplicate texts: the first id keeps the text (llama.cpp's
+         * token_to_id ends up with the last; real vocabularies have none
+         * that matter). */
+        for (size_t h = hash_bytes(sp->tokens[i].ptr, sp->tokens[i].len) & mask;;
+             h = (h + 1) & mask) {
+            int32_t o = t->text_hash[h];
+            if (o < 0) {
+                t->text_hash[h] = (int32_t)i;
+                break;
             }
-            t->type[i] = (uint8_t)ty;
-            t->score[i] = sp->scores ? sp->scores[i] : 0.0f;
-            t->text_off[i] = off;
-            t->text_len[i] = (uint32_t)sp->tokens[i].len;
-            if (sp->tokens[i].len)
-                memcpy(t->arena + off, sp->tokens[i].ptr, sp->tokens[i].len);
-            off += sp->tokens[i].len;
-            /* Duplicate texts: the first id keeps the text (llama.cpp's
-             * token_to_id ends up with the last; real vocabularies have
-             * none that matter). */
-            for (size_t h = hash_bytes(sp->tokens[i].ptr, sp->tokens[i].len) & mask;;
-                 h = (h + 1) & mask) {
-                int32_t o = t->text_hash[h];
-                if (o < 0) {
-                    t->text_hash[h] = (int32_t)i;
-                    break;
-                }
-                if (t->text_len[o] == sp->tokens[i].len &&
-                    memcmp(t->arena + t->text_off[o], sp->tokens[i].ptr, sp->tokens[i].len) == 0)
-                    break;
-            }
+            if (t->text_len[o] == sp->tokens[i].len &&
+                memcmp(t->arena + t->text_off[o], sp->tokens[i].ptr, sp->tokens[i].len) == 0)
+                break;
         }
     }
+    return HY_OK;
+}
 
-    /* Special ids and flags. */
+/* Special ids and the add_* flags, with the model kind's defaults. */
+static int build_flags(hy_tok_t *t, const hy_tok_spec_t *sp, char *err)
+{
+    size_t n = t->n_vocab;
+    int rc;
+
     if ((rc = check_id(sp->bos, n, "bos_token_id", &t->bos, err)) ||
         (rc = check_id(sp->eos, n, "eos_token_id", &t->eos, err)) ||
         (rc = check_id(sp->eot, n, "eot_token_id", &t->eot, err)) ||
         (rc = check_id(sp->eom, n, "eom_token_id", &t->eom, err)) ||
         (rc = check_id(sp->pad, n, "padding_token_id", &t->pad, err)) ||
         (rc = check_id(sp->unk, n, "unknown_token_id", &t->unk, err)))
-        goto fail;
+        return rc;
     t->add_bos = sp->add_bos >= 0 ? sp->add_bos
                  : t->spm         ? true
                  : t->pf.add_bos >= 0 ? t->pf.add_bos : false;
@@ -403,20 +398,20 @@ int hy_tok_build(hy_tok_t **out, const hy_tok_spec_t *sp, char *err)
         t->add_bos = true; /* as llama.cpp overrides the file for Gemma 4 */
     t->add_eos = sp->add_eos > 0;
     t->add_space_prefix = sp->add_space_prefix >= 0 ? sp->add_space_prefix : t->spm;
-    if (t->add_bos && t->bos < 0) {
-        rc = hy_err(err, HY_EFORMAT,
-                    "tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing");
-        goto fail;
-    }
-    if (t->add_eos && t->eos < 0) {
-        rc = hy_err(err, HY_EFORMAT,
-                    "tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is missing");
-        goto fail;
-    }
+    if (t->add_bos && t->bos < 0)
+        return hy_err(err, HY_EFORMAT,
+                      "tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing");
+    if (t->add_eos && t->eos < 0)
+        return hy_err(err, HY_EFORMAT,
+                      "tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is missing");
+    return HY_OK;
+}
 
-    /* End of generation, as llama.cpp infers it from token texts; such
-     * tokens become CONTROL so they are never rendered as plain text. */
-    for (size_t i = 0; i < n; i++) {
+/* End of generation, as llama.cpp infers it from token texts; such tokens
+ * become CONTROL so they are never rendered as plain text. */
+static void mark_eog(hy_tok_t *t)
+{
+    for (size_t i = 0; i < t->n_vocab; i++) {
         size_t len;
         const char *s = tok_text(t, (int32_t)i, &len);
         if (t->eot < 0 && in_list(s, len, eot_texts))
@@ -434,54 +429,78 @@ int hy_tok_build(hy_tok_t **out, const hy_tok_spec_t *sp, char *err)
         t->eog[t->eot] = true;
     if (t->eom >= 0)
         t->eog[t->eom] = true;
+}
 
-    /* Pieces. */
-    {
-        uint64_t off = text_total;
-        for (size_t i = 0; i < n; i++) {
-            t->piece_off[i] = off;
-            t->piece_len[i] = (uint32_t)make_piece(t, (int32_t)i, t->arena + off);
-            off += t->piece_len[i];
-        }
+/* Pieces (after the texts in the arena) and the lone-byte tokens: the
+ * byte's GPT-2 code point, or <0xNN> where text stays UTF-8
+ * (SentencePiece, and BPE over raw UTF-8). */
+static void build_pieces(hy_tok_t *t, uint64_t text_total)
+{
+    uint64_t off = text_total;
+
+    for (size_t i = 0; i < t->n_vocab; i++) {
+        t->piece_off[i] = off;
+        t->piece_len[i] = (uint32_t)make_piece(t, (int32_t)i, t->arena + off);
+        off += t->piece_len[i];
     }
-
-    /* Lone-byte tokens: the byte's GPT-2 code point, or <0xNN> where text
-     * stays UTF-8 (SentencePiece, and BPE over raw UTF-8). */
     for (unsigned b = 0; b < 256; b++) {
         char buf[8];
         size_t len;
-        if (t->spm || t->pf.raw_utf8) {
+        if (t->spm || t->pf.raw_utf8)
             len = (size_t)snprintf(buf, sizeof buf, "<0x%02X>", b);
-        } else {
+        else
             len = hy_uni_encode(hy_uni_byte_to_cp((uint8_t)b), buf);
-        }
         t->byte_tok[b] = hy_tok_find(t, buf, len);
     }
+}
 
-    /* Tokens matched literally in text, longest first. */
-    {
-        hy_tok_special_key_t *keys = malloc(n * sizeof *keys);
-        if (!keys) {
-            rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-            goto fail;
+/* Tokens matched literally in text, longest first. */
+static int build_specials(hy_tok_t *t, char *err)
+{
+    hy_tok_special_key_t *keys = malloc(t->n_vocab * sizeof *keys);
+
+    if (!keys)
+        return hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
+    for (size_t i = 0; i < t->n_vocab; i++) {
+        uint8_t ty = t->type[i];
+        if ((ty == HY_TOK_TYPE_CONTROL || ty == HY_TOK_TYPE_USER_DEFINED ||
+             ty == HY_TOK_TYPE_UNKNOWN) && t->text_len[i] > 0) {
+            keys[t->n_specials].len = t->text_len[i];
+            keys[t->n_specials++].id = (int32_t)i;
         }
-        for (size_t i = 0; i < n; i++) {
-            uint8_t ty = t->type[i];
-            if ((ty == HY_TOK_TYPE_CONTROL || ty == HY_TOK_TYPE_USER_DEFINED ||
-                 ty == HY_TOK_TYPE_UNKNOWN) && t->text_len[i] > 0) {
-                keys[t->n_specials].len = t->text_len[i];
-                keys[t->n_specials++].id = (int32_t)i;
-            }
-        }
-        qsort(keys, t->n_specials, sizeof *keys, cmp_special);
-        for (size_t i = 0; i < t->n_specials; i++)
-            t->specials[i] = keys[i].id;
-        free(keys);
     }
+    qsort(keys, t->n_specials, sizeof *keys, cmp_special);
+    for (size_t i = 0; i < t->n_specials; i++)
+        t->specials[i] = keys[i].id;
+    free(keys);
+    return HY_OK;
+}
 
-    if (!t->spm && (rc = build_merges(t, sp, err)))
+int hy_tok_build(hy_tok_t **out, const hy_tok_spec_t *sp, char *err)
+{
+    hy_tok_t *t = NULL;
+    uint64_t text_total = 0;
+    int rc;
+
+    *out = NULL;
+    if (!sp->model)
+        return hy_err(err, HY_ENOENT, "tokenizer.ggml.model: missing");
+    if (sp->n_vocab == 0 || !sp->tokens)
+        return hy_err(err, HY_ENOENT, "tokenizer.ggml.tokens: missing or empty");
+    if (sp->n_vocab > HY_TOK_MAX_VOCAB)
+        return hy_err(err, HY_ERANGE, "tokenizer.ggml.tokens: %zu tokens, at most %u supported",
+                      sp->n_vocab, HY_TOK_MAX_VOCAB);
+    t = calloc(1, sizeof *t);
+    if (!t)
+        return hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
+    t->n_vocab = sp->n_vocab;
+    if ((rc = build_model(t, sp, err)) || (rc = build_arrays(t, sp, &text_total, err)) ||
+        (rc = build_texts(t, sp, err)) || (rc = build_flags(t, sp, err)))
         goto fail;
-
+    mark_eog(t);
+    build_pieces(t, text_total);
+    if ((rc = build_specials(t, err)) || (!t->spm && (rc = build_merges(t, sp, err))))
+        goto fail;
     *out = t;
     return HY_OK;
 fail:
