@@ -1251,7 +1251,7 @@ out:
     free(w.sym);
     free(w.heap);
     free(w.buf);
-    free(w.rx.v);
+    hy_tok_rx_work_free(&w.rx);
     return rc;
 }
 

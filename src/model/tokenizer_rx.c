@@ -692,22 +692,121 @@ static int push(hy_tok_rx_work_t *w, size_t pc, size_t pos)
     return HY_OK;
 }
 
-/* Depth-first run of the program from pc at pos; the first MATCH reached
- * wins.  Frames above the entry height belong to this call, so
- * lookaheads recurse on the same stack. */
+/* Beyond this many remembered states the memo is dropped and restarted:
+ * matching stays correct, only slower. */
+#define RX_MEMO_MAX (1u << 22)
+/* An attempt that runs this many instructions switches the memo on for the
+ * rest of the fragment (ordinary words take a few dozen). */
+#define RX_MEMO_AFTER 2048
+/* A frame whose pc has this bit set marks where a state's subtree ends. */
+#define RX_MARK ((size_t)1 << (sizeof(size_t) * 8 - 1))
+
+static uint64_t memo_key(size_t pc, size_t pos)
+{
+    return (uint64_t)pc << 40 | (uint64_t)pos;
+}
+
+static size_t memo_slot(uint64_t k, size_t mask)
+{
+    k ^= k >> 31;
+    k *= 0x9e3779b97f4a7c15ull;
+    return (size_t)(k >> 17) & mask;
+}
+
+static bool memo_has(const hy_tok_rx_work_t *w, size_t pc, size_t pos)
+{
+    uint64_t k = memo_key(pc, pos);
+    size_t mask = w->memo_cap - 1;
+
+    if (!w->memo_cap)
+        return false;
+    for (size_t i = memo_slot(k, mask);; i = (i + 1) & mask) {
+        if (w->memo[i] == k)
+            return true;
+        if (w->memo[i] == UINT64_MAX)
+            return false;
+    }
+}
+
+/* Records that state (pc, pos) fails; an allocation failure only loses
+ * the memo. */
+static void memo_add(hy_tok_rx_work_t *w, size_t pc, size_t pos)
+{
+    uint64_t k = memo_key(pc, pos);
+    size_t mask;
+
+    if (w->memo_n * 2 >= w->memo_cap) {
+        size_t cap = w->memo_cap ? w->memo_cap * 2 : 1024;
+        uint64_t *old = w->memo, *nm;
+        if (w->memo_n >= RX_MEMO_MAX || !(nm = malloc(cap * sizeof *nm))) {
+            w->memo_n = 0;
+            if (w->memo)
+                memset(w->memo, 0xff, w->memo_cap * sizeof *w->memo);
+            return;
+        }
+        memset(nm, 0xff, cap * sizeof *nm);
+        for (size_t i = 0; i < w->memo_cap; i++) {
+            if (old[i] != UINT64_MAX) {
+                size_t j = memo_slot(old[i], cap - 1);
+                while (nm[j] != UINT64_MAX)
+                    j = (j + 1) & (cap - 1);
+                nm[j] = old[i];
+            }
+        }
+        free(old);
+        w->memo = nm;
+        w->memo_cap = cap;
+    }
+    mask = w->memo_cap - 1;
+    for (size_t i = memo_slot(k, mask);; i = (i + 1) & mask) {
+        if (w->memo[i] == k)
+            return;
+        if (w->memo[i] == UINT64_MAX) {
+            w->memo[i] = k;
+            w->memo_n++;
+            return;
+        }
+    }
+}
+
+void hy_tok_rx_work_free(hy_tok_rx_work_t *w)
+{
+    free(w->v);
+    free(w->memo);
+    memset(w, 0, sizeof *w);
+}
+
+/*
+ * Depth-first run of the program from pc at pos; the first MATCH reached
+ * wins.  Frames above the entry height belong to this call, so lookaheads
+ * recurse on the same stack.  With the memo on, every branch target starts
+ * a new frame, and under it a mark: when the mark is popped, everything
+ * reachable from that state has failed, which the memo keeps (not with
+ * not_null, whose verdict depends on the start).
+ */
 static int run(const hy_tok_rx_t *rx, const uint32_t *cp, const uint16_t *fl, size_t pc0,
                size_t pos0, size_t end, bool not_null, size_t *out, hy_tok_rx_work_t *w)
 {
-    size_t base = w->n;
+    size_t base = w->n, steps = 0;
+    bool memo = w->memo_on && !not_null;
+    int rc = 0;
 
     if (push(w, pc0, pos0))
         return HY_ENOMEM;
-    while (w->n > base) {
+    while (w->n > base && rc == 0) {
         size_t pos = w->v[--w->n], pc = w->v[--w->n];
+        if (pc & RX_MARK) {
+            if (memo)
+                memo_add(w, pc & ~RX_MARK, pos);
+            continue;
+        }
+        if (memo && (memo_has(w, pc, pos) || push(w, pc | RX_MARK, pos)))
+            continue; /* known to fail; or out of memory for the mark, which only loses it */
         for (;;) {
             const rx_inst_t *in = &rx->code[pc];
             size_t sub;
             int r;
+            steps++;
             if (in->op == OP_CLASS) {
                 if (pos >= end || !class_has(rx, &rx->cls[in->a], symbol(rx, cp[pos], fl[pos])))
                     break;
@@ -716,9 +815,18 @@ static int run(const hy_tok_rx_t *rx, const uint32_t *cp, const uint16_t *fl, si
             } else if (in->op == OP_JMP) {
                 pc = in->a;
             } else if (in->op == OP_SPLIT) {
-                if (push(w, in->b, pos))
-                    return HY_ENOMEM;
-                pc = in->a;
+                if (push(w, in->b, pos)) {
+                    rc = HY_ENOMEM;
+                    break;
+                }
+                if (!memo) {
+                    pc = in->a;
+                    continue;
+                }
+                /* with the memo, the first branch is a frame (and a mark) too */
+                if (push(w, in->a, pos))
+                    rc = HY_ENOMEM;
+                break;
             } else if (in->op == OP_EOL) {
                 if (pos != end)
                     break;
@@ -728,25 +836,52 @@ static int run(const hy_tok_rx_t *rx, const uint32_t *cp, const uint16_t *fl, si
                     break;
                 w->n = base;
                 *out = pos;
-                return 1;
+                rc = 1;
+                break;
             } else {
                 r = run(rx, cp, fl, in->a, pos, end, false, &sub, w);
-                if (r < 0)
-                    return r;
+                if (r < 0) {
+                    rc = r;
+                    break;
+                }
                 if ((r == 1) != (in->op == OP_LOOK))
                     break;
                 pc = in->b;
             }
         }
     }
-    return 0;
+    w->n = base;
+    w->steps += steps;
+    return rc;
 }
 
 int hy_tok_rx_match(const hy_tok_rx_t *rx, const uint32_t *cp, const uint16_t *fl, size_t pos,
                     size_t end, bool not_null, size_t *len, hy_tok_rx_work_t *w)
 {
     size_t stop = pos;
-    int r = run(rx, cp, fl, 0, pos, end, not_null, &stop, w);
+    int r;
+
+    if (w->memo_rx != rx || w->memo_cp != cp || w->memo_end != end) {
+        /* another pattern, text or fragment: what failed there says nothing
+         * here.  A big table is dropped rather than cleared, so that the
+         * many small fragments after it do not each pay for clearing it. */
+        if (w->memo_cap > 4096) {
+            free(w->memo);
+            w->memo = NULL;
+            w->memo_cap = 0;
+        } else if (w->memo_n) {
+            memset(w->memo, 0xff, w->memo_cap * sizeof *w->memo);
+        }
+        w->memo_n = 0;
+        w->memo_on = false;
+        w->memo_rx = rx;
+        w->memo_cp = cp;
+        w->memo_end = end;
+    }
+    w->steps = 0;
+    r = run(rx, cp, fl, 0, pos, end, not_null, &stop, w);
+    if (w->steps > RX_MEMO_AFTER)
+        w->memo_on = true;
 
     *len = stop - pos;
     return r;

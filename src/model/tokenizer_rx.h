@@ -17,11 +17,20 @@
 
 typedef struct hy_tok_rx hy_tok_rx_t;
 
-/* Backtracking stack, reused across calls by one thread. */
+/* Backtracking stack and memo of failed states, reused across calls by one
+ * thread; hy_tok_rx_work_free() releases it. */
 typedef struct {
     size_t *v; /* pairs (pc, pos) */
     size_t n, cap;
+    uint64_t *memo;  /* open addressing: (pc << 40 | pos) of states known to fail */
+    size_t memo_n, memo_cap;
+    const void *memo_rx, *memo_cp; /* what the memo is valid for */
+    size_t memo_end;
+    bool memo_on;    /* switched on once a match attempt runs long */
+    size_t steps;    /* instructions run by the current attempt */
 } hy_tok_rx_work_t;
+
+void hy_tok_rx_work_free(hy_tok_rx_work_t *w);
 
 /* Compiles pattern (UTF-8).  The subset: literals, [...] classes with
  * ranges and \s \d \w \p{..}, (...), (?:...), (?=...), (?!...), |, * + ?
@@ -33,7 +42,12 @@ void hy_tok_rx_free(hy_tok_rx_t *rx);
 
 /*
  * Matches at exactly pos, the text ending at end (cp = code points, fl =
- * their hy_uni_flags).  Returns 1 and the match length in *len, 0 if no
+ * their hy_uni_flags).  Once an attempt on a text runs long, successive
+ * calls on the same text and end share a memo of the states that cannot
+ * lead to a match (a state's fate does not depend on where the match
+ * started), so a leftmost search over a long run of whitespace stays
+ * linear instead of rescanning the run from every position; ordinary text
+ * never pays for the memo.  Returns 1 and the match length in *len, 0 if no
  * match starts at pos, or HY_ENOMEM.  not_null: an empty match does not
  * count (std::regex_iterator's retry after an empty match).
  */
