@@ -3,7 +3,7 @@
 from llama.cpp itself.  Run by hand (CI does not run it; its outputs are
 committed):
 
-    make-pre-vectors.py LLAMA_CPP_SRC TOKENIZE_BIN
+    make-pre-vectors.py LLAMA_CPP_SRC TOKENIZE_BIN [--missing]
 
 LLAMA_CPP_SRC is a llama.cpp checkout (34af94cd): the accepted
 tokenizer.ggml.pre names are read from its src/llama-vocab.cpp, and its
@@ -18,7 +18,11 @@ It writes
                             for the names whose BPE does not byte-encode;
   pre/NAME.out              the ids of pre-corpus.inp with NAME as
                             tokenizer.ggml.pre over the GPT-2 vocabulary
-                            (or the UTF-8 one).
+                            (or the UTF-8 one).  A text on which llama.cpp
+                            aborts (an assertion; "whitespace" over a
+                            gpt2-type vocabulary does on runs of spaces)
+                            gets the line "# llama.cpp aborts" instead.
+--missing only writes the pre/NAME.out files that do not exist yet.
 """
 import os
 import re
@@ -131,25 +135,49 @@ def make_utf8_vocab(gguf, gpt2_path, out_path):
     w.close()
 
 
+SEP = b"\n__ggml_vocab_test__\n"
+
+
+def tokenize_all(tokenize, vocab, corpus, tmp):
+    """The ids of every text; one process per text if the whole run aborts."""
+    run = subprocess.run([tokenize, vocab, corpus], capture_output=True)
+    if run.returncode == 0:
+        return run.stdout
+    out = b""
+    texts = open(corpus, "rb").read().split(SEP)[:-1]
+    for t in texts:
+        one = os.path.join(tmp, "one.inp")
+        with open(one, "wb") as f:
+            f.write(t + SEP)
+        r = subprocess.run([tokenize, vocab, one], capture_output=True)
+        out += r.stdout if r.returncode == 0 else b"# llama.cpp aborts\n"
+    return out
+
+
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4) or (len(sys.argv) == 4 and sys.argv[3] != "--missing"):
         sys.exit(__doc__)
     src, tokenize = sys.argv[1], sys.argv[2]
+    only_missing = len(sys.argv) == 4
     sys.path.insert(0, os.path.join(src, "gguf-py"))
     import gguf
 
     gpt2 = os.path.join(HERE, "ggml-vocab-gpt-2.gguf")
     utf8 = os.path.join(HERE, "ggml-vocab-utf8-bpe.gguf")
     corpus = os.path.join(HERE, "pre-corpus.inp")
-    make_utf8_vocab(gguf, gpt2, utf8)
+    if not (only_missing and os.path.exists(utf8)):
+        make_utf8_vocab(gguf, gpt2, utf8)
     os.makedirs(os.path.join(HERE, "pre"), exist_ok=True)
     names = accepted_names(src)
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
+            path = os.path.join(HERE, "pre", name + ".out")
+            if only_missing and os.path.exists(path):
+                continue
             vocab = os.path.join(tmp, "v.gguf")
             copy_vocab(gguf, utf8 if name in RAW_UTF8 else gpt2, vocab, {"tokenizer.ggml.pre": name})
-            out = subprocess.run([tokenize, vocab, corpus], check=True, capture_output=True).stdout
-            with open(os.path.join(HERE, "pre", name + ".out"), "wb") as f:
+            out = tokenize_all(tokenize, vocab, corpus, tmp)
+            with open(path, "wb") as f:
                 f.write(out)
     print("%d names" % len(names))
 
