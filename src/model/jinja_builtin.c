@@ -439,338 +439,494 @@ static int filter_seq(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, 
     return HY_OK;
 }
 
+/* default(value, boolean=False) / d */
+static int flt_default(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                       jv_t *out)
+{
+    jv_t boolean = hy_jrt_arg(A, 1, "boolean", jv_bool(false));
+    bool use = v.t == JV_UNDEF || (jv_truthy(boolean) && !jv_truthy(v));
+    *out = use ? hy_jrt_arg(A, 0, "default_value", jv_str("", 0)) : v;
+    return HY_OK;
+}
+
+/* safe, escape / e (HTML escaping) */
+static int flt_escape(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                      jv_t *out)
+{
+    int rc;
+
+    if (id != F_SAFE && v.t == JV_STR) {
+        /* html escaping; chat templates rarely use it, but keep it exact */
+        jbuf_t b = hy_jrt_newbuf(C);
+        for (size_t i = 0; i < v.u.s.n; i++) {
+            const char *r = NULL;
+            switch (v.u.s.p[i]) {
+            case '&': r = "&amp;"; break;
+            case '<': r = "&lt;"; break;
+            case '>': r = "&gt;"; break;
+            case '"': r = "&#34;"; break;
+            case '\'': r = "&#39;"; break;
+            }
+            if ((rc = hy_jrt_chk(C, n, r ? jbuf_put(&b, r, strlen(r)) : jbuf_putc(&b, v.u.s.p[i]))) < 0)
+                return rc;
+        }
+        *out = jv_str(b.p ? b.p : "", b.n);
+        return HY_OK;
+    }
+    *out = v;
+    return HY_OK;
+}
+
+/* length / count */
+static int flt_length(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                      jv_t *out)
+{
+
+    if (v.t == JV_STR)
+        *out = jv_int((int64_t)hy_jrt_u8_len(v.u.s.p, v.u.s.n));
+    else if (v.t == JV_LIST)
+        *out = jv_int((int64_t)v.u.l->n);
+    else if (v.t == JV_DICT)
+        *out = jv_int((int64_t)v.u.d->n);
+    else if (v.t == JV_UNDEF)
+        *out = jv_int(0);
+    else
+        return hy_jrt_err(C, n, HY_EINVAL, "object of type '%s' has no len()", jv_type_name(v));
+    return HY_OK;
+}
+
+/* tojson, as transformers defines it (ensure_ascii=False) */
+static int flt_tojson(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                      jv_t *out)
+{
+    jv_t none = jv_none();
+    int rc;
+
+    jv_t ind = hy_jrt_arg(A, 0, "indent", none), sep = hy_jrt_arg(A, 2, "separators", none);
+    jv_t sk = hy_jrt_arg(A, 3, "sort_keys", jv_bool(false)), ea = hy_jrt_arg(A, 1, "ensure_ascii", jv_bool(false));
+    const char *isep = ", ", *ksep = ": ";
+    if (ind.t != JV_NONE && ind.t != JV_INT)
+        return hy_jrt_err(C, n, HY_EINVAL, "tojson: indent must be an integer or None");
+    if (jv_truthy(ea))
+        return hy_jrt_err(C, n, HY_EUNSUPPORTED, "tojson: ensure_ascii=True is not supported");
+    if (ind.t == JV_INT)
+        isep = ",";
+    if (sep.t == JV_LIST && sep.u.l->n == 2 && sep.u.l->v[0].t == JV_STR && sep.u.l->v[1].t == JV_STR) {
+        isep = hy_jinja_strdup(C->a, sep.u.l->v[0].u.s.p, sep.u.l->v[0].u.s.n);
+        ksep = hy_jinja_strdup(C->a, sep.u.l->v[1].u.s.p, sep.u.l->v[1].u.s.n);
+        if (!isep || !ksep)
+            return OOM(n);
+    } else if (sep.t != JV_NONE) {
+        return hy_jrt_err(C, n, HY_EINVAL, "tojson: separators must be a pair of strings");
+    }
+    jbuf_t b = hy_jrt_newbuf(C);
+    rc = jv_write_json(&b, v, ind.t == JV_INT ? (int)HY_MAX(0, HY_MIN(ind.u.i, 64)) : -1, isep, ksep,
+                       jv_truthy(sk), 0, C->err);
+    if (rc == HY_EINVAL || (rc == HY_ERANGE && b.n < b.limit)) {
+        char msg[HY_ERR_LEN];
+        snprintf(msg, sizeof msg, "%s", C->err);
+        return hy_jrt_err(C, n, rc, "%s", msg);
+    }
+    if ((rc = hy_jrt_chk(C, n, rc)) < 0)
+        return rc;
+    *out = jv_str(b.p ? b.p : "", b.n);
+    return HY_OK;
+}
+
+/* first / last */
+static int flt_first_last(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                          jv_t *out)
+{
+    int rc;
+
+    jv_list_t *l;
+    if (v.t == JV_LIST) {
+        l = v.u.l;
+    } else if ((rc = hy_jrt_iterate(C, n, v, &l)) < 0) {
+        return rc;
+    }
+    *out = l->n ? l->v[id == F_FIRST ? 0 : l->n - 1] : jv_undef(NULL);
+    return HY_OK;
+}
+
+/* list / reverse */
+static int flt_list_reverse(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                            jv_t *out)
+{
+    int rc;
+
+    jv_list_t *l, *r;
+    if (id == F_REVERSE && v.t == JV_STR) {
+        jv_t sv[3] = {jv_none(), jv_none(), jv_int(-1)};
+        return hy_jrt_slice(C, n, v, sv, out);
+    }
+    if ((rc = hy_jrt_iterate(C, n, v, &l)) < 0)
+        return rc;
+    if (!(r = jv_list_new(C->a, l->n)))
+        return OOM(n);
+    for (size_t i = 0; i < l->n; i++)
+        r->v[r->n++] = l->v[id == F_LIST ? i : l->n - 1 - i];
+    out->t = JV_LIST;
+    out->u.l = r;
+    return HY_OK;
+}
+
+/* sort / dictsort: stable insertion sort; comparisons count against the iteration cap */
+static int flt_sort(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                    jv_t *out)
+{
+    jv_t none = jv_none();
+    jv_t s;
+    int rc;
+
+    /* stable insertion sort; comparisons count against the iteration cap */
+    jv_t rev = hy_jrt_arg(A, 0, "reverse", jv_bool(false)), cs = hy_jrt_arg(A, 1, "case_sensitive", jv_bool(false));
+    jv_t attr = hy_jrt_arg(A, 2, "attribute", none), by = hy_jrt_arg(A, 2, "by", jv_str("key", 3));
+    jv_list_t *l, *r;
+    if (id == F_DICTSORT) {
+        if (v.t != JV_DICT || v.u.d->ns)
+            return hy_jrt_err(C, n, HY_EINVAL, "dictsort: can only sort a mapping, not %s", jv_type_name(v));
+        cs = hy_jrt_arg(A, 0, "case_sensitive", jv_bool(false));
+        rev = hy_jrt_arg(A, 2, "reverse", jv_bool(false));
+        by = hy_jrt_arg(A, 1, "by", jv_str("key", 3));
+        jargs_t none_args = {0};
+        if ((rc = hy_jrt_method(C, n, v, "items", &none_args, &s)) < 0)
+            return rc;
+        l = s.u.l;
+    } else if ((rc = hy_jrt_iterate(C, n, v, &l)) < 0) {
+        return rc;
+    }
+    if (!(r = jv_list_new(C->a, l->n)))
+        return OOM(n);
+    jv_t *keys = hy_jinja_alloc(C->a, (l->n + 1) * sizeof(jv_t));
+    if (!keys)
+        return OOM(n);
+    for (size_t i = 0; i < l->n; i++) {
+        jv_t k = l->v[i];
+        if (id == F_DICTSORT)
+            k = k.u.l->v[by.t == JV_STR && by.u.s.n && by.u.s.p[0] == 'v' ? 1 : 0];
+        else if (attr.t == JV_STR && (rc = hy_jrt_getitem(C, n, k, attr, &k)) < 0)
+            return rc;
+        if (!jv_truthy(cs) && k.t == JV_STR && (rc = str_case(C, n, k, 1, &k)) < 0)
+            return rc;
+        size_t j = r->n;
+        for (; j > 0; j--) {
+            int c;
+            if (++C->iters > HY_JINJA_MAX_ITER)
+                return hy_jrt_err(C, n, HY_ERANGE, "more than %d loop iterations", HY_JINJA_MAX_ITER);
+            if ((rc = hy_jrt_compare(C, n, keys[j - 1], k, &c)) < 0)
+                return rc;
+            if (jv_truthy(rev) ? c >= 0 : c <= 0)
+                break;
+            keys[j] = keys[j - 1];
+            r->v[j] = r->v[j - 1];
+        }
+        keys[j] = k;
+        r->v[j] = l->v[i];
+        r->n++;
+    }
+    out->t = JV_LIST;
+    out->u.l = r;
+    return HY_OK;
+}
+
+/* sum(attribute=None, start=0) */
+static int flt_sum(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                   jv_t *out)
+{
+    jv_t none = jv_none();
+    int rc;
+
+    jv_t attr = hy_jrt_arg(A, 0, "attribute", none), acc = hy_jrt_arg(A, 1, "start", jv_int(0));
+    jv_list_t *l;
+    if ((rc = hy_jrt_iterate(C, n, v, &l)) < 0)
+        return rc;
+    for (size_t i = 0; i < l->n; i++) {
+        jv_t x = l->v[i];
+        if (attr.t == JV_STR && (rc = hy_jrt_getitem(C, n, x, attr, &x)) < 0)
+            return rc;
+        if ((rc = hy_jrt_binop(C, n, JOP_ADD, acc, x, &acc)) < 0)
+            return rc;
+    }
+    *out = acc;
+    return HY_OK;
+}
+
+/* items */
+static int flt_items(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                     jv_t *out)
+{
+
+    if (v.t == JV_UNDEF) {
+        if (!(out->u.l = jv_list_new(C->a, 0)))
+            return OOM(n);
+        out->t = JV_LIST;
+        return HY_OK;
+    }
+    if (v.t != JV_DICT || v.u.d->ns)
+        return hy_jrt_err(C, n, HY_EINVAL, "items: can only get item pairs from a mapping, not %s", jv_type_name(v));
+    return hy_jrt_method(C, n, v, "items", A, out);
+}
+
+/* int / float, with their default on failure */
+static int flt_number(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                      jv_t *out)
+{
+
+    jv_t d = hy_jrt_arg(A, 0, "default", id == F_INT ? jv_int(0) : jv_float(0));
+    double x;
+    if (v.t == JV_INT || v.t == JV_BOOL) {
+        *out = id == F_INT ? jv_int(v.u.i) : jv_float((double)v.u.i);
+        return HY_OK;
+    }
+    if (v.t == JV_FLOAT) {
+        x = v.u.f;
+    } else if (v.t == JV_STR) {
+        char *end, *t = hy_jinja_strdup(C->a, v.u.s.p, v.u.s.n);
+        if (!t)
+            return OOM(n);
+        if (id == F_INT) {
+            long long i = strtoll(t, &end, 10);
+            while (*end && is_ws(*end))
+                end++;
+            if (end != t && !*end) {
+                *out = jv_int(i);
+                return HY_OK;
+            }
+        }
+        x = strtod(t, &end);
+        while (*end && is_ws(*end))
+            end++;
+        if (end == t || *end) {
+            *out = d;
+            return HY_OK;
+        }
+    } else {
+        *out = d;
+        return HY_OK;
+    }
+    if (id == F_FLOAT) {
+        *out = jv_float(x);
+    } else if (isfinite(x) && fabs(x) < 9.2e18) {
+        *out = jv_int((int64_t)x);
+    } else {
+        *out = d;
+    }
+    return HY_OK;
+}
+
+/* abs */
+static int flt_abs(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                   jv_t *out)
+{
+
+    if (v.t == JV_INT || v.t == JV_BOOL)
+        *out = jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    else if (v.t == JV_FLOAT)
+        *out = jv_float(fabs(v.u.f));
+    else
+        return hy_jrt_err(C, n, HY_EINVAL, "bad operand type for abs(): '%s'", jv_type_name(v));
+    return HY_OK;
+}
+
+/* round(precision, method) */
+static int flt_round(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                     jv_t *out)
+{
+
+    jv_t prec = hy_jrt_arg(A, 0, "precision", jv_int(0)), meth = hy_jrt_arg(A, 1, "method", jv_str("common", 6));
+    if (!hy_jrt_is_num(v) || prec.t != JV_INT || meth.t != JV_STR)
+        return hy_jrt_err(C, n, HY_EINVAL, "round: bad arguments");
+    double m = pow(10, (double)prec.u.i), x = hy_jrt_num(v) * m;
+    x = meth.u.s.n && meth.u.s.p[0] == 'f' ? floor(x) : meth.u.s.n && meth.u.s.p[0] == 'c' && meth.u.s.p[1] == 'e' ? ceil(x) : round(x);
+    *out = jv_float(x / m);
+    return HY_OK;
+}
+
+/* string */
+static int flt_string(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                      jv_t *out)
+{
+    jv_t s;
+    int rc = hy_jrt_to_str(C, n, v, &s);
+
+    if (rc < 0)
+        return rc;
+    *out = s;
+    return HY_OK;
+}
+
+/* trim(chars=None) */
+static int flt_trim(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                    jv_t *out)
+{
+    jv_t none = jv_none();
+    jv_t s;
+    int rc = hy_jrt_to_str(C, n, v, &s);
+
+    if (rc < 0)
+        return rc;
+    jv_t ch = hy_jrt_arg(A, 0, "chars", none);
+    *out = strip(s, ch, true, true);
+    return HY_OK;
+}
+
+/* replace(old, new, count=None) */
+static int flt_replace(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                       jv_t *out)
+{
+    jv_t none = jv_none();
+    jv_t s;
+    int rc = hy_jrt_to_str(C, n, v, &s);
+
+    if (rc < 0)
+        return rc;
+    jv_t cnt = hy_jrt_arg(A, 2, "count", none), o, w;
+    if ((rc = hy_jrt_to_str(C, n, hy_jrt_arg(A, 0, "old", jv_str("", 0)), &o)) < 0 ||
+        (rc = hy_jrt_to_str(C, n, hy_jrt_arg(A, 1, "new", jv_str("", 0)), &w)) < 0)
+        return rc;
+    return str_replace(C, n, s, o, w, cnt.t == JV_INT ? cnt.u.i : -1, out);
+}
+
+/* join(d="", attribute=None) */
+static int flt_join(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                    jv_t *out)
+{
+    jv_t sep = hy_jrt_arg(A, 0, "d", jv_str("", 0)), attr = hy_jrt_arg(A, 1, "attribute", jv_none());
+    jv_list_t *l;
+    jbuf_t b = hy_jrt_newbuf(C);
+    /* a string joins over its characters */
+    int rc = hy_jrt_iterate(C, n, v, &l);
+
+    if (rc < 0)
+        return rc;
+    if ((rc = hy_jrt_to_str(C, n, sep, &sep)) < 0)
+        return rc;
+    for (size_t i = 0; i < l->n; i++) {
+        jv_t x = l->v[i];
+        if (attr.t == JV_STR && (rc = hy_jrt_getattr(C, n, x, attr.u.s.p, attr.u.s.n, &x)) < 0)
+            return rc;
+        if (i && (rc = hy_jrt_chk(C, n, jbuf_put(&b, sep.u.s.p, sep.u.s.n))) < 0)
+            return rc;
+        if ((rc = hy_jrt_chk(C, n, jv_write_str(&b, x))) < 0)
+            return rc;
+    }
+    *out = jv_str(b.p ? b.p : "", b.n);
+    return HY_OK;
+}
+
+/* indent(width=4, first=False, blank=False) */
+static int flt_indent(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                      jv_t *out)
+{
+    jv_t s;
+    int rc = hy_jrt_to_str(C, n, v, &s);
+
+    if (rc < 0)
+        return rc;
+    jv_t w = hy_jrt_arg(A, 0, "width", jv_int(4)), first = hy_jrt_arg(A, 1, "first", jv_bool(false));
+    jv_t blank = hy_jrt_arg(A, 2, "blank", jv_bool(false));
+    jbuf_t ind = hy_jrt_newbuf(C), b = hy_jrt_newbuf(C);
+    if (w.t == JV_STR) {
+        if ((rc = hy_jrt_chk(C, n, jbuf_put(&ind, w.u.s.p, w.u.s.n))) < 0)
+            return rc;
+    } else if (w.t == JV_INT) {
+        for (int64_t i = 0; i < w.u.i && i < 256; i++)
+            if ((rc = hy_jrt_chk(C, n, jbuf_putc(&ind, ' '))) < 0)
+                return rc;
+    } else {
+        return rc = hy_jrt_err(C, n, HY_EINVAL, "indent: width must be int or str");
+    }
+    if (jv_truthy(first) && (rc = hy_jrt_chk(C, n, jbuf_put(&b, ind.p, ind.n))) < 0)
+        return rc;
+    /* jinja2: lines = (s + "\n").splitlines(); join with "\n" + indent on non-blank lines */
+    size_t i = 0, line = 0;
+    const char *p = s.u.s.p;
+    while (i < s.u.s.n) {
+        size_t st = i;
+        while (i < s.u.s.n && p[i] != '\n' && p[i] != '\r')
+            i++;
+        size_t e = i;
+        if (i < s.u.s.n && p[i] == '\r' && i + 1 < s.u.s.n && p[i + 1] == '\n')
+            i++;
+        if (i < s.u.s.n)
+            i++;
+        if (line > 0) {
+            if ((rc = hy_jrt_chk(C, n, jbuf_putc(&b, '\n'))) < 0)
+                return rc;
+            if ((e > st || jv_truthy(blank)) && (rc = hy_jrt_chk(C, n, jbuf_put(&b, ind.p, ind.n))) < 0)
+                return rc;
+        }
+        if ((rc = hy_jrt_chk(C, n, jbuf_put(&b, p + st, e - st))) < 0)
+            return rc;
+        line++;
+    }
+    *out = jv_str(b.p ? b.p : "", b.n);
+    return HY_OK;
+}
+
+/* upper / lower / capitalize / title */
+static int flt_case(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, const jargs_t *A,
+                    jv_t *out)
+{
+    jv_t s;
+    int rc = hy_jrt_to_str(C, n, v, &s);
+
+    if (rc < 0)
+        return rc;
+    return str_case(C, n, s, id == F_UPPER ? 0 : id == F_LOWER ? 1 : id == F_CAPITALIZE ? 2 : 4, out);
+}
+
+typedef int (*jfilter_fn)(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v,
+                          const jargs_t *A, jv_t *out);
+
+/* Each filter id's implementation; ids sharing one tell it apart by id. */
+static const jfilter_fn filters[] = {
+    [F_TRIM] = flt_trim,
+    [F_LENGTH] = flt_length,
+    [F_COUNT] = flt_length,
+    [F_UPPER] = flt_case,
+    [F_LOWER] = flt_case,
+    [F_TOJSON] = flt_tojson,
+    [F_STRING] = flt_string,
+    [F_INT] = flt_number,
+    [F_FLOAT] = flt_number,
+    [F_JOIN] = flt_join,
+    [F_DEFAULT] = flt_default,
+    [F_D] = flt_default,
+    [F_FIRST] = flt_first_last,
+    [F_LAST] = flt_first_last,
+    [F_LIST] = flt_list_reverse,
+    [F_ITEMS] = flt_items,
+    [F_REPLACE] = flt_replace,
+    [F_SAFE] = flt_escape,
+    [F_CAPITALIZE] = flt_case,
+    [F_INDENT] = flt_indent,
+    [F_SELECTATTR] = filter_seq,
+    [F_REJECTATTR] = filter_seq,
+    [F_SELECT] = filter_seq,
+    [F_REJECT] = filter_seq,
+    [F_MAP] = filter_seq,
+    [F_REVERSE] = flt_list_reverse,
+    [F_TITLE] = flt_case,
+    [F_ABS] = flt_abs,
+    [F_ROUND] = flt_round,
+    [F_ESCAPE] = flt_escape,
+    [F_E] = flt_escape,
+    [F_SORT] = flt_sort,
+    [F_DICTSORT] = flt_sort,
+    [F_SUM] = flt_sum,
+};
+
 int hy_jrt_filter(jctx_t *C, jframe_t *f, const jnode_t *n, int id, jv_t v, jv_t *args,
                         size_t na, const char **kwn, jv_t *kwv, size_t nk, jv_t *out)
 {
     jargs_t A = {.args = args, .na = na, .kwn = kwn, .kwv = kwv, .nk = nk};
-    jv_t s, none = jv_none();
-    int rc;
 
-    switch (id) {
-    case F_DEFAULT: case F_D: {
-        jv_t boolean = hy_jrt_arg(&A, 1, "boolean", jv_bool(false));
-        bool use = v.t == JV_UNDEF || (jv_truthy(boolean) && !jv_truthy(v));
-        *out = use ? hy_jrt_arg(&A, 0, "default_value", jv_str("", 0)) : v;
-        return HY_OK;
-    }
-    case F_SAFE: case F_ESCAPE: case F_E:
-        if (id != F_SAFE && v.t == JV_STR) {
-            /* html escaping; chat templates rarely use it, but keep it exact */
-            jbuf_t b = hy_jrt_newbuf(C);
-            for (size_t i = 0; i < v.u.s.n; i++) {
-                const char *r = NULL;
-                switch (v.u.s.p[i]) {
-                case '&': r = "&amp;"; break;
-                case '<': r = "&lt;"; break;
-                case '>': r = "&gt;"; break;
-                case '"': r = "&#34;"; break;
-                case '\'': r = "&#39;"; break;
-                }
-                if ((rc = hy_jrt_chk(C, n, r ? jbuf_put(&b, r, strlen(r)) : jbuf_putc(&b, v.u.s.p[i]))) < 0)
-                    return rc;
-            }
-            *out = jv_str(b.p ? b.p : "", b.n);
-            return HY_OK;
-        }
-        *out = v;
-        return HY_OK;
-    case F_LENGTH: case F_COUNT:
-        if (v.t == JV_STR)
-            *out = jv_int((int64_t)hy_jrt_u8_len(v.u.s.p, v.u.s.n));
-        else if (v.t == JV_LIST)
-            *out = jv_int((int64_t)v.u.l->n);
-        else if (v.t == JV_DICT)
-            *out = jv_int((int64_t)v.u.d->n);
-        else if (v.t == JV_UNDEF)
-            *out = jv_int(0);
-        else
-            return hy_jrt_err(C, n, HY_EINVAL, "object of type '%s' has no len()", jv_type_name(v));
-        return HY_OK;
-    case F_TOJSON: {
-        jv_t ind = hy_jrt_arg(&A, 0, "indent", none), sep = hy_jrt_arg(&A, 2, "separators", none);
-        jv_t sk = hy_jrt_arg(&A, 3, "sort_keys", jv_bool(false)), ea = hy_jrt_arg(&A, 1, "ensure_ascii", jv_bool(false));
-        const char *isep = ", ", *ksep = ": ";
-        if (ind.t != JV_NONE && ind.t != JV_INT)
-            return hy_jrt_err(C, n, HY_EINVAL, "tojson: indent must be an integer or None");
-        if (jv_truthy(ea))
-            return hy_jrt_err(C, n, HY_EUNSUPPORTED, "tojson: ensure_ascii=True is not supported");
-        if (ind.t == JV_INT)
-            isep = ",";
-        if (sep.t == JV_LIST && sep.u.l->n == 2 && sep.u.l->v[0].t == JV_STR && sep.u.l->v[1].t == JV_STR) {
-            isep = hy_jinja_strdup(C->a, sep.u.l->v[0].u.s.p, sep.u.l->v[0].u.s.n);
-            ksep = hy_jinja_strdup(C->a, sep.u.l->v[1].u.s.p, sep.u.l->v[1].u.s.n);
-            if (!isep || !ksep)
-                return OOM(n);
-        } else if (sep.t != JV_NONE) {
-            return hy_jrt_err(C, n, HY_EINVAL, "tojson: separators must be a pair of strings");
-        }
-        jbuf_t b = hy_jrt_newbuf(C);
-        rc = jv_write_json(&b, v, ind.t == JV_INT ? (int)HY_MAX(0, HY_MIN(ind.u.i, 64)) : -1, isep, ksep,
-                           jv_truthy(sk), 0, C->err);
-        if (rc == HY_EINVAL || (rc == HY_ERANGE && b.n < b.limit)) {
-            char msg[HY_ERR_LEN];
-            snprintf(msg, sizeof msg, "%s", C->err);
-            return hy_jrt_err(C, n, rc, "%s", msg);
-        }
-        if ((rc = hy_jrt_chk(C, n, rc)) < 0)
-            return rc;
-        *out = jv_str(b.p ? b.p : "", b.n);
-        return HY_OK;
-    }
-    case F_FIRST: case F_LAST: {
-        jv_list_t *l;
-        if (v.t == JV_LIST) {
-            l = v.u.l;
-        } else if ((rc = hy_jrt_iterate(C, n, v, &l)) < 0) {
-            return rc;
-        }
-        *out = l->n ? l->v[id == F_FIRST ? 0 : l->n - 1] : jv_undef(NULL);
-        return HY_OK;
-    }
-    case F_LIST: case F_REVERSE: {
-        jv_list_t *l, *r;
-        if (id == F_REVERSE && v.t == JV_STR) {
-            jv_t sv[3] = {jv_none(), jv_none(), jv_int(-1)};
-            return hy_jrt_slice(C, n, v, sv, out);
-        }
-        if ((rc = hy_jrt_iterate(C, n, v, &l)) < 0)
-            return rc;
-        if (!(r = jv_list_new(C->a, l->n)))
-            return OOM(n);
-        for (size_t i = 0; i < l->n; i++)
-            r->v[r->n++] = l->v[id == F_LIST ? i : l->n - 1 - i];
-        out->t = JV_LIST;
-        out->u.l = r;
-        return HY_OK;
-    }
-    case F_SORT: case F_DICTSORT: {
-        /* stable insertion sort; comparisons count against the iteration cap */
-        jv_t rev = hy_jrt_arg(&A, 0, "reverse", jv_bool(false)), cs = hy_jrt_arg(&A, 1, "case_sensitive", jv_bool(false));
-        jv_t attr = hy_jrt_arg(&A, 2, "attribute", none), by = hy_jrt_arg(&A, 2, "by", jv_str("key", 3));
-        jv_list_t *l, *r;
-        if (id == F_DICTSORT) {
-            if (v.t != JV_DICT || v.u.d->ns)
-                return hy_jrt_err(C, n, HY_EINVAL, "dictsort: can only sort a mapping, not %s", jv_type_name(v));
-            cs = hy_jrt_arg(&A, 0, "case_sensitive", jv_bool(false));
-            rev = hy_jrt_arg(&A, 2, "reverse", jv_bool(false));
-            by = hy_jrt_arg(&A, 1, "by", jv_str("key", 3));
-            jargs_t none_args = {0};
-            if ((rc = hy_jrt_method(C, n, v, "items", &none_args, &s)) < 0)
-                return rc;
-            l = s.u.l;
-        } else if ((rc = hy_jrt_iterate(C, n, v, &l)) < 0) {
-            return rc;
-        }
-        if (!(r = jv_list_new(C->a, l->n)))
-            return OOM(n);
-        jv_t *keys = hy_jinja_alloc(C->a, (l->n + 1) * sizeof(jv_t));
-        if (!keys)
-            return OOM(n);
-        for (size_t i = 0; i < l->n; i++) {
-            jv_t k = l->v[i];
-            if (id == F_DICTSORT)
-                k = k.u.l->v[by.t == JV_STR && by.u.s.n && by.u.s.p[0] == 'v' ? 1 : 0];
-            else if (attr.t == JV_STR && (rc = hy_jrt_getitem(C, n, k, attr, &k)) < 0)
-                return rc;
-            if (!jv_truthy(cs) && k.t == JV_STR && (rc = str_case(C, n, k, 1, &k)) < 0)
-                return rc;
-            size_t j = r->n;
-            for (; j > 0; j--) {
-                int c;
-                if (++C->iters > HY_JINJA_MAX_ITER)
-                    return hy_jrt_err(C, n, HY_ERANGE, "more than %d loop iterations", HY_JINJA_MAX_ITER);
-                if ((rc = hy_jrt_compare(C, n, keys[j - 1], k, &c)) < 0)
-                    return rc;
-                if (jv_truthy(rev) ? c >= 0 : c <= 0)
-                    break;
-                keys[j] = keys[j - 1];
-                r->v[j] = r->v[j - 1];
-            }
-            keys[j] = k;
-            r->v[j] = l->v[i];
-            r->n++;
-        }
-        out->t = JV_LIST;
-        out->u.l = r;
-        return HY_OK;
-    }
-    case F_SUM: {
-        jv_t attr = hy_jrt_arg(&A, 0, "attribute", none), acc = hy_jrt_arg(&A, 1, "start", jv_int(0));
-        jv_list_t *l;
-        if ((rc = hy_jrt_iterate(C, n, v, &l)) < 0)
-            return rc;
-        for (size_t i = 0; i < l->n; i++) {
-            jv_t x = l->v[i];
-            if (attr.t == JV_STR && (rc = hy_jrt_getitem(C, n, x, attr, &x)) < 0)
-                return rc;
-            if ((rc = hy_jrt_binop(C, n, JOP_ADD, acc, x, &acc)) < 0)
-                return rc;
-        }
-        *out = acc;
-        return HY_OK;
-    }
-    case F_ITEMS:
-        if (v.t == JV_UNDEF) {
-            if (!(out->u.l = jv_list_new(C->a, 0)))
-                return OOM(n);
-            out->t = JV_LIST;
-            return HY_OK;
-        }
-        if (v.t != JV_DICT || v.u.d->ns)
-            return hy_jrt_err(C, n, HY_EINVAL, "items: can only get item pairs from a mapping, not %s", jv_type_name(v));
-        return hy_jrt_method(C, n, v, "items", &A, out);
-    case F_SELECTATTR: case F_REJECTATTR: case F_SELECT: case F_REJECT: case F_MAP:
-        return filter_seq(C, f, n, id, v, &A, out);
-    case F_INT: case F_FLOAT: {
-        jv_t d = hy_jrt_arg(&A, 0, "default", id == F_INT ? jv_int(0) : jv_float(0));
-        double x;
-        if (v.t == JV_INT || v.t == JV_BOOL) {
-            *out = id == F_INT ? jv_int(v.u.i) : jv_float((double)v.u.i);
-            return HY_OK;
-        }
-        if (v.t == JV_FLOAT) {
-            x = v.u.f;
-        } else if (v.t == JV_STR) {
-            char *end, *t = hy_jinja_strdup(C->a, v.u.s.p, v.u.s.n);
-            if (!t)
-                return OOM(n);
-            if (id == F_INT) {
-                long long i = strtoll(t, &end, 10);
-                while (*end && is_ws(*end))
-                    end++;
-                if (end != t && !*end) {
-                    *out = jv_int(i);
-                    return HY_OK;
-                }
-            }
-            x = strtod(t, &end);
-            while (*end && is_ws(*end))
-                end++;
-            if (end == t || *end) {
-                *out = d;
-                return HY_OK;
-            }
-        } else {
-            *out = d;
-            return HY_OK;
-        }
-        if (id == F_FLOAT) {
-            *out = jv_float(x);
-        } else if (isfinite(x) && fabs(x) < 9.2e18) {
-            *out = jv_int((int64_t)x);
-        } else {
-            *out = d;
-        }
-        return HY_OK;
-    }
-    case F_ABS:
-        if (v.t == JV_INT || v.t == JV_BOOL)
-            *out = jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
-        else if (v.t == JV_FLOAT)
-            *out = jv_float(fabs(v.u.f));
-        else
-            return hy_jrt_err(C, n, HY_EINVAL, "bad operand type for abs(): '%s'", jv_type_name(v));
-        return HY_OK;
-    case F_ROUND: {
-        jv_t prec = hy_jrt_arg(&A, 0, "precision", jv_int(0)), meth = hy_jrt_arg(&A, 1, "method", jv_str("common", 6));
-        if (!hy_jrt_is_num(v) || prec.t != JV_INT || meth.t != JV_STR)
-            return hy_jrt_err(C, n, HY_EINVAL, "round: bad arguments");
-        double m = pow(10, (double)prec.u.i), x = hy_jrt_num(v) * m;
-        x = meth.u.s.n && meth.u.s.p[0] == 'f' ? floor(x) : meth.u.s.n && meth.u.s.p[0] == 'c' && meth.u.s.p[1] == 'e' ? ceil(x) : round(x);
-        *out = jv_float(x / m);
-        return HY_OK;
-    }
-    default:
-        break;
-    }
-    /* the rest work on str(value) */
-    if ((rc = hy_jrt_to_str(C, n, v, &s)) < 0)
-        return rc;
-    switch (id) {
-    case F_STRING: *out = s; return HY_OK;
-    case F_TRIM: {
-        jv_t ch = hy_jrt_arg(&A, 0, "chars", none);
-        *out = strip(s, ch, true, true);
-        return HY_OK;
-    }
-    case F_UPPER: return str_case(C, n, s, 0, out);
-    case F_LOWER: return str_case(C, n, s, 1, out);
-    case F_CAPITALIZE: return str_case(C, n, s, 2, out);
-    case F_TITLE: return str_case(C, n, s, 4, out);
-    case F_REPLACE: {
-        jv_t cnt = hy_jrt_arg(&A, 2, "count", none), o, w;
-        if ((rc = hy_jrt_to_str(C, n, hy_jrt_arg(&A, 0, "old", jv_str("", 0)), &o)) < 0 ||
-            (rc = hy_jrt_to_str(C, n, hy_jrt_arg(&A, 1, "new", jv_str("", 0)), &w)) < 0)
-            return rc;
-        return str_replace(C, n, s, o, w, cnt.t == JV_INT ? cnt.u.i : -1, out);
-    }
-    case F_JOIN: {
-        jv_t sep = hy_jrt_arg(&A, 0, "d", jv_str("", 0)), attr = hy_jrt_arg(&A, 1, "attribute", none);
-        jv_list_t *l;
-        jbuf_t b = hy_jrt_newbuf(C);
-        if (v.t == JV_STR) { /* join over a string's characters */
-            if ((rc = hy_jrt_iterate(C, n, v, &l)) < 0)
-                return rc;
-        } else if ((rc = hy_jrt_iterate(C, n, v, &l)) < 0) {
-            return rc;
-        }
-        if ((rc = hy_jrt_to_str(C, n, sep, &sep)) < 0)
-            return rc;
-        for (size_t i = 0; i < l->n; i++) {
-            jv_t x = l->v[i];
-            if (attr.t == JV_STR && (rc = hy_jrt_getattr(C, n, x, attr.u.s.p, attr.u.s.n, &x)) < 0)
-                return rc;
-            if (i && (rc = hy_jrt_chk(C, n, jbuf_put(&b, sep.u.s.p, sep.u.s.n))) < 0)
-                return rc;
-            if ((rc = hy_jrt_chk(C, n, jv_write_str(&b, x))) < 0)
-                return rc;
-        }
-        *out = jv_str(b.p ? b.p : "", b.n);
-        return HY_OK;
-    }
-    case F_INDENT: {
-        jv_t w = hy_jrt_arg(&A, 0, "width", jv_int(4)), first = hy_jrt_arg(&A, 1, "first", jv_bool(false));
-        jv_t blank = hy_jrt_arg(&A, 2, "blank", jv_bool(false));
-        jbuf_t ind = hy_jrt_newbuf(C), b = hy_jrt_newbuf(C);
-        if (w.t == JV_STR) {
-            if ((rc = hy_jrt_chk(C, n, jbuf_put(&ind, w.u.s.p, w.u.s.n))) < 0)
-                return rc;
-        } else if (w.t == JV_INT) {
-            for (int64_t i = 0; i < w.u.i && i < 256; i++)
-                if ((rc = hy_jrt_chk(C, n, jbuf_putc(&ind, ' '))) < 0)
-                    return rc;
-        } else {
-            return rc = hy_jrt_err(C, n, HY_EINVAL, "indent: width must be int or str");
-        }
-        if (jv_truthy(first) && (rc = hy_jrt_chk(C, n, jbuf_put(&b, ind.p, ind.n))) < 0)
-            return rc;
-        /* jinja2: lines = (s + "\n").splitlines(); join with "\n" + indent on non-blank lines */
-        size_t i = 0, line = 0;
-        const char *p = s.u.s.p;
-        while (i < s.u.s.n) {
-            size_t st = i;
-            while (i < s.u.s.n && p[i] != '\n' && p[i] != '\r')
-                i++;
-            size_t e = i;
-            if (i < s.u.s.n && p[i] == '\r' && i + 1 < s.u.s.n && p[i + 1] == '\n')
-                i++;
-            if (i < s.u.s.n)
-                i++;
-            if (line > 0) {
-                if ((rc = hy_jrt_chk(C, n, jbuf_putc(&b, '\n'))) < 0)
-                    return rc;
-                if ((e > st || jv_truthy(blank)) && (rc = hy_jrt_chk(C, n, jbuf_put(&b, ind.p, ind.n))) < 0)
-                    return rc;
-            }
-            if ((rc = hy_jrt_chk(C, n, jbuf_put(&b, p + st, e - st))) < 0)
-                return rc;
-            line++;
-        }
-        *out = jv_str(b.p ? b.p : "", b.n);
-        return HY_OK;
-    }
-    }
-    return hy_jrt_err(C, n, HY_EUNSUPPORTED, "filter '%s' not implemented", filter_names[id]);
+    if (id < 0 || (size_t)id >= HY_ARRAY_LEN(filters) || !filters[id])
+        return hy_jrt_err(C, n, HY_EUNSUPPORTED, "filter '%s' not implemented",
+                          id >= 0 && (size_t)id < HY_ARRAY_LEN(filter_names) ? filter_names[id] : "?");
+    return filters[id](C, f, n, id, v, &A, out);
 }
 
 /* ---- tests ---- */

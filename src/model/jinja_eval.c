@@ -345,37 +345,12 @@ int hy_jrt_contains(jctx_t *C, const jnode_t *n, jv_t needle, jv_t hay, bool *re
     return hy_jrt_err(C, n, HY_EINVAL, "argument of type '%s' is not iterable", jv_type_name(hay));
 }
 
-int hy_jrt_binop(jctx_t *C, const jnode_t *n, int op, jv_t a, jv_t b, jv_t *out)
+/* + and * on strings and lists (concatenation, repetition); 1 if the
+ * operands are not such a pair. */
+static int seq_binop(jctx_t *C, const jnode_t *n, int op, jv_t a, jv_t b, jv_t *out)
 {
-    static const char *const opname[] = {"+", "-", "*", "/", "//", "%", "**"};
-    int rc, c;
-    bool r;
+    int rc;
 
-    switch (op) {
-    case JOP_CONCAT: {
-        jbuf_t buf = hy_jrt_newbuf(C);
-        if ((rc = hy_jrt_chk(C, n, jv_write_str(&buf, a))) < 0 || (rc = hy_jrt_chk(C, n, jv_write_str(&buf, b))) < 0)
-            return rc;
-        *out = jv_str(buf.p ? buf.p : "", buf.n);
-        return HY_OK;
-    }
-    case JOP_EQ: *out = jv_bool(jv_equal(a, b)); return HY_OK;
-    case JOP_NE: *out = jv_bool(!jv_equal(a, b)); return HY_OK;
-    case JOP_LT: case JOP_LE: case JOP_GT: case JOP_GE:
-        if ((rc = hy_jrt_compare(C, n, a, b, &c)) < 0)
-            return rc;
-        *out = jv_bool(op == JOP_LT ? c < 0 : op == JOP_LE ? c <= 0 : op == JOP_GT ? c > 0 : c >= 0);
-        return HY_OK;
-    case JOP_IN: case JOP_NOTIN:
-        if ((rc = hy_jrt_contains(C, n, a, b, &r)) < 0)
-            return rc;
-        *out = jv_bool(op == JOP_IN ? r : !r);
-        return HY_OK;
-    }
-    if (a.t == JV_UNDEF)
-        return hy_jrt_undef(C, n, a);
-    if (b.t == JV_UNDEF)
-        return hy_jrt_undef(C, n, b);
     if (op == JOP_ADD && a.t == JV_STR && b.t == JV_STR) {
         char *p = hy_jinja_alloc(C->a, a.u.s.n + b.u.s.n + 1);
         if (!p)
@@ -423,6 +398,15 @@ int hy_jrt_binop(jctx_t *C, const jnode_t *n, int op, jv_t a, jv_t b, jv_t *out)
         out->u.l = l;
         return HY_OK;
     }
+    return 1;
+}
+
+/* Arithmetic with Python's semantics (floor division and modulo round
+ * toward negative infinity; ints stop at 64 bits with an error). */
+static int num_binop(jctx_t *C, const jnode_t *n, int op, jv_t a, jv_t b, jv_t *out)
+{
+    static const char *const opname[] = {"+", "-", "*", "/", "//", "%", "**"};
+
     if (!hy_jrt_is_num(a) || !hy_jrt_is_num(b) || op > JOP_POW)
         return hy_jrt_err(C, n, HY_EINVAL, "unsupported operand type(s) for %s: '%s' and '%s'",
                     op <= JOP_POW ? opname[op] : "?", jv_type_name(a), jv_type_name(b));
@@ -499,6 +483,42 @@ int hy_jrt_binop(jctx_t *C, const jnode_t *n, int op, jv_t a, jv_t b, jv_t *out)
         *out = jv_float(pow(fx, fy));
         return HY_OK;
     }
+}
+
+int hy_jrt_binop(jctx_t *C, const jnode_t *n, int op, jv_t a, jv_t b, jv_t *out)
+{
+    int rc, c;
+    bool r;
+
+    switch (op) {
+    case JOP_CONCAT: {
+        jbuf_t buf = hy_jrt_newbuf(C);
+        if ((rc = hy_jrt_chk(C, n, jv_write_str(&buf, a))) < 0 || (rc = hy_jrt_chk(C, n, jv_write_str(&buf, b))) < 0)
+            return rc;
+        *out = jv_str(buf.p ? buf.p : "", buf.n);
+        return HY_OK;
+    }
+    case JOP_EQ: *out = jv_bool(jv_equal(a, b)); return HY_OK;
+    case JOP_NE: *out = jv_bool(!jv_equal(a, b)); return HY_OK;
+    case JOP_LT: case JOP_LE: case JOP_GT: case JOP_GE:
+        if ((rc = hy_jrt_compare(C, n, a, b, &c)) < 0)
+            return rc;
+        *out = jv_bool(op == JOP_LT ? c < 0 : op == JOP_LE ? c <= 0 : op == JOP_GT ? c > 0 : c >= 0);
+        return HY_OK;
+    case JOP_IN: case JOP_NOTIN:
+        if ((rc = hy_jrt_contains(C, n, a, b, &r)) < 0)
+            return rc;
+        *out = jv_bool(op == JOP_IN ? r : !r);
+        return HY_OK;
+    }
+    if (a.t == JV_UNDEF)
+        return hy_jrt_undef(C, n, a);
+    if (b.t == JV_UNDEF)
+        return hy_jrt_undef(C, n, b);
+    rc = seq_binop(C, n, op, a, b, out);
+    if (rc != 1)
+        return rc;
+    return num_binop(C, n, op, a, b, out);
 }
 
 /* ---- calls ---- */

@@ -1105,6 +1105,148 @@ static int parse_if(jparse_t *P, jnode_t **out, size_t pos)
     return expect_block_end(P);
 }
 
+/* {% for a, b in expr if cond %}...{% else %}...{% endfor %} (after the tag name) */
+static int parse_for(jparse_t *P, jnode_t **out, size_t pos)
+{
+    jnode_t *n;
+    int rc;
+
+    static const char *const ends[] = {"else", "endfor"};
+    svec_t tg = {0};
+    NEWNODE(n, JN_FOR, pos);
+    do {
+        const char *s;
+        size_t sn;
+        if (tg.n)
+            P->p++;
+        if ((rc = parse_name_tok(P, &s, &sn)) < 0 || (rc = svec_push(P, &tg, s, sn)) < 0)
+            return rc;
+    } while (is_op(cur(P), ","));
+    n->names = tg.v;
+    n->nnames = tg.n;
+    if (!is_name(cur(P), "in"))
+        return unexpected(P, "'in'");
+    P->p++;
+    if ((rc = parse_expr(P, &n->a, false)) < 0)
+        return rc;
+    if (is_name(cur(P), "if") && (P->p++, (rc = parse_expr(P, &n->c, true)) < 0))
+        return rc;
+    if (is_name(cur(P), "recursive"))
+        return perr(P, cur(P)->pos, HY_EUNSUPPORTED, "unsupported construct '%s'", "for ... recursive");
+    if ((rc = expect_block_end(P)) < 0 || (rc = parse_body(P, &n->b, ends, 2, pos, "for")) < 0)
+        return rc;
+    if (is_name(cur(P), "else")) {
+        static const char *const e2[] = {"endfor"};
+        jnode_t *eb;
+        P->p++;
+        if ((rc = expect_block_end(P)) < 0 || (rc = parse_body(P, &eb, e2, 1, pos, "for")) < 0)
+            return rc;
+        n->list2 = eb->list;
+        n->n2 = eb->n;
+    }
+    P->p++;
+    *out = n;
+    return expect_block_end(P);
+}
+
+/* {% set x = expr %}, {% set ns.attr = expr %}, {% set a, b = expr %} and {% set x %}...{% endset %} (after the tag name) */
+static int parse_set(jparse_t *P, jnode_t **out, size_t pos)
+{
+    jnode_t *n;
+    int rc;
+
+    const char *s;
+    size_t sn;
+    NEWNODE(n, JN_SET, pos);
+    if ((rc = parse_name_tok(P, &s, &sn)) < 0)
+        return rc;
+    n->str = s;
+    n->len = sn;
+    if (is_op(cur(P), ".")) {
+        P->p++;
+        const char *attr;
+        size_t an;
+        if ((rc = parse_name_tok(P, &attr, &an)) < 0) /* `set ns.attr = ...` */
+            return rc;
+        n->names = (const char **)hy_jinja_alloc(P->a, sizeof(char *));
+        if (!n->names)
+            return hy_err(P->err, HY_ENOMEM, "chat template: out of memory");
+        n->names[0] = attr;
+        n->nnames = 1;
+    } else if (is_op(cur(P), ",")) {
+        /* `set a, b = ...`: names holds every target, neg marks unpacking */
+        svec_t tg = {0};
+        if ((rc = svec_push(P, &tg, s, sn)) < 0)
+            return rc;
+        while (is_op(cur(P), ",")) {
+            P->p++;
+            if ((rc = parse_name_tok(P, &s, &sn)) < 0 || (rc = svec_push(P, &tg, s, sn)) < 0)
+                return rc;
+        }
+        n->names = tg.v;
+        n->nnames = tg.n;
+        n->neg = true;
+    }
+    if (cur(P)->type == TK_BLOCK_END && !n->nnames) { /* {% set x %}...{% endset %} */
+        static const char *const ends[] = {"endset"};
+        n->kind = JN_SETBLOCK;
+        P->p++;
+        if ((rc = parse_body(P, &n->b, ends, 1, pos, "set")) < 0)
+            return rc;
+        P->p++;
+        *out = n;
+        return expect_block_end(P);
+    }
+    if ((rc = expect_op(P, "=")) < 0 || (rc = parse_tuple_expr(P, &n->a)) < 0)
+        return rc;
+    *out = n;
+    return expect_block_end(P);
+}
+
+/* {% macro name(a, b=default) %}...{% endmacro %} (after the tag name) */
+static int parse_macro(jparse_t *P, jnode_t **out, size_t pos)
+{
+    jnode_t *n;
+    int rc;
+
+    static const char *const ends[] = {"endmacro"};
+    svec_t params = {0};
+    nvec_t defs = {0};
+    NEWNODE(n, JN_MACRO, pos);
+    if ((rc = parse_name_tok(P, &n->str, &n->len)) < 0 || (rc = expect_op(P, "(")) < 0)
+        return rc;
+    while (!is_op(cur(P), ")")) {
+        const char *s;
+        size_t sn;
+        jnode_t *d = NULL;
+        if (params.n && (rc = expect_op(P, ",")) < 0)
+            return rc;
+        if ((rc = parse_name_tok(P, &s, &sn)) < 0)
+            return rc;
+        if (is_op(cur(P), "=")) {
+            P->p++;
+            if ((rc = parse_expr(P, &d, true)) < 0)
+                return rc;
+        } else if (defs.n && defs.v[defs.n - 1]) {
+            return perr(P, cur(P)->pos, HY_EFORMAT, "non-default macro argument follows default argument%s", "");
+        }
+        if ((rc = svec_push(P, &params, s, sn)) < 0 || (rc = nvec_push(P, &defs, d)) < 0)
+            return rc;
+    }
+    P->p++;
+    n->names = params.v;
+    n->nnames = params.n;
+    n->list2 = defs.v;
+    n->n2 = defs.n;
+    if ((rc = expect_block_end(P)) < 0 || (rc = parse_body(P, &n->b, ends, 1, pos, "macro")) < 0)
+        return rc;
+    P->p++;
+    if (cur(P)->type == TK_NAME)
+        P->p++; /* {% endmacro name %} */
+    *out = n;
+    return expect_block_end(P);
+}
+
 static int parse_stmt(jparse_t *P, jnode_t **out)
 {
     jtok_t *t = cur(P);
@@ -1117,130 +1259,12 @@ static int parse_stmt(jparse_t *P, jnode_t **out)
     P->p++;
     if (is_name(t, "if"))
         return parse_if(P, out, pos);
-    if (is_name(t, "for")) {
-        static const char *const ends[] = {"else", "endfor"};
-        svec_t tg = {0};
-        NEWNODE(n, JN_FOR, pos);
-        do {
-            const char *s;
-            size_t sn;
-            if (tg.n)
-                P->p++;
-            if ((rc = parse_name_tok(P, &s, &sn)) < 0 || (rc = svec_push(P, &tg, s, sn)) < 0)
-                return rc;
-        } while (is_op(cur(P), ","));
-        n->names = tg.v;
-        n->nnames = tg.n;
-        if (!is_name(cur(P), "in"))
-            return unexpected(P, "'in'");
-        P->p++;
-        if ((rc = parse_expr(P, &n->a, false)) < 0)
-            return rc;
-        if (is_name(cur(P), "if") && (P->p++, (rc = parse_expr(P, &n->c, true)) < 0))
-            return rc;
-        if (is_name(cur(P), "recursive"))
-            return perr(P, cur(P)->pos, HY_EUNSUPPORTED, "unsupported construct '%s'", "for ... recursive");
-        if ((rc = expect_block_end(P)) < 0 || (rc = parse_body(P, &n->b, ends, 2, pos, "for")) < 0)
-            return rc;
-        if (is_name(cur(P), "else")) {
-            static const char *const e2[] = {"endfor"};
-            jnode_t *eb;
-            P->p++;
-            if ((rc = expect_block_end(P)) < 0 || (rc = parse_body(P, &eb, e2, 1, pos, "for")) < 0)
-                return rc;
-            n->list2 = eb->list;
-            n->n2 = eb->n;
-        }
-        P->p++;
-        *out = n;
-        return expect_block_end(P);
-    }
-    if (is_name(t, "set")) {
-        const char *s;
-        size_t sn;
-        NEWNODE(n, JN_SET, pos);
-        if ((rc = parse_name_tok(P, &s, &sn)) < 0)
-            return rc;
-        n->str = s;
-        n->len = sn;
-        if (is_op(cur(P), ".")) {
-            P->p++;
-            const char *attr;
-            size_t an;
-            if ((rc = parse_name_tok(P, &attr, &an)) < 0) /* `set ns.attr = ...` */
-                return rc;
-            n->names = (const char **)hy_jinja_alloc(P->a, sizeof(char *));
-            if (!n->names)
-                return hy_err(P->err, HY_ENOMEM, "chat template: out of memory");
-            n->names[0] = attr;
-            n->nnames = 1;
-        } else if (is_op(cur(P), ",")) {
-            /* `set a, b = ...`: names holds every target, neg marks unpacking */
-            svec_t tg = {0};
-            if ((rc = svec_push(P, &tg, s, sn)) < 0)
-                return rc;
-            while (is_op(cur(P), ",")) {
-                P->p++;
-                if ((rc = parse_name_tok(P, &s, &sn)) < 0 || (rc = svec_push(P, &tg, s, sn)) < 0)
-                    return rc;
-            }
-            n->names = tg.v;
-            n->nnames = tg.n;
-            n->neg = true;
-        }
-        if (cur(P)->type == TK_BLOCK_END && !n->nnames) { /* {% set x %}...{% endset %} */
-            static const char *const ends[] = {"endset"};
-            n->kind = JN_SETBLOCK;
-            P->p++;
-            if ((rc = parse_body(P, &n->b, ends, 1, pos, "set")) < 0)
-                return rc;
-            P->p++;
-            *out = n;
-            return expect_block_end(P);
-        }
-        if ((rc = expect_op(P, "=")) < 0 || (rc = parse_tuple_expr(P, &n->a)) < 0)
-            return rc;
-        *out = n;
-        return expect_block_end(P);
-    }
-    if (is_name(t, "macro")) {
-        static const char *const ends[] = {"endmacro"};
-        svec_t params = {0};
-        nvec_t defs = {0};
-        NEWNODE(n, JN_MACRO, pos);
-        if ((rc = parse_name_tok(P, &n->str, &n->len)) < 0 || (rc = expect_op(P, "(")) < 0)
-            return rc;
-        while (!is_op(cur(P), ")")) {
-            const char *s;
-            size_t sn;
-            jnode_t *d = NULL;
-            if (params.n && (rc = expect_op(P, ",")) < 0)
-                return rc;
-            if ((rc = parse_name_tok(P, &s, &sn)) < 0)
-                return rc;
-            if (is_op(cur(P), "=")) {
-                P->p++;
-                if ((rc = parse_expr(P, &d, true)) < 0)
-                    return rc;
-            } else if (defs.n && defs.v[defs.n - 1]) {
-                return perr(P, cur(P)->pos, HY_EFORMAT, "non-default macro argument follows default argument%s", "");
-            }
-            if ((rc = svec_push(P, &params, s, sn)) < 0 || (rc = nvec_push(P, &defs, d)) < 0)
-                return rc;
-        }
-        P->p++;
-        n->names = params.v;
-        n->nnames = params.n;
-        n->list2 = defs.v;
-        n->n2 = defs.n;
-        if ((rc = expect_block_end(P)) < 0 || (rc = parse_body(P, &n->b, ends, 1, pos, "macro")) < 0)
-            return rc;
-        P->p++;
-        if (cur(P)->type == TK_NAME)
-            P->p++; /* {% endmacro name %} */
-        *out = n;
-        return expect_block_end(P);
-    }
+    if (is_name(t, "for"))
+        return parse_for(P, out, pos);
+    if (is_name(t, "set"))
+        return parse_set(P, out, pos);
+    if (is_name(t, "macro"))
+        return parse_macro(P, out, pos);
     if (is_name(t, "break") || is_name(t, "continue")) {
         NEWNODE(n, is_name(t, "break") ? JN_BREAK : JN_CONTINUE, pos);
         *out = n;

@@ -21,7 +21,8 @@
 
 struct hy_tok {
     bool spm;                 /* SentencePiece ("llama"), else byte-level BPE */
-    hy_tok_pre_info_t pre;    /* BPE only */
+    hy_tok_pre_t *pre;        /* BPE only: the word splitter */
+    hy_tok_pre_flags_t pf;    /* BPE only: how words become symbols */
     size_t n_vocab;
     char *arena;              /* token texts then pieces, back to back */
     uint64_t *text_off;       /* [n_vocab] into arena */
@@ -132,6 +133,7 @@ void hy_tok_free(hy_tok_t *t)
     free(t->merge_rank);
     free(t->merge_result);
     free(t->specials);
+    hy_tok_pre_free(t->pre);
     free(t);
 }
 
@@ -163,7 +165,7 @@ static size_t make_piece(const hy_tok_t *t, int32_t id, char *out)
     default:
         return 0; /* UNUSED / UNDEFINED render as nothing, as in llama.cpp */
     }
-    if (t->spm) {
+    if (t->spm || t->pf.escape_spaces) {
         for (size_t i = 0; i < len; i++) {
             if (i + 2 < len && memcmp(s + i, "\xe2\x96\x81", 3) == 0) {
                 out[n++] = ' ';
@@ -287,54 +289,42 @@ static int build_merges(hy_tok_t *t, const hy_tok_spec_t *sp, char *err)
     return HY_OK;
 }
 
-int hy_tok_build(hy_tok_t **out, const hy_tok_spec_t *sp, char *err)
+/* The model kind and, for BPE, its pre-tokenizer. */
+static int build_model(hy_tok_t *t, const hy_tok_spec_t *sp, char *err)
 {
-    hy_tok_t *t = NULL;
-    uint64_t text_total = 0, piece_total = 0;
-    size_t n;
-    int rc = HY_OK;
+    int rc;
 
-    *out = NULL;
-    if (!sp->model)
-        return hy_err(err, HY_ENOENT, "tokenizer.ggml.model: missing");
-    if (sp->n_vocab == 0 || !sp->tokens)
-        return hy_err(err, HY_ENOENT, "tokenizer.ggml.tokens: missing or empty");
-    if (sp->n_vocab > HY_TOK_MAX_VOCAB)
-        return hy_err(err, HY_ERANGE, "tokenizer.ggml.tokens: %zu tokens, at most %u supported",
-                      sp->n_vocab, HY_TOK_MAX_VOCAB);
-    n = sp->n_vocab;
-    t = calloc(1, sizeof *t);
-    if (!t)
-        return hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
     if (strcmp(sp->model, "llama") == 0) {
         t->spm = true;
-    } else if (strcmp(sp->model, "gpt2") == 0) {
-        t->spm = false;
-        if (hy_tok_pre_lookup(sp->pre, &t->pre) != HY_OK) {
-            rc = hy_err(err, HY_EUNSUPPORTED, "tokenizer.ggml.pre = \"%s\": unknown pre-tokenizer",
-                        sp->pre);
-            goto fail;
-        }
-        if (!sp->merges || sp->n_merges == 0) {
-            rc = hy_err(err, HY_ENOENT, "tokenizer.ggml.merges: missing (required for gpt2)");
-            goto fail;
-        }
-    } else {
-        rc = hy_err(err, HY_EUNSUPPORTED,
-                    "tokenizer.ggml.model = \"%s\": unsupported (gpt2 and llama are)", sp->model);
-        goto fail;
+        return HY_OK;
     }
-    t->n_vocab = n;
+    if (strcmp(sp->model, "gpt2") != 0)
+        return hy_err(err, HY_EUNSUPPORTED,
+                      "tokenizer.ggml.model = \"%s\": unsupported (gpt2 and llama are)", sp->model);
+    rc = hy_tok_pre_new(&t->pre, sp->pre, &t->pf, err);
+    if (rc == HY_ENOENT)
+        rc = HY_EUNSUPPORTED; /* err already names the key and value */
+    if (rc)
+        return rc;
+    if (!sp->merges || sp->n_merges == 0)
+        return hy_err(err, HY_ENOENT, "tokenizer.ggml.merges: missing (required for gpt2)");
+    return HY_OK;
+}
 
+/* Every per-token array; the arena holds the texts (*text_total bytes)
+ * and then the pieces. */
+static int build_arrays(hy_tok_t *t, const hy_tok_spec_t *sp, uint64_t *text_total, char *err)
+{
+    size_t n = sp->n_vocab;
+
+    *text_total = 0;
     for (size_t i = 0; i < n; i++) {
-        if (sp->tokens[i].len > UINT32_MAX / 4) {
-            rc = hy_err(err, HY_ERANGE, "tokenizer.ggml.tokens[%zu]: too long", i);
-            goto fail;
-        }
-        text_total += sp->tokens[i].len;
+        if (sp->tokens[i].len > UINT32_MAX / 4)
+            return hy_err(err, HY_ERANGE, "tokenizer.ggml.tokens[%zu]: too long", i);
+        *text_total += sp->tokens[i].len;
     }
-    piece_total = text_total * 4; /* byte-level unmapping never grows more */
-    t->arena = malloc(text_total + piece_total + 1);
+    /* byte-level unmapping never grows a piece past 4x its text */
+    t->arena = malloc(*text_total * 5 + 1);
     t->text_off = malloc(n * sizeof *t->text_off);
     t->text_len = malloc(n * sizeof *t->text_len);
     t->piece_off = malloc(n * sizeof *t->piece_off);
@@ -346,73 +336,82 @@ int hy_tok_build(hy_tok_t **out, const hy_tok_spec_t *sp, char *err)
     t->text_hash = malloc(t->text_cap * sizeof *t->text_hash);
     t->specials = malloc(n * sizeof *t->specials);
     if (!t->arena || !t->text_off || !t->text_len || !t->piece_off || !t->piece_len ||
-        !t->type || !t->score || !t->eog || !t->text_hash || !t->specials) {
-        rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory for %zu tokens", n);
-        goto fail;
-    }
+        !t->type || !t->score || !t->eog || !t->text_hash || !t->specials)
+        return hy_err(err, HY_ENOMEM, "tokenizer: out of memory for %zu tokens", n);
     memset(t->text_hash, 0xff, t->text_cap * sizeof *t->text_hash);
+    return HY_OK;
+}
 
-    {
-        uint64_t off = 0;
-        for (size_t i = 0; i < n; i++) {
-            int32_t ty = sp->types ? sp->types[i] : HY_TOK_TYPE_NORMAL;
-            size_t mask = t->text_cap - 1;
-            if (ty < HY_TOK_TYPE_UNDEFINED || ty > HY_TOK_TYPE_BYTE) {
-                rc = hy_err(err, HY_EFORMAT, "tokenizer.ggml.token_type[%zu] = %d: must be 0..6",
-                            i, (int)ty);
-                goto fail;
+/* Texts, types, scores and the text -> id hash. */
+static int build_texts(hy_tok_t *t, const hy_tok_spec_t *sp, char *err)
+{
+    uint64_t off = 0;
+    size_t mask = t->text_cap - 1;
+
+    for (size_t i = 0; i < t->n_vocab; i++) {
+        int32_t ty = sp->types ? sp->types[i] : HY_TOK_TYPE_NORMAL;
+        if (ty < HY_TOK_TYPE_UNDEFINED || ty > HY_TOK_TYPE_BYTE)
+            return hy_err(err, HY_EFORMAT, "tokenizer.ggml.token_type[%zu] = %d: must be 0..6", i,
+                          (int)ty);
+        t->type[i] = (uint8_t)ty;
+        t->score[i] = sp->scores ? sp->scores[i] : 0.0f;
+        t->text_off[i] = off;
+        t->text_len[i] = (uint32_t)sp->tokens[i].len;
+        if (sp->tokens[i].len)
+            memcpy(t->arena + off, sp->tokens[i].ptr, sp->tokens[i].len);
+        off += sp->tokens[i].len;
+        /* Duplicate texts: the first id keeps the text (llama.cpp's
+         * token_to_id ends up with the last; real vocabularies have none
+         * that matter). */
+        for (size_t h = hash_bytes(sp->tokens[i].ptr, sp->tokens[i].len) & mask;;
+             h = (h + 1) & mask) {
+            int32_t o = t->text_hash[h];
+            if (o < 0) {
+                t->text_hash[h] = (int32_t)i;
+                break;
             }
-            t->type[i] = (uint8_t)ty;
-            t->score[i] = sp->scores ? sp->scores[i] : 0.0f;
-            t->text_off[i] = off;
-            t->text_len[i] = (uint32_t)sp->tokens[i].len;
-            if (sp->tokens[i].len)
-                memcpy(t->arena + off, sp->tokens[i].ptr, sp->tokens[i].len);
-            off += sp->tokens[i].len;
-            /* Duplicate texts: the first id keeps the text (llama.cpp's
-             * token_to_id ends up with the last; real vocabularies have
-             * none that matter). */
-            for (size_t h = hash_bytes(sp->tokens[i].ptr, sp->tokens[i].len) & mask;;
-                 h = (h + 1) & mask) {
-                int32_t o = t->text_hash[h];
-                if (o < 0) {
-                    t->text_hash[h] = (int32_t)i;
-                    break;
-                }
-                if (t->text_len[o] == sp->tokens[i].len &&
-                    memcmp(t->arena + t->text_off[o], sp->tokens[i].ptr, sp->tokens[i].len) == 0)
-                    break;
-            }
+            if (t->text_len[o] == sp->tokens[i].len &&
+                memcmp(t->arena + t->text_off[o], sp->tokens[i].ptr, sp->tokens[i].len) == 0)
+                break;
         }
     }
+    return HY_OK;
+}
 
-    /* Special ids and flags. */
+/* Special ids and the add_* flags, with the model kind's defaults. */
+static int build_flags(hy_tok_t *t, const hy_tok_spec_t *sp, char *err)
+{
+    size_t n = t->n_vocab;
+    int rc;
+
     if ((rc = check_id(sp->bos, n, "bos_token_id", &t->bos, err)) ||
         (rc = check_id(sp->eos, n, "eos_token_id", &t->eos, err)) ||
         (rc = check_id(sp->eot, n, "eot_token_id", &t->eot, err)) ||
         (rc = check_id(sp->eom, n, "eom_token_id", &t->eom, err)) ||
         (rc = check_id(sp->pad, n, "padding_token_id", &t->pad, err)) ||
         (rc = check_id(sp->unk, n, "unknown_token_id", &t->unk, err)))
-        goto fail;
+        return rc;
     t->add_bos = sp->add_bos >= 0 ? sp->add_bos
                  : t->spm         ? true
-                 : t->pre.add_bos >= 0 ? t->pre.add_bos : false;
+                 : t->pf.add_bos >= 0 ? t->pf.add_bos : false;
+    if (!t->spm && t->pf.force_bos)
+        t->add_bos = true; /* as llama.cpp overrides the file for Gemma 4 */
     t->add_eos = sp->add_eos > 0;
     t->add_space_prefix = sp->add_space_prefix >= 0 ? sp->add_space_prefix : t->spm;
-    if (t->add_bos && t->bos < 0) {
-        rc = hy_err(err, HY_EFORMAT,
-                    "tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing");
-        goto fail;
-    }
-    if (t->add_eos && t->eos < 0) {
-        rc = hy_err(err, HY_EFORMAT,
-                    "tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is missing");
-        goto fail;
-    }
+    if (t->add_bos && t->bos < 0)
+        return hy_err(err, HY_EFORMAT,
+                      "tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing");
+    if (t->add_eos && t->eos < 0)
+        return hy_err(err, HY_EFORMAT,
+                      "tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is missing");
+    return HY_OK;
+}
 
-    /* End of generation, as llama.cpp infers it from token texts; such
-     * tokens become CONTROL so they are never rendered as plain text. */
-    for (size_t i = 0; i < n; i++) {
+/* End of generation, as llama.cpp infers it from token texts; such tokens
+ * become CONTROL so they are never rendered as plain text. */
+static void mark_eog(hy_tok_t *t)
+{
+    for (size_t i = 0; i < t->n_vocab; i++) {
         size_t len;
         const char *s = tok_text(t, (int32_t)i, &len);
         if (t->eot < 0 && in_list(s, len, eot_texts))
@@ -430,53 +429,78 @@ int hy_tok_build(hy_tok_t **out, const hy_tok_spec_t *sp, char *err)
         t->eog[t->eot] = true;
     if (t->eom >= 0)
         t->eog[t->eom] = true;
+}
 
-    /* Pieces. */
-    {
-        uint64_t off = text_total;
-        for (size_t i = 0; i < n; i++) {
-            t->piece_off[i] = off;
-            t->piece_len[i] = (uint32_t)make_piece(t, (int32_t)i, t->arena + off);
-            off += t->piece_len[i];
-        }
+/* Pieces (after the texts in the arena) and the lone-byte tokens: the
+ * byte's GPT-2 code point, or <0xNN> where text stays UTF-8
+ * (SentencePiece, and BPE over raw UTF-8). */
+static void build_pieces(hy_tok_t *t, uint64_t text_total)
+{
+    uint64_t off = text_total;
+
+    for (size_t i = 0; i < t->n_vocab; i++) {
+        t->piece_off[i] = off;
+        t->piece_len[i] = (uint32_t)make_piece(t, (int32_t)i, t->arena + off);
+        off += t->piece_len[i];
     }
-
-    /* Lone-byte tokens: the byte's GPT-2 code point, or SPM's <0xNN>. */
     for (unsigned b = 0; b < 256; b++) {
         char buf[8];
         size_t len;
-        if (t->spm) {
+        if (t->spm || t->pf.raw_utf8)
             len = (size_t)snprintf(buf, sizeof buf, "<0x%02X>", b);
-        } else {
+        else
             len = hy_uni_encode(hy_uni_byte_to_cp((uint8_t)b), buf);
-        }
         t->byte_tok[b] = hy_tok_find(t, buf, len);
     }
+}
 
-    /* Tokens matched literally in text, longest first. */
-    {
-        hy_tok_special_key_t *keys = malloc(n * sizeof *keys);
-        if (!keys) {
-            rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-            goto fail;
+/* Tokens matched literally in text, longest first. */
+static int build_specials(hy_tok_t *t, char *err)
+{
+    hy_tok_special_key_t *keys = malloc(t->n_vocab * sizeof *keys);
+
+    if (!keys)
+        return hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
+    for (size_t i = 0; i < t->n_vocab; i++) {
+        uint8_t ty = t->type[i];
+        if ((ty == HY_TOK_TYPE_CONTROL || ty == HY_TOK_TYPE_USER_DEFINED ||
+             ty == HY_TOK_TYPE_UNKNOWN) && t->text_len[i] > 0) {
+            keys[t->n_specials].len = t->text_len[i];
+            keys[t->n_specials++].id = (int32_t)i;
         }
-        for (size_t i = 0; i < n; i++) {
-            uint8_t ty = t->type[i];
-            if ((ty == HY_TOK_TYPE_CONTROL || ty == HY_TOK_TYPE_USER_DEFINED ||
-                 ty == HY_TOK_TYPE_UNKNOWN) && t->text_len[i] > 0) {
-                keys[t->n_specials].len = t->text_len[i];
-                keys[t->n_specials++].id = (int32_t)i;
-            }
-        }
-        qsort(keys, t->n_specials, sizeof *keys, cmp_special);
-        for (size_t i = 0; i < t->n_specials; i++)
-            t->specials[i] = keys[i].id;
-        free(keys);
     }
+    qsort(keys, t->n_specials, sizeof *keys, cmp_special);
+    for (size_t i = 0; i < t->n_specials; i++)
+        t->specials[i] = keys[i].id;
+    free(keys);
+    return HY_OK;
+}
 
-    if (!t->spm && (rc = build_merges(t, sp, err)))
+int hy_tok_build(hy_tok_t **out, const hy_tok_spec_t *sp, char *err)
+{
+    hy_tok_t *t = NULL;
+    uint64_t text_total = 0;
+    int rc;
+
+    *out = NULL;
+    if (!sp->model)
+        return hy_err(err, HY_ENOENT, "tokenizer.ggml.model: missing");
+    if (sp->n_vocab == 0 || !sp->tokens)
+        return hy_err(err, HY_ENOENT, "tokenizer.ggml.tokens: missing or empty");
+    if (sp->n_vocab > HY_TOK_MAX_VOCAB)
+        return hy_err(err, HY_ERANGE, "tokenizer.ggml.tokens: %zu tokens, at most %u supported",
+                      sp->n_vocab, HY_TOK_MAX_VOCAB);
+    t = calloc(1, sizeof *t);
+    if (!t)
+        return hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
+    t->n_vocab = sp->n_vocab;
+    if ((rc = build_model(t, sp, err)) || (rc = build_arrays(t, sp, &text_total, err)) ||
+        (rc = build_texts(t, sp, err)) || (rc = build_flags(t, sp, err)))
         goto fail;
-
+    mark_eog(t);
+    build_pieces(t, text_total);
+    if ((rc = build_specials(t, err)) || (!t->spm && (rc = build_merges(t, sp, err))))
+        goto fail;
     *out = t;
     return HY_OK;
 fail:
@@ -519,167 +543,173 @@ static char *dup_str(hy_gguf_str_t s)
     return p;
 }
 
-int hy_tok_load(hy_tok_t **out, const hy_gguf_t *g, char *err)
+/* A string array key as (ptr, len) views into g: tokens and merges. */
+static int read_str_arr(const hy_gguf_t *g, const char *key, bool required, size_t max,
+                        hy_tok_str_t **out, size_t *n, char *err)
 {
-    hy_tok_spec_t sp = {0};
-    hy_gguf_str_t model, pre;
     hy_gguf_type_t et;
     uint64_t count;
     const void *data;
-    hy_tok_str_t *tokens = NULL, *merges = NULL;
-    int32_t *types = NULL;
-    float *scores = NULL;
-    char *model_s = NULL, *pre_s = NULL;
     int64_t ki;
-    int rc;
+    int rc = hy_gguf_get_arr(g, key, &et, &count, &data, err);
 
     *out = NULL;
-    sp.bos = sp.eos = sp.eot = sp.eom = sp.pad = sp.unk = -1;
-    sp.add_bos = sp.add_eos = sp.add_space_prefix = -1;
-
-    rc = hy_gguf_get_str(g, "tokenizer.ggml.model", &model, err);
+    *n = 0;
+    if (rc == HY_ENOENT && !required)
+        return HY_OK;
     if (rc == HY_ENOENT)
-        rc = hy_err(err, HY_ENOENT, "tokenizer.ggml.model: missing");
+        return hy_err(err, HY_ENOENT, "%s: missing", key);
     if (rc)
-        goto out;
-    model_s = dup_str(model);
-    if (!model_s) {
-        rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-        goto out;
-    }
-    sp.model = model_s;
-    rc = hy_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err);
-    if (rc == HY_OK) {
-        pre_s = dup_str(pre);
-        if (!pre_s) {
-            rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-            goto out;
-        }
-        sp.pre = pre_s;
-    } else if (rc != HY_ENOENT) {
-        goto out;
-    }
-
-    /* tokens */
-    rc = hy_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &count, &data, err);
-    if (rc == HY_ENOENT)
-        rc = hy_err(err, HY_ENOENT, "tokenizer.ggml.tokens: missing");
-    if (rc)
-        goto out;
-    if (et != HY_GGUF_STRING || count == 0 || count > HY_TOK_MAX_VOCAB) {
-        rc = hy_err(err, HY_EFORMAT,
-                    "tokenizer.ggml.tokens: must be a non-empty string array of at most %u, "
-                    "is type %d count %llu", HY_TOK_MAX_VOCAB, (int)et, (unsigned long long)count);
-        goto out;
-    }
-    sp.n_vocab = (size_t)count;
-    ki = hy_gguf_find_key(g, "tokenizer.ggml.tokens");
-    tokens = malloc(sp.n_vocab * sizeof *tokens);
-    if (!tokens) {
-        rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < sp.n_vocab; i++) {
+        return rc;
+    if (et != HY_GGUF_STRING || (required && count == 0) || count > max)
+        return hy_err(err, HY_EFORMAT,
+                      "%s: must be a%s string array of at most %zu, is type %d count %llu", key,
+                      required ? " non-empty" : "", max, (int)et, (unsigned long long)count);
+    *out = malloc((count ? count : 1) * sizeof **out);
+    if (!*out)
+        return hy_err(err, HY_ENOMEM, "tokenizer: out of memory for %s", key);
+    ki = hy_gguf_find_key(g, key);
+    for (size_t i = 0; i < count; i++) {
         hy_gguf_str_t s = hy_gguf_arr_str(g, ki, i);
-        tokens[i].ptr = s.ptr;
-        tokens[i].len = (size_t)s.len;
+        (*out)[i].ptr = s.ptr;
+        (*out)[i].len = (size_t)s.len;
     }
-    sp.tokens = tokens;
+    *n = (size_t)count;
+    return HY_OK;
+}
 
-    /* token_type and scores: optional, but one per token when present */
-    rc = hy_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &count, &data, err);
-    if (rc == HY_OK) {
-        if (count != sp.n_vocab || et == HY_GGUF_STRING || et == HY_GGUF_ARRAY) {
-            rc = hy_err(err, HY_EFORMAT,
-                        "tokenizer.ggml.token_type: %llu entries of type %d, need %zu integers",
-                        (unsigned long long)count, (int)et, sp.n_vocab);
-            goto out;
-        }
-        ki = hy_gguf_find_key(g, "tokenizer.ggml.token_type");
-        types = malloc(sp.n_vocab * sizeof *types);
-        if (!types) {
-            rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-            goto out;
-        }
-        for (size_t i = 0; i < sp.n_vocab; i++) {
+/* token_type (as int32) or scores (as float): optional, but one number
+ * per token when present.  *out stays NULL when the key is absent. */
+static int read_num_arr(const hy_gguf_t *g, const char *key, size_t n_vocab, bool as_type,
+                        void **out, char *err)
+{
+    hy_gguf_type_t et;
+    uint64_t count;
+    const void *data;
+    int64_t ki;
+    int rc = hy_gguf_get_arr(g, key, &et, &count, &data, err);
+
+    *out = NULL;
+    if (rc == HY_ENOENT)
+        return HY_OK;
+    if (rc)
+        return rc;
+    if (count != n_vocab || et == HY_GGUF_STRING || et == HY_GGUF_ARRAY)
+        return hy_err(err, HY_EFORMAT, "%s: %llu entries of type %d, need %zu %s", key,
+                      (unsigned long long)count, (int)et, n_vocab, as_type ? "integers" : "numbers");
+    *out = malloc(n_vocab * 4);
+    if (!*out)
+        return hy_err(err, HY_ENOMEM, "tokenizer: out of memory for %s", key);
+    ki = hy_gguf_find_key(g, key);
+    for (size_t i = 0; i < n_vocab; i++) {
+        if (as_type) {
             int64_t v = hy_gguf_arr_i64(g, ki, i);
-            types[i] = v < 0 || v > 6 ? -1 : (int32_t)v;
+            ((int32_t *)*out)[i] = v < 0 || v > 6 ? -1 : (int32_t)v;
+        } else {
+            ((float *)*out)[i] = (float)hy_gguf_arr_f64(g, ki, i);
         }
-        sp.types = types;
-    } else if (rc != HY_ENOENT) {
-        goto out;
     }
-    rc = hy_gguf_get_arr(g, "tokenizer.ggml.scores", &et, &count, &data, err);
-    if (rc == HY_OK) {
-        if (count != sp.n_vocab || et == HY_GGUF_STRING || et == HY_GGUF_ARRAY) {
-            rc = hy_err(err, HY_EFORMAT,
-                        "tokenizer.ggml.scores: %llu entries of type %d, need %zu numbers",
-                        (unsigned long long)count, (int)et, sp.n_vocab);
-            goto out;
-        }
-        ki = hy_gguf_find_key(g, "tokenizer.ggml.scores");
-        scores = malloc(sp.n_vocab * sizeof *scores);
-        if (!scores) {
-            rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-            goto out;
-        }
-        for (size_t i = 0; i < sp.n_vocab; i++)
-            scores[i] = (float)hy_gguf_arr_f64(g, ki, i);
-        sp.scores = scores;
-    } else if (rc != HY_ENOENT) {
-        goto out;
-    }
+    return HY_OK;
+}
 
-    /* merges */
-    rc = hy_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &count, &data, err);
-    if (rc == HY_OK) {
-        if (et != HY_GGUF_STRING || count > SIZE_MAX / sizeof *merges) {
-            rc = hy_err(err, HY_EFORMAT, "tokenizer.ggml.merges: must be a string array");
-            goto out;
-        }
-        ki = hy_gguf_find_key(g, "tokenizer.ggml.merges");
-        sp.n_merges = (size_t)count;
-        merges = malloc((sp.n_merges ? sp.n_merges : 1) * sizeof *merges);
-        if (!merges) {
-            rc = hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
-            goto out;
-        }
-        for (size_t i = 0; i < sp.n_merges; i++) {
-            hy_gguf_str_t s = hy_gguf_arr_str(g, ki, i);
-            merges[i].ptr = s.ptr;
-            merges[i].len = (size_t)s.len;
-        }
-        sp.merges = merges;
-    } else if (rc != HY_ENOENT) {
-        goto out;
-    }
+/* A string key as a malloc'd C string; *out NULL when absent. */
+static int read_str(const hy_gguf_t *g, const char *key, char **out, char *err)
+{
+    hy_gguf_str_t v;
+    int rc = hy_gguf_get_str(g, key, &v, err);
 
+    *out = NULL;
+    if (rc == HY_ENOENT)
+        return HY_OK;
+    if (rc)
+        return rc;
+    *out = dup_str(v);
+    return *out ? HY_OK : hy_err(err, HY_ENOMEM, "tokenizer: out of memory");
+}
+
+void hy_tok_spec_free(hy_tok_spec_t *sp)
+{
+    free((void *)sp->tokens);
+    free((void *)sp->merges);
+    free((void *)sp->types);
+    free((void *)sp->scores);
+    free((void *)sp->model);
+    free((void *)sp->pre);
+    memset(sp, 0, sizeof *sp);
+}
+
+int hy_tok_spec_read(hy_tok_spec_t *sp, const hy_gguf_t *g, char *err)
+{
+    char *model = NULL, *pre = NULL;
+    hy_tok_str_t *tokens = NULL, *merges = NULL;
+    void *types = NULL, *scores = NULL;
+    int rc;
+
+    memset(sp, 0, sizeof *sp);
+    sp->bos = sp->eos = sp->eot = sp->eom = sp->pad = sp->unk = -1;
+    sp->add_bos = sp->add_eos = sp->add_space_prefix = -1;
+    if ((rc = read_str(g, "tokenizer.ggml.model", &model, err)) ||
+        (rc = read_str(g, "tokenizer.ggml.pre", &pre, err)))
+        goto fail;
+    if (!model) {
+        rc = hy_err(err, HY_ENOENT, "tokenizer.ggml.model: missing");
+        goto fail;
+    }
+    if ((rc = read_str_arr(g, "tokenizer.ggml.tokens", true, HY_TOK_MAX_VOCAB, &tokens,
+                           &sp->n_vocab, err)) ||
+        (rc = read_num_arr(g, "tokenizer.ggml.token_type", sp->n_vocab, true, &types, err)) ||
+        (rc = read_num_arr(g, "tokenizer.ggml.scores", sp->n_vocab, false, &scores, err)) ||
+        (rc = read_str_arr(g, "tokenizer.ggml.merges", false, SIZE_MAX / sizeof *merges, &merges,
+                           &sp->n_merges, err)))
+        goto fail;
+    sp->model = model;
+    sp->pre = pre;
+    sp->tokens = tokens;
+    sp->merges = merges;
+    sp->types = types;
+    sp->scores = scores;
     /* SentencePiece defaults, as llama.cpp sets them before reading keys. */
-    if (strcmp(sp.model, "llama") == 0) {
-        sp.bos = sp.n_vocab > 1 ? 1 : -1;
-        sp.eos = sp.n_vocab > 2 ? 2 : -1;
-        sp.unk = 0;
+    if (strcmp(model, "llama") == 0) {
+        sp->bos = sp->n_vocab > 1 ? 1 : -1;
+        sp->eos = sp->n_vocab > 2 ? 2 : -1;
+        sp->unk = 0;
     }
-    if ((rc = get_opt_id(g, "tokenizer.ggml.bos_token_id", &sp.bos, err)) ||
-        (rc = get_opt_id(g, "tokenizer.ggml.eos_token_id", &sp.eos, err)) ||
-        (rc = get_opt_id(g, "tokenizer.ggml.eot_token_id", &sp.eot, err)) ||
-        (rc = get_opt_id(g, "tokenizer.ggml.eom_token_id", &sp.eom, err)) ||
-        (rc = get_opt_id(g, "tokenizer.ggml.padding_token_id", &sp.pad, err)) ||
-        (rc = get_opt_id(g, "tokenizer.ggml.unknown_token_id", &sp.unk, err)) ||
-        (rc = get_opt_flag(g, "tokenizer.ggml.add_bos_token", &sp.add_bos, err)) ||
-        (rc = get_opt_flag(g, "tokenizer.ggml.add_eos_token", &sp.add_eos, err)) ||
-        (rc = get_opt_flag(g, "tokenizer.ggml.add_space_prefix", &sp.add_space_prefix, err)))
-        goto out;
-    rc = hy_tok_build(out, &sp, err);
-    if (rc == HY_OK && err)
+    if ((rc = get_opt_id(g, "tokenizer.ggml.bos_token_id", &sp->bos, err)) ||
+        (rc = get_opt_id(g, "tokenizer.ggml.eos_token_id", &sp->eos, err)) ||
+        (rc = get_opt_id(g, "tokenizer.ggml.eot_token_id", &sp->eot, err)) ||
+        (rc = get_opt_id(g, "tokenizer.ggml.eom_token_id", &sp->eom, err)) ||
+        (rc = get_opt_id(g, "tokenizer.ggml.padding_token_id", &sp->pad, err)) ||
+        (rc = get_opt_id(g, "tokenizer.ggml.unknown_token_id", &sp->unk, err)) ||
+        (rc = get_opt_flag(g, "tokenizer.ggml.add_bos_token", &sp->add_bos, err)) ||
+        (rc = get_opt_flag(g, "tokenizer.ggml.add_eos_token", &sp->add_eos, err)) ||
+        (rc = get_opt_flag(g, "tokenizer.ggml.add_space_prefix", &sp->add_space_prefix, err))) {
+        hy_tok_spec_free(sp);
+        return rc;
+    }
+    if (err)
         err[0] = 0; /* drop "not found" text left by optional keys */
-out:
+    return HY_OK;
+fail:
+    free(model);
+    free(pre);
     free(tokens);
     free(merges);
     free(types);
     free(scores);
-    free(model_s);
-    free(pre_s);
+    memset(sp, 0, sizeof *sp);
+    return rc;
+}
+
+int hy_tok_load(hy_tok_t **out, const hy_gguf_t *g, char *err)
+{
+    hy_tok_spec_t sp;
+    int rc = hy_tok_spec_read(&sp, g, err);
+
+    *out = NULL;
+    if (rc)
+        return rc;
+    rc = hy_tok_build(out, &sp, err);
+    hy_tok_spec_free(&sp);
     return rc;
 }
 
@@ -735,14 +765,8 @@ typedef struct {
 
 static int ids_push(hy_tok_ids_t *o, int32_t id)
 {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 256;
-        int32_t *nv = realloc(o->v, cap * sizeof *nv);
-        if (!nv)
-            return HY_ENOMEM;
-        o->v = nv;
-        o->cap = cap;
-    }
+    if (hy_tok_grow((void **)&o->v, &o->cap, o->n + 1, sizeof *o->v))
+        return HY_ENOMEM;
     o->v[o->n++] = id;
     return HY_OK;
 }
@@ -798,24 +822,8 @@ typedef struct {
     size_t n_heap, heap_cap;
     char *buf;
     size_t buf_cap;
+    hy_tok_rx_work_t rx; /* pre-tokenizer regex stack */
 } hy_tok_work_t;
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    size_t c = *cap ? *cap : 64;
-    void *np;
-
-    if (need <= *cap)
-        return HY_OK;
-    while (c < need)
-        c *= 2;
-    np = realloc(*p, c * elem);
-    if (!np)
-        return HY_ENOMEM;
-    *p = np;
-    *cap = c;
-    return HY_OK;
-}
 
 /* true if a should be popped before b */
 static bool pair_before(const hy_tok_pair_t *a, const hy_tok_pair_t *b, bool spm)
@@ -833,7 +841,7 @@ static int heap_push(hy_tok_work_t *w, const hy_tok_pair_t *p, bool spm)
 {
     size_t i;
 
-    if (grow((void **)&w->heap, &w->heap_cap, w->n_heap + 1, sizeof *w->heap))
+    if (hy_tok_grow((void **)&w->heap, &w->heap_cap, w->n_heap + 1, sizeof *w->heap))
         return HY_ENOMEM;
     i = w->n_heap++;
     while (i > 0) {
@@ -887,36 +895,60 @@ static int bpe_add_pair(const hy_tok_t *t, hy_tok_work_t *w, int32_t l, int32_t 
     return heap_push(w, &p, false);
 }
 
-/* One pre-tokenized word (raw bytes) -> ids, merging the pair of lowest
- * rank (leftmost on ties) until none applies, like llm_tokenizer_bpe. */
-static int bpe_word(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size_t n,
-                    hy_tok_ids_t *out)
+/* A whole word emitted as one token when the vocabulary has it: with
+ * ignore_merges (Llama 3 and kin), and for runs of newlines (Gemma 4).
+ * Returns 1 if it did, 0 if the word must be merged, or HY_ENOMEM. */
+static int bpe_whole_word(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size_t n,
+                          hy_tok_ids_t *out)
 {
-    if (n == 0)
-        return HY_OK;
-    if (t->pre.ignore_merges) {
+    int32_t id = -1;
+
+    if (t->pf.ignore_merges && !t->pf.raw_utf8) {
         size_t k = 0;
-        int32_t id;
-        if (grow((void **)&w->buf, &w->buf_cap, n * 2, 1))
+        if (hy_tok_grow((void **)&w->buf, &w->buf_cap, n * 2, 1))
             return HY_ENOMEM;
         for (size_t i = 0; i < n; i++)
             k += hy_uni_encode(hy_uni_byte_to_cp((uint8_t)s[i]), w->buf + k);
         id = hy_tok_find(t, w->buf, k);
-        if (id >= 0)
-            return ids_push(out, id);
+    } else if (t->pf.ignore_merges ||
+               (t->pf.newline_words && strspn(s, "\n") >= n)) {
+        id = hy_tok_find(t, s, n);
     }
-    if (n > INT32_MAX || grow((void **)&w->sym, &w->sym_cap, n, sizeof *w->sym))
+    if (id < 0)
+        return 0;
+    return ids_push(out, id) ? HY_ENOMEM : 1;
+}
+
+/* One pre-tokenized word (raw bytes) -> ids, merging the pair of lowest
+ * rank (leftmost on ties) until none applies, like llm_tokenizer_bpe.  The
+ * first symbols are the word's bytes (byte-level BPE: each is a token)
+ * or its UTF-8 characters (raw_utf8: looked up as they are). */
+static int bpe_word(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size_t n,
+                    hy_tok_ids_t *out)
+{
+    static const uint8_t utf8_len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    size_t nsym = 0;
+    int rc;
+
+    if (n == 0)
+        return HY_OK;
+    rc = bpe_whole_word(t, w, s, n, out);
+    if (rc != 0)
+        return rc < 0 ? rc : HY_OK;
+    if (n > INT32_MAX || hy_tok_grow((void **)&w->sym, &w->sym_cap, n, sizeof *w->sym))
         return HY_ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        hy_tok_sym_t *y = &w->sym[i];
-        y->id = t->byte_tok[(uint8_t)s[i]];
-        y->prev = (int32_t)i - 1;
-        y->next = i + 1 < n ? (int32_t)i + 1 : -1;
+    for (size_t i = 0; i < n; nsym++) {
+        hy_tok_sym_t *y = &w->sym[nsym];
+        size_t len = t->pf.raw_utf8 ? HY_MIN((size_t)utf8_len[(uint8_t)s[i] >> 4], n - i) : 1;
+        y->id = t->pf.raw_utf8 ? hy_tok_find(t, s + i, len) : t->byte_tok[(uint8_t)s[i]];
+        y->prev = (int32_t)nsym - 1;
         y->start = (uint32_t)i;
-        y->len = 1;
+        y->len = (uint32_t)len;
+        i += len;
+        y->next = i < n ? (int32_t)nsym + 1 : -1;
     }
     w->n_heap = 0;
-    for (size_t i = 1; i < n; i++) {
+    for (size_t i = 1; i < nsym; i++) {
         if (bpe_add_pair(t, w, (int32_t)i - 1, (int32_t)i))
             return HY_ENOMEM;
     }
@@ -952,9 +984,31 @@ static int bpe_word(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size_t n
     return HY_OK;
 }
 
+/* Spaces become U+2581 before splitting, as SentencePiece does; returns
+ * a malloc'd copy (NULL: out of memory) with its length in *n. */
+static char *escape_spaces(const char *s, size_t *n)
+{
+    char *esc = *n < SIZE_MAX / 3 ? malloc(*n * 3 + 1) : NULL;
+    size_t k = 0;
+
+    if (!esc)
+        return NULL;
+    for (size_t i = 0; i < *n; i++) {
+        if (s[i] == ' ') {
+            memcpy(esc + k, "\xe2\x96\x81", 3);
+            k += 3;
+        } else {
+            esc[k++] = s[i];
+        }
+    }
+    *n = k;
+    return esc;
+}
+
 static int bpe_fragment(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size_t n,
                         hy_tok_ids_t *out)
 {
+    char *esc = t->pf.escape_spaces ? escape_spaces(s, &n) : NULL;
     uint32_t *cps = malloc((n + 1) * sizeof *cps);
     uint16_t *fl = malloc((n + 1) * sizeof *fl);
     size_t *boff = malloc((n + 2) * sizeof *boff);
@@ -963,8 +1017,10 @@ static int bpe_fragment(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size
     size_t ncp = 0, pos = 0, nb = 0, start = 0;
     int rc = HY_ENOMEM;
 
-    if (!cps || !fl || !boff || !norm)
+    if (!cps || !fl || !boff || !norm || (t->pf.escape_spaces && !esc))
         goto out;
+    if (esc)
+        s = esc;
     /* Decode as llama.cpp does (a bad byte becomes U+FFFD) and work on the
      * re-encoded text, so invalid input gets the same ids as there. */
     while (pos < n) {
@@ -976,7 +1032,7 @@ static int bpe_fragment(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size
         ncp++;
     }
     boff[ncp] = nb;
-    rc = hy_tok_pre_split(t->pre.pre, cps, fl, ncp, &ends);
+    rc = hy_tok_pre_split(t->pre, cps, fl, ncp, &ends, &w->rx);
     if (rc)
         goto out;
     for (size_t i = 0; i < ends.n; i++) {
@@ -992,6 +1048,7 @@ out:
     free(fl);
     free(boff);
     free(norm);
+    free(esc);
     free(ends.v);
     return rc;
 }
@@ -1026,7 +1083,7 @@ static int spm_fragment(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size
     static const uint8_t utf8_len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
     size_t m = 0, nsym = 0;
 
-    if (n > (SIZE_MAX - 8) / 3 || grow((void **)&w->buf, &w->buf_cap, n * 3 + 3, 1))
+    if (n > (SIZE_MAX - 8) / 3 || hy_tok_grow((void **)&w->buf, &w->buf_cap, n * 3 + 3, 1))
         return HY_ENOMEM;
     if (prefix_space) {
         memcpy(w->buf, "\xe2\x96\x81", 3);
@@ -1042,7 +1099,7 @@ static int spm_fragment(const hy_tok_t *t, hy_tok_work_t *w, const char *s, size
     }
     if (m == 0)
         return HY_OK;
-    if (m > INT32_MAX || grow((void **)&w->sym, &w->sym_cap, m, sizeof *w->sym))
+    if (m > INT32_MAX || hy_tok_grow((void **)&w->sym, &w->sym_cap, m, sizeof *w->sym))
         return HY_ENOMEM;
     for (size_t off = 0; off < m; nsym++) {
         hy_tok_sym_t *y = &w->sym[nsym];
@@ -1194,6 +1251,7 @@ out:
     free(w.sym);
     free(w.heap);
     free(w.buf);
+    hy_tok_rx_work_free(&w.rx);
     return rc;
 }
 
@@ -1292,7 +1350,7 @@ static int stream_emit(hy_tok_stream_t *s, const char *p, size_t n, bool at_end,
     unsigned char *in;
 
     /* Every input byte becomes at most 3 output bytes (U+FFFD). */
-    if (grow((void **)&s->buf, &s->cap, total * 3 + 1, 1))
+    if (hy_tok_grow((void **)&s->buf, &s->cap, total * 3 + 1, 1))
         return hy_err(err, HY_ENOMEM, "detokenize: out of memory");
     in = malloc(total + 1);
     if (!in)

@@ -52,7 +52,14 @@ typedef struct {
 
 int hy_tok_build(hy_tok_t **out, const hy_tok_spec_t *spec, char *err);
 
-/* Reads the tokenizer.ggml.* keys of g.  Errors name the key at fault. */
+/* Reads the tokenizer.ggml.* keys of g into *sp (arrays view g's strings;
+ * g must outlive sp).  Errors name the key at fault.  hy_tok_spec_free()
+ * releases what it allocated; a caller may change scalar fields between
+ * the two (tests swap sp->pre, keeping the pointer to restore it). */
+int hy_tok_spec_read(hy_tok_spec_t *sp, const hy_gguf_t *g, char *err);
+void hy_tok_spec_free(hy_tok_spec_t *sp);
+
+/* hy_tok_spec_read() then hy_tok_build(). */
 int hy_tok_load(hy_tok_t **out, const hy_gguf_t *g, char *err);
 void hy_tok_free(hy_tok_t *tok);
 

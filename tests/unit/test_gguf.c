@@ -756,11 +756,10 @@ static void check_vocab(const char *file, uint64_t n_tokens, const char *first, 
     struct stat st;
     int rc;
 
-    snprintf(rel, sizeof rel, "../shared/testdata/tokenizer/%s", file);
+    snprintf(rel, sizeof rel, "tests/data/tokenizer/%s", file);
     path = hy_t_srcpath(rel);
     if (stat(path, &st) != 0) {
-        hy_t_count++;
-        printf("ok %d - # SKIP %s not present\n", hy_t_count, path);
+        HY_T_OK(0, "%s: missing (committed test data)", path);
         return;
     }
     rc = hy_gguf_open(&g, path, err);

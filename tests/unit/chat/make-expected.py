@@ -5,6 +5,13 @@ transformers does it (transformers' own _compile_jinja_template when it is
 installed, else an identical replica), and writes expected/*.expected plus
 cases.json, the manifest test_chat_template.c follows.  Run it after changing
 a template or inputs.json; commit its outputs (CI does not run Python).
+
+gemma3.jinja is Google's Gemma 3 instruct template (the chat_template of the
+gemma-3 -it tokenizer_config.json): the Gemma 3 270M GGUF that CI fetches
+(scripts/fetch-default-model) embeds no tokenizer.chat_template, so the test
+keeps the published one.  It folds a system message into the first user
+turn, requires user/assistant alternation and renders "assistant" as
+"model".
 """
 import json
 import os
