@@ -6,10 +6,12 @@
  * prefix-then-decode, and all sequences together in one ragged batch; every
  * variant must match the reference to a relative RMS error of 1e-4 with the
  * same argmax at every position.  After each model the page and slot
- * accounting must be back to all-free.
+ * accounting must be back to all-free.  The models are the manifest's
+ * (tests/golden/tiny/manifest.json), every one of them.
  */
 #include "engine/runner.h"
 #include "test.h"
+#include "golden.h"
 
 #include <math.h>
 #include <string.h>
@@ -17,10 +19,6 @@
 #define HY_G_VOCAB 264
 #define HY_G_TOL 1e-4
 
-static const char *const hy_g_models[] = {
-    "llama", "qwen2", "qwen3", "qwen3next", "qwen35", "qwen35moe", "qwen35-long", "lfm2",
-    "lfm2moe", "granitehybrid-moe", "granitehybrid-dense", "nemotron_h",
-};
 static const int hy_g_lens[] = {1, 7, 33, 100};
 static const int hy_g_prefix[] = {0, 3, 16, 70}; /* decode prefix per length */
 
@@ -235,15 +233,16 @@ int main(void)
 {
     hy_backend_opts_t bo = {.n_threads = 2};
     hy_backend_t *be = NULL;
+    hy_t_golden_t models[HY_T_GOLDEN_MAX];
     char err[HY_ERR_LEN];
-    size_t i;
+    int i, n = hy_t_golden_models(models, HY_T_GOLDEN_MAX);
 
     if (hy_backend_cpu_new(&be, &bo, err) != HY_OK) {
         HY_T_OK(0, "cpu backend: %s", err);
         return hy_t_done();
     }
-    for (i = 0; i < HY_ARRAY_LEN(hy_g_models); i++)
-        hy_g_model(hy_g_models[i], be);
+    for (i = 0; i < n; i++)
+        hy_g_model(models[i].name, be);
     be->i->free(be);
     return hy_t_done();
 }
