@@ -4,5 +4,4 @@ check_PROGRAMS += tests/unit/test_gguf
 TESTS += tests/unit/test_gguf
 tests_unit_test_gguf_SOURCES = tests/unit/test_gguf.c tests/unit/gguf_writer.h
 tests_unit_test_gguf_LDADD = $(TEST_LDADD)
-# libFuzzer entry point, not built by default (the file says how to build it).
-EXTRA_DIST += tests/fuzz/fuzz_gguf.c
+# Its fuzz target is built by tests/fuzz/fuzz.mk.
