@@ -174,7 +174,10 @@ int hy_cmd_run(int argc, char **argv)
         snprintf(err, sizeof err, "out of memory");
         goto fail;
     }
-    hy_sampler_accept_prompt(smp, ids, n_ids);
+    if (hy_sampler_accept_prompt(smp, ids, n_ids) != HY_OK) {
+        snprintf(err, sizeof err, "sampler: out of memory");
+        goto fail;
+    }
     hy_tok_stream_init(&stream, c.tok, false, false);
 
     t0 = hy_cli_now_ms();
@@ -196,7 +199,10 @@ int hy_cmd_run(int argc, char **argv)
         n_gen++;
         if (!ignore_eos && hy_tok_is_eog(c.tok, tok))
             break;
-        hy_sampler_accept(smp, tok);
+        if (hy_sampler_accept(smp, tok) != HY_OK) { /* the penalties would miss it */
+            snprintf(err, sizeof err, "sampler: out of memory");
+            goto fail_stream;
+        }
         if (hy_tok_stream_feed(&stream, tok, &piece, &plen2, err) != HY_OK)
             goto fail_stream;
         fwrite(piece, 1, plen2, stdout);

@@ -2,16 +2,19 @@
  * test_fault_model.c - every allocation on the way from a GGUF file to
  * logits fails once (tests/unit/fault.h): the GGUF reader (a file and a
  * caller's buffer), the CPU backend and model load, the runner (init and
- * ragged steps), and the page table with its prefix cache (which allocates
- * only while rebuilding after a crash).  Each armed run must end in an error
+ * ragged steps), the sampler (logits to tokens, as the engine drives it per
+ * request) and the page table with its prefix cache (which allocates only
+ * while rebuilding after a crash).  Each armed run must end in an error
  * with a message, or in the same result as the unarmed run bit for bit
- * (logits, the file's keys and tensors, the table's counts); a step that
- * fails must leave its sequences where they were; nothing may stay
- * allocated.  Runs over every model of tests/golden/tiny/manifest.json.
+ * (logits, the file's keys and tensors, the drawn tokens, the table's
+ * counts); a step that fails must leave its sequences where they were;
+ * nothing may stay allocated.  Runs over every model of
+ * tests/golden/tiny/manifest.json.
  * Built with --enable-fault-injection (implied by --enable-sanitizers).
  */
 #include "backend/backend.h"
 #include "engine/runner.h"
+#include "engine/sampler.h"
 #include "kv/pagetable.h"
 #include "model/gguf.h"
 #include "model/model.h"
@@ -206,6 +209,90 @@ out:
     return rc;
 }
 
+/* ---- the sampler -------------------------------------------------------------- */
+
+#define FS_VOCAB 300
+
+typedef struct {
+    bool have_ref;
+    uint64_t ref;
+} fm_smp_t;
+
+/* Step k's logits: a fixed pseudo-random row, so every run sees the same. */
+static void fm_smp_logits(float *l, int k)
+{
+    uint64_t x = 0x9E3779B97F4A7C15ULL * (uint64_t)(k + 1);
+
+    for (int v = 0; v < FS_VOCAB; v++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        l[v] = (float)(x % 8000) / 1000.0f - 4.0f;
+    }
+}
+
+/* What the engine does per request: a sampler with every filter and
+ * penalty on, the prompt recorded, then 48 draws each accepted.  The drawn
+ * tokens and their logprobs must be the unarmed run's; an allocation that
+ * fails must fail a call (a token missing from the penalty counts would
+ * skew every later draw). */
+static int fm_smp_run(void *ctx, char *why, size_t why_len)
+{
+    fm_smp_t *c = ctx;
+    hy_sampling_t p;
+    hy_sampler_t *smp = NULL;
+    hy_sample_out_t so;
+    char err[HY_ERR_LEN] = "";
+    float logits[FS_VOCAB];
+    int32_t prompt[40], t = 0;
+    uint64_t h = HY_FAULT_HASH0;
+    int rc, k;
+
+    hy_sampling_default(&p);
+    p.temperature = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.9f;
+    p.min_p = 0.01f;
+    p.repetition_penalty = 1.3f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    p.penalty_last_n = 16;
+    p.seed = 42;
+    p.n_logprobs = 3;
+    for (k = 0; k < 40; k++)
+        prompt[k] = (k * 37) % 90; /* repeats: the penalties see counts > 1 */
+    if ((rc = hy_sampler_create(&smp, &p, FS_VOCAB, err)) != HY_OK) {
+        snprintf(why, why_len, "create: %s", err);
+        return rc;
+    }
+    if ((rc = hy_sampler_accept_prompt(smp, prompt, 40)) != HY_OK) {
+        snprintf(why, why_len, "accept_prompt: %s", hy_strerror(rc));
+        goto out;
+    }
+    for (k = 0; k < 48; k++) {
+        fm_smp_logits(logits, k);
+        if ((t = hy_sampler_sample(smp, logits, &so)) < 0) {
+            rc = t;
+            snprintf(why, why_len, "draw %d: %s", k, hy_strerror(rc));
+            goto out;
+        }
+        if ((rc = hy_sampler_accept(smp, t)) != HY_OK) {
+            snprintf(why, why_len, "accept %d: %s", k, hy_strerror(rc));
+            goto out;
+        }
+        h = hy_fault_hash(hy_fault_hash(h, &t, sizeof t), &so.logprob, sizeof so.logprob);
+    }
+    if (!c->have_ref) {
+        c->ref = h;
+        c->have_ref = true;
+    }
+    if (h != c->ref) {
+        snprintf(why, why_len, "succeeded, but drew other tokens than the unarmed run");
+        rc = 1;
+    }
+out:
+    hy_sampler_free(smp);
+    return rc;
+}
+
 /* ---- the page table --------------------------------------------------------- */
 
 #define FP_BT 4
@@ -363,6 +450,13 @@ int main(void)
     hy_fault_init();
     n = hy_t_golden_models(models, HY_T_GOLDEN_MAX);
     fm_pagetable();
+    {
+        fm_smp_t c = {0};
+        hy_fault_result_t res;
+
+        hy_fault_loop(fm_smp_run, &c, 0, &res);
+        hy_fault_report("sampler: every filter and penalty, prompt + 48 draws", &res);
+    }
     for (i = 0; i < n; i++)
         fm_golden(&models[i]);
     return hy_t_done();
