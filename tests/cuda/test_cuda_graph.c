@@ -128,7 +128,7 @@ static void test_model(hy_backend_t *cpu, const char *name, bool moe)
     double e_ge = INFINITY, e_gc = INFINITY;
     uint64_t inst, upd, brk;
 
-    snprintf(rel, sizeof rel, "tests/golden/tiny/%s.gguf", name);
+    snprintf(rel, sizeof rel, "tests/golden/tiny/%.63s.gguf", name); /* a manifest name */
     path = hy_t_srcpath(rel);
     oc = calloc((size_t)MAX_ROWS * 4096, sizeof(float));
     og = calloc((size_t)MAX_ROWS * 4096, sizeof(float));

@@ -167,11 +167,11 @@ static bool check_seed(const char *dir, const fg_seed_t *s, char *why, size_t wh
     rb = hy_gguf_open_buffer(&g, s->data, s->size, s->name, err);
     hy_gguf_close(g);
     g = NULL;
-    snprintf(path, sizeof path, "%s/%s", dir, s->name);
+    snprintf(path, sizeof path, "%s/%.255s", dir, s->name);
     rf = hy_gguf_open(&g, path, ferr);
     hy_gguf_close(g);
     LLVMFuzzerTestOneInput(s->data, s->size);
-    snprintf(why, why_len, "%s: buffer %s, file %s", s->name, rb ? err : "opens",
+    snprintf(why, why_len, "%.255s: buffer %s, file %s", s->name, rb ? err : "opens",
              rf ? ferr : "opens");
     if (valid)
         return rb == HY_OK && rf == HY_OK;

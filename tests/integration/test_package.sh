@@ -74,7 +74,9 @@ root)
     # paths above bound in (the overlay does not cross mount points), and a
     # loopback of its own.
     r=$HY_PKG_ROOT/r
-    if ! { mount -t tmpfs -o mode=0755 hyserve-pkgroot "$HY_PKG_ROOT" &&
+    # (the messages go to a variable: a file would land on the host's disk
+    # under the tmpfs about to be mounted there)
+    if ! out=$({ mount -t tmpfs -o mode=0755 hyserve-pkgroot "$HY_PKG_ROOT" &&
            mkdir "$HY_PKG_ROOT/u" "$HY_PKG_ROOT/w" "$r" &&
            mount -t overlay hyserve-pkgroot -o "lowerdir=/,upperdir=$HY_PKG_ROOT/u,workdir=$HY_PKG_ROOT/w" "$r" &&
            mount --rbind /proc "$r/proc" && mount --rbind /sys "$r/sys" &&
@@ -86,8 +88,8 @@ root)
            bound=0 && for d in $HY_PKG_BINDS; do
                mkdir -p "$r$d" && mount --rbind "$d" "$r$d" && bound=$((bound + 1))
            done && [ "$bound" = "$(echo $HY_PKG_BINDS | wc -w)" ] &&
-           ip link set lo up; } >"$HY_PKG_ROOT/setup.log" 2>&1; then
-        ok 1 "throw-away root: $(tr '\n' ' ' <"$HY_PKG_ROOT/setup.log")"
+           ip link set lo up; } 2>&1); then
+        ok 1 "throw-away root: $(echo "$out" | tr '\n' ' ')"
         finish
     fi
     # What the machine has of hyserve is not the test's: gone from the root

@@ -9,6 +9,7 @@
 #include "fault.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,20 +189,28 @@ long hy_fault_live(void)
     return atomic_load(&g_live);
 }
 
-static void hy_fault_bad(hy_fault_result_t *res, long nth, const char *fmt, const char *why)
+/* Counts a broken rule; the first one's story is kept. */
+static void hy_fault_bad(hy_fault_result_t *res, long nth, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void hy_fault_bad(hy_fault_result_t *res, long nth, const char *fmt, ...)
 {
-    if (res->bad++ == 0) {
-        snprintf(res->first_bad, sizeof res->first_bad, "allocation %ld: ", nth);
-        snprintf(res->first_bad + strlen(res->first_bad),
-                 sizeof res->first_bad - strlen(res->first_bad), fmt, why);
-    }
+    va_list ap;
+    size_t at;
+
+    if (res->bad++ > 0)
+        return;
+    snprintf(res->first_bad, sizeof res->first_bad, "allocation %ld: ", nth);
+    at = strlen(res->first_bad);
+    va_start(ap, fmt);
+    vsnprintf(res->first_bad + at, sizeof res->first_bad - at, fmt, ap);
+    va_end(ap);
 }
 
 /* One armed run (nth = 0: unarmed) with the rules of fault.h; returns the
  * allocations it made. */
 static long hy_fault_run(hy_fault_fn_t fn, void *ctx, long nth, hy_fault_result_t *res)
 {
-    char why[512] = "", leak[64];
+    char why[512] = "";
     long live0 = hy_fault_live(), count;
     bool fired;
     int rc;
@@ -221,15 +230,14 @@ static long hy_fault_run(hy_fault_fn_t fn, void *ctx, long nth, hy_fault_result_
     else if (rc < 0 && !fired)
         hy_fault_bad(res, nth, "an error although nothing failed: %s", why);
     else if (rc < 0 && why[0] == '\0')
-        hy_fault_bad(res, nth, "%san error without a message", "");
+        hy_fault_bad(res, nth, "an error without a message");
     else if (rc < 0)
         res->errors++;
     else if (fired)
         res->absorbed++;
-    if (hy_fault_live() != live0) {
-        snprintf(leak, sizeof leak, "%ld", hy_fault_live() - live0);
-        hy_fault_bad(res, nth, "%s block(s) or mapping(s) left allocated", leak);
-    }
+    if (hy_fault_live() != live0)
+        hy_fault_bad(res, nth, "%ld block(s) or mapping(s) left allocated",
+                     hy_fault_live() - live0);
     return count;
 }
 

@@ -414,7 +414,7 @@ static void fm_golden(const hy_t_golden_t *g)
     char what[160];
 
     hy_fault_loop(fm_gguf_run, &gc, 0, &res);
-    snprintf(what, sizeof what, "%s: hy_gguf_open", g->name);
+    snprintf(what, sizeof what, "%.63s: hy_gguf_open", g->name);
     hy_fault_report(what, &res);
     gc.buf = hy_t_read_all(gc.path, &gc.size);
     gc.from_buffer = true;
@@ -423,7 +423,7 @@ static void fm_golden(const hy_t_golden_t *g)
         HY_T_OK(0, "%s: cannot read %s", g->name, gc.path);
     } else {
         hy_fault_loop(fm_gguf_run, &gc, 0, &res);
-        snprintf(what, sizeof what, "%s: hy_gguf_open_buffer", g->name);
+        snprintf(what, sizeof what, "%.63s: hy_gguf_open_buffer", g->name);
         hy_fault_report(what, &res);
     }
     free(gc.buf);
@@ -432,11 +432,11 @@ static void fm_golden(const hy_t_golden_t *g)
     mc.out = calloc(FM_ROWS * (size_t)g->n_vocab, sizeof(float));
     mc.arm = FM_ARM_LOAD;
     hy_fault_loop(fm_model_run, &mc, 0, &res);
-    snprintf(what, sizeof what, "%s: cpu backend + hy_model_load (logits checked)", g->name);
+    snprintf(what, sizeof what, "%.63s: cpu backend + hy_model_load (logits checked)", g->name);
     hy_fault_report(what, &res);
     mc.arm = FM_ARM_RUN;
     hy_fault_loop(fm_model_run, &mc, 0, &res);
-    snprintf(what, sizeof what, "%s: hy_runner_init + 3 ragged steps (logits checked)", g->name);
+    snprintf(what, sizeof what, "%.63s: hy_runner_init + 3 ragged steps (logits checked)", g->name);
     hy_fault_report(what, &res);
     free(mc.ref);
     free(mc.out);

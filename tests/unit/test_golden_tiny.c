@@ -124,7 +124,7 @@ static void hy_g_model(const char *name, hy_backend_t *be)
     hy_g_cmp_t whole = {0}, s64 = {0}, s7 = {0}, s1 = {0}, dcmp = {0}, batch = {0};
     int k, rc;
 
-    snprintf(rel, sizeof rel, "tests/golden/tiny/%s.gguf", name);
+    snprintf(rel, sizeof rel, "tests/golden/tiny/%.63s.gguf", name); /* a manifest name */
     rc = hy_model_load(&m, hy_t_srcpath(rel), be, err);
     HY_T_OK(rc == HY_OK, "%s: loads (%s)", name, rc == HY_OK ? "ok" : err);
     if (rc != HY_OK)
