@@ -654,7 +654,8 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
         t = hy_sampler_sample(s->sampler, logits, &so);
     }
     if (t < 0) {
-        hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, t, "the logits are not finite");
+        hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, t,
+                         t == HY_ENOMEM ? "sampler: out of memory" : "the logits are not finite");
         return;
     }
     if (!(p->flags & HY_REQ_F_IGNORE_EOS)) {
@@ -666,7 +667,12 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
         hy_engine_finish(e, s, HY_REQ_DONE, HY_FINISH_STOP, 0, NULL);
         return;
     }
-    hy_sampler_accept(s->sampler, t);
+    /* The penalties must count every token: one that went uncounted would
+     * bias every later draw with nobody told. */
+    if ((j = hy_sampler_accept(s->sampler, t)) != HY_OK) {
+        hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, j, "sampler: out of memory");
+        return;
+    }
     s->tokens[s->n_total++] = t;
     s->pending.token = t;
     s->pending.logprob = so.logprob;

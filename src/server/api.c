@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -419,7 +420,32 @@ static int scan_body(pctx_t *c, const char *s, size_t n, size_t *nul_at, bool *o
     return HY_OK;
 }
 
-/* Parses body into a tree; every failure is a 400 saying where. */
+/* cJSON returns NULL both for bad JSON and when it ran out of memory, and
+ * the second must not reach the client as a 400 about its valid body.  Its
+ * allocations go through this hook, which notes a failure for the parsing
+ * thread (workers parse concurrently; the hooks are process-wide, set once,
+ * and still plain malloc/free for every other cJSON user). */
+static _Thread_local bool json_oom;
+static pthread_once_t json_hooks_once = PTHREAD_ONCE_INIT;
+
+static void *json_malloc(size_t n)
+{
+    void *p = malloc(n);
+
+    if (p == NULL)
+        json_oom = true;
+    return p;
+}
+
+static void json_hooks(void)
+{
+    cJSON_Hooks h = {json_malloc, free};
+
+    cJSON_InitHooks(&h);
+}
+
+/* Parses body into a tree; every failure of the body is a 400 saying where,
+ * running out of memory a 500. */
 static int parse_json(pctx_t *c, const char *body, size_t len, cJSON **out)
 {
     const char *end = NULL;
@@ -434,7 +460,11 @@ static int parse_json(pctx_t *c, const char *body, size_t len, cJSON **out)
     rc = scan_body(c, body, len, &nul_at, &open);
     if (rc != HY_OK)
         return rc;
+    pthread_once(&json_hooks_once, json_hooks);
+    json_oom = false;
     root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (root == NULL && json_oom)
+        return err_nomem(c);
     if (root != NULL) {
         /* Trailing content after the value must be whitespace only. */
         while (end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))

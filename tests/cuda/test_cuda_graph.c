@@ -1,6 +1,6 @@
 /*
  * test_cuda_graph.c - decode steps replayed as CUDA graphs.  Each golden
- * tiny model runs the same ragged multi-sequence schedule (a prefill of
+ * tiny model (every one tests/golden/tiny/manifest.json lists) runs the same ragged multi-sequence schedule (a prefill of
  * three prompts, repeated 3-sequence decodes, 2-sequence decodes, a step
  * with two tokens for one sequence, and back) on the CPU backend, on the
  * CUDA backend with graphs and on one with HY_CUDA_GRAPHS=0.  Every logit
@@ -16,6 +16,7 @@
 #include "engine/runner.h"
 #include "model/model.h"
 #include "../unit/test.h"
+#include "../unit/golden.h"
 #include "cuda_test.h"
 
 #include <math.h>
@@ -127,7 +128,7 @@ static void test_model(hy_backend_t *cpu, const char *name, bool moe)
     double e_ge = INFINITY, e_gc = INFINITY;
     uint64_t inst, upd, brk;
 
-    snprintf(rel, sizeof rel, "tests/golden/tiny/%s.gguf", name);
+    snprintf(rel, sizeof rel, "tests/golden/tiny/%.63s.gguf", name); /* a manifest name */
     path = hy_t_srcpath(rel);
     oc = calloc((size_t)MAX_ROWS * 4096, sizeof(float));
     og = calloc((size_t)MAX_ROWS * 4096, sizeof(float));
@@ -171,14 +172,8 @@ out:
 
 int main(void)
 {
-    static const struct {
-        const char *name;
-        bool moe;
-    } models[] = {
-        {"llama", false}, {"qwen3", false}, {"qwen35", false}, {"lfm2", false},
-        {"granitehybrid-dense", false}, {"nemotron_h", false}, {"granitehybrid-moe", true},
-        {"lfm2moe", true},
-    };
+    hy_t_golden_t models[HY_T_GOLDEN_MAX];
+    int n_models = hy_t_golden_models(models, HY_T_GOLDEN_MAX);
     hy_backend_opts_t bo = {.n_threads = 2};
     hy_backend_t *cpu = NULL, *gpu = NULL;
     char err[HY_ERR_LEN];
@@ -194,7 +189,7 @@ int main(void)
     HY_T_OK(gpu->i->step_begin && gpu->i->step_end && !cpu->i->step_begin && !cpu->i->step_end,
             "step hooks: provided by the CUDA backend, absent on the CPU");
     gpu->i->free(gpu);
-    for (size_t i = 0; i < HY_ARRAY_LEN(models); i++)
+    for (int i = 0; i < n_models; i++)
         test_model(cpu, models[i].name, models[i].moe);
     cpu->i->free(cpu);
     return hy_t_done();

@@ -2,7 +2,8 @@
  * test_cuda_ops.c - the CUDA backend against the CPU backend, op by op, on
  * random inputs of several shapes (relative RMS error: float32 paths
  * <= 1e-5, half-tile GEMMs <= 1e-2, never NaN), then every golden tiny model
- * (tests/golden/tiny) end to end on the GPU against transformers' logits.
+ * (tests/golden/tiny/manifest.json lists them) end to end on the GPU against
+ * transformers' logits.
  * Quantized matmuls are checked against an exact double-precision product
  * of the dequantized weights, since the CPU's own result carries its 8-bit
  * activation rounding.  Without a GPU it checks that creating the backend
@@ -14,6 +15,7 @@
 #include "backend/select.h"
 #include "engine/runner.h"
 #include "../unit/test.h"
+#include "../unit/golden.h"
 #include "cuda_test.h"
 
 #include <math.h>
@@ -510,7 +512,7 @@ static void test_golden(const char *name)
     double e1 = INFINITY, e2 = INFINITY;
     int rc, am = 0;
 
-    snprintf(rel, sizeof rel, "tests/golden/tiny/%s.gguf", name);
+    snprintf(rel, sizeof rel, "tests/golden/tiny/%.63s.gguf", name); /* a manifest name */
     rc = hy_model_load(&m, hy_t_srcpath(rel), g_gpu, err);
     if (rc == HY_OK) {
         hy_runner_opts_default(&o);
@@ -564,10 +566,8 @@ static void test_golden(const char *name)
 
 int main(void)
 {
-    static const char *const models[] = {
-        "llama", "qwen2", "qwen3", "qwen3next", "qwen35", "qwen35-long", "lfm2", "lfm2moe",
-        "granitehybrid-moe", "granitehybrid-dense", "nemotron_h",
-    };
+    hy_t_golden_t models[HY_T_GOLDEN_MAX];
+    int n_models = hy_t_golden_models(models, HY_T_GOLDEN_MAX);
     char err[HY_ERR_LEN], err2[HY_ERR_LEN];
     hy_backend_opts_t bo = {.n_threads = 2};
     hy_backend_t *tmp = NULL;
@@ -610,8 +610,8 @@ int main(void)
     test_moe(HY_DTYPE_F32, false, 20);
     test_moe(HY_DTYPE_Q8_0, true, 12);
     test_errors();
-    for (size_t i = 0; i < HY_ARRAY_LEN(models); i++)
-        test_golden(models[i]);
+    for (int i = 0; i < n_models; i++)
+        test_golden(models[i].name);
     g_cpu->i->free(g_cpu);
     g_gpu->i->free(g_gpu);
     return hy_t_done();

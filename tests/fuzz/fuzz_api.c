@@ -126,6 +126,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #include <dirent.h>
 
 #include "../unit/test.h"
+#include "mutate.h"
 
 static const char *const k_seeds[] = {
     "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\","
@@ -145,56 +146,29 @@ static const char *const k_seeds[] = {
     "{\"tokens\":[1,2,3]}",
 };
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15ULL;
-
-static uint64_t rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-
 /* One random edit: flip, insert a JSON-significant byte, delete, or splice. */
 static size_t mutate(uint8_t *buf, size_t n, size_t cap)
 {
     static const char tokens[] = "{}[]\",:\\0123456789.-eEtrufalsn \x00\xC3\xA9\xFF";
-    size_t pos = n ? (size_t)(rnd() % n) : 0, len;
+    size_t pos;
 
-    switch (rnd() % 5) {
+    switch (hy_fz_rnd() % 5) {
     case 0:
-        if (n)
-            buf[pos] ^= (uint8_t)(1u << (rnd() % 8));
-        break;
+        return hy_fz_flip(buf, n);
     case 1:
     case 2:
         if (n < cap) {
+            pos = n ? (size_t)(hy_fz_rnd() % n) : 0;
             memmove(buf + pos + 1, buf + pos, n - pos);
-            buf[pos] = (uint8_t)tokens[rnd() % (sizeof tokens - 1)];
+            buf[pos] = (uint8_t)tokens[hy_fz_rnd() % (sizeof tokens - 1)];
             n++;
         }
-        break;
+        return n;
     case 3:
-        if (n) {
-            len = 1 + (size_t)(rnd() % 8);
-            len = HY_MIN(len, n - pos);
-            memmove(buf + pos, buf + pos + len, n - pos - len);
-            n -= len;
-        }
-        break;
-    default:
-        if (n) { /* duplicate a slice: grows nesting and repeats keys */
-            size_t from = (size_t)(rnd() % n);
-
-            len = HY_MIN((size_t)(1 + rnd() % 32), n - from);
-            len = HY_MIN(len, cap - n);
-            memmove(buf + pos + len, buf + pos, n - pos);
-            memmove(buf + pos, buf + (from >= pos ? from + len : from), len);
-            n += len;
-        }
-        break;
+        return hy_fz_delete(buf, n, 8);
+    default: /* grows nesting and repeats keys */
+        return hy_fz_dup_slice(buf, n, cap, 32);
     }
-    return n;
 }
 
 /* Adds each regular file of dir (up to 4 KiB) as one more input. */
@@ -250,7 +224,7 @@ int main(int argc, char **argv)
             n = strlen(s);
             memcpy(buf, s, n);
         }
-        for (m = 1 + (int)(rnd() % 3); m > 0; m--)
+        for (m = 1 + (int)(hy_fz_rnd() % 3); m > 0; m--)
             n = mutate(buf, n, CAP);
         LLVMFuzzerTestOneInput(buf, n);
     }

@@ -5,9 +5,10 @@ For each prompt it runs `hyserve eval -m MODEL --ids FILE --out FILE` on the
 teacher-forced token sequence and checks argmax agreement, the relative RMS
 error of full logit rows, and the greedy continuation; prints TAP.
 
-Needs only Python 3 and numpy.  Skips (TAP "1..0 # SKIP") when the model
-file, the hyserve binary or numpy is absent, so `make check` stays green on
-hosts that have not run scripts/fetch-default-model.
+Needs only Python 3 and numpy.  A missing model file (scripts/
+fetch-default-model), hyserve binary or numpy (scripts/install-deps --test)
+is a failed check that says so, never a skip: scripts/run-tests provides all
+three.
 
 Usage: check-golden.py [--hyserve BIN] [--model GGUF] [--rel-rms X] ...
   BIN:  --hyserve, else $HYSERVE, else ./hyserve (the build directory)
@@ -45,9 +46,11 @@ class Tap:
         sys.stdout.flush()
 
 
-def skip_all(reason):
-    print("1..0 # SKIP %s" % reason)
-    sys.exit(0)
+def fail_all(reason):
+    """What the check needs is missing: one failed check and the plan."""
+    print("not ok 1 - %s" % reason)
+    print("1..1")
+    sys.exit(1)
 
 
 def sha256_file(path):
@@ -137,7 +140,7 @@ def main():
     try:
         import numpy as np
     except ImportError:
-        skip_all("numpy is not installed")
+        fail_all("numpy is not installed (scripts/install-deps --test)")
 
     with open(os.path.join(args.golden, "manifest.json"), encoding="utf-8") as f:
         manifest = json.load(f)
@@ -153,9 +156,9 @@ def main():
     if os.sep not in hyserve:
         hyserve = shutil.which(hyserve) or hyserve
     if not os.path.isfile(model):
-        skip_all("model %s absent (run scripts/fetch-default-model)" % model)
+        fail_all("model %s absent (run scripts/fetch-default-model)" % model)
     if not (os.path.isfile(hyserve) and os.access(hyserve, os.X_OK)):
-        skip_all("hyserve binary %s absent (set HYSERVE)" % hyserve)
+        fail_all("hyserve binary %s absent (set HYSERVE)" % hyserve)
 
     prompts = manifest["prompts"]
     if args.prompt:

@@ -1,8 +1,11 @@
-# tests/integration/fuzz.mk - a real libFuzzer run on the OpenAI request
-# parser, bounded in time (HY_FUZZ_SECONDS, default 60): the script builds
-# tests/fuzz/fuzz_api.c with clang -fsanitize=fuzzer,address,undefined from
-# the source tree and fuzzes from the checked-in seed corpus; it skips only
-# when clang's fuzzer runtime is missing.  Not under tests/unit/, so the
-# sanitizer build (check-unit) does not run it a second time.
-TESTS += tests/integration/test_fuzz_api.sh
-EXTRA_DIST += tests/integration/test_fuzz_api.sh tests/fuzz/corpus/api
+# tests/integration/fuzz.mk - real libFuzzer runs on the OpenAI request
+# parser and on the GGUF reader, each bounded in time (HY_FUZZ_SECONDS,
+# default 60): the scripts build tests/fuzz/fuzz_api.c and fuzz_gguf.c with
+# clang -fsanitize=fuzzer,address,undefined from the source tree
+# (fuzzlib.sh) and fuzz from the checked-in seed corpora; a missing clang or
+# fuzzer runtime fails (scripts/install-deps --test installs them).  Not
+# under tests/unit/, so the sanitizer build (check-unit) does not run them a
+# second time; their bounded replays (tests/fuzz/*_replay) run in every build.
+TESTS += tests/integration/test_fuzz_api.sh tests/integration/test_fuzz_gguf.sh
+EXTRA_DIST += tests/integration/test_fuzz_api.sh tests/integration/test_fuzz_gguf.sh \
+	tests/integration/fuzzlib.sh tests/fuzz/corpus/api

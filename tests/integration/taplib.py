@@ -1,5 +1,6 @@
 """taplib.py - shared helpers for the Python integration tests: TAP output
-(ok/skip/diag and the plan), polling, a plain HTTP client, and a
+(ok/skip/diag and the plan, and the rule for what the suite requires),
+polling, a plain HTTP client, and a
 "stack" that starts `hyserve serve` behind a private nginx (plain HTTP on a
 loopback port, nginx/hyserve-test.conf.in) in a temporary directory and tears
 it down again.  Tests import it from their own directory:
@@ -44,12 +45,30 @@ DEFAULT_MODEL = os.path.join(SRC, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 TINY_MODEL = os.path.join(SRC, "tests", "golden", "tiny", "llama.gguf")
 
 
+# What the suite needs and is not in the repository - the programs that
+# scripts/install-deps --test installs and the default model that
+# scripts/fetch-default-model fetches (scripts/run-tests runs both) - is
+# required: missing, it is a failed check naming the command that provides
+# it, never a skip.  Skips are left for what no script can provide: a GPU,
+# a CPU feature, root.
+
+
 def default_model():
-    """(path, has_chat_template): the default model when it was fetched,
-    else the tiny golden llama, which has no chat template."""
+    """(path, has_chat_template): the default model; when it was not fetched,
+    a failed check, then the tiny golden llama (no chat template) so that
+    the rest of the test still runs."""
     if os.path.exists(DEFAULT_MODEL):
         return DEFAULT_MODEL, True
+    ok(False, "the default model %s is missing (scripts/fetch-default-model)" % DEFAULT_MODEL)
     return TINY_MODEL, False
+
+
+def require(missing):
+    """missing: descriptions of absent programs or files (empty: all there).
+    Otherwise one failed check naming them, the plan, and exit."""
+    if missing:
+        ok(False, "needs %s (scripts/install-deps --test)" % ", ".join(missing))
+        sys.exit(done())
 
 
 # ---- TAP ---------------------------------------------------------------------

@@ -20,10 +20,10 @@ import taplib as t  # noqa: E402
 HYSERVE = t.HYSERVE
 MODEL = t.DEFAULT_MODEL
 
-if t.NGINX is None:
-    t.skip_all("needs nginx (scripts/install-deps --test)")
+t.require(["nginx"] if t.NGINX is None else [])
 if not os.path.exists(MODEL):
-    t.skip_all("needs the default model (scripts/fetch-default-model)")
+    t.ok(False, "the default model %s is missing (scripts/fetch-default-model)" % MODEL)
+    sys.exit(t.done())
 ok = t.ok
 
 

@@ -37,22 +37,17 @@ CTL = os.path.join(SRC, "scripts", "hyserve-ctl")
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 missing = [n for n, p in (("nginx", NGINX), ("openssl", shutil.which("openssl")),
                           ("cgi-fcgi (libfcgi-bin)", shutil.which("cgi-fcgi"))) if p is None]
-if missing:
-    print("1..0 # SKIP needs %s" % ", ".join(missing))
-    sys.exit(0)
 if not os.path.exists("/etc/nginx/fastcgi_params"):
-    print("1..0 # SKIP needs /etc/nginx/fastcgi_params (Debian nginx-common)")
-    sys.exit(0)
-
-DEFAULT_MODEL = os.path.join(SRC, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-TINY_MODEL = os.path.join(SRC, "tests", "golden", "tiny", "llama.gguf")
-MODEL = DEFAULT_MODEL if os.path.exists(DEFAULT_MODEL) else TINY_MODEL
+    missing.append("/etc/nginx/fastcgi_params (nginx-common)")
 N_WORKERS = 6
 
 # TAP and polling helpers shared by the integration scripts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import taplib  # noqa: E402
 from taplib import diag, free_port, ok, wait_for  # noqa: E402
+
+taplib.require(missing)  # installed by scripts/install-deps --test: a failure if not
+MODEL = taplib.default_model()[0]
 
 
 # ---- layout under a temp prefix -------------------------------------------
@@ -413,7 +408,7 @@ try:
                            timeout=20)
         ok(r.stdout == "2 200", "HTTP/2 via ALPN (curl: %s)" % r.stdout)
     else:
-        ok(True, "HTTP/2 # SKIP no curl")
+        ok(False, "HTTP/2: curl is missing (scripts/install-deps --test)")
 
     # -- blue/green
     rc, _, err = ctl("switch", "green")

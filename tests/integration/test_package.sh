@@ -8,11 +8,19 @@
 # over HTTPS with a key made by the installed hyserve-ctl, stop it, purge it,
 # and check that nothing the package or the service made is left behind.
 #
-# Leaves the machine as it found it: everything it creates (package, user,
-# /etc/hyserve, /run /var/lib /var/cache /var/log hyserve trees, the private
-# nginx) is removed on every exit path.  Skips (TAP "1..0 # SKIP") when not
-# root, without the tools, or when any trace of an installed hyserve exists,
-# because purging would then destroy someone's deployment.
+# It never touches the machine it runs on: the whole test runs in a
+# throw-away root, an overlay of / whose writes go to a tmpfs, chrooted into
+# in private mount and network namespaces (unshare -m -n).  So dpkg -i/-r/
+# --purge, adduser/deluser, /etc/hyserve, /run, /var/{lib,cache,log}/hyserve,
+# /dev/shm and the loopback port all belong to the test and vanish with it,
+# and a hyserve already installed or running here (scripts/quickstart, a
+# real deployment, another copy of this test) is neither seen nor disturbed:
+# inside the root every trace of one is removed first (in the overlay only),
+# so the result is the same before and after the quick start.  Needs root
+# and mount namespaces with overlayfs (skips without them: a privilege, not
+# a missing tool); every tool it uses is installed by scripts/install-deps
+# --test and the model by scripts/fetch-default-model, so a missing one is a
+# failure.
 # Environment: HY_SRCDIR, HYSERVE (set by `make check`), HY_MODEL (default
 # $HY_SRCDIR/models/SmolLM2-135M-Instruct.Q4_1.gguf), HY_PACKAGE_CHECK=1 to
 # also run the unit tests inside dpkg-buildpackage (CI runs them elsewhere).
@@ -22,39 +30,110 @@ top=${HY_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 model=${HY_MODEL:-$top/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 inst=blue
 unit=/lib/systemd/system/hyserve@.service
+. "$top/tests/integration/taplib.sh"
 
 skip() { echo "1..0 # SKIP $*"; exit 0; }
+# a missing tool or file: one failed line and the plan
+missing() { ok 1 "$*"; finish; }
 
-# ---- can we run here at all? ------------------------------------------------
-[ "$(id -u)" = 0 ] || skip "needs root (installs and purges the package)"
-for t in dpkg-buildpackage dpkg-checkbuilddeps nginx openssl curl setpriv setsid \
-         adduser deluser python3 flock; do
-    command -v "$t" >/dev/null 2>&1 || skip "$t is missing"
-done
-[ -f "$model" ] || skip "default model $model missing (scripts/fetch-default-model)"
-# A second copy of this test (another build dir) would fight over the same
-# system paths: one at a time, and the lock is on this file, so no lock file
-# is left behind.
-exec 9<"$0"
-flock -n 9 || skip "another test_package.sh is running"
+# ---- the throw-away root -------------------------------------------------------
+# Outside (HY_PKG_STAGE unset): check what cannot be fixed from inside, then
+# re-run this script in new mount and network namespaces.  There
+# (HY_PKG_STAGE=root): build the root and chroot into it.  In the root
+# (HY_PKG_STAGE=test): the test proper.
+case ${HY_PKG_STAGE:-} in
+"")
+    [ "$(id -u)" = 0 ] || skip "needs root (installs and purges the package in a throw-away root)"
+    for t in dpkg-buildpackage dpkg-checkbuilddeps nginx openssl curl setpriv setsid \
+             adduser deluser python3 unshare chroot ip findmnt; do
+        command -v "$t" >/dev/null 2>&1 || missing "$t is missing (scripts/install-deps --test)"
+    done
+    [ -f "$model" ] || missing "default model $model missing (scripts/fetch-default-model)"
+    getent group www-data >/dev/null || missing "no www-data group (nginx's user; install-deps --test)"
+    root=$(mktemp -d /tmp/hyserve-pkgroot.XXXXXX) || missing "mktemp failed"
+    unshare -m -n --propagation private sh -c \
+        'mount -t tmpfs t "$1" && mkdir "$1/u" "$1/w" "$1/r" &&
+         mount -t overlay o -o "lowerdir=/,upperdir=$1/u,workdir=$1/w" "$1/r"' sh "$root" \
+        >/dev/null 2>&1 || { rmdir "$root"; skip "no mount namespace with overlayfs here (unshare -m -n)"; }
+    # What the test reads from the machine, by absolute path: the source
+    # tree (this script too), the build directory, the model's directory.
+    top=$(cd "$top" && pwd)
+    self=$top/tests/integration/test_package.sh
+    bdir=""
+    [ -n "${HYSERVE:-}" ] && bdir=$(cd "$(dirname "$HYSERVE")" 2>/dev/null && pwd)
+    mdir=$(dirname "$(readlink -f "$model")")
+    HY_PKG_STAGE=root HY_PKG_ROOT=$root HY_PKG_BINDS="$top $bdir $mdir" HY_SRCDIR=$top \
+        unshare -m -n --propagation private sh "$self"
+    rc=$?
+    rmdir "$root"
+    exit $rc
+    ;;
+root)
+    # The root: / as the lower layer of an overlay whose upper layer is a
+    # tmpfs, the kernel's trees bound in, fresh /dev/shm, /run and /tmp, the
+    # paths above bound in (the overlay does not cross mount points), and a
+    # loopback of its own.
+    r=$HY_PKG_ROOT/r
+    # (the messages go to a variable: a file would land on the host's disk
+    # under the tmpfs about to be mounted there)
+    if ! out=$({ mount -t tmpfs -o mode=0755 hyserve-pkgroot "$HY_PKG_ROOT" &&
+           mkdir "$HY_PKG_ROOT/u" "$HY_PKG_ROOT/w" "$r" &&
+           mount -t overlay hyserve-pkgroot -o "lowerdir=/,upperdir=$HY_PKG_ROOT/u,workdir=$HY_PKG_ROOT/w" "$r" &&
+           mount --rbind /proc "$r/proc" && mount --rbind /sys "$r/sys" &&
+           mount --rbind /dev "$r/dev" &&
+           mount -t tmpfs -o mode=1777,nosuid,nodev hyserve-shm "$r/dev/shm" &&
+           mount -t tmpfs -o mode=0755,nosuid,nodev hyserve-run "$r/run" &&
+           mkdir -m 1777 "$r/run/lock" &&
+           mount -t tmpfs -o mode=1777,nosuid,nodev hyserve-tmp "$r/tmp" &&
+           bound=0 && for d in $HY_PKG_BINDS; do
+               mkdir -p "$r$d" && mount --rbind "$d" "$r$d" && bound=$((bound + 1))
+           done && [ "$bound" = "$(echo $HY_PKG_BINDS | wc -w)" ] &&
+           ip link set lo up; } 2>&1); then
+        ok 1 "throw-away root: $(echo "$out" | tr '\n' ' ')"
+        finish
+    fi
+    # What the machine has of hyserve is not the test's: gone from the root
+    # (whiteouts in the overlay, nothing on the host).  A package installed
+    # here is purged inside the root, which also takes its user away.
+    st=$(chroot "$r" dpkg-query -W -f='${db:Status-Status}' hyserve 2>/dev/null)
+    [ -z "$st" ] || [ "$st" = not-installed ] ||
+        chroot "$r" dpkg --purge --force-all hyserve hyserve-cuda >/dev/null 2>&1
+    for p in /etc/hyserve /usr/bin/hyserve /usr/bin/hyserve-cuda /usr/sbin/hyserve-ctl \
+             /lib/systemd/system/hyserve@.service /etc/systemd/system/hyserve@.service \
+             /etc/systemd/system/multi-user.target.wants/hyserve@blue.service \
+             /etc/nginx/sites-available/hyserve /etc/nginx/sites-enabled/hyserve \
+             /var/lib/hyserve /var/cache/hyserve /var/log/hyserve; do
+        rm -rf "${r:?}$p"
+    done
+    chroot "$r" sh -c 'getent passwd hyserve >/dev/null && deluser --quiet --system hyserve
+                       getent group hyserve >/dev/null && delgroup --quiet --system hyserve' \
+        >/dev/null 2>&1
+    exec chroot "$r" env HY_PKG_STAGE=test sh -c 'cd "$1" 2>/dev/null || cd /; exec sh "$2"' \
+        sh "$PWD" "$0"
+    ;;
+esac
+
+# ---- in the root: a clean slate? ------------------------------------------------
+# Checked, not assumed: the purge at the end must find exactly what the
+# package made.
+left=""
 for p in /etc/hyserve /usr/bin/hyserve /usr/sbin/hyserve-ctl "$unit" \
          /etc/nginx/sites-available/hyserve /etc/nginx/sites-enabled/hyserve \
          /run/hyserve /var/lib/hyserve /var/cache/hyserve /var/log/hyserve \
          /dev/shm/hyserve-$inst; do
-    [ -e "$p" ] || [ -L "$p" ] && skip "hyserve is already installed here ($p exists)"
+    { [ -e "$p" ] || [ -L "$p" ]; } && left="$left $p"
 done
 st=$(dpkg-query -W -f='${db:Status-Status}' hyserve 2>/dev/null)
-[ -z "$st" ] || [ "$st" = not-installed ] || skip "hyserve is already installed here (dpkg: $st)"
-getent passwd hyserve >/dev/null && skip "hyserve is already installed here (user hyserve exists)"
-getent group hyserve >/dev/null && skip "hyserve is already installed here (group hyserve exists)"
-getent group www-data >/dev/null || skip "no www-data group (nginx's user)"
+[ -z "$st" ] || [ "$st" = not-installed ] || left="$left dpkg:$st"
+getent passwd hyserve >/dev/null && left="$left user:hyserve"
+getent group hyserve >/dev/null && left="$left group:hyserve"
+ok "$([ -z "$left" ] && echo 0 || echo 1)" "a throw-away root (overlay of /, private mounts and network) with no hyserve in it${left:+; left:$left}"
+[ -z "$left" ] || finish
 
 # ---- TAP and cleanup ---------------------------------------------------------
-. "$top/tests/integration/taplib.sh"
-
-T=$(mktemp -d /tmp/hyserve-pkgtest.XXXXXX) || { echo "1..0 # SKIP mktemp failed"; exit 0; }
+T=$(mktemp -d /tmp/hyserve-pkgtest.XXXXXX) || missing "mktemp failed"
 chmod 0755 "$T" # nginx workers (www-data) use temp paths below it
-srv_pid="" ngx_pid="" touched=0
+srv_pid="" ngx_pid=""
 
 stop_server() {
     [ -n "$srv_pid" ] || return 0
@@ -75,25 +154,13 @@ stop_nginx() {
     wait "$ngx_pid" 2>/dev/null
     ngx_pid=""
 }
-# Every exit path: stop what we started, purge, remove what we made.  We
-# checked above that none of these paths, the user or the group existed.
+# Every exit path: stop what we started.  The package, its user and every
+# file it made live in the throw-away root, which goes with the namespace.
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
     set +e
     stop_server
     stop_nginx
-    if [ "$touched" = 1 ]; then
-        st=$(dpkg-query -W -f='${db:Status-Status}' hyserve 2>/dev/null)
-        if [ -n "$st" ] && [ "$st" != not-installed ]; then
-            rm -rf "/etc/hyserve/$inst.ini" /etc/hyserve/tls
-            dpkg --purge hyserve >/dev/null 2>&1
-        fi
-        rm -f /etc/nginx/sites-enabled/hyserve
-        rm -rf /etc/hyserve /run/hyserve /var/lib/hyserve /var/cache/hyserve /var/log/hyserve \
-            "/dev/shm/hyserve-$inst"
-        getent passwd hyserve >/dev/null && deluser --quiet --system hyserve >/dev/null 2>&1
-        getent group hyserve >/dev/null && delgroup --quiet --system hyserve >/dev/null 2>&1
-    fi
     rm -rf "$T"
 }
 trap cleanup EXIT
@@ -131,8 +198,7 @@ cp -R "$src/packaging/debian" "$src/debian"
 deps=$(cd "$src" && dpkg-checkbuilddeps 2>&1)
 if [ -n "$deps" ]; then
     echo "$deps" | diag
-    skip_rest "build dependencies missing" ".deb built" "lintian" "install" "service" "HTTPS" "purge"
-    finish
+    missing "build dependencies missing (scripts/install-deps --test): $(echo "$deps" | tr '\n' ' ')"
 fi
 opts="parallel=$(nproc 2>/dev/null || echo 2)"
 [ "${HY_PACKAGE_CHECK:-0}" = 1 ] || opts="nocheck $opts"
@@ -152,22 +218,18 @@ if command -v lintian >/dev/null; then
     errs=$(grep -c '^E: ' "$T/lintian.log")
     ok "$([ "$errs" = 0 ] && echo 0 || echo 1)" "lintian: no errors on the .deb and .changes ($errs E: tags)"
 else
-    n=$((n + 1)); echo "ok $n - lintian # SKIP lintian not installed"
+    ok 1 "lintian is missing (scripts/install-deps --test)"
 fi
 
 # ---- 3. install ---------------------------------------------------------------
 # dpkg -i does not pull dependencies: check them first so that a missing one
 # reads as what it is, and dpkg never leaves a half-configured package.
-missing=""
+need=""
 for d in $(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/|.*//; s/(.*//; s/:any//' | tr -d ' '); do
     s=$(dpkg-query -W -f='${db:Status-Status}' "$d" 2>/dev/null)
-    [ "$s" = installed ] || missing="$missing $d"
+    [ "$s" = installed ] || need="$need $d"
 done
-if [ -n "$missing" ]; then
-    skip_rest "runtime dependencies not installed:$missing" "install" "service" "HTTPS" "purge"
-    finish
-fi
-touched=1
+[ -z "$need" ] || missing "runtime dependencies not installed (scripts/install-deps --test):$need"
 dpkg -i "$deb" >"$T/install.log" 2>&1
 rc=$?
 ok $rc "dpkg -i installs the package"
@@ -587,7 +649,7 @@ if command -v lintian >/dev/null; then
     errs=$(grep -c '^E: ' "$T/lintian-cuda.log")
     ok "$([ "$errs" = 0 ] && echo 0 || echo 1)" "lintian: no errors on hyserve-cuda ($errs E: tags)"
 else
-    n=$((n + 1)); echo "ok $n - hyserve-cuda lintian # SKIP lintian not installed"
+    ok 1 "lintian is missing (scripts/install-deps --test)"
 fi
 out=$("$T/cx/usr/bin/hyserve-cuda" run -m "$model" -p "The capital of France is" -n 4 --temp 0 \
     --backend cuda 2>&1 >"$T/cuda-run.out")

@@ -31,8 +31,7 @@ try:
 except ImportError:
     openai = None
 
-if t.NGINX is None or openai is None:
-    t.skip_all("needs nginx and the python openai package (scripts/install-deps --test)")
+t.require([n for n, p in (("nginx", t.NGINX), ("the python openai package", openai)) if p is None])
 
 MODEL, HAS_CHAT = t.default_model()
 MODEL_ID = os.path.basename(MODEL)[:-5]

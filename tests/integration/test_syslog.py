@@ -7,7 +7,9 @@ nginx logs to it; requests made through nginx must appear as hyserve's
 key=value lines with the values the clients saw, lifecycle events too, and
 no request line may be lost or doubled across a rename + `syslog-ng-ctl
 reopen` made under load, nor across a real `logrotate -f` run.  TAP; skips
-(1..0 # SKIP) without nginx or syslog-ng.
+(1..0 # SKIP) only where a private /dev/log cannot be made (not root, no
+`unshare -m`); a missing nginx, syslog-ng or logrotate is a failure
+(scripts/install-deps --test installs them).
 
 glibc's syslog() always writes to /dev/log.  Unless hyserve's config has a
 [log] socket key, the coordinator runs in a private mount namespace whose
@@ -39,11 +41,11 @@ ROTATE = os.path.join(t.SRC, "etc", "logrotate.d", "hyserve")
 PROD_DIR = "/var/log/hyserve"
 
 missing = [n for n, p in (("nginx", t.NGINX), ("syslog-ng (syslog-ng-core)", SYSLOG_NG),
-                          ("syslog-ng-ctl", SYSLOG_NG_CTL)) if p is None]
-if missing:
-    t.skip_all("needs %s (scripts/install-deps --test)" % ", ".join(missing))
+                          ("syslog-ng-ctl", SYSLOG_NG_CTL), ("logrotate", LOGROTATE),
+                          ("logger (bsdutils)", LOGGER)) if p is None]
 if not os.path.exists(t.FASTCGI_PARAMS):
-    t.skip_all("needs %s (Debian nginx-common)" % t.FASTCGI_PARAMS)
+    missing.append(t.FASTCGI_PARAMS + " (nginx-common)")
+t.require(missing)
 
 
 def ini_has_log_socket():
@@ -168,18 +170,15 @@ def main():
             return
 
         # ---- the filter: hyserve programs only, one file each ----
-        if LOGGER:
-            for tag in ("cron", "hyservex", "hyserve-blue"):
-                subprocess.run([LOGGER, "-u", sock, "-t", tag, "event=filter_probe tag=" + tag],
-                               check=True)
-            got = t.wait_for(lambda: "tag=hyserve-blue" in open(
-                os.path.join(logdir, "hyserve-blue.log")).read(), 10)
-            others = [f for f in os.listdir(logdir) if f != "hyserve-blue.log"] if got else None
-            t.ok(got and others == [],
-                 "hyserve-blue lands in hyserve-blue.log; cron and hyservex go nowhere (%s)"
-                 % others)
-        else:
-            t.skip("the program filter", "needs logger (bsdutils)")
+        for tag in ("cron", "hyservex", "hyserve-blue"):
+            subprocess.run([LOGGER, "-u", sock, "-t", tag, "event=filter_probe tag=" + tag],
+                           check=True)
+        got = t.wait_for(lambda: "tag=hyserve-blue" in open(
+            os.path.join(logdir, "hyserve-blue.log")).read(), 10)
+        others = [f for f in os.listdir(logdir) if f != "hyserve-blue.log"] if got else None
+        t.ok(got and others == [],
+             "hyserve-blue lands in hyserve-blue.log; cron and hyservex go nowhere (%s)"
+             % others)
 
         # ---- hyserve serve + nginx, logging to the private socket ----
         ini = {"log": {"stderr": "true", "level": "info", "ident": "hyserve"}}
@@ -387,49 +386,48 @@ def main():
              "requests after the reopen go to the new hyserve-fcgi.log")
 
         # ---- a real logrotate run of the shipped file ----
-        if LOGROTATE is None:
-            t.skip("logrotate -d parses etc/logrotate.d/hyserve", "needs logrotate")
-            t.skip("logrotate -f rotates, nothing lost", "needs logrotate")
-        else:
-            with open(ROTATE) as f:
-                rot = f.read()
-            r = subprocess.run([LOGROTATE, "-d", "-s", os.path.join(d, "lr-debug.state"), ROTATE],
-                               capture_output=True, text=True)
-            out = r.stdout + r.stderr
-            t.ok(r.returncode == 0 and "error" not in out.lower() and
-                 "rotating pattern: %s/*.log" % PROD_DIR in out,
-                 "logrotate -d parses etc/logrotate.d/hyserve and rotates %s/*.log" % PROD_DIR)
-            if r.returncode != 0:
-                t.diag(out[-600:])
-            # The shipped file, with only the directory and the control
-            # socket substituted, rotating the live files.
-            rconf = os.path.join(d, "logrotate.conf")
-            with open(rconf, "w") as f:
-                f.write(rot.replace(PROD_DIR, logdir).replace(
-                    "syslog-ng-ctl reopen", "%s reopen --control=%s" % (SYSLOG_NG_CTL, ctl)))
-            os.chmod(rconf, 0o644)
-            for i in range(2):
-                req("/v1/nothing", None, method="GET", want=404)
-            r = subprocess.run([LOGROTATE, "-f", "-s", os.path.join(d, "lr.state"), rconf],
-                               capture_output=True, text=True)
-            rotated = os.path.exists(os.path.join(logdir, "hyserve-fcgi.log.1"))
-            t.ok(r.returncode == 0 and rotated,
-                 "logrotate -f with the shipped file rotates hyserve-fcgi.log to .1 %s"
-                 % (r.stdout + r.stderr).strip()[-300:])
-            after_rot = []
-            for i in range(3):
-                n0 = set(expected)
-                req("/v1/completions", small) if i == 0 else req("/v1/nothing", None,
-                                                                 method="GET", want=404)
-                after_rot += list(set(expected) - n0)
-            t.wait_for(lambda: set(expected) <= set(count_ids()), 15)
-            c = count_ids()
-            lost = [i for i in expected if c.get(i, 0) == 0]
-            dup = [i for i in expected if c.get(i, 0) > 1]
-            new_ids = {row[3].get("req") for row in read_lines([new_file])[0]}
-            t.ok(not lost and not dup and set(after_rot) <= new_ids,
-                 "after logrotate: %d ids exactly once, new ones in the new file "
-                 "(lost %s, doubled %s)" % (len(expected), lost[:5], dup[:5]))
+        with open(ROTATE) as f:
+            rot = f.read()
+        # The shipped file, with only the directory and the control
+        # socket substituted: logrotate never looks at the machine's
+        # /var/log/hyserve (a quick start or a deployment has files
+        # there) and keeps its state in the test's directory.
+        rconf = os.path.join(d, "logrotate.conf")
+        with open(rconf, "w") as f:
+            f.write(rot.replace(PROD_DIR, logdir).replace(
+                "syslog-ng-ctl reopen", "%s reopen --control=%s" % (SYSLOG_NG_CTL, ctl)))
+        os.chmod(rconf, 0o644)
+        r = subprocess.run([LOGROTATE, "-d", "-s", os.path.join(d, "lr-debug.state"), rconf],
+                           capture_output=True, text=True)
+        out = r.stdout + r.stderr
+        t.ok(r.returncode == 0 and "error" not in out.lower() and
+             ("%s/*.log {" % PROD_DIR) in rot and "rotating pattern: %s/*.log" % logdir in out,
+             "logrotate -d parses etc/logrotate.d/hyserve, which rotates %s/*.log (here "
+             "the test's copy of it)" % PROD_DIR)
+        if r.returncode != 0 or "error" in out.lower():
+            t.diag(out[-600:])
+        for i in range(2):
+            req("/v1/nothing", None, method="GET", want=404)
+        r = subprocess.run([LOGROTATE, "-f", "-s", os.path.join(d, "lr.state"), rconf],
+                           capture_output=True, text=True)
+        rotated = os.path.exists(os.path.join(logdir, "hyserve-fcgi.log.1"))
+        t.ok(r.returncode == 0 and rotated,
+             "logrotate -f with the shipped file rotates hyserve-fcgi.log to .1 %s"
+             % (r.stdout + r.stderr).strip()[-300:])
+        after_rot = []
+        for i in range(3):
+            n0 = set(expected)
+            req("/v1/completions", small) if i == 0 else req("/v1/nothing", None,
+                                                             method="GET", want=404)
+            after_rot += list(set(expected) - n0)
+        t.wait_for(lambda: set(expected) <= set(count_ids()), 15)
+        c = count_ids()
+        lost = [i for i in expected if c.get(i, 0) == 0]
+        dup = [i for i in expected if c.get(i, 0) > 1]
+        new_ids = {row[3].get("req") for row in read_lines([new_file])[0]}
+        t.ok(not lost and not dup and set(after_rot) <= new_ids,
+             "after logrotate: %d ids exactly once, new ones in the new file "
+             "(lost %s, doubled %s)" % (len(expected), lost[:5], dup[:5]))
 
         # ---- drain on SIGTERM ----
         stack.nginx.send_signal(signal.SIGQUIT)
@@ -447,7 +445,7 @@ def main():
         wrong_file = [r for r in rows if not os.path.basename(r[0]).startswith(r[1] + ".log")]
         t.ok(rows and not bad and not wrong_file and
              {os.path.basename(p).split(".log")[0] for p in allfiles} == {
-                 "hyserve", "hyserve-fcgi", "hyserve-blue" if LOGGER else "hyserve"},
+                 "hyserve", "hyserve-fcgi", "hyserve-blue"},
              "%d lines in %d files, all 'ISODATE HOST PROGRAM[PID]: LEVEL event=...' in "
              "<program>.log (%s)" % (len(rows), len(allfiles), (bad + wrong_file)[:2]))
     except Exception as ex:  # noqa

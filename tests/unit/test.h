@@ -55,4 +55,27 @@ static const char *hy_t_srcpath(const char *rel)
     return buf[k];
 }
 
+/* The whole file in a malloc'd buffer (NULL when it cannot be read; an
+ * empty file gives a 1-byte buffer and *size 0). */
+static unsigned char *hy_t_read_all(const char *path, size_t *size) __attribute__((unused));
+static unsigned char *hy_t_read_all(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = NULL;
+    long n = -1;
+
+    *size = 0;
+    if (f == NULL)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) != NULL && fread(buf, 1, (size_t)n, f) == (size_t)n)
+        *size = (size_t)n;
+    else {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
 #endif

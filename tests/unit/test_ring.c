@@ -1,9 +1,10 @@
 /*
  * test_ring.c - request slots and token rings across processes: 100k tokens
  * from an engine process to a worker process through a 16-entry ring (so it
- * wraps thousands of times), futex wake latency, read timeout, cancel of a
- * queued and of a running request, EFULL when every slot is busy, priority
- * order, and reaping the requests of a worker killed with SIGKILL.
+ * wraps thousands of times), the futex wake-up of a sleeping reader, read
+ * timeout, cancel of a queued and of a running request, EFULL when every
+ * slot is busy, priority order, and reaping the requests of a worker killed
+ * with SIGKILL.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -107,20 +108,43 @@ static void test_stream(hy_shm_t *shm)
             "slot freed after finish + release; generation_tokens counted");
 }
 
+/* Whether process pid is asleep ('S' in /proc/PID/stat). */
+static int proc_sleeping(pid_t pid)
+{
+    char path[64], buf[256], *p;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    if ((f = fopen(path, "r")) == NULL)
+        return 0;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')'); /* the state follows the command name */
+    return p != NULL && p[1] == ' ' && p[2] == 'S';
+}
+
+/* The wake-up is checked by what happened, not by how long it took: the
+ * reader is known to be asleep in FUTEX_WAIT (its slot says it is waiting
+ * and the kernel says it sleeps) before the push, and it must come back
+ * with the token before its own 30 s timeout, which only a wake can do. */
 static void test_latency(hy_shm_t *shm)
 {
     hy_req_params_t rp;
     hy_req_handle_t h;
     hy_ring_tok_t t, out;
     hy_req_status_t st;
+    hy_req_slot_t *slot;
     int32_t prompt[1] = {5}, idx;
-    int fds[2], n;
-    int64_t t0, t1, woke_ns = 0;
+    int fds[2], n, asleep = 0, i;
+    int64_t t0, t1, woke[2] = {0, 0};
     pid_t pid;
 
     req_params(&rp, 0);
     hy_req_submit(shm, &rp, prompt, 1, &h, err);
     hy_req_take(shm, &idx);
+    slot = hy_req_slot(shm, idx);
     t0 = hy_shm_now_ns();
     n = hy_req_read(shm, h, &out, 1, 50, &st, err);
     t1 = hy_shm_now_ns();
@@ -132,24 +156,30 @@ static void test_latency(hy_shm_t *shm)
     pid = fork();
     if (pid == 0) {
         hy_shm_t *w;
-        int64_t d;
+        int64_t d[2];
         if (hy_shm_attach(&w, inst, err) != HY_OK)
             _exit(1);
-        n = hy_req_read(w, h, &out, 1, 5000, &st, err); /* blocks in FUTEX_WAIT */
-        d = hy_shm_now_ns();
-        if (write(fds[1], &d, sizeof d) != sizeof d || n != 1 || out.token != 77)
+        d[0] = hy_shm_now_ns();
+        n = hy_req_read(w, h, &out, 1, 30000, &st, err); /* blocks in FUTEX_WAIT */
+        d[1] = hy_shm_now_ns();
+        if (write(fds[1], d, sizeof d) != sizeof d || n != 1 || out.token != 77)
             _exit(2);
         _exit(0);
     }
-    usleep(100000); /* let it sleep */
+    /* up to 20 s for the child to start and fall asleep on the slot's word */
+    for (i = 0; i < 20000 && !asleep; i++) {
+        asleep = atomic_load(&slot->waiting) == 1 && proc_sleeping(pid);
+        if (!asleep)
+            usleep(1000);
+    }
     memset(&t, 0, sizeof t);
     t.token = 77;
-    t0 = hy_shm_now_ns();
     hy_req_push(shm, idx, &t);
-    n = (int)read(fds[0], &woke_ns, sizeof woke_ns);
+    n = (int)read(fds[0], woke, sizeof woke);
     waitpid(pid, NULL, 0);
-    HY_T_OK(n == sizeof woke_ns && woke_ns - t0 < 50000000,
-            "futex wake latency after push: %.3f ms (< 50)", (double)(woke_ns - t0) / 1e6);
+    HY_T_OK(asleep && n == sizeof woke && woke[1] - woke[0] < 30000000000LL,
+            "a reader asleep in FUTEX_WAIT is woken by the push, before its 30 s timeout "
+            "(asleep %d, back after %.3f ms)", asleep, (double)(woke[1] - woke[0]) / 1e6);
     close(fds[0]);
     close(fds[1]);
     hy_req_finish(shm, idx, HY_REQ_DONE, HY_FINISH_STOP, 0, NULL);
