@@ -737,7 +737,7 @@ static void hy_e_runner(hy_model_t *m, hy_backend_t *be)
 int main(void)
 {
     static const char *const models[] = {"llama", "qwen3next", "lfm2", "granitehybrid-dense",
-                                         "nemotron_h"};
+                                         "nemotron_h", "minimax"};
     hy_backend_opts_t bo = {.n_threads = 1};
     char err[HY_ERR_LEN], rel[128];
     hy_e_env_t v;
