@@ -1,7 +1,7 @@
 /*
  * test_minimax.c - loading the lightning-attention family (minimax-01): the
- * tiny model loads with its layer pattern, state sizes, MoE routing,
- * residual alpha and decay slopes; copies whose metadata disagrees with
+ * tiny model loads with its layer pattern, state sizes (as the planner
+ * quotes them), MoE routing, residual alpha and decay slopes; copies whose metadata disagrees with
  * the tensors or the rules (a lightning tensor missing, the layer pattern
  * flipped or absent, a required key absent, head counts, head sizes,
  * expert counts, alpha) are refused with a message naming the key or
@@ -10,6 +10,7 @@
  * character patched in place, or a key inserted.
  */
 #include "gguf_patch.h"
+#include "kv/plan.h"
 #include "test.h"
 
 #include <math.h>
@@ -96,6 +97,18 @@ static void check_loaded(void)
     }
     HY_T_OK(slopes, "decay slopes of layers 0 and 3 follow transformers' formula "
             "(%.6g %.6g %.6g %.6g; layer 3: %.3g)", s0[0], s0[1], s0[2], s0[3], s3[0]);
+    {
+        /* the planner sees the kind: state per sequence, no KV per token */
+        hy_plan_t p;
+        rc = hy_plan_make(&p, m, be, 1024, 2, 16, HY_DTYPE_F16, err);
+        HY_T_OK(rc == HY_OK && p.n_layers[HY_LAYER_LIGHTNING] == 3 &&
+                    p.state_bytes_per_seq[HY_LAYER_LIGHTNING] == 3 * 3072 * sizeof(float) &&
+                    p.kv_bytes_per_token[HY_LAYER_LIGHTNING] == 0 && p.slot_bytes == 36864 &&
+                    p.n_slots == 2 && hy_plan_kind_letter(HY_LAYER_LIGHTNING) == 'L',
+                "plan: 3 lightning layers keep %llu state bytes per sequence and no KV (%s)",
+                (unsigned long long)p.state_bytes_per_seq[HY_LAYER_LIGHTNING],
+                rc == HY_OK ? "ok" : err);
+    }
     hy_model_free(m);
 }
 
