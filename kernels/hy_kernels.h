@@ -157,10 +157,10 @@ int hy_cuk_ssd(const hy_cuk_seqs_t *sq, const float *x, int32_t x_stride, const 
 /* Lightning attention (see hy_lightning_params_t and backend/lightning.h):
  * chunk 1 the token-by-token recurrence, chunk >= 2 the blocked form of
  * kernels/hy_lightning.h for every sequence (decode included), needing
- * hy_la_smem_floats(d, chunk) floats of shared memory per block; slope
- * [n_head] on the device. */
+ * hy_la_smem_floats(d, chunk) floats of shared memory per block; decay
+ * [n_head][chunk + 1] on the device. */
 int hy_cuk_lightning(const hy_cuk_seqs_t *sq, const float *q, const float *k, const float *v,
-                     int64_t row_stride, int64_t head_stride, const float *slope, float *o,
+                     int64_t row_stride, int64_t head_stride, const float *decay, float *o,
                      int32_t n_head, int32_t d, int32_t chunk, hy_cuk_stream_t stream);
 
 /* ---- mixture of experts (kernels/hy_moe.cu) ------------------------------------ */

@@ -12,11 +12,9 @@
  * Every product and sum is rounded on its own (__fmul_rn / __fadd_rn on the
  * device, which nvcc never contracts into an FMA; plain * and + on the
  * host, built with -ffp-contract=off) in the order backend/lightning.h
- * writes down, and each output element is one thread's sum in that order:
- * the device computes the CPU kernels' bits, but for the decay table,
- * whose exp() comes from the device's libm (double precision, rounded to
- * float: a difference would need exp's error to straddle a float rounding
- * boundary).
+ * writes down, and each output element is one thread's sum in that order,
+ * reading the decay table the CPU reads (built at load, uploaded): the
+ * device computes the CPU kernels' bits.
  *
  * A block owns one (sequence, head, tile of HY_LA_TV value columns).  The
  * value columns of S and V are independent, so tiles need not talk; the
@@ -53,16 +51,10 @@
 typedef struct {
     const float *q, *k, *v;   /* head h of row r at + r*row_stride + h*head_stride */
     int64_t row_stride, head_stride;
-    const float *slope;       /* [n_head] */
+    const float *decay;       /* [n_head][chunk + 1]: lambda_h^n */
     float *o;                 /* [n_tok][n_head * d] */
     int32_t n_head, d, chunk; /* chunk >= 2 for hy_la_block */
 } hy_la_args_t;
-
-/* backend/lightning.h's hy_lightning_decay, on either side. */
-HY_LA_HD float hy_la_decay(float s, int n)
-{
-    return (float)exp(-(double)s * (double)n);
-}
 
 /* Floats a head keeps in the slot (backend/lightning.h's layout). */
 HY_LA_HD int64_t hy_la_head_floats(int d, int C)
@@ -98,7 +90,7 @@ HY_LA_FN void hy_la_block(const hy_la_args_t *a, int64_t row0, int n, int64_t n_
         S[i * TV + j] = St[(int64_t)i * d + j0 + j];
     }
     for (int e = tid; e <= C; e += nth)
-        lam[e] = hy_la_decay(a->slope[h], e);
+        lam[e] = a->decay[(int64_t)h * (C + 1) + e];
     for (int e = tid; e < d * m; e += nth) {
         const int i = e / m, r = e % m;
         K[i * C + r] = KTg[(int64_t)i * C + r];

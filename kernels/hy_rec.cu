@@ -355,7 +355,7 @@ __global__ void hy_lightning_rec_kernel(hy_cuk_seqs_t sq, hy_la_args_t a)
     extern __shared__ float sm[]; /* q[d] | k[d] of the current row */
     const int h = blockIdx.x, s = blockIdx.y, d = a.d;
     const int first = sq.first[s], n = sq.n[s];
-    const float lam1 = hy_la_decay(a.slope[h], 1);
+    const float lam1 = a.decay[(int64_t)h * 2 + 1]; /* chunk 1: rows of 2 */
     float *S = sq.st + (int64_t)sq.slot[s] * sq.slot_floats + sq.rec_off + (int64_t)h * d * d;
 
     for (int t = 0; t < n; t++) {
@@ -374,11 +374,11 @@ __global__ void hy_lightning_rec_kernel(hy_cuk_seqs_t sq, hy_la_args_t a)
 
 extern "C" int hy_cuk_lightning(const hy_cuk_seqs_t *sq, const float *q, const float *k,
                                 const float *v, int64_t row_stride, int64_t head_stride,
-                                const float *slope, float *o, int32_t n_head, int32_t d,
+                                const float *decay, float *o, int32_t n_head, int32_t d,
                                 int32_t chunk, hy_cuk_stream_t stream)
 {
     static int granted[64];
-    const hy_la_args_t a = {q, k, v, row_stride, head_stride, slope, o, n_head, d, chunk};
+    const hy_la_args_t a = {q, k, v, row_stride, head_stride, decay, o, n_head, d, chunk};
     size_t optin = 0, shm;
     int rc;
 

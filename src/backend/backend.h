@@ -288,12 +288,14 @@ struct hy_backend_i {
                 const hy_ssd_params_t *p);
     /* Lightning attention core for one layer (see hy_lightning_params_t):
      * head h of token row r reads q at q + r*row_stride + h*head_stride
-     * (k, v likewise), slope (n_head floats, F32) holds s_h; output o
-     * [n_tok][n_head*head_dim].  Uses and updates the slots' rec state,
-     * which must hold hy_lightning_state_floats(p) floats per slot. */
+     * (k, v likewise); decay is the layer's table (F32 {chunk + 1, n_head}:
+     * decay[h][n] = lambda_h^n, built once by hy_lightning_decays); output
+     * o [n_tok][n_head*head_dim], not overlapping q/k/v.  Uses and updates
+     * the slots' rec state, which must hold hy_lightning_state_floats(p)
+     * floats per slot. */
     void (*lightning)(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
                       const float *q, const float *k, const float *v, int32_t row_stride,
-                      int32_t head_stride, const hy_weight_t *slope, float *o,
+                      int32_t head_stride, const hy_weight_t *decay, float *o,
                       const hy_lightning_params_t *p);
     /* y[n_tok][n_embd] = MoE FFN (SwiGLU experts) of x[n_tok][n_embd]. */
     void (*moe)(hy_backend_t *be, const hy_moe_t *moe, const float *x, float *y,

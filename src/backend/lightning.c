@@ -1,13 +1,24 @@
 /*
- * lightning.c - the argument checks of the lightning-attention op, shared
- * by the CPU and CUDA backends (see lightning.h for the op's arithmetic).
+ * lightning.c - the lightning-attention op's shared parts (see lightning.h):
+ * the decay table every backend reads, and the argument checks of the CPU
+ * and CUDA ops.
  */
 #include "backend/lightning.h"
 
-int hy_lightning_check(const hy_lightning_params_t *p, int32_t row_stride, int32_t head_stride,
-                       const hy_weight_t *slope, char *err)
+#include <math.h>
+
+void hy_lightning_decays(const float *slopes, int32_t n_head, int32_t chunk, float *out)
 {
-    const float *s;
+    for (int32_t h = 0; h < n_head; h++)
+        for (int32_t n = 0; n <= chunk; n++)
+            out[(size_t)h * (size_t)(chunk + 1) + (size_t)n] =
+                (float)exp(-(double)slopes[h] * (double)n);
+}
+
+int hy_lightning_check(const hy_lightning_params_t *p, int32_t row_stride, int32_t head_stride,
+                       const hy_weight_t *decay, char *err)
+{
+    const float *t;
 
     if (p->n_head < 1 || p->n_head > 65535 || p->head_dim < 1 ||
         p->head_dim > HY_LIGHTNING_MAX_DIM || p->chunk < 1 || p->chunk > HY_LIGHTNING_MAX_CHUNK)
@@ -22,14 +33,19 @@ int hy_lightning_check(const hy_lightning_params_t *p, int32_t row_stride, int32
         return hy_err(err, HY_EINVAL,
                       "lightning: strides row %d / head %d are shorter than %d heads of %d",
                       row_stride, head_stride, p->n_head, p->head_dim);
-    if (slope == NULL || slope->data == NULL || slope->type != HY_DTYPE_F32 ||
-        slope->ne[0] * HY_MAX(slope->ne[1], 1) != p->n_head)
-        return hy_err(err, HY_EINVAL, "lightning: slope weight %s must be f32 with %d values",
-                      slope && slope->name ? slope->name : "?", p->n_head);
-    s = slope->data;
-    for (int32_t h = 0; h < p->n_head; h++)
-        if (!(s[h] >= 0.0f && isfinite(s[h])))
-            return hy_err(err, HY_EINVAL, "lightning: slope of head %d is %g (must be finite, >= 0)",
-                          h, s[h]);
+    if (decay == NULL || decay->data == NULL || decay->type != HY_DTYPE_F32 ||
+        decay->ne[0] != p->chunk + 1 || decay->ne[1] != p->n_head || decay->ne[2] > 1)
+        return hy_err(err, HY_EINVAL,
+                      "lightning: decay table %s must be f32 {%d, %d} (chunk + 1, heads)",
+                      decay && decay->name ? decay->name : "?", p->chunk + 1, p->n_head);
+    /* host data: built at load from the family's slopes, checked once per
+     * call (heads x (chunk + 1) compares) rather than trusted */
+    t = decay->data;
+    for (int64_t e = 0; e < (int64_t)p->n_head * (p->chunk + 1); e++)
+        if (!(t[e] >= 0.0f && t[e] <= 1.0f))
+            return hy_err(err, HY_EINVAL,
+                          "lightning: decay table %s holds %g for head %lld, power %lld (must be in [0, 1])",
+                          decay->name ? decay->name : "?", t[e], (long long)(e / (p->chunk + 1)),
+                          (long long)(e % (p->chunk + 1)));
     return HY_OK;
 }

@@ -19,8 +19,9 @@
  * slot copied at any position (a prefix-cache checkpoint) is complete.
  *
  * The arithmetic (products and sums rounded separately, never fused; lam[n]
- * = (float)exp(-(double)s * n) for the head's slope s; sums start from
- * 0.0f and run in the order written):
+ * = the head's row of the decay table, lambda^n rounded once from double
+ * (hy_lightning_decays), which every backend reads instead of computing
+ * exp() itself; sums start from 0.0f and run in the order written):
  *   row t of its block (0 <= t < C), q = that row's query:
  *     x[j]  = sum_{i = 0..d-1} q[i] * S[i][j]
  *     o[j]  = x[j] * lam[t + 1]
@@ -37,8 +38,6 @@
  */
 #ifndef HY_BACKEND_LIGHTNING_H
 #define HY_BACKEND_LIGHTNING_H
-
-#include <math.h>
 
 #include "backend/backend.h"
 
@@ -59,17 +58,18 @@ static inline int64_t hy_lightning_state_floats(const hy_lightning_params_t *p)
     return (int64_t)p->n_head * hy_lightning_head_floats(p->head_dim, p->chunk);
 }
 
-/* lam[n] of the head with slope s: exp computed in double, then rounded,
- * so that every backend (and the host test of the CUDA code) gets the
- * same table. */
-static inline float hy_lightning_decay(float s, int32_t n)
-{
-    return (float)exp(-(double)s * (double)n);
-}
+/* The decay table of a layer whose heads have decay rates slopes[0..n_head)
+ * (lambda_h = exp(-slope_h)): out[h * (chunk + 1) + n] = lambda_h^n for
+ * n = 0..chunk, each computed in double and rounded once.  The op reads
+ * it as an F32 weight {chunk + 1, n_head}; a table built once (at load) and
+ * uploaded keeps exp() out of every step and makes the GPU read the CPU's
+ * very numbers. */
+void hy_lightning_decays(const float *slopes, int32_t n_head, int32_t chunk, float *out);
 
-/* The op's argument checks: shape, strides, the slope weight (F32, n_head
- * values, each finite and >= 0).  HY_EINVAL with the message in err. */
+/* The op's argument checks: shape, strides, the decay table (F32
+ * {chunk + 1, n_head}, every value finite in [0, 1]).  HY_EINVAL with the
+ * message in err. */
 int hy_lightning_check(const hy_lightning_params_t *p, int32_t row_stride, int32_t head_stride,
-                       const hy_weight_t *slope, char *err);
+                       const hy_weight_t *decay, char *err);
 
 #endif

@@ -25,6 +25,13 @@ tests_unit_test_lightning_LDADD = $(TEST_LDADD)
 tests_unit_test_minimax_SOURCES = tests/unit/test_minimax.c tests/unit/gguf_patch.h
 tests_unit_test_minimax_LDADD = $(TEST_LDADD)
 
+# bench_lightning (built, not run): prefill and decode CPU time per token
+# at MiniMax's shape for several block lengths and the plain recurrence:
+# tests/unit/bench_lightning [tokens] [heads] [d] [isa]
+check_PROGRAMS += tests/unit/bench_lightning
+tests_unit_bench_lightning_SOURCES = tests/unit/bench_lightning.c
+tests_unit_bench_lightning_LDADD = $(TEST_LDADD)
+
 # the CUDA kernel's algorithm (kernels/hy_lightning.h) run on the host
 # against the CPU op, bit for bit, in every build
 check_PROGRAMS += tests/cuda/test_lightning_chunk

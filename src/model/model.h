@@ -72,7 +72,7 @@ typedef struct {
     hy_weight_t ssm_conv1d_b;         /* (channels) or absent */
     hy_weight_t ssm_dt_b;             /* (n_v_heads | n_head) */
     hy_weight_t ssm_a;                /* (n_v_heads | n_head): A = -exp(A_log);
-                                       * lightning: (n_head) decay slopes, built at load */
+                                       * lightning: (chunk+1, n_head) decay table, built at load */
     hy_weight_t ssm_d;                /* (n_head) Mamba-2 skip */
     hy_weight_t ssm_norm;             /* GDN (d_v) / Mamba-2 (d_inner/G, G) / lightning
                                        * (n_head hd) attn_norm_2 */

@@ -87,7 +87,7 @@ static void emu_call(const hy_la_args_t *a, const hy_batch_t *b, float *st, int6
                 for (int t = 0; t < q->n; t++) {
                     const int64_t off = ((int64_t)q->first + t) * a->row_stride +
                                         (int64_t)h * a->head_stride;
-                    const float lam1 = hy_la_decay(a->slope[h], 1);
+                    const float lam1 = a->decay[h * 2 + 1];
                     memcpy(qk, a->q + off, sizeof(float) * (size_t)d);
                     memcpy(qk + d, a->k + off, sizeof(float) * (size_t)d);
                     for (int j = 0; j < d; j++)
@@ -159,8 +159,10 @@ static void check(hy_backend_t *be, int H, int d, int C, const sched_t *sc, int 
     const int hs = 3 * d + 1, stride = H * hs + 3, O = H * d;
     int64_t rec = hy_lightning_state_floats(&p), conv = 0;
     hy_state_layout_t lay = {1, N_SLOTS, &conv, &rec};
-    float slope[8], *emu_st = calloc((size_t)N_SLOTS * (size_t)rec, sizeof(float));
-    hy_weight_t sw = {HY_DTYPE_F32, {H, 1, 1, 1}, sizeof(float) * (size_t)H, slope, NULL, "s"};
+    float slope[8], table[8 * (HY_LIGHTNING_MAX_CHUNK + 1)];
+    float *emu_st = calloc((size_t)N_SLOTS * (size_t)rec, sizeof(float));
+    hy_weight_t sw = {HY_DTYPE_F32, {C + 1, H, 1, 1}, sizeof(float) * (size_t)(C + 1), table,
+                      NULL, "decay"};
     int n_past[N_SLOTS] = {0};
     char err[HY_ERR_LEN];
     bool same = true;
@@ -168,6 +170,7 @@ static void check(hy_backend_t *be, int H, int d, int C, const sched_t *sc, int 
 
     for (int h = 0; h < H; h++)
         slope[h] = h == H - 1 ? 0.0f : 0.5f * powf(0.3f, (float)h);
+    hy_lightning_decays(slope, H, C, table);
     if (be->i->state_init(be, &lay, err) != HY_OK) {
         HY_T_OK(0, "state_init: %s", err);
         free(emu_st);
@@ -194,7 +197,7 @@ static void check(hy_backend_t *be, int H, int d, int C, const sched_t *sc, int 
         fill(x, (size_t)b.n_tokens * stride, 1.0f);
         be->i->lightning(be, 0, &b, x, x + d, x + 2 * d, stride, hs, &sw, o_cpu, &p);
         same = be->i->status(be, err) == HY_OK;
-        a = (hy_la_args_t){x, x + d, x + 2 * d, stride, hs, slope, o_emu, H, d, C};
+        a = (hy_la_args_t){x, x + d, x + 2 * d, stride, hs, table, o_emu, H, d, C};
         emu_call(&a, &b, emu_st, rec, nth);
         same = same && memcmp(o_cpu, o_emu, sizeof(float) * (size_t)b.n_tokens * O) == 0;
         for (int i = 0; i < b.n_seqs; i++)

@@ -36,20 +36,24 @@ typedef struct {
 } seq_t;
 
 static float slopes[MAX_H];
-static hy_weight_t slope_w;
+static float table[MAX_H * (HY_LIGHTNING_MAX_CHUNK + 1)];
+static hy_weight_t decay_w;
 
-/* Slopes in MiniMax's range, the last head with no decay at all. */
-static void set_slopes(int H)
+/* Slopes in MiniMax's range, the last head with no decay at all, and the
+ * decay table of chunk for them (the op's decay weight). */
+static void set_slopes(int H, int chunk)
 {
     for (int h = 0; h < H; h++)
         slopes[h] = h == H - 1 ? 0.0f : 0.6f * powf(0.25f, (float)h);
-    memset(&slope_w, 0, sizeof slope_w);
-    slope_w.type = HY_DTYPE_F32;
-    slope_w.ne[0] = H;
-    slope_w.ne[1] = slope_w.ne[2] = slope_w.ne[3] = 1;
-    slope_w.row_bytes = sizeof(float) * (size_t)H;
-    slope_w.data = slopes;
-    slope_w.name = "test-slope";
+    hy_lightning_decays(slopes, H, chunk, table);
+    memset(&decay_w, 0, sizeof decay_w);
+    decay_w.type = HY_DTYPE_F32;
+    decay_w.ne[0] = chunk + 1;
+    decay_w.ne[1] = H;
+    decay_w.ne[2] = decay_w.ne[3] = 1;
+    decay_w.row_bytes = sizeof(float) * (size_t)(chunk + 1);
+    decay_w.data = table;
+    decay_w.name = "test-decay";
 }
 
 static void seq_make(seq_t *s, const shape_t *sh, int n)
@@ -119,6 +123,7 @@ static void run(hy_backend_t *be, const shape_t *sh, const seq_t *sq, const int 
     float *bx, *bo;
 
     memset(r, 0, sizeof *r);
+    set_slopes(sh->H, chunk);
     for (int s = 0; s < N_SEQ; s++)
         total += sq[s].n;
     bx = malloc(sizeof(float) * (size_t)total * stride);
@@ -149,7 +154,7 @@ static void run(hy_backend_t *be, const shape_t *sh, const seq_t *sq, const int 
         if (b.n_seqs == 0)
             break;
         b.n_tokens = row;
-        be->i->lightning(be, 0, &b, bx, bx + sh->d, bx + 2 * sh->d, stride, sq[0].hs, &slope_w,
+        be->i->lightning(be, 0, &b, bx, bx + sh->d, bx + 2 * sh->d, stride, sq[0].hs, &decay_w,
                          bo, &p);
         if (be->i->status(be, err) != HY_OK) {
             printf("# lightning: %s\n", err);
@@ -256,7 +261,7 @@ static void check_shape(hy_backend_t *be1, hy_backend_t *be2, const shape_t *sh,
 
     for (int s = 0; s < N_SEQ; s++)
         len[s] = sh->d >= 128 ? (lens[s] + 2) / 3 : lens[s]; /* d 128: 50, 1, 13 rows */
-    set_slopes(sh->H);
+    set_slopes(sh->H, chunk);
     for (int s = 0; s < N_SEQ; s++)
         seq_make(&sq[s], sh, len[s]);
     hy_cpu_lightning_set_isa(HY_ISA_SCALAR);
@@ -302,7 +307,7 @@ static void check_checkpoint(hy_backend_t *be)
     char err[HY_ERR_LEN];
     bool ok = true;
 
-    set_slopes(sh.H);
+    set_slopes(sh.H, p.chunk);
     seq_make(&sq, &sh, 57);
     o[0] = malloc(sizeof(float) * 57 * O);
     o[1] = malloc(sizeof(float) * 57 * O);
@@ -311,7 +316,7 @@ static void check_checkpoint(hy_backend_t *be)
     {
         hy_batch_seq_t s0 = {0, 37, 0, NULL, 0, 0};
         hy_batch_t b = {37, NULL, NULL, 1, &s0};
-        be->i->lightning(be, 0, &b, sq.x, sq.x + 16, sq.x + 32, sq.stride, sq.hs, &slope_w, o[0],
+        be->i->lightning(be, 0, &b, sq.x, sq.x + 16, sq.x + 32, sq.stride, sq.hs, &decay_w, o[0],
                          &p);
     }
     be->i->state_copy(be, 1, 0);
@@ -319,7 +324,7 @@ static void check_checkpoint(hy_backend_t *be)
         hy_batch_seq_t s1 = {0, 20, 37, NULL, 0, k};
         hy_batch_t b = {20, NULL, NULL, 1, &s1};
         const float *x = sq.x + (size_t)37 * sq.stride;
-        be->i->lightning(be, 0, &b, x, x + 16, x + 32, sq.stride, sq.hs, &slope_w, o[k], &p);
+        be->i->lightning(be, 0, &b, x, x + 16, x + 32, sq.stride, sq.hs, &decay_w, o[k], &p);
     }
     ok = ok && be->i->status(be, err) == HY_OK;
     HY_T_OK(ok && memcmp(o[0], o[1], sizeof(float) * 20 * O) == 0 &&
@@ -363,35 +368,39 @@ static void check_refusals(hy_backend_t *be)
     const int64_t rec = hy_lightning_state_floats(&good);
     hy_weight_t w;
 
-    set_slopes(4);
-    expect_refused(be, (hy_lightning_params_t){4, 16, 0}, 200, 48, &slope_w, 0, rec,
+    set_slopes(4, 16);
+    expect_refused(be, (hy_lightning_params_t){4, 16, 0}, 200, 48, &decay_w, 0, rec,
                    "lightning: bad shape: 4 heads (1..65535) of 16 (1..256), chunk 0 (1..64)");
-    expect_refused(be, (hy_lightning_params_t){4, 16, 65}, 200, 48, &slope_w, 0, rec,
+    expect_refused(be, (hy_lightning_params_t){4, 16, 65}, 200, 48, &decay_w, 0, rec,
                    "lightning: bad shape: 4 heads (1..65535) of 16 (1..256), chunk 65 (1..64)");
-    expect_refused(be, (hy_lightning_params_t){4, 257, 16}, 2000, 800, &slope_w, 0, rec,
+    expect_refused(be, (hy_lightning_params_t){4, 257, 16}, 2000, 800, &decay_w, 0, rec,
                    "lightning: bad shape: 4 heads (1..65535) of 257 (1..256), chunk 16 (1..64)");
-    expect_refused(be, good, 150, 48, &slope_w, 0, rec,
+    expect_refused(be, good, 150, 48, &decay_w, 0, rec,
                    "lightning: strides row 150 / head 48 are shorter than 4 heads of 16");
-    expect_refused(be, good, 200, 8, &slope_w, 0, rec,
+    expect_refused(be, good, 200, 8, &decay_w, 0, rec,
                    "lightning: strides row 200 / head 8 are shorter than 4 heads of 16");
-    w = slope_w;
-    w.ne[0] = 3;
+    w = decay_w;
+    w.ne[1] = 3;
     expect_refused(be, good, 200, 48, &w, 0, rec,
-                   "lightning: slope weight test-slope must be f32 with 4 values");
-    w = slope_w;
+                   "lightning: decay table test-decay must be f32 {17, 4} (chunk + 1, heads)");
+    w = decay_w;
+    w.ne[0] = 2; /* a chunk-1 table */
+    expect_refused(be, good, 200, 48, &w, 0, rec,
+                   "lightning: decay table test-decay must be f32 {17, 4} (chunk + 1, heads)");
+    w = decay_w;
     w.type = HY_DTYPE_F16;
     expect_refused(be, good, 200, 48, &w, 0, rec,
-                   "lightning: slope weight test-slope must be f32 with 4 values");
-    slopes[2] = -1.0f;
-    expect_refused(be, good, 200, 48, &slope_w, 0, rec,
-                   "lightning: slope of head 2 is -1 (must be finite, >= 0)");
-    slopes[2] = INFINITY;
-    expect_refused(be, good, 200, 48, &slope_w, 0, rec,
-                   "lightning: slope of head 2 is inf (must be finite, >= 0)");
-    set_slopes(4);
-    expect_refused(be, good, 200, 48, &slope_w, 0, 4 * 16 * 16,
+                   "lightning: decay table test-decay must be f32 {17, 4} (chunk + 1, heads)");
+    table[2 * 17 + 5] = 1.5f;
+    expect_refused(be, good, 200, 48, &decay_w, 0, rec,
+                   "lightning: decay table test-decay holds 1.5 for head 2, power 5 (must be in [0, 1])");
+    table[2 * 17 + 5] = NAN;
+    expect_refused(be, good, 200, 48, &decay_w, 0, rec,
+                   "lightning: decay table test-decay holds nan for head 2, power 5 (must be in [0, 1])");
+    set_slopes(4, 16);
+    expect_refused(be, good, 200, 48, &decay_w, 0, 4 * 16 * 16,
                    "lightning: layer 0 keeps 1024 state floats per slot, op needs 3072");
-    expect_refused(be, good, 200, 48, &slope_w, -1, rec,
+    expect_refused(be, good, 200, 48, &decay_w, -1, rec,
                    "lightning: sequence 0 has n_past -1");
 }
 

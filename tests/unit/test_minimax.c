@@ -86,17 +86,21 @@ static void check_loaded(void)
                 m->layers[2].moe.softmax_gating && m->layers[2].moe.norm_topk &&
                 m->residual_scale == 1.5f && m->rope.n_rot == 16 && m->rope.mode == HY_ROPE_NEOX,
             "every layer a softmax top-2 of 4 experts, renormalised; alpha 1.5; NEOX RoPE on 16");
-    /* transformers' get_slope_rate: 2^(-8(h+1)/H) * (1 - il/(L-1+1e-5) + 1e-5) */
+    /* the decay tables {17, 4}: lambda^n with transformers' get_slope_rate,
+     * s_h = 2^(-8(h+1)/H) * (1 - il/(L-1+1e-5) + 1e-5) */
     s0 = m->layers[0].ssm_a.data;
     s3 = m->layers[3].ssm_a.data;
-    slopes = m->layers[0].ssm_a.ne[0] == 4 && m->layers[0].ssm_a.type == HY_DTYPE_F32;
+    slopes = m->layers[0].ssm_a.ne[0] == 17 && m->layers[0].ssm_a.ne[1] == 4 &&
+             m->layers[0].ssm_a.type == HY_DTYPE_F32;
     for (int h = 0; slopes && h < 4; h++) {
         const double b = pow(2.0, -2.0 * (h + 1));
-        slopes = fabs(s0[h] - b * 1.00001) <= 1e-7 * b &&
-                 fabs(s3[h] - b * (1.0 - 3.0 / 3.00001 + 1e-5)) <= 1e-6 * b;
+        for (int n = 0; n <= 16; n++)
+            slopes = slopes &&
+                     fabs(s0[h * 17 + n] - exp(-b * 1.00001 * n)) <= 1e-7 &&
+                     fabs(s3[h * 17 + n] - exp(-b * (1.0 - 3.0 / 3.00001 + 1e-5) * n)) <= 1e-7;
     }
-    HY_T_OK(slopes, "decay slopes of layers 0 and 3 follow transformers' formula "
-            "(%.6g %.6g %.6g %.6g; layer 3: %.3g)", s0[0], s0[1], s0[2], s0[3], s3[0]);
+    HY_T_OK(slopes, "decay tables of layers 0 and 3 follow transformers' slope formula "
+            "(lambda %.6g %.6g %.6g %.6g; layer 3: %.8g)", s0[1], s0[18], s0[35], s0[52], s3[1]);
     {
         /* the planner sees the kind: state per sequence, no KV per token */
         hy_plan_t p;

@@ -1,13 +1,11 @@
 /*
  * lightning.c - the CPU backend's lightning-attention op (MiniMax-Text-01 /
- * M1): checks the arguments, builds each head's decay table, and runs the
- * kernel of lightning_kern.h over units (sequence, head) on the thread
+ * M1): checks the arguments and runs the kernel of lightning_kern.h over units (sequence, head) on the thread
  * pool, choosing its AVX2 or generic build at run time (they give the same
  * bits; AVX-512 machines take the AVX2 build).
  */
 #include "backend/cpu/lightning.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 /* Below this many state multiply-adds the op runs on the calling thread. */
@@ -38,19 +36,18 @@ static hy_pool_fn_t hy_lightning_worker(void)
 
 void hy_cpu_lightning(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
                       const float *q, const float *k, const float *v, int32_t row_stride,
-                      int32_t head_stride, const hy_weight_t *slope, float *o,
+                      int32_t head_stride, const hy_weight_t *decay, float *o,
                       const hy_lightning_params_t *p)
 {
     hy_cpu_t *cpu = be->ctx;
     hy_lightning_job_t j;
-    float *lam = NULL;
     int64_t work = 0;
     char err[HY_ERR_LEN];
     int nth, rc;
 
     if (batch->n_tokens <= 0)
         return;
-    if ((rc = hy_lightning_check(p, row_stride, head_stride, slope, err)) != HY_OK) {
+    if ((rc = hy_lightning_check(p, row_stride, head_stride, decay, err)) != HY_OK) {
         hy_cpu_fail(cpu, rc, "%s", err);
         goto zero;
     }
@@ -62,15 +59,6 @@ void hy_cpu_lightning(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *bat
                         batch->seqs[s].n_past);
             goto zero;
         }
-    lam = malloc(sizeof(float) * (size_t)p->n_head * (size_t)(p->chunk + 1));
-    if (lam == NULL) {
-        hy_cpu_fail(cpu, HY_ENOMEM, "lightning: out of memory");
-        goto zero;
-    }
-    for (int32_t h = 0; h < p->n_head; h++)
-        for (int32_t n = 0; n <= p->chunk; n++)
-            lam[(size_t)h * (size_t)(p->chunk + 1) + (size_t)n] =
-                hy_lightning_decay(((const float *)slope->data)[h], n);
 
     memset(&j, 0, sizeof j);
     j.cpu = cpu;
@@ -85,14 +73,13 @@ void hy_cpu_lightning(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *bat
     j.n_head = p->n_head;
     j.d = p->head_dim;
     j.chunk = p->chunk;
-    j.lam = lam;
+    j.lam = decay->data;
     j.n_units = batch->n_seqs * p->n_head;
     for (int32_t s = 0; s < batch->n_seqs; s++)
         work += (int64_t)batch->seqs[s].n;
     work *= (int64_t)p->n_head * p->head_dim * p->head_dim;
     nth = work < HY_LIGHTNING_PAR_MIN ? 1 : HY_MIN(cpu->n_threads, j.n_units);
     hy_pool_run_n(cpu->pool, HY_MAX(nth, 1), hy_lightning_worker(), &j);
-    free(lam);
     return;
 zero:
     memset(o, 0, sizeof(float) * (size_t)batch->n_tokens * (size_t)HY_MAX(p->n_head, 0) *

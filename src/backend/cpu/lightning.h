@@ -23,7 +23,7 @@ typedef struct {
     int64_t row_stride, head_stride;
     float *o;                /* [n_tok][n_head * d] */
     int32_t n_head, d, chunk;
-    const float *lam;        /* [n_head][chunk + 1]: lam[h][n] = decay^n */
+    const float *lam;        /* [n_head][chunk + 1]: the decay table, lam[h][n] = lambda_h^n */
     int32_t n_units;
     int32_t next;            /* atomic: next unit to take */
 } hy_lightning_job_t;
@@ -34,7 +34,7 @@ void hy_lightning_worker_avx2(void *arg, int ith, int nth);
 
 void hy_cpu_lightning(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
                       const float *q, const float *k, const float *v, int32_t row_stride,
-                      int32_t head_stride, const hy_weight_t *slope, float *o,
+                      int32_t head_stride, const hy_weight_t *decay, float *o,
                       const hy_lightning_params_t *p);
 
 /* Tests and benchmarks: pin the kernel variant (HY_OK, or HY_EUNSUPPORTED

@@ -19,49 +19,66 @@
  */
 #include <string.h>
 
-/* Rows whose outputs share one pass over S (the inter-block product). */
+/* Rows whose outputs share one pass over S (the inter-block product), and
+ * the accumulators a pass keeps (rows x vectors of columns): enough
+ * independent sums to hide the add latency also for a single decode row. */
 #define HY_LK_ROWS 4
+#define HY_LK_ACC 8
 
 #define HY_LK_INLINE static inline __attribute__((always_inline))
+/* The tiles' row and vector loops have literal bounds (at most 8): fully
+ * unrolled, their accumulators live in registers, not in a stack array. */
+#define HY_LK_UNROLL _Pragma("GCC unroll 8")
 
-/* o_r[j] = (sum_i q_r[i] S[i][j]) * lt[r] for the NR rows r (NR is a
- * literal at every call: the row loops unroll). */
+/* Columns j..j+JV*W-1 of o_r = (sum_i q_r[i] S[i][j]) * lt[r] for NR rows
+ * (NR, JV literals at every call: the loops unroll into registers). */
+HY_LK_INLINE void hy_lk_inter_cols(const float *restrict S, int d, const float *const *q,
+                                   float *const *o, const float *lt, int j, const int NR,
+                                   const int JV)
+{
+    hy_lk_v a[HY_LK_ROWS][HY_LK_ACC];
+
+    HY_LK_UNROLL
+    for (int r = 0; r < NR; r++)
+        HY_LK_UNROLL
+        for (int c = 0; c < JV; c++)
+            a[r][c] = hy_lk_zero();
+    for (int i = 0; i < d; i++) {
+        const float *s = S + (size_t)i * d + j;
+        hy_lk_v sv[HY_LK_ACC];
+        HY_LK_UNROLL
+        for (int c = 0; c < JV; c++)
+            sv[c] = hy_lk_load(s + c * HY_LK_W);
+        HY_LK_UNROLL
+        for (int r = 0; r < NR; r++) {
+            const hy_lk_v qv = hy_lk_set1(q[r][i]);
+            HY_LK_UNROLL
+            for (int c = 0; c < JV; c++)
+                a[r][c] = hy_lk_add(a[r][c], hy_lk_mul(qv, sv[c]));
+        }
+    }
+    HY_LK_UNROLL
+    for (int r = 0; r < NR; r++)
+        HY_LK_UNROLL
+        for (int c = 0; c < JV; c++)
+            hy_lk_store(o[r] + j + c * HY_LK_W, hy_lk_mul(a[r][c], hy_lk_set1(lt[r])));
+}
+
+/* o_r[j] = (sum_i q_r[i] S[i][j]) * lt[r] for the NR rows r: register
+ * tiles of NR rows x JV vectors, so a decode row (NR 1) reads S once, in
+ * column strips of 8 vectors. */
 HY_LK_INLINE void hy_lk_inter(const float *restrict S, int d, const float *const *q,
                               float *const *o, const float *lt, const int NR)
 {
+    const int JV = HY_LK_ACC / NR;
     int j = 0;
 
-    for (; j + 2 * HY_LK_W <= d; j += 2 * HY_LK_W) {
-        hy_lk_v a[HY_LK_ROWS][2];
-        for (int r = 0; r < NR; r++)
-            a[r][0] = a[r][1] = hy_lk_zero();
-        for (int i = 0; i < d; i++) {
-            const float *s = S + (size_t)i * d + j;
-            const hy_lk_v s0 = hy_lk_load(s), s1 = hy_lk_load(s + HY_LK_W);
-            for (int r = 0; r < NR; r++) {
-                const hy_lk_v qv = hy_lk_set1(q[r][i]);
-                a[r][0] = hy_lk_add(a[r][0], hy_lk_mul(qv, s0));
-                a[r][1] = hy_lk_add(a[r][1], hy_lk_mul(qv, s1));
-            }
-        }
-        for (int r = 0; r < NR; r++) {
-            hy_lk_store(o[r] + j, hy_lk_mul(a[r][0], hy_lk_set1(lt[r])));
-            hy_lk_store(o[r] + j + HY_LK_W, hy_lk_mul(a[r][1], hy_lk_set1(lt[r])));
-        }
-    }
-    for (; j + HY_LK_W <= d; j += HY_LK_W) {
-        hy_lk_v a[HY_LK_ROWS];
-        for (int r = 0; r < NR; r++)
-            a[r] = hy_lk_zero();
-        for (int i = 0; i < d; i++) {
-            const hy_lk_v s0 = hy_lk_load(S + (size_t)i * d + j);
-            for (int r = 0; r < NR; r++)
-                a[r] = hy_lk_add(a[r], hy_lk_mul(hy_lk_set1(q[r][i]), s0));
-        }
-        for (int r = 0; r < NR; r++)
-            hy_lk_store(o[r] + j, hy_lk_mul(a[r], hy_lk_set1(lt[r])));
-    }
+    for (; j + JV * HY_LK_W <= d; j += JV * HY_LK_W)
+        hy_lk_inter_cols(S, d, q, o, lt, j, NR, JV);
+    for (; j + HY_LK_W <= d; j += HY_LK_W)
+        hy_lk_inter_cols(S, d, q, o, lt, j, NR, 1);
     for (; j < d; j++)
+        HY_LK_UNROLL
         for (int r = 0; r < NR; r++) {
             float x = 0.0f;
             for (int i = 0; i < d; i++)
@@ -70,27 +87,87 @@ HY_LK_INLINE void hy_lk_inter(const float *restrict S, int d, const float *const
         }
 }
 
-/* w[r] = (sum_i q[i] KT[i][r]) * lam[t - r] for r = 0..t (KT rows of C). */
-static void hy_lk_scores(const float *restrict q, const float *restrict KT, int d, int C, int t,
-                         const float *restrict lam, float *restrict w)
+/* Score columns r..r+RV*W-1 of sc_t[r] = sum_i q_t[i] KT[i][r] for NR rows
+ * (sc rows of HY_LIGHTNING_MAX_CHUNK). */
+HY_LK_INLINE void hy_lk_dots_cols(const float *const *q, const float *restrict KT, int d, int C,
+                                  int r, float (*sc)[HY_LIGHTNING_MAX_CHUNK], const int NR,
+                                  const int RV)
 {
-    const int n = t + 1;
+    hy_lk_v a[HY_LK_ROWS][HY_LK_ACC];
+
+    HY_LK_UNROLL
+    for (int t = 0; t < NR; t++)
+        HY_LK_UNROLL
+        for (int c = 0; c < RV; c++)
+            a[t][c] = hy_lk_zero();
+    for (int i = 0; i < d; i++) {
+        const float *k = KT + (size_t)i * C + r;
+        hy_lk_v kv[HY_LK_ACC];
+        HY_LK_UNROLL
+        for (int c = 0; c < RV; c++)
+            kv[c] = hy_lk_load(k + c * HY_LK_W);
+        HY_LK_UNROLL
+        for (int t = 0; t < NR; t++) {
+            const hy_lk_v qv = hy_lk_set1(q[t][i]);
+            HY_LK_UNROLL
+            for (int c = 0; c < RV; c++)
+                a[t][c] = hy_lk_add(a[t][c], hy_lk_mul(qv, kv[c]));
+        }
+    }
+    HY_LK_UNROLL
+    for (int t = 0; t < NR; t++)
+        HY_LK_UNROLL
+        for (int c = 0; c < RV; c++)
+            hy_lk_store(sc[t] + r + c * HY_LK_W, a[t][c]);
+}
+
+/* sc_t[r] = sum_i q_t[i] KT[i][r] for r = 0..n-1 and NR rows (KT rows of
+ * C floats); each score is its own sum in i order, however grouped. */
+HY_LK_INLINE void hy_lk_dots(const float *const *q, const float *restrict KT, int d, int C, int n,
+                             float (*sc)[HY_LIGHTNING_MAX_CHUNK], const int NR)
+{
+    const int RV = HY_LK_ACC / NR;
+    /* vectors may run past n up to C: those columns hold other rows (or the
+     * zeroed slot), and their scores are never read */
+    const int nv = HY_MIN(C, (n + HY_LK_W - 1) / HY_LK_W * HY_LK_W);
     int r = 0;
 
-    for (; r + HY_LK_W <= n; r += HY_LK_W) {
-        hy_lk_v a = hy_lk_zero();
-        for (int i = 0; i < d; i++)
-            a = hy_lk_add(a, hy_lk_mul(hy_lk_set1(q[i]), hy_lk_load(KT + (size_t)i * C + r)));
-        hy_lk_store(w + r, a);
+    for (; r + RV * HY_LK_W <= nv; r += RV * HY_LK_W)
+        hy_lk_dots_cols(q, KT, d, C, r, sc, NR, RV);
+    if (RV > 2)
+        for (; r + 2 * HY_LK_W <= nv; r += 2 * HY_LK_W)
+            hy_lk_dots_cols(q, KT, d, C, r, sc, NR, 2);
+    for (; r + HY_LK_W <= nv; r += HY_LK_W)
+        hy_lk_dots_cols(q, KT, d, C, r, sc, NR, 1);
+    for (; r < n; r++)
+        HY_LK_UNROLL
+        for (int t = 0; t < NR; t++) {
+            float x = 0.0f;
+            for (int i = 0; i < d; i++)
+                x = x + q[t][i] * KT[(size_t)i * C + r];
+            sc[t][r] = x;
+        }
+}
+
+/* Columns j..j+JV*W-1 of o[j] = o[j] + w[r] V[r][j], r = 0..n-1 ascending. */
+HY_LK_INLINE void hy_lk_intra_cols(float *restrict o, const float *restrict w,
+                                   const float *restrict V, int d, int n, int j, const int JV)
+{
+    hy_lk_v a[HY_LK_ACC];
+
+    HY_LK_UNROLL
+    for (int c = 0; c < JV; c++)
+        a[c] = hy_lk_load(o + j + c * HY_LK_W);
+    for (int r = 0; r < n; r++) {
+        const hy_lk_v wv = hy_lk_set1(w[r]);
+        const float *vr = V + (size_t)r * d + j;
+        HY_LK_UNROLL
+        for (int c = 0; c < JV; c++)
+            a[c] = hy_lk_add(a[c], hy_lk_mul(wv, hy_lk_load(vr + c * HY_LK_W)));
     }
-    for (; r < n; r++) {
-        float x = 0.0f;
-        for (int i = 0; i < d; i++)
-            x = x + q[i] * KT[(size_t)i * C + r];
-        w[r] = x;
-    }
-    for (r = 0; r < n; r++)
-        w[r] = w[r] * lam[t - r];
+    HY_LK_UNROLL
+    for (int c = 0; c < JV; c++)
+        hy_lk_store(o + j + c * HY_LK_W, a[c]);
 }
 
 /* o[j] = o[j] + w[r] V[r][j], r = 0..n-1 ascending (V rows of d). */
@@ -99,23 +176,10 @@ static void hy_lk_intra(float *restrict o, const float *restrict w, const float 
 {
     int j = 0;
 
-    for (; j + 2 * HY_LK_W <= d; j += 2 * HY_LK_W) {
-        hy_lk_v a0 = hy_lk_load(o + j), a1 = hy_lk_load(o + j + HY_LK_W);
-        for (int r = 0; r < n; r++) {
-            const hy_lk_v wv = hy_lk_set1(w[r]);
-            const float *vr = V + (size_t)r * d + j;
-            a0 = hy_lk_add(a0, hy_lk_mul(wv, hy_lk_load(vr)));
-            a1 = hy_lk_add(a1, hy_lk_mul(wv, hy_lk_load(vr + HY_LK_W)));
-        }
-        hy_lk_store(o + j, a0);
-        hy_lk_store(o + j + HY_LK_W, a1);
-    }
-    for (; j + HY_LK_W <= d; j += HY_LK_W) {
-        hy_lk_v a = hy_lk_load(o + j);
-        for (int r = 0; r < n; r++)
-            a = hy_lk_add(a, hy_lk_mul(hy_lk_set1(w[r]), hy_lk_load(V + (size_t)r * d + j)));
-        hy_lk_store(o + j, a);
-    }
+    for (; j + HY_LK_ACC * HY_LK_W <= d; j += HY_LK_ACC * HY_LK_W)
+        hy_lk_intra_cols(o, w, V, d, n, j, HY_LK_ACC);
+    for (; j + HY_LK_W <= d; j += HY_LK_W)
+        hy_lk_intra_cols(o, w, V, d, n, j, 1);
     for (; j < d; j++) {
         float x = o[j];
         for (int r = 0; r < n; r++)
@@ -134,11 +198,13 @@ HY_LK_INLINE void hy_lk_fold_rows(float *restrict S, const float *restrict KT,
     const float lc = lam[C];
     int j = 0;
 
+    HY_LK_UNROLL
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < C; c++)
             kw[r][c] = KT[(size_t)(i0 + r) * C + c] * lam[C - 1 - c];
     for (; j + 2 * HY_LK_W <= d; j += 2 * HY_LK_W) {
         hy_lk_v a[HY_LK_ROWS][2];
+        HY_LK_UNROLL
         for (int r = 0; r < NR; r++) {
             const float *s = S + (size_t)(i0 + r) * d + j;
             a[r][0] = hy_lk_mul(hy_lk_load(s), hy_lk_set1(lc));
@@ -147,12 +213,14 @@ HY_LK_INLINE void hy_lk_fold_rows(float *restrict S, const float *restrict KT,
         for (int c = 0; c < C; c++) {
             const float *vr = V + (size_t)c * d + j;
             const hy_lk_v v0 = hy_lk_load(vr), v1 = hy_lk_load(vr + HY_LK_W);
+            HY_LK_UNROLL
             for (int r = 0; r < NR; r++) {
                 const hy_lk_v kv = hy_lk_set1(kw[r][c]);
                 a[r][0] = hy_lk_add(a[r][0], hy_lk_mul(kv, v0));
                 a[r][1] = hy_lk_add(a[r][1], hy_lk_mul(kv, v1));
             }
         }
+        HY_LK_UNROLL
         for (int r = 0; r < NR; r++) {
             float *s = S + (size_t)(i0 + r) * d + j;
             hy_lk_store(s, a[r][0]);
@@ -161,17 +229,21 @@ HY_LK_INLINE void hy_lk_fold_rows(float *restrict S, const float *restrict KT,
     }
     for (; j + HY_LK_W <= d; j += HY_LK_W) {
         hy_lk_v a[HY_LK_ROWS];
+        HY_LK_UNROLL
         for (int r = 0; r < NR; r++)
             a[r] = hy_lk_mul(hy_lk_load(S + (size_t)(i0 + r) * d + j), hy_lk_set1(lc));
         for (int c = 0; c < C; c++) {
             const hy_lk_v v0 = hy_lk_load(V + (size_t)c * d + j);
+            HY_LK_UNROLL
             for (int r = 0; r < NR; r++)
                 a[r] = hy_lk_add(a[r], hy_lk_mul(hy_lk_set1(kw[r][c]), v0));
         }
+        HY_LK_UNROLL
         for (int r = 0; r < NR; r++)
             hy_lk_store(S + (size_t)(i0 + r) * d + j, a[r]);
     }
     for (; j < d; j++)
+        HY_LK_UNROLL
         for (int r = 0; r < NR; r++) {
             float x = S[(size_t)(i0 + r) * d + j] * lc;
             for (int c = 0; c < C; c++)
@@ -216,7 +288,7 @@ static void hy_lk_unit(const hy_lightning_job_t *j, const hy_batch_seq_t *sq, in
     float *S = hy_cpu_state_rec(j->cpu, sq->state_slot, j->rec_layer) +
                (size_t)h * (size_t)hy_lightning_head_floats(d, C);
     float *KT = S + (size_t)d * d, *V = KT + (size_t)d * C;
-    float w[HY_LIGHTNING_MAX_CHUNK];
+    float sc[HY_LK_ROWS][HY_LIGHTNING_MAX_CHUNK], w[HY_LIGHTNING_MAX_CHUNK];
     int m, t0;
 
 #define HY_LK_ROW(ptr, r) ((ptr) + (int64_t)(r) * j->row_stride + (int64_t)h * j->head_stride)
@@ -251,15 +323,22 @@ static void hy_lk_unit(const hy_lightning_job_t *j, const hy_batch_seq_t *sq, in
                 o[r] = j->o + (row0 + t + r) * ldo + (int64_t)h * d;
                 lt[r] = lam[t + r + 1];
             }
-            if (nr == HY_LK_ROWS)
+            /* the rows' part from the block's entering state, then their
+             * scores against the block's rows 0..t+nr-1 (a row uses only
+             * those up to itself) and the block's part */
+            if (nr == HY_LK_ROWS) {
                 hy_lk_inter(S, d, q, o, lt, HY_LK_ROWS);
-            else
+                hy_lk_dots(q, KT, d, C, t + nr, sc, HY_LK_ROWS);
+            } else {
                 hy_lk_inter(S, d, q, o, lt, 1);
+                hy_lk_dots(q, KT, d, C, t + nr, sc, 1);
+            }
+            for (int r = 0; r < nr; r++) {
+                for (int c = 0; c <= t + r; c++)
+                    w[c] = sc[r][c] * lam[t + r - c];
+                hy_lk_intra(o[r], w, V, d, t + r + 1);
+            }
             t += nr;
-        }
-        for (t = a; t < b; t++) {
-            hy_lk_scores(HY_LK_ROW(j->q, row0 + t), KT, d, C, t, lam, w);
-            hy_lk_intra(j->o + (row0 + t) * ldo + (int64_t)h * d, w, V, d, t + 1);
         }
         if (b == C) {
             int i = 0;

@@ -408,31 +408,32 @@ out:
 
 void hy_cuda_lightning(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
                        const float *q, const float *k, const float *v, int32_t row_stride,
-                       int32_t head_stride, const hy_weight_t *slope, float *o,
+                       int32_t head_stride, const hy_weight_t *decay, float *o,
                        const hy_lightning_params_t *p)
 {
     hy_cuda_t *cu = be->ctx;
-    float *ts = NULL;
-    const float *fs;
+    float *tt = NULL;
+    const float *ft;
     hy_cuk_seqs_t sq;
     char err[HY_ERR_LEN];
     int rc;
 
     if (batch->n_tokens <= 0)
         return;
-    if ((rc = hy_lightning_check(p, row_stride, head_stride, slope, err)) != HY_OK) {
+    if ((rc = hy_lightning_check(p, row_stride, head_stride, decay, err)) != HY_OK) {
         hy_cuda_fail(cu, rc, "%s", err);
         goto zero;
     }
     if (!hy_cuda_rec_seqs(cu, "lightning", rec_layer, batch, -1, hy_lightning_state_floats(p),
                           &sq))
         goto zero;
-    if (!(fs = hy_cuda_weight_floats(cu, "lightning slope", slope, p->n_head, false, &ts)))
+    if (!(ft = hy_cuda_weight_floats(cu, "lightning decay", decay,
+                                     (int64_t)p->n_head * (p->chunk + 1), false, &tt)))
         goto zero;
     /* the blocked kernel's shared memory: 36 KB at MiniMax's head 128 and
      * chunk 16; the launcher refuses (invalid argument) what the device
      * cannot give, named here */
-    rc = hy_cuk_lightning(&sq, q, k, v, row_stride, head_stride, fs, o, p->n_head, p->head_dim,
+    rc = hy_cuk_lightning(&sq, q, k, v, row_stride, head_stride, ft, o, p->n_head, p->head_dim,
                           p->chunk, cu->stream);
     if (rc == (int)cudaErrorInvalidValue)
         hy_cuda_fail(cu, HY_EUNSUPPORTED, "lightning: head size %d with chunk %d does not fit a "
@@ -443,8 +444,8 @@ zero:
     hy_cuda_zero(cu, o, (size_t)batch->n_tokens * (size_t)HY_MAX(p->n_head, 0) *
                             (size_t)HY_MAX(p->head_dim, 0));
 out:
-    if (ts)
-        cudaFree(ts);
+    if (tt)
+        cudaFree(tt);
 }
 
 /* ---- mixture of experts ---------------------------------------------------- */

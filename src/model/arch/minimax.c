@@ -88,11 +88,12 @@ static void hy_minimax_slopes(int32_t n_head, int32_t il, int32_t n_layer, float
 
 /* A lightning layer: fused per-head [q | k | v] projection, output gate,
  * the norm over all heads (attn_norm_2), output projection; its decay
- * slopes (the layer's ssm_a, n_head floats in `slopes`) come from the
- * formula, not the file. */
+ * table (the layer's ssm_a, n_head x (chunk + 1) floats at `table`) comes
+ * from the slope formula, not the file. */
 static int hy_minimax_load_la(hy_model_t *m, hy_layer_t *L, int32_t il, const hy_minimax_hp_t *h,
-                              float *slopes, char *err)
+                              float *table, char *err)
 {
+    float slopes[1024]; /* n_head <= 1024 (hy_model_attn_heads) */
     const int64_t E = m->n_embd, Q = (int64_t)h->n_head * h->hd;
     const hy_layer_tensor_t t[] = {
         {HY_LT(attn_qkv), "attn_qkv.weight", {E, 3 * Q}, false},
@@ -111,13 +112,15 @@ static int hy_minimax_load_la(hy_model_t *m, hy_layer_t *L, int32_t il, const hy
     if ((rc = hy_model_layer_tensors(m, L, il, t, HY_ARRAY_LEN(t), err)) != HY_OK)
         return rc;
     hy_minimax_slopes((int32_t)h->n_head, il, m->n_layer, slopes);
+    hy_lightning_decays(slopes, lp.n_head, lp.chunk, table);
     memset(&L->ssm_a, 0, sizeof L->ssm_a);
     L->ssm_a.type = HY_DTYPE_F32;
-    L->ssm_a.ne[0] = h->n_head;
-    L->ssm_a.ne[1] = L->ssm_a.ne[2] = L->ssm_a.ne[3] = 1;
-    L->ssm_a.row_bytes = sizeof(float) * (size_t)h->n_head;
-    L->ssm_a.data = slopes;
-    L->ssm_a.name = "lightning slopes (built at load)";
+    L->ssm_a.ne[0] = lp.chunk + 1;
+    L->ssm_a.ne[1] = h->n_head;
+    L->ssm_a.ne[2] = L->ssm_a.ne[3] = 1;
+    L->ssm_a.row_bytes = sizeof(float) * (size_t)(lp.chunk + 1);
+    L->ssm_a.data = table;
+    L->ssm_a.name = "lightning decay table (built at load)";
     return m->be->i->weight_init(m->be, &L->ssm_a, err);
 }
 
@@ -127,7 +130,8 @@ static int hy_minimax_load(hy_model_t *m, char *err)
     bool is_la[HY_MODEL_MAX_LAYERS];
     hy_minimax_hp_t h;
     int32_t il, n_la = 0;
-    float *slopes;
+    const size_t per_layer = (size_t)HY_MINIMAX_CHUNK + 1;
+    float *tables;
     int rc;
 
     if ((rc = hy_minimax_read_hp(m, &h, err)) != HY_OK ||
@@ -142,11 +146,11 @@ static int hy_minimax_load(hy_model_t *m, char *err)
         return rc;
     for (il = 0; il < m->n_layer; il++)
         n_la += is_la[il];
-    /* every lightning layer's slopes, freed with the model */
-    m->arch_mem = calloc((size_t)HY_MAX(n_la, 1) * h.n_head, sizeof(float));
+    /* every lightning layer's decay table, freed with the model */
+    m->arch_mem = calloc((size_t)HY_MAX(n_la, 1) * h.n_head * per_layer, sizeof(float));
     if (m->arch_mem == NULL)
         return hy_err(err, HY_ENOMEM, "out of memory");
-    slopes = m->arch_mem;
+    tables = m->arch_mem;
 
     for (il = 0; il < m->n_layer; il++) {
         hy_layer_t *L = &m->layers[il];
@@ -159,7 +163,8 @@ static int hy_minimax_load(hy_model_t *m, char *err)
         if ((rc = hy_model_layer_tensors(m, L, il, norms, HY_ARRAY_LEN(norms), err)) != HY_OK)
             return rc;
         rc = is_la[il] ? hy_minimax_load_la(m, L, il, &h,
-                                            slopes + (size_t)m->n_rec_layers * h.n_head, err)
+                                            tables + (size_t)m->n_rec_layers * h.n_head * per_layer,
+                                            err)
                        : hy_model_load_attention(m, L, il, (int32_t)h.n_head,
                                                  (int32_t)h.n_head_kv, err);
         if (rc != HY_OK ||
