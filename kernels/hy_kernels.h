@@ -128,6 +128,7 @@ typedef struct {
     float *st;
     int64_t slot_floats, conv_off, rec_off;
     const int32_t *first, *n, *slot;   /* [n_seqs] */
+    const int32_t *n_past;             /* [n_seqs] positions before the batch */
     int32_t n_seqs;
     int32_t min_n, max_n;              /* shortest and longest n[s] (host copies) */
 } hy_cuk_seqs_t;
@@ -152,6 +153,15 @@ int hy_cuk_ssd(const hy_cuk_seqs_t *sq, const float *x, int32_t x_stride, const 
                const float *C, int32_t bc_stride, const float *D, float *y, int32_t n_head,
                int32_t head_dim, int32_t n_group, int32_t d_state, int32_t chunk,
                hy_cuk_stream_t stream);
+
+/* Lightning attention (see hy_lightning_params_t and backend/lightning.h):
+ * chunk 1 the token-by-token recurrence, chunk >= 2 the blocked form of
+ * kernels/hy_lightning.h for every sequence (decode included), needing
+ * hy_la_smem_floats(d, chunk) floats of shared memory per block; decay
+ * [n_head][chunk + 1] on the device. */
+int hy_cuk_lightning(const hy_cuk_seqs_t *sq, const float *q, const float *k, const float *v,
+                     int64_t row_stride, int64_t head_stride, const float *decay, float *o,
+                     int32_t n_head, int32_t d, int32_t chunk, hy_cuk_stream_t stream);
 
 /* ---- mixture of experts (kernels/hy_moe.cu) ------------------------------------ */
 /* Routes n_tok tokens (logits [n_tok][n_expert], bias [n_expert] or NULL)

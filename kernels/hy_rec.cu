@@ -9,9 +9,13 @@
  * launch of each covers the batch, every block skipping the sequences the
  * other form owns.  The recurrent kernels give each thread a column (GDN)
  * or a row (SSD) of the state, so no two threads write one element.
+ * Lightning attention runs the blocked form of hy_lightning.h for every
+ * sequence, decode included (its state layout keeps the current block),
+ * or the plain recurrence when the op asks for chunk 1.
  */
 #include "hy_kernels.h"
 #include "hy_rec_chunk.h"
+#include "hy_lightning.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -310,5 +314,99 @@ extern "C" int hy_cuk_ssd(const hy_cuk_seqs_t *sq, const float *x, int32_t x_str
         hy_ssd_kernel<<<dim3((unsigned)n_head, (unsigned)sq->n_seqs), threads, shm, stream>>>(
             *sq, x, x_stride, dt, dt_stride, dt_bias, A, B, C, bc_stride, D, y, n_head, head_dim,
             n_group, d_state, skip_from);
+    return (int)cudaGetLastError();
+}
+
+/* ---- lightning attention ------------------------------------------------------------ */
+
+/* Block per (value tile, head, sequence): hy_la_block. */
+__global__ void __launch_bounds__(HY_LA_THREADS)
+hy_lightning_block_kernel(hy_cuk_seqs_t sq, hy_la_args_t a)
+{
+    extern __shared__ float sm[];
+    const int s = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * HY_LA_TV;
+    const int tv = a.d - j0 < HY_LA_TV ? a.d - j0 : HY_LA_TV;
+    float *St = sq.st + (int64_t)sq.slot[s] * sq.slot_floats + sq.rec_off +
+                (int64_t)h * hy_la_head_floats(a.d, a.chunk);
+
+    if (sq.n[s] <= 0)
+        return; /* whole block */
+    hy_la_block(&a, sq.first[s], sq.n[s], sq.n_past[s], St, h, j0, tv, sm, (int)threadIdx.x,
+                (int)blockDim.x);
+}
+
+/* Block per (head, sequence), after every tile of hy_lightning_block_kernel
+ * (stream order): the keys that stay in the current block. */
+__global__ void hy_lightning_keys_kernel(hy_cuk_seqs_t sq, hy_la_args_t a)
+{
+    const int h = blockIdx.x, s = blockIdx.y, n = sq.n[s];
+    const int64_t np = sq.n_past[s];
+    const int pend = (int)((np + n) % a.chunk), keep = pend < n ? pend : n;
+    float *St = sq.st + (int64_t)sq.slot[s] * sq.slot_floats + sq.rec_off +
+                (int64_t)h * hy_la_head_floats(a.d, a.chunk);
+
+    for (int e = threadIdx.x; e < keep * a.d; e += blockDim.x)
+        hy_la_keys_back(&a, sq.first[s], n, np, St, h, e);
+}
+
+/* chunk 1: block per (head, sequence), thread per value column of S. */
+__global__ void hy_lightning_rec_kernel(hy_cuk_seqs_t sq, hy_la_args_t a)
+{
+    extern __shared__ float sm[]; /* q[d] | k[d] of the current row */
+    const int h = blockIdx.x, s = blockIdx.y, d = a.d;
+    const int first = sq.first[s], n = sq.n[s];
+    const float lam1 = a.decay[(int64_t)h * 2 + 1]; /* chunk 1: rows of 2 */
+    float *S = sq.st + (int64_t)sq.slot[s] * sq.slot_floats + sq.rec_off + (int64_t)h * d * d;
+
+    for (int t = 0; t < n; t++) {
+        const int64_t off = ((int64_t)first + t) * a.row_stride + (int64_t)h * a.head_stride;
+        __syncthreads(); /* the previous row's q/k no longer read */
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            sm[i] = a.q[off + i];
+            sm[d + i] = a.k[off + i];
+        }
+        __syncthreads();
+        for (int j = threadIdx.x; j < d; j += blockDim.x)
+            hy_la_rec_column(S, sm, a.v[off + j], lam1, d, j,
+                             &a.o[((int64_t)first + t) * a.n_head * d + (int64_t)h * d + j]);
+    }
+}
+
+extern "C" int hy_cuk_lightning(const hy_cuk_seqs_t *sq, const float *q, const float *k,
+                                const float *v, int64_t row_stride, int64_t head_stride,
+                                const float *decay, float *o, int32_t n_head, int32_t d,
+                                int32_t chunk, hy_cuk_stream_t stream)
+{
+    static int granted[64];
+    const hy_la_args_t a = {q, k, v, row_stride, head_stride, decay, o, n_head, d, chunk};
+    size_t optin = 0, shm;
+    int rc;
+
+    if (sq->n_seqs <= 0 || sq->max_n <= 0)
+        return 0;
+    if (sq->n_seqs > 65535 || n_head < 1 || n_head > 65535 || d < 1 || chunk < 1)
+        return (int)cudaErrorInvalidValue;
+    if (chunk == 1) {
+        const int threads = d >= 256 ? 256 : (d + 31) / 32 * 32;
+        if (sizeof(float) * 2 * (size_t)d > 48 * 1024)
+            return (int)cudaErrorInvalidValue;
+        hy_lightning_rec_kernel<<<dim3((unsigned)n_head, (unsigned)sq->n_seqs), threads,
+                                  sizeof(float) * 2 * (size_t)d, stream>>>(*sq, a);
+        return (int)cudaGetLastError();
+    }
+    shm = sizeof(float) * hy_la_smem_floats(d, chunk);
+    if ((rc = hy_rec_smem_optin(&optin)) != 0)
+        return rc;
+    if (shm > optin)
+        return (int)cudaErrorInvalidValue;
+    if ((rc = hy_rec_smem_allow((const void *)hy_lightning_block_kernel, granted, shm)) != 0)
+        return rc;
+    hy_lightning_block_kernel<<<dim3((unsigned)((d + HY_LA_TV - 1) / HY_LA_TV), (unsigned)n_head,
+                                     (unsigned)sq->n_seqs),
+                                HY_LA_THREADS, shm, stream>>>(*sq, a);
+    if ((rc = (int)cudaGetLastError()) != 0)
+        return rc;
+    hy_lightning_keys_kernel<<<dim3((unsigned)n_head, (unsigned)sq->n_seqs), 128, 0, stream>>>(
+        *sq, a);
     return (int)cudaGetLastError();
 }

@@ -130,6 +130,24 @@ typedef struct {
     int32_t chunk;   /* prefill chunk length; 1 = exact recurrent form */
 } hy_ssd_params_t;
 
+/* Lightning attention (MiniMax-Text-01 / M1, the linear layers of SALA):
+ * per head h with decay rate s_h > 0 (lambda_h = exp(-s_h)) and state S
+ * (head_dim x head_dim, S[i][j]: key index i, value index j):
+ *   S <- lambda_h S + k_t v_t^T;  o_t = S^T q_t
+ * (no scaling or normalisation of q/k inside the op).
+ * chunk 1: exactly that recurrence, token by token; the slot keeps S.
+ * chunk C >= 2: the blocked form, with blocks at absolute positions
+ * [bC, (b+1)C) of each sequence: a token's output is computed from the
+ * state at its block's start plus the block's earlier rows, and S absorbs
+ * a block only once it is complete.  The slot keeps S and the current
+ * block's rows (keys and values), so decode and prefill run the same
+ * arithmetic and the output is bitwise the same however the sequence is
+ * cut into steps (backend/lightning.h gives the order and the sizes). */
+typedef struct {
+    int32_t n_head, head_dim;
+    int32_t chunk;   /* 1 = exact recurrence; 2..HY_LIGHTNING_MAX_CHUNK = blocked */
+} hy_lightning_params_t;
+
 /* Mixture of experts FFN weights (3-D tensors have ne[2] = n_expert).
  * Routing per token: p = softmax(logits) or sigmoid(logits); choose the
  * n_expert_used largest p + exp_bias (bias only for selection); weights =
@@ -268,6 +286,17 @@ struct hy_backend_i {
                 const hy_weight_t *dt_bias, const hy_weight_t *A, const float *B,
                 const float *C, int32_t bc_stride, const hy_weight_t *D, float *y,
                 const hy_ssd_params_t *p);
+    /* Lightning attention core for one layer (see hy_lightning_params_t):
+     * head h of token row r reads q at q + r*row_stride + h*head_stride
+     * (k, v likewise); decay is the layer's table (F32 {chunk + 1, n_head}:
+     * decay[h][n] = lambda_h^n, built once by hy_lightning_decays); output
+     * o [n_tok][n_head*head_dim], not overlapping q/k/v.  Uses and updates
+     * the slots' rec state, which must hold hy_lightning_state_floats(p)
+     * floats per slot. */
+    void (*lightning)(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
+                      const float *q, const float *k, const float *v, int32_t row_stride,
+                      int32_t head_stride, const hy_weight_t *decay, float *o,
+                      const hy_lightning_params_t *p);
     /* y[n_tok][n_embd] = MoE FFN (SwiGLU experts) of x[n_tok][n_embd]. */
     void (*moe)(hy_backend_t *be, const hy_moe_t *moe, const float *x, float *y,
                 int32_t n_tok, int32_t n_embd);

@@ -257,7 +257,7 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
     for (int32_t il = 0; il < m->n_layer; il++)
         fputc(hy_plan_kind_letter(m->layers[il].kind), f);
     fputs("\n                   (A attention, S sliding window, G gated deltanet, M mamba2,"
-          " C shortconv, - MLP only)\n", f);
+          " C shortconv, L lightning, - MLP only)\n", f);
     if (p->n_layers[HY_LAYER_ATTN_SWA] > 0)
         fprintf(f, "sliding window     %d tokens in %d of %d layers; their KV pages are still kept"
                    " for the whole context (counted so above)\n",

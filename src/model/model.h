@@ -64,15 +64,18 @@ typedef struct {
     int32_t rec_index;                /* index among recurrent layers, or -1 */
     int64_t conv_floats;              /* conv-window floats this layer keeps per slot */
     int64_t rec_floats;               /* recurrent-state floats this layer keeps per slot */
-    hy_weight_t attn_qkv;             /* GDN: (n_embd, conv_dim) fused q|k|v */
-    hy_weight_t attn_gate;            /* GDN: (n_embd, value_dim) z */
+    hy_weight_t attn_qkv;             /* GDN: (n_embd, conv_dim) fused q|k|v;
+                                       * lightning: (n_embd, 3 n_head hd) per head [q|k|v] */
+    hy_weight_t attn_gate;            /* GDN: (n_embd, value_dim) z; lightning: output gate */
     hy_weight_t ssm_in;               /* Mamba-2 in_proj (n_embd, d_in_proj) */
     hy_weight_t ssm_conv1d;           /* (d_conv, channels) */
     hy_weight_t ssm_conv1d_b;         /* (channels) or absent */
     hy_weight_t ssm_dt_b;             /* (n_v_heads | n_head) */
-    hy_weight_t ssm_a;                /* (n_v_heads | n_head): A = -exp(A_log) */
+    hy_weight_t ssm_a;                /* (n_v_heads | n_head): A = -exp(A_log);
+                                       * lightning: (chunk+1, n_head) decay table, built at load */
     hy_weight_t ssm_d;                /* (n_head) Mamba-2 skip */
-    hy_weight_t ssm_norm;             /* GDN (d_v) / Mamba-2 (d_inner/G, G) */
+    hy_weight_t ssm_norm;             /* GDN (d_v) / Mamba-2 (d_inner/G, G) / lightning
+                                       * (n_head hd) attn_norm_2 */
     hy_weight_t ssm_out;              /* (value_dim | d_inner, n_embd) */
     hy_weight_t ssm_ba;               /* qwen3next (n_embd, 2*n_v_heads) */
     hy_weight_t ssm_beta, ssm_alpha;  /* qwen35 (n_embd, n_v_heads) each */
@@ -141,7 +144,8 @@ struct hy_model {
     hy_scratch_desc_t scratch; /* the architecture's forward scratch, set by its load() */
     /* Architecture-specific scalars (Granite's multipliers, ...). */
     float embd_scale;     /* multiply embeddings (1 = off) */
-    float residual_scale; /* multiply each block's output before the residual add (1) */
+    float residual_scale; /* multiply each block's output before the residual add (1);
+                           * minimax-01: its layernorm alpha, times the normed input */
     float attn_scale;     /* attention scale override (0 = 1/sqrt(head_dim)) */
     float logit_scale;    /* divide logits by this (1 = off) */
     float attn_softcap;   /* attention scores -> c tanh(s / c) (0 = off; Gemma 2) */

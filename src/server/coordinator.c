@@ -219,7 +219,7 @@ static void co_kernels(const hy_model_t *m, hy_backend_t *be, char *buf, size_t 
     static const struct { hy_layer_kind_t kind; const char *op; } ops[] = {
         {HY_LAYER_ATTN_FULL, "attention"}, {HY_LAYER_ATTN_SWA, "attention"},
         {HY_LAYER_GDN, "gdn"},             {HY_LAYER_MAMBA2, "ssd"},
-        {HY_LAYER_SHORTCONV, "conv"},
+        {HY_LAYER_SHORTCONV, "conv"},      {HY_LAYER_LIGHTNING, "lightning"},
     };
     bool seen_kind[HY_LAYER_NONE + 1] = {false}, seen_type[HY_DTYPE_COUNT] = {false};
     size_t len = 0;

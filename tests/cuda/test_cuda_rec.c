@@ -4,14 +4,18 @@
  * CPU backend: the cases of rec_cases.h (sequences of 1, 7, 64, 65 and 200
  * rows in one ragged call, continuation prefills mixed with decode tokens,
  * decode steps; outputs and every slot's state after each call), at the
- * real models' head sizes, plus a shape the op must refuse.  Without a GPU
+ * real models' head sizes, the lightning op (bit for bit), plus a shape the
+ * op must refuse.  Without a GPU
  * it reports "# SKIP no GPU"; test_rec_chunk.c checks the same kernel code
  * on the host in every build.
  */
 #include "backend/backend.h"
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_impl.h" /* the state arena, to compare slots */
+#include "backend/lightning.h"
 #include "rec_cases.h"
+
+#include <math.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +149,88 @@ static void test_refused(void)
             "gdn with 3 v-heads over 2 k-heads is refused, output zeroed: %s", rc ? err : "ok");
     g_gpu->i->release(g_gpu, dx);
     g_gpu->i->release(g_gpu, dout);
+}
+
+/* Lightning attention (backend/lightning.h), blocked and recurrent, on a
+ * schedule of continuation prefills and decode steps: the GPU reads the
+ * CPU's decay table and rounds each product and sum on its own in the
+ * CPU's order, so outputs and the live state (S and the current block's
+ * rows) must be the CPU's bits exactly (test_lightning_chunk.c runs the
+ * same kernel code on the host). */
+static void test_lightning(hy_backend_t *cpu, int H, int d, int C)
+{
+    static const int sched[4][3] = {{37, 1, 20}, {1, 1, 13}, {30, 0, 1}, {1, 17, 1}};
+    const hy_lightning_params_t p = {H, d, C};
+    const int hs = 3 * d, stride = H * hs, O = H * d;
+    int64_t rec = hy_lightning_state_floats(&p), conv = 0, hf = hy_lightning_head_floats(d, C);
+    hy_state_layout_t lay = {1, 3, &conv, &rec};
+    float slope[8], *table = malloc(sizeof(float) * (size_t)H * (C + 1));
+    hy_weight_t wc = {HY_DTYPE_F32, {C + 1, H, 1, 1}, sizeof(float) * (size_t)(C + 1), table,
+                      NULL, "decay"}, wg = wc;
+    float *gs = malloc(sizeof(float) * (size_t)rec);
+    int n_past[3] = {0};
+    char err[HY_ERR_LEN];
+    bool same = true;
+
+    for (int h = 0; h < H; h++)
+        slope[h] = h == H - 1 ? 0.0f : 0.5f * powf(0.3f, (float)h);
+    hy_lightning_decays(slope, H, C, table);
+    same = g_gpu->i->weight_init(g_gpu, &wg, err) == HY_OK &&
+           cpu->i->state_init(cpu, &lay, err) == HY_OK &&
+           g_gpu->i->state_init(g_gpu, &lay, err) == HY_OK;
+    for (int s = 0; s < 3 && same; s++) {
+        cpu->i->state_clear(cpu, s);
+        g_gpu->i->state_clear(g_gpu, s);
+    }
+    for (int c = 0; c < 4 && same; c++) {
+        hy_batch_seq_t seqs[3];
+        hy_batch_t b = {0, NULL, NULL, 0, seqs};
+        float *x, *oc, *og, *dx, *dout;
+
+        for (int s = 0; s < 3; s++)
+            if (sched[c][s] > 0) {
+                seqs[b.n_seqs++] = (hy_batch_seq_t){b.n_tokens, sched[c][s], n_past[s], NULL, 0,
+                                                    2 - s};
+                b.n_tokens += sched[c][s];
+            }
+        x = malloc(sizeof(float) * (size_t)b.n_tokens * stride);
+        oc = malloc(sizeof(float) * (size_t)b.n_tokens * O);
+        og = malloc(sizeof(float) * (size_t)b.n_tokens * O);
+        for (size_t e = 0; e < (size_t)b.n_tokens * stride; e++)
+            x[e] = rec_rnd();
+        cpu->i->lightning(cpu, 0, &b, x, x + d, x + 2 * d, stride, hs, &wc, oc, &p);
+        dx = gpu_put(x, (size_t)b.n_tokens * stride);
+        dout = g_gpu->i->alloc(g_gpu, (size_t)b.n_tokens * O);
+        g_gpu->i->lightning(g_gpu, 0, &b, dx, dx + d, dx + 2 * d, stride, hs, &wg, dout, &p);
+        g_gpu->i->download(g_gpu, og, dout, (size_t)b.n_tokens * O);
+        same = cpu->i->status(cpu, err) == HY_OK && g_gpu->i->status(g_gpu, err) == HY_OK &&
+               memcmp(oc, og, sizeof(float) * (size_t)b.n_tokens * O) == 0;
+        for (int i = 0; i < b.n_seqs; i++)
+            n_past[2 - seqs[i].state_slot] += seqs[i].n;
+        for (int s = 0; s < 3 && same; s++) {
+            const float *cs = hy_cpu_state_rec(cpu->ctx, 2 - s, 0);
+            const int m = C > 1 ? n_past[s] % C : 0;
+            gpu_state(NULL, 2 - s, gs, rec);
+            for (int h = 0; h < H && same; h++) {
+                const float *a = cs + h * hf, *g = gs + h * hf;
+                same = memcmp(a, g, sizeof(float) * (size_t)d * d) == 0;
+                for (int i = 0; i < d && C > 1 && same; i++)
+                    same = memcmp(a + d * d + i * C, g + d * d + i * C, sizeof(float) * m) == 0;
+                if (C > 1 && same)
+                    same = memcmp(a + d * d + d * C, g + d * d + d * C,
+                                  sizeof(float) * (size_t)m * d) == 0;
+            }
+        }
+        g_gpu->i->release(g_gpu, dx);
+        g_gpu->i->release(g_gpu, dout);
+        free(x);
+        free(oc);
+        free(og);
+    }
+    HY_T_OK(same, "lightning H %d d %d chunk %d: 4 calls of prefills and decode steps, outputs "
+            "and live state == the CPU's bits (%s)", H, d, C, same ? "ok" : err);
+    free(table);
+    free(gs);
 }
 
 static double now_ms(void)
@@ -292,6 +378,9 @@ int main(void)
     rec_ssd_case(&ref, &dut, 2, 18, 1, 20, true, 32, 1e-5);
     rec_ssd_case(&ref, &dut, 2, 16, 1, 256, true, 64, 1e-5);
     rec_ssd_case(&ref, &dut, 4, 16, 2, 32, true, 1, 1e-5);
+    test_lightning(cpu.be, 4, 128, 16); /* MiniMax's head size and block */
+    test_lightning(cpu.be, 3, 40, 5);   /* value tiles of 32 + 8 */
+    test_lightning(cpu.be, 2, 16, 1);   /* the recurrence */
     test_refused();
     test_long(0);
     test_long(1);

@@ -890,7 +890,7 @@ int main(void)
      * Mamba-2 with and without attention layers first), picked by name from
      * the manifest: a name it no longer lists fails. */
     static const char *const models[] = {"llama", "qwen3next", "lfm2", "granitehybrid-dense",
-                                         "nemotron_h"};
+                                         "nemotron_h", "minimax"};
     hy_t_golden_t golden[HY_T_GOLDEN_MAX];
     int n_golden = hy_t_golden_models(golden, HY_T_GOLDEN_MAX);
     hy_backend_opts_t bo = {.n_threads = 1};

@@ -7,6 +7,7 @@
  * its output zeroed rather than crashing.
  */
 #include "backend/cpu/cpu_impl.h"
+#include "backend/cpu/lightning.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -552,6 +553,7 @@ static const struct hy_backend_i hy_cpu_methods = {
     .gdn = hy_cpu_gdn,
     .scale_rows = hy_cpu_scale_rows,
     .ssd = hy_cpu_ssd,
+    .lightning = hy_cpu_lightning,
     .group_rmsnorm_gated = hy_cpu_group_rmsnorm_gated,
     .status = hy_cpu_status,
     .mem_sizes = hy_layout_mem_sizes,
@@ -590,6 +592,9 @@ static void hy_cpu_kernel_name(hy_backend_t *be, const char *op, const hy_weight
         snprintf(buf, n, "chunked-wy+recurrent-%s", isa);
     } else if (strcmp(op, "ssd") == 0) {
         snprintf(buf, n, "chunked-ssd+recurrent-%s", isa);
+    } else if (strcmp(op, "lightning") == 0) {
+        /* the AVX-512 level runs the AVX2 build (same bits, see lightning.c) */
+        snprintf(buf, n, "blocked+recurrent-%s", hy_cpu_isa() >= HY_ISA_AVX2 ? "avx2" : "scalar");
     } else if (strcmp(op, "conv") == 0) {
         snprintf(buf, n, "causal-conv1d-c");
     } else {

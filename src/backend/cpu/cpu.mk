@@ -122,3 +122,27 @@ TESTS += tests/unit/test_quant_vectors
 tests_unit_test_quant_vectors_SOURCES = tests/unit/test_quant_vectors.c
 tests_unit_test_quant_vectors_LDADD = $(TEST_LDADD)
 EXTRA_DIST += scripts/make-quant-vectors tests/data/quant
+
+# Lightning attention on the CPU: the op (lightning.c) and its kernel.  The
+# kernel source lightning_kern.h is compiled twice (generic, and AVX2 through
+# a target pragma where the compiler builds AVX2) in one convenience library
+# built with -ffp-contract=off: the two builds must do the same separately
+# rounded products and sums (the tests compare them bit for bit), so no
+# multiply-add may be fused.
+libhy_a_SOURCES += src/backend/cpu/lightning.c src/backend/cpu/lightning.h
+noinst_LIBRARIES += libhy_lightning.a
+libhy_lightning_a_SOURCES = src/backend/cpu/lightning_kern_generic.c \
+	src/backend/cpu/lightning_kern_avx2.c src/backend/cpu/lightning_kern.h
+libhy_lightning_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off
+libhy_a_LIBADD += $(libhy_lightning_a_OBJECTS)
+EXTRA_libhy_a_DEPENDENCIES += $(libhy_lightning_a_OBJECTS)
+# the op against a double-precision reference, blocked vs recurrent, cuts,
+# ISA builds, bad arguments; bench_lightning (built, not run): prefill and
+# decode CPU time per token at MiniMax's shape for several block lengths and
+# the plain recurrence: tests/unit/bench_lightning [tokens] [heads] [d] [isa]
+check_PROGRAMS += tests/unit/test_lightning tests/unit/bench_lightning
+TESTS += tests/unit/test_lightning
+tests_unit_test_lightning_SOURCES = tests/unit/test_lightning.c
+tests_unit_test_lightning_LDADD = $(TEST_LDADD)
+tests_unit_bench_lightning_SOURCES = tests/unit/bench_lightning.c
+tests_unit_bench_lightning_LDADD = $(TEST_LDADD)

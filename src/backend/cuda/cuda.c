@@ -1216,6 +1216,7 @@ static const struct hy_backend_i hy_cuda_methods = {
     .l2norm = hy_cuda_l2norm,
     .gdn = hy_cuda_gdn,
     .ssd = hy_cuda_ssd,
+    .lightning = hy_cuda_lightning,
     .moe = hy_cuda_moe,
     .scale_rows = hy_cuda_scale_rows,
     .group_rmsnorm_gated = hy_cuda_group_rmsnorm_gated,

@@ -136,3 +136,17 @@ endif
 check-cuda:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(HY_CUDA_TESTS)' check_PROGRAMS='$(HY_CUDA_TESTS)'
 .PHONY: check-cuda
+
+# The lightning kernel's algorithm (kernels/hy_lightning.h) run on the host
+# against the CPU op, bit for bit, in every build.
+check_PROGRAMS += tests/cuda/test_lightning_chunk
+TESTS += tests/cuda/test_lightning_chunk
+HY_CUDA_TESTS += tests/cuda/test_lightning_chunk
+tests_cuda_test_lightning_chunk_SOURCES = tests/cuda/test_lightning_chunk.c \
+	kernels/hy_lightning.h
+tests_cuda_test_lightning_chunk_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/kernels
+tests_cuda_test_lightning_chunk_CFLAGS = $(AM_CFLAGS) -ffp-contract=off
+tests_cuda_test_lightning_chunk_LDADD = $(TEST_LDADD)
+if HAVE_CUDA
+kernels/hy_rec.$(OBJEXT): $(top_srcdir)/kernels/hy_lightning.h
+endif

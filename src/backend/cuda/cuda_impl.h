@@ -127,6 +127,10 @@ void hy_cuda_ssd(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
                  const hy_weight_t *dt_bias, const hy_weight_t *A, const float *B,
                  const float *C, int32_t bc_stride, const hy_weight_t *D, float *y,
                  const hy_ssd_params_t *p);
+void hy_cuda_lightning(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
+                       const float *q, const float *k, const float *v, int32_t row_stride,
+                       int32_t head_stride, const hy_weight_t *decay, float *o,
+                       const hy_lightning_params_t *p);
 void hy_cuda_moe(hy_backend_t *be, const hy_moe_t *moe, const float *x, float *y,
                  int32_t n_tok, int32_t n_embd);
 

@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/attn_plan.h"
 #include "backend/layout.h"
+#include "backend/lightning.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -247,7 +248,7 @@ static bool hy_cuda_rec_seqs(hy_cuda_t *cu, const char *op, int32_t rec_layer,
             return false;
         }
     }
-    tab = malloc(sizeof(int32_t) * 3 * (size_t)HY_MAX(b->n_seqs, 1));
+    tab = malloc(sizeof(int32_t) * 4 * (size_t)HY_MAX(b->n_seqs, 1));
     if (!tab) {
         hy_cuda_fail(cu, HY_ENOMEM, "%s: out of memory", op);
         return false;
@@ -256,10 +257,11 @@ static bool hy_cuda_rec_seqs(hy_cuda_t *cu, const char *op, int32_t rec_layer,
         tab[s] = b->seqs[s].first;
         tab[b->n_seqs + s] = b->seqs[s].n;
         tab[2 * b->n_seqs + s] = b->seqs[s].state_slot;
+        tab[3 * b->n_seqs + s] = b->seqs[s].n_past;
     }
     {
         const void *parts[1] = {tab};
-        size_t bytes = sizeof(int32_t) * 3 * (size_t)b->n_seqs;
+        size_t bytes = sizeof(int32_t) * 4 * (size_t)b->n_seqs;
         void *dev[1];
         if (!hy_cuda_meta(cu, op, 1, parts, &bytes, dev))
             goto out;
@@ -270,6 +272,7 @@ static bool hy_cuda_rec_seqs(hy_cuda_t *cu, const char *op, int32_t rec_layer,
         sq->first = dev[0];
         sq->n = (const int32_t *)dev[0] + b->n_seqs;
         sq->slot = (const int32_t *)dev[0] + 2 * b->n_seqs;
+        sq->n_past = (const int32_t *)dev[0] + 3 * b->n_seqs;
         sq->n_seqs = b->n_seqs;
         /* the launchers choose chunked / recurrent kernels from these */
         sq->min_n = b->n_seqs > 0 ? INT32_MAX : 0;
@@ -401,6 +404,48 @@ out:
         cudaFree(tb);
     if (tD)
         cudaFree(tD);
+}
+
+void hy_cuda_lightning(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
+                       const float *q, const float *k, const float *v, int32_t row_stride,
+                       int32_t head_stride, const hy_weight_t *decay, float *o,
+                       const hy_lightning_params_t *p)
+{
+    hy_cuda_t *cu = be->ctx;
+    float *tt = NULL;
+    const float *ft;
+    hy_cuk_seqs_t sq;
+    char err[HY_ERR_LEN];
+    int rc;
+
+    if (batch->n_tokens <= 0)
+        return;
+    if ((rc = hy_lightning_check(p, row_stride, head_stride, decay, err)) != HY_OK) {
+        hy_cuda_fail(cu, rc, "%s", err);
+        goto zero;
+    }
+    if (!hy_cuda_rec_seqs(cu, "lightning", rec_layer, batch, -1, hy_lightning_state_floats(p),
+                          &sq))
+        goto zero;
+    if (!(ft = hy_cuda_weight_floats(cu, "lightning decay", decay,
+                                     (int64_t)p->n_head * (p->chunk + 1), false, &tt)))
+        goto zero;
+    /* the blocked kernel's shared memory: 36 KB at MiniMax's head 128 and
+     * chunk 16; the launcher refuses (invalid argument) what the device
+     * cannot give, named here */
+    rc = hy_cuk_lightning(&sq, q, k, v, row_stride, head_stride, ft, o, p->n_head, p->head_dim,
+                          p->chunk, cu->stream);
+    if (rc == (int)cudaErrorInvalidValue)
+        hy_cuda_fail(cu, HY_EUNSUPPORTED, "lightning: head size %d with chunk %d does not fit a "
+                     "block's shared memory on this device", p->head_dim, p->chunk);
+    if (hy_cuda_ok(cu, "lightning", rc))
+        goto out;
+zero:
+    hy_cuda_zero(cu, o, (size_t)batch->n_tokens * (size_t)HY_MAX(p->n_head, 0) *
+                            (size_t)HY_MAX(p->head_dim, 0));
+out:
+    if (tt)
+        cudaFree(tt);
 }
 
 /* ---- mixture of experts ---------------------------------------------------- */

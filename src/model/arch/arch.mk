@@ -20,3 +20,9 @@ tests_unit_test_qwen3next_SOURCES = tests/unit/test_qwen3next.c tests/unit/gguf_
 tests_unit_test_qwen3next_LDADD = $(TEST_LDADD)
 tests_unit_test_hybrid_ssm_load_SOURCES = tests/unit/test_hybrid_ssm_load.c tests/unit/gguf_patch.h
 tests_unit_test_hybrid_ssm_load_LDADD = $(TEST_LDADD)
+
+# The minimax-01 loader (lightning layers) and its bad inputs.
+check_PROGRAMS += tests/unit/test_minimax
+TESTS += tests/unit/test_minimax
+tests_unit_test_minimax_SOURCES = tests/unit/test_minimax.c tests/unit/gguf_patch.h
+tests_unit_test_minimax_LDADD = $(TEST_LDADD)

@@ -18,6 +18,7 @@
 #include "model/arch/qwen3next.c"
 #include "model/arch/granite_hybrid.c"
 #include "model/arch/nemotron_h.c"
+#include "model/arch/minimax.c"
 
 static const struct {
     const char *gguf_name;
@@ -35,6 +36,7 @@ static const struct {
     {"qwen35moe", &hy_arch_qwen3next},
     {"granitehybrid", &hy_arch_granite_hybrid},
     {"nemotron_h", &hy_arch_nemotron_h},
+    {"minimax-01", &hy_arch_minimax},
 };
 
 const hy_arch_t *hy_arch_find(const char *name, size_t len)

@@ -15,6 +15,58 @@
 
 /* ---- hyperparameters ---------------------------------------------------- */
 
+int hy_model_recurrent_pattern(hy_model_t *m, uint32_t interval, bool *is_recr, char *err)
+{
+    char key[160];
+    bool bv;
+    int rc;
+
+    rc = hy_model_layers_flag(m, "attention.recurrent_layers", "a scalar bool", is_recr, err);
+    if (rc != HY_ENOENT)
+        return rc;
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", m->arch_name);
+    if (hy_gguf_get_bool(m->gguf, key, &bv, NULL) == HY_OK) {
+        for (int32_t i = 0; i < m->n_layer; i++)
+            is_recr[i] = bv;
+        return HY_OK;
+    }
+    if ((rc = hy_model_key_u32(m, "full_attention_interval", &interval, true, err)) != HY_OK)
+        return rc;
+    if (interval == 0)
+        return hy_err(err, HY_EFORMAT, "%s: %s.full_attention_interval must be positive",
+                      hy_gguf_path(m->gguf), m->arch_name);
+    for (int32_t i = 0; i < m->n_layer; i++)
+        is_recr[i] = (uint32_t)(i + 1) % interval != 0;
+    return HY_OK;
+}
+
+int hy_model_attn_heads(hy_model_t *m, uint32_t max_hd, uint32_t *n_head, uint32_t *n_head_kv,
+                        uint32_t *hd, char *err)
+{
+    const char *path = hy_gguf_path(m->gguf), *a = m->arch_name;
+    uint32_t hdv;
+    int rc;
+
+    *n_head = 0;
+    if ((rc = hy_model_key_u32(m, "attention.head_count", n_head, false, err)) != HY_OK)
+        return rc;
+    *n_head_kv = *n_head;
+    *hd = *n_head ? (uint32_t)m->n_embd / *n_head : 0;
+    if ((rc = hy_model_key_u32(m, "attention.head_count_kv", n_head_kv, true, err)) != HY_OK ||
+        (rc = hy_model_key_u32(m, "attention.key_length", hd, true, err)) != HY_OK)
+        return rc;
+    hdv = *hd;
+    if ((rc = hy_model_key_u32(m, "attention.value_length", &hdv, true, err)) != HY_OK)
+        return rc;
+    if (*n_head == 0 || *n_head > 1024 || *n_head_kv == 0 || *n_head % *n_head_kv != 0)
+        return hy_err(err, HY_EFORMAT, "%s: %s.attention.head_count %u / head_count_kv %u must be positive, with head_count a multiple of head_count_kv",
+                      path, a, *n_head, *n_head_kv);
+    if (*hd == 0 || *hd > max_hd || hdv != *hd)
+        return hy_err(err, HY_EFORMAT, "%s: %s.attention.key_length %u / value_length %u must be equal and in 1..%u",
+                      path, a, *hd, hdv, max_hd);
+    return HY_OK;
+}
+
 int hy_model_check_ff(hy_model_t *m, const uint32_t *n_ff, bool allow_zero, char *err)
 {
     for (int32_t il = 0; il < m->n_layer; il++)

@@ -24,6 +24,20 @@
  * are in model/model.h: the loader reads the keys every family shares with
  * them too.) */
 
+/* Which layers are recurrent in a family that names its pattern the way
+ * qwen3next and minimax-01 do: <arch>.attention.recurrent_layers (a bool
+ * or integer array over block_count, or one bool for all) if present,
+ * else every layer but each <arch>.full_attention_interval-th (that key,
+ * else `interval`: llama.cpp's default for the family), into
+ * is_recr[0..m->n_layer). */
+int hy_model_recurrent_pattern(hy_model_t *m, uint32_t interval, bool *is_recr, char *err);
+/* One attention geometry from scalar keys (families whose attention-like
+ * layers all have one shape): head_count (required), head_count_kv
+ * (default head_count; head_count must be a multiple of it, at most 1024),
+ * key_length = value_length (default n_embd / head_count, 1..max_hd; the
+ * families using this multiply values by something of the key size). */
+int hy_model_attn_heads(hy_model_t *m, uint32_t max_hd, uint32_t *n_head, uint32_t *n_head_kv,
+                        uint32_t *hd, char *err);
 /* Refuses a feed_forward_length outside 1..2^20 (0 too unless allow_zero)
  * on any layer, naming the layer. */
 int hy_model_check_ff(hy_model_t *m, const uint32_t *n_ff, bool allow_zero, char *err);

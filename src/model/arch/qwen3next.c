@@ -93,36 +93,6 @@ static hy_qwen_gdn_t hy_qwen_geometry(const hy_model_t *m)
     return g;
 }
 
-/* Which layers are recurrent: attention.recurrent_layers (bool or integer
- * array over block_count, or a scalar bool) if present, else every layer but
- * each full_attention_interval-th (llama.cpp's rule).  Reads over all
- * block_count layers, the MTP blocks included. */
-static int hy_qwen_read_pattern(hy_model_t *m, bool *is_recr, char *err)
-{
-    char key[160];
-    uint32_t interval = 4;
-    bool bv;
-    int rc;
-
-    rc = hy_model_layers_flag(m, "attention.recurrent_layers", "a scalar bool", is_recr, err);
-    if (rc != HY_ENOENT)
-        return rc;
-    snprintf(key, sizeof key, "%s.attention.recurrent_layers", m->arch_name);
-    if (hy_gguf_get_bool(m->gguf, key, &bv, NULL) == HY_OK) {
-        for (int32_t i = 0; i < m->n_layer; i++)
-            is_recr[i] = bv;
-        return HY_OK;
-    }
-    if ((rc = hy_model_key_u32(m, "full_attention_interval", &interval, true, err)) != HY_OK)
-        return rc;
-    if (interval == 0)
-        return hy_err(err, HY_EFORMAT, "%s: %s.full_attention_interval must be positive",
-                      hy_gguf_path(m->gguf), m->arch_name);
-    for (int32_t i = 0; i < m->n_layer; i++)
-        is_recr[i] = (uint32_t)(i + 1) % interval != 0;
-    return HY_OK;
-}
-
 /* qwen35's interleaved M-RoPE equals NEOX RoPE for text (t = h = w = the
  * position) as long as every rotary pair falls in the t, h or w section
  * (llama.cpp's rule: pair i uses section i % 3 while i < 3 * sections[i % 3],
@@ -154,20 +124,16 @@ static int hy_qwen_read_hp(hy_model_t *m, const hy_qwen_variant_t *var, hy_qwen_
                            char *err)
 {
     const char *path = hy_gguf_path(m->gguf), *a = m->arch_name;
-    uint32_t inner = 0, hdv;
+    uint32_t inner = 0;
     int rc;
 
     memset(h, 0, sizeof *h);
+    /* the output gate multiplies values by a query-sized gate */
+    if ((rc = hy_model_attn_heads(m, 1024, &h->n_head, &h->n_head_kv, &h->hd, err)) != HY_OK)
+        return rc;
 #define KEY(suffix, var_, opt)                                                 \
     if ((rc = hy_model_key_u32(m, suffix, &(var_), opt, err)) != HY_OK)        \
         return rc;
-    KEY("attention.head_count", h->n_head, false)
-    h->n_head_kv = h->n_head;
-    KEY("attention.head_count_kv", h->n_head_kv, true)
-    h->hd = h->n_head ? (uint32_t)m->n_embd / h->n_head : 0;
-    KEY("attention.key_length", h->hd, true)
-    hdv = h->hd;
-    KEY("attention.value_length", hdv, true)
     KEY("nextn_predict_layers", h->nextn, true)
     KEY("ssm.conv_kernel", h->d_conv, false)
     KEY("ssm.state_size", h->d_state, false)
@@ -184,12 +150,6 @@ static int hy_qwen_read_hp(hy_model_t *m, const hy_qwen_variant_t *var, hy_qwen_
             return rc;
     }
 #undef KEY
-    if (h->n_head == 0 || h->n_head > 1024 || h->n_head_kv == 0 || h->n_head % h->n_head_kv != 0)
-        return hy_err(err, HY_EFORMAT, "%s: %s.attention.head_count %u / head_count_kv %u must be positive, with head_count a multiple of head_count_kv",
-                      path, a, h->n_head, h->n_head_kv);
-    if (h->hd == 0 || h->hd > 1024 || hdv != h->hd)
-        return hy_err(err, HY_EFORMAT, "%s: %s.attention.key_length %u / value_length %u must be equal and in 1..1024 (the output gate multiplies one by the other)",
-                      path, a, h->hd, hdv);
     if (h->nextn >= (uint32_t)m->n_layer)
         return hy_err(err, HY_EFORMAT, "%s: %s.nextn_predict_layers = %u must be below block_count %d",
                       path, a, h->nextn, m->n_layer);
@@ -377,7 +337,7 @@ static int hy_qwen_load(hy_model_t *m, char *err)
     int rc;
 
     if ((rc = hy_qwen_read_hp(m, &var, &h, err)) != HY_OK ||
-        (rc = hy_qwen_read_pattern(m, is_recr, err)) != HY_OK)
+        (rc = hy_model_recurrent_pattern(m, 4, is_recr, err)) != HY_OK)
         return rc;
     m->n_layer -= (int32_t)h.nextn; /* the MTP blocks are not part of the main pass */
     m->n_head = (int32_t)h.n_head;
