@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "qmm.h"
 #include "quant_impl.h"
 #include "quant_ref.h"
 
@@ -177,12 +178,8 @@ static void hy_quant_ref_from_float_q8_2l(const float *x, void *vy, int64_t n)
 
     for (int64_t i = 0; i < n / 32; i++) {
         const float *xb = x + i * 32;
-        float amax = 0.0f;
         int32_t vsum = 0;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(xb[j]));
-        float d = amax / HY_Q8_2L_VMAX;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        float id, d = hy_quant_2l_scale(xb, 32, &id);
         for (int j = 0; j < 32; j++)
             vsum += hy_quant_split_2l(xb[j], id, &y[i].hi[j], &y[i].lo[j]);
         y[i].d = d;
@@ -197,11 +194,7 @@ static void hy_quant_ref_from_float_q8_k2l(const float *x, void *vy, int64_t n)
 
     for (int64_t i = 0; i < n / 256; i++) {
         const float *xb = x + i * 256;
-        float amax = 0.0f;
-        for (int j = 0; j < 256; j++)
-            amax = fmaxf(amax, fabsf(xb[j]));
-        float d = amax / HY_Q8_2L_VMAX;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        float id, d = hy_quant_2l_scale(xb, 256, &id);
         y[i].d = d;
         for (int g = 0; g < 16; g++) {
             int32_t sum = 0;
@@ -584,148 +577,6 @@ static void hy_quant_ref_dot_q6_k(int64_t n, float *s, const void *vw, const voi
     *s = sum;
 }
 
-/* ---- dot products with two-level activations (reference) ----
- * Integer sums per block for the hi and lo planes, combined as
- * 255*hi + lo in 64 bits (K-quant sums can exceed int32 on hostile
- * scales), float across blocks. */
-
-static void hy_quant_ref_dot_q4_0_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    const hy_block_q4_0_t *w = vw;
-    const hy_block_q8_2l_t *x = vx;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n / 32; i++) {
-        int ih = 0, il = 0;
-        for (int j = 0; j < 16; j++) {
-            int q0 = (w[i].qs[j] & 15) - 8, q1 = (w[i].qs[j] >> 4) - 8;
-            ih += q0 * x[i].hi[j] + q1 * x[i].hi[j + 16];
-            il += q0 * x[i].lo[j] + q1 * x[i].lo[j + 16];
-        }
-        sum += hy_f16_to_f32(w[i].d) * x[i].d * (float)(255 * ih + il);
-    }
-    *s = sum;
-}
-
-static void hy_quant_ref_dot_q4_1_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    const hy_block_q4_1_t *w = vw;
-    const hy_block_q8_2l_t *x = vx;
-    float sum = 0.0f;
-
-    /* sum_j (d_w q_j + m) x_j = d_w d_x sum q_j v_j + m * sum x_j */
-    for (int64_t i = 0; i < n / 32; i++) {
-        int ih = 0, il = 0;
-        for (int j = 0; j < 16; j++) {
-            int q0 = w[i].qs[j] & 15, q1 = w[i].qs[j] >> 4;
-            ih += q0 * x[i].hi[j] + q1 * x[i].hi[j + 16];
-            il += q0 * x[i].lo[j] + q1 * x[i].lo[j + 16];
-        }
-        sum += hy_f16_to_f32(w[i].d) * x[i].d * (float)(255 * ih + il)
-             + hy_f16_to_f32(w[i].m) * x[i].s;
-    }
-    *s = sum;
-}
-
-static void hy_quant_ref_dot_q8_0_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    const hy_block_q8_0_t *w = vw;
-    const hy_block_q8_2l_t *x = vx;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n / 32; i++) {
-        int ih = 0, il = 0;
-        for (int j = 0; j < 32; j++) {
-            ih += w[i].qs[j] * x[i].hi[j];
-            il += w[i].qs[j] * x[i].lo[j];
-        }
-        sum += hy_f16_to_f32(w[i].d) * x[i].d * (float)(255 * ih + il);
-    }
-    *s = sum;
-}
-
-/* Q4_K/Q5_K: as with Q8_K, the min term comes from the group sums of v. */
-static void hy_quant_ref_dot_q45_k_2l(int is5, int64_t n, float *s, const void *vw,
-                                      const void *vx)
-{
-    const hy_block_q8_k2l_t *x = vx;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n / 256; i++) {
-        const hy_block_q4_k_t *w4 = (const hy_block_q4_k_t *)vw + i;
-        const hy_block_q5_k_t *w5 = (const hy_block_q5_k_t *)vw + i;
-        const uint8_t *qs = is5 ? w5->qs : w4->qs, *scales = is5 ? w5->scales : w4->scales;
-        uint16_t wd = is5 ? w5->d : w4->d, wdmin = is5 ? w5->dmin : w4->dmin;
-        int64_t sumh = 0, suml = 0, summ = 0;
-        for (int k = 0; k < 8; k++) {
-            uint8_t sc, m;
-            const uint8_t *q = qs + (k / 2) * 32;
-            const int8_t *xh = x[i].hi + k * 32, *xl = x[i].lo + k * 32;
-            int shift = (k & 1) * 4, ih = 0, il = 0;
-            hy_quant_scale_min_k4(k, scales, &sc, &m);
-            for (int l = 0; l < 32; l++) {
-                int qv = (q[l] >> shift) & 15;
-                if (is5)
-                    qv += ((w5->qh[l] >> k) & 1) * 16;
-                ih += qv * xh[l];
-                il += qv * xl[l];
-            }
-            sumh += sc * ih;
-            suml += sc * il;
-            summ += (int64_t)m * (x[i].bsums[2 * k] + x[i].bsums[2 * k + 1]);
-        }
-        sum += x[i].d * hy_f16_to_f32(wd) * (float)(255 * sumh + suml)
-             - x[i].d * hy_f16_to_f32(wdmin) * (float)summ;
-    }
-    *s = sum;
-}
-
-static void hy_quant_ref_dot_q4_k_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    hy_quant_ref_dot_q45_k_2l(0, n, s, vw, vx);
-}
-
-static void hy_quant_ref_dot_q5_k_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    hy_quant_ref_dot_q45_k_2l(1, n, s, vw, vx);
-}
-
-static void hy_quant_ref_dot_q6_k_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    const hy_block_q6_k_t *w = vw;
-    const hy_block_q8_k2l_t *x = vx;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n / 256; i++) {
-        const uint8_t *ql = w[i].ql, *qh = w[i].qh;
-        const int8_t *xh = x[i].hi, *xl = x[i].lo;
-        int64_t sumi = 0;
-        for (int half = 0; half < 2; half++) {
-            const int8_t *sc = w[i].scales + half * 8;
-            int ih[8] = {0}, il[8] = {0};
-            for (int l = 0; l < 32; l++) {
-                int is = l / 16;
-                int q[4] = {((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32,
-                            ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32,
-                            ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32,
-                            ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32};
-                for (int m = 0; m < 4; m++) {
-                    ih[is + 2 * m] += q[m] * xh[l + 32 * m];
-                    il[is + 2 * m] += q[m] * xl[l + 32 * m];
-                }
-            }
-            for (int k = 0; k < 8; k++)
-                sumi += (int64_t)sc[k] * (255 * ih[k] + il[k]);
-            ql += 64;
-            qh += 32;
-            xh += 128;
-            xl += 128;
-        }
-        sum += x[i].d * hy_f16_to_f32(w[i].d) * (float)sumi;
-    }
-    *s = sum;
-}
-
 void hy_quant_tile_generic(hy_quant_dot_fn_t dot, int64_t n, float *s,
                            size_t s_stride, const void *w, size_t w_stride,
                            int nw, const void *x, size_t x_stride, int nx)
@@ -824,12 +675,6 @@ HY_REF_TILE(q8_0)
 HY_REF_TILE(q4_k)
 HY_REF_TILE(q5_k)
 HY_REF_TILE(q6_k)
-HY_REF_TILE(q4_0_2l)
-HY_REF_TILE(q4_1_2l)
-HY_REF_TILE(q8_0_2l)
-HY_REF_TILE(q4_k_2l)
-HY_REF_TILE(q5_k_2l)
-HY_REF_TILE(q6_k_2l)
 
 const hy_quant_kernels_t hy_quant_scalar_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy,
@@ -841,24 +686,26 @@ const hy_quant_kernels_t hy_quant_scalar_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_BF16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy,
                         hy_quant_ref_dot_bf16, hy_quant_ref_to_float_bf16},
                        hy_quant_ref_tile_bf16},
-    [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_2L, hy_quant_ref_from_float_q8_2l,
-                        hy_quant_ref_dot_q4_0_2l, hy_quant_ref_to_float_q4_0},
-                       hy_quant_ref_tile_q4_0_2l},
-    [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_2L, hy_quant_ref_from_float_q8_2l,
-                        hy_quant_ref_dot_q4_1_2l, hy_quant_ref_to_float_q4_1},
-                       hy_quant_ref_tile_q4_1_2l},
-    [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q8_2L, hy_quant_ref_from_float_q8_2l,
-                        hy_quant_ref_dot_q8_0_2l, hy_quant_ref_to_float_q8_0},
-                       hy_quant_ref_tile_q8_0_2l},
-    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q8_K2L, hy_quant_ref_from_float_q8_k2l,
-                        hy_quant_ref_dot_q4_k_2l, hy_quant_ref_to_float_q4_k},
-                       hy_quant_ref_tile_q4_k_2l},
-    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q8_K2L, hy_quant_ref_from_float_q8_k2l,
-                        hy_quant_ref_dot_q5_k_2l, hy_quant_ref_to_float_q5_k},
-                       hy_quant_ref_tile_q5_k_2l},
-    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q8_K2L, hy_quant_ref_from_float_q8_k2l,
-                        hy_quant_ref_dot_q6_k_2l, hy_quant_ref_to_float_q6_k},
-                       hy_quant_ref_tile_q6_k_2l},
+    /* the quantized types: Q16 activations and qmm.h's contract, which
+     * the AVX2 level reproduces bit for bit */
+    [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_q4_0,
+                        hy_quant_ref_to_float_q4_0},
+                       hy_qmm_ref_tile_q4_0},
+    [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_q4_1,
+                        hy_quant_ref_to_float_q4_1},
+                       hy_qmm_ref_tile_q4_1},
+    [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_q8_0,
+                        hy_quant_ref_to_float_q8_0},
+                       hy_qmm_ref_tile_q8_0},
+    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_q4_k,
+                        hy_quant_ref_to_float_q4_k},
+                       hy_qmm_ref_tile_q4_k},
+    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_q5_k,
+                        hy_quant_ref_to_float_q5_k},
+                       hy_qmm_ref_tile_q5_k},
+    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_q6_k,
+                        hy_quant_ref_to_float_q6_k},
+                       hy_qmm_ref_tile_q6_k},
 };
 
 /* ggml's single-level partners (hy_quant_traits_q8) */
@@ -899,6 +746,7 @@ int hy_quant_quantize_row(hy_dtype_t t, const float *x, void *y, int64_t n)
     case HY_DTYPE_Q8_K: fn = hy_quant_ref_from_float_q8_k; break;
     case HY_DTYPE_Q8_2L: fn = hy_quant_ref_from_float_q8_2l; break;
     case HY_DTYPE_Q8_K2L: fn = hy_quant_ref_from_float_q8_k2l; break;
+    case HY_DTYPE_Q16: fn = hy_qmm_ref_from_float_q16; break;
     default: return HY_EUNSUPPORTED;
     }
     if (info == NULL || n < 0 || n % info->block != 0)

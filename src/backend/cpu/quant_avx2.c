@@ -1,16 +1,17 @@
 /*
  * quant_avx2.c - AVX2+FMA+F16C kernels, compiled only with those flags (own
- * convenience library) so the rest of libhy stays baseline x86-64.  Holds
- * the register-blocked Q4_0/Q4_1/Q8_0 tile kernels (2 weight rows x 2
- * activation rows, two blocks per step), over the default two-level Q8_2L
- * activations and over ggml's Q8_0/Q8_1; the other kernels come from
- * quant_x86.h, except F32/F16/BF16, which get a register-blocked SGEMM
- * tile (4 weight rows x 3 token rows, half-precision rows converted once
- * per tile into an L1 panel).  vec_dot is the 1x1 instance of each tile,
- * so the two agree bit for bit.
+ * convenience library) so the rest of libhy stays baseline x86-64, and the
+ * AVX2 level's kernel table.  The quantized types take qmm_avx2.c's kernels
+ * over Q16 activations (qmm.h); this file holds the register-blocked
+ * Q4_0/Q4_1/Q8_0 tiles over ggml's Q8_0/Q8_1 (hy_quant_traits_q8: 2 weight
+ * rows x 2 activation rows, two blocks per step; vec_dot is their 1x1
+ * instance), quant_x86.h's K-quant dots for the same, and F32/F16/BF16's
+ * register-blocked SGEMM tile (4 weight rows x 3 token rows, half-precision
+ * rows converted once per tile into an L1 panel).
  */
 #if defined(__x86_64__) || defined(__i386__)
 
+#include "qmm.h"
 #include "quant_x86.h"
 
 enum { HY_A2_Q4_0, HY_A2_Q4_1, HY_A2_Q8_0 };
@@ -182,175 +183,6 @@ HY_QX_INLINE void hy_a2_tile(int kind, int64_t n, float *s, size_t ss, const voi
 HY_A2_KERNELS(q4_0, HY_A2_Q4_0)
 HY_A2_KERNELS(q4_1, HY_A2_Q4_1)
 HY_A2_KERNELS(q8_0, HY_A2_Q8_0)
-
-/* ---- the same tiles over two-level activations (Q8_2L) ---- */
-
-/* Activation block ib: hi and lo planes, scale, float sum, sum of v. */
-HY_QX_INLINE void hy_a2l_xload(const char *x, int64_t ib, __m256i *h, __m256i *l,
-                               float *d, float *s, int *vsum)
-{
-    const hy_block_q8_2l_t *b = (const hy_block_q8_2l_t *)x + ib;
-    *h = _mm256_loadu_si256((const __m256i *)b->hi);
-    *l = _mm256_loadu_si256((const __m256i *)b->lo);
-    *d = b->d;
-    *s = b->s;
-    *vsum = b->vsum;
-}
-
-/* 255*sum(w*hi) + sum(w*lo) of one block pair as 8 floats.  Q4_0's stored
- * q+8 is undone by corr (-8*sum(v) in lane 0).  Lanes stay below 2^24 in
- * magnitude (4*128*32512 at most), so the conversion is exact. */
-HY_QX_INLINE __m256 hy_a2l_bdot(int kind, __m256i wq, __m256i xh, __m256i xl, __m256i corr)
-{
-    __m256i ph, pl;
-    if (kind == HY_A2_Q8_0) {
-        __m256i aw = _mm256_abs_epi8(wq);
-        ph = hy_qx_mul_sum_us8(aw, _mm256_sign_epi8(xh, wq));
-        pl = hy_qx_mul_sum_us8(aw, _mm256_sign_epi8(xl, wq));
-    } else {
-        ph = hy_qx_mul_sum_us8(wq, xh);
-        pl = hy_qx_mul_sum_us8(wq, xl);
-    }
-    __m256i p = _mm256_add_epi32(_mm256_sub_epi32(_mm256_slli_epi32(ph, 8), ph), pl);
-    if (kind == HY_A2_Q4_0)
-        p = _mm256_add_epi32(p, corr);
-    return _mm256_cvtepi32_ps(p);
-}
-
-HY_QX_INLINE __m256i hy_a2l_corr(int kind, int vsum)
-{
-    if (kind != HY_A2_Q4_0)
-        return _mm256_setzero_si256();
-    return _mm256_zextsi128_si256(_mm_cvtsi32_si128(-8 * vsum));
-}
-
-HY_QX_INLINE void hy_a2l_tile_kernel(int kind, int64_t nb, float *s, size_t ss,
-                                     const char *w, size_t ws, const char *x,
-                                     size_t xs, const int RW, const int RX)
-{
-    __m256 acc[2][2];
-    __m128 msum[2];
-    int64_t ib = 0;
-
-#pragma GCC unroll 2
-    for (int c = 0; c < RX; c++) {
-        msum[c] = _mm_setzero_ps();
-#pragma GCC unroll 2
-        for (int r = 0; r < RW; r++)
-            acc[r][c] = _mm256_setzero_ps();
-    }
-    /* decode (one activation row, ws != 0): prefetch the same block of the
-     * row 16 rows ahead, as the AVX-512 kernels do (quant_avx512.c,
-     * HY_A5_PF_ROWS): the hardware streamers alone leave the kernel well
-     * short of a plain read of the same bytes */
-    const size_t bsz = kind == HY_A2_Q8_0   ? sizeof(hy_block_q8_0_t)
-                       : kind == HY_A2_Q4_1 ? sizeof(hy_block_q4_1_t)
-                                            : sizeof(hy_block_q4_0_t);
-    const size_t pf = RX == 1 ? 16 * ws : 0;
-    /* two blocks per step, folded before touching the accumulator */
-    for (; ib + 2 <= nb; ib += 2) {
-        __m256i wq[2][2];
-        float dw[2][2], mw[2][4] = {{0}};
-        if (pf) {
-#pragma GCC unroll 2
-            for (int r = 0; r < RW; r++)
-                _mm_prefetch(w + r * ws + (size_t)ib * bsz + pf, _MM_HINT_T0);
-        }
-#pragma GCC unroll 2
-        for (int r = 0; r < RW; r++) {
-            wq[r][0] = hy_a2_wload(kind, w + r * ws, ib, &dw[r][0], &mw[0][r]);
-            wq[r][1] = hy_a2_wload(kind, w + r * ws, ib + 1, &dw[r][1], &mw[1][r]);
-        }
-#pragma GCC unroll 2
-        for (int c = 0; c < RX; c++) {
-            float dx0, dx1, sx0, sx1;
-            int v0, v1;
-            __m256i h0, l0, h1, l1;
-            hy_a2l_xload(x + c * xs, ib, &h0, &l0, &dx0, &sx0, &v0);
-            hy_a2l_xload(x + c * xs, ib + 1, &h1, &l1, &dx1, &sx1, &v1);
-            __m256i c0 = hy_a2l_corr(kind, v0), c1 = hy_a2l_corr(kind, v1);
-            if (kind == HY_A2_Q4_1) {
-                __m128 t = _mm_fmadd_ps(hy_qx_vec4(mw[0], RW), _mm_set1_ps(sx0),
-                                        _mm_mul_ps(hy_qx_vec4(mw[1], RW), _mm_set1_ps(sx1)));
-                msum[c] = _mm_add_ps(msum[c], t);
-            }
-#pragma GCC unroll 2
-            for (int r = 0; r < RW; r++) {
-                __m256 p0 = hy_a2l_bdot(kind, wq[r][0], h0, l0, c0);
-                __m256 p1 = hy_a2l_bdot(kind, wq[r][1], h1, l1, c1);
-                __m256 t = _mm256_fmadd_ps(p0, _mm256_set1_ps(dw[r][0] * dx0),
-                                           _mm256_mul_ps(p1, _mm256_set1_ps(dw[r][1] * dx1)));
-                acc[r][c] = _mm256_add_ps(acc[r][c], t);
-            }
-        }
-    }
-    if (ib < nb) {
-        __m256i wq[2];
-        float dw[2], mw[4] = {0};
-#pragma GCC unroll 2
-        for (int r = 0; r < RW; r++)
-            wq[r] = hy_a2_wload(kind, w + r * ws, ib, &dw[r], &mw[r]);
-#pragma GCC unroll 2
-        for (int c = 0; c < RX; c++) {
-            float dx0, sx0;
-            int v0;
-            __m256i h0, l0;
-            hy_a2l_xload(x + c * xs, ib, &h0, &l0, &dx0, &sx0, &v0);
-            __m256i c0 = hy_a2l_corr(kind, v0);
-            if (kind == HY_A2_Q4_1)
-                msum[c] = _mm_fmadd_ps(hy_qx_vec4(mw, RW), _mm_set1_ps(sx0), msum[c]);
-#pragma GCC unroll 2
-            for (int r = 0; r < RW; r++)
-                acc[r][c] = _mm256_fmadd_ps(hy_a2l_bdot(kind, wq[r], h0, l0, c0),
-                                            _mm256_set1_ps(dw[r] * dx0), acc[r][c]);
-        }
-    }
-#pragma GCC unroll 2
-    for (int c = 0; c < RX; c++) {
-        float mm[4];
-        _mm_storeu_ps(mm, msum[c]);
-#pragma GCC unroll 2
-        for (int r = 0; r < RW; r++)
-            s[c * ss + r] = hy_qx_hsum8(acc[r][c]) + (kind == HY_A2_Q4_1 ? mm[r] : 0.0f);
-    }
-}
-
-HY_QX_INLINE void hy_a2l_tile(int kind, int64_t n, float *s, size_t ss, const void *w,
-                              size_t ws, int nw, const void *x, size_t xs, int nx)
-{
-    int64_t nb = n / 32;
-    for (int r0 = 0; r0 < nw; r0 += 2) {
-        for (int c0 = 0; c0 < nx; c0 += 2) {
-            float *sp = s + (size_t)c0 * ss + r0;
-            const char *wp = (const char *)w + (size_t)r0 * ws;
-            const char *xp = (const char *)x + (size_t)c0 * xs;
-            int rw = HY_MIN(2, nw - r0), rx = HY_MIN(2, nx - c0);
-            if (rw == 2 && rx == 2)
-                hy_a2l_tile_kernel(kind, nb, sp, ss, wp, ws, xp, xs, 2, 2);
-            else if (rw == 2)
-                hy_a2l_tile_kernel(kind, nb, sp, ss, wp, ws, xp, xs, 2, 1);
-            else if (rx == 2)
-                hy_a2l_tile_kernel(kind, nb, sp, ss, wp, ws, xp, xs, 1, 2);
-            else
-                hy_a2l_tile_kernel(kind, nb, sp, ss, wp, ws, xp, xs, 1, 1);
-        }
-    }
-}
-
-#define HY_A2L_KERNELS(name, kind)                                                 \
-    static void hy_a2_tile_##name##_2l(int64_t n, float *s, size_t ss, const void *w, \
-                                       size_t ws, int nw, const void *x, size_t xs, \
-                                       int nx)                                     \
-    {                                                                              \
-        hy_a2l_tile(kind, n, s, ss, w, ws, nw, x, xs, nx);                         \
-    }                                                                              \
-    static void hy_a2_dot_##name##_2l(int64_t n, float *s, const void *w, const void *x) \
-    {                                                                              \
-        hy_a2l_tile_kernel(kind, n / 32, s, 0, w, 0, x, 0, 1, 1);                  \
-    }
-HY_A2L_KERNELS(q4_0, HY_A2_Q4_0)
-HY_A2L_KERNELS(q4_1, HY_A2_Q4_1)
-HY_A2L_KERNELS(q8_0, HY_A2_Q8_0)
 
 /* ---- float weights (F32/F16/BF16): register-blocked SGEMM tiles ----
  * Every (weight row, token row) pair owns one 8-lane accumulator that sums
@@ -529,9 +361,6 @@ HY_A2F_KERNELS(bf16, HY_A2F_BF16)
 HY_A2_GENERIC_TILE(q4_k)
 HY_A2_GENERIC_TILE(q5_k)
 HY_A2_GENERIC_TILE(q6_k)
-HY_A2_GENERIC_TILE(q4_k_2l)
-HY_A2_GENERIC_TILE(q5_k_2l)
-HY_A2_GENERIC_TILE(q6_k_2l)
 
 const hy_quant_kernels_t hy_quant_avx2_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a2_dot_f32,
@@ -541,18 +370,20 @@ const hy_quant_kernels_t hy_quant_avx2_kernels[HY_DTYPE_COUNT] = {
                        hy_qx_to_float_f16}, hy_a2_tile_f16},
     [HY_DTYPE_BF16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a2_dot_bf16,
                         hy_qx_to_float_bf16}, hy_a2_tile_bf16},
-    [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_q4_0_2l,
-                        hy_qx_to_float_q4_0}, hy_a2_tile_q4_0_2l},
-    [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_q4_1_2l,
-                        hy_qx_to_float_q4_1}, hy_a2_tile_q4_1_2l},
-    [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_q8_0_2l,
-                        hy_qx_to_float_q8_0}, hy_a2_tile_q8_0_2l},
-    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q4_k_2l,
-                        hy_quant_ref_to_float_q4_k}, hy_a2_tile_q4_k_2l},
-    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q5_k_2l,
-                        hy_quant_ref_to_float_q5_k}, hy_a2_tile_q5_k_2l},
-    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q6_k_2l,
-                        hy_quant_ref_to_float_q6_k}, hy_a2_tile_q6_k_2l},
+    /* quantized types: qmm_avx2.c's kernels over Q16 (vec_dot is the
+     * portable contract, which the tiles reproduce bit for bit) */
+    [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q4_0,
+                        hy_qx_to_float_q4_0}, hy_qmm_avx2_tile_q4_0},
+    [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q4_1,
+                        hy_qx_to_float_q4_1}, hy_qmm_avx2_tile_q4_1},
+    [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q8_0,
+                        hy_qx_to_float_q8_0}, hy_qmm_avx2_tile_q8_0},
+    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q4_k,
+                        hy_quant_ref_to_float_q4_k}, hy_qmm_avx2_tile_q4_k},
+    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q5_k,
+                        hy_quant_ref_to_float_q5_k}, hy_qmm_avx2_tile_q5_k},
+    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q6_k,
+                        hy_quant_ref_to_float_q6_k}, hy_qmm_avx2_tile_q6_k},
 };
 /* ggml's single-level partners (hy_quant_traits_q8) */
 const hy_quant_kernels_t hy_quant_avx2_kernels_q8[HY_DTYPE_COUNT] = {

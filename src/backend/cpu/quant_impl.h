@@ -7,6 +7,8 @@
 #ifndef HY_QUANT_IMPL_H
 #define HY_QUANT_IMPL_H
 
+#include <math.h>
+
 #include "quant.h"
 
 /* Block layouts exactly as ggml-common.h stores them (little-endian;
@@ -74,6 +76,19 @@ typedef struct {
 
 /* Largest |v| of the two-level formats. */
 #define HY_Q8_2L_VMAX 32512.0f
+
+/* The scale d = amax/32512 of n floats in a two-level (or Q16) block and
+ * the 1/d (0 for an all-zero block) that v = round(x * (1/d)) uses: one
+ * definition, so every format holding these v agrees on them. */
+static inline float hy_quant_2l_scale(const float *x, int n, float *id)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++)
+        amax = fmaxf(amax, fabsf(x[j]));
+    float d = amax / HY_Q8_2L_VMAX;
+    *id = d != 0.0f ? 1.0f / d : 0.0f;
+    return d;
+}
 
 /* Sum of 32 floats in the order the SIMD quantizer adds them (8 lanes of
  * 4 sequential adds, then the hsum tree), so every ISA stores the same s. */

@@ -291,7 +291,7 @@ HY_QX_INLINE void hy_qx_quant32_2l(const float *x, float id, int8_t *hi, int8_t 
     _mm256_storeu_si256((__m256i *)lo, _mm256_permutevar8x32_epi32(pl, perm));
 }
 
-static void hy_qx_from_float_q8_2l(const float *x, void *vy, int64_t n)
+__attribute__((unused)) static void hy_qx_from_float_q8_2l(const float *x, void *vy, int64_t n)
 {
     hy_block_q8_2l_t *y = vy;
     for (int64_t i = 0; i < n / 32; i++) {
@@ -312,7 +312,7 @@ static void hy_qx_from_float_q8_2l(const float *x, void *vy, int64_t n)
     }
 }
 
-static void hy_qx_from_float_q8_k2l(const float *x, void *vy, int64_t n)
+__attribute__((unused)) static void hy_qx_from_float_q8_k2l(const float *x, void *vy, int64_t n)
 {
     hy_block_q8_k2l_t *y = vy;
     for (int64_t i = 0; i < n / 256; i++) {
@@ -545,19 +545,19 @@ HY_QX_INLINE void hy_qx_dot_q45_k_2l(int is5, int64_t n, float *s, const void *v
     *s = hy_qx_hsum8(_mm256_add_ps(acc, acc_m));
 }
 
-static void hy_qx_dot_q4_k_2l(int64_t n, float *s, const void *vw, const void *vx)
+__attribute__((unused)) static void hy_qx_dot_q4_k_2l(int64_t n, float *s, const void *vw, const void *vx)
 {
     hy_qx_dot_q45_k_2l(0, n, s, vw, vx);
 }
 
-static void hy_qx_dot_q5_k_2l(int64_t n, float *s, const void *vw, const void *vx)
+__attribute__((unused)) static void hy_qx_dot_q5_k_2l(int64_t n, float *s, const void *vw, const void *vx)
 {
     hy_qx_dot_q45_k_2l(1, n, s, vw, vx);
 }
 
 /* Q6_K: q is stored +32; the -32*sum(sc_g * sum_g v) term comes from the
  * group sums instead of a second pair of maddubs per plane. */
-static void hy_qx_dot_q6_k_2l(int64_t n, float *s, const void *vw, const void *vx)
+__attribute__((unused)) static void hy_qx_dot_q6_k_2l(int64_t n, float *s, const void *vw, const void *vx)
 {
     const hy_block_q6_k_t *w = vw;
     const hy_block_q8_k2l_t *x = vx;

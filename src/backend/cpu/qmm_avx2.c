@@ -1,0 +1,492 @@
+/*
+ * qmm_avx2.c - qmm.h's contract on AVX2, one arithmetic for one token and
+ * for many.  Eight weight rows sit in the eight 32-bit lanes: lane r of
+ * "pair vector" p holds row r's two int16 codes for the elements of Q16
+ * slot pair p, so vpmaddwd against a token's broadcast pair (v[2p],
+ * v[2p+1]) adds two exact products per row, and 16 of them make the
+ * block's integer sum P for 8 rows.  The float work per block and token is
+ * then one convert, one multiply and one or two FMAs for 8 rows at once, in
+ * the contract's order: every path below gives hy_qmm_ref_dot's bits.
+ *
+ * Getting 8 rows into the lanes is a transpose of 32-bit words (four or
+ * eight per block: 12 or 24 shuffles for 8 rows); Q16's slot order makes
+ * the rest shifts and masks (a word's even bytes, or nibbles, form one
+ * pair, its odd ones the next).  Two paths use the same extractors:
+ *   - one token (decode): 8 rows at a time, every block extracted into
+ *     registers and consumed at once (hy_q2_dec);
+ *   - more tokens: a k-chunk of 16 rows is unpacked once into an L1 panel
+ *     and meets every token of the tile, each broadcast pair feeding both
+ *     halves (hy_q2_compute).
+ * A weight type plugs in with an extractor; types without one go through
+ * their scalar decoder (hy_q2_unpack_decode).  Compiled with -mavx2 -mfma
+ * -mf16c (quant.mk).
+ */
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "qmm.h"
+
+#define HY_Q2_INLINE static inline __attribute__((always_inline))
+
+/* Blocks per panel: 12 x 1152 bytes stay in L1 next to the tokens' rows. */
+#define HY_Q2_KB 12
+/* Token rows whose sums one tile call keeps (acc and mac: 8 KB). */
+#define HY_Q2_CT 64
+/* Token rows per pass of the compute kernel over the panel. */
+#define HY_Q2_C 5
+/* Decode prefetch distance, in rows: the next group's rows. */
+#define HY_Q2_PF_ROWS 8
+
+/* One 32-element block of 16 weight rows (two halves of 8) as the panel
+ * kernel reads it. */
+typedef struct {
+    int32_t q[2][16][8];    /* [h][p][r]: row 8h+r's codes of slot pair p */
+    float d[2][8], m[2][8]; /* D and M of each row */
+} hy_q2_blk_t;
+
+/* One block of 8 rows in registers: the 16 pair vectors, D and M. */
+typedef struct {
+    __m256i pv[16];
+    __m256 d, m;
+} hy_q2_regs_t;
+
+/* ---- activations ---- */
+
+/* Same amax, d, 1/d, rounding, slot order and s association as the
+ * reference, hence identical bytes. */
+void hy_qmm_avx2_from_float_q16(const float *x, void *vy, int64_t n)
+{
+    hy_block_q16_t *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    /* int16 elements 1 and 2 of each group of four swap places */
+    const __m256i slots = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15,
+                                           0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        const float *xb = x + i * 32;
+        __m256 xv[4], m = _mm256_setzero_ps();
+#pragma GCC unroll 16
+        for (int k = 0; k < 4; k++) {
+            xv[k] = _mm256_loadu_ps(xb + 8 * k);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, xv[k]));
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float d = _mm_cvtss_f32(h) / (float)HY_QMM_VMAX;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        __m256i v[4];
+#pragma GCC unroll 16
+        for (int k = 0; k < 4; k++)
+            v[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(xv[k], _mm256_set1_ps(id)),
+                                                      _MM_FROUND_TO_NEAREST_INT |
+                                                          _MM_FROUND_NO_EXC));
+        /* packs works per 128-bit lane: qword order 0, 2, 1, 3 restores it */
+        __m256i v0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
+        __m256i v1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[2], v[3]), 0xD8);
+        _mm256_storeu_si256((__m256i *)y[i].v, _mm256_shuffle_epi8(v0, slots));
+        _mm256_storeu_si256((__m256i *)(y[i].v + 16), _mm256_shuffle_epi8(v1, slots));
+        /* hy_quant_sum32's association */
+        __m256 a = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(xv[0], xv[1]), xv[2]), xv[3]);
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        y[i].d = d;
+        y[i].s = _mm_cvtss_f32(s);
+    }
+}
+
+/* ---- getting 8 rows into the lanes ---- */
+
+HY_Q2_INLINE void hy_q2_rows(const char *w, size_t ws, int nrows, const char *rp[8])
+{
+#pragma GCC unroll 16
+    for (int r = 0; r < 8; r++)
+        rp[r] = w + (size_t)HY_MIN(r, nrows - 1) * ws;
+}
+
+/* Word i (4 bytes at o + 4i) of the 8 rows into t[i], lane r = row r, for
+ * i < 4: rows r and r+4 share a load, then a 4 x 4 transpose per lane. */
+HY_Q2_INLINE void hy_q2_words4(const char *const rp[8], size_t o, __m256i t[4])
+{
+    __m256i y[4], a[4];
+
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++)
+        y[i] = _mm256_loadu2_m128i((const __m128i *)(rp[i + 4] + o),
+                                   (const __m128i *)(rp[i] + o));
+    a[0] = _mm256_unpacklo_epi32(y[0], y[1]);
+    a[1] = _mm256_unpackhi_epi32(y[0], y[1]);
+    a[2] = _mm256_unpacklo_epi32(y[2], y[3]);
+    a[3] = _mm256_unpackhi_epi32(y[2], y[3]);
+    t[0] = _mm256_unpacklo_epi64(a[0], a[2]);
+    t[1] = _mm256_unpackhi_epi64(a[0], a[2]);
+    t[2] = _mm256_unpacklo_epi64(a[1], a[3]);
+    t[3] = _mm256_unpackhi_epi64(a[1], a[3]);
+}
+
+/* The f16 at byte offset o of each row, as 8 floats (built in registers:
+ * scalar stores reloaded as a vector would stall on store forwarding). */
+HY_Q2_INLINE __m256 hy_q2_f16x8(const char *const rp[8], size_t o)
+{
+    uint16_t h[8];
+#pragma GCC unroll 16
+    for (int r = 0; r < 8; r++)
+        memcpy(&h[r], rp[r] + o, 2);
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3],
+                                          (short)h[4], (short)h[5], (short)h[6], (short)h[7]));
+}
+
+/* ---- extractors: block b of 8 rows into registers ---- */
+
+/* Q4_0/Q4_1: word i of qs holds elements 4i..4i+3 (low nibbles) and
+ * 16+4i.. (high nibbles); as two int16 each, the low nibbles of its even
+ * bytes are elements (4i, 4i+2) = pair 2i, of its odd bytes pair 2i+1, and
+ * the high nibbles pairs 8+2i and 9+2i. */
+HY_Q2_INLINE void hy_q2_nib_pairs(const char *const rp[8], size_t o, int sub8, hy_q2_regs_t *g)
+{
+    const __m256i m4 = _mm256_set1_epi16(0x000F), eight = _mm256_set1_epi16(8);
+    __m256i t[4];
+
+    hy_q2_words4(rp, o, t);
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        __m256i q[4] = {_mm256_and_si256(t[i], m4),
+                        _mm256_and_si256(_mm256_srli_epi16(t[i], 8), m4),
+                        _mm256_and_si256(_mm256_srli_epi16(t[i], 4), m4),
+                        _mm256_srli_epi16(t[i], 12)};
+#pragma GCC unroll 16
+        for (int j = 0; j < 4; j++)
+            if (sub8)
+                q[j] = _mm256_sub_epi16(q[j], eight);
+        g->pv[2 * i] = q[0];
+        g->pv[2 * i + 1] = q[1];
+        g->pv[8 + 2 * i] = q[2];
+        g->pv[9 + 2 * i] = q[3];
+    }
+}
+
+HY_Q2_INLINE void hy_q2_x_q4_0(const char *const rp[8], int64_t b, hy_q2_regs_t *g)
+{
+    size_t o = (size_t)b * sizeof(hy_block_q4_0_t);
+    hy_q2_nib_pairs(rp, o + 2, 1, g);
+    g->d = hy_q2_f16x8(rp, o);
+    g->m = _mm256_setzero_ps();
+}
+
+HY_Q2_INLINE void hy_q2_x_q4_1(const char *const rp[8], int64_t b, hy_q2_regs_t *g)
+{
+    size_t o = (size_t)b * sizeof(hy_block_q4_1_t);
+    hy_q2_nib_pairs(rp, o + 4, 0, g);
+    g->d = hy_q2_f16x8(rp, o);
+    g->m = hy_q2_f16x8(rp, o + 2);
+}
+
+/* Q8_0: word i holds elements 4i..4i+3; its even bytes sign-extended are
+ * pair 2i, its odd bytes pair 2i+1. */
+HY_Q2_INLINE void hy_q2_x_q8_0(const char *const rp[8], int64_t b, hy_q2_regs_t *g)
+{
+    size_t o = (size_t)b * sizeof(hy_block_q8_0_t);
+    __m256i t[8];
+
+    hy_q2_words4(rp, o + 2, t);
+    hy_q2_words4(rp, o + 18, t + 4);
+#pragma GCC unroll 16
+    for (int i = 0; i < 8; i++) {
+        g->pv[2 * i] = _mm256_srai_epi16(_mm256_slli_epi16(t[i], 8), 8);
+        g->pv[2 * i + 1] = _mm256_srai_epi16(t[i], 8);
+    }
+    g->d = hy_q2_f16x8(rp, o);
+    g->m = _mm256_setzero_ps();
+}
+
+/* ---- the one-token kernel ---- */
+
+HY_Q2_INLINE __m256i hy_q2_bcast(const int16_t *v)
+{
+    int32_t t;
+    memcpy(&t, v, 4);
+    return _mm256_set1_epi32(t);
+}
+
+/* The contract's step for one block of 8 rows and one token: acc (and mac)
+ * updated in place. */
+HY_Q2_INLINE void hy_q2_step(const hy_q2_regs_t *g, const hy_block_q16_t *xb, __m256 *acc,
+                             __m256 *mac, const int flags)
+{
+    const __m256 sc = _mm256_mul_ps(g->d, _mm256_set1_ps(xb->d));
+    __m256i P = _mm256_setzero_si256();
+
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; p++) {
+        if ((flags & HY_QMM_CHUNK16) && p == 8) {
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P), sc, *acc);
+            P = _mm256_setzero_si256();
+        }
+        P = _mm256_add_epi32(P, _mm256_madd_epi16(g->pv[p], hy_q2_bcast(xb->v + 2 * p)));
+    }
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P), sc, *acc);
+    if (flags & HY_QMM_OFFSET)
+        *mac = _mm256_fmadd_ps(g->m, _mm256_set1_ps(xb->s), *mac);
+}
+
+/* Rows w + min(r, nrows-1)*ws (r < 8) against one Q16 row x: 8 outputs.
+ * The next 8 rows are prefetched block by block (decode streams the
+ * weights once, 8 interleaved streams the hardware alone follows late). */
+#define HY_Q2_DEC(name, extract, flags)                                            \
+    static void hy_q2_dec_##name(const char *w, size_t ws, int nrows, int64_t nb, \
+                                 const hy_block_q16_t *x, float out[8], int pf)    \
+    {                                                                              \
+        const char *rp[8];                                                         \
+        __m256 acc = _mm256_setzero_ps(), mac = _mm256_setzero_ps();               \
+        hy_q2_rows(w, ws, nrows, rp);                                              \
+        for (int64_t b = 0; b < nb; b++) {                                         \
+            hy_q2_regs_t g;                                                        \
+            if (pf && (b & 1) == 0)                                                \
+                _Pragma("GCC unroll 16")                                       \
+                for (int r = 0; r < 8; r++)                                        \
+                    _mm_prefetch(rp[r] + HY_Q2_PF_ROWS * ws +                      \
+                                     (size_t)b * (ws / (size_t)nb), _MM_HINT_T0);  \
+            extract(rp, b, &g);                                                    \
+            hy_q2_step(&g, x + b, &acc, &mac, flags);                              \
+        }                                                                          \
+        if ((flags) & HY_QMM_OFFSET)                                               \
+            acc = _mm256_add_ps(acc, mac);                                         \
+        _mm256_storeu_ps(out, acc);                                                \
+    }
+HY_Q2_DEC(q4_0, hy_q2_x_q4_0, 0)
+HY_Q2_DEC(q4_1, hy_q2_x_q4_1, HY_QMM_OFFSET)
+HY_Q2_DEC(q8_0, hy_q2_x_q8_0, 0)
+
+typedef void (*hy_q2_dec_fn)(const char *w, size_t ws, int nrows, int64_t nb,
+                             const hy_block_q16_t *x, float out[8], int pf);
+
+/* ---- the panel: unpackers and the many-token kernel ---- */
+
+/* Rows w + min(r, nrows-1)*ws (r < 8), blocks [b0, b0+nb) -> half h of
+ * p[0..nb). */
+typedef void (*hy_q2_unpack_fn)(const hy_qmm_type_t *ty, const char *w, size_t ws, int nrows,
+                                int64_t b0, int64_t nb, hy_q2_blk_t *p, int h);
+
+HY_Q2_INLINE void hy_q2_store(const hy_q2_regs_t *g, int32_t (*q)[8], float *d, float *m)
+{
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++)
+        _mm256_store_si256((__m256i *)q[k], g->pv[k]);
+    _mm256_store_ps(d, g->d);
+    _mm256_store_ps(m, g->m);
+}
+
+#define HY_Q2_UNPACK(name, extract)                                                \
+    static void hy_q2_unpack_##name(const hy_qmm_type_t *ty, const char *w,       \
+                                    size_t ws, int nrows, int64_t b0, int64_t nb, \
+                                    hy_q2_blk_t *p, int h)                         \
+    {                                                                              \
+        const char *rp[8];                                                         \
+        (void)ty;                                                                  \
+        hy_q2_rows(w, ws, nrows, rp);                                              \
+        for (int64_t b = 0; b < nb; b++) {                                         \
+            hy_q2_regs_t g;                                                        \
+            extract(rp, b0 + b, &g);                                               \
+            hy_q2_store(&g, p[b].q[h], p[b].d[h], p[b].m[h]);                      \
+        }                                                                          \
+    }
+HY_Q2_UNPACK(q4_0, hy_q2_x_q4_0)
+HY_Q2_UNPACK(q4_1, hy_q2_x_q4_1)
+HY_Q2_UNPACK(q8_0, hy_q2_x_q8_0)
+
+/* Any type, through its scalar decoder: correct for every type, fast
+ * enough where the panel serves many tokens. */
+static void hy_q2_unpack_decode(const hy_qmm_type_t *ty, const char *w, size_t ws, int nrows,
+                                int64_t b0, int64_t nb, hy_q2_blk_t *p, int h)
+{
+    for (int64_t b = 0; b < nb; b++, p++)
+#pragma GCC unroll 16
+        for (int r = 0; r < 8; r++) {
+            int16_t c[32], sl[32];
+            float D, M;
+            ty->decode(w + (size_t)HY_MIN(r, nrows - 1) * ws, b0 + b, c, &D, &M);
+#pragma GCC unroll 16
+            for (int j = 0; j < 32; j++)
+                sl[hy_qmm_slot(j)] = c[j];
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++)
+                p->q[h][k][r] = (int32_t)((uint32_t)(uint16_t)sl[2 * k] |
+                                          (uint32_t)(uint16_t)sl[2 * k + 1] << 16);
+            p->d[h][r] = D;
+            p->m[h][r] = M;
+        }
+}
+
+/* acc/mac[c*16 + row] (c < C, 16 rows) += the contract's terms of nb panel
+ * blocks against C token rows x + c*xs (Q16 rows, already at the panel's
+ * first block).  Each broadcast pair feeds both halves of the row group:
+ * a broadcast costs an issue slot like a multiply-add, so sharing it is
+ * what leaves the vpmaddwd ports busy. */
+HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
+                                float *acc, float *mac, const int C, const int flags)
+{
+    for (int64_t b = 0; b < nb; b++, pb++) {
+        const hy_block_q16_t *xb[HY_Q2_C];
+        __m256i P0[HY_Q2_C], P1[HY_Q2_C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
+            P0[c] = _mm256_setzero_si256();
+            P1[c] = _mm256_setzero_si256();
+        }
+        const __m256 D0 = _mm256_load_ps(pb->d[0]), D1 = _mm256_load_ps(pb->d[1]);
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            if ((flags & HY_QMM_CHUNK16) && k == 8) {
+#pragma GCC unroll 8
+                for (int c = 0; c < C; c++) {
+                    const __m256 dx = _mm256_set1_ps(xb[c]->d);
+                    float *a = acc + 16 * c;
+                    _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0[c]),
+                                                       _mm256_mul_ps(D0, dx), _mm256_load_ps(a)));
+                    _mm256_store_ps(a + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1[c]),
+                                                           _mm256_mul_ps(D1, dx),
+                                                           _mm256_load_ps(a + 8)));
+                    P0[c] = P1[c] = _mm256_setzero_si256();
+                }
+            }
+            const __m256i w0 = _mm256_load_si256((const __m256i *)pb->q[0][k]);
+            const __m256i w1 = _mm256_load_si256((const __m256i *)pb->q[1][k]);
+#pragma GCC unroll 8
+            for (int c = 0; c < C; c++) {
+                const __m256i bc = hy_q2_bcast(xb[c]->v + 2 * k);
+                P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(w0, bc));
+                P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(w1, bc));
+                /* one add chain per sum: GCC would otherwise rebalance the
+                 * integer adds into trees and spill the products */
+                __asm__("" : "+x"(P0[c]), "+x"(P1[c]));
+            }
+        }
+        const __m256 M0 = _mm256_load_ps(pb->m[0]), M1 = _mm256_load_ps(pb->m[1]);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            const __m256 dx = _mm256_set1_ps(xb[c]->d);
+            float *a = acc + 16 * c;
+            _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0[c]), _mm256_mul_ps(D0, dx),
+                                               _mm256_load_ps(a)));
+            _mm256_store_ps(a + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1[c]),
+                                                   _mm256_mul_ps(D1, dx), _mm256_load_ps(a + 8)));
+            if (flags & HY_QMM_OFFSET) {
+                const __m256 sx = _mm256_set1_ps(xb[c]->s);
+                float *m = mac + 16 * c;
+                _mm256_store_ps(m, _mm256_fmadd_ps(M0, sx, _mm256_load_ps(m)));
+                _mm256_store_ps(m + 8, _mm256_fmadd_ps(M1, sx, _mm256_load_ps(m + 8)));
+            }
+        }
+    }
+}
+
+#define HY_Q2_RUN(name, flags)                                                     \
+    static void hy_q2_run_##name(int c, const hy_q2_blk_t *pb, int64_t nb,        \
+                                 const char *x, size_t xs, float *acc, float *mac) \
+    {                                                                              \
+        switch (c) {                                                               \
+        case 1: hy_q2_compute(pb, nb, x, xs, acc, mac, 1, flags); break;          \
+        case 2: hy_q2_compute(pb, nb, x, xs, acc, mac, 2, flags); break;          \
+        case 3: hy_q2_compute(pb, nb, x, xs, acc, mac, 3, flags); break;          \
+        case 4: hy_q2_compute(pb, nb, x, xs, acc, mac, 4, flags); break;          \
+        default: hy_q2_compute(pb, nb, x, xs, acc, mac, HY_Q2_C, flags); break;    \
+        }                                                                          \
+    }
+HY_Q2_RUN(plain, 0)
+HY_Q2_RUN(offset, HY_QMM_OFFSET)
+HY_Q2_RUN(chunk16, HY_QMM_CHUNK16)
+_Static_assert(HY_Q2_C == 5, "hy_q2_run instantiates 1..5 tokens");
+
+typedef void (*hy_q2_run_fn)(int c, const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
+                             float *acc, float *mac);
+
+/* ---- tiles ---- */
+
+/* One token: 8 rows at a time, a ragged end taking the last 8 rows again
+ * (the rows it repeats get the same bits) and fewer than 8 rows repeating
+ * the last one in the idle lanes. */
+static void hy_q2_tile_one(hy_q2_dec_fn dec, int64_t nb, float *s, const char *w, size_t ws,
+                           int nw, const hy_block_q16_t *x)
+{
+    /* prefetch the next group while this one has a successor (the tile is
+     * part of a thread's run of rows; vec_dot and tests pass ws = 0) */
+    for (int r0 = 0; r0 < nw; r0 += 8) {
+        const int rb = nw >= 8 ? HY_MIN(r0, nw - 8) : 0;
+        float out[8];
+        dec(w + (size_t)rb * ws, ws, HY_MIN(8, nw), nb, x, out, ws != 0);
+        memcpy(s + r0, out + (r0 - rb), sizeof(float) * (size_t)HY_MIN(8, nw - r0));
+    }
+}
+
+/* s[c*ss + r] for nw rows of w (stride ws bytes) and nx Q16 rows of x
+ * (stride xs bytes), n elements each.  Rows go 16 at a time, a ragged end
+ * or a short tile handled as in hy_q2_tile_one. */
+static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_dec_fn dec,
+                       int64_t n, float *s, size_t ss, const void *vw, size_t ws, int nw,
+                       const void *vx, size_t xs, int nx)
+{
+    const char *w = vw, *x = vx;
+    const int64_t nb = n / 32;
+    const int64_t nkc = (nb + HY_Q2_KB - 1) / HY_Q2_KB;
+    const int64_t kbs = nkc ? (nb + nkc - 1) / nkc : 0;
+    const hy_q2_run_fn run = (ty->flags & HY_QMM_OFFSET)    ? hy_q2_run_offset
+                             : (ty->flags & HY_QMM_CHUNK16) ? hy_q2_run_chunk16
+                                                            : hy_q2_run_plain;
+    hy_q2_blk_t panel[HY_Q2_KB] __attribute__((aligned(32)));
+    float acc[HY_Q2_CT * 16] __attribute__((aligned(32)));
+    float mac[HY_Q2_CT * 16] __attribute__((aligned(32)));
+
+    if (nx == 1 && dec) {
+        hy_q2_tile_one(dec, nb, s, w, ws, nw, (const hy_block_q16_t *)x);
+        return;
+    }
+    for (int r0 = 0; r0 < nw; r0 += 16) {
+        const int rb = nw >= 16 ? HY_MIN(r0, nw - 16) : 0;
+        const int lane0 = r0 - rb, nst = HY_MIN(16, nw - r0);
+        /* rows of each half that exist (the unpackers repeat the last) */
+        const int n0 = HY_MIN(8, nw - rb), n1 = HY_MAX(1, HY_MIN(8, nw - rb - 8));
+        const char *w1 = w + (size_t)HY_MIN(rb + 8, nw - 1) * ws;
+        for (int c0 = 0; c0 < nx; c0 += HY_Q2_CT) {
+            const int ct = HY_MIN(HY_Q2_CT, nx - c0);
+            memset(acc, 0, sizeof(float) * 16 * (size_t)ct);
+            memset(mac, 0, sizeof(float) * 16 * (size_t)ct);
+            for (int64_t kb = 0; kb < nb; kb += kbs) {
+                const int64_t kn = HY_MIN(kbs, nb - kb);
+                unpack(ty, w + (size_t)rb * ws, ws, n0, kb, kn, panel, 0);
+                unpack(ty, w1, ws, n1, kb, kn, panel, 1);
+                for (int cc = 0; cc < ct; cc += HY_Q2_C)
+                    run(HY_MIN(HY_Q2_C, ct - cc), panel, kn,
+                        x + (size_t)(c0 + cc) * xs + (size_t)kb * sizeof(hy_block_q16_t), xs,
+                        acc + cc * 16, mac + cc * 16);
+            }
+            for (int c = 0; c < ct; c++) {
+                float *o = acc + c * 16;
+                if (ty->flags & HY_QMM_OFFSET)
+#pragma GCC unroll 16
+                    for (int h = 0; h < 16; h += 8)
+                        _mm256_store_ps(o + h, _mm256_add_ps(_mm256_load_ps(o + h),
+                                                             _mm256_load_ps(mac + c * 16 + h)));
+                memcpy(s + (size_t)(c0 + c) * ss + r0, o + lane0, sizeof(float) * (size_t)nst);
+            }
+        }
+    }
+}
+
+#define HY_Q2_TILE(name, t, unpacker, dec)                                         \
+    void hy_qmm_avx2_tile_##name(int64_t n, float *s, size_t ss, const void *w,   \
+                                 size_t ws, int nw, const void *x, size_t xs, int nx) \
+    {                                                                              \
+        hy_q2_tile(hy_qmm_type(t), unpacker, dec, n, s, ss, w, ws, nw, x, xs, nx); \
+    }
+HY_Q2_TILE(q4_0, HY_DTYPE_Q4_0, hy_q2_unpack_q4_0, hy_q2_dec_q4_0)
+HY_Q2_TILE(q4_1, HY_DTYPE_Q4_1, hy_q2_unpack_q4_1, hy_q2_dec_q4_1)
+HY_Q2_TILE(q8_0, HY_DTYPE_Q8_0, hy_q2_unpack_q8_0, hy_q2_dec_q8_0)
+HY_Q2_TILE(q4_k, HY_DTYPE_Q4_K, hy_q2_unpack_decode, NULL)
+HY_Q2_TILE(q5_k, HY_DTYPE_Q5_K, hy_q2_unpack_decode, NULL)
+HY_Q2_TILE(q6_k, HY_DTYPE_Q6_K, hy_q2_unpack_decode, NULL)
+
+#endif
