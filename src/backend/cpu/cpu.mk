@@ -14,6 +14,12 @@ tests_unit_test_cpu_backend_SOURCES = tests/unit/test_cpu_backend.c
 tests_unit_test_cpu_backend_LDADD = $(TEST_LDADD)
 check_PROGRAMS += tests/unit/test_attn_flash
 TESTS += tests/unit/test_attn_flash
+# test_invariance: a token's row of matmul and attention is the same bits
+# alone, in any batch, at any offset, prefill or decode, on 1..3 threads.
+check_PROGRAMS += tests/unit/test_invariance
+TESTS += tests/unit/test_invariance
+tests_unit_test_invariance_SOURCES = tests/unit/test_invariance.c
+tests_unit_test_invariance_LDADD = $(TEST_LDADD)
 tests_unit_test_attn_flash_SOURCES = tests/unit/test_attn_flash.c
 tests_unit_test_attn_flash_LDADD = $(TEST_LDADD)
 tests_unit_bench_cpu_SOURCES = tests/unit/bench_cpu.c
