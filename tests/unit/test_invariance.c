@@ -131,6 +131,194 @@ static void test_matmul(hy_backend_t *be[3])
     hy_quant_set_isa(hy_cpu_isa());
 }
 
+/* ---- attention ----------------------------------------------------------- */
+
+enum { A_SEQS = 2, A_MAXPAGES = 64 };
+static const int a_len[A_SEQS] = {140, 71};
+
+typedef struct {
+    int nkv, group, hd, hdv, pt;
+    hy_dtype_t type;
+    int window;
+    float softcap;
+} acfg_t;
+
+/* A sequence's Q/K/V at every position and its (shuffled) pages. */
+typedef struct {
+    float *q, *k, *v;       /* [len][nh][hd], [len][nkv][hd], [len][nkv][hdv] */
+    float *out[4];          /* per run: [len][nh][hdv] */
+    int32_t pages[A_MAXPAGES];
+} aseq_t;
+
+typedef struct {
+    int seq, n_past, n;
+} apart_t;
+
+/* One attention call over a ragged batch of parts; outputs into run r. */
+static void a_call(hy_backend_t *be, const acfg_t *c, aseq_t *sq, const apart_t *parts,
+                   int n_parts, int r)
+{
+    const int nh = c->nkv * c->group;
+    int n_tok = 0, row = 0;
+    for (int i = 0; i < n_parts; i++)
+        n_tok += parts[i].n;
+    float *q = calloc((size_t)n_tok * nh * c->hd, sizeof(float));
+    float *k = calloc((size_t)n_tok * c->nkv * c->hd, sizeof(float));
+    float *v = calloc((size_t)n_tok * c->nkv * c->hdv, sizeof(float));
+    float *out = malloc((size_t)n_tok * nh * c->hdv * sizeof(float));
+    int32_t *pos = malloc((size_t)n_tok * sizeof(int32_t));
+    hy_batch_seq_t seqs[A_SEQS];
+    hy_batch_t b = {n_tok, NULL, pos, n_parts, seqs};
+    hy_attn_params_t p = {nh, c->nkv, c->hd, c->hdv, 1.0f / sqrtf((float)c->hd), c->window,
+                          c->softcap};
+
+    for (int i = 0; i < n_parts; i++) {
+        aseq_t *s = &sq[parts[i].seq];
+        int end = parts[i].n_past + parts[i].n;
+        seqs[i] = (hy_batch_seq_t){row, parts[i].n, parts[i].n_past, s->pages,
+                                   (end + c->pt - 1) / c->pt, -1};
+        for (int j = 0; j < parts[i].n; j++, row++) {
+            int ps = parts[i].n_past + j;
+            pos[row] = ps;
+            memcpy(q + (size_t)row * nh * c->hd, s->q + (size_t)ps * nh * c->hd,
+                   sizeof(float) * nh * c->hd);
+            memcpy(k + (size_t)row * c->nkv * c->hd, s->k + (size_t)ps * c->nkv * c->hd,
+                   sizeof(float) * c->nkv * c->hd);
+            memcpy(v + (size_t)row * c->nkv * c->hdv, s->v + (size_t)ps * c->nkv * c->hdv,
+                   sizeof(float) * c->nkv * c->hdv);
+        }
+    }
+    be->i->attention(be, 0, &b, q, k, v, out, &p);
+    row = 0;
+    for (int i = 0; i < n_parts; i++)
+        for (int j = 0; j < parts[i].n; j++, row++)
+            memcpy(sq[parts[i].seq].out[r] + (size_t)(parts[i].n_past + j) * nh * c->hdv,
+                   out + (size_t)row * nh * c->hdv, sizeof(float) * nh * c->hdv);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(pos);
+}
+
+static int a_kv(hy_backend_t *be, const acfg_t *c)
+{
+    hy_kv_layout_t lay = {1, c->nkv, c->hd, c->hdv, c->pt, A_SEQS * A_MAXPAGES, c->type};
+    char err[HY_ERR_LEN];
+    int rc = be->i->kv_init(be, &lay, err);
+    if (rc != HY_OK)
+        printf("# kv_init: %s\n", err);
+    return rc;
+}
+
+/* Runs: 0 decode (every token alone, 1 thread, sequence by sequence);
+ * 1 both prompts whole in one call (3 threads); 2 chunks of 7 and 64
+ * side by side (2 threads); 3 chunks of 64 and 1 (3 threads). */
+static void a_cfg(hy_backend_t *be[3], const acfg_t *c, hy_isa_t isa)
+{
+    const int nh = c->nkv * c->group;
+    aseq_t sq[A_SEQS];
+    int perm[A_SEQS * A_MAXPAGES], diff[4] = {0, 0, 0, 0}, ok = 1;
+    char err[HY_ERR_LEN] = "";
+
+    for (int i = 0; i < A_SEQS * A_MAXPAGES; i++)
+        perm[i] = i;
+    for (int i = A_SEQS * A_MAXPAGES - 1; i > 0; i--) {
+        int j = (int)(rng_u32() % (uint32_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int s = 0; s < A_SEQS; s++) {
+        size_t L = (size_t)a_len[s];
+        sq[s].q = malloc(L * nh * c->hd * sizeof(float));
+        sq[s].k = malloc(L * c->nkv * c->hd * sizeof(float));
+        sq[s].v = malloc(L * c->nkv * c->hdv * sizeof(float));
+        fill(sq[s].q, L * nh * c->hd, 2.0f);
+        fill(sq[s].k, L * c->nkv * c->hd, 1.5f);
+        fill(sq[s].v, L * c->nkv * c->hdv, 1.0f);
+        for (int r = 0; r < 4; r++) {
+            sq[s].out[r] = malloc(L * nh * c->hdv * sizeof(float));
+            memset(sq[s].out[r], 0xff, L * nh * c->hdv * sizeof(float));
+        }
+        for (int i = 0; i < A_MAXPAGES; i++)
+            sq[s].pages[i] = perm[s * A_MAXPAGES + i];
+    }
+    /* run 0: decode, one token per call */
+    ok = ok && a_kv(be[0], c) == HY_OK;
+    for (int s = 0; s < A_SEQS && ok; s++)
+        for (int p = 0; p < a_len[s]; p++) {
+            apart_t one = {s, p, 1};
+            a_call(be[0], c, sq, &one, 1, 0);
+        }
+    /* run 1: both prompts whole */
+    ok = ok && a_kv(be[2], c) == HY_OK;
+    if (ok) {
+        apart_t both[2] = {{0, 0, a_len[0]}, {1, 0, a_len[1]}};
+        a_call(be[2], c, sq, both, 2, 1);
+    }
+    /* runs 2 and 3: chunked prefill of both, side by side */
+    for (int r = 2; r < 4 && ok; r++) {
+        hy_backend_t *b = be[r == 2 ? 1 : 2];
+        int step[2] = {r == 2 ? 7 : 64, r == 2 ? 64 : 1}, done[2] = {0, 0};
+        ok = a_kv(b, c) == HY_OK;
+        while (ok && (done[0] < a_len[0] || done[1] < a_len[1])) {
+            apart_t parts[2];
+            int n = 0;
+            for (int s = 0; s < A_SEQS; s++)
+                if (done[s] < a_len[s]) {
+                    parts[n] = (apart_t){s, done[s], HY_MIN(step[s], a_len[s] - done[s])};
+                    done[s] += parts[n++].n;
+                }
+            a_call(b, c, sq, parts, n, r);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        if (be[i]->i->status(be[i], err) != HY_OK)
+            ok = 0;
+    for (int s = 0; s < A_SEQS; s++)
+        for (int r = 1; r < 4; r++)
+            for (int p = 0; p < a_len[s]; p++)
+                if (memcmp(sq[s].out[0] + (size_t)p * nh * c->hdv,
+                           sq[s].out[r] + (size_t)p * nh * c->hdv, sizeof(float) * nh * c->hdv))
+                    diff[r]++;
+    HY_T_OK(ok && !diff[1] && !diff[2] && !diff[3],
+            "attention/%s %s kv %d x group %d, head %d/%d, page %d, window %d, softcap %g: "
+            "decoded alone == prefilled whole (%d tokens differ) == chunks of 7|64 (%d) == "
+            "chunks of 64|1 (%d), bit for bit %s", hy_isa_name(isa), hy_dtype_info(c->type)->name,
+            c->nkv, c->group, c->hd, c->hdv, c->pt, c->window, c->softcap, diff[1], diff[2],
+            diff[3], err);
+    for (int s = 0; s < A_SEQS; s++) {
+        free(sq[s].q);
+        free(sq[s].k);
+        free(sq[s].v);
+        for (int r = 0; r < 4; r++)
+            free(sq[s].out[r]);
+    }
+}
+
+static void test_attention(hy_backend_t *be[3])
+{
+    static const acfg_t cfgs[] = {
+        {3, 3, 64, 64, 16, HY_DTYPE_F16, 0, 0},      /* SmolLM2's shape */
+        {1, 8, 128, 128, 7, HY_DTYPE_F32, 0, 0},
+        {2, 1, 256, 256, 16, HY_DTYPE_Q8_0, 0, 0},
+        {2, 2, 64, 48, 5, HY_DTYPE_F16, 37, 0},      /* sliding window */
+        {1, 4, 32, 64, 16, HY_DTYPE_F16, 0, 30.0f},  /* softcap */
+        {2, 3, 16, 16, 16, HY_DTYPE_F32, 0, 0},      /* small heads */
+        {1, 2, 80, 80, 16, HY_DTYPE_F16, 0, 0},      /* not a multiple of 16 */
+        {1, 1, 20, 12, 4, HY_DTYPE_F32, 9, 5.0f},    /* odd everything */
+        {1, 16, 64, 64, 32, HY_DTYPE_Q8_0, 100, 0},  /* wide GQA, window */
+    };
+
+    for (int isa = HY_ISA_SCALAR; isa <= (int)hy_cpu_isa(); isa++) {
+        if (hy_cpu_attn_set_isa((hy_isa_t)isa) != HY_OK)
+            continue;
+        for (size_t i = 0; i < HY_ARRAY_LEN(cfgs); i++)
+            a_cfg(be, &cfgs[i], (hy_isa_t)isa);
+    }
+    hy_cpu_attn_set_isa(hy_cpu_isa());
+}
+
 int main(void)
 {
     hy_backend_t *be[3] = {new_backend(1), new_backend(2), new_backend(3)};
@@ -141,6 +329,7 @@ int main(void)
     }
     printf("# cpu isa: %s\n", hy_isa_name(hy_cpu_isa()));
     test_matmul(be);
+    test_attention(be);
     for (int i = 0; i < 3; i++)
         be[i]->i->free(be[i]);
     return hy_t_done();

@@ -4,7 +4,7 @@ libhy_a_SOURCES += src/backend/backend.h src/backend/cpu/cpu.c src/backend/cpu/c
 	src/backend/cpu/threadpool.c src/backend/cpu/threadpool.h \
 	src/backend/cpu/matmul.c src/backend/cpu/attention.c src/backend/cpu/mem.c \
 	src/backend/cpu/attn_flash.h src/backend/cpu/attn_flash_impl.h \
-	src/backend/cpu/attn_avx512.c src/backend/cpu/attn_avx2.c
+	src/backend/cpu/attn_avx512.c src/backend/cpu/attn_avx2.c src/backend/cpu/attn_generic.c
 # bench_cpu and bench_attn are built by `make check` but not run as tests:
 # tests/unit/bench_cpu [type] [threads] for matmul GFLOP/s and GB/s,
 # tests/unit/bench_attn [reps] [isa] [keys...] for long-context attention.
@@ -28,7 +28,8 @@ tests_unit_bench_attn_SOURCES = tests/unit/bench_attn.c
 tests_unit_bench_attn_LDADD = $(TEST_LDADD)
 # The float-weight GEMM (prefill) is AVX-512 code: built in the AVX-512
 # quant library (quant.mk), with its flags.
-libhy_quant_avx512_a_SOURCES += src/backend/cpu/gemm_avx512.c src/backend/cpu/gemm_avx512.h
+libhy_quant_avx512_a_SOURCES += src/backend/cpu/gemm_avx512.c src/backend/cpu/gemm_avx512.h \
+	src/backend/cpu/x86_transpose.h
 # test_gemm: float-weight matmul at every ISA level and the GEMM itself vs a
 # double reference; bench_gemm (built, not run): its GFLOP/s at the
 # qwen35-bench shapes: tests/unit/bench_gemm [f16|f32|bf16] [threads] [reps] [n_tok].
