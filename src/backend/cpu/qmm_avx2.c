@@ -24,6 +24,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "qmm.h"
@@ -51,6 +52,21 @@ typedef struct {
     __m256i pv[16];
     __m256 d, m;
 } hy_q2_regs_t;
+
+/* Per-super-block state of the K-quant extractors: each row's sub-block
+ * scales as int16 pairs (both halves the scale), its M terms, D; sb is
+ * the super-block it holds (-1: none). */
+typedef struct {
+    int64_t sb;
+    __m256i sc[16];
+    __m256 mn[8];
+    __m256 d;
+    /* the words of the last quant and high-bit runs transposed, and their
+     * offsets: sub-blocks that share bytes (the two nibbles of a run,
+     * qh for a whole super-block) transpose them once */
+    size_t tq, th;
+    __m256i t[8], h[8];
+} hy_q2_kst_t;
 
 /* ---- activations ---- */
 
@@ -127,16 +143,26 @@ HY_Q2_INLINE void hy_q2_words4(const char *const rp[8], size_t o, __m256i t[4])
     t[3] = _mm256_unpackhi_epi64(a[1], a[3]);
 }
 
-/* The f16 at byte offset o of each row, as 8 floats (built in registers:
- * scalar stores reloaded as a vector would stall on store forwarding). */
-HY_Q2_INLINE __m256 hy_q2_f16x8(const char *const rp[8], size_t o)
+/* The two f16 of each lane of t (a word per row, as hy_q2_words4 leaves
+ * them) as 8 floats each: the low half returned, the high into *hi. */
+HY_Q2_INLINE __m256 hy_q2_halves(__m256i t, __m256 *hi)
 {
-    uint16_t h[8];
-#pragma GCC unroll 16
-    for (int r = 0; r < 8; r++)
-        memcpy(&h[r], rp[r] + o, 2);
-    return _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3],
-                                          (short)h[4], (short)h[5], (short)h[6], (short)h[7]));
+    /* [lo0..lo3 hi0..hi3 | lo4..lo7 hi4..hi7] -> [lo0..lo7 | hi0..hi7] */
+    __m256i pk = _mm256_packus_epi32(_mm256_and_si256(t, _mm256_set1_epi32(0xFFFF)),
+                                     _mm256_srli_epi32(t, 16));
+    pk = _mm256_permute4x64_epi64(pk, 0xD8);
+    if (hi)
+        *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(pk, 1));
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(pk));
+}
+
+/* The f16 at byte offset o of each row (and the one after it into *hi),
+ * through a transposed load: cheaper than eight scalar inserts. */
+HY_Q2_INLINE __m256 hy_q2_f16x8(const char *const rp[8], size_t o, __m256 *hi)
+{
+    __m256i t[4];
+    hy_q2_words4(rp, o, t);
+    return hy_q2_halves(t[0], hi);
 }
 
 /* ---- extractors: block b of 8 rows into registers ---- */
@@ -168,26 +194,31 @@ HY_Q2_INLINE void hy_q2_nib_pairs(const char *const rp[8], size_t o, int sub8, h
     }
 }
 
-HY_Q2_INLINE void hy_q2_x_q4_0(const char *const rp[8], int64_t b, hy_q2_regs_t *g)
+HY_Q2_INLINE void hy_q2_x_q4_0(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
 {
+    (void)st;
     size_t o = (size_t)b * sizeof(hy_block_q4_0_t);
     hy_q2_nib_pairs(rp, o + 2, 1, g);
-    g->d = hy_q2_f16x8(rp, o);
+    g->d = hy_q2_f16x8(rp, o, NULL);
     g->m = _mm256_setzero_ps();
 }
 
-HY_Q2_INLINE void hy_q2_x_q4_1(const char *const rp[8], int64_t b, hy_q2_regs_t *g)
+HY_Q2_INLINE void hy_q2_x_q4_1(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
 {
+    (void)st;
     size_t o = (size_t)b * sizeof(hy_block_q4_1_t);
     hy_q2_nib_pairs(rp, o + 4, 0, g);
-    g->d = hy_q2_f16x8(rp, o);
-    g->m = hy_q2_f16x8(rp, o + 2);
+    g->d = hy_q2_f16x8(rp, o, &g->m);
 }
 
 /* Q8_0: word i holds elements 4i..4i+3; its even bytes sign-extended are
  * pair 2i, its odd bytes pair 2i+1. */
-HY_Q2_INLINE void hy_q2_x_q8_0(const char *const rp[8], int64_t b, hy_q2_regs_t *g)
+HY_Q2_INLINE void hy_q2_x_q8_0(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
 {
+    (void)st;
     size_t o = (size_t)b * sizeof(hy_block_q8_0_t);
     __m256i t[8];
 
@@ -198,7 +229,156 @@ HY_Q2_INLINE void hy_q2_x_q8_0(const char *const rp[8], int64_t b, hy_q2_regs_t 
         g->pv[2 * i] = _mm256_srai_epi16(_mm256_slli_epi16(t[i], 8), 8);
         g->pv[2 * i + 1] = _mm256_srai_epi16(t[i], 8);
     }
-    g->d = hy_q2_f16x8(rp, o);
+    g->d = hy_q2_f16x8(rp, o, NULL);
+    g->m = _mm256_setzero_ps();
+}
+
+
+/* ---- K-quants: 256-element super-blocks, sub-block scales folded ---- */
+
+/* Words 0..7 of the 32 bytes at o into t (as hy_q2_words4), unless t
+ * already holds them (*at == o). */
+HY_Q2_INLINE void hy_q2_words8(const char *const rp[8], size_t o, size_t *at, __m256i t[8])
+{
+    if (*at == o)
+        return;
+    hy_q2_words4(rp, o, t);
+    hy_q2_words4(rp, o + 16, t + 4);
+    *at = o;
+}
+
+/* Q4_K/Q5_K super-block sb of the 8 rows: D = d, and per sub-block k the
+ * int16-pair scales sc_k and M = -(dmin*m_k), as qmm.c decodes them.  The
+ * first 16 bytes (d, dmin, scales[12]) come in transposed, so the 6-bit
+ * unpacking runs for the 8 rows at once. */
+static void hy_q2_k45_prep(const char *const rp[8], int64_t sb, size_t bsz, hy_q2_kst_t *st)
+{
+    const __m256i k1 = _mm256_set1_epi32(0x3f3f3f3f), k2 = _mm256_set1_epi32(0x0f0f0f0f);
+    const __m256i k3 = _mm256_set1_epi32(0x03030303), ff = _mm256_set1_epi32(0xFF);
+    __m256i t[4], sc[2], mn[2];
+    __m256 dmin;
+
+    st->sb = sb;
+    hy_q2_words4(rp, (size_t)sb * bsz, t);
+    st->d = hy_q2_halves(t[0], &dmin);
+    /* t[1..3] = scales words u0..u2 of each row; bytes of sc[0], sc[1]
+     * are sc_0..3, sc_4..7 and of mn[] the mins (hy_quant_scale_min_k4) */
+    sc[0] = _mm256_and_si256(t[1], k1);
+    mn[0] = _mm256_and_si256(t[2], k1);
+    sc[1] = _mm256_or_si256(_mm256_and_si256(t[3], k2),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(t[1], 6), k3), 4));
+    mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(t[3], 4), k2),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(t[2], 6), k3), 4));
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        const __m128i sh = _mm_cvtsi32_si128(8 * (k % 4));
+        __m256i s = _mm256_and_si256(_mm256_srl_epi32(sc[k / 4], sh), ff);
+        __m256i m = _mm256_and_si256(_mm256_srl_epi32(mn[k / 4], sh), ff);
+        st->sc[k] = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+        st->mn[k] = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m)),
+                                  _mm256_set1_ps(-0.0f));
+    }
+}
+
+/* Q4_K/Q5_K block b: sub-block k = b % 8 is the low (k even) or high
+ * nibbles of 32-byte chunk k / 2; Q5_K adds bit k of qh as 16. */
+HY_Q2_INLINE void hy_q2_x_k45(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                              hy_q2_kst_t *st, const int is5)
+{
+    const size_t bsz = is5 ? sizeof(hy_block_q5_k_t) : sizeof(hy_block_q4_k_t);
+    const size_t qs = is5 ? offsetof(hy_block_q5_k_t, qs) : offsetof(hy_block_q4_k_t, qs);
+    const int k = (int)(b % 8), shift = (k & 1) * 4;
+    const size_t o = (size_t)(b / 8) * bsz;
+    const __m256i m4 = _mm256_set1_epi16(0x000F), one = _mm256_set1_epi16(1);
+    const __m128i sh = _mm_cvtsi32_si128(shift), shh = _mm_cvtsi32_si128(k);
+    const __m128i shh8 = _mm_cvtsi32_si128(k + 8);
+
+    if (st->sb != b / 8)
+        hy_q2_k45_prep(rp, b / 8, bsz, st);
+    hy_q2_words8(rp, o + qs + (size_t)(k / 2) * 32, &st->tq, st->t);
+    if (is5)
+        hy_q2_words8(rp, o + offsetof(hy_block_q5_k_t, qh), &st->th, st->h);
+    const __m256i *t = st->t, *h = st->h;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        __m256i q = _mm256_srl_epi16(t[i], sh);
+        __m256i e = _mm256_and_si256(q, m4), od = _mm256_and_si256(_mm256_srli_epi16(q, 8), m4);
+        if (is5) {
+            e = _mm256_or_si256(e, _mm256_slli_epi16(
+                                       _mm256_and_si256(_mm256_srl_epi16(h[i], shh), one), 4));
+            od = _mm256_or_si256(od, _mm256_slli_epi16(
+                                         _mm256_and_si256(_mm256_srl_epi16(h[i], shh8), one), 4));
+        }
+        g->pv[2 * i] = _mm256_mullo_epi16(e, st->sc[k]);
+        g->pv[2 * i + 1] = _mm256_mullo_epi16(od, st->sc[k]);
+    }
+    g->d = st->d;
+    g->m = st->mn[k];
+}
+
+HY_Q2_INLINE void hy_q2_x_q4_k(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
+{
+    hy_q2_x_k45(rp, b, g, st, 0);
+}
+
+HY_Q2_INLINE void hy_q2_x_q5_k(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
+{
+    hy_q2_x_k45(rp, b, g, st, 1);
+}
+
+/* Q6_K super-block sb: D = d and the 16 signed 16-element scales as
+ * int16 pairs (the scales come in transposed, four per word). */
+static void hy_q2_k6_prep(const char *const rp[8], int64_t sb, hy_q2_kst_t *st)
+{
+    const size_t o = (size_t)sb * sizeof(hy_block_q6_k_t);
+    __m256i t[4];
+
+    st->sb = sb;
+    st->d = hy_q2_f16x8(rp, o + offsetof(hy_block_q6_k_t, d), NULL);
+    hy_q2_words4(rp, o + offsetof(hy_block_q6_k_t, scales), t);
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) {
+        /* byte k % 4 of word k / 4, sign-extended, into both int16 halves */
+        __m256i s = _mm256_srai_epi32(_mm256_sll_epi32(t[k / 4],
+                                                       _mm_cvtsi32_si128(24 - 8 * (k % 4))), 24);
+        st->sc[k] = _mm256_or_si256(_mm256_and_si256(s, _mm256_set1_epi32(0xFFFF)),
+                                    _mm256_slli_epi32(s, 16));
+    }
+}
+
+/* Q6_K block b: j = b % 8 is part m = j % 4 of half j / 4: the low (m even)
+ * or high nibbles of ql[64*half + 32*(m & 1) ...] with bits 2m, 2m+1 of
+ * qh[32*half ...] on top, minus 32, times the scale of its 16 elements. */
+HY_Q2_INLINE void hy_q2_x_q6_k(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
+{
+    const int j = (int)(b % 8), half = j / 4, m = j % 4;
+    const size_t o = (size_t)(b / 8) * sizeof(hy_block_q6_k_t);
+    const __m256i m4 = _mm256_set1_epi16(0x000F), m3 = _mm256_set1_epi16(3);
+    const __m256i k32 = _mm256_set1_epi16(32);
+    const __m128i sl = _mm_cvtsi32_si128(m < 2 ? 0 : 4), shh = _mm_cvtsi32_si128(2 * m);
+    const __m128i shh8 = _mm_cvtsi32_si128(2 * m + 8);
+
+    if (st->sb != b / 8)
+        hy_q2_k6_prep(rp, b / 8, st);
+    hy_q2_words8(rp, o + (size_t)(64 * half + 32 * (m & 1)), &st->tq, st->t);
+    hy_q2_words8(rp, o + offsetof(hy_block_q6_k_t, qh) + (size_t)(32 * half), &st->th, st->h);
+    const __m256i *t = st->t, *h = st->h;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        /* pairs 0..7 are elements 0..15 (scale 2m), 8..15 the rest */
+        const __m256i scv = st->sc[8 * half + 2 * m + (i >= 4)];
+        __m256i q = _mm256_srl_epi16(t[i], sl);
+        __m256i e = _mm256_or_si256(_mm256_and_si256(q, m4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h[i], shh), m3), 4));
+        __m256i od = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 8), m4),
+                                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h[i], shh8), m3), 4));
+        g->pv[2 * i] = _mm256_mullo_epi16(_mm256_sub_epi16(e, k32), scv);
+        g->pv[2 * i + 1] = _mm256_mullo_epi16(_mm256_sub_epi16(od, k32), scv);
+    }
+    g->d = st->d;
     g->m = _mm256_setzero_ps();
 }
 
@@ -240,7 +420,10 @@ HY_Q2_INLINE void hy_q2_step(const hy_q2_regs_t *g, const hy_block_q16_t *xb, __
                                  const hy_block_q16_t *x, float out[8], int pf)    \
     {                                                                              \
         const char *rp[8];                                                         \
+        hy_q2_kst_t st;                                                            \
         __m256 acc = _mm256_setzero_ps(), mac = _mm256_setzero_ps();               \
+        st.sb = -1;                                                                \
+        st.tq = st.th = SIZE_MAX;                                                  \
         hy_q2_rows(w, ws, nrows, rp);                                              \
         for (int64_t b = 0; b < nb; b++) {                                         \
             hy_q2_regs_t g;                                                        \
@@ -249,7 +432,7 @@ HY_Q2_INLINE void hy_q2_step(const hy_q2_regs_t *g, const hy_block_q16_t *xb, __
                 for (int r = 0; r < 8; r++)                                        \
                     _mm_prefetch(rp[r] + HY_Q2_PF_ROWS * ws +                      \
                                      (size_t)b * (ws / (size_t)nb), _MM_HINT_T0);  \
-            extract(rp, b, &g);                                                    \
+            extract(rp, b, &g, &st);                                               \
             hy_q2_step(&g, x + b, &acc, &mac, flags);                              \
         }                                                                          \
         if ((flags) & HY_QMM_OFFSET)                                               \
@@ -259,6 +442,9 @@ HY_Q2_INLINE void hy_q2_step(const hy_q2_regs_t *g, const hy_block_q16_t *xb, __
 HY_Q2_DEC(q4_0, hy_q2_x_q4_0, 0)
 HY_Q2_DEC(q4_1, hy_q2_x_q4_1, HY_QMM_OFFSET)
 HY_Q2_DEC(q8_0, hy_q2_x_q8_0, 0)
+HY_Q2_DEC(q4_k, hy_q2_x_q4_k, HY_QMM_OFFSET)
+HY_Q2_DEC(q5_k, hy_q2_x_q5_k, HY_QMM_OFFSET)
+HY_Q2_DEC(q6_k, hy_q2_x_q6_k, HY_QMM_CHUNK16)
 
 typedef void (*hy_q2_dec_fn)(const char *w, size_t ws, int nrows, int64_t nb,
                              const hy_block_q16_t *x, float out[8], int pf);
@@ -285,21 +471,29 @@ HY_Q2_INLINE void hy_q2_store(const hy_q2_regs_t *g, int32_t (*q)[8], float *d, 
                                     hy_q2_blk_t *p, int h)                         \
     {                                                                              \
         const char *rp[8];                                                         \
+        hy_q2_kst_t st;                                                            \
         (void)ty;                                                                  \
+        st.sb = -1;                                                                \
+        st.tq = st.th = SIZE_MAX;                                                  \
         hy_q2_rows(w, ws, nrows, rp);                                              \
         for (int64_t b = 0; b < nb; b++) {                                         \
             hy_q2_regs_t g;                                                        \
-            extract(rp, b0 + b, &g);                                               \
+            extract(rp, b0 + b, &g, &st);                                          \
             hy_q2_store(&g, p[b].q[h], p[b].d[h], p[b].m[h]);                      \
         }                                                                          \
     }
 HY_Q2_UNPACK(q4_0, hy_q2_x_q4_0)
 HY_Q2_UNPACK(q4_1, hy_q2_x_q4_1)
 HY_Q2_UNPACK(q8_0, hy_q2_x_q8_0)
+HY_Q2_UNPACK(q4_k, hy_q2_x_q4_k)
+HY_Q2_UNPACK(q5_k, hy_q2_x_q5_k)
+HY_Q2_UNPACK(q6_k, hy_q2_x_q6_k)
 
 /* Any type, through its scalar decoder: correct for every type, fast
- * enough where the panel serves many tokens. */
-static void hy_q2_unpack_decode(const hy_qmm_type_t *ty, const char *w, size_t ws, int nrows,
+ * enough where the panel serves many tokens.  A new weight type can start
+ * here (HY_Q2_TILE(name, t, hy_q2_unpack_decode, NULL): one-token calls
+ * then take the panel too) and get an extractor when it matters. */
+__attribute__((unused)) static void hy_q2_unpack_decode(const hy_qmm_type_t *ty, const char *w, size_t ws, int nrows,
                                 int64_t b0, int64_t nb, hy_q2_blk_t *p, int h)
 {
     for (int64_t b = 0; b < nb; b++, p++)
@@ -485,8 +679,8 @@ static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_de
 HY_Q2_TILE(q4_0, HY_DTYPE_Q4_0, hy_q2_unpack_q4_0, hy_q2_dec_q4_0)
 HY_Q2_TILE(q4_1, HY_DTYPE_Q4_1, hy_q2_unpack_q4_1, hy_q2_dec_q4_1)
 HY_Q2_TILE(q8_0, HY_DTYPE_Q8_0, hy_q2_unpack_q8_0, hy_q2_dec_q8_0)
-HY_Q2_TILE(q4_k, HY_DTYPE_Q4_K, hy_q2_unpack_decode, NULL)
-HY_Q2_TILE(q5_k, HY_DTYPE_Q5_K, hy_q2_unpack_decode, NULL)
-HY_Q2_TILE(q6_k, HY_DTYPE_Q6_K, hy_q2_unpack_decode, NULL)
+HY_Q2_TILE(q4_k, HY_DTYPE_Q4_K, hy_q2_unpack_q4_k, hy_q2_dec_q4_k)
+HY_Q2_TILE(q5_k, HY_DTYPE_Q5_K, hy_q2_unpack_q5_k, hy_q2_dec_q5_k)
+HY_Q2_TILE(q6_k, HY_DTYPE_Q6_K, hy_q2_unpack_q6_k, hy_q2_dec_q6_k)
 
 #endif
