@@ -198,7 +198,8 @@ enum { HY_A2F_F32, HY_A2F_F16, HY_A2F_BF16 };
 #define HY_A2F_KC 512
 #define HY_A2F_CT 64
 #define HY_A2F_RX 3
-#define HY_A2F_PANEL_MIN 3
+#define HY_A2F_PANEL_MIN 8 /* token rows from which the panel pays (F16 at 3..7: 25%
+                               * slower than converting in registers, bench_mm) */
 
 /* lanes [0, m) of a float row; the rest zero (maskload never touches
  * memory of masked-off lanes) */
