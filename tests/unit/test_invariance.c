@@ -9,6 +9,8 @@
  * alone (one token per call, the decode kernel) against the same query
  * prefilled in one call and in chunks (the prefill kernel), for each KV
  * type, window, softcap, GQA shape and head size, at 1 and 3 threads.
+ * Row ops (rmsnorm, rope, l2norm, gated group rmsnorm): a row alone ==
+ * the row among 64.
  */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_impl.h"
@@ -319,6 +321,73 @@ static void test_attention(hy_backend_t *be[3])
     hy_cpu_attn_set_isa(hy_cpu_isa());
 }
 
+/* ---- row ops ------------------------------------------------------------- */
+
+/* The per-row ops with a reduction or a position in them: each row alone
+ * (1 thread) == the row among 64 (3 threads). */
+static void test_row_ops(hy_backend_t *be[3])
+{
+    enum { R = 64, D = 576, NH = 9, HD = 64 };
+    float *x = malloc(sizeof(float) * R * D), *a = malloc(sizeof(float) * R * D);
+    float *b = malloc(sizeof(float) * R * D), *z = malloc(sizeof(float) * R * D);
+    float wv[D];
+    int32_t pos[R];
+    hy_weight_t w = {0};
+    hy_rope_t rope = {HY_ROPE_NEOX, HD, 10000.0f, 1.0f, 0, 1, 32, 1, 8192, NULL};
+    int bad[4] = {0, 0, 0, 0};
+    char err[HY_ERR_LEN];
+
+    fill(x, (size_t)R * D, 3.0f);
+    fill(z, (size_t)R * D, 2.0f);
+    fill(wv, D, 1.0f);
+    for (int r = 0; r < R; r++)
+        pos[r] = 1000 + 37 * r;
+    w.type = HY_DTYPE_F32;
+    w.ne[0] = D;
+    w.ne[1] = w.ne[2] = w.ne[3] = 1;
+    w.row_bytes = sizeof wv;
+    w.data = wv;
+    w.name = "inv.norm";
+
+    be[2]->i->rmsnorm(be[2], x, &w, a, R, D, 1e-5f);
+    for (int r = 0; r < R; r++)
+        be[0]->i->rmsnorm(be[0], x + (size_t)r * D, &w, b + (size_t)r * D, 1, D, 1e-5f);
+    bad[0] = memcmp(a, b, sizeof(float) * R * D) != 0;
+
+    memcpy(a, x, sizeof(float) * R * D);
+    memcpy(b, x, sizeof(float) * R * D);
+    be[2]->i->rope(be[2], a, R, NH, HD, pos, &rope);
+    for (int r = 0; r < R; r++)
+        be[0]->i->rope(be[0], b + (size_t)r * NH * HD, 1, NH, HD, pos + r, &rope);
+    bad[1] = memcmp(a, b, sizeof(float) * R * NH * HD) != 0;
+
+    memcpy(a, x, sizeof(float) * R * D);
+    memcpy(b, x, sizeof(float) * R * D);
+    be[2]->i->l2norm(be[2], a, R, D, D, 1e-6f, 0.5f);
+    for (int r = 0; r < R; r++)
+        be[0]->i->l2norm(be[0], b + (size_t)r * D, 1, D, D, 1e-6f, 0.5f);
+    bad[2] = memcmp(a, b, sizeof(float) * R * D) != 0;
+
+    memcpy(a, x, sizeof(float) * R * D);
+    memcpy(b, x, sizeof(float) * R * D);
+    be[2]->i->group_rmsnorm_gated(be[2], a, z, D, &w, R, D, 64, 1e-5f);
+    for (int r = 0; r < R; r++)
+        be[0]->i->group_rmsnorm_gated(be[0], b + (size_t)r * D, z + (size_t)r * D, D, &w, 1, D,
+                                      64, 1e-5f);
+    bad[3] = memcmp(a, b, sizeof(float) * R * D) != 0;
+
+    HY_T_OK(!bad[0] && !bad[1] && !bad[2] && !bad[3] &&
+                be[0]->i->status(be[0], err) == HY_OK && be[2]->i->status(be[2], err) == HY_OK,
+            "row ops: a row alone (1 thread) == the row among 64 (3 threads): rmsnorm %s, "
+            "rope %s, l2norm %s, gated group rmsnorm %s", bad[0] ? "DIFFERS" : "same",
+            bad[1] ? "DIFFERS" : "same", bad[2] ? "DIFFERS" : "same",
+            bad[3] ? "DIFFERS" : "same");
+    free(x);
+    free(a);
+    free(b);
+    free(z);
+}
+
 int main(void)
 {
     hy_backend_t *be[3] = {new_backend(1), new_backend(2), new_backend(3)};
@@ -330,6 +399,7 @@ int main(void)
     printf("# cpu isa: %s\n", hy_isa_name(hy_cpu_isa()));
     test_matmul(be);
     test_attention(be);
+    test_row_ops(be);
     for (int i = 0; i < 3; i++)
         be[i]->i->free(be[i]);
     return hy_t_done();
