@@ -28,6 +28,10 @@
 #define HY_MM_W_TILE_BYTES (24 * 1024)
 /* Target bytes of activation rows in one tile (L2-resident). */
 #define HY_MM_X_TILE_BYTES (96 * 1024)
+/* Weight rows per tile are a multiple of this: the AVX2/AVX-512 kernels
+ * take 16 rows at a time (8 for one token), repeating rows of a ragged
+ * last group. */
+#define HY_MM_ROWS 16
 /* Tiles per thread to aim for, so uneven threads still finish together. */
 #define HY_MM_TILES_PER_THREAD 4
 
@@ -331,11 +335,14 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
     else if (j.bt > 4)
         j.bt &= ~(int64_t)3;
     j.n_tb = (n_tok + j.bt - 1) / j.bt;
-    j.br = HY_MAX((int64_t)4, (int64_t)(HY_MM_W_TILE_BYTES / w->row_bytes)) & ~(int64_t)3;
+    /* Weight rows in multiples of HY_MM_ROWS: the kernels take rows in
+     * groups of 8 or 16, and a tile's ragged group repeats rows. */
+    j.br = HY_MAX((int64_t)HY_MM_ROWS, (int64_t)(HY_MM_W_TILE_BYTES / w->row_bytes)) /
+           HY_MM_ROWS * HY_MM_ROWS;
     int64_t want = (int64_t)nth * HY_MM_TILES_PER_THREAD;
     if (nth > 1 && ((j.n_out + j.br - 1) / j.br) * j.n_tb < want) {
         int64_t per = (j.n_out * j.n_tb + want - 1) / want;
-        j.br = HY_MAX((int64_t)4, (per + 3) & ~(int64_t)3);
+        j.br = HY_MAX((int64_t)HY_MM_ROWS, (per + HY_MM_ROWS - 1) / HY_MM_ROWS * HY_MM_ROWS);
     }
     j.br = HY_MIN(j.br, j.n_out);
     j.n_rb = (j.n_out + j.br - 1) / j.br;
