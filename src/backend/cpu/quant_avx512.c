@@ -19,6 +19,7 @@
 
 #define HY_QX_VNNI 1
 #include "quant_x86.h"
+#include "qmm.h"
 
 #include <math.h>
 
@@ -671,9 +672,6 @@ HY_A5F_DOT(bf16, uint16_t, hy_bf16_to_f32)
 HY_A5_GENERIC_TILE(q4_k)
 HY_A5_GENERIC_TILE(q5_k)
 HY_A5_GENERIC_TILE(q6_k)
-HY_A5_GENERIC_TILE(q4_k_2l)
-HY_A5_GENERIC_TILE(q5_k_2l)
-HY_A5_GENERIC_TILE(q6_k_2l)
 
 const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a5_dot_f32,
@@ -688,12 +686,15 @@ const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
                         hy_qx_to_float_q4_1}, hy_a5_tile_q4_1_2l},
     [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a5_dot_q8_0_2l,
                         hy_qx_to_float_q8_0}, hy_a5_tile_q8_0_2l},
-    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q4_k_2l,
-                        hy_quant_ref_to_float_q4_k}, hy_a5_tile_q4_k_2l},
-    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q5_k_2l,
-                        hy_quant_ref_to_float_q5_k}, hy_a5_tile_q5_k_2l},
-    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q6_k_2l,
-                        hy_quant_ref_to_float_q6_k}, hy_a5_tile_q6_k_2l},
+    /* K-quants: the AVX2 level's qmm kernels (qmm_avx2.c, AVX2 code that
+     * every AVX-512 CPU runs): one kernel for any number of tokens, where
+     * the 256-bit K-quant dots here went row by row, token by token */
+    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q4_k,
+                        hy_quant_ref_to_float_q4_k}, hy_qmm_avx2_tile_q4_k},
+    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q5_k,
+                        hy_quant_ref_to_float_q5_k}, hy_qmm_avx2_tile_q5_k},
+    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q6_k,
+                        hy_quant_ref_to_float_q6_k}, hy_qmm_avx2_tile_q6_k},
 };
 /* ggml's single-level partners (hy_quant_traits_q8) */
 const hy_quant_kernels_t hy_quant_avx512_kernels_q8[HY_DTYPE_COUNT] = {

@@ -3,9 +3,9 @@
  * Each of those files includes this one and compiles it with its own flags,
  * so the AVX-512 build gets the same code with EVEX encodings and VNNI where
  * HY_QX_VNNI is defined.  Everything here is static: no symbol clashes.
- * Kernels: F32/F16/BF16 dots, Q4_K/Q5_K/Q6_K x Q8_K and x Q8_K2L dots, the
- * Q8_0/Q8_1/Q8_K/Q8_2L/Q8_K2L activation quantizers and the simple
- * dequantizers.
+ * Kernels: F32/F16/BF16 dots, Q4_K/Q5_K/Q6_K x Q8_K dots (ggml's
+ * single-level partners), the Q8_0/Q8_1/Q8_K/Q8_2L activation quantizers
+ * and the simple dequantizers.
  */
 #ifndef HY_QUANT_X86_H
 #define HY_QUANT_X86_H
@@ -312,23 +312,6 @@ __attribute__((unused)) static void hy_qx_from_float_q8_2l(const float *x, void 
     }
 }
 
-__attribute__((unused)) static void hy_qx_from_float_q8_k2l(const float *x, void *vy, int64_t n)
-{
-    hy_block_q8_k2l_t *y = vy;
-    for (int64_t i = 0; i < n / 256; i++) {
-        const float *xb = x + i * 256;
-        float d = hy_qx_amax(xb, 256) / HY_Q8_2L_VMAX;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[i].d = d;
-        for (int k = 0; k < 8; k++) {
-            __m256i v[4];
-            hy_qx_quant32_2l(xb + 32 * k, id, y[i].hi + 32 * k, y[i].lo + 32 * k, v);
-            y[i].bsums[2 * k] = hy_qx_hsum8i(_mm256_add_epi32(v[0], v[1]));
-            y[i].bsums[2 * k + 1] = hy_qx_hsum8i(_mm256_add_epi32(v[2], v[3]));
-        }
-    }
-}
-
 /* ---- K-quant dots (after ggml's AVX2 kernels) ---- */
 
 /* scales[12] -> bytes sc[0..7] then m[0..7]. */
@@ -478,130 +461,6 @@ static void hy_qx_dot_q6_k(int64_t n, float *s, const void *vw, const void *vx)
             }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    *s = hy_qx_hsum8(acc);
-}
-
-/* ---- K-quant dots with two-level activations ----
- * The hi and lo planes each go through ggml's maddubs/madd scheme into their
- * own int32 sums (a combined 255*hi+lo sum could pass int32 on hostile
- * 6-bit scales), joined in float: d*(255*sumh + suml). */
-
-/* Group-sum pairs (bsums[2k] + bsums[2k+1], k = 0..7) in order. */
-HY_QX_INLINE __m256i hy_qx_k2l_pair_sums(const int32_t *bsums)
-{
-    __m256i h = _mm256_hadd_epi32(_mm256_loadu_si256((const __m256i *)bsums),
-                                  _mm256_loadu_si256((const __m256i *)(bsums + 8)));
-    return _mm256_permute4x64_epi64(h, _MM_SHUFFLE(3, 1, 2, 0));
-}
-
-HY_QX_INLINE void hy_qx_dot_q45_k_2l(int is5, int64_t n, float *s, const void *vw,
-                                     const void *vx)
-{
-    const hy_block_q8_k2l_t *x = vx;
-    const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
-
-    for (int64_t i = 0; i < n / 256; i++) {
-        const hy_block_q4_k_t *w4 = (const hy_block_q4_k_t *)vw + i;
-        const hy_block_q5_k_t *w5 = (const hy_block_q5_k_t *)vw + i;
-        const uint8_t *qs = is5 ? w5->qs : w4->qs;
-        const float d = x[i].d * hy_qx_h2f(is5 ? w5->d : w4->d);
-        const float dmin = -x[i].d * hy_qx_h2f(is5 ? w5->dmin : w4->dmin);
-        const __m256i ms = hy_qx_k4_scales_mins(is5 ? w5->scales : w4->scales);
-        const __m256i mins = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(ms, 1));
-        /* m_k <= 63, pair sums <= 2*16*32512: products fit int32 */
-        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin),
-                                _mm256_cvtepi32_ps(_mm256_mullo_epi32(mins, hy_qx_k2l_pair_sums(x[i].bsums))),
-                                acc_m);
-        const __m128i sc128 = _mm256_castsi256_si128(ms);
-        const __m256i scales = _mm256_inserti128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
-        const __m256i hbits = is5 ? _mm256_loadu_si256((const __m256i *)w5->qh) : _mm256_setzero_si256();
-        __m256i sumh = _mm256_setzero_si256(), suml = sumh;
-        for (int j = 0; j < 4; j++) {
-            __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            __m256i q0 = _mm256_and_si256(bits, m4);
-            __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            if (is5) {
-                __m256i h0 = _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * j)), one);
-                __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * j + 1)), one);
-                q0 = _mm256_or_si256(q0, _mm256_slli_epi16(h0, 4));
-                q1 = _mm256_or_si256(q1, _mm256_slli_epi16(h1, 4));
-            }
-            const __m256i s0 = hy_qx_bcast16(scales, 2 * j), s1 = hy_qx_bcast16(scales, 2 * j + 1);
-            const int8_t *xh = x[i].hi + 64 * j, *xl = x[i].lo + 64 * j;
-            __m256i ph = _mm256_add_epi32(
-                _mm256_madd_epi16(s0, _mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)xh))),
-                _mm256_madd_epi16(s1, _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(xh + 32)))));
-            __m256i pl = _mm256_add_epi32(
-                _mm256_madd_epi16(s0, _mm256_maddubs_epi16(q0, _mm256_loadu_si256((const __m256i *)xl))),
-                _mm256_madd_epi16(s1, _mm256_maddubs_epi16(q1, _mm256_loadu_si256((const __m256i *)(xl + 32)))));
-            sumh = _mm256_add_epi32(sumh, ph);
-            suml = _mm256_add_epi32(suml, pl);
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * 255.0f), _mm256_cvtepi32_ps(sumh), acc);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(suml), acc);
-    }
-    *s = hy_qx_hsum8(_mm256_add_ps(acc, acc_m));
-}
-
-__attribute__((unused)) static void hy_qx_dot_q4_k_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    hy_qx_dot_q45_k_2l(0, n, s, vw, vx);
-}
-
-__attribute__((unused)) static void hy_qx_dot_q5_k_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    hy_qx_dot_q45_k_2l(1, n, s, vw, vx);
-}
-
-/* Q6_K: q is stored +32; the -32*sum(sc_g * sum_g v) term comes from the
- * group sums instead of a second pair of maddubs per plane. */
-__attribute__((unused)) static void hy_qx_dot_q6_k_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    const hy_block_q6_k_t *w = vw;
-    const hy_block_q8_k2l_t *x = vx;
-    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
-
-    for (int64_t i = 0; i < n / 256; i++) {
-        const float d = x[i].d * hy_qx_h2f(w[i].d);
-        const uint8_t *ql = w[i].ql, *qh = w[i].qh;
-        const __m128i scales = _mm_loadu_si128((const __m128i *)w[i].scales);
-        /* sc_g * bsums_g: |.| <= 128*16*32512, two per lane: fits int32 */
-        __m256i corr = _mm256_add_epi32(
-            _mm256_mullo_epi32(_mm256_cvtepi8_epi32(scales),
-                               _mm256_loadu_si256((const __m256i *)x[i].bsums)),
-            _mm256_mullo_epi32(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(scales, scales)),
-                               _mm256_loadu_si256((const __m256i *)(x[i].bsums + 8))));
-        __m256i sumh = _mm256_setzero_si256(), suml = sumh;
-        for (int j = 0; j < 2; j++) {
-            __m256i b1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * j));
-            __m256i b2 = _mm256_loadu_si256((const __m256i *)(ql + 64 * j + 32));
-            __m256i bh = _mm256_loadu_si256((const __m256i *)(qh + 32 * j));
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(b1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(bh, m2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(b2, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m2), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4));
-            for (int k = 0; k < 4; k++) {
-                int off = 128 * j + 32 * k, s0 = 8 * j + 2 * k;
-                __m128i shuf = _mm_set_epi64x(0x0101010101010101LL * (s0 + 1),
-                                              0x0101010101010101LL * s0);
-                __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuf));
-                __m256i ph = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(x[i].hi + off)));
-                __m256i pl = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(x[i].lo + off)));
-                sumh = _mm256_add_epi32(sumh, _mm256_madd_epi16(sc, ph));
-                suml = _mm256_add_epi32(suml, _mm256_madd_epi16(sc, pl));
-            }
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * 255.0f), _mm256_cvtepi32_ps(sumh), acc);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(suml), acc);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * -32.0f), _mm256_cvtepi32_ps(corr), acc);
     }
     *s = hy_qx_hsum8(acc);
 }
