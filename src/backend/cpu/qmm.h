@@ -91,4 +91,12 @@ HY_QMM_DECLARE(q4_k)
 HY_QMM_DECLARE(q5_k)
 HY_QMM_DECLARE(q6_k)
 
+/* Kernel-table entries (hy_quant_kernels_t) of a type at each level. */
+#define HY_QMM_ENTRY_REF(name, to_float)                                           \
+    {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_##name, to_float},  \
+     hy_qmm_ref_tile_##name}
+#define HY_QMM_ENTRY_AVX2(name, to_float)                                          \
+    {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_##name, to_float}, \
+     hy_qmm_avx2_tile_##name}
+
 #endif

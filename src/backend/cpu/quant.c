@@ -688,24 +688,12 @@ const hy_quant_kernels_t hy_quant_scalar_kernels[HY_DTYPE_COUNT] = {
                        hy_quant_ref_tile_bf16},
     /* the quantized types: Q16 activations and qmm.h's contract, which
      * the AVX2 level reproduces bit for bit */
-    [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_q4_0,
-                        hy_quant_ref_to_float_q4_0},
-                       hy_qmm_ref_tile_q4_0},
-    [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_q4_1,
-                        hy_quant_ref_to_float_q4_1},
-                       hy_qmm_ref_tile_q4_1},
-    [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_q8_0,
-                        hy_quant_ref_to_float_q8_0},
-                       hy_qmm_ref_tile_q8_0},
-    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_q4_k,
-                        hy_quant_ref_to_float_q4_k},
-                       hy_qmm_ref_tile_q4_k},
-    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_q5_k,
-                        hy_quant_ref_to_float_q5_k},
-                       hy_qmm_ref_tile_q5_k},
-    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_q6_k,
-                        hy_quant_ref_to_float_q6_k},
-                       hy_qmm_ref_tile_q6_k},
+    [HY_DTYPE_Q4_0] = HY_QMM_ENTRY_REF(q4_0, hy_quant_ref_to_float_q4_0),
+    [HY_DTYPE_Q4_1] = HY_QMM_ENTRY_REF(q4_1, hy_quant_ref_to_float_q4_1),
+    [HY_DTYPE_Q8_0] = HY_QMM_ENTRY_REF(q8_0, hy_quant_ref_to_float_q8_0),
+    [HY_DTYPE_Q4_K] = HY_QMM_ENTRY_REF(q4_k, hy_quant_ref_to_float_q4_k),
+    [HY_DTYPE_Q5_K] = HY_QMM_ENTRY_REF(q5_k, hy_quant_ref_to_float_q5_k),
+    [HY_DTYPE_Q6_K] = HY_QMM_ENTRY_REF(q6_k, hy_quant_ref_to_float_q6_k),
 };
 
 /* ggml's single-level partners (hy_quant_traits_q8) */

@@ -373,18 +373,12 @@ const hy_quant_kernels_t hy_quant_avx2_kernels[HY_DTYPE_COUNT] = {
                         hy_qx_to_float_bf16}, hy_a2_tile_bf16},
     /* quantized types: qmm_avx2.c's kernels over Q16 (vec_dot is the
      * portable contract, which the tiles reproduce bit for bit) */
-    [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q4_0,
-                        hy_qx_to_float_q4_0}, hy_qmm_avx2_tile_q4_0},
-    [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q4_1,
-                        hy_qx_to_float_q4_1}, hy_qmm_avx2_tile_q4_1},
-    [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q8_0,
-                        hy_qx_to_float_q8_0}, hy_qmm_avx2_tile_q8_0},
-    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q4_k,
-                        hy_quant_ref_to_float_q4_k}, hy_qmm_avx2_tile_q4_k},
-    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q5_k,
-                        hy_quant_ref_to_float_q5_k}, hy_qmm_avx2_tile_q5_k},
-    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q6_k,
-                        hy_quant_ref_to_float_q6_k}, hy_qmm_avx2_tile_q6_k},
+    [HY_DTYPE_Q4_0] = HY_QMM_ENTRY_AVX2(q4_0, hy_qx_to_float_q4_0),
+    [HY_DTYPE_Q4_1] = HY_QMM_ENTRY_AVX2(q4_1, hy_qx_to_float_q4_1),
+    [HY_DTYPE_Q8_0] = HY_QMM_ENTRY_AVX2(q8_0, hy_qx_to_float_q8_0),
+    [HY_DTYPE_Q4_K] = HY_QMM_ENTRY_AVX2(q4_k, hy_quant_ref_to_float_q4_k),
+    [HY_DTYPE_Q5_K] = HY_QMM_ENTRY_AVX2(q5_k, hy_quant_ref_to_float_q5_k),
+    [HY_DTYPE_Q6_K] = HY_QMM_ENTRY_AVX2(q6_k, hy_quant_ref_to_float_q6_k),
 };
 /* ggml's single-level partners (hy_quant_traits_q8) */
 const hy_quant_kernels_t hy_quant_avx2_kernels_q8[HY_DTYPE_COUNT] = {

@@ -689,12 +689,9 @@ const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
     /* K-quants: the AVX2 level's qmm kernels (qmm_avx2.c, AVX2 code that
      * every AVX-512 CPU runs): one kernel for any number of tokens, where
      * the 256-bit K-quant dots here went row by row, token by token */
-    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q4_k,
-                        hy_quant_ref_to_float_q4_k}, hy_qmm_avx2_tile_q4_k},
-    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q5_k,
-                        hy_quant_ref_to_float_q5_k}, hy_qmm_avx2_tile_q5_k},
-    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_q6_k,
-                        hy_quant_ref_to_float_q6_k}, hy_qmm_avx2_tile_q6_k},
+    [HY_DTYPE_Q4_K] = HY_QMM_ENTRY_AVX2(q4_k, hy_quant_ref_to_float_q4_k),
+    [HY_DTYPE_Q5_K] = HY_QMM_ENTRY_AVX2(q5_k, hy_quant_ref_to_float_q5_k),
+    [HY_DTYPE_Q6_K] = HY_QMM_ENTRY_AVX2(q6_k, hy_quant_ref_to_float_q6_k),
 };
 /* ggml's single-level partners (hy_quant_traits_q8) */
 const hy_quant_kernels_t hy_quant_avx512_kernels_q8[HY_DTYPE_COUNT] = {
