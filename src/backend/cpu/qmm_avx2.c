@@ -124,7 +124,8 @@ HY_Q2_INLINE void hy_q2_rows(const char *w, size_t ws, int nrows, const char *rp
 }
 
 /* Word i (4 bytes at o + 4i) of the 8 rows into t[i], lane r = row r, for
- * i < 4: rows r and r+4 share a load, then a 4 x 4 transpose per lane. */
+ * i < 4: rows r and r+4 share a load, then a 4 x 4 transpose per lane.
+ * Reads exactly the 16 bytes at o of each row. */
 HY_Q2_INLINE void hy_q2_words4(const char *const rp[8], size_t o, __m256i t[4])
 {
     __m256i y[4], a[4];
@@ -157,7 +158,8 @@ HY_Q2_INLINE __m256 hy_q2_halves(__m256i t, __m256 *hi)
 }
 
 /* The f16 at byte offset o of each row (and the one after it into *hi),
- * through a transposed load: cheaper than eight scalar inserts. */
+ * through a transposed load: cheaper than eight scalar inserts.  Reads 16
+ * bytes at o: the caller keeps them inside the row. */
 HY_Q2_INLINE __m256 hy_q2_f16x8(const char *const rp[8], size_t o, __m256 *hi)
 {
     __m256i t[4];
@@ -336,7 +338,9 @@ static void hy_q2_k6_prep(const char *const rp[8], int64_t sb, hy_q2_kst_t *st)
     __m256i t[4];
 
     st->sb = sb;
-    st->d = hy_q2_f16x8(rp, o + offsetof(hy_block_q6_k_t, d), NULL);
+    /* d ends the block: the 16 bytes that end with it, word 3's high half */
+    hy_q2_words4(rp, o + offsetof(hy_block_q6_k_t, d) + 2 - 16, t);
+    hy_q2_halves(t[3], &st->d);
     hy_q2_words4(rp, o + offsetof(hy_block_q6_k_t, scales), t);
 #pragma GCC unroll 16
     for (int k = 0; k < 16; k++) {
