@@ -17,6 +17,7 @@
 #include "backend/cpu/quant.h"
 #include "backend/cpu/quant_impl.h"
 #include "backend/cpu/quant_ref.h"
+#include "quant_fill.h"
 #include "test.h"
 #define HY_TEST_SEED 0x51ED2701B3C4D5E6ULL
 #include "cpu_test.h"
@@ -29,7 +30,8 @@
 enum { M_TOK = 64 };
 
 /* A weight of n_out rows of k: real quantized data where a quantizer
- * exists, else random bytes with sane scales (K-quants). */
+ * exists, else random bytes with sane f16 factors (K-quants, Q5_0, Q5_1,
+ * IQ4_NL, IQ4_XS: every other bit pattern is a valid block). */
 static uint8_t *mm_weight(hy_dtype_t t, int64_t k, int64_t n_out, size_t *rb)
 {
     const hy_dtype_info_t *info = hy_dtype_info(t);
@@ -45,17 +47,9 @@ static uint8_t *mm_weight(hy_dtype_t t, int64_t k, int64_t n_out, size_t *rb)
             continue;
         for (size_t i = 0; i < *rb; i++)
             dst[i] = (uint8_t)rng_u32();
-        for (int64_t b = 0; b < k / info->block; b++) {
-            uint8_t *blk = dst + (size_t)b * info->block_bytes;
-            uint16_t d0 = hy_f32_to_f16(0.01f + 0.01f * (float)(rng_u32() % 100) / 100.0f);
-            uint16_t d1 = hy_f32_to_f16(0.005f);
-            if (t == HY_DTYPE_Q6_K) {
-                memcpy(blk + offsetof(hy_block_q6_k_t, d), &d0, 2);
-            } else {
-                memcpy(blk, &d0, 2);
-                memcpy(blk + 2, &d1, 2);
-            }
-        }
+        for (int64_t b = 0; b < k / info->block; b++)
+            hy_test_block_factors(t, dst + (size_t)b * info->block_bytes,
+                                  0.01f + 0.01f * (float)(rng_u32() % 100) / 100.0f, 0.005f);
     }
     free(row);
     return d;
@@ -113,17 +107,22 @@ static void mm_type(hy_backend_t *be[3], hy_dtype_t t, int64_t n_out, hy_isa_t i
 
 static void test_matmul(hy_backend_t *be[3])
 {
-    static const hy_dtype_t types[] = {HY_DTYPE_F32, HY_DTYPE_F16, HY_DTYPE_BF16,
-                                       HY_DTYPE_Q8_0, HY_DTYPE_Q4_0, HY_DTYPE_Q4_1,
-                                       HY_DTYPE_Q4_K, HY_DTYPE_Q5_K, HY_DTYPE_Q6_K};
+    static const hy_dtype_t types[] = {HY_DTYPE_F32,    HY_DTYPE_F16,  HY_DTYPE_BF16,
+                                       HY_DTYPE_Q8_0,   HY_DTYPE_Q4_0, HY_DTYPE_Q4_1,
+                                       HY_DTYPE_Q4_K,   HY_DTYPE_Q5_K, HY_DTYPE_Q6_K,
+                                       HY_DTYPE_Q5_0,   HY_DTYPE_Q5_1, HY_DTYPE_IQ4_NL,
+                                       HY_DTYPE_Q2_K,   HY_DTYPE_Q3_K, HY_DTYPE_IQ4_XS};
 
     for (int isa = HY_ISA_SCALAR; isa <= (int)hy_cpu_isa(); isa++) {
         if (hy_quant_set_isa((hy_isa_t)isa) != HY_OK)
             continue;
         printf("# matmul kernels pinned to %s\n", hy_isa_name((hy_isa_t)isa));
         for (size_t i = 0; i < HY_ARRAY_LEN(types); i++) {
-            if (!hy_quant_traits(types[i]))
+            if (!hy_quant_traits(types[i])) {
+                HY_T_OK(0, "matmul %s/%s: no kernels", hy_dtype_info(types[i])->name,
+                        hy_isa_name((hy_isa_t)isa));
                 continue;
+            }
             /* 150 rows: ragged 8- and 16-row groups; 5: fewer than a group */
             mm_type(be, types[i], 150, (hy_isa_t)isa);
             if (isa == (int)hy_cpu_isa())
