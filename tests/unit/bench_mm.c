@@ -19,6 +19,7 @@
 #include "backend/cpu/quant.h"
 #include "backend/cpu/quant_ref.h"
 #include "bench.h"
+#include "quant_fill.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -77,9 +78,11 @@ __attribute__((target("avx2,fma"))) static double measure_fma(double hz)
 
 int main(int argc, char **argv)
 {
-    static const hy_dtype_t types[] = {HY_DTYPE_Q4_1, HY_DTYPE_Q8_0, HY_DTYPE_Q4_0,
-                                       HY_DTYPE_Q4_K, HY_DTYPE_Q5_K, HY_DTYPE_Q6_K,
-                                       HY_DTYPE_F32, HY_DTYPE_F16, HY_DTYPE_BF16};
+    static const hy_dtype_t types[] = {HY_DTYPE_Q4_1, HY_DTYPE_Q8_0,  HY_DTYPE_Q4_0,
+                                       HY_DTYPE_Q4_K, HY_DTYPE_Q5_K,  HY_DTYPE_Q6_K,
+                                       HY_DTYPE_Q5_0, HY_DTYPE_Q5_1,  HY_DTYPE_IQ4_NL,
+                                       HY_DTYPE_Q2_K, HY_DTYPE_Q3_K,  HY_DTYPE_IQ4_XS,
+                                       HY_DTYPE_F32,  HY_DTYPE_F16,   HY_DTYPE_BF16};
     static const int bs[] = {1, 2, 4, 8, 16, 32, 64};
     double secs = argc > 1 ? atof(argv[1]) : 0.2;
     hy_isa_t isa = hy_cpu_isa();
@@ -113,7 +116,7 @@ int main(int argc, char **argv)
            peak_f);
     printf("# %d rows x %d (K-quants: x %d), one thread; GFLOP/s (%% of the peak of the "
            "kernel's kind)\n", rows, k, k / 256 * 256);
-    printf("%-5s", "type");
+    printf("%-6s", "type");
     for (size_t i = 0; i < HY_ARRAY_LEN(bs); i++)
         printf("  B=%-2d        ", bs[i]);
     printf("\n");
@@ -139,22 +142,17 @@ int main(int argc, char **argv)
                 /* types without a quantizer: random bytes, sane f16 scales */
                 for (size_t i = 0; i < wb; i++)
                     w[(size_t)r * wb + i] = (uint8_t)((r * 131 + i * 7) >> 3);
-                for (int b = 0; b < k / 256; b++) {
-                    uint16_t d = hy_f32_to_f16(0.01f);
-                    size_t at = t == HY_DTYPE_Q6_K ? 208 : 0;
-                    memcpy(w + (size_t)r * wb + (size_t)b * hy_dtype_info(t)->block_bytes + at,
-                           &d, 2);
-                    if (t != HY_DTYPE_Q6_K)
-                        memcpy(w + (size_t)r * wb + (size_t)b * hy_dtype_info(t)->block_bytes + 2,
-                               &d, 2);
-                }
+                for (int b = 0; b < k / (int)hy_dtype_info(t)->block; b++)
+                    hy_test_block_factors(
+                        t, w + (size_t)r * wb + (size_t)b * hy_dtype_info(t)->block_bytes, 0.01f,
+                        0.01f);
             }
         }
         for (int c = 0; c < 64; c++)
             tr->from_float(xf + (size_t)c * k, x + (size_t)c * xb, k);
         int is_f = tr->vec_dot_type == HY_DTYPE_F32;
         double peak = is_f ? peak_f : peak_int;
-        printf("%-5s", hy_dtype_info(t)->name);
+        printf("%-6s", hy_dtype_info(t)->name);
         for (size_t i = 0; i < HY_ARRAY_LEN(bs); i++) {
             int b = bs[i];
             long iters = 0;
