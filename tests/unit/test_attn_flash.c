@@ -1,7 +1,7 @@
 /*
- * test_attn_flash.c - prefill attention over the paged KV cache (the
- * AVX-512 flash kernel of attn_avx512.c where the CPU has it, the lanes
- * kernel elsewhere) against dense attention in double, on awkward shapes:
+ * test_attn_flash.c - prefill attention over the paged KV cache (the flash
+ * kernel of the CPU's level, and every lower level: attn_flash_impl.h)
+ * against dense attention in double, on awkward shapes:
  * 1..70 and 513 new queries after cached prefixes whose lengths are not
  * multiples of the kernel's tiles, shuffled page ids, GQA 1/4/8, heads of
  * 64/128/256, pages of 16/7/5, window, softcap, F32/F16/Q8_0 KV, 1 and 2

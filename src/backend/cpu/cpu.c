@@ -582,12 +582,11 @@ static void hy_cpu_kernel_name(hy_backend_t *be, const char *op, const hy_weight
                      xi && xi->name ? xi->name : "?", isa,
                      hy_quant_vec_dot_tile(w->type) ? "-tiled" : "");
     } else if (strcmp(op, "attention") == 0) {
-        /* attention.c puts 16 queries in the SIMD lanes for heads <= 16;
-         * larger heads decode by rows and prefill through the flash
-         * kernels where the ISA has them (AVX2, AVX-512) */
-        bool flash = head_dim > 16 && (strcmp(isa, "avx512") == 0 || strcmp(isa, "avx2") == 0);
-        snprintf(buf, n, "paged-%s-%s", head_dim <= 16 ? "lanes16" : flash ? "rows+flash" : "rows",
-                 isa);
+        /* attention.c: the flash kernel for units of many queries, the
+         * decode kernel (same bits) for a token's few heads, at every
+         * level (portable C below AVX2) */
+        (void)head_dim;
+        snprintf(buf, n, "paged-flash+decode-%s", isa);
     } else if (strcmp(op, "gdn") == 0) {
         snprintf(buf, n, "chunked-wy+recurrent-%s", isa);
     } else if (strcmp(op, "ssd") == 0) {
