@@ -1,0 +1,13 @@
+# src/grammar: grammar-constrained decoding (GBNF parser, byte-level
+# automata, the pushdown matcher and vocabulary masks; JSON Schema and
+# regular expressions compiled to GBNF).  Depends on common/ and the
+# tokenizer only.
+libhy_a_SOURCES += src/grammar/gbnf.c src/grammar/gbnf.h src/grammar/grammar.h \
+	src/grammar/grammar_impl.h src/grammar/grammar_build.c src/grammar/grammar_match.c \
+	src/grammar/grammar_mask.c
+check_PROGRAMS += tests/unit/test_gbnf tests/unit/test_grammar
+TESTS += tests/unit/test_gbnf tests/unit/test_grammar
+tests_unit_test_gbnf_SOURCES = tests/unit/test_gbnf.c
+tests_unit_test_gbnf_LDADD = $(TEST_LDADD)
+tests_unit_test_grammar_SOURCES = tests/unit/test_grammar.c
+tests_unit_test_grammar_LDADD = $(TEST_LDADD)
