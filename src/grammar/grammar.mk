@@ -4,10 +4,15 @@
 # tokenizer only.
 libhy_a_SOURCES += src/grammar/gbnf.c src/grammar/gbnf.h src/grammar/grammar.h \
 	src/grammar/grammar_impl.h src/grammar/grammar_build.c src/grammar/grammar_match.c \
-	src/grammar/grammar_mask.c
-check_PROGRAMS += tests/unit/test_gbnf tests/unit/test_grammar
-TESTS += tests/unit/test_gbnf tests/unit/test_grammar
+	src/grammar/grammar_mask.c src/grammar/gtext.c src/grammar/gtext.h src/grammar/regex.c \
+	src/grammar/regex.h src/grammar/json_schema.c src/grammar/json_schema.h \
+	src/grammar/json_schema_impl.h src/grammar/json_schema_types.c src/grammar/grammar_cache.c \
+	src/grammar/grammar_cache.h
+check_PROGRAMS += tests/unit/test_gbnf tests/unit/test_grammar tests/unit/test_json_schema
+TESTS += tests/unit/test_gbnf tests/unit/test_grammar tests/unit/test_json_schema
 tests_unit_test_gbnf_SOURCES = tests/unit/test_gbnf.c
 tests_unit_test_gbnf_LDADD = $(TEST_LDADD)
 tests_unit_test_grammar_SOURCES = tests/unit/test_grammar.c
 tests_unit_test_grammar_LDADD = $(TEST_LDADD)
+tests_unit_test_json_schema_SOURCES = tests/unit/test_json_schema.c
+tests_unit_test_json_schema_LDADD = $(TEST_LDADD)

@@ -901,7 +901,7 @@ void hy_grammar_unref(hy_grammar_t *g)
 {
     if (g == NULL || --g->refs > 0)
         return;
-    hy_grammar_cache_free(g);
+    hy_grammar_free_states(g);
     for (int32_t i = 0; g->rule_name && i < g->n_rules; i++)
         free(g->rule_name[i]);
     free(g->rule_name);

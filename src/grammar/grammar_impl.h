@@ -177,7 +177,7 @@ void hy_gset_sort(hy_gset_t *s);
 int hy_gtrie_build(hy_gtrie_t *t, const hy_gvocab_t *v, const int32_t *ids, int32_t n);
 void hy_gtrie_free(hy_gtrie_t *t);
 int hy_grammar_entry(struct hy_grammar *g, int32_t state, const hy_gentry_t **out);
-void hy_grammar_cache_free(struct hy_grammar *g);
+void hy_grammar_free_states(struct hy_grammar *g);
 
 double hy_grammar_now_ms(void);
 

@@ -381,7 +381,7 @@ int hy_grammar_precompute(hy_grammar_t *g, char *err)
     return HY_OK;
 }
 
-void hy_grammar_cache_free(hy_grammar_t *g)
+void hy_grammar_free_states(hy_grammar_t *g)
 {
     for (int32_t s = 0; g->cache && s < g->n_states; s++) {
         free(g->cache[s].acc_bits);

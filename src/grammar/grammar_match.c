@@ -410,12 +410,27 @@ static int feed(hy_gmatch_t *m, const uint8_t *s, size_t n, char *err)
     return HY_OK;
 }
 
-/* Lazy: appends free text and starts the grammar at a trigger. */
+/* Lazy: free text is scanned for the triggers; from a trigger on the
+ * grammar constrains the text, and once it has matched, the first byte
+ * that does not continue it is free text again (the triggers re-arm). */
 static int scan_triggers(hy_gmatch_t *m, const uint8_t *s, size_t n, char *err)
 {
     for (size_t i = 0; i < n; i++) {
-        if (m->active)
-            return feed(m, s + i, n - i, err);
+        if (m->active) {
+            int rc;
+
+            if (m->cur.n > 0) {
+                char e2[HY_ERR_LEN];
+
+                rc = feed(m, s + i, 1, e2);
+                if (rc == HY_OK)
+                    continue;
+                if (!m->cur.accept)
+                    return hy_err(err, rc, "%s", e2);
+            }
+            m->active = false; /* complete: back to free text */
+            m->n_tail = 0;
+        }
         if (m->n_tail == sizeof m->tail) {
             size_t keep = HY_GRAMMAR_MAX_TRIGGER_LEN - 1;
 
@@ -441,6 +456,11 @@ static int scan_triggers(hy_gmatch_t *m, const uint8_t *s, size_t n, char *err)
                 break;
             }
         }
+    }
+    /* matched completely: nothing else can follow inside the grammar */
+    if (m->active && m->cur.n == 0 && m->cur.accept) {
+        m->active = false;
+        m->n_tail = 0;
     }
     return HY_OK;
 }
@@ -482,10 +502,6 @@ int hy_gmatch_accept_bytes(hy_gmatch_t *m, const void *bytes, size_t n, char *er
     if (m->ended)
         return hy_err(err, HY_EINVAL, "grammar: text after the end of generation");
     rc = m->n_triggers > 0 ? scan_triggers(m, bytes, n, err) : feed(m, bytes, n, err);
-    if (rc == HY_OK && m->n_triggers > 0 && m->active && m->cur.n == 0 && m->cur.accept) {
-        m->active = false; /* the constrained part is complete: free text again */
-        m->n_tail = 0;
-    }
     return rc;
 }
 

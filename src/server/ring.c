@@ -133,6 +133,29 @@ static bool is_final(uint32_t st)
 int hy_req_submit(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt, int32_t n,
                   hy_req_handle_t *h, char *err)
 {
+    return hy_req_submit_grammar(shm, p, prompt, n, NULL, 0, h, err);
+}
+
+size_t hy_req_grammar_room(const hy_shm_t *shm, int32_t n)
+{
+    int32_t max = hy_shm_header(shm)->params.max_prompt_tokens;
+
+    return n < 0 || n > max ? 0 : sizeof(int32_t) * (size_t)(max - n);
+}
+
+const void *hy_req_grammar(hy_shm_t *shm, int32_t idx)
+{
+    const hy_req_slot_t *s = hy_req_slot(shm, idx);
+
+    if (s->params.grammar_len == 0)
+        return NULL;
+    return hy_req_prompt(shm, idx) + s->prompt_len;
+}
+
+int hy_req_submit_grammar(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt,
+                          int32_t n, const void *grammar, size_t glen, hy_req_handle_t *h,
+                          char *err)
+{
     hy_shm_header_t *hdr = hy_shm_header_rw(shm);
     hy_stats_t *stats = hy_shm_stats(shm);
     int32_t ns = n_slots(shm), i, k, start, pid = (int32_t)getpid();
@@ -152,6 +175,10 @@ int hy_req_submit(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt
                       p->sampling.n_logprobs, hdr->params.ring_top_logprobs);
     if ((rc = hy_sampling_validate(&p->sampling, 0, err)) != HY_OK)
         return rc;
+    if (glen > hy_req_grammar_room(shm, n))
+        return hy_err(err, HY_ERANGE,
+                      "grammar of %zu bytes does not fit next to a %d-token prompt (%zu bytes left)",
+                      glen, n, hy_req_grammar_room(shm, n));
     for (i = 0; i < n; i++)
         if (prompt[i] < 0)
             return hy_err(err, HY_EINVAL, "prompt token %d is negative (%d)", i, prompt[i]);
@@ -180,6 +207,7 @@ int hy_req_submit(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt
     atomic_store_explicit(&s->head, 0, RLX);
     atomic_store_explicit(&s->tail, 0, RLX);
     s->params = *p;
+    s->params.grammar_len = (uint32_t)glen;
     s->prompt_len = (uint32_t)n;
     s->submit_ns = hy_shm_now_ns();
     s->start_ns = s->first_token_ns = s->finish_ns = 0;
@@ -188,6 +216,8 @@ int hy_req_submit(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt
     s->error_msg[0] = '\0';
     s->n_cached_tokens = s->n_generated = 0;
     memcpy((int32_t *)hy_req_prompt(shm, i), prompt, sizeof(int32_t) * (size_t)n);
+    if (glen > 0)
+        memcpy((int32_t *)hy_req_prompt(shm, i) + n, grammar, glen);
     s->seq = atomic_fetch_add_explicit(&hdr->submit_seq, 1, RLX);
     h->idx = (uint32_t)i;
     h->gen = atomic_load_explicit(&s->gen, RLX);

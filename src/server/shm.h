@@ -120,6 +120,9 @@ typedef struct {
     _Atomic uint64_t prompt_tokens, generation_tokens, cached_prompt_tokens;
     _Atomic int32_t running, waiting, slots_used;
     _Atomic uint64_t preemptions, worker_restarts, reaped_requests;
+    /* grammar-constrained decoding (the engine's side) */
+    _Atomic uint64_t grammar_requests, grammar_compiles, grammar_cache_hits;
+    _Atomic uint64_t grammar_compile_us, grammar_masks, grammar_mask_us;
 } hy_stats_t;
 
 void hy_stats_observe(hy_stats_hist_t *h, uint64_t us);

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "grammar/grammar_cache.h"
 #include "server/api.h"
 #include "server/json_out.h"
 #include "server/stop.h"
@@ -557,6 +558,8 @@ static void wk_generate(wk_req_t *r, hy_api_kind_t kind, const char *body, size_
     size_t n_choices = 0, i, n_live;
     char *chat_text = NULL, err[HY_ERR_LEN];
     size_t chat_len = 0;
+    char *gspec = NULL; /* the grammar as the engine receives it */
+    size_t gspec_len = 0;
     hy_jbuf_t sb;
     hy_ring_tok_t *toks = NULL;
     hy_api_token_lp_t slp;
@@ -586,6 +589,11 @@ static void wk_generate(wk_req_t *r, hy_api_kind_t kind, const char *body, size_
         goto fail;
     }
     seed = q->seed_given ? q->sampling.seed : wk_random64();
+    if (q->grammar != NULL &&
+        hy_grammar_spec_pack(q->grammar, q->grammar_len, NULL, &gspec, &gspec_len, err) != HY_OK) {
+        hy_api_err_invalid(&e, "response_format", NULL, "%s", err);
+        goto fail;
+    }
 
     /* Tokenize and check every prompt before submitting any. */
     for (i = 0; i < n_choices; i++) {
@@ -619,6 +627,15 @@ static void wk_generate(wk_req_t *r, hy_api_kind_t kind, const char *body, size_
                                       q->max_tokens >= 0 ? q->max_tokens : 1);
             goto fail;
         }
+        /* the grammar travels in the prompt's shared-memory arena */
+        if (gspec_len > hy_req_grammar_room(w->shm, (int32_t)n_ids)) {
+            hy_api_err_invalid(&e, "response_format", NULL,
+                               "the grammar (%zu bytes compiled) does not fit next to a "
+                               "%zu-token prompt: %zu bytes are left; shorten the schema or the "
+                               "prompt",
+                               gspec_len, n_ids, hy_req_grammar_room(w->shm, (int32_t)n_ids));
+            goto fail;
+        }
         for (size_t j = 0; j < (size_t)q->n; j++) {
             cs[i + j].n_prompt = (int32_t)n_ids;
             cs[i + j].ids = ids;
@@ -637,7 +654,8 @@ static void wk_generate(wk_req_t *r, hy_api_kind_t kind, const char *body, size_
         /* End-of-generation tokens are the engine's business (it knows the
          * vocabulary); stop strings are ours. */
         p.flags = q->ignore_eos ? HY_REQ_F_IGNORE_EOS : 0;
-        rc = hy_req_submit(w->shm, &p, cs[i].ids, cs[i].n_prompt, &cs[i].h, err);
+        rc = hy_req_submit_grammar(w->shm, &p, cs[i].ids, cs[i].n_prompt, gspec, gspec_len,
+                                   &cs[i].h, err);
         if (rc != HY_OK) {
             if (rc == HY_EFULL)
                 hy_api_err_overloaded(&e, 503, WK_RETRY_AFTER_S,
@@ -822,6 +840,7 @@ out:
     free(cs);
     free(toks);
     free(chat_text);
+    free(gspec);
     hy_jbuf_free(&sb);
     hy_api_req_free(q);
 }
@@ -942,6 +961,31 @@ static void wk_metric(hy_jbuf_t *b, const char *name, const char *type, const ch
     hy_jbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, v);
 }
 
+/* Grammar-constrained decoding: how often, compiled or cached, and what
+ * the masks cost the engine (per mask: mask_seconds / masks). */
+static void wk_grammar_metrics(hy_jbuf_t *b, hy_stats_t *s)
+{
+    wk_metric(b, "hyserve_grammar_requests_total", "counter",
+              "Requests constrained by a grammar or JSON schema.",
+              (unsigned long long)atomic_load(&s->grammar_requests));
+    wk_metric(b, "hyserve_grammar_compiles_total", "counter",
+              "Grammars the engine compiled (cache misses).",
+              (unsigned long long)atomic_load(&s->grammar_compiles));
+    wk_metric(b, "hyserve_grammar_cache_hits_total", "counter",
+              "Constrained requests whose grammar was already compiled.",
+              (unsigned long long)atomic_load(&s->grammar_cache_hits));
+    wk_metric(b, "hyserve_grammar_masks_total", "counter", "Vocabulary masks computed.",
+              (unsigned long long)atomic_load(&s->grammar_masks));
+    hy_jbuf_printf(b, "# HELP hyserve_grammar_mask_seconds_total Engine time spent computing and "
+                      "applying vocabulary masks.\n# TYPE hyserve_grammar_mask_seconds_total "
+                      "counter\nhyserve_grammar_mask_seconds_total %.6f\n",
+                   (double)atomic_load(&s->grammar_mask_us) / 1e6);
+    hy_jbuf_printf(b, "# HELP hyserve_grammar_compile_seconds_total Engine time spent compiling "
+                      "grammars.\n# TYPE hyserve_grammar_compile_seconds_total counter\n"
+                      "hyserve_grammar_compile_seconds_total %.6f\n",
+                   (double)atomic_load(&s->grammar_compile_us) / 1e6);
+}
+
 /* Prometheus text from the segment's stats and the page table's counts;
  * lock-free, so a scrape never waits on the engine. */
 static void wk_metrics(wk_req_t *r)
@@ -987,6 +1031,7 @@ static void wk_metrics(wk_req_t *r)
               (unsigned long long)atomic_load(&s->worker_restarts));
     wk_metric(&b, "hyserve_reaped_requests_total", "counter", "Requests of dead workers reclaimed.",
               (unsigned long long)atomic_load(&s->reaped_requests));
+    wk_grammar_metrics(&b, s);
     hy_jbuf_cstr(&b, "# HELP hyserve_kv_pages KV pages by state.\n# TYPE hyserve_kv_pages gauge\n");
     hy_jbuf_printf(&b, "hyserve_kv_pages{state=\"used\"} %d\nhyserve_kv_pages{state=\"free\"} %d\n"
                        "hyserve_kv_pages{state=\"cached\"} %d\n",

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "engine/runner.h"
+#include "grammar/grammar.h"
 #include "model/tokenizer.h"
 
 typedef struct {
@@ -35,6 +36,21 @@ void hy_cli_close(hy_cli_ctx_t *c);
  * the generation prompt; *out is malloc'd. */
 int hy_cli_chat_render(hy_cli_ctx_t *c, const char *system_msg, const char *user,
                        char **out, size_t *out_len, char *err);
+
+/* --grammar FILE / --json-schema FILE / --json (cli_grammar.c): a matcher
+ * over tok's vocabulary; all NULL when none of the three is given. */
+typedef struct {
+    hy_gvocab_t *vocab;
+    hy_grammar_t *grammar;
+    hy_gmatch_t *match;
+    uint64_t *mask;
+} hy_cli_grammar_t;
+int hy_cli_grammar_open(hy_cli_grammar_t *cg, const hy_tok_t *tok, const char *grammar_file,
+                        const char *schema_file, bool json, char *err);
+/* Masks logits to what the grammar allows next (no-op when unconstrained). */
+int hy_cli_grammar_mask(hy_cli_grammar_t *cg, float *logits, int32_t n_vocab, bool allow_eog,
+                        char *err);
+void hy_cli_grammar_close(hy_cli_grammar_t *cg);
 
 double hy_cli_now_ms(void);
 /* Reads all of a stream into a malloc'd buffer. */

@@ -35,7 +35,10 @@ static void hy_run_usage(FILE *f)
             "  -c, --ctx N             context length (default: model's, at most 8192)\n"
             "      --ignore-eos        keep generating past end-of-generation tokens\n"
             "      --chat              wrap the prompt as a user message in the model's chat template\n"
-            "      --system TEXT       system message (with --chat)\n");
+            "      --system TEXT       system message (with --chat)\n"
+            "      --grammar FILE      constrain the output to a GBNF grammar\n"
+            "      --json-schema FILE  constrain the output to JSON valid against a JSON Schema\n"
+            "      --json              constrain the output to a JSON object\n");
 }
 
 int hy_cmd_run(int argc, char **argv)
@@ -51,7 +54,11 @@ int hy_cmd_run(int argc, char **argv)
         {"threads", required_argument, 0, 't'}, {"ctx", required_argument, 0, 'c'},
         {"ignore-eos", no_argument, 0, 9}, {"chat", no_argument, 0, 10},
         {"system", required_argument, 0, 11}, {"backend", required_argument, 0, 12},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"grammar", required_argument, 0, 13}, {"json-schema", required_argument, 0, 14},
+        {"json", no_argument, 0, 15}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *grammar_file = NULL, *schema_file = NULL;
+    bool json = false;
+    hy_cli_grammar_t cg = {0};
     const char *model = NULL, *prompt = NULL, *file = NULL, *backend = NULL;
     long n_predict = 128, threads = 0, ctx = 8192, lv;
     double dv;
@@ -109,6 +116,9 @@ int hy_cmd_run(int argc, char **argv)
         case 10: chat = true; break;
         case 11: system_msg = optarg; break;
         case 12: backend = optarg; break;
+        case 13: grammar_file = optarg; break;
+        case 14: schema_file = optarg; break;
+        case 15: json = true; break;
         case 'h': hy_run_usage(stdout); return 0;
         default: hy_run_usage(stderr); return 2;
         }
@@ -151,7 +161,8 @@ int hy_cmd_run(int argc, char **argv)
         free(pbuf);
         return 1;
     }
-    if (hy_sampler_create(&smp, &sp, c.model->n_vocab, err) != HY_OK)
+    if (hy_sampler_create(&smp, &sp, c.model->n_vocab, err) != HY_OK ||
+        hy_cli_grammar_open(&cg, c.tok, grammar_file, schema_file, json, err) != HY_OK)
         goto fail;
     if (chat) {
         if (hy_cli_chat_render(&c, system_msg, prompt, &rendered, &plen, err) != HY_OK)
@@ -186,9 +197,12 @@ int hy_cmd_run(int argc, char **argv)
     while (n_gen < n_predict) {
         const char *piece;
         size_t plen2;
-        int32_t tok = hy_sampler_sample(smp, logits, NULL);
+        int32_t tok;
         hy_runner_item_t it = {&seq, &tok, 1, false};
 
+        if (hy_cli_grammar_mask(&cg, logits, c.model->n_vocab, !ignore_eos, err) != HY_OK)
+            goto fail_stream;
+        tok = hy_sampler_sample(smp, logits, NULL);
         if (tok < 0) {
             snprintf(err, sizeof err, "sampling failed: %s", hy_strerror(tok));
             goto fail_stream;
@@ -196,12 +210,15 @@ int hy_cmd_run(int argc, char **argv)
         n_gen++;
         if (!ignore_eos && hy_tok_is_eog(c.tok, tok))
             break;
+        if (cg.match != NULL && hy_gmatch_accept_token(cg.match, tok, err) != HY_OK)
+            goto fail_stream;
         hy_sampler_accept(smp, tok);
         if (hy_tok_stream_feed(&stream, tok, &piece, &plen2, err) != HY_OK)
             goto fail_stream;
         fwrite(piece, 1, plen2, stdout);
         fflush(stdout);
-        if (n_gen == n_predict)
+        /* a complete grammar with nothing allowed after it ends the text */
+        if (n_gen == n_predict || (cg.match != NULL && hy_gmatch_done(cg.match)))
             break;
         if (hy_runner_step(&c.runner, &it, 1, logits, err) != HY_OK)
             goto fail_stream;
@@ -220,6 +237,19 @@ int hy_cmd_run(int argc, char **argv)
             "hyserve run: load %.0f ms | prompt %zu tokens, %.1f ms, %.2f tok/s | generation %d tokens, %.1f ms, %.2f tok/s\n",
             c.load_ms, n_ids, t_prompt, n_ids * 1e3 / (t_prompt > 0 ? t_prompt : 1e-9), n_gen,
             t_gen, n_gen * 1e3 / (t_gen > 0 ? t_gen : 1e-9));
+    if (cg.match != NULL) {
+        hy_grammar_stats_t gs;
+        uint64_t ns, calls;
+
+        hy_grammar_stats(cg.grammar, &gs);
+        hy_gmatch_mask_time(cg.match, &ns, &calls);
+        fprintf(stderr,
+                "hyserve run: grammar %s | compile %.1f ms, %d states | masks %llu, %.3f ms/token, "
+                "token sets %.1f ms\n",
+                hy_gmatch_can_end(cg.match) ? "complete" : "incomplete (cut at --n-predict)",
+                gs.compile_ms, gs.n_states, (unsigned long long)calls,
+                calls ? (double)ns / 1e6 / (double)calls : 0.0, gs.precompute_ms);
+    }
     rc = 0;
     hy_tok_stream_free(&stream);
     goto out;
@@ -231,6 +261,7 @@ out:
     if (c.runner_ready)
         hy_runner_seq_release(&c.runner, &seq);
     hy_sampler_free(smp);
+    hy_cli_grammar_close(&cg);
     free(ids);
     free(logits);
     free(pbuf);
