@@ -16,3 +16,9 @@ tests_unit_test_grammar_SOURCES = tests/unit/test_grammar.c
 tests_unit_test_grammar_LDADD = $(TEST_LDADD)
 tests_unit_test_json_schema_SOURCES = tests/unit/test_json_schema.c
 tests_unit_test_json_schema_LDADD = $(TEST_LDADD)
+# bench_grammar (built by make check, not run): mask cost per token when a
+# JSON document is replayed through a schema's matcher with a real
+# vocabulary: tests/unit/bench_grammar MODEL.gguf SCHEMA.json DOC.json.
+check_PROGRAMS += tests/unit/bench_grammar
+tests_unit_bench_grammar_SOURCES = tests/unit/bench_grammar.c
+tests_unit_bench_grammar_LDADD = $(TEST_LDADD)

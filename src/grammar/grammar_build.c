@@ -23,7 +23,14 @@
 #include <string.h>
 #include <time.h>
 
-#define INLINE_MAX_COST 48 /* estimated NFA states of a rule we still inline */
+/* Inlining: a rule that is not recursive and has no unbounded repetition
+ * of its own (a character class, whitespace, a number, a fixed object) is
+ * copied into its callers, so tokens that cross from it into what follows
+ * stay context-independent.  A rule with an unbounded loop (a string, an
+ * open array) is called instead: its states, and their token sets, are
+ * then shared by every place that uses it, which is where most tokens of
+ * an answer are spent. */
+#define INLINE_MAX_COST 4096 /* estimated NFA states of a rule we still inline */
 
 enum { NE_BYTE, NE_EPS, NE_CALL };
 
@@ -184,7 +191,9 @@ static int32_t node_cost(gb_t *b, int32_t ni)
             c += node_cost(b, b->gb->kids[n->a + i]) + 1;
         return (int32_t)HY_MIN(c, INT32_MAX / 4);
     case HY_GBNF_REP:
-        c = (int64_t)node_cost(b, n->a) * (n->max < 0 ? n->min + 1 : HY_MAX(n->max, 1)) + 2;
+        if (n->max < 0)
+            return INT32_MAX / 4; /* a loop: called, never inlined */
+        c = (int64_t)node_cost(b, n->a) * HY_MAX(n->max, 1) + 2;
         return (int32_t)HY_MIN(c, INT32_MAX / 4);
     }
     return 1;

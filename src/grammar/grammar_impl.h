@@ -100,6 +100,15 @@ typedef struct {
     uint32_t tcap;
     int32_t *work;     /* explicit expansion stack */
     int32_t wcap;
+    /* Step memo for one-stack sets (cache filling only, where nodes are
+     * never rolled back): (node, byte) -> the resulting set, so walking
+     * the vocabulary trie from a wide state costs a lookup per trie node.
+     * This is a lazily built DFA over the stacks seen. */
+    bool memo_on;
+    int32_t **mrow;    /* [mrows] per node: 256 offsets into mids (-1 unknown), lazily */
+    int32_t mrows;
+    int32_t *mids;     /* results: count | flags << 24, then the ids */
+    int64_t n_mids, cap_mids;
 } hy_gpool_t;
 
 struct hy_grammar {
@@ -163,6 +172,8 @@ struct hy_gmatch {
 int hy_gpool_init(hy_gpool_t *p, const struct hy_grammar *g);
 void hy_gpool_free(hy_gpool_t *p);
 void hy_gpool_rollback(hy_gpool_t *p, int32_t mark);
+/* Forgets every node and memo entry (cache filling, when it grew large). */
+void hy_gpool_reset(hy_gpool_t *p);
 int32_t hy_gpool_node(hy_gpool_t *p, int32_t state, int32_t parent);
 /* out = closure of node (positions with byte edges), flags set in out */
 int hy_gpool_expand(hy_gpool_t *p, int32_t node, hy_gset_t *out);
@@ -174,7 +185,9 @@ int hy_gset_copy(hy_gset_t *dst, const hy_gset_t *src);
 void hy_gset_sort(hy_gset_t *s);
 
 /* grammar_mask.c */
-int hy_gtrie_build(hy_gtrie_t *t, const hy_gvocab_t *v, const int32_t *ids, int32_t n);
+/* sorted: ids already in piece order (as a trie walk collects them). */
+int hy_gtrie_build(hy_gtrie_t *t, const hy_gvocab_t *v, const int32_t *ids, int32_t n,
+                   bool sorted);
 void hy_gtrie_free(hy_gtrie_t *t);
 int hy_grammar_entry(struct hy_grammar *g, int32_t state, const hy_gentry_t **out);
 void hy_grammar_free_states(struct hy_grammar *g);

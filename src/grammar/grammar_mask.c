@@ -43,7 +43,8 @@ void hy_gtrie_free(hy_gtrie_t *t)
 }
 
 /* Builds the preorder trie of tokens ids[0..n) (each with len > 0). */
-int hy_gtrie_build(hy_gtrie_t *t, const hy_gvocab_t *v, const int32_t *ids, int32_t n)
+int hy_gtrie_build(hy_gtrie_t *t, const hy_gvocab_t *v, const int32_t *ids, int32_t n,
+                   bool sorted)
 {
     int32_t *path = NULL, depth = 0, cap = 0, i;
     const uint8_t *prev = NULL;
@@ -58,7 +59,8 @@ int hy_gtrie_build(hy_gtrie_t *t, const hy_gvocab_t *v, const int32_t *ids, int3
         goto done;
     memcpy(t->toks, ids, sizeof *ids * (size_t)n);
     sort_vocab = v;
-    qsort(t->toks, (size_t)n, sizeof *t->toks, piece_cmp);
+    if (!sorted)
+        qsort(t->toks, (size_t)n, sizeof *t->toks, piece_cmp);
     t->n_toks = n;
     for (i = 0; i < n; i++)
         t->max_depth = HY_MAX(t->max_depth, (int32_t)v->len[t->toks[i]]);
@@ -144,7 +146,7 @@ int hy_gvocab_create_pieces(hy_gvocab_t **out, int32_t n_vocab, const hy_tok_str
             ids[n_ids++] = i;
         }
     }
-    if (hy_gtrie_build(&v->trie, v, ids, n_ids) != HY_OK)
+    if (hy_gtrie_build(&v->trie, v, ids, n_ids, false) != HY_OK)
         goto nomem;
     free(ids);
     *out = v;
@@ -307,7 +309,8 @@ static int walk(hy_gpool_t *p, hy_gset_t *lv, const hy_gtrie_t *t, int32_t start
             break;
         i = alive ? i + 1 : nd->end;
     }
-    hy_gpool_rollback(p, mark);
+    if (!p->memo_on)
+        hy_gpool_rollback(p, mark);
     return rc;
 }
 
@@ -322,8 +325,15 @@ static int entry_fill(hy_grammar_t *g, int32_t state)
     int32_t n0;
     int rc = HY_ENOMEM;
 
-    if (g->cpool.g == NULL && hy_gpool_init(&g->cpool, g) != HY_OK)
-        return HY_ENOMEM;
+    if (g->cpool.g == NULL) {
+        if (hy_gpool_init(&g->cpool, g) != HY_OK)
+            return HY_ENOMEM;
+        g->cpool.memo_on = true;
+    }
+    /* the pool keeps its nodes (the memo refers to them) unless it grew
+     * large: stacks nested deep by recursive rules */
+    if (g->cpool.n > (1 << 20) || g->cpool.n_mids > (1 << 24))
+        hy_gpool_reset(&g->cpool);
     if (levels_ensure(&g->clevel, &g->n_clevel, v->trie.max_depth) != HY_OK)
         return HY_ENOMEM;
     n0 = hy_gpool_node(&g->cpool, state, HY_GNODE_BOTTOM);
@@ -345,7 +355,8 @@ static int entry_fill(hy_grammar_t *g, int32_t state)
         acc.v = NULL;
         g->cache_bytes += (int64_t)e->n_acc * 4;
     }
-    if (hy_gtrie_build(&e->dep, v, dep.v, dep.n) != HY_OK)
+    /* a walk collects tokens in trie (= piece) order: no sort needed */
+    if (hy_gtrie_build(&e->dep, v, dep.v, dep.n, true) != HY_OK)
         goto done;
     g->cache_bytes += (int64_t)e->dep.n_nodes * (int64_t)sizeof *e->dep.nodes +
                       (int64_t)e->dep.n_toks * 4;

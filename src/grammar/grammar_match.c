@@ -101,6 +101,10 @@ int hy_gpool_init(hy_gpool_t *p, const struct hy_grammar *g)
 
 void hy_gpool_free(hy_gpool_t *p)
 {
+    for (int32_t i = 0; i < p->mrows; i++)
+        free(p->mrow[i]);
+    free(p->mrow);
+    free(p->mids);
     free(p->nodes);
     free(p->slot);
     free(p->seen);
@@ -180,6 +184,16 @@ void hy_gpool_rollback(hy_gpool_t *p, int32_t mark)
         p->n--;
         p->table[p->slot[p->n]] = -1;
     }
+}
+
+void hy_gpool_reset(hy_gpool_t *p)
+{
+    hy_gpool_rollback(p, 0);
+    for (int32_t i = 0; i < p->mrows; i++) {
+        free(p->mrow[i]);
+        p->mrow[i] = NULL;
+    }
+    p->n_mids = 0;
 }
 
 static int next_stamp(hy_gpool_t *p)
@@ -278,12 +292,84 @@ static inline const hy_gedge_t *find_edge(const struct hy_grammar *g, const hy_g
     return NULL;
 }
 
+static int step_raw(hy_gpool_t *p, const hy_gset_t *in, uint8_t b, hy_gset_t *out);
+
+/* Remembers out as the step of the one-stack set {node} by byte b.  Rows
+ * are per node (256 entries), so a walk that keeps visiting a few stacks
+ * keeps its memo in cache. */
+static void memo_put(hy_gpool_t *p, int32_t node, uint8_t b, const hy_gset_t *out)
+{
+    if (out->n > 0xFFFFFF)
+        return; /* an optimisation only: skip it */
+    if (node >= p->mrows) {
+        int32_t rows = HY_MAX(node + 1, p->mrows * 2), **r;
+
+        if ((r = realloc(p->mrow, sizeof *r * (size_t)rows)) == NULL)
+            return;
+        memset(r + p->mrows, 0, sizeof *r * (size_t)(rows - p->mrows));
+        p->mrow = r;
+        p->mrows = rows;
+    }
+    if (p->mrow[node] == NULL) {
+        if ((p->mrow[node] = malloc(sizeof **p->mrow * 256)) == NULL)
+            return;
+        memset(p->mrow[node], 0xff, sizeof **p->mrow * 256);
+    }
+    if (p->n_mids + out->n + 1 > p->cap_mids) {
+        int64_t cap = p->cap_mids ? p->cap_mids * 2 : 8192;
+        int32_t *m;
+
+        while (cap < p->n_mids + out->n + 1)
+            cap *= 2;
+        if ((m = realloc(p->mids, sizeof *m * (size_t)cap)) == NULL)
+            return;
+        p->mids = m;
+        p->cap_mids = cap;
+    }
+    p->mrow[node][b] = (int32_t)p->n_mids;
+    p->mids[p->n_mids++] = out->n | (out->accept << 24) | (out->escape << 25);
+    memcpy(p->mids + p->n_mids, out->ids, sizeof *out->ids * (size_t)out->n);
+    p->n_mids += out->n;
+}
+
+static const int32_t *memo_get(const hy_gpool_t *p, int32_t node, uint8_t b)
+{
+    if (node >= p->mrows || p->mrow[node] == NULL || p->mrow[node][b] < 0)
+        return NULL;
+    return p->mids + p->mrow[node][b];
+}
+
 int hy_gpool_step(hy_gpool_t *p, const hy_gset_t *in, uint8_t b, hy_gset_t *out)
 {
-    const struct hy_grammar *g = p->g;
+    int rc;
 
     out->n = 0;
     out->accept = out->escape = 0;
+    if (p->memo_on && in->n == 1) {
+        const int32_t *r;
+
+        if ((r = memo_get(p, in->ids[0], b)) != NULL) {
+            int32_t n = r[0] & 0xFFFFFF;
+
+            for (int32_t i = 0; i < n; i++)
+                if (hy_gset_push(out, r[1 + i]) != HY_OK)
+                    return HY_ENOMEM;
+            out->accept = (r[0] >> 24) & 1;
+            out->escape = (r[0] >> 25) & 1;
+            return HY_OK;
+        }
+    }
+    rc = step_raw(p, in, b, out);
+    if (rc == HY_OK && p->memo_on && in->n == 1)
+        memo_put(p, in->ids[0], b, out);
+    return rc;
+}
+
+/* One byte over every stack, without the memo. */
+static int step_raw(hy_gpool_t *p, const hy_gset_t *in, uint8_t b, hy_gset_t *out)
+{
+    const struct hy_grammar *g = p->g;
+
     next_stamp(p);
     for (int32_t i = 0; i < in->n; i++) {
         int32_t n = in->ids[i];

@@ -39,6 +39,12 @@ static int from_schema(const cJSON *schema, const char *param, const char *what,
     return HY_OK;
 }
 
+static const char *kind(const cJSON *v)
+{
+    return cJSON_IsString(v) ? "a string" : cJSON_IsNumber(v) ? "a number"
+           : cJSON_IsBool(v) ? "a boolean" : cJSON_IsArray(v) ? "an array" : "null";
+}
+
 static int read_response_format(const cJSON *rf, char **gbnf, size_t *len, hy_api_error_t *e)
 {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type"), *js, *name, *schema, *strict;
@@ -47,10 +53,11 @@ static int read_response_format(const cJSON *rf, char **gbnf, size_t *len, hy_ap
 
     if (!cJSON_IsObject(rf))
         return hy_api_err_invalid(e, "response_format", NULL,
-                                  "response_format: expected an object");
+                                  "response_format: expected an object, got %s", kind(rf));
     if (!cJSON_IsString(t))
         return hy_api_err_invalid(e, "response_format", NULL,
-                                  "response_format.type: expected a string");
+                                  "response_format.type: expected a string, got %s",
+                                  t ? kind(t) : "nothing");
     if (strcmp(t->valuestring, "text") == 0)
         return HY_OK;
     if (strcmp(t->valuestring, "json_object") == 0) {

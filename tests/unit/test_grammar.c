@@ -9,6 +9,7 @@
  * and end-of-generation tokens), plus the vocabulary of a real tokenizer.
  */
 #include "grammar/grammar.h"
+#include "grammar/grammar_cache.h"
 #include "model/gguf.h"
 #include "test.h"
 
@@ -362,6 +363,61 @@ static void test_lazy(void)
     hy_grammar_unref(g);
 }
 
+/* The spec a request carries, and the engine's cache of compiled grammars. */
+static void test_spec_and_cache(hy_gvocab_t *v)
+{
+    char err[HY_ERR_LEN], *packed = NULL;
+    size_t len = 0, glen = 0;
+    const char *gbnf = NULL;
+    hy_gmatch_opts_t o = { .n_triggers = 2, .triggers = { "<a>", "[call]" },
+                           .trigger_len = { 3, 6 } }, back;
+    hy_grammar_cache_t *c = NULL;
+    hy_grammar_t *g1 = NULL, *g2 = NULL, *g3 = NULL, *g4 = NULL;
+    hy_gmatch_t *m = NULL;
+    hy_grammar_cache_stats_t st;
+    bool hit1 = true, hit2 = false, hit3 = true, ok;
+
+    ok = hy_grammar_spec_pack("root ::= \"x\"", 12, &o, &packed, &len, err) == HY_OK &&
+         hy_grammar_spec_unpack(packed, len, &gbnf, &glen, &back, err) == HY_OK && glen == 12 &&
+         memcmp(gbnf, "root ::= \"x\"", 12) == 0 && back.n_triggers == 2 &&
+         back.trigger_len[1] == 6 && memcmp(back.triggers[1], "[call]", 6) == 0;
+    HY_T_OK(ok, "spec: GBNF and triggers round-trip (%s)", err);
+    HY_T_OK(packed && hy_grammar_spec_unpack(packed, len - 1, &gbnf, &glen, &back, err) ==
+                              HY_EFORMAT &&
+                strstr(err, "the text length does not match"),
+            "spec: a truncated spec is refused (%s)", err);
+    if (packed)
+        packed[0] = 'X';
+    HY_T_OK(packed && hy_grammar_spec_unpack(packed, len, &gbnf, &glen, &back, err) == HY_EFORMAT &&
+                strstr(err, "bad header"),
+            "spec: a wrong magic is refused (%s)", err);
+    free(packed);
+
+    ok = hy_grammar_cache_create(&c, v, 2, err) == HY_OK &&
+         hy_grammar_cache_get(c, "root ::= \"a\"", 12, &g1, &hit1, err) == HY_OK &&
+         hy_grammar_cache_get(c, "root ::= \"a\"", 12, &g2, &hit2, err) == HY_OK;
+    HY_T_OK(ok && !hit1 && hit2 && g1 == g2, "cache: the same text compiles once");
+    ok = ok && hy_gmatch_create(&m, g1, NULL, err) == HY_OK;
+    hy_grammar_unref(g1);
+    hy_grammar_unref(g2);
+    /* two more grammars evict the first while a matcher still uses it */
+    ok = ok && hy_grammar_cache_get(c, "root ::= \"b\"", 12, &g1, &hit1, err) == HY_OK &&
+         hy_grammar_cache_get(c, "root ::= \"c\"", 12, &g2, &hit2, err) == HY_OK &&
+         hy_grammar_cache_get(c, "root ::= \"a\"", 12, &g3, &hit3, err) == HY_OK;
+    hy_grammar_cache_stats(c, &st);
+    HY_T_OK(ok && !hit3 && st.entries == 2 && st.compiles == 4 && st.hits == 1 &&
+                hy_gmatch_accept_bytes(m, "a", 1, err) == HY_OK && hy_gmatch_done(m),
+            "cache: LRU eviction; a matcher keeps its evicted grammar alive (%s)", err);
+    HY_T_OK(c && hy_grammar_cache_get(c, "root ::= x", 10, &g4, &hit2, err) == HY_EFORMAT &&
+                g4 == NULL,
+            "cache: a bad grammar is the caller's error (%s)", err);
+    hy_gmatch_free(m);
+    hy_grammar_unref(g1);
+    hy_grammar_unref(g2);
+    hy_grammar_unref(g3);
+    hy_grammar_cache_free(c);
+}
+
 /* The vocabulary of a real tokenizer (the tiny llama golden model). */
 static void test_real_vocab(void)
 {
@@ -401,6 +457,7 @@ int main(void)
     if (v != NULL) {
         test_masks(v);
         test_eog_and_specials(v);
+        test_spec_and_cache(v);
     }
     hy_gvocab_free(v);
     test_lazy();

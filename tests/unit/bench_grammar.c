@@ -1,0 +1,167 @@
+/*
+ * bench_grammar.c - what grammar-constrained decoding costs per token,
+ * without a model's forward pass: a JSON document is tokenized with a real
+ * vocabulary and replayed token by token through the matcher, timing each
+ * step's mask in thread CPU time (the machine may be shared).  Reports the
+ * vocabulary trie build, schema compile (to GBNF and to automata), the
+ * first pass (token sets filled on first use: what the first request with
+ * a new schema pays), a warm pass (cached sets: every later request), and
+ * filling every state's set up front.
+ *
+ *   tests/unit/bench_grammar MODEL.gguf SCHEMA.json DOCUMENT.json [reps]
+ * SCHEMA.json may be "json" (any JSON object).  Built by make check, not run.
+ */
+#include "bench.h"
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CPU CLOCK_THREAD_CPUTIME_ID
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *b = NULL;
+    long n;
+
+    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 ||
+        fseek(f, 0, SEEK_SET) != 0 || (b = malloc((size_t)n + 1)) == NULL ||
+        fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    } else {
+        b[n] = '\0';
+        *len = (size_t)n;
+    }
+    if (f)
+        fclose(f);
+    return b;
+}
+
+/* One pass over the document: mask then accept, per token.  Returns the
+ * CPU seconds spent in masks, or -1 if the grammar refused a token. */
+static double pass(hy_grammar_t *g, const int32_t *ids, size_t n, int32_t n_vocab, double *max_s)
+{
+    char err[HY_ERR_LEN];
+    uint64_t *bits = calloc((size_t)(n_vocab + 63) / 64, sizeof *bits);
+    hy_gmatch_t *m = NULL;
+    double total = 0;
+
+    *max_s = 0;
+    if (bits == NULL || hy_gmatch_create(&m, g, NULL, err) != HY_OK)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        double t0 = bench_clock_s(CPU), dt;
+
+        hy_gmatch_fill_mask(m, bits, true);
+        dt = bench_clock_s(CPU) - t0;
+        total += dt;
+        *max_s = dt > *max_s ? dt : *max_s;
+        if (!((bits[ids[i] / 64] >> (ids[i] % 64)) & 1) ||
+            hy_gmatch_accept_token(m, ids[i], err) != HY_OK) {
+            fprintf(stderr, "token %zu (id %d) refused: %s\n", i, ids[i], err);
+            total = -1;
+            break;
+        }
+    }
+    hy_gmatch_free(m);
+    free(bits);
+    return total;
+}
+
+int main(int argc, char **argv)
+{
+    char err[HY_ERR_LEN];
+    hy_gguf_t *gg = NULL;
+    hy_tok_t *tok = NULL;
+    hy_gvocab_t *v = NULL;
+    hy_grammar_t *g = NULL;
+    cJSON *schema = NULL;
+    char *doc = NULL, *sch = NULL, *gbnf = NULL;
+    size_t doc_len = 0, sch_len = 0, glen = 0, n_ids = 0;
+    int32_t *ids = NULL;
+    int reps = argc > 4 ? atoi(argv[4]) : 5, rc = 1;
+    double t0, t_vocab, t_json = 1e9, t_fsm = 1e9, cold, warm = 1e9, cold_max, warm_max, t_all;
+    hy_grammar_stats_t st;
+
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s MODEL.gguf SCHEMA.json|json DOCUMENT.json [reps]\n", argv[0]);
+        return 2;
+    }
+    if (hy_gguf_open(&gg, argv[1], err) != HY_OK || hy_tok_load(&tok, gg, err) != HY_OK)
+        goto fail;
+    t0 = bench_clock_s(CPU);
+    if (hy_gvocab_create(&v, tok, err) != HY_OK)
+        goto fail;
+    t_vocab = bench_clock_s(CPU) - t0;
+    sch = strcmp(argv[2], "json") == 0 ? strdup("{\"type\":\"object\"}") : slurp(argv[2], &sch_len);
+    doc = slurp(argv[3], &doc_len);
+    if (sch == NULL || doc == NULL || (schema = cJSON_Parse(sch)) == NULL) {
+        snprintf(err, sizeof err, "cannot read the schema or the document");
+        goto fail;
+    }
+    while (doc_len > 0 && (doc[doc_len - 1] == '\n' || doc[doc_len - 1] == ' '))
+        doc[--doc_len] = '\0';
+    for (int r = 0; r < reps; r++) {
+        double a = bench_clock_s(CPU), b;
+
+        free(gbnf);
+        if (hy_json_schema_to_gbnf(schema, &gbnf, &glen, err) != HY_OK)
+            goto fail;
+        b = bench_clock_s(CPU);
+        hy_grammar_unref(g);
+        if (hy_grammar_compile(&g, gbnf, glen, v, err) != HY_OK)
+            goto fail;
+        t_json = HY_MIN(t_json, b - a);
+        t_fsm = HY_MIN(t_fsm, bench_clock_s(CPU) - b);
+    }
+    if (hy_tok_encode_alloc(tok, doc, doc_len, false, false, &ids, &n_ids, err) != HY_OK)
+        goto fail;
+    if ((cold = pass(g, ids, n_ids, hy_gvocab_n_vocab(v), &cold_max)) < 0)
+        goto fail;
+    hy_grammar_stats(g, &st);
+    for (int r = 0; r < reps; r++) {
+        double mx, w = pass(g, ids, n_ids, hy_gvocab_n_vocab(v), &mx);
+
+        if (w < 0)
+            goto fail;
+        if (w < warm)
+            warm = w, warm_max = mx;
+    }
+    hy_grammar_unref(g);
+    g = NULL;
+    if (hy_grammar_compile(&g, gbnf, glen, v, err) != HY_OK)
+        goto fail;
+    t0 = bench_clock_s(CPU);
+    if (hy_grammar_precompute(g, err) != HY_OK)
+        goto fail;
+    t_all = bench_clock_s(CPU) - t0;
+    printf("bench_grammar vocab=%d trie_build_ms=%.1f gbnf_bytes=%zu schema_to_gbnf_ms=%.2f "
+           "compile_ms=%.2f states=%d rules=%d\n",
+           hy_gvocab_n_vocab(v), t_vocab * 1e3, glen, t_json * 1e3, t_fsm * 1e3, st.n_states,
+           st.n_rules);
+    printf("bench_grammar tokens=%zu first_pass_ms_per_token=%.3f (max %.2f, %d sets filled "
+           "%.1f ms) warm_ms_per_token=%.4f (max %.3f) precompute_all_ms=%.1f\n",
+           n_ids, cold * 1e3 / (double)n_ids, cold_max * 1e3, st.n_cached, st.precompute_ms,
+           warm * 1e3 / (double)n_ids, warm_max * 1e3, t_all * 1e3);
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "bench_grammar: %s\n", err);
+out:
+    hy_grammar_unref(g);
+    hy_gvocab_free(v);
+    hy_tok_free(tok);
+    hy_gguf_close(gg);
+    cJSON_Delete(schema);
+    free(doc);
+    free(sch);
+    free(gbnf);
+    free(ids);
+    return rc;
+}
