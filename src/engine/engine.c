@@ -704,13 +704,19 @@ static bool hy_engine_mask(hy_engine_t *e, hy_sched_seq_t *s, float *logits, uin
     hy_stats_t *st = hy_shm_stats(e->shm);
     int32_t nw_tok = ((int32_t)hy_tok_n_vocab(e->tok) + 63) / 64;
     int32_t nw_model = (e->model->n_vocab + 63) / 64;
-    int64_t t0 = hy_shm_now_ns();
+    double t0 = hy_grammar_now_ms(); /* thread CPU time: the work, not the machine's load */
+    hy_grammar_stats_t before, after;
     int32_t n;
     char msg[128];
 
     if (!hy_gmatch_constrained(s->gm))
         return true;
+    hy_grammar_stats(hy_gmatch_grammar(s->gm), &before);
     n = hy_gmatch_fill_mask(s->gm, e->gmask, !(flags & HY_REQ_F_IGNORE_EOS));
+    hy_grammar_stats(hy_gmatch_grammar(s->gm), &after);
+    atomic_fetch_add_explicit(&st->grammar_fill_us,
+                              (uint64_t)((after.precompute_ms - before.precompute_ms) * 1e3),
+                              memory_order_relaxed);
     if (n <= 0) {
         snprintf(msg, sizeof msg, n == 0 ? "grammar: no token can continue it at byte %llu"
                                          : "grammar: out of memory at byte %llu",
@@ -723,7 +729,7 @@ static bool hy_engine_mask(hy_engine_t *e, hy_sched_seq_t *s, float *logits, uin
         memset(e->gmask + nw_tok, 0, sizeof *e->gmask * (size_t)(nw_model - nw_tok));
     hy_grammar_apply_mask(logits, e->gmask, e->model->n_vocab);
     atomic_fetch_add_explicit(&st->grammar_masks, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&st->grammar_mask_us, (uint64_t)(hy_shm_now_ns() - t0) / 1000,
+    atomic_fetch_add_explicit(&st->grammar_mask_us, (uint64_t)((hy_grammar_now_ms() - t0) * 1e3),
                               memory_order_relaxed);
     return true;
 }

@@ -64,8 +64,8 @@ typedef struct {
     int32_t n_states;     /* automaton states */
     int32_t n_cached;     /* states whose token sets are cached so far */
     int64_t cache_bytes;  /* memory of those sets */
-    double compile_ms;    /* parse + automaton construction */
-    double precompute_ms; /* time spent filling the per-state cache so far */
+    double compile_ms;    /* parse + automaton construction (thread CPU time) */
+    double precompute_ms; /* filling the per-state cache so far (thread CPU time) */
 } hy_grammar_stats_t;
 
 /* Compiles GBNF text.  vocab may be NULL: the grammar is then only checked
@@ -123,7 +123,14 @@ int32_t hy_gmatch_fill_mask(hy_gmatch_t *m, uint64_t *bits, bool allow_eog);
 /* Sets logits of tokens outside bits to -inf. */
 void hy_grammar_apply_mask(float *logits, const uint64_t *bits, int32_t n_vocab);
 
-/* Nanoseconds spent in hy_gmatch_fill_mask by this matcher, and calls. */
+/* The grammar a matcher runs. */
+hy_grammar_t *hy_gmatch_grammar(const hy_gmatch_t *m);
+
+/* Thread CPU milliseconds (the clock compile and fill times use). */
+double hy_grammar_now_ms(void);
+
+/* Thread CPU nanoseconds spent in hy_gmatch_fill_mask by this matcher,
+ * and calls. */
 void hy_gmatch_mask_time(const hy_gmatch_t *m, uint64_t *ns, uint64_t *calls);
 
 #endif

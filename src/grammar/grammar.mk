@@ -22,3 +22,9 @@ tests_unit_test_json_schema_LDADD = $(TEST_LDADD)
 check_PROGRAMS += tests/unit/bench_grammar
 tests_unit_bench_grammar_SOURCES = tests/unit/bench_grammar.c
 tests_unit_bench_grammar_LDADD = $(TEST_LDADD)
+# Structured outputs end to end through nginx with the default model: the
+# schema corpus (scripts/make-schema-corpus writes tests/data/schemas/),
+# the openai client's parse with Pydantic models, the API's 400s.
+TESTS += tests/integration/test_structured.py
+EXTRA_DIST += tests/integration/test_structured.py tests/integration/structlib.py tests/data/schemas \
+	scripts/make-schema-corpus scripts/bench-structured

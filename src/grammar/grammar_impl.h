@@ -34,11 +34,20 @@ typedef struct {
 
 /* ---- token trie (preorder: a node's subtree is [i + 1, end)) ---- */
 
+/* Byte classes the mask walk can accept in bulk (grammar_mask.c): a
+ * subtree of the trie whose bytes all lie in class k is accepted whole
+ * from a state that can take at least that many class-k bytes in a row. */
+#define HY_GCLASSES 4
+
 typedef struct {
     uint8_t byte;
+    uint8_t clean;  /* bit k: every byte of this node's subtree is in class k */
     uint16_t depth; /* 1 for the children of the (implicit) root */
+    uint16_t deep;  /* the deepest depth in the subtree */
+    uint16_t ntok;  /* tokens whose piece ends here: toks[tok0, tok0 + ntok) */
     int32_t end;
-    int32_t tok0, ntok; /* tokens whose piece ends here: toks[tok0, tok0 + ntok) */
+    int32_t tok0;   /* the first token at or below this node (a subtree's tokens are
+                     * toks[tok0, nodes[end].tok0)) */
 } hy_gtrie_node_t;
 
 typedef struct {
@@ -86,7 +95,8 @@ typedef struct {
     int32_t n, cap;
     uint8_t accept;  /* a path popped to ROOT: the grammar may end here */
     uint8_t escape;  /* a path popped to BOTTOM */
-    uint8_t esc_any; /* trie walks: some path popped to BOTTOM at this depth or above */
+    uint8_t dep;     /* trie walks: the token so far could go on in the caller */
+    uint64_t follow[4]; /* with escape: the bytes that may follow the rules that ended */
 } hy_gset_t;
 
 typedef struct {
@@ -125,6 +135,10 @@ struct hy_grammar {
     int32_t root;        /* rule index of root */
     const hy_gvocab_t *vocab;
     hy_gentry_t *cache;  /* [n_states] when vocab != NULL */
+    int32_t (*run)[HY_GCLASSES]; /* [n_states] class-k bytes the state can take in a row
+                                  * (INT32_MAX: any number) */
+    uint64_t (*follow)[4];       /* [n_rules] bytes that may come right after the rule
+                                  * ends, in any caller (XGrammar's context expansion) */
     hy_gpool_t cpool;    /* scratch for cache filling */
     hy_gset_t *clevel;   /* [vocab max depth + 1] */
     int32_t n_clevel;
@@ -168,6 +182,17 @@ struct hy_gmatch {
     uint64_t mask_ns, mask_calls;
 };
 
+/* The memoised step of the one-stack set {node} by byte b: count | flags
+ * << 24, then the ids; NULL when not known yet. */
+static inline const int32_t *hy_gpool_memo(const hy_gpool_t *p, int32_t node, uint8_t b)
+{
+    const int32_t *row;
+
+    if (node >= p->mrows || (row = p->mrow[node]) == NULL || row[b] < 0)
+        return NULL;
+    return p->mids + row[b];
+}
+
 /* grammar_match.c */
 int hy_gpool_init(hy_gpool_t *p, const struct hy_grammar *g);
 void hy_gpool_free(hy_gpool_t *p);
@@ -185,13 +210,16 @@ int hy_gset_copy(hy_gset_t *dst, const hy_gset_t *src);
 void hy_gset_sort(hy_gset_t *s);
 
 /* grammar_mask.c */
-/* sorted: ids already in piece order (as a trie walk collects them). */
+/* sorted: ids already in piece order (as a trie walk collects them);
+ * summaries: fill clean/deep for bulk acceptance (else bulk is off). */
 int hy_gtrie_build(hy_gtrie_t *t, const hy_gvocab_t *v, const int32_t *ids, int32_t n,
-                   bool sorted);
+                   bool sorted, bool summaries);
 void hy_gtrie_free(hy_gtrie_t *t);
 int hy_grammar_entry(struct hy_grammar *g, int32_t state, const hy_gentry_t **out);
+/* Fill g->run and g->follow (after construction, with a vocabulary). */
+int hy_grammar_runs(struct hy_grammar *g);
+int hy_grammar_follow(struct hy_grammar *g);
 void hy_grammar_free_states(struct hy_grammar *g);
 
-double hy_grammar_now_ms(void);
 
 #endif

@@ -11,6 +11,7 @@
  * keyed by its exact set of stacks (inside a long string value the set
  * repeats token after token).
  */
+#define _GNU_SOURCE /* qsort_r */
 #include "grammar/grammar_impl.h"
 
 #include <stdlib.h>
@@ -19,11 +20,9 @@
 
 /* ---- vocabulary ------------------------------------------------------------ */
 
-static const hy_gvocab_t *sort_vocab; /* qsort's context (one thread: see grammar.h) */
-
-static int piece_cmp(const void *a, const void *b)
+static int piece_cmp(const void *a, const void *b, void *ctx)
 {
-    const hy_gvocab_t *v = sort_vocab;
+    const hy_gvocab_t *v = ctx;
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     uint32_t lx = v->len[x], ly = v->len[y];
     int c = memcmp(v->bytes + v->off[x], v->bytes + v->off[y], lx < ly ? lx : ly);
@@ -42,9 +41,56 @@ void hy_gtrie_free(hy_gtrie_t *t)
     memset(t, 0, sizeof *t);
 }
 
+/* The bulk classes: JSON-string-safe ASCII, letters and digits, lower-case
+ * letters, digits.  String contents, words, identifiers and numbers are
+ * where most of a vocabulary's tokens stay inside one class. */
+static bool in_class(int k, uint8_t b)
+{
+    switch (k) {
+    case 0: return b >= 0x20 && b <= 0x7E && b != '"' && b != '\\';
+    case 1: return (b >= '0' && b <= '9') || (b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z');
+    case 2: return b >= 'a' && b <= 'z';
+    default: return b >= '0' && b <= '9';
+    }
+}
+
+static uint8_t class_bits(uint8_t b)
+{
+    uint8_t c = 0;
+
+    for (int k = 0; k < HY_GCLASSES; k++)
+        c |= (uint8_t)(in_class(k, b) << k);
+    return c;
+}
+
+/* clean and deep of every node, children before parents: nodes are in
+ * preorder, so scanning backwards meets a node after its whole subtree,
+ * and a stack of open ancestors collects it. */
+static void trie_summaries(hy_gtrie_t *t)
+{
+    uint8_t bits[256];
+
+    for (int b = 0; b < 256; b++)
+        bits[b] = class_bits((uint8_t)b);
+    for (int32_t i = t->n_nodes - 1; i >= 0; i--) {
+        hy_gtrie_node_t *nd = &t->nodes[i];
+        uint8_t clean = bits[nd->byte];
+        uint16_t deep = nd->depth;
+
+        /* the children are the nodes j in (i, end) with depth + 1, each
+         * already summarised */
+        for (int32_t j = i + 1; j < nd->end; j = t->nodes[j].end) {
+            clean &= t->nodes[j].clean;
+            deep = HY_MAX(deep, t->nodes[j].deep);
+        }
+        nd->clean = clean;
+        nd->deep = deep;
+    }
+}
+
 /* Builds the preorder trie of tokens ids[0..n) (each with len > 0). */
 int hy_gtrie_build(hy_gtrie_t *t, const hy_gvocab_t *v, const int32_t *ids, int32_t n,
-                   bool sorted)
+                   bool sorted, bool summaries)
 {
     int32_t *path = NULL, depth = 0, cap = 0, i;
     const uint8_t *prev = NULL;
@@ -58,9 +104,8 @@ int hy_gtrie_build(hy_gtrie_t *t, const hy_gvocab_t *v, const int32_t *ids, int3
     if (t->toks == NULL)
         goto done;
     memcpy(t->toks, ids, sizeof *ids * (size_t)n);
-    sort_vocab = v;
     if (!sorted)
-        qsort(t->toks, (size_t)n, sizeof *t->toks, piece_cmp);
+        qsort_r(t->toks, (size_t)n, sizeof *t->toks, piece_cmp, (void *)v);
     t->n_toks = n;
     for (i = 0; i < n; i++)
         t->max_depth = HY_MAX(t->max_depth, (int32_t)v->len[t->toks[i]]);
@@ -85,17 +130,22 @@ int hy_gtrie_build(hy_gtrie_t *t, const hy_gvocab_t *v, const int32_t *ids, int3
             nd->byte = s[depth];
             nd->depth = (uint16_t)(depth + 1);
             nd->end = -1;
-            nd->tok0 = 0;
+            nd->tok0 = i; /* sorted: the first token through a node starts its range */
             nd->ntok = 0;
+            nd->clean = 0;
+            nd->deep = nd->depth;
             path[depth] = t->n_nodes++;
         }
-        if (t->nodes[path[len - 1]].ntok++ == 0)
-            t->nodes[path[len - 1]].tok0 = i;
+        if (t->nodes[path[len - 1]].ntok == UINT16_MAX)
+            goto done; /* 65535 tokens with one piece: not a real vocabulary */
+        t->nodes[path[len - 1]].ntok++;
         prev = s;
         prev_len = len;
     }
     while (depth > 0)
         t->nodes[path[--depth]].end = t->n_nodes;
+    if (summaries)
+        trie_summaries(t);
     rc = HY_OK;
 done:
     free(path);
@@ -146,7 +196,7 @@ int hy_gvocab_create_pieces(hy_gvocab_t **out, int32_t n_vocab, const hy_tok_str
             ids[n_ids++] = i;
         }
     }
-    if (hy_gtrie_build(&v->trie, v, ids, n_ids, false) != HY_OK)
+    if (hy_gtrie_build(&v->trie, v, ids, n_ids, false, true) != HY_OK)
         goto nomem;
     free(ids);
     *out = v;
@@ -220,6 +270,169 @@ bool hy_gvocab_is_eog(const hy_gvocab_t *v, int32_t id)
     return id >= 0 && id < v->n_vocab && (v->eog_bits[id / 64] >> (id % 64)) & 1;
 }
 
+/* ---- bulk runs ----------------------------------------------------------------- */
+
+/* run[q][k]: how many class-k bytes state q can take in a row, whatever
+ * they are, without leaving its rule's automaton: 0 if some class-k byte
+ * has no edge, else 1 + the least run of the states they lead to (a cycle
+ * that never misses one: INT32_MAX).  Relaxed from "unbounded" down to the
+ * fixpoint, one step of every chain per round. */
+int hy_grammar_runs(hy_grammar_t *g)
+{
+    bool changed = true;
+    uint8_t bits[256];
+
+    for (int b = 0; b < 256; b++)
+        bits[b] = class_bits((uint8_t)b);
+    g->run = malloc(sizeof *g->run * (size_t)g->n_states);
+    if (g->run == NULL)
+        return HY_ENOMEM;
+    for (int32_t q = 0; q < g->n_states; q++) {
+        const hy_gstate_t *st = &g->st[q];
+
+        for (int k = 0; k < HY_GCLASSES; k++) {
+            int covered = 0, need = 0;
+
+            for (int b = 0; b < 256; b++)
+                need += (bits[b] >> k) & 1;
+            for (int32_t e = 0; e < st->ne; e++)
+                for (int b = g->edges[st->e0 + e].lo; b <= g->edges[st->e0 + e].hi; b++)
+                    covered += (bits[b] >> k) & 1;
+            g->run[q][k] = covered == need ? INT32_MAX : 0;
+        }
+    }
+    for (int32_t round = 0; changed && round <= g->n_states; round++) {
+        changed = false;
+        for (int32_t q = 0; q < g->n_states; q++) {
+            const hy_gstate_t *st = &g->st[q];
+
+            for (int k = 0; k < HY_GCLASSES; k++) {
+                int32_t least = INT32_MAX;
+
+                if (g->run[q][k] == 0)
+                    continue;
+                for (int32_t e = 0; e < st->ne; e++) {
+                    const hy_gedge_t *ed = &g->edges[st->e0 + e];
+                    bool meets = false;
+
+                    for (int b = ed->lo; b <= ed->hi && !meets; b++)
+                        meets = (bits[b] >> k) & 1;
+                    if (meets)
+                        least = HY_MIN(least, g->run[ed->to][k]);
+                }
+                if (least != INT32_MAX && least + 1 < g->run[q][k]) {
+                    g->run[q][k] = least + 1;
+                    changed = true;
+                }
+            }
+        }
+    }
+    return HY_OK;
+}
+
+static inline bool mask_has(const uint64_t *m, uint8_t b)
+{
+    return (m[b >> 6] >> (b & 63)) & 1;
+}
+
+static bool mask_or(uint64_t *dst, const uint64_t *src)
+{
+    bool changed = false;
+
+    for (int w = 0; w < 4; w++) {
+        changed |= (dst[w] | src[w]) != dst[w];
+        dst[w] |= src[w];
+    }
+    return changed;
+}
+
+/*
+ * follow[r]: the bytes that may come right after rule r ends, from every
+ * place it is called (XGrammar's "context expansion").  A token that leaves
+ * a rule and goes on with a byte outside this set is rejected whatever the
+ * stack, instead of being context-dependent: without it, every token that
+ * starts with a space would depend on the caller of a rule ending in
+ * optional whitespace.  Fixpoints, in order: first[q] (bytes that can come
+ * first from state q, through calls of rules that may be empty), ends[q]
+ * (q can reach its rule's end without a byte), then follow.
+ */
+int hy_grammar_follow(hy_grammar_t *g)
+{
+    uint64_t (*first)[4] = calloc((size_t)g->n_states, sizeof *first);
+    uint8_t *ends = calloc((size_t)g->n_states, 1);
+    bool changed = true;
+    int rc = HY_ENOMEM;
+
+    g->follow = calloc((size_t)g->n_rules, sizeof *g->follow);
+    if (first == NULL || ends == NULL || g->follow == NULL)
+        goto done;
+    for (int32_t q = 0; q < g->n_states; q++) {
+        const hy_gstate_t *st = &g->st[q];
+
+        ends[q] = st->final;
+        for (int32_t e = 0; e < st->ne; e++)
+            for (int b = g->edges[st->e0 + e].lo; b <= g->edges[st->e0 + e].hi; b++)
+                first[q][b >> 6] |= 1ull << (b & 63);
+    }
+    while (changed) {
+        changed = false;
+        for (int32_t q = 0; q < g->n_states; q++) {
+            const hy_gstate_t *st = &g->st[q];
+
+            for (int32_t c = 0; c < st->nc; c++) {
+                const hy_gcall_t *call = &g->calls[st->c0 + c];
+                int32_t start = g->rule_start[call->rule];
+
+                changed |= mask_or(first[q], first[start]);
+                if (ends[start]) {
+                    changed |= mask_or(first[q], first[call->to]);
+                    if (ends[call->to] && !ends[q])
+                        ends[q] = 1, changed = true;
+                }
+            }
+        }
+    }
+    for (changed = true; changed;) {
+        changed = false;
+        for (int32_t q = 0; q < g->n_states; q++) {
+            const hy_gstate_t *st = &g->st[q];
+
+            for (int32_t c = 0; c < st->nc; c++) {
+                const hy_gcall_t *call = &g->calls[st->c0 + c];
+
+                changed |= mask_or(g->follow[call->rule], first[call->to]);
+                if (ends[call->to])
+                    changed |= mask_or(g->follow[call->rule], g->follow[st->rule]);
+            }
+        }
+    }
+    rc = HY_OK;
+done:
+    free(first);
+    free(ends);
+    return rc;
+}
+
+/* Whether every token below trie node nd (entered from the stacks of set
+ * s, before its byte) is accepted without looking: some stack's state can
+ * take all of the subtree's bytes, which lie in one class. */
+static inline bool bulk(const hy_grammar_t *g, const hy_gpool_t *p, const hy_gset_t *s,
+                        const hy_gtrie_node_t *nd)
+{
+    int32_t need = nd->deep - nd->depth + 1;
+
+    if (nd->clean == 0 || g->run == NULL)
+        return false;
+    for (int32_t i = 0; i < s->n; i++) {
+        const int32_t *run = g->run[p->nodes[s->ids[i]].state];
+
+        for (int k = 0; k < HY_GCLASSES; k++)
+            if (((nd->clean >> k) & 1) && run[k] >= need)
+                return true;
+    }
+    return false;
+}
+
 /* ---- trie walks --------------------------------------------------------------- */
 
 typedef struct {
@@ -268,18 +481,52 @@ static int walk(hy_gpool_t *p, hy_gset_t *lv, const hy_gtrie_t *t, int32_t start
     int rc = HY_OK;
 
     lv[0].n = 0;
-    lv[0].accept = lv[0].escape = 0;
+    lv[0].accept = lv[0].escape = lv[0].dep = 0;
     if (hy_gset_push(&lv[0], start) != HY_OK)
         return HY_ENOMEM;
-    lv[0].esc_any = 0;
     while (i < t->n_nodes) {
         const hy_gtrie_node_t *nd = &t->nodes[i];
         int32_t d = nd->depth;
         hy_gset_t *s = &lv[d];
+        const int32_t *r;
         bool alive;
 
-        if ((rc = hy_gpool_step(p, &lv[d - 1], nd->byte, s)) != HY_OK)
+        if (bulk(p->g, p, &lv[d - 1], nd)) {
+            /* the whole subtree is accepted: no step needed */
+            int32_t t1 = nd->end < t->n_nodes ? t->nodes[nd->end].tok0 : t->n_toks;
+
+            for (int32_t k = nd->tok0; k < t1 && rc == HY_OK; k++) {
+                int32_t id = t->toks[k];
+
+                if (bits != NULL)
+                    bits[id / 64] |= 1ull << (id % 64);
+                else
+                    rc = idlist_push(acc, id);
+            }
+            if (rc != HY_OK)
+                break;
+            i = nd->end;
+            continue;
+        }
+
+        /* the common case inline: one stack whose step is memoised */
+        if (lv[d - 1].n == 1 && p->memo_on &&
+            (r = hy_gpool_memo(p, lv[d - 1].ids[0], nd->byte)) != NULL &&
+            (r[0] & 0xFFFFFF) <= s->cap) {
+            const int32_t *ids = r + 1;
+
+            s->n = r[0] & 0xFFFFFF;
+            s->accept = (r[0] >> 24) & 1;
+            s->escape = (r[0] >> 25) & 1;
+            if (s->escape) {
+                memcpy(s->follow, r + 1, sizeof s->follow);
+                ids += 8;
+            }
+            for (int32_t k = 0; k < s->n; k++)
+                s->ids[k] = ids[k];
+        } else if ((rc = hy_gpool_step(p, &lv[d - 1], nd->byte, s)) != HY_OK) {
             break;
+        }
         alive = s->n > 0;
         if (bits != NULL) {
             if (nd->ntok > 0 && (alive || s->accept))
@@ -289,20 +536,31 @@ static int walk(hy_gpool_t *p, hy_gset_t *lv, const hy_gtrie_t *t, int32_t start
                     bits[id / 64] |= 1ull << (id % 64);
                 }
         } else {
-            s->esc_any = lv[d - 1].esc_any | s->escape;
+            /* a path left the rule one byte up, and this byte may follow it:
+             * from here on the token's fate is the caller's */
+            const hy_gset_t *up = &lv[d - 1];
+
+            s->dep = up->dep || (up->escape && mask_has(up->follow, nd->byte));
             for (int32_t k = 0; k < nd->ntok && rc == HY_OK; k++) {
                 int32_t id = t->toks[nd->tok0 + k];
 
                 if (alive || s->escape)
                     rc = idlist_push(acc, id);
-                else if (lv[d - 1].esc_any)
+                else if (s->dep)
                     rc = idlist_push(dep, id);
             }
-            if (!alive && s->esc_any) {
-                /* every longer token leaves the rule with bytes to spare */
-                for (int32_t j = i + 1; j < nd->end && rc == HY_OK; j++)
-                    for (int32_t k = 0; k < t->nodes[j].ntok && rc == HY_OK; k++)
-                        rc = idlist_push(dep, t->toks[t->nodes[j].tok0 + k]);
+            if (!alive && (s->dep || s->escape)) {
+                /* the longer tokens: all the caller's (dep), or those whose
+                 * next byte may follow the rule that just ended */
+                for (int32_t c = i + 1; c < nd->end && rc == HY_OK; c = t->nodes[c].end) {
+                    int32_t t1 = t->nodes[c].end < t->n_nodes ? t->nodes[t->nodes[c].end].tok0
+                                                              : t->n_toks;
+
+                    if (!s->dep && !mask_has(s->follow, t->nodes[c].byte))
+                        continue;
+                    for (int32_t k = t->nodes[c].tok0; k < t1 && rc == HY_OK; k++)
+                        rc = idlist_push(dep, t->toks[k]);
+                }
             }
         }
         if (rc != HY_OK)
@@ -356,7 +614,7 @@ static int entry_fill(hy_grammar_t *g, int32_t state)
         g->cache_bytes += (int64_t)e->n_acc * 4;
     }
     /* a walk collects tokens in trie (= piece) order: no sort needed */
-    if (hy_gtrie_build(&e->dep, v, dep.v, dep.n, true) != HY_OK)
+    if (hy_gtrie_build(&e->dep, v, dep.v, dep.n, true, false) != HY_OK)
         goto done;
     g->cache_bytes += (int64_t)e->dep.n_nodes * (int64_t)sizeof *e->dep.nodes +
                       (int64_t)e->dep.n_toks * 4;
@@ -401,6 +659,10 @@ void hy_grammar_free_states(hy_grammar_t *g)
     }
     free(g->cache);
     g->cache = NULL;
+    free(g->run);
+    g->run = NULL;
+    free(g->follow);
+    g->follow = NULL;
     for (int32_t i = 0; i < g->n_clevel; i++)
         hy_gset_free(&g->clevel[i]);
     free(g->clevel);
@@ -416,7 +678,7 @@ static uint64_t now_ns(void)
 {
     struct timespec ts;
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 

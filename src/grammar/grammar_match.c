@@ -52,6 +52,7 @@ int hy_gset_copy(hy_gset_t *dst, const hy_gset_t *src)
     dst->n = src->n;
     dst->accept = src->accept;
     dst->escape = src->escape;
+    memcpy(dst->follow, src->follow, sizeof dst->follow);
     return HY_OK;
 }
 
@@ -249,11 +250,15 @@ static int expand_into(hy_gpool_t *p, int32_t node, hy_gset_t *out)
             p->work[sp++] = child;
         }
         if (st->final) {
-            if (parent == HY_GNODE_ROOT)
+            if (parent == HY_GNODE_ROOT) {
                 out->accept = 1;
-            else if (parent == HY_GNODE_BOTTOM)
+            } else if (parent == HY_GNODE_BOTTOM) {
+                const uint64_t *f = g->follow ? g->follow[st->rule] : NULL;
+
                 out->escape = 1;
-            else
+                for (int w = 0; w < 4; w++)
+                    out->follow[w] |= f ? f[w] : ~0ull; /* no sets: anything may follow */
+            } else
                 p->work[sp++] = parent;
         }
     }
@@ -262,6 +267,7 @@ static int expand_into(hy_gpool_t *p, int32_t node, hy_gset_t *out)
 
 int hy_gpool_expand(hy_gpool_t *p, int32_t node, hy_gset_t *out)
 {
+    memset(out->follow, 0, sizeof out->follow);
     next_stamp(p);
     return expand_into(p, node, out);
 }
@@ -315,11 +321,11 @@ static void memo_put(hy_gpool_t *p, int32_t node, uint8_t b, const hy_gset_t *ou
             return;
         memset(p->mrow[node], 0xff, sizeof **p->mrow * 256);
     }
-    if (p->n_mids + out->n + 1 > p->cap_mids) {
+    if (p->n_mids + out->n + 9 > p->cap_mids) {
         int64_t cap = p->cap_mids ? p->cap_mids * 2 : 8192;
         int32_t *m;
 
-        while (cap < p->n_mids + out->n + 1)
+        while (cap < p->n_mids + out->n + 9)
             cap *= 2;
         if ((m = realloc(p->mids, sizeof *m * (size_t)cap)) == NULL)
             return;
@@ -328,15 +334,12 @@ static void memo_put(hy_gpool_t *p, int32_t node, uint8_t b, const hy_gset_t *ou
     }
     p->mrow[node][b] = (int32_t)p->n_mids;
     p->mids[p->n_mids++] = out->n | (out->accept << 24) | (out->escape << 25);
+    if (out->escape) { /* the follow mask, as 8 words */
+        memcpy(p->mids + p->n_mids, out->follow, sizeof out->follow);
+        p->n_mids += 8;
+    }
     memcpy(p->mids + p->n_mids, out->ids, sizeof *out->ids * (size_t)out->n);
     p->n_mids += out->n;
-}
-
-static const int32_t *memo_get(const hy_gpool_t *p, int32_t node, uint8_t b)
-{
-    if (node >= p->mrows || p->mrow[node] == NULL || p->mrow[node][b] < 0)
-        return NULL;
-    return p->mids + p->mrow[node][b];
 }
 
 int hy_gpool_step(hy_gpool_t *p, const hy_gset_t *in, uint8_t b, hy_gset_t *out)
@@ -345,17 +348,23 @@ int hy_gpool_step(hy_gpool_t *p, const hy_gset_t *in, uint8_t b, hy_gset_t *out)
 
     out->n = 0;
     out->accept = out->escape = 0;
+    memset(out->follow, 0, sizeof out->follow);
     if (p->memo_on && in->n == 1) {
         const int32_t *r;
 
-        if ((r = memo_get(p, in->ids[0], b)) != NULL) {
+        if ((r = hy_gpool_memo(p, in->ids[0], b)) != NULL) {
             int32_t n = r[0] & 0xFFFFFF;
+            const int32_t *ids = r + 1;
 
-            for (int32_t i = 0; i < n; i++)
-                if (hy_gset_push(out, r[1 + i]) != HY_OK)
-                    return HY_ENOMEM;
             out->accept = (r[0] >> 24) & 1;
             out->escape = (r[0] >> 25) & 1;
+            if (out->escape) {
+                memcpy(out->follow, r + 1, sizeof out->follow);
+                ids += 8;
+            }
+            for (int32_t i = 0; i < n; i++)
+                if (hy_gset_push(out, ids[i]) != HY_OK)
+                    return HY_ENOMEM;
             return HY_OK;
         }
     }
@@ -627,6 +636,11 @@ bool hy_gmatch_can_end(const hy_gmatch_t *m)
 bool hy_gmatch_done(const hy_gmatch_t *m)
 {
     return m->ended || (m->n_triggers == 0 && m->cur.n == 0 && m->cur.accept);
+}
+
+hy_grammar_t *hy_gmatch_grammar(const hy_gmatch_t *m)
+{
+    return m->g;
 }
 
 bool hy_gmatch_constrained(const hy_gmatch_t *m)

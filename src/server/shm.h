@@ -123,6 +123,7 @@ typedef struct {
     /* grammar-constrained decoding (the engine's side) */
     _Atomic uint64_t grammar_requests, grammar_compiles, grammar_cache_hits;
     _Atomic uint64_t grammar_compile_us, grammar_masks, grammar_mask_us;
+    _Atomic uint64_t grammar_fill_us; /* part of mask_us: token sets filled on first use */
 } hy_stats_t;
 
 void hy_stats_observe(hy_stats_hist_t *h, uint64_t us);

@@ -976,12 +976,17 @@ static void wk_grammar_metrics(hy_jbuf_t *b, hy_stats_t *s)
               (unsigned long long)atomic_load(&s->grammar_cache_hits));
     wk_metric(b, "hyserve_grammar_masks_total", "counter", "Vocabulary masks computed.",
               (unsigned long long)atomic_load(&s->grammar_masks));
-    hy_jbuf_printf(b, "# HELP hyserve_grammar_mask_seconds_total Engine time spent computing and "
-                      "applying vocabulary masks.\n# TYPE hyserve_grammar_mask_seconds_total "
+    hy_jbuf_printf(b, "# HELP hyserve_grammar_mask_seconds_total Engine thread CPU time spent "
+                      "computing and applying vocabulary masks.\n# TYPE hyserve_grammar_mask_seconds_total "
                       "counter\nhyserve_grammar_mask_seconds_total %.6f\n",
                    (double)atomic_load(&s->grammar_mask_us) / 1e6);
-    hy_jbuf_printf(b, "# HELP hyserve_grammar_compile_seconds_total Engine time spent compiling "
-                      "grammars.\n# TYPE hyserve_grammar_compile_seconds_total counter\n"
+    hy_jbuf_printf(b, "# HELP hyserve_grammar_token_set_seconds_total Part of the mask time "
+                      "spent filling token sets of states reached for the first time.\n"
+                      "# TYPE hyserve_grammar_token_set_seconds_total counter\n"
+                      "hyserve_grammar_token_set_seconds_total %.6f\n",
+                   (double)atomic_load(&s->grammar_fill_us) / 1e6);
+    hy_jbuf_printf(b, "# HELP hyserve_grammar_compile_seconds_total Engine thread CPU time spent "
+                      "compiling grammars.\n# TYPE hyserve_grammar_compile_seconds_total counter\n"
                       "hyserve_grammar_compile_seconds_total %.6f\n",
                    (double)atomic_load(&s->grammar_compile_us) / 1e6);
 }

@@ -11,6 +11,8 @@
 #include "backend/select.h"
 #include "tools/bench_offline.h"
 #include "engine/engine.h"
+#include "grammar/grammar_cache.h"
+#include "grammar/json_schema.h"
 #include "model/tokenizer.h"
 #include "server/ring.h"
 
@@ -240,6 +242,65 @@ out:
     return rc;
 }
 
+/* --json-schema FILE / --grammar FILE: the spec every request carries. */
+static int hy_bo_grammar(const char *schema_file, const char *grammar_file, char **spec,
+                         size_t *spec_len, char *err)
+{
+    const char *path = schema_file ? schema_file : grammar_file;
+    FILE *f = fopen(path, "rb");
+    char *text = NULL, *gbnf = NULL, sub[HY_ERR_LEN];
+    size_t len = 0, glen = 0;
+    cJSON *schema = NULL;
+    long n;
+    int rc;
+
+    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 ||
+        fseek(f, 0, SEEK_SET) != 0 || (text = malloc((size_t)n + 1)) == NULL ||
+        fread(text, 1, (size_t)n, f) != (size_t)n) {
+        rc = hy_err(err, HY_EIO, "cannot read %s", path);
+        goto out;
+    }
+    len = (size_t)n;
+    text[len] = '\0';
+    if (schema_file != NULL) {
+        if ((schema = cJSON_ParseWithLength(text, len)) == NULL) {
+            rc = hy_err(err, HY_EFORMAT, "%s: not valid JSON", path);
+            goto out;
+        }
+        if ((rc = hy_json_schema_to_gbnf(schema, &gbnf, &glen, sub)) != HY_OK) {
+            hy_err(err, rc, "%s: %s", path, sub);
+            goto out;
+        }
+    }
+    rc = hy_grammar_spec_pack(gbnf ? gbnf : text, gbnf ? glen : len, NULL, spec, spec_len, err);
+out:
+    if (f != NULL)
+        fclose(f);
+    cJSON_Delete(schema);
+    free(text);
+    free(gbnf);
+    return rc;
+}
+
+/* What constrained decoding cost the engine in this run. */
+static void hy_bo_grammar_report(hy_shm_t *shm, double wall_s, uint64_t gen_tokens)
+{
+    const hy_stats_t *s = hy_shm_stats(shm);
+    double mask_ms = (double)atomic_load(&s->grammar_mask_us) / 1e3;
+    double fill_ms = (double)atomic_load(&s->grammar_fill_us) / 1e3;
+    uint64_t masks = atomic_load(&s->grammar_masks);
+
+    printf("grammar requests=%llu compiles=%llu compile_ms=%.2f masks=%llu mask_ms=%.1f "
+           "token_set_fill_ms=%.1f mask_ms_per_token=%.4f warm_mask_ms_per_token=%.4f "
+           "mask_share_of_wall=%.2f%% warm_mask_share=%.2f%% gen_tokens=%llu\n",
+           (unsigned long long)atomic_load(&s->grammar_requests),
+           (unsigned long long)atomic_load(&s->grammar_compiles),
+           (double)atomic_load(&s->grammar_compile_us) / 1e3, (unsigned long long)masks,
+           mask_ms, fill_ms, masks ? mask_ms / (double)masks : 0.0,
+           masks ? (mask_ms - fill_ms) / (double)masks : 0.0, 100.0 * mask_ms / (wall_s * 1e3),
+           100.0 * (mask_ms - fill_ms) / (wall_s * 1e3), (unsigned long long)gen_tokens);
+}
+
 int hy_cmd_bench_offline(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -249,8 +310,13 @@ int hy_cmd_bench_offline(int argc, char **argv)
         {"max-batch-tokens", required_argument, 0, 'b'}, {"offline", no_argument, 0, 'o'},
         {"ttft-prefix", optional_argument, 0, 'T'}, {"suffix-tokens", required_argument, 0, 'S'},
         {"repeat", required_argument, 0, 'R'}, {"checkpoint-interval", required_argument, 0, 'k'},
-        {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *model_path = NULL, *backend = NULL;
+        {"backend", required_argument, 0, 'B'}, {"json-schema", required_argument, 0, 'J'},
+        {"grammar", required_argument, 0, 'G'}, {"temperature", required_argument, 0, 'e'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model_path = NULL, *backend = NULL, *schema_file = NULL, *grammar_file = NULL;
+    char *gspec = NULL;
+    size_t gspec_len = 0;
+    double temperature = 0;
     long threads = 0, conc = 8, n_req = 32, n_prompt = 128, n_gen = 64, mbt = 512;
     long ttft_n = 0, suffix = 37, reps = 5, ckpt_interval = 512;
     char err[HY_ERR_LEN], inst[64];
@@ -290,10 +356,24 @@ int hy_cmd_bench_offline(int argc, char **argv)
         case 'k': if (hy_bo_long("--checkpoint-interval", optarg, 0, 1 << 24, &ckpt_interval)) return 2; break;
         case 'o': break;
         case 'B': backend = optarg; break;
+        case 'J': schema_file = optarg; break;
+        case 'G': grammar_file = optarg; break;
+        case 'e': {
+            char *end;
+
+            temperature = strtod(optarg, &end);
+            if (*optarg == '\0' || *end != '\0' || !(temperature >= 0 && temperature <= 2)) {
+                fprintf(stderr, "hyserve bench: --temperature = %s: must be in 0..2\n", optarg);
+                return 2;
+            }
+            break;
+        }
         case 'h':
             printf("usage: hyserve bench --offline -m MODEL.gguf [--concurrency 8] [--requests 32]\n"
                    "       [--prompt-tokens 128] [--max-tokens 64] [--max-batch-tokens 512] [-t THREADS]\n"
-                   "       [--checkpoint-interval 512] [--backend cpu|cuda]\n"
+                   "       [--checkpoint-interval 512] [--backend cpu|cuda] [--temperature 0]\n"
+                   "       [--json-schema FILE | --grammar FILE]  (constrained: generation ends\n"
+                   "       where the grammar does; the grammar's cost is reported)\n"
                    "   or: hyserve bench --offline -m MODEL.gguf --ttft-prefix[=2000] [--suffix-tokens 37]\n"
                    "       [--repeat 5] [--max-batch-tokens 512] [--checkpoint-interval 512] [-t THREADS]\n"
                    "       time to first token of an N-token prompt: cold, exact repeat, shared prefix\n");
@@ -303,6 +383,15 @@ int hy_cmd_bench_offline(int argc, char **argv)
     }
     if (model_path == NULL) {
         fprintf(stderr, "hyserve bench: --offline needs -m MODEL.gguf\n");
+        return 2;
+    }
+    if (schema_file != NULL && grammar_file != NULL) {
+        fprintf(stderr, "hyserve bench: give at most one of --json-schema and --grammar\n");
+        return 2;
+    }
+    if ((schema_file != NULL || grammar_file != NULL) &&
+        hy_bo_grammar(schema_file, grammar_file, &gspec, &gspec_len, err) != HY_OK) {
+        fprintf(stderr, "hyserve bench: %s\n", err);
         return 2;
     }
     if (ttft_n > 0 && suffix > ttft_n - 16) {
@@ -364,14 +453,16 @@ int hy_cmd_bench_offline(int argc, char **argv)
 
                 memset(&p, 0, sizeof p);
                 hy_sampling_default(&p.sampling);
-                p.sampling.temperature = 0;
+                p.sampling.temperature = (float)temperature;
+                p.sampling.seed = (uint64_t)submitted + 1;
                 p.max_tokens = (int32_t)n_gen;
                 p.flags = HY_REQ_F_IGNORE_EOS;
                 for (j = 0; j < n_prompt; j++) {
                     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
                     prompt[j] = (int32_t)(rng % (uint64_t)m->n_vocab);
                 }
-                if (hy_req_submit(shm, &p, prompt, (int32_t)n_prompt, &r->h, err) != HY_OK)
+                if (hy_req_submit_grammar(shm, &p, prompt, (int32_t)n_prompt, gspec, gspec_len,
+                                          &r->h, err) != HY_OK)
                     goto fail;
                 hy_shm_engine_kick(shm);
                 r->live = true;
@@ -426,6 +517,8 @@ int hy_cmd_bench_offline(int argc, char **argv)
     printf("ttft_ms p50=%.2f p90=%.2f p99=%.2f  tpot_ms p50=%.2f p90=%.2f p99=%.2f\n",
            hy_bo_pct(ttft, n_ttft, 50), hy_bo_pct(ttft, n_ttft, 90), hy_bo_pct(ttft, n_ttft, 99),
            hy_bo_pct(tpot, n_tpot, 50), hy_bo_pct(tpot, n_tpot, 90), hy_bo_pct(tpot, n_tpot, 99));
+    if (gspec != NULL)
+        hy_bo_grammar_report(shm, (double)(t1 - t0) / 1e9, gen_tokens);
     rc = 0;
     goto out;
 fail:
@@ -441,5 +534,6 @@ out:
     free(prompt);
     free(ttft);
     free(tpot);
+    free(gspec);
     return rc;
 }

@@ -86,7 +86,7 @@ int main(int argc, char **argv)
     size_t doc_len = 0, sch_len = 0, glen = 0, n_ids = 0;
     int32_t *ids = NULL;
     int reps = argc > 4 ? atoi(argv[4]) : 5, rc = 1;
-    double t0, t_vocab, t_json = 1e9, t_fsm = 1e9, cold, warm = 1e9, cold_max, warm_max, t_all;
+    double t0, t_vocab, t_json = 1e9, t_fsm = 1e9, cold, warm = 1e9, cold_max, warm_max = 0, t_all;
     hy_grammar_stats_t st;
 
     if (argc < 4) {
