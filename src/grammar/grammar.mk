@@ -28,3 +28,6 @@ tests_unit_bench_grammar_LDADD = $(TEST_LDADD)
 TESTS += tests/integration/test_structured.py
 EXTRA_DIST += tests/integration/test_structured.py tests/integration/structlib.py tests/data/schemas \
 	scripts/make-schema-corpus scripts/bench-structured
+# hyserve run --grammar/--json-schema/--json and bench --offline --json-schema.
+TESTS += tests/integration/test_cli_grammar.sh
+EXTRA_DIST += tests/integration/test_cli_grammar.sh

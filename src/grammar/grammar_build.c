@@ -42,9 +42,16 @@ typedef struct {
 } nfa_edge_t;
 
 typedef struct {
+    uint8_t lo, hi;
+    int32_t to, state; /* state --[lo, hi]--> to */
+} tail_t;
+
+typedef struct {
     const hy_gbnf_t *gb;
     char *err;
     int rc;
+    tail_t tails[64]; /* the shared tails of the character class being emitted */
+    int32_t n_tails;
     /* NFA */
     int32_t n_states;
     uint8_t *final;
@@ -138,14 +145,26 @@ static int utf8_seq(gb_t *b, uint32_t lo, uint32_t hi, int32_t from, int32_t to)
     }
     n = (int)hy_uni_encode(lo, a);
     hy_uni_encode(hi, z);
-    for (i = 0; i < n; i++) {
-        int32_t next = i + 1 == n ? to : nfa_state(b);
+    /* built from the end, sharing tails: every sequence of a class that
+     * ends in "two continuation bytes" reuses the same two states, so the
+     * automaton of one character stays small (and so do unrolled strings) */
+    for (i = n - 1; i > 0; i--) {
+        int32_t k, st = -1;
 
-        if (next < 0 || nfa_edge(b, from, next, NE_BYTE, (uint8_t)a[i], (uint8_t)z[i], 0) != HY_OK)
-            return b->rc ? b->rc : HY_ENOMEM;
-        from = next;
+        for (k = 0; k < b->n_tails && st < 0; k++)
+            if (b->tails[k].lo == (uint8_t)a[i] && b->tails[k].hi == (uint8_t)z[i] &&
+                b->tails[k].to == to)
+                st = b->tails[k].state;
+        if (st < 0) {
+            if ((st = nfa_state(b)) < 0 ||
+                nfa_edge(b, st, to, NE_BYTE, (uint8_t)a[i], (uint8_t)z[i], 0) != HY_OK)
+                return b->rc ? b->rc : HY_ENOMEM;
+            if (b->n_tails < (int32_t)HY_ARRAY_LEN(b->tails))
+                b->tails[b->n_tails++] = (tail_t){ (uint8_t)a[i], (uint8_t)z[i], to, st };
+        }
+        to = st;
     }
-    return HY_OK;
+    return nfa_edge(b, from, to, NE_BYTE, (uint8_t)a[0], (uint8_t)z[0], 0);
 }
 
 static int utf8_range(gb_t *b, uint32_t lo, uint32_t hi, int32_t from, int32_t to)
@@ -248,6 +267,7 @@ static int32_t emit(gb_t *b, int32_t ni, int32_t from)
     case HY_GBNF_CLASS:
         if ((to = nfa_state(b)) < 0)
             return -1;
+        b->n_tails = 0;
         for (i = 0; i < n->b; i++)
             if (utf8_range(b, b->gb->ranges[n->a + i].lo, b->gb->ranges[n->a + i].hi, from, to) !=
                 HY_OK)

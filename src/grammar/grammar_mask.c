@@ -274,23 +274,58 @@ bool hy_gvocab_is_eog(const hy_gvocab_t *v, int32_t id)
 
 /* run[q][k]: how many class-k bytes state q can take in a row, whatever
  * they are, without leaving its rule's automaton: 0 if some class-k byte
- * has no edge, else 1 + the least run of the states they lead to (a cycle
- * that never misses one: INT32_MAX).  Relaxed from "unbounded" down to the
- * fixpoint, one step of every chain per round. */
+ * has no edge, else 1 + the least run of the states they lead to (never
+ * reaching such a state: INT32_MAX).  That is the distance to the nearest
+ * state missing a class byte, along class-byte edges: one breadth-first
+ * search per class, backwards from those states. */
 int hy_grammar_runs(hy_grammar_t *g)
 {
-    bool changed = true;
+    int32_t n = g->n_states, *first = NULL, *src = NULL, *queue = NULL, m = 0;
     uint8_t bits[256];
+    int rc = HY_ENOMEM;
 
     for (int b = 0; b < 256; b++)
         bits[b] = class_bits((uint8_t)b);
-    g->run = malloc(sizeof *g->run * (size_t)g->n_states);
-    if (g->run == NULL)
-        return HY_ENOMEM;
-    for (int32_t q = 0; q < g->n_states; q++) {
-        const hy_gstate_t *st = &g->st[q];
+    g->run = malloc(sizeof *g->run * (size_t)n);
+    first = calloc((size_t)n + 1, sizeof *first);
+    src = malloc(sizeof *src * (size_t)(g->n_edges + 1));
+    queue = malloc(sizeof *queue * (size_t)(n + 1));
+    if (g->run == NULL || first == NULL || src == NULL || queue == NULL)
+        goto done;
+    for (int k = 0; k < HY_GCLASSES; k++) {
+        int32_t head = 0, tail = 0;
 
-        for (int k = 0; k < HY_GCLASSES; k++) {
+        /* reverse class-k edges, as CSR: sources of edges into each state */
+        memset(first, 0, sizeof *first * ((size_t)n + 1));
+        for (int pass = 0; pass < 2; pass++) {
+            m = 0;
+            for (int32_t q = 0; q < n; q++) {
+                const hy_gstate_t *st = &g->st[q];
+
+                for (int32_t e = 0; e < st->ne; e++) {
+                    const hy_gedge_t *ed = &g->edges[st->e0 + e];
+                    bool meets = false;
+
+                    for (int b = ed->lo; b <= ed->hi && !meets; b++)
+                        meets = (bits[b] >> k) & 1;
+                    if (!meets)
+                        continue;
+                    if (pass == 0)
+                        first[ed->to + 1]++;
+                    else
+                        src[first[ed->to] + queue[ed->to]++] = q;
+                    m++;
+                }
+            }
+            if (pass == 0) {
+                for (int32_t q = 0; q < n; q++)
+                    first[q + 1] += first[q];
+                memset(queue, 0, sizeof *queue * (size_t)n); /* fill cursors */
+            }
+        }
+        /* the states missing a class-k byte start at 0 */
+        for (int32_t q = 0; q < n; q++) {
+            const hy_gstate_t *st = &g->st[q];
             int covered = 0, need = 0;
 
             for (int b = 0; b < 256; b++)
@@ -300,34 +335,28 @@ int hy_grammar_runs(hy_grammar_t *g)
                     covered += (bits[b] >> k) & 1;
             g->run[q][k] = covered == need ? INT32_MAX : 0;
         }
-    }
-    for (int32_t round = 0; changed && round <= g->n_states; round++) {
-        changed = false;
-        for (int32_t q = 0; q < g->n_states; q++) {
-            const hy_gstate_t *st = &g->st[q];
+        for (int32_t q = 0; q < n; q++)
+            if (g->run[q][k] == 0)
+                queue[tail++] = q;
+        while (head < tail) {
+            int32_t q = queue[head++];
 
-            for (int k = 0; k < HY_GCLASSES; k++) {
-                int32_t least = INT32_MAX;
+            for (int32_t j = first[q]; j < first[q + 1]; j++) {
+                int32_t p = src[j];
 
-                if (g->run[q][k] == 0)
-                    continue;
-                for (int32_t e = 0; e < st->ne; e++) {
-                    const hy_gedge_t *ed = &g->edges[st->e0 + e];
-                    bool meets = false;
-
-                    for (int b = ed->lo; b <= ed->hi && !meets; b++)
-                        meets = (bits[b] >> k) & 1;
-                    if (meets)
-                        least = HY_MIN(least, g->run[ed->to][k]);
-                }
-                if (least != INT32_MAX && least + 1 < g->run[q][k]) {
-                    g->run[q][k] = least + 1;
-                    changed = true;
+                if (g->run[p][k] == INT32_MAX) {
+                    g->run[p][k] = g->run[q][k] + 1;
+                    queue[tail++] = p;
                 }
             }
         }
     }
-    return HY_OK;
+    rc = HY_OK;
+done:
+    free(first);
+    free(src);
+    free(queue);
+    return rc;
 }
 
 static inline bool mask_has(const uint64_t *m, uint8_t b)

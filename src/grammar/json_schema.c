@@ -169,10 +169,11 @@ static const struct {
 } k_builtins[] = {
     {HY_JSG_WS, 0, "json-ws", "json-ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n"},
     /* a \u escape never writes a surrogate, so every json-char is one code
-     * point: minLength/maxLength count right */
+     * point: minLength/maxLength count right; the two kinds of escape share
+     * their last two hex digits, which keeps unrolled strings small */
     {HY_JSG_CHAR, 0, "json-char",
-     "json-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-C] "
-     "[0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | [e-fE-F] [0-9a-fA-F]{3} ) )\n"},
+     "json-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-ce-fA-CE-F] "
+     "[0-9a-fA-F] | [dD] [0-7] ) [0-9a-fA-F]{2} )\n"},
     {HY_JSG_STRING, HY_JSG_CHAR, "json-string", "json-string ::= \"\\\"\" json-char* \"\\\"\"\n"},
     {HY_JSG_INT, 0, "json-int", "json-int ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"},
     {HY_JSG_NUMBER, 0, "json-number",
@@ -361,6 +362,35 @@ static int conv_ref(hy_jsg_t *g, const char *ref, hy_gtext_t *out)
     }
     hy_gtext_puts(out, name);
     return HY_OK;
+}
+
+const char *hy_jsg_shared(hy_jsg_t *g, const char *key, const char *body)
+{
+    char name[64], k[600];
+
+    snprintf(k, sizeof k, "@%.590s", key); /* never a $ref: those start with '#' */
+    for (int32_t i = 0; i < g->n_refs; i++)
+        if (strcmp(g->refs[i].ptr, k) == 0)
+            return g->refs[i].rule;
+    if (g->n_refs == g->cap_refs) {
+        int32_t cap = g->cap_refs ? g->cap_refs * 2 : 8;
+        hy_jsg_ref_t *r = realloc(g->refs, sizeof *r * (size_t)cap);
+
+        if (r == NULL)
+            return jsg_nomem(g), NULL;
+        g->refs = r;
+        g->cap_refs = cap;
+    }
+    hy_jsg_name(g, key, name);
+    g->refs[g->n_refs].ptr = strdup(k);
+    g->refs[g->n_refs].rule = strdup(name);
+    if (!g->refs[g->n_refs].ptr || !g->refs[g->n_refs].rule) {
+        free(g->refs[g->n_refs].ptr);
+        free(g->refs[g->n_refs].rule);
+        return jsg_nomem(g), NULL;
+    }
+    hy_jsg_define(g, name, body);
+    return g->refs[g->n_refs++].rule;
 }
 
 /* ---- allOf: merging schemas ------------------------------------------------ */

@@ -49,6 +49,10 @@ const char *hy_jsg_builtin(hy_jsg_t *g, unsigned which);
 void hy_jsg_name(hy_jsg_t *g, const char *hint, char *out);
 /* Defines rule name ::= body. */
 void hy_jsg_define(hy_jsg_t *g, const char *name, const char *body);
+/* The rule for body, defined once per key ("string-0-300", "format-email"):
+ * properties with the same bounded string or format share one automaton
+ * instead of each unrolling its own.  NULL after an error. */
+const char *hy_jsg_shared(hy_jsg_t *g, const char *key, const char *body);
 
 /* json_schema_types.c: each appends a GBNF expression to out */
 int hy_jsg_string(hy_jsg_t *g, const cJSON *s, hy_gtext_t *out);

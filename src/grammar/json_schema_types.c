@@ -122,7 +122,17 @@ int hy_jsg_string(hy_jsg_t *g, const cJSON *s, hy_gtext_t *out)
             return hy_jsg_fail(g, HY_EINVAL, "'format' must be a string");
         for (size_t i = 0; i < HY_ARRAY_LEN(k_formats); i++) {
             if (strcmp(fmt->valuestring, k_formats[i].name) == 0) {
-                hy_gtext_printf(out, "( \"\\\"\" %s \"\\\"\" )", k_formats[i].gbnf);
+                char key[64];
+                hy_gtext_t body = { 0 };
+                const char *rule;
+
+                snprintf(key, sizeof key, "format-%s", k_formats[i].name);
+                hy_gtext_printf(&body, "\"\\\"\" %s \"\\\"\"", k_formats[i].gbnf);
+                rule = body.oom ? NULL : hy_jsg_shared(g, key, body.s);
+                hy_gtext_free(&body);
+                if (rule == NULL)
+                    return hy_jsg_fail(g, HY_ENOMEM, "out of memory");
+                hy_gtext_puts(out, rule);
                 return HY_OK;
             }
         }
@@ -132,25 +142,46 @@ int hy_jsg_string(hy_jsg_t *g, const cJSON *s, hy_gtext_t *out)
                            fmt->valuestring);
     }
     if (pat != NULL) {
-        char err[HY_ERR_LEN];
+        char err[HY_ERR_LEN], key[600];
+        hy_gtext_t body = { 0 };
+        const char *rule;
 
         if (!cJSON_IsString(pat))
             return hy_jsg_fail(g, HY_EINVAL, "'pattern' must be a string");
-        hy_gtext_puts(out, "( \"\\\"\" ");
+        hy_gtext_puts(&body, "\"\\\"\" ");
         if (hy_regex_to_gbnf(pat->valuestring, strlen(pat->valuestring),
-                             hy_jsg_builtin(g, HY_JSG_CHAR), out, err) != HY_OK)
+                             hy_jsg_builtin(g, HY_JSG_CHAR), &body, err) != HY_OK) {
+            hy_gtext_free(&body);
             return hy_jsg_fail(g, HY_EUNSUPPORTED, "pattern: %s", err);
-        hy_gtext_puts(out, " \"\\\"\" )");
+        }
+        hy_gtext_puts(&body, " \"\\\"\"");
+        snprintf(key, sizeof key, "pattern %s", pat->valuestring);
+        rule = body.oom ? NULL : hy_jsg_shared(g, key, body.s);
+        hy_gtext_free(&body);
+        if (rule == NULL)
+            return hy_jsg_fail(g, HY_ENOMEM, "out of memory");
+        hy_gtext_puts(out, rule);
         return HY_OK;
     }
     if (min <= 0 && max < 0) {
         hy_gtext_puts(out, hy_jsg_builtin(g, HY_JSG_STRING));
         return HY_OK;
     }
-    hy_gtext_printf(out, "( \"\\\"\" %s{%ld,", hy_jsg_builtin(g, HY_JSG_CHAR), min < 0 ? 0 : min);
-    if (max >= 0)
-        hy_gtext_printf(out, "%ld", max);
-    hy_gtext_puts(out, "} \"\\\"\" )");
+    {
+        char key[64], body[160];
+        const char *rule;
+
+        min = min < 0 ? 0 : min;
+        snprintf(key, sizeof key, "string-%ld-%ld", min, max);
+        snprintf(body, sizeof body, "\"\\\"\" %s{%ld,%s} \"\\\"\"", hy_jsg_builtin(g, HY_JSG_CHAR),
+                 min, max >= 0 ? "" : "");
+        if (max >= 0)
+            snprintf(body, sizeof body, "\"\\\"\" %s{%ld,%ld} \"\\\"\"",
+                     hy_jsg_builtin(g, HY_JSG_CHAR), min, max);
+        if ((rule = hy_jsg_shared(g, key, body)) == NULL)
+            return hy_jsg_fail(g, HY_ENOMEM, "out of memory");
+        hy_gtext_puts(out, rule);
+    }
     return HY_OK;
 }
 

@@ -408,6 +408,8 @@ int hy_cmd_bench_offline(int argc, char **argv)
     eo.max_batch_tokens = (int32_t)mbt;
     eo.max_seqs = (int32_t)conc;
     eo.n_ctx = (int32_t)(ttft_n > 0 ? ttft_n + 2 : n_prompt + n_gen + 1);
+    /* the grammar spec travels in the prompt's arena, which holds n_ctx ids */
+    eo.n_ctx += (int32_t)((gspec_len + 3) / 4);
     eo.page_tokens = 16;
     eo.kv_type = HY_DTYPE_F16;
     eo.checkpoint_interval = (int32_t)ckpt_interval;

@@ -127,6 +127,7 @@ def load_corpus(limit=0):
 def request_body(k, name, schema, model, max_tokens):
     words = re.sub(r"^\d+-", "", name).replace("-", " ")
     return {"model": model, "temperature": 1.0, "seed": 1000 + k, "max_tokens": max_tokens,
+            "stream": True, "stream_options": {"include_usage": True},
             "messages": [{"role": "system",
                           "content": "You answer with one JSON value. Keep strings short."},
                          {"role": "user", "content": "Give an example %s." % words}],
@@ -150,19 +151,45 @@ def post(host, port, path, body, timeout=900):
         c.close()
 
 
+def post_stream(host, port, path, body, timeout=900):
+    """A streamed request: (status, content, finish_reason, usage or {}),
+    or (status, error body, None, {}) when it is refused.  Streaming keeps
+    a slow answer under the proxy's read timeout."""
+    c = httpc.HTTPConnection(host, port, timeout=timeout)
+    try:
+        c.request("POST", path, body=json.dumps(body).encode(),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            return r.status, r.read()[:300].decode(errors="replace"), None, {}
+        text, finish, usage = [], None, {}
+        for raw in r:
+            line = raw.decode("utf-8").strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if "error" in ev:
+                return 500, json.dumps(ev["error"])[:300], None, {}
+            usage = ev.get("usage") or usage
+            for ch in ev.get("choices") or []:
+                text.append((ch.get("delta") or {}).get("content") or "")
+                finish = ch.get("finish_reason") or finish
+        return 200, "".join(text), finish, usage
+    finally:
+        c.close()
+
+
 def one(host, port, k, name, schema, model, max_tokens):
     """(name, outcome, why, completion tokens, text); outcome is "valid",
     "length", "invalid" or "error" (an HTTP error: refused or failed)."""
-    status, r = post(host, port, "/v1/chat/completions",
-                     request_body(k, name, schema, model, max_tokens))
+    status, text, finish, usage = post_stream(host, port, "/v1/chat/completions",
+                                              request_body(k, name, schema, model, max_tokens))
     if status != 200:
-        return name, "error", "HTTP %d: %s" % (status, json.dumps(r)[:300]), 0, None
-    ch = r["choices"][0]
-    text = ch["message"]["content"] or ""
-    n = r.get("usage", {}).get("completion_tokens", 0)
-    if ch["finish_reason"] != "stop":
+        return name, "error", "HTTP %d: %s" % (status, text), 0, None
+    n = usage.get("completion_tokens", 0)
+    if finish != "stop":
         return name, "length", "finish_reason %s after %d tokens: %r" % (
-            ch["finish_reason"], n, text[-100:]), n, text
+            finish, n, text[-100:]), n, text
     why = validate(schema, text)
     return name, "valid" if why is None else "invalid", why, n, text
 

@@ -9,7 +9,11 @@
  * filling every state's set up front.
  *
  *   tests/unit/bench_grammar MODEL.gguf SCHEMA.json DOCUMENT.json [reps]
- * SCHEMA.json may be "json" (any JSON object).  Built by make check, not run.
+ * SCHEMA.json may be "json" (any JSON object).
+ *   tests/unit/bench_grammar MODEL.gguf --corpus DIR
+ * compiles every *.json schema of DIR and fills all its token sets: the
+ * distribution (median, 90th percentile, max) of each cost.
+ * Built by make check, not run.
  */
 #include "bench.h"
 #include "grammar/grammar.h"
@@ -17,6 +21,7 @@
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +79,84 @@ static double pass(hy_grammar_t *g, const int32_t *ids, size_t n, int32_t n_voca
     return total;
 }
 
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void report(const char *what, double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+    printf("bench_grammar corpus %s: median %.2f p90 %.2f max %.2f\n", what, v[n / 2],
+           v[(int)(0.9 * (n - 1))], v[n - 1]);
+}
+
+/* Every schema of dir: compile and fill times (ms of thread CPU). */
+static int corpus(hy_gvocab_t *v, const char *dir, char *err)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char *names[1024];
+    int n = 0, rc = HY_OK;
+    double conv[1024], comp[1024], fill[1024], states[1024];
+
+    if (d == NULL)
+        return hy_err(err, HY_EIO, "cannot open %s", dir);
+    while ((de = readdir(d)) != NULL && n < 1024)
+        if (strstr(de->d_name, ".json") != NULL)
+            names[n++] = strdup(de->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, name_cmp);
+    for (int i = 0; i < n && rc == HY_OK; i++) {
+        char path[4096], *text, *gbnf = NULL;
+        size_t len = 0, glen = 0;
+        cJSON *schema;
+        hy_grammar_t *g = NULL;
+        hy_grammar_stats_t st;
+        double t0, t1;
+
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if ((text = slurp(path, &len)) == NULL || (schema = cJSON_Parse(text)) == NULL) {
+            free(text);
+            rc = hy_err(err, HY_EIO, "%s: cannot read", path);
+            break;
+        }
+        t0 = bench_clock_s(CPU);
+        rc = hy_json_schema_to_gbnf(schema, &gbnf, &glen, err);
+        t1 = bench_clock_s(CPU);
+        if (rc == HY_OK)
+            rc = hy_grammar_compile(&g, gbnf, glen, v, err);
+        conv[i] = (t1 - t0) * 1e3;
+        comp[i] = (bench_clock_s(CPU) - t1) * 1e3;
+        t0 = bench_clock_s(CPU);
+        if (rc == HY_OK)
+            rc = hy_grammar_precompute(g, err);
+        fill[i] = (bench_clock_s(CPU) - t0) * 1e3;
+        if (rc == HY_OK) {
+            hy_grammar_stats(g, &st);
+            states[i] = st.n_states;
+        }
+        if (comp[i] > 20 || fill[i] > 200)
+            printf("bench_grammar corpus slow: %s compile_ms=%.1f states=%.0f fill_ms=%.1f\n",
+                   names[i], comp[i], states[i], fill[i]);
+        hy_grammar_unref(g);
+        cJSON_Delete(schema);
+        free(gbnf);
+        free(text);
+    }
+    if (rc == HY_OK) {
+        printf("bench_grammar corpus %s: %d schemas, vocabulary %d\n", dir, n,
+               hy_gvocab_n_vocab(v));
+        report("schema_to_gbnf_ms", conv, n);
+        report("compile_ms", comp, n);
+        report("automaton_states", states, n);
+        report("fill_all_token_sets_ms", fill, n);
+    }
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     char err[HY_ERR_LEN];
@@ -99,6 +182,12 @@ int main(int argc, char **argv)
     if (hy_gvocab_create(&v, tok, err) != HY_OK)
         goto fail;
     t_vocab = bench_clock_s(CPU) - t0;
+    if (strcmp(argv[2], "--corpus") == 0) {
+        if (corpus(v, argv[3], err) != HY_OK)
+            goto fail;
+        rc = 0;
+        goto out;
+    }
     sch = strcmp(argv[2], "json") == 0 ? strdup("{\"type\":\"object\"}") : slurp(argv[2], &sch_len);
     doc = slurp(argv[3], &doc_len);
     if (sch == NULL || doc == NULL || (schema = cJSON_Parse(sch)) == NULL) {
