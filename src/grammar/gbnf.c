@@ -283,7 +283,8 @@ static int32_t ranges_normalise(gp_t *p, int32_t off, bool negate)
     hy_gbnf_range_t *r = g->ranges + off;
     int32_t n = g->n_ranges - off, m = 0;
 
-    qsort(r, (size_t)n, sizeof *r, range_cmp);
+    if (n > 1)
+        qsort(r, (size_t)n, sizeof *r, range_cmp);
     for (int32_t i = 0; i < n; i++) {
         if (m > 0 && r[i].lo <= r[m - 1].hi + 1) {
             if (r[i].hi > r[m - 1].hi)

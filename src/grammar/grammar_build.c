@@ -404,7 +404,8 @@ static int edge_from_cmp(const void *x, const void *y)
 /* Sorts edges by source and builds first[]. */
 static int nfa_freeze(gb_t *b)
 {
-    qsort(b->e, (size_t)b->n_e, sizeof *b->e, edge_from_cmp);
+    if (b->n_e > 1)
+        qsort(b->e, (size_t)b->n_e, sizeof *b->e, edge_from_cmp);
     b->first = calloc((size_t)b->n_states + 1, sizeof *b->first);
     if (b->first == NULL)
         return gb_nomem(b);

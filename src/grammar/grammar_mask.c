@@ -759,7 +759,8 @@ static void memo_store(hy_gmatch_t *m, uint64_t key, bool eog, const uint64_t *b
     if ((ids = realloc(e->ids, sizeof *ids * (size_t)(s->n + 1))) == NULL)
         return;
     e->ids = ids;
-    memcpy(e->ids, s->ids, sizeof *ids * (size_t)s->n);
+    if (s->n > 0)
+        memcpy(e->ids, s->ids, sizeof *ids * (size_t)s->n);
     memcpy(e->bits, bits, sizeof *bits * (size_t)nw);
     e->n_ids = s->n;
     e->key = key;

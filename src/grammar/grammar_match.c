@@ -338,7 +338,8 @@ static void memo_put(hy_gpool_t *p, int32_t node, uint8_t b, const hy_gset_t *ou
         memcpy(p->mids + p->n_mids, out->follow, sizeof out->follow);
         p->n_mids += 8;
     }
-    memcpy(p->mids + p->n_mids, out->ids, sizeof *out->ids * (size_t)out->n);
+    if (out->n > 0)
+        memcpy(p->mids + p->n_mids, out->ids, sizeof *out->ids * (size_t)out->n);
     p->n_mids += out->n;
 }
 

@@ -787,16 +787,23 @@ static int conv_object(hy_jsg_t *g, const cJSON *s, hy_gtext_t *out)
     }
     cJSON_ArrayForEach(x, req) {
         if (props == NULL || get(props, x->valuestring) == NULL) {
+            static const cJSON any = { .type = cJSON_True };
             bool dup = false;
 
             for (i = 0; i < n; i++)
                 dup |= strcmp(p[i].name, x->valuestring) == 0;
-            if (!dup) {
-                static const cJSON any = { .type = cJSON_True };
-
-                p[n++] = (prop_t){ x->valuestring, &any, true };
-                n_req++;
+            if (dup)
+                continue;
+            /* required but not declared: its schema is additionalProperties' */
+            if (cJSON_IsFalse(ap)) {
+                hy_jsg_fail(g, HY_EINVAL,
+                            "property '%.64s' is required but additionalProperties is false and "
+                            "'properties' does not declare it: no value can validate",
+                            x->valuestring);
+                goto done;
             }
+            p[n++] = (prop_t){ x->valuestring, cJSON_IsObject(ap) ? ap : &any, true };
+            n_req++;
         }
     }
     /* absent additionalProperties: free-form when nothing is declared,

@@ -124,16 +124,25 @@ def load_corpus(limit=0):
     return out[:limit] if limit > 0 else out
 
 
-def request_body(k, name, schema, model, max_tokens):
+# The sampling every corpus request uses: temperature 1 with llama.cpp's
+# default truncation (what llama-server applies when a request names none),
+# so that hyserve and llama-server sample alike.
+SAMPLING = {"temperature": 1.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
+
+
+def request_body(k, name, schema, model, max_tokens, sampling=None):
     words = re.sub(r"^\d+-", "", name).replace("-", " ")
-    return {"model": model, "temperature": 1.0, "seed": 1000 + k, "max_tokens": max_tokens,
+    body = {"model": model, "seed": 1000 + k, "max_tokens": max_tokens,
             "stream": True, "stream_options": {"include_usage": True},
             "messages": [{"role": "system",
-                          "content": "You answer with one JSON value. Keep strings short."},
-                         {"role": "user", "content": "Give an example %s." % words}],
+                          "content": "You answer with one JSON value that follows this JSON "
+                                     "schema: %s" % json.dumps(schema)},
+                         {"role": "user", "content": "Give a short example %s." % words}],
             "response_format": {"type": "json_schema",
                                 "json_schema": {"name": "s%d" % k, "schema": schema,
                                                 "strict": True}}}
+    body.update(SAMPLING if sampling is None else sampling)
+    return body
 
 
 def post(host, port, path, body, timeout=900):
@@ -179,11 +188,12 @@ def post_stream(host, port, path, body, timeout=900):
         c.close()
 
 
-def one(host, port, k, name, schema, model, max_tokens):
+def one(host, port, k, name, schema, model, max_tokens, sampling=None):
     """(name, outcome, why, completion tokens, text); outcome is "valid",
     "length", "invalid" or "error" (an HTTP error: refused or failed)."""
-    status, text, finish, usage = post_stream(host, port, "/v1/chat/completions",
-                                              request_body(k, name, schema, model, max_tokens))
+    status, text, finish, usage = post_stream(
+        host, port, "/v1/chat/completions",
+        request_body(k, name, schema, model, max_tokens, sampling))
     if status != 200:
         return name, "error", "HTTP %d: %s" % (status, text), 0, None
     n = usage.get("completion_tokens", 0)
@@ -194,11 +204,14 @@ def one(host, port, k, name, schema, model, max_tokens):
     return name, "valid" if why is None else "invalid", why, n, text
 
 
-def run(host, port, model, schemas, concurrency=16, max_tokens=768):
-    """Runs every schema; returns (results, wall seconds)."""
+def run(host, port, model, schemas, concurrency=16, max_tokens=768, sampling=None):
+    """Runs every schema; returns (results, wall seconds).  A schema's seed
+    is its position in the whole corpus (the number its file name starts
+    with), so a subset samples as the full run does."""
     t0 = time.time()
     with cf.ThreadPoolExecutor(concurrency) as ex:
-        futs = [ex.submit(one, host, port, k, nm, sc, model, max_tokens)
-                for k, (nm, sc) in enumerate(schemas)]
+        futs = [ex.submit(one, host, port, int(nm.split("-")[0]), nm, sc, model, max_tokens,
+                          sampling)
+                for nm, sc in schemas]
         results = [f.result() for f in futs]
     return results, time.time() - t0

@@ -9,8 +9,14 @@
 
 #include <string.h>
 
-/* HY_T_OK that also returns the condition, to stop a case early. */
-#define HY_T_OK_RET(cond, ...) (HY_T_OK(cond, __VA_ARGS__), !!(cond))
+/* HY_T_OK that also returns the condition (evaluated once), to stop a
+ * case early. */
+#define HY_T_OK_RET(cond, ...)                 \
+    ({                                         \
+        int c_ = !!(cond);                     \
+        HY_T_OK(c_, __VA_ARGS__);              \
+        c_;                                    \
+    })
 
 static int parse(const char *src, hy_gbnf_t *g, char *err)
 {

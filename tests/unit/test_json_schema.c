@@ -128,8 +128,11 @@ static void test_objects(void)
     check("object with no properties: any object", "{'type':'object'}",
           L("{}", "{'a':{'b':[]}}"), L("[]"));
     check("required but undeclared is added", "{'type':'object','required':['id'],"
-                                              "'properties':{},'additionalProperties':false}",
-          L("{'id':5}", "{'id':'x'}"), L("{}"));
+                                              "'properties':{'a':{}}}",
+          L("{'id':5}", "{'a':1,'id':'x'}"), L("{}"));
+    check("required but undeclared takes additionalProperties' schema",
+          "{'type':'object','required':['id'],'additionalProperties':{'type':'integer'}}",
+          L("{'id':5}", "{'id':5,'x':6}"), L("{'id':'x'}"));
     check("property schema false may not appear",
           "{'properties':{'a':{'type':'integer'},'b':false}}", L("{'a':1}"), L("{'b':1}"));
     check("escaped property names", "{'properties':{'a\\'b':{'const':1},'c\\\\d':{'const':2}},"
@@ -340,6 +343,8 @@ static void test_refusals(void)
                  "{'properties':{'b':{}},'required':['b']}]}",
                  "property 'b' is required by one branch and forbidden");
     expect_error("{'type':'object','minProperties':2}", "'minProperties' is not supported unless");
+    expect_error("{'type':'object','properties':{'a':{}},'required':['b'],'additionalProperties':false}",
+                 "property 'b' is required but additionalProperties is false");
     expect_error("false", "the schema false accepts no value");
     expect_error("{'enum':[1,2],'minimum':0}", "'minimum' together with enum/const is not supported");
     expect_error("{'type':'string','enum':[1,2]}", "no enum/const value has an allowed type");
