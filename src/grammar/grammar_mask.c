@@ -835,14 +835,23 @@ out:
 
 void hy_grammar_apply_mask(float *logits, const uint64_t *bits, int32_t n_vocab)
 {
+    const float ninf = -__builtin_inff();
+
+    /* whole words first: a mask is mostly all-allowed words (a string's
+     * contents) or all-refused ones (a key, a number), both branch-free */
     for (int32_t w = 0; w * 64 < n_vocab; w++) {
         uint64_t b = bits[w];
         int32_t base = w * 64, end = HY_MIN(n_vocab, base + 64);
 
-        if (b == ~0ull)
+        if (b == ~0ull && end - base == 64)
             continue;
+        if (b == 0) {
+            for (int32_t i = base; i < end; i++)
+                logits[i] = ninf;
+            continue;
+        }
         for (int32_t i = base; i < end; i++)
             if (!((b >> (i - base)) & 1))
-                logits[i] = -__builtin_inff();
+                logits[i] = ninf;
     }
 }
