@@ -280,8 +280,9 @@ static int range_cmp(const void *a, const void *b)
 static int32_t ranges_normalise(gp_t *p, int32_t off, bool negate)
 {
     hy_gbnf_t *g = p->g;
-    hy_gbnf_range_t *r = g->ranges + off;
     int32_t n = g->n_ranges - off, m = 0;
+    /* an empty class ([] or [^]) first in the grammar: ranges is still NULL */
+    hy_gbnf_range_t *r = n > 0 ? g->ranges + off : NULL;
 
     if (n > 1)
         qsort(r, (size_t)n, sizeof *r, range_cmp);

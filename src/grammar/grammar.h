@@ -45,7 +45,8 @@ typedef struct hy_gmatch hy_gmatch_t;
 /* ---- vocabulary ----------------------------------------------------------- */
 
 /* Token trie of tok's vocabulary (pieces as generated text: no special
- * rendering, no SentencePiece prefix stripping). */
+ * rendering, no SentencePiece prefix stripping).  In grammar_cache.c, the
+ * only caller of the tokenizer: the rest links without it. */
 int hy_gvocab_create(hy_gvocab_t **out, const hy_tok_t *tok, char *err);
 /* The same from explicit pieces (tests, tools): pieces[i].len == 0 marks a
  * token that is never allowed; eog (may be NULL) the end-of-generation ones. */

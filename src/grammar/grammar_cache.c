@@ -5,6 +5,9 @@
  * of the text plus compares, negligible next to a decode step.  Eviction
  * drops the least recently used entry; matchers still running on it keep
  * their own reference, so eviction never pulls a grammar from under them.
+ * The model's vocabulary as the engine's grammars see it is built here too:
+ * it is the one place grammar/ calls the tokenizer, so the compiler and the
+ * matcher link without it (the API's validation, its fuzz target).
  */
 #include "grammar/grammar_cache.h"
 #include "common/sha256.h"
@@ -12,6 +15,37 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- the model's vocabulary ----------------------------------------------- */
+
+int hy_gvocab_create(hy_gvocab_t **out, const hy_tok_t *tok, char *err)
+{
+    int32_t n = (int32_t)hy_tok_n_vocab(tok);
+    hy_tok_str_t *pieces = malloc(sizeof *pieces * (size_t)n);
+    bool *eog = malloc(sizeof *eog * (size_t)n);
+    int rc;
+
+    if (pieces == NULL || eog == NULL) {
+        free(pieces);
+        free(eog);
+        return hy_err(err, HY_ENOMEM, "grammar: out of memory");
+    }
+    for (int32_t i = 0; i < n; i++) {
+        hy_tok_type_t ty = hy_tok_type(tok, i);
+
+        eog[i] = hy_tok_is_eog(tok, i);
+        /* special and control tokens never stand for grammar text */
+        if (ty == HY_TOK_TYPE_CONTROL || ty == HY_TOK_TYPE_UNKNOWN ||
+            ty == HY_TOK_TYPE_UNUSED || ty == HY_TOK_TYPE_UNDEFINED)
+            pieces[i] = (hy_tok_str_t){ "", 0 };
+        else
+            pieces[i] = hy_tok_token_piece(tok, i, false);
+    }
+    rc = hy_gvocab_create_pieces(out, n, pieces, eog, err);
+    free(pieces);
+    free(eog);
+    return rc;
+}
 
 /* ---- spec ------------------------------------------------------------------- */
 

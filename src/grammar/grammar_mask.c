@@ -207,35 +207,6 @@ nomem:
     return hy_err(err, HY_ENOMEM, "grammar: out of memory for the vocabulary trie");
 }
 
-int hy_gvocab_create(hy_gvocab_t **out, const hy_tok_t *tok, char *err)
-{
-    int32_t n = (int32_t)hy_tok_n_vocab(tok);
-    hy_tok_str_t *pieces = malloc(sizeof *pieces * (size_t)n);
-    bool *eog = malloc(sizeof *eog * (size_t)n);
-    int rc;
-
-    if (pieces == NULL || eog == NULL) {
-        free(pieces);
-        free(eog);
-        return hy_err(err, HY_ENOMEM, "grammar: out of memory");
-    }
-    for (int32_t i = 0; i < n; i++) {
-        hy_tok_type_t ty = hy_tok_type(tok, i);
-
-        eog[i] = hy_tok_is_eog(tok, i);
-        /* special and control tokens never stand for grammar text */
-        if (ty == HY_TOK_TYPE_CONTROL || ty == HY_TOK_TYPE_UNKNOWN ||
-            ty == HY_TOK_TYPE_UNUSED || ty == HY_TOK_TYPE_UNDEFINED)
-            pieces[i] = (hy_tok_str_t){ "", 0 };
-        else
-            pieces[i] = hy_tok_token_piece(tok, i, false);
-    }
-    rc = hy_gvocab_create_pieces(out, n, pieces, eog, err);
-    free(pieces);
-    free(eog);
-    return rc;
-}
-
 void hy_gvocab_free(hy_gvocab_t *v)
 {
     if (v == NULL)
