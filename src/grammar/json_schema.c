@@ -739,17 +739,11 @@ static void not_names(hy_jsg_t *g, const char **names, int32_t n, size_t depth, 
     free(sub);
 }
 
-static int conv_object(hy_jsg_t *g, const cJSON *s, hy_gtext_t *out)
+/* The object keywords' own shapes and the combinations not supported. */
+static int conv_object_check(hy_jsg_t *g, const cJSON *props, const cJSON *req,
+                             const cJSON *ap, const cJSON *up)
 {
-    const cJSON *props = get(s, "properties"), *req = get(s, "required"),
-                *ap = get(s, "additionalProperties"), *up = get(s, "unevaluatedProperties"), *x;
-    const char *ws = hy_jsg_builtin(g, HY_JSG_WS);
-    prop_t *p = NULL;
-    int32_t n = 0, cap, n_req = 0, i;
-    long min_p, max_p;
-    bool extra;
-    char name[64];
-    hy_gtext_t body = { 0 }, extra_kv = { 0 }, *kv = NULL;
+    const cJSON *x;
 
     if (props != NULL && !cJSON_IsObject(props))
         return hy_jsg_fail(g, HY_EINVAL, "'properties' must be an object, got %s",
@@ -768,44 +762,155 @@ static int conv_object(hy_jsg_t *g, const cJSON *s, hy_gtext_t *out)
         return hy_jsg_fail(g, HY_EUNSUPPORTED,
                            "'unevaluatedProperties': false with additionalProperties allowed is "
                            "not supported");
-    cap = cJSON_GetArraySize(props) + cJSON_GetArraySize(req) + 1;
-    if ((p = calloc((size_t)cap, sizeof *p)) == NULL)
-        return jsg_nomem(g);
+    return HY_OK;
+}
+
+/* The keys an object may hold, declared ones first, then required keys
+ * that only additionalProperties describes, into p[0..*n). */
+static int conv_object_props(hy_jsg_t *g, const cJSON *props, const cJSON *req,
+                             const cJSON *ap, prop_t *p, int32_t *n, int32_t *n_req)
+{
+    static const cJSON any = { .type = cJSON_True };
+    const cJSON *x;
+
     cJSON_ArrayForEach(x, props) {
         bool r = in_required(req, x->string);
 
         if (cJSON_IsFalse(x)) {
-            if (r) {
-                hy_jsg_fail(g, HY_EINVAL, "property '%.64s' is required but its schema is false",
-                            x->string);
-                goto done;
-            }
+            if (r)
+                return hy_jsg_fail(g, HY_EINVAL,
+                                   "property '%.64s' is required but its schema is false",
+                                   x->string);
             continue; /* may never appear */
         }
-        p[n++] = (prop_t){ x->string, x, r };
-        n_req += r;
+        p[(*n)++] = (prop_t){ x->string, x, r };
+        *n_req += r;
     }
     cJSON_ArrayForEach(x, req) {
-        if (props == NULL || get(props, x->valuestring) == NULL) {
-            static const cJSON any = { .type = cJSON_True };
-            bool dup = false;
+        bool dup = false;
 
-            for (i = 0; i < n; i++)
-                dup |= strcmp(p[i].name, x->valuestring) == 0;
-            if (dup)
-                continue;
-            /* required but not declared: its schema is additionalProperties' */
-            if (cJSON_IsFalse(ap)) {
-                hy_jsg_fail(g, HY_EINVAL,
-                            "property '%.64s' is required but additionalProperties is false and "
-                            "'properties' does not declare it: no value can validate",
-                            x->valuestring);
-                goto done;
-            }
-            p[n++] = (prop_t){ x->valuestring, cJSON_IsObject(ap) ? ap : &any, true };
-            n_req++;
-        }
+        if (props != NULL && get(props, x->valuestring) != NULL)
+            continue;
+        for (int32_t i = 0; i < *n; i++)
+            dup |= strcmp(p[i].name, x->valuestring) == 0;
+        if (dup)
+            continue;
+        /* required but not declared: its schema is additionalProperties' */
+        if (cJSON_IsFalse(ap))
+            return hy_jsg_fail(g, HY_EINVAL,
+                               "property '%.64s' is required but additionalProperties is false "
+                               "and 'properties' does not declare it: no value can validate",
+                               x->valuestring);
+        p[(*n)++] = (prop_t){ x->valuestring, cJSON_IsObject(ap) ? ap : &any, true };
+        (*n_req)++;
     }
+    return HY_OK;
+}
+
+/* One key-value pair of a key the object does not declare (any string but
+ * the declared names), into extra_kv. */
+static int conv_object_extra(hy_jsg_t *g, const prop_t *p, int32_t n, const cJSON *ap,
+                             const char *ws, hy_gtext_t *extra_kv)
+{
+    size_t old = path_push(g, "additionalProperties");
+    const char **names = malloc(sizeof *names * (size_t)(n + 1));
+
+    if (names == NULL) {
+        path_pop(g, old);
+        return jsg_nomem(g);
+    }
+    for (int32_t i = 0; i < n; i++)
+        names[i] = p[i].name;
+    if (n == 0) {
+        hy_gtext_puts(extra_kv, hy_jsg_builtin(g, HY_JSG_STRING));
+    } else {
+        hy_gtext_puts(extra_kv, "\"\\\"\" ");
+        not_names(g, names, n, 0, extra_kv);
+    }
+    free(names);
+    hy_gtext_printf(extra_kv, " %s \":\" %s ", ws, ws);
+    if (ap == NULL || cJSON_IsTrue(ap))
+        hy_gtext_puts(extra_kv, hy_jsg_builtin(g, HY_JSG_VALUE));
+    else
+        conv(g, ap, extra_kv);
+    hy_gtext_printf(extra_kv, " %s", ws);
+    path_pop(g, old);
+    return g->rc;
+}
+
+/*
+ * The declared keys in order, each optional one skippable, commas right:
+ * after(i) = what may follow once a key was written, with keys i.. left;
+ * first(i) = the same when nothing was written yet.
+ *   after(i) = ("," kv_i)? after(i+1)  (optional) | "," kv_i after(i+1)
+ *   first(i) = kv_i after(i+1) | first(i+1)  (optional) | kv_i after(i+1)
+ * after(n) = ("," extra)*, first(n) = (extra ("," extra)*)?
+ * Each after(i) is a rule, so the text stays linear in n.  The object's
+ * own rule is defined as name; extra_kv is NULL when no other key may
+ * appear.
+ */
+static void conv_object_rules(hy_jsg_t *g, const prop_t *p, const hy_gtext_t *kv, int32_t n,
+                              const hy_gtext_t *extra_kv, const char *ws, const char *name)
+{
+    hy_gtext_t f = { 0 }, body = { 0 };
+
+    for (int32_t i = n; i >= 1 && g->rc == HY_OK; i--) {
+        hy_gtext_t a = { 0 };
+        char an[80];
+
+        snprintf(an, sizeof an, "%s-a%d", name, i);
+        name_add(g, an);
+        if (i == n && extra_kv)
+            hy_gtext_printf(&a, "( \",\" %s %s )*", ws, extra_kv->s);
+        else if (i == n)
+            hy_gtext_puts(&a, "\"\"");
+        else
+            hy_gtext_printf(&a, "%s\",\" %s %s %s%s-a%d", p[i].required ? "" : "( ", ws,
+                            kv[i].s, p[i].required ? "" : ")? ", name, i + 1);
+        hy_jsg_define(g, an, a.s);
+        hy_gtext_free(&a);
+    }
+    /* first(0), written out as one expression from the back */
+    if (extra_kv)
+        hy_gtext_printf(&f, "( %s ( \",\" %s %s )* )?", extra_kv->s, ws, extra_kv->s);
+    else
+        hy_gtext_puts(&f, "\"\"");
+    for (int32_t i = n - 1; i >= 0 && g->rc == HY_OK; i--) {
+        hy_gtext_t t = { 0 };
+
+        if (p[i].required)
+            hy_gtext_printf(&t, "%s %s-a%d", kv[i].s, name, i + 1);
+        else
+            hy_gtext_printf(&t, "( %s %s-a%d | %s )", kv[i].s, name, i + 1, f.s);
+        hy_gtext_free(&f);
+        f = t;
+    }
+    hy_gtext_printf(&body, "\"{\" %s %s \"}\"", ws, f.s ? f.s : "\"\"");
+    hy_gtext_free(&f);
+    if (g->rc == HY_OK)
+        hy_jsg_define(g, name, body.s);
+    hy_gtext_free(&body);
+}
+
+static int conv_object(hy_jsg_t *g, const cJSON *s, hy_gtext_t *out)
+{
+    const cJSON *props = get(s, "properties"), *req = get(s, "required"),
+                *ap = get(s, "additionalProperties"), *up = get(s, "unevaluatedProperties");
+    const char *ws = hy_jsg_builtin(g, HY_JSG_WS);
+    prop_t *p = NULL;
+    int32_t n = 0, n_req = 0, i;
+    long min_p, max_p;
+    bool extra;
+    char name[64];
+    hy_gtext_t extra_kv = { 0 }, *kv = NULL;
+
+    if (conv_object_check(g, props, req, ap, up) != HY_OK)
+        return g->rc;
+    p = calloc((size_t)(cJSON_GetArraySize(props) + cJSON_GetArraySize(req) + 1), sizeof *p);
+    if (p == NULL)
+        return jsg_nomem(g);
+    if (conv_object_props(g, props, req, ap, p, &n, &n_req) != HY_OK)
+        goto done;
     /* absent additionalProperties: free-form when nothing is declared,
      * else only the declared keys (a subset of what validates) */
     extra = ap == NULL ? (n == 0 && up == NULL) : !cJSON_IsFalse(ap);
@@ -819,33 +924,8 @@ static int conv_object(hy_jsg_t *g, const cJSON *s, hy_gtext_t *out)
                     min_p > n_req ? "required" : "declared");
         goto done;
     }
-    if (extra) {
-        size_t old = path_push(g, "additionalProperties");
-        const char **names = malloc(sizeof *names * (size_t)(n + 1));
-
-        if (names == NULL) {
-            jsg_nomem(g);
-            goto done;
-        }
-        for (i = 0; i < n; i++)
-            names[i] = p[i].name;
-        if (n == 0) {
-            hy_gtext_puts(&extra_kv, hy_jsg_builtin(g, HY_JSG_STRING));
-        } else {
-            hy_gtext_puts(&extra_kv, "\"\\\"\" ");
-            not_names(g, names, n, 0, &extra_kv);
-        }
-        free(names);
-        hy_gtext_printf(&extra_kv, " %s \":\" %s ", ws, ws);
-        if (ap == NULL || cJSON_IsTrue(ap))
-            hy_gtext_puts(&extra_kv, hy_jsg_builtin(g, HY_JSG_VALUE));
-        else
-            conv(g, ap, &extra_kv);
-        hy_gtext_printf(&extra_kv, " %s", ws);
-        path_pop(g, old);
-        if (g->rc != HY_OK)
-            goto done;
-    }
+    if (extra && conv_object_extra(g, p, n, ap, ws, &extra_kv) != HY_OK)
+        goto done;
     /* each key-value pair converted once */
     if ((kv = calloc((size_t)n + 1, sizeof *kv)) == NULL) {
         jsg_nomem(g);
@@ -853,63 +933,15 @@ static int conv_object(hy_jsg_t *g, const cJSON *s, hy_gtext_t *out)
     }
     for (i = 0; i < n && g->rc == HY_OK; i++)
         kv_expr(g, &p[i], ws, &kv[i]);
-    /*
-     * The declared keys in order, each optional one skippable, commas
-     * right: after(i) = what may follow once a key was written, with keys
-     * i.. left; first(i) = the same when nothing was written yet.
-     *   after(i) = ("," kv_i)? after(i+1)  (optional) | "," kv_i after(i+1)
-     *   first(i) = kv_i after(i+1) | first(i+1)  (optional) | kv_i after(i+1)
-     * after(n) = ("," extra)*, first(n) = (extra ("," extra)*)?
-     * Each after(i) is a rule, so the text stays linear in n.
-     */
     hy_jsg_name(g, g->path_len ? g->path : "object", name);
-    for (i = n; i >= 1 && g->rc == HY_OK; i--) {
-        hy_gtext_t a = { 0 };
-        char an[80];
-
-        snprintf(an, sizeof an, "%s-a%d", name, i);
-        name_add(g, an);
-        if (i == n && extra)
-            hy_gtext_printf(&a, "( \",\" %s %s )*", ws, extra_kv.s);
-        else if (i == n)
-            hy_gtext_puts(&a, "\"\"");
-        else
-            hy_gtext_printf(&a, "%s\",\" %s %s %s%s-a%d", p[i].required ? "" : "( ", ws,
-                            kv[i].s, p[i].required ? "" : ")? ", name, i + 1);
-        hy_jsg_define(g, an, a.s);
-        hy_gtext_free(&a);
-    }
-    /* first(0), written out as one expression from the back */
-    {
-        hy_gtext_t f = { 0 };
-
-        if (extra)
-            hy_gtext_printf(&f, "( %s ( \",\" %s %s )* )?", extra_kv.s, ws, extra_kv.s);
-        else
-            hy_gtext_puts(&f, "\"\"");
-        for (i = n - 1; i >= 0 && g->rc == HY_OK; i--) {
-            hy_gtext_t t = { 0 };
-
-            if (p[i].required)
-                hy_gtext_printf(&t, "%s %s-a%d", kv[i].s, name, i + 1);
-            else
-                hy_gtext_printf(&t, "( %s %s-a%d | %s )", kv[i].s, name, i + 1, f.s);
-            hy_gtext_free(&f);
-            f = t;
-        }
-        hy_gtext_printf(&body, "\"{\" %s %s \"}\"", ws, f.s ? f.s : "\"\"");
-        hy_gtext_free(&f);
-    }
-    if (g->rc == HY_OK) {
-        hy_jsg_define(g, name, body.s);
+    conv_object_rules(g, p, kv, n, extra ? &extra_kv : NULL, ws, name);
+    if (g->rc == HY_OK)
         hy_gtext_puts(out, name);
-    }
 done:
     for (i = 0; kv != NULL && i < n; i++)
         hy_gtext_free(&kv[i]);
     free(kv);
     free(p);
-    hy_gtext_free(&body);
     hy_gtext_free(&extra_kv);
     return g->rc;
 }
