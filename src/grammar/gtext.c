@@ -41,6 +41,12 @@ void hy_gtext_put(hy_gtext_t *t, const char *s, size_t n)
 
 void hy_gtext_puts(hy_gtext_t *t, const char *s)
 {
+    /* NULL: a text or builtin whose own allocation failed; the failure
+     * carries over instead of reading through the pointer */
+    if (s == NULL) {
+        t->oom = true;
+        return;
+    }
     hy_gtext_put(t, s, strlen(s));
 }
 
@@ -74,6 +80,13 @@ void hy_gtext_printf(hy_gtext_t *t, const char *fmt, ...)
         hy_gtext_put(t, big, (size_t)n);
         free(big);
     }
+}
+
+const char *hy_gtext_of(hy_gtext_t *dst, const hy_gtext_t *sub, const char *empty)
+{
+    if (sub->oom)
+        dst->oom = true;
+    return sub->s != NULL && sub->len > 0 ? sub->s : empty;
 }
 
 char *hy_gtext_take(hy_gtext_t *t, size_t *len)

@@ -20,6 +20,10 @@ void hy_gtext_free(hy_gtext_t *t);
 void hy_gtext_put(hy_gtext_t *t, const char *s, size_t n);
 void hy_gtext_puts(hy_gtext_t *t, const char *s);
 void hy_gtext_printf(hy_gtext_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* sub's text for writing into dst ("empty" when sub has none): an append
+ * that failed in sub makes dst incomplete too, so one OOM check at the end
+ * of a conversion sees every nested text's failure. */
+const char *hy_gtext_of(hy_gtext_t *dst, const hy_gtext_t *sub, const char *empty);
 /* Hands the text over (NUL terminated) and resets t; NULL after an OOM. */
 char *hy_gtext_take(hy_gtext_t *t, size_t *len);
 

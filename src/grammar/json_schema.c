@@ -162,6 +162,16 @@ void hy_jsg_define(hy_jsg_t *g, const char *name, const char *body)
         jsg_nomem(g);
 }
 
+/* A rule whose body was written into a text: a body cut short by a failed
+ * append is never defined (it would parse as a different grammar). */
+static void define_text(hy_jsg_t *g, const char *name, const hy_gtext_t *body)
+{
+    if (body->oom)
+        jsg_nomem(g);
+    else
+        hy_jsg_define(g, name, body->s != NULL ? body->s : "");
+}
+
 /* The shared rules: name, what they use, body (one or more rules). */
 static const struct {
     unsigned which, uses;
@@ -353,7 +363,7 @@ static int conv_ref(hy_jsg_t *g, const char *ref, hy_gtext_t *out)
         snprintf(g->path, sizeof g->path, "%s", ref + 1);
         g->path_len = strlen(g->path);
         if (conv(g, target, &body) == HY_OK)
-            hy_jsg_define(g, name, body.s);
+            define_text(g, name, &body);
         hy_gtext_free(&body);
         if (g->rc != HY_OK)
             return g->rc; /* the error names the target's path */
@@ -861,34 +871,36 @@ static void conv_object_rules(hy_jsg_t *g, const prop_t *p, const hy_gtext_t *kv
         snprintf(an, sizeof an, "%s-a%d", name, i);
         name_add(g, an);
         if (i == n && extra_kv)
-            hy_gtext_printf(&a, "( \",\" %s %s )*", ws, extra_kv->s);
+            hy_gtext_printf(&a, "( \",\" %s %s )*", ws, hy_gtext_of(&a, extra_kv, ""));
         else if (i == n)
             hy_gtext_puts(&a, "\"\"");
         else
             hy_gtext_printf(&a, "%s\",\" %s %s %s%s-a%d", p[i].required ? "" : "( ", ws,
-                            kv[i].s, p[i].required ? "" : ")? ", name, i + 1);
-        hy_jsg_define(g, an, a.s);
+                            hy_gtext_of(&a, &kv[i], ""), p[i].required ? "" : ")? ", name, i + 1);
+        define_text(g, an, &a);
         hy_gtext_free(&a);
     }
     /* first(0), written out as one expression from the back */
     if (extra_kv)
-        hy_gtext_printf(&f, "( %s ( \",\" %s %s )* )?", extra_kv->s, ws, extra_kv->s);
+        hy_gtext_printf(&f, "( %s ( \",\" %s %s )* )?", hy_gtext_of(&f, extra_kv, ""), ws,
+                        hy_gtext_of(&f, extra_kv, ""));
     else
         hy_gtext_puts(&f, "\"\"");
     for (int32_t i = n - 1; i >= 0 && g->rc == HY_OK; i--) {
         hy_gtext_t t = { 0 };
 
         if (p[i].required)
-            hy_gtext_printf(&t, "%s %s-a%d", kv[i].s, name, i + 1);
+            hy_gtext_printf(&t, "%s %s-a%d", hy_gtext_of(&t, &kv[i], ""), name, i + 1);
         else
-            hy_gtext_printf(&t, "( %s %s-a%d | %s )", kv[i].s, name, i + 1, f.s);
+            hy_gtext_printf(&t, "( %s %s-a%d | %s )", hy_gtext_of(&t, &kv[i], ""), name, i + 1,
+                            hy_gtext_of(&t, &f, "\"\""));
         hy_gtext_free(&f);
         f = t;
     }
-    hy_gtext_printf(&body, "\"{\" %s %s \"}\"", ws, f.s ? f.s : "\"\"");
+    hy_gtext_printf(&body, "\"{\" %s %s \"}\"", ws, hy_gtext_of(&body, &f, "\"\""));
     hy_gtext_free(&f);
     if (g->rc == HY_OK)
-        hy_jsg_define(g, name, body.s);
+        define_text(g, name, &body);
     hy_gtext_free(&body);
 }
 
@@ -1005,7 +1017,7 @@ static int conv_array(hy_jsg_t *g, const cJSON *s, hy_gtext_t *out)
             hy_gtext_puts(&body, "( ");
             closes++;
         }
-        hy_gtext_printf(&body, "%s%s %s ", k ? "\",\" " : "", k ? ws : "", el.s ? el.s : "");
+        hy_gtext_printf(&body, "%s%s %s ", k ? "\",\" " : "", k ? ws : "", hy_gtext_of(&body, &el, ""));
         hy_gtext_printf(&body, "%s ", ws);
     }
     if (k == n_prefix && !cJSON_IsFalse(rest) && (max < 0 || max > n_prefix)) {
@@ -1022,14 +1034,16 @@ static int conv_array(hy_jsg_t *g, const cJSON *s, hy_gtext_t *out)
             goto done;
         if (n_prefix == 0) {
             /* the first item has no comma */
-            hy_gtext_printf(&body, "%s%s %s", lo == 0 ? "( " : "", el.s, ws);
+            hy_gtext_printf(&body, "%s%s %s", lo == 0 ? "( " : "", hy_gtext_of(&body, &el, ""), ws);
             lo = lo > 0 ? lo - 1 : 0;
             hi = hi < 0 ? -1 : hi - 1;
         }
         if (hi < 0)
-            hy_gtext_printf(&body, " ( \",\" %s %s %s ){%ld,}", ws, el.s, ws, lo);
+            hy_gtext_printf(&body, " ( \",\" %s %s %s ){%ld,}", ws, hy_gtext_of(&body, &el, ""), ws,
+                            lo);
         else if (hi > 0)
-            hy_gtext_printf(&body, " ( \",\" %s %s %s ){%ld,%ld}", ws, el.s, ws, lo, hi);
+            hy_gtext_printf(&body, " ( \",\" %s %s %s ){%ld,%ld}", ws,
+                            hy_gtext_of(&body, &el, ""), ws, lo, hi);
         if (n_prefix == 0 && min == 0)
             hy_gtext_puts(&body, " )?");
     }
@@ -1038,7 +1052,7 @@ static int conv_array(hy_jsg_t *g, const cJSON *s, hy_gtext_t *out)
 close:
     hy_gtext_puts(&body, "\"]\"");
     if (g->rc == HY_OK) {
-        hy_jsg_define(g, name, body.s);
+        define_text(g, name, &body);
         hy_gtext_puts(out, name);
     }
 done:
@@ -1370,7 +1384,7 @@ int hy_jsg_add_schema(hy_jsg_t *g, const char *name, const cJSON *schema, char *
         if (body.oom)
             jsg_nomem(g);
         else
-            hy_jsg_define(g, name, body.s);
+            define_text(g, name, &body);
     }
     rc = g->rc;
     hy_gtext_free(&body);

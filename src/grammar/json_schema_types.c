@@ -145,14 +145,16 @@ int hy_jsg_string(hy_jsg_t *g, const cJSON *s, hy_gtext_t *out)
         char err[HY_ERR_LEN], key[600];
         hy_gtext_t body = { 0 };
         const char *rule;
+        int rc;
 
         if (!cJSON_IsString(pat))
             return hy_jsg_fail(g, HY_EINVAL, "'pattern' must be a string");
         hy_gtext_puts(&body, "\"\\\"\" ");
-        if (hy_regex_to_gbnf(pat->valuestring, strlen(pat->valuestring),
-                             hy_jsg_builtin(g, HY_JSG_CHAR), &body, err) != HY_OK) {
+        rc = hy_regex_to_gbnf(pat->valuestring, strlen(pat->valuestring),
+                              hy_jsg_builtin(g, HY_JSG_CHAR), &body, err);
+        if (rc != HY_OK) {
             hy_gtext_free(&body);
-            return hy_jsg_fail(g, HY_EUNSUPPORTED, "pattern: %s", err);
+            return hy_jsg_fail(g, rc == HY_ENOMEM ? HY_ENOMEM : HY_EUNSUPPORTED, "pattern: %s", err);
         }
         hy_gtext_puts(&body, " \"\\\"\"");
         snprintf(key, sizeof key, "pattern %s", pat->valuestring);
@@ -434,7 +436,7 @@ static bool frac(hy_gtext_t *o, const char *lo, const char *hi, bool ls, bool hs
                 hy_gtext_printf(o, "[%c-%c] ", '0' + c, '0' + c2);
             else
                 hy_gtext_printf(o, "\"%c\" ", '0' + c);
-            hy_gtext_put(o, sub.s, sub.len);
+            hy_gtext_puts(o, hy_gtext_of(o, &sub, ""));
             any = true;
         }
         hy_gtext_free(&sub);
@@ -452,9 +454,9 @@ static bool frac_part(hy_gtext_t *o, const char *lo, const char *hi, bool ls, bo
     bool digits = frac(&d, lo, hi, ls, hs, 0, true);
 
     if (digits && none)
-        hy_gtext_printf(o, "( \".\" %s )?", d.s);
+        hy_gtext_printf(o, "( \".\" %s )?", hy_gtext_of(o, &d, ""));
     else if (digits)
-        hy_gtext_printf(o, "\".\" %s", d.s);
+        hy_gtext_printf(o, "\".\" %s", hy_gtext_of(o, &d, ""));
     else if (none)
         hy_gtext_puts(o, "\"\"");
     hy_gtext_free(&d);
@@ -478,7 +480,7 @@ static bool mag_range(hy_gtext_t *o, const dec_t *A, const dec_t *B, bool sa, bo
     do {                                           \
         hy_gtext_puts(o, *first ? "" : " | ");     \
         *first = false;                            \
-        hy_gtext_put(o, (text).s, (text).len);     \
+        hy_gtext_puts(o, hy_gtext_of(o, &(text), "")); \
         any = true;                                \
     } while (0)
 
@@ -626,7 +628,7 @@ int hy_jsg_number(hy_jsg_t *g, const cJSON *s, bool integer, hy_gtext_t *out)
             if (lo.has)
                 dec_from(lo.v, &B);
             if (mag_range(&neg, &A, lo.has && !B.big ? &B : NULL, a_strict, lo.strict, &f2)) {
-                hy_gtext_printf(out, "\"-\" ( %s )", neg.s);
+                hy_gtext_printf(out, "\"-\" ( %s )", hy_gtext_of(out, &neg, ""));
                 first = false;
                 any = true;
             }

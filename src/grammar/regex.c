@@ -36,6 +36,14 @@ static int rx_bad(rx_t *r, size_t at, const char *what)
     return r->rc;
 }
 
+/* An allocation failed: the server's fault, not the pattern's. */
+static int rx_nomem(rx_t *r)
+{
+    if (r->rc == HY_OK)
+        r->rc = hy_err(r->err, HY_ENOMEM, "out of memory");
+    return r->rc;
+}
+
 static int rx_peek(const rx_t *r)
 {
     return r->pos < r->len ? (unsigned char)r->s[r->pos] : -1;
@@ -117,7 +125,7 @@ static int rx_escape(rx_t *r, bool in_class, int64_t *cp, hy_cpset_t *set)
     *cp = -1;
     switch (c) {
     case 'd': case 'D': case 'w': case 'W': case 's': case 'S':
-        return class_escape(c, set) == HY_OK ? HY_OK : rx_bad(r, at, "out of memory");
+        return class_escape(c, set) == HY_OK ? HY_OK : rx_nomem(r);
     case 't': *cp = '\t'; return HY_OK;
     case 'n': *cp = '\n'; return HY_OK;
     case 'r': *cp = '\r'; return HY_OK;
@@ -186,7 +194,7 @@ static void emit_set(rx_t *r, hy_gtext_t *out, const hy_cpset_t *set)
     /* surrogates are not characters */
     if (hy_cpset_union(&s, set) != HY_OK || hy_cpset_negate(&s) != HY_OK ||
         hy_cpset_add(&s, 0xD800, 0xDFFF) != HY_OK || hy_cpset_negate(&s) != HY_OK) {
-        rx_bad(r, r->pos, "out of memory");
+        rx_nomem(r);
     } else if (s.n == 0) {
         rx_fail(r, r->pos, "a character class that matches nothing");
     } else {
@@ -235,12 +243,12 @@ static int parse_class(rx_t *r, hy_gtext_t *out)
             }
         }
         if (hy_cpset_add(&set, (uint32_t)lo, (uint32_t)hi) != HY_OK)
-            rx_bad(r, at, "out of memory");
+            rx_nomem(r);
     }
     if (r->rc == HY_OK) {
         r->pos++; /* ']' */
         if (negate && hy_cpset_negate(&set) != HY_OK)
-            rx_bad(r, at, "out of memory");
+            rx_nomem(r);
         else
             emit_set(r, out, &set);
     }
@@ -342,7 +350,7 @@ static int parse_piece(rx_t *r, hy_gtext_t *out)
         r->pos++;
         if (hy_cpset_add(&dot, '\n', '\n') || hy_cpset_add(&dot, '\r', '\r') ||
             hy_cpset_add(&dot, 0x2028, 0x2029) || hy_cpset_negate(&dot))
-            rx_bad(r, at, "out of memory");
+            rx_nomem(r);
         else
             emit_set(r, &atom, &dot);
         hy_cpset_free(&dot);
@@ -399,9 +407,9 @@ static int parse_piece(rx_t *r, hy_gtext_t *out)
         }
     }
     if (!quant) {
-        hy_gtext_put(out, atom.s ? atom.s : "", atom.len);
+        hy_gtext_puts(out, hy_gtext_of(out, &atom, ""));
     } else {
-        hy_gtext_printf(out, "(%s)", atom.s ? atom.s : "\"\"");
+        hy_gtext_printf(out, "(%s)", hy_gtext_of(out, &atom, "\"\""));
         if (min == 0 && max == -1)
             hy_gtext_puts(out, "*");
         else if (min == 1 && max == -1)
@@ -447,7 +455,7 @@ static int parse_seq(rx_t *r, hy_gtext_t *out, bool top)
     if (r->rc == HY_OK) {
         if (top && !start)
             hy_gtext_printf(out, "%s* ", r->any_char);
-        hy_gtext_puts(out, empty ? "\"\"" : body.s);
+        hy_gtext_puts(out, empty ? "\"\"" : hy_gtext_of(out, &body, "\"\""));
         if (top && !end)
             hy_gtext_printf(out, " %s*", r->any_char);
     }

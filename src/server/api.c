@@ -203,6 +203,12 @@ int hy_api_err_internal(hy_api_error_t *e, const char *why)
                    why ? why : "unknown");
 }
 
+int hy_api_err_nomem(hy_api_error_t *e, const char *why)
+{
+    return err_set(e, HY_ENOMEM, 500, "server_error", NULL, NULL, "Internal error: %s.",
+                   why ? why : "out of memory");
+}
+
 int hy_api_check_model(const hy_api_req_t *req, const char *served_id, hy_api_error_t *e)
 {
     if (req->model == NULL || strcmp(req->model, served_id) == 0)

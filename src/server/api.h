@@ -162,6 +162,8 @@ int hy_api_err_too_large(hy_api_error_t *e, size_t len, size_t limit);
 int hy_api_err_overloaded(hy_api_error_t *e, int status, int retry_after_s, const char *why);
 /* 500 for an internal failure (message is logged, the client sees it too). */
 int hy_api_err_internal(hy_api_error_t *e, const char *why);
+/* The same for an allocation that failed: HY_ENOMEM, status 500. */
+int hy_api_err_nomem(hy_api_error_t *e, const char *why);
 
 /* Checks the requested model against the served id: HY_OK when they match
  * or the request names none (aliases), else a 404 in e. */

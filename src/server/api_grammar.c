@@ -32,7 +32,7 @@ static int from_schema(const cJSON *schema, const char *param, const char *what,
     int rc = hy_json_schema_to_gbnf(schema, gbnf, len, err);
 
     if (rc == HY_ENOMEM)
-        return hy_api_err_internal(e, "out of memory compiling the JSON schema");
+        return hy_api_err_nomem(e, "out of memory compiling the JSON schema");
     if (rc != HY_OK)
         return hy_api_err_invalid(e, param, rc == HY_EUNSUPPORTED ? "unsupported_schema" : NULL,
                                   "Invalid schema for %s: %s", what, err);
@@ -64,7 +64,7 @@ static int read_response_format(const cJSON *rf, char **gbnf, size_t *len, hy_ap
         cJSON *any = cJSON_Parse("{\"type\":\"object\"}");
 
         if (any == NULL)
-            return hy_api_err_internal(e, "out of memory");
+            return hy_api_err_nomem(e, "out of memory");
         rc = from_schema(any, "response_format", "response_format", gbnf, len, e);
         cJSON_Delete(any);
         return rc;
@@ -96,7 +96,7 @@ static int read_response_format(const cJSON *rf, char **gbnf, size_t *len, hy_ap
         cJSON *any = cJSON_Parse("{\"type\":\"object\"}");
 
         if (any == NULL)
-            return hy_api_err_internal(e, "out of memory");
+            return hy_api_err_nomem(e, "out of memory");
         rc = from_schema(any, "response_format", what, gbnf, len, e);
         cJSON_Delete(any);
         return rc;
@@ -129,7 +129,7 @@ int hy_api_read_grammar(const cJSON *root, char **gbnf, size_t *len, hy_api_erro
         if (!cJSON_IsString(gr))
             return hy_api_err_invalid(e, "grammar", NULL, "grammar: expected a string (GBNF)");
         if ((*gbnf = strdup(gr->valuestring)) == NULL)
-            return hy_api_err_internal(e, "out of memory");
+            return hy_api_err_nomem(e, "out of memory");
         *len = strlen(gr->valuestring);
         rc = HY_OK;
     } else {
@@ -148,7 +148,7 @@ int hy_api_read_grammar(const cJSON *root, char **gbnf, size_t *len, hy_api_erro
     rc = hy_grammar_compile(&g, *gbnf, *len, NULL, err);
     hy_grammar_unref(g);
     if (rc == HY_ENOMEM) {
-        rc = hy_api_err_internal(e, "out of memory compiling the grammar");
+        rc = hy_api_err_nomem(e, "out of memory compiling the grammar");
         goto fail;
     }
     if (rc != HY_OK) {
