@@ -7,13 +7,16 @@
  * preemption), so the runner finds them covered; the runner's state arena
  * holds n_state_slots live states followed by n_checkpoint_slots snapshots,
  * copied with be->i->state_copy.  Preemption drops a sequence's pages and
- * state and recomputes them later from its tokens; its sampler is kept, so
- * the output is the same.
+ * state and recomputes them later from its tokens; its sampler (and its
+ * grammar matcher) is kept, so the output is the same.  A constrained
+ * request's logits are masked to what its grammar allows before sampling;
+ * what that costs goes to the source (hy_req_source_i.grammar_counted).
  */
 #include "engine/engine.h"
 #include "common/log.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
+#include "grammar/grammar_cache.h"
 #include "kv/plan.h"
 #include "model/tokenizer.h"
 
@@ -45,6 +48,11 @@ struct hy_engine {
     hy_sample_result_t *dev_r;   /* [max_seqs] */
     bool *dev_ok;                /* [max_seqs] row i was sampled by the backend */
     bool dev_failed_logged;
+    /* grammar-constrained decoding: masks are computed and applied here,
+     * where sampling happens, each from its own sequence's state only */
+    hy_gvocab_t *gvocab;         /* token trie of the model's vocabulary */
+    hy_grammar_cache_t *gcache;  /* compiled grammars, by text */
+    uint64_t *gmask;             /* [(n_vocab + 63) / 64] one row's mask */
     pthread_t thread;
     bool started;
     _Atomic int stop;
@@ -124,6 +132,20 @@ int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_o
 
 /* ---- life cycle ------------------------------------------------------------ */
 
+#define HY_ENGINE_GRAMMARS 32 /* compiled grammars kept */
+
+static int hy_engine_grammar_init(hy_engine_t *e, char *err)
+{
+    int32_t n = HY_MAX(e->model->n_vocab, (int32_t)hy_tok_n_vocab(e->tok));
+    int rc;
+
+    if ((rc = hy_gvocab_create(&e->gvocab, e->tok, err)) != HY_OK ||
+        (rc = hy_grammar_cache_create(&e->gcache, e->gvocab, HY_ENGINE_GRAMMARS, err)) != HY_OK)
+        return rc;
+    e->gmask = calloc((size_t)(n + 63) / 64, sizeof *e->gmask);
+    return e->gmask ? HY_OK : hy_err(err, HY_ENOMEM, "out of memory");
+}
+
 int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t *pt,
                      const hy_req_source_t *src, const hy_engine_opts_t *o, char *err)
 {
@@ -167,6 +189,8 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t
     if (o->tok == NULL && (rc = hy_tok_load(&e->own_tok, m->gguf, err)) != HY_OK)
         goto fail;
     e->tok = o->tok != NULL ? o->tok : e->own_tok;
+    if ((rc = hy_engine_grammar_init(e, err)) != HY_OK)
+        goto fail;
     hy_runner_opts_default(&ro);
     ro.max_tokens = o->max_batch_tokens;
     ro.max_outputs = o->max_seqs;
@@ -248,6 +272,7 @@ void hy_engine_free(hy_engine_t *e)
         free(e->pool[i].tokens);
         free(e->pool[i].kv.pages);
         hy_sampler_free(e->pool[i].sampler);
+        hy_gmatch_free(e->pool[i].gm);
     }
     free(e->pool);
     free(e->order);
@@ -259,6 +284,9 @@ void hy_engine_free(hy_engine_t *e)
     free(e->dev_ok);
     if (e->runner.model != NULL)
         hy_runner_free(&e->runner);
+    hy_grammar_cache_free(e->gcache);
+    hy_gvocab_free(e->gvocab);
+    free(e->gmask);
     hy_tok_free(e->own_tok);
     free(e);
 }
@@ -291,6 +319,8 @@ static void hy_engine_finish(hy_engine_t *e, hy_sched_seq_t *s, uint32_t state, 
     hy_engine_drop(e, s, state == HY_REQ_DONE);
     hy_sampler_free(s->sampler);
     s->sampler = NULL;
+    hy_gmatch_free(s->gm);
+    s->gm = NULL;
     e->src.i->finish(&e->src, s->id, state, reason, code, msg);
     s->status = HY_SEQ_FREE;
     s->blocked = false;
@@ -362,6 +392,40 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
     return true;
 }
 
+/* The request's grammar: compiled once per distinct text (the cache),
+ * then a matcher of its own for this sequence. */
+static int hy_engine_grammar(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken_t *q,
+                             char *err)
+{
+    hy_grammar_cache_stats_t before, after;
+    hy_grammar_counts_t d;
+    hy_gmatch_opts_t o;
+    hy_grammar_t *g = NULL;
+    const char *text;
+    size_t len;
+    bool hit;
+    int rc;
+
+    if (q->grammar == NULL)
+        return hy_err(err, HY_EINVAL, "grammar spec of %u bytes is missing",
+                      (unsigned)q->params.grammar_len);
+    hy_grammar_cache_stats(e->gcache, &before);
+    if ((rc = hy_grammar_spec_unpack(q->grammar, q->params.grammar_len, &text, &len, &o,
+                                     err)) != HY_OK ||
+        (rc = hy_grammar_cache_get(e->gcache, text, len, &g, &hit, err)) != HY_OK)
+        return rc;
+    hy_grammar_cache_stats(e->gcache, &after);
+    rc = hy_gmatch_create(&s->gm, g, &o, err);
+    hy_grammar_unref(g);
+    memset(&d, 0, sizeof d);
+    d.requests = 1;
+    d.compiles = !hit;
+    d.cache_hits = hit;
+    d.compile_us = (uint64_t)((after.compile_ms - before.compile_ms) * 1e3);
+    e->src.i->grammar_counted(&e->src, &d);
+    return rc;
+}
+
 /* A request the engine just took: copy what it needs out of the source. */
 static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken_t *q, char *err)
 {
@@ -395,6 +459,8 @@ static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken
     memcpy(s->tokens, q->prompt, sizeof(int32_t) * (size_t)n);
     s->n_prompt = s->n_total = n;
     if ((rc = hy_sampler_create(&s->sampler, &q->params.sampling, e->model->n_vocab, err)) != HY_OK)
+        return rc;
+    if (q->params.grammar_len > 0 && (rc = hy_engine_grammar(e, s, q, err)) != HY_OK)
         return rc;
     return hy_sampler_accept_prompt(s->sampler, s->tokens, (size_t)n) == HY_OK
                ? HY_OK
@@ -579,17 +645,17 @@ static void hy_engine_flush(hy_engine_t *e, hy_sched_seq_t *s)
 }
 
 /* The backend samples on its side (hy_backend_i.sample, the GPU) the rows
- * of requests whose sampling it reproduces: no logit_bias and no penalties,
- * which need the request's history and stay with the host sampler.  Every
- * row is passed (the rows are the items, one logit row each) so that the
- * call is one launch; dev_ok marks the results to use.  A failed call
- * leaves every row to the host. */
+ * of requests whose sampling it reproduces: no logit_bias, no penalties and
+ * no grammar, which need the request's history and stay with the host
+ * sampler.  Every row is passed (the rows are the items, one logit row
+ * each) so that the call is one launch; dev_ok marks the results to use.
+ * A failed call leaves every row to the host. */
 static bool hy_engine_device_samples(const hy_engine_t *e, const hy_sched_seq_t *s)
 {
     const hy_sampling_t *sp = &s->params.sampling;
 
     return e->dev_ok != NULL && sp->n_logit_bias == 0 && sp->repetition_penalty == 1.0f &&
-           sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f;
+           sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f && s->gm == NULL;
 }
 
 /* host_logits: whether the step downloaded the logits to e->logits. */
@@ -632,6 +698,46 @@ static void hy_engine_device_sample(hy_engine_t *e, int32_t n_items, bool host_l
     }
 }
 
+/* Masks a constrained row's logits before any sampling step sees them:
+ * tokens the grammar does not allow get -inf.  false: the sequence was
+ * finished (the grammar is stuck, which no well-formed grammar over a
+ * byte-complete vocabulary does, or out of memory). */
+static bool hy_engine_mask(hy_engine_t *e, hy_sched_seq_t *s, float *logits, uint32_t flags)
+{
+    int32_t nw_tok = ((int32_t)hy_tok_n_vocab(e->tok) + 63) / 64;
+    int32_t nw_model = (e->model->n_vocab + 63) / 64;
+    double t0 = hy_grammar_now_ms(); /* thread CPU time: the work, not the machine's load */
+    hy_grammar_stats_t before, after;
+    hy_grammar_counts_t d;
+    int32_t n;
+    char msg[128];
+
+    if (!hy_gmatch_constrained(s->gm))
+        return true;
+    memset(&d, 0, sizeof d);
+    hy_grammar_stats(hy_gmatch_grammar(s->gm), &before);
+    n = hy_gmatch_fill_mask(s->gm, e->gmask, !(flags & HY_REQ_F_IGNORE_EOS));
+    hy_grammar_stats(hy_gmatch_grammar(s->gm), &after);
+    d.fill_us = (uint64_t)((after.precompute_ms - before.precompute_ms) * 1e3);
+    if (n <= 0) {
+        d.mask_us = (uint64_t)((hy_grammar_now_ms() - t0) * 1e3);
+        e->src.i->grammar_counted(&e->src, &d);
+        snprintf(msg, sizeof msg, n == 0 ? "grammar: no token can continue it at byte %llu"
+                                         : "grammar: out of memory at byte %llu",
+                 (unsigned long long)hy_gmatch_offset(s->gm));
+        hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, n == 0 ? HY_EINVAL : n, msg);
+        return false;
+    }
+    /* ids past the tokenizer's vocabulary (padded embeddings) never */
+    if (nw_model > nw_tok)
+        memset(e->gmask + nw_tok, 0, sizeof *e->gmask * (size_t)(nw_model - nw_tok));
+    hy_grammar_apply_mask(logits, e->gmask, e->model->n_vocab);
+    d.masks = 1;
+    d.mask_us = (uint64_t)((hy_grammar_now_ms() - t0) * 1e3);
+    e->src.i->grammar_counted(&e->src, &d);
+    return true;
+}
+
 /* dev: the backend's result for this row, or NULL to sample on the host. */
 static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
                              const hy_sample_result_t *dev)
@@ -651,6 +757,8 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
             so.top_logprobs[j] = dev->top_logprobs[j];
         }
     } else {
+        if (s->gm != NULL && !hy_engine_mask(e, s, logits, p->flags))
+            return;
         t = hy_sampler_sample(s->sampler, logits, &so);
     }
     if (t < 0) {
@@ -666,6 +774,14 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
     if (stop) {
         hy_engine_finish(e, s, HY_REQ_DONE, HY_FINISH_STOP, 0, NULL);
         return;
+    }
+    if (s->gm != NULL) {
+        char err[HY_ERR_LEN];
+
+        if (hy_gmatch_accept_token(s->gm, t, err) != HY_OK) {
+            hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, HY_EINVAL, err);
+            return;
+        }
     }
     /* The penalties must count every token: one that went uncounted would
      * bias every later draw with nobody told. */
@@ -684,6 +800,10 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
     s->finish_after = s->n_total - s->n_prompt >= s->max_tokens || s->n_total >= e->o.n_ctx
                           ? HY_FINISH_LENGTH
                           : HY_FINISH_NONE;
+    /* the grammar is complete and nothing may follow: stop here rather
+     * than spend a step on the end-of-generation token */
+    if (s->gm != NULL && hy_gmatch_done(s->gm))
+        s->finish_after = HY_FINISH_STOP;
     s->blocked = true;
     hy_engine_flush(e, s);
 }

@@ -7,6 +7,7 @@
  * thread does everything.
  */
 #include "engine/local.h"
+#include "grammar/grammar_cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@ typedef struct {
     uint64_t order;
     hy_req_params_t params;
     int32_t *prompt;  /* [st.n_prompt] */
+    char *grammar;    /* [params.grammar_len] spec bytes, NULL when unconstrained */
     hy_local_status_t st;
 } hy_local_req_t;
 
@@ -31,6 +33,7 @@ struct hy_local {
     uint32_t epoch;       /* bumped on submit and cancel */
     hy_local_token_fn on_token;
     void *user;
+    hy_grammar_counts_t grammar; /* totals of what the engine reported */
 };
 
 static int64_t hy_local_now_ns(void)
@@ -67,8 +70,10 @@ void hy_local_free(hy_local_t *l)
 
     if (l == NULL)
         return;
-    for (i = 0; i < l->n; i++)
+    for (i = 0; i < l->n; i++) {
         free(l->reqs[i].prompt);
+        free(l->reqs[i].grammar);
+    }
     free(l->reqs);
     free(l);
 }
@@ -84,11 +89,18 @@ static void hy_local_let_go(hy_local_req_t *r)
     if (!r->user_done || !r->engine_done)
         return;
     free(r->prompt);
+    free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 
 int hy_local_submit(hy_local_t *l, const hy_req_params_t *p, const int32_t *prompt, int32_t n,
                     int32_t *id, char *err)
+{
+    return hy_local_submit_grammar(l, p, prompt, n, NULL, 0, id, err);
+}
+
+int hy_local_submit_grammar(hy_local_t *l, const hy_req_params_t *p, const int32_t *prompt,
+                            int32_t n, const void *grammar, size_t glen, int32_t *id, char *err)
 {
     hy_local_req_t *r = NULL;
     int32_t i;
@@ -96,6 +108,13 @@ int hy_local_submit(hy_local_t *l, const hy_req_params_t *p, const int32_t *prom
 
     if ((rc = hy_req_check(p, prompt, n, err)) != HY_OK)
         return rc;
+    /* No arena bounds it here (a request slot's does): the largest spec
+     * a grammar can pack to, so nothing the engine would refuse is copied. */
+    if (glen > HY_GRAMMAR_MAX_SPEC)
+        return hy_err(err, HY_ERANGE, "grammar spec of %zu bytes: at most %d", glen,
+                      HY_GRAMMAR_MAX_SPEC);
+    if (glen > 0 && grammar == NULL)
+        return hy_err(err, HY_EINVAL, "grammar spec of %zu bytes at NULL", glen);
     for (i = 0; i < l->n && r == NULL; i++)
         if (!l->reqs[i].used)
             r = &l->reqs[i];
@@ -103,9 +122,17 @@ int hy_local_submit(hy_local_t *l, const hy_req_params_t *p, const int32_t *prom
         return hy_err(err, HY_EFULL, "all %d local request slots are busy", l->n);
     if ((r->prompt = malloc(sizeof(int32_t) * (size_t)n)) == NULL)
         return hy_err(err, HY_ENOMEM, "out of memory for a %d-token prompt", n);
+    if (glen > 0 && (r->grammar = malloc(glen)) == NULL) {
+        free(r->prompt);
+        r->prompt = NULL;
+        return hy_err(err, HY_ENOMEM, "out of memory for a %zu-byte grammar spec", glen);
+    }
     memcpy(r->prompt, prompt, sizeof(int32_t) * (size_t)n);
+    if (glen > 0)
+        memcpy(r->grammar, grammar, glen);
     r->used = true;
     r->params = *p;
+    r->params.grammar_len = (uint32_t)glen;
     r->order = l->next_order++;
     r->st.state = HY_REQ_QUEUED;
     r->st.n_prompt = n;
@@ -176,6 +203,7 @@ static int hy_local_take(hy_req_source_t *src, hy_req_taken_t *out)
     out->n_prompt = best->st.n_prompt;
     out->order = best->order;
     out->params = best->params;
+    out->grammar = best->grammar;
     return HY_OK;
 }
 
@@ -256,6 +284,24 @@ static void hy_local_prompt_computed(hy_req_source_t *src, int32_t n)
     (void)n;
 }
 
+static void hy_local_grammar_counted(hy_req_source_t *src, const hy_grammar_counts_t *d)
+{
+    hy_grammar_counts_t *c = &((hy_local_t *)src->ctx)->grammar;
+
+    c->requests += d->requests;
+    c->compiles += d->compiles;
+    c->cache_hits += d->cache_hits;
+    c->compile_us += d->compile_us;
+    c->masks += d->masks;
+    c->mask_us += d->mask_us;
+    c->fill_us += d->fill_us;
+}
+
+void hy_local_grammar_counts(const hy_local_t *l, hy_grammar_counts_t *out)
+{
+    *out = l->grammar;
+}
+
 static const struct hy_req_source_i hy_local_methods = {
     .name = "local",
     .take = hy_local_take,
@@ -268,6 +314,7 @@ static const struct hy_req_source_i hy_local_methods = {
     .kick = hy_local_kick,
     .preempted = hy_local_preempted,
     .prompt_computed = hy_local_prompt_computed,
+    .grammar_counted = hy_local_grammar_counted,
 };
 
 void hy_local_source(hy_local_t *l, hy_req_source_t *out)

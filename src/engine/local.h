@@ -42,6 +42,11 @@ void hy_local_source(hy_local_t *l, hy_req_source_t *out);
  * HY_EFULL when every record is in use. */
 int hy_local_submit(hy_local_t *l, const hy_req_params_t *p, const int32_t *prompt, int32_t n,
                     int32_t *id, char *err);
+/* The same with a grammar spec (grammar/grammar_cache.h, glen bytes, copied):
+ * the engine constrains the output to it.  HY_ERANGE above
+ * HY_GRAMMAR_MAX_SPEC bytes. */
+int hy_local_submit_grammar(hy_local_t *l, const hy_req_params_t *p, const int32_t *prompt,
+                            int32_t n, const void *grammar, size_t glen, int32_t *id, char *err);
 /* Asks the engine to stop id; a request still queued ends at once. */
 void hy_local_cancel(hy_local_t *l, int32_t id);
 /* NULL for an id that is not submitted. */
@@ -49,6 +54,9 @@ const hy_local_status_t *hy_local_status(const hy_local_t *l, int32_t id);
 /* The caller is done with id (cancelled first if it still runs: its record
  * is reused once the engine lets go of it too). */
 void hy_local_release(hy_local_t *l, int32_t id);
+/* What constrained decoding cost the engine so far, summed over every
+ * request (the shared segment's /metrics counters, in process). */
+void hy_local_grammar_counts(const hy_local_t *l, hy_grammar_counts_t *out);
 
 typedef struct {
     hy_pt_t *pt;

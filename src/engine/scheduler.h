@@ -43,6 +43,7 @@ typedef struct {
     bool ckpt_existed;     /* ... which someone else wrote already (release, not publish) */
     bool started;          /* admitted at least once (cached-token count reported) */
     hy_sampler_t *sampler; /* kept across preemption: the RNG state continues */
+    struct hy_gmatch *gm;  /* grammar position (NULL: unconstrained); kept likewise */
     bool blocked;          /* a token waits for ring space */
     hy_ring_tok_t pending; /* that token */
     int32_t finish_after;  /* HY_FINISH_* once the pending token is pushed, else NONE */

@@ -79,6 +79,9 @@ typedef struct {
     int32_t n_stop_ids; /* token ids that end generation (besides EOS) */
     int32_t stop_ids[HY_REQ_MAX_STOP_IDS];
     uint32_t flags;     /* HY_REQ_F_* */
+    uint32_t grammar_len; /* bytes of the grammar spec (grammar/grammar_cache.h) that
+                           * travel with the prompt; 0 = unconstrained.  Set by the
+                           * submit call from its grammar argument. */
 } hy_req_params_t;
 
 #define HY_REQ_F_IGNORE_EOS 1u

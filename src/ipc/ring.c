@@ -134,6 +134,29 @@ static bool is_final(uint32_t st)
 int hy_req_submit(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt, int32_t n,
                   hy_req_handle_t *h, char *err)
 {
+    return hy_req_submit_grammar(shm, p, prompt, n, NULL, 0, h, err);
+}
+
+size_t hy_req_grammar_room(const hy_shm_t *shm, int32_t n)
+{
+    int32_t max = hy_shm_header(shm)->params.max_prompt_tokens;
+
+    return n < 0 || n > max ? 0 : sizeof(int32_t) * (size_t)(max - n);
+}
+
+const void *hy_req_grammar(hy_shm_t *shm, int32_t idx)
+{
+    const hy_req_slot_t *s = hy_req_slot(shm, idx);
+
+    if (s->params.grammar_len == 0)
+        return NULL;
+    return hy_req_prompt(shm, idx) + s->prompt_len;
+}
+
+int hy_req_submit_grammar(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt,
+                          int32_t n, const void *grammar, size_t glen, hy_req_handle_t *h,
+                          char *err)
+{
     hy_shm_header_t *hdr = hy_shm_header_rw(shm);
     hy_stats_t *stats = hy_shm_stats(shm);
     int32_t ns = n_slots(shm), i, k, start, pid = (int32_t)getpid();
@@ -148,6 +171,10 @@ int hy_req_submit(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt
                       p->sampling.n_logprobs, hdr->params.ring_top_logprobs);
     if ((rc = hy_req_check(p, prompt, n, err)) != HY_OK)
         return rc;
+    if (glen > hy_req_grammar_room(shm, n))
+        return hy_err(err, HY_ERANGE,
+                      "grammar of %zu bytes does not fit next to a %d-token prompt (%zu bytes left)",
+                      glen, n, hy_req_grammar_room(shm, n));
 
     start = (int32_t)(atomic_fetch_add_explicit(&hdr->claim_hint, 1, RLX) % (uint32_t)ns);
     for (k = 0; k < ns; k++) {
@@ -173,6 +200,7 @@ int hy_req_submit(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt
     atomic_store_explicit(&s->head, 0, RLX);
     atomic_store_explicit(&s->tail, 0, RLX);
     s->params = *p;
+    s->params.grammar_len = (uint32_t)glen;
     s->prompt_len = (uint32_t)n;
     s->submit_ns = hy_shm_now_ns();
     s->start_ns = s->first_token_ns = s->finish_ns = 0;
@@ -181,6 +209,8 @@ int hy_req_submit(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt
     s->error_msg[0] = '\0';
     s->n_cached_tokens = s->n_generated = 0;
     memcpy((int32_t *)hy_req_prompt(shm, i), prompt, sizeof(int32_t) * (size_t)n);
+    if (glen > 0)
+        memcpy((int32_t *)hy_req_prompt(shm, i) + n, grammar, glen);
     s->seq = atomic_fetch_add_explicit(&hdr->submit_seq, 1, RLX);
     h->idx = (uint32_t)i;
     h->gen = atomic_load_explicit(&s->gen, RLX);
@@ -449,6 +479,7 @@ static int src_take(hy_req_source_t *src, hy_req_taken_t *out)
     out->n_prompt = (int32_t)s->prompt_len;
     out->order = s->seq;
     out->params = s->params;
+    out->grammar = hy_req_grammar(shm, idx);
     return HY_OK;
 }
 
@@ -506,6 +537,20 @@ static void src_prompt_computed(hy_req_source_t *src, int32_t n)
     hy_rwin_add(&hy_shm_stats(src->ctx)->prompt_rate, hy_shm_now_ns(), (uint32_t)n);
 }
 
+/* Into the segment's stats, where /metrics (server/metrics.c) reads them. */
+static void src_grammar_counted(hy_req_source_t *src, const hy_grammar_counts_t *d)
+{
+    hy_stats_t *st = hy_shm_stats(src->ctx);
+
+    atomic_fetch_add_explicit(&st->grammar_requests, d->requests, RLX);
+    atomic_fetch_add_explicit(&st->grammar_compiles, d->compiles, RLX);
+    atomic_fetch_add_explicit(&st->grammar_cache_hits, d->cache_hits, RLX);
+    atomic_fetch_add_explicit(&st->grammar_compile_us, d->compile_us, RLX);
+    atomic_fetch_add_explicit(&st->grammar_masks, d->masks, RLX);
+    atomic_fetch_add_explicit(&st->grammar_mask_us, d->mask_us, RLX);
+    atomic_fetch_add_explicit(&st->grammar_fill_us, d->fill_us, RLX);
+}
+
 static const struct hy_req_source_i hy_ring_source_methods = {
     .name = "shm",
     .take = src_take,
@@ -518,6 +563,7 @@ static const struct hy_req_source_i hy_ring_source_methods = {
     .kick = src_kick,
     .preempted = src_preempted,
     .prompt_computed = src_prompt_computed,
+    .grammar_counted = src_grammar_counted,
 };
 
 void hy_ring_source(hy_shm_t *shm, hy_req_source_t *out)

@@ -67,6 +67,14 @@ void hy_req_init_slots(hy_shm_t *shm);
  * caller answers 503); HY_ERANGE/HY_EINVAL for bad input. */
 int hy_req_submit(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt, int32_t n,
                   hy_req_handle_t *h, char *err);
+/* The same with a grammar spec of len bytes (p->grammar_len is set from
+ * len), stored after the prompt in the slot's arena: prompt and grammar
+ * share its 4 * max_prompt_tokens bytes (HY_ERANGE when they do not fit). */
+int hy_req_submit_grammar(hy_shm_t *shm, const hy_req_params_t *p, const int32_t *prompt,
+                          int32_t n, const void *grammar, size_t len, hy_req_handle_t *h,
+                          char *err);
+/* Bytes a grammar spec may take next to an n-token prompt. */
+size_t hy_req_grammar_room(const hy_shm_t *shm, int32_t n);
 /* Up to max tokens into out; waits up to timeout_ms (0 = poll, -1 = forever)
  * when none is ready.  Returns the count (0 on timeout or when done) or a
  * negative code; st says the state and, once st->done, the finish reason. */
@@ -83,6 +91,8 @@ int hy_req_release(hy_shm_t *shm, hy_req_handle_t h, char *err);
 int hy_req_take(hy_shm_t *shm, int32_t *idx);
 hy_req_slot_t *hy_req_slot(hy_shm_t *shm, int32_t idx);
 const int32_t *hy_req_prompt(hy_shm_t *shm, int32_t idx);
+/* The slot's grammar spec (params.grammar_len bytes), NULL when none. */
+const void *hy_req_grammar(hy_shm_t *shm, int32_t idx);
 bool hy_req_cancel_requested(hy_shm_t *shm, int32_t idx);
 /* Appends one token and wakes the reader.  HY_EFULL when the reader is
  * ring_capacity tokens behind (keep the token and retry next step). */

@@ -24,8 +24,10 @@
 #include "ipc/pagetable.h"
 
 #define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
-#define HY_SHM_LAYOUT_VERSION 3 /* 2: model file, sha256 and its state in the header;
-                                 3: windows, HTTP counts and memory facts in the stats */
+#define HY_SHM_LAYOUT_VERSION 4 /* 2: model file, sha256 and its state in the header;
+                                 3: windows, HTTP counts and memory facts in the stats;
+                                 4: grammar_len in the request parameters (the spec
+                                    follows the prompt), grammar counters in the stats */
 #define HY_SHM_INSTANCE_MAX 48 /* [A-Za-z0-9_.-], not starting with '.' */
 
 typedef struct {
@@ -140,6 +142,11 @@ typedef struct {
      * the weights, of one KV page and of one state slot (a checkpoint slot
      * is the same size); multiplied by the page table's counts */
     _Atomic uint64_t mem_weights_bytes, mem_page_bytes, mem_slot_bytes;
+    /* grammar-constrained decoding (what the engine reports through
+     * hy_req_source_i.grammar_counted) */
+    _Atomic uint64_t grammar_requests, grammar_compiles, grammar_cache_hits;
+    _Atomic uint64_t grammar_compile_us, grammar_masks, grammar_mask_us;
+    _Atomic uint64_t grammar_fill_us; /* part of mask_us: token sets filled on first use */
 } hy_stats_t;
 
 void hy_stats_observe(hy_stats_hist_t *h, uint64_t us);

@@ -27,7 +27,22 @@ typedef struct {
     int32_t n_prompt;
     uint64_t order;         /* submit order: first come, first served among equal priorities */
     hy_req_params_t params; /* a copy */
+    const void *grammar;    /* params.grammar_len bytes of grammar spec, NULL when none;
+                             * valid until the next call into the source, like prompt */
 } hy_req_taken_t;
+
+/* What constrained decoding cost, as the engine reports it after each piece
+ * of work (a delta, so a source adds it to whatever totals it keeps): the
+ * source owns the counters, the engine keeps none. */
+typedef struct {
+    uint64_t requests;   /* requests that carried a grammar */
+    uint64_t compiles;   /* of those, grammars compiled (cache misses) */
+    uint64_t cache_hits; /* ... and grammars found compiled */
+    uint64_t compile_us; /* engine thread CPU time compiling */
+    uint64_t masks;      /* vocabulary masks computed and applied */
+    uint64_t mask_us;    /* engine thread CPU time on masks */
+    uint64_t fill_us;    /* part of mask_us: token sets of states reached the first time */
+} hy_grammar_counts_t;
 
 struct hy_req_source_i {
     const char *name;
@@ -60,6 +75,8 @@ struct hy_req_source_i {
      * recomputing generated tokens after a preemption is not prompt work):
      * the prompt tokens/s gauges of /metrics. */
     void (*prompt_computed)(hy_req_source_t *src, int32_t n);
+    /* Grammar work done since the last call (/metrics, bench --offline). */
+    void (*grammar_counted)(hy_req_source_t *src, const hy_grammar_counts_t *delta);
 };
 
 struct hy_req_source {

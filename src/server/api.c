@@ -203,6 +203,12 @@ int hy_api_err_internal(hy_api_error_t *e, const char *why)
                    why ? why : "unknown");
 }
 
+int hy_api_err_nomem(hy_api_error_t *e, const char *why)
+{
+    return err_set(e, HY_ENOMEM, 500, "server_error", NULL, NULL, "Internal error: %s.",
+                   why ? why : "out of memory");
+}
+
 int hy_api_check_model(const hy_api_req_t *req, const char *served_id, hy_api_error_t *e)
 {
     if (req->model == NULL || strcmp(req->model, served_id) == 0)
@@ -512,7 +518,8 @@ static const char *const k_common_fields[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "logprobs",
     "n", "stream", "stream_options", "user", "ignore_eos", "skip_special_tokens",
-    "include_stop_str_in_output", "response_format", "priority", NULL};
+    "include_stop_str_in_output", "response_format", "priority", "grammar", "json_schema",
+    NULL};
 static const char *const k_chat_fields[] = {
     "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
     "chat_template_kwargs", "add_generation_prompt", NULL};
@@ -1143,31 +1150,19 @@ static int read_max_tokens(pctx_t *c, const cJSON *root, hy_api_req_t *r)
     return HY_OK;
 }
 
-static int read_response_format(pctx_t *c, const cJSON *root)
+/* response_format, grammar, json_schema: one GBNF text (api_grammar.c). */
+static int read_response_format(pctx_t *c, const cJSON *root, hy_api_req_t *r)
 {
-    const cJSON *v = get_opt(root, "response_format"), *t;
+    char *g = NULL;
+    size_t n = 0;
+    int rc = hy_api_read_grammar(root, &g, &n, c->e);
 
-    if (v == NULL)
-        return HY_OK;
-    if (!cJSON_IsObject(v))
-        return err_type(c, "response_format", "an object", v);
-    t = cJSON_GetObjectItemCaseSensitive(v, "type");
-    if (!cJSON_IsString(t))
-        return hy_api_err_invalid(c->e, "response_format", NULL,
-                                  "response_format.type: expected a string, got %s",
-                                  t ? json_type_name(t) : "nothing");
-    if (strcmp(t->valuestring, "text") == 0)
-        return HY_OK;
-    if (strcmp(t->valuestring, "json_object") == 0 || strcmp(t->valuestring, "json_schema") == 0)
-        return err_set(c->e, HY_EUNSUPPORTED, 400, "invalid_request_error", "response_format",
-                       "unsupported_parameter",
-                       "response_format.type = '%s' is not supported by this server; only "
-                       "'text' is",
-                       t->valuestring);
-    return hy_api_err_invalid(c->e, "response_format", NULL,
-                              "response_format.type = '%s': must be text, json_object or "
-                              "json_schema",
-                              t->valuestring);
+    if (rc != HY_OK || g == NULL)
+        return rc;
+    r->grammar = arena_strndup(c->arena, g, n);
+    r->grammar_len = n;
+    free(g);
+    return r->grammar != NULL ? HY_OK : err_nomem(c);
 }
 
 /* OpenAI fields that would change the output in ways we cannot honour. */
@@ -1289,7 +1284,7 @@ static int read_request(pctx_t *c, const cJSON *root, hy_api_req_t *r)
         (rc = read_bool(c, root, "skip_special_tokens", &r->skip_special_tokens)) != HY_OK ||
         (rc = read_bool(c, root, "include_stop_str_in_output",
                         &r->include_stop_str_in_output)) != HY_OK ||
-        (rc = read_response_format(c, root)) != HY_OK ||
+        (rc = read_response_format(c, root, r)) != HY_OK ||
         (rc = read_unsupported(c, root, r->n)) != HY_OK)
         return rc;
     if (c->kind == HY_API_COMPLETIONS && (rc = read_bool(c, root, "echo", &r->echo)) != HY_OK)

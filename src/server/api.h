@@ -9,7 +9,7 @@
  * Unknown-field rule (a demanding user's choice, documented in the tests):
  *   - every field we implement is type- and range-checked;
  *   - OpenAI fields that would change the output in a way we cannot honour
- *     (suffix, best_of != n, non-text response_format, audio, prediction,
+ *     (suffix, best_of != n, audio, prediction,
  *     non-text modalities, non-text content parts) and other servers'
  *     extensions that we do not implement (min_tokens, stop_token_ids,
  *     guided_*, use_beam_search, max_new_tokens, ...) are a 400 "not supported";
@@ -93,6 +93,9 @@ typedef struct {
     bool include_stop_str_in_output;
     int32_t priority;           /* HY_API_PRIORITY_MIN..MAX; see hy_api_priority */
     bool priority_given;
+    const char *grammar;        /* GBNF the output must match (response_format json_object /
+                                 * json_schema, or llama-server's grammar / json_schema), or NULL */
+    size_t grammar_len;
 
     void *arena_;               /* private: owns every pointer above */
 } hy_api_req_t;
@@ -114,6 +117,12 @@ typedef struct {
 int hy_api_parse(hy_api_kind_t kind, const char *body, size_t len, hy_api_req_t **out,
                  hy_api_error_t *e);
 void hy_api_req_free(hy_api_req_t *req);
+
+/* response_format / grammar / json_schema of a request body as one GBNF
+ * text (api_grammar.c): *gbnf is malloc'd, NULL when the output is free.
+ * Every schema or grammar mistake is a 400 naming the field. */
+struct cJSON;
+int hy_api_read_grammar(const struct cJSON *root, char **gbnf, size_t *len, hy_api_error_t *e);
 
 /* /tokenize {"prompt"|"content": str, "add_special": bool (default true)}
  * and /detokenize {"tokens": [int...]}.  Outputs point into *arena_out,
@@ -153,6 +162,8 @@ int hy_api_err_too_large(hy_api_error_t *e, size_t len, size_t limit);
 int hy_api_err_overloaded(hy_api_error_t *e, int status, int retry_after_s, const char *why);
 /* 500 for an internal failure (message is logged, the client sees it too). */
 int hy_api_err_internal(hy_api_error_t *e, const char *why);
+/* The same for an allocation that failed: HY_ENOMEM, status 500. */
+int hy_api_err_nomem(hy_api_error_t *e, const char *why);
 
 /* Checks the requested model against the served id: HY_OK when they match
  * or the request names none (aliases), else a 404 in e. */

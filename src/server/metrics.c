@@ -384,6 +384,33 @@ static const struct {
      offsetof(hy_stats_t, engine_restarts), false},
     {"hyserve_disk_errors_total", "counter", "Disk-tier read, write and checksum failures.",
      offsetof(hy_stats_t, disk_errors), false},
+    {"hyserve_grammar_requests_total", "counter",
+     "Requests constrained by a grammar or JSON schema.",
+     offsetof(hy_stats_t, grammar_requests), false},
+    {"hyserve_grammar_compiles_total", "counter", "Grammars the engine compiled (cache misses).",
+     offsetof(hy_stats_t, grammar_compiles), false},
+    {"hyserve_grammar_cache_hits_total", "counter",
+     "Constrained requests whose grammar was already compiled.",
+     offsetof(hy_stats_t, grammar_cache_hits), false},
+    {"hyserve_grammar_masks_total", "counter", "Vocabulary masks computed.",
+     offsetof(hy_stats_t, grammar_masks), false},
+};
+
+/* Time counters kept in microseconds (_Atomic uint64_t), shown in seconds:
+ * what constrained decoding costs the engine thread (CPU time, so the
+ * machine's other load does not count; per mask: mask seconds / masks). */
+static const struct {
+    const char *name, *help;
+    size_t off;
+} mt_seconds[] = {
+    {"hyserve_grammar_mask_seconds_total",
+     "Engine thread CPU time spent computing and applying vocabulary masks.",
+     offsetof(hy_stats_t, grammar_mask_us)},
+    {"hyserve_grammar_token_set_seconds_total",
+     "Part of the mask time spent filling token sets of states reached for the first time.",
+     offsetof(hy_stats_t, grammar_fill_us)},
+    {"hyserve_grammar_compile_seconds_total", "Engine thread CPU time spent compiling grammars.",
+     offsetof(hy_stats_t, grammar_compile_us)},
 };
 
 static void mt_counters(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *p)
@@ -405,6 +432,12 @@ static void mt_counters(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t
                             : (unsigned long long)atomic_load((_Atomic uint64_t *)f);
 
         mt_metric(b, mt_plain[k].name, mt_plain[k].type, mt_plain[k].help, v);
+    }
+    for (k = 0; k < HY_ARRAY_LEN(mt_seconds); k++) {
+        mt_head(b, mt_seconds[k].name, "counter", mt_seconds[k].help);
+        hy_jbuf_printf(b, "%s %.6f\n", mt_seconds[k].name,
+                       (double)atomic_load((const _Atomic uint64_t *)(base + mt_seconds[k].off)) /
+                           1e6);
     }
     mt_metric(b, "hyserve_request_slots_total", "gauge", "Request slots in the segment.",
               (unsigned long long)p->n_request_slots);

@@ -4,8 +4,9 @@
 
 # OpenAI-compatible request parsing/validation, error bodies, response and
 # SSE formatting, stop-string matching (pure C, no sockets).
-libhy_a_SOURCES += src/server/api.c src/server/api.h src/server/sse.c src/server/sse.h \
-	src/server/stop.c src/server/stop.h src/server/json_out.c src/server/json_out.h
+libhy_a_SOURCES += src/server/api.c src/server/api.h src/server/api_grammar.c \
+	src/server/sse.c src/server/sse.h src/server/stop.c src/server/stop.h src/server/json_out.c \
+	src/server/json_out.h
 check_PROGRAMS += tests/unit/test_api tests/fuzz/fuzz_api_replay
 TESTS += tests/unit/test_api tests/fuzz/fuzz_api_replay
 tests_unit_test_api_SOURCES = tests/unit/test_api.c

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "grammar/grammar_cache.h"
 #include "server/api.h"
 #include "server/json_out.h"
 #include "server/metrics.h"
@@ -595,6 +596,8 @@ typedef struct {
     hy_api_token_lp_t slp;  /* one streamed token's logprobs */
     hy_api_top_t stops[HY_SAMPLING_MAX_LOGPROBS];
     int32_t priority;       /* the body's or the API key's (hy_api_priority) */
+    char *gspec;            /* the grammar as the engine receives it (malloc'd), or NULL */
+    size_t gspec_len;
 } wk_gen_t;
 
 /* A phase's outcome besides HY_OK: the client went away (nothing more to
@@ -609,6 +612,7 @@ static void wk_gen_cleanup(void *arg)
     for (size_t i = 0; g->cs != NULL && i < g->n_choices; i++)
         wk_choice_free(&g->cs[i]);
     free(g->chat_text);
+    free(g->gspec);
     hy_jbuf_free(&g->sb);
     hy_api_req_free(g->q);
 }
@@ -628,6 +632,7 @@ static void wk_cancel_all(wk_gen_t *g)
 static int wk_gen_parse(wk_gen_t *g, const char *body, size_t len)
 {
     const hy_worker_ctx_t *w = g->r->w;
+    char err[HY_ERR_LEN];
 
     if (hy_api_parse(g->kind, body, len, &g->q, &g->e) != HY_OK ||
         hy_api_check_model(g->q, w->info.id, &g->e) != HY_OK ||
@@ -642,6 +647,11 @@ static int wk_gen_parse(wk_gen_t *g, const char *body, size_t len)
     if (g->kind == HY_API_CHAT &&
         wk_render_chat(g->r, g->q, &g->chat_text, &g->chat_len, &g->e) != HY_OK)
         return WK_FAILED;
+    if (g->q->grammar != NULL && hy_grammar_spec_pack(g->q->grammar, g->q->grammar_len, NULL,
+                                                      &g->gspec, &g->gspec_len, err) != HY_OK) {
+        hy_api_err_invalid(&g->e, "response_format", NULL, "%s", err);
+        return WK_FAILED;
+    }
     return HY_OK;
 }
 
@@ -692,6 +702,15 @@ static int wk_gen_prompts(wk_gen_t *g)
                                       q->max_tokens >= 0 ? q->max_tokens : 1);
             return WK_FAILED;
         }
+        /* the grammar travels in the prompt's shared-memory arena */
+        if (g->gspec_len > hy_req_grammar_room(w->shm, (int32_t)n_ids)) {
+            hy_api_err_invalid(&g->e, "response_format", NULL,
+                               "the grammar (%zu bytes compiled) does not fit next to a "
+                               "%zu-token prompt: %zu bytes are left; shorten the schema or the "
+                               "prompt",
+                               g->gspec_len, n_ids, hy_req_grammar_room(w->shm, (int32_t)n_ids));
+            return WK_FAILED;
+        }
         for (size_t j = 0; j < n; j++) {
             g->cs[i + j].n_prompt = (int32_t)n_ids;
             g->cs[i + j].ids = ids;
@@ -723,7 +742,8 @@ static int wk_gen_submit(wk_gen_t *g)
         /* End-of-generation tokens are the engine's business (it knows the
          * vocabulary); stop strings are ours. */
         p.flags = q->ignore_eos ? HY_REQ_F_IGNORE_EOS : 0;
-        rc = hy_req_submit(w->shm, &p, g->cs[i].ids, g->cs[i].n_prompt, &g->cs[i].h, err);
+        rc = hy_req_submit_grammar(w->shm, &p, g->cs[i].ids, g->cs[i].n_prompt, g->gspec,
+                                   g->gspec_len, &g->cs[i].h, err);
         if (rc != HY_OK) {
             if (rc == HY_EFULL)
                 hy_api_err_overloaded(&g->e, 503, WK_RETRY_AFTER_S,

@@ -36,6 +36,13 @@ void hy_cli_close(hy_cli_ctx_t *c);
 int hy_cli_chat_render(hy_cli_ctx_t *c, const char *system_msg, const char *user,
                        char **out, size_t *out_len, char *err);
 
+/* --grammar FILE / --json-schema FILE / --json (cli_grammar.c, at most one):
+ * the grammar spec (grammar/grammar_cache.h) a request hands the engine,
+ * malloc'd; NULL when none of the three is given.  The grammar is compiled
+ * once to check it, and every mistake names the file. */
+int hy_cli_grammar_spec(const char *grammar_file, const char *schema_file, bool json,
+                        char **spec, size_t *spec_len, char *err);
+
 double hy_cli_now_ms(void);
 /* Reads all of a stream into a malloc'd buffer. */
 int hy_cli_read_all(FILE *f, char **buf, size_t *len);

@@ -8,9 +8,14 @@
  * `--ttft-prefix[=N]` instead measures the prefix cache: time to first
  * token of an N-token prompt cold, repeated exactly, and sharing all but a
  * short suffix with an earlier prompt, one request at a time.
+ * `--json-schema FILE` / `--grammar FILE` constrain every request (sampled
+ * at --temperature, so the grammar ends each one) and report what the
+ * grammar cost the engine: its share of CPU time and of a quiet machine's
+ * wall time.
  */
 #include "backend/select.h"
 #include "tools/bench_offline.h"
+#include "tools/cli.h"
 #include "engine/local.h"
 #include "model/tokenizer.h"
 
@@ -19,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct {
     int32_t id;
@@ -229,7 +235,45 @@ typedef struct {
     const char *model_path, *backend;
     long threads, conc, n_req, n_prompt, n_gen, mbt;
     long ttft_n, suffix, reps, ckpt_interval;
+    double temperature;
+    const char *schema_file, *grammar_file; /* --json-schema, --grammar */
+    char *gspec;                            /* their grammar spec (malloc'd), or NULL */
+    size_t gspec_len;
 } hy_bo_opts_t;
+
+static double hy_bo_cpu_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* What constrained decoding cost the engine in this run.  Masks are
+ * computed on the engine thread while the compute threads wait, so their
+ * share of a quiet machine's wall time is mask / (mask + rest / threads),
+ * with CPU times (robust to other load on the machine): cpu_ms is the
+ * process's CPU time over the run. */
+static void hy_bo_grammar_report(const hy_grammar_counts_t *g, double wall_s, double cpu_ms,
+                                 long threads, uint64_t gen_tokens)
+{
+    double mask_ms = (double)g->mask_us / 1e3, fill_ms = (double)g->fill_us / 1e3;
+    double rest = cpu_ms - mask_ms;
+
+    if (threads <= 0)
+        threads = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("grammar requests=%llu compiles=%llu compile_ms=%.2f masks=%llu mask_ms=%.1f "
+           "token_set_fill_ms=%.1f mask_ms_per_token=%.4f warm_mask_ms_per_token=%.4f "
+           "process_cpu_ms=%.0f mask_share_of_cpu=%.2f%% mask_share_of_quiet_wall=%.2f%% "
+           "wall_s=%.1f gen_tokens=%llu\n",
+           (unsigned long long)g->requests, (unsigned long long)g->compiles,
+           (double)g->compile_us / 1e3, (unsigned long long)g->masks, mask_ms, fill_ms,
+           g->masks ? mask_ms / (double)g->masks : 0.0,
+           g->masks ? (mask_ms - fill_ms) / (double)g->masks : 0.0, cpu_ms,
+           cpu_ms > 0 ? 100.0 * mask_ms / cpu_ms : 0.0,
+           100.0 * mask_ms / (mask_ms + (rest > 0 ? rest : 0) / (double)HY_MAX(threads, 1)),
+           wall_s, (unsigned long long)gen_tokens);
+}
 
 /* One finished request's numbers into ttft/tpot; false if it failed. */
 static bool hy_bo_done(const hy_local_status_t *st, double *ttft, int *n_ttft, double *tpot,
@@ -262,7 +306,7 @@ static int hy_bo_throughput(hy_local_engine_t *le, const hy_model_t *m, const hy
     int n_ttft = 0, n_tpot = 0, rc = HY_OK;
     struct timespec t0, t1;
     hy_req_params_t p;
-    double wall;
+    double wall, cpu0;
 
     if (!reqs || !prompt || !ttft || !tpot) {
         rc = hy_err(err, HY_ENOMEM, "out of memory");
@@ -270,10 +314,11 @@ static int hy_bo_throughput(hy_local_engine_t *le, const hy_model_t *m, const hy
     }
     memset(&p, 0, sizeof p);
     hy_sampling_default(&p.sampling);
-    p.sampling.temperature = 0;
+    p.sampling.temperature = (float)o->temperature;
     p.max_tokens = (int32_t)o->n_gen;
     p.flags = HY_REQ_F_IGNORE_EOS;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    cpu0 = hy_bo_cpu_ms();
     while (done < o->n_req) {
         for (i = 0; i < o->conc && submitted < o->n_req; i++) {
             if (reqs[i].live)
@@ -282,8 +327,9 @@ static int hy_bo_throughput(hy_local_engine_t *le, const hy_model_t *m, const hy
                 rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
                 prompt[j] = (int32_t)(rng % (uint64_t)m->n_vocab);
             }
-            if ((rc = hy_local_submit(le->local, &p, prompt, (int32_t)o->n_prompt, &reqs[i].id,
-                                      err)) != HY_OK)
+            p.sampling.seed = (uint64_t)submitted + 1;
+            if ((rc = hy_local_submit_grammar(le->local, &p, prompt, (int32_t)o->n_prompt,
+                                              o->gspec, o->gspec_len, &reqs[i].id, err)) != HY_OK)
                 goto out;
             reqs[i].live = true;
             submitted++;
@@ -320,6 +366,12 @@ static int hy_bo_throughput(hy_local_engine_t *le, const hy_model_t *m, const hy
     printf("ttft_ms p50=%.2f p90=%.2f p99=%.2f  tpot_ms p50=%.2f p90=%.2f p99=%.2f\n",
            hy_bo_pct(ttft, n_ttft, 50), hy_bo_pct(ttft, n_ttft, 90), hy_bo_pct(ttft, n_ttft, 99),
            hy_bo_pct(tpot, n_tpot, 50), hy_bo_pct(tpot, n_tpot, 90), hy_bo_pct(tpot, n_tpot, 99));
+    if (o->gspec != NULL) {
+        hy_grammar_counts_t gc;
+
+        hy_local_grammar_counts(le->local, &gc);
+        hy_bo_grammar_report(&gc, wall, hy_bo_cpu_ms() - cpu0, o->threads, gen_tokens);
+    }
 out:
     free(reqs);
     free(prompt);
@@ -334,7 +386,9 @@ static void hy_bo_usage(void)
 {
     printf("usage: hyserve bench --offline -m MODEL.gguf [--concurrency 8] [--requests 32]\n"
            "       [--prompt-tokens 128] [--max-tokens 64] [--max-batch-tokens 512] [-t THREADS]\n"
-           "       [--checkpoint-interval 512] [--backend cpu|cuda]\n"
+           "       [--checkpoint-interval 512] [--backend cpu|cuda] [--temperature 0]\n"
+           "       [--json-schema FILE | --grammar FILE]  (constrained: generation ends\n"
+           "       where the grammar does; the grammar's cost is reported)\n"
            "   or: hyserve bench --offline -m MODEL.gguf --ttft-prefix[=2000] [--suffix-tokens 37]\n"
            "       [--repeat 5] [--max-batch-tokens 512] [--checkpoint-interval 512] [-t THREADS]\n"
            "       time to first token of an N-token prompt: cold, exact repeat, shared prefix\n");
@@ -350,7 +404,10 @@ static int hy_bo_parse(int argc, char **argv, hy_bo_opts_t *o)
         {"max-batch-tokens", required_argument, 0, 'b'}, {"offline", no_argument, 0, 'o'},
         {"ttft-prefix", optional_argument, 0, 'T'}, {"suffix-tokens", required_argument, 0, 'S'},
         {"repeat", required_argument, 0, 'R'}, {"checkpoint-interval", required_argument, 0, 'k'},
-        {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"backend", required_argument, 0, 'B'}, {"json-schema", required_argument, 0, 'J'},
+        {"grammar", required_argument, 0, 'G'}, {"temperature", required_argument, 0, 'e'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    char err[HY_ERR_LEN];
     int opt;
 
     *o = (hy_bo_opts_t){.conc = 8, .n_req = 32, .n_prompt = 128, .n_gen = 64, .mbt = 512,
@@ -375,6 +432,12 @@ static int hy_bo_parse(int argc, char **argv, hy_bo_opts_t *o)
         case 'k': if (hy_bo_long("--checkpoint-interval", optarg, 0, 1 << 24, &o->ckpt_interval)) return 2; break;
         case 'o': break;
         case 'B': o->backend = optarg; break;
+        case 'J': o->schema_file = optarg; break;
+        case 'G': o->grammar_file = optarg; break;
+        case 'e':
+            if (hy_cli_float("bench", "--temperature", optarg, 0, 2, &o->temperature))
+                return 2;
+            break;
         case 'h': hy_bo_usage(); return 1;
         default: return 2;
         }
@@ -387,6 +450,21 @@ static int hy_bo_parse(int argc, char **argv, hy_bo_opts_t *o)
         fprintf(stderr, "hyserve bench: --suffix-tokens = %ld: must leave at least one 16-token "
                         "block of the %ld-token prompt shared (1..%ld)\n",
                 o->suffix, o->ttft_n, o->ttft_n - 16);
+        return 2;
+    }
+    if (o->ttft_n > 0 && (o->schema_file != NULL || o->grammar_file != NULL)) {
+        fprintf(stderr, "hyserve bench: --ttft-prefix measures unconstrained prompts: drop "
+                        "--json-schema / --grammar\n");
+        return 2;
+    }
+    if (o->schema_file != NULL && o->grammar_file != NULL) {
+        fprintf(stderr, "hyserve bench: give at most one of --json-schema and --grammar\n");
+        return 2;
+    }
+    /* a bad schema or grammar is reported before the model loads */
+    if (hy_cli_grammar_spec(o->grammar_file, o->schema_file, false, &o->gspec, &o->gspec_len,
+                            err) != HY_OK) {
+        fprintf(stderr, "hyserve bench: %s\n", err);
         return 2;
     }
     return 0;
@@ -442,5 +520,6 @@ out:
     hy_model_free(m);
     if (be != NULL)
         be->i->free(be);
+    free(o.gspec);
     return rc;
 }

@@ -37,14 +37,20 @@ static void hy_run_usage(FILE *f)
             "  -c, --ctx N             context length (default: model's, at most 8192)\n"
             "      --ignore-eos        keep generating past end-of-generation tokens\n"
             "      --chat              wrap the prompt as a user message in the model's chat template\n"
-            "      --system TEXT       system message (with --chat)\n");
+            "      --system TEXT       system message (with --chat)\n"
+            "      --grammar FILE      constrain the output to a GBNF grammar\n"
+            "      --json-schema FILE  constrain the output to JSON valid against a JSON Schema\n"
+            "      --json              constrain the output to a JSON object\n");
 }
 
 typedef struct {
     const char *model, *prompt, *file, *backend, *system_msg;
+    const char *grammar_file, *schema_file; /* --grammar, --json-schema */
     long n_predict, threads, ctx;
-    bool ignore_eos, chat;
+    bool ignore_eos, chat, json;
     hy_sampling_t sp;
+    char *gspec;      /* the grammar spec the request carries (malloc'd), or NULL */
+    size_t gspec_len;
 } hy_run_opts_t;
 
 /* 0: parsed; 1: --help printed; 2: a bad option (reported). */
@@ -61,7 +67,8 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         {"threads", required_argument, 0, 't'}, {"ctx", required_argument, 0, 'c'},
         {"ignore-eos", no_argument, 0, 9}, {"chat", no_argument, 0, 10},
         {"system", required_argument, 0, 11}, {"backend", required_argument, 0, 12},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"grammar", required_argument, 0, 13}, {"json-schema", required_argument, 0, 14},
+        {"json", no_argument, 0, 15}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     hy_sampling_t *sp = &o->sp;
     bool seeded = false;
     double dv;
@@ -108,6 +115,9 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         case 10: o->chat = true; break;
         case 11: o->system_msg = optarg; break;
         case 12: o->backend = optarg; break;
+        case 13: o->grammar_file = optarg; break;
+        case 14: o->schema_file = optarg; break;
+        case 15: o->json = true; break;
         case 'h': hy_run_usage(stdout); return 1;
         default: hy_run_usage(stderr); return 2;
         }
@@ -177,6 +187,24 @@ static void hy_run_on_token(void *user, int32_t id, const hy_ring_tok_t *t)
     fflush(stdout);
 }
 
+/* What the grammar cost the engine, and whether the text is a complete
+ * sentence of it (the engine stops as soon as the grammar allows nothing
+ * more, or at an end-of-generation token where it may end) or was cut. */
+static void hy_run_grammar_report(const hy_local_t *l, const hy_local_status_t *st)
+{
+    hy_grammar_counts_t gc;
+
+    hy_local_grammar_counts(l, &gc);
+    fprintf(stderr,
+            "hyserve run: grammar %s | compile %.1f ms%s | masks %llu, %.3f ms/token, token sets "
+            "%.1f ms\n",
+            st->finish_reason == HY_FINISH_STOP ? "complete" : "incomplete (cut at --n-predict)",
+            (double)gc.compile_us / 1e3, gc.cache_hits ? " (cached)" : "",
+            (unsigned long long)gc.masks,
+            gc.masks ? (double)gc.mask_us / 1e3 / (double)gc.masks : 0.0,
+            (double)gc.fill_us / 1e3);
+}
+
 /* The request through the engine, text on stdout, timings on stderr. */
 static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ctx,
                            const int32_t *ids, int32_t n_ids, char *err)
@@ -212,7 +240,8 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
         goto out;
     out.local = le.local;
     c->load_ms += hy_cli_now_ms() - t_open;
-    if ((rc = hy_local_submit(le.local, &rp, ids, n_ids, &id, err)) != HY_OK ||
+    if ((rc = hy_local_submit_grammar(le.local, &rp, ids, n_ids, o->gspec, o->gspec_len, &id,
+                                      err)) != HY_OK ||
         (rc = hy_local_engine_wait(&le, id, err)) != HY_OK)
         goto out;
     st = hy_local_status(le.local, id);
@@ -238,6 +267,8 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
             "hyserve run: load %.0f ms | prompt %d tokens, %.1f ms, %.2f tok/s | generation %d tokens, %.1f ms, %.2f tok/s\n",
             c->load_ms, n_ids, t_prompt, n_ids * 1e3 / (t_prompt > 0 ? t_prompt : 1e-9), n_gen,
             t_gen, n_gen * 1e3 / (t_gen > 0 ? t_gen : 1e-9));
+    if (o->gspec != NULL)
+        hy_run_grammar_report(le.local, st);
     hy_local_release(le.local, id);
 out:
     if (hy_local_engine_close(&le, rc == HY_OK ? err : NULL) != HY_OK && rc == HY_OK)
@@ -258,10 +289,16 @@ int hy_cmd_run(int argc, char **argv)
 
     if ((rc = hy_run_parse(argc, argv, &o)) != 0)
         return rc == 1 ? 0 : rc;
-    if (hy_run_read_prompt(&o, &pbuf, &prompt, &plen) != 0)
+    /* a bad grammar or schema is reported before the model loads */
+    if (hy_cli_grammar_spec(o.grammar_file, o.schema_file, o.json, &o.gspec, &o.gspec_len,
+                            err) != HY_OK) {
+        fprintf(stderr, "hyserve run: %s\n", err);
         return 1;
-    if (hy_cli_open(&c, "run", o.model, o.backend, (int)o.threads, true, NULL) != 0) {
+    }
+    if (hy_run_read_prompt(&o, &pbuf, &prompt, &plen) != 0 ||
+        hy_cli_open(&c, "run", o.model, o.backend, (int)o.threads, true, NULL) != 0) {
         free(pbuf);
+        free(o.gspec);
         return 1;
     }
     rc = 1;
@@ -295,6 +332,7 @@ out:
     free(ids);
     free(pbuf);
     free(rendered);
+    free(o.gspec);
     hy_cli_close(&c);
     return rc;
 }

@@ -1,9 +1,9 @@
 # src/tools: the hyserve binary - the command table and every subcommand
 # but serve (src/server) - and the end-to-end tests of the commands.
 bin_PROGRAMS += hyserve
-hyserve_SOURCES = src/tools/hyserve.c src/tools/cli.c src/tools/cli.h src/tools/cmd_run.c \
-	src/tools/cmd_tok.c src/tools/cmd_eval.c src/tools/cmd_bench.c src/tools/cmd_plan.c \
-	src/tools/cmd_bench_offline.c src/tools/bench_offline.h
+hyserve_SOURCES = src/tools/hyserve.c src/tools/cli.c src/tools/cli.h src/tools/cli_grammar.c \
+	src/tools/cmd_run.c src/tools/cmd_tok.c src/tools/cmd_eval.c src/tools/cmd_bench.c \
+	src/tools/cmd_plan.c src/tools/cmd_bench_offline.c src/tools/bench_offline.h
 hyserve_LDADD = $(HY_LIBS)
 
 # The default model against transformers' float32 logits (skips without the

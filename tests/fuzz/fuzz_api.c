@@ -9,7 +9,12 @@
  *     clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc \
  *         -I/usr/include/cjson tests/fuzz/fuzz_api.c src/server/api.c \
  *         src/server/sse.c src/server/stop.c src/server/json_out.c \
- *         src/ipc/request.c src/common/hy.c -lcjson -lm -o fuzz_api
+ *         src/ipc/request.c src/common/hy.c src/server/api_grammar.c \
+ *         src/grammar/{gbnf,grammar_build,grammar_match,grammar_mask,gtext,regex}.c \
+ *         src/grammar/json_schema{,_types}.c src/model/unicode{,_data}.c \
+ *         -lcjson -lm -o fuzz_api
+ *     (response_format, grammar and json_schema are compiled to check them,
+ *     so the JSON Schema translator and the GBNF compiler are fuzzed too)
  *     ./fuzz_api -max_len=4096 corpus_dir/
  *
  *   standalone (-DHY_FUZZ_STANDALONE, what `make check` runs as
@@ -60,6 +65,7 @@ static void walk(const hy_api_req_t *r)
     g_sink += r->tools ? strlen(r->tools) : 0;
     g_sink += r->tool_choice ? strlen(r->tool_choice) : 0;
     g_sink += r->template_kwargs ? strlen(r->template_kwargs) : 0;
+    g_sink += r->grammar ? strlen(r->grammar) + r->grammar_len : 0;
     g_sink += hy_api_check_vocab(r, 1000, &e) == HY_OK;
     /* Feed the prompt text through the stop matcher in 3-byte pieces and
      * print it as an SSE delta: exercises both on arbitrary bytes. */

@@ -151,9 +151,18 @@ static const err_case_t k_range_cases[] = {
 
 /* unsupported features and the unknown-field rule */
 static const err_case_t k_rule_cases[] = {
-    {CH, "{" M ",\"response_format\":{\"type\":\"json_object\"}}", "response_format.type = 'json_object' is not supported by this server; only 'text' is", "response_format"},
-    {CH, "{" M ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", "response_format.type = 'json_schema' is not supported by this server; only 'text' is", "response_format"},
     {CH, "{" M ",\"response_format\":{\"type\":\"yaml\"}}", "response_format.type = 'yaml': must be text, json_object or json_schema", "response_format"},
+    {CH, "{" M ",\"response_format\":{\"type\":\"json_schema\"}}", "response_format.json_schema: expected an object with the schema", "response_format"},
+    {CH, "{" M ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":5}}}", "response_format.json_schema.name: expected a string", "response_format"},
+    {CH, "{" M ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"strict\":\"yes\"}}}", "response_format.json_schema.strict: expected a boolean", "response_format"},
+    {CH, "{" M ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":{\"type\":\"string\",\"foo\":1}}}}", "Invalid schema for response_format 'p': /: keyword 'foo' is not supported", "response_format"},
+    {CH, "{" M ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":{\"properties\":{\"t\":{\"type\":\"array\",\"uniqueItems\":true}}}}}}", "Invalid schema for response_format 'p': /properties/t: 'uniqueItems': true is not supported", "response_format"},
+    {CH, "{" M ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":{\"type\":\"string\",\"pattern\":\"(?=x)\"}}}}", "Invalid schema for response_format 'p': /: pattern: lookahead '(?=' at offset 0 is not supported", "response_format"},
+    {CH, "{" M ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"schema\":{\"$ref\":\"#\"}}}}", "the schema's grammar is invalid: grammar: rule 'ref' is left-recursive (ref -> ref): it can call itself before matching any character", "response_format"},
+    {CH, "{" M ",\"grammar\":\"root ::= foo\"}", "grammar: offset 9 (line 1, column 10): rule 'foo' is used but never defined", "grammar"},
+    {CH, "{" M ",\"grammar\":5}", "grammar: expected a string (GBNF)", "grammar"},
+    {CO, "{" P ",\"json_schema\":{\"type\":\"integer\",\"minimum\":3,\"maximum\":1}}", "Invalid schema for json_schema: /: the range of values is empty", "json_schema"},
+    {CH, "{" M ",\"grammar\":\"root ::= \\\"x\\\"\",\"response_format\":{\"type\":\"json_object\"}}", "give at most one of response_format, grammar and json_schema", "grammar"},
     {CO, "{" P ",\"suffix\":\"end\"}", "suffix is not supported by this server", "suffix"},
     {CO, "{" P ",\"best_of\":3}", "best_of = 3 is not supported by this server (only best_of = n)", "best_of"},
     {CH, "{" M ",\"audio\":{}}", "audio is not supported by this server", "audio"},
@@ -265,6 +274,49 @@ static void test_chat_full(void)
                 strcmp(r->template_kwargs, "{\"enable_thinking\":false}") == 0,
             "tools, tool_choice and chat_template_kwargs pass through as JSON");
     hy_api_req_free(r);
+}
+
+/* The grammar a request asks for, as the GBNF text the engine gets. */
+static void test_grammar_fields(void)
+{
+    static const struct {
+        hy_api_kind_t kind;
+        const char *body, *want;
+    } cases[] = {
+        {CH, "{" M ",\"response_format\":{\"type\":\"json_object\"}}", "json-object"},
+        {CH, "{" M ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+             "{\"name\":\"p\",\"strict\":true,\"schema\":{\"type\":\"object\","
+             "\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}}}",
+         "\"a\""},
+        {CH, "{" M ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+             "{\"name\":\"any\"}}}", "json-object"},
+        {CO, "{" P ",\"grammar\":\"root ::= [0-9]+\"}", "root ::= [0-9]+"},
+        {CO, "{" P ",\"json_schema\":{\"enum\":[\"x\",\"y\"]}}", "\"\\\"x\\\"\""},
+    };
+    size_t bad = 0;
+
+    for (size_t i = 0; i < HY_ARRAY_LEN(cases); i++) {
+        hy_api_req_t *r = NULL;
+        hy_api_error_t e;
+
+        if (parse(cases[i].kind, cases[i].body, &r, &e) != HY_OK || r->grammar == NULL ||
+            strlen(r->grammar) != r->grammar_len || strstr(r->grammar, "root ::=") == NULL ||
+            strstr(r->grammar, cases[i].want) == NULL) {
+            printf("# case %zu: %s\n", i, r ? (r->grammar ? r->grammar : "no grammar") : e.message);
+            bad++;
+        }
+        hy_api_req_free(r);
+    }
+    HY_T_OK(bad == 0, "response_format json_object/json_schema, grammar and json_schema give "
+                      "the grammar text (%zu wrong)", bad);
+    {
+        hy_api_req_t *r = NULL;
+        hy_api_error_t e;
+        int rc = parse(CH, "{" M ",\"response_format\":{\"type\":\"text\"}}", &r, &e);
+
+        HY_T_OK(rc == HY_OK && r->grammar == NULL, "response_format text: no grammar");
+        hy_api_req_free(r);
+    }
 }
 
 static void test_prompts(void)
@@ -787,6 +839,7 @@ static void test_priority(void)
 int main(void)
 {
     test_error_tables();
+    test_grammar_fields();
     test_ignored_fields();
     test_chat_full();
     test_prompts();

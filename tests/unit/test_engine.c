@@ -7,12 +7,17 @@
  * conversation, an exact repeat of whole blocks, and a shared prefix
  * branching with new suffixes), prompts under one block, preemption under a tiny page
  * budget (same outputs), cancellation, sampling by the backend
- * (hy_backend_i.sample, given here by the GPU sampler's host reference), and
- * the page-table accounting after every scenario.  Tiny random models from tests/golden/tiny/.
+ * (hy_backend_i.sample, given here by the GPU sampler's host reference),
+ * grammar-constrained requests (the text matches, "stop" at the grammar's
+ * end, batch invariance among other requests, never the device sampler, a
+ * corrupt spec refused, counted by the source, the in-process source
+ * alike), and the page-table accounting after every scenario.  Tiny random
+ * models from tests/golden/tiny/.
  */
 #include "engine/engine.h"
 #include "engine/local.h"
 #include "engine/runner.h"
+#include "grammar/grammar_cache.h"
 #include "engine/scheduler.h"
 #include "kv/plan.h"
 #include "backend/cuda/sample.h"
@@ -204,6 +209,10 @@ static double hy_e_diff(const hy_e_out_t *a, const hy_e_out_t *b)
 
 static const int32_t hy_e_lens[HY_E_NREQ] = {1, 70, 5, 16, 33, 2, 47, 17, 64, 9, 31, 100, 3, 48, 12, 80};
 
+static int hy_e_submit_g(hy_e_env_t *v, const int32_t *p, int32_t n, int32_t max_tokens,
+                         uint64_t seed, const char *spec, size_t spec_len, hy_req_handle_t *h,
+                         char *err);
+
 /* ---- sampling by the backend ------------------------------------------------ */
 
 /* What the stand-in device sampler saw and answered, in call order. */
@@ -332,6 +341,18 @@ static void hy_e_devsample(hy_e_env_t *v, const char *name)
         rc = hy_e_run_s(v, prompt, 20, 8, &sp, &pen, err);
     HY_T_OK(rc == HY_OK && pen.n == 8 && hy_e_dev.calls == 0 && hy_e_dev.downloads >= 8,
             "%s: a request with penalties is sampled on the host (%d backend calls, %d logit "
+            "downloads; %s)", name, hy_e_dev.calls, hy_e_dev.downloads, rc == HY_OK ? "ok" : err);
+    /* a grammar needs the host's mask: never the backend's sampler */
+    memset(&hy_e_dev, 0, sizeof hy_e_dev);
+    hy_e_dev.n_vocab = v->m->n_vocab;
+    if (rc == HY_OK) {
+        hy_req_handle_t h;
+
+        if ((rc = hy_e_submit_g(v, prompt, 20, 8, 5, NULL, 0, &h, err)) == HY_OK)
+            rc = hy_e_collect(v, h, &pen, err);
+    }
+    HY_T_OK(rc == HY_OK && pen.n > 0 && hy_e_dev.calls == 0 && hy_e_dev.downloads >= pen.n,
+            "%s: a constrained request is sampled on the host (%d backend calls, %d logit "
             "downloads; %s)", name, hy_e_dev.calls, hy_e_dev.downloads, rc == HY_OK ? "ok" : err);
     hy_e_down(v, name);
 
@@ -753,6 +774,191 @@ out:
     HY_T_OK(0, "%s: cancellation (%s)", name, err);
 }
 
+/* ---- grammars ------------------------------------------------------------------- */
+
+static const char k_e_grammar[] = "root ::= \"{\" [a-z]{1,6} \":\" [0-9]{1,3} ( \",\" [a-z]{1,6} "
+                                  "\":\" [0-9]{1,3} ){0,2} \"}\"";
+
+/* A constrained, sampled request (EOS allowed); spec overrides the packed
+ * grammar when not NULL. */
+static int hy_e_submit_g(hy_e_env_t *v, const int32_t *p, int32_t n, int32_t max_tokens,
+                         uint64_t seed, const char *spec, size_t spec_len, hy_req_handle_t *h,
+                         char *err)
+{
+    hy_req_params_t rp;
+    char *packed = NULL;
+    size_t len = 0;
+    int rc;
+
+    memset(&rp, 0, sizeof rp);
+    hy_sampling_default(&rp.sampling);
+    rp.sampling.seed = seed;
+    rp.sampling.n_logprobs = 2;
+    rp.max_tokens = max_tokens;
+    if (spec == NULL && (rc = hy_grammar_spec_pack(k_e_grammar, sizeof k_e_grammar - 1, NULL,
+                                                   &packed, &len, err)) != HY_OK)
+        return rc;
+    rc = hy_req_submit_grammar(v->shm, &rp, p, n, spec ? spec : packed, spec ? spec_len : len,
+                               h, err);
+    free(packed);
+    hy_shm_engine_kick(v->shm);
+    return rc;
+}
+
+/* Whether the tokens of out spell a sentence of the grammar (whole = the
+ * complete sentence, else a prefix of one). */
+static bool hy_e_matches(const hy_e_out_t *out, const hy_tok_t *tok, bool whole)
+{
+    char err[HY_ERR_LEN], *text = NULL;
+    size_t len = 0;
+    hy_grammar_t *g = NULL;
+    hy_gmatch_t *m = NULL;
+    bool ok;
+
+    ok = hy_tok_decode(tok, out->tok, (size_t)out->n, false, &text, &len, err) == HY_OK &&
+         hy_grammar_compile(&g, k_e_grammar, sizeof k_e_grammar - 1, NULL, err) == HY_OK &&
+         hy_gmatch_create(&m, g, NULL, err) == HY_OK &&
+         hy_gmatch_accept_bytes(m, text, len, err) == HY_OK &&
+         (!whole || hy_gmatch_done(m));
+    if (!ok)
+        printf("# %s: '%.*s' (%s)\n", whole ? "not a sentence" : "not a prefix", (int)len,
+               text ? text : "", err);
+    hy_gmatch_free(m);
+    hy_grammar_unref(g);
+    free(text);
+    return ok;
+}
+
+/* The in-process source carries the grammar too: the same constrained
+ * request gives the same tokens as through the shared slots, the grammar's
+ * counts reach the source (none kept by the engine), and a spec larger
+ * than any grammar packs to is refused at submit. */
+static void hy_e_grammar_local(hy_e_env_t *v, const char *name, const hy_engine_opts_t *o,
+                               const int32_t *p, const hy_e_out_t *slots)
+{
+    char err[HY_ERR_LEN] = "", *packed = NULL, *huge = NULL;
+    hy_local_engine_t le = {0};
+    hy_e_local_t got;
+    hy_req_params_t rp;
+    hy_grammar_counts_t gc = {0};
+    const hy_local_status_t *st = NULL;
+    size_t len = 0;
+    int32_t id = -1, bad;
+    int rc, rc_big = HY_OK;
+
+    memset(&got, 0, sizeof got);
+    memset(&rp, 0, sizeof rp);
+    hy_sampling_default(&rp.sampling);
+    rp.sampling.seed = 100;
+    rp.sampling.n_logprobs = 2;
+    rp.max_tokens = 60;
+    rc = hy_grammar_spec_pack(k_e_grammar, sizeof k_e_grammar - 1, NULL, &packed, &len, err);
+    if (rc == HY_OK)
+        rc = hy_local_engine_open(&le, v->m, v->be, o, hy_e_on_token, &got, err);
+    if (rc == HY_OK &&
+        (rc = hy_local_submit_grammar(le.local, &rp, p, 24, packed, len, &id, err)) == HY_OK &&
+        (rc = hy_local_engine_wait(&le, id, err)) == HY_OK) {
+        st = hy_local_status(le.local, id);
+        got.out[id].finish = st->finish_reason;
+        hy_local_grammar_counts(le.local, &gc);
+        hy_local_release(le.local, id);
+    }
+    HY_T_OK(rc == HY_OK && st != NULL && got.out[id].finish == HY_FINISH_STOP &&
+                hy_e_diff(slots, &got.out[id]) < 1e-4 && gc.requests == 1 && gc.compiles == 1 &&
+                gc.masks >= (uint64_t)slots->n - 1,
+            "%s: a constrained request through the in-process source == the shared slots, "
+            "counted there (requests %llu, compiles %llu, masks %llu; %s)", name,
+            (unsigned long long)gc.requests, (unsigned long long)gc.compiles,
+            (unsigned long long)gc.masks, rc == HY_OK ? "ok" : err);
+    if (rc == HY_OK && (huge = calloc(1, (size_t)HY_GRAMMAR_MAX_SPEC + 1)) != NULL)
+        rc_big = hy_local_submit_grammar(le.local, &rp, p, 24, huge,
+                                         (size_t)HY_GRAMMAR_MAX_SPEC + 1, &bad, err);
+    HY_T_OK(huge != NULL && rc_big == HY_ERANGE && strstr(err, "grammar spec of ") &&
+                strstr(err, "bytes: at most"),
+            "%s: the in-process source refuses an oversized grammar spec: %s", name, err);
+    if (le.engine != NULL && hy_local_engine_close(&le, err) != HY_OK)
+        HY_T_OK(0, "%s: local engine closes with every page back (%s)", name, err);
+    free(huge);
+    free(packed);
+}
+
+static void hy_e_grammar(hy_e_env_t *v, const char *name)
+{
+    char err[HY_ERR_LEN] = "";
+    hy_tok_t *tok = NULL;
+    hy_engine_opts_t o;
+    hy_req_handle_t h[16];
+    hy_e_out_t alone[4], mixed[16], cut;
+    int32_t p[24];
+    int rc, i, good = 0, same = 0;
+
+    hy_e_opts(&o);
+    rc = hy_tok_load(&tok, v->m->gguf, err);
+    if (rc == HY_OK)
+        rc = hy_e_up(v, &o, err);
+    hy_e_prompt(p, 24, 4242, v->m->n_vocab);
+    for (i = 0; i < 4 && rc == HY_OK; i++) {
+        if ((rc = hy_e_submit_g(v, p, 24, 60, 100 + (uint64_t)i, NULL, 0, &h[0], err)) == HY_OK)
+            rc = hy_e_collect(v, h[0], &alone[i], err);
+        good += rc == HY_OK && alone[i].finish == HY_FINISH_STOP && hy_e_matches(&alone[i], tok, true);
+    }
+    HY_T_OK(rc == HY_OK && good == 4,
+            "%s: 4 sampled constrained requests spell the grammar and end with 'stop' (%s)", name,
+            rc == HY_OK ? "ok" : err);
+    if (rc == HY_OK) {
+        const hy_stats_t *st = hy_shm_stats(v->shm);
+
+        HY_T_OK(atomic_load(&st->grammar_requests) == 4 &&
+                    atomic_load(&st->grammar_compiles) == 1 &&
+                    atomic_load(&st->grammar_cache_hits) == 3 && atomic_load(&st->grammar_masks) > 0,
+                "%s: the shared slots' stats count 4 constrained requests, 1 compile, 3 cache "
+                "hits, %llu masks", name, (unsigned long long)atomic_load(&st->grammar_masks));
+        hy_e_grammar_local(v, name, &o, p, &alone[0]);
+    }
+    /* the same 4 among 12 unconstrained ones, all at once */
+    for (i = 0; i < 16 && rc == HY_OK; i++) {
+        if (i % 4 == 0)
+            rc = hy_e_submit_g(v, p, 24, 60, 100 + (uint64_t)i / 4, NULL, 0, &h[i], err);
+        else
+            rc = hy_e_submit(v, p, 24, 20, &h[i], err);
+    }
+    for (i = 0; i < 16 && rc == HY_OK; i++)
+        rc = hy_e_collect(v, h[i], &mixed[i], err);
+    for (i = 0; i < 4 && rc == HY_OK; i++)
+        same += hy_e_diff(&alone[i], &mixed[4 * i]) < 1e-4;
+    HY_T_OK(rc == HY_OK && same == 4,
+            "%s: constrained output is the same alone and among 12 free requests (%d of 4; %s)",
+            name, same, rc == HY_OK ? "ok" : err);
+    /* cut by max_tokens: a prefix, finish 'length' */
+    if (rc == HY_OK && (rc = hy_e_submit_g(v, p, 24, 3, 7, NULL, 0, &h[0], err)) == HY_OK)
+        rc = hy_e_collect(v, h[0], &cut, err);
+    HY_T_OK(rc == HY_OK && cut.n == 3 && cut.finish == HY_FINISH_LENGTH &&
+                hy_e_matches(&cut, tok, false),
+            "%s: cut at max_tokens: an incomplete prefix, finish 'length' (%s)", name,
+            rc == HY_OK ? "ok" : err);
+    /* a corrupt spec is the request's error, not the engine's */
+    if (rc == HY_OK && (rc = hy_e_submit_g(v, p, 24, 8, 1, "HYG1\0\0\0\0\5\0\0\0ab", 14,
+                                           &h[0], err)) == HY_OK) {
+        rc = hy_e_collect(v, h[0], &cut, err);
+        HY_T_OK(rc == HY_EIO && strstr(err, "grammar spec: the text length does not match"),
+                "%s: a corrupt grammar spec fails that request: %s", name, err);
+        rc = HY_OK;
+    }
+    /* the grammar arena: prompt + spec must fit the slot */
+    if (rc == HY_OK) {
+        int32_t big[150];
+        char spec[400];
+
+        memset(spec, 0, sizeof spec);
+        hy_e_prompt(big, 150, 1, v->m->n_vocab);
+        HY_T_OK(hy_e_submit_g(v, big, 150, 4, 1, spec, sizeof spec, &h[0], err) == HY_ERANGE &&
+                    strstr(err, "does not fit next to a 150-token prompt (40 bytes left)"),
+                "%s: a grammar that does not fit next to the prompt is refused: %s", name, err);
+    }
+    hy_e_down(v, name);
+    hy_tok_free(tok);
+}
+
 /* Segment sizing: bad options and budgets are refused with a message; a
  * hybrid budget too small for max_seqs state slots gets fewer slots. */
 static void hy_e_sizing(hy_e_env_t *v, const char *name)
@@ -926,6 +1132,7 @@ int main(void)
             hy_e_cancel(&v, models[k]);
             hy_e_local_errors(&v, models[k]);
             hy_e_devsample(&v, models[k]);
+            hy_e_grammar(&v, models[k]);
             hy_e_runner(v.m, v.be);
         }
         hy_model_free(v.m);

@@ -1,0 +1,83 @@
+#!/bin/sh
+# test_cli_grammar.sh - the offline constrained-decoding flags: hyserve run
+# --grammar / --json-schema / --json refuse bad input with one precise
+# message, constrain the tiny model's sampled output, and hyserve bench
+# --offline reports the grammar's cost.  TAP.
+hy=${HYSERVE:-./hyserve}
+src=${HY_SRCDIR:-.}
+tiny="$src/tests/golden/tiny/llama.gguf"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+n=0 fail=0
+
+# check WANT_RC "expected output substring" what -- command...
+check() {
+    want_rc=$1 want=$2 what=$3
+    shift 4
+    out=$("$@" 2>&1 </dev/null)
+    rc=$?
+    n=$((n + 1))
+    case "$out" in
+    *"$want"*) [ "$rc" = "$want_rc" ] && { echo "ok $n - $what"; return; } ;;
+    esac
+    fail=$((fail + 1))
+    echo "not ok $n - $what (rc $rc, output: $out)"
+}
+
+printf '{"type":"string","foo":1}' >"$tmp/unsupported.json"
+printf '{"type":' >"$tmp/broken.json"
+printf 'root ::= [a-c]{5} tail\n' >"$tmp/undefined.gbnf"
+printf 'root ::= [a-c]{5}\n' >"$tmp/five.gbnf"
+printf '{"type":"object","properties":{"n":{"type":"integer","minimum":10,"maximum":99}},"required":["n"],"additionalProperties":false}' >"$tmp/n.json"
+
+check 1 "hyserve run: cannot open $tmp/missing.json" "run: --json-schema of a missing file" -- \
+    "$hy" run -m "$tiny" -p hi --json-schema "$tmp/missing.json"
+check 1 "hyserve run: $tmp/broken.json: not valid JSON" "run: --json-schema that is not JSON" -- \
+    "$hy" run -m "$tiny" -p hi --json-schema "$tmp/broken.json"
+check 1 "hyserve run: $tmp/unsupported.json: /: keyword 'foo' is not supported" \
+    "run: --json-schema with an unsupported keyword" -- \
+    "$hy" run -m "$tiny" -p hi --json-schema "$tmp/unsupported.json"
+check 1 "offset 18 (line 1, column 19): rule 'tail' is used but never defined" \
+    "run: --grammar with an undefined rule" -- \
+    "$hy" run -m "$tiny" -p hi --grammar "$tmp/undefined.gbnf"
+check 1 "give at most one of --grammar, --json-schema and --json" "run: two constraints" -- \
+    "$hy" run -m "$tiny" -p hi --json --grammar "$tmp/five.gbnf"
+
+# sampled at temperature 1 from the tiny random model: only the grammar
+# can make these outputs what they are
+for seed in 1 2 3; do
+    n=$((n + 1))
+    out=$("$hy" run -m "$tiny" -p hi --grammar "$tmp/five.gbnf" --temp 1 --top-k 0 --top-p 1 \
+          --min-p 0 --seed $seed -n 20 -t 1 2>"$tmp/err")
+    if printf '%s' "$out" | grep -qx '[a-c]\{5\}' && grep -q "grammar complete" "$tmp/err"; then
+        echo "ok $n - run --grammar, seed $seed: '$out', complete"
+    else
+        fail=$((fail + 1))
+        echo "not ok $n - run --grammar, seed $seed: '$out' ($(cat "$tmp/err"))"
+    fi
+done
+n=$((n + 1))
+out=$("$hy" run -m "$tiny" -p hi --json-schema "$tmp/n.json" --temp 1 --seed 4 -n 40 -t 1 2>"$tmp/err" |
+      tr '\n\t' '  ')
+if grep -q "grammar complete" "$tmp/err" && printf '%s' "$out" | tr -d ' ' | grep -Eqx '\{"n":[1-9][0-9]\}'; then
+    echo "ok $n - run --json-schema: '$out'"
+else
+    fail=$((fail + 1))
+    echo "not ok $n - run --json-schema: '$out' ($(cat "$tmp/err"))"
+fi
+n=$((n + 1))
+out=$("$hy" run -m "$tiny" -p hi --grammar "$tmp/five.gbnf" --temp 1 --seed 5 -n 3 -t 1 2>&1 >/dev/null)
+case "$out" in
+*"grammar incomplete (cut at --n-predict)"*) echo "ok $n - run --grammar cut by -n says so" ;;
+*) fail=$((fail + 1)); echo "not ok $n - run --grammar cut by -n: $out" ;;
+esac
+
+check 0 "grammar requests=4 compiles=1" "bench --offline --json-schema reports the grammar's cost" -- \
+    "$hy" bench --offline -m "$tiny" --json-schema "$tmp/n.json" --temperature 1 --concurrency 2 \
+    --requests 4 --prompt-tokens 8 --max-tokens 16 -t 1
+check 2 "hyserve bench: $tmp/unsupported.json: /: keyword 'foo' is not supported" \
+    "bench --offline refuses a bad schema before loading" -- \
+    "$hy" bench --offline -m "$tiny" --json-schema "$tmp/unsupported.json"
+
+echo "1..$n"
+[ "$fail" = 0 ]
