@@ -400,11 +400,10 @@ static int co_reap(hy_shm_t *shm, co_slot_t *slots, uint32_t n, bool expected)
         for (i = 0; i < n && slots[i].pid != pid; i++)
             ;
         co_log_death(pid, status, expected);
+        /* hy_shm_reap_owner counts them in hyserve_reaped_requests_total */
         reaped = hy_shm_reap_owner(shm, pid);
-        if (reaped > 0) {
-            atomic_fetch_add(&hy_shm_stats(shm)->reaped_requests, (uint64_t)reaped);
+        if (reaped > 0)
             hy_log(LOG_WARNING, "worker_requests_reaped", "pid=%d requests=%d", (int)pid, reaped);
-        }
         hy_shm_engine_kick(shm);
         if (i < n) {
             int64_t now = co_now_ms();
