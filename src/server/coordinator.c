@@ -3,12 +3,14 @@
  * loads the config, the model (CPU backend), tokenizer and chat template,
  * creates the shared segment sized by the engine, starts the engine thread,
  * opens the FastCGI socket and preforks the workers; then it supervises:
- * a dead worker is logged (with its signal), its requests are reaped and a
- * new one is forked with backoff.  SIGTERM drains (503 for new work, in-flight
+ * a dead worker is logged (with its signal), the responses it was writing
+ * are aborted (guard.h), its requests are reaped and a new one is forked
+ * with backoff.  SIGTERM drains (503 for new work, in-flight
  * streams finish, up to server.drain_seconds) and exits; SIGHUP reloads what
  * can change without the model (log level, facility, stderr copy).
  */
 #include "server/coordinator.h"
+#include "server/guard.h"
 #include "server/worker.h"
 
 #include "config.h" /* PACKAGE_VERSION */
@@ -52,6 +54,7 @@ typedef struct {
     int64_t born_ms;
     int64_t respawn_at_ms;
     int backoff_ms;
+    hy_guard_t guard; /* the connections its worker answers (guard.h) */
 } co_slot_t;
 
 typedef struct {
@@ -360,16 +363,31 @@ static uint64_t co_mem_available(void)
 
 /* ---- supervision ------------------------------------------------------------ */
 
-static pid_t co_fork_worker(hy_worker_ctx_t *w, const sigset_t *old_mask)
+/* Forks the worker of slots[k], with a new connection guard (a worker
+ * without one still serves; only its death would look like a clean end). */
+static pid_t co_fork_worker(hy_worker_ctx_t *w, co_slot_t *slots, uint32_t n, uint32_t k,
+                            const sigset_t *old_mask)
 {
-    pid_t parent = getpid(), pid = fork();
+    uint32_t threads = w->cfg->server.threads_per_worker + (w->control_fd >= 0);
+    pid_t parent = getpid(), pid;
+    char err[HY_ERR_LEN];
 
-    if (pid != 0)
+    if (hy_guard_open(&slots[k].guard, threads, &w->guard_fd, err) != HY_OK)
+        hy_log(LOG_ERR, "guard_failed", "slot=%u err=\"%s\"", k, err);
+    pid = fork();
+    if (pid != 0) {
+        if (w->guard_fd >= 0)
+            close(w->guard_fd);
+        w->guard_fd = -1;
         return pid;
+    }
     /* Child: die with the coordinator; never outlive the model's owner. */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent)
         _exit(0);
+    /* the coordinator's hold on its siblings' connections is not ours */
+    for (uint32_t i = 0; i < n; i++)
+        hy_guard_close(&slots[i].guard);
     signal(SIGCHLD, SIG_DFL);
     sigprocmask(SIG_SETMASK, old_mask, NULL);
     hy_log_open(co_worker_ident, w->cfg->log.facility, atomic_load(&w->ctl->log_level),
@@ -400,6 +418,10 @@ static int co_reap(hy_shm_t *shm, co_slot_t *slots, uint32_t n, bool expected)
         for (i = 0; i < n && slots[i].pid != pid; i++)
             ;
         co_log_death(pid, status, expected);
+        /* its clients learn first: their responses are aborted, not ended */
+        if (i < n && (reaped = hy_guard_abort(&slots[i].guard, pid, status)) > 0)
+            hy_log(LOG_WARNING, "worker_responses_aborted", "pid=%d connections=%d", (int)pid,
+                   reaped);
         /* hy_shm_reap_owner counts them in hyserve_reaped_requests_total */
         reaped = hy_shm_reap_owner(shm, pid);
         if (reaped > 0)
@@ -431,7 +453,7 @@ static void co_spawn_due(hy_worker_ctx_t *w, co_slot_t *slots, uint32_t n,
 
         if (slots[i].pid != 0 || now < slots[i].respawn_at_ms)
             continue;
-        pid = co_fork_worker(w, old_mask);
+        pid = co_fork_worker(w, slots, n, i, old_mask);
         if (pid < 0) {
             hy_log(LOG_ERR, "fork_failed", "err=%s", strerror(errno));
             slots[i].respawn_at_ms = now + CO_BACKOFF_MAX_MS;
@@ -722,6 +744,7 @@ static int co_prepare_workers(co_t *co, char *err)
     w->n_vocab = co->model->n_vocab;
     w->listen_fd = co->listen_fd;
     w->control_fd = co->control_fd;
+    w->guard_fd = -1;
     w->log_ident = co_worker_ident;
     w->info.id = co_model_id(co->cfg->model.path, co->model_id, sizeof co->model_id);
     w->info.created = (int64_t)time(NULL);
@@ -748,8 +771,10 @@ static int co_start_workers(co_t *co, char *err)
     co->n_workers = cfg->server.workers;
     if ((co->slots = calloc(co->n_workers, sizeof *co->slots)) == NULL)
         return hy_err(err, HY_ENOMEM, "out of memory");
-    for (i = 0; i < co->n_workers; i++)
+    for (i = 0; i < co->n_workers; i++) {
         co->slots[i].backoff_ms = CO_BACKOFF_MIN_MS;
+        hy_guard_init(&co->slots[i].guard);
+    }
     co_spawn_due(&co->w, co->slots, co->n_workers, &co->old_mask, false);
     hy_log(LOG_INFO, "serving",
            "model=%s arch=%s socket=%s instance=%s workers=%u n_ctx=%d pages=%d "
@@ -814,6 +839,8 @@ static void co_supervise(co_t *co)
         } else if ((sig == SIGTERM || sig == SIGINT) && !stopping) {
             drain_until = 0; /* a second signal: stop now */
         }
+        for (uint32_t i = 0; i < co->n_workers; i++)
+            hy_guard_poll(&co->slots[i].guard);
         co_reap(co->shm, co->slots, co->n_workers, stopping);
         if (draining && !stopping) {
             bool idle = atomic_load(&hy_shm_stats(co->shm)->slots_used) <= 0;
@@ -849,6 +876,8 @@ static void co_shutdown(co_t *co, bool failed)
         while (waitpid(-1, NULL, 0) > 0)
             ;
     }
+    for (uint32_t i = 0; co->slots != NULL && i < co->n_workers; i++)
+        hy_guard_close(&co->slots[i].guard);
     if (co->socket_open) {
         close(co->listen_fd);
         unlink(co->cfg->server.socket);

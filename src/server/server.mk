@@ -18,7 +18,13 @@ tests_fuzz_fuzz_api_replay_LDADD = $(TEST_LDADD)
 
 # The FastCGI worker processes and the coordinator.
 libhy_a_SOURCES += src/server/worker.c src/server/worker.h src/server/coordinator.c \
-	src/server/coordinator.h
+	src/server/coordinator.h src/server/guard.c src/server/guard.h
+# The coordinator's hold on the connections workers answer (a dead worker's
+# responses are aborted, not ended), without nginx.
+check_PROGRAMS += tests/unit/test_guard
+TESTS += tests/unit/test_guard
+tests_unit_test_guard_SOURCES = tests/unit/test_guard.c
+tests_unit_test_guard_LDADD = $(TEST_LDADD)
 # End-to-end: a real nginx in front of `hyserve serve` (skips without nginx
 # or the python openai package).
 TESTS += tests/integration/test_server.py

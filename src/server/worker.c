@@ -28,6 +28,7 @@
 
 #include "common/log.h"
 #include "server/api.h"
+#include "server/guard.h"
 #include "server/json_out.h"
 #include "server/metrics.h"
 #include "server/stop.h"
@@ -1305,6 +1306,7 @@ static void wk_on_term(int sig)
 typedef struct {
     hy_worker_ctx_t *w;
     int log_gen;
+    uint32_t index; /* its slot in the connection guard */
     int fd;       /* the socket this thread accepts on */
     bool control; /* it is the control socket */
 } wk_thread_t;
@@ -1337,11 +1339,21 @@ static void *wk_loop(void *arg)
     while (!wk_stop && FCGX_Accept_r(&rq) >= 0) {
         int gen = atomic_load(&w->ctl->log_gen);
 
+        char err[HY_ERR_LEN];
+        bool held;
+
         if (gen != t->log_gen) {
             wk_log_reopen(w, gen);
             t->log_gen = gen;
         }
+        /* the coordinator holds the connection while we answer, so that
+         * our death aborts the response instead of ending it */
+        held = w->guard_fd >= 0 && hy_guard_hold(w->guard_fd, t->index, rq.ipcFd, err) == HY_OK;
+        if (w->guard_fd >= 0 && !held)
+            hy_log(LOG_WARNING, "unguarded", "err=\"%s\"", err);
         wk_handle(w, &rq, t->control);
+        if (held && hy_guard_drop(w->guard_fd, t->index, err) != HY_OK)
+            hy_log(LOG_WARNING, "unguarded", "err=\"%s\"", err);
     }
     FCGX_Free(&rq, 1);
     return NULL;
@@ -1383,6 +1395,7 @@ int hy_worker_main(hy_worker_ctx_t *w)
     for (i = 0; i < n_all; i++) {
         ts[i].w = w;
         ts[i].log_gen = atomic_load(&w->ctl->log_gen);
+        ts[i].index = i;
         ts[i].control = i >= n_threads;
         ts[i].fd = ts[i].control ? w->control_fd : w->listen_fd;
     }

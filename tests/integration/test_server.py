@@ -44,13 +44,7 @@ ok = t.ok
 
 
 def metrics():
-    _, _, b = STACK.http("GET", "/metrics")
-    m = {}
-    for line in b.decode().splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            m[k] = float(v)
-    return m
+    return t.metric_samples(STACK.http("GET", "/metrics")[2])
 
 
 def idle(m):
