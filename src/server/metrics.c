@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ipc/ring.h"
 #include "server/json_out.h"
 
 /* ---- counting ---------------------------------------------------------------- */
@@ -410,6 +411,14 @@ static void mt_counters(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t
               (unsigned long long)p->n_request_slots);
 }
 
+/* Streams paused because their client reads slower than they generate. */
+static void mt_stalled(hy_jbuf_t *b, hy_shm_t *shm)
+{
+    mt_metric(b, "hyserve_num_requests_stalled", "gauge",
+              "Running requests paused with a full token ring: their client is not reading.",
+              (unsigned long long)hy_shm_count_stalled(shm));
+}
+
 static void mt_info(hy_jbuf_t *b, const hy_metrics_info_t *in)
 {
     mt_head(b, "hyserve_info", "gauge", "What this instance serves (always 1).");
@@ -439,6 +448,7 @@ int hy_metrics_render(hy_shm_t *shm, const hy_metrics_info_t *info, char **out, 
     hy_jbuf_init(&b);
     mt_info(&b, info);
     mt_counters(&b, s, p);
+    mt_stalled(&b, shm);
     mt_http(&b, s);
     mt_latency(&b, s, now);
     mt_rates(&b, s, now);

@@ -60,7 +60,7 @@ class Site:
         self._tls()
         with open(os.path.join(SRC, "nginx", "hyserve.conf")) as f:
             site = self._rewrite(f.read(), max_conns)
-        site = site.replace("listen 8443 ssl http2;", "listen 127.0.0.1:%d ssl http2;" % self.port)
+        site = site.replace("listen 8443 ssl http2 ", "listen 127.0.0.1:%d ssl http2 " % self.port)
         site = "\n".join(l for l in site.splitlines() if "listen [::]" not in l) + "\n"
         with open(os.path.join(self.tmp, "site.conf"), "w") as f:
             f.write(site)
