@@ -14,7 +14,8 @@
  * worker dies, the supervisor writes, onto each connection still held, a
  * FastCGI stderr record saying why (nginx logs it) and then a record header
  * nginx rejects: nginx aborts the response (no terminating chunk over
- * HTTP/1.1, RST_STREAM over HTTP/2), or answers 500 if no header was sent.
+ * HTTP/1.1, RST_STREAM over HTTP/2), or, before the response header, takes
+ * it for a broken upstream (502: the site's 503 with Retry-After).
  * Each libfcgi write is one whole record of at most 8 KiB, which AF_UNIX
  * queues all or nothing, so the supervisor's bytes always start a record.
  */

@@ -56,8 +56,9 @@ void hy_metrics_count(hy_stats_t *st, hy_metrics_origin_t origin, const char *pa
 /* ---- nginx's own refusals ------------------------------------------------------ */
 
 /* Every status the site's error_page hands over (nginx/hyserve.conf), with
- * the words a client sees.  502/504 arrive as 503: nginx could not reach a
- * generation worker (pool at max_conns, or the instance is down). */
+ * the words a client sees.  502 arrives as 503: nginx could not reach a
+ * generation worker (pool at max_conns, the instance is down, or its worker
+ * died before the first byte: guard.h). */
 static const struct {
     int status;
     const char *type, *code, *message;
@@ -77,9 +78,15 @@ static const struct {
     {429, "rate_limit_error", "rate_limit_exceeded",
      "Rate limit reached for this API key or address; retry shortly.", 1},
     {431, "invalid_request_error", "headers_too_large", "Request headers too large.", 0},
-    {500, "server_error", "internal_error", "The web server failed internally.", 0},
+    {500, "server_error", "internal_error",
+     "The server failed while handling the request; retry it.", 0},
     {503, "server_error", "backend_unavailable",
      "The model server is overloaded or unavailable; retry shortly.", 5},
+    {501, "invalid_request_error", "not_implemented",
+     "Unsupported Transfer-Encoding: send the body with Content-Length or chunked.", 0},
+    {504, "server_error", "gateway_timeout", "The model server did not answer in time.", 0},
+    {505, "invalid_request_error", "http_version_not_supported",
+     "HTTP version not supported: use HTTP/1.1 or HTTP/2.", 0},
 };
 
 int hy_metrics_nginx_error(int status, hy_api_error_t *e)

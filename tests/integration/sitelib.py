@@ -44,9 +44,11 @@ def missing_tools():
 
 class Site:
     """colours: {"blue": {"section": {"key": value}}, ...}, ini keys merged
-    over a small default (1 thread, 64 MiB cache, 2 workers x 4 threads)."""
+    over a small default (1 thread, 64 MiB cache, 2 workers x 4 threads).
+    site_edit: a function of the site text, for a test that needs a setting
+    changed (e.g. a shorter timeout); it must change something."""
 
-    def __init__(self, colours, model=None, max_conns=None, prefix="hysite-"):
+    def __init__(self, colours, model=None, max_conns=None, prefix="hysite-", site_edit=None):
         self.tmp = tempfile.mkdtemp(prefix=prefix)
         os.chmod(self.tmp, 0o755)  # nginx workers run as nobody when the test is root
         self.etc = os.path.join(self.tmp, "etc")
@@ -62,6 +64,11 @@ class Site:
             site = self._rewrite(f.read(), max_conns)
         site = site.replace("listen 8443 ssl http2 ", "listen 127.0.0.1:%d ssl http2 " % self.port)
         site = "\n".join(l for l in site.splitlines() if "listen [::]" not in l) + "\n"
+        if site_edit is not None:
+            edited = site_edit(site)
+            if edited == site:
+                raise RuntimeError("site_edit changed nothing in nginx/hyserve.conf")
+            site = edited
         with open(os.path.join(self.tmp, "site.conf"), "w") as f:
             f.write(site)
         for c in ("blue", "green"):
