@@ -208,6 +208,11 @@ int hy_api_err_internal(hy_api_error_t *e, const char *why)
                    why ? why : "unknown");
 }
 
+int hy_api_err_forbidden(hy_api_error_t *e, const char *why)
+{
+    return err_set(e, HY_EINVAL, 403, "permission_error", NULL, "forbidden", "%s", why);
+}
+
 int hy_api_check_model(const hy_api_req_t *req, const char *served_id, hy_api_error_t *e)
 {
     if (req->model == NULL || strcmp(req->model, served_id) == 0)

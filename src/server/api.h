@@ -156,6 +156,8 @@ int hy_api_err_not_found(hy_api_error_t *e, const char *path);
 int hy_api_err_too_large(hy_api_error_t *e, size_t len, size_t limit);
 /* 429 (queue full) or 503 (loading, draining, out of KV pages) with Retry-After. */
 int hy_api_err_overloaded(hy_api_error_t *e, int status, int retry_after_s, const char *why);
+/* 403 permission_error "forbidden" with why as the message. */
+int hy_api_err_forbidden(hy_api_error_t *e, const char *why);
 /* 500 for an internal failure (message is logged, the client sees it too). */
 int hy_api_err_internal(hy_api_error_t *e, const char *why);
 

@@ -10,6 +10,7 @@
  * can change without the model (log level, facility, stderr copy).
  */
 #include "server/coordinator.h"
+#include "server/access.h"
 #include "server/guard.h"
 #include "server/worker.h"
 
@@ -373,7 +374,7 @@ static pid_t co_fork_worker(hy_worker_ctx_t *w, co_slot_t *slots, uint32_t n, ui
     char err[HY_ERR_LEN];
 
     if (hy_guard_open(&slots[k].guard, threads, &w->guard_fd, err) != HY_OK)
-        hy_log(LOG_ERR, "guard_failed", "slot=%u err=\"%s\"", k, err);
+        hy_log(LOG_ERR, "guard_failed", "slot=%u err=%s", k, err);
     pid = fork();
     if (pid != 0) {
         if (w->guard_fd >= 0)
@@ -502,9 +503,12 @@ static void co_reload(hy_config_t *cfg, const co_args_t *a, hy_serve_ctl_t *ctl)
     if (strcmp(nc->model.path, cfg->model.path) || strcmp(nc->server.socket, cfg->server.socket) ||
         strcmp(nc->server.instance, cfg->server.instance) ||
         nc->server.workers != cfg->server.workers || nc->engine.max_seqs != cfg->engine.max_seqs ||
-        nc->cache.memory_mb != cfg->cache.memory_mb || strcmp(nc->log.socket, cfg->log.socket))
+        nc->cache.memory_mb != cfg->cache.memory_mb || strcmp(nc->log.socket, cfg->log.socket) ||
+        strcmp(nc->server.secret_file, cfg->server.secret_file) ||
+        strcmp(nc->server.user, cfg->server.user))
         hy_log(LOG_WARNING, "reload_needs_restart",
-               "detail=\"model, engine, cache, socket and log.socket settings apply at the next start\"");
+               "detail=%s", "model, engine, cache, socket, secret_file, user and log.socket "
+                            "settings apply at the next start");
     /* the workers keep the log socket they inherited, so it stays as started */
     memcpy(nc->log.socket, cfg->log.socket, sizeof nc->log.socket);
     cfg->log = nc->log;
@@ -548,6 +552,7 @@ typedef struct {
     int listen_fd;
     bool socket_open;
     int control_fd;        /* [server] control_socket; -1 when none */
+    char secret[HY_ACCESS_SECRET_MAX + 1]; /* [server] secret_file's; "" = none */
     sigset_t mask, old_mask;
     int64_t t0;
 } co_t;
@@ -794,6 +799,58 @@ static int co_start_workers(co_t *co, char *err)
     return HY_OK;
 }
 
+/* The instance secret, read while we may still be root (a 0600 root file,
+ * or hyserve@.service's credential); without one, say what that means. */
+static int co_load_secret(co_t *co, char *err)
+{
+    const hy_config_t *cfg = co->cfg;
+    char name[HY_CONFIG_NAME_LEN];
+    int rc;
+
+    co->w.secret = co->secret;
+    if (!cfg->server.secret_file[0]) {
+        hy_log(LOG_WARNING, "no_secret", "detail=%s",
+               "no [server] secret_file: any local process that can connect to the sockets is "
+               "trusted with any key id");
+        return HY_OK;
+    }
+    if ((rc = hy_access_load_secret(cfg->server.secret_file, co->secret, name, sizeof name,
+                                    err)) != HY_OK)
+        return rc;
+    /* nginx sends each colour the secret filed under its name: another
+     * colour's file would make every request a 403 */
+    hy_log(strcmp(name, cfg->server.instance) ? LOG_NOTICE : LOG_INFO, "secret_loaded",
+           "file=%s for=%s instance=%s", cfg->server.secret_file, name, cfg->server.instance);
+    return HY_OK;
+}
+
+/* Once the sockets and the segment are open: run as [server] user from now
+ * on (the engine thread too: the switch applies to every thread), owning
+ * what we remove at shutdown. */
+static int co_drop_privileges(co_t *co, char *err)
+{
+    const hy_config_t *cfg = co->cfg;
+    char shm_path[HY_CONFIG_NAME_LEN + 32];
+    const char *paths[3];
+    int rc;
+
+    if (!cfg->server.user[0]) {
+        if (geteuid() == 0)
+            hy_log(LOG_WARNING, "running_as_root", "detail=%s",
+                   "no [server] user: the engine and the workers run as root");
+        return HY_OK;
+    }
+    snprintf(shm_path, sizeof shm_path, "/dev/shm/hyserve-%s", cfg->server.instance);
+    paths[0] = cfg->server.socket;
+    paths[1] = cfg->server.control_socket;
+    paths[2] = shm_path;
+    if ((rc = hy_access_become(cfg->server.user, paths, 3, err)) != HY_OK)
+        return rc;
+    hy_log(LOG_INFO, "running_as", "user=%s uid=%d gid=%d", cfg->server.user, (int)getuid(),
+           (int)getgid());
+    return HY_OK;
+}
+
 /* Everything up to serving.  The signals we handle are blocked before any
  * thread exists (the engine thread inherits the mask, so they all come to
  * co_supervise's sigtimedwait). */
@@ -808,8 +865,9 @@ static int co_start(co_t *co, char *err)
     sigaddset(&co->mask, SIGCHLD);
     sigprocmask(SIG_BLOCK, &co->mask, &co->old_mask);
     signal(SIGPIPE, SIG_IGN);
-    if ((rc = co_load_model(co, err)) != HY_OK || (rc = co_start_engine(co, err)) != HY_OK ||
-        (rc = co_prepare_workers(co, err)) != HY_OK || (rc = co_start_workers(co, err)) != HY_OK)
+    if ((rc = co_load_secret(co, err)) != HY_OK || (rc = co_load_model(co, err)) != HY_OK ||
+        (rc = co_start_engine(co, err)) != HY_OK || (rc = co_prepare_workers(co, err)) != HY_OK ||
+        (rc = co_drop_privileges(co, err)) != HY_OK || (rc = co_start_workers(co, err)) != HY_OK)
         return rc;
     return HY_OK;
 }
@@ -886,6 +944,7 @@ static void co_shutdown(co_t *co, bool failed)
         close(co->control_fd);
         unlink(co->cfg->server.control_socket);
     }
+    explicit_bzero(co->secret, sizeof co->secret);
     if (co->hash != NULL)
         co_hash_stop(co->hash);
     free(co->hash);

@@ -204,10 +204,8 @@ void hy_guard_poll(hy_guard_t *g)
                 memcpy(&conn, CMSG_DATA(c), sizeof(int));
         if (mh.msg_flags & MSG_CTRUNC)
             /* the kernel could not give us the descriptor (RLIMIT_NOFILE) */
-            hy_log(LOG_WARNING, "guard_lost",
-                   "thread=%u detail=\"a connection is served unguarded: no descriptor to "
-                   "spare\"",
-                   m.thread);
+            hy_log(LOG_WARNING, "guard_lost", "thread=%u detail=%s", m.thread,
+                   "a connection is served unguarded: no descriptor to spare");
         if (n != (ssize_t)sizeof m || m.thread >= g->n_threads ||
             (m.op != GD_HOLD && m.op != GD_DROP)) {
             if (conn >= 0)

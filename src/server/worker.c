@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "server/access.h"
 #include "server/api.h"
 #include "server/guard.h"
 #include "server/json_out.h"
@@ -1212,6 +1213,26 @@ static const char *wk_path(wk_req_t *r, char *buf, size_t cap)
     return buf;
 }
 
+/* nginx is the only way in: a request without the instance's secret comes
+ * from another local process speaking FastCGI to the socket, and whatever
+ * key id it claims is not believed (logged as claimed, not as the key). */
+static bool wk_admitted(wk_req_t *r, const char *path, const char **key_id)
+{
+    const char *given = FCGX_GetParam("HYSERVE_SECRET", r->rq->envp);
+    hy_api_error_t e;
+
+    if (r->w->secret == NULL || !r->w->secret[0] || hy_access_secret_equal(r->w->secret, given))
+        return true;
+    hy_log(LOG_WARNING, "forbidden", "req=%s route=%.200s reason=%s claimed_key_id=%.64s",
+           r->id, path, given != NULL && *given ? "wrong instance secret" : "no instance secret",
+           strspn(*key_id, WK_ID_CHARS) == strlen(*key_id) ? *key_id : "(not a token)");
+    *key_id = "-";
+    hy_api_err_forbidden(&e, "Requests reach this server through its web server only (no "
+                             "instance secret).");
+    wk_send_error(r, &e, NULL);
+    return false;
+}
+
 /* A refusal nginx made itself (API key, rate limit, body size, malformed
  * request...), handed over by the site's error_page location with its
  * status (HYSERVE_NGINX_STATUS): the client gets OpenAI's error object and
@@ -1271,6 +1292,8 @@ static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq, bool control)
     if (key_id == NULL || !*key_id)
         key_id = "-";
     r.route = path;
+    if (!wk_admitted(&r, path, &key_id))
+        goto log;
     if ((nginx_status = FCGX_GetParam("HYSERVE_NGINX_STATUS", rq->envp)) != NULL) {
         wk_nginx_refusal(&r, nginx_status, pbuf, sizeof pbuf);
         origin = HY_METRICS_NGINX;
@@ -1394,10 +1417,10 @@ static void *wk_loop(void *arg)
          * our death aborts the response instead of ending it */
         held = w->guard_fd >= 0 && hy_guard_hold(w->guard_fd, t->index, rq.ipcFd, err) == HY_OK;
         if (w->guard_fd >= 0 && !held)
-            hy_log(LOG_WARNING, "unguarded", "err=\"%s\"", err);
+            hy_log(LOG_WARNING, "unguarded", "err=%s", err);
         wk_handle(w, &rq, t->control);
         if (held && hy_guard_drop(w->guard_fd, t->index, err) != HY_OK)
-            hy_log(LOG_WARNING, "unguarded", "err=\"%s\"", err);
+            hy_log(LOG_WARNING, "unguarded", "err=%s", err);
     }
     FCGX_Free(&rq, 1);
     return NULL;

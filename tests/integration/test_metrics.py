@@ -140,7 +140,7 @@ def direct_refusal(status):
     control socket: the JSON body."""
     env = {"REQUEST_METHOD": "GET", "DOCUMENT_URI": "/_hyserve/nginx-error",
            "REQUEST_URI": "/v1/models", "HYSERVE_NGINX_STATUS": str(status),
-           "PATH": os.environ["PATH"]}
+           "HYSERVE_SECRET": SITE.secret("blue"), "PATH": os.environ["PATH"]}
     out = subprocess.run(["cgi-fcgi", "-bind", "-connect", SITE.ctl_sock["blue"]], env=env,
                          capture_output=True, timeout=10).stdout
     return out.partition(b"\r\n\r\n")[2]
