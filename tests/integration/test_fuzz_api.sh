@@ -15,7 +15,7 @@ src=${HY_SRCDIR:-.}
 . "$src/tests/integration/fuzzlib.sh"
 fuzz_name=fuzz_api
 fuzz_sources="src/server/api.c src/server/sse.c src/server/stop.c src/server/json_out.c
-src/ipc/request.c src/common/hy.c"
+src/ipc/request.c src/common/hy.c src/model/unicode.c src/model/unicode_data.c"
 fuzz_libs=$(pkg-config --cflags --libs libcjson 2>/dev/null) || fuzz_libs="-I/usr/include/cjson -lcjson"
 fuzz_seeds="$src/tests/fuzz/corpus/api"
 fuzz_min_seeds=8
