@@ -68,6 +68,8 @@ static const hy_config_key_t keys[] = {
     { "server", "drain_seconds",      HY_CONFIG_UINT,    OFF(server.drain_seconds),     "30",                    0,      3600, NULL },
     { "server", "max_body_bytes",     HY_CONFIG_SIZE,    OFF(server.max_body_bytes),    "1M",                    1024,   1073741824.0, NULL },
     { "server", "instance",           HY_CONFIG_STRING,  OFF(server.instance),          "blue",                  1,      32, NULL },
+    { "server", "secret_file",        HY_CONFIG_STRING,  OFF(server.secret_file),       "",                      0,      STR(server.secret_file), NULL },
+    { "server", "user",               HY_CONFIG_STRING,  OFF(server.user),              "",                      0,      STR(server.user), NULL },
     { "log",    "facility",           HY_CONFIG_ENUM,    OFF(log.facility),             "daemon",                0,      0, facilities },
     { "log",    "level",              HY_CONFIG_ENUM,    OFF(log.level),                "info",                  0,      0, levels },
     { "log",    "ident",              HY_CONFIG_STRING,  OFF(log.ident),                "hyserve",               1,      STR(log.ident), NULL },

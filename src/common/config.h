@@ -60,6 +60,8 @@ typedef struct {
         uint32_t drain_seconds;
         uint64_t max_body_bytes;
         char instance[HY_CONFIG_NAME_LEN];
+        char secret_file[HY_CONFIG_PATH_LEN]; /* "" = no FastCGI secret (server/access.h) */
+        char user[HY_CONFIG_NAME_LEN];        /* "" = stay who we are started as */
     } server;
     struct {
         int32_t facility; /* LOG_DAEMON, LOG_USER, LOG_LOCAL0..7 */

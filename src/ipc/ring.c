@@ -609,3 +609,18 @@ int hy_shm_reap_owner(hy_shm_t *shm, pid_t pid)
     atomic_fetch_add_explicit(&hy_shm_stats(shm)->reaped_requests, (uint64_t)reaped, RLX);
     return reaped;
 }
+
+int32_t hy_shm_count_stalled(hy_shm_t *shm)
+{
+    uint64_t cap = (uint64_t)hy_shm_header(shm)->params.ring_capacity;
+    int32_t i, ns = n_slots(shm), n = 0;
+
+    for (i = 0; i < ns; i++) {
+        hy_req_slot_t *s = hy_req_slot(shm, i);
+
+        if (atomic_load_explicit(&s->state, RLX) == HY_REQ_RUNNING &&
+            atomic_load_explicit(&s->head, ACQ) - atomic_load_explicit(&s->tail, ACQ) >= cap)
+            n++;
+    }
+    return n;
+}

@@ -112,4 +112,10 @@ void hy_ring_source(hy_shm_t *shm, hy_req_source_t *out);
  * Returns how many slots were reaped. */
 int hy_shm_reap_owner(hy_shm_t *shm, pid_t pid);
 
+/* ---- observers (/metrics) ---- */
+/* Running requests whose token ring is full: their reader (a client that
+ * stopped reading, through its worker) is behind, so the engine holds them
+ * until it reads (back-pressure). */
+int32_t hy_shm_count_stalled(hy_shm_t *shm);
+
 #endif

@@ -18,6 +18,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "model/unicode.h"
 #include "server/json_out.h"
 
 /* ---- the per-request arena: a list of blocks, freed in one call ---- */
@@ -99,7 +100,11 @@ const char *hy_api_status_text(int status)
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
     case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
     default: return "Error";
     }
 }
@@ -207,6 +212,11 @@ int hy_api_err_nomem(hy_api_error_t *e, const char *why)
 {
     return err_set(e, HY_ENOMEM, 500, "server_error", NULL, NULL, "Internal error: %s.",
                    why ? why : "out of memory");
+}
+
+int hy_api_err_forbidden(hy_api_error_t *e, const char *why)
+{
+    return err_set(e, HY_EINVAL, 403, "permission_error", NULL, "forbidden", "%s", why);
 }
 
 int hy_api_check_model(const hy_api_req_t *req, const char *served_id, hy_api_error_t *e)
@@ -382,12 +392,15 @@ static int dup_json(pctx_t *c, const cJSON *v, const char **out)
     return *out ? HY_OK : err_nomem(c);
 }
 
-/* ---- raw-body scan: nesting depth and NUL characters ---- */
+/* ---- raw-body scan: nesting depth, NUL characters, UTF-8 ---- */
 
-/* cJSON recurses once per nesting level and silently truncates strings at
- * \u0000, so before parsing we bound the depth ourselves and remember where
- * the first NUL (raw or escaped) is.  For valid JSON the string tracking is
- * exact; for invalid JSON cJSON reports the real error afterwards. */
+/* cJSON recurses once per nesting level, silently truncates strings at
+ * \u0000 and copies any bytes into strings, so before parsing we bound the
+ * depth ourselves, remember where the first NUL (raw or escaped) is, and
+ * refuse strings that are not UTF-8 (RFC 8259 8.1; OpenAI answers 400): a
+ * prompt of broken bytes would be tokenized as something else.  For valid
+ * JSON the string tracking is exact; for invalid JSON cJSON reports the
+ * real error afterwards. */
 static int scan_body(pctx_t *c, const char *s, size_t n, size_t *nul_at, bool *open)
 {
     size_t i, depth = 0;
@@ -402,7 +415,16 @@ static int scan_body(pctx_t *c, const char *s, size_t n, size_t *nul_at, bool *o
                 *nul_at = i;
             continue;
         }
-        if (in_str) {
+        if (in_str && (unsigned char)ch >= 0x80) {
+            int k = hy_uni_check_utf8((const unsigned char *)s + i, n - i);
+
+            if (k <= 0)
+                return hy_api_err_invalid(c->e, NULL, NULL,
+                                          "invalid UTF-8 in a JSON string at byte %zu (byte "
+                                          "0x%02x)",
+                                          i, (unsigned char)ch);
+            i += (size_t)k - 1;
+        } else if (in_str) {
             if (ch == '\\') {
                 if (i + 5 < n && s[i + 1] == 'u' && memcmp(s + i + 2, "0000", 4) == 0 &&
                     *nul_at == SIZE_MAX)
@@ -874,6 +896,10 @@ static int read_message(pctx_t *c, const cJSON *m, size_t mi, hy_chat_msg_t *out
     if (out->content == NULL && strcmp(out->role, "assistant") != 0)
         return hy_api_err_invalid(c->e, name, NULL, "missing required field '%s' for role '%s'",
                                   name, out->role);
+    /* an assistant turn that only called tools has content null (or none);
+     * templates concatenate message.content, so it renders as "" */
+    if (out->content == NULL)
+        out->content = "";
     if (strcmp(out->role, "tool") == 0 && out->tool_call_id == NULL) {
         snprintf(name, sizeof name, "messages[%zu].tool_call_id", mi);
         return hy_api_err_invalid(c->e, name, NULL,
@@ -1083,6 +1109,12 @@ static int read_stop(pctx_t *c, const cJSON *root, hy_api_req_t *r)
         if (r->stop_len[n] == 0)
             return hy_api_err_invalid(c->e, "stop", NULL, "%s: must not be empty",
                                       cJSON_IsString(v) ? "stop" : name);
+        /* the matcher holds back text that could be the start of a stop
+         * string, so a huge one would stall the stream */
+        if (r->stop_len[n] > HY_API_MAX_STOP_LEN)
+            return hy_api_err_invalid(c->e, "stop", NULL, "%s: %zu bytes: at most %d",
+                                      cJSON_IsString(v) ? "stop" : name, r->stop_len[n],
+                                      HY_API_MAX_STOP_LEN);
         r->stop[n] = arena_strndup(c->arena, el->valuestring, r->stop_len[n]);
         if (r->stop[n] == NULL)
             return err_nomem(c);
@@ -1146,7 +1178,12 @@ static int read_max_tokens(pctx_t *c, const cJSON *root, hy_api_req_t *r)
         return hy_api_err_invalid(c->e, "max_completion_tokens", NULL,
                                   "max_tokens = %lld and max_completion_tokens = %lld disagree",
                                   (long long)a, (long long)b);
-    r->max_tokens = gb ? b : ga ? a : -1;
+    /* /v1/completions defaults to 16 as OpenAI's does; the others to what
+     * the context leaves */
+    r->max_tokens = gb  ? b
+                    : ga ? a
+                    : c->kind == HY_API_COMPLETIONS ? HY_API_COMPLETIONS_MAX_TOKENS
+                                                    : -1;
     return HY_OK;
 }
 
@@ -1192,12 +1229,23 @@ static int read_unsupported(pctx_t *c, const cJSON *root, int n)
     }
     if (c->kind == HY_API_CHAT) {
         static const char *const no[] = {"audio", "prediction", NULL};
+
+        /* no tool calling yet: a request offering tools must not get an
+         * answer written as if none were offered */
+        static const char *const no_tools[] = {"tools", "tool_choice", "functions",
+                                               "function_call", NULL};
         const char *const *p;
 
         for (p = no; *p != NULL; p++)
             if (get_opt(root, *p) != NULL)
                 return err_set(c->e, HY_EUNSUPPORTED, 400, "invalid_request_error", *p,
                                "unsupported_parameter", "%s is not supported by this server",
+                               *p);
+        for (p = no_tools; *p != NULL; p++)
+            if (get_opt(root, *p) != NULL)
+                return err_set(c->e, HY_EUNSUPPORTED, 400, "invalid_request_error", *p,
+                               "unsupported_parameter",
+                               "%s is not supported yet: this server does not do tool calling",
                                *p);
         v = get_opt(root, "modalities");
         if (v != NULL) {

@@ -10,7 +10,8 @@
  *   - every field we implement is type- and range-checked;
  *   - OpenAI fields that would change the output in a way we cannot honour
  *     (suffix, best_of != n, audio, prediction,
- *     non-text modalities, non-text content parts) and other servers'
+ *     non-text modalities, non-text content parts, and tools / tool_choice /
+ *     functions / function_call until tool calling is done) and other servers'
  *     extensions that we do not implement (min_tokens, stop_token_ids,
  *     guided_*, use_beam_search, max_new_tokens, ...) are a 400 "not supported";
  *   - OpenAI fields with no effect here (metadata, store, service_tier,
@@ -35,6 +36,8 @@
 
 #define HY_API_MAX_DEPTH 64     /* JSON nesting we accept (cJSON allows 1000) */
 #define HY_API_MAX_STOP 4       /* OpenAI: up to 4 stop sequences */
+#define HY_API_MAX_STOP_LEN 1024 /* bytes of one stop sequence */
+#define HY_API_COMPLETIONS_MAX_TOKENS 16 /* /v1/completions without max_tokens (OpenAI's) */
 #define HY_API_MAX_N 16         /* choices per prompt */
 #define HY_API_MAX_PROMPTS 64   /* prompts in one batched /v1/completions */
 #define HY_API_MAX_COMPLETION_LOGPROBS 5 /* /v1/completions "logprobs" */
@@ -66,7 +69,8 @@ typedef struct {
     size_t n_prompts;
 
     /* chat: ready for hy_chat_render (array-of-parts content joined by "\n",
-     * tool_calls re-serialised as JSON text) */
+     * an assistant's null content as "", tool_calls re-serialised as JSON
+     * text) */
     hy_chat_msg_t *messages;
     size_t n_messages;
     const char *tools;          /* JSON array text or NULL */
@@ -75,7 +79,8 @@ typedef struct {
     int enable_thinking;        /* -1 unset; from chat_template_kwargs.enable_thinking */
     bool add_generation_prompt; /* default true */
 
-    int64_t max_tokens;         /* -1: not given (the worker uses what the context leaves) */
+    int64_t max_tokens;         /* -1: not given (the worker uses what the context leaves);
+                                 * /v1/completions: 16 when not given */
     hy_sampling_t sampling;     /* validated with hy_sampling_validate(.., 0, ..) */
     bool seed_given;            /* false: the worker picks a random seed */
     const char *stop[HY_API_MAX_STOP];
@@ -160,6 +165,8 @@ int hy_api_err_not_found(hy_api_error_t *e, const char *path);
 int hy_api_err_too_large(hy_api_error_t *e, size_t len, size_t limit);
 /* 429 (queue full) or 503 (loading, draining, out of KV pages) with Retry-After. */
 int hy_api_err_overloaded(hy_api_error_t *e, int status, int retry_after_s, const char *why);
+/* 403 permission_error "forbidden" with why as the message. */
+int hy_api_err_forbidden(hy_api_error_t *e, const char *why);
 /* 500 for an internal failure (message is logged, the client sees it too). */
 int hy_api_err_internal(hy_api_error_t *e, const char *why);
 /* The same for an allocation that failed: HY_ENOMEM, status 500. */

@@ -3,12 +3,15 @@
  * loads the config, the model (CPU backend), tokenizer and chat template,
  * creates the shared segment sized by the engine, starts the engine thread,
  * opens the FastCGI socket and preforks the workers; then it supervises:
- * a dead worker is logged (with its signal), its requests are reaped and a
- * new one is forked with backoff.  SIGTERM drains (503 for new work, in-flight
+ * a dead worker is logged (with its signal), the responses it was writing
+ * are aborted (guard.h), its requests are reaped and a new one is forked
+ * with backoff.  SIGTERM drains (503 for new work, in-flight
  * streams finish, up to server.drain_seconds) and exits; SIGHUP reloads what
  * can change without the model (log level, facility, stderr copy).
  */
 #include "server/coordinator.h"
+#include "server/access.h"
+#include "server/guard.h"
 #include "server/worker.h"
 
 #include "config.h" /* PACKAGE_VERSION */
@@ -52,6 +55,7 @@ typedef struct {
     int64_t born_ms;
     int64_t respawn_at_ms;
     int backoff_ms;
+    hy_guard_t guard; /* the connections its worker answers (guard.h) */
 } co_slot_t;
 
 typedef struct {
@@ -360,16 +364,31 @@ static uint64_t co_mem_available(void)
 
 /* ---- supervision ------------------------------------------------------------ */
 
-static pid_t co_fork_worker(hy_worker_ctx_t *w, const sigset_t *old_mask)
+/* Forks the worker of slots[k], with a new connection guard (a worker
+ * without one still serves; only its death would look like a clean end). */
+static pid_t co_fork_worker(hy_worker_ctx_t *w, co_slot_t *slots, uint32_t n, uint32_t k,
+                            const sigset_t *old_mask)
 {
-    pid_t parent = getpid(), pid = fork();
+    uint32_t threads = w->cfg->server.threads_per_worker + (w->control_fd >= 0);
+    pid_t parent = getpid(), pid;
+    char err[HY_ERR_LEN];
 
-    if (pid != 0)
+    if (hy_guard_open(&slots[k].guard, threads, &w->guard_fd, err) != HY_OK)
+        hy_log(LOG_ERR, "guard_failed", "slot=%u err=%s", k, err);
+    pid = fork();
+    if (pid != 0) {
+        if (w->guard_fd >= 0)
+            close(w->guard_fd);
+        w->guard_fd = -1;
         return pid;
+    }
     /* Child: die with the coordinator; never outlive the model's owner. */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent)
         _exit(0);
+    /* the coordinator's hold on its siblings' connections is not ours */
+    for (uint32_t i = 0; i < n; i++)
+        hy_guard_close(&slots[i].guard);
     signal(SIGCHLD, SIG_DFL);
     sigprocmask(SIG_SETMASK, old_mask, NULL);
     hy_log_open(co_worker_ident, w->cfg->log.facility, atomic_load(&w->ctl->log_level),
@@ -400,11 +419,14 @@ static int co_reap(hy_shm_t *shm, co_slot_t *slots, uint32_t n, bool expected)
         for (i = 0; i < n && slots[i].pid != pid; i++)
             ;
         co_log_death(pid, status, expected);
+        /* its clients learn first: their responses are aborted, not ended */
+        if (i < n && (reaped = hy_guard_abort(&slots[i].guard, pid, status)) > 0)
+            hy_log(LOG_WARNING, "worker_responses_aborted", "pid=%d connections=%d", (int)pid,
+                   reaped);
+        /* hy_shm_reap_owner counts them in hyserve_reaped_requests_total */
         reaped = hy_shm_reap_owner(shm, pid);
-        if (reaped > 0) {
-            atomic_fetch_add(&hy_shm_stats(shm)->reaped_requests, (uint64_t)reaped);
+        if (reaped > 0)
             hy_log(LOG_WARNING, "worker_requests_reaped", "pid=%d requests=%d", (int)pid, reaped);
-        }
         hy_shm_engine_kick(shm);
         if (i < n) {
             int64_t now = co_now_ms();
@@ -432,7 +454,7 @@ static void co_spawn_due(hy_worker_ctx_t *w, co_slot_t *slots, uint32_t n,
 
         if (slots[i].pid != 0 || now < slots[i].respawn_at_ms)
             continue;
-        pid = co_fork_worker(w, old_mask);
+        pid = co_fork_worker(w, slots, n, i, old_mask);
         if (pid < 0) {
             hy_log(LOG_ERR, "fork_failed", "err=%s", strerror(errno));
             slots[i].respawn_at_ms = now + CO_BACKOFF_MAX_MS;
@@ -481,9 +503,12 @@ static void co_reload(hy_config_t *cfg, const co_args_t *a, hy_serve_ctl_t *ctl)
     if (strcmp(nc->model.path, cfg->model.path) || strcmp(nc->server.socket, cfg->server.socket) ||
         strcmp(nc->server.instance, cfg->server.instance) ||
         nc->server.workers != cfg->server.workers || nc->engine.max_seqs != cfg->engine.max_seqs ||
-        nc->cache.memory_mb != cfg->cache.memory_mb || strcmp(nc->log.socket, cfg->log.socket))
+        nc->cache.memory_mb != cfg->cache.memory_mb || strcmp(nc->log.socket, cfg->log.socket) ||
+        strcmp(nc->server.secret_file, cfg->server.secret_file) ||
+        strcmp(nc->server.user, cfg->server.user))
         hy_log(LOG_WARNING, "reload_needs_restart",
-               "detail=\"model, engine, cache, socket and log.socket settings apply at the next start\"");
+               "detail=%s", "model, engine, cache, socket, secret_file, user and log.socket "
+                            "settings apply at the next start");
     /* the workers keep the log socket they inherited, so it stays as started */
     memcpy(nc->log.socket, cfg->log.socket, sizeof nc->log.socket);
     cfg->log = nc->log;
@@ -527,6 +552,7 @@ typedef struct {
     int listen_fd;
     bool socket_open;
     int control_fd;        /* [server] control_socket; -1 when none */
+    char secret[HY_ACCESS_SECRET_MAX + 1]; /* [server] secret_file's; "" = none */
     sigset_t mask, old_mask;
     int64_t t0;
 } co_t;
@@ -723,6 +749,7 @@ static int co_prepare_workers(co_t *co, char *err)
     w->n_vocab = co->model->n_vocab;
     w->listen_fd = co->listen_fd;
     w->control_fd = co->control_fd;
+    w->guard_fd = -1;
     w->log_ident = co_worker_ident;
     w->info.id = co_model_id(co->cfg->model.path, co->model_id, sizeof co->model_id);
     w->info.created = (int64_t)time(NULL);
@@ -749,8 +776,10 @@ static int co_start_workers(co_t *co, char *err)
     co->n_workers = cfg->server.workers;
     if ((co->slots = calloc(co->n_workers, sizeof *co->slots)) == NULL)
         return hy_err(err, HY_ENOMEM, "out of memory");
-    for (i = 0; i < co->n_workers; i++)
+    for (i = 0; i < co->n_workers; i++) {
         co->slots[i].backoff_ms = CO_BACKOFF_MIN_MS;
+        hy_guard_init(&co->slots[i].guard);
+    }
     co_spawn_due(&co->w, co->slots, co->n_workers, &co->old_mask, false);
     hy_log(LOG_INFO, "serving",
            "model=%s arch=%s socket=%s instance=%s workers=%u n_ctx=%d pages=%d "
@@ -770,6 +799,58 @@ static int co_start_workers(co_t *co, char *err)
     return HY_OK;
 }
 
+/* The instance secret, read while we may still be root (a 0600 root file,
+ * or hyserve@.service's credential); without one, say what that means. */
+static int co_load_secret(co_t *co, char *err)
+{
+    const hy_config_t *cfg = co->cfg;
+    char name[HY_CONFIG_NAME_LEN];
+    int rc;
+
+    co->w.secret = co->secret;
+    if (!cfg->server.secret_file[0]) {
+        hy_log(LOG_WARNING, "no_secret", "detail=%s",
+               "no [server] secret_file: any local process that can connect to the sockets is "
+               "trusted with any key id");
+        return HY_OK;
+    }
+    if ((rc = hy_access_load_secret(cfg->server.secret_file, co->secret, name, sizeof name,
+                                    err)) != HY_OK)
+        return rc;
+    /* nginx sends each colour the secret filed under its name: another
+     * colour's file would make every request a 403 */
+    hy_log(strcmp(name, cfg->server.instance) ? LOG_NOTICE : LOG_INFO, "secret_loaded",
+           "file=%s for=%s instance=%s", cfg->server.secret_file, name, cfg->server.instance);
+    return HY_OK;
+}
+
+/* Once the sockets and the segment are open: run as [server] user from now
+ * on (the engine thread too: the switch applies to every thread), owning
+ * what we remove at shutdown. */
+static int co_drop_privileges(co_t *co, char *err)
+{
+    const hy_config_t *cfg = co->cfg;
+    char shm_path[HY_CONFIG_NAME_LEN + 32];
+    const char *paths[3];
+    int rc;
+
+    if (!cfg->server.user[0]) {
+        if (geteuid() == 0)
+            hy_log(LOG_WARNING, "running_as_root", "detail=%s",
+                   "no [server] user: the engine and the workers run as root");
+        return HY_OK;
+    }
+    snprintf(shm_path, sizeof shm_path, "/dev/shm/hyserve-%s", cfg->server.instance);
+    paths[0] = cfg->server.socket;
+    paths[1] = cfg->server.control_socket;
+    paths[2] = shm_path;
+    if ((rc = hy_access_become(cfg->server.user, paths, 3, err)) != HY_OK)
+        return rc;
+    hy_log(LOG_INFO, "running_as", "user=%s uid=%d gid=%d", cfg->server.user, (int)getuid(),
+           (int)getgid());
+    return HY_OK;
+}
+
 /* Everything up to serving.  The signals we handle are blocked before any
  * thread exists (the engine thread inherits the mask, so they all come to
  * co_supervise's sigtimedwait). */
@@ -784,8 +865,9 @@ static int co_start(co_t *co, char *err)
     sigaddset(&co->mask, SIGCHLD);
     sigprocmask(SIG_BLOCK, &co->mask, &co->old_mask);
     signal(SIGPIPE, SIG_IGN);
-    if ((rc = co_load_model(co, err)) != HY_OK || (rc = co_start_engine(co, err)) != HY_OK ||
-        (rc = co_prepare_workers(co, err)) != HY_OK || (rc = co_start_workers(co, err)) != HY_OK)
+    if ((rc = co_load_secret(co, err)) != HY_OK || (rc = co_load_model(co, err)) != HY_OK ||
+        (rc = co_start_engine(co, err)) != HY_OK || (rc = co_prepare_workers(co, err)) != HY_OK ||
+        (rc = co_drop_privileges(co, err)) != HY_OK || (rc = co_start_workers(co, err)) != HY_OK)
         return rc;
     return HY_OK;
 }
@@ -815,6 +897,8 @@ static void co_supervise(co_t *co)
         } else if ((sig == SIGTERM || sig == SIGINT) && !stopping) {
             drain_until = 0; /* a second signal: stop now */
         }
+        for (uint32_t i = 0; i < co->n_workers; i++)
+            hy_guard_poll(&co->slots[i].guard);
         co_reap(co->shm, co->slots, co->n_workers, stopping);
         if (draining && !stopping) {
             bool idle = atomic_load(&hy_shm_stats(co->shm)->slots_used) <= 0;
@@ -850,6 +934,8 @@ static void co_shutdown(co_t *co, bool failed)
         while (waitpid(-1, NULL, 0) > 0)
             ;
     }
+    for (uint32_t i = 0; co->slots != NULL && i < co->n_workers; i++)
+        hy_guard_close(&co->slots[i].guard);
     if (co->socket_open) {
         close(co->listen_fd);
         unlink(co->cfg->server.socket);
@@ -858,6 +944,7 @@ static void co_shutdown(co_t *co, bool failed)
         close(co->control_fd);
         unlink(co->cfg->server.control_socket);
     }
+    explicit_bzero(co->secret, sizeof co->secret);
     if (co->hash != NULL)
         co_hash_stop(co->hash);
     free(co->hash);

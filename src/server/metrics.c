@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ipc/ring.h"
 #include "server/json_out.h"
 
 /* ---- counting ---------------------------------------------------------------- */
@@ -55,8 +56,9 @@ void hy_metrics_count(hy_stats_t *st, hy_metrics_origin_t origin, const char *pa
 /* ---- nginx's own refusals ------------------------------------------------------ */
 
 /* Every status the site's error_page hands over (nginx/hyserve.conf), with
- * the words a client sees.  502/504 arrive as 503: nginx could not reach a
- * generation worker (pool at max_conns, or the instance is down). */
+ * the words a client sees.  502 arrives as 503: nginx could not reach a
+ * generation worker (pool at max_conns, the instance is down, or its worker
+ * died before the first byte: guard.h). */
 static const struct {
     int status;
     const char *type, *code, *message;
@@ -76,9 +78,15 @@ static const struct {
     {429, "rate_limit_error", "rate_limit_exceeded",
      "Rate limit reached for this API key or address; retry shortly.", 1},
     {431, "invalid_request_error", "headers_too_large", "Request headers too large.", 0},
-    {500, "server_error", "internal_error", "The web server failed internally.", 0},
+    {500, "server_error", "internal_error",
+     "The server failed while handling the request; retry it.", 0},
     {503, "server_error", "backend_unavailable",
      "The model server is overloaded or unavailable; retry shortly.", 5},
+    {501, "invalid_request_error", "not_implemented",
+     "Unsupported Transfer-Encoding: send the body with Content-Length or chunked.", 0},
+    {504, "server_error", "gateway_timeout", "The model server did not answer in time.", 0},
+    {505, "invalid_request_error", "http_version_not_supported",
+     "HTTP version not supported: use HTTP/1.1 or HTTP/2.", 0},
 };
 
 int hy_metrics_nginx_error(int status, hy_api_error_t *e)
@@ -443,6 +451,14 @@ static void mt_counters(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t
               (unsigned long long)p->n_request_slots);
 }
 
+/* Streams paused because their client reads slower than they generate. */
+static void mt_stalled(hy_jbuf_t *b, hy_shm_t *shm)
+{
+    mt_metric(b, "hyserve_num_requests_stalled", "gauge",
+              "Running requests paused with a full token ring: their client is not reading.",
+              (unsigned long long)hy_shm_count_stalled(shm));
+}
+
 static void mt_info(hy_jbuf_t *b, const hy_metrics_info_t *in)
 {
     mt_head(b, "hyserve_info", "gauge", "What this instance serves (always 1).");
@@ -472,6 +488,7 @@ int hy_metrics_render(hy_shm_t *shm, const hy_metrics_info_t *info, char **out, 
     hy_jbuf_init(&b);
     mt_info(&b, info);
     mt_counters(&b, s, p);
+    mt_stalled(&b, shm);
     mt_http(&b, s);
     mt_latency(&b, s, now);
     mt_rates(&b, s, now);

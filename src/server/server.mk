@@ -19,7 +19,19 @@ tests_fuzz_fuzz_api_replay_LDADD = $(TEST_LDADD)
 
 # The FastCGI worker processes and the coordinator.
 libhy_a_SOURCES += src/server/worker.c src/server/worker.h src/server/coordinator.c \
-	src/server/coordinator.h
+	src/server/coordinator.h src/server/guard.c src/server/guard.h src/server/access.c \
+	src/server/access.h
+# The coordinator's hold on the connections workers answer (a dead worker's
+# responses are aborted, not ended), without nginx.
+check_PROGRAMS += tests/unit/test_guard
+TESTS += tests/unit/test_guard
+tests_unit_test_guard_SOURCES = tests/unit/test_guard.c
+tests_unit_test_guard_LDADD = $(TEST_LDADD)
+# The instance's FastCGI secret file and the switch to [server] user.
+check_PROGRAMS += tests/unit/test_access
+TESTS += tests/unit/test_access
+tests_unit_test_access_SOURCES = tests/unit/test_access.c
+tests_unit_test_access_LDADD = $(TEST_LDADD)
 # End-to-end: a real nginx in front of `hyserve serve` (skips without nginx
 # or the python openai package).
 TESTS += tests/integration/test_server.py

@@ -28,7 +28,9 @@
 
 #include "common/log.h"
 #include "grammar/grammar_cache.h"
+#include "server/access.h"
 #include "server/api.h"
+#include "server/guard.h"
 #include "server/json_out.h"
 #include "server/metrics.h"
 #include "server/stop.h"
@@ -36,6 +38,8 @@
 #define WK_POLL_MS 50        /* longest wait between client-liveness checks */
 #define WK_READ_BATCH 64     /* ring tokens read per call */
 #define WK_RETRY_AFTER_S 2
+/* what a client's X-Request-Id may contain to be used as ours */
+#define WK_ID_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:/+=-"
 
 /* ---- per-request arena: every allocation of one request, freed at once ---- */
 
@@ -153,6 +157,19 @@ static int wk_put(wk_req_t *r, const char *s, size_t n)
     return 0;
 }
 
+/* Writes a CGI header block (hdr ends with the blank line) with
+ * X-Request-Id added: the id this request's log line carries, so that a
+ * client can quote it. */
+static int wk_put_head(wk_req_t *r, const char *hdr, size_t n)
+{
+    char id[96];
+    int k = snprintf(id, sizeof id, "X-Request-Id: %s\r\n\r\n", r->id);
+
+    if (!r->client_gone && n >= 2 && FCGX_PutStr(hdr, (int)n - 2, r->rq->out) < 0)
+        return wk_put(r, "", 0); /* reports the failure */
+    return wk_put(r, id, (size_t)k);
+}
+
 /* Whether nginx hung up on us while we wait for tokens (it closes the
  * upstream connection when its client aborts; nothing else is sent after
  * the request body, so any hang-up means the client is gone). */
@@ -182,12 +199,13 @@ static void wk_send_error(wk_req_t *r, const hy_api_error_t *e, const char *allo
         hy_api_error_to_json(e, &body) != HY_OK) {
         free(hdr);
         free(body);
-        wk_put(r, "Status: 500 Internal Server Error\r\nContent-Type: text/plain\r\n\r\n"
-                  "out of memory\n", 78);
+        if (wk_put_head(r, "Status: 500 Internal Server Error\r\nContent-Type: text/plain\r\n\r\n",
+                        64) == 0)
+            wk_put(r, "out of memory\n", 14);
         r->status = 500;
         return;
     }
-    if (wk_put(r, hdr, strlen(hdr)) == 0)
+    if (wk_put_head(r, hdr, strlen(hdr)) == 0)
         wk_put(r, body, strlen(body));
     free(hdr);
     free(body);
@@ -202,7 +220,7 @@ static void wk_send_body(wk_req_t *r, const char *ctype, const char *body, size_
                      ctype, len);
 
     r->status = 200;
-    if (wk_put(r, hdr, (size_t)n) == 0)
+    if (wk_put_head(r, hdr, (size_t)n) == 0)
         wk_put(r, body, len);
 }
 
@@ -508,19 +526,23 @@ static int wk_choice_end(wk_req_t *r, const hy_api_req_t *q, const hy_api_resp_t
     char err[HY_ERR_LEN];
     int rc;
 
-    if (!c->stop.matched) {
+    /* Cut at max_tokens, the detokenizer may hold the start of a character
+     * the next token would have finished: it is dropped, not sent as
+     * U+FFFD.  At any other end a held byte is a broken character the
+     * model made, and says so. */
+    if (!c->stop.matched && c->finish != HY_API_FINISH_LENGTH) {
         if (hy_tok_stream_flush(&c->ts, &piece, &plen, err) == HY_OK && plen > 0) {
             if ((rc = hy_stop_feed(&c->stop, piece, plen, &so)) != HY_OK)
                 return rc;
             if ((rc = wk_emit(r, q, m, c, index, so.emit, so.emit_len, NULL, 0, sb)) != HY_OK)
                 return rc;
         }
-        if (!c->stop.matched) {
-            if ((rc = hy_stop_flush(&c->stop, &so)) != HY_OK)
-                return rc;
-            if ((rc = wk_emit(r, q, m, c, index, so.emit, so.emit_len, NULL, 0, sb)) != HY_OK)
-                return rc;
-        }
+    }
+    if (!c->stop.matched) {
+        if ((rc = hy_stop_flush(&c->stop, &so)) != HY_OK)
+            return rc;
+        if ((rc = wk_emit(r, q, m, c, index, so.emit, so.emit_len, NULL, 0, sb)) != HY_OK)
+            return rc;
     }
     if (q->stream) {
         hy_jbuf_reset(sb);
@@ -792,7 +814,7 @@ static int wk_gen_head(wk_gen_t *g)
                                   "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n\r\n";
         r->status = 200;
         r->head_sent = true;
-        if (wk_put(r, hdr, sizeof hdr - 1) != 0)
+        if (wk_put_head(r, hdr, sizeof hdr - 1) != 0)
             return WK_GONE;
     }
     for (i = 0; i < g->n_choices; i++) {
@@ -994,14 +1016,23 @@ static void wk_version(const wk_req_t *r, wk_version_t *v)
                              : st == HY_SHM_SHA256_PENDING ? "hashing" : "unknown");
 }
 
-static void wk_models(wk_req_t *r)
+/* GET /v1/models, or with one (GET /v1/models/{one}) that model's object
+ * alone (404 when it is not the served one). */
+static void wk_models(wk_req_t *r, const char *one)
 {
     char *out = NULL, *with = NULL;
     size_t len = 0;
     cJSON *doc = NULL, *m;
     wk_version_t v;
+    hy_api_error_t e;
+    int rc;
 
-    int rc = hy_api_format_models(&r->w->info, &out, &len);
+    if (one != NULL && strcmp(one, r->w->info.id) != 0) {
+        hy_api_err_model_not_found(&e, one);
+        wk_send_error(r, &e, NULL);
+        return;
+    }
+    rc = hy_api_format_models(&r->w->info, &out, &len);
 
     /* The shared formatter knows the model; the version fields belong to
      * this process, so they are added to data[0] here. */
@@ -1014,7 +1045,7 @@ static void wk_models(wk_req_t *r)
             !(v.model_sha256 ? cJSON_AddStringToObject(m, "model_sha256", v.model_sha256)
                              : cJSON_AddNullToObject(m, "model_sha256")) ||
             !cJSON_AddStringToObject(m, "hyserve_version", PACKAGE_VERSION) ||
-            (with = cJSON_PrintUnformatted(doc)) == NULL)
+            (with = cJSON_PrintUnformatted(one != NULL ? m : doc)) == NULL)
             rc = HY_ENOMEM;
         free(out);
         out = with;
@@ -1151,10 +1182,10 @@ out:
 
 /* ---- routing --------------------------------------------------------------- */
 
-enum { WK_GEN, WK_MODELS, WK_HEALTH, WK_METRICS, WK_TOKENIZE, WK_DETOKENIZE };
+enum { WK_GEN, WK_MODELS, WK_MODEL, WK_HEALTH, WK_METRICS, WK_TOKENIZE, WK_DETOKENIZE };
 
 static const struct {
-    const char *path;
+    const char *path;   /* a path ending in '/' matches what starts with it */
     const char *method; /* GET routes also answer HEAD */
     int handler;
     hy_api_kind_t kind;
@@ -1164,11 +1195,21 @@ static const struct {
     {"/v1/infer", "POST", WK_GEN, HY_API_INFER},
     {"/generate", "POST", WK_GEN, HY_API_GENERATE},
     {"/v1/models", "GET", WK_MODELS, 0},
+    {"/v1/models/", "GET", WK_MODEL, 0}, /* /v1/models/{model} */
     {"/health", "GET", WK_HEALTH, 0},
     {"/metrics", "GET", WK_METRICS, 0},
     {"/tokenize", "POST", WK_TOKENIZE, 0},
     {"/detokenize", "POST", WK_DETOKENIZE, 0},
 };
+
+static bool wk_route_match(const char *route, const char *path)
+{
+    size_t n = strlen(route);
+
+    if (route[n - 1] == '/')
+        return strncmp(path, route, n) == 0 && path[n] != '\0' && strchr(path + n, '/') == NULL;
+    return strcmp(path, route) == 0;
+}
 
 /* The request path without the query: DOCUMENT_URI (nginx), else
  * SCRIPT_NAME + PATH_INFO, else REQUEST_URI up to '?'. */
@@ -1190,6 +1231,26 @@ static const char *wk_path(wk_req_t *r, char *buf, size_t cap)
         return "/";
     snprintf(buf, cap, "%.*s", (int)strcspn(p, "?"), p);
     return buf;
+}
+
+/* nginx is the only way in: a request without the instance's secret comes
+ * from another local process speaking FastCGI to the socket, and whatever
+ * key id it claims is not believed (logged as claimed, not as the key). */
+static bool wk_admitted(wk_req_t *r, const char *path, const char **key_id)
+{
+    const char *given = FCGX_GetParam("HYSERVE_SECRET", r->rq->envp);
+    hy_api_error_t e;
+
+    if (r->w->secret == NULL || !r->w->secret[0] || hy_access_secret_equal(r->w->secret, given))
+        return true;
+    hy_log(LOG_WARNING, "forbidden", "req=%s route=%.200s reason=%s claimed_key_id=%.64s",
+           r->id, path, given != NULL && *given ? "wrong instance secret" : "no instance secret",
+           strspn(*key_id, WK_ID_CHARS) == strlen(*key_id) ? *key_id : "(not a token)");
+    *key_id = "-";
+    hy_api_err_forbidden(&e, "Requests reach this server through its web server only (no "
+                             "instance secret).");
+    wk_send_error(r, &e, NULL);
+    return false;
 }
 
 /* A refusal nginx made itself (API key, rate limit, body size, malformed
@@ -1234,8 +1295,10 @@ static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq, bool control)
     r.w = w;
     r.rq = rq;
     r.t0_ns = hy_shm_now_ns();
+    /* the client's X-Request-Id when it is a plain token: it goes into a
+     * response header and a key=value log line as it is */
     rid = FCGX_GetParam("HTTP_X_REQUEST_ID", rq->envp);
-    if (rid != NULL && *rid)
+    if (rid != NULL && *rid && strspn(rid, WK_ID_CHARS) == strlen(rid))
         snprintf(r.id, sizeof r.id, "%.63s", rid);
     else
         snprintf(r.id, sizeof r.id, "req-%016llx", (unsigned long long)wk_random64());
@@ -1249,13 +1312,15 @@ static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq, bool control)
     if (key_id == NULL || !*key_id)
         key_id = "-";
     r.route = path;
+    if (!wk_admitted(&r, path, &key_id))
+        goto log;
     if ((nginx_status = FCGX_GetParam("HYSERVE_NGINX_STATUS", rq->envp)) != NULL) {
         wk_nginx_refusal(&r, nginx_status, pbuf, sizeof pbuf);
         origin = HY_METRICS_NGINX;
         goto log;
     }
     for (i = 0; i < HY_ARRAY_LEN(wk_routes); i++) {
-        if (strcmp(path, wk_routes[i].path) != 0)
+        if (!wk_route_match(wk_routes[i].path, path))
             continue;
         path_known = true;
         if (strcmp(method, wk_routes[i].method) == 0 ||
@@ -1265,7 +1330,8 @@ static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq, bool control)
     if (i == HY_ARRAY_LEN(wk_routes)) {
         if (path_known) {
             size_t j;
-            for (j = 0; j < HY_ARRAY_LEN(wk_routes) && strcmp(path, wk_routes[j].path); j++)
+            for (j = 0; j < HY_ARRAY_LEN(wk_routes) && !wk_route_match(wk_routes[j].path, path);
+                 j++)
                 ;
             hy_api_err_method(&e, method, wk_routes[j].method);
             wk_send_error(&r, &e, strcmp(wk_routes[j].method, "GET") == 0 ? "GET, HEAD" : "POST");
@@ -1275,9 +1341,10 @@ static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq, bool control)
         }
         goto log;
     }
-    r.route = wk_routes[i].path;
+    /* one model's object counts as /v1/models */
+    r.route = wk_routes[i].handler == WK_MODEL ? "/v1/models" : wk_routes[i].path;
     if (control && wk_routes[i].handler != WK_HEALTH && wk_routes[i].handler != WK_METRICS &&
-        wk_routes[i].handler != WK_MODELS) {
+        wk_routes[i].handler != WK_MODELS && wk_routes[i].handler != WK_MODEL) {
         hy_api_err_not_found(&e, path);
         snprintf(e.message, sizeof e.message,
                  "%.200s is served on the FastCGI socket ([server] socket), not the control "
@@ -1291,7 +1358,8 @@ static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq, bool control)
     }
     switch (wk_routes[i].handler) {
     case WK_GEN: wk_generate(&r, wk_routes[i].kind, body, len); break;
-    case WK_MODELS: wk_models(&r); break;
+    case WK_MODELS: wk_models(&r, NULL); break;
+    case WK_MODEL: wk_models(&r, path + strlen(wk_routes[i].path)); break;
     case WK_HEALTH: wk_health(&r); break;
     case WK_METRICS: wk_metrics(&r); break;
     case WK_TOKENIZE: wk_tokenize(&r, body, len); break;
@@ -1325,6 +1393,7 @@ static void wk_on_term(int sig)
 typedef struct {
     hy_worker_ctx_t *w;
     int log_gen;
+    uint32_t index; /* its slot in the connection guard */
     int fd;       /* the socket this thread accepts on */
     bool control; /* it is the control socket */
 } wk_thread_t;
@@ -1357,11 +1426,21 @@ static void *wk_loop(void *arg)
     while (!wk_stop && FCGX_Accept_r(&rq) >= 0) {
         int gen = atomic_load(&w->ctl->log_gen);
 
+        char err[HY_ERR_LEN];
+        bool held;
+
         if (gen != t->log_gen) {
             wk_log_reopen(w, gen);
             t->log_gen = gen;
         }
+        /* the coordinator holds the connection while we answer, so that
+         * our death aborts the response instead of ending it */
+        held = w->guard_fd >= 0 && hy_guard_hold(w->guard_fd, t->index, rq.ipcFd, err) == HY_OK;
+        if (w->guard_fd >= 0 && !held)
+            hy_log(LOG_WARNING, "unguarded", "err=%s", err);
         wk_handle(w, &rq, t->control);
+        if (held && hy_guard_drop(w->guard_fd, t->index, err) != HY_OK)
+            hy_log(LOG_WARNING, "unguarded", "err=%s", err);
     }
     FCGX_Free(&rq, 1);
     return NULL;
@@ -1403,6 +1482,7 @@ int hy_worker_main(hy_worker_ctx_t *w)
     for (i = 0; i < n_all; i++) {
         ts[i].w = w;
         ts[i].log_gen = atomic_load(&w->ctl->log_gen);
+        ts[i].index = i;
         ts[i].control = i >= n_threads;
         ts[i].fd = ts[i].control ? w->control_fd : w->listen_fd;
     }

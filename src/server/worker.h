@@ -40,6 +40,8 @@ typedef struct {
     int32_t n_vocab;
     int listen_fd;
     int control_fd;             /* [server] control_socket, -1 = none */
+    int guard_fd;               /* the coordinator's connection guard (guard.h), -1 = none */
+    const char *secret;         /* HYSERVE_SECRET every request must carry; "" = none (access.h) */
     const char *log_ident;      /* "<ident>-fcgi" */
 } hy_worker_ctx_t;
 

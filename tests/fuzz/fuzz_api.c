@@ -140,8 +140,7 @@ static const char *const k_seeds[] = {
     "\"tool_calls\":[{\"id\":\"1\"}]},{\"role\":\"tool\",\"content\":\"x\",\"tool_call_id\":\"1\"}],"
     "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":5,\"stop\":[\"\\n\",\"ab\"],\"seed\":\"7\","
     "\"logit_bias\":{\"3\":1},\"logprobs\":true,\"top_logprobs\":2,\"n\":2,\"stream\":true,"
-    "\"stream_options\":{\"include_usage\":true},\"tools\":[{\"type\":\"function\",\"function\":"
-    "{\"name\":\"f\"}}],\"tool_choice\":\"auto\",\"chat_template_kwargs\":{\"enable_thinking\":true}}",
+    "\"stream_options\":{\"include_usage\":true},\"chat_template_kwargs\":{\"enable_thinking\":true}}",
     "{\"model\":\"m\",\"prompt\":\"hello world ab cd\",\"max_tokens\":5,\"stop\":\"cd\",\"echo\":true,"
     "\"logprobs\":3,\"include_stop_str_in_output\":true}",
     "{\"model\":\"m\",\"prompt\":[[1,2,3],[4,5]],\"n\":3,\"best_of\":3,\"min_p\":0.1}",

@@ -14,3 +14,7 @@ EXTRA_DIST += tests/integration/test_ops.py scripts/quickstart \
 hyserveconfdir = $(sysconfdir)/hyserve
 dist_hyserveconf_DATA = etc/hyserve.ini
 EXTRA_DIST += packaging
+# What a failure costs a client (docs/failures.md): a worker killed
+# mid-stream aborts its responses (HTTP/1.1, HTTP/2, the openai client).
+TESTS += tests/integration/test_failures.py
+EXTRA_DIST += tests/integration/test_failures.py

@@ -4,7 +4,9 @@ instances, all under a temporary prefix: the paths the packaged layout uses
 (/etc/hyserve, /run/hyserve) rewritten into it, a loopback port, a
 throwaway certificate, and hyserve-ctl pointed at it.  Each colour runs
 with its FastCGI socket and its control socket where hyserve@.service puts
-them (run/<colour>/fcgi.sock, run/<colour>/ctl.sock).
+them (run/<colour>/fcgi.sock, run/<colour>/ctl.sock) and its instance
+secret (`hyserve-ctl secret <colour>`, the nginx include the instance also
+reads as [server] secret_file).
 
     site = sitelib.Site({"blue": {"engine": {"max_seqs": 1}}})
     site.start_colour("blue"); site.start_nginx()
@@ -44,9 +46,11 @@ def missing_tools():
 
 class Site:
     """colours: {"blue": {"section": {"key": value}}, ...}, ini keys merged
-    over a small default (1 thread, 64 MiB cache, 2 workers x 4 threads)."""
+    over a small default (1 thread, 64 MiB cache, 2 workers x 4 threads).
+    site_edit: a function of the site text, for a test that needs a setting
+    changed (e.g. a shorter timeout); it must change something."""
 
-    def __init__(self, colours, model=None, max_conns=None, prefix="hysite-"):
+    def __init__(self, colours, model=None, max_conns=None, prefix="hysite-", site_edit=None):
         self.tmp = tempfile.mkdtemp(prefix=prefix)
         os.chmod(self.tmp, 0o755)  # nginx workers run as nobody when the test is root
         self.etc = os.path.join(self.tmp, "etc")
@@ -54,14 +58,19 @@ class Site:
         self.port = free_port()
         self.model = model or taplib.default_model()[0]
         self.procs, self._logs, self.nginx = {}, [], None
-        self.sock, self.ctl_sock, self.ini = {}, {}, {}
+        self.sock, self.ctl_sock, self.ini, self.instance = {}, {}, {}, {}
         for d in (self.ngx_dir, os.path.join(self.etc, "tls"), os.path.join(self.tmp, "models")):
             os.makedirs(d, mode=0o755)
         self._tls()
         with open(os.path.join(SRC, "nginx", "hyserve.conf")) as f:
             site = self._rewrite(f.read(), max_conns)
-        site = site.replace("listen 8443 ssl http2;", "listen 127.0.0.1:%d ssl http2;" % self.port)
+        site = site.replace("listen 8443 ssl http2 ", "listen 127.0.0.1:%d ssl http2 " % self.port)
         site = "\n".join(l for l in site.splitlines() if "listen [::]" not in l) + "\n"
+        if site_edit is not None:
+            edited = site_edit(site)
+            if edited == site:
+                raise RuntimeError("site_edit changed nothing in nginx/hyserve.conf")
+            site = edited
         with open(os.path.join(self.tmp, "site.conf"), "w") as f:
             f.write(site)
         for c in ("blue", "green"):
@@ -101,9 +110,18 @@ class Site:
         self.ssl.check_hostname = False
         self.ssl.verify_mode = ssl.CERT_NONE
 
+    def secret(self, c):
+        """The colour's instance secret (what nginx passes as HYSERVE_SECRET)."""
+        with open(os.path.join(self.ngx_dir, "secret-%s.map" % c)) as f:
+            return [l.split('"')[1] for l in f if l.strip() and not l.startswith("#")][0]
+
     def _colour_ini(self, c, extra):
         run = os.path.join(self.tmp, "run", c)
+        rc, secret_file, e = self.ctl("secret", c, reload=False)
+        if rc != 0:
+            raise RuntimeError("hyserve-ctl secret %s: %s" % (c, e))
         self.sock[c], self.ctl_sock[c] = os.path.join(run, "fcgi.sock"), os.path.join(run, "ctl.sock")
+        self.instance[c] = "%s-%d-%s" % (os.path.basename(self.tmp), self.port, c)
         os.makedirs(os.path.join(self.tmp, "models", c))
         # the same model id for every colour, as a switch requires
         path = os.path.join(self.tmp, "models", c, MODEL_ID + ".gguf")
@@ -114,7 +132,8 @@ class Site:
             "cache": {"memory_mb": 64},
             "server": {"socket": self.sock[c], "control_socket": self.ctl_sock[c],
                        "socket_mode": "0666", "workers": 2, "threads_per_worker": 4,
-                       "instance": "%s-%d-%s" % (os.path.basename(self.tmp), self.port, c),
+                       "instance": self.instance[c],
+                       "secret_file": secret_file.strip(),
                        "max_body_bytes": "1M", "drain_seconds": 10},
             "log": {"stderr": "true"},
         }
@@ -160,7 +179,8 @@ class Site:
         """GET path straight through a colour's socket (cgi-fcgi), as
         hyserve-ctl does: the raw FastCGI answer, b"" when none."""
         env = {"REQUEST_METHOD": "GET", "DOCUMENT_URI": path, "SCRIPT_NAME": path,
-               "REQUEST_URI": path, "SERVER_PROTOCOL": "HTTP/1.1", "PATH": os.environ["PATH"]}
+               "REQUEST_URI": path, "SERVER_PROTOCOL": "HTTP/1.1", "PATH": os.environ["PATH"],
+               "HYSERVE_SECRET": self.secret(c)}
         try:
             return subprocess.run(["cgi-fcgi", "-bind", "-connect", sock or self.ctl_sock[c]],
                                   env=env, capture_output=True, timeout=10).stdout

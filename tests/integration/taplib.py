@@ -169,6 +169,16 @@ def sse_events(raw):
     return out
 
 
+def metric_samples(body):
+    """The Prometheus text body as {sample name with labels: value}."""
+    m = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            m[k] = float(v)
+    return m
+
+
 def tail(path, n=40):
     try:
         with open(path, errors="replace") as f:

@@ -3,8 +3,10 @@
 production nginx site (sitelib.py: nginx/hyserve.conf, TLS, the key map):
 
 * nginx's own refusals (401 no key, 413 body too large, 429 rate limit,
-  400 conflicting lengths / bad chunking / bad request line, 405 TRACE, 414,
-  431, 403, and 503 when the pool is at max_conns) reach a worker through
+  400 conflicting lengths / bad chunking / bad request line / a path above
+  the root / %00 / Content-Length with Transfer-Encoding / no Host, 405
+  TRACE, 414, 431, 403, 501 unknown Transfer-Encoding, 505 HTTP/3.7, and
+  503 when the pool is at max_conns) reach a worker through
   the control socket, come back as OpenAI-shaped JSON and are counted in
   hyserve_http_requests_total{origin="nginx"} under the endpoint asked for,
   exactly once each; the static JSON nginx falls back to when no instance
@@ -138,7 +140,7 @@ def direct_refusal(status):
     control socket: the JSON body."""
     env = {"REQUEST_METHOD": "GET", "DOCUMENT_URI": "/_hyserve/nginx-error",
            "REQUEST_URI": "/v1/models", "HYSERVE_NGINX_STATUS": str(status),
-           "PATH": os.environ["PATH"]}
+           "HYSERVE_SECRET": SITE.secret("blue"), "PATH": os.environ["PATH"]}
     out = subprocess.run(["cgi-fcgi", "-bind", "-connect", SITE.ctl_sock["blue"]], env=env,
                          capture_output=True, timeout=10).stdout
     return out.partition(b"\r\n\r\n")[2]
@@ -232,6 +234,24 @@ try:
                              + KEYS["alice"].encode() + b"\r\nTransfer-Encoding: chunked\r\n\r\n"
                              b"zz\r\nhello\r\n0\r\n\r\n"), 400, "/v1/chat/completions", "bad_request")
     refusal("a bad request line", lambda: SITE.raw(b"BLAH\r\n\r\n"), 400, "other", "bad_request")
+    refusal("a path above the root", lambda: SITE.raw(b"GET /v1/../../etc/passwd HTTP/1.1\r\n"
+                                                      b"Host: x\r\n\r\n"), 400, "other",
+            "bad_request")
+    refusal("%00 in the path", lambda: SITE.raw(b"GET /v1/models%00 HTTP/1.1\r\nHost: x\r\n\r\n"),
+            400, "other", "bad_request")
+    refusal("Content-Length and Transfer-Encoding together",
+            lambda: SITE.raw(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+            400, "/v1/completions", "bad_request")
+    refusal("HTTP/1.1 without Host", lambda: SITE.raw(b"GET /v1/models HTTP/1.1\r\n\r\n"), 400,
+            "/v1/models", "bad_request")
+    refusal("Transfer-Encoding: gzip (501)",
+            lambda: SITE.raw(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                             b"Transfer-Encoding: gzip\r\n\r\n"), 501, "/v1/completions",
+            "not_implemented")
+    # nginx stops at the version: no request URI to count it under
+    refusal("HTTP/3.7 (505)", lambda: SITE.raw(b"GET /v1/models HTTP/3.7\r\nHost: x\r\n\r\n"),
+            505, "other", "http_version_not_supported")
     refusal("TRACE", lambda: SITE.raw(b"TRACE /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n"), 405,
             "/v1/completions", "method_not_allowed", header=("allow", "GET, HEAD, POST"))
     refusal("a 10 KB URI", lambda: SITE.https("GET", "/v1/" + "a" * 10000, key=KEYS["alice"]), 414,
@@ -389,10 +409,10 @@ try:
 
     # -- the static JSON nginx falls back to is what a worker answers
     statics = static_fallbacks()
-    diffs = [s for s in (400, 401, 403, 404, 405, 413, 414, 429, 431, 500, 503)
+    diffs = [s for s in (400, 401, 403, 404, 405, 413, 414, 429, 431, 500, 501, 503, 504, 505)
              if s not in statics or statics[s][0] != s or
              statics[s][1] != json.loads(direct_refusal(s) or b"null")]
-    ok(len(statics) == 11 and not diffs,
+    ok(len(statics) == 14 and not diffs,
        "each of nginx's %d static fallbacks is the JSON a worker answers for that status%s"
        % (len(statics), " (differ: %s)" % diffs if diffs else ""))
     rc = SITE.stop_colour("blue")

@@ -72,7 +72,7 @@ def rewrite(text):
 
 with open(os.path.join(SRC, "nginx", "hyserve.conf")) as f:
     site = f.read()
-site = rewrite(site).replace("listen 8443 ssl http2;", "listen 127.0.0.1:%d ssl http2;" % PORT)
+site = rewrite(site).replace("listen 8443 ssl http2 ", "listen 127.0.0.1:%d ssl http2 " % PORT)
 site = "\n".join(l for l in site.splitlines() if "listen [::]" not in l) + "\n"
 with open(os.path.join(TMP, "site.conf"), "w") as f:
     f.write(site)

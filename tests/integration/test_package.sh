@@ -256,6 +256,9 @@ rc=1
 [ -f /etc/hyserve/nginx/api-keys.map ] && [ "$(stat -c %a /etc/hyserve/nginx/api-keys.map)" = 640 ] &&
     [ "$(readlink /etc/hyserve/nginx/upstream-active.conf)" = upstream-$inst.conf ] && rc=0
 ok $rc "postinst made api-keys.map (0640) and upstream-active.conf -> upstream-$inst.conf"
+sm=$(stat -c '%U:%G %a' /etc/hyserve/nginx/secret-blue.map /etc/hyserve/nginx/secret-green.map 2>&1 | paste -sd' ')
+ok "$([ "$sm" = "root:root 600 root:root 600" ] && echo 0 || echo 1)" \
+    "postinst made each colour's instance secret, root-only: $sm"
 
 # ---- 4. configure as an admin would (packaging/debian/README.Debian) ----------
 install -d -m 0700 /etc/hyserve/tls
@@ -312,6 +315,22 @@ g=$(unit_get Group || id -gn "$u")
 umask_=$(unit_get UMask || echo 0022)
 cond=$(unit_get ConditionPathExists || true)
 rc=0 why=""
+# LoadCredential=ID:PATH: systemd copies PATH into the unit's credentials
+# directory, which only the service user may read, names the directory in
+# $CREDENTIALS_DIRECTORY (ExecStart may use it), and fails the start when
+# PATH is missing.
+creds=/run/credentials/hyserve@$inst.service
+lc=$(unit_get LoadCredential || true)
+if [ -n "$lc" ]; then
+    if [ -f "${lc#*:}" ] && install -d -m 0755 /run/credentials &&
+        install -d -m 0500 -o "$u" "$creds" &&
+        install -m 0400 -o "$u" "${lc#*:}" "$creds/${lc%%:*}"; then
+        exec_start=$(printf '%s' "$exec_start" | sed "s|\${CREDENTIALS_DIRECTORY}|$creds|g")
+        echo "CREDENTIALS_DIRECTORY=$creds" >"$T/creds.env"
+    else
+        rc=1 why="LoadCredential=$lc: no such file"
+    fi
+fi
 case $exec_start in
 "") rc=1 why="no ExecStart" ;;
 *[\'\"\$%\;]*) rc=1 why="ExecStart uses quoting, variables or specifiers this emulation does not: $exec_start" ;;
@@ -341,6 +360,7 @@ mkdirs() { # BASE KEY ENVVAR
     [ -z "$list" ] || echo "$3=$list" >>"$T/unit.env"
 }
 : >"$T/unit.env"
+[ -f "$T/creds.env" ] || : >"$T/creds.env"
 rwdirs=$(unit_get ReadWritePaths || true)
 rc=0
 mkdirs /run RuntimeDirectory RUNTIME_DIRECTORY && mkdirs /var/lib StateDirectory STATE_DIRECTORY &&
@@ -404,7 +424,7 @@ set -f
     export HY_RW_DIRS HY_PROTECT_SYSTEM HY_PRIVATE_TMP HY_PROTECT_HOME
     exec $sbx setsid setpriv --reuid="$uid" --regid="$gid" --groups="$groups" $nnp $caps -- \
         env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin LANG=C.UTF-8 \
-        USER="$u" LOGNAME="$u" HOME="$home" SHELL="$shell" $(cat "$T/unit.env") $exec_start
+        USER="$u" LOGNAME="$u" HOME="$home" SHELL="$shell" $(cat "$T/unit.env" "$T/creds.env") $exec_start
 ) >"$T/service.log" 2>&1 </dev/null &
 srv_pid=$!
 set +f
@@ -534,6 +554,16 @@ rc=$?
 code=$(c -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $key" "$url/v1/models" 2>>"$T/curl.log")
 ok "$([ $rc = 0 ] && [ "$code" = 401 ] && echo 0 || echo 1)" "hyserve-ctl key revoke + reload: the key now gets HTTP $code ($out)"
 
+# nginx is the only way in: www-data (nginx's user, allowed to connect to
+# the socket) speaking FastCGI itself and claiming a key id gets 403
+out=$(printf '{}' | setpriv --reuid=www-data --regid=www-data --clear-groups \
+    env -i PATH=/usr/bin:/bin REQUEST_METHOD=POST DOCUMENT_URI=/v1/completions \
+    REQUEST_URI=/v1/completions CONTENT_LENGTH=2 HYSERVE_KEY_ID=admin \
+    cgi-fcgi -bind -connect "$sock" 2>&1)
+rc=1
+case $out in "Status: 403"*'"permission_error"'*) rc=0 ;; esac
+ok $rc "cgi-fcgi as www-data on $sock claiming HYSERVE_KEY_ID=admin: $(printf '%s' "$out" | head -n 1 | tr -d '\r')"
+
 # the monitoring files, where the scrape config says they are
 mon=/usr/share/hyserve/monitoring
 rc=0
@@ -569,6 +599,7 @@ left=$(pgrep -g "$srv_pid_was" 2>/dev/null | paste -sd' ' -)
 ok $rc "SIGTERM stops the service cleanly ($st)"
 [ $rc = 0 ] || tail -20 "$T/service.log" | diag
 for d in $(unit_get RuntimeDirectory || true); do rm -rf "/run/${d:?}"; done
+rm -rf "$creds"
 
 # ---- 8. remove, then purge ----------------------------------------------------
 # The site enabled as README.Debian says; `dpkg -r` takes sites-available/

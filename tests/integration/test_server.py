@@ -24,6 +24,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sitelib  # noqa: E402
 import taplib as t  # noqa: E402
 
 try:
@@ -44,13 +45,7 @@ ok = t.ok
 
 
 def metrics():
-    _, _, b = STACK.http("GET", "/metrics")
-    m = {}
-    for line in b.decode().splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            m[k] = float(v)
-    return m
+    return t.metric_samples(STACK.http("GET", "/metrics")[2])
 
 
 def idle(m):
@@ -200,6 +195,56 @@ def check_completion_lp(lp, text, k, offset0=0):
     if not "".join(lp["tokens"]).startswith(text):
         return "tokens spell %r, text is %r" % ("".join(lp["tokens"]), text)
     return None
+
+
+def back_pressure():
+    """A client that stops reading pauses its generation: once the socket
+    buffers between it and the worker are full, the worker stops reading its
+    token ring, the ring fills and the engine holds the request (hyserve_num_
+    requests_stalled) instead of running on to max_tokens; when the client
+    reads again every token arrives.  A tiny model generates thousands of
+    tokens a second, so without the pause the request would be long done."""
+    max_tokens = 4000
+    # the one tiny model with a long context (qwen35: GDN + attention)
+    tiny = t.Stack(os.path.join(t.SRC, "tests", "golden", "tiny", "qwen35-long.gguf"), workers=1,
+                   ini={"engine": {"max_context": 4096}},
+                   prefix="hyserve-bp-")
+    try:
+        up = tiny.start(60)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window
+        s.settimeout(120)
+        s.connect(("127.0.0.1", tiny.port))
+        body = json.dumps({"model": "qwen35-long", "prompt": "a b c", "max_tokens": max_tokens,
+                           "stream": True, "stream_options": {"include_usage": True},
+                           "ignore_eos": True, "temperature": 0}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                  + body)
+        m = {}
+        paused = up and t.wait_for(
+            lambda: (m.update(t.metric_samples(tiny.http("GET", "/metrics")[2])) or
+                     m["hyserve_num_requests_stalled"] == 1 and
+                     m["hyserve_num_requests_running"] == 1), 60, 0.05)
+        ok(paused, "a client that stops reading: its request pauses with a full token ring "
+           "before max_tokens (running %s, stalled %s)"
+           % (m.get("hyserve_num_requests_running"), m.get("hyserve_num_requests_stalled")))
+        raw = b""
+        while True:
+            x = s.recv(1 << 16)
+            if not x:
+                break
+            raw += x
+        s.close()
+        body = raw.partition(b"\r\n\r\n")[2]
+        events = t.sse_events(sitelib.dechunk(body))
+        usage = events[-1].get("usage") if events else None
+        ok(len(events) >= 2 and events[-2]["choices"][0]["finish_reason"] == "length" and
+           usage and usage["completion_tokens"] == max_tokens and raw.endswith(b"0\r\n\r\n"),
+           "when it reads again the stream resumes to its end: %s tokens, finish_reason length"
+           % (usage or {}).get("completion_tokens"))
+    finally:
+        tiny.cleanup(keep=t.failed())
 
 
 # ---- start everything ------------------------------------------------------
@@ -494,6 +539,70 @@ try:
         ok(t.wait_for(lambda: idle(metrics()), 10) and
            metrics()["hyserve_reaped_requests_total"] >= 1, "its request slots were reclaimed")
 
+    # ---- smaller API points ---------------------------------------------------
+    mo = client.models.retrieve(MODEL_ID)
+    st, _, b = STACK.http("GET", "/v1/models/no-such-model")
+    ok(mo.id == MODEL_ID and mo.object == "model" and st == 404 and
+       json.loads(b)["error"]["code"] == "model_not_found",
+       "GET /v1/models/{id}: client.models.retrieve works; an unknown id is a 404 JSON")
+    # X-Request-Id: the id the request's log line carries
+    st, hd, b = STACK.http("POST", "/v1/completions", {"model": MODEL_ID, "prompt": "Hi",
+                                                       "max_tokens": 2})
+    gen_id = json.loads(b)["id"] if st == 200 else None
+    st2, hd2, _ = STACK.http("GET", "/v1/models", headers={"X-Request-Id": "client-7.a"})
+    st3, hd3, _ = STACK.http("GET", "/v1/models", headers={"X-Request-Id": "a b\"c"})
+    st4, hd4, b4 = STACK.http("POST", "/v1/completions", b"{")
+    logged = lambda rid: "req=%s " % rid in t.tail(STACK.serve_log_path, 400)  # noqa
+    ok(hd.get("X-Request-Id") == gen_id and hd2.get("X-Request-Id") == "client-7.a" and
+       hd3.get("X-Request-Id", "").startswith("req-") and
+       hd4.get("X-Request-Id", "").startswith("req-") and
+       t.wait_for(lambda: all(logged(x) for x in (gen_id, "client-7.a", hd3["X-Request-Id"],
+                                                  hd4["X-Request-Id"])), 10),
+       "X-Request-Id on answers and errors is the log line's req= (a completion's id, a "
+       "client's plain X-Request-Id, our own for one with spaces or quotes): %s %s %s %s"
+       % (hd.get("X-Request-Id"), hd2.get("X-Request-Id"), hd3.get("X-Request-Id"),
+          hd4.get("X-Request-Id")))
+    # /v1/completions without max_tokens: OpenAI's 16
+    st, _, b = STACK.http("POST", "/v1/completions", {"model": MODEL_ID, "prompt": "Hi",
+                                                      "ignore_eos": True})
+    ok(st == 200 and json.loads(b)["usage"]["completion_tokens"] == 16,
+       "/v1/completions without max_tokens generates 16 tokens")
+    try:
+        client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": "x"}],
+            tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+        refused = None
+    except openai.BadRequestError as e:
+        refused = e
+    ok(refused is not None and refused.body.get("param") == "tools",
+       "tools are refused with 400 until tool calling is done: %s" % refused)
+    if HAS_CHAT:
+        # an emoji is 2-3 tokens here: cut inside one, the text holds it back
+        cuts = []
+        for k in range(1, 7):
+            r_k = client.completions.create(model=MODEL_ID, prompt="Emoji: \U0001F600\U0001F600",
+                                            max_tokens=k, temperature=0,
+                                            extra_body={"ignore_eos": True})
+            cuts.append((r_k.choices[0].text, r_k.usage.completion_tokens))
+        ok(all("\ufffd" not in x for x, _ in cuts) and
+           any(x == "" and n >= 1 for x, n in cuts) and
+           all(cuts[i + 1][0].startswith(cuts[i][0]) for i in range(len(cuts) - 1)),
+           "text cut at max_tokens inside a character holds it back, never U+FFFD: %r" % cuts)
+        # an assistant turn that only called a tool: content null renders as ""
+        cr = client.chat.completions.create(
+            model=MODEL_ID, max_tokens=4, temperature=0,
+            messages=[{"role": "user", "content": "What is the weather?"},
+                      {"role": "assistant", "content": None, "tool_calls": [
+                          {"id": "c1", "type": "function",
+                           "function": {"name": "weather", "arguments": "{}"}}]},
+                      {"role": "tool", "content": "sunny", "tool_call_id": "c1"}])
+        ok(cr.choices[0].finish_reason in ("stop", "length"),
+           "an assistant message with content null and tool_calls renders through the template")
+    else:
+        for what in ("text cut at max_tokens holds back a split character",
+                     "an assistant message with content null renders"):
+            t.skip(what, "needs the default model (chat template)")
+
     # ---- the bad-input matrix: status and OpenAI-shaped error ---------------
     def err_case(method, path, body, want, what, code=None):
         st, hd, b = STACK.http(method, path, body)
@@ -514,6 +623,11 @@ try:
     err_case("POST", "/v1/chat/completions",
              {"model": MODEL_ID, "messages": [{"role": "user", "content": "x"}],
               "top_logprobs": 2}, 400, "top_logprobs without logprobs")
+    err_case("POST", "/v1/completions",
+             b'{"model": "%s", "prompt": "caf\xc3 au lait"}' % MODEL_ID.encode(), 400,
+             "invalid UTF-8 inside a JSON string")
+    err_case("POST", "/v1/completions", {"model": MODEL_ID, "prompt": "x", "stop": "s" * 1025},
+             400, "a stop string over 1024 bytes")
     err_case("GET", "/v1/nothing", None, 404, "unknown route")
     hd = err_case("GET", "/v1/completions", None, 405, "GET on a POST route")
     ok("POST" in hd.get("Allow", ""), "405 names the allowed method")
@@ -531,6 +645,7 @@ try:
        "/tokenize then /detokenize round-trips")
     st, _, b = STACK.http("POST", "/v1/infer", {"input": "Hello", "max_tokens": 3})
     ok(st == 200 and "choices" in json.loads(b), "/v1/infer alias")
+    back_pressure()
 except Exception as ex:  # noqa
     ok(False, "unexpected exception: %r" % ex)
 finally:

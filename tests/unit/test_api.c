@@ -55,6 +55,9 @@ typedef struct {
 #define CO HY_API_COMPLETIONS
 #define M "\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
 #define P "\"model\":\"m\",\"prompt\":\"hi\""
+#define X64 "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+#define X1024 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64
+#define X1025 X1024 "x"
 
 static const err_case_t k_type_cases[] = {
     {CH, "{" M ",\"temperature\":\"0.5\"}", "temperature: expected a number, got a string", "temperature"},
@@ -86,9 +89,6 @@ static const err_case_t k_type_cases[] = {
     {CO, "{" P ",\"echo\":1}", "echo: expected a boolean, got a number", "echo"},
     {CH, "{" M ",\"ignore_eos\":\"true\"}", "ignore_eos: expected a boolean, got a string", "ignore_eos"},
     {CH, "{" M ",\"response_format\":\"text\"}", "response_format: expected an object, got a string", "response_format"},
-    {CH, "{" M ",\"tools\":{}}", "tools: expected an array, got an object", "tools"},
-    {CH, "{" M ",\"tools\":[{\"type\":\"function\",\"function\":{}}]}", "tools[0].function.name: expected a string", "tools"},
-    {CH, "{" M ",\"tool_choice\":5}", "tool_choice: expected a string or an object, got a number", "tool_choice"},
     {CH, "{" M ",\"chat_template_kwargs\":[]}", "chat_template_kwargs: expected an object, got an array", "chat_template_kwargs"},
     {CH, "{" M ",\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}", "chat_template_kwargs.enable_thinking: expected a boolean, got a string", "chat_template_kwargs"},
     {CH, "{\"model\":5," "\"messages\":[]}", "model: expected a string, got a number", "model"},
@@ -129,9 +129,9 @@ static const err_case_t k_range_cases[] = {
     {CH, "{" M ",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop: 5 sequences: at most 4", "stop"},
     {CH, "{" M ",\"stop\":\"\"}", "stop: must not be empty", "stop"},
     {CH, "{" M ",\"stop\":[\"a\",\"\"]}", "stop[1]: must not be empty", "stop"},
+    {CH, "{" M ",\"stop\":\"" X1025 "\"}", "stop: 1025 bytes: at most 1024", "stop"},
+    {CO, "{" P ",\"stop\":[\"a\",\"" X1025 "\"]}", "stop[1]: 1025 bytes: at most 1024", "stop"},
     {CH, "{" M ",\"stream_options\":{\"include_usage\":true}}", "stream_options is only allowed when stream is true", "stream_options"},
-    {CH, "{" M ",\"tool_choice\":\"auto\"}", "tool_choice is only allowed when tools are given", "tool_choice"},
-    {CH, "{" M ",\"tool_choice\":\"sometimes\",\"tools\":[]}", "tool_choice = 'sometimes': must be none, auto, required or a function object", "tool_choice"},
     {CH, "{\"model\":\"m\",\"messages\":[]}", "messages: array is empty", "messages"},
     {CH, "{\"model\":\"m\",\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "messages[0].role = 'robot': must be one of system, developer, user, assistant, tool", "messages[0].role"},
     {CH, "{\"model\":\"m\",\"messages\":[{\"content\":\"x\"}]}", "missing required field 'messages[0].role'", "messages[0].role"},
@@ -166,6 +166,12 @@ static const err_case_t k_rule_cases[] = {
     {CO, "{" P ",\"suffix\":\"end\"}", "suffix is not supported by this server", "suffix"},
     {CO, "{" P ",\"best_of\":3}", "best_of = 3 is not supported by this server (only best_of = n)", "best_of"},
     {CH, "{" M ",\"audio\":{}}", "audio is not supported by this server", "audio"},
+    /* refused until tool calling is implemented (never accepted and ignored) */
+    {CH, "{" M ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", "tools is not supported yet: this server does not do tool calling", "tools"},
+    {CH, "{" M ",\"tools\":{}}", "tools is not supported yet: this server does not do tool calling", "tools"},
+    {CH, "{" M ",\"tool_choice\":\"auto\"}", "tool_choice is not supported yet: this server does not do tool calling", "tool_choice"},
+    {CH, "{" M ",\"functions\":[{\"name\":\"f\"}]}", "functions is not supported yet: this server does not do tool calling", "functions"},
+    {CH, "{" M ",\"function_call\":\"auto\"}", "function_call is not supported yet: this server does not do tool calling", "function_call"},
     {CH, "{" M ",\"modalities\":[\"text\",\"audio\"]}", "modalities: only \"text\" is supported by this server", "modalities"},
     {CH, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}", "messages[0].content[0].type = 'image_url' is not supported: this server accepts text only", "messages[0].content[0]"},
     {CH, "{" M ",\"min_tokens\":5}", "min_tokens is not supported by this server", "min_tokens"},
@@ -235,8 +241,7 @@ static void test_chat_full(void)
         "\"logprobs\":true,\"top_logprobs\":3,\"n\":2,\"stream\":true,"
         "\"stream_options\":{\"include_usage\":true},\"user\":\"u1\",\"ignore_eos\":true,"
         "\"response_format\":{\"type\":\"text\"},"
-        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}],"
-        "\"tool_choice\":\"auto\",\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+        "\"chat_template_kwargs\":{\"enable_thinking\":false}}";
     hy_api_req_t *r = NULL;
     hy_api_error_t e;
     int rc = parse(CH, body, &r, &e);
@@ -247,13 +252,15 @@ static void test_chat_full(void)
     HY_T_OK(strcmp(r->model, "qwen") == 0 && r->n_messages == 5 &&
                 strcmp(r->messages[0].role, "system") == 0 &&
                 strcmp(r->messages[1].content, "a\nb") == 0 &&
-                strcmp(r->messages[1].name, "bob") == 0 && r->messages[2].content == NULL &&
+                strcmp(r->messages[1].name, "bob") == 0 &&
+                strcmp(r->messages[2].content, "") == 0 &&
                 strcmp(r->messages[2].tool_calls,
                        "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
                        "\"arguments\":\"{}\"}}]") == 0 &&
                 strcmp(r->messages[3].tool_call_id, "c1") == 0 &&
                 strcmp(r->messages[4].content, "\xC3\xA9") == 0,
-            "messages: roles, joined text parts, name, tool_calls JSON, tool_call_id, \\u escapes");
+            "messages: roles, joined text parts, name, an assistant's null content as \"\", "
+            "tool_calls JSON, tool_call_id, \\u escapes");
     HY_T_OK(r->max_tokens == 64 && r->sampling.temperature == 0.7f &&
                 r->sampling.top_p == 0.9f && r->sampling.top_k == 0 &&
                 r->sampling.min_p == 0.05f && r->seed_given &&
@@ -269,10 +276,9 @@ static void test_chat_full(void)
                 r->include_usage && strcmp(r->user, "u1") == 0 && r->ignore_eos &&
                 r->skip_special_tokens && r->add_generation_prompt,
             "stop, logprobs, n, stream, include_usage, user, ignore_eos, defaults");
-    HY_T_OK(r->tools != NULL && strstr(r->tools, "\"name\":\"f\"") != NULL &&
-                strcmp(r->tool_choice, "\"auto\"") == 0 && r->enable_thinking == 0 &&
+    HY_T_OK(r->tools == NULL && r->enable_thinking == 0 &&
                 strcmp(r->template_kwargs, "{\"enable_thinking\":false}") == 0,
-            "tools, tool_choice and chat_template_kwargs pass through as JSON");
+            "chat_template_kwargs pass through as JSON");
     hy_api_req_free(r);
 }
 
@@ -333,9 +339,9 @@ static void test_prompts(void)
     hy_api_req_free(r);
     r = NULL;
     ok = parse(CO, "{\"model\":\"m\",\"prompt\":[\"a\",\"bc\"]}", &r, &e) == HY_OK &&
-         r->n_prompts == 2 && strcmp(r->prompts[1].text, "bc") == 0 && r->max_tokens == -1 &&
+         r->n_prompts == 2 && strcmp(r->prompts[1].text, "bc") == 0 && r->max_tokens == 16 &&
          !r->logprobs;
-    HY_T_OK(ok, "prompt as an array of strings");
+    HY_T_OK(ok, "prompt as an array of strings; max_tokens defaults to 16 (OpenAI's)");
     hy_api_req_free(r);
     r = NULL;
     ok = parse(CO, "{\"model\":\"m\",\"prompt\":[1,2,3],\"logprobs\":0}", &r, &e) == HY_OK &&
@@ -363,6 +369,13 @@ static void test_prompts(void)
          strcmp(r->prompts[0].text, "y") == 0 && r->max_tokens == 9;
     HY_T_OK(ok, "/v1/infer and /generate aliases");
     hy_api_req_free(r);
+    r = NULL;
+    ok = parse(CH, "{" M "}", &r, &e) == HY_OK && r->max_tokens == -1;
+    hy_api_req_free(r);
+    r = NULL;
+    ok = ok && parse(HY_API_INFER, "{\"input\":\"x\"}", &r, &e) == HY_OK && r->max_tokens == -1;
+    hy_api_req_free(r);
+    HY_T_OK(ok, "chat and the aliases without max_tokens: what the context leaves (-1)");
 }
 
 /* ---- malformed and hostile bodies ---- */
@@ -398,6 +411,27 @@ static void test_malformed(void)
     hy_api_req_free(r);
     r = NULL;
     HY_T_OK(ok, "an escaped backslash before u0000 is not a NUL");
+
+    /* invalid UTF-8 inside a string: a 400 at the first bad byte */
+    ok = expect_err(CO, "{\"model\":\"m\",\"prompt\":\"a\x80" "b\"}", 400,
+                    "invalid UTF-8 in a JSON string at byte 24 (byte 0x80)", NULL) &&
+         expect_err(CO, "{\"model\":\"m\",\"prompt\":\"\xc0\xafx\"}", 400,
+                    "invalid UTF-8 in a JSON string at byte 23 (byte 0xc0)", NULL) &&
+         expect_err(CO, "{\"model\":\"m\",\"prompt\":\"\xed\xa0\x80\"}", 400,
+                    "invalid UTF-8 in a JSON string at byte 23 (byte 0xed)", NULL) &&
+         expect_err(CO, "{\"model\":\"m\",\"prompt\":\"\xe2\x82\"}", 400,
+                    "invalid UTF-8 in a JSON string at byte 23 (byte 0xe2)", NULL) &&
+         expect_err(CH, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"ok\xff\"}]}",
+                    400, "invalid UTF-8 in a JSON string at byte 53 (byte 0xff)", NULL) &&
+         expect_err(CO, "{\"model\":\"m\",\"prompt\":\"x\",\"\xf5\x80\x80\x80\":1}", 400,
+                    "invalid UTF-8 in a JSON string at byte 27 (byte 0xf5)", NULL);
+    HY_T_OK(ok, "invalid UTF-8 in a string (stray continuation, overlong, surrogate, cut "
+                "sequence, 0xff, > U+10FFFF in a key) is a 400 naming the byte");
+    ok = parse(CO, "{\"model\":\"m\",\"prompt\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"}", &r,
+               &e) == HY_OK && r->prompts[0].text_len == 9;
+    hy_api_req_free(r);
+    r = NULL;
+    HY_T_OK(ok, "2-, 3- and 4-byte UTF-8 characters pass");
 
     for (i = 0; i < 100000; i++)
         deep[i] = '[';
