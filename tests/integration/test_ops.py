@@ -450,7 +450,7 @@ try:
             results.append(stream(bob, 12))
             time.sleep(max(0.0, 0.5 - (time.time() - t0)))
 
-    threads = [threading.Thread(target=client) for _ in range(4)]
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(4)]
     for t in threads:
         t.start()
     time.sleep(1.0)
@@ -537,7 +537,8 @@ try:
 
     stream_keys = [keys[want_green[0]] if want_green else keys[names[0]], keys[names[0]],
                    keys[names[1]]]
-    cthreads = [threading.Thread(target=canary_client, args=(k,)) for k in stream_keys]
+    cthreads = [threading.Thread(target=canary_client, args=(k,), daemon=True)
+                for k in stream_keys]
     for t in cthreads:
         t.start()
     time.sleep(0.5)
@@ -594,8 +595,18 @@ try:
         buf += top.stdout.read() or b""
         frames = buf.count(b"\033[H\033[2J")
         time.sleep(0.1)
-    top.send_signal(signal.SIGINT)
-    rc = top.wait(timeout=10)
+    # SIGTERM, which top traps like Ctrl-C: a shell started from a
+    # background job ignores SIGINT and cannot trap it (POSIX), so SIGINT
+    # would hang this test wherever make runs in the background
+    top.send_signal(signal.SIGTERM)
+    os.set_blocking(top.stdout.fileno(), True)
+    try:
+        top.communicate(timeout=10)  # drains what it writes while it exits
+        rc = top.returncode
+    except subprocess.TimeoutExpired:
+        top.kill()
+        top.wait()
+        rc = "timeout"
     ok(frames >= 2 and rc == 0 and buf.count(b"\ngreen ") >= 2,
        "top redraws both colours every second until interrupted (%d frames, exit %s)" % (frames, rc))
 
@@ -670,7 +681,7 @@ try:
             with lock:
                 codes.append((st, err_code(b) if st == 429 else None))
 
-    hs = [threading.Thread(target=hammer) for _ in range(6)]
+    hs = [threading.Thread(target=hammer, daemon=True) for _ in range(6)]
     for t in hs:
         t.start()
     for t in hs:
