@@ -662,7 +662,12 @@ static int call_func(jctx_t *C, const jnode_t *n, int id, const jargs_t *A, jv_t
         char *f = hy_jinja_strdup(C->a, fmt.u.s.p, fmt.u.s.n);
         if (!f)
             return OOM(n);
+        /* the template's own format: strftime takes no variadic arguments,
+         * so a format it does not know prints itself, nothing is misread */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
         size_t len = fmt.u.s.n ? strftime(buf, sizeof buf, f, &tm) : 0;
+#pragma GCC diagnostic pop
         if (fmt.u.s.n && len == 0)
             return hy_jrt_err(C, n, HY_EINVAL, "strftime_now: format produced nothing or is too long");
         char *s = hy_jinja_strdup(C->a, buf, len);

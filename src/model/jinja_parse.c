@@ -6,6 +6,7 @@
  * prompt changes the model's output.  Everything a template cannot do is
  * rejected here, at compile time, with line:column and the construct.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,13 +107,18 @@ typedef struct {
     char *err;
 } jparse_t;
 
-static int perr(jparse_t *P, size_t pos, int code, const char *fmt, const char *what)
+static int perr(jparse_t *P, size_t pos, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int perr(jparse_t *P, size_t pos, int code, const char *fmt, ...)
 {
     int line, col;
     char msg[256];
+    va_list ap;
 
     hy_jinja_linecol(P->src, P->len, pos, &line, &col);
-    snprintf(msg, sizeof msg, fmt, what);
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     return hy_err(P->err, code, "chat template %d:%d: %s", line, col, msg);
 }
 
@@ -176,7 +182,7 @@ static int lex_string(jparse_t *P, size_t *ip)
         return hy_err(P->err, HY_ENOMEM, "chat template: out of memory");
     for (;;) {
         if (i >= P->len)
-            return perr(P, start, HY_EFORMAT, "unterminated string literal%s", "");
+            return perr(P, start, HY_EFORMAT, "unterminated string literal");
         char c = P->src[i++];
         if (c == q)
             break;
@@ -185,7 +191,7 @@ static int lex_string(jparse_t *P, size_t *ip)
             continue;
         }
         if (i >= P->len)
-            return perr(P, start, HY_EFORMAT, "unterminated string literal%s", "");
+            return perr(P, start, HY_EFORMAT, "unterminated string literal");
         c = P->src[i++];
         int nd = 0;
         switch (c) {
@@ -219,12 +225,12 @@ static int lex_string(jparse_t *P, size_t *ip)
             for (int k = 0; k < nd; k++) {
                 int h = i < P->len ? hexval(P->src[i]) : -1;
                 if (h < 0)
-                    return perr(P, i, HY_EFORMAT, "bad \\%c escape in string literal", (char[]){c, 0});
+                    return perr(P, i, HY_EFORMAT, "bad \\%c escape in string literal", c);
                 v = v * 16 + (uint32_t)h;
                 i++;
             }
             if (v > 0x10FFFF)
-                return perr(P, i, HY_EFORMAT, "bad \\U escape in string literal%s", "");
+                return perr(P, i, HY_EFORMAT, "bad \\U escape in string literal");
             n += put_utf8(o + n, v);
         }
     }
@@ -327,7 +333,7 @@ static int lex_tag(jparse_t *P, size_t *ip, bool block, size_t tag_pos, bool *at
                 char *end;
                 unsigned long long v = strtoull(buf, &end, 10);
                 if (bn > 18 && (v > INT64_MAX || bn > 19))
-                    return perr(P, i, HY_EFORMAT, "integer literal too large%s", "");
+                    return perr(P, i, HY_EFORMAT, "integer literal too large");
                 t.i = (int64_t)v;
             }
             if ((rc = push_tok(P, t)) < 0)
@@ -404,7 +410,7 @@ static int lex(jparse_t *P)
             while (e + 1 < P->len && !(P->src[e] == '#' && P->src[e + 1] == '}'))
                 e++;
             if (e + 1 >= P->len)
-                return perr(P, tag, HY_EFORMAT, "unterminated comment '{#'%s", "");
+                return perr(P, tag, HY_EFORMAT, "unterminated comment '{#'");
             char csign = e > i && (P->src[e - 1] == '-' || P->src[e - 1] == '+') ? P->src[e - 1] : 0;
             i = e + 2;
             if (csign == '-') {
@@ -560,7 +566,7 @@ static int parse_call_args(jparse_t *P, jnode_t *n)
                 return rc;
         } else {
             if (kwv.n)
-                return perr(P, cur(P)->pos, HY_EFORMAT, "positional argument after keyword argument%s", "");
+                return perr(P, cur(P)->pos, HY_EFORMAT, "positional argument after keyword argument");
             if ((rc = parse_expr(P, &e, true)) < 0 || (rc = nvec_push(P, &args, e)) < 0)
                 return rc;
         }
@@ -744,7 +750,7 @@ static int parse_postfix(jparse_t *P, jnode_t **io)
                 n->list[0] = parts[2];
             } else {
                 if (!parts[0])
-                    return perr(P, t->pos, HY_EFORMAT, "empty subscript%s", "");
+                    return perr(P, t->pos, HY_EFORMAT, "empty subscript");
                 NEWNODE(n, JN_INDEX, t->pos);
                 n->b = parts[0];
             }
@@ -1228,7 +1234,7 @@ static int parse_macro(jparse_t *P, jnode_t **out, size_t pos)
             if ((rc = parse_expr(P, &d, true)) < 0)
                 return rc;
         } else if (defs.n && defs.v[defs.n - 1]) {
-            return perr(P, cur(P)->pos, HY_EFORMAT, "non-default macro argument follows default argument%s", "");
+            return perr(P, cur(P)->pos, HY_EFORMAT, "non-default macro argument follows default argument");
         }
         if ((rc = svec_push(P, &params, s, sn)) < 0 || (rc = nvec_push(P, &defs, d)) < 0)
             return rc;

@@ -191,7 +191,7 @@ int main(int argc, char **argv)
             float *q = malloc((size_t)n * 9 * 64 * sizeof(float));
             float *k = malloc((size_t)n * 3 * 64 * sizeof(float));
             float *v = malloc((size_t)n * 3 * 64 * sizeof(float));
-            float *o = malloc((size_t)n * 9 * 64 * sizeof(float));
+            float *ao = malloc((size_t)n * 9 * 64 * sizeof(float));
             int32_t pos[512], pages[64];
             for (int i = 0; i < n; i++)
                 pos[i] = i;
@@ -208,7 +208,7 @@ int main(int argc, char **argv)
                 double t0 = bench_clock_s(CLOCK_MONOTONIC), dt;
                 int reps = 0;
                 do {
-                    be->i->attention(be, 0, &b, q, k, v, o, &p);
+                    be->i->attention(be, 0, &b, q, k, v, ao, &p);
                     reps++;
                 } while ((dt = bench_clock_s(CLOCK_MONOTONIC) - t0) < 0.3);
                 dt /= reps;
@@ -222,7 +222,7 @@ int main(int argc, char **argv)
                 t0 = bench_clock_s(CLOCK_MONOTONIC);
                 reps = 0;
                 do {
-                    be->i->attention(be, 0, &bd, q, k, v, o, &p);
+                    be->i->attention(be, 0, &bd, q, k, v, ao, &p);
                     reps++;
                 } while ((dt = bench_clock_s(CLOCK_MONOTONIC) - t0) < 0.3);
                 printf("threads %d attention f16 decode at 512: %8.1f us\n", nth,
@@ -231,7 +231,7 @@ int main(int argc, char **argv)
             free(q);
             free(k);
             free(v);
-            free(o);
+            free(ao);
         }
         be->i->free(be);
     }

@@ -283,15 +283,15 @@ int main(void)
 
     /* the lower ISA levels take their own kernels (flash on AVX2, the lanes
      * kernel below): the options again */
-    for (int isa = HY_ISA_SCALAR; isa < (int)hy_cpu_isa(); isa++) {
+    for (int lvl = HY_ISA_SCALAR; lvl < (int)hy_cpu_isa(); lvl++) {
         double worst = 0;
-        hy_cpu_attn_set_isa((hy_isa_t)isa);
+        hy_cpu_attn_set_isa((hy_isa_t)lvl);
         for (size_t i = 0; i < HY_ARRAY_LEN(opt); i += 2)
             worst = fmax(worst, run_case(be2, &opt[i].c, opt[i].n_past, opt[i].n_new));
         cfg_t c = {2, 4, 256, 256, 16, HY_DTYPE_F16, 0, 0, 0};
         worst = fmax(worst, run_case(be1, &c, 77, 45));
         HY_T_OK(worst < TOL, "kernels pinned to %s: f32/window/head 80 cases and 45 queries "
-                "at head 256: max err %.2e (tol %.0e)", hy_isa_name((hy_isa_t)isa), worst, TOL);
+                "at head 256: max err %.2e (tol %.0e)", hy_isa_name((hy_isa_t)lvl), worst, TOL);
     }
     hy_cpu_attn_set_isa(hy_cpu_isa());
 

@@ -655,15 +655,15 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
  * must give the bits it gets inside the batch. */
 static void test_float_tile(hy_dtype_t t, hy_isa_t isa)
 {
-    enum { N = 1037, NW = 11, NX = 71 };
+    enum { N = 1037, TW = 11, TX = 71 };
     const hy_quant_traits_t *tr = hy_quant_traits(t);
     hy_quant_tile_fn_t tile = hy_quant_vec_dot_tile(t);
     size_t wb = hy_dtype_row_bytes(t, N), xb = N * sizeof(float) + 12; /* odd stride */
-    uint8_t *w = malloc(wb * NW);
-    float *wf = malloc(sizeof(float) * N * NW);
-    uint8_t *x = malloc(xb * NX);
-    size_t ss = NW + 3;
-    float *s = malloc(sizeof(float) * ss * NX), one = 0.0f, d = 0.0f;
+    uint8_t *w = malloc(wb * TW);
+    float *wf = malloc(sizeof(float) * N * TW);
+    uint8_t *x = malloc(xb * TX);
+    size_t ss = TW + 3;
+    float *s = malloc(sizeof(float) * ss * TX), one = 0.0f, d = 0.0f;
     int dot_bad = 0, alone_bad = 0, small_bad = 0;
     double worst = 0.0;
 
@@ -671,20 +671,20 @@ static void test_float_tile(hy_dtype_t t, hy_isa_t isa)
         HY_T_OK(0, "%s/%s: float tile setup", hy_dtype_info(t)->name, hy_isa_name(isa));
         goto done;
     }
-    for (int r = 0; r < NW; r++) {
+    for (int r = 0; r < TW; r++) {
         float *row = wf + (size_t)r * N;
         for (int i = 0; i < N; i++)
             row[i] = rng_f(-2.0f, 2.0f);
         hy_quant_quantize_row(t, row, w + (size_t)r * wb, N);
         tr->to_float(w + (size_t)r * wb, row, N); /* the values the kernel sees */
     }
-    for (int c = 0; c < NX; c++)
+    for (int c = 0; c < TX; c++)
         for (int i = 0; i < N; i++)
             ((float *)(x + (size_t)c * xb))[i] = rng_f(-1.0f, 1.0f);
-    tile(N, s, ss, w, wb, NW, x, xb, NX);
-    for (int c = 0; c < NX; c++) {
+    tile(N, s, ss, w, wb, TW, x, xb, TX);
+    for (int c = 0; c < TX; c++) {
         const float *xr = (const float *)(x + (size_t)c * xb);
-        for (int r = 0; r < NW; r++) {
+        for (int r = 0; r < TW; r++) {
             double ref = 0.0, mag = 0.0;
             for (int i = 0; i < N; i++) {
                 ref += (double)wf[(size_t)r * N + i] * xr[i];
@@ -696,7 +696,7 @@ static void test_float_tile(hy_dtype_t t, hy_isa_t isa)
                 dot_bad++;
         }
         /* alone: a 1-token tile (in-register conversion) on this row */
-        for (int r = 0; r < NW; r++) {
+        for (int r = 0; r < TW; r++) {
             tile(N, &one, 1, w + (size_t)r * wb, wb, 1, xr, xb, 1);
             if (memcmp(&one, &s[(size_t)c * ss + r], sizeof one) != 0)
                 alone_bad++;
@@ -717,7 +717,7 @@ static void test_float_tile(hy_dtype_t t, hy_isa_t isa)
     HY_T_OK(dot_bad == 0 && alone_bad == 0 && small_bad == 0 && worst <= 1.0,
             "%s/%s: blocked tile %dx%d, n %d: == vec_dot (%d differ), == 1-token tile "
             "(%d differ), short rows (%d differ), worst %.3g of tol 1e-5*sum|w*x|",
-            hy_dtype_info(t)->name, hy_isa_name(isa), NW, NX, N, dot_bad, alone_bad,
+            hy_dtype_info(t)->name, hy_isa_name(isa), TW, TX, N, dot_bad, alone_bad,
             small_bad, worst);
 done:
     free(w);
