@@ -10,6 +10,8 @@ tests_unit_test_common_SOURCES = tests/unit/test_common.c
 tests_unit_test_common_LDADD = $(TEST_LDADD)
 # SHA-256 (model file versions in /v1/models, /health, hyserve-ctl status).
 libhy_a_SOURCES += src/common/sha256.c src/common/sha256.h
+# CRC-32C (the disk tier's file checksums).
+libhy_a_SOURCES += src/common/crc32c.c src/common/crc32c.h
 check_PROGRAMS += tests/unit/test_sha256
 TESTS += tests/unit/test_sha256
 tests_unit_test_sha256_SOURCES = tests/unit/test_sha256.c

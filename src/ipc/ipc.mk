@@ -3,6 +3,13 @@
 # token rings - and the request parameters they carry.
 libhy_a_SOURCES += src/ipc/request.c src/ipc/request.h src/ipc/source.h src/ipc/shm.c src/ipc/shm.h \
 	src/ipc/pagetable.c src/ipc/pagetable.h src/ipc/ring.c src/ipc/ring.h
+# The warm and cold tiers under the page table (host RAM, checksummed
+# files under [cache] disk_dir) and their I/O threads.
+libhy_a_SOURCES += src/ipc/tier.c src/ipc/tier.h src/ipc/tier_file.c src/ipc/tier_file.h
+check_PROGRAMS += tests/unit/test_tier
+TESTS += tests/unit/test_tier
+tests_unit_test_tier_SOURCES = tests/unit/test_tier.c
+tests_unit_test_tier_LDADD = $(TEST_LDADD)
 check_PROGRAMS += tests/unit/test_shm tests/unit/test_pagetable tests/unit/test_ring
 TESTS += tests/unit/test_shm tests/unit/test_pagetable tests/unit/test_ring
 tests_unit_test_shm_SOURCES = tests/unit/test_shm.c

@@ -37,6 +37,23 @@ const double hy_stats_bucket_le[HY_STATS_NBUCKETS] = {
     1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160., 640.0, 2560.0,
 };
 
+const double hy_tier_bucket_le[HY_TIER_NBUCKETS] = {
+    1e-5,  2.5e-5, 5e-5,  1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
+    5e-3, 0.01,   0.025, 0.05, 0.1,    0.25, 0.5,  1.0,
+};
+
+void hy_tier_observe(hy_tier_hist_t *h, uint64_t ns)
+{
+    int i;
+
+    for (i = 0; i < HY_TIER_NBUCKETS; i++)
+        if ((double)ns <= hy_tier_bucket_le[i] * 1e9)
+            break;
+    atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_ns, ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+}
+
 void hy_stats_observe(hy_stats_hist_t *h, uint64_t us)
 {
     int i;

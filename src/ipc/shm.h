@@ -22,10 +22,12 @@
 #include "common/hy.h"
 #include "common/winstat.h"
 #include "ipc/pagetable.h"
+#include "ipc/tier_file.h"
 
 #define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
-#define HY_SHM_LAYOUT_VERSION 3 /* 2: model file, sha256 and its state in the header;
-                                 3: windows, HTTP counts and memory facts in the stats */
+#define HY_SHM_LAYOUT_VERSION 4 /* 2: model file, sha256 and its state in the header;
+                                 3: windows, HTTP counts and memory facts in the stats;
+                                 4: the warm and cold tiers' counters in the stats */
 #define HY_SHM_INSTANCE_MAX 48 /* [A-Za-z0-9_.-], not starting with '.' */
 
 typedef struct {
@@ -109,6 +111,48 @@ typedef struct {
     hy_qwin_t win; /* the same observations over the last 60 s: /metrics summaries */
 } hy_stats_hist_t;
 
+/* ---- the KV tiers (ipc/tier.h) ---------------------------------------------
+ * hot = the page table's pool (its own counters), warm = host RAM, cold =
+ * files under [cache] disk_dir.  The tier store (engine side) keeps the
+ * warm and cold gauges here; the engine counts hits per tier. */
+enum { HY_TIER_HOT, HY_TIER_WARM, HY_TIER_COLD, HY_TIER_LEVELS };
+enum { HY_TIER_USED, HY_TIER_FREE, HY_TIER_CACHED, HY_TIER_STATES };
+/* why a disk-tier file was dropped */
+enum { HY_TIER_DROP_CORRUPT, HY_TIER_DROP_FOREIGN, HY_TIER_DROP_UNREADABLE, HY_TIER_DROP_N };
+/* the disk tier's life: off, waiting for the model's SHA-256, indexing
+ * the directory (already served), ready, given up (log line says why) */
+enum { HY_TIER_DISK_OFF, HY_TIER_DISK_WAITING, HY_TIER_DISK_INDEXING, HY_TIER_DISK_READY,
+       HY_TIER_DISK_FAILED };
+
+#define HY_TIER_NBUCKETS 16 /* finite bounds; one more bucket is +Inf */
+/* Upper bounds in seconds of the per-page tier transfer histograms: a page
+ * moves in microseconds to milliseconds, below the request buckets. */
+extern const double hy_tier_bucket_le[HY_TIER_NBUCKETS];
+
+typedef struct {
+    _Atomic uint64_t bucket[HY_TIER_NBUCKETS + 1]; /* non-cumulative */
+    _Atomic uint64_t count;
+    _Atomic uint64_t sum_ns;
+} hy_tier_hist_t;
+
+typedef struct {
+    /* entries of each kind (HY_TIER_PAGE / HY_TIER_CKPT) by state, and
+     * bytes by state; warm and cold only (hot: the page table) */
+    _Atomic int64_t n[HY_TIER_LEVELS][HY_TIER_KINDS][HY_TIER_STATES];
+    _Atomic int64_t bytes[HY_TIER_LEVELS][HY_TIER_STATES];
+    _Atomic uint64_t hits[HY_TIER_LEVELS];       /* prefix blocks a hit took from the tier */
+    _Atomic uint64_t promotions[HY_TIER_LEVELS]; /* entries moved up out of the tier */
+    _Atomic uint64_t demotions[HY_TIER_LEVELS];  /* entries moved down into the tier */
+    _Atomic uint64_t read_bytes[HY_TIER_LEVELS], write_bytes[HY_TIER_LEVELS];
+    hy_tier_hist_t read_time[HY_TIER_LEVELS];  /* one entry out of the tier */
+    hy_tier_hist_t write_time[HY_TIER_LEVELS]; /* one entry into the tier */
+    _Atomic uint64_t dropped[HY_TIER_DROP_N];  /* disk files dropped, by reason */
+    _Atomic uint64_t skipped_writes;           /* not written: the disk budget is all pinned */
+    _Atomic uint32_t disk_state;               /* HY_TIER_DISK_* */
+} hy_tier_stats_t;
+
+void hy_tier_observe(hy_tier_hist_t *h, uint64_t ns);
+
 enum {
     HY_STATS_REQ_STOP,      /* finished: stop token / stop condition */
     HY_STATS_REQ_LENGTH,    /* finished: max_tokens */
@@ -140,9 +184,11 @@ typedef struct {
      * the weights, of one KV page and of one state slot (a checkpoint slot
      * is the same size); multiplied by the page table's counts */
     _Atomic uint64_t mem_weights_bytes, mem_page_bytes, mem_slot_bytes;
+    hy_tier_stats_t tiers;
 } hy_stats_t;
 
 void hy_stats_observe(hy_stats_hist_t *h, uint64_t us);
+
 
 /* ---- the segment ----------------------------------------------------------- */
 
