@@ -354,6 +354,27 @@ struct hy_backend_i {
      * backend's error; message in err.  A row with NaN gets token -1. */
     int (*sample)(hy_backend_t *be, const float *logits, int32_t n_rows, int32_t n_vocab,
                   const hy_sample_params_t *p, hy_sample_result_t *res, char *err);
+
+    /* ---- the tiers below the hot pool (optional; NULL: no warm/cold tier) ----
+     * A KV page as host bytes: every KV layer's K page, then every layer's V
+     * page (page_bytes of mem_sizes), the same order on every backend, so a
+     * page one backend demoted another of the same geometry reads back.  A
+     * state slot likewise (slot_bytes).  The copy is complete on return.
+     * HY_EINVAL / HY_ERANGE for a page or slot the pools do not have, or the
+     * device's error. */
+    int (*kv_page_read)(hy_backend_t *be, int32_t page, void *dst, char *err);
+    int (*kv_page_write)(hy_backend_t *be, int32_t page, const void *src, char *err);
+    int (*state_read)(hy_backend_t *be, int32_t slot, void *dst, char *err);
+    int (*state_write)(hy_backend_t *be, int32_t slot, const void *src, char *err);
+    /* Free and total bytes of the memory the hot tier (KV pages, state
+     * slots) is allocated in: the device's (cudaMemGetInfo) with CUDA, the
+     * host's MemAvailable / MemTotal on the CPU.  [cache] hot_mb = 0 sizes
+     * the hot tier from it. */
+    int (*mem_info)(hy_backend_t *be, uint64_t *free_bytes, uint64_t *total_bytes, char *err);
+    /* Host memory the device copies to and from at full speed (pinned with
+     * CUDA), for the warm tier; NULL methods: ordinary pages. */
+    void *(*host_alloc)(hy_backend_t *be, size_t bytes);
+    void (*host_free)(hy_backend_t *be, void *p, size_t bytes);
 };
 
 struct hy_backend {

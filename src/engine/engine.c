@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
+#include "engine/tiering.h"
 #include "kv/plan.h"
 #include "model/tokenizer.h"
 
@@ -45,6 +46,7 @@ struct hy_engine {
     hy_sample_result_t *dev_r;   /* [max_seqs] */
     bool *dev_ok;                /* [max_seqs] row i was sampled by the backend */
     bool dev_failed_logged;
+    hy_tiering_t *tiering; /* o.tiers hooked under the page table, or NULL */
     pthread_t thread;
     bool started;
     _Atomic int stop;
@@ -176,6 +178,10 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t
     ro.pt = pt; /* its state slots, then its checkpoints, in the backend's arena */
     if ((rc = hy_runner_init(&e->runner, m, be, &ro, err)) != HY_OK)
         goto fail;
+    if (o->tiers != NULL &&
+        (rc = hy_tiering_create(&e->tiering, pt, be, o->tiers, n_ctx / o->page_tokens,
+                                e->sp.n_state_slots, e->hybrid, err)) != HY_OK)
+        goto fail;
     /* Preempted sequences wait in the pool, so it holds more than max_seqs;
      * it never needs more than there are request slots. */
     e->n_pool = HY_MIN(2 * o->max_seqs, o->n_request_slots);
@@ -257,10 +263,16 @@ void hy_engine_free(hy_engine_t *e)
     free(e->dev_p);
     free(e->dev_r);
     free(e->dev_ok);
+    hy_tiering_free(e->tiering);
     if (e->runner.model != NULL)
         hy_runner_free(&e->runner);
     hy_tok_free(e->own_tok);
     free(e);
+}
+
+int64_t hy_engine_persist_tiers(hy_engine_t *e)
+{
+    return e != NULL && e->tiering != NULL && !e->started ? hy_tiering_persist_hot(e->tiering) : 0;
 }
 
 /* ---- resources ------------------------------------------------------------ */
@@ -316,6 +328,11 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
     /* Admitting what cannot get its first chunk's pages would only make
      * it preempt somebody (or be preempted) straight away. */
     if (c.pages_free + c.pages_cached < (first + e->sp.page_tokens - 1) / e->sp.page_tokens)
+        return false;
+    /* what the warm and cold tiers hold of its prefix comes up first; from
+     * disk that takes a while, and the others go ahead meanwhile */
+    s->fetching = e->tiering != NULL && hy_tiering_prepare(e->tiering, s->tokens, s->n_total) > 0;
+    if (s->fetching)
         return false;
     if (e->hybrid) {
         if (hy_pt_state_alloc(e->pt, &s->state, err) != HY_OK) {
@@ -373,7 +390,7 @@ static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken
     s->params = q->params;
     s->priority = q->params.priority;
     s->order = q->order;
-    s->started = s->blocked = false;
+    s->started = s->blocked = s->fetching = false;
     s->finish_after = HY_FINISH_NONE;
     s->state = s->ckpt = -1;
     s->branch = 0;
@@ -437,8 +454,11 @@ static void hy_engine_admit_all(hy_engine_t *e)
             e->order[n++] = &e->pool[i];
     hy_sched_sort(e->order, n);
     for (i = 0; i < n && running < e->o.max_seqs; i++) {
-        if (!hy_engine_admit(e, e->order[i]))
+        if (!hy_engine_admit(e, e->order[i])) {
+            if (e->order[i]->fetching)
+                continue;
             return; /* keep FCFS: nobody overtakes the oldest waiting one */
+        }
         running++;
     }
     while (running < e->o.max_seqs) {
@@ -453,8 +473,11 @@ static void hy_engine_admit_all(hy_engine_t *e)
             hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, HY_EINVAL, err);
             continue;
         }
-        if (!hy_engine_admit(e, s))
+        if (!hy_engine_admit(e, s)) {
+            if (s->fetching)
+                continue;
             return;
+        }
         running++;
     }
 }

@@ -359,6 +359,8 @@ static void ckpt_evict(hy_pt_t *pt, int32_t c)
     hy_pt_entry_t *e = pt->ckpts;
     int32_t pos = idx_find(pt, e[c].hash);
 
+    if (pt->on_evict != NULL)
+        pt->on_evict(pt->evict_ctx, true, c, e[c].hash, -1, NULL);
     lru_unlink(&pt->sh->ckpts, e, c);
     if (pos >= 0 && pt->index[pos].ckpt == c) {
         pt->index[pos].ckpt = -1;
@@ -377,6 +379,9 @@ static void page_evict(hy_pt_t *pt, int32_t p)
     hy_pt_entry_t *e = pt->pages;
     int32_t pos = idx_find(pt, e[p].hash);
 
+    if (pt->on_evict != NULL)
+        pt->on_evict(pt->evict_ctx, false, p, e[p].hash, pt->depth[p],
+                     pt->tokens + (size_t)p * (size_t)pt->sh->params.page_tokens);
     lru_unlink(&pt->sh->pages, e, p);
     if (pos >= 0 && pt->index[pos].page == p) {
         int32_t c = pt->index[pos].ckpt;
@@ -557,6 +562,46 @@ int hy_pt_match_ex(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_chec
         atomic_fetch_add_explicit(&pt->sh->hits, 1, RLX);
         atomic_fetch_add_explicit(&pt->sh->hit_tokens, (uint64_t)m->n_tokens, RLX);
     }
+    hy_pt_unlock(pt);
+    return HY_OK;
+}
+
+int hy_pt_lookup(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool ref, hy_pt_run_t *r,
+                 char *err)
+{
+    int32_t bt, max_blocks, b;
+    uint64_t h = HY_PT_HASH_ROOT, next;
+    int rc;
+
+    r->n_blocks = 0;
+    r->hash = HY_PT_HASH_ROOT;
+    if (n < 0 || r->cap < 0 || (r->cap > 0 && r->pages == NULL))
+        return hy_err(err, HY_EINVAL, "lookup: bad arguments");
+    if ((rc = hy_pt_lock(pt)) != HY_OK)
+        return hy_err(err, rc, "page table lock is not recoverable");
+    bt = pt->sh->params.page_tokens;
+    max_blocks = HY_MIN(n > 0 ? (n - 1) / bt : 0, r->cap);
+    for (b = 0; b < max_blocks; b++) {
+        const int32_t *blk = tokens + (size_t)b * (size_t)bt;
+        int32_t pos, p, c;
+
+        next = hy_pt_block_hash(h, blk, bt);
+        pos = idx_find(pt, next);
+        if (pos < 0 || (p = pt->index[pos].page) < 0 || pt->depth[p] != b ||
+            memcmp(pt->tokens + (size_t)p * (size_t)bt, blk, sizeof(int32_t) * (size_t)bt) != 0)
+            break;
+        h = next;
+        r->pages[b] = p;
+        if (r->hashes != NULL)
+            r->hashes[b] = h;
+        c = pt->index[pos].ckpt;
+        if (r->ckpt != NULL)
+            r->ckpt[b] = c >= 0 && !(pt->ckpts[c].flags & HY_PT_F_PENDING) ? c : -1;
+        if (ref)
+            entry_ref(pt, &pt->sh->pages, pt->pages, p);
+    }
+    r->n_blocks = b;
+    r->hash = h;
     hy_pt_unlock(pt);
     return HY_OK;
 }

@@ -114,6 +114,14 @@ typedef struct {
     int32_t index_capacity;
 } hy_pt_layout_t;
 
+/* Called under the lock for each cached page or checkpoint the table is
+ * about to reuse (LRU eviction), before its id goes to a new owner: a tier
+ * store (ipc/tier.h) copies the content down instead of losing it.  ckpt:
+ * a checkpoint slot at the boundary hash; else a page, with its block's
+ * chain hash, depth and tokens. */
+typedef void (*hy_pt_evict_fn)(void *ctx, bool ckpt, int32_t id, uint64_t hash, int32_t depth,
+                               const int32_t *tokens);
+
 /* A process-local view of the table. */
 typedef struct hy_pt {
     hy_pt_shared_t *sh;
@@ -126,6 +134,8 @@ typedef struct hy_pt {
     pthread_mutex_t *mu;   /* NULL: the caller serialises all access */
     void (*on_recover)(void *ctx); /* extra work after hy_pt_recover on EOWNERDEAD */
     void *recover_ctx;
+    hy_pt_evict_fn on_evict;       /* NULL: evicted content is dropped */
+    void *evict_ctx;
 } hy_pt_t;
 
 #define HY_PT_STATE_USED (-2)
@@ -198,6 +208,24 @@ int hy_pt_match(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_checkpo
  * end: the engine snapshots it there for the next request. */
 int hy_pt_match_ex(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_checkpoint,
                    hy_pt_match_t *m, int32_t *n_page_blocks, char *err);
+
+/* The hot run of a prompt, as hy_pt_match walks it (whole blocks, at
+ * least one token left), without counting a query: for the tier store to
+ * continue the chain below it.  Caller sets pages (and ckpt, or NULL) with
+ * room for cap; out: n_blocks leading blocks with a cached or used page,
+ * their page ids, the ready checkpoint at the end of each (or -1), the
+ * chain hash after each (hashes, when given) and after them all.  ref: a reference is taken on each page of
+ * the run (give them back with hy_pt_release_seq). */
+typedef struct {
+    int32_t *pages;
+    int32_t *ckpt;     /* or NULL */
+    uint64_t *hashes;  /* or NULL: the chain hash after each block of the run */
+    int32_t cap;
+    int32_t n_blocks;
+    uint64_t hash;
+} hy_pt_run_t;
+int hy_pt_lookup(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool ref, hy_pt_run_t *r,
+                 char *err);
 
 /* Reserves a checkpoint slot for the state at the boundary `hash` (ref taken,
  * PENDING: invisible to matches).  Evicts the LRU cached checkpoint if none

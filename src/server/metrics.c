@@ -114,25 +114,6 @@ void hy_metrics_set_memory(hy_shm_t *shm, uint64_t weights_bytes, uint64_t kv_by
     atomic_store(&st->mem_slot_bytes, slots > 0 ? state_bytes / slots : 0);
 }
 
-/* MemTotal and MemAvailable of the host, in bytes (0 when unknown). */
-static void mt_host_memory(uint64_t *total, uint64_t *avail)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    unsigned long long kb;
-
-    *total = *avail = 0;
-    if (f == NULL)
-        return;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
-            *total = (uint64_t)kb * 1024;
-        else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-            *avail = (uint64_t)kb * 1024;
-    }
-    fclose(f);
-}
-
 /* ---- exposition ------------------------------------------------------------------ */
 
 static void mt_head(hy_jbuf_t *b, const char *name, const char *type, const char *help)
@@ -323,7 +304,7 @@ static void mt_memory(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *
         if (strcmp(k[i].kind, "kv_pages") == 0 || strcmp(k[i].kind, "checkpoints") == 0)
             hy_jbuf_printf(b, "hyserve_memory_cached_bytes{kind=\"%s\",tier=\"hot\"} %llu\n",
                            k[i].kind, (unsigned long long)k[i].cached);
-    mt_host_memory(&total, &avail);
+    hy_host_memory(&total, &avail);
     mt_head(b, "hyserve_host_memory_bytes", "gauge",
             "The host's memory (/proc/meminfo MemTotal and MemAvailable).");
     hy_jbuf_printf(b, "hyserve_host_memory_bytes{state=\"total\"} %llu\n"

@@ -559,6 +559,11 @@ static const struct hy_backend_i hy_cpu_methods = {
     .mem_sizes = hy_layout_mem_sizes,
     .mem_allocated = hy_cpu_mem_allocated,
     .kernel_name = hy_cpu_kernel_name,
+    .kv_page_read = hy_cpu_kv_page_read,
+    .kv_page_write = hy_cpu_kv_page_write,
+    .state_read = hy_cpu_state_read,
+    .state_write = hy_cpu_state_write,
+    .mem_info = hy_cpu_mem_info,
 };
 
 /* Names what the dispatchers pick with no test pin: every module takes the

@@ -8,6 +8,8 @@ libhy_a_SOURCES += src/backend/cpu/cpu.c src/backend/cpu/cpu_impl.h \
 	src/backend/cpu/attn_flash.h src/backend/cpu/attn_flash_impl.h \
 	src/backend/cpu/recurrent.c src/backend/cpu/moe.c \
 	src/backend/cpu/gdn.c src/backend/cpu/gdn.h src/backend/cpu/ssd.c src/backend/cpu/ssd.h
+# KV pages and state slots as host bytes for the warm and cold tiers
+libhy_a_SOURCES += src/backend/cpu/tiercopy.c
 
 # The SIMD kernels.  Each ISA variant is compiled in its own convenience
 # library with its own target flags (so baseline objects contain no AVX),

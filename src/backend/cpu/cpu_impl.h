@@ -75,6 +75,13 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
  * CPU's. */
 int hy_cpu_attn_set_isa(hy_isa_t isa);
 
+/* tiercopy.c: pages and slots as host bytes, the host's memory */
+int hy_cpu_kv_page_read(hy_backend_t *be, int32_t page, void *dst, char *err);
+int hy_cpu_kv_page_write(hy_backend_t *be, int32_t page, const void *src, char *err);
+int hy_cpu_state_read(hy_backend_t *be, int32_t slot, void *dst, char *err);
+int hy_cpu_state_write(hy_backend_t *be, int32_t slot, const void *src, char *err);
+int hy_cpu_mem_info(hy_backend_t *be, uint64_t *free_bytes, uint64_t *total_bytes, char *err);
+
 /* recurrent.c: state slots, short conv and small element-wise ops */
 int hy_cpu_state_init(hy_backend_t *be, const hy_state_layout_t *layout, char *err);
 void hy_cpu_state_free(hy_cpu_t *cpu);

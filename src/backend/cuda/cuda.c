@@ -1226,6 +1226,13 @@ static const struct hy_backend_i hy_cuda_methods = {
     .step_begin = hy_cuda_step_begin,
     .step_end = hy_cuda_step_end,
     .sample = hy_cuda_sample,
+    .kv_page_read = hy_cuda_kv_page_read,
+    .kv_page_write = hy_cuda_kv_page_write,
+    .state_read = hy_cuda_state_read,
+    .state_write = hy_cuda_state_write,
+    .mem_info = hy_cuda_mem_info,
+    .host_alloc = hy_cuda_host_alloc,
+    .host_free = hy_cuda_host_free,
 };
 
 int hy_backend_cuda_new(hy_backend_t **out, const hy_backend_opts_t *opts, char *err)

@@ -59,6 +59,8 @@ libhy_a_SOURCES += src/backend/cuda/cuda.c src/backend/cuda/cuda_ops.c \
 	kernels/hy_quant.cu kernels/hy_ops.cu kernels/hy_attn.cu kernels/hy_rec.cu
 libhy_a_SOURCES += src/backend/cuda/attn_plan.c src/backend/cuda/attn_plan.h \
 	kernels/hy_attn_flash.h kernels/hy_attn_split.h
+# KV pages and state slots as host bytes for the warm and cold tiers
+libhy_a_SOURCES += src/backend/cuda/tiercopy.c
 kernels/hy_attn.$(OBJEXT): $(top_srcdir)/kernels/hy_attn_flash.h \
 	$(top_srcdir)/kernels/hy_attn_split.h
 libhy_a_SOURCES += kernels/hy_sample.h kernels/hy_sample.cu
@@ -117,6 +119,7 @@ EXTRA_DIST += tests/cuda/test_cuda_graph.c kernels/hy_sample.cu kernels/hy_sampl
 EXTRA_DIST += tests/cuda/test_cuda_rec.c kernels/hy_rec_chunk.h
 EXTRA_DIST += tests/cuda/test_cuda_moe.c kernels/hy_moe.cu kernels/hy_quant_dev.h
 EXTRA_DIST += tests/cuda/test_cuda_attn.c src/backend/cuda/attn_plan.c src/backend/cuda/attn_plan.h
+EXTRA_DIST += src/backend/cuda/tiercopy.c
 
 # What CI runs in its CUDA build (scripts/run-tests, when nvcc is present):
 # only the CUDA tests, built alone, since the other builds run the rest.

@@ -112,6 +112,15 @@ const float *hy_cuda_weight_floats(hy_cuda_t *cu, const char *op, const hy_weigh
 void hy_cuda_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float *y,
                     int32_t n_tok);
 
+/* tiercopy.c: pages and slots as host bytes, device memory, pinned memory */
+int hy_cuda_kv_page_read(hy_backend_t *be, int32_t page, void *dst, char *err);
+int hy_cuda_kv_page_write(hy_backend_t *be, int32_t page, const void *src, char *err);
+int hy_cuda_state_read(hy_backend_t *be, int32_t slot, void *dst, char *err);
+int hy_cuda_state_write(hy_backend_t *be, int32_t slot, const void *src, char *err);
+int hy_cuda_mem_info(hy_backend_t *be, uint64_t *free_bytes, uint64_t *total_bytes, char *err);
+void *hy_cuda_host_alloc(hy_backend_t *be, size_t bytes);
+void hy_cuda_host_free(hy_backend_t *be, void *p, size_t bytes);
+
 /* cuda_ops.c */
 void hy_cuda_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batch,
                        const float *q, const float *k, const float *v, float *out,
