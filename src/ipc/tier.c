@@ -52,6 +52,7 @@ typedef struct {
 struct hy_tier {
     hy_tier_opts_t o;
     char *dir;               /* disk_dir, or NULL */
+    char *model_path;        /* o.model_path's copy, or NULL */
     int dirfd, lockfd;
     pthread_mutex_t mu;
     pthread_cond_t cv_job, cv_done;
@@ -954,22 +955,22 @@ static int warm_size(hy_tier_t *t, char *err)
     if (w == 0)
         return HY_OK;
     if (pb == 0)
-        return hy_err(err, HY_EINVAL, "the model keeps no KV pages");
+        return hy_err(err, HY_EINVAL, "warm tier: the model keeps no KV pages");
     if (sb > 0) {
         nc = w / 4 / sb;
         if (nc == 0 && w >= sb + pb)
             nc = 1;
         if (nc == 0)
-            return hy_err(err, HY_ERANGE, "%llu bytes hold no state checkpoint of %llu bytes "
-                          "and a page of %llu", (unsigned long long)w, (unsigned long long)sb,
+            return hy_err(err, HY_ERANGE, "warm tier: %llu bytes hold no state checkpoint of "
+                          "%llu bytes and a page of %llu", (unsigned long long)w, (unsigned long long)sb,
                           (unsigned long long)pb);
     }
     np = (w - nc * sb) / pb;
     if (np == 0)
-        return hy_err(err, HY_ERANGE, "%llu bytes hold no KV page of %llu bytes",
+        return hy_err(err, HY_ERANGE, "warm tier: %llu bytes hold no KV page of %llu bytes",
                       (unsigned long long)w, (unsigned long long)pb);
     if (np > INT32_MAX / 2 || nc > INT32_MAX / 2)
-        return hy_err(err, HY_ERANGE, "too many warm slots");
+        return hy_err(err, HY_ERANGE, "warm tier: too many slots");
     t->n_warm[HY_TIER_PAGE] = (int32_t)np;
     t->n_warm[HY_TIER_CKPT] = (int32_t)nc;
     for (int k = 0; k < HY_TIER_KINDS; k++) {
@@ -979,7 +980,7 @@ static int warm_size(hy_tier_t *t, char *err)
         t->arena[k] = warm_alloc(t, t->arena_bytes[k]);
         t->warm_free[k] = malloc(sizeof(int32_t) * (size_t)t->n_warm[k]);
         if (t->arena[k] == NULL || t->warm_free[k] == NULL)
-            return hy_err(err, HY_ENOMEM, "cannot allocate %zu bytes of warm %s slots",
+            return hy_err(err, HY_ENOMEM, "warm tier: cannot allocate %zu bytes of %s slots",
                           t->arena_bytes[k], k == HY_TIER_PAGE ? "page" : "checkpoint");
         for (int32_t s = 0; s < t->n_warm[k]; s++)
             t->warm_free[k][s] = t->n_warm[k] - 1 - s;
@@ -1010,12 +1011,12 @@ static int disk_open(hy_tier_t *t, char *err)
     if (fstatvfs(t->dirfd, &vf) == 0) {
         fs = (uint64_t)vf.f_blocks * (uint64_t)vf.f_frsize;
         if (t->o.disk_bytes > fs)
-            return hy_err(err, HY_ERANGE, "%llu MiB is more than the file system of %s holds "
-                          "(%llu MiB)", (unsigned long long)(t->o.disk_bytes >> 20), t->dir,
+            return hy_err(err, HY_ERANGE, "disk budget: %llu MiB is more than the file system "
+                          "of %s holds (%llu MiB)", (unsigned long long)(t->o.disk_bytes >> 20), t->dir,
                           (unsigned long long)(fs >> 20));
     }
     if (t->o.disk_bytes < file_bytes_of(t, HY_TIER_PAGE))
-        return hy_err(err, HY_ERANGE, "%llu bytes hold no page file of %llu bytes",
+        return hy_err(err, HY_ERANGE, "disk budget: %llu bytes hold no page file of %llu bytes",
                       (unsigned long long)t->o.disk_bytes,
                       (unsigned long long)file_bytes_of(t, HY_TIER_PAGE));
     return HY_OK;
@@ -1032,6 +1033,11 @@ int hy_tier_create(hy_tier_t **out, const hy_tier_opts_t *o, char *err)
         return hy_err(err, HY_ENOMEM, "out of memory");
     t->o = *o;
     t->o.disk_dir = NULL; /* t->dir is the copy */
+    t->o.model_path = NULL;
+    if (o->model_path != NULL && (t->o.model_path = t->model_path = strdup(o->model_path)) == NULL) {
+        free(t);
+        return hy_err(err, HY_ENOMEM, "out of memory");
+    }
     t->dirfd = t->lockfd = -1;
     t->free_head = t->qhead = t->qtail = -1;
     for (int k = 0; k < HY_TIER_KINDS; k++)
@@ -1132,6 +1138,7 @@ void hy_tier_free(hy_tier_t *t)
     pthread_cond_destroy(&t->cv_done);
     pthread_mutex_destroy(&t->mu);
     free(t->dir);
+    free(t->model_path);
     free(t->e);
     free(t->tokens);
     free(t->buckets);

@@ -168,6 +168,27 @@ out:
     return rc;
 }
 
+int hy_plan_hot_bytes(hy_backend_t *be, uint64_t hot_mb, double fraction, uint64_t *out,
+                      char *err)
+{
+    uint64_t free_b = 0, total_b = 0;
+    int rc;
+
+    *out = 0;
+    if (hot_mb > 0) {
+        *out = hot_mb << 20;
+        return HY_OK;
+    }
+    if (be->i->mem_info == NULL)
+        return hy_err(err, HY_EUNSUPPORTED,
+                      "the %s backend cannot report its free memory: set [cache] hot_mb",
+                      be->i->name);
+    if ((rc = be->i->mem_info(be, &free_b, &total_b, err)) != HY_OK)
+        return rc;
+    *out = (uint64_t)((double)free_b * fraction);
+    return HY_OK;
+}
+
 char hy_plan_kind_letter(hy_layer_kind_t k)
 {
     static const char letters[] = "ASGMCL-";

@@ -48,6 +48,14 @@ void hy_plan_state_layout(const hy_model_t *m, int32_t n_slots, int64_t *conv, i
 int hy_plan_make(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be, int32_t n_ctx,
                  int32_t n_seqs, int32_t page_tokens, hy_dtype_t kv_type, char *err);
 
+/* The hot tier's bytes ([cache] hot_mb, memory_fraction): hot_mb MiB when
+ * set, else fraction of what is free where the backend allocates KV pages
+ * and state slots (hy_backend_i.mem_info: the GPU's memory with CUDA, not
+ * the host's).  HY_EUNSUPPORTED when hot_mb is 0 and the backend cannot
+ * say; the backend's error when asking fails. */
+int hy_plan_hot_bytes(hy_backend_t *be, uint64_t hot_mb, double fraction, uint64_t *out,
+                      char *err);
+
 /* One letter per layer kind, for the per-layer line of the plan:
  * A attention, S sliding window, G gated deltanet, M mamba2, C shortconv,
  * L lightning, - no mixer. */

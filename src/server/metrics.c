@@ -269,8 +269,8 @@ static void mt_http(hy_jbuf_t *b, const hy_stats_t *s)
 }
 
 /* Memory by kind in the hot tier (the pool the kernels read: GPU memory
- * with CUDA, the main pool on the CPU); the warm and cold tiers add their
- * own tier label when they exist. */
+ * with CUDA, the main pool on the CPU) and, when there is one, the warm
+ * tier (host RAM); the cold tier is disk, in hyserve_tier_bytes. */
 static void mt_memory(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *p,
                       const hy_pt_counts_t *pc)
 {
@@ -287,23 +287,46 @@ static void mt_memory(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *
         {"checkpoints", sb * (uint64_t)p->n_checkpoint_slots, sb * (uint64_t)pc->ckpt_used,
          sb * (uint64_t)pc->ckpt_cached},
     };
+    const hy_tier_stats_t *ts = &s->tiers;
+    /* the warm tier's slots: kind index 1 = kv_pages, 3 = checkpoints */
+    uint64_t wunit[2] = {pb, sb}, wn[2][HY_TIER_STATES];
+    bool warm = false;
     size_t i;
 
+    for (int kk = 0; kk < HY_TIER_KINDS; kk++)
+        for (int st = 0; st < HY_TIER_STATES; st++) {
+            int64_t v = atomic_load_explicit(&ts->n[HY_TIER_WARM][kk][st], memory_order_relaxed);
+            wn[kk][st] = v > 0 ? (uint64_t)v : 0;
+            warm |= v > 0;
+        }
     mt_head(b, "hyserve_memory_bytes", "gauge", "Bytes allocated, by kind and tier.");
     for (i = 0; i < HY_ARRAY_LEN(k); i++)
         hy_jbuf_printf(b, "hyserve_memory_bytes{kind=\"%s\",tier=\"hot\"} %llu\n", k[i].kind,
                        (unsigned long long)k[i].alloc);
+    for (int kk = 0; warm && kk < HY_TIER_KINDS; kk++)
+        hy_jbuf_printf(b, "hyserve_memory_bytes{kind=\"%s\",tier=\"warm\"} %llu\n",
+                       kk ? "checkpoints" : "kv_pages",
+                       (unsigned long long)(wunit[kk] * (wn[kk][HY_TIER_USED] + wn[kk][HY_TIER_FREE] +
+                                                         wn[kk][HY_TIER_CACHED])));
     mt_head(b, "hyserve_memory_used_bytes", "gauge",
             "Bytes held by running requests (all of the weights), by kind and tier.");
     for (i = 0; i < HY_ARRAY_LEN(k); i++)
         hy_jbuf_printf(b, "hyserve_memory_used_bytes{kind=\"%s\",tier=\"hot\"} %llu\n",
                        k[i].kind, (unsigned long long)k[i].used);
+    for (int kk = 0; warm && kk < HY_TIER_KINDS; kk++)
+        hy_jbuf_printf(b, "hyserve_memory_used_bytes{kind=\"%s\",tier=\"warm\"} %llu\n",
+                       kk ? "checkpoints" : "kv_pages",
+                       (unsigned long long)(wunit[kk] * wn[kk][HY_TIER_USED]));
     mt_head(b, "hyserve_memory_cached_bytes", "gauge",
             "Bytes of prefix-cache content no request holds (reclaimable), by kind and tier.");
     for (i = 0; i < HY_ARRAY_LEN(k); i++)
         if (strcmp(k[i].kind, "kv_pages") == 0 || strcmp(k[i].kind, "checkpoints") == 0)
             hy_jbuf_printf(b, "hyserve_memory_cached_bytes{kind=\"%s\",tier=\"hot\"} %llu\n",
                            k[i].kind, (unsigned long long)k[i].cached);
+    for (int kk = 0; warm && kk < HY_TIER_KINDS; kk++)
+        hy_jbuf_printf(b, "hyserve_memory_cached_bytes{kind=\"%s\",tier=\"warm\"} %llu\n",
+                       kk ? "checkpoints" : "kv_pages",
+                       (unsigned long long)(wunit[kk] * wn[kk][HY_TIER_CACHED]));
     hy_host_memory(&total, &avail);
     mt_head(b, "hyserve_host_memory_bytes", "gauge",
             "The host's memory (/proc/meminfo MemTotal and MemAvailable).");
@@ -335,6 +358,105 @@ static void mt_pages(hy_jbuf_t *b, const hy_pt_counts_t *pc)
               (unsigned long long)pc->query_tokens);
     mt_metric(b, "hyserve_prefix_cache_hits_total", "counter", "Prefix-cache hits (tokens).",
               (unsigned long long)pc->hit_tokens);
+}
+
+/* ---- tiers ------------------------------------------------------------------ */
+
+static const char *const mt_tier_names[HY_TIER_LEVELS] = {"hot", "warm", "cold"};
+static const char *const mt_state_names[HY_TIER_STATES] = {"used", "free", "cached"};
+
+static void mt_tier_hist(hy_jbuf_t *b, const char *name, const char *help,
+                         const hy_tier_hist_t *h)
+{
+    mt_head(b, name, "histogram", help);
+    for (int t = HY_TIER_WARM; t < HY_TIER_LEVELS; t++) {
+        uint64_t cum = 0;
+
+        for (int i = 0; i <= HY_TIER_NBUCKETS; i++) {
+            cum += atomic_load_explicit(&h[t].bucket[i], memory_order_relaxed);
+            if (i < HY_TIER_NBUCKETS)
+                hy_jbuf_printf(b, "%s_bucket{tier=\"%s\",le=\"%g\"} %llu\n", name,
+                               mt_tier_names[t], hy_tier_bucket_le[i], (unsigned long long)cum);
+            else
+                hy_jbuf_printf(b, "%s_bucket{tier=\"%s\",le=\"+Inf\"} %llu\n", name,
+                               mt_tier_names[t], (unsigned long long)cum);
+        }
+        hy_jbuf_printf(b, "%s_sum{tier=\"%s\"} %.9f\n%s_count{tier=\"%s\"} %llu\n", name,
+                       mt_tier_names[t], (double)atomic_load(&h[t].sum_ns) / 1e9, name,
+                       mt_tier_names[t], (unsigned long long)atomic_load(&h[t].count));
+    }
+}
+
+static void mt_tier_counter(hy_jbuf_t *b, const char *name, const char *help,
+                            const _Atomic uint64_t *v, int from)
+{
+    mt_head(b, name, "counter", help);
+    for (int t = from; t < HY_TIER_LEVELS; t++)
+        hy_jbuf_printf(b, "%s{tier=\"%s\"} %llu\n", name, mt_tier_names[t],
+                       (unsigned long long)atomic_load_explicit(&v[t], memory_order_relaxed));
+}
+
+/* Each tier's entries and bytes by state (hot: the page table's, in the
+ * units of the memory facts), hits, moves and disk traffic. */
+static void mt_tiers(hy_jbuf_t *b, const hy_stats_t *s, const hy_pt_counts_t *pc)
+{
+    static const char *const why[HY_TIER_DROP_N] = {"corrupt", "foreign", "unreadable"};
+    const hy_tier_stats_t *ts = &s->tiers;
+    uint64_t pb = atomic_load(&s->mem_page_bytes), sb = atomic_load(&s->mem_slot_bytes);
+    int64_t hot[HY_TIER_KINDS][HY_TIER_STATES] = {
+        {pc->pages_used, pc->pages_free, pc->pages_cached},
+        {pc->ckpt_used, pc->ckpt_free, pc->ckpt_cached},
+    };
+
+    mt_head(b, "hyserve_tier_entries", "gauge",
+            "KV pages and recurrent-state checkpoints in each tier (hot: the pool the kernels "
+            "read, warm: host RAM, cold: files) by state; used + free + cached = total.");
+    for (int t = 0; t < HY_TIER_LEVELS; t++)
+        for (int k = 0; k < HY_TIER_KINDS; k++)
+            for (int st = 0; st < HY_TIER_STATES; st++)
+                hy_jbuf_printf(b, "hyserve_tier_entries{tier=\"%s\",kind=\"%s\",state=\"%s\"} %lld\n",
+                               mt_tier_names[t], k ? "checkpoints" : "kv_pages", mt_state_names[st],
+                               (long long)(t == HY_TIER_HOT ? hot[k][st]
+                                                            : atomic_load(&ts->n[t][k][st])));
+    mt_head(b, "hyserve_tier_bytes", "gauge",
+            "Bytes of each tier by state (cold: the disk budget [cache] disk_mb).");
+    for (int t = 0; t < HY_TIER_LEVELS; t++)
+        for (int st = 0; st < HY_TIER_STATES; st++)
+            hy_jbuf_printf(b, "hyserve_tier_bytes{tier=\"%s\",state=\"%s\"} %lld\n",
+                           mt_tier_names[t], mt_state_names[st],
+                           (long long)(t == HY_TIER_HOT ? hot[0][st] * (int64_t)pb + hot[1][st] * (int64_t)sb
+                                                        : atomic_load(&ts->bytes[t][st])));
+    mt_tier_counter(b, "hyserve_tier_hits_total",
+                    "Prefix-cache blocks (pages and checkpoints) served from each tier.", ts->hits,
+                    HY_TIER_HOT);
+    mt_tier_counter(b, "hyserve_tier_promotions_total",
+                    "Entries moved up out of each tier (cold: read back into warm; warm: copied "
+                    "into the hot pool).", ts->promotions, HY_TIER_WARM);
+    mt_tier_counter(b, "hyserve_tier_demotions_total",
+                    "Entries moved down into each tier (warm: evicted from hot; cold: written to "
+                    "disk).", ts->demotions, HY_TIER_WARM);
+    mt_tier_counter(b, "hyserve_tier_read_bytes_total", "Bytes read out of each tier.",
+                    ts->read_bytes, HY_TIER_WARM);
+    mt_tier_counter(b, "hyserve_tier_write_bytes_total", "Bytes written into each tier.",
+                    ts->write_bytes, HY_TIER_WARM);
+    mt_tier_hist(b, "hyserve_tier_read_seconds",
+                 "Time to move one entry up out of a tier (cold: read and check a file).",
+                 ts->read_time);
+    mt_tier_hist(b, "hyserve_tier_write_seconds",
+                 "Time to move one entry into a tier (cold: write a file).", ts->write_time);
+    mt_head(b, "hyserve_tier_dropped_files_total", "counter",
+            "Disk-tier files dropped (and logged): corrupt or truncated, another model's or "
+            "geometry's, unreadable.");
+    for (int r = 0; r < HY_TIER_DROP_N; r++)
+        hy_jbuf_printf(b, "hyserve_tier_dropped_files_total{reason=\"%s\"} %llu\n", why[r],
+                       (unsigned long long)atomic_load(&ts->dropped[r]));
+    mt_metric(b, "hyserve_tier_skipped_writes_total", "counter",
+              "Entries not written to disk: the disk budget was all in use.",
+              (unsigned long long)atomic_load(&ts->skipped_writes));
+    mt_metric(b, "hyserve_tier_disk_state", "gauge",
+              "The disk tier: 0 off, 1 waiting for the model's hash, 2 indexing its directory "
+              "(already serving), 3 ready, 4 turned off after an error (logged).",
+              (unsigned long long)atomic_load(&ts->disk_state));
 }
 
 /* The plain counters and gauges of hy_stats_t, as one table. */
@@ -425,6 +547,7 @@ int hy_metrics_render(hy_shm_t *shm, const hy_metrics_info_t *info, char **out, 
     mt_rates(&b, s, now);
     mt_pages(&b, &pc);
     mt_memory(&b, s, p, &pc);
+    mt_tiers(&b, s, &pc);
     if ((rc = hy_jbuf_take(&b, out, len)) != HY_OK)
         hy_jbuf_free(&b);
     return rc;

@@ -9,3 +9,7 @@ tests_integration_test_long_context_LDADD = $(TEST_LDADD)
 # tests/golden/tiny (model.mk)
 # TAP helpers shared by the shell integration tests
 EXTRA_DIST += tests/integration/taplib.sh
+# the warm and cold KV tiers end to end (restart hits with SmolLM2 and a GDN
+# hybrid, bad files, a full disk, bad values); its benchmark script
+TESTS += tests/integration/test_tiers.py
+EXTRA_DIST += tests/integration/test_tiers.py scripts/bench-tiers

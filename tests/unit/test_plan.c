@@ -10,6 +10,8 @@
 #include "kv/plan.h"
 #include "test.h"
 
+#include <string.h>
+
 static void hy_plan_case(hy_backend_t *be, const char *file, int32_t ctx, int32_t seqs)
 {
     char err[HY_ERR_LEN], rel[128];
@@ -70,6 +72,44 @@ static void hy_plan_case(hy_backend_t *be, const char *file, int32_t ctx, int32_
     hy_model_free(m);
 }
 
+/* A backend that only reports memory: the GPU's, when it is CUDA. */
+static int hy_fake_mem_rc;
+static int hy_fake_mem_info(hy_backend_t *be, uint64_t *free_b, uint64_t *total_b, char *err)
+{
+    (void)be;
+    *free_b = 8ULL << 30;
+    *total_b = 16ULL << 30;
+    return hy_fake_mem_rc == HY_OK ? HY_OK : hy_err(err, hy_fake_mem_rc, "cudaMemGetInfo: no device");
+}
+
+static void hy_plan_hot_case(hy_backend_t *cpu)
+{
+    struct hy_backend_i fi = {.name = "fake-gpu", .mem_info = hy_fake_mem_info}, none = {.name = "bare"};
+    hy_backend_t fake = {&fi, NULL}, bare = {&none, NULL};
+    uint64_t b = 0, host_total = 0, host_avail = 0;
+    char err[HY_ERR_LEN] = "";
+    int rc;
+
+    rc = hy_plan_hot_bytes(&fake, 0, 0.5, &b, err);
+    HY_T_OK(rc == HY_OK && b == 4ULL << 30,
+            "hot_mb = 0: half of the device's 8 GiB free (mem_info), not the host's (%llu)",
+            (unsigned long long)b);
+    rc = hy_plan_hot_bytes(&fake, 100, 0.5, &b, err);
+    HY_T_OK(rc == HY_OK && b == 100ULL << 20, "hot_mb = 100: 100 MiB whatever is free");
+    hy_fake_mem_rc = HY_EIO;
+    rc = hy_plan_hot_bytes(&fake, 0, 0.9, &b, err);
+    HY_T_OK(rc == HY_EIO && strstr(err, "no device") != NULL, "a failing mem_info is reported: %s",
+            err);
+    rc = hy_plan_hot_bytes(&bare, 0, 0.9, &b, err);
+    HY_T_OK(rc == HY_EUNSUPPORTED && strstr(err, "set [cache] hot_mb") != NULL,
+            "a backend without mem_info asks for hot_mb: %s", err);
+    hy_host_memory(&host_total, &host_avail);
+    rc = hy_plan_hot_bytes(cpu, 0, 1.0, &b, err);
+    HY_T_OK(rc == HY_OK && b > 0 && b <= host_total,
+            "the CPU backend's hot tier comes from the host's MemAvailable (%llu of %llu)",
+            (unsigned long long)b, (unsigned long long)host_total);
+}
+
 int main(void)
 {
     hy_backend_opts_t bo = {.n_threads = 1};
@@ -85,6 +125,7 @@ int main(void)
         HY_T_OK(0, "cpu backend: %s", err);
         return hy_t_done();
     }
+    hy_plan_hot_case(be);
     for (size_t f = 0; f < HY_ARRAY_LEN(files); f++)
         for (size_t c = 0; c < HY_ARRAY_LEN(ctxs); c++)
             for (size_t s = 0; s < HY_ARRAY_LEN(seqs); s++)
