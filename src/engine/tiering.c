@@ -169,26 +169,35 @@ static void tg_plan(hy_tiering_t *tg, const int32_t *tokens, int32_t n, tg_plan_
     pl->ckpt_where = -1;
 }
 
-/* Asks the store for what is cold; returns whether something is not warm yet. */
-static bool tg_fetch(hy_tiering_t *tg, const tg_plan_t *pl, bool *stuck)
+/* Asks the store to read what is cold, earliest first, at most half the
+ * warm slots at a time: what was read must not be pushed out of warm by
+ * what is read after it before it is promoted.  *in_flight: reads on
+ * their way; *more: cold entries left for a later round. */
+static void tg_fetch(hy_tiering_t *tg, const tg_plan_t *pl, int32_t *in_flight, bool *more)
 {
-    bool pending = false;
+    int32_t window = HY_MAX(hy_tier_slots(tg->store, HY_TIER_PAGE) / 2, 1), asked = 0;
     int r;
 
-    *stuck = false;
-    for (int32_t b = pl->hot; b < pl->target; b++) {
+    *in_flight = 0;
+    *more = false;
+    for (int32_t b = pl->hot; b < pl->target && !*more; b++) {
         if (tg->where[b] != HY_TIER_COLD)
             continue;
+        if (asked == window) {
+            *more = true;
+            break;
+        }
         r = hy_tier_fetch(tg->store, HY_TIER_PAGE, tg->hashes[b]);
-        pending |= r != 0;
-        *stuck |= r == 2;
+        asked += r != 0;
+        *in_flight += r == 1;
+        /* no slot free now (2), or dropped by a failed read (< 0): later */
+        *more |= r == 2 || r < 0;
     }
     if (pl->ckpt_where == HY_TIER_COLD) {
         r = hy_tier_fetch(tg->store, HY_TIER_CKPT, tg->hashes[pl->target - 1]);
-        pending |= r != 0;
-        *stuck |= r == 2;
+        *in_flight += r == 1;
+        *more |= r == 2 || r < 0;
     }
-    return pending;
 }
 
 /* The recurrent state at the end of the promoted run, into a checkpoint
@@ -270,8 +279,8 @@ static int32_t tg_promote(hy_tiering_t *tg, const int32_t *tokens, int32_t n, co
 int hy_tiering_prepare(hy_tiering_t *tg, const int32_t *tokens, int32_t n)
 {
     tg_plan_t pl;
-    bool pending, stuck, ckpt_done;
-    int32_t done, need;
+    bool more, ckpt_done;
+    int32_t done, need, in_flight;
 
     tg_plan(tg, tokens, n, &pl);
     need = HY_MAX(pl.target - pl.hot, 0);
@@ -281,16 +290,17 @@ int hy_tiering_prepare(hy_tiering_t *tg, const int32_t *tokens, int32_t n)
         return 0;
     }
     /* Everything up to warm first, then one promotion: the hot pool is
-     * not churned while the disk reads.  A warm tier too small to stage it
-     * all (stuck) promotes what it holds and makes room for the rest. */
-    pending = tg_fetch(tg, &pl, &stuck);
-    if (pending && !stuck)
+     * not churned while the disk reads.  When it takes more than one round
+     * of reads (a warm tier smaller than the prefix), each round promotes
+     * what is warm from the front. */
+    tg_fetch(tg, &pl, &in_flight, &more);
+    if (in_flight > 0 && !more)
         return 1;
     done = tg_promote(tg, tokens, n, &pl, &ckpt_done);
-    if (pending || done < need || !ckpt_done) {
-        /* a read that failed dropped its entry: the next plan stops short
-         * of it and the rest is computed */
-        return done > 0 || pending ? 1 : 0;
+    if (done < need || !ckpt_done) {
+        /* Wait while anything moves; with no progress (the hot pool cannot
+         * take the pages, a failed read dropped one) the rest is computed. */
+        return done > 0 || in_flight > 0 ? 1 : 0;
     }
     atomic_fetch_add_explicit(&tg->st->hits[HY_TIER_HOT], (uint64_t)HY_MIN(pl.hot, pl.target),
                               memory_order_relaxed);

@@ -1147,6 +1147,11 @@ void hy_tier_free(hy_tier_t *t)
 
 hy_tier_stats_t *hy_tier_stats(hy_tier_t *t) { return t->st; }
 
+int32_t hy_tier_slots(const hy_tier_t *t, int32_t kind)
+{
+    return hy_tier_has(t, kind) ? t->n_warm[kind] : 0;
+}
+
 bool hy_tier_has(const hy_tier_t *t, int32_t kind)
 {
     return t != NULL && kind >= 0 && kind < HY_TIER_KINDS && t->n_warm[kind] > 0;

@@ -145,8 +145,9 @@ void hy_tier_counts(hy_tier_t *t, hy_tier_counts_t *c);
  * with_dir also checks the directory (every file indexed, with its size;
  * no temporary file left).  HY_EFORMAT with the first difference. */
 int hy_tier_check(hy_tier_t *t, bool with_dir, char *err);
-/* Whether the store has a warm tier for kind. */
+/* Whether the store has a warm tier for kind; how many warm slots. */
 bool hy_tier_has(const hy_tier_t *t, int32_t kind);
+int32_t hy_tier_slots(const hy_tier_t *t, int32_t kind);
 /* The counters the store keeps (shared with /metrics): the engine adds
  * its hits per tier there. */
 hy_tier_stats_t *hy_tier_stats(hy_tier_t *t);

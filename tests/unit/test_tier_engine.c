@@ -45,6 +45,7 @@ typedef struct {
     hy_tier_t *tier;
     hy_stats_t *st;    /* the tier store's counters */
     int32_t pages;     /* > 0: a hot pool this small */
+    int32_t warm;      /* warm page slots (0: 12) */
 } env_t;
 
 static char tdir[256];
@@ -84,8 +85,9 @@ static int tier_up(env_t *v, char *err)
     memset(&to, 0, sizeof to);
     to.unit_bytes[HY_TIER_PAGE] = plan.page_bytes;
     to.unit_bytes[HY_TIER_CKPT] = plan.slot_bytes;
-    /* 12 pages, and a quarter for checkpoints */
-    to.warm_bytes = 12 * plan.page_bytes + (plan.slot_bytes ? 4 * plan.slot_bytes : 0);
+    /* 12 pages (or v->warm), and a quarter for checkpoints */
+    to.warm_bytes = (uint64_t)(v->warm ? v->warm : 12) * plan.page_bytes +
+                    (plan.slot_bytes ? 4 * plan.slot_bytes : 0);
     to.disk_dir = tdir;
     to.disk_bytes = 8 << 20;
     to.stats = v->st;
@@ -266,9 +268,9 @@ static void wipe_dir(void)
 static void scenario(env_t *v, const char *name)
 {
     char err[HY_ERR_LEN] = "ok";
-    out_t cold[NP], hot3, a, b[NP], r5 = {0}, c6 = {0}, w = {0};
+    out_t cold[NP], hot3, a, b[NP], r5 = {0}, r4 = {0}, c6 = {0}, w = {0};
     uint64_t hh, hw, hc, errs;
-    double worst = 0, g3 = INFINITY, g5 = INFINITY, g6 = INFINITY;
+    double worst = 0, g3 = INFINITY, g4 = INFINITY, g5 = INFINITY, g6 = INFINITY;
     bool hits = true;
     int rc, k, n_corrupt;
 
@@ -330,6 +332,20 @@ static void scenario(env_t *v, const char *name)
             "%s: after a restart the prompt hits 96 tokens from disk, same output (cached %d, "
             "gap %.2g; %s)", name, r5.n_cached, g5, err);
     down(v, name);
+
+    /* a warm tier of 4 pages for a 6-page prefix: read and promoted in rounds */
+    v->warm = 4;
+    if (rc == HY_OK)
+        rc = up(v, true, err);
+    if (rc == HY_OK)
+        rc = run(v, 4, &r4, err);
+    if (rc == HY_OK)
+        g4 = gap(&r4, &cold[4]);
+    HY_T_OK(rc == HY_OK && r4.n_cached == 96 && g4 < 1e-4,
+            "%s: a warm tier smaller than the prefix brings it up in rounds (cached %d, gap %.2g; "
+            "%s)", name, r4.n_cached, g4, err);
+    down(v, name);
+    v->warm = 0;
 
     /* every page file corrupted: dropped on read, recomputed, same output */
     n_corrupt = corrupt_pages();
