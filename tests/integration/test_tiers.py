@@ -17,8 +17,9 @@ disk_mb set:
   checksum when it is read; each with a log line naming the file; the
   request still succeeds with the same text, and hyserve_disk_errors_total
   counts the failed read;
-* a full disk (a 64 KiB tmpfs in a user + mount namespace): writes fail,
-  requests do not, hyserve_disk_errors_total counts them;
+* a full disk (a 2 MiB tmpfs in a user + mount namespace, filled up but
+  for 128 KiB): writes fail, requests do not, hyserve_disk_errors_total
+  counts them;
 * bad values refused at start, naming the key: hot_tokens_per_seq (not
   implemented: only 0), disk_dir without warm_mb, a disk_dir that cannot be
   created, a disk_mb larger than its file system, a warm_mb the host
@@ -317,13 +318,18 @@ def disk_full(model, vocab):
     if probe is None or probe.returncode != 0:
         t.skip("a full disk", "needs unshare -rm (user and mount namespaces) to mount a small tmpfs")
         return
-    wrap = [UNSHARE, "-rm", "sh", "-c", 'mount -t tmpfs -o size=64k tmpfs "$0" && shift && exec "$@"',
-            os.path.join(tmp, "cache"), "--"]
-    st = stack_for(model, tmp, {"disk_mb": 16}, wrap=wrap)
+    # a 2 MiB file system, all but 128 KiB taken by a filler: the 1 MiB
+    # budget is within the file system (as start-up checks) but the disk
+    # fills up long before it is reached
+    wrap = [UNSHARE, "-rm", "sh", "-c",
+            'mount -t tmpfs -o size=2m tmpfs "$0" && head -c 1966080 /dev/zero > "$0/filler" && '
+            'shift && exec "$@"', os.path.join(tmp, "cache"), "--"]
+    # a 1 MiB hot tier holds ~14 of these prompts: 20 push pages down
+    st = stack_for(model, tmp, {"disk_mb": 1, "hot_mb": 1}, wrap=wrap)
     if not start(st, "disk full"):
         return
     try:
-        outs = [stream(st.port, model, prompt_of(100 + k, vocab)) for k in range(2)]
+        outs = [stream(st.port, model, prompt_of(100 + k, vocab)) for k in range(20)]
         again = stream(st.port, model, prompt_of(100, vocab))
         ms = metrics(st)
     finally:
@@ -331,7 +337,7 @@ def disk_full(model, vocab):
     log = log_of(st)
     ok(m(ms, "hyserve_disk_errors_total") > 0 and "No space left on device" in log and
        all(o[2]["completion_tokens"] == 4 for o in outs + [again]) and again[1] == outs[0][1],
-       "a full disk (64 KiB tmpfs): %d writes failed (ENOSPC, logged), every request answered "
+       "a full disk (tmpfs with 128 KiB free): %d writes failed (ENOSPC, logged), every request answered "
        "the same" % m(ms, "hyserve_disk_errors_total"))
 
 
