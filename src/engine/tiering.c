@@ -276,11 +276,20 @@ static int32_t tg_promote(hy_tiering_t *tg, const int32_t *tokens, int32_t n, co
     return done;
 }
 
+static int64_t tg_now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 int hy_tiering_prepare(hy_tiering_t *tg, const int32_t *tokens, int32_t n)
 {
     tg_plan_t pl;
     bool more, ckpt_done;
     int32_t done, need, in_flight;
+    int64_t t0 = tg_now_us();
 
     tg_plan(tg, tokens, n, &pl);
     need = HY_MAX(pl.target - pl.hot, 0);
@@ -297,6 +306,8 @@ int hy_tiering_prepare(hy_tiering_t *tg, const int32_t *tokens, int32_t n)
     if (in_flight > 0 && !more)
         return 1;
     done = tg_promote(tg, tokens, n, &pl, &ckpt_done);
+    hy_log(LOG_DEBUG, "tier_promoted", "hot_blocks=%d pages=%d of=%d checkpoint=%d us=%lld", pl.hot,
+           done, need, ckpt_done && pl.ckpt_where >= 0, (long long)(tg_now_us() - t0));
     if (done < need || !ckpt_done) {
         /* Wait while anything moves; with no progress (the hot pool cannot
          * take the pages, a failed read dropped one) the rest is computed. */

@@ -20,8 +20,10 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,13 +51,18 @@ typedef struct {
     int32_t head, tail;
 } tier_list_t;
 
+typedef struct {
+    hy_tier_t *t;
+    int job; /* JOB_READ or JOB_WRITE: the queue this thread serves */
+} tier_io_arg_t;
+
 struct hy_tier {
     hy_tier_opts_t o;
     char *dir;               /* disk_dir, or NULL */
     char *model_path;        /* o.model_path's copy, or NULL */
     int dirfd, lockfd;
     pthread_mutex_t mu;
-    pthread_cond_t cv_job, cv_done;
+    pthread_cond_t cv_job[2], cv_done; /* cv_job[JOB_READ - 1], cv_job[JOB_WRITE - 1] */
     /* entries */
     tier_entry_t *e;
     int32_t *tokens;         /* [cap][page_tokens] */
@@ -72,9 +79,12 @@ struct hy_tier {
     /* counters kept by acc() */
     int64_t n[HY_TIER_LEVELS][HY_TIER_KINDS][HY_TIER_STATES];
     int64_t bytes[HY_TIER_LEVELS][HY_TIER_STATES];
-    /* jobs */
-    int32_t qhead, qtail, n_jobs; /* queued + running */
-    pthread_t *io;
+    /* jobs: reads (a request waits for them) and writes (nobody does), each
+     * a FIFO with its own threads */
+    tier_list_t q[2];        /* [JOB_READ - 1], [JOB_WRITE - 1]; linked by qnext */
+    int32_t n_jobs;          /* queued + running */
+    pthread_t *io;           /* n_io threads: the readers, then the writer */
+    tier_io_arg_t *io_args;  /* [n_io] */
     int32_t n_io;
     bool stop;               /* the I/O threads end (lock held) */
     _Atomic bool stop_index; /* the indexer cuts its scan short */
@@ -456,15 +466,17 @@ static uint64_t file_bytes_of(const hy_tier_t *t, int32_t kind)
 
 static void enqueue(hy_tier_t *t, int32_t i, int job)
 {
+    tier_list_t *q = &t->q[job - 1];
+
     t->e[i].job = (uint8_t)job;
     t->e[i].qnext = -1;
-    if (t->qtail >= 0)
-        t->e[t->qtail].qnext = i;
+    if (q->tail >= 0)
+        t->e[q->tail].qnext = i;
     else
-        t->qhead = i;
-    t->qtail = i;
+        q->head = i;
+    q->tail = i;
     t->n_jobs++;
-    pthread_cond_signal(&t->cv_job);
+    pthread_cond_signal(&t->cv_job[job - 1]);
 }
 
 /* Queues entry i (warm, no file) for writing, if the budget allows. */
@@ -485,15 +497,16 @@ static void write_queue(hy_tier_t *t, int32_t i)
     acc(t, i, +1);
 }
 
-/* A write of entry i ended (lock held; the temporary file is written when
- * rc is HY_OK): rename it into place and account. */
-static int write_done(hy_tier_t *t, int32_t i, const char *name, unsigned tag, int rc,
-                      char *why, int64_t ns, bool from_job)
+/* A write of entry i ended (lock held; the file is in place when rc is
+ * HY_OK): account.  The rename happened before, without the lock: no one
+ * else touches the name meanwhile, the entry being pinned by its write (a
+ * budget eviction unlinks only entries with a file, the indexer skips
+ * entries with a job). */
+static int write_done(hy_tier_t *t, int32_t i, const char *name, int rc, char *why, int64_t ns,
+                      bool from_job)
 {
     tier_entry_t *e = &t->e[i];
 
-    if (rc == HY_OK)
-        rc = hy_tier_file_commit(t->dirfd, name, tag, true, why);
     acc(t, i, -1);
     e->job = JOB_NONE;
     if (from_job)
@@ -537,9 +550,9 @@ static void job_write(hy_tier_t *t, int32_t i)
     pthread_mutex_unlock(&t->mu);
     inject = t->o.fault ? t->o.fault(t->o.fault_ctx, HY_TIER_OP_WRITE, name) : 0;
     t0 = tier_now_ns();
-    rc = hy_tier_file_write(t->dirfd, name, tag, &t->o.ident, &r, tokens, src, false, inject, why);
+    rc = hy_tier_file_write(t->dirfd, name, tag, &t->o.ident, &r, tokens, src, inject, why);
     pthread_mutex_lock(&t->mu);
-    write_done(t, i, name, tag, rc, why, tier_now_ns() - t0, true);
+    write_done(t, i, name, rc, why, tier_now_ns() - t0, true);
 }
 
 /* Checks a file read back against what the index says it holds. */
@@ -573,6 +586,8 @@ static void job_read(hy_tier_t *t, int32_t i)
         rc = hy_tier_file_read(t->dirfd, name, &t->o.ident, &r, tokens, dst,
                                t->o.unit_bytes[e->kind], why);
     ns = tier_now_ns() - t0;
+    if (rc == HY_OK)
+        utimensat(t->dirfd, name, NULL, 0); /* its age survives a restart */
     pthread_mutex_lock(&t->mu);
     e = &t->e[i];
     if (rc == HY_OK)
@@ -589,7 +604,6 @@ static void job_read(hy_tier_t *t, int32_t i)
         atomic_fetch_add_explicit(&t->st->promotions[HY_TIER_COLD], 1, RLX);
         atomic_fetch_add_explicit(&t->st->read_bytes[HY_TIER_COLD], e->file_bytes, RLX);
         hy_tier_observe(&t->st->read_time[HY_TIER_COLD], (uint64_t)ns);
-        utimensat(t->dirfd, name, NULL, 0); /* its age survives a restart */
         return;
     }
     /* never served: the block is recomputed by whoever asked for it */
@@ -601,30 +615,45 @@ static void job_read(hy_tier_t *t, int32_t i)
     cold_drop(t, i);
 }
 
+/* Takes the oldest job of a queue and runs it (lock held; released
+ * around the file I/O). */
+static void run_one(hy_tier_t *t, int job)
+{
+    tier_list_t *q = &t->q[job - 1];
+    int32_t i = q->head;
+
+    q->head = t->e[i].qnext;
+    if (q->head < 0)
+        q->tail = -1;
+    if (job == JOB_WRITE)
+        job_write(t, i);
+    else
+        job_read(t, i);
+    t->n_jobs--;
+    publish(t);
+    pthread_cond_broadcast(&t->cv_done);
+}
+
+/* A reader serves the read queue: a request waits for those.  The writer
+ * serves the write queue at a lower CPU priority (nice 10, like the model
+ * hash): writing through to disk must never take a core from the engine. */
 static void *io_main(void *arg)
 {
-    hy_tier_t *t = arg;
+    tier_io_arg_t *a = arg;
+    hy_tier_t *t = a->t;
+    tier_list_t *q = &t->q[a->job - 1];
 
+    if (a->job == JOB_WRITE)
+        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
     pthread_mutex_lock(&t->mu);
     for (;;) {
-        int32_t i = t->qhead;
-
-        if (i < 0) {
+        if (q->head < 0) {
             if (t->stop)
                 break;
-            pthread_cond_wait(&t->cv_job, &t->mu);
+            pthread_cond_wait(&t->cv_job[a->job - 1], &t->mu);
             continue;
         }
-        t->qhead = t->e[i].qnext;
-        if (t->qhead < 0)
-            t->qtail = -1;
-        if (t->e[i].job == JOB_WRITE)
-            job_write(t, i);
-        else
-            job_read(t, i);
-        t->n_jobs--;
-        publish(t);
-        pthread_cond_broadcast(&t->cv_done);
+        run_one(t, a->job);
     }
     pthread_mutex_unlock(&t->mu);
     return NULL;
@@ -1039,14 +1068,16 @@ int hy_tier_create(hy_tier_t **out, const hy_tier_opts_t *o, char *err)
         return hy_err(err, HY_ENOMEM, "out of memory");
     }
     t->dirfd = t->lockfd = -1;
-    t->free_head = t->qhead = t->qtail = -1;
+    t->free_head = -1;
+    t->q[0].head = t->q[0].tail = t->q[1].head = t->q[1].tail = -1;
     for (int k = 0; k < HY_TIER_KINDS; k++)
         t->wlru[k].head = t->wlru[k].tail = -1;
     t->clru.head = t->clru.tail = -1;
     t->st = o->stats ? &o->stats->tiers : &t->own_stats.tiers;
     t->disk_errors = o->stats ? &o->stats->disk_errors : &t->own_stats.disk_errors;
     pthread_mutex_init(&t->mu, NULL);
-    pthread_cond_init(&t->cv_job, NULL);
+    pthread_cond_init(&t->cv_job[0], NULL);
+    pthread_cond_init(&t->cv_job[1], NULL);
     pthread_cond_init(&t->cv_done, NULL);
     if (o->ident.page_tokens < 1 || o->ident.page_tokens > 256) {
         rc = hy_err(err, HY_EINVAL, "page_tokens = %u: must be 1..256", o->ident.page_tokens);
@@ -1076,13 +1107,17 @@ int hy_tier_create(hy_tier_t **out, const hy_tier_opts_t *o, char *err)
             t->o.sha_known = true;
         }
     }
-    t->n_io = t->dir ? (o->io_threads > 0 ? o->io_threads : HY_TIER_IO_THREADS) : 0;
-    if (t->n_io > 0 && (t->io = calloc((size_t)t->n_io, sizeof *t->io)) == NULL) {
+    /* the readers, then one writer */
+    t->n_io = t->dir ? (o->io_threads > 0 ? o->io_threads : HY_TIER_IO_THREADS) + 1 : 0;
+    if (t->n_io > 0 && ((t->io = calloc((size_t)t->n_io, sizeof *t->io)) == NULL ||
+                        (t->io_args = calloc((size_t)t->n_io, sizeof *t->io_args)) == NULL)) {
         rc = hy_err(err, HY_ENOMEM, "out of memory");
         goto fail;
     }
     for (int32_t k = 0; k < t->n_io; k++) {
-        if ((e = pthread_create(&t->io[k], NULL, io_main, t)) != 0) {
+        t->io_args[k].t = t;
+        t->io_args[k].job = k == t->n_io - 1 ? JOB_WRITE : JOB_READ;
+        if ((e = pthread_create(&t->io[k], NULL, io_main, &t->io_args[k])) != 0) {
             t->n_io = k;
             rc = hy_err(err, HY_ENOMEM, "tier I/O thread: %s", strerror(e));
             goto fail;
@@ -1121,11 +1156,13 @@ void hy_tier_free(hy_tier_t *t)
     while (t->n_jobs > 0)
         pthread_cond_wait(&t->cv_done, &t->mu);
     t->stop = true;
-    pthread_cond_broadcast(&t->cv_job);
+    pthread_cond_broadcast(&t->cv_job[0]);
+    pthread_cond_broadcast(&t->cv_job[1]);
     pthread_mutex_unlock(&t->mu);
     for (int32_t k = 0; k < t->n_io; k++)
         pthread_join(t->io[k], NULL);
     free(t->io);
+    free(t->io_args);
     for (int k = 0; k < HY_TIER_KINDS; k++) {
         warm_release(t, t->arena[k], t->arena_bytes[k]);
         free(t->warm_free[k]);
@@ -1134,7 +1171,8 @@ void hy_tier_free(hy_tier_t *t)
         close(t->lockfd);
     if (t->dirfd >= 0)
         close(t->dirfd);
-    pthread_cond_destroy(&t->cv_job);
+    pthread_cond_destroy(&t->cv_job[0]);
+    pthread_cond_destroy(&t->cv_job[1]);
     pthread_cond_destroy(&t->cv_done);
     pthread_mutex_destroy(&t->mu);
     free(t->dir);
@@ -1180,12 +1218,18 @@ int hy_tier_put_begin(hy_tier_t *t, int32_t kind, uint64_t hash, int32_t depth,
         }
         if ((slot = warm_take(t, kind)) >= 0)
             break;
-        if (t->n_jobs == 0) {
+        /* Every slot is being written or read.  The writer is behind:
+         * this thread writes the oldest queued page itself (waiting would
+         * put the engine behind a low-priority thread), or waits for the
+         * one I/O in flight; with none, the page is dropped. */
+        if (t->q[JOB_WRITE - 1].head >= 0) {
+            run_one(t, JOB_WRITE);
+        } else if (t->n_jobs > 0) {
+            pthread_cond_wait(&t->cv_done, &t->mu);
+        } else {
             rc = HY_EFULL;
             goto out;
         }
-        /* every slot waits for the disk: the writes finish in milliseconds */
-        pthread_cond_wait(&t->cv_done, &t->mu);
     }
     if (i < 0 && (i = entry_new(t, kind, hash, depth, tokens)) < 0) {
         t->warm_free[kind][t->n_warm_free[kind]++] = slot;
@@ -1266,25 +1310,32 @@ int hy_tier_fetch(hy_tier_t *t, int32_t kind, uint64_t hash)
     if (!hy_tier_has(t, kind))
         return HY_ENOENT;
     pthread_mutex_lock(&t->mu);
-    i = find(t, kind, hash);
-    if (i < 0) {
-        rc = HY_ENOENT;
-    } else if (t->e[i].flags & F_WARM) {
-        list_touch(t, &t->wlru[kind], LINK_W, i);
-        rc = 0;
-    } else if (t->e[i].job == JOB_READ) {
-        rc = 1;
-    } else if (!(t->e[i].flags & F_COLD) || !disk_usable(t)) {
-        rc = HY_ENOENT;
-    } else if ((slot = warm_take(t, kind)) < 0) {
-        rc = 2;
-    } else {
-        acc(t, i, -1);
-        t->e[i].warm = slot;
-        t->e[i].pins++;
-        enqueue(t, i, JOB_READ);
-        acc(t, i, +1);
-        rc = 1;
+    for (;;) {
+        i = find(t, kind, hash);
+        if (i < 0) {
+            rc = HY_ENOENT;
+        } else if (t->e[i].flags & F_WARM) {
+            list_touch(t, &t->wlru[kind], LINK_W, i);
+            rc = 0;
+        } else if (t->e[i].job == JOB_READ) {
+            rc = 1;
+        } else if (!(t->e[i].flags & F_COLD) || !disk_usable(t)) {
+            rc = HY_ENOENT;
+        } else if ((slot = warm_take(t, kind)) >= 0) {
+            acc(t, i, -1);
+            t->e[i].warm = slot;
+            t->e[i].pins++;
+            enqueue(t, i, JOB_READ);
+            acc(t, i, +1);
+            rc = 1;
+        } else if (t->q[JOB_WRITE - 1].head >= 0) {
+            /* the slots wait for the writer: write one here (as put does) */
+            run_one(t, JOB_WRITE);
+            continue;
+        } else {
+            rc = 2;
+        }
+        break;
     }
     publish(t);
     pthread_mutex_unlock(&t->mu);
@@ -1381,10 +1432,9 @@ int hy_tier_persist(hy_tier_t *t, int32_t kind, uint64_t hash, int32_t depth,
     hy_tier_file_name(name, sizeof name, (uint32_t)kind, hash);
     inject = t->o.fault ? t->o.fault(t->o.fault_ctx, HY_TIER_OP_WRITE, name) : 0;
     t0 = tier_now_ns();
-    rc = hy_tier_file_write(t->dirfd, name, tag, &t->o.ident, &r, tokens, bytes, false, inject,
-                            why);
+    rc = hy_tier_file_write(t->dirfd, name, tag, &t->o.ident, &r, tokens, bytes, inject, why);
     pthread_mutex_lock(&t->mu);
-    rc = write_done(t, i, name, tag, rc, why, tier_now_ns() - t0, false);
+    rc = write_done(t, i, name, rc, why, tier_now_ns() - t0, false);
     publish(t);
     pthread_mutex_unlock(&t->mu);
     return rc;

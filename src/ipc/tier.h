@@ -34,8 +34,9 @@
 #include "ipc/shm.h"
 #include "ipc/tier_file.h"
 
-/* Measured (docs/tiers.md): two pread/pwrite threads keep a core busy
- * copying while the other computes; more only contend on 2 cores. */
+/* Reader threads (pread); one writer thread (pwrite, nice 10) comes on
+ * top.  Measured (tests/unit/bench_tier, docs/tiers.md): two readers
+ * bring a prefix up faster than one, four no faster on 2 cores. */
 #define HY_TIER_IO_THREADS 2
 
 /* What the fault hook is asked about: a file write, a file read, and the
@@ -49,7 +50,7 @@ typedef struct {
     uint64_t warm_bytes;   /* host RAM of the warm tier; 0 = no warm (and no cold) tier */
     const char *disk_dir;  /* NULL or "" = no cold tier; else needs warm_bytes > 0 */
     uint64_t disk_bytes;   /* the cold tier's files at most */
-    int32_t io_threads;    /* 0 = HY_TIER_IO_THREADS */
+    int32_t io_threads;    /* reader threads; 0 = HY_TIER_IO_THREADS (+ 1 writer) */
     hy_tier_ident_t ident; /* page geometry and model size; the SHA-256 when sha_known */
     bool sha_known;
     /* The model file: when disk_dir/model.id remembers its SHA-256 for the
@@ -109,7 +110,9 @@ void hy_tier_disk_off(hy_tier_t *t, const char *why);
 
 /* Demotion: a warm slot for (kind, hash) into p->dst.  HY_OK: copy the
  * unit bytes there and call hy_tier_put_end; 1: the tier has it already;
- * HY_ENOENT no warm tier for this kind; HY_EFULL every slot is pinned. */
+ * HY_ENOENT no warm tier for this kind; HY_EFULL every slot is pinned
+ * and no I/O is under way.  When the writer is behind, the caller writes
+ * a queued page itself first (backpressure without waiting on it). */
 int hy_tier_put_begin(hy_tier_t *t, int32_t kind, uint64_t hash, int32_t depth,
                       const int32_t *tokens, hy_tier_put_t *p);
 /* ok: the bytes are in; it becomes warm and, with a disk tier, is queued

@@ -278,8 +278,8 @@ static void tmp_name(char *buf, size_t cap, const char *name, unsigned tag)
 }
 
 int hy_tier_file_write(int dirfd, const char *name, unsigned tag, const hy_tier_ident_t *id,
-                       hy_tier_rec_t *r, const int32_t *tokens, const void *payload,
-                       bool rename_now, int inject, char *why)
+                       hy_tier_rec_t *r, const int32_t *tokens, const void *payload, int inject,
+                       char *why)
 {
     uint8_t hdr[HY_TIER_FILE_FIXED + 4 * 256 + 64];
     char tmp[HY_TIER_NAME_LEN + 16];
@@ -325,20 +325,8 @@ int hy_tier_file_write(int dirfd, const char *name, unsigned tag, const hy_tier_
         unlinkat(dirfd, tmp, 0);
         return hy_err(why, HY_EIO, "write %s: %s", tmp, strerror(e));
     }
-    return rename_now ? hy_tier_file_commit(dirfd, name, tag, true, why) : HY_OK;
-}
-
-int hy_tier_file_commit(int dirfd, const char *name, unsigned tag, bool commit, char *why)
-{
-    char tmp[HY_TIER_NAME_LEN + 16];
-
-    tmp_name(tmp, sizeof tmp, name, tag);
-    if (!commit) {
-        unlinkat(dirfd, tmp, 0);
-        return HY_OK;
-    }
     if (renameat(dirfd, tmp, dirfd, name) != 0) {
-        int e = errno;
+        e = errno;
         unlinkat(dirfd, tmp, 0);
         return hy_err(why, HY_EIO, "rename %s: %s", tmp, strerror(e));
     }

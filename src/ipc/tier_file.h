@@ -85,14 +85,11 @@ int hy_tier_file_read(int dirfd, const char *name, const hy_tier_ident_t *id,
                       char *why);
 
 /* Writes a whole file (header for r, then payload) as `name` in dirfd,
- * through a temporary "<name>.<tag>.tmp" renamed into place when
- * rename_now; otherwise the temporary stays for the caller to rename
- * (hy_tier_file_commit), so the rename can happen under the caller's lock.
- * inject: an errno to fail with (fault injection), or 0.  HY_EIO with why. */
+ * through a temporary "<name>.<tag>.tmp" renamed into place, so a file
+ * under a final name is always complete.  inject: an errno to fail with
+ * (fault injection), or 0.  HY_EIO with why (the temporary is removed). */
 int hy_tier_file_write(int dirfd, const char *name, unsigned tag, const hy_tier_ident_t *id,
-                       hy_tier_rec_t *r, const int32_t *tokens, const void *payload,
-                       bool rename_now, int inject, char *why);
-/* Renames "<name>.<tag>.tmp" to name (commit), or removes it (!commit). */
-int hy_tier_file_commit(int dirfd, const char *name, unsigned tag, bool commit, char *why);
+                       hy_tier_rec_t *r, const int32_t *tokens, const void *payload, int inject,
+                       char *why);
 
 #endif

@@ -199,7 +199,7 @@ static int corrupt_case(const char *what, void (*mangle)(const char *path), int 
     r.n_tokens = PT;
     r.payload_bytes = PAGE;
     hy_tier_file_name(name, sizeof name, HY_TIER_PAGE, r.hash);
-    rc = hy_tier_file_write(dfd, name, 1, &id, &r, tok, bytes, true, 0, why);
+    rc = hy_tier_file_write(dfd, name, 1, &id, &r, tok, bytes, 0, why);
     snprintf(path, sizeof path, "%s/%s", tdir, name);
     if (rc == HY_OK && mangle != NULL)
         mangle(path);
