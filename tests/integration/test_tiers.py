@@ -264,31 +264,33 @@ def make_foreign(path):
         f.write(data)
 
 
-def bad_files(model, vocab, tmp, name, ref_text):
-    """Block 20's payload flipped (found when read: the hit up to the
-    checkpoint at block 64 reads it), block 100 torn and block 110 another
-    model's (found when the restarted server indexes the directory)."""
+def bad_files(model, vocab, tmp, name, ref_text, depths):
+    """Block depths[0]'s payload flipped (found when read: the hit reads it;
+    on a hybrid it must lie before the checkpoint at block 64), block
+    depths[1] torn and block depths[2] another model's (found when the
+    restarted server indexes the directory)."""
     cache = os.path.join(tmp, "cache")
     p = prompt_of(0, vocab)
     files = page_files(cache, p)
-    if not all(d in files for d in (20, 100, 110)):
-        ok(False, "%s: page files for blocks 20, 100, 110 exist (%d files)" % (name, len(files)))
+    flip, torn, foreign = depths
+    if not all(d in files for d in depths):
+        ok(False, "%s: page files for blocks %s exist (%d files)" % (name, depths, len(files)))
         return
-    with open(files[20], "r+b") as f:
-        f.seek(os.path.getsize(files[20]) - 100)
+    with open(files[flip], "r+b") as f:
+        f.seek(os.path.getsize(files[flip]) - 100)
         b = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([b[0] ^ 0x20]))
-    with open(files[100], "r+b") as f:
-        f.truncate(os.path.getsize(files[100]) // 2)
-    make_foreign(files[110])
+    with open(files[torn], "r+b") as f:
+        f.truncate(os.path.getsize(files[torn]) // 2)
+    make_foreign(files[foreign])
     st = stack_for(model, tmp)
     if not start(st, name):
         return
     try:
         _, text, use = stream(st.port, model, p)
         # (the recomputed blocks are hot now; shutdown writes them again)
-        gone = not any(os.path.exists(files[d]) for d in (20, 100, 110))
+        gone = not any(os.path.exists(files[d]) for d in depths)
         ms = metrics(st)
         errors = m(ms, "hyserve_disk_errors_total")
         dropped = {r: m(ms, "hyserve_tier_dropped_files_total", reason=r)
@@ -296,10 +298,10 @@ def bad_files(model, vocab, tmp, name, ref_text):
     finally:
         st.stop()
     log = log_of(st)
-    ok(("event=tier_file_dropped file=%s reason=corrupt" % files[100]) in log and
-       ("event=tier_file_dropped file=%s reason=foreign" % files[110]) in log and
+    ok(("event=tier_file_dropped file=%s reason=corrupt" % files[torn]) in log and
+       ("event=tier_file_dropped file=%s reason=foreign" % files[foreign]) in log and
        ("event=tier_file_dropped file=%s reason=corrupt detail=\"payload checksum mismatch\""
-        % files[20]) in log and gone,
+        % files[flip]) in log and gone,
        "%s: the truncated, the foreign and the corrupt file are dropped (removed), each with a "
        "log line naming it" % name)
     ok(errors >= 1 and dropped["corrupt"] >= 2 and dropped["foreign"] >= 1 and
@@ -394,12 +396,13 @@ def main():
     try:
         tmp, text = restart_hit(HYBRID, 264, "hybrid (qwen35-long, GDN)", 3)
         if tmp:
-            bad_files(HYBRID, 264, tmp, "hybrid (qwen35-long, GDN)", text)
+            bad_files(HYBRID, 264, tmp, "hybrid (qwen35-long, GDN)", text, (20, 100, 110))
         model, _ = t.default_model()
         if model == t.DEFAULT_MODEL:
             tmp, text = restart_hit(model, 49152, "default (SmolLM2)", 1)
             if tmp:
-                bad_files(model, 49152, tmp, "default (SmolLM2)", text)
+                # late blocks: only the tail is recomputed (the slow part here)
+                bad_files(model, 49152, tmp, "default (SmolLM2)", text, (100, 110, 120))
         disk_full(HYBRID, 264)
         bad_values()
     except Exception as e:  # a broken stream or server: one failed check, the rest kept

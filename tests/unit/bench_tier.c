@@ -1,8 +1,8 @@
 /*
  * bench_tier.c - the disk tier's I/O threads: how fast N pages are written
- * through (put into warm, written by the threads) and read back after a
- * restart (a new store on the directory, every page fetched at once, as a
- * restart hit on a long prefix does), with 1, 2 and 4 pread/pwrite
+ * through (put into warm, written by the one writer thread) and read back
+ * after a restart (a new store on the directory, every page fetched at
+ * once, as a restart hit on a long prefix does) by 1, 2 and 4 reader
  * threads.  Prints wall time, MB/s and the mean per-file latency the store
  * measured; the files are in the page cache when read back (no device
  * reads), which is also the common case for a recently demoted prefix.
@@ -110,7 +110,7 @@ int main(int argc, char **argv)
     snprintf(dir, sizeof dir, "%s/hyserve-bench-tier-%ld", base, (long)getpid());
     printf("%d pages of %llu bytes; medians of %d; CPU = the process's CPU time (every thread)\n",
            pages, (unsigned long long)pb, reps);
-    printf("| I/O threads | write MB/s | write ms | write CPU ms | per file us | read MB/s | "
+    printf("| readers | write MB/s | write ms | write CPU ms | per file us | read MB/s | "
            "read ms | read CPU ms | per file us |\n");
     printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (size_t k = 0; k < HY_ARRAY_LEN(threads); k++) {
