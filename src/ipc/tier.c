@@ -792,7 +792,8 @@ static void *index_main(void *arg)
             n_dropped++;
     }
     closedir(dir);
-    qsort(found, n, sizeof *found, by_mtime_desc);
+    if (n > 1)
+        qsort(found, n, sizeof *found, by_mtime_desc);
     pthread_mutex_lock(&t->mu);
     /* newest first, each at the head: the oldest ends up evicted first,
      * behind everything this process touched already */
