@@ -156,6 +156,7 @@ def start(stack, what):
     if not stack.start(timeout=120):
         ok(False, "%s: the server starts" % what)
         diag(t.tail(stack.serve_log_path))
+        stack.stop()
         return False
     return True
 
