@@ -100,9 +100,11 @@ static void hy_e_down(hy_e_env_t *v, const char *what)
     hy_engine_stop(v->e);
     rc = hy_pt_check(hy_shm_pt(v->shm), err);
     hy_pt_counts(hy_shm_pt(v->shm), &c);
-    HY_T_OK(rc == HY_OK && c.pages_used == 0 && c.state_used == 0 && c.ckpt_used == 0,
-            "%s: accounting (%s; pages used %d free %d cached %d, states %d, ckpts used %d)", what,
-            rc == HY_OK ? "ok" : err, c.pages_used, c.pages_free, c.pages_cached, c.state_used,
+    HY_T_OK(rc == HY_OK && c.pages_used == 0 && c.swa_used == 0 && c.state_used == 0 &&
+                c.ckpt_used == 0,
+            "%s: accounting (%s; pages used %d free %d cached %d, sliding used %d free %d "
+            "cached %d, states %d, ckpts used %d)", what, rc == HY_OK ? "ok" : err, c.pages_used,
+            c.pages_free, c.pages_cached, c.swa_used, c.swa_free, c.swa_cached, c.state_used,
             c.ckpt_used);
     hy_engine_free(v->e);
     hy_shm_close(v->shm);
@@ -666,9 +668,10 @@ static void hy_e_preempt(hy_e_env_t *v, const char *name)
     if ((rc = hy_plan_make(&plan, v->m, v->be, o.n_ctx, 1, o.page_tokens, o.kv_type, err)) != HY_OK)
         goto out;
     /* 12 pages (each request needs 5).  A dense model gets them from the
-     * memory budget; a hybrid one's budget also pays for state slots and
-     * checkpoints, so its segment is cut down to 12 pages directly. */
-    o.memory_bytes = 12 * plan.page_bytes;
+     * memory budget (12 of each group with sliding-window layers); a hybrid
+     * one's budget also pays for state slots and checkpoints, so its
+     * segment is cut down to 12 pages directly. */
+    o.memory_bytes = 12 * (plan.page_bytes + plan.swa_page_bytes);
     if (v->m->n_rec_layers > 0) {
         o.memory_bytes = 0;
         v->force_pages = 12;
@@ -836,13 +839,13 @@ static void hy_e_sched(void)
 static void hy_e_runner(hy_model_t *m, hy_backend_t *be)
 {
     char err[HY_ERR_LEN] = "", err2[HY_ERR_LEN] = "", perr[HY_ERR_LEN] = "ok";
-    hy_pt_params_t pp = {4, 16, 0, 0, 0};
+    hy_pt_params_t pp = {4, 16, 0, 0, 0, 0};
     hy_pt_t *pt = NULL;
     hy_runner_t r;
     hy_runner_opts_t o;
     hy_pt_counts_t c[3];
     int32_t pages[2] = {7, 1}, tok[40] = {0};
-    hy_kv_seq_t bad = {pages, 2, 2, 0, 0}, a = {0}, b = {0};
+    hy_kv_seq_t bad = {.pages = pages, .n_pages = 2, .cap = 2}, a = {0}, b = {0};
     hy_runner_item_t it[2] = {{&bad, tok, 20, false}, {&b, tok, 40, false}};
     float *logits = malloc(sizeof(float) * 2 * (size_t)m->n_vocab);
     int rc[3] = {0};
@@ -890,7 +893,7 @@ int main(void)
      * Mamba-2 with and without attention layers first), picked by name from
      * the manifest: a name it no longer lists fails. */
     static const char *const models[] = {"llama", "qwen3next", "lfm2", "granitehybrid-dense",
-                                         "nemotron_h", "minimax"};
+                                         "nemotron_h", "minimax", "gemma3", "gemma2", "lfm2-swa"};
     hy_t_golden_t golden[HY_T_GOLDEN_MAX];
     int n_golden = hy_t_golden_models(golden, HY_T_GOLDEN_MAX);
     hy_backend_opts_t bo = {.n_threads = 1};
@@ -920,7 +923,7 @@ int main(void)
             hy_e_batch(&v, models[k]);
         hy_e_prefix(&v, models[k]);
         hy_e_resume(&v, models[k]);
-        if (k == 0 || k == 2) /* qwen3next's decode is the slow one */
+        if (k == 0 || k == 2 || k >= 6) /* qwen3next's decode is the slow one */
             hy_e_preempt(&v, models[k]);
         if (k == 0) {
             hy_e_cancel(&v, models[k]);

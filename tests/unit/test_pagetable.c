@@ -19,7 +19,7 @@ static char err[HY_ERR_LEN];
 
 static int setup(int n_pages, int n_ckpt, int n_state)
 {
-    hy_pt_params_t p = {n_pages, BT, n_state, n_ckpt, 0};
+    hy_pt_params_t p = {n_pages, BT, n_state, n_ckpt, 0, 0};
     hy_pt_layout_t l;
 
     free(mem);
@@ -49,7 +49,7 @@ static bool accounting_ok(const char *what)
 static int run_seq(const int32_t *tok, int n, bool hybrid, bool keep, int32_t *pages_out)
 {
     int32_t pages[256];
-    hy_pt_match_t m = {pages, 256, 0, 0, -1, 0};
+    hy_pt_match_t m = {pages, 256, 0, 0, -1, 0, NULL, 0, 0};
     int32_t nb = (n + BT - 1) / BT, b;
     uint64_t h;
 
@@ -57,14 +57,14 @@ static int run_seq(const int32_t *tok, int n, bool hybrid, bool keep, int32_t *p
         return -1;
     if (m.ckpt >= 0)
         hy_pt_checkpoint_release(&pt, m.ckpt, err); /* state copied out */
-    if (hy_pt_alloc_pages(&pt, nb - m.n_blocks, pages + m.n_blocks, err) != HY_OK) {
-        hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    if (hy_pt_alloc_pages(&pt, HY_KV_FULL, nb - m.n_blocks, pages + m.n_blocks, err) != HY_OK) {
+        hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
         return -2;
     }
     h = m.hash;
     for (b = m.n_blocks; b < n / BT; b++) {
         h = hy_pt_block_hash(h, tok + b * BT, BT);
-        hy_pt_commit_block(&pt, pages[b], h, b, tok + b * BT, err);
+        hy_pt_commit_block(&pt, HY_KV_FULL, pages[b], h, b, tok + b * BT, err);
         if (hybrid && b == n / BT - 1) {
             int32_t slot;
             bool existed;
@@ -79,13 +79,13 @@ static int run_seq(const int32_t *tok, int n, bool hybrid, bool keep, int32_t *p
     if (pages_out)
         memcpy(pages_out, pages, sizeof(int32_t) * (size_t)nb);
     if (!keep)
-        hy_pt_release_seq(&pt, pages, nb, err);
+        hy_pt_release_seq(&pt, HY_KV_FULL, pages, nb, err);
     return m.n_tokens;
 }
 
 static void test_params(void)
 {
-    hy_pt_params_t p = {0, 16, 0, 0, 0};
+    hy_pt_params_t p = {0, 16, 0, 0, 0, 0};
     hy_pt_layout_t l;
     int i;
 
@@ -107,7 +107,7 @@ static void test_params(void)
 static void test_hits_and_misses(void)
 {
     int32_t a[12], b[12], pages[8];
-    hy_pt_match_t m = {pages, 8, 0, 0, -1, 0};
+    hy_pt_match_t m = {pages, 8, 0, 0, -1, 0, NULL, 0, 0};
     int i, r;
 
     setup(16, 0, 0);
@@ -120,21 +120,21 @@ static void test_hits_and_misses(void)
     r = hy_pt_match(&pt, b, 12, false, &m, err);
     HY_T_OK(r == HY_OK && m.n_blocks == 1, "prompt differing in block 1 hits only block 0: %d",
             m.n_blocks);
-    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     HY_T_OK(hy_pt_match(&pt, a, 3, false, &m, err) == HY_OK && m.n_blocks == 0,
             "prompt shorter than one block: no hit");
     HY_T_OK(hy_pt_match(&pt, a, BT, false, &m, err) == HY_OK && m.n_blocks == 0,
             "prompt of exactly one block: no hit (a token must remain)");
     HY_T_OK(hy_pt_match(&pt, a, BT + 1, false, &m, err) == HY_OK && m.n_blocks == 1,
             "one block + 1 token: hit");
-    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     accounting_ok("hits/misses");
 }
 
 static void test_collision_guard(void)
 {
     int32_t a[9], pages[4];
-    hy_pt_match_t m = {pages, 4, 0, 0, -1, 0};
+    hy_pt_match_t m = {pages, 4, 0, 0, -1, 0, NULL, 0, 0};
     int32_t p, i;
     uint64_t h;
 
@@ -143,13 +143,13 @@ static void test_collision_guard(void)
     setup(8, 0, 0);
     for (i = 0; i < 9; i++)
         a[i] = i + 1;
-    hy_pt_alloc_pages(&pt, 1, &p, err);
+    hy_pt_alloc_pages(&pt, HY_KV_FULL, 1, &p, err);
     h = hy_pt_block_hash(HY_PT_HASH_ROOT, a, BT);
     {
         int32_t other[BT] = {9, 9, 9, 9};
-        hy_pt_commit_block(&pt, p, h, 0, other, err);
+        hy_pt_commit_block(&pt, HY_KV_FULL, p, h, 0, other, err);
     }
-    hy_pt_release_seq(&pt, &p, 1, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, &p, 1, err);
     HY_T_OK(hy_pt_match(&pt, a, 9, false, &m, err) == HY_OK && m.n_blocks == 0,
             "hash hit with different tokens is not a hit");
     accounting_ok("collision guard");
@@ -182,7 +182,7 @@ static void test_multi_turn(void)
 static void test_checkpoint_gating(void)
 {
     int32_t t[40], pages[16], slot;
-    hy_pt_match_t m = {pages, 16, 0, 0, -1, 0};
+    hy_pt_match_t m = {pages, 16, 0, 0, -1, 0, NULL, 0, 0};
     bool existed;
     int i;
     uint64_t h = HY_PT_HASH_ROOT, h2 = 0;
@@ -203,10 +203,10 @@ static void test_checkpoint_gating(void)
     HY_T_OK(i == HY_OK && m.n_blocks == 2 && m.ckpt == slot,
             "hybrid hit stops at the checkpoint after block 1: %d blocks", m.n_blocks);
     hy_pt_checkpoint_release(&pt, m.ckpt, err);
-    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     HY_T_OK(hy_pt_match(&pt, t, 40, false, &m, err) == HY_OK && m.n_blocks == 8,
             "attention-only match of the same prompt: 8 blocks");
-    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     hy_pt_checkpoint_put(&pt, h, &slot, &existed, err);
     HY_T_OK(existed, "second put at the same boundary returns the existing checkpoint");
     hy_pt_checkpoint_release(&pt, slot, err);
@@ -262,31 +262,31 @@ static void test_eviction_pressure(void)
                 ok = 0;
     }
     HY_T_OK(ok, "50 prompts churn the pool; the 8 referenced pages are never evicted");
-    HY_T_OK(hy_pt_alloc_pages(&pt, 9, extra, err) == HY_EFULL,
+    HY_T_OK(hy_pt_alloc_pages(&pt, HY_KV_FULL, 9, extra, err) == HY_EFULL,
             "alloc beyond free + cached: HY_EFULL (%s)", err);
-    HY_T_OK(hy_pt_alloc_pages(&pt, 8, extra, err) == HY_OK,
+    HY_T_OK(hy_pt_alloc_pages(&pt, HY_KV_FULL, 8, extra, err) == HY_OK,
             "alloc of exactly free + cached succeeds by evicting");
     hy_pt_counts(&pt, &c);
     HY_T_OK(c.pages_used == 16 && c.pages_free == 0 && c.pages_cached == 0, "pool full");
     accounting_ok("eviction: full");
-    hy_pt_release_seq(&pt, extra, 8, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, extra, 8, err);
     {
-        hy_pt_match_t m = {pages, 16, 0, 0, -1, 0};
+        hy_pt_match_t m = {pages, 16, 0, 0, -1, 0, NULL, 0, 0};
         i = hy_pt_match(&pt, t, 30, false, &m, err);
         HY_T_OK(i == HY_OK && m.n_blocks == 7,
                 "the held sequence's blocks are still shared by a new match: %d", m.n_blocks);
         HY_T_OK(pt.pages[held[0]].refcount == 2, "shared page refcount 2");
-        hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+        hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     }
-    hy_pt_release_seq(&pt, held, 8, err);
-    HY_T_OK(hy_pt_release_seq(&pt, held, 1, err) == HY_EINVAL, "double release refused: %s", err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, held, 8, err);
+    HY_T_OK(hy_pt_release_seq(&pt, HY_KV_FULL, held, 1, err) == HY_EINVAL, "double release refused: %s", err);
     accounting_ok("eviction pressure");
 }
 
 static void test_lru_order(void)
 {
     int32_t a[9], b[9], c9[9], pages[4], p;
-    hy_pt_match_t m = {pages, 4, 0, 0, -1, 0};
+    hy_pt_match_t m = {pages, 4, 0, 0, -1, 0, NULL, 0, 0};
     int i;
 
     /* 4 pages: A and B cached (2 blocks each), touch A, then allocating 2
@@ -297,11 +297,11 @@ static void test_lru_order(void)
     run_seq(a, 8, false, false, NULL);
     run_seq(b, 8, false, false, NULL);
     hy_pt_match(&pt, a, 9, false, &m, err);
-    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     run_seq(c9, 8, false, false, NULL);
     HY_T_OK(hy_pt_match(&pt, a, 9, false, &m, err) == HY_OK && m.n_blocks == 2,
             "recently used prefix survives eviction");
-    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     HY_T_OK(hy_pt_match(&pt, b, 9, false, &m, err) == HY_OK && m.n_blocks == 0,
             "least recently used prefix was evicted");
     (void)p;
@@ -315,14 +315,14 @@ static void test_duplicate_and_partial(void)
     hy_pt_counts_t c;
 
     setup(8, 0, 0);
-    hy_pt_alloc_pages(&pt, 2, p, err);
-    hy_pt_alloc_pages(&pt, 2, q, err);
-    HY_T_OK(hy_pt_commit_block(&pt, p[0], h, 0, t, err) == HY_OK, "first commit indexes");
-    HY_T_OK(hy_pt_commit_block(&pt, q[0], h, 0, t, err) == 1, "twin commit stays private");
-    HY_T_OK(hy_pt_commit_block(&pt, p[0], h, 0, t, err) == HY_EINVAL, "recommit refused");
+    hy_pt_alloc_pages(&pt, HY_KV_FULL, 2, p, err);
+    hy_pt_alloc_pages(&pt, HY_KV_FULL, 2, q, err);
+    HY_T_OK(hy_pt_commit_block(&pt, HY_KV_FULL, p[0], h, 0, t, err) == HY_OK, "first commit indexes");
+    HY_T_OK(hy_pt_commit_block(&pt, HY_KV_FULL, q[0], h, 0, t, err) == 1, "twin commit stays private");
+    HY_T_OK(hy_pt_commit_block(&pt, HY_KV_FULL, p[0], h, 0, t, err) == HY_EINVAL, "recommit refused");
     /* p[1], q[1] are partial last blocks: never committed */
-    hy_pt_release_seq(&pt, p, 2, err);
-    hy_pt_release_seq(&pt, q, 2, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, p, 2, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, q, 2, err);
     hy_pt_counts(&pt, &c);
     HY_T_OK(c.pages_cached == 1 && c.pages_free == 7,
             "only the indexed full block is cached; twin and partial blocks freed (%d cached)",
