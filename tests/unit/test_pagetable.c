@@ -2,8 +2,10 @@
  * test_pagetable.c - the page table and prefix cache in private memory:
  * hits and misses, multi-turn reuse, checkpoint-gated matches for hybrid
  * models, LRU eviction under pressure (never of a referenced page),
- * duplicate blocks, recovery, and the used + free + cached == total
- * invariant after every scenario.
+ * duplicate blocks, recovery, the sliding-window page group (hits need the
+ * window before the hit point; slid-out pages are evicted first; a full
+ * page's eviction takes the sliding page of its block along), and the
+ * used + free + cached == total invariant, per group, after every scenario.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +19,9 @@ static hy_pt_t pt;
 static void *mem;
 static char err[HY_ERR_LEN];
 
-static int setup(int n_pages, int n_ckpt, int n_state)
+static int setup_groups(int n_pages, int n_swa, int n_ckpt, int n_state)
 {
-    hy_pt_params_t p = {n_pages, BT, n_state, n_ckpt, 0, 0};
+    hy_pt_params_t p = {n_pages, BT, n_state, n_ckpt, 0, n_swa};
     hy_pt_layout_t l;
 
     free(mem);
@@ -29,6 +31,11 @@ static int setup(int n_pages, int n_ckpt, int n_state)
     return hy_pt_init(&pt, mem, l.total_size, &p, NULL, err);
 }
 
+static int setup(int n_pages, int n_ckpt, int n_state)
+{
+    return setup_groups(n_pages, 0, n_ckpt, n_state);
+}
+
 static bool accounting_ok(const char *what)
 {
     hy_pt_counts_t c;
@@ -36,10 +43,12 @@ static bool accounting_ok(const char *what)
 
     hy_pt_counts(&pt, &c);
     HY_T_OK(rc == HY_OK && c.pages_used + c.pages_free + c.pages_cached == c.pages_total &&
+                c.swa_used + c.swa_free + c.swa_cached == c.swa_total &&
                 c.ckpt_used + c.ckpt_free + c.ckpt_cached == c.ckpt_total,
-            "%s: accounting (pages %d+%d+%d=%d, ckpt %d+%d+%d=%d) %s", what, c.pages_used,
-            c.pages_free, c.pages_cached, c.pages_total, c.ckpt_used, c.ckpt_free, c.ckpt_cached,
-            c.ckpt_total, rc == HY_OK ? "" : err);
+            "%s: accounting (pages %d+%d+%d=%d, sliding %d+%d+%d=%d, ckpt %d+%d+%d=%d) %s", what,
+            c.pages_used, c.pages_free, c.pages_cached, c.pages_total, c.swa_used, c.swa_free,
+            c.swa_cached, c.swa_total, c.ckpt_used, c.ckpt_free, c.ckpt_cached, c.ckpt_total,
+            rc == HY_OK ? "" : err);
     return rc == HY_OK;
 }
 
@@ -361,6 +370,136 @@ static void test_state_slots_and_recover(void)
     accounting_ok("after recover + reuse");
 }
 
+/* ---- the sliding-window group -------------------------------------------- */
+
+#define W 6 /* window: the next token sees its own position and the 5 before */
+
+/* A sequence of a model with sliding layers, as the engine runs it: match
+ * (full pages + the window's sliding pages), both groups' pages for the
+ * rest, every full block committed in both groups, the sliding blocks the
+ * window has left released as stale - except the window before the
+ * prompt's last block boundary, which an exact repeat resumes from - and
+ * the rest released at the end.  Returns matched tokens (*swa_first: the
+ * match's first sliding block). */
+static int run_swa_seq(const int32_t *tok, int n, int32_t *swa_first)
+{
+    int32_t pages[64], swa[64], nb = (n + BT - 1) / BT, b, lo, pb = (n - 1) / BT * BT, klo, k;
+    hy_pt_match_t m = {pages, 64, 0, 0, -1, 0, swa, W, 0};
+    uint64_t h;
+
+    if (hy_pt_match(&pt, tok, n, false, &m, err) != HY_OK)
+        return -1;
+    if (swa_first)
+        *swa_first = m.swa_first;
+    if (hy_pt_alloc_pages(&pt, HY_KV_FULL, nb - m.n_blocks, pages + m.n_blocks, err) != HY_OK ||
+        hy_pt_alloc_pages(&pt, HY_KV_SWA, nb - m.n_blocks, swa + m.n_blocks, err) != HY_OK)
+        return -2;
+    h = m.hash;
+    for (b = m.n_blocks; b < n / BT; b++) {
+        h = hy_pt_block_hash(h, tok + b * BT, BT);
+        hy_pt_commit_block(&pt, HY_KV_FULL, pages[b], h, b, tok + b * BT, err);
+        hy_pt_commit_block(&pt, HY_KV_SWA, swa[b], h, b, tok + b * BT, err);
+    }
+    lo = hy_kv_swa_first_block(W, BT, n);
+    klo = hy_kv_swa_first_block(W, BT, pb);
+    for (k = m.swa_first; k < lo; k++) {
+        if (k >= klo && k < pb / BT)
+            hy_pt_release_seq(&pt, HY_KV_SWA, swa + k, 1, err);
+        else
+            hy_pt_release_stale(&pt, HY_KV_SWA, swa + k, 1, err);
+    }
+    hy_pt_release_seq(&pt, HY_KV_SWA, swa + lo, nb - lo, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, nb, err);
+    return m.n_tokens;
+}
+
+static void test_sliding_group(void)
+{
+    int32_t a[32], b[32], pages[64], swa[64], extra[32], first = -1;
+    hy_pt_match_t m = {pages, 64, 0, 0, -1, 0, swa, W, 0};
+    hy_pt_counts_t c;
+    int r, i;
+
+    setup_groups(32, 12, 0, 0);
+    for (i = 0; i < 32; i++)
+        a[i] = 300 + i, b[i] = 300 + i;
+    b[13] = 9; /* leaves a in block 3 */
+    HY_T_OK(run_swa_seq(a, 24, NULL) == 0, "sliding: cold 24-token prompt misses");
+    hy_pt_counts(&pt, &c);
+    HY_T_OK(c.pages_cached == 6 && c.swa_cached == 6 && c.swa_used == 0,
+            "sliding: its 6 blocks cached in both groups (%d full, %d sliding)", c.pages_cached,
+            c.swa_cached);
+    accounting_ok("sliding: one prompt");
+    /* 25 tokens: a hit of 6 blocks needs the sliding pages of positions 19..23 */
+    r = run_swa_seq(a, 25, &first);
+    HY_T_OK(r == 24 && first == hy_kv_swa_first_block(W, BT, 24) && first == 4,
+            "sliding: 24 tokens hit, sliding pages from block %d (window %d)", first, W);
+    /* take every free sliding page and 4 more: the slid-out blocks 0..3,
+     * at the front of the LRU, are evicted before the last window 4..5 */
+    hy_pt_counts(&pt, &c);
+    r = hy_pt_alloc_pages(&pt, HY_KV_SWA, c.swa_free + 4, extra, err);
+    hy_pt_counts(&pt, &c);
+    HY_T_OK(r == HY_OK && c.swa_cached == 2 && c.swa_evictions == 4,
+            "sliding: slid-out pages evicted first (%d cached, %llu evictions)", c.swa_cached,
+            (unsigned long long)c.swa_evictions);
+    r = hy_pt_match(&pt, a, 25, false, &m, err);
+    HY_T_OK(r == HY_OK && m.n_blocks == 6 && m.swa_first == 4 && swa[0] == -1 && swa[3] == -1 &&
+                swa[4] >= 0 && swa[5] >= 0,
+            "sliding: the hit at 24 still has its window (blocks %d.., %d blocks)", m.swa_first,
+            m.n_blocks);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_SWA, swa + m.swa_first, m.n_blocks - m.swa_first, err);
+    /* b leaves a inside block 3: a hit at 12 would need blocks 1..2, gone */
+    r = hy_pt_match(&pt, b, 20, false, &m, err);
+    HY_T_OK(r == HY_OK && m.n_blocks == 0,
+            "sliding: full pages of 3 blocks but no window before them: no hit (%d)",
+            m.n_blocks);
+    hy_pt_release_seq(&pt, HY_KV_SWA, extra, c.swa_used, err);
+    accounting_ok("sliding: evictions");
+    /* b computes blocks 0..2 again; block 1..2's sliding pages, the window
+     * before its branch at 12, are cached again: c hits there */
+    r = run_swa_seq(b, 20, NULL);
+    memcpy(a, b, sizeof b);
+    a[17] = 11; /* leaves b in block 4 */
+    i = r == 0 ? run_swa_seq(a, 20, &first) : -1;
+    HY_T_OK(i == 16 && first == 2,
+            "sliding: the next prompt sharing 16 tokens hits them (%d, window from block %d)", i,
+            first);
+    /* evicting the full pages takes the cached sliding page of each block */
+    hy_pt_counts(&pt, &c);
+    r = hy_pt_alloc_pages(&pt, HY_KV_FULL, c.pages_free + c.pages_cached, extra, err);
+    hy_pt_counts(&pt, &c);
+    HY_T_OK(r == HY_OK && c.pages_cached == 0 && c.swa_cached == 0 && c.swa_free == 12,
+            "sliding: a full page's eviction frees the sliding page of its block (%d cached)",
+            c.swa_cached);
+    hy_pt_release_seq(&pt, HY_KV_FULL, extra, c.pages_used, err);
+    accounting_ok("sliding: full evictions");
+    HY_T_OK(hy_pt_alloc_pages(&pt, 2, 1, extra, err) == HY_EINVAL && strstr(err, "group 2") &&
+                hy_pt_release_seq(&pt, -1, extra, 1, err) == HY_EINVAL &&
+                strstr(err, "no page group -1") &&
+                hy_pt_commit_block(&pt, 5, 0, 1, 0, a, err) == HY_EINVAL,
+            "sliding: a bad group is refused (%s)", err);
+    HY_T_OK(hy_pt_release_seq(&pt, HY_KV_SWA, extra, 1, err) == HY_EINVAL &&
+                strstr(err, "of group 1 is not in use"),
+            "sliding: releasing a free sliding page is refused (%s)", err);
+    m.swa_pages = NULL;
+    HY_T_OK(hy_pt_match(&pt, a, 20, false, &m, err) == HY_EINVAL,
+            "sliding: a window without a sliding page array is refused (%s)", err);
+    /* recovery rebuilds the sliding pool too */
+    run_swa_seq(a, 24, NULL);
+    pt.sh->swa.free_head = -1;
+    pt.sh->swa.lru_head = 2;
+    atomic_store(&pt.sh->swa.n_cached, 77);
+    HY_T_OK(hy_pt_check(&pt, err) != HY_OK && strstr(err, "sliding page"),
+            "sliding: check notices a broken sliding pool (%s)", err);
+    hy_pt_recover(&pt);
+    accounting_ok("sliding: after recover");
+    r = run_swa_seq(a, 25, &first);
+    HY_T_OK(r == 24 && first == 4, "sliding: hits after recover (%d, window from block %d)", r,
+            first);
+    accounting_ok("sliding: after recover + reuse");
+}
+
 int main(void)
 {
     test_params();
@@ -372,6 +511,7 @@ int main(void)
     test_lru_order();
     test_duplicate_and_partial();
     test_state_slots_and_recover();
+    test_sliding_group();
     free(mem);
     return hy_t_done();
 }
