@@ -15,3 +15,4 @@ tests_unit_test_engine_LDADD = $(TEST_LDADD)
 # prefix hits (tiny gemma3 / gemma2 / lfm2-swa)
 tests_unit_test_swa_SOURCES = tests/unit/test_swa.c
 tests_unit_test_swa_LDADD = $(TEST_LDADD)
+EXTRA_DIST += tests/unit/local_req.h

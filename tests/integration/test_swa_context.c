@@ -12,13 +12,16 @@
  * scripts/fetch-model gemma3-270m; its absence is a failure): its plan at
  * 1K, 4K and 32K against its geometry (3 global layers keep every
  * position, 15 sliding ones the last 512), a 32K runner's pool against
- * the plan, and a 1024-token prefill holding what the plan says.
+ * the plan, a 1024-token prefill holding what the plan says, and a
+ * repeated 4096-token prompt that hits 4080 tokens and samples what its
+ * cold run sampled.
  * Integration, not unit: tens of seconds, so out of the sanitizer build.
  */
 #include "engine/runner.h"
 #include "kv/plan.h"
 #include "../unit/test.h"
 #include "../unit/gguf_patch.h"
+#include "../unit/local_req.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -208,6 +211,46 @@ out:
 
 /* ---- the real Gemma 3 270M --------------------------------------------------------------- */
 
+/* A 4096-token prompt, then the same again, through one local engine in
+ * steps of 512: the repeat hits every block but the last (4080 tokens;
+ * the window's sliding pages before it were kept) and samples the same
+ * tokens; its last 16 positions run in a step of their own, so the top
+ * logprobs agree to the kernels' step-shape rounding (test_swa shows the
+ * bits match when the steps have the same shape). */
+static void sc_real_prefix(hy_model_t *m)
+{
+    char err[HY_ERR_LEN] = "";
+    hy_engine_opts_t o;
+    hy_local_engine_t le;
+    sw_out_t outs[4], cold = {0}, warm = {0};
+    int32_t *prompt = sc_tokens(4096, m->n_vocab, 1000), c0 = -1, c1 = -1;
+    double t0 = sc_now(), gap;
+    int rc, rc2;
+
+    memset(&o, 0, sizeof o);
+    memset(&le, 0, sizeof le);
+    o.max_batch_tokens = 512;
+    o.max_seqs = 1;
+    o.n_ctx = 4096 + 64;
+    o.page_tokens = 16;
+    o.kv_type = HY_DTYPE_F16;
+    o.n_request_slots = 2;
+    rc = prompt != NULL ? hy_local_engine_open(&le, m, g_be, &o, sw_on_token, outs, err)
+                        : hy_err(err, HY_ENOMEM, "out of memory");
+    if (rc == HY_OK)
+        rc = sw_request(&le, prompt, 4096, outs, &cold, &c0, err);
+    if (rc == HY_OK)
+        rc = sw_request(&le, prompt, 4096, outs, &warm, &c1, err);
+    if (le.engine != NULL && (rc2 = hy_local_engine_close(&le, err)) != HY_OK && rc == HY_OK)
+        rc = rc2;
+    gap = sw_gap(&cold, &warm);
+    HY_T_OK(rc == HY_OK && c0 == 0 && c1 == 4080 && cold.n == SW_GEN && gap < 1e-2,
+            "Gemma 3 270M: a repeated 4096-token prompt hits %d cached tokens (cold %d), samples "
+            "the same %d tokens, top-5 logprobs within %.2g (%.0f s; %s)", c1, c0, SW_GEN, gap,
+            sc_now() - t0, rc ? err : "ok");
+    free(prompt);
+}
+
 static void sc_real(void)
 {
     static const int32_t lens[] = {1024, 4096, 32768};
@@ -274,6 +317,7 @@ static void sc_real(void)
             (unsigned long long)hy_plan_seq_kv_bytes(&p, 1024), rc ? err : "ok");
     hy_runner_seq_release(&r, &seq);
     hy_runner_free(&r);
+    sc_real_prefix(m);
 out:
     free(ids);
     hy_model_free(m);
