@@ -664,8 +664,9 @@ int hy_pt_match_ex(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_chec
     for (b = 0; b < best; b++)
         entry_ref(pt, &pt->sh->pages, pt_ents(pt, &pt->sh->pages), m->pages[b]);
     lo = window > 0 ? hy_kv_swa_first_block(window, bt, best * bt) : best;
-    for (b = 0; window > 0 && b < best; b++) {
-        if (b < lo)
+    /* refs on the window's pages; -1 wherever the caller holds none */
+    for (b = 0; window > 0 && b < found; b++) {
+        if (b < lo || b >= best)
             m->swa_pages[b] = -1;
         else
             entry_ref(pt, &pt->sh->swa, pt_ents(pt, &pt->sh->swa), m->swa_pages[b]);
