@@ -15,7 +15,7 @@
 #include "backend/backend.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
-#include "kv/pagetable.h"
+#include "ipc/pagetable.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "test.h"
