@@ -509,8 +509,7 @@ static void hy_cpu_mem_allocated(hy_backend_t *be, uint64_t *kv_bytes, uint64_t 
 {
     hy_cpu_t *cpu = be->ctx;
 
-    *kv_bytes = cpu->kv_ready ? (uint64_t)(cpu->k_page_bytes + cpu->v_page_bytes) *
-                                    (uint64_t)cpu->kv.n_pages * (uint64_t)cpu->kv.n_layers
+    *kv_bytes = cpu->kv_ready ? hy_kv_layout_bytes(&cpu->kv, cpu->k_page_bytes, cpu->v_page_bytes)
                               : 0;
     *state_bytes = cpu->st ? (uint64_t)cpu->st_slot_floats * sizeof(float) *
                                  (uint64_t)cpu->st_slots
