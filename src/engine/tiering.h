@@ -16,15 +16,20 @@
 #include "backend/backend.h"
 #include "ipc/pagetable.h"
 #include "ipc/tier.h"
+#include "kv/plan.h"
 
 typedef struct hy_tiering hy_tiering_t;
 
 /* Hooks store under pt (which then demotes instead of dropping).
  * max_blocks: the most full blocks a prompt has (n_ctx / page_tokens).
  * n_state_slots: the backend state slots before the checkpoint slots.
- * HY_EUNSUPPORTED when the backend cannot copy pages out. */
+ * window: the sliding page group's (0: none); page_bytes: the backend's
+ * bytes of a page of each group, which must be the store's units.
+ * HY_EUNSUPPORTED when the backend cannot copy pages out, HY_EINVAL when
+ * the store was sized for other pages. */
 int hy_tiering_create(hy_tiering_t **out, hy_pt_t *pt, hy_backend_t *be, hy_tier_t *store,
-                      int32_t max_blocks, int32_t n_state_slots, bool hybrid, char *err);
+                      int32_t max_blocks, int32_t n_state_slots, bool hybrid, int32_t window,
+                      const uint64_t page_bytes[HY_KV_GROUPS], char *err);
 /* Unhooks and frees (the store stays the caller's). */
 void hy_tiering_free(hy_tiering_t *tg);
 
@@ -37,5 +42,12 @@ int hy_tiering_prepare(hy_tiering_t *tg, const int32_t *tokens, int32_t n);
  * tier (those it lacks): at shutdown, so a restart finds them.  The
  * engine must be stopped.  Returns the entries written. */
 int64_t hy_tiering_persist_hot(hy_tiering_t *tg);
+
+/* The store options a model's geometry gives (the plan the engine uses,
+ * its pools of n_pages full-group and n_swa_pages sliding-group pages):
+ * each kind's unit bytes, the sliding pages' share of the warm tier, and
+ * the files' identity except the model's size and SHA-256. */
+void hy_tiering_store_opts(const hy_model_t *m, const hy_plan_t *plan, int32_t n_pages,
+                           int32_t n_swa_pages, hy_tier_opts_t *to);
 
 #endif

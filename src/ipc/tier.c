@@ -108,6 +108,11 @@ static int64_t tier_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+static const char *tier_kind_name(int k)
+{
+    return k == HY_TIER_CKPT ? "checkpoint" : k == HY_TIER_SWA ? "sliding-window page" : "page";
+}
+
 static bool disk_usable(const hy_tier_t *t)
 {
     return t->disk_state == HY_TIER_DISK_INDEXING || t->disk_state == HY_TIER_DISK_READY;
@@ -159,7 +164,7 @@ static void derive_free(const hy_tier_t *t, int64_t n[HY_TIER_LEVELS][HY_TIER_KI
 
     b[HY_TIER_WARM][HY_TIER_FREE] = 0;
     for (int k = 0; k < HY_TIER_KINDS; k++) {
-        uint64_t file = hy_tier_file_header_bytes(k == HY_TIER_PAGE ? t->o.ident.page_tokens : 0) +
+        uint64_t file = hy_tier_file_header_bytes(hy_tier_kind_is_page(k) ? t->o.ident.page_tokens : 0) +
                         t->o.unit_bytes[k];
 
         n[HY_TIER_WARM][k][HY_TIER_FREE] = t->n_warm[k] - n[HY_TIER_WARM][k][HY_TIER_USED] -
@@ -337,7 +342,7 @@ static int32_t entry_new(hy_tier_t *t, int32_t kind, uint64_t hash, int32_t dept
     e->kind = (uint8_t)kind;
     e->warm = -1;
     e->wprev = e->wnext = e->cprev = e->cnext = e->qnext = -1;
-    if (kind == HY_TIER_PAGE && tokens != NULL)
+    if (hy_tier_kind_is_page(kind) && tokens != NULL)
         memcpy(tok_of(t, i), tokens, sizeof(int32_t) * t->o.ident.page_tokens);
     b = bucket_of(t, kind, hash);
     e->hnext = t->buckets[b];
@@ -365,7 +370,7 @@ static void entry_gc(hy_tier_t *t, int32_t i)
 
 static bool page_matches(hy_tier_t *t, int32_t i, int32_t depth, const int32_t *tokens)
 {
-    return t->e[i].kind != HY_TIER_PAGE ||
+    return !hy_tier_kind_is_page(t->e[i].kind) ||
            (t->e[i].depth == depth &&
             memcmp(tok_of(t, i), tokens, sizeof(int32_t) * t->o.ident.page_tokens) == 0);
 }
@@ -460,7 +465,7 @@ static bool cold_room(hy_tier_t *t, uint64_t bytes)
 
 static uint64_t file_bytes_of(const hy_tier_t *t, int32_t kind)
 {
-    return hy_tier_file_header_bytes(kind == HY_TIER_PAGE ? t->o.ident.page_tokens : 0) +
+    return hy_tier_file_header_bytes(hy_tier_kind_is_page(kind) ? t->o.ident.page_tokens : 0) +
            t->o.unit_bytes[kind];
 }
 
@@ -541,8 +546,8 @@ static void job_write(hy_tier_t *t, int32_t i)
     memset(&r, 0, sizeof r);
     r.kind = e->kind;
     r.hash = e->hash;
-    r.depth = e->kind == HY_TIER_PAGE ? e->depth : -1;
-    r.n_tokens = e->kind == HY_TIER_PAGE ? t->o.ident.page_tokens : 0;
+    r.depth = hy_tier_kind_is_page(e->kind) ? e->depth : -1;
+    r.n_tokens = hy_tier_kind_is_page(e->kind) ? t->o.ident.page_tokens : 0;
     r.payload_bytes = t->o.unit_bytes[e->kind];
     if (r.n_tokens > 0)
         memcpy(tokens, tok_of(t, i), sizeof(int32_t) * r.n_tokens);
@@ -559,7 +564,7 @@ static void job_write(hy_tier_t *t, int32_t i)
 static int read_check(hy_tier_t *t, int32_t i, const hy_tier_rec_t *r, const int32_t *tokens,
                       char *why)
 {
-    if (t->e[i].kind == HY_TIER_PAGE &&
+    if (hy_tier_kind_is_page(t->e[i].kind) &&
         (r->depth != t->e[i].depth ||
          memcmp(tokens, tok_of(t, i), sizeof(int32_t) * t->o.ident.page_tokens) != 0))
         return hy_err(why, HY_EFORMAT, "holds another block than it did when indexed");
@@ -976,33 +981,51 @@ static void warm_release(hy_tier_t *t, void *p, size_t bytes)
 }
 
 /* Splits warm_bytes into slots: a quarter for checkpoints (as the hot
- * budget), at least one of each kind the model has. */
+ * budget) when the model has them; the rest for pages, shared between the
+ * two page groups as the hot pool shares its bytes (o.swa_share), so each
+ * group's warm tier is the same multiple of its hot pool; at least one
+ * slot of each kind the model has. */
 static int warm_size(hy_tier_t *t, char *err)
 {
     uint64_t w = t->o.warm_bytes, pb = t->o.unit_bytes[HY_TIER_PAGE],
-             sb = t->o.unit_bytes[HY_TIER_CKPT], nc = 0, np;
+             sb = t->o.unit_bytes[HY_TIER_CKPT], wb = t->o.unit_bytes[HY_TIER_SWA], nc = 0, np,
+             ns = 0, pages;
 
     if (w == 0)
         return HY_OK;
     if (pb == 0)
-        return hy_err(err, HY_EINVAL, "warm tier: the model keeps no KV pages");
+        return hy_err(err, HY_EINVAL, "warm tier: the model keeps no full-attention KV pages "
+                      "(every attention layer slides, or none keeps KV): not supported");
     if (sb > 0) {
         nc = w / 4 / sb;
-        if (nc == 0 && w >= sb + pb)
+        if (nc == 0 && w >= sb + pb + wb)
             nc = 1;
         if (nc == 0)
             return hy_err(err, HY_ERANGE, "warm tier: %llu bytes hold no state checkpoint of "
                           "%llu bytes and a page of %llu", (unsigned long long)w, (unsigned long long)sb,
                           (unsigned long long)pb);
     }
-    np = (w - nc * sb) / pb;
+    pages = w - nc * sb;
+    if (wb > 0) {
+        double share = t->o.swa_share > 0 && t->o.swa_share < 1 ? t->o.swa_share : 0.5;
+
+        ns = (uint64_t)((double)pages * share) / wb;
+        if (ns == 0 && pages >= wb + pb)
+            ns = 1;
+        if (ns == 0)
+            return hy_err(err, HY_ERANGE, "warm tier: %llu bytes hold no sliding-window page of "
+                          "%llu bytes and a page of %llu", (unsigned long long)w,
+                          (unsigned long long)wb, (unsigned long long)pb);
+    }
+    np = (pages - ns * wb) / pb;
     if (np == 0)
         return hy_err(err, HY_ERANGE, "warm tier: %llu bytes hold no KV page of %llu bytes",
                       (unsigned long long)w, (unsigned long long)pb);
-    if (np > INT32_MAX / 2 || nc > INT32_MAX / 2)
+    if (np > INT32_MAX / 2 || nc > INT32_MAX / 2 || ns > INT32_MAX / 2)
         return hy_err(err, HY_ERANGE, "warm tier: too many slots");
     t->n_warm[HY_TIER_PAGE] = (int32_t)np;
     t->n_warm[HY_TIER_CKPT] = (int32_t)nc;
+    t->n_warm[HY_TIER_SWA] = (int32_t)ns;
     for (int k = 0; k < HY_TIER_KINDS; k++) {
         t->arena_bytes[k] = (size_t)t->n_warm[k] * (size_t)t->o.unit_bytes[k];
         if (t->n_warm[k] == 0)
@@ -1011,7 +1034,7 @@ static int warm_size(hy_tier_t *t, char *err)
         t->warm_free[k] = malloc(sizeof(int32_t) * (size_t)t->n_warm[k]);
         if (t->arena[k] == NULL || t->warm_free[k] == NULL)
             return hy_err(err, HY_ENOMEM, "warm tier: cannot allocate %zu bytes of %s slots",
-                          t->arena_bytes[k], k == HY_TIER_PAGE ? "page" : "checkpoint");
+                          t->arena_bytes[k], tier_kind_name(k));
         for (int32_t s = 0; s < t->n_warm[k]; s++)
             t->warm_free[k][s] = t->n_warm[k] - 1 - s;
         t->n_warm_free[k] = t->n_warm[k];
@@ -1189,6 +1212,11 @@ hy_tier_stats_t *hy_tier_stats(hy_tier_t *t) { return t->st; }
 int32_t hy_tier_slots(const hy_tier_t *t, int32_t kind)
 {
     return hy_tier_has(t, kind) ? t->n_warm[kind] : 0;
+}
+
+uint64_t hy_tier_unit_bytes(const hy_tier_t *t, int32_t kind)
+{
+    return kind >= 0 && kind < HY_TIER_KINDS ? t->o.unit_bytes[kind] : 0;
 }
 
 bool hy_tier_has(const hy_tier_t *t, int32_t kind)
@@ -1427,8 +1455,8 @@ int hy_tier_persist(hy_tier_t *t, int32_t kind, uint64_t hash, int32_t depth,
     memset(&r, 0, sizeof r);
     r.kind = (uint32_t)kind;
     r.hash = hash;
-    r.depth = kind == HY_TIER_PAGE ? depth : -1;
-    r.n_tokens = kind == HY_TIER_PAGE ? t->o.ident.page_tokens : 0;
+    r.depth = hy_tier_kind_is_page(kind) ? depth : -1;
+    r.n_tokens = hy_tier_kind_is_page(kind) ? t->o.ident.page_tokens : 0;
     r.payload_bytes = t->o.unit_bytes[kind];
     hy_tier_file_name(name, sizeof name, (uint32_t)kind, hash);
     inject = t->o.fault ? t->o.fault(t->o.fault_ctx, HY_TIER_OP_WRITE, name) : 0;
@@ -1587,7 +1615,7 @@ int hy_tier_check(hy_tier_t *t, bool with_dir, char *err)
 
         if (slots + t->n_warm_free[k] != t->n_warm[k]) {
             rc = hy_err(err, HY_EFORMAT, "warm %s slots: %lld held + %d free != %d",
-                        k == HY_TIER_PAGE ? "page" : "checkpoint", (long long)slots,
+                        tier_kind_name(k), (long long)slots,
                         t->n_warm_free[k], t->n_warm[k]);
             goto out;
         }

@@ -13,6 +13,10 @@
  *
  * Entries are keyed like the page table: (kind, chain hash); a page also
  * keeps its block's tokens and depth, and a lookup must match them all.
+ * The page groups (common/kvgroup.h) are kinds of their own: a page of
+ * the full-attention group (HY_TIER_PAGE) and one of the sliding-window
+ * group (HY_TIER_SWA) ending at the same block share the hash, have their
+ * own sizes (their layers), warm slots and files.
  * Hot and warm are exclusive (a page promoted to hot leaves warm; demoted
  * again, it is copied again); cold is inclusive (a file stays until the
  * disk budget evicts it), which is what makes it persistent.
@@ -46,7 +50,12 @@ enum { HY_TIER_OP_WRITE, HY_TIER_OP_READ, HY_TIER_OP_INDEX };
 typedef struct hy_tier hy_tier_t;
 
 typedef struct {
-    uint64_t unit_bytes[HY_TIER_KINDS]; /* a KV page (all layers); a state checkpoint (0: none) */
+    /* a full-attention group's KV page (its layers), a state checkpoint
+     * (0: none), a sliding-window group's page (0: no such group) */
+    uint64_t unit_bytes[HY_TIER_KINDS];
+    /* the sliding group's share of the hot pool's page bytes: the warm
+     * page bytes are split the same way (0: half, when there is a group) */
+    double swa_share;
     uint64_t warm_bytes;   /* host RAM of the warm tier; 0 = no warm (and no cold) tier */
     const char *disk_dir;  /* NULL or "" = no cold tier; else needs warm_bytes > 0 */
     uint64_t disk_bytes;   /* the cold tier's files at most */
@@ -151,6 +160,8 @@ int hy_tier_check(hy_tier_t *t, bool with_dir, char *err);
 /* Whether the store has a warm tier for kind; how many warm slots. */
 bool hy_tier_has(const hy_tier_t *t, int32_t kind);
 int32_t hy_tier_slots(const hy_tier_t *t, int32_t kind);
+/* Bytes of one entry of kind (0: a kind the store does not hold). */
+uint64_t hy_tier_unit_bytes(const hy_tier_t *t, int32_t kind);
 /* The counters the store keeps (shared with /metrics): the engine adds
  * its hits per tier there. */
 hy_tier_stats_t *hy_tier_stats(hy_tier_t *t);

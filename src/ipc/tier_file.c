@@ -51,14 +51,40 @@ static uint64_t get64(const uint8_t *p)
     return v;
 }
 
+/* Fixed header bytes of a format version: version 1 had no group fields. */
+static size_t fixed_bytes(uint32_t version)
+{
+    return version == 1 ? 144 : HY_TIER_FILE_FIXED;
+}
+
+static size_t header_bytes_v(uint32_t version, uint32_t n_tokens)
+{
+    return (fixed_bytes(version) + 4 * (size_t)n_tokens + 63) & ~(size_t)63;
+}
+
 size_t hy_tier_file_header_bytes(uint32_t n_tokens)
 {
-    return ((size_t)HY_TIER_FILE_FIXED + 4 * (size_t)n_tokens + 63) & ~(size_t)63;
+    return header_bytes_v(HY_TIER_FILE_VERSION, n_tokens);
+}
+
+uint64_t hy_tier_file_unit(const hy_tier_ident_t *id, uint32_t kind)
+{
+    return kind == HY_TIER_PAGE ? id->page_bytes
+           : kind == HY_TIER_SWA ? id->swa_page_bytes
+           : kind == HY_TIER_CKPT ? id->slot_bytes
+                                  : 0;
+}
+
+static const char kind_letter[HY_TIER_KINDS] = {'p', 'c', 's'};
+
+static const char *kind_name(uint32_t kind)
+{
+    return kind == HY_TIER_CKPT ? "checkpoint" : kind == HY_TIER_SWA ? "sliding-window page" : "page";
 }
 
 void hy_tier_file_name(char *buf, size_t cap, uint32_t kind, uint64_t hash)
 {
-    snprintf(buf, cap, "%c-%016llx.hykv", kind == HY_TIER_CKPT ? 'c' : 'p',
+    snprintf(buf, cap, "%c-%016llx.hykv", kind < HY_TIER_KINDS ? kind_letter[kind] : 'p',
              (unsigned long long)hash);
 }
 
@@ -67,7 +93,8 @@ bool hy_tier_file_parse_name(const char *name, uint32_t *kind, uint64_t *hash)
     uint64_t h = 0;
     int i;
 
-    if (strlen(name) != 23 || (name[0] != 'p' && name[0] != 'c') || name[1] != '-' ||
+    if (strlen(name) != 23 || (name[0] != 'p' && name[0] != 'c' && name[0] != 's') ||
+        name[1] != '-' ||
         strcmp(name + 18, ".hykv") != 0)
         return false;
     for (i = 2; i < 18; i++) {
@@ -77,7 +104,7 @@ bool hy_tier_file_parse_name(const char *name, uint32_t *kind, uint64_t *hash)
             return false;
         h = h << 4 | (uint64_t)d;
     }
-    *kind = name[0] == 'c' ? HY_TIER_CKPT : HY_TIER_PAGE;
+    *kind = name[0] == 'c' ? HY_TIER_CKPT : name[0] == 's' ? HY_TIER_SWA : HY_TIER_PAGE;
     *hash = h;
     return true;
 }
@@ -97,6 +124,10 @@ static void ident_encode(uint8_t *p, const hy_tier_ident_t *id)
     put64(p + 72, id->page_bytes);
     put64(p + 80, id->slot_bytes);
     put64(p + 88, 0);
+    put32(p + 96, id->n_swa_layers);
+    put32(p + 100, id->swa_window);
+    put64(p + 104, id->swa_page_bytes);
+    put32(p + 112, id->swa_map_crc);
 }
 
 void hy_tier_file_encode(uint8_t *hdr, const hy_tier_ident_t *id, const hy_tier_rec_t *r,
@@ -135,7 +166,11 @@ static const char *ident_diff(const uint8_t *p, const hy_tier_ident_t *id)
         return "recurrent layers";
     if (get32(p + 64) != id->page_tokens)
         return "page tokens";
-    if (get64(p + 72) != id->page_bytes || get64(p + 80) != id->slot_bytes)
+    if (get32(p + 96) != id->n_swa_layers || get32(p + 100) != id->swa_window ||
+        get32(p + 112) != id->swa_map_crc)
+        return "sliding-window page group (layers or window)";
+    if (get64(p + 72) != id->page_bytes || get64(p + 80) != id->slot_bytes ||
+        get64(p + 104) != id->swa_page_bytes)
         return "page or state size";
     return NULL;
 }
@@ -150,7 +185,7 @@ int hy_tier_file_decode(const uint8_t *hdr, size_t hdr_len, uint64_t file_bytes,
     const char *d;
     uint64_t unit;
 
-    if (hdr_len < HY_TIER_FILE_FIXED || file_bytes < HY_TIER_FILE_FIXED)
+    if (hdr_len < fixed_bytes(1) || file_bytes < fixed_bytes(1))
         return hy_err(why, HY_EFORMAT, "truncated: %llu bytes, shorter than a header",
                       (unsigned long long)file_bytes);
     if (memcmp(hdr, tier_magic, 8) != 0)
@@ -164,7 +199,9 @@ int hy_tier_file_decode(const uint8_t *hdr, size_t hdr_len, uint64_t file_bytes,
     r->payload_crc = get32(hdr + 40);
     if (r->n_tokens > 4096)
         return hy_err(why, HY_EFORMAT, "header says %u tokens", r->n_tokens);
-    hb = hy_tier_file_header_bytes(r->n_tokens);
+    /* an older version's header is checked as that version wrote it, so
+     * it is refused for its version, not taken for corruption */
+    hb = header_bytes_v(version, r->n_tokens);
     if (hb > hdr_len || hb > file_bytes)
         return hy_err(why, HY_EFORMAT, "truncated: %llu bytes, the header alone needs %zu",
                       (unsigned long long)file_bytes, hb);
@@ -177,19 +214,25 @@ int hy_tier_file_decode(const uint8_t *hdr, size_t hdr_len, uint64_t file_bytes,
     memcpy((uint8_t *)hdr + 44, crc_field, 4);
     if (crc != stored)
         return hy_err(why, HY_EFORMAT, "header checksum mismatch");
+    if (version == 1)
+        return hy_err(why, HY_EUNSUPPORTED, "format version 1 (a page of every KV layer, written "
+                      "before sliding-window page groups), this build reads %u",
+                      HY_TIER_FILE_VERSION);
     if (version != HY_TIER_FILE_VERSION)
         return hy_err(why, HY_EUNSUPPORTED, "format version %u, this build reads %u", version,
                       HY_TIER_FILE_VERSION);
     if ((d = ident_diff(hdr + 48, id)) != NULL)
         return hy_err(why, HY_EUNSUPPORTED, "foreign: %s differs from this model's", d);
-    if (r->kind != HY_TIER_PAGE && r->kind != HY_TIER_CKPT)
+    if (r->kind >= HY_TIER_KINDS)
         return hy_err(why, HY_EFORMAT, "kind %u", r->kind);
-    unit = r->kind == HY_TIER_PAGE ? id->page_bytes : id->slot_bytes;
+    if (r->kind == HY_TIER_SWA && id->n_swa_layers == 0)
+        return hy_err(why, HY_EUNSUPPORTED, "foreign: a sliding-window page, this model has no "
+                      "sliding-window page group");
+    unit = hy_tier_file_unit(id, r->kind);
     if (r->payload_bytes != unit ||
-        r->n_tokens != (r->kind == HY_TIER_PAGE ? id->page_tokens : 0u))
+        r->n_tokens != (hy_tier_kind_is_page(r->kind) ? id->page_tokens : 0u))
         return hy_err(why, HY_EFORMAT, "payload of %llu bytes and %u tokens for a %s",
-                      (unsigned long long)r->payload_bytes, r->n_tokens,
-                      r->kind == HY_TIER_PAGE ? "page" : "checkpoint");
+                      (unsigned long long)r->payload_bytes, r->n_tokens, kind_name(r->kind));
     if (want_kind >= 0 && ((int64_t)r->kind != want_kind || r->hash != want_hash))
         return hy_err(why, HY_EFORMAT, "header is for another block than its name");
     if (file_bytes != hb + r->payload_bytes)

@@ -38,6 +38,7 @@
 #include "common/log.h"
 #include "common/sha256.h"
 #include "engine/engine.h"
+#include "engine/tiering.h"
 #include "ipc/tier.h"
 #include "kv/plan.h"
 #include "model/model.h"
@@ -670,7 +671,7 @@ static int co_start_tiers(co_t *co, char *err)
 {
     const hy_config_t *cfg = co->cfg;
     hy_tier_opts_t to;
-    hy_kv_layout_t kv;
+    hy_plan_opts_t po;
     hy_plan_t plan;
     uint64_t total = 0, avail = 0, warm = (uint64_t)cfg->cache.warm_mb << 20;
     struct stat sb;
@@ -692,26 +693,16 @@ static int co_start_tiers(co_t *co, char *err)
                       "hot_mb)", cfg->cache.warm_mb,
                       (unsigned long long)(co->be->i->host_alloc == NULL ? co->eo.memory_bytes >> 20 : 0),
                       (unsigned long long)(avail >> 20));
-    if ((rc = hy_plan_make(&plan, co->model, co->be, co->eo.n_ctx, co->eo.max_seqs,
-                           co->eo.page_tokens, co->eo.kv_type, err)) != HY_OK)
+    po = (hy_plan_opts_t){co->eo.n_ctx, co->eo.max_seqs, co->eo.page_tokens,
+                          co->eo.max_batch_tokens, co->eo.kv_type, co->eo.swa_full};
+    if ((rc = hy_plan_make_opts(&plan, co->model, co->be, &po, err)) != HY_OK)
         return rc;
-    hy_plan_kv_layout(co->model, co->eo.page_tokens, 1, co->eo.kv_type, &kv);
     memset(&to, 0, sizeof to);
-    to.unit_bytes[HY_TIER_PAGE] = plan.page_bytes;
-    to.unit_bytes[HY_TIER_CKPT] = plan.slot_bytes;
+    hy_tiering_store_opts(co->model, &plan, co->sp.n_pages, co->sp.n_swa_pages, &to);
     to.warm_bytes = warm;
     to.disk_dir = cfg->cache.disk_dir;
     to.disk_bytes = (uint64_t)cfg->cache.disk_mb << 20;
     to.ident.model_bytes = stat(cfg->model.path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
-    to.ident.kv_type = (uint32_t)co->eo.kv_type;
-    to.ident.n_kv_layers = (uint32_t)kv.n_layers;
-    to.ident.n_head_kv = (uint32_t)kv.n_head_kv;
-    to.ident.head_dim_k = (uint32_t)kv.head_dim_k;
-    to.ident.head_dim_v = (uint32_t)kv.head_dim_v;
-    to.ident.n_rec_layers = (uint32_t)co->model->n_rec_layers;
-    to.ident.page_tokens = (uint32_t)co->eo.page_tokens;
-    to.ident.page_bytes = plan.page_bytes;
-    to.ident.slot_bytes = plan.slot_bytes;
     to.model_path = realpath(cfg->model.path, model) ? model : cfg->model.path;
     to.stats = hy_shm_stats(co->shm);
     if (co->be->i->host_alloc != NULL && co->be->i->host_free != NULL) {
@@ -723,10 +714,13 @@ static int co_start_tiers(co_t *co, char *err)
         return co_tier_err(cfg, rc, why, err);
     co->eo.tiers = co->tier;
     hy_log(LOG_INFO, "tiers", "warm_bytes=%llu disk_dir=%s disk_bytes=%llu page_bytes=%llu "
-           "checkpoint_bytes=%llu", (unsigned long long)warm,
+           "swa_page_bytes=%llu checkpoint_bytes=%llu warm_pages=%d warm_swa_pages=%d "
+           "warm_checkpoints=%d", (unsigned long long)warm,
            cfg->cache.disk_dir[0] ? cfg->cache.disk_dir : "-",
-           (unsigned long long)to.disk_bytes, (unsigned long long)plan.page_bytes,
-           (unsigned long long)plan.slot_bytes);
+           (unsigned long long)to.disk_bytes, (unsigned long long)to.unit_bytes[HY_TIER_PAGE],
+           (unsigned long long)to.unit_bytes[HY_TIER_SWA],
+           (unsigned long long)to.unit_bytes[HY_TIER_CKPT], hy_tier_slots(co->tier, HY_TIER_PAGE),
+           hy_tier_slots(co->tier, HY_TIER_SWA), hy_tier_slots(co->tier, HY_TIER_CKPT));
     return HY_OK;
 }
 
@@ -734,21 +728,23 @@ static int co_start_tiers(co_t *co, char *err)
  * same memory facts go to the stats for /metrics. */
 static void co_log_loaded(const co_t *co)
 {
-    uint64_t weights = 0, kv_bytes = 0, st_bytes = 0;
+    uint64_t weights = 0, kv_bytes = 0, st_bytes = 0, page_bytes[HY_KV_GROUPS];
     char kernels[768];
 
     for (int64_t t = 0; t < hy_gguf_n_tensors(co->model->gguf); t++)
         weights += hy_gguf_tensor(co->model->gguf, t)->nbytes;
     co->be->i->mem_allocated(co->be, &kv_bytes, &st_bytes);
-    hy_metrics_set_memory(co->shm, weights, kv_bytes, st_bytes);
+    hy_engine_page_bytes(co->eng, page_bytes);
+    hy_metrics_set_memory(co->shm, weights, page_bytes[HY_KV_FULL], page_bytes[HY_KV_SWA],
+                          st_bytes);
     co_kernels(co->model, co->be, kernels, sizeof kernels);
     hy_log(LOG_INFO, "model_loaded",
            "model=%s arch=%s layers=%d weights_bytes=%llu kv_bytes=%llu state_bytes=%llu "
-           "pages=%d page_tokens=%d state_slots=%d checkpoint_slots=%d backend=%s "
+           "pages=%d swa_pages=%d page_tokens=%d state_slots=%d checkpoint_slots=%d backend=%s "
            "kernels=%s ms=%lld",
            co->cfg->model.path, co->model->arch_name, co->model->n_layer,
            (unsigned long long)weights, (unsigned long long)kv_bytes,
-           (unsigned long long)st_bytes, co->sp.n_pages, co->sp.page_tokens,
+           (unsigned long long)st_bytes, co->sp.n_pages, co->sp.n_swa_pages, co->sp.page_tokens,
            co->sp.n_state_slots, co->sp.n_checkpoint_slots, co->be->i->name, kernels,
            (long long)(co_now_ms() - co->t0));
 }

@@ -102,15 +102,16 @@ int hy_metrics_nginx_error(int status, hy_api_error_t *e)
 
 /* ---- memory facts ---------------------------------------------------------------- */
 
-void hy_metrics_set_memory(hy_shm_t *shm, uint64_t weights_bytes, uint64_t kv_bytes,
-                           uint64_t state_bytes)
+void hy_metrics_set_memory(hy_shm_t *shm, uint64_t weights_bytes, uint64_t page_bytes,
+                           uint64_t swa_page_bytes, uint64_t state_bytes)
 {
     const hy_shm_params_t *p = &hy_shm_header(shm)->params;
     hy_stats_t *st = hy_shm_stats(shm);
     uint64_t slots = (uint64_t)p->n_state_slots + (uint64_t)p->n_checkpoint_slots;
 
     atomic_store(&st->mem_weights_bytes, weights_bytes);
-    atomic_store(&st->mem_page_bytes, p->n_pages > 0 ? kv_bytes / (uint64_t)p->n_pages : 0);
+    atomic_store(&st->mem_page_bytes, page_bytes);
+    atomic_store(&st->mem_swa_page_bytes, swa_page_bytes);
     atomic_store(&st->mem_slot_bytes, slots > 0 ? state_bytes / slots : 0);
 }
 
@@ -268,6 +269,10 @@ static void mt_http(hy_jbuf_t *b, const hy_stats_t *s)
             }
 }
 
+/* The store's kinds (ipc/tier_file.h) by the names of the memory kinds. */
+static const char *const mt_tier_kinds[HY_TIER_KINDS] = {"kv_pages", "checkpoints",
+                                                         "kv_swa_pages"};
+
 /* Memory by kind in the hot tier (the pool the kernels read: GPU memory
  * with CUDA, the main pool on the CPU) and, when there is one, the warm
  * tier (host RAM); the cold tier is disk, in hyserve_tier_bytes. */
@@ -275,7 +280,8 @@ static void mt_memory(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *
                       const hy_pt_counts_t *pc)
 {
     uint64_t w = atomic_load(&s->mem_weights_bytes), pb = atomic_load(&s->mem_page_bytes),
-             sb = atomic_load(&s->mem_slot_bytes), total, avail;
+             sb = atomic_load(&s->mem_slot_bytes), spb = atomic_load(&s->mem_swa_page_bytes),
+             total, avail;
     const struct {
         const char *kind;
         uint64_t alloc, used, cached;
@@ -283,13 +289,16 @@ static void mt_memory(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *
         {"weights", w, w, 0},
         {"kv_pages", pb * (uint64_t)p->n_pages, pb * (uint64_t)pc->pages_used,
          pb * (uint64_t)pc->pages_cached},
+        /* the sliding-window layers' own page group (common/kvgroup.h) */
+        {"kv_swa_pages", spb * (uint64_t)p->n_swa_pages, spb * (uint64_t)pc->swa_used,
+         spb * (uint64_t)pc->swa_cached},
         {"state_slots", sb * (uint64_t)p->n_state_slots, sb * (uint64_t)pc->state_used, 0},
         {"checkpoints", sb * (uint64_t)p->n_checkpoint_slots, sb * (uint64_t)pc->ckpt_used,
          sb * (uint64_t)pc->ckpt_cached},
     };
     const hy_tier_stats_t *ts = &s->tiers;
-    /* the warm tier's slots: kind index 1 = kv_pages, 3 = checkpoints */
-    uint64_t wunit[2] = {pb, sb}, wn[2][HY_TIER_STATES];
+    /* the warm tier's slots of each store kind (HY_TIER_PAGE, _CKPT, _SWA) */
+    uint64_t wunit[HY_TIER_KINDS] = {pb, sb, spb}, wn[HY_TIER_KINDS][HY_TIER_STATES];
     bool warm = false;
     size_t i;
 
@@ -305,7 +314,7 @@ static void mt_memory(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *
                        (unsigned long long)k[i].alloc);
     for (int kk = 0; warm && kk < HY_TIER_KINDS; kk++)
         hy_jbuf_printf(b, "hyserve_memory_bytes{kind=\"%s\",tier=\"warm\"} %llu\n",
-                       kk ? "checkpoints" : "kv_pages",
+                       mt_tier_kinds[kk],
                        (unsigned long long)(wunit[kk] * (wn[kk][HY_TIER_USED] + wn[kk][HY_TIER_FREE] +
                                                          wn[kk][HY_TIER_CACHED])));
     mt_head(b, "hyserve_memory_used_bytes", "gauge",
@@ -315,17 +324,18 @@ static void mt_memory(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *
                        k[i].kind, (unsigned long long)k[i].used);
     for (int kk = 0; warm && kk < HY_TIER_KINDS; kk++)
         hy_jbuf_printf(b, "hyserve_memory_used_bytes{kind=\"%s\",tier=\"warm\"} %llu\n",
-                       kk ? "checkpoints" : "kv_pages",
+                       mt_tier_kinds[kk],
                        (unsigned long long)(wunit[kk] * wn[kk][HY_TIER_USED]));
     mt_head(b, "hyserve_memory_cached_bytes", "gauge",
             "Bytes of prefix-cache content no request holds (reclaimable), by kind and tier.");
     for (i = 0; i < HY_ARRAY_LEN(k); i++)
-        if (strcmp(k[i].kind, "kv_pages") == 0 || strcmp(k[i].kind, "checkpoints") == 0)
+        if (strcmp(k[i].kind, "kv_pages") == 0 || strcmp(k[i].kind, "kv_swa_pages") == 0 ||
+            strcmp(k[i].kind, "checkpoints") == 0)
             hy_jbuf_printf(b, "hyserve_memory_cached_bytes{kind=\"%s\",tier=\"hot\"} %llu\n",
                            k[i].kind, (unsigned long long)k[i].cached);
     for (int kk = 0; warm && kk < HY_TIER_KINDS; kk++)
         hy_jbuf_printf(b, "hyserve_memory_cached_bytes{kind=\"%s\",tier=\"warm\"} %llu\n",
-                       kk ? "checkpoints" : "kv_pages",
+                       mt_tier_kinds[kk],
                        (unsigned long long)(wunit[kk] * wn[kk][HY_TIER_CACHED]));
     hy_host_memory(&total, &avail);
     mt_head(b, "hyserve_host_memory_bytes", "gauge",
@@ -343,6 +353,15 @@ static void mt_pages(hy_jbuf_t *b, const hy_pt_counts_t *pc)
                    pc->pages_used, pc->pages_free, pc->pages_cached);
     mt_metric(b, "hyserve_kv_pages_total", "gauge", "KV pages in the pool.",
               (unsigned long long)pc->pages_total);
+    mt_head(b, "hyserve_kv_swa_pages", "gauge",
+            "KV pages of the sliding-window layers' page group by state.");
+    hy_jbuf_printf(b, "hyserve_kv_swa_pages{state=\"used\"} %d\n"
+                      "hyserve_kv_swa_pages{state=\"free\"} %d\n"
+                      "hyserve_kv_swa_pages{state=\"cached\"} %d\n",
+                   pc->swa_used, pc->swa_free, pc->swa_cached);
+    mt_metric(b, "hyserve_kv_swa_pages_total", "gauge",
+              "KV pages in the sliding-window group's pool (0: the model has none).",
+              (unsigned long long)pc->swa_total);
     mt_head(b, "hyserve_state_checkpoints", "gauge", "Recurrent-state snapshots by state.");
     hy_jbuf_printf(b, "hyserve_state_checkpoints{state=\"used\"} %d\n"
                       "hyserve_state_checkpoints{state=\"free\"} %d\n"
@@ -402,30 +421,38 @@ static void mt_tiers(hy_jbuf_t *b, const hy_stats_t *s, const hy_pt_counts_t *pc
 {
     static const char *const why[HY_TIER_DROP_N] = {"corrupt", "foreign", "unreadable"};
     const hy_tier_stats_t *ts = &s->tiers;
-    uint64_t pb = atomic_load(&s->mem_page_bytes), sb = atomic_load(&s->mem_slot_bytes);
+    uint64_t unit[HY_TIER_KINDS] = {atomic_load(&s->mem_page_bytes),
+                                    atomic_load(&s->mem_slot_bytes),
+                                    atomic_load(&s->mem_swa_page_bytes)};
     int64_t hot[HY_TIER_KINDS][HY_TIER_STATES] = {
         {pc->pages_used, pc->pages_free, pc->pages_cached},
         {pc->ckpt_used, pc->ckpt_free, pc->ckpt_cached},
+        {pc->swa_used, pc->swa_free, pc->swa_cached},
     };
 
     mt_head(b, "hyserve_tier_entries", "gauge",
-            "KV pages and recurrent-state checkpoints in each tier (hot: the pool the kernels "
-            "read, warm: host RAM, cold: files) by state; used + free + cached = total.");
+            "KV pages (kv_swa_pages: the sliding-window layers' page group) and "
+            "recurrent-state checkpoints in each tier (hot: the pool the kernels read, warm: "
+            "host RAM, cold: files) by state; used + free + cached = total.");
     for (int t = 0; t < HY_TIER_LEVELS; t++)
         for (int k = 0; k < HY_TIER_KINDS; k++)
             for (int st = 0; st < HY_TIER_STATES; st++)
                 hy_jbuf_printf(b, "hyserve_tier_entries{tier=\"%s\",kind=\"%s\",state=\"%s\"} %lld\n",
-                               mt_tier_names[t], k ? "checkpoints" : "kv_pages", mt_state_names[st],
+                               mt_tier_names[t], mt_tier_kinds[k], mt_state_names[st],
                                (long long)(t == HY_TIER_HOT ? hot[k][st]
                                                             : atomic_load(&ts->n[t][k][st])));
     mt_head(b, "hyserve_tier_bytes", "gauge",
             "Bytes of each tier by state (cold: the disk budget [cache] disk_mb).");
     for (int t = 0; t < HY_TIER_LEVELS; t++)
-        for (int st = 0; st < HY_TIER_STATES; st++)
+        for (int st = 0; st < HY_TIER_STATES; st++) {
+            int64_t v = 0;
+
+            for (int k = 0; t == HY_TIER_HOT && k < HY_TIER_KINDS; k++)
+                v += hot[k][st] * (int64_t)unit[k];
             hy_jbuf_printf(b, "hyserve_tier_bytes{tier=\"%s\",state=\"%s\"} %lld\n",
                            mt_tier_names[t], mt_state_names[st],
-                           (long long)(t == HY_TIER_HOT ? hot[0][st] * (int64_t)pb + hot[1][st] * (int64_t)sb
-                                                        : atomic_load(&ts->bytes[t][st])));
+                           (long long)(t == HY_TIER_HOT ? v : atomic_load(&ts->bytes[t][st])));
+        }
     mt_tier_counter(b, "hyserve_tier_hits_total",
                     "Prefix-cache blocks (pages and checkpoints) served from each tier.", ts->hits,
                     HY_TIER_HOT);

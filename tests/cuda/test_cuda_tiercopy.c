@@ -1,8 +1,10 @@
 /*
  * test_cuda_tiercopy.c - the CUDA backend's side of the KV tiers against
- * the CPU's (backend.h, "the tiers below the hot pool"): a page written by
- * the attention op on both backends reads back as the same bytes (one
- * layout for both, so a page one demoted the other can promote); host
+ * the CPU's (backend.h, "the tiers below the hot pool"): a page of each
+ * page group (a KV layout with a sliding-window layer between two global
+ * ones) written by the attention op on both backends reads back as the
+ * same bytes (one layout for both, so a page one demoted the other can
+ * promote), each group's page holding only its own layers; host
  * bytes written into a page and a state slot come back unchanged; the hot
  * tier's memory is the device's (mem_info), and the warm tier's pinned
  * host memory can be had and given back.  Without a GPU it checks that the
@@ -10,25 +12,31 @@
  */
 #include "backend/backend.h"
 #include "backend/cuda/cuda.h"
+#include "common/kvgroup.h"
 #include "../unit/test.h"
 #include "cuda_test.h"
 
 #include <string.h>
 
-#define NL 2   /* KV layers */
+#define NL 3   /* KV layers: global, sliding, global */
 #define NKV 2
 #define HD 64
 #define PT 16
 #define NP 8
+#define NSP 4  /* sliding-group pages */
+#define WIN 8  /* the sliding layer's window */
 
 static void t_pages(void)
 {
-    hy_kv_layout_t lay = {NL, NKV, HD, HD, PT, NP, HY_DTYPE_F32};
+    static const uint8_t layer_swa[NL] = {0, 1, 0};
+    hy_kv_layout_t lay = {NL, NKV, HD, HD, PT, NP, HY_DTYPE_F32, NSP, layer_swa};
     hy_attn_params_t ap = {4, NKV, HD, HD, 0.125f, 0, 0};
-    size_t page_bytes = (size_t)NL * 2 * NKV * PT * HD * sizeof(float);
-    uint8_t *a = malloc(page_bytes), *b = malloc(page_bytes), *in = malloc(page_bytes);
+    size_t layer_bytes = (size_t)2 * NKV * PT * HD * sizeof(float);
+    size_t gbytes[HY_KV_GROUPS] = {2 * layer_bytes, layer_bytes}; /* its layers, K and V */
+    uint8_t *a = malloc(2 * layer_bytes), *b = malloc(2 * layer_bytes), *in = malloc(2 * layer_bytes);
     char err[HY_ERR_LEN] = "";
-    const int32_t pages[2] = {5, 2};
+    const int32_t pages[2] = {5, 2}, swa_pages[2] = {3, 1};
+    const int32_t *ids[HY_KV_GROUPS] = {pages, swa_pages};
     int32_t pos[20], tok[20] = {0};
     bool same = true;
 
@@ -38,31 +46,40 @@ static void t_pages(void)
     }
     for (int i = 0; i < 20; i++)
         pos[i] = i;
-    hy_batch_seq_t seq = {0, 20, 0, pages, 2, -1};
+    hy_batch_seq_t seq = {0, 20, 0, pages, 2, -1, swa_pages, 2};
     hy_batch_t batch = {20, tok, pos, 1, &seq};
     size_t nq = 20 * 4 * HD, nk = 20 * NKV * HD;
     float *qv = rnd_vec(nq, 1), *kv = rnd_vec(nk, 1), *vv = rnd_vec(nk, 1);
     pair_t q = pair_new(qv, nq), k = pair_new(kv, nk), v = pair_new(vv, nk), o = pair_new(NULL, nq);
 
     for (int l = 0; l < NL; l++) {
+        ap.window = layer_swa[l] ? WIN : 0;
         g_cpu->i->attention(g_cpu, l, &batch, q.c, k.c, v.c, o.c, &ap);
         g_gpu->i->attention(g_gpu, l, &batch, q.g, k.g, v.g, o.g, &ap);
     }
-    for (int p = 0; p < 2; p++) {
-        same &= g_cpu->i->kv_page_read(g_cpu, pages[p], a, err) == HY_OK &&
-                g_gpu->i->kv_page_read(g_gpu, pages[p], b, err) == HY_OK &&
-                memcmp(a, b, page_bytes) == 0;
-    }
+    for (int g = 0; g < HY_KV_GROUPS; g++)
+        for (int p = 0; p < 2; p++)
+            same &= g_cpu->i->kv_page_read(g_cpu, g, ids[g][p], a, err) == HY_OK &&
+                    g_gpu->i->kv_page_read(g_gpu, g, ids[g][p], b, err) == HY_OK &&
+                    memcmp(a, b, gbytes[g]) == 0;
     HY_T_OK(same && hy_ct_both_ok(g_cpu, g_gpu, "pages"),
-            "pages the attention op filled read back byte for byte alike on CPU and GPU (%s)",
-            same ? "ok" : err);
-    for (size_t i = 0; i < page_bytes; i++)
+            "pages of both groups the attention op filled read back byte for byte alike on CPU "
+            "and GPU (%s)", same ? "ok" : err);
+    for (size_t i = 0; i < 2 * layer_bytes; i++)
         in[i] = (uint8_t)(i * 13 + 7);
-    HY_T_OK(g_gpu->i->kv_page_write(g_gpu, 7, in, err) == HY_OK &&
-                g_gpu->i->kv_page_read(g_gpu, 7, b, err) == HY_OK && memcmp(in, b, page_bytes) == 0,
-            "host bytes written to a GPU page read back unchanged");
-    HY_T_OK(g_gpu->i->kv_page_read(g_gpu, NP, b, err) == HY_ERANGE && strstr(err, "outside") != NULL,
+    for (int g = 0; g < HY_KV_GROUPS; g++)
+        HY_T_OK(g_gpu->i->kv_page_write(g_gpu, g, g == HY_KV_SWA ? 0 : 7, in, err) == HY_OK &&
+                    g_gpu->i->kv_page_read(g_gpu, g, g == HY_KV_SWA ? 0 : 7, b, err) == HY_OK &&
+                    g_cpu->i->kv_page_write(g_cpu, g, g == HY_KV_SWA ? 0 : 7, in, err) == HY_OK &&
+                    g_cpu->i->kv_page_read(g_cpu, g, g == HY_KV_SWA ? 0 : 7, a, err) == HY_OK &&
+                    memcmp(in, b, gbytes[g]) == 0 && memcmp(a, b, gbytes[g]) == 0,
+                "group %d: host bytes written to a GPU page read back unchanged", g);
+    HY_T_OK(g_gpu->i->kv_page_read(g_gpu, HY_KV_FULL, NP, b, err) == HY_ERANGE &&
+                strstr(err, "outside") != NULL,
             "a page outside the pool is refused: %s", err);
+    HY_T_OK(g_gpu->i->kv_page_read(g_gpu, HY_KV_SWA, NSP, b, err) == HY_ERANGE &&
+                strstr(err, "outside 0..3") != NULL,
+            "a sliding page outside its own (smaller) pool is refused: %s", err);
     pair_free(&q);
     pair_free(&k);
     pair_free(&v);

@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "engine/engine.h"
+#include "engine/tiering.h"
 #include "ipc/ring.h"
 #include "ipc/tier.h"
 #include "kv/plan.h"
@@ -75,28 +76,26 @@ static int tier_up(env_t *v, char *err)
 {
     hy_engine_opts_t o;
     hy_tier_opts_t to;
+    hy_plan_opts_t po;
     hy_plan_t plan;
     int rc;
 
     eopts(&o);
-    if ((rc = hy_plan_make(&plan, v->m, v->be, o.n_ctx, o.max_seqs, o.page_tokens, o.kv_type,
-                           err)) != HY_OK)
+    po = (hy_plan_opts_t){o.n_ctx, o.max_seqs, o.page_tokens, o.max_batch_tokens, o.kv_type,
+                          false};
+    if ((rc = hy_plan_make_opts(&plan, v->m, v->be, &po, err)) != HY_OK)
         return rc;
     memset(&to, 0, sizeof to);
-    to.unit_bytes[HY_TIER_PAGE] = plan.page_bytes;
-    to.unit_bytes[HY_TIER_CKPT] = plan.slot_bytes;
-    /* 12 pages (or v->warm), and a quarter for checkpoints */
-    to.warm_bytes = (uint64_t)(v->warm ? v->warm : 12) * plan.page_bytes +
+    hy_tiering_store_opts(v->m, &plan, 1, 1, &to);
+    /* about 12 pages (or v->warm) of each group, and a quarter for checkpoints */
+    to.swa_share = (double)to.unit_bytes[HY_TIER_SWA] /
+                   (double)(plan.page_bytes + to.unit_bytes[HY_TIER_SWA]);
+    to.warm_bytes = (uint64_t)(v->warm ? v->warm : 12) * (plan.page_bytes + to.unit_bytes[HY_TIER_SWA]) +
                     (plan.slot_bytes ? 4 * plan.slot_bytes : 0);
     to.disk_dir = tdir;
     to.disk_bytes = 8 << 20;
     to.stats = v->st;
     to.fault = fault;
-    to.ident.page_tokens = (uint32_t)o.page_tokens;
-    to.ident.page_bytes = plan.page_bytes;
-    to.ident.slot_bytes = plan.slot_bytes;
-    to.ident.kv_type = (uint32_t)o.kv_type;
-    to.ident.n_rec_layers = (uint32_t)v->m->n_rec_layers;
     memset(to.ident.model_sha256, 0x5a, 32);
     to.sha_known = true;
     if ((rc = hy_tier_create(&v->tier, &to, err)) != HY_OK)

@@ -8,44 +8,65 @@
 
 #include <string.h>
 
-static int hy_cpu_page_ok(const hy_cpu_t *cpu, int32_t page, char *err)
+static int hy_cpu_page_ok(const hy_cpu_t *cpu, int32_t group, int32_t page, char *err)
 {
+    int32_t n;
+
     if (!cpu->kv_ready)
         return hy_err(err, HY_EINVAL, "kv page copy: kv_init was not called");
-    if (page < 0 || page >= cpu->kv.n_pages)
-        return hy_err(err, HY_ERANGE, "kv page copy: page %d outside 0..%d", page,
-                      cpu->kv.n_pages - 1);
+    if (group != HY_KV_FULL && group != HY_KV_SWA)
+        return hy_err(err, HY_EINVAL, "kv page copy: no page group %d", group);
+    n = hy_kv_layout_group_pages(&cpu->kv, group);
+    if (page < 0 || page >= n)
+        return hy_err(err, HY_ERANGE, "kv page copy: page %d of group %d outside 0..%d", page,
+                      group, n - 1);
     return HY_OK;
 }
 
-/* Layer by layer, K then V: the order backend.h fixes for every backend. */
-int hy_cpu_kv_page_read(hy_backend_t *be, int32_t page, void *dst, char *err)
+/* The group's layers in layer order, K then V: the order backend.h fixes
+ * for every backend.  to_host: pool -> host. */
+static void hy_cpu_page_copy(hy_cpu_t *cpu, int32_t group, int32_t page, uint8_t *host,
+                             bool to_host)
+{
+    uint8_t **pools[2] = {cpu->k_pages, cpu->v_pages};
+    size_t bytes[2] = {cpu->k_page_bytes, cpu->v_page_bytes};
+
+    for (int kv = 0; kv < 2; kv++) {
+        for (int32_t l = 0; l < cpu->kv.n_layers; l++) {
+            uint8_t *p;
+
+            if (hy_kv_layout_group(&cpu->kv, l) != group)
+                continue;
+            p = pools[kv][l] + (size_t)page * bytes[kv];
+            if (to_host)
+                memcpy(host, p, bytes[kv]);
+            else
+                memcpy(p, host, bytes[kv]);
+            host += bytes[kv];
+        }
+    }
+}
+
+int hy_cpu_kv_page_read(hy_backend_t *be, int32_t group, int32_t page, void *dst, char *err)
 {
     hy_cpu_t *cpu = be->ctx;
-    uint8_t *d = dst;
     int rc;
 
-    if ((rc = hy_cpu_page_ok(cpu, page, err)) != HY_OK)
+    if ((rc = hy_cpu_page_ok(cpu, group, page, err)) != HY_OK)
         return rc;
-    for (int32_t l = 0; l < cpu->kv.n_layers; l++, d += cpu->k_page_bytes)
-        memcpy(d, cpu->k_pages[l] + (size_t)page * cpu->k_page_bytes, cpu->k_page_bytes);
-    for (int32_t l = 0; l < cpu->kv.n_layers; l++, d += cpu->v_page_bytes)
-        memcpy(d, cpu->v_pages[l] + (size_t)page * cpu->v_page_bytes, cpu->v_page_bytes);
+    hy_cpu_page_copy(cpu, group, page, dst, true);
     return HY_OK;
 }
 
-int hy_cpu_kv_page_write(hy_backend_t *be, int32_t page, const void *src, char *err)
+int hy_cpu_kv_page_write(hy_backend_t *be, int32_t group, int32_t page, const void *src,
+                         char *err)
 {
     hy_cpu_t *cpu = be->ctx;
-    const uint8_t *s = src;
     int rc;
 
-    if ((rc = hy_cpu_page_ok(cpu, page, err)) != HY_OK)
+    if ((rc = hy_cpu_page_ok(cpu, group, page, err)) != HY_OK)
         return rc;
-    for (int32_t l = 0; l < cpu->kv.n_layers; l++, s += cpu->k_page_bytes)
-        memcpy(cpu->k_pages[l] + (size_t)page * cpu->k_page_bytes, s, cpu->k_page_bytes);
-    for (int32_t l = 0; l < cpu->kv.n_layers; l++, s += cpu->v_page_bytes)
-        memcpy(cpu->v_pages[l] + (size_t)page * cpu->v_page_bytes, s, cpu->v_page_bytes);
+    hy_cpu_page_copy(cpu, group, page, (uint8_t *)src, false);
     return HY_OK;
 }
 

@@ -7,18 +7,24 @@
  * the kernels that wrote the page, and are waited for.
  */
 #include "backend/cuda/cuda_impl.h"
+#include "backend/layout.h"
 
 #include <string.h>
 
 static hy_cuda_t *hy_tc_ctx(hy_backend_t *be) { return be->ctx; }
 
-static int hy_tc_page_ok(const hy_cuda_t *cu, int32_t page, char *err)
+static int hy_tc_page_ok(const hy_cuda_t *cu, int32_t group, int32_t page, char *err)
 {
+    int32_t n;
+
     if (!cu->kv_ready)
         return hy_err(err, HY_EINVAL, "kv page copy: kv_init was not called");
-    if (page < 0 || page >= cu->kv.n_pages)
-        return hy_err(err, HY_ERANGE, "kv page copy: page %d outside 0..%d", page,
-                      cu->kv.n_pages - 1);
+    if (group != HY_KV_FULL && group != HY_KV_SWA)
+        return hy_err(err, HY_EINVAL, "kv page copy: no page group %d", group);
+    n = hy_kv_layout_group_pages(&cu->kv, group);
+    if (page < 0 || page >= n)
+        return hy_err(err, HY_ERANGE, "kv page copy: page %d of group %d outside 0..%d", page,
+                      group, n - 1);
     return HY_OK;
 }
 
@@ -29,38 +35,46 @@ static int hy_tc_done(hy_cuda_t *cu, cudaError_t e, const char *op, char *err)
     return e == cudaSuccess ? HY_OK : hy_err(err, HY_EIO, "%s: %s", op, cudaGetErrorString(e));
 }
 
-/* One layer's page: the pool of layer l starts at pool + l * n_pages * page_bytes
- * (cuda_impl.h); host bytes are every layer's K page, then every V page. */
-static int hy_tc_page(hy_cuda_t *cu, int32_t page, uint8_t *host, bool to_host, char *err)
+/* One group's page: layer l's pages start at pool + kv_layer_page[l] *
+ * page_bytes (cuda_impl.h), in its group's pool; host bytes are the K page
+ * of every layer of the group, then their V pages. */
+static int hy_tc_page(hy_cuda_t *cu, int32_t group, int32_t page, uint8_t *host, bool to_host,
+                      char *err)
 {
     uint8_t *pools[2] = {cu->k_pool, cu->v_pool};
     uint64_t bytes[2] = {cu->k_page_bytes, cu->v_page_bytes};
     cudaError_t e = cudaSuccess;
 
     for (int kv = 0; kv < 2 && e == cudaSuccess; kv++) {
-        for (int32_t l = 0; l < cu->kv.n_layers && e == cudaSuccess; l++, host += bytes[kv]) {
-            uint8_t *dev = pools[kv] + ((size_t)l * (size_t)cu->kv.n_pages + (size_t)page) * bytes[kv];
+        for (int32_t l = 0; l < cu->kv.n_layers && e == cudaSuccess; l++) {
+            uint8_t *dev;
+
+            if (hy_kv_layout_group(&cu->kv, l) != group)
+                continue;
+            dev = pools[kv] + (size_t)(cu->kv_layer_page[l] + (uint64_t)page) * bytes[kv];
             e = to_host ? cudaMemcpyAsync(host, dev, bytes[kv], cudaMemcpyDeviceToHost, cu->stream)
                         : cudaMemcpyAsync(dev, host, bytes[kv], cudaMemcpyHostToDevice, cu->stream);
+            host += bytes[kv];
         }
     }
     return hy_tc_done(cu, e, to_host ? "kv_page_read" : "kv_page_write", err);
 }
 
-int hy_cuda_kv_page_read(hy_backend_t *be, int32_t page, void *dst, char *err)
+int hy_cuda_kv_page_read(hy_backend_t *be, int32_t group, int32_t page, void *dst, char *err)
 {
     hy_cuda_t *cu = hy_tc_ctx(be);
-    int rc = hy_tc_page_ok(cu, page, err);
+    int rc = hy_tc_page_ok(cu, group, page, err);
 
-    return rc != HY_OK ? rc : hy_tc_page(cu, page, dst, true, err);
+    return rc != HY_OK ? rc : hy_tc_page(cu, group, page, dst, true, err);
 }
 
-int hy_cuda_kv_page_write(hy_backend_t *be, int32_t page, const void *src, char *err)
+int hy_cuda_kv_page_write(hy_backend_t *be, int32_t group, int32_t page, const void *src,
+                          char *err)
 {
     hy_cuda_t *cu = hy_tc_ctx(be);
-    int rc = hy_tc_page_ok(cu, page, err);
+    int rc = hy_tc_page_ok(cu, group, page, err);
 
-    return rc != HY_OK ? rc : hy_tc_page(cu, page, (uint8_t *)src, false, err);
+    return rc != HY_OK ? rc : hy_tc_page(cu, group, page, (uint8_t *)src, false, err);
 }
 
 static int hy_tc_slot_ok(const hy_cuda_t *cu, int32_t slot, char *err)
