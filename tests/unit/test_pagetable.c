@@ -4,7 +4,9 @@
  * models, LRU eviction under pressure (never of a referenced page),
  * duplicate blocks, recovery, the sliding-window page group (hits need the
  * window before the hit point; slid-out pages are evicted first; a full
- * page's eviction takes the sliding page of its block along), and the
+ * page's eviction takes the sliding page of its block along), the tiers'
+ * eviction hook (told each page's group; never offered a slid-out sliding
+ * page, which is freed) and hot-run lookups with sliding pages, and the
  * used + free + cached == total invariant, per group, after every scenario.
  */
 #include <stdlib.h>
@@ -500,6 +502,108 @@ static void test_sliding_group(void)
     accounting_ok("sliding: after recover + reuse");
 }
 
+/* ---- the tiers' side: the eviction hook, stale sliding pages, lookups ------------- */
+
+static struct {
+    int n[HY_KV_GROUPS], ckpt;
+    uint32_t swa_depths; /* bit per sliding page depth offered */
+} hooked;
+
+static void hook(void *ctx, int32_t what, int32_t id, uint64_t hash, int32_t depth,
+                 const int32_t *tokens)
+{
+    (void)ctx, (void)id, (void)hash, (void)tokens;
+    if (what == HY_PT_EVICT_CKPT) {
+        hooked.ckpt++;
+        return;
+    }
+    hooked.n[what]++;
+    if (what == HY_KV_SWA && depth >= 0 && depth < 32)
+        hooked.swa_depths |= 1u << depth;
+}
+
+static int n_stale(void)
+{
+    int n = 0;
+
+    for (int32_t i = 0; i < pt.sh->swa.n_total; i++)
+        n += (pt.pages[pt.sh->swa.base + i].flags & HY_PT_F_STALE) != 0;
+    return n;
+}
+
+static void test_evict_hook(void)
+{
+    int32_t a[32], pages[64], swa[64], extra[64];
+    hy_pt_match_t m = {pages, 64, 0, 0, -1, 0, swa, W, 0};
+    hy_pt_run_t run = {pages, NULL, NULL, 64, 0, 0, swa, 4};
+    hy_pt_counts_t c;
+    int r, i;
+
+    for (i = 0; i < 32; i++)
+        a[i] = 700 + i;
+    /* 24 tokens, window 6: blocks 0..2 slid out (stale), block 3 is in the
+     * window before the prompt's last boundary (20), 4..5 the last window */
+    setup_groups(32, 12, 0, 0);
+    run_swa_seq(a, 24, NULL);
+    HY_T_OK(n_stale() == 3, "hook: the 3 slid-out sliding pages are marked stale (%d)", n_stale());
+    accounting_ok("hook: stale pages");
+    /* the hot run with its sliding pages; refs on the window from block 4 only */
+    r = hy_pt_lookup(&pt, a, 25, true, &run, err);
+    hy_pt_counts(&pt, &c);
+    HY_T_OK(r == HY_OK && run.n_blocks == 6 && swa[0] >= 0 && swa[5] >= 0 && c.pages_used == 6 &&
+                c.swa_used == 2 && n_stale() == 3,
+            "hook: lookup finds 6 blocks with their sliding pages, references the window's "
+            "(%d full, %d sliding used)", c.pages_used, c.swa_used);
+    hy_pt_lookup_release(&pt, &run);
+    accounting_ok("hook: lookup released");
+    /* evicting every sliding page offers only the non-stale ones */
+    memset(&hooked, 0, sizeof hooked);
+    pt.on_evict = hook;
+    hy_pt_counts(&pt, &c);
+    r = hy_pt_alloc_pages(&pt, HY_KV_SWA, c.swa_free + c.swa_cached, extra, err);
+    HY_T_OK(r == HY_OK && hooked.n[HY_KV_SWA] == 3 && hooked.swa_depths == 0x38 &&
+                hooked.n[HY_KV_FULL] == 0,
+            "hook: evicting sliding pages offers blocks 3..5 to the tiers, frees the stale "
+            "0..2 (%d offered, depths 0x%x)", hooked.n[HY_KV_SWA], hooked.swa_depths);
+    hy_pt_counts(&pt, &c);
+    hy_pt_release_seq(&pt, HY_KV_SWA, extra, c.swa_used, err);
+    accounting_ok("hook: sliding evictions");
+    /* a match whose window takes stale pages makes them ordinary again */
+    pt.on_evict = NULL;
+    setup_groups(32, 12, 0, 0);
+    run_swa_seq(a, 24, NULL);
+    r = hy_pt_match(&pt, a, 13, false, &m, err);
+    HY_T_OK(r == HY_OK && m.n_blocks == 3 && m.swa_first == 1 && n_stale() == 1,
+            "hook: a hit of 3 blocks references blocks 1..2, no longer stale (%d stale)",
+            n_stale());
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_SWA, swa + m.swa_first, m.n_blocks - m.swa_first, err);
+    /* evicting the full pages: each offered, with its block's sliding page
+     * (not the stale one of block 0) */
+    memset(&hooked, 0, sizeof hooked);
+    pt.on_evict = hook;
+    hy_pt_counts(&pt, &c);
+    r = hy_pt_alloc_pages(&pt, HY_KV_FULL, c.pages_free + c.pages_cached, extra, err);
+    HY_T_OK(r == HY_OK && hooked.n[HY_KV_FULL] == 6 && hooked.n[HY_KV_SWA] == 5 &&
+                hooked.swa_depths == 0x3e,
+            "hook: full evictions offer 6 full pages and the 5 non-stale sliding pages of "
+            "their blocks (%d, %d, depths 0x%x)", hooked.n[HY_KV_FULL], hooked.n[HY_KV_SWA],
+            hooked.swa_depths);
+    hy_pt_counts(&pt, &c);
+    hy_pt_release_seq(&pt, HY_KV_FULL, extra, c.pages_used, err);
+    pt.on_evict = NULL;
+    accounting_ok("hook: full evictions");
+    /* check: a stale flag on a page in use is an error */
+    run_swa_seq(a, 24, NULL);
+    hy_pt_alloc_pages(&pt, HY_KV_SWA, 1, extra, err);
+    pt.pages[pt.sh->swa.base + extra[0]].flags |= HY_PT_F_STALE;
+    HY_T_OK(hy_pt_check(&pt, err) == HY_EFORMAT && strstr(err, "stale") != NULL,
+            "hook: check notices a stale page in use (%s)", err);
+    pt.pages[pt.sh->swa.base + extra[0]].flags &= ~HY_PT_F_STALE;
+    hy_pt_release_seq(&pt, HY_KV_SWA, extra, 1, err);
+    accounting_ok("hook: end");
+}
+
 int main(void)
 {
     test_params();
@@ -512,6 +616,7 @@ int main(void)
     test_duplicate_and_partial();
     test_state_slots_and_recover();
     test_sliding_group();
+    test_evict_hook();
     free(mem);
     return hy_t_done();
 }

@@ -28,6 +28,7 @@
 #define PT 4        /* tokens per page */
 #define PAGE 1000   /* bytes of a page */
 #define CKPT 3000   /* bytes of a checkpoint */
+#define SWAB 2000   /* bytes of a sliding-window group's page */
 
 static char tdir[256];
 
@@ -75,7 +76,7 @@ static int put(hy_tier_t *t, int32_t kind, int32_t b, uint32_t salt)
     int32_t tok[PT];
     uint8_t bytes[CKPT];
     hy_tier_put_t p;
-    size_t n = kind == HY_TIER_PAGE ? PAGE : CKPT;
+    size_t n = kind == HY_TIER_PAGE ? PAGE : kind == HY_TIER_SWA ? SWAB : CKPT;
     int rc;
 
     block(b, salt, tok, bytes, n);
@@ -103,7 +104,7 @@ static bool fetch_same(hy_tier_t *t, int32_t kind, int32_t b, uint32_t salt, boo
 {
     int32_t tok[PT];
     uint8_t bytes[CKPT];
-    size_t n = kind == HY_TIER_PAGE ? PAGE : CKPT;
+    size_t n = kind == HY_TIER_PAGE ? PAGE : kind == HY_TIER_SWA ? SWAB : CKPT;
     hy_tier_pin_t p;
     int rc, k;
     bool same;
@@ -298,6 +299,194 @@ static void t_format(void)
     HY_T_OK(hy_tier_file_decode(hdr, hb, hb + PAGE, &id, HY_TIER_PAGE, 98, &back, NULL, why) ==
                     HY_EFORMAT && strstr(why, "another block") != NULL,
             "a file under another block's name: %s", why);
+}
+
+/* ---- page groups: the sliding-window group's pages as a kind of their own ------------ */
+
+static void ident_swa(hy_tier_ident_t *id)
+{
+    ident(id, 7);
+    id->n_kv_layers = 3;
+    id->n_swa_layers = 2;
+    id->swa_window = 40;
+    id->swa_page_bytes = SWAB;
+    id->swa_map_crc = 0x5eed;
+}
+
+static void put32le(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64le(uint8_t *p, uint64_t v)
+{
+    put32le(p, (uint32_t)v);
+    put32le(p + 4, (uint32_t)(v >> 32));
+}
+
+/* A version-1 header (no group fields, 144 fixed bytes) for a page of
+ * hash 42, block 3, as that version wrote and checksummed it; its size. */
+static size_t v1_header(uint8_t *hdr, const int32_t *tok)
+{
+    size_t hb1 = (144 + 4 * PT + 63) & ~(size_t)63;
+
+    memset(hdr, 0, hb1);
+    memcpy(hdr, "HYKVTIER", 8);
+    put32le(hdr + 8, 1);
+    put32le(hdr + 12, HY_TIER_PAGE);
+    put64le(hdr + 16, 42);
+    put32le(hdr + 24, 3);
+    put32le(hdr + 28, PT);
+    put64le(hdr + 32, PAGE);
+    memset(hdr + 48, 7, 32);
+    for (int i = 0; i < PT; i++)
+        put32le(hdr + 144 + 4 * i, (uint32_t)tok[i]);
+    put32le(hdr + 44, hy_crc32c(0, hdr, hb1));
+    return hb1;
+}
+
+static void t_format_groups(void)
+{
+    hy_tier_ident_t id, other;
+    hy_tier_rec_t r = {0}, back;
+    uint8_t hdr[512];
+    int32_t tok[PT] = {5, 6, 7, 8}, tback[PT];
+    char why[HY_ERR_LEN] = "", name[HY_TIER_NAME_LEN];
+    uint32_t kind;
+    uint64_t hash;
+    size_t hb = hy_tier_file_header_bytes(PT), hb1;
+
+    hy_tier_file_name(name, sizeof name, HY_TIER_SWA, 0x0123456789abcdefULL);
+    HY_T_OK(strcmp(name, "s-0123456789abcdef.hykv") == 0 &&
+                hy_tier_file_parse_name(name, &kind, &hash) && kind == HY_TIER_SWA &&
+                hash == 0x0123456789abcdefULL,
+            "a sliding-window page's file name %s parses back to its group", name);
+    ident_swa(&id);
+    r.kind = HY_TIER_SWA;
+    r.hash = 42;
+    r.depth = 3;
+    r.n_tokens = PT;
+    r.payload_bytes = SWAB;
+    hy_tier_file_encode(hdr, &id, &r, tok);
+    HY_T_OK(hy_tier_file_decode(hdr, hb, hb + SWAB, &id, HY_TIER_SWA, 42, &back, tback, why) ==
+                    HY_OK && back.kind == HY_TIER_SWA && back.depth == 3 &&
+                    memcmp(tok, tback, sizeof tok) == 0,
+            "a sliding-window page's header records its group and decodes (%s)", why);
+    HY_T_OK(hy_tier_file_decode(hdr, hb, hb + PAGE, &id, -1, 0, &back, NULL, why) == HY_EFORMAT &&
+                strstr(why, "truncated") != NULL,
+            "a sliding page's file is sized by the sliding group's page: %s", why);
+    ident_swa(&other);
+    other.swa_window = 48;
+    HY_T_OK(hy_tier_file_decode(hdr, hb, hb + SWAB, &other, -1, 0, &back, NULL, why) ==
+                    HY_EUNSUPPORTED && strstr(why, "sliding-window page group") != NULL,
+            "another window is foreign: %s", why);
+    ident_swa(&other);
+    other.swa_map_crc ^= 1;
+    HY_T_OK(hy_tier_file_decode(hdr, hb, hb + SWAB, &other, -1, 0, &back, NULL, why) ==
+                    HY_EUNSUPPORTED && strstr(why, "sliding-window page group") != NULL,
+            "other layers in the sliding group are foreign: %s", why);
+    ident_swa(&other);
+    other.swa_page_bytes = SWAB + 64;
+    HY_T_OK(hy_tier_file_decode(hdr, hb, hb + SWAB, &other, -1, 0, &back, NULL, why) ==
+                    HY_EUNSUPPORTED && strstr(why, "page or state size") != NULL,
+            "another sliding page size is foreign: %s", why);
+    ident(&other, 7); /* the same model's files from a build without page groups */
+    HY_T_OK(hy_tier_file_decode(hdr, hb, hb + SWAB, &other, -1, 0, &back, NULL, why) ==
+                    HY_EUNSUPPORTED,
+            "a sliding page for a geometry without a sliding group is foreign: %s", why);
+    /* a version-1 file (no group fields, 144 fixed bytes), checksummed as
+     * that version wrote it: refused for its version, not called corrupt */
+    hb1 = v1_header(hdr, tok);
+    HY_T_OK(hy_tier_file_decode(hdr, hb1, hb1 + PAGE, &id, -1, 0, &back, NULL, why) ==
+                    HY_EUNSUPPORTED && strstr(why, "format version 1") != NULL &&
+                    strstr(why, "reads 2") != NULL,
+            "a version-1 file is refused by its version: %s", why);
+    hdr[100] ^= 1;
+    HY_T_OK(hy_tier_file_decode(hdr, hb1, hb1 + PAGE, &id, -1, 0, &back, NULL, why) ==
+                    HY_EFORMAT && strstr(why, "header checksum") != NULL,
+            "a damaged version-1 header is corrupt: %s", why);
+}
+
+/* A store for both page groups: each kind its own slots, units and files;
+ * a full page and a sliding page of the same block are separate entries. */
+static void t_groups(void)
+{
+    hy_stats_t *st = calloc(1, sizeof *st);
+    hy_tier_opts_t o;
+    hy_tier_t *t;
+    char err[HY_ERR_LEN], gdir[sizeof tdir], *saved = NULL;
+    int32_t full, swa, ckpt;
+    bool ok = true;
+    int rc;
+
+    if (snprintf(gdir, sizeof gdir, "%s/groups", tdir) >= (int)sizeof gdir) {
+        HY_T_OK(0, "%s/groups: path too long", tdir);
+        free(st);
+        return;
+    }
+    /* 4 checkpoints (a quarter), then pages split 1:3 by bytes */
+    opts(&o, st, 16 * CKPT, gdir, 1 << 20);
+    ident_swa(&o.ident);
+    o.unit_bytes[HY_TIER_SWA] = SWAB;
+    o.swa_share = 0.25;
+    rc = hy_tier_create(&t, &o, err);
+    HY_T_OK(rc == HY_OK, "a store with a sliding-window kind (%s)", rc ? err : "ok");
+    if (rc != HY_OK)
+        return;
+    hy_tier_sync(t);
+    full = hy_tier_slots(t, HY_TIER_PAGE);
+    swa = hy_tier_slots(t, HY_TIER_SWA);
+    ckpt = hy_tier_slots(t, HY_TIER_CKPT);
+    HY_T_OK(ckpt == 4 && swa == 12 * CKPT / 4 / SWAB && full == (12 * CKPT - swa * SWAB) / PAGE &&
+                hy_tier_unit_bytes(t, HY_TIER_SWA) == SWAB,
+            "warm slots: %d checkpoints, %d sliding pages (a quarter of the page bytes), %d "
+            "full pages", ckpt, swa, full);
+    ok &= put(t, HY_TIER_PAGE, 3, 0) == HY_OK && put(t, HY_TIER_SWA, 3, 0) == HY_OK;
+    hy_tier_sync(t);
+    HY_T_OK(ok && where(t, HY_TIER_PAGE, 3, 0) == HY_TIER_WARM &&
+                where(t, HY_TIER_SWA, 3, 0) == HY_TIER_WARM && where(t, HY_TIER_SWA, 4, 0) < 0 &&
+                fetch_same(t, HY_TIER_SWA, 3, 0, false) && fetch_same(t, HY_TIER_PAGE, 3, 0, false),
+            "a block's full and sliding pages are two entries, each with its own bytes");
+    check(t, "two page groups");
+    hy_tier_free(t);
+    /* a file an older hyserve left (format version 1) */
+    {
+        uint8_t hdr[512], payload[PAGE] = {0};
+        int32_t tok[PT] = {5, 6, 7, 8};
+        size_t hb1 = v1_header(hdr, tok);
+        char path[600];
+        FILE *f;
+
+        snprintf(path, sizeof path, "%s/p-000000000000002a.hykv", gdir);
+        f = fopen(path, "wb");
+        ok = f != NULL && fwrite(hdr, 1, hb1, f) == hb1 && fwrite(payload, 1, PAGE, f) == PAGE;
+        if (f != NULL)
+            fclose(f);
+        HY_T_OK(ok, "an old-format file is in %s", gdir);
+    }
+    /* a restart finds both files, each under its group */
+    saved = strdup(tdir);
+    snprintf(tdir, sizeof tdir, "%s", gdir);
+    rc = hy_tier_create(&t, &o, err);
+    if (rc == HY_OK) {
+        hy_tier_sync(t);
+        int32_t tok[PT] = {5, 6, 7, 8};
+
+        HY_T_OK(hy_tier_where(t, HY_TIER_PAGE, 42, 3, tok) < 0 &&
+                    atomic_load(&st->tiers.dropped[HY_TIER_DROP_FOREIGN]) == 1,
+                "the version-1 file is dropped at indexing (reason foreign), never served");
+        HY_T_OK(n_files() == 2 && where(t, HY_TIER_PAGE, 3, 0) == HY_TIER_COLD &&
+                    where(t, HY_TIER_SWA, 3, 0) == HY_TIER_COLD &&
+                    fetch_same(t, HY_TIER_SWA, 3, 0, true) && fetch_same(t, HY_TIER_PAGE, 3, 0, true),
+                "after a restart both groups' pages come back from their files, byte for byte");
+        check(t, "two page groups, restarted");
+        hy_tier_free(t);
+    }
+    HY_T_OK(rc == HY_OK, "restart (%s)", rc ? err : "ok");
+    snprintf(tdir, sizeof tdir, "%s", saved);
+    free(saved);
+    free(st);
 }
 
 /* ---- the store ---------------------------------------------------------------------- */
@@ -666,6 +855,7 @@ int main(void)
     }
     t_crc();
     t_format();
+    t_format_groups();
     t_warm_lru();
     t_disk();
     t_restart();
@@ -673,6 +863,7 @@ int main(void)
     t_errors();
     t_model_id();
     t_probe();
+    t_groups();
     snprintf(cmd, sizeof cmd, "rm -rf %s", tdir);
     if (system(cmd) != 0)
         HY_T_OK(0, "cleanup of %s", tdir);

@@ -10,6 +10,17 @@
  * at shutdown) still hits; a corrupt file is dropped and its blocks are
  * recomputed with the same output; a disk that refuses every write costs
  * hits, never a request.  Page-table and tier accounting after each.
+ *
+ * Gemma-shaped (the tiny gemma3: five sliding-window layers to one global,
+ * its window patched to 40 tokens): the prefixes' full pages and the
+ * sliding pages of their last window are demoted to warm and to disk
+ * (hot pools of 24 full and 8 sliding pages) and restored, also after a
+ * restart, and the restored requests give the very tokens and top-5
+ * logprobs, bit for bit, of the same requests computed cold (steps of 16
+ * tokens in both, so every step has the same shape); the sliding pages
+ * that slid out of every window are freed, never written down (the disk
+ * holds each prompt's 6 full pages and exactly the 3 sliding pages of its
+ * last window); accounting per tier and per page group after each.
  */
 #define _GNU_SOURCE
 #include "engine/engine.h"
@@ -19,6 +30,7 @@
 #include "kv/plan.h"
 #include "test.h"
 #include "golden.h"
+#include "gguf_patch.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -31,10 +43,14 @@
 #define NP 8      /* prompts */
 #define PLEN 100  /* tokens each: 6 full blocks, 96 cached on a hit */
 #define NGEN 4
+#define NTOP 5    /* top logprobs compared in the sliding-window scenario */
+#define SWA_WINDOW 40
 
 typedef struct {
     int32_t tok[NGEN];
     float lp[NGEN];
+    int32_t top_ids[NGEN][NTOP];
+    float top_lp[NGEN][NTOP];
     int32_t n, n_cached;
 } out_t;
 
@@ -46,7 +62,10 @@ typedef struct {
     hy_tier_t *tier;
     hy_stats_t *st;    /* the tier store's counters */
     int32_t pages;     /* > 0: a hot pool this small */
+    int32_t swa_pages; /* > 0: a sliding-window page pool this small */
     int32_t warm;      /* warm page slots (0: 12) */
+    int32_t mbt;       /* > 0: tokens per step (else 64) */
+    int32_t n_top;     /* top logprobs asked for (0: 1) */
 } env_t;
 
 static char tdir[256];
@@ -60,10 +79,10 @@ static int fault(void *ctx, int op, const char *name)
     return op == HY_TIER_OP_WRITE && fail_writes ? ENOSPC : 0;
 }
 
-static void eopts(hy_engine_opts_t *o)
+static void eopts(const env_t *v, hy_engine_opts_t *o)
 {
     memset(o, 0, sizeof *o);
-    o->max_batch_tokens = 64;
+    o->max_batch_tokens = v->mbt > 0 ? v->mbt : 64;
     o->max_seqs = 4;
     o->n_ctx = 256;
     o->page_tokens = 16;
@@ -80,7 +99,7 @@ static int tier_up(env_t *v, char *err)
     hy_plan_t plan;
     int rc;
 
-    eopts(&o);
+    eopts(v, &o);
     po = (hy_plan_opts_t){o.n_ctx, o.max_seqs, o.page_tokens, o.max_batch_tokens, o.kv_type,
                           false};
     if ((rc = hy_plan_make_opts(&plan, v->m, v->be, &po, err)) != HY_OK)
@@ -113,7 +132,7 @@ static int up(env_t *v, bool tiers, char *err)
     char name[64];
     int rc;
 
-    eopts(&o);
+    eopts(v, &o);
     if (tiers && (rc = tier_up(v, err)) != HY_OK)
         return rc;
     o.tiers = tiers ? v->tier : NULL;
@@ -123,6 +142,8 @@ static int up(env_t *v, bool tiers, char *err)
     hy_shm_params_for(&sp, &pp, o.n_request_slots, o.n_ctx);
     if (v->pages > 0)
         sp.n_pages = v->pages;
+    if (v->swa_pages > 0)
+        sp.n_swa_pages = v->swa_pages;
     if ((rc = hy_shm_create(&v->shm, name, &sp, err)) != HY_OK)
         return rc;
     hy_ring_source(v->shm, &src);
@@ -153,9 +174,12 @@ static void down(env_t *v, const char *what)
         hy_tier_sync(v->tier);
         trc = hy_tier_check(v->tier, true, terr);
     }
-    HY_T_OK(rc == HY_OK && trc == HY_OK && c.pages_used == 0 && c.ckpt_used == 0,
-            "%s: accounting (page table %s, used %d free %d cached %d of %d; tiers %s)", what,
-            rc == HY_OK ? "ok" : err, c.pages_used, c.pages_free, c.pages_cached, c.pages_total,
+    HY_T_OK(rc == HY_OK && trc == HY_OK && c.pages_used == 0 && c.ckpt_used == 0 &&
+                c.swa_used == 0 && c.pages_used + c.pages_free + c.pages_cached == c.pages_total &&
+                c.swa_used + c.swa_free + c.swa_cached == c.swa_total,
+            "%s: accounting (page table %s, used %d free %d cached %d of %d, sliding %d %d %d of "
+            "%d; tiers %s)", what, rc == HY_OK ? "ok" : err, c.pages_used, c.pages_free,
+            c.pages_cached, c.pages_total, c.swa_used, c.swa_free, c.swa_cached, c.swa_total,
             terr);
     hy_engine_free(v->e);
     hy_shm_close(v->shm);
@@ -189,7 +213,7 @@ static int run(env_t *v, int k, out_t *out, char *err)
     memset(&rp, 0, sizeof rp);
     hy_sampling_default(&rp.sampling);
     rp.sampling.temperature = 0;
-    rp.sampling.n_logprobs = 1;
+    rp.sampling.n_logprobs = v->n_top > 0 ? v->n_top : 1;
     rp.max_tokens = NGEN;
     rp.flags = HY_REQ_F_IGNORE_EOS;
     if ((rc = hy_req_submit(v->shm, &rp, p, PLEN, &h, err)) != HY_OK)
@@ -201,6 +225,10 @@ static int run(env_t *v, int k, out_t *out, char *err)
         for (int i = 0; i < n && out->n < NGEN; i++, out->n++) {
             out->tok[out->n] = buf[i].token;
             out->lp[out->n] = buf[i].logprob;
+            for (int j = 0; j < NTOP && j < buf[i].n_top; j++) {
+                out->top_ids[out->n][j] = buf[i].top_ids[j];
+                out->top_lp[out->n][j] = buf[i].top_logprobs[j];
+            }
         }
         if (st.done) {
             out->n_cached = st.n_cached;
@@ -378,6 +406,161 @@ static void scenario(env_t *v, const char *name)
     fail_writes = 0;
 }
 
+/* ---- a Gemma-shaped model: sliding-window pages in the tiers ----------------------- */
+
+/* Same tokens, logprobs and top-NTOP alternatives, bit for bit. */
+static bool same_bits(const out_t *a, const out_t *b)
+{
+    return a->n == b->n && a->n == NGEN && memcmp(a->tok, b->tok, sizeof a->tok) == 0 &&
+           memcmp(a->lp, b->lp, sizeof a->lp) == 0 &&
+           memcmp(a->top_ids, b->top_ids, sizeof a->top_ids) == 0 &&
+           memcmp(a->top_lp, b->top_lp, sizeof a->top_lp) == 0;
+}
+
+typedef struct {
+    int full, swa, ckpt;  /* files by kind */
+    int swa_lo, swa_hi;   /* the sliding pages' lowest and highest block */
+    int bad;              /* a file whose header's kind is not its name's */
+} files_t;
+
+/* The page files in the directory by group, from their headers (kind at
+ * byte 12, depth at 24, little-endian: ipc/tier_file.h). */
+static void count_files(files_t *f)
+{
+    DIR *d = opendir(tdir);
+    struct dirent *de;
+    char path[600];
+
+    memset(f, 0, sizeof *f);
+    f->swa_lo = INT32_MAX;
+    f->swa_hi = -1;
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        uint8_t h[28];
+        uint32_t kind, depth;
+        int fd;
+
+        if (strstr(de->d_name, ".hykv") == NULL || strstr(de->d_name, ".tmp") != NULL)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", tdir, de->d_name);
+        if ((fd = open(path, O_RDONLY)) < 0)
+            continue;
+        if (pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h) {
+            kind = (uint32_t)h[12] | (uint32_t)h[13] << 8 | (uint32_t)h[14] << 16 |
+                   (uint32_t)h[15] << 24;
+            depth = (uint32_t)h[24] | (uint32_t)h[25] << 8 | (uint32_t)h[26] << 16 |
+                    (uint32_t)h[27] << 24;
+            f->bad += (de->d_name[0] == 's') != (kind == HY_TIER_SWA);
+            f->full += kind == HY_TIER_PAGE;
+            f->ckpt += kind == HY_TIER_CKPT;
+            if (kind == HY_TIER_SWA) {
+                f->swa++;
+                f->swa_lo = HY_MIN(f->swa_lo, (int)depth);
+                f->swa_hi = HY_MAX(f->swa_hi, (int)depth);
+            }
+        }
+        close(fd);
+    }
+    if (d != NULL)
+        closedir(d);
+}
+
+/* The tiny gemma3 with a 40-token window: a 96-token hit needs the sliding
+ * pages of blocks 3..5 (hy_kv_swa_first_block(40, 16, 96) = 3). */
+static hy_model_t *gemma3_window(hy_backend_t *be, const hy_t_golden_t *g, char *err)
+{
+    hy_model_t *m = NULL;
+    size_t size;
+    unsigned char *buf = hy_tp_read_all(hy_t_golden_path(g), &size);
+
+    if (buf == NULL ||
+        hy_tp_set_u32(buf, size, "gemma3.attention.sliding_window", SWA_WINDOW) != 0)
+        snprintf(err, HY_ERR_LEN, "cannot read or patch %s", hy_t_golden_path(g));
+    else if (hy_tp_load(be, buf, size, &m, err) != HY_OK)
+        m = NULL;
+    free(buf);
+    return m;
+}
+
+static void scenario_swa(env_t *v)
+{
+    const char *name = "gemma3 (sliding window 40)";
+    char err[HY_ERR_LEN] = "ok";
+    out_t cold[NP], a, b[NP], r5 = {0};
+    int64_t swa_warm = 0, swa_cold = 0;
+    uint64_t hw, hc;
+    bool hits = true, same = true;
+    files_t f;
+    int rc, k;
+
+    memset(v->st, 0, sizeof *v->st);
+    wipe_dir();
+    /* every step 16 tokens at most, so a hit's last 4 prompt tokens run in
+     * a step of the shape the cold run gave them */
+    v->mbt = 16;
+    v->n_top = NTOP;
+    v->pages = v->swa_pages = 0;
+    rc = up(v, false, err);
+    for (k = 0; k < NP && rc == HY_OK; k++)
+        if ((rc = run(v, k, &cold[k], err)) == HY_OK && cold[k].n_cached != 0)
+            rc = hy_err(err, HY_EINVAL, "prompt %d hit %d tokens cold", k, cold[k].n_cached);
+    if (rc == HY_OK && hy_plan_swa_window(v->m, 256, false) != SWA_WINDOW)
+        rc = hy_err(err, HY_EINVAL, "the sliding group's window is %d",
+                    hy_plan_swa_window(v->m, 256, false));
+    down(v, name);
+    HY_T_OK(rc == HY_OK, "%s: reference outputs, computed cold (%s)", name, err);
+    if (rc != HY_OK)
+        return;
+
+    /* 24 full and 8 sliding hot pages for 8 prompts of 6 + 3 */
+    v->pages = 24;
+    v->swa_pages = 8;
+    rc = up(v, true, err);
+    for (k = 0; k < NP && rc == HY_OK; k++)
+        rc = run(v, k, &a, err);
+    if (rc == HY_OK) {
+        hy_tier_sync(v->tier);
+        swa_warm = atomic_load(&v->st->tiers.n[HY_TIER_WARM][HY_TIER_SWA][HY_TIER_CACHED]);
+        swa_cold = atomic_load(&v->st->tiers.n[HY_TIER_COLD][HY_TIER_SWA][HY_TIER_CACHED]);
+    }
+    HY_T_OK(rc == HY_OK && swa_warm > 0 && swa_cold > 0,
+            "%s: sliding pages of the prefixes' last windows were demoted: %lld warm, %lld on "
+            "disk (%s)", name, (long long)swa_warm, (long long)swa_cold, err);
+    for (k = NP - 1; k >= 0 && rc == HY_OK; k--) {
+        if ((rc = run(v, k, &b[k], err)) != HY_OK)
+            break;
+        hits &= b[k].n_cached == 96;
+        same &= same_bits(&b[k], &cold[k]);
+    }
+    hw = atomic_load(&v->st->tiers.hits[HY_TIER_WARM]);
+    hc = atomic_load(&v->st->tiers.hits[HY_TIER_COLD]);
+    HY_T_OK(rc == HY_OK && hits && same && hw > 0 && hc > 0,
+            "%s: every prompt asked again hits its 96 tokens (full pages and the window's "
+            "sliding pages from hot, warm %llu, disk %llu): tokens and top-%d logprobs bit for "
+            "bit those computed cold (cached %d %d %d %d %d %d %d %d; %s)", name,
+            (unsigned long long)hw, (unsigned long long)hc, NTOP, b[0].n_cached, b[1].n_cached,
+            b[2].n_cached, b[3].n_cached, b[4].n_cached, b[5].n_cached, b[6].n_cached,
+            b[7].n_cached, err);
+    down(v, name);
+    count_files(&f);
+    HY_T_OK(f.full == NP * 6 && f.swa == NP * 3 && f.swa_lo == 3 && f.swa_hi == 5 && f.bad == 0 &&
+                f.ckpt == 0,
+            "%s: the disk holds each prompt's 6 full pages (%d) and only the 3 sliding pages "
+            "of its last window (%d, blocks %d..%d): the ones that slid out were freed, not "
+            "demoted", name, f.full, f.swa, f.swa_lo, f.swa_hi);
+
+    /* a restart: everything comes from disk */
+    if (rc == HY_OK)
+        rc = up(v, true, err);
+    if (rc == HY_OK)
+        rc = run(v, 5, &r5, err);
+    HY_T_OK(rc == HY_OK && r5.n_cached == 96 && same_bits(&r5, &cold[5]) &&
+                atomic_load(&v->st->tiers.hits[HY_TIER_COLD]) > hc,
+            "%s: after a restart the prompt hits 96 tokens from disk, full and sliding pages, "
+            "bit for bit the cold output (cached %d; %s)", name, r5.n_cached, err);
+    down(v, name);
+    v->mbt = v->n_top = v->pages = v->swa_pages = 0;
+}
+
 int main(void)
 {
     static const char *const models[] = {"llama", "qwen35"};
@@ -407,6 +590,17 @@ int main(void)
         if (rc != HY_OK)
             continue;
         scenario(&v, models[k]);
+        hy_model_free(v.m);
+        v.m = NULL;
+    }
+    {
+        const hy_t_golden_t *g = hy_t_golden_find(golden, n_golden, "gemma3");
+
+        v.m = g != NULL ? gemma3_window(v.be, g, err) : NULL;
+        HY_T_OK(v.m != NULL, "gemma3 with a 40-token window loads (%s)",
+                g == NULL ? "not in the manifest" : v.m != NULL ? "ok" : err);
+        if (v.m != NULL)
+            scenario_swa(&v);
         hy_model_free(v.m);
         v.m = NULL;
     }
