@@ -493,7 +493,12 @@ void hy_tiering_store_opts(const hy_model_t *m, const hy_plan_t *plan, int32_t n
     uint8_t layer_swa[HY_MAX(m->n_kv_layers, 1)];
     hy_kv_layout_t kv;
     bool swa = plan->swa_window > 0;
-    long double full = (long double)plan->page_bytes * (long double)n_pages;
+    /* full pages of 0 bytes (every attention layer slides) still cost
+     * the store an entry each: the warm split counts that */
+    long double full = (long double)(plan->page_bytes > 0
+                                         ? plan->page_bytes
+                                         : hy_tier_entry_bytes((uint32_t)plan->page_tokens)) *
+                       (long double)n_pages;
     long double slide = swa ? (long double)plan->swa_page_bytes * (long double)n_swa_pages : 0;
 
     hy_plan_kv_layout(m, plan->page_tokens, n_pages, n_swa_pages, plan->swa_window,

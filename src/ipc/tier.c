@@ -956,12 +956,18 @@ void hy_tier_disk_off(hy_tier_t *t, const char *why)
 
 /* ---- life cycle ------------------------------------------------------------------- */
 
+/* The arena of a kind whose entries hold no bytes (the full-attention group
+ * of a model whose every attention layer slides: its pages only carry the
+ * prefix chain): slot pointers into it are never dereferenced for more
+ * than 0 bytes, and it is never freed. */
+static uint8_t tier_no_bytes[1];
+
 static void *warm_alloc(hy_tier_t *t, size_t bytes)
 {
     void *p;
 
     if (bytes == 0)
-        return NULL;
+        return tier_no_bytes;
     if (t->o.host_alloc != NULL)
         return t->o.host_alloc(t->o.host_ctx, bytes);
     /* committed page by page as slots fill, like the hot pool */
@@ -972,7 +978,7 @@ static void *warm_alloc(hy_tier_t *t, size_t bytes)
 
 static void warm_release(hy_tier_t *t, void *p, size_t bytes)
 {
-    if (p == NULL)
+    if (p == NULL || p == tier_no_bytes)
         return;
     if (t->o.host_free != NULL)
         t->o.host_free(t->o.host_ctx, p, bytes);
@@ -984,43 +990,44 @@ static void warm_release(hy_tier_t *t, void *p, size_t bytes)
  * budget) when the model has them; the rest for pages, shared between the
  * two page groups as the hot pool shares its bytes (o.swa_share), so each
  * group's warm tier is the same multiple of its hot pool; at least one
- * slot of each kind the model has. */
+ * slot of each kind the model has.  Full-group pages of 0 bytes (every
+ * attention layer slides) are sized by what an entry costs the store. */
 static int warm_size(hy_tier_t *t, char *err)
 {
     uint64_t w = t->o.warm_bytes, pb = t->o.unit_bytes[HY_TIER_PAGE],
              sb = t->o.unit_bytes[HY_TIER_CKPT], wb = t->o.unit_bytes[HY_TIER_SWA], nc = 0, np,
-             ns = 0, pages;
+             ns = 0, pages, pc;
 
     if (w == 0)
         return HY_OK;
-    if (pb == 0)
-        return hy_err(err, HY_EINVAL, "warm tier: the model keeps no full-attention KV pages "
-                      "(every attention layer slides, or none keeps KV): not supported");
+    if (pb == 0 && wb == 0)
+        return hy_err(err, HY_EINVAL, "warm tier: the model keeps no KV pages");
+    pc = pb > 0 ? pb : hy_tier_entry_bytes(t->o.ident.page_tokens);
     if (sb > 0) {
         nc = w / 4 / sb;
-        if (nc == 0 && w >= sb + pb + wb)
+        if (nc == 0 && w >= sb + pc + wb)
             nc = 1;
         if (nc == 0)
             return hy_err(err, HY_ERANGE, "warm tier: %llu bytes hold no state checkpoint of "
                           "%llu bytes and a page of %llu", (unsigned long long)w, (unsigned long long)sb,
-                          (unsigned long long)pb);
+                          (unsigned long long)(pc + wb));
     }
     pages = w - nc * sb;
     if (wb > 0) {
         double share = t->o.swa_share > 0 && t->o.swa_share < 1 ? t->o.swa_share : 0.5;
 
         ns = (uint64_t)((double)pages * share) / wb;
-        if (ns == 0 && pages >= wb + pb)
+        if (ns == 0 && pages >= wb + pc)
             ns = 1;
         if (ns == 0)
             return hy_err(err, HY_ERANGE, "warm tier: %llu bytes hold no sliding-window page of "
                           "%llu bytes and a page of %llu", (unsigned long long)w,
-                          (unsigned long long)wb, (unsigned long long)pb);
+                          (unsigned long long)wb, (unsigned long long)pc);
     }
-    np = (pages - ns * wb) / pb;
+    np = (pages - ns * wb) / pc;
     if (np == 0)
         return hy_err(err, HY_ERANGE, "warm tier: %llu bytes hold no KV page of %llu bytes",
-                      (unsigned long long)w, (unsigned long long)pb);
+                      (unsigned long long)w, (unsigned long long)pc);
     if (np > INT32_MAX / 2 || nc > INT32_MAX / 2 || ns > INT32_MAX / 2)
         return hy_err(err, HY_ERANGE, "warm tier: too many slots");
     t->n_warm[HY_TIER_PAGE] = (int32_t)np;

@@ -49,6 +49,15 @@ enum { HY_TIER_OP_WRITE, HY_TIER_OP_READ, HY_TIER_OP_INDEX };
 
 typedef struct hy_tier hy_tier_t;
 
+/* Host bytes one entry costs the store besides its unit (index links,
+ * the block's tokens): what sizes the warm slots of a kind of 0-byte
+ * units (the full page group of a model whose every attention layer
+ * slides, whose pages only carry the prefix chain). */
+static inline uint64_t hy_tier_entry_bytes(uint32_t page_tokens)
+{
+    return 64 + 4 * (uint64_t)page_tokens;
+}
+
 typedef struct {
     /* a full-attention group's KV page (its layers), a state checkpoint
      * (0: none), a sliding-window group's page (0: no such group) */

@@ -20,7 +20,10 @@
  * tokens in both, so every step has the same shape); the sliding pages
  * that slid out of every window are freed, never written down (the disk
  * holds each prompt's 6 full pages and exactly the 3 sliding pages of its
- * last window); accounting per tier and per page group after each.
+ * last window); accounting per tier and per page group after each.  The
+ * same for lfm2-swa (short conv + attention layers that all slide: its
+ * full-group pages hold 0 bytes and carry the prefix chain; its hits also
+ * need short-conv checkpoints).
  */
 #define _GNU_SOURCE
 #include "engine/engine.h"
@@ -97,6 +100,7 @@ static int tier_up(env_t *v, char *err)
     hy_tier_opts_t to;
     hy_plan_opts_t po;
     hy_plan_t plan;
+    uint64_t pc;
     int rc;
 
     eopts(v, &o);
@@ -106,10 +110,11 @@ static int tier_up(env_t *v, char *err)
         return rc;
     memset(&to, 0, sizeof to);
     hy_tiering_store_opts(v->m, &plan, 1, 1, &to);
-    /* about 12 pages (or v->warm) of each group, and a quarter for checkpoints */
-    to.swa_share = (double)to.unit_bytes[HY_TIER_SWA] /
-                   (double)(plan.page_bytes + to.unit_bytes[HY_TIER_SWA]);
-    to.warm_bytes = (uint64_t)(v->warm ? v->warm : 12) * (plan.page_bytes + to.unit_bytes[HY_TIER_SWA]) +
+    /* about 12 pages (or v->warm) of each group, and a quarter for
+     * checkpoints; a full page of 0 bytes is sized by its entry */
+    pc = plan.page_bytes > 0 ? plan.page_bytes : hy_tier_entry_bytes((uint32_t)o.page_tokens);
+    to.swa_share = (double)to.unit_bytes[HY_TIER_SWA] / (double)(pc + to.unit_bytes[HY_TIER_SWA]);
+    to.warm_bytes = (uint64_t)(v->warm ? v->warm : 12) * (pc + to.unit_bytes[HY_TIER_SWA]) +
                     (plan.slot_bytes ? 4 * plan.slot_bytes : 0);
     to.disk_dir = tdir;
     to.disk_bytes = 8 << 20;
@@ -481,13 +486,20 @@ static hy_model_t *gemma3_window(hy_backend_t *be, const hy_t_golden_t *g, char 
     return m;
 }
 
-static void scenario_swa(env_t *v)
+/* name: the model's; window: its sliding group's (checked against the
+ * plan); warm: warm slots per group (0: 12); a hybrid also keeps
+ * checkpoint files. */
+static void scenario_swa(env_t *v, const char *name, int32_t window, int32_t warm)
 {
-    const char *name = "gemma3 (sliding window 40)";
     char err[HY_ERR_LEN] = "ok";
+    /* what a hit at 96 needs, and what the finished sequences keep cached:
+     * the sliding pages of the window before 96 (that of the last token,
+     * 103, starts no earlier) */
+    int32_t first = hy_kv_swa_first_block(window, 16, 96);
+    bool hybrid = v->m->n_rec_layers > 0;
     out_t cold[NP], a, b[NP], r5 = {0};
     int64_t swa_warm = 0, swa_cold = 0;
-    uint64_t hw, hc;
+    uint64_t hw, hc, pc;
     bool hits = true, same = true;
     files_t f;
     int rc, k;
@@ -503,7 +515,7 @@ static void scenario_swa(env_t *v)
     for (k = 0; k < NP && rc == HY_OK; k++)
         if ((rc = run(v, k, &cold[k], err)) == HY_OK && cold[k].n_cached != 0)
             rc = hy_err(err, HY_EINVAL, "prompt %d hit %d tokens cold", k, cold[k].n_cached);
-    if (rc == HY_OK && hy_plan_swa_window(v->m, 256, false) != SWA_WINDOW)
+    if (rc == HY_OK && hy_plan_swa_window(v->m, 256, false) != window)
         rc = hy_err(err, HY_EINVAL, "the sliding group's window is %d",
                     hy_plan_swa_window(v->m, 256, false));
     down(v, name);
@@ -511,9 +523,10 @@ static void scenario_swa(env_t *v)
     if (rc != HY_OK)
         return;
 
-    /* 24 full and 8 sliding hot pages for 8 prompts of 6 + 3 */
+    /* 24 full and 8 sliding hot pages for 8 prompts of 6 + (6 - first) */
     v->pages = 24;
     v->swa_pages = 8;
+    v->warm = warm;
     rc = up(v, true, err);
     for (k = 0; k < NP && rc == HY_OK; k++)
         rc = run(v, k, &a, err);
@@ -533,20 +546,25 @@ static void scenario_swa(env_t *v)
     }
     hw = atomic_load(&v->st->tiers.hits[HY_TIER_WARM]);
     hc = atomic_load(&v->st->tiers.hits[HY_TIER_COLD]);
-    HY_T_OK(rc == HY_OK && hits && same && hw > 0 && hc > 0,
+    /* entries read up from disk, of any kind (a model whose full pages hold
+     * 0 bytes keeps them all in warm slots: its sliding pages come from disk) */
+    pc = atomic_load(&v->st->tiers.promotions[HY_TIER_COLD]);
+    HY_T_OK(rc == HY_OK && hits && same && hw > 0 && pc > 0,
             "%s: every prompt asked again hits its 96 tokens (full pages and the window's "
-            "sliding pages from hot, warm %llu, disk %llu): tokens and top-%d logprobs bit for "
-            "bit those computed cold (cached %d %d %d %d %d %d %d %d; %s)", name,
-            (unsigned long long)hw, (unsigned long long)hc, NTOP, b[0].n_cached, b[1].n_cached,
-            b[2].n_cached, b[3].n_cached, b[4].n_cached, b[5].n_cached, b[6].n_cached,
-            b[7].n_cached, err);
+            "sliding pages from hot, warm (%llu blocks) and disk (%llu blocks, %llu entries "
+            "read up)): tokens and top-%d logprobs bit for bit those computed cold (%s; cached "
+            "%d %d %d %d %d %d %d %d; %s)", name, (unsigned long long)hw, (unsigned long long)hc,
+            (unsigned long long)pc, NTOP, same ? "same" : "DIFFERENT", b[0].n_cached,
+            b[1].n_cached, b[2].n_cached, b[3].n_cached, b[4].n_cached, b[5].n_cached,
+            b[6].n_cached, b[7].n_cached, err);
     down(v, name);
     count_files(&f);
-    HY_T_OK(f.full == NP * 6 && f.swa == NP * 3 && f.swa_lo == 3 && f.swa_hi == 5 && f.bad == 0 &&
-                f.ckpt == 0,
-            "%s: the disk holds each prompt's 6 full pages (%d) and only the 3 sliding pages "
+    HY_T_OK(f.full == NP * 6 && f.swa == NP * (6 - first) && f.swa_lo == first && f.swa_hi == 5 &&
+                f.bad == 0 && (f.ckpt > 0) == hybrid,
+            "%s: the disk holds each prompt's 6 full pages (%d) and only the %d sliding pages "
             "of its last window (%d, blocks %d..%d): the ones that slid out were freed, not "
-            "demoted", name, f.full, f.swa, f.swa_lo, f.swa_hi);
+            "demoted; %d checkpoints", name, f.full, 6 - first, f.swa, f.swa_lo, f.swa_hi,
+            f.ckpt);
 
     /* a restart: everything comes from disk */
     if (rc == HY_OK)
@@ -558,7 +576,7 @@ static void scenario_swa(env_t *v)
             "%s: after a restart the prompt hits 96 tokens from disk, full and sliding pages, "
             "bit for bit the cold output (cached %d; %s)", name, r5.n_cached, err);
     down(v, name);
-    v->mbt = v->n_top = v->pages = v->swa_pages = 0;
+    v->mbt = v->n_top = v->pages = v->swa_pages = v->warm = 0;
 }
 
 int main(void)
@@ -600,7 +618,21 @@ int main(void)
         HY_T_OK(v.m != NULL, "gemma3 with a 40-token window loads (%s)",
                 g == NULL ? "not in the manifest" : v.m != NULL ? "ok" : err);
         if (v.m != NULL)
-            scenario_swa(&v);
+            scenario_swa(&v, "gemma3 (sliding window 40)", SWA_WINDOW, 0);
+        hy_model_free(v.m);
+        v.m = NULL;
+    }
+    {
+        /* every attention layer slides: full-group pages of 0 bytes carry
+         * the prefix chain through the tiers; short-conv checkpoints too */
+        const hy_t_golden_t *g = hy_t_golden_find(golden, n_golden, "lfm2-swa");
+        int rc = g != NULL ? hy_model_load(&v.m, hy_t_golden_path(g), v.be, err) : HY_ENOENT;
+
+        HY_T_OK(rc == HY_OK, "lfm2-swa loads (%s)", g == NULL ? "not in the manifest"
+                                                     : rc == HY_OK ? "ok" : err);
+        if (rc == HY_OK)
+            scenario_swa(&v, "lfm2-swa (every attention layer slides)",
+                         hy_plan_swa_window(v.m, 256, false), 2);
         hy_model_free(v.m);
         v.m = NULL;
     }
