@@ -1,8 +1,9 @@
 # src/common: errors, element types, futex calls, SHA-256, the configuration,
 # logging, and sliding-window statistics.
 
-# Errors, element types, futex calls.
+# Errors, element types, KV page groups, futex calls.
 libhy_a_SOURCES += src/common/hy.c src/common/hy.h src/common/dtype.c src/common/dtype.h \
+	src/common/kvgroup.h \
 	src/common/futex.h
 check_PROGRAMS += tests/unit/test_common
 TESTS += tests/unit/test_common
@@ -10,6 +11,8 @@ tests_unit_test_common_SOURCES = tests/unit/test_common.c
 tests_unit_test_common_LDADD = $(TEST_LDADD)
 # SHA-256 (model file versions in /v1/models, /health, hyserve-ctl status).
 libhy_a_SOURCES += src/common/sha256.c src/common/sha256.h
+# CRC-32C (the disk tier's file checksums).
+libhy_a_SOURCES += src/common/crc32c.c src/common/crc32c.h
 check_PROGRAMS += tests/unit/test_sha256
 TESTS += tests/unit/test_sha256
 tests_unit_test_sha256_SOURCES = tests/unit/test_sha256.c

@@ -43,11 +43,16 @@ typedef struct {
         int32_t backend;      /* HY_CONFIG_BACKEND_* */
     } engine;
     struct {
-        uint32_t memory_mb;     /* 0 = memory_fraction of what is free */
+        uint32_t hot_mb;        /* the hot tier (KV pages, state slots); 0 = memory_fraction
+                                   of what the backend's memory has free */
         double memory_fraction;
         uint32_t page_tokens;
         int32_t kv_type;        /* HY_CONFIG_KV_* */
         uint32_t checkpoint_interval; /* tokens between recurrent-state snapshots */
+        uint32_t warm_mb;       /* host RAM under the hot tier; 0 = none */
+        char disk_dir[HY_CONFIG_PATH_LEN]; /* the cold tier's files; "" = none */
+        uint32_t disk_mb;       /* the cold tier's budget */
+        uint32_t hot_tokens_per_seq; /* 0 = running sequences stay entirely hot */
     } cache;
     struct {
         char socket[HY_CONFIG_SOCKET_LEN];

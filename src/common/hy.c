@@ -1,5 +1,6 @@
 /*
- * hy.c - the error-buffer helper and status names declared in hy.h.
+ * hy.c - the error-buffer helper and status names declared in hy.h, and
+ * the host's memory as /proc/meminfo reports it.
  */
 #include "hy.h"
 
@@ -32,4 +33,22 @@ const char *hy_strerror(int code)
     case HY_EFULL: return "full";
     default: return "unknown error";
     }
+}
+
+void hy_host_memory(uint64_t *total, uint64_t *avail)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb;
+
+    *total = *avail = 0;
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+            *total = (uint64_t)kb * 1024;
+        else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            *avail = (uint64_t)kb * 1024;
+    }
+    fclose(f);
 }

@@ -33,6 +33,10 @@ int hy_err(char *err, int code, const char *fmt, ...)
 
 const char *hy_strerror(int code);
 
+/* The host's MemTotal and MemAvailable (/proc/meminfo) in bytes; 0 when
+ * unknown. */
+void hy_host_memory(uint64_t *total, uint64_t *avail);
+
 /* Overflow-checked arithmetic for sizes that come from files or requests. */
 static inline bool hy_mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *r)
 {

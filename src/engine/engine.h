@@ -18,6 +18,7 @@
 
 #include "ipc/pagetable.h"
 #include "ipc/source.h"
+#include "ipc/tier.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -33,10 +34,14 @@ typedef struct {
                                     0 = max_seqs full-context sequences */
     int32_t checkpoint_interval; /* [cache] checkpoint_interval tokens (0 = prompt ends only) */
     int32_t n_request_slots;     /* requests the source can hold ([server] max_queue + max_seqs) */
+    bool swa_full;               /* sliding-window layers keep every position too (no
+                                    sliding page group; llama.cpp's --swa-full) */
     bool no_checkpoints;         /* no recurrent-state checkpoint slots: requests that never
                                     share a prefix (hyserve run) */
     const hy_tok_t *tok;         /* the model's tokenizer, when the caller has loaded it
                                     already (only read); NULL: the engine loads its own */
+    hy_tier_t *tiers;            /* the warm/cold tiers under the page table (the
+                                    caller's; outlives the engine), or NULL */
 } hy_engine_opts_t;
 
 /* The context length o gives for m (o->n_ctx, else the model's). */
@@ -64,6 +69,13 @@ int32_t hy_engine_poll(hy_engine_t *e);
  * source, as cancelled with reason why; their pages go back. */
 void hy_engine_cancel_all(hy_engine_t *e, const char *why);
 void hy_engine_free(hy_engine_t *e);
+/* With tiers: writes the hot tier's cached pages and checkpoints that the
+ * disk tier lacks (the engine stopped), so a restart finds them; returns
+ * how many were written. */
+int64_t hy_engine_persist_tiers(hy_engine_t *e);
+/* Bytes of one KV page of each group (HY_KV_FULL, HY_KV_SWA; 0 for a
+ * group the model does not use), for the memory gauges. */
+void hy_engine_page_bytes(const hy_engine_t *e, uint64_t page_bytes[HY_KV_GROUPS]);
 /* One key=value line: pages, slots, split, capacity. */
 void hy_engine_describe(const hy_engine_t *e, FILE *f);
 

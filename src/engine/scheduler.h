@@ -45,6 +45,7 @@ typedef struct {
     hy_sampler_t *sampler; /* kept across preemption: the RNG state continues */
     struct hy_gmatch *gm;  /* grammar position (NULL: unconstrained); kept likewise */
     bool blocked;          /* a token waits for ring space */
+    bool fetching;         /* waits for its prefix to come up from disk (engine/tiering.h) */
     hy_ring_tok_t pending; /* that token */
     int32_t finish_after;  /* HY_FINISH_* once the pending token is pushed, else NONE */
     int32_t chunk;         /* tokens scheduled in this step */

@@ -22,16 +22,20 @@
 #include "common/hy.h"
 #include "common/winstat.h"
 #include "ipc/pagetable.h"
+#include "ipc/tier_file.h"
 
 #define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
-#define HY_SHM_LAYOUT_VERSION 4 /* 2: model file, sha256 and its state in the header;
+#define HY_SHM_LAYOUT_VERSION 6 /* 2: model file, sha256 and its state in the header;
                                  3: windows, HTTP counts and memory facts in the stats;
                                  4: grammar_len in the request parameters (the spec
-                                    follows the prompt), grammar counters in the stats */
+                                    follows the prompt), grammar counters in the stats;
+                                 5: the sliding-window page group;
+                                 6: the warm and cold tiers' counters (with the sliding
+                                    group's pages as their own kind) in the stats */
 #define HY_SHM_INSTANCE_MAX 48 /* [A-Za-z0-9_.-], not starting with '.' */
 
 typedef struct {
-    int32_t n_pages;               /* KV pages */
+    int32_t n_pages;               /* KV pages of the full-attention group */
     int32_t page_tokens;           /* tokens per page / prefix block */
     int32_t n_state_slots;         /* live recurrent states */
     int32_t n_checkpoint_slots;    /* recurrent-state snapshots for prefix reuse */
@@ -40,16 +44,17 @@ typedef struct {
     int32_t ring_capacity;         /* generated tokens buffered per request */
     int32_t ring_top_logprobs;     /* alternatives stored per token, 0..20 */
     int32_t prefix_index_capacity; /* 0 = automatic (see hy_pt_params_t) */
+    int32_t n_swa_pages;           /* KV pages of the sliding-window group (0 = none) */
 } hy_shm_params_t;
 
 enum {
     HY_SHM_REG_PT,           /* page-table header (hy_pt_shared_t) */
-    HY_SHM_REG_PAGES,        /* hy_pt_entry_t [n_pages] */
+    HY_SHM_REG_PAGES,        /* hy_pt_entry_t [n_pages + n_swa_pages] */
     HY_SHM_REG_CKPTS,        /* hy_pt_entry_t [n_checkpoint_slots] */
     HY_SHM_REG_STATES,       /* int32_t [n_state_slots] */
     HY_SHM_REG_INDEX,        /* hy_pt_index_t [prefix index capacity] */
-    HY_SHM_REG_DEPTH,        /* int32_t [n_pages] */
-    HY_SHM_REG_BLOCK_TOKENS, /* int32_t [n_pages][page_tokens] */
+    HY_SHM_REG_DEPTH,        /* int32_t [n_pages + n_swa_pages] */
+    HY_SHM_REG_BLOCK_TOKENS, /* int32_t [n_pages + n_swa_pages][page_tokens] */
     HY_SHM_REG_SLOTS,        /* hy_req_slot_t [n_request_slots] */
     HY_SHM_REG_PROMPTS,      /* int32_t [n_request_slots][max_prompt_tokens] */
     HY_SHM_REG_RINGS,        /* ring entries [n_request_slots][ring_capacity] */
@@ -111,6 +116,48 @@ typedef struct {
     hy_qwin_t win; /* the same observations over the last 60 s: /metrics summaries */
 } hy_stats_hist_t;
 
+/* ---- the KV tiers (ipc/tier.h) ---------------------------------------------
+ * hot = the page table's pool (its own counters), warm = host RAM, cold =
+ * files under [cache] disk_dir.  The tier store (engine side) keeps the
+ * warm and cold gauges here; the engine counts hits per tier. */
+enum { HY_TIER_HOT, HY_TIER_WARM, HY_TIER_COLD, HY_TIER_LEVELS };
+enum { HY_TIER_USED, HY_TIER_FREE, HY_TIER_CACHED, HY_TIER_STATES };
+/* why a disk-tier file was dropped */
+enum { HY_TIER_DROP_CORRUPT, HY_TIER_DROP_FOREIGN, HY_TIER_DROP_UNREADABLE, HY_TIER_DROP_N };
+/* the disk tier's life: off, waiting for the model's SHA-256, indexing
+ * the directory (already served), ready, given up (log line says why) */
+enum { HY_TIER_DISK_OFF, HY_TIER_DISK_WAITING, HY_TIER_DISK_INDEXING, HY_TIER_DISK_READY,
+       HY_TIER_DISK_FAILED };
+
+#define HY_TIER_NBUCKETS 16 /* finite bounds; one more bucket is +Inf */
+/* Upper bounds in seconds of the per-page tier transfer histograms: a page
+ * moves in microseconds to milliseconds, below the request buckets. */
+extern const double hy_tier_bucket_le[HY_TIER_NBUCKETS];
+
+typedef struct {
+    _Atomic uint64_t bucket[HY_TIER_NBUCKETS + 1]; /* non-cumulative */
+    _Atomic uint64_t count;
+    _Atomic uint64_t sum_ns;
+} hy_tier_hist_t;
+
+typedef struct {
+    /* entries of each kind (HY_TIER_PAGE / HY_TIER_CKPT) by state, and
+     * bytes by state; warm and cold only (hot: the page table) */
+    _Atomic int64_t n[HY_TIER_LEVELS][HY_TIER_KINDS][HY_TIER_STATES];
+    _Atomic int64_t bytes[HY_TIER_LEVELS][HY_TIER_STATES];
+    _Atomic uint64_t hits[HY_TIER_LEVELS];       /* prefix blocks a hit took from the tier */
+    _Atomic uint64_t promotions[HY_TIER_LEVELS]; /* entries moved up out of the tier */
+    _Atomic uint64_t demotions[HY_TIER_LEVELS];  /* entries moved down into the tier */
+    _Atomic uint64_t read_bytes[HY_TIER_LEVELS], write_bytes[HY_TIER_LEVELS];
+    hy_tier_hist_t read_time[HY_TIER_LEVELS];  /* one entry out of the tier */
+    hy_tier_hist_t write_time[HY_TIER_LEVELS]; /* one entry into the tier */
+    _Atomic uint64_t dropped[HY_TIER_DROP_N];  /* disk files dropped, by reason */
+    _Atomic uint64_t skipped_writes;           /* not written: the disk budget is all pinned */
+    _Atomic uint32_t disk_state;               /* HY_TIER_DISK_* */
+} hy_tier_stats_t;
+
+void hy_tier_observe(hy_tier_hist_t *h, uint64_t ns);
+
 enum {
     HY_STATS_REQ_STOP,      /* finished: stop token / stop condition */
     HY_STATS_REQ_LENGTH,    /* finished: max_tokens */
@@ -139,9 +186,10 @@ typedef struct {
      * (failed reads/writes/checksums) add to; 0 until those exist. */
     _Atomic uint64_t engine_restarts, disk_errors;
     /* memory facts the coordinator publishes once before ready: bytes of
-     * the weights, of one KV page and of one state slot (a checkpoint slot
-     * is the same size); multiplied by the page table's counts */
-    _Atomic uint64_t mem_weights_bytes, mem_page_bytes, mem_slot_bytes;
+     * the weights, of one KV page of each group and of one state slot (a
+     * checkpoint slot is the same size); multiplied by the page table's counts */
+    _Atomic uint64_t mem_weights_bytes, mem_page_bytes, mem_slot_bytes, mem_swa_page_bytes;
+    hy_tier_stats_t tiers;
     /* grammar-constrained decoding (what the engine reports through
      * hy_req_source_i.grammar_counted) */
     _Atomic uint64_t grammar_requests, grammar_compiles, grammar_cache_hits;
@@ -150,6 +198,7 @@ typedef struct {
 } hy_stats_t;
 
 void hy_stats_observe(hy_stats_hist_t *h, uint64_t us);
+
 
 /* ---- the segment ----------------------------------------------------------- */
 

@@ -41,6 +41,9 @@
 #include "common/log.h"
 #include "common/sha256.h"
 #include "engine/engine.h"
+#include "engine/tiering.h"
+#include "ipc/tier.h"
+#include "kv/plan.h"
 #include "model/model.h"
 #include "server/metrics.h"
 
@@ -286,6 +289,7 @@ typedef struct {
     atomic_int cancel;         /* set at shutdown: stop hashing a huge file */
     char path[PATH_MAX];       /* the resolved model file */
     hy_shm_header_t *hdr;      /* where the digest is published */
+    hy_tier_t *tier;           /* the disk tier waits for the digest (or NULL) */
 } co_hash_t;
 
 /* Hashing a multi-GB model takes seconds to minutes, so it runs in its own
@@ -305,12 +309,16 @@ static void *co_hash_main(void *arg)
         hy_sha256_hex(d, h->hdr->model_sha256);
         atomic_store_explicit(&h->hdr->model_sha256_state, HY_SHM_SHA256_DONE,
                               memory_order_release);
+        if (h->tier != NULL)
+            hy_tier_set_model(h->tier, d);
         hy_log(LOG_INFO, "model_hashed", "file=%s sha256=%s ms=%lld", h->path,
                h->hdr->model_sha256, (long long)(co_now_ms() - t0));
     } else if (!atomic_load(&h->cancel)) {
         atomic_store_explicit(&h->hdr->model_sha256_state, HY_SHM_SHA256_FAILED,
                               memory_order_release);
         hy_log(LOG_WARNING, "model_hash_failed", "err=%s", err);
+        if (h->tier != NULL)
+            hy_tier_disk_off(h->tier, "the model file could not be hashed");
     }
     return NULL;
 }
@@ -318,13 +326,15 @@ static void *co_hash_main(void *arg)
 /* Publishes the model's file name (symlinks resolved: the version names the
  * weights actually served) and starts the hash.  A thread that cannot start
  * is logged, not fatal: the model still serves, its version says "@unknown". */
-static void co_hash_start(co_hash_t *h, const char *model_path, hy_shm_header_t *hdr)
+static void co_hash_start(co_hash_t *h, const char *model_path, hy_shm_header_t *hdr,
+                          hy_tier_t *tier)
 {
     char id[sizeof hdr->model_file];
     int e;
 
     memset(h, 0, sizeof *h);
     h->hdr = hdr;
+    h->tier = tier;
     if (realpath(model_path, h->path) == NULL)
         snprintf(h->path, sizeof h->path, "%s", model_path);
     snprintf(hdr->model_file, sizeof hdr->model_file, "%s", co_model_id(h->path, id, sizeof id));
@@ -332,6 +342,8 @@ static void co_hash_start(co_hash_t *h, const char *model_path, hy_shm_header_t 
     if ((e = pthread_create(&h->thread, NULL, co_hash_main, h)) != 0) {
         atomic_store(&hdr->model_sha256_state, HY_SHM_SHA256_FAILED);
         hy_log(LOG_WARNING, "model_hash_failed", "err=\"pthread_create: %s\"", strerror(e));
+        if (tier != NULL)
+            hy_tier_disk_off(tier, "the model file could not be hashed");
         return;
     }
     h->started = true;
@@ -344,22 +356,6 @@ static void co_hash_stop(co_hash_t *h)
     atomic_store(&h->cancel, 1);
     pthread_join(h->thread, NULL);
     h->started = false;
-}
-
-/* MemAvailable from /proc/meminfo in bytes (0 if unknown). */
-static uint64_t co_mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    unsigned long long kb = 0;
-
-    if (f == NULL)
-        return 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
 }
 
 /* ---- supervision ------------------------------------------------------------ */
@@ -503,7 +499,9 @@ static void co_reload(hy_config_t *cfg, const co_args_t *a, hy_serve_ctl_t *ctl)
     if (strcmp(nc->model.path, cfg->model.path) || strcmp(nc->server.socket, cfg->server.socket) ||
         strcmp(nc->server.instance, cfg->server.instance) ||
         nc->server.workers != cfg->server.workers || nc->engine.max_seqs != cfg->engine.max_seqs ||
-        nc->cache.memory_mb != cfg->cache.memory_mb || strcmp(nc->log.socket, cfg->log.socket) ||
+        nc->cache.hot_mb != cfg->cache.hot_mb || nc->cache.warm_mb != cfg->cache.warm_mb ||
+        strcmp(nc->cache.disk_dir, cfg->cache.disk_dir) || nc->cache.disk_mb != cfg->cache.disk_mb ||
+        strcmp(nc->log.socket, cfg->log.socket) ||
         strcmp(nc->server.secret_file, cfg->server.secret_file) ||
         strcmp(nc->server.user, cfg->server.user))
         hy_log(LOG_WARNING, "reload_needs_restart",
@@ -540,6 +538,7 @@ typedef struct {
     hy_shm_t *shm;
     hy_engine_t *eng;
     bool engine_started;
+    hy_tier_t *tier;       /* warm/cold tiers under the engine's page table, or NULL */
     hy_serve_ctl_t *ctl;   /* MAP_FAILED until mapped */
     hy_worker_ctx_t w;     /* what the workers inherit */
     hy_engine_opts_t eo;
@@ -637,8 +636,9 @@ static int co_load_model(co_t *co, char *err)
 }
 
 /* The engine's options from the config; the memory budget is [cache]
- * memory_mb, or that fraction of what the machine has available now. */
-static void co_engine_opts(co_t *co)
+ * hot_mb, or memory_fraction of what the backend's memory (the GPU's with
+ * CUDA) has free now, after the weights. */
+static int co_engine_opts(co_t *co, char *err)
 {
     const hy_config_t *cfg = co->cfg;
     hy_engine_opts_t *eo = &co->eo;
@@ -653,33 +653,124 @@ static void co_engine_opts(co_t *co)
     eo->kv_type = cfg->cache.kv_type == HY_CONFIG_KV_F32    ? HY_DTYPE_F32
                   : cfg->cache.kv_type == HY_CONFIG_KV_Q8_0 ? HY_DTYPE_Q8_0
                                                             : HY_DTYPE_F16;
-    eo->memory_bytes = cfg->cache.memory_mb
-                           ? (uint64_t)cfg->cache.memory_mb << 20
-                           : (uint64_t)((double)co_mem_available() * cfg->cache.memory_fraction);
     eo->checkpoint_interval = (int32_t)cfg->cache.checkpoint_interval;
     eo->n_request_slots = (int32_t)HY_MIN(cfg->server.max_queue + cfg->engine.max_seqs, 65536u);
     eo->tok = co->tok;
+    if (cfg->cache.hot_tokens_per_seq != 0)
+        return hy_err(err, HY_EUNSUPPORTED,
+                      "[cache] hot_tokens_per_seq = %u: moving a running sequence's older pages "
+                      "out of the hot tier is not implemented; only 0 (every running sequence "
+                      "stays hot) is accepted", cfg->cache.hot_tokens_per_seq);
+    return hy_plan_hot_bytes(co->be, cfg->cache.hot_mb, cfg->cache.memory_fraction,
+                             &eo->memory_bytes, err);
+}
+
+/* Which key a tier store error is about (its message says which tier). */
+static int co_tier_err(const hy_config_t *cfg, int rc, const char *why, char *err)
+{
+    if (strncmp(why, "warm tier", 9) == 0)
+        return hy_err(err, rc, "[cache] warm_mb = %u: %s", cfg->cache.warm_mb, why);
+    if (strncmp(why, "disk budget", 11) == 0)
+        return hy_err(err, rc, "[cache] disk_mb = %u: %s", cfg->cache.disk_mb, why);
+    return hy_err(err, rc, "[cache] disk_dir = %s: %s", cfg->cache.disk_dir, why);
+}
+
+/* The warm tier's memory from the backend (pinned for a GPU's copies). */
+static void *co_host_alloc(void *ctx, size_t bytes)
+{
+    hy_backend_t *be = ctx;
+
+    return be->i->host_alloc(be, bytes);
+}
+
+static void co_host_free(void *ctx, void *p, size_t bytes)
+{
+    hy_backend_t *be = ctx;
+
+    be->i->host_free(be, p, bytes);
+}
+
+/* The warm and cold tiers ([cache] warm_mb, disk_dir, disk_mb), sized in
+ * the plan's pages and checkpoints; the disk tier comes online when the
+ * model's hash is known (co_hash_main).  None when warm_mb is 0. */
+static int co_start_tiers(co_t *co, char *err)
+{
+    const hy_config_t *cfg = co->cfg;
+    hy_tier_opts_t to;
+    hy_plan_opts_t po;
+    hy_plan_t plan;
+    uint64_t total = 0, avail = 0, warm = (uint64_t)cfg->cache.warm_mb << 20;
+    struct stat sb;
+    char why[HY_ERR_LEN], model[PATH_MAX];
+    int rc;
+
+    if (cfg->cache.warm_mb == 0) {
+        if (cfg->cache.disk_dir[0])
+            return hy_err(err, HY_EINVAL, "[cache] disk_dir = %s: needs [cache] warm_mb > 0 "
+                          "(pages are staged in warm on their way to and from disk)",
+                          cfg->cache.disk_dir);
+        return HY_OK;
+    }
+    /* on the CPU both tiers are host RAM: together they must fit */
+    hy_host_memory(&total, &avail);
+    if (avail > 0 && warm + (co->be->i->host_alloc == NULL ? co->eo.memory_bytes : 0) > avail)
+        return hy_err(err, HY_ERANGE, "[cache] warm_mb = %u: with the hot tier's %llu MiB it "
+                      "exceeds the host's %llu MiB available (lower memory_fraction or set "
+                      "hot_mb)", cfg->cache.warm_mb,
+                      (unsigned long long)(co->be->i->host_alloc == NULL ? co->eo.memory_bytes >> 20 : 0),
+                      (unsigned long long)(avail >> 20));
+    po = (hy_plan_opts_t){co->eo.n_ctx, co->eo.max_seqs, co->eo.page_tokens,
+                          co->eo.max_batch_tokens, co->eo.kv_type, co->eo.swa_full};
+    if ((rc = hy_plan_make_opts(&plan, co->model, co->be, &po, err)) != HY_OK)
+        return rc;
+    memset(&to, 0, sizeof to);
+    hy_tiering_store_opts(co->model, &plan, co->sp.n_pages, co->sp.n_swa_pages, &to);
+    to.warm_bytes = warm;
+    to.disk_dir = cfg->cache.disk_dir;
+    to.disk_bytes = (uint64_t)cfg->cache.disk_mb << 20;
+    to.ident.model_bytes = stat(cfg->model.path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    to.model_path = realpath(cfg->model.path, model) ? model : cfg->model.path;
+    to.stats = hy_shm_stats(co->shm);
+    if (co->be->i->host_alloc != NULL && co->be->i->host_free != NULL) {
+        to.host_alloc = co_host_alloc;
+        to.host_free = co_host_free;
+        to.host_ctx = co->be;
+    }
+    if ((rc = hy_tier_create(&co->tier, &to, why)) != HY_OK)
+        return co_tier_err(cfg, rc, why, err);
+    co->eo.tiers = co->tier;
+    hy_log(LOG_INFO, "tiers", "warm_bytes=%llu disk_dir=%s disk_bytes=%llu page_bytes=%llu "
+           "swa_page_bytes=%llu checkpoint_bytes=%llu warm_pages=%d warm_swa_pages=%d "
+           "warm_checkpoints=%d", (unsigned long long)warm,
+           cfg->cache.disk_dir[0] ? cfg->cache.disk_dir : "-",
+           (unsigned long long)to.disk_bytes, (unsigned long long)to.unit_bytes[HY_TIER_PAGE],
+           (unsigned long long)to.unit_bytes[HY_TIER_SWA],
+           (unsigned long long)to.unit_bytes[HY_TIER_CKPT], hy_tier_slots(co->tier, HY_TIER_PAGE),
+           hy_tier_slots(co->tier, HY_TIER_SWA), hy_tier_slots(co->tier, HY_TIER_CKPT));
+    return HY_OK;
 }
 
 /* One line an operator reads first: what was loaded, how memory went; the
  * same memory facts go to the stats for /metrics. */
 static void co_log_loaded(const co_t *co)
 {
-    uint64_t weights = 0, kv_bytes = 0, st_bytes = 0;
+    uint64_t weights = 0, kv_bytes = 0, st_bytes = 0, page_bytes[HY_KV_GROUPS];
     char kernels[768];
 
     for (int64_t t = 0; t < hy_gguf_n_tensors(co->model->gguf); t++)
         weights += hy_gguf_tensor(co->model->gguf, t)->nbytes;
     co->be->i->mem_allocated(co->be, &kv_bytes, &st_bytes);
-    hy_metrics_set_memory(co->shm, weights, kv_bytes, st_bytes);
+    hy_engine_page_bytes(co->eng, page_bytes);
+    hy_metrics_set_memory(co->shm, weights, page_bytes[HY_KV_FULL], page_bytes[HY_KV_SWA],
+                          st_bytes);
     co_kernels(co->model, co->be, kernels, sizeof kernels);
     hy_log(LOG_INFO, "model_loaded",
            "model=%s arch=%s layers=%d weights_bytes=%llu kv_bytes=%llu state_bytes=%llu "
-           "pages=%d page_tokens=%d state_slots=%d checkpoint_slots=%d backend=%s "
+           "pages=%d swa_pages=%d page_tokens=%d state_slots=%d checkpoint_slots=%d backend=%s "
            "kernels=%s ms=%lld",
            co->cfg->model.path, co->model->arch_name, co->model->n_layer,
            (unsigned long long)weights, (unsigned long long)kv_bytes,
-           (unsigned long long)st_bytes, co->sp.n_pages, co->sp.page_tokens,
+           (unsigned long long)st_bytes, co->sp.n_pages, co->sp.n_swa_pages, co->sp.page_tokens,
            co->sp.n_state_slots, co->sp.n_checkpoint_slots, co->be->i->name, kernels,
            (long long)(co_now_ms() - co->t0));
 }
@@ -691,17 +782,18 @@ static int co_start_engine(co_t *co, char *err)
     hy_req_source_t src;
     int rc;
 
-    co_engine_opts(co);
-    if ((rc = hy_engine_pt_params(co->model, co->be, &co->eo, &pp, err)) != HY_OK)
+    if ((rc = co_engine_opts(co, err)) != HY_OK ||
+        (rc = hy_engine_pt_params(co->model, co->be, &co->eo, &pp, err)) != HY_OK)
         return rc;
     hy_shm_params_for(&co->sp, &pp, co->eo.n_request_slots, co->eo.n_ctx);
     if (hy_shm_remove_stale(co->cfg->server.instance, err) == HY_OK)
         hy_log(LOG_WARNING, "stale_segment_removed", "instance=%s", co->cfg->server.instance);
-    if ((rc = hy_shm_create(&co->shm, co->cfg->server.instance, &co->sp, err)) != HY_OK)
+    if ((rc = hy_shm_create(&co->shm, co->cfg->server.instance, &co->sp, err)) != HY_OK ||
+        (rc = co_start_tiers(co, err)) != HY_OK)
         return rc;
     if ((co->hash = malloc(sizeof *co->hash)) == NULL)
         return hy_err(err, HY_ENOMEM, "out of memory");
-    co_hash_start(co->hash, co->cfg->model.path, hy_shm_header_rw(co->shm));
+    co_hash_start(co->hash, co->cfg->model.path, hy_shm_header_rw(co->shm), co->tier);
     hy_ring_source(co->shm, &src);
     if ((rc = hy_engine_create(&co->eng, co->model, co->be, hy_shm_pt(co->shm), &src, &co->eo,
                                err)) != HY_OK)
@@ -950,7 +1042,11 @@ static void co_shutdown(co_t *co, bool failed)
     free(co->hash);
     if (co->engine_started)
         hy_engine_stop(co->eng);
+    /* the hot tier's cached pages to disk, so a restart finds them */
+    if (!failed)
+        hy_engine_persist_tiers(co->eng);
     hy_engine_free(co->eng);
+    hy_tier_free(co->tier); /* after the writes it has queued */
     if (co->shm != NULL)
         hy_shm_close(co->shm);
     if (co->ctl != MAP_FAILED)

@@ -110,35 +110,17 @@ int hy_metrics_nginx_error(int status, hy_api_error_t *e)
 
 /* ---- memory facts ---------------------------------------------------------------- */
 
-void hy_metrics_set_memory(hy_shm_t *shm, uint64_t weights_bytes, uint64_t kv_bytes,
-                           uint64_t state_bytes)
+void hy_metrics_set_memory(hy_shm_t *shm, uint64_t weights_bytes, uint64_t page_bytes,
+                           uint64_t swa_page_bytes, uint64_t state_bytes)
 {
     const hy_shm_params_t *p = &hy_shm_header(shm)->params;
     hy_stats_t *st = hy_shm_stats(shm);
     uint64_t slots = (uint64_t)p->n_state_slots + (uint64_t)p->n_checkpoint_slots;
 
     atomic_store(&st->mem_weights_bytes, weights_bytes);
-    atomic_store(&st->mem_page_bytes, p->n_pages > 0 ? kv_bytes / (uint64_t)p->n_pages : 0);
+    atomic_store(&st->mem_page_bytes, page_bytes);
+    atomic_store(&st->mem_swa_page_bytes, swa_page_bytes);
     atomic_store(&st->mem_slot_bytes, slots > 0 ? state_bytes / slots : 0);
-}
-
-/* MemTotal and MemAvailable of the host, in bytes (0 when unknown). */
-static void mt_host_memory(uint64_t *total, uint64_t *avail)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    unsigned long long kb;
-
-    *total = *avail = 0;
-    if (f == NULL)
-        return;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
-            *total = (uint64_t)kb * 1024;
-        else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-            *avail = (uint64_t)kb * 1024;
-    }
-    fclose(f);
 }
 
 /* ---- exposition ------------------------------------------------------------------ */
@@ -295,14 +277,19 @@ static void mt_http(hy_jbuf_t *b, const hy_stats_t *s)
             }
 }
 
+/* The store's kinds (ipc/tier_file.h) by the names of the memory kinds. */
+static const char *const mt_tier_kinds[HY_TIER_KINDS] = {"kv_pages", "checkpoints",
+                                                         "kv_swa_pages"};
+
 /* Memory by kind in the hot tier (the pool the kernels read: GPU memory
- * with CUDA, the main pool on the CPU); the warm and cold tiers add their
- * own tier label when they exist. */
+ * with CUDA, the main pool on the CPU) and, when there is one, the warm
+ * tier (host RAM); the cold tier is disk, in hyserve_tier_bytes. */
 static void mt_memory(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *p,
                       const hy_pt_counts_t *pc)
 {
     uint64_t w = atomic_load(&s->mem_weights_bytes), pb = atomic_load(&s->mem_page_bytes),
-             sb = atomic_load(&s->mem_slot_bytes), total, avail;
+             sb = atomic_load(&s->mem_slot_bytes), spb = atomic_load(&s->mem_swa_page_bytes),
+             total, avail;
     const struct {
         const char *kind;
         uint64_t alloc, used, cached;
@@ -310,28 +297,55 @@ static void mt_memory(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *
         {"weights", w, w, 0},
         {"kv_pages", pb * (uint64_t)p->n_pages, pb * (uint64_t)pc->pages_used,
          pb * (uint64_t)pc->pages_cached},
+        /* the sliding-window layers' own page group (common/kvgroup.h) */
+        {"kv_swa_pages", spb * (uint64_t)p->n_swa_pages, spb * (uint64_t)pc->swa_used,
+         spb * (uint64_t)pc->swa_cached},
         {"state_slots", sb * (uint64_t)p->n_state_slots, sb * (uint64_t)pc->state_used, 0},
         {"checkpoints", sb * (uint64_t)p->n_checkpoint_slots, sb * (uint64_t)pc->ckpt_used,
          sb * (uint64_t)pc->ckpt_cached},
     };
+    const hy_tier_stats_t *ts = &s->tiers;
+    /* the warm tier's slots of each store kind (HY_TIER_PAGE, _CKPT, _SWA) */
+    uint64_t wunit[HY_TIER_KINDS] = {pb, sb, spb}, wn[HY_TIER_KINDS][HY_TIER_STATES];
+    bool warm = false;
     size_t i;
 
+    for (int kk = 0; kk < HY_TIER_KINDS; kk++)
+        for (int st = 0; st < HY_TIER_STATES; st++) {
+            int64_t v = atomic_load_explicit(&ts->n[HY_TIER_WARM][kk][st], memory_order_relaxed);
+            wn[kk][st] = v > 0 ? (uint64_t)v : 0;
+            warm |= v > 0;
+        }
     mt_head(b, "hyserve_memory_bytes", "gauge", "Bytes allocated, by kind and tier.");
     for (i = 0; i < HY_ARRAY_LEN(k); i++)
         hy_jbuf_printf(b, "hyserve_memory_bytes{kind=\"%s\",tier=\"hot\"} %llu\n", k[i].kind,
                        (unsigned long long)k[i].alloc);
+    for (int kk = 0; warm && kk < HY_TIER_KINDS; kk++)
+        hy_jbuf_printf(b, "hyserve_memory_bytes{kind=\"%s\",tier=\"warm\"} %llu\n",
+                       mt_tier_kinds[kk],
+                       (unsigned long long)(wunit[kk] * (wn[kk][HY_TIER_USED] + wn[kk][HY_TIER_FREE] +
+                                                         wn[kk][HY_TIER_CACHED])));
     mt_head(b, "hyserve_memory_used_bytes", "gauge",
             "Bytes held by running requests (all of the weights), by kind and tier.");
     for (i = 0; i < HY_ARRAY_LEN(k); i++)
         hy_jbuf_printf(b, "hyserve_memory_used_bytes{kind=\"%s\",tier=\"hot\"} %llu\n",
                        k[i].kind, (unsigned long long)k[i].used);
+    for (int kk = 0; warm && kk < HY_TIER_KINDS; kk++)
+        hy_jbuf_printf(b, "hyserve_memory_used_bytes{kind=\"%s\",tier=\"warm\"} %llu\n",
+                       mt_tier_kinds[kk],
+                       (unsigned long long)(wunit[kk] * wn[kk][HY_TIER_USED]));
     mt_head(b, "hyserve_memory_cached_bytes", "gauge",
             "Bytes of prefix-cache content no request holds (reclaimable), by kind and tier.");
     for (i = 0; i < HY_ARRAY_LEN(k); i++)
-        if (strcmp(k[i].kind, "kv_pages") == 0 || strcmp(k[i].kind, "checkpoints") == 0)
+        if (strcmp(k[i].kind, "kv_pages") == 0 || strcmp(k[i].kind, "kv_swa_pages") == 0 ||
+            strcmp(k[i].kind, "checkpoints") == 0)
             hy_jbuf_printf(b, "hyserve_memory_cached_bytes{kind=\"%s\",tier=\"hot\"} %llu\n",
                            k[i].kind, (unsigned long long)k[i].cached);
-    mt_host_memory(&total, &avail);
+    for (int kk = 0; warm && kk < HY_TIER_KINDS; kk++)
+        hy_jbuf_printf(b, "hyserve_memory_cached_bytes{kind=\"%s\",tier=\"warm\"} %llu\n",
+                       mt_tier_kinds[kk],
+                       (unsigned long long)(wunit[kk] * wn[kk][HY_TIER_CACHED]));
+    hy_host_memory(&total, &avail);
     mt_head(b, "hyserve_host_memory_bytes", "gauge",
             "The host's memory (/proc/meminfo MemTotal and MemAvailable).");
     hy_jbuf_printf(b, "hyserve_host_memory_bytes{state=\"total\"} %llu\n"
@@ -347,6 +361,15 @@ static void mt_pages(hy_jbuf_t *b, const hy_pt_counts_t *pc)
                    pc->pages_used, pc->pages_free, pc->pages_cached);
     mt_metric(b, "hyserve_kv_pages_total", "gauge", "KV pages in the pool.",
               (unsigned long long)pc->pages_total);
+    mt_head(b, "hyserve_kv_swa_pages", "gauge",
+            "KV pages of the sliding-window layers' page group by state.");
+    hy_jbuf_printf(b, "hyserve_kv_swa_pages{state=\"used\"} %d\n"
+                      "hyserve_kv_swa_pages{state=\"free\"} %d\n"
+                      "hyserve_kv_swa_pages{state=\"cached\"} %d\n",
+                   pc->swa_used, pc->swa_free, pc->swa_cached);
+    mt_metric(b, "hyserve_kv_swa_pages_total", "gauge",
+              "KV pages in the sliding-window group's pool (0: the model has none).",
+              (unsigned long long)pc->swa_total);
     mt_head(b, "hyserve_state_checkpoints", "gauge", "Recurrent-state snapshots by state.");
     hy_jbuf_printf(b, "hyserve_state_checkpoints{state=\"used\"} %d\n"
                       "hyserve_state_checkpoints{state=\"free\"} %d\n"
@@ -362,6 +385,113 @@ static void mt_pages(hy_jbuf_t *b, const hy_pt_counts_t *pc)
               (unsigned long long)pc->query_tokens);
     mt_metric(b, "hyserve_prefix_cache_hits_total", "counter", "Prefix-cache hits (tokens).",
               (unsigned long long)pc->hit_tokens);
+}
+
+/* ---- tiers ------------------------------------------------------------------ */
+
+static const char *const mt_tier_names[HY_TIER_LEVELS] = {"hot", "warm", "cold"};
+static const char *const mt_state_names[HY_TIER_STATES] = {"used", "free", "cached"};
+
+static void mt_tier_hist(hy_jbuf_t *b, const char *name, const char *help,
+                         const hy_tier_hist_t *h)
+{
+    mt_head(b, name, "histogram", help);
+    for (int t = HY_TIER_WARM; t < HY_TIER_LEVELS; t++) {
+        uint64_t cum = 0;
+
+        for (int i = 0; i <= HY_TIER_NBUCKETS; i++) {
+            cum += atomic_load_explicit(&h[t].bucket[i], memory_order_relaxed);
+            if (i < HY_TIER_NBUCKETS)
+                hy_jbuf_printf(b, "%s_bucket{tier=\"%s\",le=\"%g\"} %llu\n", name,
+                               mt_tier_names[t], hy_tier_bucket_le[i], (unsigned long long)cum);
+            else
+                hy_jbuf_printf(b, "%s_bucket{tier=\"%s\",le=\"+Inf\"} %llu\n", name,
+                               mt_tier_names[t], (unsigned long long)cum);
+        }
+        hy_jbuf_printf(b, "%s_sum{tier=\"%s\"} %.9f\n%s_count{tier=\"%s\"} %llu\n", name,
+                       mt_tier_names[t], (double)atomic_load(&h[t].sum_ns) / 1e9, name,
+                       mt_tier_names[t], (unsigned long long)atomic_load(&h[t].count));
+    }
+}
+
+static void mt_tier_counter(hy_jbuf_t *b, const char *name, const char *help,
+                            const _Atomic uint64_t *v, int from)
+{
+    mt_head(b, name, "counter", help);
+    for (int t = from; t < HY_TIER_LEVELS; t++)
+        hy_jbuf_printf(b, "%s{tier=\"%s\"} %llu\n", name, mt_tier_names[t],
+                       (unsigned long long)atomic_load_explicit(&v[t], memory_order_relaxed));
+}
+
+/* Each tier's entries and bytes by state (hot: the page table's, in the
+ * units of the memory facts), hits, moves and disk traffic. */
+static void mt_tiers(hy_jbuf_t *b, const hy_stats_t *s, const hy_pt_counts_t *pc)
+{
+    static const char *const why[HY_TIER_DROP_N] = {"corrupt", "foreign", "unreadable"};
+    const hy_tier_stats_t *ts = &s->tiers;
+    uint64_t unit[HY_TIER_KINDS] = {atomic_load(&s->mem_page_bytes),
+                                    atomic_load(&s->mem_slot_bytes),
+                                    atomic_load(&s->mem_swa_page_bytes)};
+    int64_t hot[HY_TIER_KINDS][HY_TIER_STATES] = {
+        {pc->pages_used, pc->pages_free, pc->pages_cached},
+        {pc->ckpt_used, pc->ckpt_free, pc->ckpt_cached},
+        {pc->swa_used, pc->swa_free, pc->swa_cached},
+    };
+
+    mt_head(b, "hyserve_tier_entries", "gauge",
+            "KV pages (kv_swa_pages: the sliding-window layers' page group) and "
+            "recurrent-state checkpoints in each tier (hot: the pool the kernels read, warm: "
+            "host RAM, cold: files) by state; used + free + cached = total.");
+    for (int t = 0; t < HY_TIER_LEVELS; t++)
+        for (int k = 0; k < HY_TIER_KINDS; k++)
+            for (int st = 0; st < HY_TIER_STATES; st++)
+                hy_jbuf_printf(b, "hyserve_tier_entries{tier=\"%s\",kind=\"%s\",state=\"%s\"} %lld\n",
+                               mt_tier_names[t], mt_tier_kinds[k], mt_state_names[st],
+                               (long long)(t == HY_TIER_HOT ? hot[k][st]
+                                                            : atomic_load(&ts->n[t][k][st])));
+    mt_head(b, "hyserve_tier_bytes", "gauge",
+            "Bytes of each tier by state (cold: the disk budget [cache] disk_mb).");
+    for (int t = 0; t < HY_TIER_LEVELS; t++)
+        for (int st = 0; st < HY_TIER_STATES; st++) {
+            int64_t v = 0;
+
+            for (int k = 0; t == HY_TIER_HOT && k < HY_TIER_KINDS; k++)
+                v += hot[k][st] * (int64_t)unit[k];
+            hy_jbuf_printf(b, "hyserve_tier_bytes{tier=\"%s\",state=\"%s\"} %lld\n",
+                           mt_tier_names[t], mt_state_names[st],
+                           (long long)(t == HY_TIER_HOT ? v : atomic_load(&ts->bytes[t][st])));
+        }
+    mt_tier_counter(b, "hyserve_tier_hits_total",
+                    "Prefix-cache blocks (pages and checkpoints) served from each tier.", ts->hits,
+                    HY_TIER_HOT);
+    mt_tier_counter(b, "hyserve_tier_promotions_total",
+                    "Entries moved up out of each tier (cold: read back into warm; warm: copied "
+                    "into the hot pool).", ts->promotions, HY_TIER_WARM);
+    mt_tier_counter(b, "hyserve_tier_demotions_total",
+                    "Entries moved down into each tier (warm: evicted from hot; cold: written to "
+                    "disk).", ts->demotions, HY_TIER_WARM);
+    mt_tier_counter(b, "hyserve_tier_read_bytes_total", "Bytes read out of each tier.",
+                    ts->read_bytes, HY_TIER_WARM);
+    mt_tier_counter(b, "hyserve_tier_write_bytes_total", "Bytes written into each tier.",
+                    ts->write_bytes, HY_TIER_WARM);
+    mt_tier_hist(b, "hyserve_tier_read_seconds",
+                 "Time to move one entry up out of a tier (cold: read and check a file).",
+                 ts->read_time);
+    mt_tier_hist(b, "hyserve_tier_write_seconds",
+                 "Time to move one entry into a tier (cold: write a file).", ts->write_time);
+    mt_head(b, "hyserve_tier_dropped_files_total", "counter",
+            "Disk-tier files dropped (and logged): corrupt or truncated, another model's or "
+            "geometry's, unreadable.");
+    for (int r = 0; r < HY_TIER_DROP_N; r++)
+        hy_jbuf_printf(b, "hyserve_tier_dropped_files_total{reason=\"%s\"} %llu\n", why[r],
+                       (unsigned long long)atomic_load(&ts->dropped[r]));
+    mt_metric(b, "hyserve_tier_skipped_writes_total", "counter",
+              "Entries not written to disk: the disk budget was all in use.",
+              (unsigned long long)atomic_load(&ts->skipped_writes));
+    mt_metric(b, "hyserve_tier_disk_state", "gauge",
+              "The disk tier: 0 off, 1 waiting for the model's hash, 2 indexing its directory "
+              "(already serving), 3 ready, 4 turned off after an error (logged).",
+              (unsigned long long)atomic_load(&ts->disk_state));
 }
 
 /* The plain counters and gauges of hy_stats_t, as one table. */
@@ -494,6 +624,7 @@ int hy_metrics_render(hy_shm_t *shm, const hy_metrics_info_t *info, char **out, 
     mt_rates(&b, s, now);
     mt_pages(&b, &pc);
     mt_memory(&b, s, p, &pc);
+    mt_tiers(&b, s, &pc);
     if ((rc = hy_jbuf_take(&b, out, len)) != HY_OK)
         hy_jbuf_free(&b);
     return rc;

@@ -1,7 +1,7 @@
 /*
  * cmd_run.c - `hyserve run`: one prompt, one request, text streamed to
- * stdout as it is generated (only whole UTF-8 characters), timing summary on
- * stderr.  The request goes through the server's engine, scheduler, sampler
+ * stdout as it is generated (only whole UTF-8 characters), timing and KV
+ * memory summary on stderr.  The request goes through the server's engine, scheduler, sampler
  * and page allocator, with an in-process request source (engine/local.h)
  * instead of the shared segment; this thread steps the engine.
  */
@@ -38,6 +38,7 @@ static void hy_run_usage(FILE *f)
             "      --ignore-eos        keep generating past end-of-generation tokens\n"
             "      --chat              wrap the prompt as a user message in the model's chat template\n"
             "      --system TEXT       system message (with --chat)\n"
+            "      --swa-full          sliding-window layers keep every position (no sliding page group)\n"
             "      --grammar FILE      constrain the output to a GBNF grammar\n"
             "      --json-schema FILE  constrain the output to JSON valid against a JSON Schema\n"
             "      --json              constrain the output to a JSON object\n");
@@ -47,7 +48,7 @@ typedef struct {
     const char *model, *prompt, *file, *backend, *system_msg;
     const char *grammar_file, *schema_file; /* --grammar, --json-schema */
     long n_predict, threads, ctx;
-    bool ignore_eos, chat, json;
+    bool ignore_eos, chat, json, swa_full;
     hy_sampling_t sp;
     char *gspec;      /* the grammar spec the request carries (malloc'd), or NULL */
     size_t gspec_len;
@@ -68,7 +69,8 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         {"ignore-eos", no_argument, 0, 9}, {"chat", no_argument, 0, 10},
         {"system", required_argument, 0, 11}, {"backend", required_argument, 0, 12},
         {"grammar", required_argument, 0, 13}, {"json-schema", required_argument, 0, 14},
-        {"json", no_argument, 0, 15}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"json", no_argument, 0, 15}, {"swa-full", no_argument, 0, 16},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     hy_sampling_t *sp = &o->sp;
     bool seeded = false;
     double dv;
@@ -118,6 +120,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         case 13: o->grammar_file = optarg; break;
         case 14: o->schema_file = optarg; break;
         case 15: o->json = true; break;
+        case 16: o->swa_full = true; break;
         case 'h': hy_run_usage(stdout); return 1;
         default: hy_run_usage(stderr); return 2;
         }
@@ -166,9 +169,11 @@ static int hy_run_read_prompt(const hy_run_opts_t *o, char **buf, const char **t
 typedef struct {
     hy_tok_stream_t stream;
     hy_local_t *local;
+    hy_pt_t *pt;
     bool print; /* -n 0 asks for the prompt alone: the one token is not shown */
     int rc;
     char err[HY_ERR_LEN];
+    hy_pt_counts_t held; /* the pages in use when the last token came (the sequence's) */
 } hy_run_out_t;
 
 static void hy_run_on_token(void *user, int32_t id, const hy_ring_tok_t *t)
@@ -177,6 +182,9 @@ static void hy_run_on_token(void *user, int32_t id, const hy_ring_tok_t *t)
     const char *piece;
     size_t n;
 
+    /* the engine calls this after the step that drew the token, its
+     * sliding pages trimmed: what one sequence holds at this length */
+    hy_pt_counts(out->pt, &out->held);
     if (!out->print || out->rc != HY_OK)
         return;
     if ((out->rc = hy_tok_stream_feed(&out->stream, t->token, &piece, &n, out->err)) != HY_OK) {
@@ -203,6 +211,23 @@ static void hy_run_grammar_report(const hy_local_t *l, const hy_local_status_t *
             (unsigned long long)gc.masks,
             gc.masks ? (double)gc.mask_us / 1e3 / (double)gc.masks : 0.0,
             (double)gc.fill_us / 1e3);
+/* One line on what the KV cache took: the pool, and the pages the
+ * sequence held when its last token came (n positions computed), per
+ * page group. */
+static void hy_run_kv_summary(hy_backend_t *be, const hy_engine_t *e,
+                              const hy_pt_counts_t *held, int32_t n)
+{
+    uint64_t pb[HY_KV_GROUPS], pool = 0, st = 0, bytes;
+
+    hy_engine_page_bytes(e, pb);
+    bytes = (uint64_t)held->pages_used * pb[HY_KV_FULL] + (uint64_t)held->swa_used * pb[HY_KV_SWA];
+    be->i->mem_allocated(be, &pool, &st);
+    fprintf(stderr,
+            "hyserve run: kv pool %.2f MiB (%d pages x %llu B + %d sliding-window pages x %llu "
+            "B) | the sequence held %d + %d pages = %.2f MiB at %d positions\n",
+            (double)pool / 1048576.0, held->pages_total, (unsigned long long)pb[HY_KV_FULL],
+            held->swa_total, (unsigned long long)pb[HY_KV_SWA], held->pages_used, held->swa_used,
+            (double)bytes / 1048576.0, n);
 }
 
 /* The request through the engine, text on stdout, timings on stderr. */
@@ -230,6 +255,7 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
     eo.kv_type = HY_DTYPE_F16;
     eo.n_request_slots = 1;
     eo.no_checkpoints = true;
+    eo.swa_full = o->swa_full;
     eo.tok = c->tok;
     memset(&rp, 0, sizeof rp);
     rp.sampling = o->sp;
@@ -239,6 +265,7 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
     if ((rc = hy_local_engine_open(&le, c->model, c->be, &eo, hy_run_on_token, &out, err)) != HY_OK)
         goto out;
     out.local = le.local;
+    out.pt = le.pt;
     c->load_ms += hy_cli_now_ms() - t_open;
     if ((rc = hy_local_submit_grammar(le.local, &rp, ids, n_ids, o->gspec, o->gspec_len, &id,
                                       err)) != HY_OK ||
@@ -269,6 +296,7 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
             t_gen, n_gen * 1e3 / (t_gen > 0 ? t_gen : 1e-9));
     if (o->gspec != NULL)
         hy_run_grammar_report(le.local, st);
+    hy_run_kv_summary(c->be, le.engine, &out.held, n_ids + st->n_generated - 1);
     hy_local_release(le.local, id);
 out:
     if (hy_local_engine_close(&le, rc == HY_OK ? err : NULL) != HY_OK && rc == HY_OK)

@@ -129,7 +129,7 @@ class Site:
         conf = {
             "model": {"path": path, "threads": 1},
             "engine": {"max_seqs": 4, "max_context": 512},
-            "cache": {"memory_mb": 64},
+            "cache": {"hot_mb": 64},
             "server": {"socket": self.sock[c], "control_socket": self.ctl_sock[c],
                        "socket_mode": "0666", "workers": 2, "threads_per_worker": 4,
                        "instance": self.instance[c],

@@ -217,7 +217,7 @@ class Stack:
         conf = {
             "model": {"path": self.model, "threads": 2},
             "engine": {"max_seqs": 8, "max_context": 1024},
-            "cache": {"memory_mb": 128},
+            "cache": {"hot_mb": 128},
             "server": {"socket": self.sock, "workers": workers, "instance": self.instance,
                        "max_body_bytes": "64K", "drain_seconds": 10},
             "log": {"stderr": "true"},

@@ -123,7 +123,7 @@ threads = 1
 max_seqs = 8
 max_context = %d
 [cache]
-memory_mb = 64
+hot_mb = 64
 [server]
 socket = %s
 control_socket = %s

@@ -279,7 +279,7 @@ threads = 2
 max_seqs = 4
 max_context = 1024
 [cache]
-memory_mb = 128
+hot_mb = 128
 [server]
 socket_group = www-data
 socket_mode = 0660

@@ -235,7 +235,7 @@ def main():
     global STACK
     STACK = t.Stack(model=MODEL, workers=2,
                     ini={"engine": {"max_seqs": CONCURRENCY, "max_context": 4096},
-                         "cache": {"memory_mb": 256}})
+                         "cache": {"hot_mb": 256}})
     keep = False
     try:
         if not STACK.start(timeout=120):

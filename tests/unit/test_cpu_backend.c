@@ -557,7 +557,7 @@ static void attn_run(hy_backend_t *be, const attn_cfg_t *c, seq_hist_t *hs, cons
         const seq_hist_t *h = &hs[parts[i].seq];
         int end = parts[i].n_past + parts[i].n;
         seqs[i] = (hy_batch_seq_t){row, parts[i].n, parts[i].n_past, h->pages,
-                                   (end + c->pt - 1) / c->pt, -1};
+                                   (end + c->pt - 1) / c->pt, -1, NULL, 0};
         for (int j = 0; j < parts[i].n; j++, row++) {
             int ps = parts[i].n_past + j;
             pos[row] = ps;
@@ -584,7 +584,7 @@ static void attn_run(hy_backend_t *be, const attn_cfg_t *c, seq_hist_t *hs, cons
 
 static int kv_setup(hy_backend_t *be, const attn_cfg_t *c)
 {
-    hy_kv_layout_t lay = {2, A_NKV, c->hd, c->hdv, c->pt, 3 * A_MAXPAGES, c->type};
+    hy_kv_layout_t lay = {2, A_NKV, c->hd, c->hdv, c->pt, 3 * A_MAXPAGES, c->type, 0, NULL};
     char err[HY_ERR_LEN];
     int rc = be->i->kv_init(be, &lay, err);
     if (rc != HY_OK)
@@ -672,11 +672,11 @@ fail:
 static void test_attention_errors(hy_backend_t *be)
 {
     attn_cfg_t c = {64, 64, 16, HY_DTYPE_F16, 0, 0};
-    hy_kv_layout_t lay = {1, 2, 64, 64, 16, 4, HY_DTYPE_F16};
+    hy_kv_layout_t lay = {1, 2, 64, 64, 16, 4, HY_DTYPE_F16, 0, NULL};
     char err[HY_ERR_LEN];
     float q[A_NH * 64] = {0}, kv[A_NKV * 64] = {0}, out[A_NH * 64];
     int32_t pos = 20, pages[2] = {0, 9};
-    hy_batch_seq_t s = {0, 1, 20, pages, 2, -1};
+    hy_batch_seq_t s = {0, 1, 20, pages, 2, -1, NULL, 0};
     hy_batch_t b = {1, NULL, &pos, 1, &s};
     hy_attn_params_t p = {A_NH, A_NKV, 64, 64, 0.125f, 0, 0};
 

@@ -89,43 +89,51 @@ static void hy_attn_kernels(hy_attn_kernel_fn *flash, hy_attn_kernel_fn *decode)
 
 /* ---- the page pool -------------------------------------------------------- */
 
-static void hy_kv_unmap(uint8_t **pages, int32_t n_layers, size_t bytes)
+/* Layer l's pages of page_bytes each: its group's pool. */
+static size_t hy_kv_layer_bytes(const hy_kv_layout_t *lay, int32_t l, size_t page_bytes)
+{
+    return page_bytes * (size_t)hy_kv_layout_group_pages(lay, hy_kv_layout_group(lay, l));
+}
+
+static void hy_kv_unmap(uint8_t **pages, const hy_kv_layout_t *lay, size_t page_bytes)
 {
     if (!pages)
         return;
-    for (int32_t l = 0; l < n_layers; l++)
+    for (int32_t l = 0; l < lay->n_layers; l++)
         if (pages[l])
-            munmap(pages[l], bytes);
+            munmap(pages[l], hy_kv_layer_bytes(lay, l, page_bytes));
     free(pages);
 }
 
 void hy_cpu_kv_free(hy_cpu_t *cpu)
 {
-    size_t n = (size_t)cpu->kv.n_pages;
-
     if (cpu->kv_ready) {
-        hy_kv_unmap(cpu->k_pages, cpu->kv.n_layers, n * cpu->k_page_bytes);
-        hy_kv_unmap(cpu->v_pages, cpu->kv.n_layers, n * cpu->v_page_bytes);
+        hy_kv_unmap(cpu->k_pages, &cpu->kv, cpu->k_page_bytes);
+        hy_kv_unmap(cpu->v_pages, &cpu->kv, cpu->v_page_bytes);
     }
     cpu->k_pages = cpu->v_pages = NULL;
+    free(cpu->kv_layer_swa);
+    cpu->kv_layer_swa = NULL;
+    cpu->kv.layer_swa = NULL;
     cpu->kv_ready = 0;
     free(cpu->attn_scratch);
     cpu->attn_scratch = NULL;
     cpu->attn_scratch_floats = 0;
 }
 
-/* Maps one layer's pages: anonymous memory is zeroed and committed only as
+/* Maps each layer's pages: anonymous memory is zeroed and committed only as
  * pages are first written, so a large pool costs nothing until used. */
-static uint8_t **hy_kv_map(int32_t n_layers, size_t bytes)
+static uint8_t **hy_kv_map(const hy_kv_layout_t *lay, size_t page_bytes)
 {
-    uint8_t **pages = calloc((size_t)HY_MAX(n_layers, 1), sizeof *pages);
+    uint8_t **pages = calloc((size_t)HY_MAX(lay->n_layers, 1), sizeof *pages);
 
     if (!pages)
         return NULL;
-    for (int32_t l = 0; l < n_layers; l++) {
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    for (int32_t l = 0; l < lay->n_layers; l++) {
+        void *p = mmap(NULL, hy_kv_layer_bytes(lay, l, page_bytes), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) {
-            hy_kv_unmap(pages, n_layers, bytes);
+            hy_kv_unmap(pages, lay, page_bytes);
             return NULL;
         }
         pages[l] = p;
@@ -138,7 +146,8 @@ int hy_cpu_kv_init(hy_backend_t *be, const hy_kv_layout_t *lay, char *err)
     hy_cpu_t *cpu = be->ctx;
     size_t krow, vrow;
     uint64_t kpage, vpage, kbytes, vbytes;
-    uint8_t **kp = NULL, **vp = NULL;
+    uint8_t **kp = NULL, **vp = NULL, *swa = NULL;
+    int32_t most = HY_MAX(lay->n_pages, lay->n_swa_pages);
     int rc = HY_OK;
 
     rc = hy_kv_layout_check(lay, HY_ATTN_MAX_HEAD, &krow, &vrow, &kpage, &vpage, err);
@@ -147,23 +156,32 @@ int hy_cpu_kv_init(hy_backend_t *be, const hy_kv_layout_t *lay, char *err)
     if (!hy_quant_traits(lay->type) || !hy_quant_traits(lay->type)->to_float)
         return hy_err(err, HY_EUNSUPPORTED, "kv: no conversion kernels for type %u",
                       (unsigned)lay->type);
-    if (hy_mul_overflow_u64(kpage, (uint64_t)lay->n_pages, &kbytes) ||
-        hy_mul_overflow_u64(vpage, (uint64_t)lay->n_pages, &vbytes) || kbytes > SIZE_MAX / 2 ||
+    if (hy_mul_overflow_u64(kpage, (uint64_t)most, &kbytes) ||
+        hy_mul_overflow_u64(vpage, (uint64_t)most, &vbytes) || kbytes > SIZE_MAX / 2 ||
         vbytes > SIZE_MAX / 2)
         return hy_err(err, HY_ERANGE, "kv: %d pages of %d tokens overflow the address space",
-                      lay->n_pages, lay->page_tokens);
+                      most, lay->page_tokens);
+    if (lay->layer_swa != NULL && lay->n_layers > 0) {
+        swa = malloc((size_t)lay->n_layers);
+        if (!swa)
+            return hy_err(err, HY_ENOMEM, "kv: out of memory");
+        memcpy(swa, lay->layer_swa, (size_t)lay->n_layers);
+    }
     /* Build the new pool before dropping the old: a failure leaves the
      * backend as it was. */
-    kp = hy_kv_map(lay->n_layers, kbytes);
-    vp = kp ? hy_kv_map(lay->n_layers, vbytes) : NULL;
+    kp = hy_kv_map(lay, kpage);
+    vp = kp ? hy_kv_map(lay, vpage) : NULL;
     if (!kp || !vp) {
         rc = hy_err(err, HY_ENOMEM, "kv: cannot map %d layers x %llu bytes of KV pages",
                     lay->n_layers, (unsigned long long)(kbytes + vbytes));
-        hy_kv_unmap(kp, lay->n_layers, kbytes);
+        hy_kv_unmap(kp, lay, kpage);
+        free(swa);
         return rc;
     }
     hy_cpu_kv_free(cpu);
     cpu->kv = *lay;
+    cpu->kv_layer_swa = swa;
+    cpu->kv.layer_swa = swa;
     cpu->k_pages = kp;
     cpu->v_pages = vp;
     cpu->k_row_bytes = krow;
@@ -312,6 +330,7 @@ static int hy_attn_check(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b,
                          const hy_attn_params_t *p)
 {
     const hy_kv_layout_t *kv = &cpu->kv;
+    char msg[HY_ERR_LEN];
 
     if (!cpu->kv_ready) {
         hy_cpu_fail(cpu, HY_EINVAL, "attention: kv_init was not called");
@@ -336,7 +355,6 @@ static int hy_attn_check(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b,
     }
     for (int32_t s = 0; s < b->n_seqs; s++) {
         const hy_batch_seq_t *sq = &b->seqs[s];
-        int32_t max_pos = -1;
         if (sq->first < 0 || sq->n < 1 || sq->first > b->n_tokens - sq->n ||
             (s > 0 && sq->first < b->seqs[s - 1].first + b->seqs[s - 1].n)) {
             hy_cpu_fail(cpu, HY_EINVAL, "attention: sequence %d rows %d+%d do not fit the "
@@ -348,34 +366,40 @@ static int hy_attn_check(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b,
                 hy_cpu_fail(cpu, HY_ERANGE, "attention: token %d has position %d", t, b->pos[t]);
                 return -1;
             }
-            max_pos = HY_MAX(max_pos, b->pos[t]);
         }
-        if (max_pos / kv->page_tokens >= sq->n_pages || !sq->pages) {
-            hy_cpu_fail(cpu, HY_ERANGE, "attention: sequence %d reaches position %d but has "
-                        "%d pages of %d tokens", s, max_pos, sq->n_pages, kv->page_tokens);
+        if (hy_kv_check_seq_pages(b, s, kv->page_tokens, p->window,
+                                  hy_kv_layout_group_pages(kv, hy_kv_layout_group(kv, layer)),
+                                  msg) != HY_OK) {
+            hy_cpu_fail(cpu, HY_ERANGE, "%s", msg);
             return -1;
         }
-        for (int32_t i = 0; i <= max_pos / kv->page_tokens; i++)
-            if (sq->pages[i] < 0 || sq->pages[i] >= kv->n_pages) {
-                hy_cpu_fail(cpu, HY_ERANGE, "attention: sequence %d page %d is id %d, pool "
-                            "has 0..%d", s, i, sq->pages[i], kv->n_pages - 1);
-                return -1;
-            }
     }
     return 0;
 }
 
-void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b,
+void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batch,
                       const float *q, const float *k, const float *v, float *out,
                       const hy_attn_params_t *p)
 {
     hy_cpu_t *cpu = be->ctx;
     hy_attn_job_t j;
     int64_t *unit_start = NULL;
+    hy_batch_seq_t *gseqs = NULL;
+    hy_batch_t gcopy;
+    const hy_batch_t *b = batch;
     int nth = cpu->n_threads;
 
-    if (b->n_tokens <= 0 || b->n_seqs <= 0)
+    if (batch->n_tokens <= 0 || batch->n_seqs <= 0)
         return;
+    /* a sliding layer reads its group's pages: the batch with those lists */
+    if (cpu->kv_ready && hy_kv_layout_group(&cpu->kv, kv_layer) == HY_KV_SWA) {
+        gseqs = malloc(sizeof *gseqs * (size_t)batch->n_seqs);
+        if (!gseqs) {
+            hy_cpu_fail(cpu, HY_ENOMEM, "attention: out of memory");
+            goto fail;
+        }
+        b = hy_kv_group_batch(batch, HY_KV_SWA, &gcopy, gseqs);
+    }
     if (hy_attn_check(cpu, kv_layer, b, p) != 0)
         goto fail;
 
@@ -452,8 +476,10 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b,
     atomic_init(&j.next, nth);
     hy_pool_run_n(cpu->pool, nth, hy_attn_worker, &j);
     free(unit_start);
+    free(gseqs);
     return;
 fail:
     free(unit_start);
+    free(gseqs);
     memset(out, 0, (size_t)b->n_tokens * p->n_head * p->head_dim_v * sizeof(float));
 }

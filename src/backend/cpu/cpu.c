@@ -509,8 +509,7 @@ static void hy_cpu_mem_allocated(hy_backend_t *be, uint64_t *kv_bytes, uint64_t 
 {
     hy_cpu_t *cpu = be->ctx;
 
-    *kv_bytes = cpu->kv_ready ? (uint64_t)(cpu->k_page_bytes + cpu->v_page_bytes) *
-                                    (uint64_t)cpu->kv.n_pages * (uint64_t)cpu->kv.n_layers
+    *kv_bytes = cpu->kv_ready ? hy_kv_layout_bytes(&cpu->kv, cpu->k_page_bytes, cpu->v_page_bytes)
                               : 0;
     *state_bytes = cpu->st ? (uint64_t)cpu->st_slot_floats * sizeof(float) *
                                  (uint64_t)cpu->st_slots
@@ -559,6 +558,11 @@ static const struct hy_backend_i hy_cpu_methods = {
     .mem_sizes = hy_layout_mem_sizes,
     .mem_allocated = hy_cpu_mem_allocated,
     .kernel_name = hy_cpu_kernel_name,
+    .kv_page_read = hy_cpu_kv_page_read,
+    .kv_page_write = hy_cpu_kv_page_write,
+    .state_read = hy_cpu_state_read,
+    .state_write = hy_cpu_state_write,
+    .mem_info = hy_cpu_mem_info,
 };
 
 /* Names what the dispatchers pick with no test pin: every module takes the

@@ -8,6 +8,15 @@ libhy_a_SOURCES += src/backend/cpu/cpu.c src/backend/cpu/cpu_impl.h \
 	src/backend/cpu/attn_flash.h src/backend/cpu/attn_flash_impl.h src/backend/cpu/attn_generic.c \
 	src/backend/cpu/recurrent.c src/backend/cpu/moe.c \
 	src/backend/cpu/gdn.c src/backend/cpu/gdn.h src/backend/cpu/ssd.c src/backend/cpu/ssd.h
+# KV pages and state slots as host bytes for the warm and cold tiers
+libhy_a_SOURCES += src/backend/cpu/tiercopy.c
+# block-sparse attention's block keys, block choice and attention over the
+# chosen blocks (issue 14; not routed from the engine yet)
+libhy_a_SOURCES += src/backend/cpu/sparse_attn.c src/backend/cpu/sparse_attn.h
+check_PROGRAMS += tests/unit/test_sparse_attn
+TESTS += tests/unit/test_sparse_attn
+tests_unit_test_sparse_attn_SOURCES = tests/unit/test_sparse_attn.c
+tests_unit_test_sparse_attn_LDADD = $(TEST_LDADD)
 
 # The SIMD kernels.  Each ISA variant is compiled in its own convenience
 # library with its own target flags (so baseline objects contain no AVX),

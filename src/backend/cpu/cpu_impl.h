@@ -25,8 +25,11 @@ typedef struct {
 
     /* paged KV store; page p of layer l holds, for each kv head h and slot
      * s, the K row at k_pages[l] + p*k_page_bytes + (h*page_tokens + s)*k_row_bytes
-     * (V likewise): one head's keys of one page are contiguous. */
-    hy_kv_layout_t kv;
+     * (V likewise): one head's keys of one page are contiguous.  Layer l
+     * has the pages of its group (hy_kv_layout_group): page ids are the
+     * group's. */
+    hy_kv_layout_t kv;  /* kv.layer_swa points at kv_layer_swa */
+    uint8_t *kv_layer_swa; /* [kv.n_layers] or NULL: no sliding group */
     int kv_ready;
     uint8_t **k_pages;  /* [kv.n_layers] */
     uint8_t **v_pages;  /* [kv.n_layers] */
@@ -74,6 +77,15 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
 /* Pin the attention kernels' ISA level (tests); HY_EUNSUPPORTED above the
  * CPU's. */
 int hy_cpu_attn_set_isa(hy_isa_t isa);
+
+/* tiercopy.c: pages and slots as host bytes, the host's memory */
+int hy_cpu_kv_page_read(hy_backend_t *be, int32_t group, int32_t page, void *dst,
+                        char *err);
+int hy_cpu_kv_page_write(hy_backend_t *be, int32_t group, int32_t page, const void *src,
+                         char *err);
+int hy_cpu_state_read(hy_backend_t *be, int32_t slot, void *dst, char *err);
+int hy_cpu_state_write(hy_backend_t *be, int32_t slot, const void *src, char *err);
+int hy_cpu_mem_info(hy_backend_t *be, uint64_t *free_bytes, uint64_t *total_bytes, char *err);
 
 /* recurrent.c: state slots, short conv and small element-wise ops */
 int hy_cpu_state_init(hy_backend_t *be, const hy_state_layout_t *layout, char *err);

@@ -59,6 +59,8 @@ libhy_a_SOURCES += src/backend/cuda/cuda.c src/backend/cuda/cuda_ops.c \
 	kernels/hy_quant.cu kernels/hy_ops.cu kernels/hy_attn.cu kernels/hy_rec.cu
 libhy_a_SOURCES += src/backend/cuda/attn_plan.c src/backend/cuda/attn_plan.h \
 	kernels/hy_attn_flash.h kernels/hy_attn_split.h
+# KV pages and state slots as host bytes for the warm and cold tiers
+libhy_a_SOURCES += src/backend/cuda/tiercopy.c
 kernels/hy_attn.$(OBJEXT): $(top_srcdir)/kernels/hy_attn_flash.h \
 	$(top_srcdir)/kernels/hy_attn_split.h
 libhy_a_SOURCES += kernels/hy_sample.h kernels/hy_sample.cu
@@ -107,6 +109,12 @@ check_PROGRAMS += tests/cuda/test_cuda_moe
 TESTS += tests/cuda/test_cuda_moe
 tests_cuda_test_cuda_moe_SOURCES = tests/cuda/test_cuda_moe.c
 tests_cuda_test_cuda_moe_LDADD = $(TEST_LDADD)
+# the tier copies (pages and state slots as host bytes, device memory,
+# pinned host memory) against the CPU's layout
+check_PROGRAMS += tests/cuda/test_cuda_tiercopy
+TESTS += tests/cuda/test_cuda_tiercopy
+tests_cuda_test_cuda_tiercopy_SOURCES = tests/cuda/test_cuda_tiercopy.c
+tests_cuda_test_cuda_tiercopy_LDADD = $(TEST_LDADD)
 tests_cuda_test_backend_select_CPPFLAGS = $(AM_CPPFLAGS) -DHY_TEST_CUDA_BUILT=1
 else
 libhy_a_SOURCES += src/backend/cuda/stub.c
@@ -117,6 +125,7 @@ EXTRA_DIST += tests/cuda/test_cuda_graph.c kernels/hy_sample.cu kernels/hy_sampl
 EXTRA_DIST += tests/cuda/test_cuda_rec.c kernels/hy_rec_chunk.h
 EXTRA_DIST += tests/cuda/test_cuda_moe.c kernels/hy_moe.cu kernels/hy_quant_dev.h
 EXTRA_DIST += tests/cuda/test_cuda_attn.c src/backend/cuda/attn_plan.c src/backend/cuda/attn_plan.h
+EXTRA_DIST += src/backend/cuda/tiercopy.c tests/cuda/test_cuda_tiercopy.c
 
 # What CI runs in its CUDA build (scripts/run-tests, when nvcc is present):
 # only the CUDA tests, built alone, since the other builds run the rest.
@@ -132,6 +141,7 @@ HY_CUDA_TESTS += tests/cuda/test_cuda_graph
 HY_CUDA_TESTS += tests/cuda/test_cuda_rec
 HY_CUDA_TESTS += tests/cuda/test_cuda_attn
 HY_CUDA_TESTS += tests/cuda/test_cuda_moe
+HY_CUDA_TESTS += tests/cuda/test_cuda_tiercopy
 endif
 check-cuda:
 	$(MAKE) $(AM_MAKEFLAGS) check TESTS='$(HY_CUDA_TESTS)' check_PROGRAMS='$(HY_CUDA_TESTS)'

@@ -52,8 +52,11 @@ typedef struct {
     float *fscr;
     size_t fscr_size;         /* bytes */
 
-    /* paged KV: layer l's K pages start at k_pool + l * n_pages * k_page_bytes */
-    hy_kv_layout_t kv;
+    /* paged KV: layer l's K pages (its group's pool, hy_kv_layout_group)
+     * start at k_pool + kv_layer_page[l] * k_page_bytes */
+    hy_kv_layout_t kv;     /* kv.layer_swa points at kv_layer_swa */
+    uint8_t *kv_layer_swa; /* [kv.n_layers] or NULL: no sliding group */
+    uint64_t *kv_layer_page; /* [kv.n_layers] first page of each layer in the pools */
     int kv_ready;
     uint8_t *k_pool, *v_pool;
     size_t k_row_bytes, v_row_bytes;
@@ -111,6 +114,17 @@ const float *hy_cuda_weight_floats(hy_cuda_t *cu, const char *op, const hy_weigh
 
 void hy_cuda_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float *y,
                     int32_t n_tok);
+
+/* tiercopy.c: pages and slots as host bytes, device memory, pinned memory */
+int hy_cuda_kv_page_read(hy_backend_t *be, int32_t group, int32_t page, void *dst,
+                        char *err);
+int hy_cuda_kv_page_write(hy_backend_t *be, int32_t group, int32_t page, const void *src,
+                         char *err);
+int hy_cuda_state_read(hy_backend_t *be, int32_t slot, void *dst, char *err);
+int hy_cuda_state_write(hy_backend_t *be, int32_t slot, const void *src, char *err);
+int hy_cuda_mem_info(hy_backend_t *be, uint64_t *free_bytes, uint64_t *total_bytes, char *err);
+void *hy_cuda_host_alloc(hy_backend_t *be, size_t bytes);
+void hy_cuda_host_free(hy_backend_t *be, void *p, size_t bytes);
 
 /* cuda_ops.c */
 void hy_cuda_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batch,

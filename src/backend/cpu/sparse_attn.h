@@ -1,0 +1,64 @@
+/*
+ * sparse_attn.h - block-sparse attention over the paged KV cache, the
+ * training-free InfLLM-v2 way (issue 14): every full page keeps a
+ * compressed key per KV head (the mean of its keys); a block is
+ * block_pages consecutive pages of a sequence, its key the mean of its
+ * pages' keys; a decoding token's query group (the query heads of one KV
+ * head) scores every full block before its own by q . key, reads the top-k
+ * of them plus the sink blocks (the sequence's first) and the local blocks
+ * (the ones just before its own), and attends exactly over those and its
+ * own block: the kernels of attn_flash.h run on a compacted page list in
+ * which the token sits at its offset after the chosen blocks.  Keys are
+ * stored after RoPE, so a score depends on the vectors only, and the
+ * result is dense attention with every other block masked out.
+ *
+ * Only the selected blocks' pages are read, which is what lets the rest
+ * live in a lower tier (docs/tiers.md).  This file is the arithmetic; the
+ * engine does not route any layer through it yet (no configuration key
+ * selects it).
+ */
+#ifndef HY_BACKEND_CPU_SPARSE_ATTN_H
+#define HY_BACKEND_CPU_SPARSE_ATTN_H
+
+#include "backend/cpu/attn_flash.h"
+
+typedef struct {
+    int32_t block_pages;  /* pages per block (sparse_block_tokens / page_tokens), >= 1 */
+    int32_t topk;         /* blocks chosen by score, >= 0 */
+    int32_t sink_blocks;  /* the sequence's first blocks, always read */
+    int32_t local_blocks; /* the blocks just before the token's own, always read */
+} hy_sparse_params_t;
+
+/* The compressed key of one KV head of a full page: the mean of its
+ * page_tokens keys, in f32 (out[f->hd]).  f addresses that head's pages
+ * (k_base, k_page_bytes, k_row_bytes, row type) as for the kernels; page
+ * is a pool page id. */
+void hy_sparse_page_key(const hy_attn_flash_t *f, int32_t page, float *out);
+
+/* A block's key: the mean of its n pages' keys (page_keys + page * stride
+ * floats holds page's key; equal-sized pages, so this is the mean of the
+ * block's keys). */
+void hy_sparse_block_key(const float *page_keys, size_t stride, const int32_t *pages, int32_t n,
+                         int32_t hd, float *out);
+
+/* The blocks one query group reads for a token in block cur (0-based, in
+ * blocks of sp->block_pages pages): the sink blocks, the local blocks and
+ * the top-k other full blocks before cur, scored by the sum over the
+ * group's n_heads queries (q + h * q_stride) of q . block_keys[b * hd];
+ * ties go to the earlier block.  Returns how many (each block once) in out,
+ * ascending; scratch holds cur floats. */
+int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
+                         const float *block_keys, int32_t cur, const hy_sparse_params_t *sp,
+                         int32_t *out, float *scratch);
+
+/* Unit f (one query token t0 = t1 - 1, heads h0..h1 of one KV head, full
+ * causal attention: window 0) over the n blocks in blocks (ascending,
+ * before the token's own) and the token's own block up to its position:
+ * kernel (hy_attn_decode_* or hy_attn_flash_*) on the compacted page list
+ * (page_scratch: room for (n + 1) * block_pages ids).  HY_EINVAL for a
+ * unit it cannot take. */
+int hy_sparse_attend(const hy_attn_flash_t *f, const int32_t *blocks, int32_t n,
+                     int32_t block_pages, int32_t *page_scratch,
+                     void (*kernel)(const hy_attn_flash_t *f, float *scratch), float *scratch);
+
+#endif

@@ -1,0 +1,313 @@
+/*
+ * test_sparse_attn.c - block-sparse attention (backend/cpu/sparse_attn.h)
+ * on a paged KV cache with shuffled page ids, GQA (4 query heads to one of
+ * 2 KV heads), F32 and F16 rows: each page's compressed key and each
+ * block's (4 pages of 16 tokens) are the means of their keys; the choice
+ * is the sink, the local blocks and exactly the top-k others by the
+ * group's summed scores, finds a planted "needle" block, and ascends; the
+ * attention over the chosen blocks equals dense attention in double with
+ * every other block masked, for the portable and the AVX2 decode kernels;
+ * choosing every block gives the dense kernel's very bits; bad units and
+ * block lists are refused.
+ */
+#include "backend/cpu/sparse_attn.h"
+#include "backend/cpu/quant.h"
+#include "test.h"
+#define HY_TEST_SEED 0x9E3779B97F4A7C15ULL
+#include "cpu_test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HD 64
+#define NKV 2
+#define GRP 4      /* query heads per KV head */
+#define KVH 1      /* the KV head under test */
+#define PT 16
+#define BP 4       /* pages per block */
+#define T 1000     /* positions: 15 full blocks of 64, then 40 in the 16th */
+#define NEEDLE 7   /* the block planted to score highest */
+
+typedef struct {
+    hy_dtype_t type;
+    size_t esz;                 /* bytes per element */
+    int32_t n_pages, pages[T / PT + 1];
+    uint8_t *kp, *vp;           /* pools: page p, head g, slot s at (p*NKV + g)*PT + s rows */
+    float k[T][HD], v[T][HD];   /* the KV head's keys and values as the pool holds them */
+    float q[GRP * HD];
+    float out[GRP * HD];
+} kv_t;
+
+static void put_row(kv_t *c, uint8_t *pool, int32_t t, const float *x, float *held)
+{
+    int32_t p = c->pages[t / PT];
+    uint8_t *row = pool + (((size_t)p * NKV + KVH) * PT + (size_t)(t % PT)) * HD * c->esz;
+
+    if (c->type == HY_DTYPE_F32) {
+        memcpy(row, x, sizeof(float) * HD);
+        memcpy(held, x, sizeof(float) * HD);
+    } else {
+        uint16_t *h = (uint16_t *)(void *)row;
+
+        for (int i = 0; i < HD; i++) {
+            h[i] = hy_f32_to_f16(x[i]);
+            held[i] = hy_f16_to_f32(h[i]);
+        }
+    }
+}
+
+/* Random keys and values, a query group, and block NEEDLE's keys turned
+ * towards the queries (so its mean scores highest of all blocks). */
+static void kv_fill(kv_t *c, hy_dtype_t type)
+{
+    float x[HD], qm[HD] = {0};
+
+    c->type = type;
+    c->esz = type == HY_DTYPE_F32 ? 4 : 2;
+    c->n_pages = T / PT + 1;
+    for (int32_t i = 0; i < c->n_pages; i++)
+        c->pages[i] = i;
+    for (int32_t i = c->n_pages - 1; i > 0; i--) {
+        int32_t j = (int32_t)(rng_u32() % (uint32_t)(i + 1)), s = c->pages[i];
+
+        c->pages[i] = c->pages[j];
+        c->pages[j] = s;
+    }
+    c->kp = calloc((size_t)c->n_pages * NKV * PT * HD, c->esz);
+    c->vp = calloc((size_t)c->n_pages * NKV * PT * HD, c->esz);
+    fill(c->q, GRP * HD, 1.0f);
+    for (int h = 0; h < GRP; h++)
+        for (int i = 0; i < HD; i++)
+            qm[i] += c->q[h * HD + i] / GRP;
+    for (int32_t t = 0; t < T; t++) {
+        fill(x, HD, 1.0f);
+        if (t / (PT * BP) == NEEDLE)
+            for (int i = 0; i < HD; i++)
+                x[i] = 0.25f * x[i] + 2.0f * qm[i];
+        put_row(c, c->kp, t, x, c->k[t]);
+        fill(x, HD, 1.0f);
+        put_row(c, c->vp, t, x, c->v[t]);
+    }
+}
+
+static void kv_free(kv_t *c)
+{
+    free(c->kp);
+    free(c->vp);
+}
+
+/* The kernels' view of the token at position pos, heads 0..GRP of KVH. */
+static hy_attn_flash_t unit(kv_t *c, const int32_t *pos)
+{
+    size_t row = HD * c->esz, page = (size_t)NKV * PT * row;
+    hy_attn_flash_t f = {
+        c->kp + (size_t)KVH * PT * row, c->vp + (size_t)KVH * PT * row, page, page, row, row,
+        c->pages, PT, c->type == HY_DTYPE_F32, c->type == HY_DTYPE_F16, NULL,
+        c->q, c->out, pos, GRP * HD, GRP * HD, 0, 1, 0, GRP, HD, HD, 0,
+        1.0f / sqrtf((float)HD), 0,
+    };
+    return f;
+}
+
+/* Dense attention in double of head h at position pos over the positions
+ * whose block is in sel[0..n) or is pos's own (the rest masked). */
+static void ref(const kv_t *c, int h, int32_t pos, const int32_t *sel, int32_t n, double *o)
+{
+    static double s[T];
+    int32_t bt = PT * BP, cur = pos / bt;
+    double mx = -INFINITY, sum = 0;
+
+    for (int32_t j = 0; j <= pos; j++) {
+        bool in = j / bt == cur;
+        double d = 0;
+
+        for (int32_t i = 0; i < n && !in; i++)
+            in = sel[i] == j / bt;
+        s[j] = -INFINITY;
+        if (!in)
+            continue;
+        for (int i = 0; i < HD; i++)
+            d += (double)c->q[h * HD + i] * c->k[j][i];
+        s[j] = d / sqrt((double)HD);
+        mx = fmax(mx, s[j]);
+    }
+    for (int i = 0; i < HD; i++)
+        o[i] = 0;
+    for (int32_t j = 0; j <= pos; j++) {
+        double e = s[j] == -INFINITY ? 0 : exp(s[j] - mx);
+
+        sum += e;
+        for (int i = 0; i < HD; i++)
+            o[i] += e * c->v[j][i];
+    }
+    for (int i = 0; i < HD; i++)
+        o[i] /= sum;
+}
+
+/* Page and block keys; returns the block keys [cur][HD]. */
+static float *keys(kv_t *c, const hy_attn_flash_t *f, int32_t cur, const char *name)
+{
+    float *pk = calloc((size_t)c->n_pages * HD, sizeof(float));
+    float *bk = calloc((size_t)cur * HD, sizeof(float));
+    double worst_p = 0, worst_b = 0;
+
+    for (int32_t b = 0; b < T / PT; b++)
+        hy_sparse_page_key(f, c->pages[b], pk + (size_t)c->pages[b] * HD);
+    for (int32_t b = 0; b < T / PT; b++)
+        for (int i = 0; i < HD; i++) {
+            double m = 0;
+
+            for (int s = 0; s < PT; s++)
+                m += c->k[b * PT + s][i];
+            worst_p = fmax(worst_p, fabs(m / PT - pk[(size_t)c->pages[b] * HD + i]));
+        }
+    for (int32_t b = 0; b < cur; b++) {
+        hy_sparse_block_key(pk, HD, c->pages + b * BP, BP, HD, bk + (size_t)b * HD);
+        for (int i = 0; i < HD; i++) {
+            double m = 0;
+
+            for (int s = 0; s < PT * BP; s++)
+                m += c->k[b * PT * BP + s][i];
+            worst_b = fmax(worst_b, fabs(m / (PT * BP) - bk[(size_t)b * HD + i]));
+        }
+    }
+    HY_T_OK(worst_p < 1e-5 && worst_b < 1e-5,
+            "%s: page keys and block keys are the means of their keys (worst %.2g, %.2g)", name,
+            worst_p, worst_b);
+    free(pk);
+    return bk;
+}
+
+static void t_select(kv_t *c, const float *bk, int32_t cur, const char *name)
+{
+    hy_sparse_params_t sp = {BP, 3, 1, 2};
+    int32_t sel[T], n, best[3] = {-1, -1, -1};
+    float scr[T], score[T];
+    bool asc = true, has = true;
+
+    n = hy_sparse_select(c->q, HD, GRP, HD, bk, cur, &sp, sel, scr);
+    /* the top 3 of blocks 1 .. cur-3 by the summed scores, brute force */
+    for (int32_t b = 1; b < cur - 2; b++) {
+        double s = 0;
+
+        for (int h = 0; h < GRP; h++)
+            for (int i = 0; i < HD; i++)
+                s += (double)c->q[h * HD + i] * bk[(size_t)b * HD + i];
+        score[b] = (float)s;
+        for (int k = 0; k < 3; k++) {
+            if (best[k] < 0 || score[b] > score[best[k]]) {
+                for (int j = 2; j > k; j--)
+                    best[j] = best[j - 1];
+                best[k] = b;
+                break;
+            }
+        }
+    }
+    for (int32_t i = 1; i < n; i++)
+        asc &= sel[i] > sel[i - 1];
+    for (int k = 0; k < 3; k++) {
+        bool in = false;
+
+        for (int32_t i = 0; i < n; i++)
+            in |= sel[i] == best[k];
+        has &= in;
+    }
+    HY_T_OK(n == 6 && asc && sel[0] == 0 && sel[4] == cur - 2 && sel[5] == cur - 1 && has &&
+                best[0] == NEEDLE,
+            "%s: sink 0, local %d..%d and exactly the top 3 by score (%d %d %d, the needle %d "
+            "first), ascending: %d %d %d %d %d %d", name, cur - 2, cur - 1, best[0], best[1],
+            best[2], NEEDLE, sel[0], sel[1], sel[2], sel[3], sel[4], sel[5]);
+    sp.topk = 1000;
+    n = hy_sparse_select(c->q, HD, GRP, HD, bk, cur, &sp, sel, scr);
+    HY_T_OK(n == cur && sel[0] == 0 && sel[cur - 1] == cur - 1,
+            "%s: a top-k past the block count takes every block once (%d)", name, n);
+    sp = (hy_sparse_params_t){BP, 0, 0, 0};
+    HY_T_OK(hy_sparse_select(c->q, HD, GRP, HD, bk, cur, &sp, sel, scr) == 0 &&
+                hy_sparse_select(c->q, HD, GRP, HD, bk, 0, &sp, sel, scr) == 0,
+            "%s: nothing asked, nothing chosen (only the token's own block is read)", name);
+}
+
+typedef void (*kernel_fn)(const hy_attn_flash_t *f, float *scratch);
+
+static void t_attend(kv_t *c, const float *bk, int32_t cur, kernel_fn kernel, const char *kname,
+                     const char *name)
+{
+    static float scratch[1 << 16];
+    hy_sparse_params_t sp = {BP, 3, 1, 2};
+    int32_t pos = T - 1, sel[T], n, pages[T / PT + 1];
+    float scr[T], dense[GRP * HD];
+    double o[HD], worst = 0;
+    hy_attn_flash_t f = unit(c, &pos);
+    int rc;
+
+    n = hy_sparse_select(c->q, HD, GRP, HD, bk, cur, &sp, sel, scr);
+    rc = hy_sparse_attend(&f, sel, n, BP, pages, kernel, scratch);
+    for (int h = 0; h < GRP; h++) {
+        ref(c, h, pos, sel, n, o);
+        for (int i = 0; i < HD; i++)
+            worst = fmax(worst, fabs(o[i] - c->out[h * HD + i]));
+    }
+    HY_T_OK(rc == HY_OK && worst < 2e-5,
+            "%s, %s: attention over the %d chosen blocks and its own = dense attention with the "
+            "others masked (worst %.2g)", name, kname, n, worst);
+    /* every block chosen: the dense kernel's own call, bit for bit */
+    for (int32_t b = 0; b < cur; b++)
+        sel[b] = b;
+    rc = hy_sparse_attend(&f, sel, cur, BP, pages, kernel, scratch);
+    memcpy(dense, c->out, sizeof dense);
+    kernel(&f, scratch);
+    HY_T_OK(rc == HY_OK && memcmp(dense, c->out, sizeof dense) == 0,
+            "%s, %s: with every block chosen the output is the dense kernel's, bit for bit", name,
+            kname);
+}
+
+static void t_bad(kv_t *c, int32_t cur)
+{
+    static float scratch[1 << 16];
+    int32_t pos[2] = {T - 2, T - 1}, pages[T / PT + 1];
+    int32_t twice[2] = {3, 3}, late[1] = {cur}, ok[1] = {2};
+    hy_attn_flash_t f = unit(c, pos);
+
+    HY_T_OK(hy_sparse_attend(&f, twice, 2, BP, pages, hy_attn_decode_generic, scratch) == HY_EINVAL &&
+                hy_sparse_attend(&f, late, 1, BP, pages, hy_attn_decode_generic, scratch) ==
+                    HY_EINVAL &&
+                hy_sparse_attend(&f, ok, 1, 0, pages, hy_attn_decode_generic, scratch) == HY_EINVAL,
+            "refused: a block twice, the token's own or a later block, blocks of 0 pages");
+    f.t1 = 2;
+    HY_T_OK(hy_sparse_attend(&f, ok, 1, BP, pages, hy_attn_decode_generic, scratch) == HY_EINVAL,
+            "refused: a unit of two tokens");
+    f.t1 = 1;
+    f.window = 512;
+    HY_T_OK(hy_sparse_attend(&f, ok, 1, BP, pages, hy_attn_decode_generic, scratch) == HY_EINVAL,
+            "refused: a sliding-window unit");
+}
+
+int main(void)
+{
+    static kv_t c;
+    static const hy_dtype_t types[] = {HY_DTYPE_F32, HY_DTYPE_F16};
+    int32_t pos = T - 1, cur = pos / (PT * BP);
+
+    for (size_t i = 0; i < HY_ARRAY_LEN(types); i++) {
+        const char *name = types[i] == HY_DTYPE_F32 ? "f32" : "f16";
+        hy_attn_flash_t f;
+        float *bk;
+
+        kv_fill(&c, types[i]);
+        f = unit(&c, &pos);
+        bk = keys(&c, &f, cur, name);
+        t_select(&c, bk, cur, name);
+        t_attend(&c, bk, cur, hy_attn_decode_generic, "portable decode", name);
+        t_attend(&c, bk, cur, hy_attn_flash_generic, "portable flash", name);
+#if defined(__x86_64__) && HY_BUILD_AVX2
+        if (hy_cpu_isa() >= HY_ISA_AVX2)
+            t_attend(&c, bk, cur, hy_attn_decode_avx2, "avx2 decode", name);
+#endif
+        if (i == 0)
+            t_bad(&c, cur);
+        free(bk);
+        kv_free(&c);
+    }
+    return hy_t_done();
+}
