@@ -490,7 +490,7 @@ int64_t hy_tiering_persist_hot(hy_tiering_t *tg)
 void hy_tiering_store_opts(const hy_model_t *m, const hy_plan_t *plan, int32_t n_pages,
                            int32_t n_swa_pages, hy_tier_opts_t *to)
 {
-    uint8_t layer_swa[HY_MAX(m->n_kv_layers, 1)];
+    uint8_t layer_swa[HY_MODEL_MAX_LAYERS]; /* n_kv_layers <= the model limit */
     hy_kv_layout_t kv;
     bool swa = plan->swa_window > 0;
     /* full pages of 0 bytes (every attention layer slides) still cost

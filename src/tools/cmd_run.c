@@ -211,6 +211,8 @@ static void hy_run_grammar_report(const hy_local_t *l, const hy_local_status_t *
             (unsigned long long)gc.masks,
             gc.masks ? (double)gc.mask_us / 1e3 / (double)gc.masks : 0.0,
             (double)gc.fill_us / 1e3);
+}
+
 /* One line on what the KV cache took: the pool, and the pages the
  * sequence held when its last token came (n positions computed), per
  * page group. */

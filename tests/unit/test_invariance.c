@@ -176,8 +176,9 @@ static void a_call(hy_backend_t *be, const acfg_t *c, aseq_t *sq, const apart_t 
     for (int i = 0; i < n_parts; i++) {
         aseq_t *s = &sq[parts[i].seq];
         int end = parts[i].n_past + parts[i].n;
-        seqs[i] = (hy_batch_seq_t){row, parts[i].n, parts[i].n_past, s->pages,
-                                   (end + c->pt - 1) / c->pt, -1};
+        seqs[i] = (hy_batch_seq_t){.first = row, .n = parts[i].n, .n_past = parts[i].n_past,
+                                   .pages = s->pages, .n_pages = (end + c->pt - 1) / c->pt,
+                                   .state_slot = -1};
         for (int j = 0; j < parts[i].n; j++, row++) {
             int ps = parts[i].n_past + j;
             pos[row] = ps;
@@ -204,7 +205,9 @@ static void a_call(hy_backend_t *be, const acfg_t *c, aseq_t *sq, const apart_t 
 
 static int a_kv(hy_backend_t *be, const acfg_t *c)
 {
-    hy_kv_layout_t lay = {1, c->nkv, c->hd, c->hdv, c->pt, A_SEQS * A_MAXPAGES, c->type};
+    hy_kv_layout_t lay = {.n_layers = 1, .n_head_kv = c->nkv, .head_dim_k = c->hd,
+                          .head_dim_v = c->hdv, .page_tokens = c->pt,
+                          .n_pages = A_SEQS * A_MAXPAGES, .type = c->type};
     char err[HY_ERR_LEN];
     int rc = be->i->kv_init(be, &lay, err);
     if (rc != HY_OK)
