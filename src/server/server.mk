@@ -4,7 +4,8 @@
 
 # OpenAI-compatible request parsing/validation, error bodies, response and
 # SSE formatting, stop-string matching (pure C, no sockets).
-libhy_a_SOURCES += src/server/api.c src/server/api.h src/server/api_grammar.c \
+libhy_a_SOURCES += src/server/api.c src/server/api.h src/server/api_grammar.c src/server/api_tools.c \
+	src/server/toolcall.c src/server/toolcall.h src/server/toolcall_prompt.c \
 	src/server/sse.c src/server/sse.h src/server/stop.c src/server/stop.h src/server/json_out.c \
 	src/server/json_out.h
 check_PROGRAMS += tests/unit/test_api tests/fuzz/fuzz_api_replay
@@ -36,6 +37,9 @@ tests_unit_test_access_LDADD = $(TEST_LDADD)
 # or the python openai package).
 TESTS += tests/integration/test_server.py
 EXTRA_DIST += tests/integration/test_server.py nginx/hyserve-test.conf.in
+# Tool calling with the openai client through nginx (docs/TOOLS.md).
+TESTS += tests/integration/test_tools.py
+EXTRA_DIST += tests/integration/test_tools.py
 # What operators watch: HTTP answers by endpoint and status (nginx's own
 # refusals included), latency summaries, tokens/s, memory by kind (/metrics).
 libhy_a_SOURCES += src/server/metrics.c src/server/metrics.h
