@@ -12,6 +12,12 @@ check_PROGRAMS += tests/unit/test_api tests/fuzz/fuzz_api_replay
 TESTS += tests/unit/test_api tests/fuzz/fuzz_api_replay
 tests_unit_test_api_SOURCES = tests/unit/test_api.c
 tests_unit_test_api_LDADD = $(TEST_LDADD)
+# Tool calling without a server: the output parser, the prompt side, the
+# call grammar (toolcall.h).
+check_PROGRAMS += tests/unit/test_toolcall
+TESTS += tests/unit/test_toolcall
+tests_unit_test_toolcall_SOURCES = tests/unit/test_toolcall.c
+tests_unit_test_toolcall_LDADD = $(TEST_LDADD)
 # The libFuzzer target built as a bounded random-mutation run (no clang
 # needed); see the comment at the top of tests/fuzz/fuzz_api.c.
 tests_fuzz_fuzz_api_replay_SOURCES = tests/fuzz/fuzz_api.c

@@ -177,20 +177,28 @@ static int head_parse(const char *s, size_t n, size_t *args_at, char *name)
     return LIT_OK;
 }
 
+static uint64_t mix64(uint64_t z)
+{
+    /* splitmix64's finaliser */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* "call_" + 24 letters and digits, from the answer's seed and the call's
+ * index: distinct per call and per answer. */
 static void make_id(hy_tc_stream_t *s)
 {
     static const char k_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    uint64_t x = s->id_seed + 0x9E3779B97F4A7C15ull * (uint64_t)(s->n_calls + 1);
+    uint64_t x = mix64(s->id_seed ^ mix64((uint64_t)s->n_calls + 1)), z = 0;
     int i;
 
     memcpy(s->id, "call_", 5);
     for (i = 0; i < 24; i++) {
-        /* splitmix64: ids differ per call and per answer (the seed) */
-        uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
+        if (i % 8 == 0)
+            z = mix64(x += 0x9E3779B97F4A7C15ull);
         s->id[5 + i] = k_chars[z % (sizeof k_chars - 1)];
+        z /= sizeof k_chars - 1;
     }
     s->id[HY_TC_ID_LEN] = '\0';
 }
@@ -203,6 +211,16 @@ static int emit(hy_tc_sink_fn sink, void *arg, hy_tc_ev_kind_t kind, int index,
     if ((kind == HY_TC_EV_CONTENT || kind == HY_TC_EV_CALL_ARGS) && len == 0)
         return HY_OK;
     return sink(arg, &ev);
+}
+
+/* The whitespace a call took out, when the call turned out not to be one
+ * (so its text is content after all). */
+static int emit_sep(hy_tc_stream_t *s, hy_tc_sink_fn sink, void *arg)
+{
+    int rc = emit(sink, arg, HY_TC_EV_CONTENT, 0, s, s->sep, s->sep_len);
+
+    s->sep_len = 0;
+    return rc;
 }
 
 /* One call parsed whole (cJSON): an object with "name" and "arguments" or
@@ -278,7 +296,10 @@ static int finish_deferred(hy_tc_stream_t *s, size_t raw_len, size_t body_end,
         ok = ok && call_ok(j);
     }
     if (!ok) {
-        rc = emit(sink, arg, HY_TC_EV_CONTENT, 0, s, s->b.data, raw_len);
+        rc = emit_sep(s, sink, arg);
+        if (rc == HY_OK)
+            rc = emit(sink, arg, HY_TC_EV_CONTENT, 0, s, s->b.data, raw_len);
+        s->any_content = true;
     } else if (cJSON_IsArray(j)) {
         cJSON_ArrayForEach(el, j) {
             if ((rc = emit_parsed_call(s, el, sink, arg)) != HY_OK)
@@ -293,6 +314,21 @@ static int finish_deferred(hy_tc_stream_t *s, size_t raw_len, size_t body_end,
     }
     cJSON_Delete(j);
     return rc;
+}
+
+/* buf[0..n) as content, after the whitespace a call took out from between
+ * two pieces of content. */
+static int emit_content(hy_tc_stream_t *s, hy_tc_sink_fn sink, void *arg, size_t n)
+{
+    int rc = HY_OK;
+
+    if (n == 0)
+        return HY_OK;
+    if (s->sep_len > 0)
+        rc = emit(sink, arg, HY_TC_EV_CONTENT, 0, s, s->sep, s->sep_len);
+    s->sep_len = 0;
+    s->any_content = true;
+    return rc != HY_OK ? rc : emit(sink, arg, HY_TC_EV_CONTENT, 0, s, s->b.data, n);
 }
 
 /* TEXT: content up to a marker (then *moved, in ST_HEAD). */
@@ -316,8 +352,12 @@ static int step_text(hy_tc_stream_t *s, hy_tc_sink_fn sink, void *arg, bool *mov
         t = p;
         while (t > 0 && is_ws(s->b.data[t - 1]))
             t--;
-        if ((rc = emit(sink, arg, HY_TC_EV_CONTENT, 0, s, s->b.data, t)) != HY_OK)
+        if ((rc = emit_content(s, sink, arg, t)) != HY_OK)
             return rc;
+        if (p > t) {
+            s->sep_len = HY_MIN(p - t, sizeof s->sep);
+            memcpy(s->sep, s->b.data + t, s->sep_len);
+        }
         buf_cut(s, p);
         s->state = ST_HEAD;
         *moved = true;
@@ -330,7 +370,7 @@ static int step_text(hy_tc_stream_t *s, hy_tc_sink_fn sink, void *arg, bool *mov
     t = s->b.len - keep;
     while (t > 0 && is_ws(s->b.data[t - 1]))
         t--;
-    if ((rc = emit(sink, arg, HY_TC_EV_CONTENT, 0, s, s->b.data, t)) != HY_OK)
+    if ((rc = emit_content(s, sink, arg, t)) != HY_OK)
         return rc;
     buf_cut(s, t);
     return HY_OK;
@@ -341,6 +381,8 @@ static int call_done(hy_tc_stream_t *s, size_t end, hy_tc_sink_fn sink, void *ar
 {
     int rc = emit(sink, arg, HY_TC_EV_CALL_END, s->n_calls - 1, s, NULL, 0);
 
+    if (!s->any_content)
+        s->sep_len = 0; /* whitespace before the first call is not content */
     s->n_done++;
     s->open = false;
     buf_cut(s, end);
@@ -461,6 +503,8 @@ static int step_call(hy_tc_stream_t *s, hy_tc_sink_fn sink, void *arg, bool *mov
         buf_cut(s, end);
         s->state = hy_tc_stream_want_stop(s) ? ST_STOPPED : ST_TEXT;
         s->after_call = n > 0;
+        if (n > 0 && !s->any_content)
+            s->sep_len = 0;
         *moved = true;
         return rc;
     default:
@@ -501,7 +545,7 @@ int hy_tc_stream_end(hy_tc_stream_t *s, hy_tc_sink_fn sink, void *arg)
         if (s->n_done > 0)
             while (t > 0 && is_ws(s->b.data[t - 1]))
                 t--;
-        rc = emit(sink, arg, HY_TC_EV_CONTENT, 0, s, s->b.data, t);
+        rc = emit_content(s, sink, arg, t);
         break;
     case ST_HEAD:
     case ST_DEFER:
@@ -510,11 +554,16 @@ int hy_tc_stream_end(hy_tc_stream_t *s, hy_tc_sink_fn sink, void *arg)
         t = s->b.len;
         while (t > b && is_ws(s->b.data[t - 1]))
             t--;
-        rc = t > b ? finish_deferred(s, s->b.len, t, sink, arg, &n)
-                   : emit(sink, arg, HY_TC_EV_CONTENT, 0, s, s->b.data, s->b.len);
+        if (t > b) {
+            rc = finish_deferred(s, s->b.len, t, sink, arg, &n);
+        } else if ((rc = emit_sep(s, sink, arg)) == HY_OK) {
+            rc = emit(sink, arg, HY_TC_EV_CONTENT, 0, s, s->b.data, s->b.len);
+        }
         break;
     case ST_ARGS:
-        rc = emit(sink, arg, HY_TC_EV_CALL_ABORT, s->n_calls - 1, s, s->b.data, s->b.len);
+        rc = emit_sep(s, sink, arg);
+        if (rc == HY_OK)
+            rc = emit(sink, arg, HY_TC_EV_CALL_ABORT, s->n_calls - 1, s, s->b.data, s->b.len);
         s->open = false;
         break;
     case ST_TAIL:

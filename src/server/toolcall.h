@@ -117,6 +117,10 @@ typedef struct {
     char id[HY_TC_ID_LEN + 1];
     char name[HY_TC_MAX_NAME + 1];
     bool after_call;     /* whitespace right after a call is dropped */
+    bool any_content;    /* content went out already */
+    char sep[16];        /* the whitespace before a call, put back between
+                          * the content before it and content after it */
+    size_t sep_len;
     bool failed;         /* out of memory: everything else is refused */
 } hy_tc_stream_t;
 
