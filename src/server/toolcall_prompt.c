@@ -273,7 +273,7 @@ static int add_calls(hy_jsg_t *g, const cJSON *tools, hy_tc_syntax_t syn, const 
     char rule[32], args[32], body[HY_TC_MAX_NAME + 128];
     hy_jbuf_t alt;
     const cJSON *t;
-    cJSON *empty = NULL;
+    cJSON *empty = NULL, *typed = NULL;
     int i = 0, rc = HY_OK;
 
     hy_jbuf_init(&alt);
@@ -294,6 +294,17 @@ static int add_calls(hy_jsg_t *g, const cJSON *tools, hy_tc_syntax_t syn, const 
             }
             p = empty;
         }
+        if (cJSON_GetObjectItemCaseSensitive(p, "type") == NULL) {
+            /* {} and {"properties": ...} validate any value; arguments are
+             * an object */
+            cJSON_Delete(typed);
+            if ((typed = cJSON_Duplicate(p, true)) == NULL ||
+                cJSON_AddStringToObject(typed, "type", "object") == NULL) {
+                rc = hy_err(err, HY_ENOMEM, "out of memory");
+                break;
+            }
+            p = typed;
+        }
         snprintf(rule, sizeof rule, "tc-fn-%d", i);
         snprintf(args, sizeof args, "tc-args-%d", i);
         snprintf(body, sizeof body, "\"{\\\"name\\\": \\\"%s\\\", \\\"%s\\\": \" %s \"}\"",
@@ -306,6 +317,7 @@ static int add_calls(hy_jsg_t *g, const cJSON *tools, hy_tc_syntax_t syn, const 
         i++;
     }
     cJSON_Delete(empty);
+    cJSON_Delete(typed);
     if (rc == HY_OK && alt.len == 0)
         rc = hy_err(err, HY_EINVAL, "tool_choice: no tool named '%s'", only ? only : "");
     if (rc == HY_OK && alt.failed)

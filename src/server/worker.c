@@ -850,7 +850,7 @@ static int wk_gen_prompts(wk_gen_t *g)
         }
         /* the grammar travels in the prompt's shared-memory arena */
         if (g->gspec_len > hy_req_grammar_room(w->shm, (int32_t)n_ids)) {
-            hy_api_err_invalid(&g->e, "response_format", NULL,
+            hy_api_err_invalid(&g->e, g->tools_on ? "tools" : "response_format", NULL,
                                "the grammar (%zu bytes compiled) does not fit next to a "
                                "%zu-token prompt: %zu bytes are left; shorten the schema or the "
                                "prompt",

@@ -182,17 +182,35 @@ def run(client):
        r.choices[0].finish_reason in ("stop", "length"),
        "tool_choice none: content, no tool_calls")
 
-    # auto: content or valid calls, streamed and not
-    for seed in range(3):
-        r = client.chat.completions.create(messages=USER, tools=TOOLS,
-                                           **dict(base, seed=seed))
-        c = r.choices[0]
-        if c.message.tool_calls:
-            ok(c.finish_reason == "tool_calls", "auto %d: called tools" % seed)
-            check_calls(c.message.tool_calls, "auto %d" % seed)
-        else:
-            ok(c.finish_reason in ("stop", "length") and c.message.content is not None,
-               "auto %d: answered in text (%s)" % (seed, c.finish_reason))
+    # auto: content or valid calls
+    r = client.chat.completions.create(messages=USER, tools=TOOLS, **base)
+    c = r.choices[0]
+    if c.message.tool_calls:
+        ok(c.finish_reason == "tool_calls", "auto: called tools")
+        check_calls(c.message.tool_calls, "auto")
+    else:
+        ok(c.finish_reason in ("stop", "length") and c.message.content is not None,
+           "auto: answered in text (%s)" % c.finish_reason)
+
+    # auto after an example call (SmolLM2 then calls by itself): the lazy
+    # grammar takes over at <tool_call>; streamed and not
+    shots = [{"role": "user", "content": "What is the weather in Rome?"},
+             {"role": "assistant", "content": None,
+              "tool_calls": [{"id": "call_1", "type": "function",
+                              "function": {"name": "get_weather",
+                                           "arguments": '{"city": "Rome", "unit": "celsius"}'}}]},
+             {"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.chat.completions.create(messages=shots, tools=TOOLS, **base)
+    c = r.choices[0]
+    ok(c.finish_reason == "tool_calls" and c.message.tool_calls and not c.message.content,
+       "auto after an example: the model calls (%s, %r)" % (c.finish_reason, c.message.content))
+    check_calls(c.message.tool_calls or [], "auto after an example")
+    content, calls, finish, shape = stream_calls(client, messages=shots, tools=TOOLS, **base)
+    errs = [valid_call(x["name"], x["arguments"]) for x in calls]
+    ok(finish == "tool_calls" and calls and shape and not any(errs) and
+       [x["arguments"] for x in calls] == [x.function.arguments for x in c.message.tool_calls],
+       "auto after an example, streamed: the same call in deltas (%s %s %s)" %
+       (finish, calls, errs))
 
     # a conversation that sends the tool result back
     first = client.chat.completions.create(messages=USER, tools=TOOLS, tool_choice="required",

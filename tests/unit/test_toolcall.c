@@ -384,6 +384,14 @@ static void test_prompt(void)
                 strstr(out, "<|im_start|>user\n<tool_response>\n{\"t\":18}"),
             "smollm2's template (no tools of its own): the generic rendering");
     free(out);
+    out = NULL;
+    rc = render("tests/unit/chat/gemma3.jinja", HY_TC_GENERIC, k_tools, &out);
+    HY_T_OK(rc == HY_OK && strstr(out, "<start_of_turn>user\nYou can call functions.") &&
+                strstr(out, "<start_of_turn>model\n<tool_call>\n{\"name\": \"get_weather\"") &&
+                strstr(out, "<start_of_turn>user\n<tool_response>\n{\"t\":18}"),
+            "gemma3's template (roles must alternate): tools with the first user turn, the "
+            "results as one user turn");
+    free(out);
 }
 
 /* ---- the grammar ---- */
@@ -460,6 +468,15 @@ static void test_grammar(void)
     HY_T_OK(ok && matches(spec, len, "{\"name\": \"get_weather\", \"parameters\": {\"city\": "
                                      "\"Rome\", \"unit\": \"f\"}}", &lazy),
             "llama3: {\"name\", \"parameters\"}");
+    free(spec);
+    ok = hy_tc_grammar("[{\"type\":\"function\",\"function\":{\"name\":\"u\",\"parameters\":{}}}]",
+                       HY_TC_HERMES, HY_TOOL_CHOICE_REQUIRED, NULL, false, &spec, &len,
+                       err) == HY_OK;
+    HY_T_OK(ok && matches(spec, len, "<tool_call>\n{\"name\": \"u\", \"arguments\": {\"k\": [1]}}"
+                                     "\n</tool_call>", &lazy) &&
+                !matches(spec, len, "<tool_call>\n{\"name\": \"u\", \"arguments\": 5}\n"
+                                    "</tool_call>", &lazy),
+            "parameters {} (no type): any object, but an object");
     free(spec);
     HY_T_OK(hy_tc_grammar(k_tools, HY_TC_HERMES, HY_TOOL_CHOICE_NAMED, "missing", false, &spec,
                           &len, err) == HY_EINVAL &&
