@@ -239,7 +239,7 @@ static bool call_ok(const cJSON *o)
     a = cJSON_GetObjectItemCaseSensitive(o, "arguments");
     if (a == NULL)
         a = cJSON_GetObjectItemCaseSensitive(o, "parameters");
-    if (cJSON_IsObject(a))
+    if (a == NULL || cJSON_IsObject(a)) /* none: a function without parameters */
         return true;
     if (cJSON_IsString(a)) {
         cJSON *p = cJSON_Parse(a->valuestring);
@@ -265,7 +265,9 @@ static int emit_parsed_call(hy_tc_stream_t *s, const cJSON *o, hy_tc_sink_fn sin
     s->n_calls++;
     if ((rc = emit(sink, arg, HY_TC_EV_CALL_BEGIN, index, s, NULL, 0)) != HY_OK)
         return rc;
-    if (cJSON_IsString(a))
+    if (a == NULL)
+        rc = emit(sink, arg, HY_TC_EV_CALL_ARGS, index, s, "{}", 2);
+    else if (cJSON_IsString(a))
         rc = emit(sink, arg, HY_TC_EV_CALL_ARGS, index, s, a->valuestring, strlen(a->valuestring));
     else if ((text = cJSON_PrintUnformatted(a)) == NULL)
         rc = HY_ENOMEM;
@@ -492,10 +494,14 @@ static int step_call(hy_tc_stream_t *s, hy_tc_sink_fn sink, void *arg, bool *mov
                 return HY_OK;
             rc = finish_deferred(s, end, end, sink, arg, &n);
         } else {
-            char *at = memmem(s->b.data + b, s->b.len - b, k_close_hermes, sizeof k_close_hermes - 1);
+            /* from where the last feed's search left off */
+            size_t from = HY_MAX(b, s->scan), k = sizeof k_close_hermes - 1;
+            char *at = memmem(s->b.data + from, s->b.len - from, k_close_hermes, k);
 
-            if (at == NULL)
+            if (at == NULL) {
+                s->scan = s->b.len >= k ? HY_MAX(b, s->b.len - k + 1) : b;
                 return HY_OK;
+            }
             end = (size_t)(at - s->b.data);
             rc = finish_deferred(s, end + sizeof k_close_hermes - 1, end, sink, arg, &n);
             end += sizeof k_close_hermes - 1;

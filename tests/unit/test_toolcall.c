@@ -186,6 +186,14 @@ static void test_other_shapes(void)
     HY_T_OK(k.res.n_calls == 1 && strcmp(args(&k, 0), "{\"a\": 1}") == 0,
             "hermes: arguments as a JSON string");
     sink_free(&k);
+    run(HY_TC_HERMES, "<tool_call>{\"name\": \"now\"}</tool_call>", 0, 0, false, &k);
+    HY_T_OK(k.res.n_calls == 1 && strcmp(args(&k, 0), "{}") == 0,
+            "hermes: a call without arguments has {}");
+    sink_free(&k);
+    HY_T_OK(same_in_pieces(HY_TC_HERMES, "a <tool_call>{\"arguments\": {\"s\": \"</tool_\"}, "
+                                         "\"name\": \"f\"} </tool_call> b <tool_call>[{\"name\": "
+                                         "\"g\"}]</tool_call>"),
+            "the whole-call path fed in pieces: the same");
     run(HY_TC_HERMES, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}", 0, 0, false,
         &k);
     HY_T_OK(k.res.n_calls == 1 && strcmp(args(&k, 0), "{\"a\": 1}") == 0 &&
