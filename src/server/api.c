@@ -882,6 +882,8 @@ static int read_message(pctx_t *c, const cJSON *m, size_t mi, hy_chat_msg_t *out
                                       name);
         if (!cJSON_IsArray(v))
             return err_type(c, name, "an array", v);
+        if ((rc = hy_api_check_tool_calls(v, name, c->e)) != HY_OK)
+            return rc;
         rc = dup_json(c, v, &out->tool_calls);
         if (rc != HY_OK)
             return rc;

@@ -144,6 +144,9 @@ typedef struct {
 } hy_api_tools_t;
 int hy_api_read_tools(const struct cJSON *root, bool constrained, hy_api_tools_t *out,
                       hy_api_error_t *e);
+/* An assistant message's tool_calls array (where: "messages[3].tool_calls"):
+ * objects with function.name and, if given, function.arguments as strings. */
+int hy_api_check_tool_calls(const struct cJSON *calls, const char *where, hy_api_error_t *e);
 
 /* /tokenize {"prompt"|"content": str, "add_special": bool (default true)}
  * and /detokenize {"tokens": [int...]}.  Outputs point into *arena_out,

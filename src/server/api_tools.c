@@ -264,3 +264,36 @@ done:
     cJSON_Delete(tools);
     return rc;
 }
+
+int hy_api_check_tool_calls(const cJSON *calls, const char *where, hy_api_error_t *e)
+{
+    const cJSON *c;
+    int i = 0;
+
+    cJSON_ArrayForEach(c, calls) {
+        const cJSON *f = field(c, "function"), *n = field(f, "name"), *a = field(f, "arguments"),
+                    *id = field(c, "id");
+
+        if (!cJSON_IsObject(c))
+            return hy_api_err_invalid(e, where, NULL, "%s[%d]: expected an object, got %s",
+                                      where, i, kind(c));
+        if (id != NULL && !cJSON_IsString(id))
+            return hy_api_err_invalid(e, where, NULL, "%s[%d].id: expected a string, got %s",
+                                      where, i, kind(id));
+        if (!cJSON_IsObject(f))
+            return hy_api_err_invalid(e, where, NULL,
+                                      "%s[%d].function: expected an object, got %s", where, i,
+                                      kind(f));
+        if (!cJSON_IsString(n))
+            return hy_api_err_invalid(e, where, NULL,
+                                      "%s[%d].function.name: expected a string, got %s", where,
+                                      i, kind(n));
+        if (a != NULL && !cJSON_IsString(a))
+            return hy_api_err_invalid(e, where, NULL,
+                                      "%s[%d].function.arguments: expected a string (JSON "
+                                      "text), got %s",
+                                      where, i, kind(a));
+        i++;
+    }
+    return HY_OK;
+}

@@ -155,7 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 static const char *const k_seeds[] = {
     "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\","
     "\"content\":[{\"type\":\"text\",\"text\":\"a\"}]},{\"role\":\"assistant\",\"content\":null,"
-    "\"tool_calls\":[{\"id\":\"1\"}]},{\"role\":\"tool\",\"content\":\"x\",\"tool_call_id\":\"1\"}],"
+    "\"tool_calls\":[{\"id\":\"1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"content\":\"x\",\"tool_call_id\":\"1\"}],"
     "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":5,\"stop\":[\"\\n\",\"ab\"],\"seed\":\"7\","
     "\"logit_bias\":{\"3\":1},\"logprobs\":true,\"top_logprobs\":2,\"n\":2,\"stream\":true,"
     "\"stream_options\":{\"include_usage\":true},\"tools\":[{\"type\":\"function\",\"function\":"
