@@ -89,11 +89,12 @@ static int buf_add(hy_tc_stream_t *s, const char *p, size_t n)
 /* Drops buf[0..n). */
 static void buf_cut(hy_tc_stream_t *s, size_t n)
 {
+    s->scan = 0;
+    if (s->b.data == NULL)
+        return;
     memmove(s->b.data, s->b.data + n, s->b.len - n);
     s->b.len -= n;
-    if (s->b.data != NULL)
-        s->b.data[s->b.len] = '\0';
-    s->scan = 0;
+    s->b.data[s->b.len] = '\0';
 }
 
 /* lit at s[*i..n): LIT_OK (and *i moves past it), LIT_NEED (s ends inside
