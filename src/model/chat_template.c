@@ -14,6 +14,8 @@
 
 struct hy_chat_tmpl {
     jtemplate_t t;
+    char *src; /* the text, for what callers read off it (tool-call syntax) */
+    size_t len;
 };
 
 int hy_chat_compile(hy_chat_tmpl_t **out, const char *src, size_t len, char *err)
@@ -29,6 +31,13 @@ int hy_chat_compile(hy_chat_tmpl_t **out, const char *src, size_t len, char *err
     t->t.arena.cap = HY_JINJA_MAX_MEM;
     if ((rc = hy_jinja_parse(&t->t, src, len, err)) < 0)
         goto fail;
+    if ((t->src = malloc(len + 1)) == NULL) {
+        rc = hy_err(err, HY_ENOMEM, "chat template: out of memory");
+        goto fail;
+    }
+    memcpy(t->src, src, len);
+    t->src[len] = '\0';
+    t->len = len;
     *out = t;
     return HY_OK;
 fail:
@@ -41,7 +50,14 @@ void hy_chat_free(hy_chat_tmpl_t *t)
     if (!t)
         return;
     hy_jinja_arena_free(&t->t.arena);
+    free(t->src);
     free(t);
+}
+
+const char *hy_chat_source(const hy_chat_tmpl_t *t, size_t *len)
+{
+    *len = t->len;
+    return t->src;
 }
 
 static jv_t cstr(hy_jinja_arena_t *a, const char *s)

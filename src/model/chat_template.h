@@ -50,4 +50,7 @@ int hy_chat_render(const hy_chat_tmpl_t *t, const hy_chat_msg_t *msgs, size_t n,
 
 void hy_chat_free(hy_chat_tmpl_t *t);
 
+/* The template's text as compiled (NUL-terminated). */
+const char *hy_chat_source(const hy_chat_tmpl_t *t, size_t *len);
+
 #endif

@@ -544,15 +544,15 @@ static const char *const k_common_fields[] = {
     NULL};
 static const char *const k_chat_fields[] = {
     "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-    "chat_template_kwargs", "add_generation_prompt", NULL};
+    "parallel_tool_calls", "functions", "function_call", "chat_template_kwargs",
+    "add_generation_prompt", NULL};
 static const char *const k_completion_fields[] = {"prompt", "echo", NULL};
 static const char *const k_infer_fields[] = {"input", NULL};
 static const char *const k_generate_fields[] = {"prompt", "max_length", NULL};
 /* OpenAI fields with no effect on what we compute. */
 static const char *const k_ignored_fields[] = {
-    "metadata", "store", "service_tier", "parallel_tool_calls", "reasoning_effort",
-    "web_search_options", "stream_options", "functions", "function_call",
-    "request_id", "continuous_usage_stats", NULL};
+    "metadata", "store", "service_tier", "reasoning_effort", "web_search_options",
+    "stream_options", "request_id", "continuous_usage_stats", NULL};
 
 /* Extensions of other servers (vLLM, TGI, llama.cpp) that change the output
  * and that we do not implement: refused by name, before the misspelling
@@ -888,6 +888,8 @@ static int read_message(pctx_t *c, const cJSON *m, size_t mi, hy_chat_msg_t *out
                                       name);
         if (!cJSON_IsArray(v))
             return err_type(c, name, "an array", v);
+        if ((rc = hy_api_check_tool_calls(v, name, c->e)) != HY_OK)
+            return rc;
         rc = dup_json(c, v, &out->tool_calls);
         if (rc != HY_OK)
             return rc;
@@ -934,61 +936,27 @@ static int read_messages(pctx_t *c, const cJSON *root, hy_api_req_t *r)
     return HY_OK;
 }
 
-/* tools: [{"type":"function","function":{"name":...,...}}, ...];
- * tool_choice: "none"|"auto"|"required"|{"type":"function","function":{"name"}}. */
+/* tools, tool_choice, parallel_tool_calls and the legacy functions /
+ * function_call (api_tools.c), after response_format (they exclude each
+ * other). */
 static int read_tools(pctx_t *c, const cJSON *root, hy_api_req_t *r)
 {
-    const cJSON *tools = get_opt(root, "tools"), *tc = get_opt(root, "tool_choice"), *t, *f, *nm;
-    char name[64];
-    size_t i = 0;
-    int rc;
+    hy_api_tools_t t;
+    int rc = hy_api_read_tools(root, r->grammar != NULL, &t, c->e);
 
-    if (tools != NULL) {
-        if (!cJSON_IsArray(tools))
-            return err_type(c, "tools", "an array", tools);
-        cJSON_ArrayForEach(t, tools) {
-            snprintf(name, sizeof name, "tools[%zu]", i++);
-            if (!cJSON_IsObject(t))
-                return err_type(c, name, "an object", t);
-            f = cJSON_GetObjectItemCaseSensitive(t, "type");
-            if (!cJSON_IsString(f) || strcmp(f->valuestring, "function") != 0)
-                return hy_api_err_invalid(c->e, "tools", NULL,
-                                          "%s.type: must be \"function\"", name);
-            f = cJSON_GetObjectItemCaseSensitive(t, "function");
-            nm = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "name") : NULL;
-            if (!cJSON_IsString(nm))
-                return hy_api_err_invalid(c->e, "tools", NULL,
-                                          "%s.function.name: expected a string", name);
-        }
-        rc = dup_json(c, tools, &r->tools);
-        if (rc != HY_OK)
-            return rc;
-    }
-    if (tc != NULL) {
-        if (cJSON_IsString(tc)) {
-            if (strcmp(tc->valuestring, "none") != 0 && strcmp(tc->valuestring, "auto") != 0 &&
-                strcmp(tc->valuestring, "required") != 0)
-                return hy_api_err_invalid(c->e, "tool_choice", NULL,
-                                          "tool_choice = '%s': must be none, auto, required "
-                                          "or a function object",
-                                          tc->valuestring);
-        } else if (cJSON_IsObject(tc)) {
-            f = cJSON_GetObjectItemCaseSensitive(tc, "function");
-            nm = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "name") : NULL;
-            if (!cJSON_IsString(nm))
-                return hy_api_err_invalid(c->e, "tool_choice", NULL,
-                                          "tool_choice.function.name: expected a string");
-        } else {
-            return err_type(c, "tool_choice", "a string or an object", tc);
-        }
-        if (tools == NULL && !(cJSON_IsString(tc) && strcmp(tc->valuestring, "none") == 0))
-            return hy_api_err_invalid(c->e, "tool_choice", NULL,
-                                      "tool_choice is only allowed when tools are given");
-        rc = dup_json(c, tc, &r->tool_choice);
-        if (rc != HY_OK)
-            return rc;
-    }
-    return HY_OK;
+    if (rc != HY_OK)
+        return rc;
+    r->tool_choice = t.choice;
+    r->parallel_tool_calls = t.parallel;
+    r->legacy_functions = t.legacy;
+    if (t.choice == HY_TOOL_CHOICE_NAMED &&
+        (r->tool_name = arena_strndup(c->arena, t.name, strlen(t.name))) == NULL)
+        rc = err_nomem(c);
+    if (rc == HY_OK && t.tools != NULL &&
+        (r->tools = arena_strndup(c->arena, t.tools, strlen(t.tools))) == NULL)
+        rc = err_nomem(c);
+    cJSON_free(t.tools);
+    return rc;
 }
 
 /* ---- sampling and the remaining scalar fields ---- */
@@ -1229,23 +1197,12 @@ static int read_unsupported(pctx_t *c, const cJSON *root, int n)
     }
     if (c->kind == HY_API_CHAT) {
         static const char *const no[] = {"audio", "prediction", NULL};
-
-        /* no tool calling yet: a request offering tools must not get an
-         * answer written as if none were offered */
-        static const char *const no_tools[] = {"tools", "tool_choice", "functions",
-                                               "function_call", NULL};
         const char *const *p;
 
         for (p = no; *p != NULL; p++)
             if (get_opt(root, *p) != NULL)
                 return err_set(c->e, HY_EUNSUPPORTED, 400, "invalid_request_error", *p,
                                "unsupported_parameter", "%s is not supported by this server",
-                               *p);
-        for (p = no_tools; *p != NULL; p++)
-            if (get_opt(root, *p) != NULL)
-                return err_set(c->e, HY_EUNSUPPORTED, 400, "invalid_request_error", *p,
-                               "unsupported_parameter",
-                               "%s is not supported yet: this server does not do tool calling",
                                *p);
         v = get_opt(root, "modalities");
         if (v != NULL) {

@@ -10,12 +10,11 @@
  *   - every field we implement is type- and range-checked;
  *   - OpenAI fields that would change the output in a way we cannot honour
  *     (suffix, best_of != n, audio, prediction,
- *     non-text modalities, non-text content parts, and tools / tool_choice /
- *     functions / function_call until tool calling is done) and other servers'
+ *     non-text modalities, non-text content parts) and other servers'
  *     extensions that we do not implement (min_tokens, stop_token_ids,
  *     guided_*, use_beam_search, max_new_tokens, ...) are a 400 "not supported";
  *   - OpenAI fields with no effect here (metadata, store, service_tier,
- *     parallel_tool_calls, reasoning_effort, ...) are accepted and ignored;
+ *     reasoning_effort, ...) are accepted and ignored;
  *   - any other unknown field is ignored (clients send vendor extensions),
  *     UNLESS it looks like a misspelling of a field we know (same name up to
  *     case and '-'/'_', or within edit distance 1 (names of 4..6 chars) or 2
@@ -33,6 +32,7 @@
 #include "common/hy.h"
 #include "ipc/request.h"
 #include "model/chat_template.h"
+#include "server/toolcall.h"
 
 #define HY_API_MAX_DEPTH 64     /* JSON nesting we accept (cJSON allows 1000) */
 #define HY_API_MAX_STOP 4       /* OpenAI: up to 4 stop sequences */
@@ -73,8 +73,11 @@ typedef struct {
      * text) */
     hy_chat_msg_t *messages;
     size_t n_messages;
-    const char *tools;          /* JSON array text or NULL */
-    const char *tool_choice;    /* JSON text ("\"auto\"", an object...) or NULL */
+    const char *tools;          /* tools (legacy functions converted) as a JSON array, or NULL */
+    hy_tool_choice_t tool_choice; /* NONE when no tools */
+    const char *tool_name;      /* the function tool_choice / function_call names (NAMED) */
+    bool parallel_tool_calls;   /* default true; false for NAMED and legacy functions */
+    bool legacy_functions;      /* functions / function_call: answer with function_call */
     const char *template_kwargs;/* chat_template_kwargs as JSON object text, or NULL */
     int enable_thinking;        /* -1 unset; from chat_template_kwargs.enable_thinking */
     bool add_generation_prompt; /* default true */
@@ -128,6 +131,22 @@ void hy_api_req_free(hy_api_req_t *req);
  * Every schema or grammar mistake is a 400 naming the field. */
 struct cJSON;
 int hy_api_read_grammar(const struct cJSON *root, char **gbnf, size_t *len, hy_api_error_t *e);
+
+/* tools / functions, tool_choice / function_call and parallel_tool_calls
+ * (api_tools.c).  tools is malloc'd (cJSON_free) or NULL.  constrained:
+ * the request also has a grammar (a 400 unless tool_choice is none). */
+typedef struct {
+    char *tools;
+    hy_tool_choice_t choice;
+    char name[HY_TC_MAX_NAME + 1];
+    bool parallel;
+    bool legacy;
+} hy_api_tools_t;
+int hy_api_read_tools(const struct cJSON *root, bool constrained, hy_api_tools_t *out,
+                      hy_api_error_t *e);
+/* An assistant message's tool_calls array (where: "messages[3].tool_calls"):
+ * objects with function.name and, if given, function.arguments as strings. */
+int hy_api_check_tool_calls(const struct cJSON *calls, const char *where, hy_api_error_t *e);
 
 /* /tokenize {"prompt"|"content": str, "add_special": bool (default true)}
  * and /detokenize {"tokens": [int...]}.  Outputs point into *arena_out,

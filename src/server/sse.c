@@ -15,6 +15,8 @@ static const char *finish_name(hy_api_finish_t f)
     switch (f) {
     case HY_API_FINISH_STOP: return "\"stop\"";
     case HY_API_FINISH_LENGTH: return "\"length\"";
+    case HY_API_FINISH_TOOL_CALLS: return "\"tool_calls\"";
+    case HY_API_FINISH_FUNCTION_CALL: return "\"function_call\"";
     default: return "null";
     }
 }
@@ -159,6 +161,34 @@ static void logprobs_val(hy_jbuf_t *b, const hy_api_resp_t *m, const hy_api_toke
         completion_logprobs(b, lp, n, offset);
 }
 
+/* ,"tool_calls":[...] (or the legacy ,"function_call":{...}) */
+static void message_calls(hy_jbuf_t *b, const hy_api_choice_t *c)
+{
+    size_t i;
+
+    if (c->n_calls == 0)
+        return;
+    if (c->legacy) {
+        hy_jbuf_cstr(b, ",\"function_call\":{\"name\":");
+        hy_jbuf_cstr_q(b, c->calls[0].name);
+        hy_jbuf_cstr(b, ",\"arguments\":");
+        hy_jbuf_str(b, c->calls[0].args.data ? c->calls[0].args.data : "", c->calls[0].args.len);
+        hy_jbuf_cstr(b, "}");
+        return;
+    }
+    hy_jbuf_cstr(b, ",\"tool_calls\":[");
+    for (i = 0; i < c->n_calls; i++) {
+        hy_jbuf_cstr(b, i ? ",{\"id\":" : "{\"id\":");
+        hy_jbuf_cstr_q(b, c->calls[i].id);
+        hy_jbuf_cstr(b, ",\"type\":\"function\",\"function\":{\"name\":");
+        hy_jbuf_cstr_q(b, c->calls[i].name);
+        hy_jbuf_cstr(b, ",\"arguments\":");
+        hy_jbuf_str(b, c->calls[i].args.data ? c->calls[i].args.data : "", c->calls[i].args.len);
+        hy_jbuf_cstr(b, "}}");
+    }
+    hy_jbuf_cstr(b, "]");
+}
+
 int hy_api_format_response(const hy_api_resp_t *m, const hy_api_choice_t *choices, size_t n,
                            const hy_api_usage_t *u, char **out, size_t *out_len)
 {
@@ -175,7 +205,11 @@ int hy_api_format_response(const hy_api_resp_t *m, const hy_api_choice_t *choice
         if (m->kind == HY_API_CHAT) {
             hy_jbuf_printf(&b, "{\"index\":%zu,\"message\":{\"role\":\"assistant\",\"content\":",
                            i);
-            hy_jbuf_str(&b, c->text ? c->text : "", c->text_len);
+            if (c->n_calls > 0 && c->text_len == 0)
+                hy_jbuf_cstr(&b, "null");
+            else
+                hy_jbuf_str(&b, c->text ? c->text : "", c->text_len);
+            message_calls(&b, c);
             hy_jbuf_cstr(&b, "},\"logprobs\":");
         } else {
             hy_jbuf_cstr(&b, "{\"text\":");
@@ -224,6 +258,44 @@ void hy_sse_delta(hy_jbuf_t *b, const hy_api_resp_t *m, int index, const char *t
     }
     logprobs_val(b, m, lp, n_lp, text_offset);
     hy_jbuf_cstr(b, ",\"finish_reason\":null}");
+    chunk_tail(b, m);
+}
+
+void hy_sse_tool_begin(hy_jbuf_t *b, const hy_api_resp_t *m, int index, int call,
+                       const char *id, const char *name, bool legacy)
+{
+    hy_jbuf_cstr(b, "data: ");
+    head(b, m, true);
+    hy_jbuf_printf(b, "{\"index\":%d,\"delta\":{", index);
+    if (legacy) {
+        hy_jbuf_cstr(b, "\"function_call\":{\"name\":");
+        hy_jbuf_cstr_q(b, name);
+        hy_jbuf_cstr(b, ",\"arguments\":\"\"}");
+    } else {
+        hy_jbuf_printf(b, "\"tool_calls\":[{\"index\":%d,\"id\":", call);
+        hy_jbuf_cstr_q(b, id);
+        hy_jbuf_cstr(b, ",\"type\":\"function\",\"function\":{\"name\":");
+        hy_jbuf_cstr_q(b, name);
+        hy_jbuf_cstr(b, ",\"arguments\":\"\"}}]");
+    }
+    hy_jbuf_cstr(b, "},\"logprobs\":null,\"finish_reason\":null}");
+    chunk_tail(b, m);
+}
+
+void hy_sse_tool_args(hy_jbuf_t *b, const hy_api_resp_t *m, int index, int call,
+                      const char *text, size_t len, bool legacy)
+{
+    hy_jbuf_cstr(b, "data: ");
+    head(b, m, true);
+    hy_jbuf_printf(b, "{\"index\":%d,\"delta\":{", index);
+    if (legacy)
+        hy_jbuf_cstr(b, "\"function_call\":{\"arguments\":");
+    else
+        hy_jbuf_printf(b, "\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":",
+                       call);
+    hy_jbuf_str(b, text ? text : "", len);
+    hy_jbuf_cstr(b, legacy ? "}" : "}}]");
+    hy_jbuf_cstr(b, "},\"logprobs\":null,\"finish_reason\":null}");
     chunk_tail(b, m);
 }
 

@@ -8,6 +8,10 @@
  * Stream order for one chat choice (what OpenAI sends):
  *   role chunk   delta {"role":"assistant","content":""}
  *   delta chunks delta {"content":"..."}
+ *   tool calls   delta {"tool_calls":[{"index":k,"id","type":"function","function":
+ *                {"name","arguments":""}}]} when call k starts, then
+ *                delta {"tool_calls":[{"index":k,"function":{"arguments":"..."}}]}
+ *                (legacy functions: delta {"function_call":{...}} alike)
  *   final chunk  delta {} with finish_reason
  *   usage chunk  "choices":[] with usage (only with stream_options.include_usage;
  *                every other chunk then carries "usage":null)
@@ -28,6 +32,8 @@ typedef enum {
     HY_API_FINISH_NONE = 0, /* still running: finish_reason null */
     HY_API_FINISH_STOP,     /* EOS or a stop string: "stop" */
     HY_API_FINISH_LENGTH,   /* max_tokens or the context ran out: "length" */
+    HY_API_FINISH_TOOL_CALLS,    /* the answer called tools: "tool_calls" */
+    HY_API_FINISH_FUNCTION_CALL, /* legacy functions: "function_call" */
 } hy_api_finish_t;
 
 /* One alternative token in a logprobs list. */
@@ -53,6 +59,10 @@ typedef struct {
     const hy_api_token_lp_t *lp;    /* its tokens, when the response has logprobs */
     size_t n_lp;
     size_t text_offset;             /* completions text_offset of lp[0] */
+    const hy_tc_call_t *calls;      /* chat: the tool calls (content null when text_len
+                                     * is 0 and there are calls) */
+    size_t n_calls;
+    bool legacy;                    /* calls[0] as "function_call" (legacy functions) */
 } hy_api_choice_t;
 
 typedef struct {
@@ -84,6 +94,12 @@ void hy_sse_role(hy_jbuf_t *b, const hy_api_resp_t *m, int index); /* chat only 
 /* A text delta; lp/n_lp its tokens when m->logprobs; text_offset as above. */
 void hy_sse_delta(hy_jbuf_t *b, const hy_api_resp_t *m, int index, const char *text,
                   size_t len, const hy_api_token_lp_t *lp, size_t n_lp, size_t text_offset);
+/* A tool call starts (id and name; arguments "") / the next bytes of its
+ * arguments. */
+void hy_sse_tool_begin(hy_jbuf_t *b, const hy_api_resp_t *m, int index, int call,
+                       const char *id, const char *name, bool legacy);
+void hy_sse_tool_args(hy_jbuf_t *b, const hy_api_resp_t *m, int index, int call,
+                      const char *text, size_t len, bool legacy);
 void hy_sse_finish(hy_jbuf_t *b, const hy_api_resp_t *m, int index, hy_api_finish_t f);
 void hy_sse_usage(hy_jbuf_t *b, const hy_api_resp_t *m, const hy_api_usage_t *u);
 void hy_sse_done(hy_jbuf_t *b);

@@ -301,6 +301,9 @@ typedef struct {
     size_t n_lp, cap_lp;
     hy_api_top_t *tops;
     size_t n_tops, cap_tops;
+    bool tc_on;             /* tools offered: the text goes through the call parser */
+    hy_tc_stream_t tc;
+    hy_tc_result_t res;     /* non-streamed: content and calls */
 } wk_choice_t;
 
 static void wk_choice_free(wk_choice_t *c)
@@ -312,6 +315,10 @@ static void wk_choice_free(wk_choice_t *c)
     hy_jbuf_free(&c->text);
     free(c->lp);
     free(c->tops);
+    if (c->tc_on) {
+        hy_tc_stream_free(&c->tc);
+        hy_tc_result_free(&c->res);
+    }
 }
 
 /* Records one token's logprob entry (pieces point into the tokenizer). */
@@ -365,11 +372,25 @@ static bool wk_is_eog(const hy_worker_ctx_t *w, int32_t id)
     return hy_tok_is_eog(w->tok, id);
 }
 
-/* Renders the chat messages through the model's template. */
+/* The tool-call syntax of the served model (read off its template). */
+static hy_tc_syntax_t wk_tc_syntax(const hy_worker_ctx_t *w)
+{
+    size_t n;
+    const char *src = hy_chat_source(w->tmpl, &n);
+
+    return hy_tc_detect(src, n);
+}
+
+/* Renders the chat messages through the model's template: the tools (not
+ * with tool_choice none) and a tool-call history as the syntax wants them
+ * (toolcall.h). */
 static int wk_render_chat(wk_req_t *r, const hy_api_req_t *q, char **text, size_t *len,
                           hy_api_error_t *e)
 {
     hy_chat_opts_t o;
+    hy_chat_msg_t *msgs;
+    hy_tc_store_t *store = NULL;
+    size_t n_msgs;
     char err[HY_ERR_LEN];
     int rc;
 
@@ -381,9 +402,13 @@ static int wk_render_chat(wk_req_t *r, const hy_api_req_t *q, char **text, size_
     o.bos_token = r->w->bos_text;
     o.eos_token = r->w->eos_text;
     o.enable_thinking = q->enable_thinking;
-    o.tools = q->tools;
     o.extra_vars = q->template_kwargs;
-    rc = hy_chat_render(r->w->tmpl, q->messages, q->n_messages, &o, text, len, err);
+    rc = hy_tc_prepare_chat(wk_tc_syntax(r->w), q->messages, q->n_messages,
+                            q->tool_choice != HY_TOOL_CHOICE_NONE ? q->tools : NULL, &msgs,
+                            &n_msgs, &o.tools, &store, err);
+    if (rc == HY_OK)
+        rc = hy_chat_render(r->w->tmpl, msgs, n_msgs, &o, text, len, err);
+    hy_tc_store_free(store);
     if (rc == HY_ENOMEM)
         return hy_api_err_internal(e, "out of memory");
     if (rc != HY_OK)
@@ -433,15 +458,74 @@ static hy_api_finish_t wk_finish_of(int32_t reason)
     return reason == HY_FINISH_LENGTH ? HY_API_FINISH_LENGTH : HY_API_FINISH_STOP;
 }
 
+static int wk_send_delta(wk_req_t *r, const hy_api_resp_t *m, wk_choice_t *c, int index,
+                         const char *s, size_t n, const hy_api_token_lp_t *lp, size_t n_lp,
+                         hy_jbuf_t *sb);
+
+/* Where the tool-call parser's events go: SSE chunks, or the collected
+ * answer.  A token's logprobs ride on its first content chunk (or an
+ * empty one when all its text went into a call). */
+typedef struct {
+    wk_req_t *r;
+    const hy_api_req_t *q;
+    const hy_api_resp_t *m;
+    wk_choice_t *c;
+    int index;
+    hy_jbuf_t *sb;
+    const hy_api_token_lp_t *lp;
+    size_t n_lp;
+} wk_tc_sink_t;
+
+static int wk_tc_event(void *arg, const hy_tc_event_t *ev)
+{
+    wk_tc_sink_t *k = arg;
+    bool legacy = k->q->legacy_functions;
+    int rc;
+
+    if (!k->q->stream)
+        return hy_tc_collect(&k->c->res, ev);
+    if (ev->kind == HY_TC_EV_CONTENT) {
+        rc = wk_send_delta(k->r, k->m, k->c, k->index, ev->text, ev->len, k->lp, k->n_lp, k->sb);
+        k->n_lp = 0;
+        return rc;
+    }
+    if (ev->kind != HY_TC_EV_CALL_BEGIN && ev->kind != HY_TC_EV_CALL_ARGS)
+        return HY_OK; /* the end of a call has no chunk of its own */
+    hy_jbuf_reset(k->sb);
+    if (ev->kind == HY_TC_EV_CALL_BEGIN)
+        hy_sse_tool_begin(k->sb, k->m, k->index, ev->index, ev->id, ev->name, legacy);
+    else
+        hy_sse_tool_args(k->sb, k->m, k->index, ev->index, ev->text, ev->len, legacy);
+    if (k->sb->failed)
+        return HY_ENOMEM;
+    return wk_put(k->r, k->sb->data, k->sb->len) == 0 ? HY_OK : HY_EIO;
+}
+
 /* Sends (streamed) or keeps (collected) the text the stop matcher released. */
 static int wk_emit(wk_req_t *r, const hy_api_req_t *q, const hy_api_resp_t *m, wk_choice_t *c,
                    int index, const char *s, size_t n, const hy_api_token_lp_t *lp,
                    size_t n_lp, hy_jbuf_t *sb)
 {
+    if (c->tc_on) {
+        wk_tc_sink_t k = {r, q, m, c, index, sb, lp, n_lp};
+        int rc = hy_tc_stream_feed(&c->tc, s, n, wk_tc_event, &k);
+
+        if (rc == HY_OK && q->stream && k.n_lp > 0)
+            rc = wk_send_delta(r, m, c, index, "", 0, k.lp, k.n_lp, sb);
+        return rc;
+    }
     if (!q->stream) {
         hy_jbuf_raw(&c->text, s, n);
         return c->text.failed ? HY_ENOMEM : HY_OK;
     }
+    return wk_send_delta(r, m, c, index, s, n, lp, n_lp, sb);
+}
+
+/* One streamed text delta. */
+static int wk_send_delta(wk_req_t *r, const hy_api_resp_t *m, wk_choice_t *c, int index,
+                         const char *s, size_t n, const hy_api_token_lp_t *lp, size_t n_lp,
+                         hy_jbuf_t *sb)
+{
     if (n == 0 && n_lp == 0)
         return HY_OK;
     hy_jbuf_reset(sb);
@@ -506,8 +590,9 @@ static int wk_consume(wk_req_t *r, const hy_api_req_t *q, const hy_api_resp_t *m
         }
         if ((rc = wk_emit(r, q, m, c, index, so.emit, so.emit_len, slp, n_lp, sb)) != HY_OK)
             return rc;
-        if (so.stopped) {
-            /* A stop string: the engine may still be generating; stop it. */
+        if (so.stopped || (c->tc_on && hy_tc_stream_want_stop(&c->tc))) {
+            /* A stop string, or the one call parallel_tool_calls false
+             * allows: the engine may still be generating; stop it. */
             c->finish = HY_API_FINISH_STOP;
             c->done = true;
             hy_req_cancel(w->shm, c->h, err);
@@ -543,6 +628,16 @@ static int wk_choice_end(wk_req_t *r, const hy_api_req_t *q, const hy_api_resp_t
             return rc;
         if ((rc = wk_emit(r, q, m, c, index, so.emit, so.emit_len, NULL, 0, sb)) != HY_OK)
             return rc;
+    }
+    if (c->tc_on) {
+        wk_tc_sink_t k = {r, q, m, c, index, sb, NULL, 0};
+
+        if ((rc = hy_tc_stream_end(&c->tc, wk_tc_event, &k)) != HY_OK)
+            return rc;
+        /* an answer cut at max_tokens says so even when it called tools */
+        if (c->tc.n_done > 0 && c->finish == HY_API_FINISH_STOP)
+            c->finish = q->legacy_functions ? HY_API_FINISH_FUNCTION_CALL
+                                            : HY_API_FINISH_TOOL_CALLS;
     }
     if (q->stream) {
         hy_jbuf_reset(sb);
@@ -620,6 +715,7 @@ typedef struct {
     int32_t priority;       /* the body's or the API key's (hy_api_priority) */
     char *gspec;            /* the grammar as the engine receives it (malloc'd), or NULL */
     size_t gspec_len;
+    bool tools_on;          /* tools offered (tool_choice not none): parse the calls */
 } wk_gen_t;
 
 /* A phase's outcome besides HY_OK: the client went away (nothing more to
@@ -649,6 +745,30 @@ static void wk_cancel_all(wk_gen_t *g)
             hy_req_cancel(g->r->w->shm, g->cs[i].h, err);
 }
 
+/* Tools offered: the grammar that keeps a call to the model's syntax with
+ * valid arguments (lazy for tool_choice auto). */
+static int wk_gen_tools(wk_gen_t *g)
+{
+    const hy_api_req_t *q = g->q;
+    char err[HY_ERR_LEN];
+    int rc;
+
+    if (g->kind != HY_API_CHAT || q->tools == NULL || q->tool_choice == HY_TOOL_CHOICE_NONE)
+        return HY_OK;
+    g->tools_on = true;
+    rc = hy_tc_grammar(q->tools, wk_tc_syntax(g->r->w), q->tool_choice, q->tool_name,
+                       q->parallel_tool_calls, &g->gspec, &g->gspec_len, err);
+    if (rc == HY_ENOMEM) {
+        hy_api_err_internal(&g->e, "out of memory building the tool-call grammar");
+        return WK_FAILED;
+    }
+    if (rc != HY_OK) {
+        hy_api_err_invalid(&g->e, "tools", NULL, "the tool-call grammar: %s", err);
+        return WK_FAILED;
+    }
+    return HY_OK;
+}
+
 /* The body: parsed, checked against the served model, the server's state,
  * and (for chat) rendered through the template. */
 static int wk_gen_parse(wk_gen_t *g, const char *body, size_t len)
@@ -674,7 +794,7 @@ static int wk_gen_parse(wk_gen_t *g, const char *body, size_t len)
         hy_api_err_invalid(&g->e, "response_format", NULL, "%s", err);
         return WK_FAILED;
     }
-    return HY_OK;
+    return wk_gen_tools(g);
 }
 
 /* Every choice's detokenizer and stop matcher, every prompt tokenized and
@@ -701,6 +821,10 @@ static int wk_gen_prompts(wk_gen_t *g)
         int64_t max_tokens;
 
         hy_jbuf_init(&c->text);
+        if (g->tools_on) {
+            hy_tc_stream_init(&c->tc, wk_tc_syntax(w), wk_random64(), !q->parallel_tool_calls);
+            c->tc_on = true;
+        }
         hy_tok_stream_init(&c->ts, w->tok, !q->skip_special_tokens, false);
         c->ts_ready = true;
         if (hy_stop_init(&c->stop, q->stop, q->stop_len, q->n_stop, q->include_stop_str_in_output,
@@ -726,7 +850,7 @@ static int wk_gen_prompts(wk_gen_t *g)
         }
         /* the grammar travels in the prompt's shared-memory arena */
         if (g->gspec_len > hy_req_grammar_room(w->shm, (int32_t)n_ids)) {
-            hy_api_err_invalid(&g->e, "response_format", NULL,
+            hy_api_err_invalid(&g->e, g->tools_on ? "tools" : "response_format", NULL,
                                "the grammar (%zu bytes compiled) does not fit next to a "
                                "%zu-token prompt: %zu bytes are left; shorten the schema or the "
                                "prompt",
@@ -926,6 +1050,18 @@ static void wk_gen_end(wk_gen_t *g)
         wk_lp_fixup(&g->cs[i]);
         ch[i].text = g->cs[i].text.data ? g->cs[i].text.data : "";
         ch[i].text_len = g->cs[i].text.len;
+        if (g->cs[i].tc_on) {
+            if (g->cs[i].res.failed) {
+                hy_api_err_internal(&g->e, "out of memory");
+                wk_send_error(r, &g->e, NULL);
+                return;
+            }
+            ch[i].text = g->cs[i].res.content.data ? g->cs[i].res.content.data : "";
+            ch[i].text_len = g->cs[i].res.content.len;
+            ch[i].calls = g->cs[i].res.calls;
+            ch[i].n_calls = g->cs[i].res.n_calls;
+            ch[i].legacy = q->legacy_functions;
+        }
         ch[i].finish = g->cs[i].finish;
         ch[i].lp = g->cs[i].lp;
         ch[i].n_lp = g->cs[i].n_lp;

@@ -29,6 +29,7 @@
 #include "server/api.h"
 #include "server/sse.h"
 #include "server/stop.h"
+#include "server/toolcall.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +64,7 @@ static void walk(const hy_api_req_t *r)
                   (m->tool_call_id ? strlen(m->tool_call_id) : 0);
     }
     g_sink += r->tools ? strlen(r->tools) : 0;
-    g_sink += r->tool_choice ? strlen(r->tool_choice) : 0;
+    g_sink += (size_t)r->tool_choice + (r->tool_name ? strlen(r->tool_name) : 0);
     g_sink += r->template_kwargs ? strlen(r->template_kwargs) : 0;
     g_sink += r->grammar ? strlen(r->grammar) + r->grammar_len : 0;
     g_sink += hy_api_check_vocab(r, 1000, &e) == HY_OK;
@@ -88,6 +89,23 @@ static void walk(const hy_api_req_t *r)
         g_sink += o.emit_len + b.len;
         hy_jbuf_free(&b);
         hy_stop_free(&st);
+    }
+    /* The tool-call parser on the prompts and message texts, as model
+     * output in 5-byte pieces, under both marker syntaxes. */
+    for (i = 0; i < r->n_prompts + r->n_messages; i++) {
+        const char *t = i < r->n_prompts ? r->prompts[i].text : r->messages[i - r->n_prompts].content;
+        size_t n = t == NULL ? 0 : i < r->n_prompts ? r->prompts[i].text_len : strlen(t);
+        hy_tc_result_t res;
+        hy_tc_stream_t ts;
+
+        memset(&res, 0, sizeof res);
+        hy_tc_stream_init(&ts, i % 2 ? HY_TC_LLAMA3 : HY_TC_HERMES, i, false);
+        for (j = 0; j < n; j += 5)
+            hy_tc_stream_feed(&ts, t + j, HY_MIN(5, n - j), hy_tc_collect, &res);
+        hy_tc_stream_end(&ts, hy_tc_collect, &res);
+        g_sink += res.content.len + res.n_calls;
+        hy_tc_stream_free(&ts);
+        hy_tc_result_free(&res);
     }
 }
 
@@ -137,10 +155,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 static const char *const k_seeds[] = {
     "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\","
     "\"content\":[{\"type\":\"text\",\"text\":\"a\"}]},{\"role\":\"assistant\",\"content\":null,"
-    "\"tool_calls\":[{\"id\":\"1\"}]},{\"role\":\"tool\",\"content\":\"x\",\"tool_call_id\":\"1\"}],"
+    "\"tool_calls\":[{\"id\":\"1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"content\":\"x\",\"tool_call_id\":\"1\"}],"
     "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":5,\"stop\":[\"\\n\",\"ab\"],\"seed\":\"7\","
     "\"logit_bias\":{\"3\":1},\"logprobs\":true,\"top_logprobs\":2,\"n\":2,\"stream\":true,"
-    "\"stream_options\":{\"include_usage\":true},\"chat_template_kwargs\":{\"enable_thinking\":true}}",
+    "\"stream_options\":{\"include_usage\":true},\"tools\":[{\"type\":\"function\",\"function\":"
+    "{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+    "\"string\"}}}}}],\"tool_choice\":\"required\",\"parallel_tool_calls\":false,"
+    "\"chat_template_kwargs\":{\"enable_thinking\":true}}",
+    "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x <tool_call>\\n{\\\"name\\\": "
+    "\\\"f\\\", \\\"arguments\\\": {\\\"a\\\": 1}}\\n</tool_call> y\"}],\"functions\":[{\"name\":\"f\"}],"
+    "\"function_call\":{\"name\":\"f\"}}",
     "{\"model\":\"m\",\"prompt\":\"hello world ab cd\",\"max_tokens\":5,\"stop\":\"cd\",\"echo\":true,"
     "\"logprobs\":3,\"include_stop_str_in_output\":true}",
     "{\"model\":\"m\",\"prompt\":[[1,2,3],[4,5]],\"n\":3,\"best_of\":3,\"min_p\":0.1}",

@@ -18,7 +18,8 @@ fuzz_sources="src/server/api.c src/server/sse.c src/server/stop.c src/server/jso
 src/ipc/request.c src/common/hy.c src/server/api_grammar.c src/grammar/gbnf.c
 src/grammar/grammar_build.c src/grammar/grammar_match.c src/grammar/grammar_mask.c
 src/grammar/gtext.c src/grammar/regex.c src/grammar/json_schema.c
-src/grammar/json_schema_types.c src/model/unicode.c src/model/unicode_data.c"
+src/grammar/json_schema_types.c src/model/unicode.c src/model/unicode_data.c
+src/server/api_tools.c src/server/toolcall.c"
 fuzz_libs=$(pkg-config --cflags --libs libcjson 2>/dev/null) || fuzz_libs="-I/usr/include/cjson -lcjson"
 fuzz_seeds="$src/tests/fuzz/corpus/api"
 fuzz_min_seeds=8

@@ -55,6 +55,7 @@ typedef struct {
 #define CO HY_API_COMPLETIONS
 #define M "\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
 #define P "\"model\":\"m\",\"prompt\":\"hi\""
+#define TOOLS_F "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"
 #define X64 "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
 #define X1024 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64 X64
 #define X1025 X1024 "x"
@@ -166,12 +167,32 @@ static const err_case_t k_rule_cases[] = {
     {CO, "{" P ",\"suffix\":\"end\"}", "suffix is not supported by this server", "suffix"},
     {CO, "{" P ",\"best_of\":3}", "best_of = 3 is not supported by this server (only best_of = n)", "best_of"},
     {CH, "{" M ",\"audio\":{}}", "audio is not supported by this server", "audio"},
-    /* refused until tool calling is implemented (never accepted and ignored) */
-    {CH, "{" M ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", "tools is not supported yet: this server does not do tool calling", "tools"},
-    {CH, "{" M ",\"tools\":{}}", "tools is not supported yet: this server does not do tool calling", "tools"},
-    {CH, "{" M ",\"tool_choice\":\"auto\"}", "tool_choice is not supported yet: this server does not do tool calling", "tool_choice"},
-    {CH, "{" M ",\"functions\":[{\"name\":\"f\"}]}", "functions is not supported yet: this server does not do tool calling", "functions"},
-    {CH, "{" M ",\"function_call\":\"auto\"}", "function_call is not supported yet: this server does not do tool calling", "function_call"},
+    /* tool calling: every field checked, the 400 names it */
+    {CH, "{" M ",\"tools\":{}}", "tools: expected an array, got an object", "tools"},
+    {CH, "{" M ",\"tools\":[]}", "tools: array is empty", "tools"},
+    {CH, "{" M ",\"tools\":[5]}", "tools[0]: expected an object, got a number", "tools"},
+    {CH, "{" M ",\"tools\":[{\"function\":{\"name\":\"f\"}}]}", "tools[0].type: must be \"function\"", "tools"},
+    {CH, "{" M ",\"tools\":[{\"type\":\"function\"}]}", "tools[0].function: expected an object, got nothing", "tools"},
+    {CH, "{" M ",\"tools\":[{\"type\":\"function\",\"function\":{}}]}", "tools[0].function.name: expected a string, got nothing", "tools"},
+    {CH, "{" M ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}", "tools[0].function.name = 'a b': must be 1 to 64 of a-z, A-Z, 0-9, _ and -", "tools"},
+    {CH, "{" M ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", "tools[1].function.name = 'f': defined twice", "tools"},
+    {CH, "{" M ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":1}}]}", "tools[0].function.description: expected a string, got a number", "tools"},
+    {CH, "{" M ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"string\"}}}]}", "tools[0].function.parameters: must be a JSON Schema of type \"object\"", "tools"},
+    {CH, "{" M ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"uniqueItems\":true}}}}}]}", "Invalid schema for tools[0].function.parameters: /properties/a: 'uniqueItems': true is not supported", "tools"},
+    {CH, "{" M ",\"tool_choice\":\"auto\"}", "tool_choice is only allowed when tools are given", "tool_choice"},
+    {CH, "{" M "," TOOLS_F ",\"tool_choice\":\"sometimes\"}", "tool_choice = 'sometimes': must be none, auto, required or a function object", "tool_choice"},
+    {CH, "{" M "," TOOLS_F ",\"tool_choice\":5}", "tool_choice: expected a string or an object, got a number", "tool_choice"},
+    {CH, "{" M "," TOOLS_F ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", "tool_choice: no function named 'g' in tools", "tool_choice"},
+    {CH, "{" M "," TOOLS_F ",\"tool_choice\":{\"type\":\"function\"}}", "tool_choice.function.name: expected a string, got nothing", "tool_choice"},
+    {CH, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[5]}]}", "messages[0].tool_calls[0]: expected an object, got a number", "messages[0].tool_calls"},
+    {CH, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"1\"}]}]}", "messages[0].tool_calls[0].function: expected an object, got nothing", "messages[0].tool_calls"},
+    {CH, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":\"{}\"}}]}]}", "messages[0].tool_calls[0].function.name: expected a string, got nothing", "messages[0].tool_calls"},
+    {CH, "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":{}}}]}]}", "messages[0].tool_calls[0].function.arguments: expected a string (JSON text), got an object", "messages[0].tool_calls"},
+    {CH, "{" M "," TOOLS_F ",\"parallel_tool_calls\":1}", "parallel_tool_calls: expected a boolean, got a number", "parallel_tool_calls"},
+    {CH, "{" M "," TOOLS_F ",\"functions\":[{\"name\":\"f\"}]}", "give tools or the legacy functions, not both", "functions"},
+    {CH, "{" M ",\"functions\":[{\"name\":\"f\"}],\"function_call\":\"required\"}", "function_call = 'required': must be none, auto or {\"name\": ...}", "function_call"},
+    {CH, "{" M ",\"function_call\":\"auto\"}", "function_call is only allowed when functions are given", "function_call"},
+    {CH, "{" M "," TOOLS_F ",\"response_format\":{\"type\":\"json_object\"}}", "a response_format, grammar or json_schema cannot be combined with tools unless tool_choice is \"none\"", "response_format"},
     {CH, "{" M ",\"modalities\":[\"text\",\"audio\"]}", "modalities: only \"text\" is supported by this server", "modalities"},
     {CH, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}", "messages[0].content[0].type = 'image_url' is not supported: this server accepts text only", "messages[0].content[0]"},
     {CH, "{" M ",\"min_tokens\":5}", "min_tokens is not supported by this server", "min_tokens"},
@@ -323,6 +344,52 @@ static void test_grammar_fields(void)
         HY_T_OK(rc == HY_OK && r->grammar == NULL, "response_format text: no grammar");
         hy_api_req_free(r);
     }
+}
+
+/* tools, tool_choice, parallel_tool_calls, and the legacy fields turned
+ * into the same form. */
+static void test_tools(void)
+{
+    hy_api_req_t *r = NULL;
+    hy_api_error_t e;
+    bool ok;
+
+    ok = parse(CH, "{" M "," TOOLS_F "}", &r, &e) == HY_OK &&
+         r->tool_choice == HY_TOOL_CHOICE_AUTO && r->parallel_tool_calls &&
+         !r->legacy_functions && r->tool_name == NULL &&
+         strcmp(r->tools, "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]") == 0;
+    hy_api_req_free(r);
+    r = NULL;
+    HY_T_OK(ok, "tools alone: tool_choice auto, parallel calls");
+    ok = parse(CH, "{" M "," TOOLS_F ",\"tool_choice\":{\"type\":\"function\",\"function\":"
+                   "{\"name\":\"f\"}}}", &r, &e) == HY_OK &&
+         r->tool_choice == HY_TOOL_CHOICE_NAMED && strcmp(r->tool_name, "f") == 0 &&
+         !r->parallel_tool_calls;
+    hy_api_req_free(r);
+    r = NULL;
+    ok = ok && parse(CH, "{" M "," TOOLS_F ",\"tool_choice\":\"required\","
+                         "\"parallel_tool_calls\":false}", &r, &e) == HY_OK &&
+         r->tool_choice == HY_TOOL_CHOICE_REQUIRED && !r->parallel_tool_calls;
+    hy_api_req_free(r);
+    r = NULL;
+    ok = ok && parse(CH, "{" M "," TOOLS_F ",\"tool_choice\":\"none\"}", &r, &e) == HY_OK &&
+         r->tool_choice == HY_TOOL_CHOICE_NONE && r->tools != NULL;
+    hy_api_req_free(r);
+    r = NULL;
+    ok = ok && parse(CH, "{" M ",\"tool_choice\":\"none\"}", &r, &e) == HY_OK &&
+         r->tool_choice == HY_TOOL_CHOICE_NONE && r->tools == NULL;
+    hy_api_req_free(r);
+    r = NULL;
+    HY_T_OK(ok, "tool_choice named (one call), required with parallel_tool_calls false, none "
+                "(with and without tools)");
+    ok = parse(CH, "{" M ",\"functions\":[{\"name\":\"g\",\"parameters\":{\"type\":"
+                   "\"object\"}}],\"function_call\":{\"name\":\"g\"}}", &r, &e) == HY_OK &&
+         r->legacy_functions && r->tool_choice == HY_TOOL_CHOICE_NAMED &&
+         strcmp(r->tool_name, "g") == 0 &&
+         strcmp(r->tools, "[{\"type\":\"function\",\"function\":{\"name\":\"g\","
+                          "\"parameters\":{\"type\":\"object\"}}}]") == 0;
+    hy_api_req_free(r);
+    HY_T_OK(ok, "legacy functions + function_call: tools form, named, legacy answer");
 }
 
 static void test_prompts(void)
@@ -545,7 +612,8 @@ static void test_responses(void)
     const hy_api_top_t top0[] = {{"Hi", 2, -0.25f}, {"Hey", 3, -1.5f}};
     const hy_api_top_t top1[] = {{"!", 1, -0.5f}, {"!", 1, -0.75f}};
     const hy_api_token_lp_t lp[] = {{"Hi", 2, -0.25f, top0, 2}, {"!", 1, -0.5f, top1, 2}};
-    hy_api_choice_t ch = {"Hi!", 3, HY_API_FINISH_STOP, lp, 2, 0};
+    hy_api_choice_t ch = {.text = "Hi!", .text_len = 3, .finish = HY_API_FINISH_STOP, .lp = lp,
+                          .n_lp = 2};
     hy_api_usage_t u = {5, 2, 4};
     hy_api_resp_t m = {HY_API_CHAT, "chatcmpl-1", 1700000000, "qwen", "fp_hy", true, false};
     char *s = NULL, keys[512];
@@ -602,7 +670,8 @@ static void test_responses(void)
     /* invalid UTF-8 in a token and control characters still give valid JSON */
     {
         const hy_api_token_lp_t bad[] = {{"\xE2\x82", 2, -INFINITY, NULL, 0}};
-        hy_api_choice_t c2 = {"a\"\\\n\x01\xE2\x82", 7, HY_API_FINISH_STOP, bad, 1, 0};
+        hy_api_choice_t c2 = {.text = "a\"\\\n\x01\xE2\x82", .text_len = 7,
+                              .finish = HY_API_FINISH_STOP, .lp = bad, .n_lp = 1};
 
         m.kind = HY_API_CHAT;
         hy_api_format_response(&m, &c2, 1, &u, &s, NULL);
@@ -614,6 +683,75 @@ static void test_responses(void)
         cJSON_Delete(j);
         free(s);
     }
+}
+
+/* tool_calls in a message (content null), the legacy function_call, and
+ * the streamed deltas of a call: golden bytes. */
+static void test_tool_shapes(void)
+{
+    hy_tc_call_t calls[2];
+    hy_api_choice_t ch = {.text = "", .finish = HY_API_FINISH_TOOL_CALLS, .calls = calls,
+                          .n_calls = 2};
+    hy_api_usage_t u = {5, 2, 0};
+    hy_api_resp_t m = {HY_API_CHAT, "chatcmpl-1", 1, "m", NULL, false, false};
+    hy_jbuf_t b;
+    char *s = NULL;
+    const char *hd = "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1,"
+                     "\"model\":\"m\",\"system_fingerprint\":null,\"choices\":[";
+    char want[2048];
+
+    memset(calls, 0, sizeof calls);
+    strcpy(calls[0].id, "call_a");
+    strcpy(calls[0].name, "f");
+    hy_jbuf_cstr(&calls[0].args, "{\"x\": 1}");
+    strcpy(calls[1].id, "call_b");
+    strcpy(calls[1].name, "g");
+    hy_api_format_response(&m, &ch, 1, &u, &s, NULL);
+    snprintf(want, sizeof want,
+             "%s{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":null,"
+             "\"tool_calls\":[{\"id\":\"call_a\",\"type\":\"function\",\"function\":{"
+             "\"name\":\"f\",\"arguments\":\"{\\\"x\\\": 1}\"}},{\"id\":\"call_b\",\"type\":"
+             "\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"\"}}]},"
+             "\"logprobs\":null,\"finish_reason\":\"tool_calls\"}],\"usage\":{"
+             "\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7,"
+             "\"prompt_tokens_details\":{\"cached_tokens\":0}}}",
+             hd);
+    HY_T_OK(s && strcmp(s, want) == 0, "tool_calls: content null, arguments as a JSON string, "
+                                       "finish_reason tool_calls: golden bytes");
+    free(s);
+    ch.legacy = true;
+    ch.n_calls = 1;
+    ch.text = "ok";
+    ch.text_len = 2;
+    ch.finish = HY_API_FINISH_FUNCTION_CALL;
+    hy_api_format_response(&m, &ch, 1, &u, &s, NULL);
+    HY_T_OK(s && strstr(s, "\"message\":{\"role\":\"assistant\",\"content\":\"ok\","
+                           "\"function_call\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": 1}\"}},"
+                           "\"logprobs\":null,\"finish_reason\":\"function_call\"}"),
+            "legacy function_call beside content, finish_reason function_call");
+    free(s);
+    hy_jbuf_free(&calls[0].args);
+
+    hy_jbuf_init(&b);
+    hy_sse_tool_begin(&b, &m, 0, 1, "call_b", "g", false);
+    hy_sse_tool_args(&b, &m, 0, 1, "{\"y\"", 4, false);
+    hy_sse_tool_begin(&b, &m, 0, 0, NULL, "f", true);
+    hy_sse_tool_args(&b, &m, 0, 0, "{}", 2, true);
+    hy_sse_finish(&b, &m, 0, HY_API_FINISH_TOOL_CALLS);
+    HY_T_OK(b.data && strstr(b.data, "\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{"
+                                     "\"index\":1,\"id\":\"call_b\",\"type\":\"function\","
+                                     "\"function\":{\"name\":\"g\",\"arguments\":\"\"}}]},"
+                                     "\"logprobs\":null,\"finish_reason\":null}]}\n\n") &&
+                strstr(b.data, "{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,"
+                               "\"function\":{\"arguments\":\"{\\\"y\\\"\"}}]},\"logprobs\":null,"
+                               "\"finish_reason\":null}") &&
+                strstr(b.data, "\"delta\":{\"function_call\":{\"name\":\"f\","
+                               "\"arguments\":\"\"}}") &&
+                strstr(b.data, "\"delta\":{\"function_call\":{\"arguments\":\"{}\"}}") &&
+                strstr(b.data, "\"finish_reason\":\"tool_calls\"}]}\n\n"),
+            "streamed: a call's first delta (index, id, type, name, arguments \"\"), argument "
+            "fragments, the legacy function_call deltas, finish_reason tool_calls");
+    hy_jbuf_free(&b);
 }
 
 static void test_sse(void)
@@ -877,6 +1015,8 @@ int main(void)
     test_ignored_fields();
     test_chat_full();
     test_prompts();
+    test_tools();
+    test_tool_shapes();
     test_malformed();
     test_error_bodies();
     test_responses();
