@@ -238,13 +238,14 @@ static void test_chat_full(void)
     HY_T_OK(strcmp(r->model, "qwen") == 0 && r->n_messages == 5 &&
                 strcmp(r->messages[0].role, "system") == 0 &&
                 strcmp(r->messages[1].content, "a\nb") == 0 &&
-                strcmp(r->messages[1].name, "bob") == 0 && r->messages[2].content == NULL &&
+                strcmp(r->messages[1].name, "bob") == 0 && strcmp(r->messages[2].content, "") == 0 &&
                 strcmp(r->messages[2].tool_calls,
                        "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
                        "\"arguments\":\"{}\"}}]") == 0 &&
                 strcmp(r->messages[3].tool_call_id, "c1") == 0 &&
                 strcmp(r->messages[4].content, "\xC3\xA9") == 0,
-            "messages: roles, joined text parts, name, tool_calls JSON, tool_call_id, \\u escapes");
+            "messages: roles, joined text parts, name, null content as \"\", tool_calls JSON, "
+            "tool_call_id, \\u escapes");
     HY_T_OK(r->max_tokens == 64 && r->sampling.temperature == 0.7f &&
                 r->sampling.top_p == 0.9f && r->sampling.top_k == 0 &&
                 r->sampling.min_p == 0.05f && r->seed_given &&
@@ -264,6 +265,17 @@ static void test_chat_full(void)
                 strcmp(r->tool_choice, "\"auto\"") == 0 && r->enable_thinking == 0 &&
                 strcmp(r->template_kwargs, "{\"enable_thinking\":false}") == 0,
             "tools, tool_choice and chat_template_kwargs pass through as JSON");
+    hy_api_req_free(r);
+    r = NULL;
+    /* an assistant turn with absent content (tool calls only, or nothing)
+     * reads as "" like null */
+    rc = parse(CH,
+               "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+               "{\"role\":\"assistant\",\"tool_calls\":[]},{\"role\":\"assistant\"}]}",
+               &r, &e);
+    HY_T_OK(rc == HY_OK && r->n_messages == 3 && strcmp(r->messages[1].content, "") == 0 &&
+                strcmp(r->messages[2].content, "") == 0,
+            "assistant messages without content read as \"\" (%s)", rc ? e.message : "ok");
     hy_api_req_free(r);
 }
 
