@@ -210,9 +210,10 @@ int hy_cmd_bench(int argc, char **argv)
         hy_runner_opts_default(&ro);
         ro.max_seqs = 1;
         ro.max_outputs = 1;
-        /* the prompt goes through in passes of ubatch tokens, as llama-bench's
-         * n_ubatch does and as the server's chunked prefill would */
-        ro.max_tokens = (int32_t)HY_MAX(HY_MIN(n_prompt, ubatch), 1);
+        /* the prompt (and the depth) go through in passes of ubatch tokens,
+         * as llama-bench's n_ubatch does and as the server's chunked prefill
+         * would */
+        ro.max_tokens = (int32_t)HY_MAX(HY_MIN(HY_MAX(n_prompt, depth), ubatch), 1);
         ro.n_ctx = (int32_t)(depth + HY_MAX(n_prompt, n_gen) + 1);
         if (hy_cli_open(&c, "bench", model, backend, (int)threads, false, &ro) != 0)
             return 1;
