@@ -867,10 +867,8 @@ static int read_message(pctx_t *c, const cJSON *m, size_t mi, hy_chat_msg_t *out
     if (out->content == NULL && strcmp(out->role, "assistant") != 0)
         return hy_api_err_invalid(c->e, name, NULL, "missing required field '%s' for role '%s'",
                                   name, out->role);
-    /* An assistant turn without content (null or absent: it only calls
-     * tools) is the empty string, as vLLM passes it to the template:
-     * templates test `content is string` or concatenate it, and None would
-     * fail them. */
+    /* an assistant turn that only called tools has content null (or none);
+     * templates concatenate message.content, so it renders as "" */
     if (out->content == NULL)
         out->content = "";
     if (strcmp(out->role, "tool") == 0 && out->tool_call_id == NULL) {
