@@ -33,14 +33,19 @@ typedef struct {
 } hy_weight_t;
 
 /* One sequence's part of a batch.  Its tokens are rows first .. first+n-1
- * of the batch, at positions n_past .. n_past+n-1. */
+ * of the batch, at positions n_past .. n_past+n-1.  Its KV pages come in
+ * two lists (common/kvgroup.h): the full-attention group's and, when the
+ * KV layout has a sliding-window group, that group's, where blocks older
+ * than every token's window may have gone back to the pool (id -1). */
 typedef struct {
     int32_t first;         /* first token row of this sequence in the batch */
     int32_t n;             /* tokens of this sequence in the batch (>= 1) */
     int32_t n_past;        /* tokens already in its KV cache before this batch */
-    const int32_t *pages;  /* KV page ids covering positions 0 .. n_past+n-1 */
+    const int32_t *pages;  /* full-group KV page ids covering positions 0 .. n_past+n-1 */
     int32_t n_pages;       /* >= ceil((n_past+n) / page_tokens) */
     int32_t state_slot;    /* recurrent-state slot, -1 if the model has none */
+    const int32_t *swa_pages; /* sliding-group page ids by block (NULL: no such group) */
+    int32_t n_swa_pages;      /* >= ceil((n_past+n) / page_tokens) when there is one */
 } hy_batch_seq_t;
 
 typedef struct {
@@ -51,15 +56,22 @@ typedef struct {
     const hy_batch_seq_t *seqs; /* [n_seqs], rows in increasing order */
 } hy_batch_t;
 
-/* Geometry of the paged KV store, fixed when the backend is set up. */
+/* Geometry of the paged KV store, fixed when the backend is set up.  KV
+ * layers are in the full-attention group unless layer_swa puts them in the
+ * sliding-window group; each group has its own pool of pages (a page of a
+ * group holds page_tokens positions of every layer of the group), and the
+ * attention op of a sliding layer reads the batch's swa_pages. */
 typedef struct {
-    int32_t n_layers;     /* full-attention layers that keep KV */
+    int32_t n_layers;     /* attention layers that keep KV (both groups) */
     int32_t n_head_kv;
     int32_t head_dim_k;
     int32_t head_dim_v;
     int32_t page_tokens;  /* tokens per page */
-    int32_t n_pages;      /* pages in the pool */
+    int32_t n_pages;      /* pages in the full group's pool */
     hy_dtype_t type;      /* F32, F16 or Q8_0 */
+    int32_t n_swa_pages;  /* pages in the sliding group's pool (0: no such group) */
+    const uint8_t *layer_swa; /* [n_layers] 1: KV layer in the sliding group; NULL: none
+                                 is (only read by kv_init) */
 } hy_kv_layout_t;
 
 typedef enum {
@@ -313,11 +325,13 @@ struct hy_backend_i {
                                 int32_t dim, int32_t group_size, float eps);
 
     /* ---- memory accounting (planner) ---- */
-    /* Bytes one KV page (all KV layers, K and V) and one state slot (all
-     * recurrent layers) occupy in this backend for these layouts; either
-     * layout may be NULL (its size is then 0).  kv_init and state_init
-     * allocate exactly n_pages * page_bytes and n_slots * slot_bytes, so
-     * the planner quotes the allocator's own numbers. */
+    /* Bytes one KV page (all kv->n_layers layers, K and V; the group
+     * assignment is not looked at) and one state slot (all recurrent
+     * layers) occupy in this backend for these layouts; either layout may
+     * be NULL (its size is then 0).  kv_init allocates exactly, per group,
+     * that group's pages times the page bytes of that group's layers, and
+     * state_init n_slots * slot_bytes, so the planner (asking once per
+     * group) quotes the allocator's own numbers. */
     int (*mem_sizes)(hy_backend_t *be, const hy_kv_layout_t *kv,
                      const hy_state_layout_t *st, uint64_t *page_bytes,
                      uint64_t *slot_bytes, char *err);

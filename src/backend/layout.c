@@ -40,10 +40,75 @@ int hy_kv_layout_check(const hy_kv_layout_t *lay, int32_t max_head, size_t *krow
         return hy_err(err, HY_ERANGE, "kv: page_tokens = %d: must be 1..4096", lay->page_tokens);
     if (lay->n_pages < 1)
         return hy_err(err, HY_ERANGE, "kv: n_pages = %d: must be >= 1", lay->n_pages);
+    if (lay->n_swa_pages < 0)
+        return hy_err(err, HY_ERANGE, "kv: n_swa_pages = %d: must be >= 0", lay->n_swa_pages);
+    for (int32_t l = 0; l < lay->n_layers; l++)
+        if (hy_kv_layout_group(lay, l) == HY_KV_SWA && lay->n_swa_pages < 1)
+            return hy_err(err, HY_ERANGE, "kv: layer %d is in the sliding-window group, which "
+                          "has no pages", l);
     if (lay->type != HY_DTYPE_F32 && lay->type != HY_DTYPE_F16 && lay->type != HY_DTYPE_Q8_0)
         return hy_err(err, HY_EUNSUPPORTED, "kv: element type %u: use f32, f16 or q8_0",
                       (unsigned)lay->type);
     return hy_kv_layout_sizes(lay, krow, vrow, kpage, vpage, err);
+}
+
+int32_t hy_kv_layout_group(const hy_kv_layout_t *lay, int32_t l)
+{
+    return lay->layer_swa != NULL && l >= 0 && l < lay->n_layers && lay->layer_swa[l]
+               ? HY_KV_SWA
+               : HY_KV_FULL;
+}
+
+int32_t hy_kv_layout_group_pages(const hy_kv_layout_t *lay, int32_t group)
+{
+    return group == HY_KV_SWA ? lay->n_swa_pages : lay->n_pages;
+}
+
+uint64_t hy_kv_layout_bytes(const hy_kv_layout_t *lay, uint64_t kpage, uint64_t vpage)
+{
+    uint64_t total = 0;
+
+    for (int32_t l = 0; l < lay->n_layers; l++)
+        total += (kpage + vpage) *
+                 (uint64_t)hy_kv_layout_group_pages(lay, hy_kv_layout_group(lay, l));
+    return total;
+}
+
+const hy_batch_t *hy_kv_group_batch(const hy_batch_t *b, int32_t group, hy_batch_t *copy,
+                                    hy_batch_seq_t *seqs)
+{
+    if (group != HY_KV_SWA)
+        return b;
+    *copy = *b;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        seqs[s] = b->seqs[s];
+        seqs[s].pages = b->seqs[s].swa_pages;
+        seqs[s].n_pages = b->seqs[s].n_swa_pages;
+    }
+    copy->seqs = seqs;
+    return copy;
+}
+
+int hy_kv_check_seq_pages(const hy_batch_t *b, int32_t s, int32_t page_tokens, int32_t window,
+                          int32_t n_pool, char *err)
+{
+    const hy_batch_seq_t *sq = &b->seqs[s];
+    int32_t max_pos = -1, min_pos = INT32_MAX, lo;
+
+    for (int32_t t = sq->first; t < sq->first + sq->n; t++) {
+        max_pos = HY_MAX(max_pos, b->pos[t]);
+        min_pos = HY_MIN(min_pos, b->pos[t]);
+    }
+    if (max_pos / page_tokens >= sq->n_pages || !sq->pages)
+        return hy_err(err, HY_ERANGE, "attention: sequence %d reaches position %d but has %d "
+                      "pages of %d tokens", s, max_pos, sq->n_pages, page_tokens);
+    /* blocks older than every token's window may be back in the pool */
+    lo = window > 0 ? HY_MAX(0, min_pos - window + 1) / page_tokens : 0;
+    for (int32_t i = lo; i <= max_pos / page_tokens; i++)
+        if (sq->pages[i] < 0 || sq->pages[i] >= n_pool)
+            return hy_err(err, HY_ERANGE, "attention: sequence %d page %d is id %d, pool has "
+                          "0..%d", s, i, sq->pages[i], n_pool - 1);
+    return HY_OK;
 }
 
 int hy_state_layout_floats(const hy_state_layout_t *lay, int64_t *conv_off, int64_t *rec_off,

@@ -11,6 +11,7 @@
 #define HY_BACKEND_LAYOUT_H
 
 #include "backend/backend.h"
+#include "common/kvgroup.h"
 
 /* Longest prefill chunk of the gdn and ssd ops (the CPU kernels' per-thread
  * scratch is O(chunk * (head sizes + chunk))). */
@@ -27,6 +28,24 @@ int hy_kv_layout_sizes(const hy_kv_layout_t *lay, size_t *krow, size_t *vrow, ui
  * then hy_kv_layout_sizes. */
 int hy_kv_layout_check(const hy_kv_layout_t *lay, int32_t max_head, size_t *krow, size_t *vrow,
                        uint64_t *kpage, uint64_t *vpage, char *err);
+/* The page group of KV layer l of lay (HY_KV_FULL / HY_KV_SWA) and the
+ * pages of a group's pool. */
+int32_t hy_kv_layout_group(const hy_kv_layout_t *lay, int32_t l);
+int32_t hy_kv_layout_group_pages(const hy_kv_layout_t *lay, int32_t group);
+/* Bytes kv_init allocates for lay: per layer, its group's pages times one
+ * layer's K and V page (kpage + vpage from hy_kv_layout_sizes). */
+uint64_t hy_kv_layout_bytes(const hy_kv_layout_t *lay, uint64_t kpage, uint64_t vpage);
+/* The batch an attention op of a layer of `group` reads: b itself for the
+ * full group, else a copy whose sequences' pages are their sliding-group
+ * pages (seqs: the copy's [b->n_seqs] array). */
+const hy_batch_t *hy_kv_group_batch(const hy_batch_t *b, int32_t group, hy_batch_t *copy,
+                                    hy_batch_seq_t *seqs);
+/* The attention op's check of one sequence's pages: the ones its tokens
+ * can see (from the first token's window start, all of them when window
+ * is 0) must be ids of a pool of n_pool pages.  HY_OK, or HY_ERANGE with
+ * the message in err. */
+int hy_kv_check_seq_pages(const hy_batch_t *b, int32_t s, int32_t page_tokens, int32_t window,
+                          int32_t n_pool, char *err);
 /* Floats of one state slot, and where each layer's conv window and state
  * start in it (conv_off / rec_off may be NULL). */
 int hy_state_layout_floats(const hy_state_layout_t *lay, int64_t *conv_off, int64_t *rec_off,

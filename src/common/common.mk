@@ -1,8 +1,9 @@
 # src/common: errors, element types, futex calls, SHA-256, the configuration,
 # logging, and sliding-window statistics.
 
-# Errors, element types, futex calls.
+# Errors, element types, KV page groups, futex calls.
 libhy_a_SOURCES += src/common/hy.c src/common/hy.h src/common/dtype.c src/common/dtype.h \
+	src/common/kvgroup.h \
 	src/common/futex.h
 check_PROGRAMS += tests/unit/test_common
 TESTS += tests/unit/test_common

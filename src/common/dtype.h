@@ -38,6 +38,8 @@ typedef enum {
      * backend/cpu/quant_impl.h.  Never valid as a weight type. */
     HY_DTYPE_Q8_2L = 60,
     HY_DTYPE_Q8_K2L = 61,
+    /* the same values as Q8_2L stored as int16 (AVX2 and scalar kernels) */
+    HY_DTYPE_Q16 = 62,
     HY_DTYPE_COUNT = 64 /* ids at or above this are invalid */
 } hy_dtype_t;
 

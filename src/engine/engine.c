@@ -8,7 +8,9 @@
  * holds n_state_slots live states followed by n_checkpoint_slots snapshots,
  * copied with be->i->state_copy.  Preemption drops a sequence's pages and
  * state and recomputes them later from its tokens; its sampler is kept, so
- * the output is the same.
+ * the output is the same.  A model with sliding-window layers has a second
+ * page group: the engine commits its blocks to the prefix cache like the
+ * full group's, then gives back what slid out of the window (runner.h).
  */
 #include "engine/engine.h"
 #include "common/log.h"
@@ -33,6 +35,7 @@ struct hy_engine {
     hy_pt_params_t sp;     /* the page table's numbers */
     hy_runner_t runner;
     bool hybrid;           /* the model keeps recurrent state */
+    int32_t swa_window;    /* the sliding page group's window (0: none) */
     int32_t ckpt_interval; /* rounded up to whole blocks; 0 = off */
     int32_t n_pool;        /* sequences held at once (running + preempted) */
     hy_sched_seq_t *pool;  /* [n_pool] */
@@ -52,6 +55,27 @@ struct hy_engine {
 
 /* ---- sizing ------------------------------------------------------------- */
 
+/* The KV part of a memory budget in pages of each group, in the plan's
+ * proportion: per_seq full pages to per_swa sliding pages per sequence. */
+static void hy_engine_split_pages(const hy_plan_t *plan, uint64_t budget, int32_t per_seq,
+                                  int32_t per_swa, uint64_t *n_pages, uint64_t *n_swa)
+{
+    uint64_t seq_full = plan->page_bytes * (uint64_t)per_seq;
+    uint64_t seq_swa = plan->swa_page_bytes * (uint64_t)per_swa, share;
+
+    *n_swa = 0;
+    if (per_swa == 0 || seq_full + seq_swa == 0) {
+        *n_pages = plan->page_bytes > 0 ? budget / plan->page_bytes : (uint64_t)plan->n_pages;
+        return;
+    }
+    /* long double: budget * bytes may not fit 64 bits */
+    share = (uint64_t)((long double)budget * (long double)seq_swa /
+                       (long double)(seq_full + seq_swa));
+    *n_swa = plan->swa_page_bytes > 0 ? share / plan->swa_page_bytes : (uint64_t)plan->n_swa_pages;
+    *n_pages = plan->page_bytes > 0 ? (budget - share) / plan->page_bytes
+                                    : (uint64_t)plan->n_pages;
+}
+
 int32_t hy_engine_n_ctx(const hy_model_t *m, const hy_engine_opts_t *o)
 {
     return o->n_ctx > 0 ? o->n_ctx : (m->n_ctx_train > 0 ? m->n_ctx_train : 4096);
@@ -61,8 +85,9 @@ int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_o
                         hy_pt_params_t *out, char *err)
 {
     hy_plan_t plan;
-    int32_t n_ctx = hy_engine_n_ctx(m, o), per_seq;
-    uint64_t budget, state_budget, n_pages, n_state = 0, n_ckpt = 0;
+    hy_plan_opts_t po;
+    int32_t n_ctx = hy_engine_n_ctx(m, o), per_seq, per_swa = 0;
+    uint64_t budget, state_budget, n_pages, n_swa = 0, n_state = 0, n_ckpt = 0;
     int rc;
 
     if (o->max_seqs < 1 || o->max_seqs > 65536)
@@ -77,13 +102,17 @@ int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_o
     if (o->checkpoint_interval < 0)
         return hy_err(err, HY_EINVAL, "engine: checkpoint_interval = %d: must be >= 0",
                       o->checkpoint_interval);
-    rc = hy_plan_make(&plan, m, be, n_ctx, o->max_seqs, o->page_tokens, o->kv_type, err);
-    if (rc != HY_OK)
+    po = (hy_plan_opts_t){n_ctx, o->max_seqs, o->page_tokens, o->max_batch_tokens, o->kv_type,
+                          o->swa_full};
+    if ((rc = hy_plan_make_opts(&plan, m, be, &po, err)) != HY_OK)
         return rc;
     per_seq = (n_ctx + o->page_tokens - 1) / o->page_tokens;
+    if (plan.swa_window > 0)
+        per_swa = plan.n_swa_pages / o->max_seqs;
     memset(out, 0, sizeof *out);
     if (o->memory_bytes == 0) {
         n_pages = (uint64_t)plan.n_pages;
+        n_swa = (uint64_t)plan.n_swa_pages;
         if (m->n_rec_layers > 0) {
             n_state = (uint64_t)o->max_seqs;
             n_ckpt = o->no_checkpoints ? 0 : 4 * (uint64_t)o->max_seqs;
@@ -107,15 +136,19 @@ int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_o
                               (unsigned long long)budget, (unsigned long long)plan.slot_bytes);
             budget -= (n_state + n_ckpt) * plan.slot_bytes;
         }
-        n_pages = plan.page_bytes > 0 ? budget / plan.page_bytes : (uint64_t)plan.n_pages;
+        hy_engine_split_pages(&plan, budget, per_seq, per_swa, &n_pages, &n_swa);
     }
-    if (n_pages < (uint64_t)per_seq)
+    if (n_pages < (uint64_t)per_seq || n_swa < (uint64_t)per_swa)
         return hy_err(err, HY_ERANGE,
-                      "engine: memory budget holds %llu KV pages, one %d-token sequence needs %d",
-                      (unsigned long long)n_pages, n_ctx, per_seq);
+                      "engine: memory budget holds %llu KV pages and %llu sliding-window pages, "
+                      "one %d-token sequence needs %d and %d", (unsigned long long)n_pages,
+                      (unsigned long long)n_swa, n_ctx, per_seq, per_swa);
     if (n_pages > (uint64_t)INT32_MAX / 2)
         n_pages = INT32_MAX / 2;
+    if (n_swa > (uint64_t)INT32_MAX / 2)
+        n_swa = INT32_MAX / 2;
     out->n_pages = (int32_t)n_pages;
+    out->n_swa_pages = (int32_t)n_swa;
     out->page_tokens = o->page_tokens;
     out->n_state_slots = (int32_t)n_state;
     out->n_checkpoint_slots = (int32_t)n_ckpt;
@@ -173,9 +206,11 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t
     ro.max_seqs = o->max_seqs;
     ro.n_ctx = n_ctx;
     ro.kv_type = o->kv_type;
+    ro.swa_full = o->swa_full;
     ro.pt = pt; /* its state slots, then its checkpoints, in the backend's arena */
     if ((rc = hy_runner_init(&e->runner, m, be, &ro, err)) != HY_OK)
         goto fail;
+    e->swa_window = e->runner.swa_window;
     /* Preempted sequences wait in the pool, so it holds more than max_seqs;
      * it never needs more than there are request slots. */
     e->n_pool = HY_MIN(2 * o->max_seqs, o->n_request_slots);
@@ -207,16 +242,26 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t
         s->tokens = malloc(sizeof(int32_t) * (size_t)s->cap);
         s->kv.pages = malloc(sizeof(int32_t) * (size_t)per_seq);
         s->kv.cap = per_seq;
-        if (!s->tokens || !s->kv.pages) {
+        s->kv.swa_pages = malloc(sizeof(int32_t) * (size_t)per_seq);
+        s->kv.swa_cap = per_seq;
+        if (!s->tokens || !s->kv.pages || !s->kv.swa_pages) {
             rc = hy_err(err, HY_ENOMEM, "out of memory");
             goto fail;
         }
+        for (int32_t j = 0; j < per_seq; j++)
+            s->kv.swa_pages[j] = -1;
     }
     *out = e;
     return HY_OK;
 fail:
     hy_engine_free(e);
     return rc;
+}
+
+void hy_engine_page_bytes(const hy_engine_t *e, uint64_t page_bytes[HY_KV_GROUPS])
+{
+    page_bytes[HY_KV_FULL] = e->runner.page_bytes[HY_KV_FULL];
+    page_bytes[HY_KV_SWA] = e->swa_window > 0 ? e->runner.page_bytes[HY_KV_SWA] : 0;
 }
 
 void hy_engine_describe(const hy_engine_t *e, FILE *f)
@@ -226,10 +271,12 @@ void hy_engine_describe(const hy_engine_t *e, FILE *f)
     e->be->i->mem_allocated(e->be, &kv, &st);
     total = kv + st;
     fprintf(f,
-            "engine pages=%d page_tokens=%d kv_bytes=%llu state_slots=%d checkpoint_slots=%d "
+            "engine pages=%d swa_pages=%d swa_window=%d page_tokens=%d kv_bytes=%llu "
+            "state_slots=%d checkpoint_slots=%d "
             "state_bytes=%llu split_kv_pct=%.1f max_seqs=%d max_batch_tokens=%d n_ctx=%d "
             "checkpoint_interval=%d capacity_tokens=%lld request_slots=%d\n",
-            e->sp.n_pages, e->sp.page_tokens, (unsigned long long)kv, e->sp.n_state_slots,
+            e->sp.n_pages, e->sp.n_swa_pages, e->swa_window, e->sp.page_tokens,
+            (unsigned long long)kv, e->sp.n_state_slots,
             e->sp.n_checkpoint_slots, (unsigned long long)st,
             total ? 100.0 * (double)kv / (double)total : 100.0, e->o.max_seqs,
             e->o.max_batch_tokens, e->o.n_ctx, e->ckpt_interval,
@@ -247,6 +294,7 @@ void hy_engine_free(hy_engine_t *e)
     for (i = 0; e->pool && i < e->n_pool; i++) {
         free(e->pool[i].tokens);
         free(e->pool[i].kv.pages);
+        free(e->pool[i].kv.swa_pages);
         hy_sampler_free(e->pool[i].sampler);
     }
     free(e->pool);
@@ -315,7 +363,9 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
     first = HY_MIN(s->n_total, e->o.max_batch_tokens);
     /* Admitting what cannot get its first chunk's pages would only make
      * it preempt somebody (or be preempted) straight away. */
-    if (c.pages_free + c.pages_cached < (first + e->sp.page_tokens - 1) / e->sp.page_tokens)
+    if (c.pages_free + c.pages_cached < (first + e->sp.page_tokens - 1) / e->sp.page_tokens ||
+        (e->swa_window > 0 &&
+         c.swa_free + c.swa_cached < (first + e->sp.page_tokens - 1) / e->sp.page_tokens))
         return false;
     if (e->hybrid) {
         if (hy_pt_state_alloc(e->pt, &s->state, err) != HY_OK) {
@@ -326,14 +376,19 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
     }
     memset(&m, 0, sizeof m);
     m.pages = s->kv.pages;
-    m.cap = s->kv.cap;
+    m.cap = HY_MIN(s->kv.cap, s->kv.swa_cap);
     m.ckpt = -1;
+    m.swa_pages = s->kv.swa_pages;
+    m.window = e->swa_window;
     if (hy_pt_match_ex(e->pt, s->tokens, s->n_total, e->hybrid, &m, &page_blocks, err) != HY_OK)
         memset(&m, 0, sizeof m), m.ckpt = -1, m.hash = HY_PT_HASH_ROOT, page_blocks = 0;
     if (e->hybrid && m.n_blocks > 0 && m.ckpt < 0) {
         /* pages without the state at their end are useless to a hybrid */
-        hy_pt_release_seq(e->pt, m.pages, m.n_blocks, err);
-        m.n_blocks = m.n_tokens = 0;
+        hy_pt_release_seq(e->pt, HY_KV_FULL, m.pages, m.n_blocks, err);
+        if (e->swa_window > 0)
+            hy_pt_release_seq(e->pt, HY_KV_SWA, m.swa_pages + m.swa_first,
+                              m.n_blocks - m.swa_first, err);
+        m.n_blocks = m.n_tokens = m.swa_first = 0;
     }
     /* The cached pages reach further than any checkpoint: this prompt
      * branches off a cached prefix that has never been snapshotted at its
@@ -341,8 +396,15 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
      * later request sharing that prefix (same system prompt, new question)
      * resumes at the branch instead of the last interval checkpoint: the
      * policy Marconi (MLSys 2025) calls checkpointing at branch points. */
-    s->branch = e->hybrid && page_blocks > m.n_blocks ? page_blocks * e->sp.page_tokens : 0;
+    /* The same for a sliding window: the full pages reach further than
+     * the cached sliding pages of any window before their end; the pages
+     * of the window before the branch are then kept cached (runner.h). */
+    s->branch = (e->hybrid || e->swa_window > 0) && page_blocks > m.n_blocks
+                    ? page_blocks * e->sp.page_tokens
+                    : 0;
     s->kv.n_pages = m.n_blocks;
+    s->kv.n_swa_pages = e->swa_window > 0 ? m.n_blocks : 0;
+    s->kv.swa_lo = e->swa_window > 0 ? m.swa_first : 0;
     s->kv.n_tokens = m.n_tokens;
     s->n_hashed = m.n_blocks;
     s->hash = m.n_blocks > 0 ? m.hash : HY_PT_HASH_ROOT;
@@ -378,6 +440,7 @@ static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken
     s->state = s->ckpt = -1;
     s->branch = 0;
     s->kv.n_pages = s->kv.n_tokens = s->kv.state_slot = 0;
+    s->kv.n_swa_pages = s->kv.swa_lo = 0;
     s->n_hashed = 0;
     s->hash = HY_PT_HASH_ROOT;
     s->max_tokens = q->params.max_tokens;
@@ -459,24 +522,37 @@ static void hy_engine_admit_all(hy_engine_t *e)
     }
 }
 
-/* Pages for positions up to kv.n_tokens + chunk, preempting juniors if the
- * pool is short.  false: this sequence cannot run in this step. */
-static bool hy_engine_pages(hy_engine_t *e, hy_sched_seq_t *s, int32_t chunk, int32_t n_run)
+/* Pages of one group for blocks [*n, blocks) into list, preempting
+ * juniors if the pool is short.  false: not now. */
+static bool hy_engine_group_pages(hy_engine_t *e, hy_sched_seq_t *s, int32_t group,
+                                  int32_t *list, int32_t *n, int32_t blocks, int32_t n_run)
 {
     char err[HY_ERR_LEN];
-    int32_t need = (s->kv.n_tokens + chunk + e->sp.page_tokens - 1) / e->sp.page_tokens - s->kv.n_pages;
+    int32_t need = blocks - *n;
 
     if (need <= 0)
         return true;
-    while (hy_pt_alloc_pages(e->pt, need, s->kv.pages + s->kv.n_pages, err) != HY_OK) {
+    while (hy_pt_alloc_pages(e->pt, group, need, list + *n, err) != HY_OK) {
         hy_sched_seq_t *v = hy_sched_victim(e->order, n_run, s);
 
         if (v == NULL)
             return false;
         hy_engine_preempt(e, v);
     }
-    s->kv.n_pages += need;
+    *n = blocks;
     return true;
+}
+
+/* Pages for positions up to kv.n_tokens + chunk in every group, preempting
+ * juniors if a pool is short.  false: this sequence cannot run in this
+ * step (what it got stays for the next one). */
+static bool hy_engine_pages(hy_engine_t *e, hy_sched_seq_t *s, int32_t chunk, int32_t n_run)
+{
+    int32_t blocks = (s->kv.n_tokens + chunk + e->sp.page_tokens - 1) / e->sp.page_tokens;
+
+    return hy_engine_group_pages(e, s, HY_KV_FULL, s->kv.pages, &s->kv.n_pages, blocks, n_run) &&
+           (e->swa_window == 0 || hy_engine_group_pages(e, s, HY_KV_SWA, s->kv.swa_pages,
+                                                        &s->kv.n_swa_pages, blocks, n_run));
 }
 
 static int32_t hy_engine_build(hy_engine_t *e)
@@ -507,7 +583,8 @@ static int32_t hy_engine_build(hy_engine_t *e)
 
                 hy_pt_counts(e->pt, &c);
                 /* every used page is its own: the pool can never hold it */
-                if (c.pages_used == s->kv.n_pages)
+                if (c.pages_used == s->kv.n_pages &&
+                    c.swa_used == s->kv.n_swa_pages - s->kv.swa_lo)
                     hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, HY_EFULL,
                                      "the KV page pool cannot hold this request");
                 continue;
@@ -536,7 +613,11 @@ static void hy_engine_cache(hy_engine_t *e, hy_sched_seq_t *s)
         const int32_t *blk = s->tokens + s->n_hashed * pt;
         uint64_t h = hy_pt_block_hash(s->hash, blk, pt);
 
-        hy_pt_commit_block(e->pt, s->kv.pages[s->n_hashed], h, s->n_hashed, blk, err);
+        hy_pt_commit_block(e->pt, HY_KV_FULL, s->kv.pages[s->n_hashed], h, s->n_hashed, blk, err);
+        /* the runner trims at the next step: the block is still held */
+        if (e->swa_window > 0 && s->kv.swa_pages[s->n_hashed] >= 0)
+            hy_pt_commit_block(e->pt, HY_KV_SWA, s->kv.swa_pages[s->n_hashed], h, s->n_hashed,
+                               blk, err);
         s->hash = h;
         s->n_hashed++;
     }
@@ -566,6 +647,18 @@ static void hy_engine_cache(hy_engine_t *e, hy_sched_seq_t *s)
         if (!existed)
             e->be->i->state_copy(e->be, e->sp.n_state_slots + slot, s->state);
     }
+}
+
+/* Gives back the sliding pages s's window has left (after hy_engine_cache
+ * committed them).  Those of the windows before the boundaries a later
+ * request can resume from - the prompt's last block boundary (an exact
+ * repeat) and the branch off a cached prefix - stay cached in LRU order;
+ * the others are evicted first.  The last window goes when s ends. */
+static void hy_engine_trim(hy_engine_t *e, hy_sched_seq_t *s)
+{
+    int32_t keep[2] = {hy_sched_prompt_boundary(s, e->sp.page_tokens), s->branch};
+
+    hy_runner_seq_trim(&e->runner, &s->kv, keep, 2);
 }
 
 /* Pushes the held token; finishes if that token was the last. */
@@ -727,6 +820,7 @@ static void hy_engine_run(hy_engine_t *e, int32_t n_items)
             continue;
         }
         hy_engine_cache(e, s);
+        hy_engine_trim(e, s);
         if (s->kv.n_tokens == s->n_total)
             hy_engine_sample(e, s, e->logits + (size_t)i * (size_t)e->model->n_vocab,
                              e->dev_ok != NULL && e->dev_ok[i] ? &e->dev_r[i] : NULL);

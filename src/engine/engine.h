@@ -33,6 +33,8 @@ typedef struct {
                                     0 = max_seqs full-context sequences */
     int32_t checkpoint_interval; /* [cache] checkpoint_interval tokens (0 = prompt ends only) */
     int32_t n_request_slots;     /* requests the source can hold ([server] max_queue + max_seqs) */
+    bool swa_full;               /* sliding-window layers keep every position too (no
+                                    sliding page group; llama.cpp's --swa-full) */
     bool no_checkpoints;         /* no recurrent-state checkpoint slots: requests that never
                                     share a prefix (hyserve run) */
     const hy_tok_t *tok;         /* the model's tokenizer, when the caller has loaded it
@@ -64,6 +66,9 @@ int32_t hy_engine_poll(hy_engine_t *e);
  * source, as cancelled with reason why; their pages go back. */
 void hy_engine_cancel_all(hy_engine_t *e, const char *why);
 void hy_engine_free(hy_engine_t *e);
+/* Bytes of one KV page of each group (HY_KV_FULL, HY_KV_SWA; 0 for a
+ * group the model does not use), for the memory gauges. */
+void hy_engine_page_bytes(const hy_engine_t *e, uint64_t page_bytes[HY_KV_GROUPS]);
 /* One key=value line: pages, slots, split, capacity. */
 void hy_engine_describe(const hy_engine_t *e, FILE *f);
 

@@ -5,9 +5,14 @@ libhy_a_SOURCES += src/engine/runner.c src/engine/runner.h \
 	src/engine/sampler.c src/engine/sampler.h \
 	src/engine/scheduler.c src/engine/scheduler.h \
 	src/engine/engine.c src/engine/engine.h src/engine/local.c src/engine/local.h
-check_PROGRAMS += tests/unit/test_sampler tests/unit/test_engine
-TESTS += tests/unit/test_sampler tests/unit/test_engine
+check_PROGRAMS += tests/unit/test_sampler tests/unit/test_engine tests/unit/test_swa
+TESTS += tests/unit/test_sampler tests/unit/test_engine tests/unit/test_swa
 tests_unit_test_sampler_SOURCES = tests/unit/test_sampler.c
 tests_unit_test_sampler_LDADD = $(TEST_LDADD)
 tests_unit_test_engine_SOURCES = tests/unit/test_engine.c
 tests_unit_test_engine_LDADD = $(TEST_LDADD)
+# sliding-window layers' page group: equality with full KV, plan == allocation,
+# prefix hits (tiny gemma3 / gemma2 / lfm2-swa)
+tests_unit_test_swa_SOURCES = tests/unit/test_swa.c
+tests_unit_test_swa_LDADD = $(TEST_LDADD)
+EXTRA_DIST += tests/unit/local_req.h

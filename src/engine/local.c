@@ -323,9 +323,11 @@ int hy_local_engine_close(hy_local_engine_t *le, char *err)
         hy_pt_counts(le->pt, &c);
         if (hy_pt_check(le->pt, sub) != HY_OK)
             rc = hy_err(err, HY_EFORMAT, "page table: %s", sub);
-        else if (le->engine != NULL && (c.pages_used || c.state_used || c.ckpt_used))
-            rc = hy_err(err, HY_EFORMAT, "the engine kept %d pages, %d state slots, %d "
-                        "checkpoints after its last request", c.pages_used, c.state_used,
+        else if (le->engine != NULL &&
+                 (c.pages_used || c.swa_used || c.state_used || c.ckpt_used))
+            rc = hy_err(err, HY_EFORMAT, "the engine kept %d pages (+ %d sliding-window), %d "
+                        "state slots, %d checkpoints after its last request", c.pages_used,
+                        c.swa_used, c.state_used,
                         c.ckpt_used);
     }
     hy_engine_free(le->engine);

@@ -3,7 +3,8 @@
  * What a step's sequences lack (pages for their new positions, a state
  * slot) is taken from the page table before anything runs, and given back
  * if the step cannot run, so a failed step leaves the table and the
- * sequences exactly as they were.
+ * sequences exactly as they were.  Sliding-group pages a sequence's window
+ * has left are given back first (they are not needed whatever happens).
  */
 #include "engine/runner.h"
 #include "kv/plan.h"
@@ -38,6 +39,9 @@ static int hy_runner_table(hy_runner_t *r, char *err)
         o->page_tokens = r->pt->sh->params.page_tokens;
         r->n_live_slots = r->pt->sh->params.n_state_slots;
         o->n_slots = r->n_live_slots + r->pt->sh->params.n_checkpoint_slots;
+        r->swa_window = hy_plan_swa_window(r->model, o->n_ctx, o->swa_full);
+        if (r->pt->sh->params.n_swa_pages == 0)
+            r->swa_window = 0;
         return HY_OK;
     }
     if (o->n_pages == 0) {
@@ -51,6 +55,15 @@ static int hy_runner_table(hy_runner_t *r, char *err)
     memset(&pp, 0, sizeof pp);
     pp.n_pages = o->n_pages;
     pp.page_tokens = o->page_tokens;
+    r->swa_window = hy_plan_swa_window(r->model, o->n_ctx, o->swa_full);
+    if (r->swa_window > 0) {
+        n = (int64_t)o->max_seqs * hy_kv_swa_peak_blocks(r->swa_window, o->page_tokens,
+                                                         o->max_tokens, o->n_ctx);
+        if (n > INT32_MAX)
+            return hy_err(err, HY_ERANGE, "runner: %lld sliding KV pages is too many",
+                          (long long)n);
+        pp.n_swa_pages = (int32_t)n;
+    }
     pp.n_state_slots = r->model->n_rec_layers > 0 ? o->n_slots : 0;
     r->n_live_slots = pp.n_state_slots;
     r->own_pt = true;
@@ -76,7 +89,14 @@ int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
         return rc;
     if ((rc = hy_fwd_init(&r->fwd, m, be, o->max_tokens, o->max_outputs, err)) != HY_OK)
         goto fail;
-    hy_plan_kv_layout(m, r->opts.page_tokens, r->opts.n_pages, o->kv_type, &lay);
+    if ((r->layer_swa = calloc((size_t)HY_MAX(m->n_kv_layers, 1), 1)) == NULL) {
+        rc = hy_err(err, HY_ENOMEM, "out of memory");
+        goto fail;
+    }
+    hy_plan_kv_layout(m, r->opts.page_tokens, r->opts.n_pages, r->pt->sh->params.n_swa_pages,
+                      r->swa_window, o->kv_type, r->layer_swa, &lay);
+    if ((rc = hy_plan_group_page_bytes(be, &lay, r->page_bytes, err)) != HY_OK)
+        goto fail;
     if ((rc = be->i->kv_init(be, &lay, err)) != HY_OK)
         goto fail;
     if (m->n_rec_layers > 0 && (rc = hy_runner_state_init(r, err)) != HY_OK)
@@ -86,9 +106,11 @@ int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
     r->pos = malloc(sizeof(int32_t) * (size_t)o->max_tokens);
     r->out_rows = malloc(sizeof(int32_t) * (size_t)o->max_tokens);
     r->old_pages = malloc(sizeof(int32_t) * ns);
+    r->old_swa = malloc(sizeof(int32_t) * ns);
     r->new_slot = malloc(sizeof(bool) * ns);
     r->bseqs = malloc(sizeof(hy_batch_seq_t) * ns);
-    if (!r->tok || !r->pos || !r->out_rows || !r->old_pages || !r->new_slot || !r->bseqs) {
+    if (!r->tok || !r->pos || !r->out_rows || !r->old_pages || !r->old_swa || !r->new_slot ||
+        !r->bseqs) {
         rc = hy_err(err, HY_ENOMEM, "out of memory");
         goto fail;
     }
@@ -139,6 +161,8 @@ void hy_runner_free(hy_runner_t *r)
     free(r->pos);
     free(r->out_rows);
     free(r->old_pages);
+    free(r->old_swa);
+    free(r->layer_swa);
     free(r->new_slot);
     free(r->bseqs);
     memset(r, 0, sizeof *r);
@@ -173,33 +197,61 @@ static int hy_runner_check(const hy_runner_t *r, const hy_runner_item_t *items,
     return HY_OK;
 }
 
-/* Pages for s's positions up to n_total and a state slot, from the table
- * when s lacks them; then every page id and the slot must be the table's. */
+/* Makes *list hold at least need ids (new entries -1). */
+static int hy_runner_grow(int32_t **list, int32_t *cap, int32_t need, char *err)
+{
+    int32_t c = HY_MAX(need, *cap * 2), *np;
+
+    if (need <= *cap)
+        return HY_OK;
+    if ((np = realloc(*list, sizeof(int32_t) * (size_t)c)) == NULL)
+        return hy_err(err, HY_ENOMEM, "out of memory");
+    for (int32_t j = *cap; j < c; j++)
+        np[j] = -1;
+    *list = np;
+    *cap = c;
+    return HY_OK;
+}
+
+/* The blocks [*n, need) of one group's list from the table when it has
+ * fewer; then blocks [lo, need) must be ids of the group's pool. */
+static int hy_runner_reserve_group(hy_runner_t *r, int32_t group, int32_t **list, int32_t *cap,
+                                   int32_t *n, int32_t lo, int32_t need, char *err)
+{
+    int32_t pool = group == HY_KV_SWA ? r->pt->sh->params.n_swa_pages : r->opts.n_pages;
+    int rc;
+
+    if ((rc = hy_runner_grow(list, cap, need, err)) != HY_OK)
+        return rc;
+    if (need > *n) {
+        if ((rc = hy_pt_alloc_pages(r->pt, group, need - *n, *list + *n, err)) != HY_OK)
+            return rc;
+        *n = need;
+    }
+    for (int32_t j = lo; j < need; j++)
+        if ((*list)[j] < 0 || (*list)[j] >= pool)
+            return hy_err(err, HY_EINVAL, "%spage id %d outside the pool (%d)",
+                          group == HY_KV_SWA ? "sliding " : "", (*list)[j], pool);
+    return HY_OK;
+}
+
+/* Pages for s's positions up to n_total (in each group) and a state slot,
+ * from the table when s lacks them; then every page id and the slot must
+ * be the table's. */
 static int hy_runner_reserve(hy_runner_t *r, hy_kv_seq_t *s, int32_t n_total, bool *new_slot,
                              char *err)
 {
-    int32_t need = (n_total + r->opts.page_tokens - 1) / r->opts.page_tokens, j;
+    int32_t need = (n_total + r->opts.page_tokens - 1) / r->opts.page_tokens;
     int rc;
 
     *new_slot = false;
-    if (need > s->cap) {
-        int32_t cap = HY_MAX(need, s->cap * 2);
-        int32_t *np = realloc(s->pages, sizeof(int32_t) * (size_t)cap);
-
-        if (np == NULL)
-            return hy_err(err, HY_ENOMEM, "out of memory");
-        s->pages = np;
-        s->cap = cap;
-    }
-    if (need > s->n_pages) {
-        if ((rc = hy_pt_alloc_pages(r->pt, need - s->n_pages, s->pages + s->n_pages, err)) != HY_OK)
-            return rc;
-        s->n_pages = need;
-    }
-    for (j = 0; j < need; j++)
-        if (s->pages[j] < 0 || s->pages[j] >= r->opts.n_pages)
-            return hy_err(err, HY_EINVAL, "page id %d outside the pool (%d)", s->pages[j],
-                          r->opts.n_pages);
+    if ((rc = hy_runner_reserve_group(r, HY_KV_FULL, &s->pages, &s->cap, &s->n_pages, 0, need,
+                                      err)) != HY_OK)
+        return rc;
+    if (r->swa_window > 0 &&
+        (rc = hy_runner_reserve_group(r, HY_KV_SWA, &s->swa_pages, &s->swa_cap, &s->n_swa_pages,
+                                      s->swa_lo, need, err)) != HY_OK)
+        return rc;
     if (r->n_slots == 0)
         return HY_OK;
     if (s->state_slot == 0) {
@@ -226,9 +278,16 @@ static void hy_runner_unreserve(hy_runner_t *r, hy_runner_item_t *items, int32_t
         hy_kv_seq_t *s = items[i].seq;
 
         if (s->n_pages > r->old_pages[i])
-            hy_pt_release_seq(r->pt, s->pages + r->old_pages[i], s->n_pages - r->old_pages[i],
-                              err);
+            hy_pt_release_seq(r->pt, HY_KV_FULL, s->pages + r->old_pages[i],
+                              s->n_pages - r->old_pages[i], err);
         s->n_pages = HY_MIN(s->n_pages, r->old_pages[i]);
+        if (s->n_swa_pages > r->old_swa[i]) {
+            hy_pt_release_seq(r->pt, HY_KV_SWA, s->swa_pages + r->old_swa[i],
+                              s->n_swa_pages - r->old_swa[i], err);
+            for (int32_t j = r->old_swa[i]; j < s->n_swa_pages; j++)
+                s->swa_pages[j] = -1;
+            s->n_swa_pages = r->old_swa[i];
+        }
         if (r->new_slot[i]) {
             hy_pt_state_free(r->pt, s->state_slot - 1, err);
             s->state_slot = 0;
@@ -253,6 +312,8 @@ static int hy_runner_batch(hy_runner_t *r, const hy_runner_item_t *items, int32_
         bs->pages = it->seq->pages;
         bs->n_pages = it->seq->n_pages;
         bs->state_slot = it->seq->state_slot - 1;
+        bs->swa_pages = r->swa_window > 0 ? it->seq->swa_pages : NULL;
+        bs->n_swa_pages = r->swa_window > 0 ? it->seq->n_swa_pages : 0;
         for (j = 0; j < it->n; j++) {
             if (it->tokens[j] < 0 || it->tokens[j] >= r->model->n_vocab)
                 return hy_err(err, HY_EINVAL, "token id %d is outside the vocabulary (0..%d)",
@@ -282,8 +343,11 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
 
     if ((rc = hy_runner_check(r, items, n_items, err)) != HY_OK)
         return rc;
+    for (i = 0; i < n_items; i++)
+        hy_runner_seq_trim(r, items[i].seq, NULL, 0);
     for (i = 0; i < n_items; i++) {
         r->old_pages[i] = items[i].seq->n_pages;
+        r->old_swa[i] = items[i].seq->n_swa_pages;
         r->new_slot[i] = false;
         reserved = i + 1;
         rc = hy_runner_reserve(r, items[i].seq, items[i].seq->n_tokens + items[i].n,
@@ -328,20 +392,64 @@ int hy_runner_prefill(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *tokens,
     return HY_OK;
 }
 
+/* Whether block b lies in the window before one of keep[0..n_keep). */
+static bool hy_runner_kept(const hy_runner_t *r, int32_t b, const int32_t *keep, int32_t n_keep)
+{
+    int32_t pt = r->opts.page_tokens;
+
+    for (int32_t k = 0; k < n_keep; k++)
+        if (keep[k] > 0 && b >= hy_kv_swa_first_block(r->swa_window, pt, keep[k]) &&
+            b < (keep[k] + pt - 1) / pt)
+            return true;
+    return false;
+}
+
+void hy_runner_seq_trim(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *keep, int32_t n_keep)
+{
+    char err[HY_ERR_LEN];
+    int32_t lo, b, end;
+
+    if (r->swa_window <= 0)
+        return;
+    lo = HY_MIN(hy_kv_swa_first_block(r->swa_window, r->opts.page_tokens, seq->n_tokens),
+                seq->n_swa_pages);
+    /* runs of blocks that go to the same end of the LRU, one call each */
+    for (b = seq->swa_lo; b < lo; b = end) {
+        bool kept = hy_runner_kept(r, b, keep, n_keep);
+
+        for (end = b + 1; end < lo && hy_runner_kept(r, end, keep, n_keep) == kept; end++)
+            ;
+        if (kept)
+            hy_pt_release_seq(r->pt, HY_KV_SWA, seq->swa_pages + b, end - b, err);
+        else
+            hy_pt_release_stale(r->pt, HY_KV_SWA, seq->swa_pages + b, end - b, err);
+        for (int32_t j = b; j < end; j++)
+            seq->swa_pages[j] = -1;
+    }
+    seq->swa_lo = HY_MAX(seq->swa_lo, lo);
+}
+
 void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq)
 {
     char err[HY_ERR_LEN];
 
     if (seq->n_pages > 0)
-        hy_pt_release_seq(r->pt, seq->pages, seq->n_pages, err);
+        hy_pt_release_seq(r->pt, HY_KV_FULL, seq->pages, seq->n_pages, err);
+    if (seq->n_swa_pages > seq->swa_lo)
+        hy_pt_release_seq(r->pt, HY_KV_SWA, seq->swa_pages + seq->swa_lo,
+                          seq->n_swa_pages - seq->swa_lo, err);
+    for (int32_t j = 0; j < seq->n_swa_pages; j++)
+        seq->swa_pages[j] = -1;
     if (seq->state_slot > 0)
         hy_pt_state_free(r->pt, seq->state_slot - 1, err);
     seq->n_pages = seq->n_tokens = seq->state_slot = 0;
+    seq->n_swa_pages = seq->swa_lo = 0;
 }
 
 void hy_runner_seq_release(hy_runner_t *r, hy_kv_seq_t *seq)
 {
     hy_runner_seq_drop(r, seq);
     free(seq->pages);
+    free(seq->swa_pages);
     memset(seq, 0, sizeof *seq);
 }

@@ -8,6 +8,11 @@
  * golden tests and the long-context test let the runner make a private one
  * (no mutex, so no lock calls).  Either way a step tops up what a sequence
  * lacks for its new positions from the table and checks the rest.
+ *
+ * Sliding-window layers (common/kvgroup.h) keep KV in their own page
+ * group: a sequence's sliding pages older than what its next token sees
+ * go back to the table (hy_runner_seq_trim; a step trims its sequences
+ * before it reserves), so they hold about a window, not the context.
  */
 #ifndef HY_ENGINE_RUNNER_H
 #define HY_ENGINE_RUNNER_H
@@ -15,14 +20,19 @@
 #include "ipc/pagetable.h"
 #include "model/model.h"
 
-/* One sequence's KV pages: pages[i] holds positions i*page_tokens ..
- * +page_tokens-1.  The array is malloc'd (the runner grows it when it must). */
+/* One sequence's KV pages, one list per page group: pages[i] (and
+ * swa_pages[i]) hold positions i*page_tokens .. +page_tokens-1.  The
+ * arrays are malloc'd (the runner grows them when it must). */
 typedef struct {
-    int32_t *pages;     /* [cap] page ids from the runner's table */
+    int32_t *pages;     /* [cap] full-group page ids from the runner's table */
     int32_t n_pages;
     int32_t cap;
     int32_t n_tokens;   /* positions already written */
     int32_t state_slot; /* recurrent-state slot + 1 (0 = none yet) */
+    int32_t *swa_pages; /* [swa_cap] sliding-group page ids; -1 below swa_lo */
+    int32_t n_swa_pages;/* blocks covered, the released ones included */
+    int32_t swa_cap;
+    int32_t swa_lo;     /* blocks below it are back in the table */
 } hy_kv_seq_t;
 
 typedef struct {
@@ -34,10 +44,14 @@ typedef struct {
     int32_t page_tokens;  /* default 16 */
     int32_t n_slots;      /* recurrent-state slots; 0 = max_seqs */
     hy_dtype_t kv_type;   /* F16 default (use F32 for exactness tests) */
+    bool swa_full;        /* sliding layers keep every position too (no sliding group) */
     /* The page table to take pages and state slots from (the engine's);
      * n_pages, page_tokens and n_slots then come from it: its pages, and
      * its state slots followed by its checkpoint slots in the backend's
-     * state arena.  NULL: the runner makes a private one of the sizes above. */
+     * state arena; a table without sliding pages means no sliding group.
+     * NULL: the runner makes a private one of the sizes above, with
+     * max_seqs * hy_kv_swa_peak_blocks(window, page_tokens, max_tokens,
+     * n_ctx) sliding pages (what kv/plan.c quotes). */
     hy_pt_t *pt;
 } hy_runner_opts_t;
 
@@ -57,6 +71,10 @@ typedef struct {
     bool own_pt;
     int32_t *tok, *pos, *out_rows; /* [max_tokens] batch scratch */
     int32_t *old_pages;            /* [max_seqs] page counts before this step */
+    int32_t *old_swa;              /* [max_seqs] sliding page counts before this step */
+    int32_t swa_window;            /* the sliding group's window (0: no sliding group) */
+    uint8_t *layer_swa;            /* [n_kv_layers] the KV layout's group of each layer */
+    uint64_t page_bytes[HY_KV_GROUPS]; /* one page of each group in the backend */
     bool *new_slot;                /* [max_seqs] this step gave the sequence its state slot */
     int32_t n_slots;               /* backend state slots (0: the model has no recurrent layers) */
     int32_t n_live_slots;          /* of which the table hands to sequences */
@@ -82,8 +100,14 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
 int hy_runner_prefill(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *tokens,
                       int32_t n, float *last_logits, char *err);
 
+/* Gives back the sliding pages seq's next token cannot see any more
+ * (below hy_kv_swa_first_block of its positions).  A hashed one stays
+ * cached, at the front of the LRU unless it lies in the window before one
+ * of keep[0..n_keep) (token boundaries a later request may resume from),
+ * where it waits its turn like any finished prefix's page. */
+void hy_runner_seq_trim(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *keep, int32_t n_keep);
 /* Gives seq's pages and state slot back to the table and empties it; the
- * page array stays for reuse. */
+ * page arrays stay for reuse. */
 void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq);
 /* hy_runner_seq_drop, then frees the page array. */
 void hy_runner_seq_release(hy_runner_t *r, hy_kv_seq_t *seq);

@@ -1,10 +1,11 @@
 /*
  * pagetable.c - shared page table, prefix cache and checkpoint pool (see
- * pagetable.h for the states and the rules).  Pages and checkpoint slots are
- * two instances of one "pool" (entries + free list + LRU of cached entries);
- * a single linear-probing index maps a block hash to the page and the
- * checkpoint ending at that boundary.  Every list and counter is derived
- * data: hy_pt_recover() rebuilds them from the entries alone.
+ * pagetable.h for the states and the rules).  The pages of each group and
+ * the checkpoint slots are instances of one "pool" (entries + free list +
+ * LRU of cached entries); a single linear-probing index maps a block hash
+ * to the page of each group and the checkpoint ending at that boundary.
+ * Every list and counter is derived data: hy_pt_recover() rebuilds them
+ * from the entries alone.
  */
 #define _GNU_SOURCE /* qsort_r */
 #include "ipc/pagetable.h"
@@ -46,10 +47,14 @@ uint64_t hy_pt_block_hash(uint64_t prev, const int32_t *tokens, int32_t n)
 
 int hy_pt_layout(const hy_pt_params_t *p, hy_pt_layout_t *out, char *err)
 {
-    uint64_t off, sz, need, cap;
+    uint64_t off, sz, need, cap, n_all;
 
     if (p->n_pages < 1 || p->n_pages > (1 << 28))
         return hy_err(err, HY_ERANGE, "n_pages = %d: must be 1..%d", p->n_pages, 1 << 28);
+    if (p->n_swa_pages < 0 || p->n_swa_pages > (1 << 28))
+        return hy_err(err, HY_ERANGE, "n_swa_pages = %d: must be 0..%d", p->n_swa_pages,
+                      1 << 28);
+    n_all = (uint64_t)p->n_pages + (uint64_t)p->n_swa_pages;
     if (p->page_tokens < 1 || p->page_tokens > 4096)
         return hy_err(err, HY_ERANGE, "page_tokens = %d: must be 1..4096", p->page_tokens);
     if (p->n_state_slots < 0 || p->n_state_slots > (1 << 24))
@@ -60,7 +65,7 @@ int hy_pt_layout(const hy_pt_params_t *p, hy_pt_layout_t *out, char *err)
                       p->n_checkpoint_slots, 1 << 24);
     /* every live index slot holds >= 1 hashed page or checkpoint, so more
      * slots than pages + checkpoints means the index can never fill */
-    need = (uint64_t)p->n_pages + (uint64_t)p->n_checkpoint_slots + 1;
+    need = n_all + (uint64_t)p->n_checkpoint_slots + 1;
     if (p->index_capacity == 0) {
         for (cap = 16; cap < 2 * need; cap <<= 1)
             ;
@@ -78,7 +83,7 @@ int hy_pt_layout(const hy_pt_params_t *p, hy_pt_layout_t *out, char *err)
     out->index_capacity = (int32_t)cap;
     off = ALIGN64(sizeof(hy_pt_shared_t));
     out->off_pages = off;
-    off = ALIGN64(off + (uint64_t)p->n_pages * sizeof(hy_pt_entry_t));
+    off = ALIGN64(off + n_all * sizeof(hy_pt_entry_t));
     out->off_ckpts = off;
     off = ALIGN64(off + (uint64_t)p->n_checkpoint_slots * sizeof(hy_pt_entry_t));
     out->off_states = off;
@@ -86,9 +91,9 @@ int hy_pt_layout(const hy_pt_params_t *p, hy_pt_layout_t *out, char *err)
     out->off_index = off;
     off = ALIGN64(off + cap * sizeof(hy_pt_index_t));
     out->off_depth = off;
-    off = ALIGN64(off + (uint64_t)p->n_pages * sizeof(int32_t));
+    off = ALIGN64(off + n_all * sizeof(int32_t));
     out->off_tokens = off;
-    if (hy_mul_overflow_u64((uint64_t)p->n_pages, (uint64_t)p->page_tokens * 4, &sz) ||
+    if (hy_mul_overflow_u64(n_all, (uint64_t)p->page_tokens * 4, &sz) ||
         hy_add_overflow_u64(off, sz, &off))
         return hy_err(err, HY_ERANGE, "page table size overflows");
     out->total_size = ALIGN64(off);
@@ -136,6 +141,8 @@ int hy_pt_init(hy_pt_t *pt, void *mem, uint64_t size, const hy_pt_params_t *p,
     sh->off_tokens = l.off_tokens;
     sh->off_depth = l.off_depth;
     sh->pages.n_total = p->n_pages;
+    sh->swa.n_total = p->n_swa_pages;
+    sh->swa.base = p->n_pages;
     sh->ckpts.n_total = p->n_checkpoint_slots;
     pt_bind(pt, mem, mu);
     /* every entry starts free with refcount 0: recovery builds the lists */
@@ -158,6 +165,8 @@ int hy_pt_open(hy_pt_t *pt, void *mem, uint64_t size, pthread_mutex_t *mu, char 
         l.off_ckpts != sh->off_ckpts || l.off_states != sh->off_states ||
         l.off_index != sh->off_index || l.off_tokens != sh->off_tokens ||
         l.off_depth != sh->off_depth || sh->pages.n_total != sh->params.n_pages ||
+        sh->pages.base != 0 || sh->swa.n_total != sh->params.n_swa_pages ||
+        sh->swa.base != sh->params.n_pages || sh->ckpts.base != 0 ||
         sh->ckpts.n_total != sh->params.n_checkpoint_slots)
         return hy_err(err, HY_EFORMAT, "page table: header does not match its parameters");
     pt_bind(pt, mem, mu);
@@ -237,6 +246,18 @@ static inline void cnt_add(_Atomic int32_t *c, int32_t d)
     atomic_store_explicit(c, atomic_load_explicit(c, RLX) + d, RLX);
 }
 
+/* The pool of a page group; NULL for a group that is not one. */
+static hy_pt_pool_t *pt_pool(hy_pt_t *pt, int32_t group)
+{
+    return group == HY_KV_FULL ? &pt->sh->pages : group == HY_KV_SWA ? &pt->sh->swa : NULL;
+}
+
+/* A page pool's entries: its part of pt->pages, indexed by page id. */
+static hy_pt_entry_t *pt_ents(const hy_pt_t *pt, const hy_pt_pool_t *pool)
+{
+    return pt->pages + pool->base;
+}
+
 static void lru_unlink(hy_pt_pool_t *pool, hy_pt_entry_t *e, int32_t id)
 {
     if (e[id].prev >= 0)
@@ -259,6 +280,18 @@ static void lru_append(hy_pt_pool_t *pool, hy_pt_entry_t *e, int32_t id)
     else
         pool->lru_head = id;
     pool->lru_tail = id;
+}
+
+/* The front of the LRU: evicted first. */
+static void lru_prepend(hy_pt_pool_t *pool, hy_pt_entry_t *e, int32_t id)
+{
+    e[id].prev = -1;
+    e[id].next = pool->lru_head;
+    if (pool->lru_head >= 0)
+        e[pool->lru_head].prev = id;
+    else
+        pool->lru_tail = id;
+    pool->lru_head = id;
 }
 
 static void free_push(hy_pt_pool_t *pool, hy_pt_entry_t *e, int32_t id)
@@ -295,6 +328,18 @@ static void entry_ref(hy_pt_t *pt, hy_pt_pool_t *pool, hy_pt_entry_t *e, int32_t
 
 /* ---- index -------------------------------------------------------------- */
 
+static bool idx_empty(const hy_pt_index_t *s)
+{
+    return s->page[HY_KV_FULL] < 0 && s->page[HY_KV_SWA] < 0 && s->ckpt < 0;
+}
+
+static void idx_clear(hy_pt_index_t *s)
+{
+    s->hash = 0;
+    s->page[HY_KV_FULL] = s->page[HY_KV_SWA] = s->ckpt = -1;
+    s->pad = 0;
+}
+
 static int32_t idx_find(const hy_pt_t *pt, uint64_t hash)
 {
     uint32_t mask = (uint32_t)pt->sh->params.index_capacity - 1;
@@ -302,7 +347,7 @@ static int32_t idx_find(const hy_pt_t *pt, uint64_t hash)
 
     for (;; i = (i + 1) & mask) {
         const hy_pt_index_t *s = &pt->index[i];
-        if (s->page < 0 && s->ckpt < 0)
+        if (idx_empty(s))
             return -1;
         if (s->hash == hash)
             return (int32_t)i;
@@ -317,7 +362,7 @@ static int32_t idx_get(hy_pt_t *pt, uint64_t hash)
 
     for (;; i = (i + 1) & mask) {
         hy_pt_index_t *s = &pt->index[i];
-        if (s->page < 0 && s->ckpt < 0) {
+        if (idx_empty(s)) {
             s->hash = hash;
             cnt_add(&pt->sh->n_index_used, 1);
             return (int32_t)i;
@@ -334,12 +379,12 @@ static void idx_drop_if_empty(hy_pt_t *pt, int32_t pos)
     uint32_t mask = (uint32_t)pt->sh->params.index_capacity - 1;
     uint32_t i = (uint32_t)pos, j = i, k;
 
-    if (pt->index[i].page >= 0 || pt->index[i].ckpt >= 0)
+    if (!idx_empty(&pt->index[i]))
         return;
     cnt_add(&pt->sh->n_index_used, -1);
     for (;;) {
         j = (j + 1) & mask;
-        if (pt->index[j].page < 0 && pt->index[j].ckpt < 0)
+        if (idx_empty(&pt->index[j]))
             break;
         k = (uint32_t)(pt->index[j].hash ^ pt->index[j].hash >> 32) & mask;
         /* move j to i unless its home k lies cyclically in (i, j] */
@@ -348,8 +393,7 @@ static void idx_drop_if_empty(hy_pt_t *pt, int32_t pos)
         pt->index[i] = pt->index[j];
         i = j;
     }
-    pt->index[i].page = pt->index[i].ckpt = -1;
-    pt->index[i].hash = 0;
+    idx_clear(&pt->index[i]);
 }
 
 /* ---- eviction ----------------------------------------------------------- */
@@ -370,55 +414,69 @@ static void ckpt_evict(hy_pt_t *pt, int32_t c)
     atomic_fetch_add_explicit(&pt->sh->ckpts.evictions, 1, RLX);
 }
 
-/* Evicts one cached page.  A cached checkpoint at the same boundary is
- * useless without the page (a hit needs both), so it goes too. */
-static void page_evict(hy_pt_t *pt, int32_t p)
+/* Evicts one cached page of group g.  What ends at the same boundary and
+ * is useless without it goes too, if nobody holds it: the checkpoint (a
+ * hit there needs every group's page of that block), and for a full-group
+ * page the sliding page (no hit can reach past a missing full block). */
+static void page_evict(hy_pt_t *pt, int32_t g, int32_t p)
 {
-    hy_pt_entry_t *e = pt->pages;
-    int32_t pos = idx_find(pt, e[p].hash);
+    hy_pt_pool_t *pool = pt_pool(pt, g);
+    hy_pt_entry_t *e = pt_ents(pt, pool);
+    uint64_t hash = e[p].hash;
+    int32_t pos = idx_find(pt, hash), c, s;
 
-    lru_unlink(&pt->sh->pages, e, p);
-    if (pos >= 0 && pt->index[pos].page == p) {
-        int32_t c = pt->index[pos].ckpt;
-        pt->index[pos].page = -1;
-        if (c >= 0 && pt->ckpts[c].refcount == 0 && !(pt->ckpts[c].flags & HY_PT_F_PENDING))
-            ckpt_evict(pt, c); /* also drops pos if now empty */
-        else
-            idx_drop_if_empty(pt, pos);
+    lru_unlink(pool, e, p);
+    if (pos >= 0 && pt->index[pos].page[g] == p) {
+        pt->index[pos].page[g] = -1;
+        s = pt->index[pos].page[HY_KV_SWA];
+        if (g == HY_KV_FULL && s >= 0 && pt_ents(pt, &pt->sh->swa)[s].refcount == 0) {
+            page_evict(pt, HY_KV_SWA, s);
+            pos = idx_find(pt, hash); /* that may have moved or dropped the slot */
+        }
+        if (pos >= 0) {
+            c = pt->index[pos].ckpt;
+            if (c >= 0 && pt->ckpts[c].refcount == 0 && !(pt->ckpts[c].flags & HY_PT_F_PENDING))
+                ckpt_evict(pt, c); /* also drops pos if now empty */
+            else
+                idx_drop_if_empty(pt, pos);
+        }
     }
-    free_push(&pt->sh->pages, e, p);
-    cnt_add(&pt->sh->pages.n_cached, -1);
-    cnt_add(&pt->sh->pages.n_free, 1);
-    atomic_fetch_add_explicit(&pt->sh->pages.evictions, 1, RLX);
+    free_push(pool, e, p);
+    cnt_add(&pool->n_cached, -1);
+    cnt_add(&pool->n_free, 1);
+    atomic_fetch_add_explicit(&pool->evictions, 1, RLX);
 }
 
 /* ---- pages -------------------------------------------------------------- */
 
-int hy_pt_alloc_pages(hy_pt_t *pt, int32_t n, int32_t *out, char *err)
+int hy_pt_alloc_pages(hy_pt_t *pt, int32_t group, int32_t n, int32_t *out, char *err)
 {
     hy_pt_pool_t *pool;
+    hy_pt_entry_t *e;
     int32_t i;
     int rc;
 
-    if (n < 0)
-        return hy_err(err, HY_EINVAL, "alloc_pages: n = %d", n);
+    if (n < 0 || pt_pool(pt, group) == NULL)
+        return hy_err(err, HY_EINVAL, "alloc_pages: group %d, n = %d", group, n);
     if ((rc = hy_pt_lock(pt)) != HY_OK)
         return hy_err(err, rc, "page table lock is not recoverable");
-    pool = &pt->sh->pages;
+    pool = pt_pool(pt, group);
+    e = pt_ents(pt, pool);
     if (atomic_load_explicit(&pool->n_free, RLX) + atomic_load_explicit(&pool->n_cached, RLX) <
         n) {
-        rc = hy_err(err, HY_EFULL, "KV pages exhausted: need %d, %d free + %d cached", n,
+        rc = hy_err(err, HY_EFULL, "%s pages exhausted: need %d, %d free + %d cached",
+                    group == HY_KV_SWA ? "sliding-window KV" : "KV", n,
                     atomic_load_explicit(&pool->n_free, RLX),
                     atomic_load_explicit(&pool->n_cached, RLX));
         goto out;
     }
     while (atomic_load_explicit(&pool->n_free, RLX) < n)
-        page_evict(pt, pool->lru_head);
+        page_evict(pt, group, pool->lru_head);
     for (i = 0; i < n; i++) {
-        int32_t p = free_pop(pool, pt->pages);
-        pt->pages[p].refcount = 1;
-        pt->pages[p].flags = 0;
-        pt->pages[p].last_use = ++pt->sh->tick;
+        int32_t p = free_pop(pool, e);
+        e[p].refcount = 1;
+        e[p].flags = 0;
+        e[p].last_use = ++pt->sh->tick;
         out[i] = p;
     }
     cnt_add(&pool->n_free, -n);
@@ -429,18 +487,26 @@ out:
     return rc;
 }
 
-int hy_pt_release_seq(hy_pt_t *pt, const int32_t *pages, int32_t n, char *err)
+/* hy_pt_release_seq / hy_pt_release_stale: stale puts cached pages at
+ * the front of the LRU (and their last use at 0, so recovery keeps them
+ * there). */
+static int pt_release(hy_pt_t *pt, int32_t group, const int32_t *pages, int32_t n, bool stale,
+                      char *err)
 {
     hy_pt_pool_t *pool;
+    hy_pt_entry_t *ents;
     int32_t i, bad = -1;
     int rc;
 
+    if (pt_pool(pt, group) == NULL)
+        return hy_err(err, HY_EINVAL, "release: no page group %d", group);
     if ((rc = hy_pt_lock(pt)) != HY_OK)
         return hy_err(err, rc, "page table lock is not recoverable");
-    pool = &pt->sh->pages;
+    pool = pt_pool(pt, group);
+    ents = pt_ents(pt, pool);
     for (i = n - 1; i >= 0; i--) {
         int32_t p = pages[i];
-        hy_pt_entry_t *e = &pt->pages[p >= 0 && p < pool->n_total ? p : 0];
+        hy_pt_entry_t *e = &ents[p >= 0 && p < pool->n_total ? p : 0];
         if (p < 0 || p >= pool->n_total || e->refcount <= 0) {
             bad = p;
             continue;
@@ -450,43 +516,67 @@ int hy_pt_release_seq(hy_pt_t *pt, const int32_t *pages, int32_t n, char *err)
             continue;
         cnt_add(&pool->n_used, -1);
         if (e->flags & HY_PT_F_HASHED) {
-            lru_append(pool, pt->pages, p);
+            if (stale) {
+                e->last_use = 0;
+                lru_prepend(pool, ents, p);
+            } else {
+                lru_append(pool, ents, p);
+            }
             cnt_add(&pool->n_cached, 1);
         } else {
-            free_push(pool, pt->pages, p);
+            free_push(pool, ents, p);
             cnt_add(&pool->n_free, 1);
         }
     }
     rc = bad == -1 ? HY_OK
-                   : hy_err(err, HY_EINVAL, "release_seq: page %d is not in use", bad);
+                   : hy_err(err, HY_EINVAL, "release_seq: page %d of group %d is not in use",
+                            bad, group);
     hy_pt_unlock(pt);
     return rc;
 }
 
-int hy_pt_commit_block(hy_pt_t *pt, int32_t page, uint64_t hash, int32_t block,
+int hy_pt_release_seq(hy_pt_t *pt, int32_t group, const int32_t *pages, int32_t n, char *err)
+{
+    return pt_release(pt, group, pages, n, false, err);
+}
+
+int hy_pt_release_stale(hy_pt_t *pt, int32_t group, const int32_t *pages, int32_t n, char *err)
+{
+    return pt_release(pt, group, pages, n, true, err);
+}
+
+int hy_pt_commit_block(hy_pt_t *pt, int32_t group, int32_t page, uint64_t hash, int32_t block,
                        const int32_t *tokens, char *err)
 {
-    int32_t pos, pt_tok;
+    hy_pt_pool_t *pool;
+    hy_pt_entry_t *e;
+    int32_t pos, pt_tok, gid;
     int rc;
 
+    if (pt_pool(pt, group) == NULL)
+        return hy_err(err, HY_EINVAL, "commit_block: no page group %d", group);
     if ((rc = hy_pt_lock(pt)) != HY_OK)
         return hy_err(err, rc, "page table lock is not recoverable");
     pt_tok = pt->sh->params.page_tokens;
-    if (page < 0 || page >= pt->sh->pages.n_total || pt->pages[page].refcount <= 0 ||
-        (pt->pages[page].flags & HY_PT_F_HASHED) || block < 0) {
-        rc = hy_err(err, HY_EINVAL, "commit_block: page %d is not a private page in use", page);
+    pool = pt_pool(pt, group);
+    e = pt_ents(pt, pool);
+    if (page < 0 || page >= pool->n_total || e[page].refcount <= 0 ||
+        (e[page].flags & HY_PT_F_HASHED) || block < 0) {
+        rc = hy_err(err, HY_EINVAL, "commit_block: page %d of group %d is not a private page "
+                    "in use", page, group);
         goto out;
     }
     pos = idx_get(pt, hash);
-    if (pt->index[pos].page >= 0) {
+    if (pt->index[pos].page[group] >= 0) {
         rc = 1; /* a twin computed the same block first; keep this one private */
         goto out;
     }
-    pt->index[pos].page = page;
-    pt->pages[page].hash = hash;
-    pt->pages[page].flags |= HY_PT_F_HASHED;
-    pt->depth[page] = block;
-    memcpy(pt->tokens + (size_t)page * (size_t)pt_tok, tokens, sizeof(int32_t) * (size_t)pt_tok);
+    gid = pool->base + page;
+    pt->index[pos].page[group] = page;
+    e[page].hash = hash;
+    e[page].flags |= HY_PT_F_HASHED;
+    pt->depth[gid] = block;
+    memcpy(pt->tokens + (size_t)gid * (size_t)pt_tok, tokens, sizeof(int32_t) * (size_t)pt_tok);
     rc = HY_OK;
 out:
     hy_pt_unlock(pt);
@@ -499,23 +589,44 @@ int hy_pt_match(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_checkpo
     return hy_pt_match_ex(pt, tokens, n, need_checkpoint, m, NULL, err);
 }
 
+/* The page of group g at index slot pos if it holds block b with exactly
+ * these tokens (the guard against two prefixes colliding in 64 bits), else -1. */
+static int32_t match_page(const hy_pt_t *pt, int32_t pos, int32_t g, int32_t b,
+                          const int32_t *blk)
+{
+    const hy_pt_pool_t *pool = g == HY_KV_SWA ? &pt->sh->swa : &pt->sh->pages;
+    int32_t bt = pt->sh->params.page_tokens, p;
+    size_t gid;
+
+    if (pos < 0 || (p = pt->index[pos].page[g]) < 0)
+        return -1;
+    gid = (size_t)pool->base + (size_t)p;
+    if (pt->depth[gid] != b ||
+        memcmp(pt->tokens + gid * (size_t)bt, blk, sizeof(int32_t) * (size_t)bt) != 0)
+        return -1;
+    return p;
+}
+
 int hy_pt_match_ex(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_checkpoint,
                    hy_pt_match_t *m, int32_t *n_page_blocks, char *err)
 {
-    int32_t bt, max_blocks, b, found, best = 0, best_ckpt = -1;
+    int32_t bt, max_blocks, b, found, best = 0, best_ckpt = -1, window, run = 0, lo;
     uint64_t h = HY_PT_HASH_ROOT, best_hash = HY_PT_HASH_ROOT;
     int rc;
 
-    m->n_blocks = m->n_tokens = 0;
+    m->n_blocks = m->n_tokens = m->swa_first = 0;
     if (n_page_blocks != NULL)
         *n_page_blocks = 0;
     m->ckpt = -1;
     m->hash = HY_PT_HASH_ROOT;
-    if (n < 0 || m->cap < 0 || (m->cap > 0 && m->pages == NULL))
+    if (n < 0 || m->cap < 0 || m->window < 0 || (m->cap > 0 && m->pages == NULL) ||
+        (m->window > 0 && m->cap > 0 && m->swa_pages == NULL))
         return hy_err(err, HY_EINVAL, "match: bad arguments");
     if ((rc = hy_pt_lock(pt)) != HY_OK)
         return hy_err(err, rc, "page table lock is not recoverable");
     bt = pt->sh->params.page_tokens;
+    /* without a sliding pool there is nothing of a window to find */
+    window = pt->sh->swa.n_total > 0 ? m->window : 0;
     /* at least one token must remain to be computed: the sampler needs logits */
     max_blocks = n > 0 ? (n - 1) / bt : 0;
     if (max_blocks > m->cap)
@@ -526,10 +637,19 @@ int hy_pt_match_ex(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_chec
 
         h = hy_pt_block_hash(h, blk, bt);
         pos = idx_find(pt, h);
-        if (pos < 0 || (p = pt->index[pos].page) < 0 || pt->depth[p] != b ||
-            memcmp(pt->tokens + (size_t)p * (size_t)bt, blk, sizeof(int32_t) * (size_t)bt) != 0)
+        if ((p = match_page(pt, pos, HY_KV_FULL, b, blk)) < 0)
             break;
         m->pages[b] = p;
+        if (window > 0) {
+            /* run: first block of the unbroken stretch of sliding pages
+             * ending here; the hit at b + 1 needs it to reach back to the
+             * first block the next token sees */
+            m->swa_pages[b] = match_page(pt, pos, HY_KV_SWA, b, blk);
+            if (m->swa_pages[b] < 0)
+                run = b + 1;
+            if (run > hy_kv_swa_first_block(window, bt, (b + 1) * bt))
+                continue;
+        }
         c = pt->index[pos].ckpt;
         if (!need_checkpoint) {
             best = b + 1;
@@ -542,11 +662,20 @@ int hy_pt_match_ex(hy_pt_t *pt, const int32_t *tokens, int32_t n, bool need_chec
     }
     found = b;
     for (b = 0; b < best; b++)
-        entry_ref(pt, &pt->sh->pages, pt->pages, m->pages[b]);
+        entry_ref(pt, &pt->sh->pages, pt_ents(pt, &pt->sh->pages), m->pages[b]);
+    lo = window > 0 ? hy_kv_swa_first_block(window, bt, best * bt) : best;
+    /* refs on the window's pages; -1 wherever the caller holds none */
+    for (b = 0; window > 0 && b < found; b++) {
+        if (b < lo || b >= best)
+            m->swa_pages[b] = -1;
+        else
+            entry_ref(pt, &pt->sh->swa, pt_ents(pt, &pt->sh->swa), m->swa_pages[b]);
+    }
     if (best_ckpt >= 0)
         entry_ref(pt, &pt->sh->ckpts, pt->ckpts, best_ckpt);
     m->n_blocks = best;
     m->n_tokens = best * bt;
+    m->swa_first = lo;
     if (n_page_blocks != NULL)
         *n_page_blocks = found;
     m->ckpt = best_ckpt;
@@ -754,22 +883,25 @@ static void pool_rebuild(hy_pt_pool_t *pool, hy_pt_entry_t *e)
 void hy_pt_recover(hy_pt_t *pt)
 {
     hy_pt_shared_t *sh = pt->sh;
-    int32_t i, cap = sh->params.index_capacity, pos, used = 0;
+    int32_t i, g, cap = sh->params.index_capacity, pos, used = 0;
 
     /* the index first: an entry whose hash lost to a twin goes unhashed */
-    for (i = 0; i < cap; i++) {
-        pt->index[i].page = pt->index[i].ckpt = -1;
-        pt->index[i].hash = 0;
-    }
+    for (i = 0; i < cap; i++)
+        idx_clear(&pt->index[i]);
     atomic_store_explicit(&sh->n_index_used, 0, RLX);
-    for (i = 0; i < sh->pages.n_total; i++) {
-        if (!(pt->pages[i].flags & HY_PT_F_HASHED))
-            continue;
-        pos = idx_get(pt, pt->pages[i].hash);
-        if (pt->index[pos].page >= 0)
-            pt->pages[i].flags &= ~HY_PT_F_HASHED;
-        else
-            pt->index[pos].page = i;
+    for (g = 0; g < HY_KV_GROUPS; g++) {
+        hy_pt_pool_t *pool = pt_pool(pt, g);
+        hy_pt_entry_t *e = pt_ents(pt, pool);
+
+        for (i = 0; i < pool->n_total; i++) {
+            if (!(e[i].flags & HY_PT_F_HASHED))
+                continue;
+            pos = idx_get(pt, e[i].hash);
+            if (pt->index[pos].page[g] >= 0)
+                e[i].flags &= ~HY_PT_F_HASHED;
+            else
+                pt->index[pos].page[g] = i;
+        }
     }
     for (i = 0; i < sh->ckpts.n_total; i++) {
         hy_pt_entry_t *c = &pt->ckpts[i];
@@ -781,7 +913,8 @@ void hy_pt_recover(hy_pt_t *pt)
         else
             pt->index[pos].ckpt = i;
     }
-    pool_rebuild(&sh->pages, pt->pages);
+    pool_rebuild(&sh->pages, pt_ents(pt, &sh->pages));
+    pool_rebuild(&sh->swa, pt_ents(pt, &sh->swa));
     pool_rebuild(&sh->ckpts, pt->ckpts);
     sh->state_free_head = -1;
     for (i = sh->params.n_state_slots - 1; i >= 0; i--) {
@@ -795,8 +928,9 @@ void hy_pt_recover(hy_pt_t *pt)
     atomic_store_explicit(&sh->n_state_used, used, RLX);
 }
 
+/* group: the page group of a page pool, -1 for the checkpoints. */
 static int pool_check(const hy_pt_t *pt, const hy_pt_pool_t *pool, const hy_pt_entry_t *e,
-                      bool is_page, const char *what, char *err)
+                      int32_t group, const char *what, char *err)
 {
     int32_t i, n = pool->n_total, used = 0, nfree = 0, ncached = 0, walk, prev;
 
@@ -813,7 +947,7 @@ static int pool_check(const hy_pt_t *pt, const hy_pt_pool_t *pool, const hy_pt_e
         if (!(e[i].flags & HY_PT_F_HASHED))
             continue;
         pos = idx_find(pt, e[i].hash);
-        if (pos < 0 || (is_page ? pt->index[pos].page : pt->index[pos].ckpt) != i)
+        if (pos < 0 || (group >= 0 ? pt->index[pos].page[group] : pt->index[pos].ckpt) != i)
             return hy_err(err, HY_EFORMAT, "%s %d: hashed but not indexed", what, i);
     }
     if (used + nfree + ncached != n || used != atomic_load(&pool->n_used) ||
@@ -847,17 +981,29 @@ int hy_pt_check(hy_pt_t *pt, char *err)
     if ((rc = hy_pt_lock(pt)) != HY_OK)
         return hy_err(err, rc, "page table lock is not recoverable");
     sh = pt->sh;
-    if ((rc = pool_check(pt, &sh->pages, pt->pages, true, "page", err)) != HY_OK ||
-        (rc = pool_check(pt, &sh->ckpts, pt->ckpts, false, "checkpoint", err)) != HY_OK)
+    if ((rc = pool_check(pt, &sh->pages, pt_ents(pt, &sh->pages), HY_KV_FULL, "page", err)) !=
+            HY_OK ||
+        (rc = pool_check(pt, &sh->swa, pt_ents(pt, &sh->swa), HY_KV_SWA, "sliding page", err)) !=
+            HY_OK ||
+        (rc = pool_check(pt, &sh->ckpts, pt->ckpts, -1, "checkpoint", err)) != HY_OK)
         goto out;
     for (i = 0; i < sh->params.index_capacity; i++) {
         const hy_pt_index_t *s = &pt->index[i];
-        if (s->page < 0 && s->ckpt < 0)
+        bool bad = false;
+        int32_t g;
+
+        if (idx_empty(s))
             continue;
         live++;
-        if (idx_find(pt, s->hash) != i ||
-            (s->page >= 0 && (s->page >= sh->pages.n_total || pt->pages[s->page].hash != s->hash ||
-                              !(pt->pages[s->page].flags & HY_PT_F_HASHED))) ||
+        for (g = 0; g < HY_KV_GROUPS; g++) {
+            const hy_pt_pool_t *pool = pt_pool(pt, g);
+            const hy_pt_entry_t *e = pt_ents(pt, pool);
+            int32_t p = s->page[g];
+
+            bad |= p >= 0 && (p >= pool->n_total || e[p].hash != s->hash ||
+                              !(e[p].flags & HY_PT_F_HASHED));
+        }
+        if (bad || idx_find(pt, s->hash) != i ||
             (s->ckpt >= 0 && (s->ckpt >= sh->ckpts.n_total || pt->ckpts[s->ckpt].hash != s->hash ||
                               !(pt->ckpts[s->ckpt].flags & HY_PT_F_HASHED)))) {
             rc = hy_err(err, HY_EFORMAT, "index slot %d is inconsistent", i);
@@ -893,6 +1039,10 @@ void hy_pt_counts(const hy_pt_t *pt, hy_pt_counts_t *c)
     c->pages_used = atomic_load_explicit(&sh->pages.n_used, RLX);
     c->pages_free = atomic_load_explicit(&sh->pages.n_free, RLX);
     c->pages_cached = atomic_load_explicit(&sh->pages.n_cached, RLX);
+    c->swa_total = sh->swa.n_total;
+    c->swa_used = atomic_load_explicit(&sh->swa.n_used, RLX);
+    c->swa_free = atomic_load_explicit(&sh->swa.n_free, RLX);
+    c->swa_cached = atomic_load_explicit(&sh->swa.n_cached, RLX);
     c->ckpt_total = sh->ckpts.n_total;
     c->ckpt_used = atomic_load_explicit(&sh->ckpts.n_used, RLX);
     c->ckpt_free = atomic_load_explicit(&sh->ckpts.n_free, RLX);
@@ -901,6 +1051,7 @@ void hy_pt_counts(const hy_pt_t *pt, hy_pt_counts_t *c)
     c->state_used = atomic_load_explicit(&sh->n_state_used, RLX);
     c->page_evictions = atomic_load_explicit(&sh->pages.evictions, RLX);
     c->ckpt_evictions = atomic_load_explicit(&sh->ckpts.evictions, RLX);
+    c->swa_evictions = atomic_load_explicit(&sh->swa.evictions, RLX);
     c->queries = atomic_load_explicit(&sh->queries, RLX);
     c->query_tokens = atomic_load_explicit(&sh->query_tokens, RLX);
     c->hits = atomic_load_explicit(&sh->hits, RLX);

@@ -77,6 +77,7 @@ void hy_shm_params_for(hy_shm_params_t *p, const hy_pt_params_t *pt, int32_t n_r
 {
     memset(p, 0, sizeof *p);
     p->n_pages = pt->n_pages;
+    p->n_swa_pages = pt->n_swa_pages;
     p->page_tokens = pt->page_tokens;
     p->n_state_slots = pt->n_state_slots;
     p->n_checkpoint_slots = pt->n_checkpoint_slots;
@@ -115,7 +116,8 @@ static void set_region(hy_shm_header_t *h, int r, uint64_t *off, uint64_t count,
 int hy_shm_layout(const hy_shm_params_t *p, hy_shm_header_t *h, char *err)
 {
     hy_pt_params_t pp = {p->n_pages, p->page_tokens, p->n_state_slots, p->n_checkpoint_slots,
-                         p->prefix_index_capacity};
+                         p->prefix_index_capacity, p->n_swa_pages};
+    uint64_t n_all = (uint64_t)p->n_pages + (uint64_t)HY_MAX(p->n_swa_pages, 0);
     hy_pt_layout_t pl;
     uint64_t off, pt_off, ring_bytes;
     uint32_t es;
@@ -153,7 +155,7 @@ int hy_shm_layout(const hy_shm_params_t *p, hy_shm_header_t *h, char *err)
     h->regions[HY_SHM_REG_PT] = (hy_shm_region_t){pt_off, sizeof(hy_pt_shared_t), 1,
                                                   sizeof(hy_pt_shared_t), 0};
     h->regions[HY_SHM_REG_PAGES] = (hy_shm_region_t){pt_off + pl.off_pages,
-        (uint64_t)p->n_pages * sizeof(hy_pt_entry_t), (uint64_t)p->n_pages, sizeof(hy_pt_entry_t), 0};
+        n_all * sizeof(hy_pt_entry_t), n_all, sizeof(hy_pt_entry_t), 0};
     h->regions[HY_SHM_REG_CKPTS] = (hy_shm_region_t){pt_off + pl.off_ckpts,
         (uint64_t)p->n_checkpoint_slots * sizeof(hy_pt_entry_t), (uint64_t)p->n_checkpoint_slots,
         sizeof(hy_pt_entry_t), 0};
@@ -162,11 +164,9 @@ int hy_shm_layout(const hy_shm_params_t *p, hy_shm_header_t *h, char *err)
     h->regions[HY_SHM_REG_INDEX] = (hy_shm_region_t){pt_off + pl.off_index,
         (uint64_t)pl.index_capacity * sizeof(hy_pt_index_t), (uint64_t)pl.index_capacity,
         sizeof(hy_pt_index_t), 0};
-    h->regions[HY_SHM_REG_DEPTH] = (hy_shm_region_t){pt_off + pl.off_depth,
-        (uint64_t)p->n_pages * 4, (uint64_t)p->n_pages, 4, 0};
+    h->regions[HY_SHM_REG_DEPTH] = (hy_shm_region_t){pt_off + pl.off_depth, n_all * 4, n_all, 4, 0};
     h->regions[HY_SHM_REG_BLOCK_TOKENS] = (hy_shm_region_t){pt_off + pl.off_tokens,
-        (uint64_t)p->n_pages * (uint64_t)p->page_tokens * 4,
-        (uint64_t)p->n_pages * (uint64_t)p->page_tokens, 4, 0};
+        n_all * (uint64_t)p->page_tokens * 4, n_all * (uint64_t)p->page_tokens, 4, 0};
     off = ALIGN64(pt_off + pl.total_size);
     set_region(h, HY_SHM_REG_SLOTS, &off, (uint64_t)p->n_request_slots, sizeof(hy_req_slot_t));
     set_region(h, HY_SHM_REG_PROMPTS, &off,
@@ -185,7 +185,7 @@ int hy_shm_layout(const hy_shm_params_t *p, hy_shm_header_t *h, char *err)
 static hy_pt_params_t pt_params(const hy_shm_params_t *p)
 {
     hy_pt_params_t pp = {p->n_pages, p->page_tokens, p->n_state_slots, p->n_checkpoint_slots,
-                         p->prefix_index_capacity};
+                         p->prefix_index_capacity, p->n_swa_pages};
     return pp;
 }
 

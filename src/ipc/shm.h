@@ -24,12 +24,13 @@
 #include "ipc/pagetable.h"
 
 #define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
-#define HY_SHM_LAYOUT_VERSION 3 /* 2: model file, sha256 and its state in the header;
-                                 3: windows, HTTP counts and memory facts in the stats */
+#define HY_SHM_LAYOUT_VERSION 4 /* 2: model file, sha256 and its state in the header;
+                                 3: windows, HTTP counts and memory facts in the stats;
+                                 4: the sliding-window page group */
 #define HY_SHM_INSTANCE_MAX 48 /* [A-Za-z0-9_.-], not starting with '.' */
 
 typedef struct {
-    int32_t n_pages;               /* KV pages */
+    int32_t n_pages;               /* KV pages of the full-attention group */
     int32_t page_tokens;           /* tokens per page / prefix block */
     int32_t n_state_slots;         /* live recurrent states */
     int32_t n_checkpoint_slots;    /* recurrent-state snapshots for prefix reuse */
@@ -38,16 +39,17 @@ typedef struct {
     int32_t ring_capacity;         /* generated tokens buffered per request */
     int32_t ring_top_logprobs;     /* alternatives stored per token, 0..20 */
     int32_t prefix_index_capacity; /* 0 = automatic (see hy_pt_params_t) */
+    int32_t n_swa_pages;           /* KV pages of the sliding-window group (0 = none) */
 } hy_shm_params_t;
 
 enum {
     HY_SHM_REG_PT,           /* page-table header (hy_pt_shared_t) */
-    HY_SHM_REG_PAGES,        /* hy_pt_entry_t [n_pages] */
+    HY_SHM_REG_PAGES,        /* hy_pt_entry_t [n_pages + n_swa_pages] */
     HY_SHM_REG_CKPTS,        /* hy_pt_entry_t [n_checkpoint_slots] */
     HY_SHM_REG_STATES,       /* int32_t [n_state_slots] */
     HY_SHM_REG_INDEX,        /* hy_pt_index_t [prefix index capacity] */
-    HY_SHM_REG_DEPTH,        /* int32_t [n_pages] */
-    HY_SHM_REG_BLOCK_TOKENS, /* int32_t [n_pages][page_tokens] */
+    HY_SHM_REG_DEPTH,        /* int32_t [n_pages + n_swa_pages] */
+    HY_SHM_REG_BLOCK_TOKENS, /* int32_t [n_pages + n_swa_pages][page_tokens] */
     HY_SHM_REG_SLOTS,        /* hy_req_slot_t [n_request_slots] */
     HY_SHM_REG_PROMPTS,      /* int32_t [n_request_slots][max_prompt_tokens] */
     HY_SHM_REG_RINGS,        /* ring entries [n_request_slots][ring_capacity] */
@@ -137,9 +139,9 @@ typedef struct {
      * (failed reads/writes/checksums) add to; 0 until those exist. */
     _Atomic uint64_t engine_restarts, disk_errors;
     /* memory facts the coordinator publishes once before ready: bytes of
-     * the weights, of one KV page and of one state slot (a checkpoint slot
-     * is the same size); multiplied by the page table's counts */
-    _Atomic uint64_t mem_weights_bytes, mem_page_bytes, mem_slot_bytes;
+     * the weights, of one KV page of each group and of one state slot (a
+     * checkpoint slot is the same size); multiplied by the page table's counts */
+    _Atomic uint64_t mem_weights_bytes, mem_page_bytes, mem_slot_bytes, mem_swa_page_bytes;
 } hy_stats_t;
 
 void hy_stats_observe(hy_stats_hist_t *h, uint64_t us);

@@ -1,7 +1,8 @@
 /*
- * plan.c - the memory planner (see plan.h).  Per-kind numbers come from
- * asking the backend for the size of a layout restricted to that kind's
- * layers, so they add up to the totals the allocators use.
+ * plan.c - the memory planner (see plan.h).  Per-kind and per-group
+ * numbers come from asking the backend for the size of a layout
+ * restricted to those layers, so they add up to the totals the allocators
+ * use.
  */
 #include <stdio.h>
 
@@ -15,9 +16,22 @@ static bool hy_plan_is_attn(hy_layer_kind_t k)
     return k == HY_LAYER_ATTN_FULL || k == HY_LAYER_ATTN_SWA;
 }
 
-void hy_plan_kv_layout(const hy_model_t *m, int32_t page_tokens, int32_t n_pages,
-                       hy_dtype_t type, hy_kv_layout_t *out)
+int32_t hy_plan_swa_window(const hy_model_t *m, int32_t n_ctx, bool swa_full)
 {
+    int32_t w = 0;
+
+    for (int32_t il = 0; il < m->n_layer; il++)
+        if (m->layers[il].kind == HY_LAYER_ATTN_SWA && m->layers[il].kv_index >= 0)
+            w = HY_MAX(w, m->layers[il].window);
+    /* a window as long as the context keeps every position anyway */
+    return swa_full || w >= n_ctx ? 0 : w;
+}
+
+void hy_plan_kv_layout(const hy_model_t *m, int32_t page_tokens, int32_t n_pages,
+                       int32_t n_swa_pages, int32_t swa_window, hy_dtype_t type,
+                       uint8_t *layer_swa, hy_kv_layout_t *out)
+{
+    memset(out, 0, sizeof *out);
     out->n_layers = m->n_kv_layers;
     out->n_head_kv = m->n_head_kv;
     out->head_dim_k = m->head_dim;
@@ -25,6 +39,17 @@ void hy_plan_kv_layout(const hy_model_t *m, int32_t page_tokens, int32_t n_pages
     out->page_tokens = page_tokens;
     out->n_pages = n_pages;
     out->type = type;
+    if (swa_window <= 0)
+        return;
+    memset(layer_swa, 0, (size_t)m->n_kv_layers);
+    for (int32_t il = 0; il < m->n_layer; il++) {
+        const hy_layer_t *L = &m->layers[il];
+
+        if (L->kind == HY_LAYER_ATTN_SWA && L->kv_index >= 0 && L->window > 0)
+            layer_swa[L->kv_index] = 1;
+    }
+    out->n_swa_pages = n_swa_pages;
+    out->layer_swa = layer_swa;
 }
 
 void hy_plan_state_layout(const hy_model_t *m, int32_t n_slots, int64_t *conv, int64_t *rec,
@@ -56,30 +81,76 @@ static int32_t hy_plan_tensor_layer(const char *name)
     return end != name + 4 && *end == '.' && v >= 0 && v < INT32_MAX ? (int32_t)v : -1;
 }
 
+int hy_plan_group_page_bytes(hy_backend_t *be, const hy_kv_layout_t *kv,
+                             uint64_t page_bytes[HY_KV_GROUPS], char *err)
+{
+    hy_kv_layout_t one = *kv;
+    int32_t n_swa = 0;
+    uint64_t sb;
+    int rc;
+
+    for (int32_t l = 0; kv->layer_swa != NULL && l < kv->n_layers; l++)
+        n_swa += kv->layer_swa[l] != 0;
+    one.layer_swa = NULL;
+    one.n_layers = kv->n_layers - n_swa;
+    if ((rc = be->i->mem_sizes(be, &one, NULL, &page_bytes[HY_KV_FULL], &sb, err)) != HY_OK)
+        return rc;
+    one.n_layers = n_swa;
+    return be->i->mem_sizes(be, &one, NULL, &page_bytes[HY_KV_SWA], &sb, err);
+}
+
+uint64_t hy_plan_seq_kv_bytes(const hy_plan_t *p, int32_t n_tokens)
+{
+    int32_t pt = p->page_tokens;
+    uint64_t full = (uint64_t)((n_tokens + pt - 1) / pt) * p->page_bytes;
+
+    if (p->swa_window <= 0)
+        return full;
+    return full + (uint64_t)hy_kv_swa_blocks(p->swa_window, pt, n_tokens) * p->swa_page_bytes;
+}
+
 int hy_plan_make(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be, int32_t n_ctx,
                  int32_t n_seqs, int32_t page_tokens, hy_dtype_t kv_type, char *err)
 {
+    hy_plan_opts_t o = {n_ctx, n_seqs, page_tokens, HY_PLAN_CHUNK, kv_type, false};
+
+    return hy_plan_make_opts(p, m, be, &o, err);
+}
+
+int hy_plan_make_opts(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be,
+                      const hy_plan_opts_t *o, char *err)
+{
+    int32_t n_ctx = o->n_ctx, n_seqs = o->n_seqs, page_tokens = o->page_tokens;
     int64_t *conv = NULL, *rec = NULL, i;
+    uint8_t *layer_swa = NULL;
     hy_kv_layout_t kv;
     hy_state_layout_t st;
-    uint64_t pb, sb;
+    uint64_t pb, sb, group_bytes[HY_KV_GROUPS];
     int rc = HY_OK;
     int k;
 
     memset(p, 0, sizeof *p);
-    if (n_ctx < 1 || n_seqs < 1 || page_tokens < 1)
-        return hy_err(err, HY_EINVAL, "plan: context %d, sequences %d, page %d must be >= 1",
-                      n_ctx, n_seqs, page_tokens);
+    if (n_ctx < 1 || n_seqs < 1 || page_tokens < 1 || o->chunk < 0)
+        return hy_err(err, HY_EINVAL, "plan: context %d, sequences %d, page %d must be >= 1, "
+                      "chunk %d >= 0", n_ctx, n_seqs, page_tokens, o->chunk);
     p->n_ctx = n_ctx;
     p->n_seqs = n_seqs;
     p->page_tokens = page_tokens;
-    p->kv_type = kv_type;
+    p->chunk = o->chunk > 0 ? o->chunk : HY_PLAN_CHUNK;
+    p->kv_type = o->kv_type;
+    p->swa_full = o->swa_full;
+    p->swa_window = hy_plan_swa_window(m, n_ctx, o->swa_full);
     {
-        int64_t pages = (int64_t)n_seqs * ((n_ctx + page_tokens - 1) / page_tokens);
+        int64_t per = (n_ctx + page_tokens - 1) / page_tokens;
+        int64_t pages = (int64_t)n_seqs * per, swa = 0;
 
-        if (pages > INT32_MAX)
+        if (p->swa_window > 0)
+            swa = (int64_t)n_seqs *
+                  hy_kv_swa_peak_blocks(p->swa_window, page_tokens, p->chunk, n_ctx);
+        if (pages > INT32_MAX || swa > INT32_MAX)
             return hy_err(err, HY_ERANGE, "plan: %lld pages is too many", (long long)pages);
         p->n_pages = (int32_t)pages;
+        p->n_swa_pages = (int32_t)swa;
     }
     p->n_slots = m->n_rec_layers > 0 ? n_seqs : 0;
 
@@ -100,17 +171,26 @@ int hy_plan_make(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be, int32_t n_
 
     conv = calloc((size_t)HY_MAX(m->n_rec_layers, 1), sizeof *conv);
     rec = calloc((size_t)HY_MAX(m->n_rec_layers, 1), sizeof *rec);
-    if (conv == NULL || rec == NULL) {
+    layer_swa = calloc((size_t)HY_MAX(m->n_kv_layers, 1), 1);
+    if (conv == NULL || rec == NULL || layer_swa == NULL) {
         rc = hy_err(err, HY_ENOMEM, "out of memory");
         goto out;
     }
     /* totals: exactly the layouts the runner allocates */
-    hy_plan_kv_layout(m, page_tokens, p->n_pages, kv_type, &kv);
+    hy_plan_kv_layout(m, page_tokens, p->n_pages, p->n_swa_pages, p->swa_window, o->kv_type,
+                      layer_swa, &kv);
     hy_plan_state_layout(m, HY_MAX(p->n_slots, 1), conv, rec, &st);
-    if ((rc = be->i->mem_sizes(be, &kv, &st, &p->page_bytes, &p->slot_bytes, err)) != HY_OK)
+    if ((rc = be->i->mem_sizes(be, NULL, &st, &pb, &p->slot_bytes, err)) != HY_OK ||
+        (rc = hy_plan_group_page_bytes(be, &kv, group_bytes, err)) != HY_OK)
         goto out;
-    p->kv_total = p->page_bytes * (uint64_t)p->n_pages;
+    p->page_bytes = group_bytes[HY_KV_FULL];
+    p->swa_page_bytes = group_bytes[HY_KV_SWA];
+    for (int32_t l = 0; kv.layer_swa != NULL && l < kv.n_layers; l++)
+        p->n_swa_kv_layers += kv.layer_swa[l] != 0;
+    p->kv_total = p->page_bytes * (uint64_t)p->n_pages +
+                  p->swa_page_bytes * (uint64_t)p->n_swa_pages;
     p->state_total = p->slot_bytes * (uint64_t)p->n_slots;
+    p->seq_kv_bytes = hy_plan_seq_kv_bytes(p, n_ctx);
 
     /* per kind: the same question for one layer of that kind */
     for (k = 0; k < HY_LAYER_KINDS; k++) {
@@ -153,18 +233,23 @@ int hy_plan_make(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be, int32_t n_
         }
     }
 
-    /* the dense counterfactual: every layer keeps KV like our attention layers */
+    /* the dense counterfactual: every layer keeps KV like our attention
+     * layers, for every position */
     if (m->n_kv_layers > 0) {
         hy_kv_layout_t dense = kv;
 
         dense.n_layers = m->n_layer;
+        dense.layer_swa = NULL;
         if ((rc = be->i->mem_sizes(be, &dense, NULL, &p->dense_page_bytes, &sb, err)) != HY_OK)
             goto out;
         p->dense_kv_total = p->dense_page_bytes * (uint64_t)p->n_pages;
+        p->dense_seq_kv_bytes =
+            p->dense_page_bytes * (uint64_t)((n_ctx + page_tokens - 1) / page_tokens);
     }
 out:
     free(conv);
     free(rec);
+    free(layer_swa);
     return rc;
 }
 
@@ -190,6 +275,14 @@ static void hy_plan_json_str(FILE *f, const char *s)
             fputc(c, f);
     }
     fputc('"', f);
+}
+
+/* Positions one sequence at n_ctx holds in the sliding group (0 without one). */
+static int32_t hy_plan_seq_swa_tokens(const hy_plan_t *p)
+{
+    return p->swa_window > 0 ? hy_kv_swa_blocks(p->swa_window, p->page_tokens, p->n_ctx) *
+                                   p->page_tokens
+                             : 0;
 }
 
 static double hy_plan_mib(uint64_t b)
@@ -231,12 +324,20 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
             fprintf(f, "%s%d", il ? "," : "", m->layers[il].window);
         fprintf(f, "],\"weight_bytes_other\":%llu,\"weights_total\":%llu,\"page_bytes\":%llu,"
                    "\"pages\":%d,\"kv_total\":%llu,\"slot_bytes\":%llu,\"slots\":%d,"
-                   "\"state_total\":%llu,\"cache_total\":%llu,\"dense_kv_total\":%llu}\n",
+                   "\"state_total\":%llu,\"cache_total\":%llu,\"dense_kv_total\":%llu,",
                 (unsigned long long)p->weight_bytes_other, (unsigned long long)p->weights_total,
                 (unsigned long long)p->page_bytes, p->n_pages, (unsigned long long)p->kv_total,
                 (unsigned long long)p->slot_bytes, p->n_slots, (unsigned long long)p->state_total,
                 (unsigned long long)(p->kv_total + p->state_total),
                 (unsigned long long)p->dense_kv_total);
+        fprintf(f, "\"chunk\":%d,\"swa_full\":%s,\"swa_window\":%d,\"swa_layers\":%d,"
+                   "\"swa_page_bytes\":%llu,\"swa_pages\":%d,\"swa_kv_total\":%llu,"
+                   "\"seq_kv_bytes\":%llu,\"seq_swa_tokens\":%d,\"dense_seq_kv_bytes\":%llu}\n",
+                p->chunk, p->swa_full ? "true" : "false", p->swa_window, p->n_swa_kv_layers,
+                (unsigned long long)p->swa_page_bytes, p->n_swa_pages,
+                (unsigned long long)(p->swa_page_bytes * (uint64_t)p->n_swa_pages),
+                (unsigned long long)p->seq_kv_bytes, hy_plan_seq_swa_tokens(p),
+                (unsigned long long)p->dense_seq_kv_bytes);
         return;
     }
     fprintf(f, "model %s (%s), context %d x %d sequences, KV %s in pages of %d tokens\n\n",
@@ -258,17 +359,31 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
         fputc(hy_plan_kind_letter(m->layers[il].kind), f);
     fputs("\n                   (A attention, S sliding window, G gated deltanet, M mamba2,"
           " C shortconv, L lightning, - MLP only)\n", f);
-    if (p->n_layers[HY_LAYER_ATTN_SWA] > 0)
-        fprintf(f, "sliding window     %d tokens in %d of %d layers; their KV pages are still kept"
-                   " for the whole context (counted so above)\n",
-                p->window[HY_LAYER_ATTN_SWA], p->n_layers[HY_LAYER_ATTN_SWA], m->n_layer);
+    if (p->swa_window > 0)
+        fprintf(f, "sliding window     %d tokens in %d of %d layers: their own page group keeps "
+                   "the last window\n                   (+ one %d-token chunk while it runs), "
+                   "not the context\n", p->swa_window, p->n_swa_kv_layers, m->n_layer, p->chunk);
+    else if (p->n_layers[HY_LAYER_ATTN_SWA] > 0)
+        fprintf(f, "sliding window     %d tokens in %d of %d layers; their KV is kept for the whole"
+                   " context (%s)\n", p->window[HY_LAYER_ATTN_SWA],
+                p->n_layers[HY_LAYER_ATTN_SWA], m->n_layer,
+                p->swa_full ? "--swa-full" : "the window covers the context");
     fputc('\n', f);
     fprintf(f, "weights            %12.2f MiB\n", hy_plan_mib(p->weights_total));
-    fprintf(f, "KV pages           %12.2f MiB  (%d pages x %llu bytes)\n", hy_plan_mib(p->kv_total),
-            p->n_pages, (unsigned long long)p->page_bytes);
+    fprintf(f, "KV pages           %12.2f MiB  (%d pages x %llu bytes%s)\n",
+            hy_plan_mib(p->page_bytes * (uint64_t)p->n_pages), p->n_pages,
+            (unsigned long long)p->page_bytes, p->swa_window > 0 ? ", full-attention layers" : "");
+    if (p->swa_window > 0)
+        fprintf(f, "sliding KV pages   %12.2f MiB  (%d pages x %llu bytes, sliding layers)\n",
+                hy_plan_mib(p->swa_page_bytes * (uint64_t)p->n_swa_pages), p->n_swa_pages,
+                (unsigned long long)p->swa_page_bytes);
     fprintf(f, "state slots        %12.2f MiB  (%d slots x %llu bytes)\n",
             hy_plan_mib(p->state_total), p->n_slots, (unsigned long long)p->slot_bytes);
     fprintf(f, "cache total        %12.2f MiB\n", hy_plan_mib(p->kv_total + p->state_total));
     fprintf(f, "dense equivalent   %12.2f MiB  (full attention in all %d layers)\n",
             hy_plan_mib(p->dense_kv_total), m->n_layer);
+    fprintf(f, "one sequence       %12.2f MiB  of KV at %d tokens (%d positions in the full "
+               "group, %d in the sliding one);\n                   %12.2f MiB dense\n",
+            hy_plan_mib(p->seq_kv_bytes), p->n_ctx, p->n_ctx, hy_plan_seq_swa_tokens(p),
+            hy_plan_mib(p->dense_seq_kv_bytes));
 }

@@ -6,19 +6,35 @@
  * attention in every layer would need.  The runner sizes its pools with the
  * same layouts and the backend's own per-page / per-slot sizes, so the plan
  * is what really gets allocated.
+ *
+ * Sliding-window layers keep KV in their own page group (common/kvgroup.h)
+ * whose pool holds, per sequence, the blocks its window and one running
+ * chunk need, not the context: the plan quotes both pools and what one
+ * sequence holds at a given length.
  */
 #ifndef HY_KV_PLAN_H
 #define HY_KV_PLAN_H
 
 #include <stdio.h>
 
+#include "common/kvgroup.h"
 #include "model/model.h"
 
 #define HY_LAYER_KINDS 7
+#define HY_PLAN_CHUNK 512 /* tokens per step hy_plan_make assumes (the runner's default) */
 
 typedef struct {
     int32_t n_ctx, n_seqs, page_tokens;
+    int32_t chunk;     /* tokens per step (max_batch_tokens): the sliding pages a running
+                          chunk needs; 0 = HY_PLAN_CHUNK */
     hy_dtype_t kv_type;
+    bool swa_full;     /* sliding layers keep every position too (llama.cpp's --swa-full) */
+} hy_plan_opts_t;
+
+typedef struct {
+    int32_t n_ctx, n_seqs, page_tokens, chunk;
+    hy_dtype_t kv_type;
+    bool swa_full;
 
     int32_t n_layers[HY_LAYER_KINDS];          /* layers of each kind */
     uint64_t weight_bytes[HY_LAYER_KINDS];     /* tensors of blk.N of that kind */
@@ -27,26 +43,55 @@ typedef struct {
     uint64_t kv_bytes_per_token[HY_LAYER_KINDS]; /* attention kinds only */
     uint64_t state_bytes_per_seq[HY_LAYER_KINDS]; /* recurrent kinds only */
 
-    uint64_t page_bytes;     /* one KV page over all attention layers */
+    uint64_t page_bytes;     /* one KV page of the full group: its layers' K and V (every
+                                attention layer when there is no sliding group) */
     uint64_t slot_bytes;     /* one sequence's whole recurrent state */
-    int32_t n_pages;         /* n_seqs * ceil(n_ctx / page_tokens) */
+    int32_t n_pages;         /* full group: n_seqs * ceil(n_ctx / page_tokens) */
     int32_t n_slots;         /* n_seqs, or 0 without recurrent layers */
-    uint64_t weights_total, kv_total, state_total;
+    uint64_t weights_total, kv_total, state_total; /* kv_total: both page groups */
+
+    /* the sliding group (swa_window 0: none; the sliding layers, if any,
+     * keep every position in the full group) */
+    int32_t swa_window;      /* the largest window of its layers */
+    int32_t n_swa_kv_layers; /* its layers */
+    uint64_t swa_page_bytes; /* one page of it */
+    int32_t n_swa_pages;     /* n_seqs * hy_kv_swa_peak_blocks(window, page_tokens, chunk, n_ctx) */
+    uint64_t seq_kv_bytes;   /* one sequence at n_ctx positions (hy_plan_seq_kv_bytes) */
 
     /* the same model with full attention (this model's attention config)
      * in every layer */
-    uint64_t dense_page_bytes, dense_kv_total;
+    uint64_t dense_page_bytes, dense_kv_total, dense_seq_kv_bytes;
 } hy_plan_t;
 
-/* KV layout of m's attention layers for a pool of n_pages pages. */
+/* The window of m's sliding group for a context of n_ctx: the largest
+ * sliding window, or 0 (no group) when there is none, when it covers the
+ * whole context anyway, or with swa_full. */
+int32_t hy_plan_swa_window(const hy_model_t *m, int32_t n_ctx, bool swa_full);
+/* KV layout of m's attention layers for pools of n_pages full-group and
+ * n_swa_pages sliding-group pages; swa_window as hy_plan_swa_window says
+ * (0: every KV layer in the full group).  layer_swa: [m->n_kv_layers]
+ * storage the layout points at. */
 void hy_plan_kv_layout(const hy_model_t *m, int32_t page_tokens, int32_t n_pages,
-                       hy_dtype_t type, hy_kv_layout_t *out);
+                       int32_t n_swa_pages, int32_t swa_window, hy_dtype_t type,
+                       uint8_t *layer_swa, hy_kv_layout_t *out);
 /* State layout of m's recurrent layers; conv/rec must hold n_rec_layers. */
 void hy_plan_state_layout(const hy_model_t *m, int32_t n_slots, int64_t *conv, int64_t *rec,
                           hy_state_layout_t *out);
 
+/* Bytes of one page of each group of a KV layout (the backend's sizes of
+ * a layout of that group's layers). */
+int hy_plan_group_page_bytes(hy_backend_t *be, const hy_kv_layout_t *kv,
+                             uint64_t page_bytes[HY_KV_GROUPS], char *err);
+int hy_plan_make_opts(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be,
+                      const hy_plan_opts_t *o, char *err);
+/* hy_plan_make_opts with chunks of HY_PLAN_CHUNK and sliding groups on. */
 int hy_plan_make(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be, int32_t n_ctx,
                  int32_t n_seqs, int32_t page_tokens, hy_dtype_t kv_type, char *err);
+/* KV bytes one sequence holds with n_tokens positions computed and its
+ * sliding pages trimmed to the window (what the engine leaves after each
+ * step): ceil(n / page_tokens) full-group pages plus hy_kv_swa_blocks
+ * sliding-group pages. */
+uint64_t hy_plan_seq_kv_bytes(const hy_plan_t *p, int32_t n_tokens);
 
 /* One letter per layer kind, for the per-layer line of the plan:
  * A attention, S sliding window, G gated deltanet, M mamba2, C shortconv,

@@ -646,21 +646,23 @@ static void co_engine_opts(co_t *co)
  * same memory facts go to the stats for /metrics. */
 static void co_log_loaded(const co_t *co)
 {
-    uint64_t weights = 0, kv_bytes = 0, st_bytes = 0;
+    uint64_t weights = 0, kv_bytes = 0, st_bytes = 0, page_bytes[HY_KV_GROUPS];
     char kernels[768];
 
     for (int64_t t = 0; t < hy_gguf_n_tensors(co->model->gguf); t++)
         weights += hy_gguf_tensor(co->model->gguf, t)->nbytes;
     co->be->i->mem_allocated(co->be, &kv_bytes, &st_bytes);
-    hy_metrics_set_memory(co->shm, weights, kv_bytes, st_bytes);
+    hy_engine_page_bytes(co->eng, page_bytes);
+    hy_metrics_set_memory(co->shm, weights, page_bytes[HY_KV_FULL], page_bytes[HY_KV_SWA],
+                          st_bytes);
     co_kernels(co->model, co->be, kernels, sizeof kernels);
     hy_log(LOG_INFO, "model_loaded",
            "model=%s arch=%s layers=%d weights_bytes=%llu kv_bytes=%llu state_bytes=%llu "
-           "pages=%d page_tokens=%d state_slots=%d checkpoint_slots=%d backend=%s "
+           "pages=%d swa_pages=%d page_tokens=%d state_slots=%d checkpoint_slots=%d backend=%s "
            "kernels=%s ms=%lld",
            co->cfg->model.path, co->model->arch_name, co->model->n_layer,
            (unsigned long long)weights, (unsigned long long)kv_bytes,
-           (unsigned long long)st_bytes, co->sp.n_pages, co->sp.page_tokens,
+           (unsigned long long)st_bytes, co->sp.n_pages, co->sp.n_swa_pages, co->sp.page_tokens,
            co->sp.n_state_slots, co->sp.n_checkpoint_slots, co->be->i->name, kernels,
            (long long)(co_now_ms() - co->t0));
 }

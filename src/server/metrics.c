@@ -102,15 +102,16 @@ int hy_metrics_nginx_error(int status, hy_api_error_t *e)
 
 /* ---- memory facts ---------------------------------------------------------------- */
 
-void hy_metrics_set_memory(hy_shm_t *shm, uint64_t weights_bytes, uint64_t kv_bytes,
-                           uint64_t state_bytes)
+void hy_metrics_set_memory(hy_shm_t *shm, uint64_t weights_bytes, uint64_t page_bytes,
+                           uint64_t swa_page_bytes, uint64_t state_bytes)
 {
     const hy_shm_params_t *p = &hy_shm_header(shm)->params;
     hy_stats_t *st = hy_shm_stats(shm);
     uint64_t slots = (uint64_t)p->n_state_slots + (uint64_t)p->n_checkpoint_slots;
 
     atomic_store(&st->mem_weights_bytes, weights_bytes);
-    atomic_store(&st->mem_page_bytes, p->n_pages > 0 ? kv_bytes / (uint64_t)p->n_pages : 0);
+    atomic_store(&st->mem_page_bytes, page_bytes);
+    atomic_store(&st->mem_swa_page_bytes, swa_page_bytes);
     atomic_store(&st->mem_slot_bytes, slots > 0 ? state_bytes / slots : 0);
 }
 
@@ -294,7 +295,8 @@ static void mt_memory(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *
                       const hy_pt_counts_t *pc)
 {
     uint64_t w = atomic_load(&s->mem_weights_bytes), pb = atomic_load(&s->mem_page_bytes),
-             sb = atomic_load(&s->mem_slot_bytes), total, avail;
+             sb = atomic_load(&s->mem_slot_bytes), spb = atomic_load(&s->mem_swa_page_bytes),
+             total, avail;
     const struct {
         const char *kind;
         uint64_t alloc, used, cached;
@@ -302,6 +304,9 @@ static void mt_memory(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *
         {"weights", w, w, 0},
         {"kv_pages", pb * (uint64_t)p->n_pages, pb * (uint64_t)pc->pages_used,
          pb * (uint64_t)pc->pages_cached},
+        /* the sliding-window layers' own page group (common/kvgroup.h) */
+        {"kv_swa_pages", spb * (uint64_t)p->n_swa_pages, spb * (uint64_t)pc->swa_used,
+         spb * (uint64_t)pc->swa_cached},
         {"state_slots", sb * (uint64_t)p->n_state_slots, sb * (uint64_t)pc->state_used, 0},
         {"checkpoints", sb * (uint64_t)p->n_checkpoint_slots, sb * (uint64_t)pc->ckpt_used,
          sb * (uint64_t)pc->ckpt_cached},
@@ -320,7 +325,8 @@ static void mt_memory(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t *
     mt_head(b, "hyserve_memory_cached_bytes", "gauge",
             "Bytes of prefix-cache content no request holds (reclaimable), by kind and tier.");
     for (i = 0; i < HY_ARRAY_LEN(k); i++)
-        if (strcmp(k[i].kind, "kv_pages") == 0 || strcmp(k[i].kind, "checkpoints") == 0)
+        if (strcmp(k[i].kind, "kv_pages") == 0 || strcmp(k[i].kind, "kv_swa_pages") == 0 ||
+            strcmp(k[i].kind, "checkpoints") == 0)
             hy_jbuf_printf(b, "hyserve_memory_cached_bytes{kind=\"%s\",tier=\"hot\"} %llu\n",
                            k[i].kind, (unsigned long long)k[i].cached);
     mt_host_memory(&total, &avail);
@@ -339,6 +345,15 @@ static void mt_pages(hy_jbuf_t *b, const hy_pt_counts_t *pc)
                    pc->pages_used, pc->pages_free, pc->pages_cached);
     mt_metric(b, "hyserve_kv_pages_total", "gauge", "KV pages in the pool.",
               (unsigned long long)pc->pages_total);
+    mt_head(b, "hyserve_kv_swa_pages", "gauge",
+            "KV pages of the sliding-window layers' page group by state.");
+    hy_jbuf_printf(b, "hyserve_kv_swa_pages{state=\"used\"} %d\n"
+                      "hyserve_kv_swa_pages{state=\"free\"} %d\n"
+                      "hyserve_kv_swa_pages{state=\"cached\"} %d\n",
+                   pc->swa_used, pc->swa_free, pc->swa_cached);
+    mt_metric(b, "hyserve_kv_swa_pages_total", "gauge",
+              "KV pages in the sliding-window group's pool (0: the model has none).",
+              (unsigned long long)pc->swa_total);
     mt_head(b, "hyserve_state_checkpoints", "gauge", "Recurrent-state snapshots by state.");
     hy_jbuf_printf(b, "hyserve_state_checkpoints{state=\"used\"} %d\n"
                       "hyserve_state_checkpoints{state=\"free\"} %d\n"

@@ -34,10 +34,11 @@ void hy_metrics_count(hy_stats_t *st, hy_metrics_origin_t origin, const char *pa
 int hy_metrics_nginx_error(int status, hy_api_error_t *e);
 
 /* Coordinator, once before the segment is marked ready: bytes of the
- * weights, and the backend's KV and state allocations (state bytes cover
- * the live state slots followed by the checkpoint slots). */
-void hy_metrics_set_memory(hy_shm_t *shm, uint64_t weights_bytes, uint64_t kv_bytes,
-                           uint64_t state_bytes);
+ * weights, of one KV page of each group (full attention, sliding window)
+ * and the backend's state allocation (state bytes cover the live state
+ * slots followed by the checkpoint slots). */
+void hy_metrics_set_memory(hy_shm_t *shm, uint64_t weights_bytes, uint64_t page_bytes,
+                           uint64_t swa_page_bytes, uint64_t state_bytes);
 
 /* What /metrics says about the instance itself (hyserve_info). */
 typedef struct {

@@ -1,7 +1,10 @@
 /*
  * cmd_plan.c - `hyserve plan`: what a model needs at a given context length
  * and concurrency, per layer kind, from the same layouts and backend sizes
- * the engine allocates with (src/kv/plan.c).
+ * the engine allocates with (src/kv/plan.c): sliding-window layers bounded
+ * by their window (--chunk: the tokens per step the engine runs, which a
+ * prefilling sequence also holds), next to the dense equivalent;
+ * --swa-full quotes them kept for the whole context instead.
  */
 #include <stdio.h>
 
@@ -17,11 +20,13 @@ int hy_cmd_plan(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"context", required_argument, 0, 'c'},
         {"seqs", required_argument, 0, 's'}, {"kv-type", required_argument, 0, 'k'},
         {"page-tokens", required_argument, 0, 'p'}, {"json", no_argument, 0, 'j'},
-        {"backend", required_argument, 0, 'B'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"backend", required_argument, 0, 'B'}, {"chunk", required_argument, 0, 'C'},
+        {"swa-full", no_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *backend = NULL;
-    long ctx = 4096, seqs = 1, page = 16;
+    long ctx = 4096, seqs = 1, page = 16, chunk = HY_PLAN_CHUNK;
     hy_dtype_t kv = HY_DTYPE_F16;
-    bool json = false;
+    bool json = false, swa_full = false;
+    hy_plan_opts_t po;
     hy_cli_ctx_t c;
     hy_plan_t p;
     char err[HY_ERR_LEN];
@@ -34,6 +39,8 @@ int hy_cmd_plan(int argc, char **argv)
         case 'c': if (hy_cli_int("plan", "--context", optarg, 1, 1L << 30, &ctx)) return 2; break;
         case 's': if (hy_cli_int("plan", "--seqs", optarg, 1, 1 << 20, &seqs)) return 2; break;
         case 'p': if (hy_cli_int("plan", "--page-tokens", optarg, 1, 256, &page)) return 2; break;
+        case 'C': if (hy_cli_int("plan", "--chunk", optarg, 1, 1L << 30, &chunk)) return 2; break;
+        case 'S': swa_full = true; break;
         case 'k':
             if (strcmp(optarg, "f16") == 0) kv = HY_DTYPE_F16;
             else if (strcmp(optarg, "f32") == 0) kv = HY_DTYPE_F32;
@@ -46,14 +53,15 @@ int hy_cmd_plan(int argc, char **argv)
         case 'j': json = true; break;
         case 'B': backend = optarg; break;
         case 'h':
-            printf("usage: hyserve plan -m MODEL.gguf [--context N] [--seqs M] [--kv-type f16|f32|q8_0] [--page-tokens N] [--json] [--backend cpu|cuda]\n");
+            printf("usage: hyserve plan -m MODEL.gguf [--context N] [--seqs M] [--kv-type f16|f32|q8_0] [--page-tokens N] [--chunk TOKENS] [--swa-full] [--json] [--backend cpu|cuda]\n");
             return 0;
         default: return 2;
         }
     }
     if (hy_cli_open(&c, "plan", model, backend, 1, false, NULL) != 0)
         return 1;
-    if (hy_plan_make(&p, c.model, c.be, (int32_t)ctx, (int32_t)seqs, (int32_t)page, kv, err) != HY_OK) {
+    po = (hy_plan_opts_t){(int32_t)ctx, (int32_t)seqs, (int32_t)page, (int32_t)chunk, kv, swa_full};
+    if (hy_plan_make_opts(&p, c.model, c.be, &po, err) != HY_OK) {
         fprintf(stderr, "hyserve plan: %s\n", err);
         goto out;
     }

@@ -1,7 +1,7 @@
 /*
  * cmd_run.c - `hyserve run`: one prompt, one request, text streamed to
- * stdout as it is generated (only whole UTF-8 characters), timing summary on
- * stderr.  The request goes through the server's engine, scheduler, sampler
+ * stdout as it is generated (only whole UTF-8 characters), timing and KV
+ * memory summary on stderr.  The request goes through the server's engine, scheduler, sampler
  * and page allocator, with an in-process request source (engine/local.h)
  * instead of the shared segment; this thread steps the engine.
  */
@@ -37,13 +37,14 @@ static void hy_run_usage(FILE *f)
             "  -c, --ctx N             context length (default: model's, at most 8192)\n"
             "      --ignore-eos        keep generating past end-of-generation tokens\n"
             "      --chat              wrap the prompt as a user message in the model's chat template\n"
-            "      --system TEXT       system message (with --chat)\n");
+            "      --system TEXT       system message (with --chat)\n"
+            "      --swa-full          sliding-window layers keep every position (no sliding page group)\n");
 }
 
 typedef struct {
     const char *model, *prompt, *file, *backend, *system_msg;
     long n_predict, threads, ctx;
-    bool ignore_eos, chat;
+    bool ignore_eos, chat, swa_full;
     hy_sampling_t sp;
 } hy_run_opts_t;
 
@@ -61,6 +62,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         {"threads", required_argument, 0, 't'}, {"ctx", required_argument, 0, 'c'},
         {"ignore-eos", no_argument, 0, 9}, {"chat", no_argument, 0, 10},
         {"system", required_argument, 0, 11}, {"backend", required_argument, 0, 12},
+        {"swa-full", no_argument, 0, 13},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     hy_sampling_t *sp = &o->sp;
     bool seeded = false;
@@ -108,6 +110,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         case 10: o->chat = true; break;
         case 11: o->system_msg = optarg; break;
         case 12: o->backend = optarg; break;
+        case 13: o->swa_full = true; break;
         case 'h': hy_run_usage(stdout); return 1;
         default: hy_run_usage(stderr); return 2;
         }
@@ -156,9 +159,11 @@ static int hy_run_read_prompt(const hy_run_opts_t *o, char **buf, const char **t
 typedef struct {
     hy_tok_stream_t stream;
     hy_local_t *local;
+    hy_pt_t *pt;
     bool print; /* -n 0 asks for the prompt alone: the one token is not shown */
     int rc;
     char err[HY_ERR_LEN];
+    hy_pt_counts_t held; /* the pages in use when the last token came (the sequence's) */
 } hy_run_out_t;
 
 static void hy_run_on_token(void *user, int32_t id, const hy_ring_tok_t *t)
@@ -167,6 +172,9 @@ static void hy_run_on_token(void *user, int32_t id, const hy_ring_tok_t *t)
     const char *piece;
     size_t n;
 
+    /* the engine calls this after the step that drew the token, its
+     * sliding pages trimmed: what one sequence holds at this length */
+    hy_pt_counts(out->pt, &out->held);
     if (!out->print || out->rc != HY_OK)
         return;
     if ((out->rc = hy_tok_stream_feed(&out->stream, t->token, &piece, &n, out->err)) != HY_OK) {
@@ -175,6 +183,25 @@ static void hy_run_on_token(void *user, int32_t id, const hy_ring_tok_t *t)
     }
     fwrite(piece, 1, n, stdout);
     fflush(stdout);
+}
+
+/* One line on what the KV cache took: the pool, and the pages the
+ * sequence held when its last token came (n positions computed), per
+ * page group. */
+static void hy_run_kv_summary(hy_backend_t *be, const hy_engine_t *e,
+                              const hy_pt_counts_t *held, int32_t n)
+{
+    uint64_t pb[HY_KV_GROUPS], pool = 0, st = 0, bytes;
+
+    hy_engine_page_bytes(e, pb);
+    bytes = (uint64_t)held->pages_used * pb[HY_KV_FULL] + (uint64_t)held->swa_used * pb[HY_KV_SWA];
+    be->i->mem_allocated(be, &pool, &st);
+    fprintf(stderr,
+            "hyserve run: kv pool %.2f MiB (%d pages x %llu B + %d sliding-window pages x %llu "
+            "B) | the sequence held %d + %d pages = %.2f MiB at %d positions\n",
+            (double)pool / 1048576.0, held->pages_total, (unsigned long long)pb[HY_KV_FULL],
+            held->swa_total, (unsigned long long)pb[HY_KV_SWA], held->pages_used, held->swa_used,
+            (double)bytes / 1048576.0, n);
 }
 
 /* The request through the engine, text on stdout, timings on stderr. */
@@ -202,6 +229,7 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
     eo.kv_type = HY_DTYPE_F16;
     eo.n_request_slots = 1;
     eo.no_checkpoints = true;
+    eo.swa_full = o->swa_full;
     eo.tok = c->tok;
     memset(&rp, 0, sizeof rp);
     rp.sampling = o->sp;
@@ -211,6 +239,7 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
     if ((rc = hy_local_engine_open(&le, c->model, c->be, &eo, hy_run_on_token, &out, err)) != HY_OK)
         goto out;
     out.local = le.local;
+    out.pt = le.pt;
     c->load_ms += hy_cli_now_ms() - t_open;
     if ((rc = hy_local_submit(le.local, &rp, ids, n_ids, &id, err)) != HY_OK ||
         (rc = hy_local_engine_wait(&le, id, err)) != HY_OK)
@@ -238,6 +267,7 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
             "hyserve run: load %.0f ms | prompt %d tokens, %.1f ms, %.2f tok/s | generation %d tokens, %.1f ms, %.2f tok/s\n",
             c->load_ms, n_ids, t_prompt, n_ids * 1e3 / (t_prompt > 0 ? t_prompt : 1e-9), n_gen,
             t_gen, n_gen * 1e3 / (t_gen > 0 ? t_gen : 1e-9));
+    hy_run_kv_summary(c->be, le.engine, &out.held, n_ids + st->n_generated - 1);
     hy_local_release(le.local, id);
 out:
     if (hy_local_engine_close(&le, rc == HY_OK ? err : NULL) != HY_OK && rc == HY_OK)

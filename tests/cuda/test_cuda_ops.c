@@ -229,7 +229,7 @@ static void test_rope(void)
 static void test_attention(hy_dtype_t kv_type, int window, float softcap, int long_ctx)
 {
     const int n_head = 8, n_kv = 2, hd = 64, pt = 16;
-    hy_kv_layout_t lay = {2, n_kv, hd, hd, pt, 300, kv_type};
+    hy_kv_layout_t lay = {2, n_kv, hd, hd, pt, 300, kv_type, 0, NULL};
     char err[HY_ERR_LEN];
     /* three sequences: long prefill, short prefill, and a third that
      * decodes after its prefill; then one decode step for all */
@@ -252,7 +252,7 @@ static void test_attention(hy_dtype_t kv_type, int window, float softcap, int lo
         int32_t n_tok = 0, pos[1600], tokens[1600] = {0};
         for (int s = 0; s < 3; s++) {
             int n = step == 0 ? plen[s] : 1, past = step == 0 ? 0 : plen[s];
-            seqs[s] = (hy_batch_seq_t){n_tok, n, past, pages[s], 128, -1};
+            seqs[s] = (hy_batch_seq_t){n_tok, n, past, pages[s], 128, -1, NULL, 0};
             for (int i = 0; i < n; i++)
                 pos[n_tok + i] = past + i;
             n_tok += n;
@@ -316,8 +316,8 @@ static void test_recurrent(void)
         /* step 0: prefill 70 + 5 tokens (chunked on the CPU); 1, 2: decode */
         int lens[2] = {step == 0 ? 70 : 1, step == 0 ? 5 : 1};
         int slots[2] = {2, 0};
-        hy_batch_seq_t seqs[2] = {{0, lens[0], 0, NULL, 0, slots[0]},
-                                  {lens[0], lens[1], 0, NULL, 0, slots[1]}};
+        hy_batch_seq_t seqs[2] = {{0, lens[0], 0, NULL, 0, slots[0], NULL, 0},
+                                  {lens[0], lens[1], 0, NULL, 0, slots[1], NULL, 0}};
         int32_t n = lens[0] + lens[1], tok[80] = {0}, pos[80] = {0};
         hy_batch_t b = {n, tok, pos, 2, seqs};
         int qkv = 2 * Hk * d + Hv * d; /* packed q | k | v row */
@@ -356,7 +356,7 @@ static void test_recurrent(void)
             /* checkpoint slot 2 into 3, run slot 3, must equal running 2 */
             g_cpu->i->state_copy(g_cpu, 3, 2);
             g_gpu->i->state_copy(g_gpu, 3, 2);
-            hy_batch_seq_t one = {0, 1, 0, NULL, 0, 3};
+            hy_batch_seq_t one = {0, 1, 0, NULL, 0, 3, NULL, 0};
             hy_batch_t b1 = {1, tok, pos, 1, &one};
             g_cpu->i->conv1d(g_cpu, 0, &b1, x.c, qkv, &wc.c, &wb.c, y.c, C, false);
             g_gpu->i->conv1d(g_gpu, 0, &b1, x.g, qkv, &wc.g, &wb.g, y.g, C, false);
@@ -454,7 +454,7 @@ static void test_errors(void)
     wpair_t w = wpair_f32(e, 64, 10);
     pair_t y = pair_new(NULL, 64 * 2);
     int32_t ids[2] = {3, 10};
-    hy_kv_layout_t lay = {3, 2, 64, 64, 16, 40, HY_DTYPE_Q8_0};
+    hy_kv_layout_t lay = {3, 2, 64, 64, 16, 40, HY_DTYPE_Q8_0, 0, NULL};
     uint64_t pc, sc, pg, sg, kc, kg, s1, s2;
 
     g_gpu->i->get_rows(g_gpu, &w.g, ids, y.g, 2);

@@ -7,5 +7,11 @@ tests_integration_test_long_context_SOURCES = tests/integration/test_long_contex
 tests_integration_test_long_context_LDADD = $(TEST_LDADD)
 # its model and goldens (tests/golden/tiny/qwen35-long.*) ship with
 # tests/golden/tiny (model.mk)
+# sliding-window layers to 32K (tiny gemma3 with Gemma 3's window) and the
+# real Gemma 3 270M's plan and pool (models/, scripts/fetch-model gemma3-270m)
+check_PROGRAMS += tests/integration/test_swa_context
+TESTS += tests/integration/test_swa_context
+tests_integration_test_swa_context_SOURCES = tests/integration/test_swa_context.c
+tests_integration_test_swa_context_LDADD = $(TEST_LDADD)
 # TAP helpers shared by the shell integration tests
 EXTRA_DIST += tests/integration/taplib.sh

@@ -34,6 +34,8 @@ check 1 "has no tokenizer.chat_template; --chat needs one" "run: --chat without 
     "$hy" run -m "$tiny" -p hi --chat -n 1
 check 2 "hyserve plan: --kv-type = 'q4': must be f16, f32 or q8_0" "plan: unknown --kv-type" -- \
     "$hy" plan -m "$tiny" --kv-type q4
+check 2 "hyserve plan: --chunk = '0': must be an integer in 1..1073741824" "plan: zero --chunk" -- \
+    "$hy" plan -m "$tiny" --chunk 0
 check 2 "hyserve bench: --repetitions = '0': must be an integer in 1..1000" "bench: zero repetitions" -- \
     "$hy" bench -m "$tiny" -r 0
 check 2 "hyserve eval: --ids FILE and --out FILE are required" "eval: missing --out" -- \
@@ -79,6 +81,42 @@ check 1 "hyserve bench: backend 'gpu': must be one of cpu|cuda" "bench: unknown 
     "$hy" bench -m "$tiny" -p 16 -n 0 -r 1 --backend gpu
 check 2 "hyserve bench: --ttft-prefix = 0: must be an integer in 32..65536" "bench: --ttft-prefix too small" -- \
     "$hy" bench --offline -m "$src/tests/golden/tiny/lfm2.gguf" --ttft-prefix=0
+
+# hyserve plan on a model with sliding-window layers (tiny gemma3: five of
+# window 16, one global): at 4096 tokens they have their own page group of
+# the window + one chunk; with --swa-full they keep every position.
+n=$((n + 1))
+g3="$src/tests/golden/tiny/gemma3.gguf"
+out=$("$hy" plan -m "$g3" --context 4096 --chunk 64 --json 2>&1)
+full=$("$hy" plan -m "$g3" --context 4096 --chunk 64 --swa-full --json 2>&1)
+case "$out|$full" in
+*'"pages":256,'*'"swa_window":16,"swa_layers":5,'*'"swa_pages":6,'*'"seq_swa_tokens":16,'*'|'*'"swa_full":true,"swa_window":0,"swa_layers":0,'*'"swa_pages":0,'*)
+    echo "ok $n - plan: the sliding layers' own page group (6 pages of window + chunk), none with --swa-full" ;;
+*)
+    fail=$((fail + 1))
+    echo "not ok $n - plan --json on gemma3: $out / $full" ;;
+esac
+n=$((n + 1))
+out=$("$hy" plan -m "$g3" --context 4096 2>&1)
+case "$out" in
+*"sliding window     16 tokens in 5 of 6 layers: their own page group"*"sliding KV pages"*"dense equivalent"*)
+    echo "ok $n - plan: the table shows the sliding page group next to the dense equivalent" ;;
+*)
+    fail=$((fail + 1))
+    echo "not ok $n - plan on gemma3: $out" ;;
+esac
+
+# The same with sliding-window layers (tiny gemma3, window 16): a repeat
+# resumes at 192 too, which needs the window's sliding pages before it.
+n=$((n + 1))
+out=$("$hy" bench --offline -m "$g3" --ttft-prefix=200 --repeat 2 -t 1 2>&1)
+case "$out" in
+*"ttft cold "*"hit_tokens=0"*"ttft repeat "*"hit_tokens=192 "*)
+    echo "ok $n - bench --offline --ttft-prefix on gemma3: a repeat hits 192 of 200 through the sliding pages" ;;
+*)
+    fail=$((fail + 1))
+    echo "not ok $n - bench --offline --ttft-prefix on gemma3: $out" ;;
+esac
 
 # The TTFT mode end to end on a tiny hybrid: an exact repeat of a 200-token
 # prompt resumes at the last whole block before its final token (192), the

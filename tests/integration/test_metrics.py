@@ -327,6 +327,10 @@ try:
     blocker.close()
     for th in workers:
         th.join(300)
+    # the blocker's tokens count in the tokens/s windows as they are pushed but
+    # in the totals only when its cancellation is finished, before its slot
+    # is released: wait for that
+    wait_gauge("hyserve_request_slots_used", 0, 120)
     tags = [o[0] for o in order]
     ok(queued == 5 and all(o[1] == 200 for o in order) and
        tags == ["vip", "alice+5", "batch1", "batch2", "batch3"],
@@ -367,9 +371,19 @@ try:
        page_bytes == int(page_bytes) and used[("kv_pages", "hot")] == pages["used"] * page_bytes and
        cached[("kv_pages", "hot")] == pages["cached"] * page_bytes and
        0.8 * model_bytes < mem[("weights", "hot")] <= model_bytes and
-       set(k for k, _ in mem) == {"weights", "kv_pages", "state_slots", "checkpoints"},
+       set(k for k, _ in mem) == {"weights", "kv_pages", "kv_swa_pages", "state_slots", "checkpoints"},
        "memory by kind (hot tier): weights %d of a %d-byte file, %d KV pages of %d bytes, "
        "used + free + cached = total" % (mem[("weights", "hot")], model_bytes, total, page_bytes))
+    # the sliding-window page group: none for this model (no sliding layers),
+    # shown as an empty pool whose counts still add up
+    swa = {s.labels["state"]: s.value for s in fams["hyserve_kv_swa_pages"].samples}
+    swa_total = sample(text, "hyserve_kv_swa_pages_total")
+    ok(swa_total == 0 and swa == {"used": 0, "free": 0, "cached": 0} and
+       mem[("kv_swa_pages", "hot")] == 0 and used[("kv_swa_pages", "hot")] == 0 and
+       cached[("kv_swa_pages", "hot")] == 0,
+       "sliding-window KV pages: %d in the pool, used %d + free %d + cached %d, %d bytes"
+       % (swa_total, swa.get("used", -1), swa.get("free", -1), swa.get("cached", -1),
+          mem[("kv_swa_pages", "hot")]))
     host = {s.labels["state"]: s.value for s in fams["hyserve_host_memory_bytes"].samples}
     ok(0 < host["available"] <= host["total"], "host memory: %d of %d bytes available"
        % (host["available"], host["total"]))

@@ -30,7 +30,7 @@ int main(int argc, char **argv)
     hy_state_layout_t lay = {1, 1, &conv, &rec};
     float *x = malloc(sizeof(float) * (size_t)T * stride), *g = malloc(sizeof(float) * (size_t)T * H),
           *b = malloc(sizeof(float) * (size_t)T * H), *out = malloc(sizeof(float) * (size_t)T * H * d);
-    hy_batch_seq_t sq = {0, T, 0, NULL, 0, 0};
+    hy_batch_seq_t sq = {0, T, 0, NULL, 0, 0, NULL, 0};
     hy_batch_t batch = {T, NULL, NULL, 1, &sq};
     double best[2] = {1e30, 1e30};
     uint32_t s = 12345;

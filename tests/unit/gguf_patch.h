@@ -58,6 +58,22 @@ static inline size_t hy_tp_find_str(const unsigned char *buf, size_t size, const
     return 0;
 }
 
+/* Sets the u32 value of key (stored as a u32) in place; 0, or -1 when the
+ * key is not there or not a u32. */
+static inline int hy_tp_set_u32(unsigned char *buf, size_t size, const char *key, uint32_t v)
+{
+    size_t at = hy_tp_find_str(buf, size, key);
+    uint32_t type;
+
+    if (at == 0 || at + 8 > size)
+        return -1;
+    memcpy(&type, buf + at, 4);
+    if (type != HY_TW_U32)
+        return -1;
+    memcpy(buf + at + 4, &v, 4);
+    return 0;
+}
+
 /* Loads buf as a GGUF file.  With out non-NULL the model is handed over
  * (caller frees it); otherwise it is freed here.  err holds the message. */
 static inline int hy_tp_load(hy_backend_t *be, const unsigned char *buf, size_t size,

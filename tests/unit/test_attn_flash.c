@@ -1,7 +1,7 @@
 /*
- * test_attn_flash.c - prefill attention over the paged KV cache (the
- * AVX-512 flash kernel of attn_avx512.c where the CPU has it, the lanes
- * kernel elsewhere) against dense attention in double, on awkward shapes:
+ * test_attn_flash.c - prefill attention over the paged KV cache (the flash
+ * kernel of the CPU's level, and every lower level: attn_flash_impl.h)
+ * against dense attention in double, on awkward shapes:
  * 1..70 and 513 new queries after cached prefixes whose lengths are not
  * multiples of the kernel's tiles, shuffled page ids, GQA 1/4/8, heads of
  * 64/128/256, pages of 16/7/5, window, softcap, F32/F16/Q8_0 KV, 1 and 2
@@ -93,7 +93,7 @@ static void run_case_isas(hy_backend_t *be, const cfg_t *c, int n_past, int n_ne
     float *out = malloc((size_t)n_isa * T * nh * c->hdv * sizeof(float));
     double *s = malloc((size_t)T * sizeof(double)), *o = malloc((size_t)c->hdv * sizeof(double));
     int32_t *pos = malloc((size_t)T * sizeof(int32_t)), *pages = malloc((size_t)n_pages * 4);
-    hy_kv_layout_t lay = {1, c->nkv, c->hd, c->hdv, c->pt, n_pages, c->type};
+    hy_kv_layout_t lay = {1, c->nkv, c->hd, c->hdv, c->pt, n_pages, c->type, 0, NULL};
     hy_attn_params_t p = {nh, c->nkv, c->hd, c->hdv, 1.0f / sqrtf((float)c->hd), c->window,
                           c->softcap};
     char err[HY_ERR_LEN] = "";
@@ -132,7 +132,7 @@ static void run_case_isas(hy_backend_t *be, const cfg_t *c, int n_past, int n_ne
             int first = part ? n_past : 0, n = part ? n_new : n_past;
             if (n == 0)
                 continue;
-            hy_batch_seq_t sq = {0, n, first, pages, (first + n + c->pt - 1) / c->pt, -1};
+            hy_batch_seq_t sq = {0, n, first, pages, (first + n + c->pt - 1) / c->pt, -1, NULL, 0};
             hy_batch_t b = {n, NULL, pos + first, 1, &sq};
             be->i->attention(be, 0, &b, q + (size_t)first * nh * c->hd,
                              k + (size_t)first * c->nkv * c->hd,

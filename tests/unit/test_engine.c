@@ -17,6 +17,7 @@
 #include "kv/plan.h"
 #include "backend/cuda/sample.h"
 #include "ipc/ring.h"
+#include "server/metrics.h"
 #include "test.h"
 #include "golden.h"
 
@@ -100,9 +101,11 @@ static void hy_e_down(hy_e_env_t *v, const char *what)
     hy_engine_stop(v->e);
     rc = hy_pt_check(hy_shm_pt(v->shm), err);
     hy_pt_counts(hy_shm_pt(v->shm), &c);
-    HY_T_OK(rc == HY_OK && c.pages_used == 0 && c.state_used == 0 && c.ckpt_used == 0,
-            "%s: accounting (%s; pages used %d free %d cached %d, states %d, ckpts used %d)", what,
-            rc == HY_OK ? "ok" : err, c.pages_used, c.pages_free, c.pages_cached, c.state_used,
+    HY_T_OK(rc == HY_OK && c.pages_used == 0 && c.swa_used == 0 && c.state_used == 0 &&
+                c.ckpt_used == 0,
+            "%s: accounting (%s; pages used %d free %d cached %d, sliding used %d free %d "
+            "cached %d, states %d, ckpts used %d)", what, rc == HY_OK ? "ok" : err, c.pages_used,
+            c.pages_free, c.pages_cached, c.swa_used, c.swa_free, c.swa_cached, c.state_used,
             c.ckpt_used);
     hy_engine_free(v->e);
     hy_shm_close(v->shm);
@@ -583,6 +586,65 @@ out:
     HY_T_OK(0, "%s: prefix scenarios (%s)", name, err);
 }
 
+/* The value of the /metrics sample that starts with name (labels included),
+ * or -1. */
+static double hy_e_sample(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (strncmp(l, name, n) == 0 && l[n] == ' ')
+            return strtod(l + n + 1, NULL);
+    return -1;
+}
+
+/* /metrics of a model with sliding-window layers, with two prompts cached:
+ * the sliding group's pages by state add up to its pool, and its memory by
+ * kind is those pages times the group's page bytes (the full group's
+ * pages are 0 bytes for lfm2-swa, whose attention layers all slide). */
+static void hy_e_metrics(hy_e_env_t *v, const char *name)
+{
+    char err[HY_ERR_LEN] = "", *text = NULL;
+    hy_metrics_info_t info = {"test", "tiny", "v", "0", 0};
+    uint64_t pb[HY_KV_GROUPS];
+    int32_t p[50];
+    hy_e_out_t a = {0};
+    double u = -1, f = -1, c = -1, t = -1, mb = -1, mu = -1, mc = -1, fb = -1, ft = -1;
+    size_t len;
+    int rc;
+
+    hy_e_opts(&v->o);
+    if ((rc = hy_e_up(v, &v->o, err)) != HY_OK)
+        goto out;
+    hy_e_prompt(p, 50, 61, v->m->n_vocab);
+    rc = hy_e_run1(v, p, 50, 4, &a, err);
+    hy_e_prompt(p, 50, 62, v->m->n_vocab);
+    if (rc == HY_OK)
+        rc = hy_e_run1(v, p, 50, 4, &a, err);
+    hy_engine_page_bytes(v->e, pb);
+    hy_metrics_set_memory(v->shm, 1, pb[HY_KV_FULL], pb[HY_KV_SWA], 0);
+    if (rc == HY_OK && (rc = hy_metrics_render(v->shm, &info, &text, &len)) == HY_OK) {
+        u = hy_e_sample(text, "hyserve_kv_swa_pages{state=\"used\"}");
+        f = hy_e_sample(text, "hyserve_kv_swa_pages{state=\"free\"}");
+        c = hy_e_sample(text, "hyserve_kv_swa_pages{state=\"cached\"}");
+        t = hy_e_sample(text, "hyserve_kv_swa_pages_total");
+        mb = hy_e_sample(text, "hyserve_memory_bytes{kind=\"kv_swa_pages\",tier=\"hot\"}");
+        mu = hy_e_sample(text, "hyserve_memory_used_bytes{kind=\"kv_swa_pages\",tier=\"hot\"}");
+        mc = hy_e_sample(text, "hyserve_memory_cached_bytes{kind=\"kv_swa_pages\",tier=\"hot\"}");
+        fb = hy_e_sample(text, "hyserve_memory_bytes{kind=\"kv_pages\",tier=\"hot\"}");
+        ft = hy_e_sample(text, "hyserve_kv_pages_total");
+    }
+    free(text);
+    hy_e_down(v, name);
+out:
+    HY_T_OK(rc == HY_OK && t > 0 && u == 0 && c > 0 && u + f + c == t && pb[HY_KV_SWA] > 0 &&
+                mb == t * (double)pb[HY_KV_SWA] && mu == 0 && mc == c * (double)pb[HY_KV_SWA] &&
+                ft > 0 && fb == ft * (double)pb[HY_KV_FULL],
+            "%s: /metrics: sliding pages used %g + free %g + cached %g = total %g, memory by kind "
+            "kv_swa_pages %g B (cached %g B) next to kv_pages %g B (%s)", name, u, f, c, t, mb, mc,
+            fb, rc == HY_OK ? "ok" : err);
+}
+
 /* Where a hit resumes, with only prompt-end checkpoints (interval 0):
  * an exact repeat of a 64-token prompt (whole blocks: the match must leave
  * the last token, so it resumes at 48 and needs a checkpoint there), and a
@@ -666,9 +728,10 @@ static void hy_e_preempt(hy_e_env_t *v, const char *name)
     if ((rc = hy_plan_make(&plan, v->m, v->be, o.n_ctx, 1, o.page_tokens, o.kv_type, err)) != HY_OK)
         goto out;
     /* 12 pages (each request needs 5).  A dense model gets them from the
-     * memory budget; a hybrid one's budget also pays for state slots and
-     * checkpoints, so its segment is cut down to 12 pages directly. */
-    o.memory_bytes = 12 * plan.page_bytes;
+     * memory budget (12 of each group with sliding-window layers); a hybrid
+     * one's budget also pays for state slots and checkpoints, so its
+     * segment is cut down to 12 pages directly. */
+    o.memory_bytes = 12 * (plan.page_bytes + plan.swa_page_bytes);
     if (v->m->n_rec_layers > 0) {
         o.memory_bytes = 0;
         v->force_pages = 12;
@@ -836,13 +899,13 @@ static void hy_e_sched(void)
 static void hy_e_runner(hy_model_t *m, hy_backend_t *be)
 {
     char err[HY_ERR_LEN] = "", err2[HY_ERR_LEN] = "", perr[HY_ERR_LEN] = "ok";
-    hy_pt_params_t pp = {4, 16, 0, 0, 0};
+    hy_pt_params_t pp = {4, 16, 0, 0, 0, 0};
     hy_pt_t *pt = NULL;
     hy_runner_t r;
     hy_runner_opts_t o;
     hy_pt_counts_t c[3];
     int32_t pages[2] = {7, 1}, tok[40] = {0};
-    hy_kv_seq_t bad = {pages, 2, 2, 0, 0}, a = {0}, b = {0};
+    hy_kv_seq_t bad = {.pages = pages, .n_pages = 2, .cap = 2}, a = {0}, b = {0};
     hy_runner_item_t it[2] = {{&bad, tok, 20, false}, {&b, tok, 40, false}};
     float *logits = malloc(sizeof(float) * 2 * (size_t)m->n_vocab);
     int rc[3] = {0};
@@ -890,7 +953,7 @@ int main(void)
      * Mamba-2 with and without attention layers first), picked by name from
      * the manifest: a name it no longer lists fails. */
     static const char *const models[] = {"llama", "qwen3next", "lfm2", "granitehybrid-dense",
-                                         "nemotron_h", "minimax"};
+                                         "nemotron_h", "minimax", "gemma3", "gemma2", "lfm2-swa"};
     hy_t_golden_t golden[HY_T_GOLDEN_MAX];
     int n_golden = hy_t_golden_models(golden, HY_T_GOLDEN_MAX);
     hy_backend_opts_t bo = {.n_threads = 1};
@@ -920,8 +983,10 @@ int main(void)
             hy_e_batch(&v, models[k]);
         hy_e_prefix(&v, models[k]);
         hy_e_resume(&v, models[k]);
-        if (k == 0 || k == 2) /* qwen3next's decode is the slow one */
+        if (k == 0 || k == 2 || k >= 6) /* qwen3next's decode is the slow one */
             hy_e_preempt(&v, models[k]);
+        if (k >= 6)
+            hy_e_metrics(&v, models[k]);
         if (k == 0) {
             hy_e_cancel(&v, models[k]);
             hy_e_local_errors(&v, models[k]);

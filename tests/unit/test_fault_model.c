@@ -15,7 +15,7 @@
 #include "backend/backend.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
-#include "kv/pagetable.h"
+#include "ipc/pagetable.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "test.h"
@@ -311,7 +311,7 @@ typedef struct {
 static int32_t fm_pt_seq(hy_pt_t *pt, const int32_t *tok, int32_t n, char *err)
 {
     int32_t pages[64], b, slot, nb = (n + FP_BT - 1) / FP_BT;
-    hy_pt_match_t m = {pages, 64, 0, 0, -1, 0};
+    hy_pt_match_t m = {pages, 64, 0, 0, -1, 0, NULL, 0, 0};
     uint64_t h;
     bool existed;
     int rc;
@@ -320,14 +320,14 @@ static int32_t fm_pt_seq(hy_pt_t *pt, const int32_t *tok, int32_t n, char *err)
         return rc;
     if (m.ckpt >= 0)
         hy_pt_checkpoint_release(pt, m.ckpt, err);
-    if ((rc = hy_pt_alloc_pages(pt, nb - m.n_blocks, pages + m.n_blocks, err)) != HY_OK) {
-        hy_pt_release_seq(pt, pages, m.n_blocks, err);
+    if ((rc = hy_pt_alloc_pages(pt, HY_KV_FULL, nb - m.n_blocks, pages + m.n_blocks, err)) != HY_OK) {
+        hy_pt_release_seq(pt, HY_KV_FULL, pages, m.n_blocks, err);
         return rc;
     }
     h = m.hash;
     for (b = m.n_blocks; b < n / FP_BT; b++) {
         h = hy_pt_block_hash(h, tok + b * FP_BT, FP_BT);
-        hy_pt_commit_block(pt, pages[b], h, b, tok + b * FP_BT, err);
+        hy_pt_commit_block(pt, HY_KV_FULL, pages[b], h, b, tok + b * FP_BT, err);
     }
     if (n / FP_BT > m.n_blocks && hy_pt_checkpoint_put(pt, h, &slot, &existed, err) == HY_OK) {
         if (existed)
@@ -335,7 +335,7 @@ static int32_t fm_pt_seq(hy_pt_t *pt, const int32_t *tok, int32_t n, char *err)
         else
             hy_pt_checkpoint_publish(pt, slot, err);
     }
-    hy_pt_release_seq(pt, pages, nb, err);
+    hy_pt_release_seq(pt, HY_KV_FULL, pages, nb, err);
     return m.n_tokens;
 }
 

@@ -93,7 +93,7 @@ static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
         for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++) {
             hy_dtype_t t = types[ti];
             double worst = 0;
-            int same = 1, ran = 1;
+            int same = 1, ran = 1, dot_same = 1;
             for (size_t si = 0; si < HY_ARRAY_LEN(shapes) && ran; si++) {
                 int64_t k = shapes[si][0], n_out = shapes[si][1];
                 size_t rb = hy_dtype_row_bytes(t, k);
@@ -130,6 +130,15 @@ static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
                     double e3 = worst_err(y3, (size_t)n_out, ref, mag, n_out, nt);
                     worst = HY_MAX(worst, HY_MAX(e1, e3));
                     same = same && memcmp(y1, y3, (size_t)(nt * n_out) * sizeof(float)) == 0;
+                    /* every level: each output is vec_dot's bits, whatever
+                     * n_tok (AVX-512: the GEMM, also for one token) */
+                    for (int tk = 0; tk < nt; tk++)
+                        for (int64_t r = 0; r < n_out; r++) {
+                            float d;
+                            hy_quant_traits(t)->vec_dot(k, &d, wd + (size_t)r * rb,
+                                                        x + (size_t)tk * k);
+                            dot_same = dot_same && memcmp(&d, &y1[tk * n_out + r], 4) == 0;
+                        }
                 }
                 if (be1->i->status(be1, err) != HY_OK || be3->i->status(be3, err) != HY_OK) {
                     printf("# %s\n", err);
@@ -144,10 +153,11 @@ static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
                 free(mag);
                 free(wd);
             }
-            HY_T_OK(ran && worst <= 1e-5 && same,
+            HY_T_OK(ran && worst <= 1e-5 && same && dot_same,
                     "matmul %s at %s, 5 shapes x n_tok 1..70: err vs double %.2e (tol 1e-5), "
-                    "1 and 3 threads %s", hy_dtype_info(t)->name, hy_isa_name((hy_isa_t)isa),
-                    worst, same ? "identical" : "DIFFER");
+                    "1 and 3 threads %s, == vec_dot bit for bit %s", hy_dtype_info(t)->name,
+                    hy_isa_name((hy_isa_t)isa), worst, same ? "identical" : "DIFFER",
+                    dot_same ? "yes" : "NO");
         }
     }
     hy_quant_set_isa(hy_cpu_isa());

@@ -2,8 +2,10 @@
  * test_pagetable.c - the page table and prefix cache in private memory:
  * hits and misses, multi-turn reuse, checkpoint-gated matches for hybrid
  * models, LRU eviction under pressure (never of a referenced page),
- * duplicate blocks, recovery, and the used + free + cached == total
- * invariant after every scenario.
+ * duplicate blocks, recovery, the sliding-window page group (hits need the
+ * window before the hit point; slid-out pages are evicted first; a full
+ * page's eviction takes the sliding page of its block along), and the
+ * used + free + cached == total invariant, per group, after every scenario.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +19,9 @@ static hy_pt_t pt;
 static void *mem;
 static char err[HY_ERR_LEN];
 
-static int setup(int n_pages, int n_ckpt, int n_state)
+static int setup_groups(int n_pages, int n_swa, int n_ckpt, int n_state)
 {
-    hy_pt_params_t p = {n_pages, BT, n_state, n_ckpt, 0};
+    hy_pt_params_t p = {n_pages, BT, n_state, n_ckpt, 0, n_swa};
     hy_pt_layout_t l;
 
     free(mem);
@@ -29,6 +31,11 @@ static int setup(int n_pages, int n_ckpt, int n_state)
     return hy_pt_init(&pt, mem, l.total_size, &p, NULL, err);
 }
 
+static int setup(int n_pages, int n_ckpt, int n_state)
+{
+    return setup_groups(n_pages, 0, n_ckpt, n_state);
+}
+
 static bool accounting_ok(const char *what)
 {
     hy_pt_counts_t c;
@@ -36,10 +43,12 @@ static bool accounting_ok(const char *what)
 
     hy_pt_counts(&pt, &c);
     HY_T_OK(rc == HY_OK && c.pages_used + c.pages_free + c.pages_cached == c.pages_total &&
+                c.swa_used + c.swa_free + c.swa_cached == c.swa_total &&
                 c.ckpt_used + c.ckpt_free + c.ckpt_cached == c.ckpt_total,
-            "%s: accounting (pages %d+%d+%d=%d, ckpt %d+%d+%d=%d) %s", what, c.pages_used,
-            c.pages_free, c.pages_cached, c.pages_total, c.ckpt_used, c.ckpt_free, c.ckpt_cached,
-            c.ckpt_total, rc == HY_OK ? "" : err);
+            "%s: accounting (pages %d+%d+%d=%d, sliding %d+%d+%d=%d, ckpt %d+%d+%d=%d) %s", what,
+            c.pages_used, c.pages_free, c.pages_cached, c.pages_total, c.swa_used, c.swa_free,
+            c.swa_cached, c.swa_total, c.ckpt_used, c.ckpt_free, c.ckpt_cached, c.ckpt_total,
+            rc == HY_OK ? "" : err);
     return rc == HY_OK;
 }
 
@@ -49,7 +58,7 @@ static bool accounting_ok(const char *what)
 static int run_seq(const int32_t *tok, int n, bool hybrid, bool keep, int32_t *pages_out)
 {
     int32_t pages[256];
-    hy_pt_match_t m = {pages, 256, 0, 0, -1, 0};
+    hy_pt_match_t m = {pages, 256, 0, 0, -1, 0, NULL, 0, 0};
     int32_t nb = (n + BT - 1) / BT, b;
     uint64_t h;
 
@@ -57,14 +66,14 @@ static int run_seq(const int32_t *tok, int n, bool hybrid, bool keep, int32_t *p
         return -1;
     if (m.ckpt >= 0)
         hy_pt_checkpoint_release(&pt, m.ckpt, err); /* state copied out */
-    if (hy_pt_alloc_pages(&pt, nb - m.n_blocks, pages + m.n_blocks, err) != HY_OK) {
-        hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    if (hy_pt_alloc_pages(&pt, HY_KV_FULL, nb - m.n_blocks, pages + m.n_blocks, err) != HY_OK) {
+        hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
         return -2;
     }
     h = m.hash;
     for (b = m.n_blocks; b < n / BT; b++) {
         h = hy_pt_block_hash(h, tok + b * BT, BT);
-        hy_pt_commit_block(&pt, pages[b], h, b, tok + b * BT, err);
+        hy_pt_commit_block(&pt, HY_KV_FULL, pages[b], h, b, tok + b * BT, err);
         if (hybrid && b == n / BT - 1) {
             int32_t slot;
             bool existed;
@@ -79,13 +88,13 @@ static int run_seq(const int32_t *tok, int n, bool hybrid, bool keep, int32_t *p
     if (pages_out)
         memcpy(pages_out, pages, sizeof(int32_t) * (size_t)nb);
     if (!keep)
-        hy_pt_release_seq(&pt, pages, nb, err);
+        hy_pt_release_seq(&pt, HY_KV_FULL, pages, nb, err);
     return m.n_tokens;
 }
 
 static void test_params(void)
 {
-    hy_pt_params_t p = {0, 16, 0, 0, 0};
+    hy_pt_params_t p = {0, 16, 0, 0, 0, 0};
     hy_pt_layout_t l;
     int i;
 
@@ -107,7 +116,7 @@ static void test_params(void)
 static void test_hits_and_misses(void)
 {
     int32_t a[12], b[12], pages[8];
-    hy_pt_match_t m = {pages, 8, 0, 0, -1, 0};
+    hy_pt_match_t m = {pages, 8, 0, 0, -1, 0, NULL, 0, 0};
     int i, r;
 
     setup(16, 0, 0);
@@ -120,21 +129,21 @@ static void test_hits_and_misses(void)
     r = hy_pt_match(&pt, b, 12, false, &m, err);
     HY_T_OK(r == HY_OK && m.n_blocks == 1, "prompt differing in block 1 hits only block 0: %d",
             m.n_blocks);
-    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     HY_T_OK(hy_pt_match(&pt, a, 3, false, &m, err) == HY_OK && m.n_blocks == 0,
             "prompt shorter than one block: no hit");
     HY_T_OK(hy_pt_match(&pt, a, BT, false, &m, err) == HY_OK && m.n_blocks == 0,
             "prompt of exactly one block: no hit (a token must remain)");
     HY_T_OK(hy_pt_match(&pt, a, BT + 1, false, &m, err) == HY_OK && m.n_blocks == 1,
             "one block + 1 token: hit");
-    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     accounting_ok("hits/misses");
 }
 
 static void test_collision_guard(void)
 {
     int32_t a[9], pages[4];
-    hy_pt_match_t m = {pages, 4, 0, 0, -1, 0};
+    hy_pt_match_t m = {pages, 4, 0, 0, -1, 0, NULL, 0, 0};
     int32_t p, i;
     uint64_t h;
 
@@ -143,13 +152,13 @@ static void test_collision_guard(void)
     setup(8, 0, 0);
     for (i = 0; i < 9; i++)
         a[i] = i + 1;
-    hy_pt_alloc_pages(&pt, 1, &p, err);
+    hy_pt_alloc_pages(&pt, HY_KV_FULL, 1, &p, err);
     h = hy_pt_block_hash(HY_PT_HASH_ROOT, a, BT);
     {
         int32_t other[BT] = {9, 9, 9, 9};
-        hy_pt_commit_block(&pt, p, h, 0, other, err);
+        hy_pt_commit_block(&pt, HY_KV_FULL, p, h, 0, other, err);
     }
-    hy_pt_release_seq(&pt, &p, 1, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, &p, 1, err);
     HY_T_OK(hy_pt_match(&pt, a, 9, false, &m, err) == HY_OK && m.n_blocks == 0,
             "hash hit with different tokens is not a hit");
     accounting_ok("collision guard");
@@ -182,7 +191,7 @@ static void test_multi_turn(void)
 static void test_checkpoint_gating(void)
 {
     int32_t t[40], pages[16], slot;
-    hy_pt_match_t m = {pages, 16, 0, 0, -1, 0};
+    hy_pt_match_t m = {pages, 16, 0, 0, -1, 0, NULL, 0, 0};
     bool existed;
     int i;
     uint64_t h = HY_PT_HASH_ROOT, h2 = 0;
@@ -203,10 +212,10 @@ static void test_checkpoint_gating(void)
     HY_T_OK(i == HY_OK && m.n_blocks == 2 && m.ckpt == slot,
             "hybrid hit stops at the checkpoint after block 1: %d blocks", m.n_blocks);
     hy_pt_checkpoint_release(&pt, m.ckpt, err);
-    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     HY_T_OK(hy_pt_match(&pt, t, 40, false, &m, err) == HY_OK && m.n_blocks == 8,
             "attention-only match of the same prompt: 8 blocks");
-    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     hy_pt_checkpoint_put(&pt, h, &slot, &existed, err);
     HY_T_OK(existed, "second put at the same boundary returns the existing checkpoint");
     hy_pt_checkpoint_release(&pt, slot, err);
@@ -262,31 +271,31 @@ static void test_eviction_pressure(void)
                 ok = 0;
     }
     HY_T_OK(ok, "50 prompts churn the pool; the 8 referenced pages are never evicted");
-    HY_T_OK(hy_pt_alloc_pages(&pt, 9, extra, err) == HY_EFULL,
+    HY_T_OK(hy_pt_alloc_pages(&pt, HY_KV_FULL, 9, extra, err) == HY_EFULL,
             "alloc beyond free + cached: HY_EFULL (%s)", err);
-    HY_T_OK(hy_pt_alloc_pages(&pt, 8, extra, err) == HY_OK,
+    HY_T_OK(hy_pt_alloc_pages(&pt, HY_KV_FULL, 8, extra, err) == HY_OK,
             "alloc of exactly free + cached succeeds by evicting");
     hy_pt_counts(&pt, &c);
     HY_T_OK(c.pages_used == 16 && c.pages_free == 0 && c.pages_cached == 0, "pool full");
     accounting_ok("eviction: full");
-    hy_pt_release_seq(&pt, extra, 8, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, extra, 8, err);
     {
-        hy_pt_match_t m = {pages, 16, 0, 0, -1, 0};
+        hy_pt_match_t m = {pages, 16, 0, 0, -1, 0, NULL, 0, 0};
         i = hy_pt_match(&pt, t, 30, false, &m, err);
         HY_T_OK(i == HY_OK && m.n_blocks == 7,
                 "the held sequence's blocks are still shared by a new match: %d", m.n_blocks);
         HY_T_OK(pt.pages[held[0]].refcount == 2, "shared page refcount 2");
-        hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+        hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     }
-    hy_pt_release_seq(&pt, held, 8, err);
-    HY_T_OK(hy_pt_release_seq(&pt, held, 1, err) == HY_EINVAL, "double release refused: %s", err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, held, 8, err);
+    HY_T_OK(hy_pt_release_seq(&pt, HY_KV_FULL, held, 1, err) == HY_EINVAL, "double release refused: %s", err);
     accounting_ok("eviction pressure");
 }
 
 static void test_lru_order(void)
 {
     int32_t a[9], b[9], c9[9], pages[4], p;
-    hy_pt_match_t m = {pages, 4, 0, 0, -1, 0};
+    hy_pt_match_t m = {pages, 4, 0, 0, -1, 0, NULL, 0, 0};
     int i;
 
     /* 4 pages: A and B cached (2 blocks each), touch A, then allocating 2
@@ -297,11 +306,11 @@ static void test_lru_order(void)
     run_seq(a, 8, false, false, NULL);
     run_seq(b, 8, false, false, NULL);
     hy_pt_match(&pt, a, 9, false, &m, err);
-    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     run_seq(c9, 8, false, false, NULL);
     HY_T_OK(hy_pt_match(&pt, a, 9, false, &m, err) == HY_OK && m.n_blocks == 2,
             "recently used prefix survives eviction");
-    hy_pt_release_seq(&pt, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
     HY_T_OK(hy_pt_match(&pt, b, 9, false, &m, err) == HY_OK && m.n_blocks == 0,
             "least recently used prefix was evicted");
     (void)p;
@@ -315,14 +324,14 @@ static void test_duplicate_and_partial(void)
     hy_pt_counts_t c;
 
     setup(8, 0, 0);
-    hy_pt_alloc_pages(&pt, 2, p, err);
-    hy_pt_alloc_pages(&pt, 2, q, err);
-    HY_T_OK(hy_pt_commit_block(&pt, p[0], h, 0, t, err) == HY_OK, "first commit indexes");
-    HY_T_OK(hy_pt_commit_block(&pt, q[0], h, 0, t, err) == 1, "twin commit stays private");
-    HY_T_OK(hy_pt_commit_block(&pt, p[0], h, 0, t, err) == HY_EINVAL, "recommit refused");
+    hy_pt_alloc_pages(&pt, HY_KV_FULL, 2, p, err);
+    hy_pt_alloc_pages(&pt, HY_KV_FULL, 2, q, err);
+    HY_T_OK(hy_pt_commit_block(&pt, HY_KV_FULL, p[0], h, 0, t, err) == HY_OK, "first commit indexes");
+    HY_T_OK(hy_pt_commit_block(&pt, HY_KV_FULL, q[0], h, 0, t, err) == 1, "twin commit stays private");
+    HY_T_OK(hy_pt_commit_block(&pt, HY_KV_FULL, p[0], h, 0, t, err) == HY_EINVAL, "recommit refused");
     /* p[1], q[1] are partial last blocks: never committed */
-    hy_pt_release_seq(&pt, p, 2, err);
-    hy_pt_release_seq(&pt, q, 2, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, p, 2, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, q, 2, err);
     hy_pt_counts(&pt, &c);
     HY_T_OK(c.pages_cached == 1 && c.pages_free == 7,
             "only the indexed full block is cached; twin and partial blocks freed (%d cached)",
@@ -361,6 +370,136 @@ static void test_state_slots_and_recover(void)
     accounting_ok("after recover + reuse");
 }
 
+/* ---- the sliding-window group -------------------------------------------- */
+
+#define W 6 /* window: the next token sees its own position and the 5 before */
+
+/* A sequence of a model with sliding layers, as the engine runs it: match
+ * (full pages + the window's sliding pages), both groups' pages for the
+ * rest, every full block committed in both groups, the sliding blocks the
+ * window has left released as stale - except the window before the
+ * prompt's last block boundary, which an exact repeat resumes from - and
+ * the rest released at the end.  Returns matched tokens (*swa_first: the
+ * match's first sliding block). */
+static int run_swa_seq(const int32_t *tok, int n, int32_t *swa_first)
+{
+    int32_t pages[64], swa[64], nb = (n + BT - 1) / BT, b, lo, pb = (n - 1) / BT * BT, klo, k;
+    hy_pt_match_t m = {pages, 64, 0, 0, -1, 0, swa, W, 0};
+    uint64_t h;
+
+    if (hy_pt_match(&pt, tok, n, false, &m, err) != HY_OK)
+        return -1;
+    if (swa_first)
+        *swa_first = m.swa_first;
+    if (hy_pt_alloc_pages(&pt, HY_KV_FULL, nb - m.n_blocks, pages + m.n_blocks, err) != HY_OK ||
+        hy_pt_alloc_pages(&pt, HY_KV_SWA, nb - m.n_blocks, swa + m.n_blocks, err) != HY_OK)
+        return -2;
+    h = m.hash;
+    for (b = m.n_blocks; b < n / BT; b++) {
+        h = hy_pt_block_hash(h, tok + b * BT, BT);
+        hy_pt_commit_block(&pt, HY_KV_FULL, pages[b], h, b, tok + b * BT, err);
+        hy_pt_commit_block(&pt, HY_KV_SWA, swa[b], h, b, tok + b * BT, err);
+    }
+    lo = hy_kv_swa_first_block(W, BT, n);
+    klo = hy_kv_swa_first_block(W, BT, pb);
+    for (k = m.swa_first; k < lo; k++) {
+        if (k >= klo && k < pb / BT)
+            hy_pt_release_seq(&pt, HY_KV_SWA, swa + k, 1, err);
+        else
+            hy_pt_release_stale(&pt, HY_KV_SWA, swa + k, 1, err);
+    }
+    hy_pt_release_seq(&pt, HY_KV_SWA, swa + lo, nb - lo, err);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, nb, err);
+    return m.n_tokens;
+}
+
+static void test_sliding_group(void)
+{
+    int32_t a[32], b[32], pages[64], swa[64], extra[32], first = -1;
+    hy_pt_match_t m = {pages, 64, 0, 0, -1, 0, swa, W, 0};
+    hy_pt_counts_t c;
+    int r, i;
+
+    setup_groups(32, 12, 0, 0);
+    for (i = 0; i < 32; i++)
+        a[i] = 300 + i, b[i] = 300 + i;
+    b[13] = 9; /* leaves a in block 3 */
+    HY_T_OK(run_swa_seq(a, 24, NULL) == 0, "sliding: cold 24-token prompt misses");
+    hy_pt_counts(&pt, &c);
+    HY_T_OK(c.pages_cached == 6 && c.swa_cached == 6 && c.swa_used == 0,
+            "sliding: its 6 blocks cached in both groups (%d full, %d sliding)", c.pages_cached,
+            c.swa_cached);
+    accounting_ok("sliding: one prompt");
+    /* 25 tokens: a hit of 6 blocks needs the sliding pages of positions 19..23 */
+    r = run_swa_seq(a, 25, &first);
+    HY_T_OK(r == 24 && first == hy_kv_swa_first_block(W, BT, 24) && first == 4,
+            "sliding: 24 tokens hit, sliding pages from block %d (window %d)", first, W);
+    /* take every free sliding page and 4 more: the slid-out blocks 0..3,
+     * at the front of the LRU, are evicted before the last window 4..5 */
+    hy_pt_counts(&pt, &c);
+    r = hy_pt_alloc_pages(&pt, HY_KV_SWA, c.swa_free + 4, extra, err);
+    hy_pt_counts(&pt, &c);
+    HY_T_OK(r == HY_OK && c.swa_cached == 2 && c.swa_evictions == 4,
+            "sliding: slid-out pages evicted first (%d cached, %llu evictions)", c.swa_cached,
+            (unsigned long long)c.swa_evictions);
+    r = hy_pt_match(&pt, a, 25, false, &m, err);
+    HY_T_OK(r == HY_OK && m.n_blocks == 6 && m.swa_first == 4 && swa[0] == -1 && swa[3] == -1 &&
+                swa[4] >= 0 && swa[5] >= 0,
+            "sliding: the hit at 24 still has its window (blocks %d.., %d blocks)", m.swa_first,
+            m.n_blocks);
+    hy_pt_release_seq(&pt, HY_KV_FULL, pages, m.n_blocks, err);
+    hy_pt_release_seq(&pt, HY_KV_SWA, swa + m.swa_first, m.n_blocks - m.swa_first, err);
+    /* b leaves a inside block 3: a hit at 12 would need blocks 1..2, gone */
+    r = hy_pt_match(&pt, b, 20, false, &m, err);
+    HY_T_OK(r == HY_OK && m.n_blocks == 0,
+            "sliding: full pages of 3 blocks but no window before them: no hit (%d)",
+            m.n_blocks);
+    hy_pt_release_seq(&pt, HY_KV_SWA, extra, c.swa_used, err);
+    accounting_ok("sliding: evictions");
+    /* b computes blocks 0..2 again; block 1..2's sliding pages, the window
+     * before its branch at 12, are cached again: c hits there */
+    r = run_swa_seq(b, 20, NULL);
+    memcpy(a, b, sizeof b);
+    a[17] = 11; /* leaves b in block 4 */
+    i = r == 0 ? run_swa_seq(a, 20, &first) : -1;
+    HY_T_OK(i == 16 && first == 2,
+            "sliding: the next prompt sharing 16 tokens hits them (%d, window from block %d)", i,
+            first);
+    /* evicting the full pages takes the cached sliding page of each block */
+    hy_pt_counts(&pt, &c);
+    r = hy_pt_alloc_pages(&pt, HY_KV_FULL, c.pages_free + c.pages_cached, extra, err);
+    hy_pt_counts(&pt, &c);
+    HY_T_OK(r == HY_OK && c.pages_cached == 0 && c.swa_cached == 0 && c.swa_free == 12,
+            "sliding: a full page's eviction frees the sliding page of its block (%d cached)",
+            c.swa_cached);
+    hy_pt_release_seq(&pt, HY_KV_FULL, extra, c.pages_used, err);
+    accounting_ok("sliding: full evictions");
+    HY_T_OK(hy_pt_alloc_pages(&pt, 2, 1, extra, err) == HY_EINVAL && strstr(err, "group 2") &&
+                hy_pt_release_seq(&pt, -1, extra, 1, err) == HY_EINVAL &&
+                strstr(err, "no page group -1") &&
+                hy_pt_commit_block(&pt, 5, 0, 1, 0, a, err) == HY_EINVAL,
+            "sliding: a bad group is refused (%s)", err);
+    HY_T_OK(hy_pt_release_seq(&pt, HY_KV_SWA, extra, 1, err) == HY_EINVAL &&
+                strstr(err, "of group 1 is not in use"),
+            "sliding: releasing a free sliding page is refused (%s)", err);
+    m.swa_pages = NULL;
+    HY_T_OK(hy_pt_match(&pt, a, 20, false, &m, err) == HY_EINVAL,
+            "sliding: a window without a sliding page array is refused (%s)", err);
+    /* recovery rebuilds the sliding pool too */
+    run_swa_seq(a, 24, NULL);
+    pt.sh->swa.free_head = -1;
+    pt.sh->swa.lru_head = 2;
+    atomic_store(&pt.sh->swa.n_cached, 77);
+    HY_T_OK(hy_pt_check(&pt, err) != HY_OK && strstr(err, "sliding page"),
+            "sliding: check notices a broken sliding pool (%s)", err);
+    hy_pt_recover(&pt);
+    accounting_ok("sliding: after recover");
+    r = run_swa_seq(a, 25, &first);
+    HY_T_OK(r == 24 && first == 4, "sliding: hits after recover (%d, window from block %d)", r,
+            first);
+    accounting_ok("sliding: after recover + reuse");
+}
+
 int main(void)
 {
     test_params();
@@ -372,6 +511,7 @@ int main(void)
     test_lru_order();
     test_duplicate_and_partial();
     test_state_slots_and_recover();
+    test_sliding_group();
     free(mem);
     return hy_t_done();
 }

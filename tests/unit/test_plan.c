@@ -4,20 +4,27 @@
  * concurrencies, the runner's backend holds exactly the plan's KV and state
  * bytes; per-kind numbers add up to the totals; a hybrid model's cache grows
  * only with its attention layers; sliding-window layers are shown with their
- * window (their KV is still kept in full, as the allocator does).
+ * window and keep their KV in their own page group, sized by the window and
+ * the step, not by the context (with --swa-full, and when the window covers
+ * the context, in the full group as before).
  */
 #include "engine/runner.h"
 #include "kv/plan.h"
 #include "test.h"
 
-static void hy_plan_case(hy_backend_t *be, const char *file, int32_t ctx, int32_t seqs)
+#include <string.h>
+
+static void hy_plan_case(hy_backend_t *be, const char *file, int32_t ctx, int32_t seqs,
+                         bool swa_full)
 {
     char err[HY_ERR_LEN], rel[128];
     hy_model_t *m = NULL;
     hy_plan_t p;
+    hy_plan_opts_t po = {ctx, seqs, 16, 64, HY_DTYPE_F16, swa_full};
     hy_runner_t r;
     hy_runner_opts_t o;
     uint64_t kv = 0, st = 0, kinds_kv = 0, kinds_st = 0;
+    int32_t w = 0, swa_per_seq;
     int k, rc;
 
     snprintf(rel, sizeof rel, "tests/golden/tiny/%s", file);
@@ -26,13 +33,14 @@ static void hy_plan_case(hy_backend_t *be, const char *file, int32_t ctx, int32_
         HY_T_OK(0, "%s: load: %s", file, err);
         return;
     }
-    rc = hy_plan_make(&p, m, be, ctx, seqs, 16, HY_DTYPE_F16, err);
+    rc = hy_plan_make_opts(&p, m, be, &po, err);
     HY_T_OK(rc == HY_OK, "%s ctx %d x %d: plan (%s)", file, ctx, seqs, rc ? err : "ok");
     hy_runner_opts_default(&o);
-    o.max_tokens = 64;
+    o.max_tokens = 64; /* the plan's chunk */
     o.max_outputs = 4;
     o.max_seqs = seqs;
     o.n_ctx = ctx;
+    o.swa_full = swa_full;
     rc = hy_runner_init(&r, m, be, &o, err);
     if (rc == HY_OK) {
         be->i->mem_allocated(be, &kv, &st);
@@ -46,16 +54,32 @@ static void hy_plan_case(hy_backend_t *be, const char *file, int32_t ctx, int32_
         kinds_kv += p.kv_bytes_per_token[k] * (uint64_t)p.page_tokens;
         kinds_st += p.state_bytes_per_seq[k];
     }
-    HY_T_OK(kinds_kv == p.page_bytes && kinds_st == p.slot_bytes &&
-            p.kv_total == p.page_bytes * (uint64_t)seqs * ((ctx + 15) / 16),
-            "%s ctx %d x %d: per-kind KV %llu/page and state %llu/seq add up to %llu and %llu",
-            file, ctx, seqs, (unsigned long long)kinds_kv, (unsigned long long)kinds_st,
-            (unsigned long long)p.page_bytes, (unsigned long long)p.slot_bytes);
+    for (int32_t il = 0; il < m->n_layer; il++)
+        w = HY_MAX(w, m->layers[il].window);
+    /* the sliding group: a window shorter than the context, and no --swa-full */
+    swa_per_seq = m->n_swa_layers > 0 && w < ctx && !swa_full
+                      ? HY_MIN((ctx + 15) / 16, (16 + w + 64 - 2 + 15) / 16)
+                      : 0;
+    HY_T_OK(kinds_kv == p.page_bytes + p.swa_page_bytes && kinds_st == p.slot_bytes &&
+                p.swa_window == (swa_per_seq ? w : 0) &&
+                p.n_swa_pages == seqs * swa_per_seq &&
+                (swa_per_seq == 0) == (p.swa_page_bytes == 0) &&
+                p.kv_total == p.page_bytes * (uint64_t)seqs * ((ctx + 15) / 16) +
+                                  p.swa_page_bytes * (uint64_t)seqs * (uint64_t)swa_per_seq,
+            "%s ctx %d x %d%s: per-kind KV %llu/page and state %llu/seq add up to %llu + %llu "
+            "(sliding) and %llu; %d sliding pages per sequence", file, ctx, seqs,
+            swa_full ? " swa-full" : "", (unsigned long long)kinds_kv,
+            (unsigned long long)kinds_st, (unsigned long long)p.page_bytes,
+            (unsigned long long)p.swa_page_bytes, (unsigned long long)p.slot_bytes, swa_per_seq);
+    if (swa_per_seq > 0)
+        HY_T_OK(p.swa_page_bytes == p.kv_bytes_per_token[HY_LAYER_ATTN_SWA] * 16 &&
+                    p.page_bytes == p.kv_bytes_per_token[HY_LAYER_ATTN_FULL] * 16 &&
+                    p.kv_total < p.dense_kv_total,
+                "%s ctx %d x %d: sliding layers in their own group (%llu B/page), global ones "
+                "%llu B/page; KV %llu < dense %llu", file, ctx, seqs,
+                (unsigned long long)p.swa_page_bytes, (unsigned long long)p.page_bytes,
+                (unsigned long long)p.kv_total, (unsigned long long)p.dense_kv_total);
     if (m->n_swa_layers > 0) {
-        int32_t w = 0;
-
-        for (int32_t il = 0; il < m->n_layer; il++)
-            w = HY_MAX(w, m->layers[il].window);
         HY_T_OK(p.n_layers[HY_LAYER_ATTN_SWA] == m->n_swa_layers && w > 0 &&
                     p.window[HY_LAYER_ATTN_SWA] == w && p.window[HY_LAYER_ATTN_FULL] == 0,
                 "%s ctx %d x %d: %d sliding layers of window %d shown apart from %d global ones",
@@ -85,10 +109,14 @@ int main(void)
         HY_T_OK(0, "cpu backend: %s", err);
         return hy_t_done();
     }
-    for (size_t f = 0; f < HY_ARRAY_LEN(files); f++)
+    for (size_t f = 0; f < HY_ARRAY_LEN(files); f++) {
         for (size_t c = 0; c < HY_ARRAY_LEN(ctxs); c++)
             for (size_t s = 0; s < HY_ARRAY_LEN(seqs); s++)
-                hy_plan_case(be, files[f], ctxs[c], seqs[s]);
+                hy_plan_case(be, files[f], ctxs[c], seqs[s], false);
+        /* llama.cpp's --swa-full: every position of the sliding layers too */
+        if (strcmp(files[f], "gemma3.gguf") == 0)
+            hy_plan_case(be, files[f], 4096, 3, true);
+    }
     be->i->free(be);
     return hy_t_done();
 }

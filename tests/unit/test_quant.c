@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/qmm.h"
 #include "backend/cpu/quant_impl.h"
 #include "backend/cpu/quant_ref.h"
 #include "quant_fill.h"
@@ -383,6 +384,10 @@ static double deq_act(hy_dtype_t at, const void *x, int64_t i)
         const hy_block_q8_k2l_t *b = (const hy_block_q8_k2l_t *)x + i / 256;
         return (double)b->d * (255 * b->hi[i % 256] + b->lo[i % 256]);
     }
+    case HY_DTYPE_Q16: {
+        const hy_block_q16_t *b = (const hy_block_q16_t *)x + i / 32;
+        return (double)b->d * b->v[hy_qmm_slot((int)(i % 32))];
+    }
     default: return NAN;
     }
 }
@@ -391,12 +396,30 @@ enum { NW = 21, NX = 6, S_STRIDE = 22, NWD = 21 }; /* NW: 16-row passes plus an 
 
 /* Checks of the two-level block fields that the dots rely on: hi/lo in
  * [-127, 127], vsum/bsums the sums of v, s the float sum of the inputs,
- * and every v within d/2 of x (plus the float rounding of x*(1/d)). */
+ * and every v within d/2 of x (plus the float rounding of x*(1/d)); for
+ * Q16 (the same v as int16) |v| <= 32512, s and v. */
 static int check_2l(hy_dtype_t at, const void *x, const float *xf, int64_t n)
 {
     int bad = 0;
-    int64_t bs = at == HY_DTYPE_Q8_2L ? 32 : 256;
+    int64_t bs = at == HY_DTYPE_Q8_K2L ? 256 : 32;
 
+    if (at == HY_DTYPE_Q16) {
+        for (int64_t b = 0; b < n / 32; b++) {
+            const hy_block_q16_t *q = (const hy_block_q16_t *)x + b;
+            double fs = 0.0;
+            for (int j = 0; j < 32; j++) {
+                float xv = xf[b * 32 + j];
+                int v = q->v[hy_qmm_slot(j)];
+                if (v < -HY_QMM_VMAX || v > HY_QMM_VMAX || fabs((double)q->d * v - xv) > 0.51 * q->d)
+                    bad++;
+                fs += xv;
+            }
+            if (q->s != hy_quant_sum32(xf + b * 32) ||
+                fabs(q->s - fs) > 1e-6 * (fabs(fs) + 32 * q->d * HY_QMM_VMAX))
+                bad++;
+        }
+        return bad;
+    }
     for (int64_t b = 0; b < n / bs; b++) {
         const int8_t *hi, *lo;
         float d;
@@ -452,12 +475,14 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
     const int64_t *lens = info->block == 256 ? lens_k : info->block == 32 ? lens_q : lens_f;
     int deq_bad = 0, act_bad = 0, tile_bad = 0, decode_bad = 0;
     double worst = 0.0;
+    const hy_qmm_type_t *qt = hy_qmm_type(t);
 
     if (tr == NULL || tile == NULL) {
         HY_T_OK(0, "%s/%s: no kernels", info->name, hy_isa_name(isa));
         return;
     }
-    two = tr->vec_dot_type == HY_DTYPE_Q8_2L || tr->vec_dot_type == HY_DTYPE_Q8_K2L;
+    two = tr->vec_dot_type == HY_DTYPE_Q8_2L || tr->vec_dot_type == HY_DTYPE_Q8_K2L ||
+          tr->vec_dot_type == HY_DTYPE_Q16;
     if (legacy && !hy_quant_scalar_kernels_q8[t].traits.vec_dot) {
         /* float types and the types without ggml partners: the default
          * kernels, tested there */
@@ -484,7 +509,9 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
                 for (int64_t i = 7; i < n; i += 61)
                     xf[i] = (i % 2 ? -40.0f : 55.0f) + rng_f(0.0f, 1.0f);
             tr->from_float(xf, x + c * xb, n);
-            ref->from_float(xf, xr, n);
+            /* the reference quantizer of the level's own partner format */
+            if (hy_quant_quantize_row(tr->vec_dot_type, xf, xr, n) != HY_OK)
+                act_bad++;
             if (memcmp(xr, x + c * xb, xb) != 0)
                 act_bad++;
             if (two)
@@ -517,16 +544,18 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
                                   0x1p-25 * (1.0 + abs(qsum)));
                     }
                 }
-                if ((t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_1) && two) {
-                    /* the m*sum(x) term uses the float sum of the inputs */
+                if (two && qt && (qt->flags & HY_QMM_OFFSET)) {
+                    /* the M*sum(x) term (Q4_1/Q5_1's m, Q4_K/Q5_K's mins:
+                     * qmm.h's M per 32 elements) uses the float sum of
+                     * the inputs */
                     dot = mag = 0.0;
                     for (int64_t i = 0; i < n; i++) {
-                        const uint8_t *blk = w + r * wb + (i / 32) * info->block_bytes;
-                        double mw = hy_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8)), p;
-                        p = ((double)yr[i] - mw) * deq_act(tr->vec_dot_type, x + c * xb, i) +
-                            mw * xfa[c * n + i];
-                        dot += p;
-                        mag += fabs((double)yr[i] * deq_act(tr->vec_dot_type, x + c * xb, i));
+                        int16_t wq[32];
+                        float D, M[2];
+                        double a = deq_act(tr->vec_dot_type, x + c * xb, i);
+                        qt->decode(w + r * wb, i / 32, wq, &D, M);
+                        dot += ((double)yr[i] - M[0]) * a + M[0] * xfa[c * n + i];
+                        mag += fabs((double)yr[i] * a);
                     }
                 }
                 tr->vec_dot(n, &d1, w + r * wb, x + c * xb);
@@ -539,7 +568,7 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
                      * outliers) within 2e-5 of sum|w*x| (typically ~2e-6;
                      * 64-element rows of Q4_1 reach ~1.2e-5) */
                     double df = 0.0, mf = 0.0, bound = 0.0;
-                    int64_t bs = info->block == 256 ? 256 : 32;
+                    int64_t bs = tr->vec_dot_type == HY_DTYPE_Q8_K2L ? 256 : 32;
                     for (int64_t i = 0; i < n; i++) {
                         const uint8_t *xc = x + c * xb + (i / bs) * (xb / (n / bs));
                         df += (double)yr[i] * xfa[c * n + i];
@@ -592,9 +621,11 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
         free(w); free(x); free(xr); free(xfa); free(y); free(yr);
     }
     if (two) {
-        HY_T_OK(fields_bad == 0, "%s/%s: %s fields: |hi|,|lo| <= 127, sums exact, |d*v - x| "
-                "<= d/2 (%d bad)", info->name, hy_isa_name(isa),
-                hy_dtype_info(tr->vec_dot_type)->name, fields_bad);
+        HY_T_OK(fields_bad == 0, "%s/%s: %s fields: %s, |d*v - x| <= d/2 (%d bad)",
+                info->name, hy_isa_name(isa), hy_dtype_info(tr->vec_dot_type)->name,
+                tr->vec_dot_type == HY_DTYPE_Q16 ? "|v| <= 32512, s the float sum"
+                                                 : "|hi|,|lo| <= 127, sums exact",
+                fields_bad);
         HY_T_OK(worst_b <= 1.0, "%s/%s: vec_dot vs double dot of float activations, worst "
                 "error %.3g of sum|w|*d/2 + 2e-7*sum|w*x|", info->name, hy_isa_name(isa), worst_b);
         HY_T_OK(worst_f <= 1.0, "%s/%s: same, rows without outliers: worst error %.3g of "

@@ -6,7 +6,8 @@
  * quantized tensor's dequantization hashes to the SHA-256 of llama.cpp's
  * dequantized float32 values (bit for bit), and vec_dot and the decode and
  * prefill tiles reproduce llama.cpp's values times a fixed activation
- * (float64 reference) within the two-level activations' contract.  Then the
+ * (float64 reference) within the ~16-bit activations' contract (Q16,
+ * qmm.h).  Then the
  * quantized model end to end against the float32 model's transformers
  * logits (relative RMS error and argmax agreement per type), and a file
  * whose tensor has a type hyserve cannot compute with fails at load naming
@@ -41,7 +42,7 @@ static const struct {
     {"iq4_xs", 0.23},
 };
 /* Relative RMS error allowed against transformers' logits over the same
- * dequantized weights (hyserve's two-level int8 activations and float32
+ * dequantized weights (hyserve's ~16-bit Q16 activations and float32
  * summation order; test_golden_tiny holds float32 models to 1e-4). */
 #define QV_TOL_DEQ 5e-4
 
@@ -111,7 +112,7 @@ static double qv_tensor(const hy_gguf_tensor_t *t, const char *want_hex, const d
     tile(ne0, sp, (size_t)rows, t->data, rb, (int)rows, x, xb, 3); /* prefill, 3 tokens */
     for (int64_t r = 0; r < rows; r++) {
         float d1;
-        /* two-level activations: within 2e-5 of sum|w*x| (test_quant's
+        /* ~16-bit activations: within 2e-5 of sum|w*x| (test_quant's
          * bound for rows without outliers; these have none) */
         double tol = 2e-5 * mv[2 * r + 1] + 1e-30, e;
         tr->vec_dot(ne0, &d1, (const uint8_t *)t->data + (size_t)r * rb, x);

@@ -78,7 +78,7 @@ int main(void)
     if (pid == 0) {
         int32_t pg[5];
         if (hy_shm_attach(&w, inst, err) != HY_OK ||
-            hy_pt_alloc_pages(hy_shm_pt(w), 5, pg, err) != HY_OK)
+            hy_pt_alloc_pages(hy_shm_pt(w), HY_KV_FULL, 5, pg, err) != HY_OK)
             _exit(1);
         hy_shm_close(w);
         _exit(0);
@@ -112,7 +112,7 @@ int main(void)
         hy_pt_t *pt = hy_shm_pt(shm);
         int32_t pg[3];
         hy_pt_counts_t c;
-        rc = hy_pt_alloc_pages(pt, 3, pg, err);
+        rc = hy_pt_alloc_pages(pt, HY_KV_FULL, 3, pg, err);
         hy_pt_counts(pt, &c);
         HY_T_OK(WIFEXITED(status) && WEXITSTATUS(status) == 0 && rc == HY_OK &&
                     c.recoveries == 1,

@@ -17,6 +17,7 @@
 #define HY_AF_NK 4
 #define HY_AF_ND 4
 #define HY_AF_ENTRY hy_attn_flash_avx2
+#define HY_AF_DECODE_ENTRY hy_attn_decode_avx2
 
 typedef __m256 hy_af_v;
 
@@ -54,6 +55,64 @@ HY_AF_PRIM hy_af_v hy_af_one_if_ninf(hy_af_v c, hy_af_v m)
 HY_AF_PRIM hy_af_v hy_af_cvt_f16(const uint16_t *h)
 {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+/* 8 x 8 floats: dst[c*ds + r] = src[r*ss + c] */
+HY_AF_PRIM void hy_af_transpose(const float *src, size_t ss, float *dst, size_t ds)
+{
+    __m256 r[8], t[8];
+#pragma GCC unroll 16
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm256_loadu_ps(src + i * ss);
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 2; i++) {
+        r[4 * i + 0] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(dst + i * ds, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (i + 4) * ds, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
+}
+
+/* 8 rows of 8 halves at column d -> dst[c*ds + r] as floats: the 8 x 8
+ * transpose on 16-bit words (128-bit registers), then one conversion per
+ * output row, so decode's keys need no float copy to transpose from. */
+#define HY_AF_HAVE_TRANSPOSE_F16 1
+HY_AF_PRIM void hy_af_transpose_f16(const uint16_t *const rp[8], int32_t d, float *dst, size_t ds)
+{
+    __m128i r[8], a[8], b[8];
+#pragma GCC unroll 16
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm_loadu_si128((const __m128i *)(rp[i] + d));
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        a[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+    }
+    /* a[0]: columns 0-3 of rows 0,1; a[1]: columns 4-7; a[2], a[3]: rows 2,3 */
+#pragma GCC unroll 16
+    for (int i = 0; i < 2; i++) {
+        b[4 * i + 0] = _mm_unpacklo_epi32(a[4 * i + 0], a[4 * i + 2]);
+        b[4 * i + 1] = _mm_unpackhi_epi32(a[4 * i + 0], a[4 * i + 2]);
+        b[4 * i + 2] = _mm_unpacklo_epi32(a[4 * i + 1], a[4 * i + 3]);
+        b[4 * i + 3] = _mm_unpackhi_epi32(a[4 * i + 1], a[4 * i + 3]);
+    }
+    /* b[k] (rows 0-3) and b[4+k] (rows 4-7): columns 2k, 2k+1 */
+#pragma GCC unroll 16
+    for (int k = 0; k < 4; k++) {
+        _mm256_storeu_ps(dst + (2 * k) * ds, _mm256_cvtph_ps(_mm_unpacklo_epi64(b[k], b[4 + k])));
+        _mm256_storeu_ps(dst + (2 * k + 1) * ds,
+                         _mm256_cvtph_ps(_mm_unpackhi_epi64(b[k], b[4 + k])));
+    }
 }
 
 #include "backend/cpu/attn_flash_impl.h"

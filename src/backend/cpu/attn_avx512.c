@@ -5,6 +5,7 @@
  * registers (24 of the 32 zmm), broadcasts folded into the FMAs.
  */
 #include "backend/cpu/attn_flash.h"
+#include "backend/cpu/x86_transpose.h"
 
 #include <math.h>
 
@@ -17,6 +18,7 @@
 #define HY_AF_NK 8
 #define HY_AF_ND 8
 #define HY_AF_ENTRY hy_attn_flash_avx512
+#define HY_AF_DECODE_ENTRY hy_attn_decode_avx512
 
 typedef __m512 hy_af_v;
 
@@ -53,6 +55,19 @@ HY_AF_PRIM hy_af_v hy_af_one_if_ninf(hy_af_v c, hy_af_v m)
 HY_AF_PRIM hy_af_v hy_af_cvt_f16(const uint16_t *h)
 {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+}
+
+/* 16 x 16 floats: dst[c*ds + r] = src[r*ss + c] */
+HY_AF_PRIM void hy_af_transpose(const float *src, size_t ss, float *dst, size_t ds)
+{
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+        r[i] = _mm512_loadu_ps(src + i * ss);
+    hy_x86_transpose16_ps(r);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++)
+        _mm512_storeu_ps(dst + i * ds, r[i]);
 }
 
 #include "backend/cpu/attn_flash_impl.h"

@@ -1,9 +1,11 @@
 /*
- * attn_flash.h - the flash-attention prefill kernels (attn_flash_impl.h,
- * built once per ISA by attn_avx512.c and attn_avx2.c): one unit of queries
- * (a block of tokens times the query heads of one KV head) against the
- * paged KV cache.  attention.c decides which units take them and supplies
- * the page addressing; these own only the arithmetic.
+ * attn_flash.h - the attention kernels (attn_flash_impl.h, built once per
+ * ISA by attn_avx512.c, attn_avx2.c and attn_generic.c): one unit of
+ * queries (a block of tokens times the query heads of one KV head) against
+ * the paged KV cache, by the flash kernel (queries across the lanes) or the
+ * decode kernel (keys across the lanes), which give the same bits.
+ * attention.c decides which units take which and supplies the page
+ * addressing; these own only the arithmetic.
  */
 #ifndef HY_ATTN_FLASH_H
 #define HY_ATTN_FLASH_H
@@ -45,27 +47,44 @@ typedef struct {
 #define HY_ATTN_FLASH_TILE 64
 #define HY_ATTN_FLASH_GROUP_MAX 48
 
-/* Scratch floats one call needs for units of up to max_lanes lanes: K and
- * V tiles, the score tile, then Qt and O^T of every group.  (Any float
- * alignment works; 64-byte aligned scratch keeps the AVX-512 kernel's
- * tiles on cache lines.) */
+/* Largest head the kernels are built for (attention.c checks). */
+#define HY_ATTN_MAX_HEAD_DIM 1024
+/* Widest vector of any kernel, in floats. */
+#define HY_ATTN_FLASH_WMAX 16
+
+/* Scratch floats one call of either kernel needs for units of up to
+ * max_lanes queries.  Flash: K and V tiles, the score tile, then Qt and
+ * O^T of every group; decode: K and V tiles, K transposed, a score row, a
+ * block, and per query Q, O, m, l.  (Any float alignment works; 64-byte
+ * aligned scratch keeps the AVX-512 kernel's tiles on cache lines.) */
 static inline size_t hy_attn_flash_scratch_floats(int32_t hd, int32_t hdv, int32_t max_lanes)
 {
     size_t lanes = (size_t)HY_MIN(max_lanes, HY_ATTN_FLASH_MAX_LANES);
+    size_t tile = HY_ATTN_FLASH_TILE, w = HY_ATTN_FLASH_WMAX, flash, decode;
 
     lanes = (lanes + HY_ATTN_FLASH_GROUP_MAX - 1) / HY_ATTN_FLASH_GROUP_MAX *
             HY_ATTN_FLASH_GROUP_MAX;
-    return (size_t)HY_ATTN_FLASH_TILE * ((size_t)hd + (size_t)hdv + HY_ATTN_FLASH_GROUP_MAX) +
-           lanes * ((size_t)hd + (size_t)hdv);
+    flash = tile * ((size_t)hd + (size_t)hdv + HY_ATTN_FLASH_GROUP_MAX) +
+            lanes * ((size_t)hd + (size_t)hdv);
+    decode = tile * ((size_t)hd + (size_t)hdv + (size_t)hd + w + 1) + w + w * w +
+             (size_t)max_lanes * ((size_t)hd + (size_t)hdv + 2);
+    return HY_MAX(flash, decode);
 }
+
+/* Portable versions of both kernels (the scalar level). */
+void hy_attn_flash_generic(const hy_attn_flash_t *f, float *scratch);
+void hy_attn_decode_generic(const hy_attn_flash_t *f, float *scratch);
 
 #if defined(__x86_64__) && HY_BUILD_AVX2
 #include <immintrin.h>
 
-/* Compute the unit's outputs.  The caller checks cpuid: AVX-512F, or AVX2
- * with FMA and F16C; each exists in builds whose compiler could build it. */
+/* Compute the unit's outputs: flash (many queries) or decode (a few), the
+ * same bits either way.  The caller checks cpuid: AVX-512F, or AVX2 with
+ * FMA and F16C; each exists in builds whose compiler could build it. */
 void hy_attn_flash_avx512(const hy_attn_flash_t *f, float *scratch);
 void hy_attn_flash_avx2(const hy_attn_flash_t *f, float *scratch);
+void hy_attn_decode_avx512(const hy_attn_flash_t *f, float *scratch);
+void hy_attn_decode_avx2(const hy_attn_flash_t *f, float *scratch);
 
 #if HY_BUILD_AVX512
 /* exp for x <= 0 (scores minus their max), Cephes polynomial on the

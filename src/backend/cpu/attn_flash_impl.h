@@ -11,13 +11,20 @@
  * value columns x HY_AF_VMAX vectors).  Masking runs only on tiles that
  * cross a lane's causal edge or window.
  *
+ * Units of few queries (decode) take hy_af_decode instead, which performs
+ * for each (query, key) the same operations in the same order -- over the
+ * same absolute 64-position tiles, the keys of one query across the lanes
+ * -- so a query's output has the same bits from either kernel, and from any
+ * batch or chunking of the prompt (see hy_af_decode).
+ *
  * The includer defines: HY_AF_W (lanes per vector), HY_AF_VMAX, HY_AF_NK,
- * HY_AF_ND (register blocking), HY_AF_ENTRY (the exported function's name),
- * the type hy_af_v, and always-inline hy_af_zero, load, store, set1, fma
- * (a*b+c), max, sub, add, exp (x <= 0), mask_pos (s, or -inf where the key
- * position is outside a lane's [qlo, qpos]), keep_ge (p where x >= t,
- * else 0, NaN x included), one_if_ninf (c, or 1 where m is -inf) and
- * cvt_f16 (HY_AF_W halves to floats).
+ * HY_AF_ND (register blocking), HY_AF_ENTRY and HY_AF_DECODE_ENTRY (the
+ * exported functions' names), the type hy_af_v, and always-inline
+ * hy_af_zero, load, store, set1, fma (a*b+c), max, sub, add, exp (x <= 0),
+ * mask_pos (s, or -inf where the key position is outside a lane's [qlo,
+ * qpos]), keep_ge (p where x >= t, else 0, NaN x included), one_if_ninf (c,
+ * or 1 where m is -inf), cvt_f16 (HY_AF_W halves to floats) and transpose
+ * (a W x W block: dst[c*ds + r] = src[r*ss + c]).
  */
 #include <math.h>
 #include <string.h>
@@ -34,6 +41,7 @@
 _Static_assert(HY_AF_GL <= HY_ATTN_FLASH_GROUP_MAX, "groups fit the scratch plan");
 _Static_assert(HY_ATTN_FLASH_MAX_LANES % HY_AF_GL == 0, "whole groups per sweep");
 _Static_assert(HY_AF_VMAX == 3, "hy_af_group_tile_any instantiates 1..3 vectors");
+_Static_assert(HY_AF_W <= HY_ATTN_FLASH_WMAX, "the decode scratch plan covers the width");
 
 /* One lane group: nv vectors of lanes, the first n of them real queries
  * (padding lanes repeat the first query's positions with a zero query, so
@@ -62,7 +70,7 @@ typedef struct {
 static inline void hy_af_pf_step(hy_af_pf_t *pf, int n)
 {
     while (n > 0 && pf->ri < pf->n_run) {
-        _mm_prefetch(pf->run[pf->ri] + pf->off, _MM_HINT_T1);
+        __builtin_prefetch(pf->run[pf->ri] + pf->off, 0, 2);
         n--;
         pf->off += 64;
         if (pf->off >= pf->len[pf->ri]) {
@@ -394,4 +402,216 @@ void HY_AF_ENTRY(const hy_attn_flash_t *f, float *scratch)
 
     for (int32_t q0 = 0; q0 < nq; q0 += HY_ATTN_FLASH_MAX_LANES)
         hy_af_sweep(f, scratch, q0, HY_MIN(HY_ATTN_FLASH_MAX_LANES, nq - q0));
+}
+
+/* ---- decode: a few queries, keys across the lanes ----
+ * The flash kernel's arithmetic for one (query, key tile) pair, restated
+ * so that a single query fills the vectors: per 64-position tile (the same
+ * absolute tiles) the scores of the keys the query sees are each one FMA
+ * chain over d, fma(K[d], Q[d], s) from 0, computed W keys at a time from
+ * the tile transposed; the cap, max, exp and the drop below HY_AF_EXP_MIN
+ * are the same lane-wise operations; the weights are summed one after the
+ * other in key order (the flash lane's chain, minus the zeros of keys it
+ * masks); the value sums are one FMA chain per column in key order,
+ * fma(V[j][d], P[j], acc) from 0, W columns at a time; and then
+ * l = fma(l, c, lsum), O = fma(O, c, acc) as there.  Keys a flash lane
+ * masks contribute exact zeros there, which is why skipping them here
+ * changes no bit (barring sums that are exactly zero, whose sign could
+ * differ). */
+
+/* Independent accumulators of the decode kernel's loops. */
+#define HY_AF_DEC_ACC 8
+
+static inline float hy_af_max_scalar(float a, float b)
+{
+    return a > b ? a : b; /* maxps: b where either is NaN */
+}
+
+HY_AF_INLINE float hy_af_lane0(hy_af_v v)
+{
+    float t[HY_AF_W];
+    hy_af_store(t, v);
+    return t[0];
+}
+
+/* Rows [0, n) of kr (stride hd) transposed into kt[d*HY_AF_BK + j]; the
+ * columns up to the next multiple of HY_AF_W are zero-filled first. */
+static void hy_af_transpose_keys(const float *kr, int n, int hd, float *kt, float *blk)
+{
+    int nr = (n + HY_AF_W - 1) / HY_AF_W * HY_AF_W, d = 0;
+
+    for (; d + HY_AF_W <= hd; d += HY_AF_W)
+        for (int j = 0; j < nr; j += HY_AF_W) {
+            if (j + HY_AF_W <= n) {
+                hy_af_transpose(kr + (size_t)j * hd + d, (size_t)hd, kt + (size_t)d * HY_AF_BK + j,
+                                HY_AF_BK);
+            } else {
+                /* the ragged end of the keys: zero rows past n */
+                for (int r = 0; r < HY_AF_W; r++)
+                    for (int c = 0; c < HY_AF_W; c++)
+                        blk[r * HY_AF_W + c] = j + r < n ? kr[(size_t)(j + r) * hd + d + c] : 0.0f;
+                hy_af_transpose(blk, HY_AF_W, kt + (size_t)d * HY_AF_BK + j, HY_AF_BK);
+            }
+        }
+    for (; d < hd; d++) /* odd head sizes */
+        for (int j = 0; j < nr; j++)
+            kt[(size_t)d * HY_AF_BK + j] = j < n ? kr[(size_t)j * hd + d] : 0.0f;
+}
+
+/* The tile's keys [lo, hi) as floats, transposed into kt.  Halves whose
+ * ISA has hy_af_transpose_f16 go straight from the pages, 8 rows at a
+ * time (a ragged end reads a row of zeros); the rest are converted into
+ * kr and transposed from there. */
+static void hy_af_decode_keys(const hy_attn_flash_t *f, int32_t lo, int32_t hi, float *kr,
+                              float *kt, float *blk)
+{
+#ifdef HY_AF_HAVE_TRANSPOSE_F16
+    static const uint16_t zero_row[HY_ATTN_MAX_HEAD_DIM];
+    if (f->kv_f16 && f->hd % 8 == 0 && f->hd <= HY_ATTN_MAX_HEAD_DIM) {
+        const int32_t pt = f->page_tokens, n = hi - lo;
+        for (int32_t j = 0; j < n; j += 8) {
+            const uint16_t *rp[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                int32_t p = lo + j + r;
+                rp[r] = p < hi ? (const uint16_t *)(f->k_base +
+                                                    (size_t)f->pages[p / pt] * f->k_page_bytes +
+                                                    (size_t)(p % pt) * f->k_row_bytes)
+                               : zero_row;
+            }
+            for (int32_t d = 0; d < f->hd; d += 8)
+                hy_af_transpose_f16(rp, d, kt + (size_t)d * HY_AF_BK + j, HY_AF_BK);
+        }
+        return;
+    }
+#endif
+    hy_af_load_rows(f, f->k_base, f->k_page_bytes, f->k_row_bytes, f->hd, lo, hi, kr);
+    hy_af_transpose_keys(kr, hi - lo, f->hd, kt, blk);
+}
+
+/* acc[v] (v < cnt) = the chain fma(base[i*stride + v*W ...], coef[i], acc)
+ * over i in [i0, i1), from zero: cnt <= 8 independent chains keep both FMA
+ * ports busy through each one's latency.  Scores (rows of the transposed
+ * keys times the query's d-th value) and value sums (value rows times the
+ * keys' weights) are both this. */
+HY_AF_INLINE void hy_af_chains(const float *base, size_t stride, const float *coef, int i0,
+                               int i1, int cnt, hy_af_v acc[HY_AF_DEC_ACC])
+{
+#pragma GCC unroll 16
+    for (int v = 0; v < HY_AF_DEC_ACC; v++)
+        acc[v] = hy_af_zero();
+    for (int i = i0; i < i1; i++) {
+        const hy_af_v c = hy_af_set1(coef[i]);
+        const float *row = base + (size_t)i * stride;
+#pragma GCC unroll 16
+        for (int v = 0; v < HY_AF_DEC_ACC; v++)
+            if (v < cnt)
+                acc[v] = hy_af_fma(hy_af_load(row + v * HY_AF_W), c, acc[v]);
+    }
+}
+
+/* One query's step over keys [j0, j0+n) of the transposed tile (positions
+ * relative to the tile's first loaded row): m, l and O[hdv] updated. */
+static void hy_af_decode_step(const float *Q, const float *kt, const float *vr, int j0, int n,
+                              int hd, int hdv, float softcap, float *S, float *m, float *l,
+                              float *O)
+{
+    const int jb0 = j0 / HY_AF_W * HY_AF_W, jb1 = (j0 + n + HY_AF_W - 1) / HY_AF_W * HY_AF_W;
+    float mx = -INFINITY, lsum = 0.0f;
+
+    /* scores: per key a chain over d, eight key vectors at a time */
+    for (int jb = jb0; jb < jb1; jb += HY_AF_DEC_ACC * HY_AF_W) {
+        const int cnt = HY_MIN(HY_AF_DEC_ACC, (jb1 - jb) / HY_AF_W);
+        hy_af_v acc[HY_AF_DEC_ACC];
+        hy_af_chains(kt + jb, HY_AF_BK, Q, 0, hd, cnt, acc);
+#pragma GCC unroll 16
+        for (int v = 0; v < HY_AF_DEC_ACC; v++)
+            if (v < cnt)
+                hy_af_store(S + jb + v * HY_AF_W, acc[v]);
+    }
+    for (int j = j0; j < j0 + n; j++) {
+        if (softcap > 0.0f)
+            S[j] = softcap * tanhf(S[j] / softcap);
+        mx = hy_af_max_scalar(mx, S[j]);
+    }
+    /* the flash lane's new max and rescale factor, through the same
+     * vector operations */
+    hy_af_v mv = hy_af_set1(*m), mn = hy_af_max(mv, hy_af_set1(mx)), x = hy_af_sub(mv, mn);
+    float c = hy_af_lane0(hy_af_one_if_ninf(hy_af_keep_ge(hy_af_exp(x), x, HY_AF_EXP_MIN), mn));
+    for (int jb = jb0; jb < jb1; jb += HY_AF_W) {
+        hy_af_v xs = hy_af_sub(hy_af_load(S + jb), mn);
+        hy_af_store(S + jb, hy_af_keep_ge(hy_af_exp(xs), xs, HY_AF_EXP_MIN));
+    }
+    for (int j = j0; j < j0 + n; j++)
+        lsum = lsum + S[j];
+    *m = hy_af_lane0(mn);
+    *l = fmaf(*l, c, lsum);
+
+    int d = 0;
+    const hy_af_v cv = hy_af_set1(c);
+    /* values: per column a chain over the keys, eight vectors of columns
+     * at a time */
+    for (; d + HY_AF_W <= hdv; d += HY_AF_DEC_ACC * HY_AF_W) {
+        const int cnt = HY_MIN(HY_AF_DEC_ACC, (hdv - d) / HY_AF_W);
+        hy_af_v acc[HY_AF_DEC_ACC];
+        hy_af_chains(vr + d, (size_t)hdv, S, j0, j0 + n, cnt, acc);
+#pragma GCC unroll 16
+        for (int k = 0; k < HY_AF_DEC_ACC; k++)
+            if (k < cnt)
+                hy_af_store(O + d + k * HY_AF_W,
+                            hy_af_fma(hy_af_load(O + d + k * HY_AF_W), cv, acc[k]));
+    }
+    d = hdv / HY_AF_W * HY_AF_W;
+    for (; d < hdv; d++) {
+        float acc = 0.0f;
+        for (int j = j0; j < j0 + n; j++)
+            acc = fmaf(vr[(size_t)j * hdv + d], S[j], acc);
+        O[d] = fmaf(O[d], c, acc);
+    }
+}
+
+void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
+{
+    const int32_t hd = f->hd, hdv = f->hdv, nh = f->h1 - f->h0;
+    const int32_t nq = (f->t1 - f->t0) * nh;
+    const int32_t hdp = (hd + HY_AF_W - 1) / HY_AF_W * HY_AF_W;
+    float *kr = scr, *vr = kr + (size_t)HY_AF_BK * hd, *kt = vr + (size_t)HY_AF_BK * hdv;
+    float *S = kt + (size_t)HY_AF_BK * hdp, *blk = S + HY_AF_BK + HY_AF_W;
+    float *Q = blk + HY_AF_W * HY_AF_W, *O = Q + (size_t)nq * hd, *m = O + (size_t)nq * hdv;
+    float *l = m + nq;
+    int32_t kmin = INT32_MAX, kmax = -1;
+
+    for (int32_t i = 0; i < nq; i++) {
+        int32_t t = f->t0 + i / nh, h = f->h0 + i % nh, p = f->pos[t];
+        const float *qv = f->q + (size_t)t * f->q_stride + (size_t)h * hd;
+        for (int32_t d = 0; d < hd; d++)
+            Q[(size_t)i * hd + d] = qv[d] * f->scale;
+        memset(O + (size_t)i * hdv, 0, sizeof(float) * (size_t)hdv);
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        kmin = HY_MIN(kmin, f->window > 0 ? HY_MAX(0, p - f->window + 1) : 0);
+        kmax = HY_MAX(kmax, p);
+    }
+    /* the flash kernel's tiles: multiples of HY_AF_BK positions */
+    for (int32_t a = kmin - kmin % HY_AF_BK; a <= kmax; a += HY_AF_BK) {
+        int32_t lo = HY_MAX(a, kmin), hi = HY_MIN(a + HY_AF_BK, kmax + 1);
+        hy_af_decode_keys(f, lo, hi, kr, kt, blk);
+        hy_af_load_rows(f, f->v_base, f->v_page_bytes, f->v_row_bytes, hdv, lo, hi, vr);
+        for (int32_t i = 0; i < nq; i++) {
+            int32_t p = f->pos[f->t0 + i / nh];
+            int32_t qlo = f->window > 0 ? HY_MAX(0, p - f->window + 1) : 0;
+            int32_t j0 = HY_MAX(lo, qlo), j1 = HY_MIN(hi, p + 1);
+            if (j0 >= j1)
+                continue;
+            hy_af_decode_step(Q + (size_t)i * hd, kt, vr, j0 - lo, j1 - j0, hd, hdv,
+                              f->softcap, S, &m[i], &l[i], O + (size_t)i * hdv);
+        }
+    }
+    for (int32_t i = 0; i < nq; i++) {
+        int32_t t = f->t0 + i / nh, h = f->h0 + i % nh;
+        float *o = f->out + (size_t)t * f->out_stride + (size_t)h * hdv;
+        float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        for (int32_t d = 0; d < hdv; d++)
+            o[d] = O[(size_t)i * hdv + d] * inv;
+    }
 }

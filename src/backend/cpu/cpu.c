@@ -509,8 +509,7 @@ static void hy_cpu_mem_allocated(hy_backend_t *be, uint64_t *kv_bytes, uint64_t 
 {
     hy_cpu_t *cpu = be->ctx;
 
-    *kv_bytes = cpu->kv_ready ? (uint64_t)(cpu->k_page_bytes + cpu->v_page_bytes) *
-                                    (uint64_t)cpu->kv.n_pages * (uint64_t)cpu->kv.n_layers
+    *kv_bytes = cpu->kv_ready ? hy_kv_layout_bytes(&cpu->kv, cpu->k_page_bytes, cpu->v_page_bytes)
                               : 0;
     *state_bytes = cpu->st ? (uint64_t)cpu->st_slot_floats * sizeof(float) *
                                  (uint64_t)cpu->st_slots
@@ -582,12 +581,11 @@ static void hy_cpu_kernel_name(hy_backend_t *be, const char *op, const hy_weight
                      xi && xi->name ? xi->name : "?", isa,
                      hy_quant_vec_dot_tile(w->type) ? "-tiled" : "");
     } else if (strcmp(op, "attention") == 0) {
-        /* attention.c puts 16 queries in the SIMD lanes for heads <= 16;
-         * larger heads decode by rows and prefill through the flash
-         * kernels where the ISA has them (AVX2, AVX-512) */
-        bool flash = head_dim > 16 && (strcmp(isa, "avx512") == 0 || strcmp(isa, "avx2") == 0);
-        snprintf(buf, n, "paged-%s-%s", head_dim <= 16 ? "lanes16" : flash ? "rows+flash" : "rows",
-                 isa);
+        /* attention.c: the flash kernel for units of many queries, the
+         * decode kernel (same bits) for a token's few heads, at every
+         * level (portable C below AVX2) */
+        (void)head_dim;
+        snprintf(buf, n, "paged-flash+decode-%s", isa);
     } else if (strcmp(op, "gdn") == 0) {
         snprintf(buf, n, "chunked-wy+recurrent-%s", isa);
     } else if (strcmp(op, "ssd") == 0) {

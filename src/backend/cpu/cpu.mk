@@ -5,7 +5,7 @@
 libhy_a_SOURCES += src/backend/cpu/cpu.c src/backend/cpu/cpu_impl.h \
 	src/backend/cpu/threadpool.c src/backend/cpu/threadpool.h \
 	src/backend/cpu/matmul.c src/backend/cpu/attention.c \
-	src/backend/cpu/attn_flash.h src/backend/cpu/attn_flash_impl.h \
+	src/backend/cpu/attn_flash.h src/backend/cpu/attn_flash_impl.h src/backend/cpu/attn_generic.c \
 	src/backend/cpu/recurrent.c src/backend/cpu/moe.c \
 	src/backend/cpu/gdn.c src/backend/cpu/gdn.h src/backend/cpu/ssd.c src/backend/cpu/ssd.h
 
@@ -22,7 +22,8 @@ libhy_a_SOURCES += src/backend/cpu/cpu.c src/backend/cpu/cpu_impl.h \
 # with a pragma, in libhy.a itself.
 noinst_LIBRARIES += libhy_quant.a libhy_gdn.a libhy_ssd.a
 libhy_quant_a_SOURCES = src/backend/cpu/quant.c src/backend/cpu/quant.h \
-	src/backend/cpu/quant_impl.h src/backend/cpu/quant_ref.h
+	src/backend/cpu/quant_impl.h src/backend/cpu/quant_ref.h \
+	src/backend/cpu/qmm.c src/backend/cpu/qmm.h
 libhy_quant_a_CFLAGS = $(AM_CFLAGS) -ffp-contract=off
 libhy_gdn_a_SOURCES = src/backend/cpu/gdn_kern_generic.c src/backend/cpu/gdn_kern.h
 libhy_gdn_a_CFLAGS = $(AM_CFLAGS) -O3
@@ -32,7 +33,8 @@ HY_SIMD_OBJECTS = $(libhy_quant_a_OBJECTS) $(libhy_gdn_a_OBJECTS) $(libhy_ssd_a_
 if HY_AVX2
 libhy_a_SOURCES += src/backend/cpu/attn_avx2.c
 noinst_LIBRARIES += libhy_quant_avx2.a libhy_gdn_avx2.a libhy_ssd_avx2.a
-libhy_quant_avx2_a_SOURCES = src/backend/cpu/quant_avx2.c src/backend/cpu/quant_x86.h
+libhy_quant_avx2_a_SOURCES = src/backend/cpu/quant_avx2.c src/backend/cpu/quant_x86.h \
+	src/backend/cpu/qmm_avx2.c
 libhy_quant_avx2_a_CFLAGS = $(AM_CFLAGS) -ffp-contract=off -mavx2 -mfma -mf16c
 libhy_gdn_avx2_a_SOURCES = src/backend/cpu/gdn_kern_avx2.c
 libhy_gdn_avx2_a_CFLAGS = $(AM_CFLAGS) -O3 -mavx2 -mfma
@@ -46,7 +48,7 @@ libhy_a_SOURCES += src/backend/cpu/attn_avx512.c
 noinst_LIBRARIES += libhy_quant_avx512.a libhy_gdn_avx512.a libhy_ssd_avx512.a
 # the float-weight GEMM (prefill) is AVX-512 code: built with the quant flags
 libhy_quant_avx512_a_SOURCES = src/backend/cpu/quant_avx512.c \
-	src/backend/cpu/gemm_avx512.c src/backend/cpu/gemm_avx512.h
+	src/backend/cpu/gemm_avx512.c src/backend/cpu/gemm_avx512.h src/backend/cpu/x86_transpose.h
 libhy_quant_avx512_a_CFLAGS = $(AM_CFLAGS) -ffp-contract=off -mavx2 -mfma -mf16c \
 	-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 libhy_gdn_avx512_a_SOURCES = src/backend/cpu/gdn_kern_avx512.c
@@ -69,13 +71,18 @@ EXTRA_libhy_a_DEPENDENCIES += $(HY_SIMD_OBJECTS)
 # tests/unit/bench_quant for the dot products, tests/unit/bench_gemm
 # [f16|f32|bf16] [threads] [reps] [n_tok] for the GEMM at the qwen35-bench
 # shapes, bench_gdn and bench_ssd [threads] [tokens] for chunked vs
-# recurrent prefill.
+# recurrent prefill, tests/unit/bench_mm [seconds] [isa] [rows] [k] for the
+# matmul tiles' GFLOP/s per batch size against the measured peak.
+# test_invariance: a token's row of matmul and attention is the same bits
+# alone, in any batch, at any offset, prefill or decode, on 1..3 threads.
 check_PROGRAMS += tests/unit/test_cpu_backend tests/unit/test_attn_flash tests/unit/test_gemm \
 	tests/unit/test_quant tests/unit/test_cpu_recurrent tests/unit/test_gdn tests/unit/test_ssd \
+	tests/unit/test_invariance \
 	tests/unit/bench_cpu tests/unit/bench_attn tests/unit/bench_quant tests/unit/bench_gemm \
-	tests/unit/bench_gdn tests/unit/bench_ssd
+	tests/unit/bench_gdn tests/unit/bench_ssd tests/unit/bench_mm
 TESTS += tests/unit/test_cpu_backend tests/unit/test_attn_flash tests/unit/test_gemm \
-	tests/unit/test_quant tests/unit/test_cpu_recurrent tests/unit/test_gdn tests/unit/test_ssd
+	tests/unit/test_quant tests/unit/test_cpu_recurrent tests/unit/test_gdn tests/unit/test_ssd \
+	tests/unit/test_invariance
 tests_unit_test_cpu_backend_SOURCES = tests/unit/test_cpu_backend.c
 tests_unit_test_cpu_backend_LDADD = $(TEST_LDADD)
 tests_unit_test_attn_flash_SOURCES = tests/unit/test_attn_flash.c
@@ -90,6 +97,8 @@ tests_unit_test_gdn_SOURCES = tests/unit/test_gdn.c
 tests_unit_test_gdn_LDADD = $(TEST_LDADD)
 tests_unit_test_ssd_SOURCES = tests/unit/test_ssd.c
 tests_unit_test_ssd_LDADD = $(TEST_LDADD)
+tests_unit_test_invariance_SOURCES = tests/unit/test_invariance.c
+tests_unit_test_invariance_LDADD = $(TEST_LDADD)
 tests_unit_bench_cpu_SOURCES = tests/unit/bench_cpu.c
 tests_unit_bench_cpu_LDADD = $(TEST_LDADD)
 tests_unit_bench_attn_SOURCES = tests/unit/bench_attn.c
@@ -98,6 +107,8 @@ tests_unit_bench_quant_SOURCES = tests/unit/bench_quant.c
 tests_unit_bench_quant_LDADD = $(TEST_LDADD)
 tests_unit_bench_gemm_SOURCES = tests/unit/bench_gemm.c
 tests_unit_bench_gemm_LDADD = $(TEST_LDADD)
+tests_unit_bench_mm_SOURCES = tests/unit/bench_mm.c
+tests_unit_bench_mm_LDADD = $(TEST_LDADD)
 tests_unit_bench_gdn_SOURCES = tests/unit/bench_gdn.c
 tests_unit_bench_gdn_LDADD = $(TEST_LDADD)
 tests_unit_bench_ssd_SOURCES = tests/unit/bench_ssd.c

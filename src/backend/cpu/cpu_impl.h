@@ -25,8 +25,11 @@ typedef struct {
 
     /* paged KV store; page p of layer l holds, for each kv head h and slot
      * s, the K row at k_pages[l] + p*k_page_bytes + (h*page_tokens + s)*k_row_bytes
-     * (V likewise): one head's keys of one page are contiguous. */
-    hy_kv_layout_t kv;
+     * (V likewise): one head's keys of one page are contiguous.  Layer l
+     * has the pages of its group (hy_kv_layout_group): page ids are the
+     * group's. */
+    hy_kv_layout_t kv;  /* kv.layer_swa points at kv_layer_swa */
+    uint8_t *kv_layer_swa; /* [kv.n_layers] or NULL: no sliding group */
     int kv_ready;
     uint8_t **k_pages;  /* [kv.n_layers] */
     uint8_t **v_pages;  /* [kv.n_layers] */

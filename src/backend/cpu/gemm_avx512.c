@@ -10,6 +10,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #include "backend/cpu/gemm_avx512.h"
+#include "backend/cpu/x86_transpose.h"
 
 #include <immintrin.h>
 
@@ -51,33 +52,6 @@ HY_GEMM_A5_INLINE __m512 hy_gemm_a5_wload(hy_dtype_t type, const char *w, int64_
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* In-register transpose: r[i] lane j -> r[j] lane i. */
-HY_GEMM_A5_INLINE void hy_gemm_a5_transpose16(__m512 *r)
-{
-    __m512 t[16];
-
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 8; i++) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-    }
-}
-
 /* Rows [0, rows) (rows <= 32) of w, elements [k0, k0+kc), as floats into
  * ap[k][32] (rows >= `rows` are 0): each 16 x 16 block is loaded a row at a
  * time, converted, and transposed in registers. */
@@ -98,7 +72,7 @@ HY_GEMM_A5_INLINE void hy_gemm_a5_pack_w_type(hy_dtype_t type, const char *w, si
                 else
                     r[i] = hy_gemm_a5_wload(type, w + (size_t)row * ws, k0 + kk, m, 1);
             }
-            hy_gemm_a5_transpose16(r);
+            hy_x86_transpose16_ps(r);
             for (int i = 0; i < n; i++)
                 _mm512_store_ps(ap + (kk + i) * HY_GEMM_A5_MR + h * 16, r[i]);
         }
@@ -132,7 +106,7 @@ void hy_gemm_a5_pack_x(const float *x, size_t xs, int64_t k, int64_t n_tok, int6
             for (int i = 0; i < 16; i++)
                 r[i] = i < nr ? _mm512_maskz_loadu_ps(m, x + (size_t)(t0 + i) * xs + kk)
                               : _mm512_setzero_ps();
-            hy_gemm_a5_transpose16(r);
+            hy_x86_transpose16_ps(r);
             /* 12 of the 16 lanes: the next k's store overwrites nothing */
             for (int i = 0; i < n; i++)
                 _mm512_mask_storeu_ps(bp + (kk + i) * HY_GEMM_A5_NR, m12, r[i]);

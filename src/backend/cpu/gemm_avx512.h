@@ -1,6 +1,7 @@
 /*
  * gemm_avx512.h - the AVX-512 GEMM for float weights (F32/F16/BF16) times
- * float activations, used by matmul.c for prefill (many tokens).  The
+ * float activations, used by matmul.c at every number of tokens (one FMA
+ * chain per output, so a token's row does not depend on the batch).  The
  * caller packs the activations once (hy_gemm_a5_pack_x), then threads
  * compute blocks of at most HY_GEMM_A5_MC output rows for every token
  * (hy_gemm_a5_rows), each with its own weight-panel buffer.  x86 builds only.

@@ -7,9 +7,14 @@
  * token of the tile (prefill reuses weights from cache); with one token the
  * tiles are plain row ranges, each thread streams its own contiguous run of
  * them once and then helps with the others' (decode runs near memory
- * bandwidth).  Float weights (F32/F16/BF16) with many tokens on an AVX-512
- * CPU take the packed GEMM of gemm_avx512.c instead: threads claim blocks
- * of output rows, each computed for every token.
+ * bandwidth).  Float weights (F32/F16/BF16) on an AVX-512 CPU take the
+ * packed GEMM of gemm_avx512.c instead, at every number of tokens: threads
+ * claim blocks of output rows, each computed for every token.
+ *
+ * Every path gives a token's output row the same bits whatever the batch:
+ * the tile kernels' per-output arithmetic does not depend on the tile's
+ * shape (quant.h, qmm.h), tiles never split k, and the GEMM is one FMA
+ * chain per output (tests/unit/test_invariance).
  */
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/gemm_avx512.h"
@@ -23,18 +28,16 @@
 #define HY_MM_W_TILE_BYTES (24 * 1024)
 /* Target bytes of activation rows in one tile (L2-resident). */
 #define HY_MM_X_TILE_BYTES (96 * 1024)
+/* Weight rows per tile are a multiple of this: the AVX2/AVX-512 kernels
+ * take 16 rows at a time (8 for one token), repeating rows of a ragged
+ * last group. */
+#define HY_MM_ROWS 16
 /* Tiles per thread to aim for, so uneven threads still finish together. */
 #define HY_MM_TILES_PER_THREAD 4
 
 /* Threads that get their own runs of decode tiles (more share one counter). */
 #define HY_MM_MAX_RUNS 64
 
-/* Tokens from which float weights take the GEMM.  Below it the tile
- * kernels (weights converted in registers, streamed once) win: the GEMM's
- * packing (convert + transpose every weight once per call) costs about as
- * much as ~20 tokens of its arithmetic (bench_gemm: equal near 24 tokens,
- * GEMM ahead from 32).  Decode keeps exactly the vec_dot results. */
-#define HY_MM_GEMM_MIN_TOK 32
 /* Row blocks per thread to aim for in the GEMM (a late thread's share can
  * be taken over by the other). */
 #define HY_MM_GEMM_UNITS_PER_THREAD 4
@@ -163,13 +166,15 @@ static void hy_mm_worker(void *arg, int ith, int nth)
         hy_mm_tile(j, u);
 }
 
-/* Whether w x (n_tok tokens) takes the GEMM: float weights, enough tokens,
- * and the AVX-512 kernels selected (tests pin lower levels through
- * hy_quant_set_isa, which must then not reach AVX-512 code). */
-static bool hy_mm_gemm_wanted(const hy_weight_t *w, int32_t n_tok)
+/* Whether w takes the GEMM: float weights and the AVX-512 kernels selected
+ * (tests pin lower levels through hy_quant_set_isa, which must then not
+ * reach AVX-512 code).  Not a function of the number of tokens: the GEMM
+ * and the tiles round differently, and decode must give the bits a
+ * prefilled token gets (its packing costs decode what ~20 tokens of
+ * arithmetic cost, bench_gemm, next to a weight stream from memory). */
+static bool hy_mm_gemm_wanted(const hy_weight_t *w)
 {
-    if (n_tok < HY_MM_GEMM_MIN_TOK ||
-        (w->type != HY_DTYPE_F32 && w->type != HY_DTYPE_F16 && w->type != HY_DTYPE_BF16))
+    if (w->type != HY_DTYPE_F32 && w->type != HY_DTYPE_F16 && w->type != HY_DTYPE_BF16)
         return false;
 #if HY_BUILD_AVX512
     return hy_quant_traits(w->type) == &hy_quant_avx512_kernels[w->type].traits;
@@ -205,9 +210,9 @@ static void hy_mm_gemm_worker(void *arg, int ith, int nth)
     }
 }
 
-/* y = x W^T through the packed GEMM.  Returns false (nothing done, no
- * error recorded) only if the scratch cannot be had, so that the caller
- * falls back to the tile path, which needs none for float weights. */
+/* y = x W^T through the packed GEMM.  Returns false (nothing done) only if
+ * the scratch cannot be had; the caller then reports the failure, since the
+ * tile path would round differently from the rows other calls produced. */
 static bool hy_mm_gemm(hy_cpu_t *cpu, const hy_weight_t *w, const float *x, float *y,
                        int32_t n_tok)
 {
@@ -278,8 +283,14 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
         memset(y, 0, (size_t)n_tok * (size_t)HY_MAX(w->ne[1], 0) * sizeof(float));
         return;
     }
-    if (hy_mm_gemm_wanted(w, n_tok) && hy_mm_gemm(cpu, w, x, y, n_tok))
+    if (hy_mm_gemm_wanted(w)) {
+        if (!hy_mm_gemm(cpu, w, x, y, n_tok)) {
+            hy_cpu_fail(cpu, HY_ENOMEM, "matmul %s: out of memory for the GEMM's panels "
+                        "(%d tokens)", w->name ? w->name : "?", n_tok);
+            memset(y, 0, (size_t)n_tok * (size_t)w->ne[1] * sizeof(float));
+        }
         return;
+    }
     memset(&j, 0, sizeof j);
     j.w = w;
     j.tr = hy_quant_traits(w->type);
@@ -324,11 +335,14 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
     else if (j.bt > 4)
         j.bt &= ~(int64_t)3;
     j.n_tb = (n_tok + j.bt - 1) / j.bt;
-    j.br = HY_MAX((int64_t)4, (int64_t)(HY_MM_W_TILE_BYTES / w->row_bytes)) & ~(int64_t)3;
+    /* Weight rows in multiples of HY_MM_ROWS: the kernels take rows in
+     * groups of 8 or 16, and a tile's ragged group repeats rows. */
+    j.br = HY_MAX((int64_t)HY_MM_ROWS, (int64_t)(HY_MM_W_TILE_BYTES / w->row_bytes)) /
+           HY_MM_ROWS * HY_MM_ROWS;
     int64_t want = (int64_t)nth * HY_MM_TILES_PER_THREAD;
     if (nth > 1 && ((j.n_out + j.br - 1) / j.br) * j.n_tb < want) {
         int64_t per = (j.n_out * j.n_tb + want - 1) / want;
-        j.br = HY_MAX((int64_t)4, (per + 3) & ~(int64_t)3);
+        j.br = HY_MAX((int64_t)HY_MM_ROWS, (per + HY_MM_ROWS - 1) / HY_MM_ROWS * HY_MM_ROWS);
     }
     j.br = HY_MIN(j.br, j.n_out);
     j.n_rb = (j.n_out + j.br - 1) / j.br;

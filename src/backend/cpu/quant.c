@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "qmm.h"
 #include "quant_impl.h"
 #include "quant_ref.h"
 
@@ -177,12 +178,8 @@ static void hy_quant_ref_from_float_q8_2l(const float *x, void *vy, int64_t n)
 
     for (int64_t i = 0; i < n / 32; i++) {
         const float *xb = x + i * 32;
-        float amax = 0.0f;
         int32_t vsum = 0;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(xb[j]));
-        float d = amax / HY_Q8_2L_VMAX;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        float id, d = hy_quant_2l_scale(xb, 32, &id);
         for (int j = 0; j < 32; j++)
             vsum += hy_quant_split_2l(xb[j], id, &y[i].hi[j], &y[i].lo[j]);
         y[i].d = d;
@@ -197,11 +194,7 @@ static void hy_quant_ref_from_float_q8_k2l(const float *x, void *vy, int64_t n)
 
     for (int64_t i = 0; i < n / 256; i++) {
         const float *xb = x + i * 256;
-        float amax = 0.0f;
-        for (int j = 0; j < 256; j++)
-            amax = fmaxf(amax, fabsf(xb[j]));
-        float d = amax / HY_Q8_2L_VMAX;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        float id, d = hy_quant_2l_scale(xb, 256, &id);
         y[i].d = d;
         for (int g = 0; g < 16; g++) {
             int32_t sum = 0;
@@ -416,13 +409,6 @@ void hy_quant_ref_to_float_q6_k(const void *vw, float *y, int64_t n)
     }
 }
 
-/* The 5th bits of a Q5_0/Q5_1 block: bit j of qh (little-endian) belongs to
- * element j. */
-static inline int hy_quant_q5_high(const uint8_t *qh, int j)
-{
-    return (qh[j / 8] >> (j % 8)) & 1;
-}
-
 void hy_quant_ref_to_float_q5_0(const void *vw, float *y, int64_t n)
 {
     const hy_block_q5_0_t *w = vw;
@@ -464,12 +450,6 @@ void hy_quant_ref_to_float_iq4_nl(const void *vw, float *y, int64_t n)
             y[i * 32 + j + 16] = d * (float)hy_quant_iq4nl_values[w[i].qs[j] >> 4];
         }
     }
-}
-
-/* The 2-bit field of element e (0..255) of a Q2_K/Q3_K block's qs[64]. */
-static inline int hy_quant_k2_low(const uint8_t *qs, int e)
-{
-    return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
 }
 
 void hy_quant_ref_to_float_q2_k(const void *vw, float *y, int64_t n)
@@ -689,296 +669,6 @@ static void hy_quant_ref_dot_q6_k(int64_t n, float *s, const void *vw, const voi
     *s = sum;
 }
 
-/* ---- dot products with two-level activations (reference) ----
- * Integer sums per block for the hi and lo planes, combined as
- * 255*hi + lo in 64 bits (K-quant sums can exceed int32 on hostile
- * scales), float across blocks. */
-
-static void hy_quant_ref_dot_q4_0_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    const hy_block_q4_0_t *w = vw;
-    const hy_block_q8_2l_t *x = vx;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n / 32; i++) {
-        int ih = 0, il = 0;
-        for (int j = 0; j < 16; j++) {
-            int q0 = (w[i].qs[j] & 15) - 8, q1 = (w[i].qs[j] >> 4) - 8;
-            ih += q0 * x[i].hi[j] + q1 * x[i].hi[j + 16];
-            il += q0 * x[i].lo[j] + q1 * x[i].lo[j + 16];
-        }
-        sum += hy_f16_to_f32(w[i].d) * x[i].d * (float)(255 * ih + il);
-    }
-    *s = sum;
-}
-
-static void hy_quant_ref_dot_q4_1_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    const hy_block_q4_1_t *w = vw;
-    const hy_block_q8_2l_t *x = vx;
-    float sum = 0.0f;
-
-    /* sum_j (d_w q_j + m) x_j = d_w d_x sum q_j v_j + m * sum x_j */
-    for (int64_t i = 0; i < n / 32; i++) {
-        int ih = 0, il = 0;
-        for (int j = 0; j < 16; j++) {
-            int q0 = w[i].qs[j] & 15, q1 = w[i].qs[j] >> 4;
-            ih += q0 * x[i].hi[j] + q1 * x[i].hi[j + 16];
-            il += q0 * x[i].lo[j] + q1 * x[i].lo[j + 16];
-        }
-        sum += hy_f16_to_f32(w[i].d) * x[i].d * (float)(255 * ih + il)
-             + hy_f16_to_f32(w[i].m) * x[i].s;
-    }
-    *s = sum;
-}
-
-static void hy_quant_ref_dot_q8_0_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    const hy_block_q8_0_t *w = vw;
-    const hy_block_q8_2l_t *x = vx;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n / 32; i++) {
-        int ih = 0, il = 0;
-        for (int j = 0; j < 32; j++) {
-            ih += w[i].qs[j] * x[i].hi[j];
-            il += w[i].qs[j] * x[i].lo[j];
-        }
-        sum += hy_f16_to_f32(w[i].d) * x[i].d * (float)(255 * ih + il);
-    }
-    *s = sum;
-}
-
-/* Q4_K/Q5_K: as with Q8_K, the min term comes from the group sums of v. */
-static void hy_quant_ref_dot_q45_k_2l(int is5, int64_t n, float *s, const void *vw,
-                                      const void *vx)
-{
-    const hy_block_q8_k2l_t *x = vx;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n / 256; i++) {
-        const hy_block_q4_k_t *w4 = (const hy_block_q4_k_t *)vw + i;
-        const hy_block_q5_k_t *w5 = (const hy_block_q5_k_t *)vw + i;
-        const uint8_t *qs = is5 ? w5->qs : w4->qs, *scales = is5 ? w5->scales : w4->scales;
-        uint16_t wd = is5 ? w5->d : w4->d, wdmin = is5 ? w5->dmin : w4->dmin;
-        int64_t sumh = 0, suml = 0, summ = 0;
-        for (int k = 0; k < 8; k++) {
-            uint8_t sc, m;
-            const uint8_t *q = qs + (k / 2) * 32;
-            const int8_t *xh = x[i].hi + k * 32, *xl = x[i].lo + k * 32;
-            int shift = (k & 1) * 4, ih = 0, il = 0;
-            hy_quant_scale_min_k4(k, scales, &sc, &m);
-            for (int l = 0; l < 32; l++) {
-                int qv = (q[l] >> shift) & 15;
-                if (is5)
-                    qv += ((w5->qh[l] >> k) & 1) * 16;
-                ih += qv * xh[l];
-                il += qv * xl[l];
-            }
-            sumh += sc * ih;
-            suml += sc * il;
-            summ += (int64_t)m * (x[i].bsums[2 * k] + x[i].bsums[2 * k + 1]);
-        }
-        sum += x[i].d * hy_f16_to_f32(wd) * (float)(255 * sumh + suml)
-             - x[i].d * hy_f16_to_f32(wdmin) * (float)summ;
-    }
-    *s = sum;
-}
-
-static void hy_quant_ref_dot_q4_k_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    hy_quant_ref_dot_q45_k_2l(0, n, s, vw, vx);
-}
-
-static void hy_quant_ref_dot_q5_k_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    hy_quant_ref_dot_q45_k_2l(1, n, s, vw, vx);
-}
-
-static void hy_quant_ref_dot_q6_k_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    const hy_block_q6_k_t *w = vw;
-    const hy_block_q8_k2l_t *x = vx;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n / 256; i++) {
-        const uint8_t *ql = w[i].ql, *qh = w[i].qh;
-        const int8_t *xh = x[i].hi, *xl = x[i].lo;
-        int64_t sumi = 0;
-        for (int half = 0; half < 2; half++) {
-            const int8_t *sc = w[i].scales + half * 8;
-            int ih[8] = {0}, il[8] = {0};
-            for (int l = 0; l < 32; l++) {
-                int is = l / 16;
-                int q[4] = {((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32,
-                            ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32,
-                            ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32,
-                            ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32};
-                for (int m = 0; m < 4; m++) {
-                    ih[is + 2 * m] += q[m] * xh[l + 32 * m];
-                    il[is + 2 * m] += q[m] * xl[l + 32 * m];
-                }
-            }
-            for (int k = 0; k < 8; k++)
-                sumi += (int64_t)sc[k] * (255 * ih[k] + il[k]);
-            ql += 64;
-            qh += 32;
-            xh += 128;
-            xl += 128;
-        }
-        sum += x[i].d * hy_f16_to_f32(w[i].d) * (float)sumi;
-    }
-    *s = sum;
-}
-
-/* Block i of a Q5_0, Q5_1 or IQ4_NL row as the integers the dot sees
- * (signed, or Q5_1's unsigned ones), with its scale and offset (0 where
- * there is none). */
-static void hy_quant_ref_q32(hy_dtype_t t, const void *vw, int64_t i, int q[32], float *d,
-                             float *m)
-{
-    *m = 0.0f;
-    if (t == HY_DTYPE_IQ4_NL) {
-        const hy_block_iq4_nl_t *b = (const hy_block_iq4_nl_t *)vw + i;
-        *d = hy_f16_to_f32(b->d);
-        for (int j = 0; j < 16; j++) {
-            q[j] = hy_quant_iq4nl_values[b->qs[j] & 15];
-            q[j + 16] = hy_quant_iq4nl_values[b->qs[j] >> 4];
-        }
-        return;
-    }
-    const uint8_t *qh, *qs;
-    int off = 0;
-    if (t == HY_DTYPE_Q5_0) {
-        const hy_block_q5_0_t *b = (const hy_block_q5_0_t *)vw + i;
-        *d = hy_f16_to_f32(b->d);
-        qh = b->qh, qs = b->qs, off = 16;
-    } else {
-        const hy_block_q5_1_t *b = (const hy_block_q5_1_t *)vw + i;
-        *d = hy_f16_to_f32(b->d);
-        *m = hy_f16_to_f32(b->m);
-        qh = b->qh, qs = b->qs;
-    }
-    for (int j = 0; j < 16; j++) {
-        q[j] = ((qs[j] & 15) | hy_quant_q5_high(qh, j) << 4) - off;
-        q[j + 16] = ((qs[j] >> 4) | hy_quant_q5_high(qh, j + 16) << 4) - off;
-    }
-}
-
-/* dot = sum_i d_w*d_x*(255*sum(q*hi) + sum(q*lo)) [+ m_w * sum(x)]: the
- * Q4_0/Q4_1/Q8_0 formulas with these types' integers. */
-static void hy_quant_ref_dot_q32_2l(hy_dtype_t t, int64_t n, float *s, const void *vw,
-                                    const void *vx)
-{
-    const hy_block_q8_2l_t *x = vx;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n / 32; i++) {
-        int q[32], ih = 0, il = 0;
-        float d, m;
-        hy_quant_ref_q32(t, vw, i, q, &d, &m);
-        for (int j = 0; j < 32; j++) {
-            ih += q[j] * x[i].hi[j];
-            il += q[j] * x[i].lo[j];
-        }
-        if (t == HY_DTYPE_Q5_1)
-            sum += d * x[i].d * (float)(255 * ih + il) + m * x[i].s;
-        else
-            sum += d * x[i].d * (float)(255 * ih + il);
-    }
-    *s = sum;
-}
-
-static void hy_quant_ref_dot_q5_0_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    hy_quant_ref_dot_q32_2l(HY_DTYPE_Q5_0, n, s, vw, vx);
-}
-
-static void hy_quant_ref_dot_q5_1_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    hy_quant_ref_dot_q32_2l(HY_DTYPE_Q5_1, n, s, vw, vx);
-}
-
-static void hy_quant_ref_dot_iq4_nl_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    hy_quant_ref_dot_q32_2l(HY_DTYPE_IQ4_NL, n, s, vw, vx);
-}
-
-/* Q2_K: y = d*sc_g*q - dmin*m_g over groups of 16, so per block
- * dot = d_x*d*sum_g sc_g*(q.v)_g - d_x*dmin*sum_g m_g*bsums_g. */
-static void hy_quant_ref_dot_q2_k_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    const hy_block_q2_k_t *w = vw;
-    const hy_block_q8_k2l_t *x = vx;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n / 256; i++) {
-        int64_t sumh = 0, suml = 0, summ = 0;
-        for (int g = 0; g < 16; g++) {
-            int ih = 0, il = 0;
-            for (int e = 16 * g; e < 16 * g + 16; e++) {
-                int q = hy_quant_k2_low(w[i].qs, e);
-                ih += q * x[i].hi[e];
-                il += q * x[i].lo[e];
-            }
-            sumh += (w[i].scales[g] & 15) * ih;
-            suml += (w[i].scales[g] & 15) * il;
-            summ += (int64_t)(w[i].scales[g] >> 4) * x[i].bsums[g];
-        }
-        sum += x[i].d * hy_f16_to_f32(w[i].d) * (float)(255 * sumh + suml)
-             - x[i].d * hy_f16_to_f32(w[i].dmin) * (float)summ;
-    }
-    *s = sum;
-}
-
-/* Q3_K and IQ4_XS: signed integers under signed per-group scales, one
- * integer sum per block as for Q6_K. */
-static void hy_quant_ref_dot_q3_k_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    const hy_block_q3_k_t *w = vw;
-    const hy_block_q8_k2l_t *x = vx;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n / 256; i++) {
-        int64_t sumi = 0;
-        for (int g = 0; g < 16; g++) {
-            int ih = 0, il = 0;
-            for (int e = 16 * g; e < 16 * g + 16; e++) {
-                int hi = (w[i].hmask[e % 32] >> (e / 32)) & 1;
-                int q = hy_quant_k2_low(w[i].qs, e) - (hi ? 0 : 4);
-                ih += q * x[i].hi[e];
-                il += q * x[i].lo[e];
-            }
-            sumi += (int64_t)hy_quant_scale_q3_k(w[i].scales, g) * (255 * ih + il);
-        }
-        sum += x[i].d * hy_f16_to_f32(w[i].d) * (float)sumi;
-    }
-    *s = sum;
-}
-
-static void hy_quant_ref_dot_iq4_xs_2l(int64_t n, float *s, const void *vw, const void *vx)
-{
-    const hy_block_iq4_xs_t *w = vw;
-    const hy_block_q8_k2l_t *x = vx;
-    float sum = 0.0f;
-
-    for (int64_t i = 0; i < n / 256; i++) {
-        int64_t sumi = 0;
-        for (int b = 0; b < 8; b++) {
-            const uint8_t *q = w[i].qs + 16 * b;
-            int ih = 0, il = 0;
-            for (int j = 0; j < 32; j++) {
-                int v = hy_quant_iq4nl_values[j < 16 ? q[j] & 15 : q[j - 16] >> 4];
-                ih += v * x[i].hi[32 * b + j];
-                il += v * x[i].lo[32 * b + j];
-            }
-            sumi += (int64_t)hy_quant_scale_iq4_xs(&w[i], b) * (255 * ih + il);
-        }
-        sum += x[i].d * hy_f16_to_f32(w[i].d) * (float)sumi;
-    }
-    *s = sum;
-}
-
 void hy_quant_tile_generic(hy_quant_dot_fn_t dot, int64_t n, float *s,
                            size_t s_stride, const void *w, size_t w_stride,
                            int nw, const void *x, size_t x_stride, int nx)
@@ -1077,18 +767,6 @@ HY_REF_TILE(q8_0)
 HY_REF_TILE(q4_k)
 HY_REF_TILE(q5_k)
 HY_REF_TILE(q6_k)
-HY_REF_TILE(q4_0_2l)
-HY_REF_TILE(q4_1_2l)
-HY_REF_TILE(q8_0_2l)
-HY_REF_TILE(q4_k_2l)
-HY_REF_TILE(q5_k_2l)
-HY_REF_TILE(q6_k_2l)
-HY_REF_TILE(q5_0_2l)
-HY_REF_TILE(q5_1_2l)
-HY_REF_TILE(iq4_nl_2l)
-HY_REF_TILE(q2_k_2l)
-HY_REF_TILE(q3_k_2l)
-HY_REF_TILE(iq4_xs_2l)
 
 const hy_quant_kernels_t hy_quant_scalar_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy,
@@ -1100,42 +778,20 @@ const hy_quant_kernels_t hy_quant_scalar_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_BF16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy,
                         hy_quant_ref_dot_bf16, hy_quant_ref_to_float_bf16},
                        hy_quant_ref_tile_bf16},
-    [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_2L, hy_quant_ref_from_float_q8_2l,
-                        hy_quant_ref_dot_q4_0_2l, hy_quant_ref_to_float_q4_0},
-                       hy_quant_ref_tile_q4_0_2l},
-    [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_2L, hy_quant_ref_from_float_q8_2l,
-                        hy_quant_ref_dot_q4_1_2l, hy_quant_ref_to_float_q4_1},
-                       hy_quant_ref_tile_q4_1_2l},
-    [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q8_2L, hy_quant_ref_from_float_q8_2l,
-                        hy_quant_ref_dot_q8_0_2l, hy_quant_ref_to_float_q8_0},
-                       hy_quant_ref_tile_q8_0_2l},
-    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q8_K2L, hy_quant_ref_from_float_q8_k2l,
-                        hy_quant_ref_dot_q4_k_2l, hy_quant_ref_to_float_q4_k},
-                       hy_quant_ref_tile_q4_k_2l},
-    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q8_K2L, hy_quant_ref_from_float_q8_k2l,
-                        hy_quant_ref_dot_q5_k_2l, hy_quant_ref_to_float_q5_k},
-                       hy_quant_ref_tile_q5_k_2l},
-    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q8_K2L, hy_quant_ref_from_float_q8_k2l,
-                        hy_quant_ref_dot_q6_k_2l, hy_quant_ref_to_float_q6_k},
-                       hy_quant_ref_tile_q6_k_2l},
-    [HY_DTYPE_Q5_0] = {{HY_DTYPE_Q8_2L, hy_quant_ref_from_float_q8_2l,
-                        hy_quant_ref_dot_q5_0_2l, hy_quant_ref_to_float_q5_0},
-                       hy_quant_ref_tile_q5_0_2l},
-    [HY_DTYPE_Q5_1] = {{HY_DTYPE_Q8_2L, hy_quant_ref_from_float_q8_2l,
-                        hy_quant_ref_dot_q5_1_2l, hy_quant_ref_to_float_q5_1},
-                       hy_quant_ref_tile_q5_1_2l},
-    [HY_DTYPE_IQ4_NL] = {{HY_DTYPE_Q8_2L, hy_quant_ref_from_float_q8_2l,
-                          hy_quant_ref_dot_iq4_nl_2l, hy_quant_ref_to_float_iq4_nl},
-                         hy_quant_ref_tile_iq4_nl_2l},
-    [HY_DTYPE_Q2_K] = {{HY_DTYPE_Q8_K2L, hy_quant_ref_from_float_q8_k2l,
-                        hy_quant_ref_dot_q2_k_2l, hy_quant_ref_to_float_q2_k},
-                       hy_quant_ref_tile_q2_k_2l},
-    [HY_DTYPE_Q3_K] = {{HY_DTYPE_Q8_K2L, hy_quant_ref_from_float_q8_k2l,
-                        hy_quant_ref_dot_q3_k_2l, hy_quant_ref_to_float_q3_k},
-                       hy_quant_ref_tile_q3_k_2l},
-    [HY_DTYPE_IQ4_XS] = {{HY_DTYPE_Q8_K2L, hy_quant_ref_from_float_q8_k2l,
-                          hy_quant_ref_dot_iq4_xs_2l, hy_quant_ref_to_float_iq4_xs},
-                         hy_quant_ref_tile_iq4_xs_2l},
+    /* the quantized types: Q16 activations and qmm.h's contract, which
+     * the AVX2 level reproduces bit for bit */
+    [HY_DTYPE_Q4_0] = HY_QMM_ENTRY_REF(q4_0, hy_quant_ref_to_float_q4_0),
+    [HY_DTYPE_Q4_1] = HY_QMM_ENTRY_REF(q4_1, hy_quant_ref_to_float_q4_1),
+    [HY_DTYPE_Q8_0] = HY_QMM_ENTRY_REF(q8_0, hy_quant_ref_to_float_q8_0),
+    [HY_DTYPE_Q4_K] = HY_QMM_ENTRY_REF(q4_k, hy_quant_ref_to_float_q4_k),
+    [HY_DTYPE_Q5_K] = HY_QMM_ENTRY_REF(q5_k, hy_quant_ref_to_float_q5_k),
+    [HY_DTYPE_Q6_K] = HY_QMM_ENTRY_REF(q6_k, hy_quant_ref_to_float_q6_k),
+    [HY_DTYPE_Q5_0] = HY_QMM_ENTRY_REF(q5_0, hy_quant_ref_to_float_q5_0),
+    [HY_DTYPE_Q5_1] = HY_QMM_ENTRY_REF(q5_1, hy_quant_ref_to_float_q5_1),
+    [HY_DTYPE_IQ4_NL] = HY_QMM_ENTRY_REF(iq4_nl, hy_quant_ref_to_float_iq4_nl),
+    [HY_DTYPE_Q2_K] = HY_QMM_ENTRY_REF(q2_k, hy_quant_ref_to_float_q2_k),
+    [HY_DTYPE_Q3_K] = HY_QMM_ENTRY_REF(q3_k, hy_quant_ref_to_float_q3_k),
+    [HY_DTYPE_IQ4_XS] = HY_QMM_ENTRY_REF(iq4_xs, hy_quant_ref_to_float_iq4_xs),
 };
 
 /* ggml's single-level partners (hy_quant_traits_q8) */
@@ -1176,6 +832,7 @@ int hy_quant_quantize_row(hy_dtype_t t, const float *x, void *y, int64_t n)
     case HY_DTYPE_Q8_K: fn = hy_quant_ref_from_float_q8_k; break;
     case HY_DTYPE_Q8_2L: fn = hy_quant_ref_from_float_q8_2l; break;
     case HY_DTYPE_Q8_K2L: fn = hy_quant_ref_from_float_q8_k2l; break;
+    case HY_DTYPE_Q16: fn = hy_qmm_ref_from_float_q16; break;
     default: return HY_EUNSUPPORTED;
     }
     if (info == NULL || n < 0 || n % info->block != 0)

@@ -64,13 +64,16 @@ typedef void (*hy_quant_tile_fn_t)(int64_t n, float *s, size_t s_stride,
 hy_quant_tile_fn_t hy_quant_vec_dot_tile(hy_dtype_t t);
 
 /* ---- additions (activation precision) ----
- * hy_quant_traits() gives the quantized types two-level int8 partners
- * (HY_DTYPE_Q8_2L, HY_DTYPE_Q8_K2L: ~16-bit activations, dot within ~1e-5
- * of float).  These two return ggml's single-level kernels instead
- * (Q8_0/Q8_1/Q8_K partners, ~1e-2 per dot) of Q4_0, Q4_1, Q8_0, Q4_K, Q5_K
- * and Q6_K, for callers that want ggml's exact arithmetic; for float types
- * and the other quantized types (Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS:
- * two-level only) they equal the plain functions. */
+ * hy_quant_traits() gives the quantized types ~16-bit activation partners
+ * (dot within ~1e-5 of float): Q16 at the scalar and AVX2 levels and, at
+ * AVX-512, for every type but Q4_0/Q4_1/Q8_0 (qmm.h), which take the same
+ * values as two int8 planes (HY_DTYPE_Q8_2L) there.  Within a level every
+ * kernel of a type gives a token's row the same bits in any batch.
+ * These two return ggml's single-level kernels instead (Q8_0/Q8_1/Q8_K
+ * partners, ~1e-2 per dot) of Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K, for
+ * callers that want ggml's exact arithmetic; for float types and the other
+ * quantized types (Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS: Q16 only) they
+ * equal the plain functions. */
 const hy_quant_traits_t *hy_quant_traits_q8(hy_dtype_t t);
 hy_quant_tile_fn_t hy_quant_vec_dot_tile_q8(hy_dtype_t t);
 

@@ -1,18 +1,40 @@
 /*
  * quant_avx2.c - AVX2+FMA+F16C kernels, compiled only with those flags (own
- * convenience library) so the rest of libhy stays baseline x86-64.  Holds
- * the register-blocked Q4_0/Q4_1/Q8_0 tile kernels over ggml's Q8_0/Q8_1
- * (2 weight rows x 2 activation rows, two blocks per step); their two-level
- * Q8_2L versions, which also serve Q5_0/Q5_1/IQ4_NL, and the other kernels
- * come from quant_x86.h, except F32/F16/BF16, which get a register-blocked SGEMM
- * tile (4 weight rows x 3 token rows, half-precision rows converted once
- * per tile into an L1 panel).  vec_dot is the 1x1 instance of each tile,
- * so the two agree bit for bit.
+ * convenience library) so the rest of libhy stays baseline x86-64, and the
+ * AVX2 level's kernel table.  The quantized types take qmm_avx2.c's kernels
+ * over Q16 activations (qmm.h); this file holds the register-blocked
+ * Q4_0/Q4_1/Q8_0 tiles over ggml's Q8_0/Q8_1 (hy_quant_traits_q8: 2 weight
+ * rows x 2 activation rows, two blocks per step; vec_dot is their 1x1
+ * instance), quant_x86.h's K-quant dots for the same, and F32/F16/BF16's
+ * register-blocked SGEMM tile (4 weight rows x 3 token rows, half-precision
+ * rows converted once per tile into an L1 panel).
  */
 #if defined(__x86_64__) || defined(__i386__)
 
+#include "qmm.h"
 #include "quant_x86.h"
 
+enum { HY_A2_Q4_0, HY_A2_Q4_1, HY_A2_Q8_0 };
+
+/* Weight block ib of the row at w, as the unsigned or signed bytes that the
+ * integer dot consumes, plus its scale (and Q4_1 offset). */
+HY_QX_INLINE __m256i hy_a2_wload(int kind, const char *w, int64_t ib, float *d, float *m)
+{
+    if (kind == HY_A2_Q4_0) {
+        const hy_block_q4_0_t *b = (const hy_block_q4_0_t *)w + ib;
+        *d = hy_qx_h2f(b->d);
+        return hy_qx_nibbles(b->qs);
+    }
+    if (kind == HY_A2_Q4_1) {
+        const hy_block_q4_1_t *b = (const hy_block_q4_1_t *)w + ib;
+        *d = hy_qx_h2f(b->d);
+        *m = hy_qx_h2f(b->m);
+        return hy_qx_nibbles(b->qs);
+    }
+    const hy_block_q8_0_t *b = (const hy_block_q8_0_t *)w + ib;
+    *d = hy_qx_h2f(b->d);
+    return _mm256_loadu_si256((const __m256i *)b->qs);
+}
 
 HY_QX_INLINE __m256i hy_a2_xload(int kind, const char *x, int64_t ib, float *d, float *s)
 {
@@ -162,14 +184,6 @@ HY_A2_KERNELS(q4_0, HY_A2_Q4_0)
 HY_A2_KERNELS(q4_1, HY_A2_Q4_1)
 HY_A2_KERNELS(q8_0, HY_A2_Q8_0)
 
-/* the two-level tiles of quant_x86.h */
-HY_A2L_KERNELS(q4_0, HY_A2_Q4_0)
-HY_A2L_KERNELS(q4_1, HY_A2_Q4_1)
-HY_A2L_KERNELS(q8_0, HY_A2_Q8_0)
-HY_A2L_KERNELS(q5_0, HY_A2_Q5_0)
-HY_A2L_KERNELS(q5_1, HY_A2_Q5_1)
-HY_A2L_KERNELS(iq4_nl, HY_A2_IQ4_NL)
-
 /* ---- float weights (F32/F16/BF16): register-blocked SGEMM tiles ----
  * Every (weight row, token row) pair owns one 8-lane accumulator that sums
  * w*x over k in order, 8 elements a step (a zero-padded step for the tail),
@@ -184,7 +198,8 @@ enum { HY_A2F_F32, HY_A2F_F16, HY_A2F_BF16 };
 #define HY_A2F_KC 512
 #define HY_A2F_CT 64
 #define HY_A2F_RX 3
-#define HY_A2F_PANEL_MIN 3
+#define HY_A2F_PANEL_MIN 8 /* token rows from which the panel pays (F16 at 3..7: 25%
+                               * slower than converting in registers, bench_mm) */
 
 /* lanes [0, m) of a float row; the rest zero (maskload never touches
  * memory of masked-off lanes) */
@@ -347,9 +362,6 @@ HY_A2F_KERNELS(bf16, HY_A2F_BF16)
 HY_A2_GENERIC_TILE(q4_k)
 HY_A2_GENERIC_TILE(q5_k)
 HY_A2_GENERIC_TILE(q6_k)
-HY_A2_GENERIC_TILE(q4_k_2l)
-HY_A2_GENERIC_TILE(q5_k_2l)
-HY_A2_GENERIC_TILE(q6_k_2l)
 
 const hy_quant_kernels_t hy_quant_avx2_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a2_dot_f32,
@@ -359,29 +371,12 @@ const hy_quant_kernels_t hy_quant_avx2_kernels[HY_DTYPE_COUNT] = {
                        hy_qx_to_float_f16}, hy_a2_tile_f16},
     [HY_DTYPE_BF16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a2_dot_bf16,
                         hy_qx_to_float_bf16}, hy_a2_tile_bf16},
-    [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_q4_0_2l,
-                        hy_qx_to_float_q4_0}, hy_a2_tile_q4_0_2l},
-    [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_q4_1_2l,
-                        hy_qx_to_float_q4_1}, hy_a2_tile_q4_1_2l},
-    [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_q8_0_2l,
-                        hy_qx_to_float_q8_0}, hy_a2_tile_q8_0_2l},
-    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q4_k_2l,
-                        hy_quant_ref_to_float_q4_k}, hy_a2_tile_q4_k_2l},
-    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q5_k_2l,
-                        hy_quant_ref_to_float_q5_k}, hy_a2_tile_q5_k_2l},
-    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q6_k_2l,
-                        hy_quant_ref_to_float_q6_k}, hy_a2_tile_q6_k_2l},    [HY_DTYPE_Q5_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_q5_0_2l,
-                        hy_quant_ref_to_float_q5_0}, hy_a2_tile_q5_0_2l},
-    [HY_DTYPE_Q5_1] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_q5_1_2l,
-                        hy_quant_ref_to_float_q5_1}, hy_a2_tile_q5_1_2l},
-    [HY_DTYPE_IQ4_NL] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_iq4_nl_2l,
-                          hy_quant_ref_to_float_iq4_nl}, hy_a2_tile_iq4_nl_2l},
-    [HY_DTYPE_Q2_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q2_k_2l,
-                        hy_quant_ref_to_float_q2_k}, hy_qx_tile_q2_k_2l},
-    [HY_DTYPE_Q3_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q3_k_2l,
-                        hy_quant_ref_to_float_q3_k}, hy_qx_tile_q3_k_2l},
-    [HY_DTYPE_IQ4_XS] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_iq4_xs_2l,
-                          hy_quant_ref_to_float_iq4_xs}, hy_qx_tile_iq4_xs_2l},
+    /* quantized types: qmm_avx2.c's kernels over Q16 (vec_dot is the
+     * portable contract, which the tiles reproduce bit for bit) */
+    [HY_DTYPE_Q4_0] = HY_QMM_ENTRY_AVX2(q4_0, hy_qx_to_float_q4_0),
+    [HY_DTYPE_Q4_1] = HY_QMM_ENTRY_AVX2(q4_1, hy_qx_to_float_q4_1),
+    [HY_DTYPE_Q8_0] = HY_QMM_ENTRY_AVX2(q8_0, hy_qx_to_float_q8_0),
+    HY_QMM_ENTRIES_AVX2_SHARED,
 };
 /* ggml's single-level partners (hy_quant_traits_q8) */
 const hy_quant_kernels_t hy_quant_avx2_kernels_q8[HY_DTYPE_COUNT] = {

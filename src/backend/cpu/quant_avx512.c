@@ -10,17 +10,17 @@
  * Q4_1 over Q8_2L (SmolLM2's weights), which puts 16 weight rows across
  * the lanes instead (hy_a5t_*: one exact int32 sum per block and row).
  * Decode tiles prefetch 16 rows ahead (HY_A5_PF_ROWS).  The
- * other types (the K-quants, Q5_0, Q5_1, IQ4_NL, IQ4_XS) use quant_x86.h's
- * 256-bit kernels rebuilt here with VNNI and EVEX: the same code the AVX2
- * level runs, so the tests of either level cover it.
- * F32/F16/BF16 weights get a register-blocked SGEMM tile (4 weight rows x
- * 6 token rows of 16-lane f32 accumulators, half-precision rows converted
- * once per tile into an L1 panel).
+ * other quantized types (the K-quants, Q5_0, Q5_1, IQ4_NL, IQ4_XS) take the
+ * AVX2 level's qmm kernels (qmm_avx2.c) over Q16, and ggml's single-level
+ * partners quant_x86.h's 256-bit kernels rebuilt here with VNNI and EVEX.
+ * F32/F16/BF16 weights are multiplied by gemm_avx512.c at any batch size;
+ * their vec_dot here is the GEMM's per-output FMA chain.
  */
 #if defined(__x86_64__) || defined(__i386__)
 
 #define HY_QX_VNNI 1
 #include "quant_x86.h"
+#include "qmm.h"
 
 #include <math.h>
 
@@ -636,215 +636,32 @@ static void hy_a5_dot_q4_1_2l(int64_t n, float *s, const void *vw, const void *v
     *s = acc + mac;
 }
 
-/* ---- float weights (F32/F16/BF16): register-blocked SGEMM tiles ----
- * Every (weight row, token row) pair owns one 16-lane accumulator that sums
- * w*x over k in order, 16 elements a step (a masked step for the tail),
- * and is reduced by hy_a5f_hsum4's fixed tree at the end.  That order does not
- * depend on the tile's shape, so a token row gives the same bits alone or
- * in any batch, and vec_dot is the 1x1 tile.  With few token rows the
- * half-precision weights are converted in registers (decode streams them
- * once); with more, a chunk of 4 weight rows is converted exactly into a
- * float panel on the stack once and meets every token row from L1. */
-enum { HY_A5F_F32, HY_A5F_F16, HY_A5F_BF16 };
-#define HY_A5F_KC 512    /* k elements per panel chunk (4 rows: 8 KB) */
-#define HY_A5F_CT 64     /* token rows per accumulator block (16 KB) */
-#define HY_A5F_RX 6      /* token rows per micro-kernel: 24 accumulators */
-#define HY_A5F_PANEL_MIN 3 /* token rows from which the panel pays */
-#ifndef HY_A5F_PF_ROWS
-#define HY_A5F_PF_ROWS 8   /* decode prefetch distance in rows, see hy_a5f_micro */
-#endif
-
-HY_QX_INLINE __m512 hy_a5f_wload(int kind, const char *w, int64_t k, __mmask16 m, int tail)
-{
-    if (kind == HY_A5F_F32)
-        return tail ? _mm512_maskz_loadu_ps(m, (const float *)w + k)
-                    : _mm512_loadu_ps((const float *)w + k);
-    __m256i h = tail ? _mm256_maskz_loadu_epi16(m, (const uint16_t *)w + k)
-                     : _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k));
-    if (kind == HY_A5F_F16)
-        return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* acc[c*4 + r] += rows r < RW of w (stride ws bytes) . rows c < RX of x
- * (stride xs bytes) over len elements, in 16-element steps.  pf > 0: also
- * prefetch each row pf bytes ahead (decode streams the weights once; the
- * same reason as HY_A5_PF_ROWS for the quantized tiles). */
-HY_QX_INLINE void hy_a5f_micro(int kind, int64_t len, const char *w, size_t ws,
-                               const char *x, size_t xs, __m512 *acc, const int RW,
-                               const int RX, size_t pf)
-{
-    __m512 a[4][HY_A5F_RX];
-    int64_t k = 0;
-
-#pragma GCC unroll 6
-    for (int c = 0; c < RX; c++)
-#pragma GCC unroll 4
-        for (int r = 0; r < RW; r++)
-            a[r][c] = acc[c * 4 + r];
-    const size_t esz = kind == HY_A5F_F32 ? sizeof(float) : sizeof(uint16_t);
-    for (; k + 16 <= len; k += 16) {
-        __m512 wv[4];
-        /* one prefetch per 64-byte line of each row */
-        if (pf && (k * (int64_t)esz) % 64 == 0) {
-#pragma GCC unroll 4
-            for (int r = 0; r < RW; r++)
-                _mm_prefetch(w + r * ws + (size_t)k * esz + pf, _MM_HINT_T0);
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < RW; r++)
-            wv[r] = hy_a5f_wload(kind, w + r * ws, k, 0, 0);
-#pragma GCC unroll 6
-        for (int c = 0; c < RX; c++) {
-            __m512 xv = _mm512_loadu_ps((const float *)(x + c * xs) + k);
-#pragma GCC unroll 4
-            for (int r = 0; r < RW; r++)
-                a[r][c] = _mm512_fmadd_ps(wv[r], xv, a[r][c]);
-        }
-    }
-    if (k < len) {
-        /* zero lanes add exact zeros: the tail is one more ordinary step */
-        __mmask16 m = (__mmask16)((1u << (len - k)) - 1);
-        __m512 wv[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < RW; r++)
-            wv[r] = hy_a5f_wload(kind, w + r * ws, k, m, 1);
-#pragma GCC unroll 6
-        for (int c = 0; c < RX; c++) {
-            __m512 xv = _mm512_maskz_loadu_ps(m, (const float *)(x + c * xs) + k);
-#pragma GCC unroll 4
-            for (int r = 0; r < RW; r++)
-                a[r][c] = _mm512_fmadd_ps(wv[r], xv, a[r][c]);
-        }
-    }
-#pragma GCC unroll 6
-    for (int c = 0; c < RX; c++)
-#pragma GCC unroll 4
-        for (int r = 0; r < RW; r++)
-            acc[c * 4 + r] = a[r][c];
-}
-
-#define HY_A5F_CASE(kind, rw, rx)                                                  \
-    case (rw) * 8 + (rx):                                                          \
-        hy_a5f_micro(kind, len, w, ws, x, xs, acc, rw, rx, pf);                    \
-        break;
-#define HY_A5F_RUN(name, kind)                                                     \
-    static void hy_a5f_run_##name(int64_t len, const char *w, size_t ws,          \
-                                  const char *x, size_t xs, __m512 *acc, int rw,  \
-                                  int rx, size_t pf)                               \
+/* ---- float weights (F32/F16/BF16): the GEMM's arithmetic ----
+ * matmul sends every float-weight product at this level through
+ * gemm_avx512.c, whatever the number of tokens, so that a token's row does
+ * not depend on the batch: each output there is one FMA chain over k in
+ * order, s = fma(w_k, x_k, s) from 0.  vec_dot is that chain written out
+ * and the tile loops over it, so all three agree bit for bit. */
+#define HY_A5F_DOT(name, wtype, conv)                                              \
+    static void hy_a5_dot_##name(int64_t n, float *s, const void *vw, const void *vx) \
     {                                                                              \
-        switch (rw * 8 + rx) {                                                     \
-        HY_A5F_CASE(kind, 1, 1) HY_A5F_CASE(kind, 1, 2) HY_A5F_CASE(kind, 1, 3)    \
-        HY_A5F_CASE(kind, 1, 4) HY_A5F_CASE(kind, 1, 5) HY_A5F_CASE(kind, 1, 6)    \
-        HY_A5F_CASE(kind, 2, 1) HY_A5F_CASE(kind, 2, 2) HY_A5F_CASE(kind, 2, 3)    \
-        HY_A5F_CASE(kind, 2, 4) HY_A5F_CASE(kind, 2, 5) HY_A5F_CASE(kind, 2, 6)    \
-        HY_A5F_CASE(kind, 3, 1) HY_A5F_CASE(kind, 3, 2) HY_A5F_CASE(kind, 3, 3)    \
-        HY_A5F_CASE(kind, 3, 4) HY_A5F_CASE(kind, 3, 5) HY_A5F_CASE(kind, 3, 6)    \
-        HY_A5F_CASE(kind, 4, 1) HY_A5F_CASE(kind, 4, 2) HY_A5F_CASE(kind, 4, 3)    \
-        HY_A5F_CASE(kind, 4, 4) HY_A5F_CASE(kind, 4, 5) HY_A5F_CASE(kind, 4, 6)    \
-        }                                                                          \
-    }
-HY_A5F_RUN(f32, HY_A5F_F32)
-HY_A5F_RUN(f16, HY_A5F_F16)
-HY_A5F_RUN(bf16, HY_A5F_BF16)
-
-/* len half-precision weights -> floats (exact). */
-HY_QX_INLINE void hy_a5f_convert(int kind, const uint16_t *w, float *p, int64_t len)
-{
-    int64_t k = 0;
-    for (; k + 16 <= len; k += 16)
-        _mm512_storeu_ps(p + k, hy_a5f_wload(kind, (const char *)w, k, 0, 0));
-    if (k < len) {
-        __mmask16 m = (__mmask16)((1u << (len - k)) - 1);
-        _mm512_mask_storeu_ps(p + k, m, hy_a5f_wload(kind, (const char *)w, k, m, 1));
-    }
-}
-
-/* Sums of the 16 lanes of a[0..3] into s[0..rw-1], all four at once in the
- * fixed tree ((l + l+8) + (l+4)) + ... that every tile shape uses, so a
- * pair's sum has the same bits whichever neighbours share its group. */
-HY_QX_INLINE void hy_a5f_hsum4(const __m512 *a, float *s, int rw)
-{
-    __m512 a1 = rw > 1 ? a[1] : _mm512_setzero_ps();
-    __m512 a2 = rw > 2 ? a[2] : _mm512_setzero_ps();
-    __m512 a3 = rw > 3 ? a[3] : _mm512_setzero_ps();
-    /* lanes j + lanes j+8: [a0 | a1], [a2 | a3] */
-    __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(a[0], a1, _MM_SHUFFLE(1, 0, 1, 0)),
-                               _mm512_shuffle_f32x4(a[0], a1, _MM_SHUFFLE(3, 2, 3, 2)));
-    __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
-                               _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)));
-    /* + lanes j+4: 128-bit lane k holds row k */
-    __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(3, 1, 3, 1)));
-    /* + lanes j+2, then + lane 1 */
-    u = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
-    u = _mm512_add_ps(u, _mm512_permute_ps(u, 0xB1));
-    __m128 r = _mm512_castps512_ps128(_mm512_permutexvar_ps(
-        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), u));
-    _mm_mask_storeu_ps(s, (__mmask8)((1u << rw) - 1), r);
-}
-
-HY_QX_INLINE void hy_a5f_tile(int kind, int64_t n, float *s, size_t ss, const void *vw,
-                              size_t ws, int nw, const void *vx, size_t xs, int nx)
-{
-    const char *w = vw, *x = vx;
-    const size_t esz = kind == HY_A5F_F32 ? sizeof(float) : sizeof(uint16_t);
-    const int panel = kind != HY_A5F_F32 && nx >= HY_A5F_PANEL_MIN;
-    float buf[4 * HY_A5F_KC] __attribute__((aligned(64)));
-    __m512 acc[HY_A5F_CT * 4];
-
-    for (int r0 = 0; r0 < nw; r0 += 4) {
-        int rw = HY_MIN(4, nw - r0);
-        for (int c0 = 0; c0 < nx; c0 += HY_A5F_CT) {
-            int ct = HY_MIN(HY_A5F_CT, nx - c0);
-            for (int i = 0; i < ct * 4; i++)
-                acc[i] = _mm512_setzero_ps();
-            for (int64_t k0 = 0; k0 < n; k0 += HY_A5F_KC) {
-                int64_t len = HY_MIN((int64_t)HY_A5F_KC, n - k0);
-                const char *wp = w + (size_t)r0 * ws + (size_t)k0 * esz;
-                size_t wps = ws;
-                if (panel) {
-                    for (int r = 0; r < rw; r++)
-                        hy_a5f_convert(kind, (const uint16_t *)(wp + r * ws),
-                                       buf + r * HY_A5F_KC, len);
-                    wp = (const char *)buf;
-                    wps = HY_A5F_KC * sizeof(float);
-                }
-                for (int cc = 0; cc < ct; cc += HY_A5F_RX) {
-                    int rx = HY_MIN(HY_A5F_RX, ct - cc);
-                    const char *xp = x + (size_t)(c0 + cc) * xs + (size_t)k0 * sizeof(float);
-                    /* decode tiles stream rows from memory: prefetch
-                     * HY_A5_PF_ROWS rows ahead (not from the panel, and
-                     * not in vec_dot, whose ws is 0) */
-                    size_t pf = !panel && nx <= 2 ? (size_t)HY_A5F_PF_ROWS * ws : 0;
-                    if (panel || kind == HY_A5F_F32)
-                        hy_a5f_run_f32(len, wp, wps, xp, xs, acc + cc * 4, rw, rx, pf);
-                    else if (kind == HY_A5F_F16)
-                        hy_a5f_run_f16(len, wp, wps, xp, xs, acc + cc * 4, rw, rx, pf);
-                    else
-                        hy_a5f_run_bf16(len, wp, wps, xp, xs, acc + cc * 4, rw, rx, pf);
-                }
-            }
-            for (int c = 0; c < ct; c++)
-                hy_a5f_hsum4(acc + c * 4, s + (size_t)(c0 + c) * ss + r0, rw);
-        }
-    }
-}
-
-#define HY_A5F_KERNELS(name, kind)                                                 \
+        const wtype *w = vw;                                                       \
+        const float *x = vx;                                                       \
+        float acc = 0.0f;                                                          \
+        for (int64_t k = 0; k < n; k++)                                            \
+            acc = fmaf(conv(w[k]), x[k], acc);                                     \
+        *s = acc;                                                                  \
+    }                                                                              \
     static void hy_a5_tile_##name(int64_t n, float *s, size_t ss, const void *w,  \
                                   size_t ws, int nw, const void *x, size_t xs,    \
                                   int nx)                                          \
     {                                                                              \
-        hy_a5f_tile(kind, n, s, ss, w, ws, nw, x, xs, nx);                         \
-    }                                                                              \
-    static void hy_a5_dot_##name(int64_t n, float *s, const void *w, const void *x) \
-    {                                                                              \
-        hy_a5f_tile(kind, n, s, 0, w, 0, 1, x, 0, 1);                              \
+        hy_quant_tile_generic(hy_a5_dot_##name, n, s, ss, w, ws, nw, x, xs, nx);   \
     }
-HY_A5F_KERNELS(f32, HY_A5F_F32)
-HY_A5F_KERNELS(f16, HY_A5F_F16)
-HY_A5F_KERNELS(bf16, HY_A5F_BF16)
+#define HY_A5F_ID(v) (v)
+HY_A5F_DOT(f32, float, HY_A5F_ID)
+HY_A5F_DOT(f16, uint16_t, hy_qx_h2f)
+HY_A5F_DOT(bf16, uint16_t, hy_bf16_to_f32)
 
 #define HY_A5_GENERIC_TILE(name)                                                   \
     static void hy_a5_tile_##name(int64_t n, float *s, size_t ss, const void *w,  \
@@ -853,18 +670,9 @@ HY_A5F_KERNELS(bf16, HY_A5F_BF16)
     {                                                                              \
         hy_quant_tile_generic(hy_qx_dot_##name, n, s, ss, w, ws, nw, x, xs, nx);   \
     }
-/* the 256-bit two-level tiles of quant_x86.h for the 32-element types
- * without 512-bit kernels here */
-HY_A2L_KERNELS(q5_0, HY_A2_Q5_0)
-HY_A2L_KERNELS(q5_1, HY_A2_Q5_1)
-HY_A2L_KERNELS(iq4_nl, HY_A2_IQ4_NL)
-
 HY_A5_GENERIC_TILE(q4_k)
 HY_A5_GENERIC_TILE(q5_k)
 HY_A5_GENERIC_TILE(q6_k)
-HY_A5_GENERIC_TILE(q4_k_2l)
-HY_A5_GENERIC_TILE(q5_k_2l)
-HY_A5_GENERIC_TILE(q6_k_2l)
 
 const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a5_dot_f32,
@@ -879,23 +687,11 @@ const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
                         hy_qx_to_float_q4_1}, hy_a5_tile_q4_1_2l},
     [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a5_dot_q8_0_2l,
                         hy_qx_to_float_q8_0}, hy_a5_tile_q8_0_2l},
-    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q4_k_2l,
-                        hy_quant_ref_to_float_q4_k}, hy_a5_tile_q4_k_2l},
-    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q5_k_2l,
-                        hy_quant_ref_to_float_q5_k}, hy_a5_tile_q5_k_2l},
-    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q6_k_2l,
-                        hy_quant_ref_to_float_q6_k}, hy_a5_tile_q6_k_2l},    [HY_DTYPE_Q5_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_q5_0_2l,
-                        hy_quant_ref_to_float_q5_0}, hy_a2_tile_q5_0_2l},
-    [HY_DTYPE_Q5_1] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_q5_1_2l,
-                        hy_quant_ref_to_float_q5_1}, hy_a2_tile_q5_1_2l},
-    [HY_DTYPE_IQ4_NL] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a2_dot_iq4_nl_2l,
-                          hy_quant_ref_to_float_iq4_nl}, hy_a2_tile_iq4_nl_2l},
-    [HY_DTYPE_Q2_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q2_k_2l,
-                        hy_quant_ref_to_float_q2_k}, hy_qx_tile_q2_k_2l},
-    [HY_DTYPE_Q3_K] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_q3_k_2l,
-                        hy_quant_ref_to_float_q3_k}, hy_qx_tile_q3_k_2l},
-    [HY_DTYPE_IQ4_XS] = {{HY_DTYPE_Q8_K2L, hy_qx_from_float_q8_k2l, hy_qx_dot_iq4_xs_2l,
-                          hy_quant_ref_to_float_iq4_xs}, hy_qx_tile_iq4_xs_2l},
+    /* the other quantized types: the AVX2 level's qmm kernels (qmm_avx2.c,
+     * AVX2 code that every AVX-512 CPU runs): one kernel for any number of
+     * tokens, where the 256-bit K-quant dots here went row by row, token by
+     * token */
+    HY_QMM_ENTRIES_AVX2_SHARED,
 };
 /* ggml's single-level partners (hy_quant_traits_q8) */
 const hy_quant_kernels_t hy_quant_avx512_kernels_q8[HY_DTYPE_COUNT] = {

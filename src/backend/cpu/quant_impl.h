@@ -7,6 +7,8 @@
 #ifndef HY_QUANT_IMPL_H
 #define HY_QUANT_IMPL_H
 
+#include <math.h>
+
 #include "quant.h"
 
 /* Block layouts exactly as ggml-common.h stores them (little-endian;
@@ -106,6 +108,19 @@ typedef struct {
 /* Largest |v| of the two-level formats. */
 #define HY_Q8_2L_VMAX 32512.0f
 
+/* The scale d = amax/32512 of n floats in a two-level (or Q16) block and
+ * the 1/d (0 for an all-zero block) that v = round(x * (1/d)) uses: one
+ * definition, so every format holding these v agrees on them. */
+static inline float hy_quant_2l_scale(const float *x, int n, float *id)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++)
+        amax = fmaxf(amax, fabsf(x[j]));
+    float d = amax / HY_Q8_2L_VMAX;
+    *id = d != 0.0f ? 1.0f / d : 0.0f;
+    return d;
+}
+
 /* Sum of 32 floats in the order the SIMD quantizer adds them (8 lanes of
  * 4 sequential adds, then the hsum tree), so every ISA stores the same s. */
 static inline float hy_quant_sum32(const float *x)
@@ -194,6 +209,19 @@ static inline int hy_quant_scale_q3_k(const uint8_t *scales, int g)
     int lo = (scales[g % 8] >> (4 * (g / 8))) & 15;
     int hi = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
     return (lo | (hi << 4)) - 32;
+}
+
+/* The 5th bits of a Q5_0/Q5_1 block: bit j of qh (little-endian) belongs to
+ * element j. */
+static inline int hy_quant_q5_high(const uint8_t *qh, int j)
+{
+    return (qh[j / 8] >> (j % 8)) & 1;
+}
+
+/* The 2-bit field of element e (0..255) of a Q2_K/Q3_K block's qs[64]. */
+static inline int hy_quant_k2_low(const uint8_t *qs, int e)
+{
+    return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
 }
 
 /* Scale of sub-block b (0..7) of an IQ4_XS block, minus its +32 bias. */

@@ -699,6 +699,11 @@ static void hy_cuda_kv_free(hy_cuda_t *cu)
     if (cu->v_pool)
         cudaFree(cu->v_pool);
     cu->k_pool = cu->v_pool = NULL;
+    free(cu->kv_layer_swa);
+    free(cu->kv_layer_page);
+    cu->kv_layer_swa = NULL;
+    cu->kv_layer_page = NULL;
+    cu->kv.layer_swa = NULL;
     cu->kv_ready = 0;
 }
 
@@ -706,19 +711,34 @@ static int hy_cuda_kv_init(hy_backend_t *be, const hy_kv_layout_t *lay, char *er
 {
     hy_cuda_t *cu = hy_cuda(be);
     size_t krow, vrow;
-    uint64_t kpage, vpage, kbytes, vbytes;
-    uint8_t *kp = NULL, *vp = NULL;
+    uint64_t kpage, vpage, kbytes, vbytes, n_all = 0, *first = NULL;
+    uint8_t *kp = NULL, *vp = NULL, *swa = NULL;
     cudaError_t e;
     int rc;
 
     rc = hy_kv_layout_check(lay, HY_CUK_ATTN_MAX_HEAD, &krow, &vrow, &kpage, &vpage, err);
     if (rc != HY_OK)
         return rc;
-    if (hy_mul_overflow_u64(kpage, (uint64_t)lay->n_pages * (uint64_t)lay->n_layers, &kbytes) ||
-        hy_mul_overflow_u64(vpage, (uint64_t)lay->n_pages * (uint64_t)lay->n_layers, &vbytes) ||
-        kbytes > SIZE_MAX / 2 || vbytes > SIZE_MAX / 2)
+    /* every layer's pages one after the other, each layer its group's pool */
+    first = malloc(sizeof *first * (size_t)HY_MAX(lay->n_layers, 1));
+    swa = malloc((size_t)HY_MAX(lay->n_layers, 1));
+    if (!first || !swa) {
+        free(first);
+        free(swa);
+        return hy_err(err, HY_ENOMEM, "kv: out of memory");
+    }
+    for (int32_t l = 0; l < lay->n_layers; l++) {
+        swa[l] = hy_kv_layout_group(lay, l) == HY_KV_SWA;
+        first[l] = n_all;
+        n_all += (uint64_t)hy_kv_layout_group_pages(lay, hy_kv_layout_group(lay, l));
+    }
+    if (hy_mul_overflow_u64(kpage, n_all, &kbytes) || hy_mul_overflow_u64(vpage, n_all, &vbytes) ||
+        kbytes > SIZE_MAX / 2 || vbytes > SIZE_MAX / 2) {
+        free(first);
+        free(swa);
         return hy_err(err, HY_ERANGE, "kv: %d pages of %d tokens overflow", lay->n_pages,
                       lay->page_tokens);
+    }
     /* the old pool stays until the new one exists: failure changes nothing */
     e = cudaMalloc((void **)&kp, HY_MAX((size_t)kbytes, (size_t)1));
     if (e == cudaSuccess)
@@ -732,11 +752,16 @@ static int hy_cuda_kv_init(hy_backend_t *be, const hy_kv_layout_t *lay, char *er
             cudaFree(kp);
         if (vp)
             cudaFree(vp);
+        free(first);
+        free(swa);
         return hy_err(err, HY_ENOMEM, "kv: cannot allocate %llu bytes of KV pages on the GPU: %s",
                       (unsigned long long)(kbytes + vbytes), cudaGetErrorString(e));
     }
     hy_cuda_kv_free(cu);
     cu->kv = *lay;
+    cu->kv_layer_swa = swa;
+    cu->kv.layer_swa = swa;
+    cu->kv_layer_page = first;
     cu->k_pool = kp;
     cu->v_pool = vp;
     cu->k_row_bytes = krow;
@@ -835,8 +860,7 @@ static void hy_cuda_mem_allocated(hy_backend_t *be, uint64_t *kv_bytes, uint64_t
 {
     hy_cuda_t *cu = hy_cuda(be);
 
-    *kv_bytes = cu->kv_ready ? (cu->k_page_bytes + cu->v_page_bytes) * (uint64_t)cu->kv.n_pages *
-                                   (uint64_t)cu->kv.n_layers
+    *kv_bytes = cu->kv_ready ? hy_kv_layout_bytes(&cu->kv, cu->k_page_bytes, cu->v_page_bytes)
                              : 0;
     *state_bytes = cu->st ? (uint64_t)cu->st_slot_floats * sizeof(float) * (uint64_t)cu->st_slots
                           : 0;

@@ -52,8 +52,11 @@ typedef struct {
     float *fscr;
     size_t fscr_size;         /* bytes */
 
-    /* paged KV: layer l's K pages start at k_pool + l * n_pages * k_page_bytes */
-    hy_kv_layout_t kv;
+    /* paged KV: layer l's K pages (its group's pool, hy_kv_layout_group)
+     * start at k_pool + kv_layer_page[l] * k_page_bytes */
+    hy_kv_layout_t kv;     /* kv.layer_swa points at kv_layer_swa */
+    uint8_t *kv_layer_swa; /* [kv.n_layers] or NULL: no sliding group */
+    uint64_t *kv_layer_page; /* [kv.n_layers] first page of each layer in the pools */
     int kv_ready;
     uint8_t *k_pool, *v_pool;
     size_t k_row_bytes, v_row_bytes;

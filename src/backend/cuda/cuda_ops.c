@@ -25,6 +25,7 @@ static bool hy_cuda_attn_check(hy_cuda_t *cu, int32_t layer, const hy_batch_t *b
                                const hy_attn_params_t *p)
 {
     const hy_kv_layout_t *kv = &cu->kv;
+    char msg[HY_ERR_LEN];
 
     if (!cu->kv_ready) {
         hy_cuda_fail(cu, HY_EINVAL, "attention: kv_init was not called");
@@ -54,7 +55,6 @@ static bool hy_cuda_attn_check(hy_cuda_t *cu, int32_t layer, const hy_batch_t *b
     }
     for (int32_t s = 0; s < b->n_seqs; s++) {
         const hy_batch_seq_t *sq = &b->seqs[s];
-        int32_t max_pos = -1;
         if (sq->first < 0 || sq->n < 1 || sq->first > b->n_tokens - sq->n ||
             (s > 0 && sq->first < b->seqs[s - 1].first + b->seqs[s - 1].n)) {
             hy_cuda_fail(cu, HY_EINVAL, "attention: sequence %d rows %d+%d do not fit the "
@@ -66,19 +66,13 @@ static bool hy_cuda_attn_check(hy_cuda_t *cu, int32_t layer, const hy_batch_t *b
                 hy_cuda_fail(cu, HY_ERANGE, "attention: token %d has position %d", t, b->pos[t]);
                 return false;
             }
-            max_pos = HY_MAX(max_pos, b->pos[t]);
         }
-        if (max_pos / kv->page_tokens >= sq->n_pages || !sq->pages) {
-            hy_cuda_fail(cu, HY_ERANGE, "attention: sequence %d reaches position %d but has "
-                         "%d pages of %d tokens", s, max_pos, sq->n_pages, kv->page_tokens);
+        if (hy_kv_check_seq_pages(b, s, kv->page_tokens, p->window,
+                                  hy_kv_layout_group_pages(kv, hy_kv_layout_group(kv, layer)),
+                                  msg) != HY_OK) {
+            hy_cuda_fail(cu, HY_ERANGE, "%s", msg);
             return false;
         }
-        for (int32_t i = 0; i <= max_pos / kv->page_tokens; i++)
-            if (sq->pages[i] < 0 || sq->pages[i] >= kv->n_pages) {
-                hy_cuda_fail(cu, HY_ERANGE, "attention: sequence %d page %d is id %d, pool "
-                             "has 0..%d", s, i, sq->pages[i], kv->n_pages - 1);
-                return false;
-            }
     }
     return true;
 }
@@ -86,20 +80,34 @@ static bool hy_cuda_attn_check(hy_cuda_t *cu, int32_t layer, const hy_batch_t *b
 /* Stores the batch's k/v, then runs the flash kernel over the tiles of the
  * prefilling sequences and the split decode kernel over every other row
  * (attn_plan.c decides which); the two write disjoint rows of out. */
-void hy_cuda_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b, const float *q,
-                       const float *k, const float *v, float *out, const hy_attn_params_t *p)
+void hy_cuda_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batch,
+                       const float *q, const float *k, const float *v, float *out,
+                       const hy_attn_params_t *p)
 {
     hy_cuda_t *cu = be->ctx;
     const int32_t pt = cu->kv.page_tokens;
     int32_t *tok_seq = NULL, *page_off = NULL, *pages = NULL, *gen = NULL;
-    int32_t n_pages = 0, max_len = 1, n_split = 1, n_tok = b->n_tokens;
+    int32_t n_pages = 0, max_len = 1, n_split = 1, n_tok = batch->n_tokens;
     int32_t tile_rows = 0, n_tiles = 0, n_gen = 0;
     hy_cuk_attn_tile_t *tiles = NULL;
+    hy_batch_seq_t *gseqs = NULL;
+    hy_batch_t gcopy;
+    const hy_batch_t *b = batch;
     hy_cuk_attn_t a;
     void *dev[6];
 
-    if (b->n_tokens <= 0 || b->n_seqs <= 0)
+    if (batch->n_tokens <= 0 || batch->n_seqs <= 0)
         return;
+    /* a sliding layer reads its group's pages: the batch with those lists
+     * (blocks the window left behind are -1 there; no kernel reads them) */
+    if (cu->kv_ready && hy_kv_layout_group(&cu->kv, kv_layer) == HY_KV_SWA) {
+        gseqs = malloc(sizeof *gseqs * (size_t)batch->n_seqs);
+        if (!gseqs) {
+            hy_cuda_fail(cu, HY_ENOMEM, "attention: out of memory");
+            goto fail;
+        }
+        b = hy_kv_group_batch(batch, HY_KV_SWA, &gcopy, gseqs);
+    }
     if (!hy_cuda_attn_check(cu, kv_layer, b, p))
         goto fail;
     /* 0 (heads over 256): everything takes the split kernel */
@@ -152,8 +160,8 @@ void hy_cuda_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *b, 
             goto fail;
     }
     memset(&a, 0, sizeof a);
-    a.k_pool = cu->k_pool + (size_t)kv_layer * cu->kv.n_pages * cu->k_page_bytes;
-    a.v_pool = cu->v_pool + (size_t)kv_layer * cu->kv.n_pages * cu->v_page_bytes;
+    a.k_pool = cu->k_pool + (size_t)cu->kv_layer_page[kv_layer] * cu->k_page_bytes;
+    a.v_pool = cu->v_pool + (size_t)cu->kv_layer_page[kv_layer] * cu->v_page_bytes;
     a.k_row_bytes = cu->k_row_bytes;
     a.v_row_bytes = cu->v_row_bytes;
     a.k_page_bytes = cu->k_page_bytes;
@@ -198,6 +206,7 @@ out:
     free(page_off);
     free(pages);
     free(tiles);
+    free(gseqs);
 }
 
 /* ---- recurrent layers ------------------------------------------------------ */

@@ -1,0 +1,1009 @@
+/*
+ * qmm_avx2.c - qmm.h's contract on AVX2, one arithmetic for one token and
+ * for many.  Eight weight rows sit in the eight 32-bit lanes: lane r of
+ * "pair vector" p holds row r's two int16 codes for the elements of Q16
+ * slot pair p, so vpmaddwd against a token's broadcast pair (v[2p],
+ * v[2p+1]) adds two exact products per row, and 16 of them make the
+ * block's integer sum P for 8 rows.  The float work per block and token is
+ * then one convert, one multiply and one or two FMAs for 8 rows at once, in
+ * the contract's order: every path below gives hy_qmm_ref_dot's bits.
+ *
+ * Getting 8 rows into the lanes is a transpose of 32-bit words (four or
+ * eight per block: 12 or 24 shuffles for 8 rows); Q16's slot order makes
+ * the rest shifts and masks (a word's even bytes, or nibbles, form one
+ * pair, its odd ones the next).  Two paths use the same extractors:
+ *   - one token (decode): 8 rows at a time, every block extracted into
+ *     registers and consumed at once (hy_q2_dec);
+ *   - more tokens: a k-chunk of 16 rows is unpacked once into an L1 panel
+ *     and meets every token of the tile, each broadcast pair feeding both
+ *     halves (hy_q2_compute).
+ * A weight type plugs in with an extractor; types without one go through
+ * their scalar decoder (hy_q2_unpack_decode).  Compiled with -mavx2 -mfma
+ * -mf16c (cpu.mk).
+ */
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "qmm.h"
+
+#define HY_Q2_INLINE static inline __attribute__((always_inline))
+
+/* Blocks per panel: 12 x 1152 bytes stay in L1 next to the tokens' rows. */
+#define HY_Q2_KB 12
+/* Token rows whose sums one tile call keeps (acc and mac: 8 KB). */
+#define HY_Q2_CT 64
+/* Token rows per pass of the compute kernel over the panel. */
+#define HY_Q2_C 5
+/* Decode prefetch distance, in rows: the next group's rows. */
+#define HY_Q2_PF_ROWS 8
+
+/* One 32-element block of 16 weight rows (two halves of 8) as the panel
+ * kernel reads it. */
+typedef struct {
+    int32_t q[2][16][8];    /* [h][p][r]: row 8h+r's codes of slot pair p */
+    float d[2][8], m[2][8]; /* D and M of each row */
+    float m2[2][8];         /* HY_QMM_OFFSET16: M of elements 16..31 (m: 0..15) */
+} hy_q2_blk_t;
+
+/* One block of 8 rows in registers: the 16 pair vectors, D and M. */
+typedef struct {
+    __m256i pv[16];
+    __m256 d, m, m2;        /* m2: HY_QMM_OFFSET16 types' second M */
+} hy_q2_regs_t;
+
+/* Per-super-block state of the K-quant extractors: each row's sub-block
+ * scales as int16 pairs (both halves the scale), its M terms, D; sb is
+ * the super-block it holds (-1: none). */
+typedef struct {
+    int64_t sb;
+    __m256i sc[16];
+    __m256 mn[16];
+    __m256 d;
+    /* the words of the last quant and high-bit runs transposed, and their
+     * offsets: sub-blocks that share bytes (the two nibbles of a run,
+     * qh for a whole super-block) transpose them once */
+    size_t tq, th;
+    __m256i t[8], h[8];
+} hy_q2_kst_t;
+
+/* ---- activations ---- */
+
+/* Same amax, d, 1/d, rounding, slot order and s association as the
+ * reference, hence identical bytes. */
+void hy_qmm_avx2_from_float_q16(const float *x, void *vy, int64_t n)
+{
+    hy_block_q16_t *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    /* int16 elements 1 and 2 of each group of four swap places */
+    const __m256i slots = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15,
+                                           0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        const float *xb = x + i * 32;
+        __m256 xv[4], m = _mm256_setzero_ps();
+#pragma GCC unroll 16
+        for (int k = 0; k < 4; k++) {
+            xv[k] = _mm256_loadu_ps(xb + 8 * k);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, xv[k]));
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float d = _mm_cvtss_f32(h) / (float)HY_QMM_VMAX;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        __m256i v[4];
+#pragma GCC unroll 16
+        for (int k = 0; k < 4; k++)
+            v[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(xv[k], _mm256_set1_ps(id)),
+                                                      _MM_FROUND_TO_NEAREST_INT |
+                                                          _MM_FROUND_NO_EXC));
+        /* packs works per 128-bit lane: qword order 0, 2, 1, 3 restores it */
+        __m256i v0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
+        __m256i v1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[2], v[3]), 0xD8);
+        _mm256_storeu_si256((__m256i *)y[i].v, _mm256_shuffle_epi8(v0, slots));
+        _mm256_storeu_si256((__m256i *)(y[i].v + 16), _mm256_shuffle_epi8(v1, slots));
+        /* hy_quant_sum32's association */
+        __m256 a = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(xv[0], xv[1]), xv[2]), xv[3]);
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        y[i].d = d;
+        y[i].s = _mm_cvtss_f32(s);
+    }
+}
+
+/* ---- getting 8 rows into the lanes ---- */
+
+HY_Q2_INLINE void hy_q2_rows(const char *w, size_t ws, int nrows, const char *rp[8])
+{
+#pragma GCC unroll 16
+    for (int r = 0; r < 8; r++)
+        rp[r] = w + (size_t)HY_MIN(r, nrows - 1) * ws;
+}
+
+/* Word i (4 bytes at o + 4i) of the 8 rows into t[i], lane r = row r, for
+ * i < 4: rows r and r+4 share a load, then a 4 x 4 transpose per lane.
+ * Reads exactly the 16 bytes at o of each row. */
+HY_Q2_INLINE void hy_q2_words4(const char *const rp[8], size_t o, __m256i t[4])
+{
+    __m256i y[4], a[4];
+
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++)
+        y[i] = _mm256_loadu2_m128i((const __m128i *)(rp[i + 4] + o),
+                                   (const __m128i *)(rp[i] + o));
+    a[0] = _mm256_unpacklo_epi32(y[0], y[1]);
+    a[1] = _mm256_unpackhi_epi32(y[0], y[1]);
+    a[2] = _mm256_unpacklo_epi32(y[2], y[3]);
+    a[3] = _mm256_unpackhi_epi32(y[2], y[3]);
+    t[0] = _mm256_unpacklo_epi64(a[0], a[2]);
+    t[1] = _mm256_unpackhi_epi64(a[0], a[2]);
+    t[2] = _mm256_unpacklo_epi64(a[1], a[3]);
+    t[3] = _mm256_unpackhi_epi64(a[1], a[3]);
+}
+
+/* The two f16 of each lane of t (a word per row, as hy_q2_words4 leaves
+ * them) as 8 floats each: the low half returned, the high into *hi. */
+HY_Q2_INLINE __m256 hy_q2_halves(__m256i t, __m256 *hi)
+{
+    /* [lo0..lo3 hi0..hi3 | lo4..lo7 hi4..hi7] -> [lo0..lo7 | hi0..hi7] */
+    __m256i pk = _mm256_packus_epi32(_mm256_and_si256(t, _mm256_set1_epi32(0xFFFF)),
+                                     _mm256_srli_epi32(t, 16));
+    pk = _mm256_permute4x64_epi64(pk, 0xD8);
+    if (hi)
+        *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(pk, 1));
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(pk));
+}
+
+/* The f16 at byte offset o of each row (and the one after it into *hi),
+ * through a transposed load: cheaper than eight scalar inserts.  Reads 16
+ * bytes at o: the caller keeps them inside the row. */
+HY_Q2_INLINE __m256 hy_q2_f16x8(const char *const rp[8], size_t o, __m256 *hi)
+{
+    __m256i t[4];
+    hy_q2_words4(rp, o, t);
+    return hy_q2_halves(t[0], hi);
+}
+
+/* ---- extractors: block b of 8 rows into registers ---- */
+
+/* The four pair vectors of word i of a 32-element block packed as Q4_0
+ * (low nibbles: pairs 2i, 2i+1; high nibbles: 8+2i, 9+2i). */
+HY_Q2_INLINE void hy_q2_put_word(hy_q2_regs_t *g, int i, const __m256i q[4])
+{
+    g->pv[2 * i] = q[0];
+    g->pv[2 * i + 1] = q[1];
+    g->pv[8 + 2 * i] = q[2];
+    g->pv[9 + 2 * i] = q[3];
+}
+
+/* Q4_0/Q4_1: word i of qs holds elements 4i..4i+3 (low nibbles) and
+ * 16+4i.. (high nibbles); as two int16 each, the low nibbles of its even
+ * bytes are elements (4i, 4i+2) = pair 2i, of its odd bytes pair 2i+1, and
+ * the high nibbles pairs 8+2i and 9+2i. */
+HY_Q2_INLINE void hy_q2_nib_pairs(const char *const rp[8], size_t o, int sub8, hy_q2_regs_t *g)
+{
+    const __m256i m4 = _mm256_set1_epi16(0x000F), eight = _mm256_set1_epi16(8);
+    __m256i t[4];
+
+    hy_q2_words4(rp, o, t);
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        __m256i q[4] = {_mm256_and_si256(t[i], m4),
+                        _mm256_and_si256(_mm256_srli_epi16(t[i], 8), m4),
+                        _mm256_and_si256(_mm256_srli_epi16(t[i], 4), m4),
+                        _mm256_srli_epi16(t[i], 12)};
+#pragma GCC unroll 16
+        for (int j = 0; j < 4; j++)
+            if (sub8)
+                q[j] = _mm256_sub_epi16(q[j], eight);
+        hy_q2_put_word(g, i, q);
+    }
+}
+
+HY_Q2_INLINE void hy_q2_x_q4_0(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
+{
+    (void)st;
+    size_t o = (size_t)b * sizeof(hy_block_q4_0_t);
+    hy_q2_nib_pairs(rp, o + 2, 1, g);
+    g->d = hy_q2_f16x8(rp, o, NULL);
+    g->m = _mm256_setzero_ps();
+}
+
+HY_Q2_INLINE void hy_q2_x_q4_1(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
+{
+    (void)st;
+    size_t o = (size_t)b * sizeof(hy_block_q4_1_t);
+    hy_q2_nib_pairs(rp, o + 4, 0, g);
+    g->d = hy_q2_f16x8(rp, o, &g->m);
+}
+
+/* Q8_0: word i holds elements 4i..4i+3; its even bytes sign-extended are
+ * pair 2i, its odd bytes pair 2i+1. */
+HY_Q2_INLINE void hy_q2_x_q8_0(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
+{
+    (void)st;
+    size_t o = (size_t)b * sizeof(hy_block_q8_0_t);
+    __m256i t[8];
+
+    hy_q2_words4(rp, o + 2, t);
+    hy_q2_words4(rp, o + 18, t + 4);
+#pragma GCC unroll 16
+    for (int i = 0; i < 8; i++) {
+        g->pv[2 * i] = _mm256_srai_epi16(_mm256_slli_epi16(t[i], 8), 8);
+        g->pv[2 * i + 1] = _mm256_srai_epi16(t[i], 8);
+    }
+    g->d = hy_q2_f16x8(rp, o, NULL);
+    g->m = _mm256_setzero_ps();
+}
+
+
+/* ---- K-quants: 256-element super-blocks, sub-block scales folded ---- */
+
+/* Words 0..7 of the 32 bytes at o into t (as hy_q2_words4), unless t
+ * already holds them (*at == o). */
+HY_Q2_INLINE void hy_q2_words8(const char *const rp[8], size_t o, size_t *at, __m256i t[8])
+{
+    if (*at == o)
+        return;
+    hy_q2_words4(rp, o, t);
+    hy_q2_words4(rp, o + 16, t + 4);
+    *at = o;
+}
+
+/* Q4_K/Q5_K super-block sb of the 8 rows: D = d, and per sub-block k the
+ * int16-pair scales sc_k and M = -(dmin*m_k), as qmm.c decodes them.  The
+ * first 16 bytes (d, dmin, scales[12]) come in transposed, so the 6-bit
+ * unpacking runs for the 8 rows at once. */
+static void hy_q2_k45_prep(const char *const rp[8], int64_t sb, size_t bsz, hy_q2_kst_t *st)
+{
+    const __m256i k1 = _mm256_set1_epi32(0x3f3f3f3f), k2 = _mm256_set1_epi32(0x0f0f0f0f);
+    const __m256i k3 = _mm256_set1_epi32(0x03030303), ff = _mm256_set1_epi32(0xFF);
+    __m256i t[4], sc[2], mn[2];
+    __m256 dmin;
+
+    st->sb = sb;
+    hy_q2_words4(rp, (size_t)sb * bsz, t);
+    st->d = hy_q2_halves(t[0], &dmin);
+    /* t[1..3] = scales words u0..u2 of each row; bytes of sc[0], sc[1]
+     * are sc_0..3, sc_4..7 and of mn[] the mins (hy_quant_scale_min_k4) */
+    sc[0] = _mm256_and_si256(t[1], k1);
+    mn[0] = _mm256_and_si256(t[2], k1);
+    sc[1] = _mm256_or_si256(_mm256_and_si256(t[3], k2),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(t[1], 6), k3), 4));
+    mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(t[3], 4), k2),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(t[2], 6), k3), 4));
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        const __m128i sh = _mm_cvtsi32_si128(8 * (k % 4));
+        __m256i s = _mm256_and_si256(_mm256_srl_epi32(sc[k / 4], sh), ff);
+        __m256i m = _mm256_and_si256(_mm256_srl_epi32(mn[k / 4], sh), ff);
+        st->sc[k] = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+        st->mn[k] = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m)),
+                                  _mm256_set1_ps(-0.0f));
+    }
+}
+
+/* Q4_K/Q5_K block b: sub-block k = b % 8 is the low (k even) or high
+ * nibbles of 32-byte chunk k / 2; Q5_K adds bit k of qh as 16. */
+HY_Q2_INLINE void hy_q2_x_k45(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                              hy_q2_kst_t *st, const int is5)
+{
+    const size_t bsz = is5 ? sizeof(hy_block_q5_k_t) : sizeof(hy_block_q4_k_t);
+    const size_t qs = is5 ? offsetof(hy_block_q5_k_t, qs) : offsetof(hy_block_q4_k_t, qs);
+    const int k = (int)(b % 8), shift = (k & 1) * 4;
+    const size_t o = (size_t)(b / 8) * bsz;
+    const __m256i m4 = _mm256_set1_epi16(0x000F), one = _mm256_set1_epi16(1);
+    const __m128i sh = _mm_cvtsi32_si128(shift), shh = _mm_cvtsi32_si128(k);
+    const __m128i shh8 = _mm_cvtsi32_si128(k + 8);
+
+    if (st->sb != b / 8)
+        hy_q2_k45_prep(rp, b / 8, bsz, st);
+    hy_q2_words8(rp, o + qs + (size_t)(k / 2) * 32, &st->tq, st->t);
+    if (is5)
+        hy_q2_words8(rp, o + offsetof(hy_block_q5_k_t, qh), &st->th, st->h);
+    const __m256i *t = st->t, *h = st->h;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        __m256i q = _mm256_srl_epi16(t[i], sh);
+        __m256i e = _mm256_and_si256(q, m4), od = _mm256_and_si256(_mm256_srli_epi16(q, 8), m4);
+        if (is5) {
+            e = _mm256_or_si256(e, _mm256_slli_epi16(
+                                       _mm256_and_si256(_mm256_srl_epi16(h[i], shh), one), 4));
+            od = _mm256_or_si256(od, _mm256_slli_epi16(
+                                         _mm256_and_si256(_mm256_srl_epi16(h[i], shh8), one), 4));
+        }
+        g->pv[2 * i] = _mm256_mullo_epi16(e, st->sc[k]);
+        g->pv[2 * i + 1] = _mm256_mullo_epi16(od, st->sc[k]);
+    }
+    g->d = st->d;
+    g->m = st->mn[k];
+}
+
+HY_Q2_INLINE void hy_q2_x_q4_k(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
+{
+    hy_q2_x_k45(rp, b, g, st, 0);
+}
+
+HY_Q2_INLINE void hy_q2_x_q5_k(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
+{
+    hy_q2_x_k45(rp, b, g, st, 1);
+}
+
+/* Q6_K super-block sb: D = d and the 16 signed 16-element scales as
+ * int16 pairs (the scales come in transposed, four per word). */
+static void hy_q2_k6_prep(const char *const rp[8], int64_t sb, hy_q2_kst_t *st)
+{
+    const size_t o = (size_t)sb * sizeof(hy_block_q6_k_t);
+    __m256i t[4];
+
+    st->sb = sb;
+    /* d ends the block: the 16 bytes that end with it, word 3's high half */
+    hy_q2_words4(rp, o + offsetof(hy_block_q6_k_t, d) + 2 - 16, t);
+    hy_q2_halves(t[3], &st->d);
+    hy_q2_words4(rp, o + offsetof(hy_block_q6_k_t, scales), t);
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) {
+        /* byte k % 4 of word k / 4, sign-extended, into both int16 halves */
+        __m256i s = _mm256_srai_epi32(_mm256_sll_epi32(t[k / 4],
+                                                       _mm_cvtsi32_si128(24 - 8 * (k % 4))), 24);
+        st->sc[k] = _mm256_or_si256(_mm256_and_si256(s, _mm256_set1_epi32(0xFFFF)),
+                                    _mm256_slli_epi32(s, 16));
+    }
+}
+
+/* Q6_K block b: j = b % 8 is part m = j % 4 of half j / 4: the low (m even)
+ * or high nibbles of ql[64*half + 32*(m & 1) ...] with bits 2m, 2m+1 of
+ * qh[32*half ...] on top, minus 32, times the scale of its 16 elements. */
+HY_Q2_INLINE void hy_q2_x_q6_k(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
+{
+    const int j = (int)(b % 8), half = j / 4, m = j % 4;
+    const size_t o = (size_t)(b / 8) * sizeof(hy_block_q6_k_t);
+    const __m256i m4 = _mm256_set1_epi16(0x000F), m3 = _mm256_set1_epi16(3);
+    const __m256i k32 = _mm256_set1_epi16(32);
+    const __m128i sl = _mm_cvtsi32_si128(m < 2 ? 0 : 4), shh = _mm_cvtsi32_si128(2 * m);
+    const __m128i shh8 = _mm_cvtsi32_si128(2 * m + 8);
+
+    if (st->sb != b / 8)
+        hy_q2_k6_prep(rp, b / 8, st);
+    hy_q2_words8(rp, o + (size_t)(64 * half + 32 * (m & 1)), &st->tq, st->t);
+    hy_q2_words8(rp, o + offsetof(hy_block_q6_k_t, qh) + (size_t)(32 * half), &st->th, st->h);
+    const __m256i *t = st->t, *h = st->h;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        /* pairs 0..7 are elements 0..15 (scale 2m), 8..15 the rest */
+        const __m256i scv = st->sc[8 * half + 2 * m + (i >= 4)];
+        __m256i q = _mm256_srl_epi16(t[i], sl);
+        __m256i e = _mm256_or_si256(_mm256_and_si256(q, m4),
+                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h[i], shh), m3), 4));
+        __m256i od = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 8), m4),
+                                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h[i], shh8), m3), 4));
+        g->pv[2 * i] = _mm256_mullo_epi16(_mm256_sub_epi16(e, k32), scv);
+        g->pv[2 * i + 1] = _mm256_mullo_epi16(_mm256_sub_epi16(od, k32), scv);
+    }
+    g->d = st->d;
+    g->m = _mm256_setzero_ps();
+}
+
+/* ---- the 32-element types of quant (Q5_0, Q5_1, IQ4_NL) ---- */
+
+/* Q5_0/Q5_1: hy_q2_nib_pairs' nibbles with the 5th bits on top, minus off.
+ * Bit j of qh (lanes: each row's 32 bits) is element j's.  With
+ * L = lo16 | lo16 << 14 (lo16: bits 0..15), bits 0 and 16 of L >> 4i are
+ * elements 4i and 4i+2 (pair 2i's two halves), bits 1 and 17 elements
+ * 4i+1 and 4i+3 (pair 2i+1); the same from bits 16..31 for the high
+ * nibbles (pairs 8 + 2i, 9 + 2i). */
+HY_Q2_INLINE void hy_q2_q5_pairs(const __m256i t[4], __m256i qh, int off, hy_q2_regs_t *g)
+{
+    const __m256i m4 = _mm256_set1_epi16(0x000F), b4 = _mm256_set1_epi16(0x0010);
+    const __m256i lo16 = _mm256_and_si256(qh, _mm256_set1_epi32(0xFFFF));
+    const __m256i hi16 = _mm256_srli_epi32(qh, 16);
+    const __m256i L = _mm256_or_si256(lo16, _mm256_slli_epi32(lo16, 14));
+    const __m256i H = _mm256_or_si256(hi16, _mm256_slli_epi32(hi16, 14));
+
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        const __m256i a = _mm256_srli_epi32(L, 4 * i), c = _mm256_srli_epi32(H, 4 * i);
+        __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(t[i], m4),
+                            _mm256_and_si256(_mm256_slli_epi16(a, 4), b4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(t[i], 8), m4),
+                            _mm256_and_si256(_mm256_slli_epi16(a, 3), b4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(t[i], 4), m4),
+                            _mm256_and_si256(_mm256_slli_epi16(c, 4), b4)),
+            _mm256_or_si256(_mm256_srli_epi16(t[i], 12),
+                            _mm256_and_si256(_mm256_slli_epi16(c, 3), b4))};
+#pragma GCC unroll 16
+        for (int j = 0; j < 4; j++)
+            if (off)
+                q[j] = _mm256_sub_epi16(q[j], _mm256_set1_epi16((short)off));
+        hy_q2_put_word(g, i, q);
+    }
+}
+
+/* Q5_0 (d, qh at byte 2, qs at 6; 22 bytes): the first 16 bytes give d and
+ * qh (straddling words 0 and 1), the last 16 qs. */
+HY_Q2_INLINE void hy_q2_x_q5_0(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
+{
+    (void)st;
+    size_t o = (size_t)b * sizeof(hy_block_q5_0_t);
+    __m256i t[4], q[4];
+
+    hy_q2_words4(rp, o, t);
+    hy_q2_words4(rp, o + offsetof(hy_block_q5_0_t, qs), q);
+    hy_q2_q5_pairs(q, _mm256_or_si256(_mm256_srli_epi32(t[0], 16), _mm256_slli_epi32(t[1], 16)),
+                   16, g);
+    g->d = hy_q2_halves(t[0], NULL);
+    g->m = _mm256_setzero_ps();
+}
+
+/* Q5_1 (d, m, qh at byte 4, qs at 8; 24 bytes). */
+HY_Q2_INLINE void hy_q2_x_q5_1(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
+{
+    (void)st;
+    size_t o = (size_t)b * sizeof(hy_block_q5_1_t);
+    __m256i t[4], q[4];
+
+    hy_q2_words4(rp, o, t);
+    hy_q2_words4(rp, o + offsetof(hy_block_q5_1_t, qs), q);
+    hy_q2_q5_pairs(q, t[1], 0, g);
+    g->d = hy_q2_halves(t[0], &g->m);
+}
+
+/* 16 bytes of IQ4 grid indices per row (t, packed as Q4_0's nibbles) ->
+ * the grid values as pairs, times the int16-pair scale sc unless NULL
+ * (IQ4_XS).  The lookup works on bytes; even and odd bytes are then
+ * sign-extended into the two pair halves. */
+HY_Q2_INLINE void hy_q2_iq4_pairs(const __m256i t[4], const __m256i *sc, hy_q2_regs_t *g)
+{
+    const __m256i grid = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)hy_quant_iq4nl_values));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        const __m256i lo = _mm256_shuffle_epi8(grid, _mm256_and_si256(t[i], m4));
+        const __m256i hi = _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_srli_epi16(t[i], 4), m4));
+        __m256i q[4] = {_mm256_srai_epi16(_mm256_slli_epi16(lo, 8), 8), _mm256_srai_epi16(lo, 8),
+                        _mm256_srai_epi16(_mm256_slli_epi16(hi, 8), 8), _mm256_srai_epi16(hi, 8)};
+#pragma GCC unroll 16
+        for (int j = 0; j < 4; j++)
+            if (sc)
+                q[j] = _mm256_mullo_epi16(q[j], *sc);
+        hy_q2_put_word(g, i, q);
+    }
+}
+
+/* IQ4_NL (d, qs at byte 2; 18 bytes). */
+HY_Q2_INLINE void hy_q2_x_iq4_nl(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                                 hy_q2_kst_t *st)
+{
+    (void)st;
+    size_t o = (size_t)b * sizeof(hy_block_iq4_nl_t);
+    __m256i t[4];
+
+    hy_q2_words4(rp, o + offsetof(hy_block_iq4_nl_t, qs), t);
+    hy_q2_iq4_pairs(t, NULL, g);
+    g->d = hy_q2_f16x8(rp, o, NULL);
+    g->m = _mm256_setzero_ps();
+}
+
+/* ---- the super-block types of quant (Q2_K, Q3_K, IQ4_XS) ---- */
+
+/* One int32 lane per row -> the int16 pair (s, s) of its low 16 bits. */
+HY_Q2_INLINE __m256i hy_q2_pair16(__m256i s)
+{
+    return _mm256_or_si256(_mm256_and_si256(s, _mm256_set1_epi32(0xFFFF)),
+                           _mm256_slli_epi32(s, 16));
+}
+
+/* IQ4_XS super-block sb (d, scales_h, scales_l[4], qs[128]): D = d and the
+ * 8 sub-block scales (6 bits, minus 32) as int16 pairs.  Scale k's low
+ * nibble is bits 4k.. of the scales_l word, its high bits 2k.. of
+ * scales_h (the upper half of word 0). */
+static void hy_q2_iq4xs_prep(const char *const rp[8], int64_t sb, hy_q2_kst_t *st)
+{
+    __m256i t[4];
+
+    st->sb = sb;
+    hy_q2_words4(rp, (size_t)sb * sizeof(hy_block_iq4_xs_t), t);
+    st->d = hy_q2_halves(t[0], NULL);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        __m256i lo = _mm256_and_si256(_mm256_srli_epi32(t[1], 4 * k), _mm256_set1_epi32(15));
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi32(t[0], 16 + 2 * k), _mm256_set1_epi32(3));
+        __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
+                                      _mm256_set1_epi32(32));
+        st->sc[k] = hy_q2_pair16(ls);
+    }
+}
+
+/* IQ4_XS block b: sub-block k = b % 8 is qs[16k ..] (IQ4_NL's packing),
+ * times its scale. */
+HY_Q2_INLINE void hy_q2_x_iq4_xs(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                                 hy_q2_kst_t *st)
+{
+    const int k = (int)(b % 8);
+    const size_t o = (size_t)(b / 8) * sizeof(hy_block_iq4_xs_t);
+    __m256i t[4];
+
+    if (st->sb != b / 8)
+        hy_q2_iq4xs_prep(rp, b / 8, st);
+    hy_q2_words4(rp, o + offsetof(hy_block_iq4_xs_t, qs) + 16 * (size_t)k, t);
+    hy_q2_iq4_pairs(t, &st->sc[k], g);
+    g->d = st->d;
+    g->m = _mm256_setzero_ps();
+}
+
+/* Q3_K super-block sb: D = d and the 16 group scales (hy_quant_scale_q3_k,
+ * minus 32) as int16 pairs.  scales[12] and d are the last 14 bytes, read
+ * as the 16 that end the block: word 0's upper half and words 1..3 hold
+ * scales[0..11] two bytes off, word 3's upper half d. */
+static void hy_q2_k3_prep(const char *const rp[8], int64_t sb, hy_q2_kst_t *st)
+{
+    const size_t o = (size_t)sb * sizeof(hy_block_q3_k_t) + sizeof(hy_block_q3_k_t) - 16;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    __m256i t[4], s[4];
+
+    st->sb = sb;
+    hy_q2_words4(rp, o, t);
+    hy_q2_halves(t[3], &st->d);
+    /* a0 = scales[0..3], a1 = scales[4..7], hb = scales[8..11] */
+    const __m256i a0 = _mm256_or_si256(_mm256_srli_epi32(t[0], 16), _mm256_slli_epi32(t[1], 16));
+    const __m256i a1 = _mm256_or_si256(_mm256_srli_epi32(t[1], 16), _mm256_slli_epi32(t[2], 16));
+    const __m256i hb = _mm256_or_si256(_mm256_srli_epi32(t[2], 16), _mm256_slli_epi32(t[3], 16));
+    /* byte j of s[q] is scale 4q + j: low nibble of scales[g % 8] (upper
+     * for g >= 8) and 2-bit field g / 4 of scales[8 + g % 4] */
+    s[0] = _mm256_or_si256(_mm256_and_si256(a0, m4), _mm256_slli_epi32(_mm256_and_si256(hb, m2), 4));
+    s[1] = _mm256_or_si256(_mm256_and_si256(a1, m4),
+                           _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 2), m2), 4));
+    s[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a0, 4), m4),
+                           _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 4), m2), 4));
+    s[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a1, 4), m4),
+                           _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 6), m2), 4));
+#pragma GCC unroll 16
+    for (int g = 0; g < 16; g++) {
+        __m256i v = _mm256_sub_epi8(s[g / 4], _mm256_set1_epi8(32));
+        /* byte g % 4, sign-extended */
+        v = _mm256_srai_epi32(_mm256_sll_epi32(v, _mm_cvtsi32_si128(24 - 8 * (g % 4))), 24);
+        st->sc[g] = hy_q2_pair16(v);
+    }
+}
+
+/* The 2-bit fields of Q2_K/Q3_K block b (k = b % 8): bits 2(k % 4).. of
+ * the 32 bytes at byte qs + 32(k / 4) of the super-block, element l in byte
+ * l; pairs 0..7 (elements 0..15) and 8..15 each take their group's scale
+ * sc[2k], sc[2k+1].  Q3_K (hm) adds bit k of hmask[l] as 4, minus 4. */
+HY_Q2_INLINE void hy_q2_k23_pairs(const char *const rp[8], int64_t b, size_t bsz, size_t qs,
+                                  int hm, hy_q2_regs_t *g, hy_q2_kst_t *st)
+{
+    const int k = (int)(b % 8);
+    const size_t o = (size_t)(b / 8) * bsz;
+    const __m256i m2 = _mm256_set1_epi16(3), one = _mm256_set1_epi16(1);
+    const __m256i four = _mm256_set1_epi16(4);
+    const __m128i sh = _mm_cvtsi32_si128(2 * (k % 4)), shh = _mm_cvtsi32_si128(k);
+
+    hy_q2_words8(rp, o + qs + 32 * (size_t)(k / 4), &st->tq, st->t);
+    if (hm)
+        hy_q2_words8(rp, o + offsetof(hy_block_q3_k_t, hmask), &st->th, st->h);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const __m256i scv = st->sc[2 * k + (i >= 4)];
+        const __m256i q = _mm256_srl_epi16(st->t[i], sh);
+        __m256i e = _mm256_and_si256(q, m2), od = _mm256_and_si256(_mm256_srli_epi16(q, 8), m2);
+        if (hm) {
+            const __m256i h = _mm256_srl_epi16(st->h[i], shh);
+            e = _mm256_sub_epi16(_mm256_or_si256(e, _mm256_slli_epi16(_mm256_and_si256(h, one), 2)),
+                                 four);
+            od = _mm256_sub_epi16(
+                _mm256_or_si256(od, _mm256_slli_epi16(
+                                        _mm256_and_si256(_mm256_srli_epi16(h, 8), one), 2)),
+                four);
+        }
+        g->pv[2 * i] = _mm256_mullo_epi16(e, scv);
+        g->pv[2 * i + 1] = _mm256_mullo_epi16(od, scv);
+    }
+}
+
+HY_Q2_INLINE void hy_q2_x_q3_k(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
+{
+    if (st->sb != b / 8)
+        hy_q2_k3_prep(rp, b / 8, st);
+    hy_q2_k23_pairs(rp, b, sizeof(hy_block_q3_k_t), offsetof(hy_block_q3_k_t, qs), 1, g, st);
+    g->d = st->d;
+    g->m = _mm256_setzero_ps();
+}
+
+/* Q2_K super-block sb (scales[16], qs[64], d, dmin): D = d, group g's
+ * scale (low nibble of scales[g]) as int16 pairs and M = -(dmin*m_g)
+ * (high nibble), as qmm.c decodes them. */
+static void hy_q2_k2_prep(const char *const rp[8], int64_t sb, hy_q2_kst_t *st)
+{
+    const size_t o = (size_t)sb * sizeof(hy_block_q2_k_t);
+    const __m256i ff = _mm256_set1_epi32(0xFF), m4 = _mm256_set1_epi32(15);
+    __m256i t[4], u[4];
+    __m256 dmin;
+
+    st->sb = sb;
+    hy_q2_words4(rp, o, t);
+    /* d and dmin end the block: the 16 bytes that end with them */
+    hy_q2_words4(rp, o + sizeof(hy_block_q2_k_t) - 16, u);
+    st->d = hy_q2_halves(u[3], &dmin);
+#pragma GCC unroll 16
+    for (int g = 0; g < 16; g++) {
+        __m256i v = _mm256_and_si256(_mm256_srl_epi32(t[g / 4], _mm_cvtsi32_si128(8 * (g % 4))), ff);
+        st->sc[g] = hy_q2_pair16(_mm256_and_si256(v, m4));
+        st->mn[g] = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4))),
+                                  _mm256_set1_ps(-0.0f));
+    }
+}
+
+HY_Q2_INLINE void hy_q2_x_q2_k(const char *const rp[8], int64_t b, hy_q2_regs_t *g,
+                               hy_q2_kst_t *st)
+{
+    const int k = (int)(b % 8);
+
+    if (st->sb != b / 8)
+        hy_q2_k2_prep(rp, b / 8, st);
+    hy_q2_k23_pairs(rp, b, sizeof(hy_block_q2_k_t), offsetof(hy_block_q2_k_t, qs), 0, g, st);
+    g->d = st->d;
+    g->m = st->mn[2 * k];
+    g->m2 = st->mn[2 * k + 1];
+}
+
+/* The types with an extractor: name, weight type and qmm.h flags (those of
+ * qmm.c's table; the kernels are specialised on them). */
+#define HY_Q2_TYPES(X) \
+    X(q4_0, HY_DTYPE_Q4_0, 0) \
+    X(q4_1, HY_DTYPE_Q4_1, HY_QMM_OFFSET) \
+    X(q8_0, HY_DTYPE_Q8_0, 0) \
+    X(q4_k, HY_DTYPE_Q4_K, HY_QMM_OFFSET) \
+    X(q5_k, HY_DTYPE_Q5_K, HY_QMM_OFFSET) \
+    X(q6_k, HY_DTYPE_Q6_K, HY_QMM_CHUNK16) \
+    X(q5_0, HY_DTYPE_Q5_0, 0) \
+    X(q5_1, HY_DTYPE_Q5_1, HY_QMM_OFFSET) \
+    X(iq4_nl, HY_DTYPE_IQ4_NL, 0) \
+    X(q2_k, HY_DTYPE_Q2_K, HY_QMM_OFFSET16) \
+    X(q3_k, HY_DTYPE_Q3_K, 0) \
+    X(iq4_xs, HY_DTYPE_IQ4_XS, HY_QMM_CHUNK16)
+
+/* ---- the one-token kernel ---- */
+
+HY_Q2_INLINE __m256i hy_q2_bcast(const int16_t *v)
+{
+    int32_t t;
+    memcpy(&t, v, 4);
+    return _mm256_set1_epi32(t);
+}
+
+/* V_0 * d and V_1 * d of a Q16 block (qmm.h: the sums of v over elements
+ * 0..15 and 16..31, exact in int32 and in float, times d once rounded) in
+ * lanes 0 and 1: what HY_QMM_OFFSET16's offsets multiply. */
+HY_Q2_INLINE __m128 hy_q2_halfsums(const hy_block_q16_t *xb)
+{
+    const __m256i one = _mm256_set1_epi16(1);
+    __m256i a = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->v), one);
+    __m256i b = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(xb->v + 16)), one);
+    __m256i h = _mm256_hadd_epi32(a, b);
+
+    h = _mm256_hadd_epi32(h, h);
+    __m128i v = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    return _mm_mul_ps(_mm_cvtepi32_ps(v), _mm_set1_ps(xb->d));
+}
+
+/* The contract's step for one block of 8 rows and one token: acc (and mac)
+ * updated in place. */
+HY_Q2_INLINE void hy_q2_step(const hy_q2_regs_t *g, const hy_block_q16_t *xb, __m256 *acc,
+                             __m256 *mac, const int flags)
+{
+    const __m256 sc = _mm256_mul_ps(g->d, _mm256_set1_ps(xb->d));
+    __m256i P = _mm256_setzero_si256();
+
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; p++) {
+        if ((flags & HY_QMM_CHUNK16) && p == 8) {
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P), sc, *acc);
+            P = _mm256_setzero_si256();
+        }
+        P = _mm256_add_epi32(P, _mm256_madd_epi16(g->pv[p], hy_q2_bcast(xb->v + 2 * p)));
+    }
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P), sc, *acc);
+    if (flags & HY_QMM_OFFSET)
+        *mac = _mm256_fmadd_ps(g->m, _mm256_set1_ps(xb->s), *mac);
+    if (flags & HY_QMM_OFFSET16) {
+        const __m128 u = hy_q2_halfsums(xb);
+        *mac = _mm256_fmadd_ps(g->m, _mm256_broadcastss_ps(u), *mac);
+        *mac = _mm256_fmadd_ps(g->m2, _mm256_broadcastss_ps(_mm_movehdup_ps(u)), *mac);
+    }
+}
+
+/* Rows w + min(r, nrows-1)*ws (r < 8) against one Q16 row x: 8 outputs.
+ * The next 8 rows are prefetched block by block (decode streams the
+ * weights once, 8 interleaved streams the hardware alone follows late). */
+#define HY_Q2_DEC(name, extract, flags)                                            \
+    static void hy_q2_dec_##name(const char *w, size_t ws, int nrows, int64_t nb, \
+                                 const hy_block_q16_t *x, float out[8], int pf)    \
+    {                                                                              \
+        const char *rp[8];                                                         \
+        hy_q2_kst_t st;                                                            \
+        __m256 acc = _mm256_setzero_ps(), mac = _mm256_setzero_ps();               \
+        st.sb = -1;                                                                \
+        st.tq = st.th = SIZE_MAX;                                                  \
+        hy_q2_rows(w, ws, nrows, rp);                                              \
+        for (int64_t b = 0; b < nb; b++) {                                         \
+            hy_q2_regs_t g;                                                        \
+            if (pf && (b & 1) == 0)                                                \
+                _Pragma("GCC unroll 16")                                       \
+                for (int r = 0; r < 8; r++)                                        \
+                    _mm_prefetch(rp[r] + HY_Q2_PF_ROWS * ws +                      \
+                                     (size_t)b * (ws / (size_t)nb), _MM_HINT_T0);  \
+            extract(rp, b, &g, &st);                                               \
+            hy_q2_step(&g, x + b, &acc, &mac, flags);                              \
+        }                                                                          \
+        if ((flags) & HY_QMM_HAS_OFFSET)                                           \
+            acc = _mm256_add_ps(acc, mac);                                         \
+        _mm256_storeu_ps(out, acc);                                                \
+    }
+#define HY_Q2_DEC_X(name, t, flags) HY_Q2_DEC(name, hy_q2_x_##name, flags)
+HY_Q2_TYPES(HY_Q2_DEC_X)
+
+typedef void (*hy_q2_dec_fn)(const char *w, size_t ws, int nrows, int64_t nb,
+                             const hy_block_q16_t *x, float out[8], int pf);
+
+/* ---- the panel: unpackers and the many-token kernel ---- */
+
+/* Rows w + min(r, nrows-1)*ws (r < 8), blocks [b0, b0+nb) -> half h of
+ * p[0..nb). */
+typedef void (*hy_q2_unpack_fn)(const hy_qmm_type_t *ty, const char *w, size_t ws, int nrows,
+                                int64_t b0, int64_t nb, hy_q2_blk_t *p, int h);
+
+/* Half h of panel block p from registers (m2 only where the type has it). */
+HY_Q2_INLINE void hy_q2_store(const hy_q2_regs_t *g, hy_q2_blk_t *p, int h, const int flags)
+{
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++)
+        _mm256_store_si256((__m256i *)p->q[h][k], g->pv[k]);
+    _mm256_store_ps(p->d[h], g->d);
+    _mm256_store_ps(p->m[h], g->m);
+    if (flags & HY_QMM_OFFSET16)
+        _mm256_store_ps(p->m2[h], g->m2);
+}
+
+#define HY_Q2_UNPACK(name, extract, flags)                                         \
+    static void hy_q2_unpack_##name(const hy_qmm_type_t *ty, const char *w,       \
+                                    size_t ws, int nrows, int64_t b0, int64_t nb, \
+                                    hy_q2_blk_t *p, int h)                         \
+    {                                                                              \
+        const char *rp[8];                                                         \
+        hy_q2_kst_t st;                                                            \
+        (void)ty;                                                                  \
+        st.sb = -1;                                                                \
+        st.tq = st.th = SIZE_MAX;                                                  \
+        hy_q2_rows(w, ws, nrows, rp);                                              \
+        for (int64_t b = 0; b < nb; b++) {                                         \
+            hy_q2_regs_t g;                                                        \
+            extract(rp, b0 + b, &g, &st);                                          \
+            hy_q2_store(&g, &p[b], h, flags);                                      \
+        }                                                                          \
+    }
+#define HY_Q2_UNPACK_X(name, t, flags) HY_Q2_UNPACK(name, hy_q2_x_##name, flags)
+HY_Q2_TYPES(HY_Q2_UNPACK_X)
+
+/* Any type, through its scalar decoder: correct for every type, fast
+ * enough where the panel serves many tokens.  A new weight type can start
+ * here (HY_Q2_TILE(name, t, hy_q2_unpack_decode, NULL): one-token calls
+ * then take the panel too) and get an extractor when it matters. */
+__attribute__((unused)) static void hy_q2_unpack_decode(const hy_qmm_type_t *ty, const char *w, size_t ws, int nrows,
+                                int64_t b0, int64_t nb, hy_q2_blk_t *p, int h)
+{
+    for (int64_t b = 0; b < nb; b++, p++)
+#pragma GCC unroll 16
+        for (int r = 0; r < 8; r++) {
+            int16_t c[32], sl[32];
+            float D, M[2] = {0.0f, 0.0f};
+            ty->decode(w + (size_t)HY_MIN(r, nrows - 1) * ws, b0 + b, c, &D, M);
+#pragma GCC unroll 16
+            for (int j = 0; j < 32; j++)
+                sl[hy_qmm_slot(j)] = c[j];
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; k++)
+                p->q[h][k][r] = (int32_t)((uint32_t)(uint16_t)sl[2 * k] |
+                                          (uint32_t)(uint16_t)sl[2 * k + 1] << 16);
+            p->d[h][r] = D;
+            p->m[h][r] = M[0];
+            p->m2[h][r] = M[1];
+        }
+}
+
+/* acc/mac[c*16 + row] (c < C, 16 rows) += the contract's terms of nb panel
+ * blocks against C token rows x + c*xs (Q16 rows, already at the panel's
+ * first block).  Each broadcast pair feeds both halves of the row group:
+ * a broadcast costs an issue slot like a multiply-add, so sharing it is
+ * what leaves the vpmaddwd ports busy. */
+HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
+                                float *acc, float *mac, const int C, const int flags)
+{
+    for (int64_t b = 0; b < nb; b++, pb++) {
+        const hy_block_q16_t *xb[HY_Q2_C];
+        __m256i P0[HY_Q2_C], P1[HY_Q2_C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
+            P0[c] = _mm256_setzero_si256();
+            P1[c] = _mm256_setzero_si256();
+        }
+        const __m256 D0 = _mm256_load_ps(pb->d[0]), D1 = _mm256_load_ps(pb->d[1]);
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            if ((flags & HY_QMM_CHUNK16) && k == 8) {
+#pragma GCC unroll 8
+                for (int c = 0; c < C; c++) {
+                    const __m256 dx = _mm256_set1_ps(xb[c]->d);
+                    float *a = acc + 16 * c;
+                    _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0[c]),
+                                                       _mm256_mul_ps(D0, dx), _mm256_load_ps(a)));
+                    _mm256_store_ps(a + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1[c]),
+                                                           _mm256_mul_ps(D1, dx),
+                                                           _mm256_load_ps(a + 8)));
+                    P0[c] = P1[c] = _mm256_setzero_si256();
+                }
+            }
+            const __m256i w0 = _mm256_load_si256((const __m256i *)pb->q[0][k]);
+            const __m256i w1 = _mm256_load_si256((const __m256i *)pb->q[1][k]);
+#pragma GCC unroll 8
+            for (int c = 0; c < C; c++) {
+                const __m256i bc = hy_q2_bcast(xb[c]->v + 2 * k);
+                P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(w0, bc));
+                P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(w1, bc));
+                /* one add chain per sum: GCC would otherwise rebalance the
+                 * integer adds into trees and spill the products */
+                __asm__("" : "+x"(P0[c]), "+x"(P1[c]));
+            }
+        }
+        const __m256 M0 = _mm256_load_ps(pb->m[0]), M1 = _mm256_load_ps(pb->m[1]);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            const __m256 dx = _mm256_set1_ps(xb[c]->d);
+            float *a = acc + 16 * c;
+            _mm256_store_ps(a, _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0[c]), _mm256_mul_ps(D0, dx),
+                                               _mm256_load_ps(a)));
+            _mm256_store_ps(a + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1[c]),
+                                                   _mm256_mul_ps(D1, dx), _mm256_load_ps(a + 8)));
+            if (flags & HY_QMM_OFFSET) {
+                const __m256 sx = _mm256_set1_ps(xb[c]->s);
+                float *m = mac + 16 * c;
+                _mm256_store_ps(m, _mm256_fmadd_ps(M0, sx, _mm256_load_ps(m)));
+                _mm256_store_ps(m + 8, _mm256_fmadd_ps(M1, sx, _mm256_load_ps(m + 8)));
+            }
+            if (flags & HY_QMM_OFFSET16) {
+                const __m128 u = hy_q2_halfsums(xb[c]);
+                const __m256 u0 = _mm256_broadcastss_ps(u);
+                const __m256 u1 = _mm256_broadcastss_ps(_mm_movehdup_ps(u));
+                float *m = mac + 16 * c;
+                _mm256_store_ps(m, _mm256_fmadd_ps(_mm256_load_ps(pb->m2[0]), u1,
+                                                   _mm256_fmadd_ps(M0, u0, _mm256_load_ps(m))));
+                _mm256_store_ps(m + 8,
+                                _mm256_fmadd_ps(_mm256_load_ps(pb->m2[1]), u1,
+                                                _mm256_fmadd_ps(M1, u0, _mm256_load_ps(m + 8))));
+            }
+        }
+    }
+}
+
+#define HY_Q2_RUN(name, flags)                                                     \
+    static void hy_q2_run_##name(int c, const hy_q2_blk_t *pb, int64_t nb,        \
+                                 const char *x, size_t xs, float *acc, float *mac) \
+    {                                                                              \
+        switch (c) {                                                               \
+        case 1: hy_q2_compute(pb, nb, x, xs, acc, mac, 1, flags); break;          \
+        case 2: hy_q2_compute(pb, nb, x, xs, acc, mac, 2, flags); break;          \
+        case 3: hy_q2_compute(pb, nb, x, xs, acc, mac, 3, flags); break;          \
+        case 4: hy_q2_compute(pb, nb, x, xs, acc, mac, 4, flags); break;          \
+        default: hy_q2_compute(pb, nb, x, xs, acc, mac, HY_Q2_C, flags); break;    \
+        }                                                                          \
+    }
+HY_Q2_RUN(plain, 0)
+HY_Q2_RUN(offset, HY_QMM_OFFSET)
+HY_Q2_RUN(chunk16, HY_QMM_CHUNK16)
+HY_Q2_RUN(offset16, HY_QMM_OFFSET16)
+_Static_assert(HY_Q2_C == 5, "hy_q2_run instantiates 1..5 tokens");
+
+typedef void (*hy_q2_run_fn)(int c, const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
+                             float *acc, float *mac);
+
+/* ---- tiles ---- */
+
+/* One token: 8 rows at a time, a ragged end taking the last 8 rows again
+ * (the rows it repeats get the same bits) and fewer than 8 rows repeating
+ * the last one in the idle lanes. */
+static void hy_q2_tile_one(hy_q2_dec_fn dec, int64_t nb, float *s, const char *w, size_t ws,
+                           int nw, const hy_block_q16_t *x)
+{
+    /* prefetch the next group while this one has a successor (the tile is
+     * part of a thread's run of rows; vec_dot and tests pass ws = 0) */
+    for (int r0 = 0; r0 < nw; r0 += 8) {
+        const int rb = nw >= 8 ? HY_MIN(r0, nw - 8) : 0;
+        float out[8];
+        dec(w + (size_t)rb * ws, ws, HY_MIN(8, nw), nb, x, out, ws != 0);
+        memcpy(s + r0, out + (r0 - rb), sizeof(float) * (size_t)HY_MIN(8, nw - r0));
+    }
+}
+
+/* s[c*ss + r] for nw rows of w (stride ws bytes) and nx Q16 rows of x
+ * (stride xs bytes), n elements each.  Rows go 16 at a time, a ragged end
+ * or a short tile handled as in hy_q2_tile_one. */
+static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_dec_fn dec,
+                       int64_t n, float *s, size_t ss, const void *vw, size_t ws, int nw,
+                       const void *vx, size_t xs, int nx)
+{
+    const char *w = vw, *x = vx;
+    const int64_t nb = n / 32;
+    const int64_t nkc = (nb + HY_Q2_KB - 1) / HY_Q2_KB;
+    const int64_t kbs = nkc ? (nb + nkc - 1) / nkc : 0;
+    const hy_q2_run_fn run = (ty->flags & HY_QMM_OFFSET)     ? hy_q2_run_offset
+                             : (ty->flags & HY_QMM_OFFSET16) ? hy_q2_run_offset16
+                             : (ty->flags & HY_QMM_CHUNK16)  ? hy_q2_run_chunk16
+                                                             : hy_q2_run_plain;
+    hy_q2_blk_t panel[HY_Q2_KB] __attribute__((aligned(32)));
+    float acc[HY_Q2_CT * 16] __attribute__((aligned(32)));
+    float mac[HY_Q2_CT * 16] __attribute__((aligned(32)));
+
+    if (nx == 1 && dec) {
+        hy_q2_tile_one(dec, nb, s, w, ws, nw, (const hy_block_q16_t *)x);
+        return;
+    }
+    for (int r0 = 0; r0 < nw; r0 += 16) {
+        const int rb = nw >= 16 ? HY_MIN(r0, nw - 16) : 0;
+        const int lane0 = r0 - rb, nst = HY_MIN(16, nw - r0);
+        /* rows of each half that exist (the unpackers repeat the last) */
+        const int n0 = HY_MIN(8, nw - rb), n1 = HY_MAX(1, HY_MIN(8, nw - rb - 8));
+        const char *w1 = w + (size_t)HY_MIN(rb + 8, nw - 1) * ws;
+        for (int c0 = 0; c0 < nx; c0 += HY_Q2_CT) {
+            const int ct = HY_MIN(HY_Q2_CT, nx - c0);
+            memset(acc, 0, sizeof(float) * 16 * (size_t)ct);
+            memset(mac, 0, sizeof(float) * 16 * (size_t)ct);
+            for (int64_t kb = 0; kb < nb; kb += kbs) {
+                const int64_t kn = HY_MIN(kbs, nb - kb);
+                unpack(ty, w + (size_t)rb * ws, ws, n0, kb, kn, panel, 0);
+                unpack(ty, w1, ws, n1, kb, kn, panel, 1);
+                for (int cc = 0; cc < ct; cc += HY_Q2_C)
+                    run(HY_MIN(HY_Q2_C, ct - cc), panel, kn,
+                        x + (size_t)(c0 + cc) * xs + (size_t)kb * sizeof(hy_block_q16_t), xs,
+                        acc + cc * 16, mac + cc * 16);
+            }
+            for (int c = 0; c < ct; c++) {
+                float *o = acc + c * 16;
+                if (ty->flags & HY_QMM_HAS_OFFSET)
+#pragma GCC unroll 16
+                    for (int h = 0; h < 16; h += 8)
+                        _mm256_store_ps(o + h, _mm256_add_ps(_mm256_load_ps(o + h),
+                                                             _mm256_load_ps(mac + c * 16 + h)));
+                memcpy(s + (size_t)(c0 + c) * ss + r0, o + lane0, sizeof(float) * (size_t)nst);
+            }
+        }
+    }
+}
+
+#define HY_Q2_TILE(name, t, unpacker, dec)                                         \
+    void hy_qmm_avx2_tile_##name(int64_t n, float *s, size_t ss, const void *w,   \
+                                 size_t ws, int nw, const void *x, size_t xs, int nx) \
+    {                                                                              \
+        hy_q2_tile(hy_qmm_type(t), unpacker, dec, n, s, ss, w, ws, nw, x, xs, nx); \
+    }
+#define HY_Q2_TILE_X(name, t, flags)                                               \
+    HY_Q2_TILE(name, t, hy_q2_unpack_##name, hy_q2_dec_##name)
+HY_Q2_TYPES(HY_Q2_TILE_X)
+
+#endif

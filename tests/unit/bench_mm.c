@@ -1,0 +1,177 @@
+/*
+ * bench_mm.c - micro-benchmark of the matmul tile kernels per batch size:
+ * GFLOP/s (2 per weight x token product) of one thread for B = 1..64
+ * tokens against the core's peak, for every weight type at the CPU's best
+ * level (or the one named).  The peak is measured, not assumed: the clock
+ * from a chain of dependent adds, and the issue rate of the instruction
+ * that bounds the kernel (vpmaddwd for the int16 kernels of the AVX2
+ * level: 16 products each; vfmadd for float weights: 8 or 16 lanes).
+ * Timed in thread CPU time (the machine is shared).  Built by `make check`,
+ * not run as a test:
+ *   ./tests/unit/bench_mm [seconds-per-case=0.2] [isa=best] [rows=1024] [k=576]
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cpu/quant.h"
+#include "backend/cpu/quant_ref.h"
+#include "bench.h"
+#include "quant_fill.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* Cycles per second of this thread: 4 dependent adds per iteration. */
+static double measure_hz(void)
+{
+    const long n = 100000000;
+    unsigned long x = 1;
+    double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
+    for (long i = 0; i < n; i++)
+        __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(x));
+    return 4.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0);
+}
+
+#define HY_B_R10(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9)
+#define HY_B_REGS(v) "+x"(v##0), "+x"(v##1), "+x"(v##2), "+x"(v##3), "+x"(v##4), \
+    "+x"(v##5), "+x"(v##6), "+x"(v##7), "+x"(v##8), "+x"(v##9)
+
+/* vpmaddwd ymm issued per cycle (10 independent chains). */
+__attribute__((target("avx2"))) static double measure_madd(double hz)
+{
+    const long n = 20000000;
+    __m256i w = _mm256_set1_epi16(3);
+#define D(k) __m256i a##k = _mm256_set1_epi32(k + 1);
+    HY_B_R10(D)
+#undef D
+    double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
+    for (long i = 0; i < n; i++) {
+#define M(k) a##k = _mm256_madd_epi16(a##k, w);
+        HY_B_R10(M)
+#undef M
+        __asm__ volatile("" : HY_B_REGS(a));
+    }
+    return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / hz;
+}
+
+/* vfmadd ymm issued per cycle. */
+__attribute__((target("avx2,fma"))) static double measure_fma(double hz)
+{
+    const long n = 20000000;
+    __m256 m = _mm256_set1_ps(1.0001f), c = _mm256_set1_ps(0.999f);
+#define D(k) __m256 f##k = _mm256_set1_ps((float)k);
+    HY_B_R10(D)
+#undef D
+    double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
+    for (long i = 0; i < n; i++) {
+#define M(k) f##k = _mm256_fmadd_ps(f##k, m, c);
+        HY_B_R10(M)
+#undef M
+        __asm__ volatile("" : HY_B_REGS(f));
+    }
+    return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / hz;
+}
+#endif
+
+int main(int argc, char **argv)
+{
+    static const hy_dtype_t types[] = {HY_DTYPE_Q4_1, HY_DTYPE_Q8_0,  HY_DTYPE_Q4_0,
+                                       HY_DTYPE_Q4_K, HY_DTYPE_Q5_K,  HY_DTYPE_Q6_K,
+                                       HY_DTYPE_Q5_0, HY_DTYPE_Q5_1,  HY_DTYPE_IQ4_NL,
+                                       HY_DTYPE_Q2_K, HY_DTYPE_Q3_K,  HY_DTYPE_IQ4_XS,
+                                       HY_DTYPE_F32,  HY_DTYPE_F16,   HY_DTYPE_BF16};
+    static const int bs[] = {1, 2, 4, 8, 16, 32, 64};
+    double secs = argc > 1 ? atof(argv[1]) : 0.2;
+    hy_isa_t isa = hy_cpu_isa();
+    int rows = argc > 3 ? atoi(argv[3]) : 1024, k = argc > 4 ? atoi(argv[4]) : 576;
+    double hz = 0, madd = 0, fma = 0, peak_int = 0, peak_f = 0;
+
+    if (argc > 2) {
+        for (int i = 0; i <= (int)HY_ISA_AVX512; i++)
+            if (strcmp(argv[2], hy_isa_name((hy_isa_t)i)) == 0)
+                isa = (hy_isa_t)i;
+    }
+    if (hy_quant_set_isa(isa) != HY_OK || rows < 8 || k < 256 || k % 32) {
+        fprintf(stderr, "bench_mm: bad isa/rows/k (k >= 256, a multiple of 32)\n");
+        return 1;
+    }
+#if defined(__x86_64__) && defined(__GNUC__)
+    hz = measure_hz();
+    if (isa >= HY_ISA_AVX2) {
+        madd = measure_madd(hz);
+        fma = measure_fma(hz);
+        /* int16 kernels: 16 products per vpmaddwd; float: 8 per vfmadd */
+        peak_int = madd * 16 * 2 * hz / 1e9;
+        peak_f = fma * (isa == HY_ISA_AVX512 ? 16 : 8) * 2 * hz / 1e9;
+        if (isa == HY_ISA_AVX512)
+            printf("# note: the AVX-512 peaks assume zmm issue = ymm issue (not measured)\n");
+    }
+#endif
+    printf("# %s, clock %.2f GHz (dependent adds), vpmaddwd %.2f/cycle, vfmadd %.2f/cycle\n",
+           hy_isa_name(isa), hz / 1e9, madd, fma);
+    printf("# peak per core: int16 products %.1f GFLOP/s, float %.1f GFLOP/s\n", peak_int,
+           peak_f);
+    printf("# %d rows x %d (K-quants: x %d), one thread; GFLOP/s (%% of the peak of the "
+           "kernel's kind)\n", rows, k, k / 256 * 256);
+    printf("%-6s", "type");
+    for (size_t i = 0; i < HY_ARRAY_LEN(bs); i++)
+        printf("  B=%-2d        ", bs[i]);
+    printf("\n");
+
+    float *xf = malloc(sizeof(float) * (size_t)k * 64), *wf = malloc(sizeof(float) * (size_t)k);
+    float *out = malloc(sizeof(float) * (size_t)rows * 64);
+    for (int i = 0; i < k * 64; i++)
+        xf[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+    const int k0 = k;
+    for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++) {
+        hy_dtype_t t = types[ti];
+        k = hy_dtype_info(t)->block == 256 ? k0 / 256 * 256 : k0;
+        const hy_quant_traits_t *tr = hy_quant_traits(t);
+        hy_quant_tile_fn_t tile = hy_quant_vec_dot_tile(t);
+        if (!tr || !tile)
+            continue;
+        size_t wb = hy_dtype_row_bytes(t, k), xb = hy_dtype_row_bytes(tr->vec_dot_type, k);
+        uint8_t *w = malloc(wb * (size_t)rows), *x = malloc(xb * 64);
+        for (int r = 0; r < rows; r++) {
+            for (int i = 0; i < k; i++)
+                wf[i] = (float)(((int64_t)r * 31 + i * 104729) % 997) / 498.0f - 1.0f;
+            if (hy_quant_quantize_row(t, wf, w + (size_t)r * wb, k) != HY_OK) {
+                /* types without a quantizer: random bytes, sane f16 scales */
+                for (size_t i = 0; i < wb; i++)
+                    w[(size_t)r * wb + i] = (uint8_t)((r * 131 + i * 7) >> 3);
+                for (int b = 0; b < k / (int)hy_dtype_info(t)->block; b++)
+                    hy_test_block_factors(
+                        t, w + (size_t)r * wb + (size_t)b * hy_dtype_info(t)->block_bytes, 0.01f,
+                        0.01f);
+            }
+        }
+        for (int c = 0; c < 64; c++)
+            tr->from_float(xf + (size_t)c * k, x + (size_t)c * xb, k);
+        int is_f = tr->vec_dot_type == HY_DTYPE_F32;
+        double peak = is_f ? peak_f : peak_int;
+        printf("%-6s", hy_dtype_info(t)->name);
+        for (size_t i = 0; i < HY_ARRAY_LEN(bs); i++) {
+            int b = bs[i];
+            long iters = 0;
+            double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID), el;
+            do {
+                tile(k, out, (size_t)rows, w, wb, rows, x, xb, b);
+                iters++;
+                el = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
+            } while (el < secs);
+            double gf = 2.0 * rows * k * b * iters / el / 1e9;
+            printf(" %6.1f (%3.0f%%)", gf, peak > 0 ? 100.0 * gf / peak : 0.0);
+        }
+        printf("\n");
+        fflush(stdout);
+        free(w);
+        free(x);
+    }
+    free(xf);
+    free(wf);
+    free(out);
+    return 0;
+}
