@@ -12,7 +12,8 @@ hyserve_LDADD = $(HY_LIBS)
 TESTS += tests/golden/check-golden.py tests/golden/check-golden-gemma3.sh
 EXTRA_DIST += tests/golden/check-golden.py tests/golden/make-golden.py tests/golden/README.md \
 	tests/golden/smollm2 scripts/fetch-default-model scripts/fetch-model \
-	tests/golden/check-golden-gemma3.sh tests/golden/make-golden-gemma3.py tests/golden/gemma3
+	tests/golden/check-golden-gemma3.sh tests/golden/make-golden-gemma3.py tests/golden/gemma3 \
+	scripts/bench-peers
 
 # Bad flags and bad input of every subcommand: exit status and message.
 TESTS += tests/integration/test_cli.sh
