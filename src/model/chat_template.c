@@ -185,3 +185,106 @@ done:
     hy_jinja_arena_free(&a);
     return rc;
 }
+
+/* ---- built-in templates ------------------------------------------------
+ * Some architectures' GGUF files ship without tokenizer.chat_template (the
+ * Gemma 3 GGUFs made by llama.cpp's converter from the base repositories,
+ * among them the 270M that CI serves).  Their published template is kept
+ * here, byte for byte as the model's tokenizer_config.json has it, so that
+ * /v1/chat/completions formats a conversation the way the model was tuned
+ * on instead of answering 400.  tests/unit/chat/<arch>.jinja holds the same
+ * bytes; test_chat_template checks that they are equal and that each renders
+ * as jinja2 does. */
+
+/* Google's Gemma 3 instruct template (gemma-3-*-it tokenizer_config.json). */
+static const char k_tmpl_gemma3[] =
+    "{{ bos_token }}\n"
+    "{%- if messages[0]['role'] == 'system' -%}\n"
+    "    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\n"
+    "\n"
+    "' -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n"
+    "\n"
+    "' -%}\n"
+    "    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n"
+    "{%- else -%}\n"
+    "    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n"
+    "{%- endif -%}\n"
+    "{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+    "    {%- endif -%}\n"
+    "    {%- if (message['role'] == 'assistant') -%}\n"
+    "        {%- set role = \"model\" -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set role = message['role'] -%}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\n"
+    "' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n"
+    "        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n"
+    "        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n"
+    "                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n"
+    "                {{ item['text'] | trim }}\n"
+    "            {%- endif -%}\n"
+    "        {%- endfor -%}\n"
+    "    {%- else -%}\n"
+    "        {{ raise_exception(\"Invalid content type\") }}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<end_of_turn>\n"
+    "' }}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "    {{'<start_of_turn>model\n"
+    "'}}\n"
+    "{%- endif -%}\n";
+
+static const struct {
+    const char *arch, *origin;
+    const char *src;
+    size_t len;
+} k_builtin[] = {
+    {"gemma3", "builtin:gemma3", k_tmpl_gemma3, sizeof k_tmpl_gemma3 - 1},
+};
+
+static int builtin_index(const char *arch, size_t len)
+{
+    for (size_t i = 0; i < sizeof k_builtin / sizeof k_builtin[0]; i++)
+        if (strlen(k_builtin[i].arch) == len && memcmp(k_builtin[i].arch, arch, len) == 0)
+            return (int)i;
+    return -1;
+}
+
+const char *hy_chat_builtin(const char *arch, size_t len, size_t *src_len)
+{
+    int i = builtin_index(arch, len);
+
+    if (i < 0)
+        return NULL;
+    *src_len = k_builtin[i].len;
+    return k_builtin[i].src;
+}
+
+int hy_chat_model_source(const hy_gguf_t *g, hy_chat_src_t *out)
+{
+    hy_gguf_str_t s;
+    int i;
+
+    if (hy_gguf_get_str(g, "tokenizer.chat_template", &s, NULL) == HY_OK) {
+        *out = (hy_chat_src_t){s.ptr, s.len, "gguf"};
+        return HY_OK;
+    }
+    if (hy_gguf_get_str(g, "general.architecture", &s, NULL) == HY_OK &&
+        (i = builtin_index(s.ptr, s.len)) >= 0) {
+        *out = (hy_chat_src_t){k_builtin[i].src, k_builtin[i].len, k_builtin[i].origin};
+        return HY_OK;
+    }
+    return HY_ENOENT;
+}

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "common/hy.h"
+#include "model/gguf.h"
 
 typedef struct hy_chat_tmpl hy_chat_tmpl_t;
 
@@ -52,5 +53,21 @@ void hy_chat_free(hy_chat_tmpl_t *t);
 
 /* The template's text as compiled (NUL-terminated). */
 const char *hy_chat_source(const hy_chat_tmpl_t *t, size_t *len);
+/* The built-in template for general.architecture `arch` (len bytes), or
+ * NULL when there is none; *src_len gets its length. */
+const char *hy_chat_builtin(const char *arch, size_t len, size_t *src_len);
+
+/* Where a model's template comes from: origin "gguf" (its own
+ * tokenizer.chat_template) or "builtin:<arch>" (hy_chat_builtin of its
+ * architecture, for files that carry none).  src points into the GGUF
+ * mapping or static memory, not NUL-terminated. */
+typedef struct {
+    const char *src;
+    size_t len;
+    const char *origin;
+} hy_chat_src_t;
+
+/* HY_OK with *out set, or HY_ENOENT: no template of either kind. */
+int hy_chat_model_source(const hy_gguf_t *g, hy_chat_src_t *out);
 
 #endif

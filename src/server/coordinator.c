@@ -153,7 +153,7 @@ static int co_open_socket(const hy_config_t *cfg, const char *path, const char *
 static int co_load_template(const hy_config_t *cfg, hy_model_t *m, hy_worker_ctx_t *w,
                             hy_chat_tmpl_t **out, char *err)
 {
-    hy_gguf_str_t s;
+    hy_chat_src_t s;
     char *src = NULL, *text = NULL;
     size_t len = 0, tlen = 0;
     hy_chat_msg_t msg = {.role = "user", .content = "Hello"};
@@ -179,8 +179,15 @@ static int co_load_template(const hy_config_t *cfg, hy_model_t *m, hy_worker_ctx
         len = (size_t)n;
         rc = hy_chat_compile(out, src, len, err);
         free(src);
-    } else if (hy_gguf_get_str(m->gguf, "tokenizer.chat_template", &s, NULL) == HY_OK) {
-        rc = hy_chat_compile(out, s.ptr, s.len, err);
+        if (rc == HY_OK)
+            hy_log(LOG_INFO, "chat_template", "model=%s source=file path=%s", m->name,
+                   cfg->model.chat_template);
+    } else if (hy_chat_model_source(m->gguf, &s) == HY_OK) {
+        /* an operator reads here whether the file's own template or our
+         * copy of the architecture's published one formats the chats */
+        rc = hy_chat_compile(out, s.src, s.len, err);
+        if (rc == HY_OK)
+            hy_log(LOG_INFO, "chat_template", "model=%s source=%s", m->name, s.origin);
     } else {
         hy_log(LOG_WARNING, "no_chat_template",
                "model=%s detail=\"/v1/chat/completions answers 400\"", m->name);

@@ -435,7 +435,10 @@ static int wk_prompt_ids(wk_req_t *r, const hy_api_req_t *q, size_t i, const cha
         text = q->prompts[i].text;
         len = q->prompts[i].text_len;
     }
-    rc = hy_tok_encode_alloc(r->w->tok, text, len, true, true, &out, &cnt, err);
+    /* A rendered chat carries its own BOS where the template prints
+     * bos_token (Gemma's, Llama 3's): adding one would double it.  vLLM and
+     * transformers tokenize rendered chats without special tokens too. */
+    rc = hy_tok_encode_alloc(r->w->tok, text, len, q->kind != HY_API_CHAT, true, &out, &cnt, err);
     if (rc != HY_OK)
         return rc == HY_ENOMEM ? hy_api_err_internal(e, "out of memory")
                                : hy_api_err_invalid(e, "prompt", NULL, "cannot tokenize: %s", err);

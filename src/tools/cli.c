@@ -149,17 +149,17 @@ static char *hy_cli_token_text(const hy_tok_t *tok, int32_t id)
 int hy_cli_chat_render(hy_cli_ctx_t *c, const char *system_msg, const char *user,
                        char **out, size_t *out_len, char *err)
 {
-    hy_gguf_str_t src;
+    hy_chat_src_t src;
     hy_chat_tmpl_t *t = NULL;
     hy_chat_msg_t msgs[2];
     hy_chat_opts_t o;
     size_t n = 0;
     int rc;
 
-    if (hy_gguf_get_str(c->model->gguf, "tokenizer.chat_template", &src, NULL) != HY_OK)
+    if (hy_chat_model_source(c->model->gguf, &src) != HY_OK)
         return hy_err(err, HY_ENOENT, "%s has no tokenizer.chat_template; --chat needs one",
                       hy_gguf_path(c->model->gguf));
-    if ((rc = hy_chat_compile(&t, src.ptr, src.len, err)) != HY_OK)
+    if ((rc = hy_chat_compile(&t, src.src, src.len, err)) != HY_OK)
         return rc;
     memset(msgs, 0, sizeof msgs);
     if (system_msg != NULL) {

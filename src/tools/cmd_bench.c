@@ -2,8 +2,10 @@
  * cmd_bench.c - `hyserve bench`: prompt processing and generation speed with
  * llama-bench's definitions, so the two can be compared line by line:
  * ppN = N prompt tokens in one batch on an empty context; tgN = N tokens
- * decoded one at a time starting from an empty context.  Token ids are
- * random (the speed does not depend on them).  Each test is repeated and the
+ * decoded one at a time starting from an empty context; with -d D (llama-
+ * bench's --n-depth) both start after D tokens already in the context,
+ * prefilled untimed before each repetition ("pp512 @ d16384").  Token ids
+ * are random (the speed does not depend on them).  Each test is repeated and the
  * median reported, because shared machines are noisy.
  */
 #include <stdio.h>
@@ -105,20 +107,24 @@ static int hy_bench_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* One repetition; returns tokens/s or a negative value on error. */
-static double hy_bench_once(hy_cli_ctx_t *c, bool prompt, int32_t n, uint64_t *rng, float *logits)
+/* One repetition of n tokens after depth untimed ones; returns tokens/s
+ * or a negative value on error. */
+static double hy_bench_once(hy_cli_ctx_t *c, bool prompt, int32_t depth, int32_t n, uint64_t *rng,
+                            float *logits)
 {
     hy_kv_seq_t seq = {0};
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)n), i;
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)(depth + n)), *toks = all + depth, i;
     char err[HY_ERR_LEN];
     double t0, dt = -1;
 
-    if (toks == NULL)
+    if (all == NULL)
         return -1;
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < depth + n; i++) {
         *rng = *rng * 6364136223846793005ULL + 1442695040888963407ULL;
-        toks[i] = (int32_t)((*rng >> 33) % (uint64_t)c->model->n_vocab);
+        all[i] = (int32_t)((*rng >> 33) % (uint64_t)c->model->n_vocab);
     }
+    if (depth > 0 && hy_runner_prefill(&c->runner, &seq, all, depth, logits, err) != HY_OK)
+        goto fail;
     t0 = hy_cli_now_ms();
     if (prompt) {
         if (hy_runner_prefill(&c->runner, &seq, toks, n, logits, err) != HY_OK)
@@ -133,12 +139,12 @@ static double hy_bench_once(hy_cli_ctx_t *c, bool prompt, int32_t n, uint64_t *r
     }
     dt = hy_cli_now_ms() - t0;
     hy_runner_seq_release(&c->runner, &seq);
-    free(toks);
+    free(all);
     return n * 1e3 / dt;
 fail:
     fprintf(stderr, "hyserve bench: %s\n", err);
     hy_runner_seq_release(&c->runner, &seq);
-    free(toks);
+    free(all);
     return -1;
 }
 
@@ -149,9 +155,10 @@ int hy_cmd_bench(int argc, char **argv)
         {"n-prompt", required_argument, 0, 'p'}, {"n-gen", required_argument, 0, 'n'},
         {"repetitions", required_argument, 0, 'r'}, {"membw", no_argument, 0, 'b'},
         {"backend", required_argument, 0, 'B'}, {"ubatch", required_argument, 0, 'u'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"n-depth", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *threads_list = "0", *backend = NULL;
-    long n_prompt = 512, n_gen = 128, reps = 5, ubatch = 512;
+    long n_prompt = 512, n_gen = 128, reps = 5, ubatch = 512, depth = 0;
+    char depth_tag[32] = "";
     char tl[256], *tok, *save;
     int opt, rc = 1;
     bool membw = false;
@@ -165,7 +172,7 @@ int hy_cmd_bench(int argc, char **argv)
         if (strcmp(argv[opt], "--url") == 0 || strncmp(argv[opt], "--url=", 6) == 0)
             return hy_cmd_bench_url(argc, argv); /* a running server over HTTP */
     optind = 1;
-    while ((opt = getopt_long(argc, argv, "m:t:p:n:r:u:h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "m:t:p:n:r:u:d:h", opts, NULL)) != -1) {
         switch (opt) {
         case 'm': model = optarg; break;
         case 't': threads_list = optarg; break;
@@ -175,9 +182,11 @@ int hy_cmd_bench(int argc, char **argv)
         case 'b': membw = true; break;
         case 'B': backend = optarg; break;
         case 'u': if (hy_cli_int("bench", "--ubatch", optarg, 1, 65536, &ubatch)) return 2; break;
+        case 'd': if (hy_cli_int("bench", "--n-depth", optarg, 0, 1048576, &depth)) return 2; break;
         case 'h':
-            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-r 5] [-u 512] [--membw] [--backend cpu|cuda]\n"
+            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-d 0] [-r 5] [-u 512] [--membw] [--backend cpu|cuda]\n"
                    "  -u N     prompt tokens per forward pass (llama-bench's -ub, default 512)\n"
+                   "  -d N     N tokens in the context before each test (llama-bench's -d), untimed\n"
                    "  -t LIST  comma-separated thread counts (0 = all cores)\n"
                    "  --membw  also measure read bandwidth and tg's share of the memory bound\n"
                    "       hyserve bench --url http://HOST:PORT ...  (load a running server; --url --help)\n");
@@ -186,6 +195,8 @@ int hy_cmd_bench(int argc, char **argv)
         }
     }
     snprintf(tl, sizeof tl, "%s", threads_list);
+    if (depth > 0)
+        snprintf(depth_tag, sizeof depth_tag, " @ d%ld", depth);
     printf("| model | threads | test | t/s (median) | min | max | reps |\n");
     printf("| ----- | ------: | ---- | -----------: | --: | --: | ---: |\n");
     for (tok = strtok_r(tl, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -199,10 +210,11 @@ int hy_cmd_bench(int argc, char **argv)
         hy_runner_opts_default(&ro);
         ro.max_seqs = 1;
         ro.max_outputs = 1;
-        /* the prompt goes through in passes of ubatch tokens, as llama-bench's
-         * n_ubatch does and as the server's chunked prefill would */
-        ro.max_tokens = (int32_t)HY_MAX(HY_MIN(n_prompt, ubatch), 1);
-        ro.n_ctx = (int32_t)HY_MAX(n_prompt, n_gen) + 1;
+        /* the prompt (and the depth) go through in passes of ubatch tokens,
+         * as llama-bench's n_ubatch does and as the server's chunked prefill
+         * would */
+        ro.max_tokens = (int32_t)HY_MAX(HY_MIN(HY_MAX(n_prompt, depth), ubatch), 1);
+        ro.n_ctx = (int32_t)(depth + HY_MAX(n_prompt, n_gen) + 1);
         if (hy_cli_open(&c, "bench", model, backend, (int)threads, false, &ro) != 0)
             return 1;
         for (pass = 0; pass < 2; pass++) {
@@ -218,10 +230,10 @@ int hy_cmd_bench(int argc, char **argv)
                 continue;
             }
             /* warm-up run, as llama-bench does */
-            if (hy_bench_once(&c, pass == 0, (int32_t)HY_MIN(n, 16), &rng, logits) < 0)
+            if (hy_bench_once(&c, pass == 0, 0, (int32_t)HY_MIN(n, 16), &rng, logits) < 0)
                 goto fail;
             for (r = 0; r < reps; r++) {
-                v[r] = hy_bench_once(&c, pass == 0, (int32_t)n, &rng, logits);
+                v[r] = hy_bench_once(&c, pass == 0, (int32_t)depth, (int32_t)n, &rng, logits);
                 if (v[r] < 0) {
                     free(v);
                     free(logits);
@@ -246,8 +258,8 @@ int hy_cmd_bench(int argc, char **argv)
                 bw_note_wbytes = wbytes;
                 bw_note_tg = med;
             }
-            printf("| %s | %ld | %s%ld | %.2f | %.2f | %.2f | %ld |\n", c.model->name,
-                   threads, pass == 0 ? "pp" : "tg", n,
+            printf("| %s | %ld | %s%ld%s | %.2f | %.2f | %.2f | %ld |\n", c.model->name,
+                   threads, pass == 0 ? "pp" : "tg", n, depth_tag,
                    reps % 2 ? v[reps / 2] : (v[reps / 2 - 1] + v[reps / 2]) / 2, v[0],
                    v[reps - 1], reps);
             fflush(stdout);

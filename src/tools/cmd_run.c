@@ -340,7 +340,8 @@ int hy_cmd_run(int argc, char **argv)
             goto fail;
         prompt = rendered;
     }
-    if (hy_tok_encode_alloc(c.tok, prompt, plen, true, true, &ids, &n_ids, err) != HY_OK)
+    /* the template prints its own BOS (as the server tokenizes chats) */
+    if (hy_tok_encode_alloc(c.tok, prompt, plen, !o.chat, true, &ids, &n_ids, err) != HY_OK)
         goto fail;
     if (n_ids == 0) {
         snprintf(err, sizeof err, "the prompt is empty after tokenization");

@@ -6,11 +6,14 @@ hyserve_SOURCES = src/tools/hyserve.c src/tools/cli.c src/tools/cli.h src/tools/
 	src/tools/cmd_plan.c src/tools/cmd_bench_offline.c src/tools/bench_offline.h
 hyserve_LDADD = $(HY_LIBS)
 
-# The default model against transformers' float32 logits (skips without the
-# model file; scripts/fetch-default-model gets it).
-TESTS += tests/golden/check-golden.py
+# The default model and Gemma 3 270M against transformers' float32 logits
+# (a missing model file fails: scripts/fetch-default-model, scripts/fetch-model
+# gemma3-270m get them).
+TESTS += tests/golden/check-golden.py tests/golden/check-golden-gemma3.sh
 EXTRA_DIST += tests/golden/check-golden.py tests/golden/make-golden.py tests/golden/README.md \
-	tests/golden/smollm2 scripts/fetch-default-model scripts/fetch-model
+	tests/golden/smollm2 scripts/fetch-default-model scripts/fetch-model \
+	tests/golden/check-golden-gemma3.sh tests/golden/make-golden-gemma3.py tests/golden/gemma3 \
+	scripts/bench-peers
 
 # Bad flags and bad input of every subcommand: exit status and message.
 TESTS += tests/integration/test_cli.sh

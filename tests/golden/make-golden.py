@@ -73,6 +73,64 @@ def sha256_file(path):
     return h.hexdigest()
 
 
+def write_prompt_files(out, name, text, ids, p, lines):
+    """NAME.prompt.txt, NAME.ids and NAME.top.txt (lines: top_lines())."""
+    with open(os.path.join(out, name + ".prompt.txt"), "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+    with open(os.path.join(out, name + ".ids"), "w") as f:
+        f.write(" ".join(str(i) for i in ids) + "\n%d\n" % p)
+    with open(os.path.join(out, name + ".top.txt"), "w") as f:
+        f.write("# pos argmax margin id1 logit1 ... id%d logit%d  (%s, %d tokens, "
+                "prompt %d)\n" % (TOP_K, TOP_K, name, len(ids), p))
+        f.write("\n".join(lines) + "\n")
+
+
+def parse_args(doc, default_model, default_out):
+    """The generators' command line: --model, --out, --threads."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--model", default=default_model, help="the pinned GGUF file")
+    ap.add_argument("--out", default=default_out, help="output directory")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads")
+    return ap.parse_args()
+
+
+def load_pinned(path, pinned_sha256, fetch, threads):
+    """The pinned GGUF file, checked, and transformers' float32 model and
+    tokenizer read from it: (sha256, torch, tokenizer, model)."""
+    if not os.path.isfile(path):
+        sys.exit("make-golden: %s not found (run %s)" % (path, fetch))
+    digest = sha256_file(path)
+    if digest != pinned_sha256:
+        sys.exit("make-golden: %s has sha256 %s, expected the pinned %s"
+                 % (path, digest, pinned_sha256))
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    mdir, mfile = os.path.split(os.path.abspath(path))
+    tok = AutoTokenizer.from_pretrained(mdir, gguf_file=mfile)
+    model = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile, dtype=torch.float32)
+    model.eval()
+    return digest, torch, tok, model
+
+
+def generator_info(torch, cfg, **more):
+    """What made a golden set (the manifest's "generator")."""
+    import transformers
+    import gguf
+
+    info = {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "gguf_py": getattr(gguf, "__version__", None) or _dist_version("gguf")}
+    info.update(more)
+    info.update({"numpy": np.__version__, "dtype": "float32",
+                 "attn_implementation": getattr(cfg, "_attn_implementation", None),
+                 "torch_threads": torch.get_num_threads()})
+    return info
+
+
 def render_prompts(tok):
     prompts = list(PLAIN_PROMPTS)
     chat = tok.apply_chat_template(CHAT_MESSAGES, tokenize=False,
@@ -197,33 +255,11 @@ def dequant_check(model_path, model, n_head, n_head_kv):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=DEFAULT_MODEL, help="the pinned GGUF file")
-    ap.add_argument("--out", default=DEFAULT_OUT, help="output directory")
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads")
-    args = ap.parse_args()
+    args = parse_args(__doc__, DEFAULT_MODEL, DEFAULT_OUT)
 
     t0 = time.time()
-    if not os.path.isfile(args.model):
-        sys.exit("make-golden: %s not found (run scripts/fetch-default-model)" % args.model)
-    digest = sha256_file(args.model)
-    if digest != PINNED_SHA256:
-        sys.exit("make-golden: %s has sha256 %s, expected the pinned %s"
-                 % (args.model, digest, PINNED_SHA256))
-
-    import torch
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    import gguf
-
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    mdir, mfile = os.path.split(os.path.abspath(args.model))
-    tok = AutoTokenizer.from_pretrained(mdir, gguf_file=mfile)
-    model = AutoModelForCausalLM.from_pretrained(mdir, gguf_file=mfile,
-                                                 dtype=torch.float32)
-    model.eval()
+    digest, torch, tok, model = load_pinned(args.model, PINNED_SHA256,
+                                            "scripts/fetch-default-model", args.threads)
     cfg = model.config
     if getattr(tok, "add_bos_token", False):
         sys.exit("make-golden: tokenizer has add_bos_token set; this model's GGUF says false")
@@ -240,16 +276,7 @@ def main():
         "full_logits_every": FULL_EVERY,
         "full_logits_dtype": "float16-le",
         "margin": MARGIN,
-        "generator": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "gguf_py": getattr(gguf, "__version__", None) or _dist_version("gguf"),
-            "numpy": np.__version__,
-            "dtype": "float32",
-            "attn_implementation": getattr(cfg, "_attn_implementation", None),
-            "torch_threads": torch.get_num_threads(),
-        },
+        "generator": generator_info(torch, cfg),
         "prompts": [],
     }
 
@@ -277,15 +304,7 @@ def main():
                          % (name, pos))
         positions = sorted(set(range(0, len(ids), FULL_EVERY)) | {p - 1, len(ids) - 1})
 
-        with open(os.path.join(args.out, name + ".prompt.txt"), "w", encoding="utf-8",
-                  newline="") as f:
-            f.write(text)
-        with open(os.path.join(args.out, name + ".ids"), "w") as f:
-            f.write(" ".join(str(i) for i in ids) + "\n%d\n" % p)
-        with open(os.path.join(args.out, name + ".top.txt"), "w") as f:
-            f.write("# pos argmax margin id1 logit1 ... id%d logit%d  (%s, %d tokens, "
-                    "prompt %d)\n" % (TOP_K, TOP_K, name, len(ids), p))
-            f.write("\n".join(top_lines(logits)) + "\n")
+        write_prompt_files(args.out, name, text, ids, p, top_lines(logits))
         logits[positions].astype("<f2").tofile(os.path.join(args.out, name + ".logits.f16"))
         for suffix in (".prompt.txt", ".ids", ".top.txt", ".logits.f16"):
             total_bytes += os.path.getsize(os.path.join(args.out, name + suffix))

@@ -6,8 +6,10 @@
 dist_sbin_SCRIPTS = scripts/hyserve-ctl
 hyservenginxdir = $(sysconfdir)/hyserve/nginx
 dist_hyservenginx_DATA = nginx/hyserve.conf nginx/upstream-blue.conf nginx/upstream-green.conf
-TESTS += tests/integration/test_ops.py
-EXTRA_DIST += tests/integration/test_ops.py scripts/quickstart \
+# test_bluegreen_models.py: the same switch between two different models,
+# SmolLM2 on blue and Gemma 3 on green (its built-in chat template).
+TESTS += tests/integration/test_ops.py tests/integration/test_bluegreen_models.py
+EXTRA_DIST += tests/integration/test_ops.py tests/integration/test_bluegreen_models.py scripts/quickstart \
 	etc/hyserve@.service etc/syslog-ng/hyserve.conf etc/logrotate.d/hyserve
 # the documented default config, as /etc/hyserve/hyserve.ini (copy it to
 # /etc/hyserve/<colour>.ini for hyserve@<colour>.service)

@@ -48,15 +48,19 @@ class Site:
     """colours: {"blue": {"section": {"key": value}}, ...}, ini keys merged
     over a small default (1 thread, 64 MiB cache, 2 workers x 4 threads).
     site_edit: a function of the site text, for a test that needs a setting
-    changed (e.g. a shorter timeout); it must change something."""
+    changed (e.g. a shorter timeout); it must change something.
+    model: the GGUF every colour serves (default: the default model);
+    models: {colour: GGUF} for colours that serve another one."""
 
-    def __init__(self, colours, model=None, max_conns=None, prefix="hysite-", site_edit=None):
+    def __init__(self, colours, model=None, max_conns=None, prefix="hysite-", site_edit=None,
+                 models=None):
         self.tmp = tempfile.mkdtemp(prefix=prefix)
         os.chmod(self.tmp, 0o755)  # nginx workers run as nobody when the test is root
         self.etc = os.path.join(self.tmp, "etc")
         self.ngx_dir = os.path.join(self.etc, "nginx")
         self.port = free_port()
         self.model = model or taplib.default_model()[0]
+        self.models = dict(models or {})
         self.procs, self._logs, self.nginx = {}, [], None
         self.sock, self.ctl_sock, self.ini, self.instance = {}, {}, {}, {}
         for d in (self.ngx_dir, os.path.join(self.etc, "tls"), os.path.join(self.tmp, "models")):
@@ -125,7 +129,7 @@ class Site:
         os.makedirs(os.path.join(self.tmp, "models", c))
         # the same model id for every colour, as a switch requires
         path = os.path.join(self.tmp, "models", c, MODEL_ID + ".gguf")
-        os.symlink(os.path.realpath(self.model), path)
+        os.symlink(os.path.realpath(self.models.get(c, self.model)), path)
         conf = {
             "model": {"path": path, "threads": 1},
             "engine": {"max_seqs": 4, "max_context": 512},

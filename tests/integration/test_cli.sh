@@ -40,6 +40,10 @@ check 2 "hyserve bench: --repetitions = '0': must be an integer in 1..1000" "ben
     "$hy" bench -m "$tiny" -r 0
 check 2 "hyserve eval: --ids FILE and --out FILE are required" "eval: missing --out" -- \
     "$hy" eval -m "$tiny" --ids /dev/null
+check 2 "hyserve eval: --rows = '3,1': expected ascending positions separated by commas, at byte 2" \
+    "eval: --rows out of order" -- "$hy" eval -m "$tiny" --ids /dev/null --out /dev/null --rows 3,1
+check 1 "hyserve eval: --rows: position 9 is past the last of 2 ids" "eval: --rows past the end" -- \
+    sh -c 'echo "5 7" | "$0" eval -m "$1" --ids /dev/stdin --out /dev/null --rows 0,9' "$hy" "$tiny"
 check 1 "'99999' at byte 2 is not a token id (0..263)" "detokenize: id outside the vocabulary" -- \
     sh -c 'echo "5 99999" | "$0" detokenize -m "$1"' "$hy" "$tiny"
 check 1 "'x7' at byte 2 is not a token id (0..263)" "detokenize: quotes only the bad word" -- \
@@ -63,6 +67,16 @@ case "$rc:$err" in
 esac
 check 2 "hyserve bench: --ubatch = '0': must be an integer in 1..65536" "bench: zero --ubatch" -- \
     "$hy" bench -m "$tiny" -u 0
+check 2 "hyserve bench: --n-depth = 'x': must be an integer in 0..1048576" "bench: bad --n-depth" -- \
+    "$hy" bench -m "$tiny" -d x
+n=$((n + 1))
+out=$("$hy" bench -m "$tiny" -p 8 -n 2 -d 20 -r 1 -t 1 2>&1)
+case "$out" in
+*"| pp8 @ d20 |"*"| tg2 @ d20 |"*) echo "ok $n - bench -d: tests named pp8 @ d20, tg2 @ d20" ;;
+*)
+    fail=$((fail + 1))
+    echo "not ok $n - bench -d: $out" ;;
+esac
 check 1 "hyserve bench: backend 'gpu': must be one of cpu|cuda" "bench: unknown --backend" -- \
     "$hy" bench -m "$tiny" -p 16 -n 0 -r 1 --backend gpu
 check 2 "hyserve bench: --ttft-prefix = 0: must be an integer in 32..65536" "bench: --ttft-prefix too small" -- \

@@ -301,6 +301,17 @@ static void test_chat_full(void)
                 strcmp(r->template_kwargs, "{\"enable_thinking\":false}") == 0,
             "chat_template_kwargs pass through as JSON");
     hy_api_req_free(r);
+    r = NULL;
+    /* an assistant turn with absent content (tool calls only, or nothing)
+     * reads as "" like null */
+    rc = parse(CH,
+               "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+               "{\"role\":\"assistant\",\"tool_calls\":[]},{\"role\":\"assistant\"}]}",
+               &r, &e);
+    HY_T_OK(rc == HY_OK && r->n_messages == 3 && strcmp(r->messages[1].content, "") == 0 &&
+                strcmp(r->messages[2].content, "") == 0,
+            "assistant messages without content read as \"\" (%s)", rc ? e.message : "ok");
+    hy_api_req_free(r);
 }
 
 /* The grammar a request asks for, as the GBNF text the engine gets. */

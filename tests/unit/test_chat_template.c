@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "gguf_writer.h"
 #include "model/chat_template.h"
 #include "test.h"
 
@@ -308,9 +309,67 @@ static void test_errors(void)
     free(s);
 }
 
+/* A GGUF with only general.architecture and, when tmpl is not NULL,
+ * tokenizer.chat_template; its template source as hy_chat_model_source
+ * picks it.  The buffer stays alive in *w for src to point into. */
+static int model_source(hy_tw_t *w, const char *arch, const char *tmpl, hy_gguf_t **g,
+                        hy_chat_src_t *src)
+{
+    char err[HY_ERR_LEN];
+
+    hy_tw_init(w);
+    hy_tw_header(w, 3, 0, tmpl ? 2 : 1);
+    hy_tw_kv_str(w, "general.architecture", arch);
+    if (tmpl)
+        hy_tw_kv_str(w, "tokenizer.chat_template", tmpl);
+    if (w->oom || hy_gguf_open_buffer(g, w->buf, w->len, "t.gguf", err) != HY_OK)
+        return HY_EIO;
+    return hy_chat_model_source(*g, src);
+}
+
+/* Built-in templates: the gemma3 one is tests/unit/chat/gemma3.jinja byte
+ * for byte (so the reference cases above prove it renders as jinja2), and it
+ * is what a gemma3 file without tokenizer.chat_template gets; a file's own
+ * template wins; other architectures get none. */
+static void test_builtin(void)
+{
+    size_t len = 0, blen = 0;
+    char *want = slurp(hy_t_srcpath("tests/unit/chat/gemma3.jinja"), &len);
+    const char *b = hy_chat_builtin("gemma3", 6, &blen);
+    hy_chat_src_t src;
+    hy_gguf_t *g = NULL;
+    hy_tw_t w;
+    int rc;
+
+    HY_T_OK(want != NULL && b != NULL && blen == len && memcmp(b, want, len) == 0,
+            "built-in gemma3 template equals tests/unit/chat/gemma3.jinja (%zu bytes)", blen);
+    free(want);
+    HY_T_OK(hy_chat_builtin("gemma", 5, &blen) == NULL && hy_chat_builtin("gemma3n", 7, &blen) == NULL,
+            "no built-in template for gemma or gemma3n");
+
+    rc = model_source(&w, "gemma3", NULL, &g, &src);
+    HY_T_OK(rc == HY_OK && strcmp(src.origin, "builtin:gemma3") == 0 && src.src == b,
+            "gemma3 file without a template: the built-in one (%s)", rc ? "none" : src.origin);
+    hy_gguf_close(g);
+    hy_tw_free(&w);
+    g = NULL;
+    rc = model_source(&w, "gemma3", "{{ messages[0].content }}", &g, &src);
+    HY_T_OK(rc == HY_OK && strcmp(src.origin, "gguf") == 0 && src.len == 25 &&
+                memcmp(src.src, "{{ messages[0].content }}", 25) == 0,
+            "gemma3 file with its own template: that one");
+    hy_gguf_close(g);
+    hy_tw_free(&w);
+    g = NULL;
+    rc = model_source(&w, "llama", NULL, &g, &src);
+    HY_T_OK(rc == HY_ENOENT, "llama file without a template: none (rc %d)", rc);
+    hy_gguf_close(g);
+    hy_tw_free(&w);
+}
+
 int main(void)
 {
     test_reference_cases();
+    test_builtin();
     test_errors();
     return hy_t_done();
 }

@@ -8,10 +8,16 @@ a template or inputs.json; commit its outputs (CI does not run Python).
 
 gemma3.jinja is Google's Gemma 3 instruct template (the chat_template of the
 gemma-3 -it tokenizer_config.json): the Gemma 3 270M GGUF that CI fetches
-(scripts/fetch-default-model) embeds no tokenizer.chat_template, so the test
-keeps the published one.  It folds a system message into the first user
+(scripts/fetch-model gemma3-270m) embeds no tokenizer.chat_template, so
+hyserve carries the published one (src/model/chat_template.c, checked equal
+to this file by test_chat_template).  It folds a system message into the first user
 turn, requires user/assistant alternation and renders "assistant" as
 "model".
+
+The conversations tool_call_empty and empty_reply hold an assistant turn
+with content "": what the server passes a template for content null or
+absent (src/server/api.c, as vLLM does), so every template is checked to
+render it.
 """
 import json
 import os
