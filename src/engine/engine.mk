@@ -5,9 +5,11 @@ libhy_a_SOURCES += src/engine/runner.c src/engine/runner.h \
 	src/engine/sampler.c src/engine/sampler.h \
 	src/engine/scheduler.c src/engine/scheduler.h \
 	src/engine/engine.c src/engine/engine.h src/engine/local.c src/engine/local.h
-check_PROGRAMS += tests/unit/test_sampler tests/unit/test_engine
-TESTS += tests/unit/test_sampler tests/unit/test_engine
+check_PROGRAMS += tests/unit/test_sampler tests/unit/test_engine tests/unit/test_bitwise
+TESTS += tests/unit/test_sampler tests/unit/test_engine tests/unit/test_bitwise
 tests_unit_test_sampler_SOURCES = tests/unit/test_sampler.c
 tests_unit_test_sampler_LDADD = $(TEST_LDADD)
 tests_unit_test_engine_SOURCES = tests/unit/test_engine.c
 tests_unit_test_engine_LDADD = $(TEST_LDADD)
+tests_unit_test_bitwise_SOURCES = tests/unit/test_bitwise.c
+tests_unit_test_bitwise_LDADD = $(TEST_LDADD)

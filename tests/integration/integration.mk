@@ -9,3 +9,7 @@ tests_integration_test_long_context_LDADD = $(TEST_LDADD)
 # tests/golden/tiny (model.mk)
 # TAP helpers shared by the shell integration tests
 EXTRA_DIST += tests/integration/taplib.sh
+# Same seed, same text through nginx: alone, after a cache hit, among 16
+# concurrent requests (the engine's bitwise checks: tests/unit/test_bitwise)
+TESTS += tests/integration/test_seed.py
+EXTRA_DIST += tests/integration/test_seed.py
