@@ -33,6 +33,7 @@
 #include "test.h"
 #include "golden.h"
 
+#include <stdarg.h>
 #include <string.h>
 
 #define HY_B_PROMPT 600
@@ -204,9 +205,30 @@ static const char *hy_b_known(const char *model, const char *what)
     for (size_t i = 0; i < sizeof hy_b_todo / sizeof *hy_b_todo; i++)
         if (strcmp(model, hy_b_todo[i].model) == 0 &&
             strncmp(what, hy_b_todo[i].what, strlen(hy_b_todo[i].what)) == 0)
-            return " # TODO recurrent chunked prefill is not split-invariant "
-                   "(docs/determinism.md)";
+            return "recurrent chunked prefill is not split-invariant (docs/determinism.md)";
     return NULL;
+}
+
+/* test.h's line with a TODO directive when todo is set: a failure then
+ * does not fail the program (the TAP driver counts it XFAIL), a pass is
+ * reported by the driver as XPASS, which fails `make check`. */
+static void hy_b_tap(int ok, const char *todo, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void hy_b_tap(int ok, const char *todo, const char *fmt, ...)
+{
+    va_list ap;
+
+    hy_t_count++;
+    if (!ok && todo == NULL)
+        hy_t_failed++;
+    printf("%sok %d - ", ok ? "" : "not ", hy_t_count);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    if (todo != NULL)
+        printf(" # TODO %s", todo);
+    printf("\n");
+    fflush(stdout);
 }
 
 static void hy_b_report(const hy_b_env_t *v, const char *what, int rc, const char *err,
@@ -223,9 +245,9 @@ static void hy_b_report(const hy_b_env_t *v, const char *what, int rc, const cha
                  hy_b_target()->n);
     else if (!hit_ok)
         snprintf(why, sizeof why, "no cache hit (n_cached %d)", cached);
-    HY_T_OK(rc == HY_OK && d < 0 && hit_ok, "%s, %d thread%s: %s == alone%s%s%s%s",
-            v->name, v->threads, v->threads > 1 ? "s" : "", what, why[0] ? " (" : "", why,
-            why[0] ? ")" : "", todo ? todo : "");
+    hy_b_tap(rc == HY_OK && d < 0 && hit_ok, todo, "%s, %d thread%s: %s == alone%s%s%s",
+             v->name, v->threads, v->threads > 1 ? "s" : "", what, why[0] ? " (" : "", why,
+             why[0] ? ")" : "");
 }
 
 /* One scenario in a fresh engine: warm runs first (their rows unused),
