@@ -11,8 +11,9 @@ check_PROGRAMS += tests/unit/test_tier_engine
 TESTS += tests/unit/test_tier_engine
 tests_unit_test_tier_engine_SOURCES = tests/unit/test_tier_engine.c
 tests_unit_test_tier_engine_LDADD = $(TEST_LDADD)
-check_PROGRAMS += tests/unit/test_sampler tests/unit/test_engine tests/unit/test_swa
-TESTS += tests/unit/test_sampler tests/unit/test_engine tests/unit/test_swa
+check_PROGRAMS += tests/unit/test_sampler tests/unit/test_engine tests/unit/test_swa \
+	tests/unit/test_bitwise
+TESTS += tests/unit/test_sampler tests/unit/test_engine tests/unit/test_swa tests/unit/test_bitwise
 tests_unit_test_sampler_SOURCES = tests/unit/test_sampler.c
 tests_unit_test_sampler_LDADD = $(TEST_LDADD)
 tests_unit_test_engine_SOURCES = tests/unit/test_engine.c
@@ -22,3 +23,5 @@ tests_unit_test_engine_LDADD = $(TEST_LDADD)
 tests_unit_test_swa_SOURCES = tests/unit/test_swa.c
 tests_unit_test_swa_LDADD = $(TEST_LDADD)
 EXTRA_DIST += tests/unit/local_req.h
+tests_unit_test_bitwise_SOURCES = tests/unit/test_bitwise.c
+tests_unit_test_bitwise_LDADD = $(TEST_LDADD)

@@ -19,3 +19,7 @@ EXTRA_DIST += tests/integration/taplib.sh
 # hybrid, bad files, a full disk, bad values); its benchmark script
 TESTS += tests/integration/test_tiers.py
 EXTRA_DIST += tests/integration/test_tiers.py scripts/bench-tiers
+# Same seed, same text through nginx: alone, after a cache hit, among 16
+# concurrent requests (the engine's bitwise checks: tests/unit/test_bitwise)
+TESTS += tests/integration/test_seed.py
+EXTRA_DIST += tests/integration/test_seed.py

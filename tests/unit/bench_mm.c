@@ -8,7 +8,10 @@
  * level: 16 products each; vfmadd for float weights: 8 or 16 lanes).
  * Timed in thread CPU time (the machine is shared).  Built by `make check`,
  * not run as a test:
- *   ./tests/unit/bench_mm [seconds-per-case=0.2] [isa=best] [rows=1024] [k=576]
+ *   ./tests/unit/bench_mm [seconds-per-case=0.2] [isa=best] [rows=1024] [k=576] [type]
+ * (a type name, e.g. q8_0, times that type alone: a matrix larger than the
+ * caches, such as a 262144-row output matrix, then sets up in seconds and
+ * its B=1 column is the decode's memory-bound speed)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -131,7 +134,7 @@ int main(int argc, char **argv)
         k = hy_dtype_info(t)->block == 256 ? k0 / 256 * 256 : k0;
         const hy_quant_traits_t *tr = hy_quant_traits(t);
         hy_quant_tile_fn_t tile = hy_quant_vec_dot_tile(t);
-        if (!tr || !tile)
+        if (!tr || !tile || (argc > 5 && strcmp(argv[5], hy_dtype_info(t)->name) != 0))
             continue;
         size_t wb = hy_dtype_row_bytes(t, k), xb = hy_dtype_row_bytes(tr->vec_dot_type, k);
         uint8_t *w = malloc(wb * (size_t)rows), *x = malloc(xb * 64);

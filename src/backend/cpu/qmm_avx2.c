@@ -37,8 +37,9 @@
 #define HY_Q2_CT 64
 /* Token rows per pass of the compute kernel over the panel. */
 #define HY_Q2_C 5
-/* Decode prefetch distance, in rows: the next group's rows. */
-#define HY_Q2_PF_ROWS 8
+/* Decode prefetch distance, in rows: two groups of 8 ahead (one left
+ * latency exposed in bench_mm on a 262144-row matrix). */
+#define HY_Q2_PF_ROWS 16
 
 /* One 32-element block of 16 weight rows (two halves of 8) as the panel
  * kernel reads it. */
@@ -664,11 +665,15 @@ HY_Q2_INLINE void hy_q2_x_q2_k(const char *const rp[8], int64_t b, hy_q2_regs_t 
 }
 
 /* The types with an extractor: name, weight type and qmm.h flags (those of
- * qmm.c's table; the kernels are specialised on them). */
+ * qmm.c's table; the kernels are specialised on them).  HY_Q2_TYPES_T are
+ * those whose one-token decoder is the transposed extractor (hy_q2_dec);
+ * Q8_0's is row-wise (hy_q2_dec_q8_0). */
 #define HY_Q2_TYPES(X) \
+    X(q8_0, HY_DTYPE_Q8_0, 0) \
+    HY_Q2_TYPES_T(X)
+#define HY_Q2_TYPES_T(X) \
     X(q4_0, HY_DTYPE_Q4_0, 0) \
     X(q4_1, HY_DTYPE_Q4_1, HY_QMM_OFFSET) \
-    X(q8_0, HY_DTYPE_Q8_0, 0) \
     X(q4_k, HY_DTYPE_Q4_K, HY_QMM_OFFSET) \
     X(q5_k, HY_DTYPE_Q5_K, HY_QMM_OFFSET) \
     X(q6_k, HY_DTYPE_Q6_K, HY_QMM_CHUNK16) \
@@ -729,8 +734,23 @@ HY_Q2_INLINE void hy_q2_step(const hy_q2_regs_t *g, const hy_block_q16_t *xb, __
     }
 }
 
+/* The share of block b (of nb) of the bytes HY_Q2_PF_ROWS rows ahead of
+ * the 8 rows at w, a cache line at a time: the rows are consecutive, so
+ * their successors are one contiguous run, and prefetching it line by
+ * line leaves no line of it to a demand miss. */
+HY_Q2_INLINE void hy_q2_prefetch(const char *w, size_t ws, int64_t b, int64_t nb)
+{
+    const size_t span = 8 * ws, lo = (size_t)b * span / (size_t)nb;
+    /* the last block also takes the line the run's last byte may spill into */
+    const size_t hi = (size_t)(b + 1) * span / (size_t)nb + (b + 1 == nb ? 64 : 0);
+    const char *base = w + HY_Q2_PF_ROWS * ws;
+
+    for (size_t o = (lo + 63) & ~(size_t)63; o < hi; o += 64)
+        _mm_prefetch(base + o, _MM_HINT_T0);
+}
+
 /* Rows w + min(r, nrows-1)*ws (r < 8) against one Q16 row x: 8 outputs.
- * The next 8 rows are prefetched block by block (decode streams the
+ * The rows HY_Q2_PF_ROWS ahead are prefetched block by block (decode streams the
  * weights once, 8 interleaved streams the hardware alone follows late). */
 #define HY_Q2_DEC(name, extract, flags)                                            \
     static void hy_q2_dec_##name(const char *w, size_t ws, int nrows, int64_t nb, \
@@ -744,11 +764,8 @@ HY_Q2_INLINE void hy_q2_step(const hy_q2_regs_t *g, const hy_block_q16_t *xb, __
         hy_q2_rows(w, ws, nrows, rp);                                              \
         for (int64_t b = 0; b < nb; b++) {                                         \
             hy_q2_regs_t g;                                                        \
-            if (pf && (b & 1) == 0)                                                \
-                _Pragma("GCC unroll 16")                                       \
-                for (int r = 0; r < 8; r++)                                        \
-                    _mm_prefetch(rp[r] + HY_Q2_PF_ROWS * ws +                      \
-                                     (size_t)b * (ws / (size_t)nb), _MM_HINT_T0);  \
+            if (pf)                                                                \
+                hy_q2_prefetch(w, ws, b, nb);                                      \
             extract(rp, b, &g, &st);                                               \
             hy_q2_step(&g, x + b, &acc, &mac, flags);                              \
         }                                                                          \
@@ -757,7 +774,68 @@ HY_Q2_INLINE void hy_q2_step(const hy_q2_regs_t *g, const hy_block_q16_t *xb, __
         _mm256_storeu_ps(out, acc);                                                \
     }
 #define HY_Q2_DEC_X(name, t, flags) HY_Q2_DEC(name, hy_q2_x_##name, flags)
-HY_Q2_TYPES(HY_Q2_DEC_X)
+HY_Q2_TYPES_T(HY_Q2_DEC_X)
+
+/* The 8 int32 lanes of each a[r] summed: lane r of the result.  Unpack
+ * and add, three rounds (21 operations for 8 rows). */
+HY_Q2_INLINE __m256i hy_q2_hsum8(const __m256i a[8])
+{
+    __m256i t[4], u[2];
+
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        t[i] = _mm256_add_epi32(_mm256_unpacklo_epi32(a[2 * i], a[2 * i + 1]),
+                                _mm256_unpackhi_epi32(a[2 * i], a[2 * i + 1]));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++)
+        u[i] = _mm256_add_epi32(_mm256_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
+                                _mm256_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
+    /* u[0] = rows 0..3 in each 128-bit half, u[1] rows 4..7 */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u[0], u[1], 0x20),
+                            _mm256_permute2x128_si256(u[0], u[1], 0x31));
+}
+
+/* Q8_0's one-token decoder, row by row: a row's 32 int8 codes widen to
+ * int16 in element order with one load each half, and meet the token's
+ * block put back into element order (slots 1 and 2 of each group of four
+ * swap back, once per block for all 8 rows).  P is exact in int32, so
+ * summing it this way gives the transposed extractor's P, and the float
+ * step is hy_q2_step's: the same bits, without the transpose and the
+ * pair extraction that made decode of Gemma's 262144 x 640 output matrix
+ * compute-bound. */
+static void hy_q2_dec_q8_0(const char *w, size_t ws, int nrows, int64_t nb,
+                           const hy_block_q16_t *x, float out[8], int pf)
+{
+    const __m256i unslot = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14,
+                                            15, 0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11,
+                                            14, 15);
+    const char *rp[8];
+    __m256 acc = _mm256_setzero_ps();
+
+    hy_q2_rows(w, ws, nrows, rp);
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = (size_t)b * sizeof(hy_block_q8_0_t);
+        const __m256i x0 = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)x[b].v),
+                                               unslot);
+        const __m256i x1 = _mm256_shuffle_epi8(
+            _mm256_loadu_si256((const __m256i *)(x[b].v + 16)), unslot);
+        __m256i a[8];
+
+        if (pf)
+            hy_q2_prefetch(w, ws, b, nb);
+#pragma GCC unroll 16
+        for (int r = 0; r < 8; r++) {
+            const char *q = rp[r] + o + offsetof(hy_block_q8_0_t, qs);
+            a[r] = _mm256_add_epi32(
+                _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q)), x0),
+                _mm256_madd_epi16(
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16))), x1));
+        }
+        const __m256 sc = _mm256_mul_ps(hy_q2_f16x8(rp, o, NULL), _mm256_set1_ps(x[b].d));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hy_q2_hsum8(a)), sc, acc);
+    }
+    _mm256_storeu_ps(out, acc);
+}
 
 typedef void (*hy_q2_dec_fn)(const char *w, size_t ws, int nrows, int64_t nb,
                              const hy_block_q16_t *x, float out[8], int pf);
