@@ -87,7 +87,7 @@ static int check_function(const cJSON *f, const char *param, const char *what,
     rc = hy_json_schema_to_gbnf(p, &gbnf, &len, err);
     free(gbnf);
     if (rc == HY_ENOMEM)
-        return hy_api_err_internal(e, "out of memory compiling the JSON schema");
+        return hy_api_err_nomem(e, "out of memory compiling the JSON schema");
     if (rc != HY_OK)
         return hy_api_err_invalid(e, param, rc == HY_EUNSUPPORTED ? "unsupported_schema" : NULL,
                                   "Invalid schema for %s.parameters: %s", what, err);
@@ -161,7 +161,7 @@ static int read_list(const cJSON *root, cJSON **out, hy_api_error_t *e)
             }
         }
     }
-    return *out != NULL ? HY_OK : hy_api_err_internal(e, "out of memory");
+    return *out != NULL ? HY_OK : hy_api_err_nomem(e, "out of memory");
 }
 
 static bool has_function(const cJSON *tools, const char *name)
@@ -259,7 +259,7 @@ int hy_api_read_tools(const cJSON *root, bool constrained, hy_api_tools_t *o, hy
         goto done;
     }
     if (tools != NULL && (o->tools = cJSON_PrintUnformatted(tools)) == NULL)
-        rc = hy_api_err_internal(e, "out of memory");
+        rc = hy_api_err_nomem(e, "out of memory");
 done:
     cJSON_Delete(tools);
     return rc;

@@ -56,7 +56,9 @@ static uint64_t fa_digest(const hy_api_req_t *r)
         h = fa_str(fa_str(fa_str(h, m->role), m->content), m->name);
         h = fa_str(fa_str(fa_str(h, m->tool_calls), m->tool_call_id), m->reasoning_content);
     }
-    h = fa_str(fa_str(fa_str(h, r->tools), r->tool_choice), r->template_kwargs);
+    h = fa_str(fa_str(fa_str(h, r->tools), r->tool_name), r->template_kwargs);
+    h = FA_FIELD(FA_FIELD(h, r->tool_choice), r->parallel_tool_calls);
+    h = FA_FIELD(h, r->legacy_functions);
     h = FA_FIELD(FA_FIELD(h, r->enable_thinking), r->add_generation_prompt);
     h = FA_FIELD(FA_FIELD(h, r->max_tokens), r->seed_given);
     h = FA_FIELD(FA_FIELD(FA_FIELD(h, s->temperature), s->top_k), s->top_p);
