@@ -19,7 +19,7 @@ tests_fuzz_fuzz_api_replay_LDADD = $(TEST_LDADD)
 
 # The FastCGI worker processes and the coordinator.
 libhy_a_SOURCES += src/server/worker.c src/server/worker.h src/server/coordinator.c \
-	src/server/coordinator.h src/server/guard.c src/server/guard.h src/server/access.c \
+	src/server/coordinator.h src/server/engine_proc.c src/server/engine_proc.h src/server/guard.c src/server/guard.h src/server/access.c \
 	src/server/access.h
 # The coordinator's hold on the connections workers answer (a dead worker's
 # responses are aborted, not ended), without nginx.
