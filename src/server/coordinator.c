@@ -628,7 +628,9 @@ static void co_write_engine_pid(co_t *co)
 static int co_fork_engine(co_t *co, int hello_fd, int go_fd, int close_fd, char *err)
 {
     hy_engine_proc_args_t a = {.cfg = co->cfg, .master = getpid(), .hello_fd = hello_fd,
-                               .go_fd = go_fd, .t0_ms = co_now_ms()};
+                               .go_fd = go_fd, .t0_ms = co_now_ms(),
+                               .log_ident = co_engine_ident, .log_level = &co->ctl->log_level,
+                               .log_gen = &co->ctl->log_gen};
     pid_t pid;
 
     pid = fork();

@@ -245,6 +245,7 @@ int hy_engine_proc_main(const hy_engine_proc_args_t *a)
     sigset_t mask;
     ep_t ep;
     int sig = 0;
+    int32_t log_gen = atomic_load(a->log_gen);
 
     memset(&ep, 0, sizeof ep);
     ep.a = a;
@@ -275,7 +276,13 @@ int hy_engine_proc_main(const hy_engine_proc_args_t *a)
     hy_shm_engine_kick(ep.shm);
     while (sig != SIGTERM && sig != SIGINT) {
         struct timespec ts = {0, 200 * 1000000};
+        int32_t gen = atomic_load(a->log_gen);
 
+        if (gen != log_gen) { /* the master reloaded: its log level */
+            hy_log_open(a->log_ident, a->cfg->log.facility, atomic_load(a->log_level),
+                        a->cfg->log.to_stderr);
+            log_gen = gen;
+        }
         sig = sigtimedwait(&mask, NULL, &ts);
         /* the death signal covers a master that dies from now on; this
          * covers one that died before prctl took effect */

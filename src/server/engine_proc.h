@@ -16,6 +16,7 @@
 #ifndef HY_SERVER_ENGINE_PROC_H
 #define HY_SERVER_ENGINE_PROC_H
 
+#include <stdatomic.h>
 #include <sys/types.h>
 
 #include "common/config.h"
@@ -39,6 +40,9 @@ typedef struct {
     int hello_fd;  /* the first engine writes its hello here; -1 for later ones */
     int go_fd;     /* ... and reads the master's one byte here ('y': attach) */
     int64_t t0_ms; /* when the master forked it, for the load time */
+    const char *log_ident;           /* "<ident>-engine" */
+    const _Atomic int32_t *log_level; /* the master's, changed by SIGHUP ... */
+    const _Atomic int32_t *log_gen;   /* ... which bumps this: reopen the log */
 } hy_engine_proc_args_t;
 
 /* All n bytes through the hello pipe (EINTR retried): HY_OK, or HY_EIO
