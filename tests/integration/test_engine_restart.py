@@ -184,10 +184,18 @@ def soak():
         pids.append(victim)
         if not t.wait_for(lambda: engine_pid() not in (0, victim), 30, 0.005):
             break
-        if not t.wait_for(lambda: events_after(ss, killed + 0.05) is not None or
+        # tokens the dead engine pushed may still be on their way (ring,
+        # worker, nginx): count from when the new engine is seen serving,
+        # which takes a model load, far longer than they take to arrive
+        new = engine_pid()
+        if not t.wait_for(lambda: (lambda m: m.get("hyserve_engine_pid") == new and m.get(
+                'hyserve_engine_state{state="running"}') == 1)(metrics()), 60, 0.01):
+            break
+        since = max(killed + 0.05, time.monotonic() - 0.05)
+        if not t.wait_for(lambda: events_after(ss, since) is not None or
                           not any(s.is_alive() for s in ss), 60, 0.005):
             break
-        first = events_after(ss, killed + 0.05)
+        first = events_after(ss, since)
         if first is None:
             break
         restarts.append((first - killed) * 1000)
