@@ -382,8 +382,12 @@ int hy_req_take(hy_shm_t *shm, int32_t *idx)
         /* a worker may cancel it between the scan and here: rescan then */
         if (atomic_compare_exchange_strong(&slots(shm)[best].state, &q, HY_REQ_RUNNING)) {
             hy_req_slot_t *s = &slots(shm)[best];
-            s->start_ns = hy_shm_now_ns();
-            hy_stats_observe(&stats->queue, (uint64_t)(s->start_ns - s->submit_ns) / 1000);
+            /* a request a dead engine had taken (hy_shm_engine_lost) waited
+             * in the queue once: its second take is not queue time */
+            if (s->start_ns == 0) {
+                s->start_ns = hy_shm_now_ns();
+                hy_stats_observe(&stats->queue, (uint64_t)(s->start_ns - s->submit_ns) / 1000);
+            }
             atomic_fetch_sub_explicit(&stats->waiting, 1, RLX);
             atomic_fetch_add_explicit(&stats->running, 1, RLX);
             *idx = best;

@@ -610,22 +610,31 @@ static void co_engine_pid_path(co_t *co)
         snprintf(co->engine_pid_path, sizeof co->engine_pid_path, "engine.pid");
 }
 
-/* Written on every fork (atomically: a reader never sees half a pid). */
+/* Written on every fork (renamed into place: a reader never sees half a
+ * pid); a failure is logged, the engine runs regardless. */
 static void co_write_engine_pid(co_t *co)
 {
     char tmp[PATH_MAX + 8];
     FILE *f;
+    bool ok;
 
     snprintf(tmp, sizeof tmp, "%s.tmp", co->engine_pid_path);
-    if ((f = fopen(tmp, "w")) == NULL || fprintf(f, "%d\n", (int)co->engine_pid) < 0 ||
-        fclose(f) != 0 || rename(tmp, co->engine_pid_path) != 0)
-        hy_log(LOG_WARNING, "engine_pid_file", "path=%s err=\"%s\"", co->engine_pid_path,
-               strerror(errno));
+    if ((f = fopen(tmp, "w")) == NULL)
+        goto fail;
+    ok = fprintf(f, "%d\n", (int)co->engine_pid) > 0;
+    if (fclose(f) != 0 || !ok || rename(tmp, co->engine_pid_path) != 0)
+        goto fail;
+    return;
+fail:
+    hy_log(LOG_WARNING, "engine_pid_file", "path=%s err=\"%s\"", co->engine_pid_path,
+           strerror(errno));
 }
 
 /* Forks an engine process; the first one (hello_fd/go_fd >= 0) sizes the
- * segment.  HY_OK with co->engine_pid set. */
-static int co_fork_engine(co_t *co, int hello_fd, int go_fd, int close_fd, char *err)
+ * segment, and the master's ends of those pipes (mine[2], -1 = none) are
+ * closed in it, so that it reads EOF if the master goes away.  HY_OK with
+ * co->engine_pid set. */
+static int co_fork_engine(co_t *co, int hello_fd, int go_fd, const int mine[2], char *err)
 {
     hy_engine_proc_args_t a = {.cfg = co->cfg, .master = getpid(), .hello_fd = hello_fd,
                                .go_fd = go_fd, .t0_ms = co_now_ms(),
@@ -637,8 +646,9 @@ static int co_fork_engine(co_t *co, int hello_fd, int go_fd, int close_fd, char 
     if (pid < 0)
         return hy_err(err, HY_EIO, "fork: %s", strerror(errno));
     if (pid == 0) {
-        if (close_fd >= 0)
-            close(close_fd);
+        for (int i = 0; i < 2; i++)
+            if (mine[i] >= 0)
+                close(mine[i]);
         /* not the engine's business: the sockets and the workers' guards */
         if (co->listen_fd >= 0)
             close(co->listen_fd);
@@ -671,7 +681,8 @@ static int co_start_engine(co_t *co, char *err)
         rc = hy_err(err, HY_EIO, "pipe: %s", strerror(errno));
         goto out;
     }
-    if ((rc = co_fork_engine(co, hello[1], go[0], -1, err)) != HY_OK)
+    if ((rc = co_fork_engine(co, hello[1], go[0], (const int[2]){hello[0], go[1]}, err)) !=
+        HY_OK)
         goto out;
     close(hello[1]);
     close(go[0]);
@@ -972,7 +983,7 @@ static void co_engine_tick(co_t *co)
     if (co->engine_pid != 0 || now < co->engine_respawn_at_ms)
         return;
     atomic_store(&h->engine_state, HY_SHM_ENGINE_RESTARTING);
-    if (co_fork_engine(co, -1, -1, -1, err) != HY_OK) {
+    if (co_fork_engine(co, -1, -1, (const int[2]){-1, -1}, err) != HY_OK) {
         hy_log(LOG_ERR, "engine_fork_failed", "err=%s", err);
         co->engine_respawn_at_ms = now + CO_BACKOFF_MAX_MS;
         return;
