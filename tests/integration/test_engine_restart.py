@@ -146,7 +146,7 @@ def run_all(ss):
     return ss
 
 
-def join_all(ss, timeout=150):
+def join_all(ss, timeout=300):
     end = time.monotonic() + timeout
     for s in ss:
         s.join(max(0.1, end - time.monotonic()))
