@@ -45,7 +45,7 @@ N_KILLS = 5
 MAX_TOKENS = 64
 SOAK = {"model": {"threads": 2},
         "engine": {"max_seqs": N_CLIENTS, "max_context": 512},
-        "cache": {"memory_mb": 64},
+        "cache": {"hot_mb": 64},
         "server": {"workers": 2, "threads_per_worker": N_CLIENTS // 2 + 2,
                    "engine_restart_max": 20, "engine_restart_window_s": 60}}
 SITE = sitelib.Site({"blue": SOAK}, model=MODEL, prefix="hyengine-")
