@@ -189,7 +189,8 @@ static void ep_tier_hash(ep_t *ep)
         return;
     ep->sha_seen = true;
     for (int i = 0; st == HY_SHM_SHA256_DONE && i < HY_SHA256_LEN; i++) {
-        int hi = ep_hex_nibble(h->model_sha256[2 * i]), lo = ep_hex_nibble(h->model_sha256[2 * i + 1]);
+        int hi = ep_hex_nibble(h->model_sha256[2 * i]);
+        int lo = ep_hex_nibble(h->model_sha256[2 * i + 1]);
 
         if (hi < 0 || lo < 0)
             st = HY_SHM_SHA256_FAILED;
