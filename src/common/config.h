@@ -67,6 +67,9 @@ typedef struct {
         char instance[HY_CONFIG_NAME_LEN];
         char secret_file[HY_CONFIG_PATH_LEN]; /* "" = no FastCGI secret (server/access.h) */
         char user[HY_CONFIG_NAME_LEN];        /* "" = stay who we are started as */
+        char run_dir[HY_CONFIG_PATH_LEN];     /* engine.pid; "" = the socket's directory */
+        uint32_t engine_restart_max;          /* engine deaths within ... */
+        uint32_t engine_restart_window_s;     /* ... this many seconds: a restart storm */
     } server;
     struct {
         int32_t facility; /* LOG_DAEMON, LOG_USER, LOG_LOCAL0..7 */

@@ -31,6 +31,7 @@ const char *hy_strerror(int code)
     case HY_ENOENT: return "not found";
     case HY_ERANGE: return "out of range";
     case HY_EFULL: return "full";
+    case HY_EUNAVAILABLE: return "unavailable";
     default: return "unknown error";
     }
 }

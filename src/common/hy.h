@@ -24,6 +24,7 @@ enum {
     HY_ENOENT = -6,       /* key / tensor / item not present */
     HY_ERANGE = -7,       /* value out of the allowed range */
     HY_EFULL = -8,        /* pool, queue or ring is full */
+    HY_EUNAVAILABLE = -9, /* the engine is gone for now (HTTP 503, retry later) */
 };
 
 /* Formats one line into err (may be NULL) and returns code, so error paths

@@ -34,9 +34,12 @@ static struct {
 static pthread_mutex_t log_sock_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t log_atfork_once = PTHREAD_ONCE_INIT;
 
-/* The coordinator forks workers while its engine thread may be logging: a
- * child must not inherit the lock held by a thread that does not exist in
- * it, so fork takes it and both sides release it. */
+/* The master forks workers and engines while another of its threads (the
+ * model hash) may be logging: a child must not inherit a lock held by a
+ * thread that does not exist in it, so fork takes this one and both sides
+ * release it.  It also covers syslog() and the stderr copy, because glibc
+ * does not reset syslog()'s own lock in a child: a fork in the middle of
+ * another thread's syslog() left the new worker hung in openlog(). */
 static void log_fork_prepare(void) { pthread_mutex_lock(&log_sock_lock); }
 static void log_fork_release(void) { pthread_mutex_unlock(&log_sock_lock); }
 static void log_atfork_register(void)
@@ -50,17 +53,20 @@ void hy_log_open(const char *ident, int facility, int level, bool to_stderr)
     log_state.level = level;
     log_state.to_stderr = to_stderr;
     log_state.facility = facility;
+    pthread_once(&log_atfork_once, log_atfork_register);
+    pthread_mutex_lock(&log_sock_lock);
     openlog(log_state.ident, LOG_PID | LOG_NDELAY, facility);
+    pthread_mutex_unlock(&log_sock_lock);
     log_state.opened = true;
 }
 
 void hy_log_close(void)
 {
+    pthread_mutex_lock(&log_sock_lock);
     if (log_state.opened)
         closelog();
     log_state.opened = false;
     log_state.to_stderr = true;
-    pthread_mutex_lock(&log_sock_lock);
     if (log_state.sock_fd >= 0)
         close(log_state.sock_fd);
     log_state.sock_fd = -1;
@@ -98,16 +104,15 @@ static bool log_sock_send(int level, const char *line)
     int len;
     bool sent = false;
 
+    /* localtime_r too: glibc's time-zone lock is not reset in a child either */
+    pthread_mutex_lock(&log_sock_lock);
     localtime_r(&now, &tm);
     len = snprintf(msg, sizeof msg, "<%d>%s %2d %02d:%02d:%02d %s[%ld]: %s",
                    log_state.facility | level, mon[tm.tm_mon % 12], tm.tm_mday, tm.tm_hour,
                    tm.tm_min, tm.tm_sec, log_state.ident, (long)getpid(), line);
-    if (len < 0)
-        return false;
     if ((size_t)len >= sizeof msg)
         len = (int)sizeof msg - 1;
-    pthread_mutex_lock(&log_sock_lock);
-    for (int attempt = 0; attempt < 2 && !sent; attempt++) {
+    for (int attempt = 0; len >= 0 && attempt < 2 && !sent; attempt++) {
         if (log_state.sock_fd < 0) {
             struct sockaddr_un sa;
             int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -363,13 +368,19 @@ void hy_log_v(int level, const char *event, const char *fmt, va_list ap)
     if (!hy_log_enabled(level))
         return;
     hy_log_format_v(line, sizeof line, event, fmt, ap);
-    if (log_state.opened && log_state.sock_path[0])
+    if (log_state.opened && log_state.sock_path[0]) {
         log_sock_send(level, line);
-    else if (log_state.opened)
+    } else if (log_state.opened) {
+        pthread_mutex_lock(&log_sock_lock);
         syslog(level, "%s", line);
-    if (log_state.to_stderr)
+        pthread_mutex_unlock(&log_sock_lock);
+    }
+    if (log_state.to_stderr) {
+        pthread_mutex_lock(&log_sock_lock);
         fprintf(stderr, "%s[%ld] %s: %s\n", log_state.ident, (long)getpid(),
                 level_name(level), line);
+        pthread_mutex_unlock(&log_sock_lock);
+    }
 }
 
 void hy_log(int level, const char *event, const char *fmt, ...)

@@ -507,6 +507,39 @@ static int hy_engine_grammar(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_tak
     return rc;
 }
 
+/* A request a dead engine had started (hy_req_taken_t.resumed): its tokens
+ * join the context as generated ones, through the grammar and the
+ * penalties exactly as when they were sampled, and the random stream
+ * moves to where it stood, so what follows is what the dead engine would
+ * have produced.  A request that had already reached its end is marked to
+ * finish at once (s->finish_after). */
+static int hy_engine_resume(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken_t *q,
+                            char *err)
+{
+    int32_t i, t;
+    int rc;
+
+    if (s->n_total + q->n_resumed > e->o.n_ctx)
+        return hy_err(err, HY_ERANGE, "resumed request of %d + %d tokens: the context holds %d",
+                      s->n_total, q->n_resumed, e->o.n_ctx);
+    for (i = 0; i < q->n_resumed; i++) {
+        t = q->resumed[i].token;
+        if (t < 0 || t >= e->model->n_vocab)
+            return hy_err(err, HY_EINVAL, "resumed token %d is outside the vocabulary", t);
+        if (s->gm != NULL && (rc = hy_gmatch_accept_token(s->gm, t, err)) != HY_OK)
+            return rc;
+        if ((rc = hy_sampler_accept(s->sampler, t)) != HY_OK)
+            return hy_err(err, rc, "sampler: cannot record the resumed tokens");
+        s->tokens[s->n_total++] = t;
+    }
+    hy_sampler_skip(s->sampler, q->resumed[q->n_resumed - 1].rng_draws);
+    if (s->n_total - s->n_prompt >= s->max_tokens || s->n_total >= e->o.n_ctx)
+        s->finish_after = HY_FINISH_LENGTH;
+    else if (s->gm != NULL && hy_gmatch_done(s->gm))
+        s->finish_after = HY_FINISH_STOP;
+    return HY_OK;
+}
+
 /* A request the engine just took: copy what it needs out of the source. */
 static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken_t *q, char *err)
 {
@@ -544,9 +577,9 @@ static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken
         return rc;
     if (q->params.grammar_len > 0 && (rc = hy_engine_grammar(e, s, q, err)) != HY_OK)
         return rc;
-    return hy_sampler_accept_prompt(s->sampler, s->tokens, (size_t)n) == HY_OK
-               ? HY_OK
-               : hy_err(err, HY_ENOMEM, "sampler: cannot record the prompt");
+    if (hy_sampler_accept_prompt(s->sampler, s->tokens, (size_t)n) != HY_OK)
+        return hy_err(err, HY_ENOMEM, "sampler: cannot record the prompt");
+    return q->n_resumed > 0 ? hy_engine_resume(e, s, q, err) : HY_OK;
 }
 
 /* ---- one step --------------------------------------------------------------- */
@@ -598,10 +631,15 @@ static void hy_engine_admit_all(hy_engine_t *e)
         for (i = 0; i < e->n_pool && s == NULL; i++)
             if (e->pool[i].status == HY_SEQ_FREE)
                 s = &e->pool[i];
+        memset(&q, 0, sizeof q);
         if (s == NULL || e->src.i->take(&e->src, &q) != HY_OK)
             return;
         if (hy_engine_adopt(e, s, &q, err) != HY_OK) {
             hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, HY_EINVAL, err);
+            continue;
+        }
+        if (s->finish_after != HY_FINISH_NONE) { /* resumed at its very end */
+            hy_engine_finish(e, s, HY_REQ_DONE, s->finish_after, 0, NULL);
             continue;
         }
         if (!hy_engine_admit(e, s)) {
@@ -909,6 +947,9 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
     }
     s->tokens[s->n_total++] = t;
     s->pending.token = t;
+    /* where a resumed request's stream restarts (the device sampler's
+     * counter is the token's position, it needs none) */
+    s->pending.rng_draws = dev != NULL ? 0 : (uint32_t)hy_sampler_draws(s->sampler);
     s->pending.logprob = so.logprob;
     s->pending.n_top = HY_MIN(so.n_top, HY_SAMPLING_MAX_LOGPROBS);
     for (j = 0; j < s->pending.n_top; j++) {

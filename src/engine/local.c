@@ -204,6 +204,8 @@ static int hy_local_take(hy_req_source_t *src, hy_req_taken_t *out)
     out->order = best->order;
     out->params = best->params;
     out->grammar = best->grammar;
+    out->resumed = NULL; /* an in-process queue dies with its engine */
+    out->n_resumed = 0;
     return HY_OK;
 }
 

@@ -27,6 +27,7 @@ struct hy_sampler {
     hy_sampling_t p;
     int32_t n_vocab;
     uint64_t rng[4]; /* xoshiro256** state */
+    uint64_t n_draws; /* numbers drawn from it: the stream's position */
 
     /* Penalty counts: dense entries plus an open-addressing index into them
      * (index[i] = entry number or -1).  Entries are never removed, so the
@@ -78,6 +79,7 @@ static uint64_t xoshiro_next(uint64_t s[4])
 /* Uniform double in [0, 1) from the top 53 bits. */
 static double rng_uniform(hy_sampler_t *s)
 {
+    s->n_draws++;
     return (double)(xoshiro_next(s->rng) >> 11) * 0x1.0p-53;
 }
 
@@ -120,6 +122,17 @@ int hy_sampler_create(hy_sampler_t **out, const hy_sampling_t *p, int32_t n_voca
 fail:
     hy_sampler_free(s);
     return rc;
+}
+
+uint64_t hy_sampler_draws(const hy_sampler_t *s)
+{
+    return s->n_draws;
+}
+
+void hy_sampler_skip(hy_sampler_t *s, uint64_t n)
+{
+    while (s->n_draws < n)
+        (void)rng_uniform(s);
 }
 
 void hy_sampler_free(hy_sampler_t *s)

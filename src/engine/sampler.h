@@ -48,6 +48,13 @@ int hy_sampler_accept_prompt(hy_sampler_t *s, const int32_t *tokens, size_t n);
 /* Records one generated token (normally the one just sampled). */
 int hy_sampler_accept(hy_sampler_t *s, int32_t token);
 
+/* The random stream's position: numbers drawn so far (seed + position
+ * reproduce the stream, which is how a request survives an engine crash:
+ * ipc/request.h hy_req_hist_t). */
+uint64_t hy_sampler_draws(const hy_sampler_t *s);
+/* Moves a fresh stream on to position n (draws and discards). */
+void hy_sampler_skip(hy_sampler_t *s, uint64_t n);
+
 /* Picks a token from logits (n_vocab floats; bias and penalties are applied
  * in place).  Fills out (may be NULL) and returns the token id, or
  * HY_EINVAL when the logits contain NaN or are all -inf.  Does not accept

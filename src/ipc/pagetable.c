@@ -995,6 +995,35 @@ void hy_pt_recover(hy_pt_t *pt)
     atomic_store_explicit(&sh->n_state_used, used, RLX);
 }
 
+/* The owner of the memory behind every id (the engine's backend) is gone:
+ * nothing any entry says is true any more, cached blocks included (their
+ * KV died with it).  Every entry of every page group and every checkpoint
+ * becomes free and unhashed and the derived structures are rebuilt from
+ * that, under the lock, whose EOWNERDEAD (the engine died holding it)
+ * hy_pt_lock has already recovered. */
+int hy_pt_reset(hy_pt_t *pt)
+{
+    hy_pt_shared_t *sh = pt->sh;
+    int32_t i, g;
+
+    if (hy_pt_lock(pt) != HY_OK)
+        return HY_EIO;
+    for (g = 0; g < HY_KV_GROUPS; g++) {
+        hy_pt_pool_t *pool = pt_pool(pt, g);
+        hy_pt_entry_t *e = pt_ents(pt, pool);
+
+        for (i = 0; i < pool->n_total; i++)
+            e[i] = (hy_pt_entry_t){.prev = -1, .next = -1};
+    }
+    for (i = 0; i < sh->ckpts.n_total; i++)
+        pt->ckpts[i] = (hy_pt_entry_t){.prev = -1, .next = -1};
+    for (i = 0; i < sh->params.n_state_slots; i++)
+        pt->states[i] = -1; /* anything but HY_PT_STATE_USED: free */
+    hy_pt_recover(pt);
+    hy_pt_unlock(pt);
+    return HY_OK;
+}
+
 /* group: the page group of a page pool, -1 for the checkpoints. */
 static int pool_check(const hy_pt_t *pt, const hy_pt_pool_t *pool, const hy_pt_entry_t *e,
                       int32_t group, const char *what, char *err)

@@ -214,6 +214,10 @@ int hy_pt_lock(hy_pt_t *pt);
 void hy_pt_unlock(hy_pt_t *pt);
 /* Rebuilds every derived structure from the entries.  Lock held. */
 void hy_pt_recover(hy_pt_t *pt);
+/* Empties the table: every page, checkpoint and state slot free, nothing
+ * cached (the backend memory the ids named is gone: a dead engine's).
+ * Takes the lock (recovering a dead holder's); HY_EIO if unrecoverable. */
+int hy_pt_reset(hy_pt_t *pt);
 
 /* n fresh private pages of group (HY_KV_FULL / HY_KV_SWA; refcount 1,
  * unhashed) into out, evicting the group's cached pages LRU-first if

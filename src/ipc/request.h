@@ -94,10 +94,19 @@ int hy_req_check(const hy_req_params_t *p, const int32_t *prompt, int32_t n, cha
 /* One generated token as the API sees it (what a request slot's ring carries). */
 typedef struct {
     int32_t token;
+    uint32_t rng_draws; /* the sampler's random draws after choosing it (resume point) */
     float logprob;
     int32_t n_top; /* <= n_logprobs (and the segment's ring_top_logprobs) */
     int32_t top_ids[HY_SAMPLING_MAX_LOGPROBS];
     float top_logprobs[HY_SAMPLING_MAX_LOGPROBS];
 } hy_ring_tok_t;
+
+/* What a request slot remembers of each token pushed: enough for a new
+ * engine to continue the request exactly where a dead one stopped (the
+ * token joins the context, the sampler's random stream skips rng_draws). */
+typedef struct {
+    int32_t token;
+    uint32_t rng_draws;
+} hy_req_hist_t;
 
 #endif

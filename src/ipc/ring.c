@@ -9,6 +9,7 @@
 #include "ipc/ring.h"
 #include "common/futex.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -59,6 +60,14 @@ const int32_t *hy_req_prompt(hy_shm_t *shm, int32_t idx)
     const hy_shm_header_t *h = hy_shm_header(shm);
     return (const int32_t *)hy_shm_region(shm, HY_SHM_REG_PROMPTS) +
            (size_t)idx * (size_t)h->params.max_prompt_tokens;
+}
+
+/* The slot's history: one entry per token pushed (prompt + generated
+ * never exceed max_prompt_tokens, the context). */
+static hy_req_hist_t *slot_history(hy_shm_t *shm, int32_t idx)
+{
+    return (hy_req_hist_t *)hy_shm_region(shm, HY_SHM_REG_HISTORY) +
+           (size_t)idx * (size_t)hy_shm_header(shm)->params.max_prompt_tokens;
 }
 
 static char *ring_entry(hy_shm_t *shm, int32_t idx, uint64_t pos)
@@ -207,7 +216,7 @@ int hy_req_submit_grammar(hy_shm_t *shm, const hy_req_params_t *p, const int32_t
     s->finish_reason = HY_FINISH_NONE;
     s->error_code = 0;
     s->error_msg[0] = '\0';
-    s->n_cached_tokens = s->n_generated = 0;
+    s->n_cached_tokens = s->n_generated = s->n_resumed = 0;
     memcpy((int32_t *)hy_req_prompt(shm, i), prompt, sizeof(int32_t) * (size_t)n);
     if (glen > 0)
         memcpy((int32_t *)hy_req_prompt(shm, i) + n, grammar, glen);
@@ -373,8 +382,12 @@ int hy_req_take(hy_shm_t *shm, int32_t *idx)
         /* a worker may cancel it between the scan and here: rescan then */
         if (atomic_compare_exchange_strong(&slots(shm)[best].state, &q, HY_REQ_RUNNING)) {
             hy_req_slot_t *s = &slots(shm)[best];
-            s->start_ns = hy_shm_now_ns();
-            hy_stats_observe(&stats->queue, (uint64_t)(s->start_ns - s->submit_ns) / 1000);
+            /* a request a dead engine had taken (hy_shm_engine_lost) waited
+             * in the queue once: its second take is not queue time */
+            if (s->start_ns == 0) {
+                s->start_ns = hy_shm_now_ns();
+                hy_stats_observe(&stats->queue, (uint64_t)(s->start_ns - s->submit_ns) / 1000);
+            }
             atomic_fetch_sub_explicit(&stats->waiting, 1, RLX);
             atomic_fetch_add_explicit(&stats->running, 1, RLX);
             *idx = best;
@@ -415,6 +428,9 @@ int hy_req_push(hy_shm_t *shm, int32_t idx, const hy_ring_tok_t *t)
         top[j].id = t->top_ids[j];
         top[j].logprob = t->top_logprobs[j];
     }
+    /* before head moves: a pushed token is always in the history */
+    if (head < (uint64_t)hdr->params.max_prompt_tokens)
+        slot_history(shm, idx)[head] = (hy_req_hist_t){t->token, t->rng_draws};
     if (head == 0)
         s->first_token_ns = hy_shm_now_ns();
     s->n_generated++;
@@ -480,6 +496,8 @@ static int src_take(hy_req_source_t *src, hy_req_taken_t *out)
     out->order = s->seq;
     out->params = s->params;
     out->grammar = hy_req_grammar(shm, idx);
+    out->n_resumed = s->n_resumed;
+    out->resumed = s->n_resumed > 0 ? slot_history(shm, idx) : NULL;
     return HY_OK;
 }
 
@@ -492,7 +510,8 @@ static void src_started(hy_req_source_t *src, int32_t id, int32_t n_cached)
 {
     hy_req_slot_t *s = hy_req_slot(src->ctx, id);
 
-    if (s != NULL)
+    /* a resumed request keeps what its first admission found */
+    if (s != NULL && s->n_resumed == 0)
         s->n_cached_tokens = n_cached;
 }
 
@@ -608,6 +627,84 @@ int hy_shm_reap_owner(hy_shm_t *shm, pid_t pid)
     }
     atomic_fetch_add_explicit(&hy_shm_stats(shm)->reaped_requests, (uint64_t)reaped, RLX);
     return reaped;
+}
+
+/* A request the dead engine held ends here (state ERROR or CANCELLED, from
+ * `from`): what hy_req_finish would have done. */
+static bool lost_finish(hy_shm_t *shm, hy_req_slot_t *s, uint32_t from, uint32_t state,
+                        const char *msg)
+{
+    hy_stats_t *stats = hy_shm_stats(shm);
+    uint32_t expect = from;
+
+    s->finish_ns = hy_shm_now_ns();
+    s->finish_reason = state == HY_REQ_ERROR ? HY_FINISH_ERROR : HY_FINISH_CANCELLED;
+    s->error_code = state == HY_REQ_ERROR ? HY_EUNAVAILABLE : 0;
+    snprintf(s->error_msg, sizeof s->error_msg, "%s", msg);
+    if (!atomic_compare_exchange_strong(&s->state, &expect, state))
+        return false; /* its worker cancelled it first (QUEUED only) */
+    atomic_fetch_sub_explicit(from == HY_REQ_RUNNING ? &stats->running : &stats->waiting, 1, RLX);
+    atomic_fetch_add_explicit(&stats->requests[state == HY_REQ_ERROR ? HY_STATS_REQ_ERROR
+                                                                      : HY_STATS_REQ_CANCELLED],
+                              1, RLX);
+    wake_reader(s, true);
+    let_go(shm, s, REL_ENGINE);
+    return true;
+}
+
+int hy_shm_engine_lost(hy_shm_t *shm, const char *fail_msg, int *requeued, int *failed)
+{
+    hy_stats_t *stats = hy_shm_stats(shm);
+    int32_t i, ns = n_slots(shm);
+    int n_req = 0, n_fail = 0;
+
+    if (hy_pt_reset(hy_shm_pt(shm)) != HY_OK)
+        return HY_EIO;
+    for (i = 0; i < ns; i++) {
+        hy_req_slot_t *s = &slots(shm)[i];
+        uint32_t st = atomic_load_explicit(&s->state, ACQ);
+
+        if (st == HY_REQ_RUNNING) {
+            if (atomic_load_explicit(&s->cancel, ACQ)) {
+                lost_finish(shm, s, st, HY_REQ_CANCELLED, "cancelled");
+            } else if (fail_msg != NULL) {
+                n_fail += lost_finish(shm, s, st, HY_REQ_ERROR, fail_msg);
+            } else {
+                /* every token pushed is in the ring or read already: the
+                 * next engine goes on from there */
+                s->n_resumed = (int32_t)atomic_load_explicit(&s->head, ACQ);
+                atomic_fetch_sub_explicit(&stats->running, 1, RLX);
+                atomic_fetch_add_explicit(&stats->waiting, 1, RLX);
+                atomic_store_explicit(&s->state, HY_REQ_QUEUED, REL);
+                n_req++;
+            }
+        } else if (st == HY_REQ_QUEUED && fail_msg != NULL) {
+            n_fail += lost_finish(shm, s, st, HY_REQ_ERROR, fail_msg);
+        } else if (is_final(st) && !(atomic_load_explicit(&s->released, ACQ) & REL_ENGINE)) {
+            /* it died between publishing the end and letting go */
+            let_go(shm, s, REL_ENGINE);
+        }
+    }
+    hy_shm_engine_kick(shm);
+    if (requeued != NULL)
+        *requeued = n_req;
+    if (failed != NULL)
+        *failed = n_fail;
+    return HY_OK;
+}
+
+int hy_shm_fail_queued(hy_shm_t *shm, const char *fail_msg)
+{
+    int32_t i, ns = n_slots(shm);
+    int n = 0;
+
+    for (i = 0; i < ns; i++) {
+        hy_req_slot_t *s = &slots(shm)[i];
+
+        if (atomic_load_explicit(&s->state, ACQ) == HY_REQ_QUEUED)
+            n += lost_finish(shm, s, HY_REQ_QUEUED, HY_REQ_ERROR, fail_msg);
+    }
+    return n;
 }
 
 int32_t hy_shm_count_stalled(hy_shm_t *shm)

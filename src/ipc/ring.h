@@ -37,6 +37,7 @@ typedef struct {
     int32_t error_code;
     int32_t n_cached_tokens;   /* prefix-cache hit, set by the engine */
     int32_t n_generated;
+    int32_t n_resumed;         /* tokens a dead engine had pushed, set when re-queued */
     char error_msg[HY_REQ_ERRMSG_LEN];
     hy_req_params_t params;
     _Atomic uint64_t head __attribute__((aligned(64))); /* pushed (engine writes) */
@@ -111,6 +112,22 @@ void hy_ring_source(hy_shm_t *shm, hy_req_source_t *out);
 /* A worker died: cancel its requests and let go of them on its behalf.
  * Returns how many slots were reaped. */
 int hy_shm_reap_owner(hy_shm_t *shm, pid_t pid);
+
+/* The engine process died (the master calls this once it is reaped).  Its
+ * KV memory died with it, so the page table is emptied (the robust mutex
+ * recovered if it held it; every page, state and checkpoint free, the
+ * prefix cache forgotten).  Then every request it held: with fail_msg ==
+ * NULL a RUNNING one goes back to QUEUED with the tokens it already pushed
+ * as its resume point (hy_req_taken_t.resumed) and its reader keeps its
+ * ring; with fail_msg every RUNNING and QUEUED request ends as an ERROR
+ * with error_code HY_EUNAVAILABLE and that message.  A request its worker
+ * had cancelled ends CANCELLED either way.  Counts go to *requeued and
+ * *failed (either may be NULL).  HY_EIO: the mutex is unrecoverable. */
+int hy_shm_engine_lost(hy_shm_t *shm, const char *fail_msg, int *requeued, int *failed);
+/* Ends every QUEUED request as hy_shm_engine_lost with fail_msg does (no
+ * engine will take them): for requests submitted while the engine is
+ * FAILED.  Returns how many. */
+int hy_shm_fail_queued(hy_shm_t *shm, const char *fail_msg);
 
 /* ---- observers (/metrics) ---- */
 /* Running requests whose token ring is full: their reader (a client that

@@ -191,6 +191,9 @@ int hy_shm_layout(const hy_shm_params_t *p, hy_shm_header_t *h, char *err)
     h->regions[HY_SHM_REG_RINGS] = (hy_shm_region_t){off, ring_bytes * (uint64_t)p->n_request_slots,
         (uint64_t)p->n_request_slots * (uint64_t)p->ring_capacity, es, 0};
     off = ALIGN64(off + ring_bytes * (uint64_t)p->n_request_slots);
+    set_region(h, HY_SHM_REG_HISTORY, &off,
+               (uint64_t)p->n_request_slots * (uint64_t)p->max_prompt_tokens,
+               sizeof(hy_req_hist_t));
     set_region(h, HY_SHM_REG_STATS, &off, 1, sizeof(hy_stats_t));
     h->total_size = off;
     if (off > ((uint64_t)1 << 40))

@@ -25,13 +25,16 @@
 #include "ipc/tier_file.h"
 
 #define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
-#define HY_SHM_LAYOUT_VERSION 6 /* 2: model file, sha256 and its state in the header;
+#define HY_SHM_LAYOUT_VERSION 7 /* 2: model file, sha256 and its state in the header;
                                  3: windows, HTTP counts and memory facts in the stats;
                                  4: grammar_len in the request parameters (the spec
                                     follows the prompt), grammar counters in the stats;
                                  5: the sliding-window page group;
                                  6: the warm and cold tiers' counters (with the sliding
-                                    group's pages as their own kind) in the stats */
+                                    group's pages as their own kind) in the stats;
+                                 7: the engine process's pid and state in the header,
+                                    each slot's generated tokens (HISTORY) for resuming
+                                    a request after an engine crash */
 #define HY_SHM_INSTANCE_MAX 48 /* [A-Za-z0-9_.-], not starting with '.' */
 
 typedef struct {
@@ -58,6 +61,8 @@ enum {
     HY_SHM_REG_SLOTS,        /* hy_req_slot_t [n_request_slots] */
     HY_SHM_REG_PROMPTS,      /* int32_t [n_request_slots][max_prompt_tokens] */
     HY_SHM_REG_RINGS,        /* ring entries [n_request_slots][ring_capacity] */
+    HY_SHM_REG_HISTORY,      /* hy_req_hist_t [n_request_slots][max_prompt_tokens]: every
+                                token pushed, so a new engine can resume the request */
     HY_SHM_REG_STATS,        /* hy_stats_t */
     HY_SHM_NREG
 };
@@ -95,9 +100,24 @@ typedef struct {
     _Atomic uint32_t model_sha256_state; /* HY_SHM_SHA256_* */
     char model_sha256[65];               /* lower-case hex; written before DONE */
     char model_file[256];                /* resolved file name without ".gguf"; set before ready */
+    /* The engine process (server/engine_proc.c), written by the master:
+     * its pid (0 while none runs) and HY_SHM_ENGINE_*; /health and
+     * /metrics read them.  retry_at_ns: while FAILED, when the master
+     * tries a new engine (Retry-After). */
+    _Atomic int32_t engine_pid;
+    _Atomic uint32_t engine_state;
+    _Atomic int64_t engine_retry_at_ns;
 } hy_shm_header_t;
 
 enum { HY_SHM_SHA256_PENDING, HY_SHM_SHA256_DONE, HY_SHM_SHA256_FAILED };
+
+enum {
+    HY_SHM_ENGINE_STARTING = 0, /* the first engine is loading */
+    HY_SHM_ENGINE_RUNNING,      /* an engine serves the slots */
+    HY_SHM_ENGINE_RESTARTING,   /* it died; its requests wait for the next one */
+    HY_SHM_ENGINE_FAILED,       /* it died too often ([server] engine_restart_max): every
+                                   request is refused until engine_retry_at_ns */
+};
 
 /* ---- stats (atomics only; read without locks) ---------------------------- */
 

@@ -29,6 +29,12 @@ typedef struct {
     hy_req_params_t params; /* a copy */
     const void *grammar;    /* params.grammar_len bytes of grammar spec, NULL when none;
                              * valid until the next call into the source, like prompt */
+    /* A request a dead engine had started: the n_resumed tokens it already
+     * handed to the reader (valid like prompt), which the engine takes as
+     * generated (penalties, grammar, max_tokens) without pushing them
+     * again, its sampler's stream moved on by resumed[n_resumed-1].rng_draws. */
+    const hy_req_hist_t *resumed;
+    int32_t n_resumed;
 } hy_req_taken_t;
 
 /* What constrained decoding cost, as the engine reports it after each piece

@@ -1,16 +1,25 @@
 /*
- * coordinator.c - `hyserve serve`: the process that owns the model.  It
- * loads the config, the model (CPU backend), tokenizer and chat template,
- * creates the shared segment sized by the engine, starts the engine thread,
- * opens the FastCGI socket and preforks the workers; then it supervises:
- * a dead worker is logged (with its signal), the responses it was writing
- * are aborted (guard.h), its requests are reaped and a new one is forked
- * with backoff.  SIGTERM drains (503 for new work, in-flight
+ * coordinator.c - `hyserve serve`: the master process, PostgreSQL's
+ * postmaster or nginx's master in spirit.  It loads the config, the
+ * tokenizer and chat template (GGUF metadata: never the weights), opens
+ * the FastCGI sockets, drops privileges, forks the engine process
+ * (engine_proc.h), creates the shared segment the first engine sizes and
+ * preforks the workers; then it supervises.  A dead worker is logged (with
+ * its signal), the responses it was writing are aborted (guard.h), its
+ * requests are reaped and a new one is forked with backoff.  A dead engine
+ * is logged, its page table emptied and its requests re-queued with what
+ * they had streamed (ipc/ring.h hy_shm_engine_lost), and a new engine is
+ * forked with backoff; [server] engine_restart_max deaths within
+ * engine_restart_window_s seconds fail every request instead, and new ones
+ * get 503 until the window has passed.  Its children die with it
+ * (PR_SET_PDEATHSIG).  SIGTERM drains (503 for new work, in-flight
  * streams finish, up to server.drain_seconds) and exits; SIGHUP reloads what
  * can change without the model (log level, facility, stderr copy).
  */
+#define _GNU_SOURCE /* pipe2 */
 #include "server/coordinator.h"
 #include "server/access.h"
+#include "server/engine_proc.h"
 #include "server/guard.h"
 #include "server/worker.h"
 
@@ -18,9 +27,11 @@
 
 #include <errno.h>
 #include <fcgiapp.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -37,13 +48,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/select.h"
 #include "common/log.h"
 #include "common/sha256.h"
-#include "engine/engine.h"
-#include "engine/tiering.h"
-#include "ipc/tier.h"
-#include "kv/plan.h"
 #include "model/model.h"
 #include "server/metrics.h"
 
@@ -52,6 +58,7 @@
 #define CO_BACKOFF_MAX_MS 5000
 #define CO_STABLE_MS 10000 /* a worker that lived this long resets its backoff */
 #define CO_KILL_GRACE_MS 5000
+#define CO_MAX_DEATHS 1000     /* [server] engine_restart_max's maximum */
 
 typedef struct {
     pid_t pid;        /* 0 = not running */
@@ -68,6 +75,7 @@ typedef struct {
 } co_args_t;
 
 static char co_worker_ident[HY_CONFIG_NAME_LEN + 8];
+static char co_engine_ident[HY_CONFIG_NAME_LEN + 8];
 
 static int64_t co_now_ms(void)
 {
@@ -150,7 +158,7 @@ static int co_open_socket(const hy_config_t *cfg, const char *path, const char *
 
 /* The model's template (or [model] chat_template), compiled once and test
  * rendered so a template that cannot render fails at load, not per request. */
-static int co_load_template(const hy_config_t *cfg, hy_model_t *m, hy_worker_ctx_t *w,
+static int co_load_template(const hy_config_t *cfg, const hy_gguf_t *gguf, hy_worker_ctx_t *w,
                             hy_chat_tmpl_t **out, char *err)
 {
     hy_chat_src_t s;
@@ -180,17 +188,17 @@ static int co_load_template(const hy_config_t *cfg, hy_model_t *m, hy_worker_ctx
         rc = hy_chat_compile(out, src, len, err);
         free(src);
         if (rc == HY_OK)
-            hy_log(LOG_INFO, "chat_template", "model=%s source=file path=%s", m->name,
+            hy_log(LOG_INFO, "chat_template", "model=%s source=file path=%s", cfg->model.path,
                    cfg->model.chat_template);
-    } else if (hy_chat_model_source(m->gguf, &s) == HY_OK) {
+    } else if (hy_chat_model_source(gguf, &s) == HY_OK) {
         /* an operator reads here whether the file's own template or our
          * copy of the architecture's published one formats the chats */
         rc = hy_chat_compile(out, s.src, s.len, err);
         if (rc == HY_OK)
-            hy_log(LOG_INFO, "chat_template", "model=%s source=%s", m->name, s.origin);
+            hy_log(LOG_INFO, "chat_template", "model=%s source=%s", cfg->model.path, s.origin);
     } else {
         hy_log(LOG_WARNING, "no_chat_template",
-               "model=%s detail=\"/v1/chat/completions answers 400\"", m->name);
+               "model=%s detail=\"/v1/chat/completions answers 400\"", cfg->model.path);
         return HY_OK;
     }
     if (rc != HY_OK)
@@ -224,55 +232,6 @@ static char *co_token_text(const hy_tok_t *tok, int32_t id)
     return s;
 }
 
-/* The kernel the backend runs for each layer kind present and for each
- * weight type the matmuls read, "kind:kernel,..." into buf: logged at load
- * so that a silent fallback to a slower path is visible (an operator's
- * first question when a new model is slow). */
-static void co_kernels(const hy_model_t *m, hy_backend_t *be, char *buf, size_t cap)
-{
-    static const struct { hy_layer_kind_t kind; const char *op; } ops[] = {
-        {HY_LAYER_ATTN_FULL, "attention"}, {HY_LAYER_ATTN_SWA, "attention"},
-        {HY_LAYER_GDN, "gdn"},             {HY_LAYER_MAMBA2, "ssd"},
-        {HY_LAYER_SHORTCONV, "conv"},      {HY_LAYER_LIGHTNING, "lightning"},
-    };
-    bool seen_kind[HY_LAYER_NONE + 1] = {false}, seen_type[HY_DTYPE_COUNT] = {false};
-    size_t len = 0;
-    char k[96];
-    int64_t t;
-
-    buf[0] = '\0';
-    if (be->i->kernel_name == NULL) {
-        snprintf(buf, cap, "backend:%s", be->i->name);
-        return;
-    }
-    for (int32_t l = 0; l < m->n_layer; l++)
-        seen_kind[m->layers[l].kind] = true;
-    for (size_t i = 0; i < HY_ARRAY_LEN(ops); i++) {
-        if (!seen_kind[ops[i].kind])
-            continue;
-        be->i->kernel_name(be, ops[i].op, NULL, m->head_dim, k, sizeof k);
-        len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%s:%s", len ? "," : "",
-                                hy_layer_kind_name(ops[i].kind), k);
-        if (len >= cap)
-            return;
-    }
-    /* matmul kernels by the weight types of 2-D tensors (the matmuls) */
-    for (t = 0; t < hy_gguf_n_tensors(m->gguf); t++) {
-        const hy_gguf_tensor_t *ti = hy_gguf_tensor(m->gguf, t);
-        hy_weight_t w = {0};
-
-        if (ti->n_dims < 2 || ti->type >= HY_DTYPE_COUNT || seen_type[ti->type])
-            continue;
-        seen_type[ti->type] = true;
-        w.type = (hy_dtype_t)ti->type;
-        be->i->kernel_name(be, "matmul", &w, 0, k, sizeof k);
-        len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%smatmul:%s",
-                                len ? "," : "", k);
-        if (len >= cap)
-            return;
-    }
-}
-
 /* The served model id: the file name without directory and ".gguf" (what
  * clients pass as "model"; GGUF general.name is free text with spaces). */
 static const char *co_model_id(const char *path, char *buf, size_t cap)
@@ -295,8 +254,8 @@ typedef struct {
     bool started;
     atomic_int cancel;         /* set at shutdown: stop hashing a huge file */
     char path[PATH_MAX];       /* the resolved model file */
-    hy_shm_header_t *hdr;      /* where the digest is published */
-    hy_tier_t *tier;           /* the disk tier waits for the digest (or NULL) */
+    hy_shm_header_t *hdr;      /* where the digest is published (the engine's disk
+                                  tier waits for it there: engine_proc.c) */
 } co_hash_t;
 
 /* Hashing a multi-GB model takes seconds to minutes, so it runs in its own
@@ -310,22 +269,18 @@ static void *co_hash_main(void *arg)
     char err[HY_ERR_LEN];
     int64_t t0 = co_now_ms();
 
-    /* Linux: a per-thread nice value, so the engine thread keeps its core. */
+    /* Linux: a per-thread nice value, so the engine process keeps its cores. */
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
     if (hy_sha256_file(h->path, &h->cancel, d, err) == HY_OK) {
         hy_sha256_hex(d, h->hdr->model_sha256);
         atomic_store_explicit(&h->hdr->model_sha256_state, HY_SHM_SHA256_DONE,
                               memory_order_release);
-        if (h->tier != NULL)
-            hy_tier_set_model(h->tier, d);
         hy_log(LOG_INFO, "model_hashed", "file=%s sha256=%s ms=%lld", h->path,
                h->hdr->model_sha256, (long long)(co_now_ms() - t0));
     } else if (!atomic_load(&h->cancel)) {
         atomic_store_explicit(&h->hdr->model_sha256_state, HY_SHM_SHA256_FAILED,
                               memory_order_release);
         hy_log(LOG_WARNING, "model_hash_failed", "err=%s", err);
-        if (h->tier != NULL)
-            hy_tier_disk_off(h->tier, "the model file could not be hashed");
     }
     return NULL;
 }
@@ -333,15 +288,13 @@ static void *co_hash_main(void *arg)
 /* Publishes the model's file name (symlinks resolved: the version names the
  * weights actually served) and starts the hash.  A thread that cannot start
  * is logged, not fatal: the model still serves, its version says "@unknown". */
-static void co_hash_start(co_hash_t *h, const char *model_path, hy_shm_header_t *hdr,
-                          hy_tier_t *tier)
+static void co_hash_start(co_hash_t *h, const char *model_path, hy_shm_header_t *hdr)
 {
     char id[sizeof hdr->model_file];
     int e;
 
     memset(h, 0, sizeof *h);
     h->hdr = hdr;
-    h->tier = tier;
     if (realpath(model_path, h->path) == NULL)
         snprintf(h->path, sizeof h->path, "%s", model_path);
     snprintf(hdr->model_file, sizeof hdr->model_file, "%s", co_model_id(h->path, id, sizeof id));
@@ -349,8 +302,6 @@ static void co_hash_start(co_hash_t *h, const char *model_path, hy_shm_header_t 
     if ((e = pthread_create(&h->thread, NULL, co_hash_main, h)) != 0) {
         atomic_store(&hdr->model_sha256_state, HY_SHM_SHA256_FAILED);
         hy_log(LOG_WARNING, "model_hash_failed", "err=\"pthread_create: %s\"", strerror(e));
-        if (tier != NULL)
-            hy_tier_disk_off(tier, "the model file could not be hashed");
         return;
     }
     h->started = true;
@@ -385,8 +336,9 @@ static pid_t co_fork_worker(hy_worker_ctx_t *w, co_slot_t *slots, uint32_t n, ui
         w->guard_fd = -1;
         return pid;
     }
-    /* Child: die with the coordinator; never outlive the model's owner. */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    /* Child: die with the master (SIGKILL: a worker left alone would wait
+     * for an engine that died too; nginx answers 502 JSON instead). */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(0);
     /* the coordinator's hold on its siblings' connections is not ours */
@@ -409,16 +361,24 @@ static void co_log_death(pid_t pid, int status, bool expected)
                "pid=%d status=%d", (int)pid, WEXITSTATUS(status));
 }
 
-/* Reaps every dead child; frees its request slots. */
-static int co_reap(hy_shm_t *shm, co_slot_t *slots, uint32_t n, bool expected)
+/* Reaps every dead child; frees a worker's request slots.  The engine's
+ * death (pid engine) is only reported, in *engine_status (else -1): the
+ * caller handles it. */
+static int co_reap(hy_shm_t *shm, co_slot_t *slots, uint32_t n, bool expected, pid_t engine,
+                   int *engine_status)
 {
     int status, n_dead = 0;
     pid_t pid;
 
+    *engine_status = -1;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
         uint32_t i;
         int reaped;
 
+        if (pid == engine) {
+            *engine_status = status;
+            continue;
+        }
         for (i = 0; i < n && slots[i].pid != pid; i++)
             ;
         co_log_death(pid, status, expected);
@@ -538,18 +498,22 @@ static void co_usage(FILE *f)
 typedef struct {
     co_args_t a;
     hy_config_t *cfg;
-    hy_backend_t *be;
-    hy_model_t *model;
+    hy_gguf_t *gguf;       /* the model's metadata: tokenizer and template, never weights */
     hy_tok_t *tok;
     hy_chat_tmpl_t *tmpl;
     hy_shm_t *shm;
-    hy_engine_t *eng;
-    bool engine_started;
-    hy_tier_t *tier;       /* warm/cold tiers under the engine's page table, or NULL */
     hy_serve_ctl_t *ctl;   /* MAP_FAILED until mapped */
     hy_worker_ctx_t w;     /* what the workers inherit */
-    hy_engine_opts_t eo;
+    hy_engine_hello_t hello; /* the first engine's numbers and model facts */
     hy_shm_params_t sp;
+    /* the engine process */
+    pid_t engine_pid;      /* 0 = none running */
+    int64_t engine_born_ms, engine_respawn_at_ms, engine_died_ms;
+    int engine_backoff_ms;
+    bool engine_up;        /* it said RUNNING since it was forked */
+    int64_t deaths_ms[CO_MAX_DEATHS]; /* ring of the latest deaths */
+    uint32_t n_deaths;
+    char engine_pid_path[PATH_MAX];
     hy_api_layer_kind_t kinds[8];
     char model_id[256];
     co_slot_t *slots;      /* [n_workers] */
@@ -622,203 +586,180 @@ static int co_configure(co_t *co)
     hy_log(LOG_INFO, "start", "version=%s config=%s model=%s", PACKAGE_VERSION,
            co->a.ini ? co->a.ini : "(defaults)", co->cfg->model.path);
     snprintf(co_worker_ident, sizeof co_worker_ident, "%s-fcgi", co->cfg->log.ident);
+    snprintf(co_engine_ident, sizeof co_engine_ident, "%s-engine", co->cfg->log.ident);
     return 0;
 }
 
-/* Model, tokenizer, chat template. */
-static int co_load_model(co_t *co, char *err)
+/* Tokenizer and chat template from the model file's metadata: the
+ * workers' share of the model.  The weights are the engine's alone. */
+static int co_load_vocab(co_t *co, char *err)
 {
-    const hy_config_t *cfg = co->cfg;
-    hy_backend_opts_t bo = {.n_threads = (int)cfg->model.threads};
     int rc;
 
-    if ((rc = hy_backend_new(&co->be, cfg->engine.backend == HY_CONFIG_BACKEND_CUDA ? "cuda" : "cpu",
-                             &bo, err)) != HY_OK ||
-        (rc = hy_model_load(&co->model, cfg->model.path, co->be, err)) != HY_OK ||
-        (rc = hy_tok_load(&co->tok, co->model->gguf, err)) != HY_OK)
+    if ((rc = hy_gguf_open(&co->gguf, co->cfg->model.path, err)) != HY_OK ||
+        (rc = hy_tok_load(&co->tok, co->gguf, err)) != HY_OK)
         return rc;
     co->w.bos_text = co_token_text(co->tok, hy_tok_bos(co->tok));
     co->w.eos_text = co_token_text(co->tok, hy_tok_eos(co->tok));
-    return co_load_template(cfg, co->model, &co->w, &co->tmpl, err);
+    return co_load_template(co->cfg, co->gguf, &co->w, &co->tmpl, err);
 }
 
-/* The engine's options from the config; the memory budget is [cache]
- * hot_mb, or memory_fraction of what the backend's memory (the GPU's with
- * CUDA) has free now, after the weights. */
-static int co_engine_opts(co_t *co, char *err)
+/* engine.pid in [server] run_dir, or next to the socket. */
+static void co_engine_pid_path(co_t *co)
 {
     const hy_config_t *cfg = co->cfg;
-    hy_engine_opts_t *eo = &co->eo;
+    const char *slash = strrchr(cfg->server.socket, '/');
 
-    memset(eo, 0, sizeof *eo);
-    eo->max_batch_tokens = (int32_t)cfg->engine.max_batch_tokens;
-    eo->max_seqs = (int32_t)cfg->engine.max_seqs;
-    eo->n_ctx = (int32_t)(cfg->engine.max_context
-                              ? HY_MIN(cfg->engine.max_context, (uint32_t)co->model->n_ctx_train)
-                              : (uint32_t)co->model->n_ctx_train);
-    eo->page_tokens = (int32_t)cfg->cache.page_tokens;
-    eo->kv_type = cfg->cache.kv_type == HY_CONFIG_KV_F32    ? HY_DTYPE_F32
-                  : cfg->cache.kv_type == HY_CONFIG_KV_Q8_0 ? HY_DTYPE_Q8_0
-                                                            : HY_DTYPE_F16;
-    eo->checkpoint_interval = (int32_t)cfg->cache.checkpoint_interval;
-    eo->n_request_slots = (int32_t)HY_MIN(cfg->server.max_queue + cfg->engine.max_seqs, 65536u);
-    eo->tok = co->tok;
-    if (cfg->cache.hot_tokens_per_seq != 0)
-        return hy_err(err, HY_EUNSUPPORTED,
-                      "[cache] hot_tokens_per_seq = %u: moving a running sequence's older pages "
-                      "out of the hot tier is not implemented; only 0 (every running sequence "
-                      "stays hot) is accepted", cfg->cache.hot_tokens_per_seq);
-    return hy_plan_hot_bytes(co->be, cfg->cache.hot_mb, cfg->cache.memory_fraction,
-                             &eo->memory_bytes, err);
+    if (cfg->server.run_dir[0])
+        snprintf(co->engine_pid_path, sizeof co->engine_pid_path, "%.4000s/engine.pid",
+                 cfg->server.run_dir);
+    else if (slash != NULL)
+        snprintf(co->engine_pid_path, sizeof co->engine_pid_path, "%.*s/engine.pid",
+                 (int)(slash - cfg->server.socket), cfg->server.socket);
+    else
+        snprintf(co->engine_pid_path, sizeof co->engine_pid_path, "engine.pid");
 }
 
-/* Which key a tier store error is about (its message says which tier). */
-static int co_tier_err(const hy_config_t *cfg, int rc, const char *why, char *err)
+/* Written on every fork (renamed into place: a reader never sees half a
+ * pid); a failure is logged, the engine runs regardless. */
+static void co_write_engine_pid(co_t *co)
 {
-    if (strncmp(why, "warm tier", 9) == 0)
-        return hy_err(err, rc, "[cache] warm_mb = %u: %s", cfg->cache.warm_mb, why);
-    if (strncmp(why, "disk budget", 11) == 0)
-        return hy_err(err, rc, "[cache] disk_mb = %u: %s", cfg->cache.disk_mb, why);
-    return hy_err(err, rc, "[cache] disk_dir = %s: %s", cfg->cache.disk_dir, why);
+    char tmp[PATH_MAX + 8];
+    FILE *f;
+    bool ok;
+
+    snprintf(tmp, sizeof tmp, "%s.tmp", co->engine_pid_path);
+    if ((f = fopen(tmp, "w")) == NULL)
+        goto fail;
+    ok = fprintf(f, "%d\n", (int)co->engine_pid) > 0;
+    if (fclose(f) != 0 || !ok || rename(tmp, co->engine_pid_path) != 0)
+        goto fail;
+    return;
+fail:
+    hy_log(LOG_WARNING, "engine_pid_file", "path=%s err=\"%s\"", co->engine_pid_path,
+           strerror(errno));
 }
 
-/* The warm tier's memory from the backend (pinned for a GPU's copies). */
-static void *co_host_alloc(void *ctx, size_t bytes)
+/* Forks an engine process; the first one (hello_fd/go_fd >= 0) sizes the
+ * segment, and the master's ends of those pipes (mine[2], -1 = none) are
+ * closed in it, so that it reads EOF if the master goes away.  HY_OK with
+ * co->engine_pid set. */
+static int co_fork_engine(co_t *co, int hello_fd, int go_fd, const int mine[2], char *err)
 {
-    hy_backend_t *be = ctx;
+    hy_engine_proc_args_t a = {.cfg = co->cfg, .master = getpid(), .hello_fd = hello_fd,
+                               .go_fd = go_fd, .t0_ms = co_now_ms(),
+                               .log_ident = co_engine_ident, .log_level = &co->ctl->log_level,
+                               .log_gen = &co->ctl->log_gen};
+    pid_t pid;
 
-    return be->i->host_alloc(be, bytes);
-}
-
-static void co_host_free(void *ctx, void *p, size_t bytes)
-{
-    hy_backend_t *be = ctx;
-
-    be->i->host_free(be, p, bytes);
-}
-
-/* The warm and cold tiers ([cache] warm_mb, disk_dir, disk_mb), sized in
- * the plan's pages and checkpoints; the disk tier comes online when the
- * model's hash is known (co_hash_main).  None when warm_mb is 0. */
-static int co_start_tiers(co_t *co, char *err)
-{
-    const hy_config_t *cfg = co->cfg;
-    hy_tier_opts_t to;
-    hy_plan_opts_t po;
-    hy_plan_t plan;
-    uint64_t total = 0, avail = 0, warm = (uint64_t)cfg->cache.warm_mb << 20;
-    struct stat sb;
-    char why[HY_ERR_LEN], model[PATH_MAX];
-    int rc;
-
-    if (cfg->cache.warm_mb == 0) {
-        if (cfg->cache.disk_dir[0])
-            return hy_err(err, HY_EINVAL, "[cache] disk_dir = %s: needs [cache] warm_mb > 0 "
-                          "(pages are staged in warm on their way to and from disk)",
-                          cfg->cache.disk_dir);
-        return HY_OK;
+    pid = fork();
+    if (pid < 0)
+        return hy_err(err, HY_EIO, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        for (int i = 0; i < 2; i++)
+            if (mine[i] >= 0)
+                close(mine[i]);
+        /* not the engine's business: the sockets and the workers' guards */
+        if (co->listen_fd >= 0)
+            close(co->listen_fd);
+        if (co->control_fd >= 0)
+            close(co->control_fd);
+        for (uint32_t i = 0; co->slots != NULL && i < co->n_workers; i++)
+            hy_guard_close(&co->slots[i].guard);
+        hy_log_open(co_engine_ident, co->cfg->log.facility, atomic_load(&co->ctl->log_level),
+                    co->cfg->log.to_stderr);
+        _exit(hy_engine_proc_main(&a));
     }
-    /* on the CPU both tiers are host RAM: together they must fit */
-    hy_host_memory(&total, &avail);
-    if (avail > 0 && warm + (co->be->i->host_alloc == NULL ? co->eo.memory_bytes : 0) > avail)
-        return hy_err(err, HY_ERANGE, "[cache] warm_mb = %u: with the hot tier's %llu MiB it "
-                      "exceeds the host's %llu MiB available (lower memory_fraction or set "
-                      "hot_mb)", cfg->cache.warm_mb,
-                      (unsigned long long)(co->be->i->host_alloc == NULL ? co->eo.memory_bytes >> 20 : 0),
-                      (unsigned long long)(avail >> 20));
-    po = (hy_plan_opts_t){co->eo.n_ctx, co->eo.max_seqs, co->eo.page_tokens,
-                          co->eo.max_batch_tokens, co->eo.kv_type, co->eo.swa_full};
-    if ((rc = hy_plan_make_opts(&plan, co->model, co->be, &po, err)) != HY_OK)
-        return rc;
-    memset(&to, 0, sizeof to);
-    hy_tiering_store_opts(co->model, &plan, co->sp.n_pages, co->sp.n_swa_pages, &to);
-    to.warm_bytes = warm;
-    to.disk_dir = cfg->cache.disk_dir;
-    to.disk_bytes = (uint64_t)cfg->cache.disk_mb << 20;
-    to.ident.model_bytes = stat(cfg->model.path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
-    to.model_path = realpath(cfg->model.path, model) ? model : cfg->model.path;
-    to.stats = hy_shm_stats(co->shm);
-    if (co->be->i->host_alloc != NULL && co->be->i->host_free != NULL) {
-        to.host_alloc = co_host_alloc;
-        to.host_free = co_host_free;
-        to.host_ctx = co->be;
-    }
-    if ((rc = hy_tier_create(&co->tier, &to, why)) != HY_OK)
-        return co_tier_err(cfg, rc, why, err);
-    co->eo.tiers = co->tier;
-    hy_log(LOG_INFO, "tiers", "warm_bytes=%llu disk_dir=%s disk_bytes=%llu page_bytes=%llu "
-           "swa_page_bytes=%llu checkpoint_bytes=%llu warm_pages=%d warm_swa_pages=%d "
-           "warm_checkpoints=%d", (unsigned long long)warm,
-           cfg->cache.disk_dir[0] ? cfg->cache.disk_dir : "-",
-           (unsigned long long)to.disk_bytes, (unsigned long long)to.unit_bytes[HY_TIER_PAGE],
-           (unsigned long long)to.unit_bytes[HY_TIER_SWA],
-           (unsigned long long)to.unit_bytes[HY_TIER_CKPT], hy_tier_slots(co->tier, HY_TIER_PAGE),
-           hy_tier_slots(co->tier, HY_TIER_SWA), hy_tier_slots(co->tier, HY_TIER_CKPT));
+    co->engine_pid = pid;
+    co->engine_born_ms = co_now_ms();
+    co->engine_up = false;
+    if (co->shm != NULL)
+        atomic_store(&hy_shm_header_rw(co->shm)->engine_pid, (int32_t)pid);
+    co_write_engine_pid(co);
     return HY_OK;
 }
 
-/* One line an operator reads first: what was loaded, how memory went; the
- * same memory facts go to the stats for /metrics. */
-static void co_log_loaded(const co_t *co)
+/* The first engine's second hello, after it attached: HY_OK when its
+ * engine runs, else its reason (or that it died). */
+static int co_engine_started(co_t *co, int fd, char *err)
 {
-    uint64_t weights = 0, kv_bytes = 0, st_bytes = 0, page_bytes[HY_KV_GROUPS];
-    char kernels[768];
+    hy_engine_hello_t h;
 
-    for (int64_t t = 0; t < hy_gguf_n_tensors(co->model->gguf); t++)
-        weights += hy_gguf_tensor(co->model->gguf, t)->nbytes;
-    co->be->i->mem_allocated(co->be, &kv_bytes, &st_bytes);
-    hy_engine_page_bytes(co->eng, page_bytes);
-    hy_metrics_set_memory(co->shm, weights, page_bytes[HY_KV_FULL], page_bytes[HY_KV_SWA],
-                          st_bytes);
-    co_kernels(co->model, co->be, kernels, sizeof kernels);
-    hy_log(LOG_INFO, "model_loaded",
-           "model=%s arch=%s layers=%d weights_bytes=%llu kv_bytes=%llu state_bytes=%llu "
-           "pages=%d swa_pages=%d page_tokens=%d state_slots=%d checkpoint_slots=%d backend=%s "
-           "kernels=%s ms=%lld",
-           co->cfg->model.path, co->model->arch_name, co->model->n_layer,
-           (unsigned long long)weights, (unsigned long long)kv_bytes,
-           (unsigned long long)st_bytes, co->sp.n_pages, co->sp.n_swa_pages, co->sp.page_tokens,
-           co->sp.n_state_slots, co->sp.n_checkpoint_slots, co->be->i->name, kernels,
-           (long long)(co_now_ms() - co->t0));
+    if (hy_engine_proc_pipe_io(fd, &h, sizeof h, false) != HY_OK)
+        return hy_err(err, HY_EIO, "the engine process (pid %d) died while starting",
+                      (int)co->engine_pid);
+    h.err[sizeof h.err - 1] = '\0';
+    return h.err[0] ? hy_err(err, HY_EINVAL, "%s", h.err) : HY_OK;
 }
 
-/* The segment sized by the engine, the model's hash, the engine thread. */
+/* The first engine: fork it, take its numbers, create the segment it
+ * sized, let it attach.  The segment is created here, by the master,
+ * so it outlives every engine. */
 static int co_start_engine(co_t *co, char *err)
 {
-    hy_pt_params_t pp;
-    hy_req_source_t src;
-    int rc;
+    int hello[2] = {-1, -1}, go[2] = {-1, -1}, rc;
 
-    if ((rc = co_engine_opts(co, err)) != HY_OK ||
-        (rc = hy_engine_pt_params(co->model, co->be, &co->eo, &pp, err)) != HY_OK)
-        return rc;
-    hy_shm_params_for(&co->sp, &pp, co->eo.n_request_slots, co->eo.n_ctx);
+    co_engine_pid_path(co);
+    if (pipe2(hello, O_CLOEXEC) != 0 || pipe2(go, O_CLOEXEC) != 0) {
+        rc = hy_err(err, HY_EIO, "pipe: %s", strerror(errno));
+        goto out;
+    }
+    if ((rc = co_fork_engine(co, hello[1], go[0], (const int[2]){hello[0], go[1]}, err)) !=
+        HY_OK)
+        goto out;
+    close(hello[1]);
+    close(go[0]);
+    hello[1] = go[0] = -1;
+    if (hy_engine_proc_pipe_io(hello[0], &co->hello, sizeof co->hello, false) != HY_OK) {
+        rc = hy_err(err, HY_EIO, "the engine process (pid %d) died while loading the model",
+                    (int)co->engine_pid);
+        goto out;
+    }
+    co->hello.err[sizeof co->hello.err - 1] = '\0';
+    co->hello.arch[sizeof co->hello.arch - 1] = '\0';
+    if (co->hello.err[0]) {
+        rc = hy_err(err, HY_EINVAL, "%s", co->hello.err);
+        goto out;
+    }
+    co->sp = co->hello.sp;
     if (hy_shm_remove_stale(co->cfg->server.instance, err) == HY_OK)
         hy_log(LOG_WARNING, "stale_segment_removed", "instance=%s", co->cfg->server.instance);
-    if ((rc = hy_shm_create(&co->shm, co->cfg->server.instance, &co->sp, err)) != HY_OK ||
-        (rc = co_start_tiers(co, err)) != HY_OK)
-        return rc;
-    if ((co->hash = malloc(sizeof *co->hash)) == NULL)
-        return hy_err(err, HY_ENOMEM, "out of memory");
-    co_hash_start(co->hash, co->cfg->model.path, hy_shm_header_rw(co->shm), co->tier);
-    hy_ring_source(co->shm, &src);
-    if ((rc = hy_engine_create(&co->eng, co->model, co->be, hy_shm_pt(co->shm), &src, &co->eo,
-                               err)) != HY_OK)
-        return rc;
-    co_log_loaded(co);
-    if ((rc = hy_engine_start(co->eng, err)) != HY_OK)
-        return rc;
-    co->engine_started = true;
-    return HY_OK;
+    if ((rc = hy_shm_create(&co->shm, co->cfg->server.instance, &co->sp, err)) != HY_OK)
+        goto out;
+    atomic_store(&hy_shm_header_rw(co->shm)->engine_state, HY_SHM_ENGINE_STARTING);
+    atomic_store(&hy_shm_header_rw(co->shm)->engine_pid, (int32_t)co->engine_pid);
+    /* before the go: the engine's disk tier comes online with the digest */
+    if ((co->hash = malloc(sizeof *co->hash)) == NULL) {
+        rc = hy_err(err, HY_ENOMEM, "out of memory");
+        goto out;
+    }
+    co_hash_start(co->hash, co->cfg->model.path, hy_shm_header_rw(co->shm));
+    if (write(go[1], "y", 1) != 1) {
+        rc = hy_err(err, HY_EIO, "the engine process (pid %d) is gone", (int)co->engine_pid);
+        goto out;
+    }
+    /* What it builds on the segment ([cache] warm_mb, disk_dir: the tier
+     * store) can still be misconfigured: its second hello says it runs,
+     * or why not, so that a bad key fails the start instead of a restart
+     * loop. */
+    if ((rc = co_engine_started(co, hello[0], err)) != HY_OK)
+        goto out;
+    co->engine_backoff_ms = 0;
+    rc = HY_OK;
+out:
+    for (int i = 0; i < 2; i++) {
+        if (hello[i] >= 0)
+            close(hello[i]);
+        if (go[i] >= 0)
+            close(go[i]);
+    }
+    return rc;
 }
 
-/* What the workers inherit: the control page, the listening socket (and the
- * control socket, when configured), the model's facts for /v1/models. */
-static int co_prepare_workers(co_t *co, char *err)
+/* The control page, the listening socket (and the control socket, when
+ * configured): opened before privileges are dropped. */
+static int co_open_sockets(co_t *co, char *err)
 {
-    hy_worker_ctx_t *w = &co->w;
-    int32_t counts[HY_LAYER_NONE + 1] = {0}, l;
-    size_t k = 0;
     int rc;
 
     co->ctl = mmap(NULL, sizeof *co->ctl, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
@@ -838,32 +779,39 @@ static int co_prepare_workers(co_t *co, char *err)
         (rc = co_open_socket(co->cfg, co->cfg->server.control_socket, "control_socket",
                              &co->control_fd, err)) != HY_OK)
         return rc;
+    return HY_OK;
+}
+
+/* What the workers inherit: the above, the segment, the model's facts
+ * for /v1/models (the first engine's hello). */
+static void co_prepare_workers(co_t *co)
+{
+    hy_worker_ctx_t *w = &co->w;
+    size_t k = 0;
+    int32_t l;
 
     w->cfg = co->cfg;
     w->ctl = co->ctl;
     w->shm = co->shm;
     w->tok = co->tok;
     w->tmpl = co->tmpl;
-    w->n_ctx = co->eo.n_ctx;
-    w->n_vocab = co->model->n_vocab;
+    w->n_ctx = co->hello.n_ctx;
+    w->n_vocab = co->hello.n_vocab;
     w->listen_fd = co->listen_fd;
     w->control_fd = co->control_fd;
     w->guard_fd = -1;
     w->log_ident = co_worker_ident;
     w->info.id = co_model_id(co->cfg->model.path, co->model_id, sizeof co->model_id);
     w->info.created = (int64_t)time(NULL);
-    w->info.max_model_len = co->eo.n_ctx;
-    w->info.architecture = co->model->arch_name;
-    for (l = 0; l < co->model->n_layer; l++)
-        counts[co->model->layers[l].kind]++;
+    w->info.max_model_len = co->hello.n_ctx;
+    w->info.architecture = co->hello.arch;
     for (l = 0; l <= HY_LAYER_NONE && k < HY_ARRAY_LEN(co->kinds); l++)
-        if (counts[l] > 0) {
+        if (co->hello.layer_counts[l] > 0) {
             co->kinds[k].kind = hy_layer_kind_name((hy_layer_kind_t)l);
-            co->kinds[k++].count = counts[l];
+            co->kinds[k++].count = co->hello.layer_counts[l];
         }
     w->info.layers = co->kinds;
     w->info.n_layer_kinds = k;
-    return HY_OK;
 }
 
 /* Forks the workers and says the server is up. */
@@ -883,8 +831,8 @@ static int co_start_workers(co_t *co, char *err)
     hy_log(LOG_INFO, "serving",
            "model=%s arch=%s socket=%s instance=%s workers=%u n_ctx=%d pages=%d "
            "request_slots=%d load_ms=%lld",
-           co->w.info.id, co->model->arch_name, cfg->server.socket, cfg->server.instance,
-           co->n_workers, co->eo.n_ctx, co->sp.n_pages, co->sp.n_request_slots,
+           co->w.info.id, co->hello.arch, cfg->server.socket, cfg->server.instance,
+           co->n_workers, co->hello.n_ctx, co->sp.n_pages, co->sp.n_request_slots,
            (long long)(co_now_ms() - co->t0));
     /* Each accept thread holds one request (a stream) for its whole life,
      * so the pool, not max_seqs, bounds how many streams run at once; say so
@@ -923,14 +871,13 @@ static int co_load_secret(co_t *co, char *err)
     return HY_OK;
 }
 
-/* Once the sockets and the segment are open: run as [server] user from now
- * on (the engine thread too: the switch applies to every thread), owning
- * what we remove at shutdown. */
+/* Once the sockets are open, before any child exists: run as [server]
+ * user from now on (the engine and the workers too; the segment is then
+ * created as that user), owning what we remove at shutdown. */
 static int co_drop_privileges(co_t *co, char *err)
 {
     const hy_config_t *cfg = co->cfg;
-    char shm_path[HY_CONFIG_NAME_LEN + 32];
-    const char *paths[3];
+    const char *paths[2];
     int rc;
 
     if (!cfg->server.user[0]) {
@@ -939,11 +886,9 @@ static int co_drop_privileges(co_t *co, char *err)
                    "no [server] user: the engine and the workers run as root");
         return HY_OK;
     }
-    snprintf(shm_path, sizeof shm_path, "/dev/shm/hyserve-%s", cfg->server.instance);
     paths[0] = cfg->server.socket;
     paths[1] = cfg->server.control_socket;
-    paths[2] = shm_path;
-    if ((rc = hy_access_become(cfg->server.user, paths, 3, err)) != HY_OK)
+    if ((rc = hy_access_become(cfg->server.user, paths, 2, err)) != HY_OK)
         return rc;
     hy_log(LOG_INFO, "running_as", "user=%s uid=%d gid=%d", cfg->server.user, (int)getuid(),
            (int)getgid());
@@ -951,7 +896,7 @@ static int co_drop_privileges(co_t *co, char *err)
 }
 
 /* Everything up to serving.  The signals we handle are blocked before any
- * thread exists (the engine thread inherits the mask, so they all come to
+ * thread exists (the hash thread inherits the mask, so they all come to
  * co_supervise's sigtimedwait). */
 static int co_start(co_t *co, char *err)
 {
@@ -964,11 +909,142 @@ static int co_start(co_t *co, char *err)
     sigaddset(&co->mask, SIGCHLD);
     sigprocmask(SIG_BLOCK, &co->mask, &co->old_mask);
     signal(SIGPIPE, SIG_IGN);
-    if ((rc = co_load_secret(co, err)) != HY_OK || (rc = co_load_model(co, err)) != HY_OK ||
-        (rc = co_start_engine(co, err)) != HY_OK || (rc = co_prepare_workers(co, err)) != HY_OK ||
-        (rc = co_drop_privileges(co, err)) != HY_OK || (rc = co_start_workers(co, err)) != HY_OK)
+    if ((rc = co_load_secret(co, err)) != HY_OK || (rc = co_load_vocab(co, err)) != HY_OK ||
+        (rc = co_open_sockets(co, err)) != HY_OK || (rc = co_drop_privileges(co, err)) != HY_OK ||
+        (rc = co_start_engine(co, err)) != HY_OK)
         return rc;
-    return HY_OK;
+    co_prepare_workers(co);
+    return co_start_workers(co, err);
+}
+
+/* ---- the engine's life after the first start -------------------------------- */
+
+/* Deaths within the last [server] engine_restart_window_s, this one included. */
+static uint32_t co_recent_deaths(const co_t *co, int64_t now)
+{
+    int64_t window = (int64_t)co->cfg->server.engine_restart_window_s * 1000;
+    uint32_t k, n = HY_MIN(co->n_deaths, (uint32_t)CO_MAX_DEATHS), recent = 0;
+
+    for (k = 0; k < n; k++)
+        recent += now - co->deaths_ms[k] < window;
+    return recent;
+}
+
+/* The engine is gone.  Its requests resume on the next engine (forked
+ * after a backoff that grows while engines die young), or, in a restart
+ * storm, end with an error; then no engine is tried until the window has
+ * passed, and new requests get 503 with Retry-After meanwhile. */
+static void co_engine_died(co_t *co, int status, bool stopping)
+{
+    const hy_config_t *cfg = co->cfg;
+    hy_shm_header_t *h = hy_shm_header_rw(co->shm);
+    int64_t now = co_now_ms();
+    int requeued = 0, failed = 0;
+    uint32_t recent;
+    char msg[HY_REQ_ERRMSG_LEN];
+
+    if (WIFSIGNALED(status))
+        hy_log(stopping ? LOG_INFO : LOG_ERR, "engine_died", "pid=%d signal=%d name=%s lived_ms=%lld",
+               (int)co->engine_pid, WTERMSIG(status), strsignal(WTERMSIG(status)),
+               (long long)(now - co->engine_born_ms));
+    else
+        hy_log(stopping ? LOG_INFO : LOG_ERR, "engine_exited", "pid=%d status=%d lived_ms=%lld",
+               (int)co->engine_pid, WEXITSTATUS(status), (long long)(now - co->engine_born_ms));
+    co->engine_pid = 0;
+    co->engine_died_ms = now;
+    atomic_store(&h->engine_pid, 0);
+    unlink(co->engine_pid_path);
+    if (stopping) {
+        hy_shm_engine_lost(co->shm, "the server is shutting down", NULL, NULL);
+        return;
+    }
+    co->deaths_ms[co->n_deaths++ % CO_MAX_DEATHS] = now;
+    recent = co_recent_deaths(co, now);
+    if (recent >= cfg->server.engine_restart_max) {
+        snprintf(msg, sizeof msg,
+                 "the engine process died %u times within %u s ([server] engine_restart_max); "
+                 "retry later", recent, cfg->server.engine_restart_window_s);
+        atomic_store(&h->engine_retry_at_ns,
+                     hy_shm_now_ns() + (int64_t)cfg->server.engine_restart_window_s * 1000000000);
+        atomic_store(&h->engine_state, HY_SHM_ENGINE_FAILED);
+        if (hy_shm_engine_lost(co->shm, msg, &requeued, &failed) != HY_OK)
+            hy_log(LOG_ERR, "engine_recovery_failed", "detail=%s", "the segment mutex is unrecoverable");
+        co->engine_respawn_at_ms = now + (int64_t)cfg->server.engine_restart_window_s * 1000;
+        hy_log(LOG_ERR, "engine_restart_storm",
+               "deaths=%u window_s=%u failed_requests=%d retry_in_s=%u", recent,
+               cfg->server.engine_restart_window_s, failed, cfg->server.engine_restart_window_s);
+        return;
+    }
+    atomic_store(&h->engine_state, HY_SHM_ENGINE_RESTARTING);
+    if (hy_shm_engine_lost(co->shm, NULL, &requeued, &failed) != HY_OK)
+        hy_log(LOG_ERR, "engine_recovery_failed", "detail=%s", "the segment mutex is unrecoverable");
+    /* the first death after a stable run restarts at once */
+    if (now - co->engine_born_ms >= CO_STABLE_MS)
+        co->engine_backoff_ms = 0;
+    else
+        co->engine_backoff_ms = HY_MIN(HY_MAX(co->engine_backoff_ms * 2, CO_BACKOFF_MIN_MS),
+                                       CO_BACKOFF_MAX_MS);
+    co->engine_respawn_at_ms = now + co->engine_backoff_ms;
+    hy_log(LOG_WARNING, "engine_restarting", "requeued_requests=%d backoff_ms=%d deaths=%u",
+           requeued, co->engine_backoff_ms, recent);
+}
+
+/* Each supervision pass: note an engine that came up, refuse what was
+ * queued while FAILED, fork a new engine when one is due. */
+static void co_engine_tick(co_t *co)
+{
+    hy_shm_header_t *h = hy_shm_header_rw(co->shm);
+    uint32_t state = atomic_load(&h->engine_state);
+    int64_t now = co_now_ms();
+    char err[HY_ERR_LEN];
+
+    if (co->engine_pid != 0 && !co->engine_up && state == HY_SHM_ENGINE_RUNNING) {
+        co->engine_up = true;
+        hy_log(LOG_INFO, "engine_ready", "pid=%d load_ms=%lld restart_ms=%lld",
+               (int)co->engine_pid, (long long)(now - co->engine_born_ms),
+               (long long)(co->engine_died_ms ? now - co->engine_died_ms : 0));
+    }
+    if (state == HY_SHM_ENGINE_FAILED) {
+        int n = hy_shm_fail_queued(co->shm, "the engine process is restarting too often; "
+                                            "retry later");
+        if (n > 0)
+            hy_log(LOG_WARNING, "requests_refused", "requests=%d reason=engine_restart_storm", n);
+    }
+    if (co->engine_pid != 0 || now < co->engine_respawn_at_ms)
+        return;
+    atomic_store(&h->engine_state, HY_SHM_ENGINE_RESTARTING);
+    if (co_fork_engine(co, -1, -1, (const int[2]){-1, -1}, err) != HY_OK) {
+        hy_log(LOG_ERR, "engine_fork_failed", "err=%s", err);
+        co->engine_respawn_at_ms = now + CO_BACKOFF_MAX_MS;
+        return;
+    }
+    atomic_fetch_add(&hy_shm_stats(co->shm)->engine_restarts, 1);
+    hy_log(LOG_INFO, "engine_respawned", "pid=%d", (int)co->engine_pid);
+}
+
+/* At shutdown, after the workers: SIGTERM (the engine cancels what it
+ * holds), SIGKILL after the grace period. */
+static void co_stop_engine(co_t *co)
+{
+    int64_t kill_at = co_now_ms() + CO_KILL_GRACE_MS;
+    int status;
+
+    if (co->engine_pid == 0)
+        return;
+    kill(co->engine_pid, SIGTERM);
+    for (;;) {
+        pid_t r = waitpid(co->engine_pid, &status, WNOHANG);
+
+        if (r == co->engine_pid || (r < 0 && errno != EINTR))
+            break;
+        if (kill_at != 0 && co_now_ms() >= kill_at) {
+            kill(co->engine_pid, SIGKILL);
+            kill_at = 0;
+        }
+        usleep(10000);
+    }
+    co->engine_pid = 0;
+    unlink(co->engine_pid_path);
 }
 
 /* Until SIGTERM/SIGINT: reap and respawn workers, reload on SIGHUP, then
@@ -979,6 +1055,7 @@ static void co_supervise(co_t *co)
     const hy_config_t *cfg = co->cfg;
     int64_t drain_until = 0, kill_at = 0;
     bool draining = false, stopping = false;
+    int engine_status;
 
     for (;;) {
         struct timespec ts = {0, 100 * 1000000};
@@ -998,7 +1075,11 @@ static void co_supervise(co_t *co)
         }
         for (uint32_t i = 0; i < co->n_workers; i++)
             hy_guard_poll(&co->slots[i].guard);
-        co_reap(co->shm, co->slots, co->n_workers, stopping);
+        co_reap(co->shm, co->slots, co->n_workers, stopping, co->engine_pid, &engine_status);
+        if (engine_status >= 0)
+            co_engine_died(co, engine_status, stopping);
+        if (!stopping)
+            co_engine_tick(co);
         if (draining && !stopping) {
             bool idle = atomic_load(&hy_shm_stats(co->shm)->slots_used) <= 0;
 
@@ -1028,11 +1109,15 @@ static void co_supervise(co_t *co)
  * workers already forked are killed first. */
 static void co_shutdown(co_t *co, bool failed)
 {
-    if (failed && co->slots != NULL) {
+    if (failed && co->slots != NULL)
         co_signal_all(co->slots, co->n_workers, SIGKILL);
+    if (failed && co->engine_pid != 0)
+        kill(co->engine_pid, SIGKILL);
+    if (failed)
         while (waitpid(-1, NULL, 0) > 0)
             ;
-    }
+    else
+        co_stop_engine(co);
     for (uint32_t i = 0; co->slots != NULL && i < co->n_workers; i++)
         hy_guard_close(&co->slots[i].guard);
     if (co->socket_open) {
@@ -1047,13 +1132,8 @@ static void co_shutdown(co_t *co, bool failed)
     if (co->hash != NULL)
         co_hash_stop(co->hash);
     free(co->hash);
-    if (co->engine_started)
-        hy_engine_stop(co->eng);
-    /* the hot tier's cached pages to disk, so a restart finds them */
-    if (!failed)
-        hy_engine_persist_tiers(co->eng);
-    hy_engine_free(co->eng);
-    hy_tier_free(co->tier); /* after the writes it has queued */
+    if (co->engine_pid_path[0])
+        unlink(co->engine_pid_path);
     if (co->shm != NULL)
         hy_shm_close(co->shm);
     if (co->ctl != MAP_FAILED)
@@ -1063,9 +1143,7 @@ static void co_shutdown(co_t *co, bool failed)
     free((char *)co->w.bos_text);
     free((char *)co->w.eos_text);
     hy_tok_free(co->tok);
-    hy_model_free(co->model);
-    if (co->be)
-        co->be->i->free(co->be);
+    hy_gguf_close(co->gguf);
     hy_log_close();
     free(co->cfg);
 }

@@ -1,7 +1,8 @@
 /*
- * coordinator.h - `hyserve serve` (coordinator.c): the process that loads
- * the model, runs the engine thread on the shared segment and supervises
- * the FastCGI workers.  The hyserve binary's command table calls it.
+ * coordinator.h - `hyserve serve` (coordinator.c): the master process that
+ * owns the sockets and the shared segment and supervises its children, the
+ * engine process (engine_proc.h: the weights, the engine loop) and the
+ * FastCGI workers.  The hyserve binary's command table calls it.
  */
 #ifndef HY_SERVER_COORDINATOR_H
 #define HY_SERVER_COORDINATOR_H

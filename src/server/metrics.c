@@ -589,6 +589,24 @@ static void mt_stalled(hy_jbuf_t *b, hy_shm_t *shm)
               (unsigned long long)hy_shm_count_stalled(shm));
 }
 
+/* The engine process the master supervises (server/engine_proc.h): who it
+ * is and whether it serves, for `hyserve-ctl status` and alerts. */
+static void mt_engine(hy_jbuf_t *b, hy_shm_t *shm)
+{
+    const hy_shm_header_t *h = hy_shm_header(shm);
+    static const char *const states[] = {"starting", "running", "restarting", "failed"};
+    uint32_t st = atomic_load(&h->engine_state);
+
+    mt_metric(b, "hyserve_engine_pid", "gauge",
+              "The engine process's pid (0 while none runs).",
+              (unsigned long long)atomic_load(&h->engine_pid));
+    mt_head(b, "hyserve_engine_state", "gauge",
+            "1 for the engine process's state: starting, running, restarting (it died, "
+            "requests wait and resume) or failed (a restart storm: requests get 503).");
+    for (uint32_t i = 0; i < HY_ARRAY_LEN(states); i++)
+        hy_jbuf_printf(b, "hyserve_engine_state{state=\"%s\"} %d\n", states[i], st == i);
+}
+
 static void mt_info(hy_jbuf_t *b, const hy_metrics_info_t *in)
 {
     mt_head(b, "hyserve_info", "gauge", "What this instance serves (always 1).");
@@ -619,6 +637,7 @@ int hy_metrics_render(hy_shm_t *shm, const hy_metrics_info_t *info, char **out, 
     mt_info(&b, info);
     mt_counters(&b, s, p);
     mt_stalled(&b, shm);
+    mt_engine(&b, shm);
     mt_http(&b, s);
     mt_latency(&b, s, now);
     mt_rates(&b, s, now);

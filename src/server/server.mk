@@ -1,6 +1,6 @@
-# src/server: the coordinator (`hyserve serve`: loads the model, runs the
-# engine thread on the shared segment, supervises the workers), the FastCGI
-# workers, and the OpenAI API they speak.
+# src/server: the master (`hyserve serve`: sockets, the shared segment,
+# supervision), the engine process it restarts (weights, the engine loop on
+# the segment), the FastCGI workers, and the OpenAI API they speak.
 
 # OpenAI-compatible request parsing/validation, error bodies, response and
 # SSE formatting, stop-string matching (pure C, no sockets).
@@ -24,9 +24,9 @@ tests_fuzz_fuzz_api_replay_SOURCES = tests/fuzz/fuzz_api.c
 tests_fuzz_fuzz_api_replay_CPPFLAGS = $(AM_CPPFLAGS) -DHY_FUZZ_STANDALONE
 tests_fuzz_fuzz_api_replay_LDADD = $(TEST_LDADD)
 
-# The FastCGI worker processes and the coordinator.
+# The FastCGI worker processes, the master and its engine process.
 libhy_a_SOURCES += src/server/worker.c src/server/worker.h src/server/coordinator.c \
-	src/server/coordinator.h src/server/guard.c src/server/guard.h src/server/access.c \
+	src/server/coordinator.h src/server/engine_proc.c src/server/engine_proc.h src/server/guard.c src/server/guard.h src/server/access.c \
 	src/server/access.h
 # The coordinator's hold on the connections workers answer (a dead worker's
 # responses are aborted, not ended), without nginx.

@@ -285,6 +285,7 @@ typedef struct {
     bool ended;             /* wk_choice_end ran */
     hy_api_finish_t finish;
     bool failed;
+    bool unavailable;       /* failed for want of an engine (restart storm): 503 */
     char errmsg[HY_REQ_ERRMSG_LEN];
     int32_t n_prompt, n_cached, n_gen;
     const int32_t *ids;     /* prompt ids (arena or request memory) */
@@ -683,6 +684,7 @@ static int wk_poll_choice(wk_req_t *r, const hy_api_req_t *q, const hy_api_resp_
         c->done = true;
         if (st.finish_reason == HY_FINISH_ERROR || st.state == HY_REQ_ERROR) {
             c->failed = true;
+            c->unavailable = st.error_code == HY_EUNAVAILABLE;
             snprintf(c->errmsg, sizeof c->errmsg, "%s",
                      st.error_msg[0] ? st.error_msg : "engine error");
             return HY_OK;
@@ -772,6 +774,14 @@ static int wk_gen_tools(wk_gen_t *g)
     return HY_OK;
 }
 
+/* Seconds until the master tries a new engine after a restart storm. */
+static int wk_engine_retry_s(const hy_worker_ctx_t *w)
+{
+    int64_t left = atomic_load(&hy_shm_header(w->shm)->engine_retry_at_ns) - hy_shm_now_ns();
+
+    return left > 0 ? (int)((left + 999999999) / 1000000000) : 1;
+}
+
 /* The body: parsed, checked against the served model, the server's state,
  * and (for chat) rendered through the template. */
 static int wk_gen_parse(wk_gen_t *g, const char *body, size_t len)
@@ -787,6 +797,13 @@ static int wk_gen_parse(wk_gen_t *g, const char *body, size_t len)
         return WK_FAILED;
     if (atomic_load(&w->ctl->draining)) {
         hy_api_err_overloaded(&g->e, 503, WK_RETRY_AFTER_S, "the server is shutting down");
+        return WK_FAILED;
+    }
+    /* a restart storm: nothing would run it (a request already queued is
+     * refused by the master) */
+    if (atomic_load(&hy_shm_header(w->shm)->engine_state) == HY_SHM_ENGINE_FAILED) {
+        hy_api_err_overloaded(&g->e, 503, wk_engine_retry_s(w),
+                              "the engine process is restarting too often; retry later");
         return WK_FAILED;
     }
     if (g->kind == HY_API_CHAT &&
@@ -1007,6 +1024,7 @@ static void wk_gen_end(wk_gen_t *g)
     hy_api_usage_t u = {0};
     hy_api_choice_t *ch;
     const char *why = NULL;
+    bool unavailable = false;
     char *out = NULL;
     size_t i, out_len = 0;
     int rc;
@@ -1017,16 +1035,20 @@ static void wk_gen_end(wk_gen_t *g)
             u.cached_tokens += g->cs[i].n_cached;
         if (g->cs[i].failed)
             why = g->cs[i].errmsg;
+        unavailable |= g->cs[i].failed && g->cs[i].unavailable;
     }
     u.prompt_tokens = r->prompt_tokens;
     r->cached_tokens = (int32_t)u.cached_tokens;
     r->completion_tokens = (int32_t)u.completion_tokens;
     if (why != NULL) {
-        hy_api_err_internal(&g->e, why);
+        if (unavailable)
+            hy_api_err_overloaded(&g->e, 503, wk_engine_retry_s(r->w), why);
+        else
+            hy_api_err_internal(&g->e, why);
         if (q->stream) {
             hy_jbuf_reset(&g->sb);
             hy_sse_error(&g->sb, &g->e);
-            r->status = 500;
+            r->status = g->e.status;
             wk_put(r, g->sb.data, g->sb.len);
         } else {
             wk_send_error(r, &g->e, NULL);
@@ -1202,8 +1224,19 @@ static void wk_health(wk_req_t *r)
     if (atomic_load(&r->w->ctl->draining)) {
         hy_api_err_overloaded(&e, 503, WK_RETRY_AFTER_S, "draining: the server is shutting down");
         wk_send_error(r, &e, NULL);
-    } else if (!atomic_load(&h->ready)) {
+    } else if (!atomic_load(&h->ready) ||
+               atomic_load(&h->engine_state) == HY_SHM_ENGINE_STARTING) {
         hy_api_err_overloaded(&e, 503, WK_RETRY_AFTER_S, "loading");
+        wk_send_error(r, &e, NULL);
+    } else if (atomic_load(&h->engine_state) == HY_SHM_ENGINE_RESTARTING) {
+        /* requests are accepted meanwhile: they wait for the new engine */
+        hy_api_err_overloaded(&e, 503, WK_RETRY_AFTER_S,
+                              "restarting: the engine process died and a new one is loading; "
+                              "requests in flight resume");
+        wk_send_error(r, &e, NULL);
+    } else if (atomic_load(&h->engine_state) == HY_SHM_ENGINE_FAILED) {
+        hy_api_err_overloaded(&e, 503, wk_engine_retry_s(r->w),
+                              "failed: the engine process is restarting too often");
         wk_send_error(r, &e, NULL);
     } else {
         hy_jbuf_t b;

@@ -2,9 +2,10 @@
  * worker.h - one preforked FastCGI worker process: an FCGX_Accept_r loop
  * (optionally several accept threads) that parses OpenAI requests, tokenizes
  * them, submits them to the engine through the shared-memory request ring and
- * streams the tokens back.  Workers are forked by the coordinator after the
- * model is loaded, so everything in hy_worker_ctx_t (tokenizer, compiled chat
- * template, model facts) is inherited read-only; they never touch weights.
+ * streams the tokens back.  Workers are forked by the master once the first
+ * engine has sized the segment, so everything in hy_worker_ctx_t (tokenizer,
+ * compiled chat template, model facts) is inherited read-only; they never
+ * touch weights, and they outlive engine restarts.
  */
 #ifndef HY_SERVER_WORKER_H
 #define HY_SERVER_WORKER_H

@@ -187,6 +187,19 @@ def tail(path, n=40):
         return "(%s)" % e
 
 
+def children(master, engine=False):
+    """Pids of a hyserve master's live FastCGI workers, sorted; with
+    engine=True its engine process's instead (prctl name hyserve-engine)."""
+    out = subprocess.run(["ps", "-o", "pid=,stat=,comm=", "--ppid", str(master)],
+                         capture_output=True, text=True).stdout
+    pids = []
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 3 and not f[1].startswith("Z") and (f[2] == "hyserve-engine") == engine:
+            pids.append(int(f[0]))
+    return sorted(pids)
+
+
 # ---- the coordinator + nginx stack -------------------------------------------------
 class Stack:
     """`hyserve serve` on a private FastCGI socket, a private nginx in front
@@ -264,10 +277,9 @@ class Stack:
         return http(self.port, method, path, body, headers, timeout)
 
     def workers(self):
-        """Pids of the coordinator's live worker processes, sorted."""
-        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(self.serve.pid)],
-                             capture_output=True, text=True).stdout
-        return sorted(int(x) for x in out.split())
+        """Pids of the master's live worker processes, sorted (not its
+        engine process, which names itself hyserve-engine)."""
+        return children(self.serve.pid)
 
     def stop_serve(self, timeout=30):
         """SIGTERM to the coordinator (a drain); returns its exit status."""

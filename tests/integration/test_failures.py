@@ -76,9 +76,7 @@ def idle(m):
 
 
 def workers(colour="blue"):
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(SITE.procs[colour].pid)],
-                         capture_output=True, text=True).stdout
-    return sorted(int(x) for x in out.split())
+    return t.children(SITE.procs[colour].pid)
 
 
 def stream_body(prompt, max_tokens=400):
@@ -303,12 +301,13 @@ try:
                 st = dict(l.split(":", 1) for l in f)
             return [int(x) for x in st["Uid"].split()], [int(x) for x in st["Gid"].split()]
         up = SITE.start_colour("green")
-        pids = [SITE.procs["green"].pid] + workers("green") if up else []
+        pids = ([SITE.procs["green"].pid] + workers("green") +
+                t.children(SITE.procs["green"].pid, engine=True)) if up else []
         who = [ids(p) for p in pids]
-        ok(up and len(pids) == 2 and
+        ok(up and len(pids) == 3 and
            all(u == [nobody.pw_uid] * 4 and g == [nobody.pw_gid] * 4 for u, g in who),
-           "started as root with [server] user = nobody: the coordinator and its worker run as "
-           "nobody (real, effective, saved, fs uid and gid): %s" % who)
+           "started as root with [server] user = nobody: the master, its engine process and its "
+           "worker run as nobody (real, effective, saved, fs uid and gid): %s" % who)
         st, _, b = SITE.https("GET", "/metrics/green")
         ok(st == 200 and b"hyserve_info" in b,
            "and serve (/metrics/green through the site, with green's secret)")

@@ -309,11 +309,13 @@ def main():
         t.ok(serving and all(k in serving[0][3] for k in ("model", "workers", "load_ms")) and
              serving[0][3]["workers"] == "3" and serving[0][1] == "hyserve",
              "hyserve.log has the start line: event=serving model= workers=3 load_ms=")
-        loaded = [r[3] for r in crow if r[3].get("event") == "model_loaded"]
+        # the weights are the engine process's, which logs as <ident>-engine
+        loaded = [r[3] for r in read_lines(files("hyserve-engine"))[0]
+                  if r[3].get("event") == "model_loaded" and r[1] == "hyserve-engine"]
         t.ok(loaded and any(re.search(r"bytes|size|_mb|_mib", k) for k in loaded[0]) and
              any("kernel" in k for k in loaded[0]),
-             "an event=model_loaded line with its sizes and the kernel per layer kind (%s)"
-             % (loaded[0] if loaded else "none"))
+             "hyserve-engine.log: an event=model_loaded line with its sizes and the kernel per "
+             "layer kind (%s)" % (loaded[0] if loaded else "none"))
         victim = stack.workers()[0]
         os.kill(victim, signal.SIGKILL)
         died = t.wait_for(lambda: any(r[3].get("event") == "worker_died" and
@@ -445,7 +447,7 @@ def main():
         wrong_file = [r for r in rows if not os.path.basename(r[0]).startswith(r[1] + ".log")]
         t.ok(rows and not bad and not wrong_file and
              {os.path.basename(p).split(".log")[0] for p in allfiles} == {
-                 "hyserve", "hyserve-fcgi", "hyserve-blue"},
+                 "hyserve", "hyserve-fcgi", "hyserve-engine", "hyserve-blue"},
              "%d lines in %d files, all 'ISODATE HOST PROGRAM[PID]: LEVEL event=...' in "
              "<program>.log (%s)" % (len(rows), len(allfiles), (bad + wrong_file)[:2]))
     except Exception as ex:  # noqa

@@ -13,6 +13,11 @@ disk_mb set:
   ratio for a sliding-window model (tests/golden/tiny/gemma3.gguf: its hit
   needs the sliding pages of the window before it, from disk too; the disk
   holds no sliding page that slid out of every window);
+* engine crash: a prompt's pages, pushed out of a small hot tier by
+  later prompts, reach the disk; the engine process is killed (SIGKILL:
+  nothing persisted at a stop), the master starts a new one, whose disk
+  tier re-indexes the directory: the prompt hits its prefix from disk with
+  the same text;
 * /metrics: hits per tier, promotions, disk bytes; used + free + cached =
   total for every tier; hyserve-ctl-style reading of hyserve_tier_*;
 * bad files: a truncated file and another model's file are dropped when the
@@ -37,6 +42,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -378,6 +384,51 @@ def disk_full(model, vocab):
        "the same" % m(ms, "hyserve_disk_errors_total"))
 
 
+# ---- engine crash ------------------------------------------------------------------
+
+def engine_kill_hit(model, vocab, name, n_prompt=N_PROMPT):
+    """A prefix demoted to disk before the engine process is killed still
+    hits on the engine the master starts next (its hot and warm tiers died
+    with the old one: only the disk remains)."""
+    tmp = os.path.join(TOP, "kill")
+    st = stack_for(model, tmp, extra_cache={"hot_mb": 1}, n_prompt=n_prompt)
+    if not start(st, name + ", engine kill"):
+        return
+    try:
+        a = prompt_of(1000, vocab, n_prompt)
+        _, a_text, a_use = stream(st.port, model, a)
+        want = (n_prompt - 1) // 16
+        ms = metrics(st)
+        # later prompts push a's pages out of the hot tier (LRU: a's first)
+        # into warm, written through to disk
+        for k in range(60):
+            ms = metrics(st)
+            if m(ms, "hyserve_tier_entries", tier="cold", kind="kv_pages", state="cached") >= want \
+                    + m(ms, "hyserve_tier_entries", tier="hot", kind="kv_pages", state="cached"):
+                break
+            stream(st.port, model, prompt_of(2000 + k, vocab, n_prompt))
+        on_disk = m(ms, "hyserve_tier_entries", tier="cold", kind="kv_pages", state="cached")
+        victim = int(m(ms, "hyserve_engine_pid"))
+        os.kill(victim, signal.SIGKILL)
+        back = t.wait_for(lambda: (lambda x: m(x, "hyserve_engine_pid") not in (0, victim) and
+                                   m(x, "hyserve_engine_state", state="running") == 1)(metrics(st)),
+                          120, 0.1)
+        ms0 = metrics(st)
+        _, h_text, h_use = stream(st.port, model, a)
+        ms1 = metrics(st)
+        cold_hits = m(ms1, "hyserve_tier_hits_total", tier="cold") - \
+            m(ms0, "hyserve_tier_hits_total", tier="cold")
+        ok(back and cached(a_use) == 0 and cached(h_use) >= want * 16 and h_text == a_text and
+           cold_hits >= want,
+           "%s: a prefix on disk (%d pages there) before the engine was killed hits %d cached "
+           "tokens (>= %d) on the next engine, %d blocks from disk, same text"
+           % (name, on_disk, cached(h_use), want * 16, cold_hits, ))
+        bal = tiers_balance(ms1, 64)
+        ok(bal == "", "%s, after an engine kill: every tier balances (%s)" % (name, bal or "ok"))
+    finally:
+        st.stop()
+
+
 # ---- bad values ------------------------------------------------------------------------
 
 def refused(model, cache, want, what):
@@ -433,6 +484,7 @@ def main():
         if tmp:
             bad_files(HYBRID, 264, tmp, "hybrid (qwen35-long, GDN)", text, (20, 100, 110))
         sliding_window()
+        engine_kill_hit(HYBRID, 264, "hybrid (qwen35-long, GDN)")
         model, _ = t.default_model()
         if model == t.DEFAULT_MODEL:
             tmp, text = restart_hit(model, 49152, "default (SmolLM2)", 1)

@@ -11,7 +11,9 @@
  * grammar-constrained requests (the text matches, "stop" at the grammar's
  * end, batch invariance among other requests, never the device sampler, a
  * corrupt spec refused, counted by the source, the in-process source
- * alike), and the page-table accounting after every scenario.  Tiny random
+ * alike), an engine that dies mid-request (the next one resumes its
+ * requests exactly; a restart storm fails them; the page table emptied,
+ * EOWNERDEAD recovered), and the page-table accounting after every scenario.  Tiny random
  * models from tests/golden/tiny/.
  */
 #include "engine/engine.h"
@@ -28,6 +30,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define HY_E_MAXGEN 64
@@ -47,6 +50,7 @@ typedef struct {
     hy_engine_opts_t o;
     int32_t force_pages; /* > 0: a segment with this many pages instead */
     int32_t force_ring;  /* > 0: rings this short (the engine must wait for readers) */
+    bool polled;         /* no engine thread: the test steps it (hy_engine_poll) */
 } hy_e_env_t;
 
 static int hy_e_inst;
@@ -84,7 +88,7 @@ static int hy_e_up(hy_e_env_t *v, const hy_engine_opts_t *o, char *err)
         return rc;
     hy_ring_source(v->shm, &src);
     if ((rc = hy_engine_create(&v->e, v->m, v->be, hy_shm_pt(v->shm), &src, o, err)) != HY_OK ||
-        (rc = hy_engine_start(v->e, err)) != HY_OK) {
+        (!v->polled && (rc = hy_engine_start(v->e, err)) != HY_OK)) {
         hy_engine_free(v->e);
         hy_shm_close(v->shm);
         v->e = NULL;
@@ -729,6 +733,200 @@ out:
     HY_T_OK(0, "%s: resume points (%s)", name, err);
 }
 
+/* ---- the engine process dies (server/engine_proc.h) ---------------------- */
+
+#define HY_E_CRASH_N 4
+#define HY_E_CRASH_GEN 40
+
+/* Request i of the crash tests: even ones greedy, odd ones temperature 0.9
+ * with a seed and top_k, all with 2 logprobs; the last one constrained by
+ * a grammar (its matcher must be where it was, too). */
+static int hy_e_crash_submit(hy_e_env_t *v, int i, hy_req_handle_t *h, char *err)
+{
+    int32_t p[64];
+    hy_sampling_t sp;
+
+    hy_e_prompt(p, 20 + 7 * i, 900 + (uint64_t)i, v->m->n_vocab);
+    if (i == HY_E_CRASH_N - 1)
+        return hy_e_submit_g(v, p, 20 + 7 * i, HY_E_CRASH_GEN, 77, NULL, 0, h, err);
+    hy_sampling_default(&sp);
+    sp.temperature = i % 2 ? 0.9f : 0.0f;
+    sp.top_k = 40;
+    sp.seed = 100 + (uint64_t)i;
+    sp.n_logprobs = 2;
+    return hy_e_submit_s(v, p, 20 + 7 * i, HY_E_CRASH_GEN, &sp, h, err);
+}
+
+/* Appends what the ring holds to out; *st says the state once done. */
+static int hy_e_drain(hy_e_env_t *v, hy_req_handle_t h, hy_e_out_t *out, int timeout_ms,
+                      hy_req_status_t *st, char *err)
+{
+    hy_ring_tok_t buf[16];
+    int n, i;
+
+    if ((n = hy_req_read(v->shm, h, buf, 16, timeout_ms, st, err)) < 0)
+        return n;
+    for (i = 0; i < n && out->n < HY_E_MAXGEN; i++, out->n++) {
+        out->tok[out->n] = buf[i].token;
+        out->lp[out->n] = buf[i].logprob;
+    }
+    return n;
+}
+
+/* The engine "dies": freed with nothing finished, as a killed process
+ * leaves its page-table references and running slots behind. */
+static void hy_e_kill(hy_e_env_t *v)
+{
+    hy_engine_free(v->e);
+    v->e = NULL;
+}
+
+/* Requests under way when the engine dies resume on a new engine with
+ * the same tokens and logprobs as undisturbed (greedy and seeded
+ * sampling), whatever their reader had read; the page table is empty in
+ * between and nothing stays held after. */
+static void hy_e_crash(hy_e_env_t *v, const char *name)
+{
+    char err[HY_ERR_LEN] = "";
+    hy_e_out_t ref[HY_E_CRASH_N], got[HY_E_CRASH_N];
+    hy_req_handle_t h[HY_E_CRASH_N];
+    hy_req_status_t st;
+    hy_req_source_t src;
+    hy_pt_counts_t dead, c;
+    double worst = 0;
+    int rc = HY_OK, i, k, requeued = -1, failed = -1, prc = HY_OK, pushed = 0;
+
+    memset(got, 0, sizeof got);
+    hy_e_opts(&v->o);
+    if ((rc = hy_e_up(v, &v->o, err)) != HY_OK)
+        goto out;
+    for (i = 0; i < HY_E_CRASH_N && rc == HY_OK; i++)
+        rc = hy_e_crash_submit(v, i, &h[i], err);
+    for (i = 0; i < HY_E_CRASH_N && rc == HY_OK; i++)
+        rc = hy_e_collect(v, h[i], &ref[i], err);
+    hy_e_down(v, name);
+    if (rc != HY_OK)
+        goto out;
+    /* the same requests on an engine this thread steps, then kills */
+    v->polled = true;
+    rc = hy_e_up(v, &v->o, err);
+    v->polled = false;
+    if (rc != HY_OK)
+        goto out;
+    for (i = 0; i < HY_E_CRASH_N && rc == HY_OK; i++)
+        rc = hy_e_crash_submit(v, i, &h[i], err);
+    for (k = 0; k < 7 && rc == HY_OK; k++) {
+        hy_engine_poll(v->e);
+        if (k == 4) /* the reader is behind by some tokens, not all */
+            for (i = 0; i < HY_E_CRASH_N; i++)
+                hy_e_drain(v, h[i], &got[i], 0, &st, err);
+    }
+    for (i = 0; i < HY_E_CRASH_N; i++)
+        pushed += hy_req_slot(v->shm, (int32_t)h[i].idx)->n_generated > 0;
+    hy_e_kill(v);
+    hy_pt_counts(hy_shm_pt(v->shm), &dead);
+    if (rc == HY_OK)
+        rc = hy_shm_engine_lost(v->shm, NULL, &requeued, &failed);
+    prc = hy_pt_check(hy_shm_pt(v->shm), err);
+    hy_pt_counts(hy_shm_pt(v->shm), &c);
+    HY_T_OK(rc == HY_OK && prc == HY_OK && dead.pages_used > 0 && requeued == HY_E_CRASH_N &&
+                failed == 0 && pushed == HY_E_CRASH_N && c.pages_used == 0 &&
+                c.pages_cached == 0 && c.pages_free == c.pages_total && c.state_used == 0 &&
+                c.swa_free == c.swa_total && c.ckpt_used == 0 && c.ckpt_cached == 0,
+            "%s: engine dies with %d pages (%d sliding) held: all free after hy_shm_engine_lost "
+            "(used %d cached %d free %d of %d, sliding %d of %d free, states %d), %d requests "
+            "re-queued (%s)", name, dead.pages_used, dead.swa_used, c.pages_used, c.pages_cached,
+            c.pages_free, c.pages_total, c.swa_free, c.swa_total, c.state_used, requeued,
+            prc == HY_OK ? "ok" : err);
+    hy_ring_source(v->shm, &src);
+    if (rc == HY_OK &&
+        ((rc = hy_engine_create(&v->e, v->m, v->be, hy_shm_pt(v->shm), &src, &v->o, err)) !=
+             HY_OK ||
+         (rc = hy_engine_start(v->e, err)) != HY_OK))
+        hy_e_kill(v);
+    for (i = 0; i < HY_E_CRASH_N && rc == HY_OK; i++) {
+        for (k = 0; k < 3000; k++) {
+            int n = hy_e_drain(v, h[i], &got[i], 10, &st, err);
+
+            if (n < 0 || st.done)
+                break;
+        }
+        got[i].finish = st.finish_reason;
+        hy_req_release(v->shm, h[i], err);
+        worst = HY_MAX(worst, hy_e_diff(&ref[i], &got[i]));
+    }
+    HY_T_OK(rc == HY_OK && worst < 1e-4 && got[0].finish == HY_FINISH_LENGTH &&
+                got[1].n == HY_E_CRASH_GEN,
+            "%s: the new engine finishes them (one with a grammar, %d tokens): %d tokens each, "
+            "same tokens and logprobs as undisturbed (worst gap %.2g; %s)", name,
+            got[HY_E_CRASH_N - 1].n, got[0].n, worst, rc == HY_OK ? "ok" : err);
+    hy_e_down(v, name);
+    return;
+out:
+    HY_T_OK(0, "%s: engine crash (%s)", name, err);
+}
+
+/* A restart storm: the requests the dead engine ran and those still queued
+ * end as ERROR with HY_EUNAVAILABLE and the message, one its worker
+ * cancelled ends CANCELLED; the dead engine held the segment mutex
+ * (EOWNERDEAD, recovered).  Every slot frees once its worker lets go. */
+static void hy_e_storm(hy_e_env_t *v, const char *name)
+{
+    char err[HY_ERR_LEN] = "";
+    hy_req_handle_t h[HY_E_CRASH_N];
+    hy_req_status_t st[HY_E_CRASH_N];
+    hy_e_out_t sink;
+    hy_pt_counts_t c0, c;
+    int rc, i, k, requeued = -1, failed = -1, n_err = 0, status = -1;
+    pid_t pid;
+
+    hy_e_opts(&v->o);
+    v->polled = true;
+    rc = hy_e_up(v, &v->o, err);
+    v->polled = false;
+    if (rc != HY_OK) {
+        HY_T_OK(0, "%s: storm (%s)", name, err);
+        return;
+    }
+    for (i = 0; i < HY_E_CRASH_N - 1 && rc == HY_OK; i++)
+        rc = hy_e_crash_submit(v, i, &h[i], err);
+    for (k = 0; k < 6; k++)
+        hy_engine_poll(v->e);
+    if (rc == HY_OK) /* never taken */
+        rc = hy_e_crash_submit(v, HY_E_CRASH_N - 1, &h[HY_E_CRASH_N - 1], err);
+    if (rc == HY_OK)
+        rc = hy_req_cancel(v->shm, h[1], err);
+    hy_e_kill(v);
+    hy_pt_counts(hy_shm_pt(v->shm), &c0);
+    /* it died inside a critical section */
+    if ((pid = fork()) == 0)
+        _exit(hy_shm_lock(v->shm) == HY_OK ? 0 : 1);
+    waitpid(pid, &status, 0);
+    if (rc == HY_OK)
+        rc = hy_shm_engine_lost(v->shm, "restart storm", &requeued, &failed);
+    for (i = 0; i < HY_E_CRASH_N; i++) {
+        memset(&sink, 0, sizeof sink);
+        memset(&st[i], 0, sizeof st[i]);
+        for (k = 0; k < 100 && !st[i].done; k++)
+            if (hy_e_drain(v, h[i], &sink, 0, &st[i], err) < 0)
+                break;
+        n_err += st[i].done && st[i].state == HY_REQ_ERROR &&
+                 st[i].error_code == HY_EUNAVAILABLE && strcmp(st[i].error_msg, "restart storm") == 0;
+        hy_req_release(v->shm, h[i], err);
+    }
+    hy_pt_counts(hy_shm_pt(v->shm), &c);
+    HY_T_OK(rc == HY_OK && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+                c.recoveries == c0.recoveries + 1 && requeued == 0 && failed == 3 &&
+                n_err == 3 && st[1].state == HY_REQ_CANCELLED && c.pages_used == 0 &&
+                atomic_load(&hy_shm_stats(v->shm)->slots_used) == 0 &&
+                hy_pt_check(hy_shm_pt(v->shm), err) == HY_OK,
+            "%s: storm: the mutex's dead owner recovered (%llu), 2 running + 1 queued end as "
+            "503-errors (%d, failed %d), the cancelled one CANCELLED, no slot or page held",
+            name, (unsigned long long)c.recoveries, n_err, failed);
+    hy_shm_close(v->shm);
+    v->shm = NULL;
+}
+
 /* A pool far too small for 8 concurrent requests (each needs 4 of the 12
  * pages): preemption, same outputs. */
 static void hy_e_preempt(hy_e_env_t *v, const char *name)
@@ -1193,7 +1391,11 @@ int main(void)
             hy_e_preempt(&v, models[k]);
         if (k >= 6)
             hy_e_metrics(&v, models[k]);
+        if (k == 0 || k == 2 || k == 6) /* dense, a hybrid's states and checkpoints, and
+                                           a sliding page group */
+            hy_e_crash(&v, models[k]);
         if (k == 0) {
+            hy_e_storm(&v, models[k]);
             hy_e_cancel(&v, models[k]);
             hy_e_local_errors(&v, models[k]);
             hy_e_devsample(&v, models[k]);

@@ -604,6 +604,61 @@ static void test_evict_hook(void)
     accounting_ok("hook: end");
 }
 
+/* The engine died (server/engine_proc.h): hy_pt_reset frees every entry of
+ * both page groups, the checkpoints and the state slots, whatever they
+ * were (held by a sequence, cached, a pending checkpoint), and nothing of
+ * the dead engine's cache hits afterwards (its KV is gone). */
+static void test_reset_groups(void)
+{
+    int32_t a[32], held[8], held_swa[8], slot = -1, ck = -1, st = -1;
+    int32_t pages[64], swa[64];
+    hy_pt_match_t m = {pages, 64, 0, 0, -1, 0, swa, W, 0};
+    hy_pt_counts_t c0, c;
+    bool existed = false;
+    int r[5], i;
+
+    setup_groups(32, 12, 4, 3);
+    for (i = 0; i < 32; i++)
+        a[i] = 700 + i;
+    r[0] = run_swa_seq(a, 24, NULL); /* cached in both groups */
+    r[1] = hy_pt_alloc_pages(&pt, HY_KV_FULL, 5, held, err);
+    r[2] = hy_pt_alloc_pages(&pt, HY_KV_SWA, 3, held_swa, err);
+    r[3] = hy_pt_checkpoint_put(&pt, 0x1234, &ck, &existed, err); /* pending, held */
+    r[4] = hy_pt_state_alloc(&pt, &st, err);
+    if (r[3] == HY_OK && hy_pt_checkpoint_put(&pt, 0x5678, &slot, &existed, err) == HY_OK)
+        hy_pt_checkpoint_publish(&pt, slot, err); /* cached */
+    hy_pt_counts(&pt, &c0);
+    HY_T_OK(r[0] == 0 && r[1] == HY_OK && r[2] == HY_OK && r[3] == HY_OK && r[4] == HY_OK &&
+                c0.pages_used == 5 && c0.pages_cached == 6 && c0.swa_used == 3 &&
+                c0.swa_cached > 0 && c0.ckpt_used == 1 && c0.ckpt_cached == 1 &&
+                c0.state_used == 1,
+            "reset: before, pages %d used %d cached, sliding %d used %d cached, checkpoints %d "
+            "used %d cached, states %d", c0.pages_used, c0.pages_cached, c0.swa_used,
+            c0.swa_cached, c0.ckpt_used, c0.ckpt_cached, c0.state_used);
+    r[0] = hy_pt_reset(&pt);
+    hy_pt_counts(&pt, &c);
+    HY_T_OK(r[0] == HY_OK && c.pages_free == c.pages_total && c.pages_total == 32 &&
+                c.swa_free == c.swa_total && c.swa_total == 12 && c.ckpt_free == c.ckpt_total &&
+                c.ckpt_total == 4 && c.state_used == 0,
+            "reset: every page of both groups, checkpoint and state slot free (pages %d/%d, "
+            "sliding %d/%d, checkpoints %d/%d, states %d used)", c.pages_free, c.pages_total,
+            c.swa_free, c.swa_total, c.ckpt_free, c.ckpt_total, c.state_used);
+    accounting_ok("reset");
+    r[0] = hy_pt_match(&pt, a, 25, false, &m, err);
+    HY_T_OK(r[0] == HY_OK && m.n_blocks == 0, "reset: the dead engine's prefix no longer hits (%d)",
+            m.n_blocks);
+    /* the pools work after it: a full allocation of each group succeeds */
+    r[1] = hy_pt_alloc_pages(&pt, HY_KV_FULL, 32, pages, err);
+    r[2] = hy_pt_alloc_pages(&pt, HY_KV_SWA, 12, swa, err);
+    if (r[1] == HY_OK)
+        hy_pt_release_seq(&pt, HY_KV_FULL, pages, 32, err);
+    if (r[2] == HY_OK)
+        hy_pt_release_seq(&pt, HY_KV_SWA, swa, 12, err);
+    HY_T_OK(r[1] == HY_OK && r[2] == HY_OK, "reset: both pools allocate in full after it (%s)",
+            r[1] == HY_OK && r[2] == HY_OK ? "ok" : err);
+    accounting_ok("reset: reused");
+}
+
 int main(void)
 {
     test_params();
@@ -617,6 +672,7 @@ int main(void)
     test_state_slots_and_recover();
     test_sliding_group();
     test_evict_hook();
+    test_reset_groups();
     free(mem);
     return hy_t_done();
 }

@@ -2,7 +2,8 @@
  * test_sampler.c - the sampler against independent double-precision
  * references: greedy and top_k = 1, seeded determinism, a chi-square test
  * of the drawn distribution, exactly which tokens top_p/min_p keep, the
- * penalties' exact effect on logits, logprobs and parameter validation.
+ * penalties' exact effect on logits, logprobs and parameter validation, and
+ * the random stream's position (draw count, skip) a resumed request uses.
  */
 #include "engine/sampler.h"
 #include "test.h"
@@ -155,6 +156,59 @@ static void test_seeds(void)
     hy_sampler_free(s2);
     hy_sampler_free(s3);
     hy_sampler_free(s4);
+}
+
+/* The stream's position (what a request resumed after an engine crash
+ * restarts from): one draw per sampled token with temperature > 0 and
+ * top_k/top_p on or off, none when greedy; a fresh sampler skipped to the
+ * position of token k samples what the original sampled after it. */
+static void test_resume_position(void)
+{
+    enum { V = 500, N = 60, K = 23 };
+    hy_sampling_t p;
+    float logits[V], work[V];
+    int32_t a[N], b[N - K];
+    uint64_t at_k = 0;
+    hy_sampler_t *s1, *s2, *g;
+    int same = 1;
+
+    for (int v = 0; v < V; v++)
+        logits[v] = (float)(t_uniform() * 4.0);
+    hy_sampling_default(&p);
+    p.seed = 7;
+    p.temperature = 0.9f;
+    p.top_p = 0.95f;
+    s1 = mk(&p, V);
+    for (int i = 0; i < N; i++) {
+        memcpy(work, logits, sizeof work);
+        a[i] = hy_sampler_sample(s1, work, NULL);
+        hy_sampler_accept(s1, a[i]);
+        if (i == K - 1)
+            at_k = hy_sampler_draws(s1);
+    }
+    HY_T_OK(at_k == K && hy_sampler_draws(s1) == N, "one draw per token (%llu after %d, %llu "
+            "after %d)", (unsigned long long)at_k, K, (unsigned long long)hy_sampler_draws(s1), N);
+    s2 = mk(&p, V);
+    for (int i = 0; i < K; i++)
+        hy_sampler_accept(s2, a[i]);
+    hy_sampler_skip(s2, at_k);
+    for (int i = K; i < N; i++) {
+        memcpy(work, logits, sizeof work);
+        b[i - K] = hy_sampler_sample(s2, work, NULL);
+        hy_sampler_accept(s2, b[i - K]);
+        same &= b[i - K] == a[i];
+    }
+    HY_T_OK(same && hy_sampler_draws(s2) == N,
+            "a new sampler skipped to draw %llu continues with the same %d tokens",
+            (unsigned long long)at_k, N - K);
+    p.temperature = 0;
+    g = mk(&p, V);
+    memcpy(work, logits, sizeof work);
+    hy_sampler_sample(g, work, NULL);
+    HY_T_OK(hy_sampler_draws(g) == 0, "greedy draws nothing");
+    hy_sampler_free(s1);
+    hy_sampler_free(s2);
+    hy_sampler_free(g);
 }
 
 /* Pearson chi-square of hist against probs; df = n - 1. */
@@ -483,6 +537,7 @@ int main(void)
     test_greedy();
     test_top_k1_is_greedy();
     test_seeds();
+    test_resume_position();
     test_distribution();
     test_filters();
     test_top_p_big();
