@@ -90,6 +90,23 @@ const hy_config_key_t *hy_config_keys(size_t *n)
     return keys;
 }
 
+/* Keys an older release read, under their new names: a config written for
+ * it fails with the name to use instead of a bare "unknown key". */
+static const struct {
+    const char *section, *old, *now;
+} k_renamed[] = {
+    {"cache", "memory_mb", "hot_mb"},
+};
+
+static int unknown_key(const char *where, const char *section, const char *key, char *err)
+{
+    for (size_t i = 0; i < HY_ARRAY_LEN(k_renamed); i++)
+        if (strcmp(section, k_renamed[i].section) == 0 && strcmp(key, k_renamed[i].old) == 0)
+            return hy_err(err, HY_ENOENT, "%s: [%s] %s: unknown key (renamed to %s)", where,
+                          section, key, k_renamed[i].now);
+    return hy_err(err, HY_ENOENT, "%s: [%s] %s: unknown key", where, section, key);
+}
+
 static const hy_config_key_t *find_key(const char *section, const char *key)
 {
     for (size_t i = 0; i < HY_ARRAY_LEN(keys); i++) {
@@ -298,7 +315,7 @@ int hy_config_set(hy_config_t *cfg, const char *dotted_key, const char *value, c
         return hy_err(err, HY_ENOENT, "command line: [%s]: unknown section", section);
     k = find_key(section, dot + 1);
     if (k == NULL)
-        return hy_err(err, HY_ENOENT, "command line: [%s] %s: unknown key", section, dot + 1);
+        return unknown_key("command line", section, dot + 1, err);
     return apply(cfg, k, value, "command line", err);
 }
 
@@ -377,7 +394,7 @@ int hy_config_load(hy_config_t *cfg, const char *path, char *err)
         }
         k = find_key(section, colon + 1);
         if (k == NULL) {
-            rc = hy_err(err, HY_ENOENT, "%s: [%s] %s: unknown key", path, section, colon + 1);
+            rc = unknown_key(path, section, colon + 1, err);
             goto out;
         }
         rc = apply(cfg, k, d->val[i] ? d->val[i] : "", path, err);

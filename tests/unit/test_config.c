@@ -198,6 +198,10 @@ static void test_structure_errors(void)
     ok = load_fails("[cache]\npage_token = 16\n", "[cache] page_token: unknown key");
     ok &= set_fails("cache.page_token", "16", "command line: [cache] page_token: unknown key");
     HY_T_OK(ok, "unknown keys are named");
+    ok = load_fails("[cache]\nmemory_mb = 64\n", "[cache] memory_mb: unknown key (renamed to hot_mb)");
+    ok &= set_fails("cache.memory_mb", "64",
+                    "command line: [cache] memory_mb: unknown key (renamed to hot_mb)");
+    HY_T_OK(ok, "a key an older release read names its new name");
     ok = load_fails("[caches]\npage_tokens = 16\n", "[caches]: unknown section");
     ok &= set_fails("caches.page_tokens", "16", "command line: [caches]: unknown section");
     ok &= set_fails("page_tokens", "16", "command line: page_tokens: expected section.key");
