@@ -722,8 +722,6 @@ static int co_start_engine(co_t *co, char *err)
         goto out;
     }
     co->sp = co->hello.sp;
-    if (hy_shm_remove_stale(co->cfg->server.instance, err) == HY_OK)
-        hy_log(LOG_WARNING, "stale_segment_removed", "instance=%s", co->cfg->server.instance);
     if ((rc = hy_shm_create(&co->shm, co->cfg->server.instance, &co->sp, err)) != HY_OK)
         goto out;
     atomic_store(&hy_shm_header_rw(co->shm)->engine_state, HY_SHM_ENGINE_STARTING);
@@ -874,6 +872,22 @@ static int co_load_secret(co_t *co, char *err)
 /* Once the sockets are open, before any child exists: run as [server]
  * user from now on (the engine and the workers too; the segment is then
  * created as that user), owning what we remove at shutdown. */
+/* A segment of this instance that no live master owns is removed before
+ * privileges are dropped: one left by a run as root (a version or setup that
+ * never dropped them) could not be removed, nor replaced, afterwards.  A live
+ * owner is not an error here: creating the segment reports it. */
+static int co_remove_stale(co_t *co, char *err)
+{
+    char why[HY_ERR_LEN];
+    int rc = hy_shm_remove_stale(co->cfg->server.instance, why);
+
+    if (rc == HY_OK)
+        hy_log(LOG_WARNING, "stale_segment_removed", "instance=%s", co->cfg->server.instance);
+    else if (rc == HY_EIO)
+        return hy_err(err, rc, "%s", why);
+    return HY_OK;
+}
+
 static int co_drop_privileges(co_t *co, char *err)
 {
     const hy_config_t *cfg = co->cfg;
@@ -910,7 +924,8 @@ static int co_start(co_t *co, char *err)
     sigprocmask(SIG_BLOCK, &co->mask, &co->old_mask);
     signal(SIGPIPE, SIG_IGN);
     if ((rc = co_load_secret(co, err)) != HY_OK || (rc = co_load_vocab(co, err)) != HY_OK ||
-        (rc = co_open_sockets(co, err)) != HY_OK || (rc = co_drop_privileges(co, err)) != HY_OK ||
+        (rc = co_open_sockets(co, err)) != HY_OK || (rc = co_remove_stale(co, err)) != HY_OK ||
+        (rc = co_drop_privileges(co, err)) != HY_OK ||
         (rc = co_start_engine(co, err)) != HY_OK)
         return rc;
     co_prepare_workers(co);
