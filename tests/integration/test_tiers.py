@@ -5,12 +5,13 @@ disk_mb set:
 
 * restart: a 2,000-token prompt is computed, the server is stopped (the hot
   tier's cached pages go to disk at shutdown) and started again; the first
-  request with the same prompt hits >= 1,984 cached tokens from disk,
-  answers the same text, and its time to first token is >= 10x shorter
-  than the cold one - for the default model (SmolLM2, dense) and a Gated
-  DeltaNet hybrid (tests/golden/tiny/qwen35-long.gguf, whose hit also needs
-  its recurrent-state checkpoint from disk), and the same without the TTFT
-  ratio for a sliding-window model (tests/golden/tiny/gemma3.gguf: its hit
+  request with the same prompt hits >= 1,984 cached tokens from disk and
+  answers the same text (its time to first token against the cold one is
+  printed, not asserted: a wall-clock ratio is a benchmark - scripts/bench-tiers,
+  docs/tiers.md - and fails a test on a loaded machine) - for the default
+  model (SmolLM2, dense) and a Gated DeltaNet hybrid
+  (tests/golden/tiny/qwen35-long.gguf, whose hit also needs its
+  recurrent-state checkpoint from disk), and for a sliding-window model (tests/golden/tiny/gemma3.gguf: its hit
   needs the sliding pages of the window before it, from disk too; the disk
   holds no sliding page that slid out of every window);
 * engine crash: a prompt's pages, pushed out of a small hot tier by
@@ -33,8 +34,8 @@ disk_mb set:
   created, a disk_mb larger than its file system, a warm_mb the host
   cannot hold, two servers on one disk_dir.
 
-TAP.  The TTFT ratios are medians over several restarts for the tiny model
-(one for SmolLM2, whose cold prefill is the slow part of this test).
+TAP.  The TTFT ratios printed are medians over several restarts for the
+tiny model (one for SmolLM2, whose cold prefill is the slow part of this test).
 Environment: HY_SRCDIR, HYSERVE.
 """
 import http.client
@@ -182,10 +183,9 @@ def log_of(stack):
 
 # ---- restart hit ----------------------------------------------------------------
 
-def restart_hit(model, vocab, name, rounds, ratio_min=10, n_prompt=N_PROMPT):
+def restart_hit(model, vocab, name, rounds, n_prompt=N_PROMPT):
     """Cold prompts then restart hits; returns the directory and prompt 0's text.
-    ratio_min: the TTFT ratio asked for (0: reported only); n_prompt: tokens
-    of each prompt (a hit has all its whole blocks but the last token's)."""
+    n_prompt: tokens of each prompt (a hit has all its whole blocks but the last token's)."""
     tmp = os.path.join(TOP, name.split()[0])
     cold_t, hit_t, texts_ok, hits_ok = [], [], True, True
     min_cached = (n_prompt - 1) // 16 * 16
@@ -226,9 +226,6 @@ def restart_hit(model, vocab, name, rounds, ratio_min=10, n_prompt=N_PROMPT):
     ok(hits_ok and texts_ok,
        "%s: the first request after a restart hits %s cached tokens (>= %d) from disk, same text"
        % (name, got, min_cached))
-    if ratio_min > 0:
-        ok(ratio >= ratio_min, "%s: its time to first token is %.1fx shorter than cold (>= %dx)"
-           % (name, ratio, ratio_min))
     ok(cold_hits >= min_cached // 16 and reads > 0 and n_read >= min_cached // 16,
        "%s: /metrics: %d blocks hit from the cold tier, %d bytes in %d reads" % (name, cold_hits, reads, n_read))
     ok(bal == "", "%s: every tier balances: used + free + cached = total (%s)" % (name, bal or "ok"))
@@ -242,7 +239,7 @@ def sliding_window():
     pages from disk; the slid-out ones were never written."""
     name = "sliding-window (gemma3 tiny)"
     n = 480  # its context is 512
-    tmp, _ = restart_hit(GEMMA, 264, name, 1, ratio_min=0, n_prompt=n)
+    tmp, _ = restart_hit(GEMMA, 264, name, 1, n_prompt=n)
     if not tmp:
         return
     cache = os.path.join(tmp, "cache")
