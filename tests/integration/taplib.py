@@ -104,6 +104,17 @@ def skip_all(why):
     sys.exit(0)
 
 
+def require_models(models):
+    """models: [(path, the command that fetches it)].  Model files come from
+    outside the repository; a missing one is a failed check naming that
+    command, never a skip, and ends the test."""
+    missing = [(p, how) for p, how in models if not os.path.exists(p)]
+    for p, how in missing:
+        ok(False, "the model %s (%s)" % (p, how))
+    if missing:
+        sys.exit(done())
+
+
 def done():
     """Prints the plan; returns the exit status (1 if any check failed)."""
     print("1..%d" % n_test, flush=True)

@@ -26,11 +26,8 @@ import taplib as t  # noqa: E402
 ok, diag = t.ok, t.diag
 t.require(sitelib.missing_tools())
 GEMMA = os.path.join(t.SRC, "models", "gemma-3-270m-q4_k_m.gguf")
-if not os.path.exists(t.DEFAULT_MODEL) or not os.path.exists(GEMMA):
-    ok(os.path.exists(t.DEFAULT_MODEL),
-       "the default model %s (scripts/fetch-default-model)" % t.DEFAULT_MODEL)
-    ok(os.path.exists(GEMMA), "the Gemma 3 model %s (scripts/fetch-model gemma3-270m)" % GEMMA)
-    sys.exit(t.done())
+t.require_models([(t.DEFAULT_MODEL, "scripts/fetch-default-model"),
+                  (GEMMA, "scripts/fetch-model gemma3-270m")])
 
 # What each colour serves, as /v1/models reports it.
 WANT = {"blue": {"architecture": "llama", "layer_kinds": {"attention": 30},

@@ -36,11 +36,7 @@ if t.NGINX is None or sl is None:
                "(scripts/install-deps --test)")
 
 MODEL = t.DEFAULT_MODEL
-if not os.path.exists(MODEL):
-    # the corpus needs a model with a chat template; missing data is a failure
-    t.ok(False, "the default model %s (scripts/fetch-default-model)" % MODEL)
-    t.done()
-    sys.exit(1)
+t.require_models([(MODEL, "scripts/fetch-default-model")])  # the corpus needs its chat template
 MODEL_ID = os.path.basename(MODEL)[:-5]
 CONCURRENCY = 16
 MAX_TOKENS = 512

@@ -32,10 +32,7 @@ if t.NGINX is None or jsonschema is None:
                "(scripts/install-deps --test)")
 
 MODEL = t.DEFAULT_MODEL
-if not os.path.exists(MODEL):
-    t.ok(False, "the default model %s (scripts/fetch-default-model)" % MODEL)
-    t.done()
-    sys.exit(1)
+t.require_models([(MODEL, "scripts/fetch-default-model")])
 ok = t.ok
 MODEL_ID = os.path.basename(MODEL)[:-5]
 
