@@ -77,28 +77,6 @@ static int lc_finite(const float *x, size_t n)
     return 1;
 }
 
-/* Resident bytes of this process (Linux), or 0 if unknown. */
-static uint64_t lc_rss(void)
-{
-    unsigned long size, res;
-    FILE *f = fopen("/proc/self/statm", "r");
-    int ok;
-
-    if (f == NULL)
-        return 0;
-    ok = fscanf(f, "%lu %lu", &size, &res) == 2;
-    fclose(f);
-    return ok ? (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
-}
-
-static double lc_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void *lc_read(const char *ext, size_t want)
 {
     char rel[256];
@@ -199,7 +177,7 @@ int main(void)
     uint64_t kv0, st0, kv, st, rss16 = 0, plan16 = 0;
     bool runner_up = false, finite = true, plan_ok = true, state_ok = true, pool_ok = true;
     lc_cmp_t c;
-    double t0 = lc_now(), t_long, t_run = 0;
+    double t0 = hy_t_now(), t_long, t_run = 0;
     int rc, n_attn = 0;
 
     ids = lc_tokens(LC_CTX + LC_DECODE);
@@ -276,7 +254,7 @@ int main(void)
             (unsigned long long)kv0, (unsigned long long)full.kv_total,
             (unsigned long long)st0, (unsigned long long)full.state_total);
     memset(&seq, 0, sizeof seq);
-    t_run = lc_now();
+    t_run = hy_t_now();
     while (done < LC_CTX) {
         hy_runner_item_t it = {&seq, ids + done, LC_STEP, done == 0};
         float *out = done == 0 ? first : last;
@@ -305,14 +283,14 @@ int main(void)
             if (rc != HY_OK)
                 break;
             be->i->mem_allocated(be, &kv, &st);
-            rss = lc_rss();
+            rss = hy_t_rss();
             plan_ok = plan_ok && used == at.kv_total &&
                       (uint64_t)seq.n_pages * full.page_bytes == at.kv_total;
             state_ok = state_ok && st == st0 && at.state_total == st0;
             pool_ok = pool_ok && kv == kv0;
             printf("# %6d tokens: KV in use %9llu B = plan %9llu B, state %llu B, RSS %.1f MiB, "
                    "%.1f s\n", done, (unsigned long long)used, (unsigned long long)at.kv_total,
-                   (unsigned long long)st, rss / 1048576.0, lc_now() - t0);
+                   (unsigned long long)st, rss / 1048576.0, hy_t_now() - t0);
             if (ci == 0) {
                 rss16 = rss;
                 plan16 = at.kv_total;
@@ -329,7 +307,7 @@ int main(void)
             ci++;
         }
     }
-    t_long = lc_now() - t_run;
+    t_long = hy_t_now() - t_run;
     HY_T_OK(rc == HY_OK && done == LC_CTX && seq.n_tokens == LC_CTX,
             "prefilled %d tokens in steps of %d (%s)", done, LC_STEP, rc ? err : "ok");
     HY_T_OK(ci == (int)HY_ARRAY_LEN(checks) && plan_ok,
@@ -359,7 +337,7 @@ int main(void)
             "decoded %d tokens after %d: finite logits, context now %d (%s)", LC_DECODE, LC_CTX,
             seq.n_tokens, rc ? err : "ok");
     printf("# long run: %.1f s for %d tokens (%.0f tokens/s), total %.1f s\n", t_long, LC_CTX,
-           LC_CTX / t_long, lc_now() - t0);
+           LC_CTX / t_long, hy_t_now() - t0);
     hy_runner_seq_release(&r, &seq);
     {
         char perr[HY_ERR_LEN] = "ok";

@@ -37,28 +37,6 @@
 
 static hy_backend_t *g_be;
 
-/* Resident bytes of this process (Linux), or 0 if unknown. */
-static uint64_t sc_rss(void)
-{
-    unsigned long size, res;
-    FILE *f = fopen("/proc/self/statm", "r");
-    int ok;
-
-    if (f == NULL)
-        return 0;
-    ok = fscanf(f, "%lu %lu", &size, &res) == 2;
-    fclose(f);
-    return ok ? (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
-}
-
-static double sc_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static bool sc_finite(const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -105,7 +83,7 @@ static void sc_tiny(void)
     uint64_t kv0 = 0, st, kv, rss4 = 0, used4 = 0;
     float *logits = NULL;
     bool plan_ok = true, pool_ok = true, finite = true, up = false;
-    double t0 = sc_now();
+    double t0 = hy_t_now();
     int rc;
 
     buf = hy_tp_read_all(hy_t_srcpath("tests/golden/tiny/gemma3.gguf"), &size);
@@ -147,7 +125,7 @@ static void sc_tiny(void)
         if (ci >= (int)HY_ARRAY_LEN(checks) || done != checks[ci])
             continue;
         used = sc_used(&r, &c);
-        rss = sc_rss();
+        rss = hy_t_rss();
         g_be->i->mem_allocated(g_be, &kv, &st);
         plan_ok = plan_ok && c.pages_used == done / 16 &&
                   c.swa_used == hy_kv_swa_blocks(SC_WINDOW, 16, done) &&
@@ -157,7 +135,7 @@ static void sc_tiny(void)
                "B), RSS %.1f MiB, %.1f s\n", done, c.pages_used, c.swa_used,
                (unsigned long long)used, (unsigned long long)hy_plan_seq_kv_bytes(&p, done),
                (unsigned long long)(p.dense_page_bytes * (uint64_t)(done / 16)),
-               rss / 1048576.0, sc_now() - t0);
+               rss / 1048576.0, hy_t_now() - t0);
         if (done == 4096) {
             rss4 = rss;
             used4 = used;
@@ -200,7 +178,7 @@ static void sc_tiny(void)
                     c.swa_used + c.swa_free + c.swa_cached == c.swa_total,
                 "after release every page of both groups is back (%s)", perr);
     }
-    printf("# tiny gemma3 to %d tokens: %.1f s\n", SC_CTX, sc_now() - t0);
+    printf("# tiny gemma3 to %d tokens: %.1f s\n", SC_CTX, hy_t_now() - t0);
 out:
     if (up)
         hy_runner_free(&r);
@@ -225,7 +203,7 @@ static void sc_real_prefix(hy_model_t *m)
     hy_local_engine_t le;
     sw_out_t outs[4], cold = {0}, warm = {0};
     int32_t *prompt = sc_tokens(4096, m->n_vocab, 1000), c0 = -1, c1 = -1;
-    double t0 = sc_now(), gap;
+    double t0 = hy_t_now(), gap;
     int rc, rc2;
 
     memset(&o, 0, sizeof o);
@@ -249,7 +227,7 @@ static void sc_real_prefix(hy_model_t *m)
             "Gemma 3 270M: a repeated 4096-token prompt hits %d cached tokens (cold %d), samples "
             "the same %d tokens, logprobs and top-5 bit for bit (largest gap %.2g; %.0f s; %s)",
             c1, c0, SW_GEN, gap,
-            sc_now() - t0, rc ? err : "ok");
+            hy_t_now() - t0, rc ? err : "ok");
     free(prompt);
 }
 

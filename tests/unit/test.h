@@ -9,8 +9,11 @@
 #define HY_TEST_H
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 static int hy_t_count, hy_t_failed;
 
@@ -76,6 +79,31 @@ static unsigned char *hy_t_read_all(const char *path, size_t *size)
     }
     fclose(f);
     return buf;
+}
+
+/* Resident bytes of this process (Linux), or 0 if unknown. */
+static uint64_t hy_t_rss(void) __attribute__((unused));
+static uint64_t hy_t_rss(void)
+{
+    unsigned long size, res;
+    FILE *f = fopen("/proc/self/statm", "r");
+    int ok;
+
+    if (f == NULL)
+        return 0;
+    ok = fscanf(f, "%lu %lu", &size, &res) == 2;
+    fclose(f);
+    return ok ? (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+/* Monotonic seconds. */
+static double hy_t_now(void) __attribute__((unused));
+static double hy_t_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 #endif
