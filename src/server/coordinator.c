@@ -337,9 +337,12 @@ static pid_t co_fork_worker(hy_worker_ctx_t *w, co_slot_t *slots, uint32_t n, ui
         w->guard_fd = -1;
         return pid;
     }
-    /* Child: die with the master (SIGKILL: a worker left alone would wait
-     * for an engine that died too; nginx answers 502 JSON instead). */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* Child: die with the master (a worker left alone would wait for an
+     * engine that died too; nginx answers 502 JSON instead).  SIGUSR2, not
+     * SIGKILL: the worker first aborts the responses it is streaming, as no
+     * guard is left to (worker.c, wk_on_master_gone); until its handler is
+     * in place SIGUSR2's default action kills it just the same. */
+    prctl(PR_SET_PDEATHSIG, SIGUSR2);
     if (getppid() != parent)
         _exit(0);
     /* the coordinator's hold on its siblings' connections is not ours */

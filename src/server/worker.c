@@ -1617,6 +1617,49 @@ static bool wk_peer_allowed(hy_worker_ctx_t *w, FCGX_Request *rq)
     return false;
 }
 
+/* The master's death (the kernel's PR_SET_PDEATHSIG, SIGUSR2) takes the
+ * whole host: the engine dies with it, and nobody is left to write the
+ * guard's abort (guard.h) onto the connections this worker answers, so the
+ * worker does it itself before exiting: its streams end in an error at the
+ * client, never in what looks like a complete answer.  wk_conns[i] is the
+ * connection accept thread i answers, -1 between requests; the record is
+ * built at start, so the handler only sends. */
+static _Atomic int *wk_conns;
+static uint32_t wk_n_conns;
+static unsigned char wk_abort[HY_GUARD_ABORT_MAX];
+static size_t wk_abort_len;
+
+static void wk_on_master_gone(int sig)
+{
+    (void)sig;
+    for (uint32_t i = 0; i < wk_n_conns; i++) {
+        int fd = atomic_load(&wk_conns[i]);
+
+        if (fd >= 0)
+            (void)send(fd, wk_abort, wk_abort_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    _exit(70);
+}
+
+static void wk_master_gone_init(uint32_t n_all)
+{
+    struct sigaction sa;
+    char why[160];
+
+    snprintf(why, sizeof why, "hyserve: the master of worker %d died (its host went down); "
+                              "the response is aborted", (int)getpid());
+    wk_abort_len = hy_guard_abort_record(wk_abort, sizeof wk_abort, why);
+    for (uint32_t i = 0; i < n_all; i++)
+        atomic_store(&wk_conns[i], -1);
+    wk_n_conns = n_all;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = wk_on_master_gone;
+    sigfillset(&sa.sa_mask);
+    /* before this, SIGUSR2's default action ends the worker: nothing was
+     * accepted yet, so there is nothing to abort */
+    sigaction(SIGUSR2, &sa, NULL);
+}
+
 static void *wk_loop(void *arg)
 {
     wk_thread_t *t = arg;
@@ -1642,7 +1685,11 @@ static void *wk_loop(void *arg)
         held = w->guard_fd >= 0 && hy_guard_hold(w->guard_fd, t->index, rq.ipcFd, err) == HY_OK;
         if (w->guard_fd >= 0 && !held)
             hy_log(LOG_WARNING, "unguarded", "err=%s", err);
+        atomic_store(&wk_conns[t->index], rq.ipcFd);
         wk_handle(w, &rq, t->control);
+        /* closed by now: its number may be another thread's next connection,
+         * which a dying master aborts too, so the window costs nothing */
+        atomic_store(&wk_conns[t->index], -1);
         if (held && hy_guard_drop(w->guard_fd, t->index, err) != HY_OK)
             hy_log(LOG_WARNING, "unguarded", "err=%s", err);
     }
@@ -1678,11 +1725,13 @@ int hy_worker_main(hy_worker_ctx_t *w)
     n_all = n_threads * (1 + (w->tcp_fd >= 0)) + (w->control_fd >= 0);
     tids = calloc(n_all, sizeof *tids);
     ts = calloc(n_all, sizeof *ts);
-    if (tids == NULL || ts == NULL) {
+    wk_conns = calloc(n_all, sizeof *wk_conns);
+    if (tids == NULL || ts == NULL || wk_conns == NULL) {
         free(tids);
         free(ts);
         return 1;
     }
+    wk_master_gone_init(n_all);
     for (i = 0; i < n_all; i++) {
         ts[i].w = w;
         ts[i].log_gen = atomic_load(&w->ctl->log_gen);
