@@ -261,7 +261,7 @@ def check_pool_ctl(site, hosts):
     rc, out, _ = site.ctl("pool", "list")
     lines = out.strip().splitlines()
     ok(len(lines) == 3 and lines[0].startswith("unix:") and
-       lines[1] == "%s max_conns=8 max_fails=1 fail_timeout=5s" % HP[1] and
+       lines[1] == "%s max_conns=%d max_fails=1 fail_timeout=5s" % (HP[1], 40 if BENCH else 8) and
        lines[2].startswith(HP[2] + " "),
        "pool list: the local socket, then the two hosts with max_conns of the local line (%s)"
        % lines)
@@ -481,6 +481,11 @@ def bench(site, hosts, keys):
         ok(p.returncode == 0 and js.get("failed") == 0,
            "%d host(s): %s tok/s, %s ok, %s failed, requests per host %s" %
            (n, js.get("tok_per_s"), js.get("ok"), js.get("failed"), per))
+        if js.get("failed"):
+            diag("  failures: %s" % [l for l in p.stdout.splitlines() if "fail" in l.lower()][:5])
+            st = [re.findall(r"event=request .*route=/v1/completions .*status=(\d+)", hosts.log(i))
+                  for i in range(N_HOSTS)]
+            diag("  statuses per host: %s" % [sorted(set(x)) for x in st])
         tokens = js.get("output_tokens") or 0
         diag("hosts=%d tok_per_s=%s wall_s=%s output_tokens=%s ttft_p50_ms=%s e2e_p50_ms=%s "
              "stack_cpu_s=%.1f cpu_s_per_1k_tokens=%.2f" %
@@ -491,9 +496,11 @@ def bench(site, hosts, keys):
 
 
 def main():
-    extra = ({"server": {"threads_per_worker": 16}, "engine": {"max_seqs": 32}} if BENCH
+    # --bench: 40 threads and max_conns 40 per host, so the 32 streams never
+    # meet nginx's max_conns while a finished request's slot is released
+    extra = ({"server": {"threads_per_worker": 20}, "engine": {"max_seqs": 32}} if BENCH
              else {})
-    site = sitelib.Site({"blue": extra, "green": {}}, max_conns=32 if BENCH else 8,
+    site = sitelib.Site({"blue": extra, "green": {}}, max_conns=40 if BENCH else 8,
                         prefix="hypool-", site_edit=_plain_http if BENCH else None)
     site.http_port = getattr(_plain_http, "port", None)
     hosts = None
@@ -543,11 +550,12 @@ def main():
 def _plain_http(text):
     """--bench: a plain HTTP listener beside TLS for `hyserve bench --url`,
     and the per-key limits (16 streams, 10 requests/s) raised: the bench
-    sends everything with one key."""
+    sends everything with one key, 32 requests at once."""
     port = taplib.free_port()
     _plain_http.port = port
     for a, b in (("    server_name _;", "    listen 127.0.0.1:%d;\n    server_name _;" % port),
                  ("limit_conn hyserve_key_conn 16;", "limit_conn hyserve_key_conn 256;"),
+                 ("zone=hyserve_key_rps burst=20 nodelay;", "zone=hyserve_key_rps burst=1000 nodelay;"),
                  ("zone=hyserve_key_rps:10m rate=10r/s", "zone=hyserve_key_rps:10m rate=1000r/s")):
         if a not in text:
             raise RuntimeError("nginx/hyserve.conf has no '%s' to change for --bench" % a)
