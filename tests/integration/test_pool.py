@@ -25,7 +25,6 @@ streams through nginx with 1, 2 and 3 hosts (`hyserve bench --url
 Environment: HY_SRCDIR (source tree), HYSERVE (the binary).
 """
 import configparser
-import http.client as httpc
 import json
 import os
 import re
@@ -35,7 +34,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sitelib  # noqa: E402
@@ -211,13 +209,15 @@ def complete(site, key, prompt, max_tokens=2, session=None, timeout=60):
         return st, {"raw": body[:200].decode(errors="replace")}
 
 
-def stream(site, key, max_tokens, result, started=None):
+def stream(site, key, max_tokens, result, started=None, session=None):
     """One streamed completion; result gets status, events, done ([DONE]
     seen), error (the exception that ended the read, if any)."""
     c = site.connection(timeout=120)
+    h = {"Authorization": "Bearer " + key, "Content-Type": "application/json"}
+    if session:
+        h["X-Session-Id"] = session
     try:
-        c.request("POST", "/v1/completions", headers={"Authorization": "Bearer " + key,
-                                                      "Content-Type": "application/json"},
+        c.request("POST", "/v1/completions", headers=h,
                   body=json.dumps({"model": sitelib.MODEL_ID, "prompt": "Count: one, two,",
                                    "max_tokens": max_tokens, "stream": True,
                                    "ignore_eos": True}))
@@ -393,17 +393,33 @@ def check_under_load(site, hosts, keys):
        (len(results), len(failed), failed[:2]))
 
 
+def session_on(site, hosts, key, target, tries=40):
+    """An X-Session-Id the pool sends to host `target` (probed with one-token
+    requests: the ring depends on this run's addresses); None if none."""
+    for n in range(tries):
+        sid = "fo-%d-%d" % (PID, n)
+        before = hosts.log(target).count("event=request ")
+        st, _ = complete(site, key, "Probe %d." % n, max_tokens=1, session=sid)
+        if st == 200 and wait_for(lambda: hosts.log(target).count("event=request ") > before,
+                                  2, 0.05):
+            return sid
+    return None
+
+
 def check_failover(site, hosts, keys, home):
-    """kill -9 host2's master mid-stream."""
-    on2 = [n for n, h in home.items() if h == 2]
+    """kill -9 host2's master mid-stream: two streams on it (by session),
+    two on the others (by key)."""
+    k = next(iter(keys.values()))
+    sid = session_on(site, hosts, k, 2)
     others = [n for n, h in home.items() if h != 2]
-    if not on2:
-        ok(False, "no key of the spread landed on host2: cannot test its failover (%s)" % home)
+    if not ok(sid is not None and len(others) >= 2,
+              "a session that lands on host2 (%s) and two keys that do not (%s)" % (sid, others)):
         return
     started = [threading.Event() for _ in range(4)]
     res = [{} for _ in range(4)]
-    names = [on2[0], on2[-1], others[0], others[-1]]
-    ts = [threading.Thread(target=stream, args=(site, keys[names[j]], 400, res[j], started[j]))
+    args = [(k, sid), (k, sid), (keys[others[0]], None), (keys[others[-1]], None)]
+    ts = [threading.Thread(target=stream, args=(site, args[j][0], 400, res[j], started[j],
+                                                args[j][1]))
           for j in range(4)]
     for t in ts:
         t.start()
@@ -412,17 +428,21 @@ def check_failover(site, hosts, keys, home):
     hosts.procs[2].wait()
     for t in ts:
         t.join(180)
-    dead = [r for r in res[:2]]
-    ok(all(r.get("error") and not r.get("done") for r in dead),
-       "host2's streams end with a visible error, not a clean finish (%s)" % dead)
+    ok(all(r.get("error") and not r.get("done") for r in res[:2]),
+       "host2's streams end with a visible error, not a clean finish (%s)" % res[:2])
     ok(all(r.get("status") == 200 and r.get("done") and not r.get("error") for r in res[2:]),
        "the other hosts' streams finish ([DONE]) (%s)" % res[2:])
+    on2 = [n for n, h in home.items() if h == 2]
     bad = []
     for n in on2 + others[:2]:
         st, js = complete(site, keys[n], "After the failure, %s." % n)
         if st != 200:
             bad.append((n, st, js))
-    ok(not bad, "new requests of host2's keys (%d) and others succeed (%s)" % (len(on2), bad))
+    st, js = complete(site, k, "After the failure, the session.", session=sid)
+    if st != 200:
+        bad.append((sid, st, js))
+    ok(not bad, "new requests of host2's keys (%d) and session, and others', succeed (%s)" %
+       (len(on2), bad))
 
 
 def _cpu_s(pids):
