@@ -19,7 +19,8 @@ tests_unit_test_sha256_SOURCES = tests/unit/test_sha256.c
 tests_unit_test_sha256_LDADD = $(TEST_LDADD)
 
 # The configuration (hyserve.ini) and key=value syslog logging.
-libhy_a_SOURCES += src/common/config.c src/common/config.h src/common/log.c src/common/log.h
+libhy_a_SOURCES += src/common/config.c src/common/config.h src/common/log.c src/common/log.h \
+	src/common/netaddr.c src/common/netaddr.h
 check_PROGRAMS += tests/unit/test_config tests/unit/test_log
 TESTS += tests/unit/test_config tests/unit/test_log
 tests_unit_test_config_SOURCES = tests/unit/test_config.c
@@ -35,3 +36,9 @@ check_PROGRAMS += tests/unit/test_winstat
 TESTS += tests/unit/test_winstat
 tests_unit_test_winstat_SOURCES = tests/unit/test_winstat.c
 tests_unit_test_winstat_LDADD = $(TEST_LDADD)
+
+# [server] listen and allow: the TCP FastCGI address and its peer allow-list.
+check_PROGRAMS += tests/unit/test_netaddr
+TESTS += tests/unit/test_netaddr
+tests_unit_test_netaddr_SOURCES = tests/unit/test_netaddr.c
+tests_unit_test_netaddr_LDADD = $(TEST_LDADD)

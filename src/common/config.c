@@ -7,6 +7,7 @@
  * etc/hyserve.ini (the unit test checks the three agree).
  */
 #include "common/config.h"
+#include "common/netaddr.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -63,6 +64,8 @@ static const hy_config_key_t keys[] = {
     { "cache",  "disk_mb",            HY_CONFIG_UINT,    OFF(cache.disk_mb),            "4096",                  1,      U32_MAX, NULL },
     { "cache",  "hot_tokens_per_seq", HY_CONFIG_UINT,    OFF(cache.hot_tokens_per_seq), "0",                     0,      16777216, NULL },
     { "server", "socket",             HY_CONFIG_STRING,  OFF(server.socket),            "/run/hyserve/blue.sock", 1,     STR(server.socket), NULL },
+    { "server", "listen",             HY_CONFIG_LISTEN,  OFF(server.listen),            "",                      0,      STR(server.listen), NULL },
+    { "server", "allow",              HY_CONFIG_CIDRS,   OFF(server.allow),             "",                      0,      STR(server.allow), NULL },
     { "server", "control_socket",     HY_CONFIG_STRING,  OFF(server.control_socket),    "",                      0,      STR(server.control_socket), NULL },
     { "server", "socket_mode",        HY_CONFIG_MODE,    OFF(server.socket_mode),       "0660",                  0,      0777, NULL },
     { "server", "socket_group",       HY_CONFIG_STRING,  OFF(server.socket_group),      "",                      0,      STR(server.socket_group), NULL },
@@ -259,9 +262,22 @@ static int apply(hy_config_t *cfg, const hy_config_key_t *k, const char *value,
         if (!parse_bool(value, (bool *)field))
             return bad(err, src, k, value, "must be true or false");
         return HY_OK;
+    case HY_CONFIG_LISTEN:
+    case HY_CONFIG_CIDRS:
     case HY_CONFIG_STRING: {
         size_t len = strlen(value);
 
+        if (k->type != HY_CONFIG_STRING && value[0] && (double)len <= k->max) {
+            char why[200];
+            struct sockaddr_storage ss;
+            socklen_t sl;
+            hy_net_allow_t allow;
+
+            if ((k->type == HY_CONFIG_LISTEN ? hy_net_parse_listen(value, &ss, &sl, why, sizeof why)
+                                             : hy_net_parse_allow(value, &allow, why, sizeof why)) !=
+                HY_OK)
+                return bad(err, src, k, value, "%s", why);
+        }
         if ((double)len < k->min)
             return bad(err, src, k, value, "must not be empty");
         if ((double)len > k->max)

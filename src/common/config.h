@@ -14,6 +14,7 @@
 #define HY_CONFIG_PATH_LEN 4096
 #define HY_CONFIG_SOCKET_LEN 108 /* sizeof(sockaddr_un.sun_path) */
 #define HY_CONFIG_NAME_LEN 64
+#define HY_CONFIG_ALLOW_LEN 2048
 
 typedef enum {
     HY_CONFIG_INT,    /* int32_t, decimal */
@@ -24,6 +25,8 @@ typedef enum {
     HY_CONFIG_STRING, /* char[max + 1]; max = longest accepted length */
     HY_CONFIG_ENUM,   /* int32_t; value of the matching choice */
     HY_CONFIG_MODE,   /* uint32_t file permission bits, octal ("0660") */
+    HY_CONFIG_LISTEN, /* char[max + 1]; "" or ADDRESS:PORT (common/netaddr.h) */
+    HY_CONFIG_CIDRS,  /* char[max + 1]; "" or CIDR[, CIDR...] (common/netaddr.h) */
 } hy_config_type_t;
 
 /* KV cache element type ([cache] kv_type). */
@@ -56,6 +59,8 @@ typedef struct {
     } cache;
     struct {
         char socket[HY_CONFIG_SOCKET_LEN];
+        char listen[HY_CONFIG_NAME_LEN];  /* TCP ADDRESS:PORT besides socket; "" = none */
+        char allow[HY_CONFIG_ALLOW_LEN];  /* CIDR list for listen's peers; "" = loopback */
         char control_socket[HY_CONFIG_SOCKET_LEN]; /* "" = none */
         uint32_t socket_mode;
         char socket_group[HY_CONFIG_NAME_LEN]; /* "" = the process's group */

@@ -323,7 +323,8 @@ static void co_hash_stop(co_hash_t *h)
 static pid_t co_fork_worker(hy_worker_ctx_t *w, co_slot_t *slots, uint32_t n, uint32_t k,
                             const sigset_t *old_mask)
 {
-    uint32_t threads = w->cfg->server.threads_per_worker + (w->control_fd >= 0);
+    uint32_t threads = w->cfg->server.threads_per_worker * (1 + (w->tcp_fd >= 0)) +
+                       (w->control_fd >= 0);
     pid_t parent = getpid(), pid;
     char err[HY_ERR_LEN];
 
@@ -336,9 +337,12 @@ static pid_t co_fork_worker(hy_worker_ctx_t *w, co_slot_t *slots, uint32_t n, ui
         w->guard_fd = -1;
         return pid;
     }
-    /* Child: die with the master (SIGKILL: a worker left alone would wait
-     * for an engine that died too; nginx answers 502 JSON instead). */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* Child: die with the master (a worker left alone would wait for an
+     * engine that died too; nginx answers 502 JSON instead).  SIGUSR2, not
+     * SIGKILL: the worker first aborts the responses it is streaming, as no
+     * guard is left to (worker.c, wk_on_master_gone); until its handler is
+     * in place SIGUSR2's default action kills it just the same. */
+    prctl(PR_SET_PDEATHSIG, SIGUSR2);
     if (getppid() != parent)
         _exit(0);
     /* the coordinator's hold on its siblings' connections is not ours */
@@ -470,10 +474,11 @@ static void co_reload(hy_config_t *cfg, const co_args_t *a, hy_serve_ctl_t *ctl)
         strcmp(nc->cache.disk_dir, cfg->cache.disk_dir) || nc->cache.disk_mb != cfg->cache.disk_mb ||
         strcmp(nc->log.socket, cfg->log.socket) ||
         strcmp(nc->server.secret_file, cfg->server.secret_file) ||
-        strcmp(nc->server.user, cfg->server.user))
+        strcmp(nc->server.user, cfg->server.user) || strcmp(nc->server.listen, cfg->server.listen) ||
+        strcmp(nc->server.allow, cfg->server.allow))
         hy_log(LOG_WARNING, "reload_needs_restart",
-               "detail=%s", "model, engine, cache, socket, secret_file, user and log.socket "
-                            "settings apply at the next start");
+               "detail=%s", "model, engine, cache, socket, listen, allow, secret_file, user and "
+                            "log.socket settings apply at the next start");
     /* the workers keep the log socket they inherited, so it stays as started */
     memcpy(nc->log.socket, cfg->log.socket, sizeof nc->log.socket);
     cfg->log = nc->log;
@@ -522,6 +527,8 @@ typedef struct {
     int listen_fd;
     bool socket_open;
     int control_fd;        /* [server] control_socket; -1 when none */
+    int tcp_fd;            /* [server] listen; -1 when none */
+    hy_net_allow_t allow;  /* [server] allow, for tcp_fd's peers */
     char secret[HY_ACCESS_SECRET_MAX + 1]; /* [server] secret_file's; "" = none */
     sigset_t mask, old_mask;
     int64_t t0;
@@ -664,6 +671,8 @@ static int co_fork_engine(co_t *co, int hello_fd, int go_fd, const int mine[2], 
             close(co->listen_fd);
         if (co->control_fd >= 0)
             close(co->control_fd);
+        if (co->tcp_fd >= 0)
+            close(co->tcp_fd);
         for (uint32_t i = 0; co->slots != NULL && i < co->n_workers; i++)
             hy_guard_close(&co->slots[i].guard);
         hy_log_open(co_engine_ident, co->cfg->log.facility, atomic_load(&co->ctl->log_level),
@@ -754,8 +763,33 @@ out:
     return rc;
 }
 
-/* The control page, the listening socket (and the control socket, when
- * configured): opened before privileges are dropped. */
+/* [server] listen: bound here, before privileges are dropped (a port
+ * below 1024), with its allow-list built by the parsers that accepted both
+ * values when the configuration was read. */
+static int co_open_tcp(co_t *co, char *err)
+{
+    const hy_config_t *cfg = co->cfg;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char why[200];
+    int rc;
+
+    if (hy_net_parse_listen(cfg->server.listen, &ss, &len, why, sizeof why) != HY_OK)
+        return hy_err(err, HY_EINVAL, "[server] listen = %s: %s", cfg->server.listen, why);
+    if (hy_net_parse_allow(cfg->server.allow, &co->allow, why, sizeof why) != HY_OK)
+        return hy_err(err, HY_EINVAL, "[server] allow = %s: %s", cfg->server.allow, why);
+    if ((rc = hy_net_listen(&ss, len, cfg->server.listen, 128, &co->tcp_fd, err)) != HY_OK)
+        return rc;
+    /* without a secret, every allowed peer is believed for any key id */
+    hy_log(co->secret[0] ? LOG_INFO : LOG_WARNING, "listening",
+           "listen=%s allow=%s secret=%s", cfg->server.listen,
+           cfg->server.allow[0] ? cfg->server.allow : "127.0.0.0/8, ::1/128",
+           co->secret[0] ? "yes" : "none");
+    return HY_OK;
+}
+
+/* The control page, the listening socket (and the control socket and the
+ * TCP socket, when configured): opened before privileges are dropped. */
 static int co_open_sockets(co_t *co, char *err)
 {
     int rc;
@@ -777,7 +811,7 @@ static int co_open_sockets(co_t *co, char *err)
         (rc = co_open_socket(co->cfg, co->cfg->server.control_socket, "control_socket",
                              &co->control_fd, err)) != HY_OK)
         return rc;
-    return HY_OK;
+    return co->cfg->server.listen[0] ? co_open_tcp(co, err) : HY_OK;
 }
 
 /* What the workers inherit: the above, the segment, the model's facts
@@ -797,6 +831,8 @@ static void co_prepare_workers(co_t *co)
     w->n_vocab = co->hello.n_vocab;
     w->listen_fd = co->listen_fd;
     w->control_fd = co->control_fd;
+    w->tcp_fd = co->tcp_fd;
+    w->allow = &co->allow;
     w->guard_fd = -1;
     w->log_ident = co_worker_ident;
     w->info.id = co_model_id(co->cfg->model.path, co->model_id, sizeof co->model_id);
@@ -1143,6 +1179,8 @@ static void co_shutdown(co_t *co, bool failed)
         close(co->control_fd);
         unlink(co->cfg->server.control_socket);
     }
+    if (co->tcp_fd >= 0)
+        close(co->tcp_fd);
     explicit_bzero(co->secret, sizeof co->secret);
     if (co->hash != NULL)
         co_hash_stop(co->hash);
@@ -1173,6 +1211,7 @@ int hy_cmd_serve(int argc, char **argv)
     co.ctl = MAP_FAILED;
     co.listen_fd = -1;
     co.control_fd = -1;
+    co.tcp_fd = -1;
     co.t0 = co_now_ms();
     if ((rc = co_parse(argc, argv, &co.a)) != 0)
         return rc == 1 ? 0 : rc;

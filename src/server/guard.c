@@ -130,15 +130,15 @@ int hy_guard_open(hy_guard_t *g, uint32_t n_threads, int *worker_end, char *err)
  * connection already holds, nothing (HY_EFULL: try again later).  A
  * connection nginx has closed, or one the worker had finished (its write
  * side shut), refuses it; nothing is left to abort then. */
-static int gd_write_abort(int conn, const char *why)
+size_t hy_guard_abort_record(unsigned char *rec, size_t cap, const char *why)
 {
-    unsigned char rec[8 + 256 + 8 + 8];
-    size_t len = strlen(why), pad, n;
-    ssize_t w;
+    size_t len = strlen(why), pad;
 
     if (len > 256)
         len = 256;
     pad = (8 - len % 8) % 8;
+    if (cap < 8 + len + pad + 8)
+        return 0;
     rec[0] = GD_FCGI_VERSION;
     rec[1] = GD_FCGI_STDERR;
     rec[2] = 0;
@@ -151,7 +151,15 @@ static int gd_write_abort(int conn, const char *why)
     memset(rec + 8 + len, 0, pad);
     /* then a header with version 0: nginx stops reading and aborts */
     memset(rec + 8 + len + pad, 0, 8);
-    n = 8 + len + pad + 8;
+    return 8 + len + pad + 8;
+}
+
+static int gd_write_abort(int conn, const char *why)
+{
+    unsigned char rec[HY_GUARD_ABORT_MAX];
+    size_t n = hy_guard_abort_record(rec, sizeof rec, why);
+    ssize_t w;
+
     /* MSG_DONTWAIT, not O_NONBLOCK: the descriptor shares its file status
      * flags with the worker's */
     do

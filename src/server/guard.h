@@ -22,6 +22,7 @@
 #ifndef HY_SERVER_GUARD_H
 #define HY_SERVER_GUARD_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -47,6 +48,13 @@ typedef struct {
 int hy_guard_hold(int worker_end, uint32_t thread, int conn_fd, char *err);
 /* Accept thread `thread` finished its request (FCGX_Finish_r done). */
 int hy_guard_drop(int worker_end, uint32_t thread, char *err);
+
+/* The bytes of an abort: a FastCGI stderr record carrying why (cut at 256
+ * bytes), then a header nginx rejects.  Returns their length, 0 when cap is
+ * too small; async-signal-safe (a worker writes it from a signal handler
+ * when its master dies, as nobody else is left to). */
+#define HY_GUARD_ABORT_MAX (8 + 256 + 8 + 8)
+size_t hy_guard_abort_record(unsigned char *rec, size_t cap, const char *why);
 
 /* ---- supervisor side ---- */
 

@@ -16,6 +16,8 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcgiapp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1568,6 +1571,7 @@ typedef struct {
     uint32_t index; /* its slot in the connection guard */
     int fd;       /* the socket this thread accepts on */
     bool control; /* it is the control socket */
+    bool tcp;     /* it is [server] listen: peers are checked against [server] allow */
 } wk_thread_t;
 
 /* SIGHUP may change the log settings.  The accept threads of one worker
@@ -1585,6 +1589,75 @@ static void wk_log_reopen(hy_worker_ctx_t *w, int gen)
         wk_log_gen_open = gen;
     }
     pthread_mutex_unlock(&wk_log_lock);
+}
+
+/* A TCP peer outside [server] allow is closed unanswered before anything
+ * of its request is looked at.  libfcgi accepts inside FCGX_Accept_r (and
+ * has read the request's FastCGI parameters by the time it returns), so
+ * this is the first moment the connection is ours to judge. */
+static bool wk_peer_allowed(hy_worker_ctx_t *w, FCGX_Request *rq)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    char addr[HY_NET_ADDR_STR];
+    int one = 1;
+
+    if (getpeername(rq->ipcFd, (struct sockaddr *)&ss, &len) != 0)
+        ss.ss_family = AF_UNSPEC;
+    if (hy_net_allowed(w->allow, (struct sockaddr *)&ss)) {
+        /* libfcgi sets it for IPv4 peers only: tokens must not wait on Nagle */
+        (void)setsockopt(rq->ipcFd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        return true;
+    }
+    hy_net_format((struct sockaddr *)&ss, addr, sizeof addr);
+    hy_log(LOG_WARNING, "peer_refused", "peer=%s key=%s allow=%s", addr, "[server] allow",
+           w->cfg->server.allow[0] ? w->cfg->server.allow : "127.0.0.0/8, ::1/128");
+    (void)shutdown(rq->ipcFd, SHUT_RDWR);
+    FCGX_Free(rq, 1);
+    return false;
+}
+
+/* The master's death (the kernel's PR_SET_PDEATHSIG, SIGUSR2) takes the
+ * whole host: the engine dies with it, and nobody is left to write the
+ * guard's abort (guard.h) onto the connections this worker answers, so the
+ * worker does it itself before exiting: its streams end in an error at the
+ * client, never in what looks like a complete answer.  wk_conns[i] is the
+ * connection accept thread i answers, -1 between requests; the record is
+ * built at start, so the handler only sends. */
+static _Atomic int *wk_conns;
+static uint32_t wk_n_conns;
+static unsigned char wk_abort[HY_GUARD_ABORT_MAX];
+static size_t wk_abort_len;
+
+static void wk_on_master_gone(int sig)
+{
+    (void)sig;
+    for (uint32_t i = 0; i < wk_n_conns; i++) {
+        int fd = atomic_load(&wk_conns[i]);
+
+        if (fd >= 0)
+            (void)send(fd, wk_abort, wk_abort_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    _exit(70);
+}
+
+static void wk_master_gone_init(uint32_t n_all)
+{
+    struct sigaction sa;
+    char why[160];
+
+    snprintf(why, sizeof why, "hyserve: the master of worker %d died (its host went down); "
+                              "the response is aborted", (int)getpid());
+    wk_abort_len = hy_guard_abort_record(wk_abort, sizeof wk_abort, why);
+    for (uint32_t i = 0; i < n_all; i++)
+        atomic_store(&wk_conns[i], -1);
+    wk_n_conns = n_all;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = wk_on_master_gone;
+    sigfillset(&sa.sa_mask);
+    /* before this, SIGUSR2's default action ends the worker: nothing was
+     * accepted yet, so there is nothing to abort */
+    sigaction(SIGUSR2, &sa, NULL);
 }
 
 static void *wk_loop(void *arg)
@@ -1605,12 +1678,18 @@ static void *wk_loop(void *arg)
             wk_log_reopen(w, gen);
             t->log_gen = gen;
         }
+        if (t->tcp && !wk_peer_allowed(w, &rq))
+            continue;
         /* the coordinator holds the connection while we answer, so that
          * our death aborts the response instead of ending it */
         held = w->guard_fd >= 0 && hy_guard_hold(w->guard_fd, t->index, rq.ipcFd, err) == HY_OK;
         if (w->guard_fd >= 0 && !held)
             hy_log(LOG_WARNING, "unguarded", "err=%s", err);
+        atomic_store(&wk_conns[t->index], rq.ipcFd);
         wk_handle(w, &rq, t->control);
+        /* closed by now: its number may be another thread's next connection,
+         * which a dying master aborts too, so the window costs nothing */
+        atomic_store(&wk_conns[t->index], -1);
         if (held && hy_guard_drop(w->guard_fd, t->index, err) != HY_OK)
             hy_log(LOG_WARNING, "unguarded", "err=%s", err);
     }
@@ -1642,23 +1721,27 @@ int hy_worker_main(hy_worker_ctx_t *w)
     }
     if (n_threads < 1)
         n_threads = 1;
-    /* one more thread for the control socket, if there is one */
-    n_all = n_threads + (w->control_fd >= 0);
+    /* as many again for [server] listen, one more for the control socket */
+    n_all = n_threads * (1 + (w->tcp_fd >= 0)) + (w->control_fd >= 0);
     tids = calloc(n_all, sizeof *tids);
     ts = calloc(n_all, sizeof *ts);
-    if (tids == NULL || ts == NULL) {
+    wk_conns = calloc(n_all, sizeof *wk_conns);
+    if (tids == NULL || ts == NULL || wk_conns == NULL) {
         free(tids);
         free(ts);
         return 1;
     }
+    wk_master_gone_init(n_all);
     for (i = 0; i < n_all; i++) {
         ts[i].w = w;
         ts[i].log_gen = atomic_load(&w->ctl->log_gen);
         ts[i].index = i;
-        ts[i].control = i >= n_threads;
-        ts[i].fd = ts[i].control ? w->control_fd : w->listen_fd;
+        ts[i].control = w->control_fd >= 0 && i == n_all - 1;
+        ts[i].tcp = !ts[i].control && i >= n_threads;
+        ts[i].fd = ts[i].control ? w->control_fd : ts[i].tcp ? w->tcp_fd : w->listen_fd;
     }
-    hy_log(LOG_INFO, "worker_started", "threads=%u control=%d", n_threads, w->control_fd >= 0);
+    hy_log(LOG_INFO, "worker_started", "threads=%u control=%d tcp=%d", n_threads,
+           w->control_fd >= 0, w->tcp_fd >= 0);
     for (i = 1; i < n_all; i++)
         if (pthread_create(&tids[i], NULL, wk_loop, &ts[i]) != 0)
             tids[i] = 0;

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 
 #include "common/config.h"
+#include "common/netaddr.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "ipc/ring.h"
@@ -41,6 +42,8 @@ typedef struct {
     int32_t n_vocab;
     int listen_fd;
     int control_fd;             /* [server] control_socket, -1 = none */
+    int tcp_fd;                 /* [server] listen, -1 = none */
+    const hy_net_allow_t *allow; /* [server] allow: tcp_fd's peers */
     int guard_fd;               /* the coordinator's connection guard (guard.h), -1 = none */
     const char *secret;         /* HYSERVE_SECRET every request must carry; "" = none (access.h) */
     const char *log_ident;      /* "<ident>-fcgi" */

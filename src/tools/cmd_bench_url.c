@@ -41,6 +41,7 @@ typedef struct {
     char auth[512];
     const char *model;
     bool chat;
+    bool sessions; /* X-Session-Id per request: spreads a pool's hosts (nginx hash) */
     long concurrency, requests, prompt_tokens, max_tokens, timeout_s, prompt_seed;
     struct addrinfo *addr;
     /* shared state */
@@ -265,7 +266,7 @@ static int hy_burl_body_bytes(hy_burl_stream_t *st, const char *p, size_t n, boo
 static void hy_burl_one(hy_burl_t *b, long i, hy_burl_result_t *r)
 {
     hy_burl_stream_t st;
-    char *body = hy_burl_body(b, i), *req = NULL, buf[16384];
+    char *body = hy_burl_body(b, i), *req = NULL, buf[16384], sess[80] = "";
     size_t req_len = 0, off = 0;
     struct timeval tv = {b->timeout_s, 0};
     double t0;
@@ -285,12 +286,14 @@ static void hy_burl_one(hy_burl_t *b, long i, hy_burl_result_t *r)
         hy_burl_fail(r, "out of memory", NULL);
         goto out;
     }
+    if (b->sessions)
+        snprintf(sess, sizeof sess, "X-Session-Id: bench-%ld-%ld\r\n", b->prompt_seed, i);
     req_len = (size_t)sprintf(req,
                               "POST %s%s HTTP/1.1\r\nHost: %s:%s\r\n"
                               "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
-                              "%sContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                              "%s%sContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
                               b->path, b->chat ? "/v1/chat/completions" : "/v1/completions",
-                              b->host, b->port, b->auth, strlen(body), body);
+                              b->host, b->port, b->auth, sess, strlen(body), body);
     t0 = hy_cli_now_ms();
     fd = socket(b->addr->ai_family, b->addr->ai_socktype, b->addr->ai_protocol);
     if (fd < 0 || connect(fd, b->addr->ai_addr, b->addr->ai_addrlen) != 0) {
@@ -542,10 +545,13 @@ static void hy_burl_usage(FILE *f)
             "usage: hyserve bench --url http://HOST:PORT [--concurrency N] [--requests M]\n"
             "                     [--prompt-tokens P] [--max-tokens T] [--api-key K]\n"
             "                     [--model NAME] [--chat] [--timeout S] [--prompt-seed X]\n"
+            "                     [--sessions]\n"
             "  N clients keep N streamed requests in flight until M are done (defaults 1, 8,\n"
             "  P=100, T=64, S=300); ignore_eos makes every request generate T tokens.\n"
             "  Prompts differ per request and per X (default 0): warm up with another X so\n"
-            "  the measured prompts are not already in a prefix cache.\n");
+            "  the measured prompts are not already in a prefix cache.  --sessions sends\n"
+            "  each request its own X-Session-Id (bench-X-i), which a pool of hosts behind\n"
+            "  nginx spreads over its hosts (one API key alone always lands on one host).\n");
 }
 
 /* Options into b and *url: 0 parsed, 1 --help printed, 2 a usage error
@@ -558,7 +564,7 @@ static int hy_burl_args(int argc, char **argv, hy_burl_t *b, const char **url)
         {"max-tokens", required_argument, 0, 'T'}, {"api-key", required_argument, 0, 'k'},
         {"model", required_argument, 0, 'm'}, {"chat", no_argument, 0, 'C'},
         {"timeout", required_argument, 0, 't'}, {"prompt-seed", required_argument, 0, 's'},
-        {"help", no_argument, 0, 'h'},
+        {"sessions", no_argument, 0, 'S'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *key = NULL;
     int opt;
@@ -582,6 +588,7 @@ static int hy_burl_args(int argc, char **argv, hy_burl_t *b, const char **url)
         case 'k': key = optarg; break;
         case 'm': b->model = optarg; break;
         case 'C': b->chat = true; break;
+        case 'S': b->sessions = true; break;
         case 'h': hy_burl_usage(stdout); return 1;
         default: hy_burl_usage(stderr); return 2;
         }

@@ -23,3 +23,10 @@ EXTRA_DIST += tests/integration/test_tiers.py scripts/bench-tiers
 # concurrent requests (the engine's bitwise checks: tests/unit/test_bitwise)
 TESTS += tests/integration/test_seed.py
 EXTRA_DIST += tests/integration/test_seed.py
+# Several hosts behind one nginx: three instances in their own network
+# namespaces (ip netns: root, as in CI) with [server] listen, the secret and
+# an allow-list; hyserve-ctl pool, key spread, session affinity, a canary and
+# a switch with a pool, a host removed and added under load, a host killed
+# mid-stream (~100 s).  `test_pool.py --bench`: docs/PERFORMANCE.md section 8.
+TESTS += tests/integration/test_pool.py
+EXTRA_DIST += tests/integration/test_pool.py

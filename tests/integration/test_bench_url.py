@@ -75,6 +75,12 @@ try:
     ok(p.returncode == 0 and js and js["ok"] == 2 and js["output_tokens"] == 16,
        "--chat with a /v1 base URL (%s)" % (js or p.stderr.strip()))
 
+    # --sessions: an X-Session-Id per request (a pool spreads them over its
+    # hosts: test_pool.py --bench); one host just answers them
+    p, js = bench(url, "--sessions", "--concurrency", "2", "--requests", "2",
+                  "--max-tokens", "4", "--prompt-tokens", "20")
+    ok(p.returncode == 0 and js and js["ok"] == 2, "--sessions (%s)" % (js or p.stderr.strip()))
+
     # server errors count as failures: a model name the server does not have
     p, js = bench(url, "--requests", "2", "--max-tokens", "4", "--model", "no-such-model")
     ok(p.returncode == 1 and js and js["failed"] == 2 and "HTTP 404" in p.stdout,

@@ -144,6 +144,14 @@ static void test_good_values(void)
             hy_config_set(&cfg, "model.path", "/m/x.gguf", err) == HY_OK &&
             strcmp(cfg.model.path, "/m/x.gguf") == 0,
             "command-line overrides set sizes and strings");
+    hy_config_defaults(&cfg);
+    HY_T_OK(hy_config_set(&cfg, "server.listen", "[fd00::2]:9000", err) == HY_OK &&
+            strcmp(cfg.server.listen, "[fd00::2]:9000") == 0 &&
+            hy_config_set(&cfg, "server.allow", " 10.0.0.0/8 , fd00::/64,192.168.1.7", err) ==
+                HY_OK &&
+            strcmp(cfg.server.allow, " 10.0.0.0/8 , fd00::/64,192.168.1.7") == 0 &&
+            hy_config_set(&cfg, "server.listen", "", err) == HY_OK && !cfg.server.listen[0],
+            "listen and allow take IPv4, IPv6 and empty (%s)", err);
 }
 
 static void test_bad_values(void)
@@ -182,6 +190,24 @@ static void test_bad_values(void)
     ok = set_fails("server.socket_mode", "0778", "command line: [server] socket_mode = 0778: must be an octal mode 0000..0777 (e.g. 0660)");
     ok &= set_fails("server.socket_mode", "1777", "command line: [server] socket_mode = 1777: must be an octal mode 0000..0777 (e.g. 0660)");
     HY_T_OK(ok, "mode: non-octal digit, out of range");
+
+    ok = set_fails("server.listen", "10.0.0.1", "command line: [server] listen = 10.0.0.1: expected ADDRESS:PORT (e.g. 10.0.0.2:9000, [fd00::2]:9000)");
+    ok &= set_fails("server.listen", "10.0.0.300:9000", "command line: [server] listen = 10.0.0.300:9000: '10.0.0.300' is not an IP address (names are not resolved)");
+    ok &= set_fails("server.listen", "localhost:9000", "command line: [server] listen = localhost:9000: 'localhost' is not an IP address (names are not resolved)");
+    ok &= set_fails("server.listen", "10.0.0.1:65536", "command line: [server] listen = 10.0.0.1:65536: port '65536' is not 1..65535");
+    ok &= set_fails("server.listen", "10.0.0.1:0", "command line: [server] listen = 10.0.0.1:0: port '0' is not 1..65535");
+    ok &= set_fails("server.listen", "10.0.0.1:+80", "command line: [server] listen = 10.0.0.1:+80: port '+80' is not 1..65535");
+    ok &= set_fails("server.listen", "::1:9000", "command line: [server] listen = ::1:9000: an IPv6 address is written in brackets: [ADDRESS]:PORT");
+    ok &= set_fails("server.listen", "[10.0.0.1]:9000", "command line: [server] listen = [10.0.0.1]:9000: '10.0.0.1' is not an IP address (names are not resolved)");
+    HY_T_OK(ok, "listen: no port, bad address, a name, port out of range, IPv6 without brackets");
+
+    ok = set_fails("server.allow", "10.0.0.0/33", "command line: [server] allow = 10.0.0.0/33: '10.0.0.0/33': prefix length must be 0..32");
+    ok &= set_fails("server.allow", "fd00::/129", "command line: [server] allow = fd00::/129: 'fd00::/129': prefix length must be 0..128");
+    ok &= set_fails("server.allow", "10.0.0.0/8, 10.0.0.x", "command line: [server] allow = 10.0.0.0/8, 10.0.0.x: '10.0.0.x' is not an IP address");
+    ok &= set_fails("server.allow", "10.0.0.0/8,,::1", "command line: [server] allow = 10.0.0.0/8,,::1: empty item in the list");
+    ok &= set_fails("server.allow", "10.0.0.0/", "command line: [server] allow = 10.0.0.0/: '10.0.0.0/': prefix length must be 0..32");
+    ok &= load_fails("[server]\nallow = 10.1.0.0/16 x\n", "[server] allow = 10.1.0.0/16 x: '10.1.0.0/16 x': prefix length must be 0..32");
+    HY_T_OK(ok, "allow: prefix out of range, bad address, empty item, from a file too");
 
     ok = set_fails("log.ident", "", "command line: [log] ident = : must not be empty");
     ok &= set_fails("server.instance", "abcdefghijabcdefghijabcdefghijabc",
