@@ -413,7 +413,8 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
         return false;
     /* what the warm and cold tiers hold of its prefix comes up first; from
      * disk that takes a while, and the others go ahead meanwhile */
-    s->fetching = e->tiering != NULL && hy_tiering_prepare(e->tiering, s->tokens, s->n_total) > 0;
+    s->fetching = e->tiering != NULL &&
+                  hy_tiering_prepare(e->tiering, s->tokens, s->n_total, &s->tw) > 0;
     if (s->fetching)
         return false;
     if (e->hybrid) {
@@ -552,6 +553,7 @@ static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken
     s->priority = q->params.priority;
     s->order = q->order;
     s->started = s->blocked = s->fetching = false;
+    memset(&s->tw, 0, sizeof s->tw);
     s->finish_after = HY_FINISH_NONE;
     s->state = s->ckpt = -1;
     s->branch = 0;
