@@ -504,10 +504,10 @@ int hy_tiering_prepare(hy_tiering_t *tg, const int32_t *tokens, int32_t n, hy_ti
     tg_fetch(tg, &pl, front, swa_ok, ckpt_ok, w, &f);
     if (f.no_budget)
         reason = HY_TIER_GIVEUP_REREADS;
-    else if (f.in_flight > 0 && (t0 - w->moved_us) / 1000 >= tg->stall_ms)
-        reason = HY_TIER_GIVEUP_STALLED;
     else if (f.in_flight == 0 && done == 0 && !f.gone)
         reason = HY_TIER_GIVEUP_NO_ROOM; /* nothing moves: the hot pool or warm slots are full */
+    else if ((t0 - w->moved_us) / 1000 >= tg->stall_ms)
+        reason = HY_TIER_GIVEUP_STALLED; /* whatever it waits for, the front stood still */
     else
         rc = 1; /* reads on their way, the front moved, or the chain got shorter: again */
     if (reason >= 0)

@@ -37,9 +37,9 @@ void hy_tiering_free(hy_tiering_t *tg);
 /* A prompt's wait for its prefix from the lower tiers, kept by the caller
  * between calls to hy_tiering_prepare (all zero before the first; zeroed
  * again when the wait ends).  It bounds the wait: the reads it may queue
- * (twice each entry the prefix has on disk: once more for an entry the
+ * (twice each entry the prefix has below hot: once more for an entry the
  * warm tier pushed out before it was promoted) and the time its front
- * block may stand still while reads are on their way. */
+ * block may stand still. */
 typedef struct {
     bool started;
     int32_t reads_left; /* reads it may still queue */
