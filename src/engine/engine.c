@@ -433,7 +433,7 @@ static void hy_engine_resume_end(hy_engine_t *e, hy_sched_seq_t *s, bool sampled
     if (sampled && !e->rs.first_logged) {
         e->rs.first_logged = true;
         hy_log(LOG_INFO, "resume_first_token", "context_tokens=%d of=%d requests=%d ms=%lld "
-               "cpu_ms=%lld", s->n_total - 1, e->rs.tokens, e->rs.n, (long long)ms,
+               "cpu_ms=%lld", s->n_total, e->rs.tokens, e->rs.n, (long long)ms,
                (long long)cpu_ms);
     }
     if (e->rs.active == 0)
