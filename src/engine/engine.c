@@ -28,6 +28,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct hy_engine {
     hy_model_t *model;
@@ -59,6 +60,20 @@ struct hy_engine {
     hy_grammar_cache_t *gcache;  /* compiled grammars, by text */
     uint64_t *gmask;             /* [(n_vocab + 63) / 64] one row's mask */
     hy_tiering_t *tiering; /* o.tiers hooked under the page table, or NULL */
+    /* Requests a dead engine had started (hy_req_taken_t.resumed) whose
+     * contexts are being recomputed: each client's stream stands still
+     * until its own context is done.  In one batch every stream would wait
+     * for all of them; they go in doubling batches instead, oldest first
+     * (1, 2, 4, ... per step, hy_engine_build): the first stream resumes
+     * after its own recompute, the last after about what one batch would
+     * have taken.  The phase is logged with its wall and CPU time. */
+    struct {
+        int32_t active;          /* sequences still recomputing a resumed context */
+        int32_t quota;           /* how many of them the next step may compute */
+        int32_t n, tokens;       /* this phase's requests and their context tokens */
+        int64_t t0_us, cpu0_us;  /* its start: CLOCK_MONOTONIC, the process's CPU time */
+        bool first_logged;
+    } rs;
     pthread_t thread;
     bool started;
     _Atomic int stop;
@@ -375,9 +390,61 @@ static void hy_engine_drop(hy_engine_t *e, hy_sched_seq_t *s, bool publish)
     s->status = HY_SEQ_WAITING;
 }
 
+static int64_t hy_engine_clock_us(clockid_t c)
+{
+    struct timespec ts;
+
+    clock_gettime(c, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* s (just adopted) recomputes a dead engine's context before it goes on. */
+static void hy_engine_resume_begin(hy_engine_t *e, hy_sched_seq_t *s)
+{
+    s->resuming = true;
+    if (e->rs.active++ == 0) {
+        e->rs.quota = 1;
+        e->rs.n = e->rs.tokens = 0;
+        e->rs.first_logged = false;
+        e->rs.t0_us = hy_engine_clock_us(CLOCK_MONOTONIC);
+        e->rs.cpu0_us = hy_engine_clock_us(CLOCK_PROCESS_CPUTIME_ID);
+    }
+    e->rs.n++;
+    e->rs.tokens += s->n_total;
+}
+
+/* s is past its recompute (sampled: it has its next token) or gone.  The
+ * first stream to resume and the end of the phase are logged: the time a
+ * client's stream stood still after the engine came up, and how much of
+ * it was this process computing (CPU time of all its threads, the
+ * backend's pool included) rather than waiting for the machine. */
+static void hy_engine_resume_end(hy_engine_t *e, hy_sched_seq_t *s, bool sampled)
+{
+    int64_t ms, cpu_ms;
+
+    if (!s->resuming)
+        return;
+    s->resuming = false;
+    e->rs.active--;
+    if ((!sampled || e->rs.first_logged) && e->rs.active > 0)
+        return;
+    ms = (hy_engine_clock_us(CLOCK_MONOTONIC) - e->rs.t0_us) / 1000;
+    cpu_ms = (hy_engine_clock_us(CLOCK_PROCESS_CPUTIME_ID) - e->rs.cpu0_us) / 1000;
+    if (sampled && !e->rs.first_logged) {
+        e->rs.first_logged = true;
+        hy_log(LOG_INFO, "resume_first_token", "context_tokens=%d of=%d requests=%d ms=%lld "
+               "cpu_ms=%lld", s->n_total, e->rs.tokens, e->rs.n, (long long)ms,
+               (long long)cpu_ms);
+    }
+    if (e->rs.active == 0)
+        hy_log(LOG_INFO, "resume_done", "requests=%d context_tokens=%d ms=%lld cpu_ms=%lld",
+               e->rs.n, e->rs.tokens, (long long)ms, (long long)cpu_ms);
+}
+
 static void hy_engine_finish(hy_engine_t *e, hy_sched_seq_t *s, uint32_t state, int32_t reason,
                              int32_t code, const char *msg)
 {
+    hy_engine_resume_end(e, s, false);
     hy_engine_drop(e, s, state == HY_REQ_DONE);
     hy_sampler_free(s->sampler);
     s->sampler = NULL;
@@ -413,7 +480,8 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
         return false;
     /* what the warm and cold tiers hold of its prefix comes up first; from
      * disk that takes a while, and the others go ahead meanwhile */
-    s->fetching = e->tiering != NULL && hy_tiering_prepare(e->tiering, s->tokens, s->n_total) > 0;
+    s->fetching = e->tiering != NULL &&
+                  hy_tiering_prepare(e->tiering, s->tokens, s->n_total, &s->tw) > 0;
     if (s->fetching)
         return false;
     if (e->hybrid) {
@@ -551,7 +619,8 @@ static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken
     s->params = q->params;
     s->priority = q->params.priority;
     s->order = q->order;
-    s->started = s->blocked = s->fetching = false;
+    s->started = s->blocked = s->fetching = s->resuming = false;
+    memset(&s->tw, 0, sizeof s->tw);
     s->finish_after = HY_FINISH_NONE;
     s->state = s->ckpt = -1;
     s->branch = 0;
@@ -579,7 +648,10 @@ static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken
         return rc;
     if (hy_sampler_accept_prompt(s->sampler, s->tokens, (size_t)n) != HY_OK)
         return hy_err(err, HY_ENOMEM, "sampler: cannot record the prompt");
-    return q->n_resumed > 0 ? hy_engine_resume(e, s, q, err) : HY_OK;
+    rc = q->n_resumed > 0 ? hy_engine_resume(e, s, q, err) : HY_OK;
+    if (rc == HY_OK && q->n_resumed > 0)
+        hy_engine_resume_begin(e, s);
+    return rc;
 }
 
 /* ---- one step --------------------------------------------------------------- */
@@ -686,7 +758,7 @@ static bool hy_engine_pages(hy_engine_t *e, hy_sched_seq_t *s, int32_t chunk, in
 
 static int32_t hy_engine_build(hy_engine_t *e)
 {
-    int32_t i, n_run = 0, n_items = 0, budget = e->o.max_batch_tokens, pass;
+    int32_t i, n_run = 0, n_items = 0, budget = e->o.max_batch_tokens, pass, n_resuming = 0;
 
     for (i = 0; i < e->n_pool; i++) {
         e->pool[i].chunk = 0;
@@ -703,6 +775,8 @@ static int32_t hy_engine_build(hy_engine_t *e)
 
             if (s->status != HY_SEQ_RUNNING || s->blocked || s->chunk > 0 || decode != (pass == 0))
                 continue;
+            if (s->resuming && !decode && n_resuming >= e->rs.quota)
+                continue; /* a later batch of resumed contexts (e->rs) */
             /* chunks end at checkpoint boundaries only if there are
              * checkpoint slots to take the state there */
             chunk = hy_sched_chunk(s, budget, e->sp.page_tokens, e->ckpt_interval,
@@ -719,6 +793,7 @@ static int32_t hy_engine_build(hy_engine_t *e)
                 continue;
             }
             s->chunk = chunk;
+            n_resuming += s->resuming;
             e->items[n_items].seq = &s->kv;
             e->items[n_items].tokens = s->tokens + s->kv.n_tokens;
             e->items[n_items].n = chunk;
@@ -727,6 +802,8 @@ static int32_t hy_engine_build(hy_engine_t *e)
             budget -= chunk;
         }
     }
+    if (n_resuming > 0)
+        e->rs.quota = HY_MIN(2 * e->rs.quota, e->o.max_seqs);
     return n_items;
 }
 
@@ -1007,9 +1084,11 @@ static void hy_engine_run(hy_engine_t *e, int32_t n_items)
         }
         hy_engine_cache(e, s);
         hy_engine_trim(e, s);
-        if (s->kv.n_tokens == s->n_total)
+        if (s->kv.n_tokens == s->n_total) {
+            hy_engine_resume_end(e, s, true);
             hy_engine_sample(e, s, e->logits + (size_t)i * (size_t)e->model->n_vocab,
                              e->dev_ok != NULL && e->dev_ok[i] ? &e->dev_r[i] : NULL);
+        }
     }
 }
 

@@ -11,6 +11,13 @@ check_PROGRAMS += tests/unit/test_tier_engine
 TESTS += tests/unit/test_tier_engine
 tests_unit_test_tier_engine_SOURCES = tests/unit/test_tier_engine.c
 tests_unit_test_tier_engine_LDADD = $(TEST_LDADD)
+# a prompt's wait for its prefix from disk always ends: a slow front block
+# with a prefix longer than the warm tier, a vanished file, a thrashing warm
+# tier, a read that never ends (no model: pages in memory)
+check_PROGRAMS += tests/unit/test_tier_fetch
+TESTS += tests/unit/test_tier_fetch
+tests_unit_test_tier_fetch_SOURCES = tests/unit/test_tier_fetch.c
+tests_unit_test_tier_fetch_LDADD = $(TEST_LDADD)
 check_PROGRAMS += tests/unit/test_sampler tests/unit/test_engine tests/unit/test_swa \
 	tests/unit/test_bitwise
 TESTS += tests/unit/test_sampler tests/unit/test_engine tests/unit/test_swa tests/unit/test_bitwise

@@ -12,6 +12,7 @@
 
 #include "engine/sampler.h"
 #include "engine/runner.h"
+#include "engine/tiering.h"
 #include "ipc/request.h"
 
 enum {
@@ -46,6 +47,8 @@ typedef struct {
     struct hy_gmatch *gm;  /* grammar position (NULL: unconstrained); kept likewise */
     bool blocked;          /* a token waits for ring space */
     bool fetching;         /* waits for its prefix to come up from disk (engine/tiering.h) */
+    hy_tiering_wait_t tw;  /* that wait's bounds */
+    bool resuming;         /* recomputing the context a dead engine had (engine.c e->rs) */
     hy_ring_tok_t pending; /* that token */
     int32_t finish_after;  /* HY_FINISH_* once the pending token is pushed, else NONE */
     int32_t chunk;         /* tokens scheduled in this step */

@@ -41,6 +41,7 @@ struct hy_tiering {
     int8_t *where, *where_swa;
     hy_tier_pin_t *pins;
     bool copy_failed_logged;
+    int32_t stall_ms; /* HY_TIERING_STALL_MS, or a test's */
 };
 
 static void tg_copy_failed(hy_tiering_t *tg, const char *what, const char *err)
@@ -109,6 +110,7 @@ int hy_tiering_create(hy_tiering_t **out, hy_pt_t *pt, hy_backend_t *be, hy_tier
     tg->bt = pt->sh->params.page_tokens;
     tg->cap = max_blocks + 1;
     tg->n_state_slots = n_state_slots;
+    tg->stall_ms = HY_TIERING_STALL_MS;
     tg->hybrid = hybrid;
     tg->window = pt->sh->params.n_swa_pages > 0 ? window : 0;
     for (int32_t k = 0; k < HY_TIER_KINDS; k++)
@@ -235,48 +237,91 @@ static void tg_plan(hy_tiering_t *tg, const int32_t *tokens, int32_t n, tg_plan_
         pl->swa_need += tg->where_swa[b] != HY_TIER_HOT;
 }
 
-/* Asks the store to read kind's cold entries among blocks [lo, hi) (where
- * says which), earliest first, at most half the warm slots at a time: what
- * was read must not be pushed out of warm by what is read after it before
- * it is promoted.  Adds to *in_flight (reads on their way) and *more
- * (cold entries left for a later round). */
-static void tg_fetch_kind(hy_tiering_t *tg, int32_t kind, const int8_t *where, int32_t lo,
-                          int32_t hi, int32_t *in_flight, bool *more)
-{
-    int32_t window = HY_MAX(hy_tier_slots(tg->store, kind) / 2, 1), asked = 0;
-    int r;
+/* What one round of reads asked for. */
+typedef struct {
+    int32_t in_flight; /* the prompt's reads on their way (queued now or before) */
+    bool more;         /* cold entries left for a later round */
+    bool no_budget;    /* a read was needed and the wait's budget is spent */
+    bool gone;         /* an entry left the store since the plan (a failed read) */
+} tg_fetch_t;
 
-    for (int32_t b = lo; b < hi; b++) {
-        if (where[b] != HY_TIER_COLD)
-            continue;
-        if (asked == window) {
-            *more = true;
+/* One entry's read, counted in f and against the wait's budget. */
+static void tg_fetch_one(hy_tiering_t *tg, int32_t kind, uint64_t hash, hy_tiering_wait_t *w,
+                         tg_fetch_t *f)
+{
+    int r = hy_tier_fetch(tg->store, kind, hash);
+
+    w->reads_left -= r == HY_TIER_FETCH_QUEUED;
+    f->in_flight += r == HY_TIER_FETCH_QUEUED || r == HY_TIER_FETCH_READING;
+    /* no slot free now, or dropped by a failed read: a later round */
+    f->more |= r == HY_TIER_FETCH_NO_SLOT || r < 0;
+    f->gone |= r < 0;
+}
+
+/* Asks the store to read kind's cold entries among blocks [lo, hi) (where
+ * says which), earliest first.  What the prompt holds in warm slots -
+ * entries read for it and waiting for the blocks before them, and reads
+ * on their way - stays within `cap` slots: a read must not push out of
+ * warm what the prompt read before and has not promoted yet.  (Counting
+ * only the reads, as this once did, let a prefix longer than the warm
+ * tier evict its own front block each time that came back: the prompt
+ * waited forever while the disk was read in a circle.)  Each read queued
+ * spends one of w->reads_left. */
+static void tg_fetch_kind(hy_tiering_t *tg, int32_t kind, const int8_t *where, int32_t lo,
+                          int32_t hi, int32_t cap, hy_tiering_wait_t *w, tg_fetch_t *f)
+{
+    int32_t held = 0;
+    bool stop = false;
+
+    for (int32_t b = lo; b < hi && !stop; b++) {
+        if (where[b] != HY_TIER_WARM && where[b] != HY_TIER_COLD)
+            continue; /* hot */
+        if (held == cap || (where[b] == HY_TIER_COLD && w->reads_left <= 0)) {
+            f->more = true;
+            f->no_budget |= held < cap;
             break;
         }
-        r = hy_tier_fetch(tg->store, kind, tg->hashes[b]);
-        asked += r != 0;
-        *in_flight += r == 1;
-        /* no slot free now (2), or dropped by a failed read (< 0): later */
-        *more |= r == 2 || r < 0;
-        if (*more)
-            break;
+        held++;
+        if (where[b] == HY_TIER_WARM)
+            continue;
+        tg_fetch_one(tg, kind, tg->hashes[b], w, f);
+        stop = f->more;
     }
 }
 
-static void tg_fetch(hy_tiering_t *tg, const tg_plan_t *pl, int32_t *in_flight, bool *more)
+/* The reads for what tg_promote left below hot: the full pages from
+ * `front`, the window's sliding pages and the checkpoint.  Full pages come
+ * up from the front as they arrive, so they may hold half the warm slots;
+ * the window's sliding pages and the checkpoint come up all at once, so
+ * they may hold them all. */
+static void tg_fetch(hy_tiering_t *tg, const tg_plan_t *pl, int32_t front, bool swa_done,
+                     bool ckpt_done, hy_tiering_wait_t *w, tg_fetch_t *f)
 {
-    int r;
-
-    *in_flight = 0;
-    *more = false;
-    tg_fetch_kind(tg, HY_TIER_PAGE, tg->where, pl->hot, pl->target, in_flight, more);
-    if (pl->swa_need > 0)
-        tg_fetch_kind(tg, HY_TIER_SWA, tg->where_swa, pl->swa_lo, pl->target, in_flight, more);
-    if (pl->ckpt_where == HY_TIER_COLD) {
-        r = hy_tier_fetch(tg->store, HY_TIER_CKPT, tg->hashes[pl->target - 1]);
-        *in_flight += r == 1;
-        *more |= r == 2 || r < 0;
+    memset(f, 0, sizeof *f);
+    tg_fetch_kind(tg, HY_TIER_PAGE, tg->where, front, pl->target,
+                  HY_MAX(hy_tier_slots(tg->store, HY_TIER_PAGE) / 2, 1), w, f);
+    if (!swa_done)
+        tg_fetch_kind(tg, HY_TIER_SWA, tg->where_swa, pl->swa_lo, pl->target,
+                      hy_tier_slots(tg->store, HY_TIER_SWA), w, f);
+    if (!ckpt_done && pl->ckpt_where == HY_TIER_COLD) {
+        if (w->reads_left > 0)
+            tg_fetch_one(tg, HY_TIER_CKPT, tg->hashes[pl->target - 1], w, f);
+        else
+            f->more = f->no_budget = true;
     }
+}
+
+/* The plan's entries below the hot tier (warm or cold): the wait's read
+ * budget is twice as many (a warm one pushed out to disk is read once). */
+static int32_t tg_below_hot(const hy_tiering_t *tg, const tg_plan_t *pl)
+{
+    int32_t n = pl->ckpt_where >= 0;
+
+    for (int32_t b = pl->hot; b < pl->target; b++)
+        n += tg->where[b] >= HY_TIER_WARM;
+    for (int32_t b = pl->swa_lo; pl->swa_need > 0 && b < pl->target; b++)
+        n += tg->where_swa[b] >= HY_TIER_WARM;
+    return n;
 }
 
 /* The recurrent state at the end of the promoted run, into a checkpoint
@@ -350,9 +395,10 @@ static int32_t tg_commit_pages(hy_tiering_t *tg, int32_t group, const int32_t *t
 /* Promotes the warm full pages from pl->hot on, as far as they are warm,
  * then the window's sliding pages that are not hot (when every full page
  * up to target is), then the checkpoint at pl->target; returns the full
- * pages done, *rest_done whether the window and checkpoint are there. */
+ * pages done, *swa_ok and *ckpt_ok whether the window and the checkpoint
+ * are there (or not needed). */
 static int32_t tg_promote(hy_tiering_t *tg, const int32_t *tokens, int32_t n, const tg_plan_t *pl,
-                          bool *rest_done)
+                          bool *swa_ok, bool *ckpt_ok)
 {
     char err[HY_ERR_LEN];
     /* the prompt's own hot run, and the hot sliding pages of the target's
@@ -362,7 +408,7 @@ static int32_t tg_promote(hy_tiering_t *tg, const int32_t *tokens, int32_t n, co
     int32_t w = 0, done, ns = 0;
     bool swa_done;
 
-    *rest_done = false;
+    *swa_ok = *ckpt_ok = false;
     if (hy_pt_lookup(tg->pt, tokens, n, true, &run, err) != HY_OK)
         return 0;
     while (pl->hot + w < pl->target &&
@@ -389,9 +435,9 @@ static int32_t tg_promote(hy_tiering_t *tg, const int32_t *tokens, int32_t n, co
             swa_done = tg_commit_pages(tg, HY_KV_SWA, tokens, tg->blocks, tg->pins, ns) == ns;
         }
     }
-    *rest_done = swa_done && (pl->ckpt_where < 0 ||
-                              (pl->hot + done >= pl->target &&
-                               tg_promote_ckpt(tg, tg->hashes[pl->target - 1])));
+    *swa_ok = swa_done;
+    *ckpt_ok = pl->ckpt_where < 0 || (swa_done && pl->hot + done >= pl->target &&
+                                      tg_promote_ckpt(tg, tg->hashes[pl->target - 1]));
     hy_pt_lookup_release(tg->pt, &run);
     return done;
 }
@@ -404,40 +450,75 @@ static int64_t tg_now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-int hy_tiering_prepare(hy_tiering_t *tg, const int32_t *tokens, int32_t n)
+/* The wait ends without all of the prefix: counted, logged, and the
+ * match takes what is hot. */
+static void tg_give_up(hy_tiering_t *tg, const tg_plan_t *pl, int32_t front, int reason,
+                       const hy_tiering_wait_t *w)
+{
+    atomic_fetch_add_explicit(&tg->st->fetch_giveups[reason], 1, memory_order_relaxed);
+    hy_log(LOG_WARNING, "tier_fetch_given_up",
+           "reason=%s hot_blocks=%d target_blocks=%d recomputed_blocks=%d reads_left=%d "
+           "front_still_ms=%lld", hy_tier_giveup_name[reason], front, pl->target,
+           pl->target - front, w->reads_left, (long long)((tg_now_us() - w->moved_us) / 1000));
+}
+
+void hy_tiering_set_stall_ms(hy_tiering_t *tg, int32_t ms)
+{
+    tg->stall_ms = ms;
+}
+
+int hy_tiering_prepare(hy_tiering_t *tg, const int32_t *tokens, int32_t n, hy_tiering_wait_t *w)
 {
     tg_plan_t pl;
-    bool more, rest_done;
-    int32_t done, need, in_flight;
+    tg_fetch_t f;
+    bool swa_ok, ckpt_ok;
+    int32_t done, need, front;
     int64_t t0 = tg_now_us();
+    int rc = 0, reason = -1;
 
     tg_plan(tg, tokens, n, &pl);
     need = HY_MAX(pl.target - pl.hot, 0);
-    if (need == 0 && pl.ckpt_where < 0 && pl.swa_need == 0) {
-        atomic_fetch_add_explicit(&tg->st->hits[HY_TIER_HOT], (uint64_t)HY_MIN(pl.hot, pl.target),
-                                  memory_order_relaxed);
-        return 0;
+    if (need == 0 && pl.ckpt_where < 0 && pl.swa_need == 0)
+        goto out;
+    if (!w->started) {
+        w->started = true;
+        w->reads_left = 2 * tg_below_hot(tg, &pl);
+        w->front = pl.hot;
+        w->moved_us = t0;
     }
-    /* Everything up to warm first, then one promotion: the hot pool is
-     * not churned while the disk reads.  When it takes more than one round
-     * of reads (a warm tier smaller than the prefix), each round promotes
-     * what is warm from the front. */
-    tg_fetch(tg, &pl, &in_flight, &more);
-    if (in_flight > 0 && !more)
-        return 1;
-    done = tg_promote(tg, tokens, n, &pl, &rest_done);
+    /* What is warm from the front goes up first, every round: it leaves
+     * its warm slot for the reads after it and can no longer be pushed
+     * out by them. */
+    done = tg_promote(tg, tokens, n, &pl, &swa_ok, &ckpt_ok);
+    front = pl.hot + done;
     hy_log(LOG_DEBUG, "tier_promoted",
            "hot_blocks=%d pages=%d of=%d swa_pages=%d window_done=%d checkpoint=%d us=%lld",
-           pl.hot, done, need, pl.swa_need, rest_done, rest_done && pl.ckpt_where >= 0,
+           pl.hot, done, need, pl.swa_need, swa_ok, ckpt_ok && pl.ckpt_where >= 0,
            (long long)(tg_now_us() - t0));
-    if (done < need || !rest_done) {
-        /* Wait while anything moves; with no progress (the hot pool cannot
-         * take the pages, a failed read dropped one) the rest is computed. */
-        return done > 0 || in_flight > 0 ? 1 : 0;
+    if (front > w->front) {
+        w->front = front;
+        w->moved_us = t0;
     }
-    atomic_fetch_add_explicit(&tg->st->hits[HY_TIER_HOT], (uint64_t)HY_MIN(pl.hot, pl.target),
-                              memory_order_relaxed);
-    return 0;
+    if (done >= need && swa_ok && ckpt_ok)
+        goto out;
+    tg_fetch(tg, &pl, front, swa_ok, ckpt_ok, w, &f);
+    if (f.no_budget)
+        reason = HY_TIER_GIVEUP_REREADS;
+    else if (f.in_flight == 0 && done == 0 && !f.gone)
+        reason = HY_TIER_GIVEUP_NO_ROOM; /* nothing moves: the hot pool or warm slots are full */
+    else if ((t0 - w->moved_us) / 1000 >= tg->stall_ms)
+        reason = HY_TIER_GIVEUP_STALLED; /* whatever it waits for, the front stood still */
+    else
+        rc = 1; /* reads on their way, the front moved, or the chain got shorter: again */
+    if (reason >= 0)
+        tg_give_up(tg, &pl, front, reason, w);
+out:
+    if (rc == 0) {
+        atomic_fetch_add_explicit(&tg->st->hits[HY_TIER_HOT], (uint64_t)HY_MIN(pl.hot, pl.target),
+                                  memory_order_relaxed);
+        memset(w, 0, sizeof *w);
+    }
+    return rc;
 }
 
 /* ---- shutdown --------------------------------------------------------------- */

@@ -37,6 +37,8 @@ const double hy_stats_bucket_le[HY_STATS_NBUCKETS] = {
     1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160., 640.0, 2560.0,
 };
 
+const char *const hy_tier_giveup_name[HY_TIER_GIVEUP_N] = {"rereads", "stalled", "no_room"};
+
 const double hy_tier_bucket_le[HY_TIER_NBUCKETS] = {
     1e-5,  2.5e-5, 5e-5,  1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
     5e-3, 0.01,   0.025, 0.05, 0.1,    0.25, 0.5,  1.0,

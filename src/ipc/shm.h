@@ -25,7 +25,7 @@
 #include "ipc/tier_file.h"
 
 #define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
-#define HY_SHM_LAYOUT_VERSION 7 /* 2: model file, sha256 and its state in the header;
+#define HY_SHM_LAYOUT_VERSION 8 /* 2: model file, sha256 and its state in the header;
                                  3: windows, HTTP counts and memory facts in the stats;
                                  4: grammar_len in the request parameters (the spec
                                     follows the prompt), grammar counters in the stats;
@@ -34,7 +34,8 @@
                                     group's pages as their own kind) in the stats;
                                  7: the engine process's pid and state in the header,
                                     each slot's generated tokens (HISTORY) for resuming
-                                    a request after an engine crash */
+                                    a request after an engine crash;
+                                 8: the tiers' given-up prefix fetches in the stats */
 #define HY_SHM_INSTANCE_MAX 48 /* [A-Za-z0-9_.-], not starting with '.' */
 
 typedef struct {
@@ -144,6 +145,15 @@ enum { HY_TIER_HOT, HY_TIER_WARM, HY_TIER_COLD, HY_TIER_LEVELS };
 enum { HY_TIER_USED, HY_TIER_FREE, HY_TIER_CACHED, HY_TIER_STATES };
 /* why a disk-tier file was dropped */
 enum { HY_TIER_DROP_CORRUPT, HY_TIER_DROP_FOREIGN, HY_TIER_DROP_UNREADABLE, HY_TIER_DROP_N };
+/* why a prompt's wait for its prefix from the lower tiers was given up
+ * and the rest of the prefix recomputed (engine/tiering.h): it read
+ * entries back more often than its budget allows (the warm tier thrashes:
+ * what it read was pushed out again before it was promoted), its front
+ * block did not move for HY_TIERING_STALL_MS (a read that does not end),
+ * or nothing could move (every warm slot pinned, the hot pool full) */
+enum { HY_TIER_GIVEUP_REREADS, HY_TIER_GIVEUP_STALLED, HY_TIER_GIVEUP_NO_ROOM, HY_TIER_GIVEUP_N };
+/* their names in the log line and the metric's reason label */
+extern const char *const hy_tier_giveup_name[HY_TIER_GIVEUP_N];
 /* the disk tier's life: off, waiting for the model's SHA-256, indexing
  * the directory (already served), ready, given up (log line says why) */
 enum { HY_TIER_DISK_OFF, HY_TIER_DISK_WAITING, HY_TIER_DISK_INDEXING, HY_TIER_DISK_READY,
@@ -173,6 +183,7 @@ typedef struct {
     hy_tier_hist_t write_time[HY_TIER_LEVELS]; /* one entry into the tier */
     _Atomic uint64_t dropped[HY_TIER_DROP_N];  /* disk files dropped, by reason */
     _Atomic uint64_t skipped_writes;           /* not written: the disk budget is all pinned */
+    _Atomic uint64_t fetch_giveups[HY_TIER_GIVEUP_N]; /* prefix waits given up, by reason */
     _Atomic uint32_t disk_state;               /* HY_TIER_DISK_* */
 } hy_tier_stats_t;
 

@@ -1352,9 +1352,9 @@ int hy_tier_fetch(hy_tier_t *t, int32_t kind, uint64_t hash)
             rc = HY_ENOENT;
         } else if (t->e[i].flags & F_WARM) {
             list_touch(t, &t->wlru[kind], LINK_W, i);
-            rc = 0;
+            rc = HY_TIER_FETCH_WARM;
         } else if (t->e[i].job == JOB_READ) {
-            rc = 1;
+            rc = HY_TIER_FETCH_READING;
         } else if (!(t->e[i].flags & F_COLD) || !disk_usable(t)) {
             rc = HY_ENOENT;
         } else if ((slot = warm_take(t, kind)) >= 0) {
@@ -1363,13 +1363,13 @@ int hy_tier_fetch(hy_tier_t *t, int32_t kind, uint64_t hash)
             t->e[i].pins++;
             enqueue(t, i, JOB_READ);
             acc(t, i, +1);
-            rc = 1;
+            rc = HY_TIER_FETCH_QUEUED;
         } else if (t->q[JOB_WRITE - 1].head >= 0) {
             /* the slots wait for the writer: write one here (as put does) */
             run_one(t, JOB_WRITE);
             continue;
         } else {
-            rc = 2;
+            rc = HY_TIER_FETCH_NO_SLOT;
         }
         break;
     }

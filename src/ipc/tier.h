@@ -142,9 +142,14 @@ void hy_tier_put_end(hy_tier_t *t, const hy_tier_put_t *p, bool ok);
  * being indexed, a miss looks for the file by its name. */
 int hy_tier_where(hy_tier_t *t, int32_t kind, uint64_t hash, int32_t depth,
                   const int32_t *tokens);
-/* Brings a cold entry into a warm slot on an I/O thread.  0: it is warm;
- * 1: on its way (ask again); 2: no warm slot free now (ask again);
- * HY_ENOENT: not in any tier (a failed read drops it). */
+/* What hy_tier_fetch did: the entry is warm; its read was queued by this
+ * call; no warm slot is free now (ask again); a read queued earlier is
+ * still on its way.  A caller that bounds how much it reads counts only
+ * HY_TIER_FETCH_QUEUED. */
+enum { HY_TIER_FETCH_WARM, HY_TIER_FETCH_QUEUED, HY_TIER_FETCH_NO_SLOT, HY_TIER_FETCH_READING };
+
+/* Brings a cold entry into a warm slot on an I/O thread: HY_TIER_FETCH_*,
+ * or HY_ENOENT when it is not in any tier (a failed read drops it). */
 int hy_tier_fetch(hy_tier_t *t, int32_t kind, uint64_t hash);
 /* Pins a warm entry for copying up.  HY_ENOENT when it is not warm. */
 int hy_tier_pin(hy_tier_t *t, int32_t kind, uint64_t hash, hy_tier_pin_t *p);

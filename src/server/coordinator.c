@@ -57,6 +57,13 @@
 #define CO_BACKOFF_MIN_MS 100
 #define CO_BACKOFF_MAX_MS 5000
 #define CO_STABLE_MS 10000 /* a worker that lived this long resets its backoff */
+/* An engine that served this long after it came up did not die of starting:
+ * the next one starts at once.  The backoff is for engines that die while
+ * loading or just after (a bad model file, a driver, memory), where trying
+ * again at once only spins; deaths later on are bounded by the restart
+ * storm's count ([server] engine_restart_max), and each one costs every
+ * client the restart itself (docs/failures.md). */
+#define CO_ENGINE_PROVEN_MS 1000
 #define CO_KILL_GRACE_MS 5000
 #define CO_MAX_DEATHS 1000     /* [server] engine_restart_max's maximum */
 
@@ -514,6 +521,7 @@ typedef struct {
     /* the engine process */
     pid_t engine_pid;      /* 0 = none running */
     int64_t engine_born_ms, engine_respawn_at_ms, engine_died_ms;
+    int64_t engine_ready_ms; /* when it was seen RUNNING (0: not yet) */
     int engine_backoff_ms;
     bool engine_up;        /* it said RUNNING since it was forked */
     int64_t deaths_ms[CO_MAX_DEATHS]; /* ring of the latest deaths */
@@ -681,6 +689,7 @@ static int co_fork_engine(co_t *co, int hello_fd, int go_fd, const int mine[2], 
     }
     co->engine_pid = pid;
     co->engine_born_ms = co_now_ms();
+    co->engine_ready_ms = 0;
     co->engine_up = false;
     if (co->shm != NULL)
         atomic_store(&hy_shm_header_rw(co->shm)->engine_pid, (int32_t)pid);
@@ -1029,8 +1038,10 @@ static void co_engine_died(co_t *co, int status, bool stopping)
     atomic_store(&h->engine_state, HY_SHM_ENGINE_RESTARTING);
     if (hy_shm_engine_lost(co->shm, NULL, &requeued, &failed) != HY_OK)
         hy_log(LOG_ERR, "engine_recovery_failed", "detail=%s", "the segment mutex is unrecoverable");
-    /* the first death after a stable run restarts at once */
-    if (now - co->engine_born_ms >= CO_STABLE_MS)
+    /* at once after a stable run or an engine that served a while (not
+     * one dying of its start: CO_ENGINE_PROVEN_MS) */
+    if (now - co->engine_born_ms >= CO_STABLE_MS ||
+        (co->engine_ready_ms > 0 && now - co->engine_ready_ms >= CO_ENGINE_PROVEN_MS))
         co->engine_backoff_ms = 0;
     else
         co->engine_backoff_ms = HY_MIN(HY_MAX(co->engine_backoff_ms * 2, CO_BACKOFF_MIN_MS),
@@ -1051,6 +1062,7 @@ static void co_engine_tick(co_t *co)
 
     if (co->engine_pid != 0 && !co->engine_up && state == HY_SHM_ENGINE_RUNNING) {
         co->engine_up = true;
+        co->engine_ready_ms = now;
         hy_log(LOG_INFO, "engine_ready", "pid=%d load_ms=%lld restart_ms=%lld",
                (int)co->engine_pid, (long long)(now - co->engine_born_ms),
                (long long)(co->engine_died_ms ? now - co->engine_died_ms : 0));

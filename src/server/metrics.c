@@ -488,6 +488,14 @@ static void mt_tiers(hy_jbuf_t *b, const hy_stats_t *s, const hy_pt_counts_t *pc
     mt_metric(b, "hyserve_tier_skipped_writes_total", "counter",
               "Entries not written to disk: the disk budget was all in use.",
               (unsigned long long)atomic_load(&ts->skipped_writes));
+    mt_head(b, "hyserve_tier_fetch_giveups_total", "counter",
+            "Prompts whose wait for their prefix from the warm and cold tiers was given up "
+            "(logged as tier_fetch_given_up) and the rest of the prefix recomputed: entries "
+            "read back too often (the warm tier thrashes), a read that does not end, no room "
+            "to move anything.");
+    for (int r = 0; r < HY_TIER_GIVEUP_N; r++)
+        hy_jbuf_printf(b, "hyserve_tier_fetch_giveups_total{reason=\"%s\"} %llu\n", hy_tier_giveup_name[r],
+                       (unsigned long long)atomic_load(&ts->fetch_giveups[r]));
     mt_metric(b, "hyserve_tier_disk_state", "gauge",
               "The disk tier: 0 off, 1 waiting for the model's hash, 2 indexing its directory "
               "(already serving), 3 ready, 4 turned off after an error (logged).",

@@ -257,6 +257,14 @@ def soak():
     diag("master: backoff_ms %s; death -> new engine serving, restart_ms %s; load_ms %s"
          % (field("engine_restarting", "backoff_ms"), field("engine_ready", "restart_ms")[1:],
             field("engine_ready", "load_ms")[1:]))
+    # the new engine: from taking the resumed requests to the first stream's
+    # next token and to the last one's, wall and the process's CPU time (on
+    # a loaded machine the wall time is mostly waiting for a core)
+    diag("engine: first resumed token ms %s (cpu_ms %s, its context_tokens %s); all resumed "
+         "ms %s (cpu_ms %s, context_tokens %s)"
+         % (field("resume_first_token", "ms"), field("resume_first_token", "cpu_ms"),
+            field("resume_first_token", "context_tokens"), field("resume_done", "ms"),
+            field("resume_done", "cpu_ms"), field("resume_done", "context_tokens")))
 
 
 def master_kill():

@@ -781,6 +781,44 @@ static void hy_e_kill(hy_e_env_t *v)
     v->e = NULL;
 }
 
+/* Which of the re-queued requests have a token past their resume point. */
+static uint32_t hy_e_resumed_mask(hy_e_env_t *v, const hy_req_handle_t *h)
+{
+    uint32_t mask = 0;
+
+    for (int i = 0; i < HY_E_CRASH_N; i++) {
+        const hy_req_slot_t *s = hy_req_slot(v->shm, (int32_t)h[i].idx);
+
+        mask |= (atomic_load(&s->head) > (uint64_t)s->n_resumed) << i;
+    }
+    return mask;
+}
+
+/* The new engine, stepped by hand: the re-queued contexts are recomputed
+ * in doubling batches, oldest first (engine.c e->rs).  Streams get their
+ * next token oldest first (after each step, those that have it are the
+ * oldest ones), and the oldest alone first; one batch of all would give
+ * every stream its token in the same step, after all four contexts. */
+static void hy_e_resume_order(hy_e_env_t *v, const hy_req_handle_t *h, const char *name)
+{
+    const uint32_t all = (1u << HY_E_CRASH_N) - 1;
+    uint32_t mask = 0, first = 0;
+    bool in_order = true;
+    int k;
+
+    for (k = 0; k < 40 && mask != all; k++) {
+        hy_engine_poll(v->e);
+        mask = hy_e_resumed_mask(v, h);
+        in_order &= (mask & (mask + 1)) == 0; /* 0, 1, 11, 111, ... */
+        if (first == 0)
+            first = mask;
+    }
+    HY_T_OK(mask == all && in_order && first == 0x1,
+            "%s: the resumed contexts are recomputed oldest first in doubling batches: the "
+            "oldest stream resumes alone first, then the others in order (first %#x, all by "
+            "step %d, in order %d)", name, first, k, in_order);
+}
+
 /* Requests under way when the engine dies resume on a new engine with
  * the same tokens and logprobs as undisturbed (greedy and seeded
  * sampling), whatever their reader had read; the page table is empty in
@@ -840,10 +878,12 @@ static void hy_e_crash(hy_e_env_t *v, const char *name)
             prc == HY_OK ? "ok" : err);
     hy_ring_source(v->shm, &src);
     if (rc == HY_OK &&
-        ((rc = hy_engine_create(&v->e, v->m, v->be, hy_shm_pt(v->shm), &src, &v->o, err)) !=
-             HY_OK ||
-         (rc = hy_engine_start(v->e, err)) != HY_OK))
-        hy_e_kill(v);
+        (rc = hy_engine_create(&v->e, v->m, v->be, hy_shm_pt(v->shm), &src, &v->o, err)) ==
+            HY_OK) {
+        hy_e_resume_order(v, h, name);
+        if ((rc = hy_engine_start(v->e, err)) != HY_OK)
+            hy_e_kill(v);
+    }
     for (i = 0; i < HY_E_CRASH_N && rc == HY_OK; i++) {
         for (k = 0; k < 3000; k++) {
             int n = hy_e_drain(v, h[i], &got[i], 10, &st, err);
