@@ -373,9 +373,11 @@ try:
     r60 = sample(text, "hyserve_generation_tokens_per_second", window="60s")
     gen = sample(text, "hyserve_generation_tokens_total")
     p60 = sample(text, "hyserve_prompt_tokens_per_second", window="60s")
+    # the gauges are printed with 9 significant digits: 55/60 comes back as
+    # 0.916666667, whose 60 s sum is 55.00000002; the counts are integers
     ok(fams["hyserve_generation_tokens_per_second"].type == "gauge" and 0 < r60 and
-       r10 * 10 <= r60 * 60 + 1e-6 and r60 * 60 <= gen and
-       0 < p60 and p60 * 60 <= sample(text, "hyserve_prompt_tokens_total"),
+       round(r10 * 10) <= round(r60 * 60) <= gen and
+       0 < p60 and round(p60 * 60) <= sample(text, "hyserve_prompt_tokens_total"),
        "tokens/s: %.1f over 10 s, %.1f over 60 s (at most the %d generated), prompt %.1f over 60 s"
        % (r10, r60, gen, p60))
     pages = {s.labels["state"]: s.value for s in fams["hyserve_kv_pages"].samples}
