@@ -53,6 +53,18 @@ check 1 "hyserve run: backend 'tpu': must be one of cpu|cuda" "run: unknown --ba
     "$hy" run -m "$tiny" -p hi -n 1 --backend tpu
 check 2 "[engine] backend = gpu: must be one of cpu|cuda" "serve: unknown engine.backend" -- \
     "$hy" serve --set engine.backend=gpu --set model.path="$tiny"
+check 1 "hyserve run: --sparse-block-tokens = 24: must be a multiple of the 16-token KV page" \
+    "run: --sparse-block-tokens not whole pages" -- \
+    "$hy" run -m "$tiny" -p hi -n 1 --sparse --sparse-block-tokens 24
+check 2 "hyserve run: --sparse-topk = '-1': must be an integer in 0..1048576" "run: negative --sparse-topk" -- \
+    "$hy" run -m "$tiny" -p hi -n 1 --sparse --sparse-topk -1
+sp_tmp=$(mktemp -d)
+check 1 "[attention] sink_tokens = 48: must be a multiple of [attention] sparse_block_tokens (64)" \
+    "serve: [attention] sink_tokens not whole blocks, refused at start" -- \
+    "$hy" serve --set attention.sparse=block --set attention.sink_tokens=48 \
+    --set model.path="$tiny" --set server.socket="$sp_tmp/s.sock" \
+    --set server.instance="clisparse$$" --set server.workers=1 --set log.socket="$sp_tmp/nolog"
+rm -rf "$sp_tmp"
 # without CUDA built: says so; with CUDA built on a machine without a GPU:
 # names the missing device.  Either way a clear refusal, not a crash.
 n=$((n + 1))
