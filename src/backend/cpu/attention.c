@@ -14,6 +14,11 @@
  * same order with the same operations, so a query's output has the same
  * bits whether it is decoded alone, prefilled whole or in chunks, batched
  * with any other sequences, or run on any number of threads.
+ * With [attention] sparse = block (kv.sparse), a full layer's tokens at
+ * positions >= min_tokens take the block-sparse path instead
+ * (sparse_attn.c): the same kernels over the blocks their KV head's query
+ * group chose, one token at a time, so that too is independent of how the
+ * batch was cut.
  */
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/attn_flash.h"

@@ -6,6 +6,10 @@
  * (k is tens, the blocks thousands), with the blocks a token must always
  * read scored +infinity so they are chosen like any other; the attention
  * itself is the dense kernels' own arithmetic on a shorter page list.
+ * Then the glue: keys kept per layer beside the page pool (a page's key
+ * is written when its last slot is, so it always matches the page's rows
+ * and stays with the page id through prefix sharing), and a unit's tokens
+ * past the threshold, one by one, through the chosen blocks.
  */
 #include "backend/cpu/sparse_attn.h"
 #include "backend/cpu/cpu_impl.h"
