@@ -18,7 +18,8 @@
  *       (getrusage: all threads; the machine is shared, so no wall clock)
  *
  * settings: --threads T (default 1) --block B --topk K --sink S --local L
- * --min M (tokens; defaults: etc/hyserve.ini's [attention]).
+ * --min M (tokens; defaults: etc/hyserve.ini's [attention]); --dense 0:
+ * decode skips the dense run (a dense prefill of 1M tokens is quadratic).
  */
 #include "engine/runner.h"
 #include "kv/plan.h"
@@ -38,6 +39,7 @@ typedef struct {
     hy_backend_t *be;
     hy_tok_t *tok;
     hy_kv_sparse_t sp; /* the sparse runs' settings */
+    int dense;         /* decode: 0 skips the dense run (its prefill is quadratic) */
 } bs_t;
 
 static double bs_user_s(void)
@@ -301,7 +303,8 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         ids[i] = (int32_t)((x >> 33) % (uint64_t)b->m->n_vocab);
     }
-    for (int sparse = 0; sparse < 2 && ids && t; sparse++) {
+    med[0] = NAN;
+    for (int sparse = b->dense ? 0 : 1; sparse < 2 && ids && t; sparse++) {
         hy_runner_t r;
         hy_kv_seq_t s = {0};
         double t0 = bs_user_s();
@@ -337,12 +340,14 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
 }
 
 /* --flag N pairs after the mode's arguments into the settings. */
-static int bs_settings(int argc, char **argv, hy_config_attention_t *a, int *threads)
+static int bs_settings(int argc, char **argv, hy_config_attention_t *a, int *threads,
+                       int *dense)
 {
     for (int i = 0; i + 1 < argc; i += 2) {
         long v = strtol(argv[i + 1], NULL, 10);
 
         if (strcmp(argv[i], "--threads") == 0) *threads = (int)v;
+        else if (strcmp(argv[i], "--dense") == 0) *dense = (int)v;
         else if (strcmp(argv[i], "--block") == 0) a->sparse_block_tokens = (uint32_t)v;
         else if (strcmp(argv[i], "--topk") == 0) a->sparse_topk = (uint32_t)v;
         else if (strcmp(argv[i], "--sink") == 0) a->sink_tokens = (uint32_t)v;
@@ -363,12 +368,13 @@ int main(int argc, char **argv)
 
     if (argc < 5 || cfg == NULL) {
         fprintf(stderr, "usage: bench_sparse MODEL passkey N COUNT | kl FILE N | decode N STEPS "
-                        "[--threads T --block B --topk K --sink S --local L --min M]\n");
+                        "[--threads T --block B --topk K --sink S --local L --min M --dense 0|1]\n");
         return 2;
     }
     hy_config_defaults(cfg);
     cfg->attention.sparse = HY_CONFIG_SPARSE_BLOCK;
-    if (bs_settings(argc - 5, argv + 5, &cfg->attention, &threads) != 0 ||
+    b.dense = 1;
+    if (bs_settings(argc - 5, argv + 5, &cfg->attention, &threads, &b.dense) != 0 ||
         hy_plan_sparse(&cfg->attention, 16, true, &b.sp, err) != HY_OK) {
         fprintf(stderr, "bench_sparse: bad settings %s\n", err);
         return 2;
