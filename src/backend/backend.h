@@ -61,6 +61,19 @@ typedef struct {
  * sliding-window group; each group has its own pool of pages (a page of a
  * group holds page_tokens positions of every layer of the group), and the
  * attention op of a sliding layer reads the batch's swa_pages. */
+/* Block-sparse attention over the full-attention group's layers
+ * ([attention] sparse = block; backend/cpu/sparse_attn.h): a token at a
+ * position >= min_tokens of a full (window 0) layer attends to its sink
+ * blocks, its local blocks, the top-k other blocks by compressed key, and
+ * its own block, not to every position.  block_pages 0: every layer dense. */
+typedef struct {
+    int32_t block_pages;  /* pages per block (sparse_block_tokens / page_tokens); 0 = off */
+    int32_t topk;         /* blocks chosen by score per KV head */
+    int32_t sink_blocks;  /* the sequence's first blocks, always read */
+    int32_t local_blocks; /* the blocks just before a token's own, always read */
+    int32_t min_tokens;   /* positions below it attend densely */
+} hy_kv_sparse_t;
+
 typedef struct {
     int32_t n_layers;     /* attention layers that keep KV (both groups) */
     int32_t n_head_kv;
@@ -72,6 +85,8 @@ typedef struct {
     int32_t n_swa_pages;  /* pages in the sliding group's pool (0: no such group) */
     const uint8_t *layer_swa; /* [n_layers] 1: KV layer in the sliding group; NULL: none
                                  is (only read by kv_init) */
+    hy_kv_sparse_t sparse;    /* block-sparse attention of the full group's layers; a
+                                 backend without it refuses block_pages > 0 in kv_init */
 } hy_kv_layout_t;
 
 typedef enum {

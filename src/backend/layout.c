@@ -49,6 +49,13 @@ int hy_kv_layout_check(const hy_kv_layout_t *lay, int32_t max_head, size_t *krow
     if (lay->type != HY_DTYPE_F32 && lay->type != HY_DTYPE_F16 && lay->type != HY_DTYPE_Q8_0)
         return hy_err(err, HY_EUNSUPPORTED, "kv: element type %u: use f32, f16 or q8_0",
                       (unsigned)lay->type);
+    if (lay->sparse.block_pages < 0 || lay->sparse.block_pages > 65536 ||
+        lay->sparse.topk < 0 || lay->sparse.sink_blocks < 0 || lay->sparse.local_blocks < 0 ||
+        lay->sparse.min_tokens < 0)
+        return hy_err(err, HY_ERANGE, "kv: sparse attention: block of %d pages, top-%d, %d sink "
+                      "and %d local blocks from position %d: each must be >= 0",
+                      lay->sparse.block_pages, lay->sparse.topk, lay->sparse.sink_blocks,
+                      lay->sparse.local_blocks, lay->sparse.min_tokens);
     return hy_kv_layout_sizes(lay, krow, vrow, kpage, vpage, err);
 }
 

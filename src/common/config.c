@@ -29,6 +29,10 @@ static const hy_config_choice_t backends[] = {
     { "cpu", HY_CONFIG_BACKEND_CPU }, { "cuda", HY_CONFIG_BACKEND_CUDA }, { NULL, 0 },
 };
 
+static const hy_config_choice_t sparse_modes[] = {
+    { "off", HY_CONFIG_SPARSE_OFF }, { "block", HY_CONFIG_SPARSE_BLOCK }, { NULL, 0 },
+};
+
 static const hy_config_choice_t facilities[] = {
     { "daemon", LOG_DAEMON }, { "user", LOG_USER },     { "local0", LOG_LOCAL0 },
     { "local1", LOG_LOCAL1 }, { "local2", LOG_LOCAL2 }, { "local3", LOG_LOCAL3 },
@@ -63,6 +67,12 @@ static const hy_config_key_t keys[] = {
     { "cache",  "disk_dir",           HY_CONFIG_STRING,  OFF(cache.disk_dir),           "",                      0,      STR(cache.disk_dir), NULL },
     { "cache",  "disk_mb",            HY_CONFIG_UINT,    OFF(cache.disk_mb),            "4096",                  1,      U32_MAX, NULL },
     { "cache",  "hot_tokens_per_seq", HY_CONFIG_UINT,    OFF(cache.hot_tokens_per_seq), "0",                     0,      16777216, NULL },
+    { "attention", "sparse",          HY_CONFIG_ENUM,    OFF(attention.sparse),         "off",                   0,      0, sparse_modes },
+    { "attention", "sparse_block_tokens", HY_CONFIG_UINT, OFF(attention.sparse_block_tokens), "64",              1,      65536, NULL },
+    { "attention", "sparse_topk",     HY_CONFIG_UINT,    OFF(attention.sparse_topk),    "16",                    0,      1048576, NULL },
+    { "attention", "sink_tokens",     HY_CONFIG_UINT,    OFF(attention.sink_tokens),    "64",                    0,      16777216, NULL },
+    { "attention", "local_tokens",    HY_CONFIG_UINT,    OFF(attention.local_tokens),   "256",                   0,      16777216, NULL },
+    { "attention", "sparse_min_tokens", HY_CONFIG_UINT,  OFF(attention.sparse_min_tokens), "4096",               0,      16777216, NULL },
     { "server", "socket",             HY_CONFIG_STRING,  OFF(server.socket),            "/run/hyserve/blue.sock", 1,     STR(server.socket), NULL },
     { "server", "listen",             HY_CONFIG_LISTEN,  OFF(server.listen),            "",                      0,      STR(server.listen), NULL },
     { "server", "allow",              HY_CONFIG_CIDRS,   OFF(server.allow),             "",                      0,      STR(server.allow), NULL },

@@ -32,6 +32,19 @@ typedef enum {
 /* KV cache element type ([cache] kv_type). */
 enum { HY_CONFIG_KV_F16, HY_CONFIG_KV_F32, HY_CONFIG_KV_Q8_0 };
 enum { HY_CONFIG_BACKEND_CPU, HY_CONFIG_BACKEND_CUDA };
+/* [attention] sparse */
+enum { HY_CONFIG_SPARSE_OFF, HY_CONFIG_SPARSE_BLOCK };
+
+/* [attention]: block-sparse attention of the full-attention layers
+ * (kv/plan.h hy_plan_sparse turns it into the KV layout's blocks). */
+typedef struct {
+    int32_t sparse;               /* HY_CONFIG_SPARSE_* */
+    uint32_t sparse_block_tokens; /* tokens per block, a multiple of [cache] page_tokens */
+    uint32_t sparse_topk;         /* blocks chosen by score per KV head */
+    uint32_t sink_tokens;         /* the sequence's first tokens, always read (whole blocks) */
+    uint32_t local_tokens;        /* the tokens before a token's own block, always read */
+    uint32_t sparse_min_tokens;   /* positions below it attend densely */
+} hy_config_attention_t;
 
 typedef struct {
     struct {
@@ -57,6 +70,7 @@ typedef struct {
         uint32_t disk_mb;       /* the cold tier's budget */
         uint32_t hot_tokens_per_seq; /* 0 = running sequences stay entirely hot */
     } cache;
+    hy_config_attention_t attention;
     struct {
         char socket[HY_CONFIG_SOCKET_LEN];
         char listen[HY_CONFIG_NAME_LEN];  /* TCP ADDRESS:PORT besides socket; "" = none */

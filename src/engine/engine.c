@@ -249,6 +249,7 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t
     ro.n_ctx = n_ctx;
     ro.kv_type = o->kv_type;
     ro.swa_full = o->swa_full;
+    ro.sparse = o->sparse;
     ro.pt = pt; /* its state slots, then its checkpoints, in the backend's arena */
     if ((rc = hy_runner_init(&e->runner, m, be, &ro, err)) != HY_OK)
         goto fail;

@@ -34,6 +34,8 @@ typedef struct {
                                     0 = max_seqs full-context sequences */
     int32_t checkpoint_interval; /* [cache] checkpoint_interval tokens (0 = prompt ends only) */
     int32_t n_request_slots;     /* requests the source can hold ([server] max_queue + max_seqs) */
+    hy_kv_sparse_t sparse;       /* [attention]: block-sparse full-attention layers
+                                    (kv/plan.h hy_plan_sparse); zeros: dense */
     bool swa_full;               /* sliding-window layers keep every position too (no
                                     sliding page group; llama.cpp's --swa-full) */
     bool no_checkpoints;         /* no recurrent-state checkpoint slots: requests that never

@@ -95,6 +95,7 @@ int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
     }
     hy_plan_kv_layout(m, r->opts.page_tokens, r->opts.n_pages, r->pt->sh->params.n_swa_pages,
                       r->swa_window, o->kv_type, r->layer_swa, &lay);
+    lay.sparse = o->sparse;
     if ((rc = hy_plan_group_page_bytes(be, &lay, r->page_bytes, err)) != HY_OK)
         goto fail;
     if ((rc = be->i->kv_init(be, &lay, err)) != HY_OK)

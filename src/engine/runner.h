@@ -45,6 +45,7 @@ typedef struct {
     int32_t n_slots;      /* recurrent-state slots; 0 = max_seqs */
     hy_dtype_t kv_type;   /* F16 default (use F32 for exactness tests) */
     bool swa_full;        /* sliding layers keep every position too (no sliding group) */
+    hy_kv_sparse_t sparse; /* block-sparse full-attention layers; zeros: dense */
     /* The page table to take pages and state slots from (the engine's);
      * n_pages, page_tokens and n_slots then come from it: its pages, and
      * its state slots followed by its checkpoint slots in the backend's

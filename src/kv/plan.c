@@ -27,6 +27,35 @@ int32_t hy_plan_swa_window(const hy_model_t *m, int32_t n_ctx, bool swa_full)
     return swa_full || w >= n_ctx ? 0 : w;
 }
 
+int hy_plan_sparse(const hy_config_attention_t *a, int32_t page_tokens, bool cli,
+                   hy_kv_sparse_t *out, char *err)
+{
+    /* what the caller's user wrote: the key or the flag */
+    const char *blk = cli ? "--sparse-block-tokens" : "[attention] sparse_block_tokens";
+    const char *sink = cli ? "--sparse-sink-tokens" : "[attention] sink_tokens";
+    const char *local = cli ? "--sparse-local-tokens" : "[attention] local_tokens";
+    uint32_t bt = a->sparse_block_tokens;
+
+    memset(out, 0, sizeof *out);
+    if (a->sparse == HY_CONFIG_SPARSE_OFF)
+        return HY_OK;
+    if (page_tokens < 1 || bt < (uint32_t)page_tokens || bt % (uint32_t)page_tokens != 0)
+        return hy_err(err, HY_EINVAL, "%s = %u: must be a multiple of the %d-token KV page "
+                      "([cache] page_tokens)", blk, bt, page_tokens);
+    if (a->sink_tokens % bt != 0)
+        return hy_err(err, HY_EINVAL, "%s = %u: must be a multiple of %s (%u)", sink,
+                      a->sink_tokens, blk, bt);
+    if (a->local_tokens % bt != 0)
+        return hy_err(err, HY_EINVAL, "%s = %u: must be a multiple of %s (%u)", local,
+                      a->local_tokens, blk, bt);
+    out->block_pages = (int32_t)(bt / (uint32_t)page_tokens);
+    out->topk = (int32_t)a->sparse_topk;
+    out->sink_blocks = (int32_t)(a->sink_tokens / bt);
+    out->local_blocks = (int32_t)(a->local_tokens / bt);
+    out->min_tokens = (int32_t)a->sparse_min_tokens;
+    return HY_OK;
+}
+
 void hy_plan_kv_layout(const hy_model_t *m, int32_t page_tokens, int32_t n_pages,
                        int32_t n_swa_pages, int32_t swa_window, hy_dtype_t type,
                        uint8_t *layer_swa, hy_kv_layout_t *out)

@@ -17,6 +17,7 @@
 
 #include <stdio.h>
 
+#include "common/config.h"
 #include "common/kvgroup.h"
 #include "model/model.h"
 
@@ -71,6 +72,13 @@ int32_t hy_plan_swa_window(const hy_model_t *m, int32_t n_ctx, bool swa_full);
  * n_swa_pages sliding-group pages; swa_window as hy_plan_swa_window says
  * (0: every KV layer in the full group).  layer_swa: [m->n_kv_layers]
  * storage the layout points at. */
+/* [attention] (or `hyserve run`'s --sparse flags when cli) as the KV
+ * layout's block-sparse settings for pages of page_tokens: zeros when
+ * sparse is off; HY_EINVAL naming the key (or flag) when a size is not a
+ * whole number of pages or blocks. */
+int hy_plan_sparse(const hy_config_attention_t *a, int32_t page_tokens, bool cli,
+                   hy_kv_sparse_t *out, char *err);
+
 void hy_plan_kv_layout(const hy_model_t *m, int32_t page_tokens, int32_t n_pages,
                        int32_t n_swa_pages, int32_t swa_window, hy_dtype_t type,
                        uint8_t *layer_swa, hy_kv_layout_t *out);

@@ -56,6 +56,7 @@ static int ep_engine_opts(ep_t *ep, char *err)
 {
     const hy_config_t *cfg = ep->a->cfg;
     hy_engine_opts_t *eo = &ep->eo;
+    int rc;
 
     memset(eo, 0, sizeof *eo);
     eo->max_batch_tokens = (int32_t)cfg->engine.max_batch_tokens;
@@ -70,6 +71,8 @@ static int ep_engine_opts(ep_t *ep, char *err)
     eo->checkpoint_interval = (int32_t)cfg->cache.checkpoint_interval;
     eo->n_request_slots = (int32_t)HY_MIN(cfg->server.max_queue + cfg->engine.max_seqs, 65536u);
     eo->tok = NULL; /* the engine loads its own (grammar masks) */
+    if ((rc = hy_plan_sparse(&cfg->attention, eo->page_tokens, false, &eo->sparse, err)) != HY_OK)
+        return rc;
     if (cfg->cache.hot_tokens_per_seq != 0)
         return hy_err(err, HY_EUNSUPPORTED,
                       "[cache] hot_tokens_per_seq = %u: moving a running sequence's older pages "

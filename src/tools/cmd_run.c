@@ -9,6 +9,8 @@
 
 #include "tools/cli.h"
 #include "engine/local.h"
+#include "common/config.h"
+#include "kv/plan.h"
 #include "model/chat_template.h"
 
 #include <getopt.h>
@@ -39,6 +41,12 @@ static void hy_run_usage(FILE *f)
             "      --chat              wrap the prompt as a user message in the model's chat template\n"
             "      --system TEXT       system message (with --chat)\n"
             "      --swa-full          sliding-window layers keep every position (no sliding page group)\n"
+            "      --sparse            block-sparse attention in the full-attention layers\n"
+            "                          ([attention] sparse = block; docs/sparse.md), with\n"
+            "      --sparse-block-tokens N, --sparse-topk N, --sparse-sink-tokens N,\n"
+            "      --sparse-local-tokens N, --sparse-min-tokens N  (defaults: etc/hyserve.ini's\n"
+            "                          [attention] sparse_block_tokens, sparse_topk, sink_tokens,\n"
+            "                          local_tokens, sparse_min_tokens)\n"
             "      --grammar FILE      constrain the output to a GBNF grammar\n"
             "      --json-schema FILE  constrain the output to JSON valid against a JSON Schema\n"
             "      --json              constrain the output to a JSON object\n");
@@ -49,10 +57,24 @@ typedef struct {
     const char *grammar_file, *schema_file; /* --grammar, --json-schema */
     long n_predict, threads, ctx;
     bool ignore_eos, chat, json, swa_full;
+    hy_config_attention_t attn; /* --sparse*: [attention]'s defaults otherwise */
     hy_sampling_t sp;
     char *gspec;      /* the grammar spec the request carries (malloc'd), or NULL */
     size_t gspec_len;
 } hy_run_opts_t;
+
+/* [attention]'s defaults, from the one table etc/hyserve.ini documents. */
+static void hy_run_attn_defaults(hy_config_attention_t *a)
+{
+    hy_config_t *cfg = malloc(sizeof *cfg);
+
+    memset(a, 0, sizeof *a);
+    if (cfg == NULL)
+        return; /* sparse off: what the zeros say */
+    hy_config_defaults(cfg);
+    *a = cfg->attention;
+    free(cfg);
+}
 
 /* 0: parsed; 1: --help printed; 2: a bad option (reported). */
 static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
@@ -70,6 +92,10 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         {"system", required_argument, 0, 11}, {"backend", required_argument, 0, 12},
         {"grammar", required_argument, 0, 13}, {"json-schema", required_argument, 0, 14},
         {"json", no_argument, 0, 15}, {"swa-full", no_argument, 0, 16},
+        {"sparse", no_argument, 0, 17}, {"sparse-block-tokens", required_argument, 0, 18},
+        {"sparse-topk", required_argument, 0, 19}, {"sparse-sink-tokens", required_argument, 0, 20},
+        {"sparse-local-tokens", required_argument, 0, 21},
+        {"sparse-min-tokens", required_argument, 0, 22},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     hy_sampling_t *sp = &o->sp;
     bool seeded = false;
@@ -78,6 +104,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
     int opt;
 
     memset(o, 0, sizeof *o);
+    hy_run_attn_defaults(&o->attn);
     o->n_predict = 128;
     o->ctx = 8192;
     hy_sampling_default(sp);
@@ -121,6 +148,12 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         case 14: o->schema_file = optarg; break;
         case 15: o->json = true; break;
         case 16: o->swa_full = true; break;
+        case 17: o->attn.sparse = HY_CONFIG_SPARSE_BLOCK; break;
+        case 18: if (hy_cli_int("run", "--sparse-block-tokens", optarg, 1, 65536, &lv)) return 2; o->attn.sparse_block_tokens = (uint32_t)lv; break;
+        case 19: if (hy_cli_int("run", "--sparse-topk", optarg, 0, 1 << 20, &lv)) return 2; o->attn.sparse_topk = (uint32_t)lv; break;
+        case 20: if (hy_cli_int("run", "--sparse-sink-tokens", optarg, 0, 1 << 24, &lv)) return 2; o->attn.sink_tokens = (uint32_t)lv; break;
+        case 21: if (hy_cli_int("run", "--sparse-local-tokens", optarg, 0, 1 << 24, &lv)) return 2; o->attn.local_tokens = (uint32_t)lv; break;
+        case 22: if (hy_cli_int("run", "--sparse-min-tokens", optarg, 0, 1 << 24, &lv)) return 2; o->attn.sparse_min_tokens = (uint32_t)lv; break;
         case 'h': hy_run_usage(stdout); return 1;
         default: hy_run_usage(stderr); return 2;
         }
@@ -259,6 +292,8 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
     eo.no_checkpoints = true;
     eo.swa_full = o->swa_full;
     eo.tok = c->tok;
+    if ((rc = hy_plan_sparse(&o->attn, eo.page_tokens, true, &eo.sparse, err)) != HY_OK)
+        return rc;
     memset(&rp, 0, sizeof rp);
     rp.sampling = o->sp;
     rp.max_tokens = (int32_t)HY_MAX(o->n_predict, 1);

@@ -766,7 +766,7 @@ static void test_case(const acase_t *c)
         n_pages[s] = (len[s] + pt - 1) / pt;
         total += n_pages[s];
     }
-    hy_kv_layout_t lay = {2, n_kv, hd, hdv, pt, total + 5, c->kv, 0, NULL};
+    hy_kv_layout_t lay = {2, n_kv, hd, hdv, pt, total + 5, c->kv, 0, NULL, {0, 0, 0, 0, 0}};
     int32_t *perm = malloc(sizeof(int32_t) * (size_t)lay.n_pages);
     for (int i = 0; i < lay.n_pages; i++)
         perm[i] = i;

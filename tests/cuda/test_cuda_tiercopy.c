@@ -29,7 +29,7 @@
 static void t_pages(void)
 {
     static const uint8_t layer_swa[NL] = {0, 1, 0};
-    hy_kv_layout_t lay = {NL, NKV, HD, HD, PT, NP, HY_DTYPE_F32, NSP, layer_swa};
+    hy_kv_layout_t lay = {NL, NKV, HD, HD, PT, NP, HY_DTYPE_F32, NSP, layer_swa, {0, 0, 0, 0, 0}};
     hy_attn_params_t ap = {4, NKV, HD, HD, 0.125f, 0, 0};
     size_t layer_bytes = (size_t)2 * NKV * PT * HD * sizeof(float);
     size_t gbytes[HY_KV_GROUPS] = {2 * layer_bytes, layer_bytes}; /* its layers, K and V */

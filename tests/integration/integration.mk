@@ -13,6 +13,18 @@ check_PROGRAMS += tests/integration/test_swa_context
 TESTS += tests/integration/test_swa_context
 tests_integration_test_swa_context_SOURCES = tests/integration/test_swa_context.c
 tests_integration_test_swa_context_LDADD = $(TEST_LDADD)
+# block-sparse attention through the runner on the tiny llama, gemma3 and
+# qwen35: all blocks == dense, dense below the threshold, batching and
+# chunking, each [attention] key, pages written back by the tiers
+check_PROGRAMS += tests/integration/test_sparse_context
+TESTS += tests/integration/test_sparse_context
+tests_integration_test_sparse_context_SOURCES = tests/integration/test_sparse_context.c
+tests_integration_test_sparse_context_LDADD = $(TEST_LDADD)
+# its benchmark (docs/sparse.md): pass key, KL and decode cost on a real
+# model; built by make check, not run (minutes per case)
+check_PROGRAMS += tests/integration/bench_sparse
+tests_integration_bench_sparse_SOURCES = tests/integration/bench_sparse.c
+tests_integration_bench_sparse_LDADD = $(TEST_LDADD)
 # TAP helpers shared by the shell integration tests
 EXTRA_DIST += tests/integration/taplib.sh
 # the warm and cold KV tiers end to end (restart hits with SmolLM2 and a GDN

@@ -53,6 +53,35 @@ check 1 "hyserve run: backend 'tpu': must be one of cpu|cuda" "run: unknown --ba
     "$hy" run -m "$tiny" -p hi -n 1 --backend tpu
 check 2 "[engine] backend = gpu: must be one of cpu|cuda" "serve: unknown engine.backend" -- \
     "$hy" serve --set engine.backend=gpu --set model.path="$tiny"
+check 1 "hyserve run: --sparse-block-tokens = 24: must be a multiple of the 16-token KV page" \
+    "run: --sparse-block-tokens not whole pages" -- \
+    "$hy" run -m "$tiny" -p hi -n 1 --sparse --sparse-block-tokens 24
+check 2 "hyserve run: --sparse-topk = '-1': must be an integer in 0..1048576" "run: negative --sparse-topk" -- \
+    "$hy" run -m "$tiny" -p hi -n 1 --sparse --sparse-topk -1
+sp_tmp=$(mktemp -d)
+check 1 "[attention] sink_tokens = 48: must be a multiple of [attention] sparse_block_tokens (64)" \
+    "serve: [attention] sink_tokens not whole blocks, refused at start" -- \
+    "$hy" serve --set attention.sparse=block --set attention.sink_tokens=48 \
+    --set model.path="$tiny" --set server.socket="$sp_tmp/s.sock" \
+    --set server.instance="clisparse$$" --set server.workers=1 --set log.socket="$sp_tmp/nolog"
+# through the engine (hyserve run): every block chosen from position 0
+# writes the dense text; one block of 16 tokens past 64 writes another
+sp_p=$(for i in $(seq 1 20); do printf "cat sat %d. " "$i"; done)
+"$hy" run -m "$tiny" -p "$sp_p" -n 24 --temp 0 --ignore-eos >"$sp_tmp/dense" 2>/dev/null
+"$hy" run -m "$tiny" -p "$sp_p" -n 24 --temp 0 --ignore-eos --sparse --sparse-min-tokens 0 \
+    --sparse-topk 1048576 --sparse-block-tokens 16 --sparse-sink-tokens 0 \
+    --sparse-local-tokens 0 >"$sp_tmp/all" 2>/dev/null
+"$hy" run -m "$tiny" -p "$sp_p" -n 24 --temp 0 --ignore-eos --sparse --sparse-min-tokens 64 \
+    --sparse-topk 1 --sparse-block-tokens 16 --sparse-sink-tokens 16 \
+    --sparse-local-tokens 16 >"$sp_tmp/few" 2>/dev/null
+n=$((n + 1))
+if [ -s "$sp_tmp/dense" ] && cmp -s "$sp_tmp/dense" "$sp_tmp/all" && ! cmp -s "$sp_tmp/dense" "$sp_tmp/few"; then
+    echo "ok $n - run: --sparse choosing every block writes the dense text, a few blocks another"
+else
+    fail=$((fail + 1))
+    echo "not ok $n - run: --sparse choosing every block writes the dense text, a few blocks another"
+fi
+rm -rf "$sp_tmp"
 # without CUDA built: says so; with CUDA built on a machine without a GPU:
 # names the missing device.  Either way a clear refusal, not a crash.
 n=$((n + 1))

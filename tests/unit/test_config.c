@@ -185,6 +185,12 @@ static void test_bad_values(void)
 
     ok = set_fails("cache.kv_type", "q4_0", "command line: [cache] kv_type = q4_0: must be one of f16|f32|q8_0");
     ok &= set_fails("log.level", "warn", "command line: [log] level = warn: must be one of debug|info|notice|warning|err");
+    ok &= set_fails("attention.sparse", "on", "command line: [attention] sparse = on: must be one of off|block");
+    ok &= set_fails("attention.sparse_block_tokens", "0", "command line: [attention] sparse_block_tokens = 0: must be 1..65536");
+    ok &= set_fails("attention.sparse_topk", "-3", "command line: [attention] sparse_topk = -3: must be 0..1048576");
+    ok &= set_fails("attention.sink_tokens", "x", "command line: [attention] sink_tokens = x: not an integer");
+    ok &= set_fails("attention.local_tokens", "16777217", "command line: [attention] local_tokens = 16777217: must be 0..16777216");
+    ok &= set_fails("attention.sparse_min_tokens", "1e3", "command line: [attention] sparse_min_tokens = 1e3: not an integer");
     HY_T_OK(ok, "enum: names the allowed values");
 
     ok = set_fails("server.socket_mode", "0778", "command line: [server] socket_mode = 0778: must be an octal mode 0000..0777 (e.g. 0660)");

@@ -132,6 +132,54 @@ static void hy_plan_hot_case(hy_backend_t *cpu)
             (unsigned long long)b, (unsigned long long)host_total);
 }
 
+/* [attention] as the KV layout's blocks, and each size that is not whole
+ * pages or blocks refused naming the key (or `hyserve run`'s flag). */
+static void hy_plan_sparse_case(void)
+{
+    hy_config_t *cfg = malloc(sizeof *cfg);
+    hy_config_attention_t a;
+    hy_kv_sparse_t sp;
+    char err[HY_ERR_LEN] = "";
+    int rc, ok = 1;
+
+    if (cfg == NULL) {
+        HY_T_OK(0, "out of memory");
+        return;
+    }
+    hy_config_defaults(cfg);
+    a = cfg->attention;
+    free(cfg);
+    rc = hy_plan_sparse(&a, 16, false, &sp, err);
+    HY_T_OK(rc == HY_OK && a.sparse == HY_CONFIG_SPARSE_OFF && sp.block_pages == 0 &&
+            sp.min_tokens == 0, "sparse = off (the default): dense (%s)", rc ? err : "ok");
+    a.sparse = HY_CONFIG_SPARSE_BLOCK;
+    rc = hy_plan_sparse(&a, 16, false, &sp, err);
+    HY_T_OK(rc == HY_OK && sp.block_pages == 4 && sp.topk == 16 && sp.sink_blocks == 1 &&
+            sp.local_blocks == 4 && sp.min_tokens == 4096,
+            "sparse = block, the defaults: 4-page blocks, top-16, 1 sink, 4 local, from 4096 "
+            "(%s)", rc ? err : "ok");
+    a.sparse_block_tokens = 24;
+    ok &= hy_plan_sparse(&a, 16, false, &sp, err) == HY_EINVAL &&
+          strcmp(err, "[attention] sparse_block_tokens = 24: must be a multiple of the 16-token "
+                 "KV page ([cache] page_tokens)") == 0;
+    a.sparse_block_tokens = 8;
+    ok &= hy_plan_sparse(&a, 16, true, &sp, err) == HY_EINVAL &&
+          strcmp(err, "--sparse-block-tokens = 8: must be a multiple of the 16-token KV page "
+                 "([cache] page_tokens)") == 0;
+    a.sparse_block_tokens = 32;
+    a.sink_tokens = 48;
+    ok &= hy_plan_sparse(&a, 16, false, &sp, err) == HY_EINVAL &&
+          strcmp(err, "[attention] sink_tokens = 48: must be a multiple of [attention] "
+                 "sparse_block_tokens (32)") == 0;
+    a.sink_tokens = 0;
+    a.local_tokens = 100;
+    ok &= hy_plan_sparse(&a, 16, true, &sp, err) == HY_EINVAL &&
+          strcmp(err, "--sparse-local-tokens = 100: must be a multiple of --sparse-block-tokens "
+                 "(32)") == 0;
+    HY_T_OK(ok, "sizes that are not whole pages or blocks refused, naming the key or flag (%s)",
+            err);
+}
+
 int main(void)
 {
     hy_backend_opts_t bo = {.n_threads = 1};
@@ -148,6 +196,7 @@ int main(void)
         return hy_t_done();
     }
     hy_plan_hot_case(be);
+    hy_plan_sparse_case();
     for (size_t f = 0; f < HY_ARRAY_LEN(files); f++) {
         for (size_t c = 0; c < HY_ARRAY_LEN(ctxs); c++)
             for (size_t s = 0; s < HY_ARRAY_LEN(seqs); s++)

@@ -14,6 +14,11 @@
  * same order with the same operations, so a query's output has the same
  * bits whether it is decoded alone, prefilled whole or in chunks, batched
  * with any other sequences, or run on any number of threads.
+ * With [attention] sparse = block (kv.sparse), a full layer's tokens at
+ * positions >= min_tokens take the block-sparse path instead
+ * (sparse_attn.c): the same kernels over the blocks their KV head's query
+ * group chose, one token at a time, so that too is independent of how the
+ * batch was cut.
  */
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/attn_flash.h"
@@ -110,8 +115,10 @@ void hy_cpu_kv_free(hy_cpu_t *cpu)
     if (cpu->kv_ready) {
         hy_kv_unmap(cpu->k_pages, &cpu->kv, cpu->k_page_bytes);
         hy_kv_unmap(cpu->v_pages, &cpu->kv, cpu->v_page_bytes);
+        hy_cpu_sparse_unmap(cpu->sp_keys, &cpu->kv);
     }
     cpu->k_pages = cpu->v_pages = NULL;
+    cpu->sp_keys = NULL;
     free(cpu->kv_layer_swa);
     cpu->kv_layer_swa = NULL;
     cpu->kv.layer_swa = NULL;
@@ -147,6 +154,7 @@ int hy_cpu_kv_init(hy_backend_t *be, const hy_kv_layout_t *lay, char *err)
     size_t krow, vrow;
     uint64_t kpage, vpage, kbytes, vbytes;
     uint8_t **kp = NULL, **vp = NULL, *swa = NULL;
+    float **keys = NULL;
     int32_t most = HY_MAX(lay->n_pages, lay->n_swa_pages);
     int rc = HY_OK;
 
@@ -171,10 +179,13 @@ int hy_cpu_kv_init(hy_backend_t *be, const hy_kv_layout_t *lay, char *err)
      * backend as it was. */
     kp = hy_kv_map(lay, kpage);
     vp = kp ? hy_kv_map(lay, vpage) : NULL;
-    if (!kp || !vp) {
-        rc = hy_err(err, HY_ENOMEM, "kv: cannot map %d layers x %llu bytes of KV pages",
-                    lay->n_layers, (unsigned long long)(kbytes + vbytes));
+    keys = vp ? hy_cpu_sparse_map(lay) : NULL;
+    if (!kp || !vp || !keys) {
+        rc = hy_err(err, HY_ENOMEM, "kv: cannot map %d layers x %llu bytes of KV pages%s",
+                    lay->n_layers, (unsigned long long)(kbytes + vbytes),
+                    lay->sparse.block_pages > 0 ? " and their sparse-attention keys" : "");
         hy_kv_unmap(kp, lay, kpage);
+        hy_kv_unmap(vp, lay, vpage);
         free(swa);
         return rc;
     }
@@ -184,6 +195,7 @@ int hy_cpu_kv_init(hy_backend_t *be, const hy_kv_layout_t *lay, char *err)
     cpu->kv.layer_swa = swa;
     cpu->k_pages = kp;
     cpu->v_pages = vp;
+    cpu->sp_keys = keys;
     cpu->k_row_bytes = krow;
     cpu->v_row_bytes = vrow;
     cpu->k_page_bytes = kpage;
@@ -210,6 +222,9 @@ typedef struct {
     const int64_t *unit_start;     /* [n_seqs + 1] first unit of each sequence */
     int64_t n_units;
     size_t scratch_floats;         /* per thread */
+    int sparse;                    /* tokens past kv.sparse.min_tokens go block-sparse */
+    float *sp_scratch;             /* per thread sp_floats (sparse_attn.c) */
+    size_t sp_floats;
     _Atomic int64_t next;
 } hy_attn_job_t;
 
@@ -251,8 +266,8 @@ static void hy_attn_write_worker(void *arg, int ith, int nth)
 
 /* One unit: query tokens [t0, t1) of sequence sq, query heads [h0, h1), all
  * sharing kv head g, described by its page addressing for the kernels. */
-static void hy_attn_unit(hy_attn_job_t *j, float *scr, const hy_batch_seq_t *sq, int32_t t0,
-                         int32_t t1, int32_t g, int32_t h0, int32_t h1)
+static void hy_attn_unit(hy_attn_job_t *j, float *scr, float *sscr, const hy_batch_seq_t *sq,
+                         int32_t t0, int32_t t1, int32_t g, int32_t h0, int32_t h1)
 {
     hy_cpu_t *cpu = j->cpu;
     const hy_attn_params_t *p = j->p;
@@ -281,6 +296,25 @@ static void hy_attn_unit(hy_attn_job_t *j, float *scr, const hy_batch_seq_t *sq,
         /* .scale = */ p->scale,
         /* .softcap = */ p->softcap,
     };
+    int32_t ts = t0;
+
+    /* the tokens past the threshold attend block-sparse, each alone: the
+     * rule is a token's position, so chunking and batching change no bit */
+    if (j->sparse) {
+        while (ts < t1 && j->b->pos[ts] < cpu->kv.sparse.min_tokens)
+            ts++;
+        if (ts < t1) {
+            hy_attn_flash_t sf = f;
+
+            sf.t0 = ts;
+            hy_cpu_sparse_tokens(cpu, j->layer, &sf, g, g * j->group, j->group,
+                                 h1 - h0 <= HY_ATTN_DECODE_MAX_Q ? j->decode : j->flash, scr,
+                                 sscr);
+            if (ts == t0)
+                return;
+            f.t1 = t1 = ts;
+        }
+    }
     /* a few queries leave most of the flash kernel's lanes idle: the
      * decode kernel puts keys across them instead */
     if ((t1 - t0) * (h1 - h0) <= HY_ATTN_DECODE_MAX_Q)
@@ -294,6 +328,7 @@ static void hy_attn_worker(void *arg, int ith, int nth)
     hy_attn_job_t *j = arg;
     const hy_batch_t *b = j->b;
     float *scr = j->cpu->attn_scratch + (size_t)ith * j->scratch_floats;
+    float *sscr = j->sp_scratch ? j->sp_scratch + (size_t)ith * j->sp_floats : NULL;
     int32_t nkv = j->p->n_head_kv;
 
     for (int64_t u = ith; u < j->n_units;
@@ -320,7 +355,7 @@ static void hy_attn_worker(void *arg, int ith, int nth)
         int32_t t0 = sq->first + qb * j->qblock;
         int32_t t1 = HY_MIN(t0 + j->qblock, sq->first + sq->n);
         if (h0 < h1)
-            hy_attn_unit(j, scr, sq, t0, t1, g, h0, h1);
+            hy_attn_unit(j, scr, sscr, sq, t0, t1, g, h0, h1);
     }
 }
 
@@ -377,6 +412,25 @@ static int hy_attn_check(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b,
     return 0;
 }
 
+/* The sparse path's per-thread scratch, for the batch's farthest token
+ * (none when no token reaches min_tokens).  0, or -1 with the error set. */
+static int hy_attn_sparse_scratch(hy_cpu_t *cpu, hy_attn_job_t *j)
+{
+    int32_t far = -1;
+
+    for (int32_t t = 0; t < j->b->n_tokens; t++)
+        far = HY_MAX(far, j->b->pos[t]);
+    if (far < cpu->kv.sparse.min_tokens)
+        return 0;
+    j->sp_floats = (hy_cpu_sparse_scratch(cpu, far) + 15) & ~(size_t)15;
+    j->sp_scratch = malloc(j->sp_floats * (size_t)cpu->n_threads * sizeof(float));
+    if (!j->sp_scratch) {
+        hy_cpu_fail(cpu, HY_ENOMEM, "attention: out of memory for sparse scratch");
+        return -1;
+    }
+    return 0;
+}
+
 void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batch,
                       const float *q, const float *k, const float *v, float *out,
                       const hy_attn_params_t *p)
@@ -389,6 +443,7 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
     const hy_batch_t *b = batch;
     int nth = cpu->n_threads;
 
+    memset(&j, 0, sizeof j); /* the failure path frees its buffers */
     if (batch->n_tokens <= 0 || batch->n_seqs <= 0)
         return;
     /* a sliding layer reads its group's pages: the batch with those lists */
@@ -403,7 +458,6 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
     if (hy_attn_check(cpu, kv_layer, b, p) != 0)
         goto fail;
 
-    memset(&j, 0, sizeof j);
     j.cpu = cpu;
     j.layer = kv_layer;
     j.b = b;
@@ -433,6 +487,13 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
                   (int)HY_MIN((int64_t)nth, HY_MAX((int64_t)1, (int64_t)b->n_tokens *
                               p->n_head_kv * (p->head_dim + p->head_dim_v) / 16384)),
                   hy_attn_write_worker, &j);
+    /* the keys of the pages just filled, before any token chooses */
+    j.sparse = b == batch && p->window == 0 && cpu->sp_keys && cpu->sp_keys[kv_layer];
+    if (j.sparse) {
+        hy_cpu_sparse_keys_batch(cpu, kv_layer, b);
+        if (hy_attn_sparse_scratch(cpu, &j) != 0)
+            goto fail;
+    }
 
     /* 2. units; split the heads of a group only when there is too little
      * other parallelism (decode of a few sequences) */
@@ -475,10 +536,12 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
     }
     atomic_init(&j.next, nth);
     hy_pool_run_n(cpu->pool, nth, hy_attn_worker, &j);
+    free(j.sp_scratch);
     free(unit_start);
     free(gseqs);
     return;
 fail:
+    free(j.sp_scratch);
     free(unit_start);
     free(gseqs);
     memset(out, 0, (size_t)b->n_tokens * p->n_head * p->head_dim_v * sizeof(float));

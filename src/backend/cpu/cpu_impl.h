@@ -10,6 +10,7 @@
 #include "backend/layout.h"
 #include "backend/cpu/threadpool.h"
 #include "backend/cpu/quant.h"
+#include "backend/cpu/attn_flash.h"
 
 typedef struct {
     hy_pool_t *pool;
@@ -35,6 +36,13 @@ typedef struct {
     uint8_t **v_pages;  /* [kv.n_layers] */
     size_t k_row_bytes, v_row_bytes;    /* head_dim(_v) elements of kv.type */
     size_t k_page_bytes, v_page_bytes;  /* n_head_kv * page_tokens rows */
+
+    /* block-sparse attention (kv.sparse.block_pages > 0; sparse_attn.c):
+     * every full page's compressed key, per full-group layer: page p, kv
+     * head h at sp_keys[l] + ((size_t)p * n_head_kv + h) * head_dim_k
+     * floats, written when the page's last slot is (or the tiers write
+     * the page back); NULL for sliding layers and when sparse is off */
+    float **sp_keys;
 
     /* attention: per-thread float scratch */
     float *attn_scratch;
@@ -79,6 +87,24 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
 int hy_cpu_attn_set_isa(hy_isa_t isa);
 
 /* tiercopy.c: pages and slots as host bytes, the host's memory */
+/* Block-sparse attention's glue (sparse_attn.c).  map/unmap: the key
+ * arrays of a layout (NULL: out of memory; off: an array of NULLs).
+ * keys_batch: the keys of the pages the batch's k/v rows just filled, in
+ * layer (its sequences' page lists).  keys_page: page of group's layers
+ * after the tiers wrote it back.  tokens: unit f's tokens (all at
+ * positions >= min_tokens) through the chosen blocks, the choice made by
+ * the query heads gh0..gh0+group-1 of the unit's KV head g; sscr holds
+ * hy_cpu_sparse_scratch(cpu, max_pos) floats. */
+float **hy_cpu_sparse_map(const hy_kv_layout_t *lay);
+void hy_cpu_sparse_unmap(float **keys, const hy_kv_layout_t *lay);
+void hy_cpu_sparse_keys_batch(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b);
+void hy_cpu_sparse_keys_page(hy_cpu_t *cpu, int32_t group, int32_t page);
+size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos);
+void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_attn_flash_t *f,
+                          int32_t g, int32_t gh0, int32_t group,
+                          void (*kernel)(const hy_attn_flash_t *f, float *scratch),
+                          float *scr, float *sscr);
+
 int hy_cpu_kv_page_read(hy_backend_t *be, int32_t group, int32_t page, void *dst,
                         char *err);
 int hy_cpu_kv_page_write(hy_backend_t *be, int32_t group, int32_t page, const void *src,

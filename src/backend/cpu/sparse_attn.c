@@ -6,12 +6,19 @@
  * (k is tens, the blocks thousands), with the blocks a token must always
  * read scored +infinity so they are chosen like any other; the attention
  * itself is the dense kernels' own arithmetic on a shorter page list.
+ * Then the glue: keys kept per layer beside the page pool (a page's key
+ * is written when its last slot is, so it always matches the page's rows
+ * and stays with the page id through prefix sharing), and a unit's tokens
+ * past the threshold, one by one, through the chosen blocks.
  */
 #include "backend/cpu/sparse_attn.h"
+#include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/quant.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Row s of a page's keys (at row) as floats. */
 static void sp_key_row(const hy_attn_flash_t *f, const uint8_t *row, float *out)
@@ -141,4 +148,166 @@ int hy_sparse_attend(const hy_attn_flash_t *f, const int32_t *blocks, int32_t n,
     g.t1 = 1;
     kernel(&g, scratch);
     return HY_OK;
+}
+
+/* ---- the CPU backend's glue: keys kept with the pages, the layer path ---- */
+
+static size_t sp_layer_bytes(const hy_kv_layout_t *lay)
+{
+    return (size_t)lay->n_pages * (size_t)lay->n_head_kv * (size_t)lay->head_dim_k *
+           sizeof(float);
+}
+
+void hy_cpu_sparse_unmap(float **keys, const hy_kv_layout_t *lay)
+{
+    if (!keys)
+        return;
+    for (int32_t l = 0; l < lay->n_layers; l++)
+        if (keys[l])
+            munmap(keys[l], sp_layer_bytes(lay));
+    free(keys);
+}
+
+float **hy_cpu_sparse_map(const hy_kv_layout_t *lay)
+{
+    float **keys = calloc((size_t)HY_MAX(lay->n_layers, 1), sizeof *keys);
+
+    if (!keys || lay->sparse.block_pages <= 0)
+        return keys;
+    for (int32_t l = 0; l < lay->n_layers; l++) {
+        void *p;
+
+        /* sliding layers attend within their window: dense, no keys */
+        if (hy_kv_layout_group(lay, l) != HY_KV_FULL)
+            continue;
+        /* committed as pages fill, like the pool itself */
+        p = mmap(NULL, sp_layer_bytes(lay), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
+        if (p == MAP_FAILED) {
+            hy_cpu_sparse_unmap(keys, lay);
+            return NULL;
+        }
+        keys[l] = p;
+    }
+    return keys;
+}
+
+/* Every KV head's key of one page of layer l, from the page's own rows:
+ * the same bits whichever batch or copy wrote them. */
+static void sp_page_keys(const hy_cpu_t *cpu, int32_t l, int32_t page)
+{
+    int32_t pt = cpu->kv.page_tokens, nkv = cpu->kv.n_head_kv, hd = cpu->kv.head_dim_k;
+    hy_attn_flash_t f;
+
+    memset(&f, 0, sizeof f);
+    f.k_page_bytes = cpu->k_page_bytes;
+    f.k_row_bytes = cpu->k_row_bytes;
+    f.page_tokens = pt;
+    f.kv_f32 = cpu->kv.type == HY_DTYPE_F32;
+    f.kv_f16 = cpu->kv.type == HY_DTYPE_F16;
+    f.to_float = hy_quant_traits(cpu->kv.type)->to_float;
+    f.hd = hd;
+    for (int32_t h = 0; h < nkv; h++) {
+        f.k_base = cpu->k_pages[l] + (size_t)h * (size_t)pt * cpu->k_row_bytes;
+        hy_sparse_page_key(&f, page, cpu->sp_keys[l] + ((size_t)page * nkv + h) * hd);
+    }
+}
+
+typedef struct {
+    const hy_cpu_t *cpu;
+    int32_t layer;
+    const hy_batch_t *b;
+    int64_t n; /* pages filled by the batch, all sequences */
+} sp_keys_job_t;
+
+/* Sequence s's pages whose last slot the batch wrote: [*lo, *hi). */
+static void sp_filled(const sp_keys_job_t *j, int32_t s, int32_t *lo, int32_t *hi)
+{
+    const hy_batch_seq_t *sq = &j->b->seqs[s];
+    int32_t pt = j->cpu->kv.page_tokens;
+
+    *lo = j->b->pos[sq->first] / pt;
+    *hi = HY_MAX(*lo, (j->b->pos[sq->first + sq->n - 1] + 1) / pt);
+}
+
+static void sp_keys_worker(void *arg, int ith, int nth)
+{
+    sp_keys_job_t *j = arg;
+    int64_t lo, hi, at = 0;
+
+    hy_cpu_split(j->n, ith, nth, &lo, &hi);
+    for (int32_t s = 0; s < j->b->n_seqs && at < hi; s++) {
+        int32_t p0, p1;
+
+        sp_filled(j, s, &p0, &p1);
+        for (int32_t p = p0; p < p1; p++, at++)
+            if (at >= lo && at < hi)
+                sp_page_keys(j->cpu, j->layer, j->b->seqs[s].pages[p]);
+    }
+}
+
+void hy_cpu_sparse_keys_batch(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b)
+{
+    sp_keys_job_t j = {cpu, layer, b, 0};
+
+    if (!cpu->sp_keys || !cpu->sp_keys[layer])
+        return;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        int32_t p0, p1;
+
+        sp_filled(&j, s, &p0, &p1);
+        j.n += p1 - p0;
+    }
+    if (j.n > 0)
+        hy_pool_run_n(cpu->pool, (int)HY_MIN((int64_t)cpu->n_threads, (j.n + 7) / 8),
+                      sp_keys_worker, &j);
+}
+
+void hy_cpu_sparse_keys_page(hy_cpu_t *cpu, int32_t group, int32_t page)
+{
+    if (!cpu->sp_keys || group != HY_KV_FULL)
+        return;
+    for (int32_t l = 0; l < cpu->kv.n_layers; l++)
+        if (cpu->sp_keys[l])
+            sp_page_keys(cpu, l, page);
+}
+
+size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos)
+{
+    size_t bp = (size_t)HY_MAX(cpu->kv.sparse.block_pages, 1);
+    size_t cur = (size_t)max_pos / (bp * (size_t)cpu->kv.page_tokens) + 1;
+
+    /* block keys, scores, chosen blocks, the compacted page list */
+    return cur * ((size_t)cpu->kv.head_dim_k + 2) + (cur + 1) * bp;
+}
+
+void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_attn_flash_t *f,
+                          int32_t g, int32_t gh0, int32_t group,
+                          void (*kernel)(const hy_attn_flash_t *f, float *scratch),
+                          float *scr, float *sscr)
+{
+    const hy_kv_sparse_t *c = &cpu->kv.sparse;
+    hy_sparse_params_t sp = {c->block_pages, c->topk, c->sink_blocks, c->local_blocks};
+    int32_t nkv = cpu->kv.n_head_kv, hd = f->hd, bt = c->block_pages * f->page_tokens;
+    /* the unit's last token sees the most blocks: their keys serve all */
+    int32_t ncur = f->pos[f->t1 - 1] / bt;
+    float *bkeys = sscr, *score = bkeys + (size_t)ncur * hd;
+    int32_t *blocks = (int32_t *)(void *)(score + ncur + 1), *pages = blocks + ncur + 1;
+    const float *keys = cpu->sp_keys[layer] + (size_t)g * hd;
+
+    for (int32_t b = 0; b < ncur; b++)
+        hy_sparse_block_key(keys, (size_t)nkv * hd, f->pages + (size_t)b * c->block_pages,
+                            c->block_pages, hd, bkeys + (size_t)b * hd);
+    for (int32_t t = f->t0; t < f->t1; t++) {
+        hy_attn_flash_t u = *f;
+        /* the whole query group chooses, however its heads are cut into
+         * units: the same blocks for every batch */
+        int32_t n = hy_sparse_select(f->q + (size_t)t * f->q_stride + (size_t)gh0 * hd, hd,
+                                     group, hd, bkeys, f->pos[t] / bt, &sp, blocks, score);
+
+        u.t0 = t;
+        u.t1 = t + 1;
+        /* blocks and the position come from the checked batch: cannot fail */
+        (void)hy_sparse_attend(&u, blocks, n, c->block_pages, pages, kernel, scr);
+    }
 }

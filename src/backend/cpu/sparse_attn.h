@@ -12,10 +12,13 @@
  * stored after RoPE, so a score depends on the vectors only, and the
  * result is dense attention with every other block masked out.
  *
- * Only the selected blocks' pages are read, which is what lets the rest
- * live in a lower tier (docs/tiers.md).  This file is the arithmetic; the
- * engine does not route any layer through it yet (no configuration key
- * selects it).
+ * Only the selected blocks' pages are read, which is what would let the
+ * rest live in a lower tier (docs/tiers.md).  The functions below are the
+ * arithmetic; cpu_impl.h's hy_cpu_sparse_* are the backend's glue: the
+ * keys of every full page kept per layer as pages fill (and rebuilt when
+ * the tiers write a page back), and the path attention.c sends a token of
+ * a full-attention layer down when [attention] sparse = block and its
+ * position is sparse_min_tokens or more (docs/sparse.md).
  */
 #ifndef HY_BACKEND_CPU_SPARSE_ATTN_H
 #define HY_BACKEND_CPU_SPARSE_ATTN_H

@@ -67,6 +67,9 @@ int hy_cpu_kv_page_write(hy_backend_t *be, int32_t group, int32_t page, const vo
     if ((rc = hy_cpu_page_ok(cpu, group, page, err)) != HY_OK)
         return rc;
     hy_cpu_page_copy(cpu, group, page, (uint8_t *)src, false);
+    /* a page back from warm or disk is full: its sparse-attention keys are
+     * recomputed from its rows, so they need not travel with it */
+    hy_cpu_sparse_keys_page(cpu, group, page);
     return HY_OK;
 }
 

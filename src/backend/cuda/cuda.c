@@ -719,6 +719,11 @@ static int hy_cuda_kv_init(hy_backend_t *be, const hy_kv_layout_t *lay, char *er
     rc = hy_kv_layout_check(lay, HY_CUK_ATTN_MAX_HEAD, &krow, &vrow, &kpage, &vpage, err);
     if (rc != HY_OK)
         return rc;
+    /* refused, not ignored: the same config must not mean dense here and
+     * sparse on the CPU */
+    if (lay->sparse.block_pages > 0)
+        return hy_err(err, HY_EUNSUPPORTED, "[attention] sparse = block: block-sparse "
+                      "attention is not implemented on the CUDA backend (use sparse = off)");
     /* every layer's pages one after the other, each layer its group's pool */
     first = malloc(sizeof *first * (size_t)HY_MAX(lay->n_layers, 1));
     swa = malloc((size_t)HY_MAX(lay->n_layers, 1));

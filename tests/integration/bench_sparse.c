@@ -1,0 +1,403 @@
+/*
+ * bench_sparse.c - block-sparse attention against dense on a real model,
+ * the numbers docs/sparse.md quotes (built by make check, not run by it:
+ * minutes per case on this machine):
+ *
+ *   bench_sparse MODEL passkey N COUNT [settings]
+ *       a 5-digit pass key hidden at COUNT depths of ~N tokens of filler,
+ *       asked for at the end; greedy, dense and sparse: how often each
+ *       finds it
+ *   bench_sparse MODEL kl FILE N [settings]
+ *       the first N tokens of FILE teacher-forced dense and sparse: at
+ *       every 8th position from the threshold on, KL(dense || sparse) of
+ *       the next-token distributions (median, mean, max) and how often
+ *       their argmax agrees
+ *   bench_sparse MODEL decode N STEPS [settings]
+ *       N tokens of a fixed pseudo-random sequence prefilled, then STEPS
+ *       decode steps, dense and sparse: the median user CPU time per step
+ *       (getrusage: all threads; the machine is shared, so no wall clock)
+ *
+ * settings: --threads T (default 1) --block B --topk K --sink S --local L
+ * --min M (tokens; defaults: etc/hyserve.ini's [attention]); --dense 0:
+ * decode skips the dense run (a dense prefill of 1M tokens is quadratic).
+ */
+#include "engine/runner.h"
+#include "kv/plan.h"
+#include "model/tokenizer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#define BS_CHUNK 256
+#define BS_KL_EVERY 8
+
+typedef struct {
+    hy_model_t *m;
+    hy_backend_t *be;
+    hy_tok_t *tok;
+    hy_kv_sparse_t sp; /* the sparse runs' settings */
+    int dense;         /* decode: 0 skips the dense run (its prefill is quadratic) */
+} bs_t;
+
+static double bs_user_s(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6;
+}
+
+static int bs_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+static double bs_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, bs_cmp_double);
+    return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int bs_runner(bs_t *b, hy_runner_t *r, int32_t n_ctx, bool sparse, bool all, char *err)
+{
+    hy_runner_opts_t o;
+
+    hy_runner_opts_default(&o);
+    o.max_tokens = BS_CHUNK;
+    o.max_outputs = all ? BS_CHUNK : 1;
+    o.max_seqs = 1;
+    o.n_ctx = n_ctx;
+    if (sparse)
+        o.sparse = b->sp;
+    return hy_runner_init(r, b->m, b->be, &o, err);
+}
+
+static int32_t bs_argmax(const float *x, int32_t n)
+{
+    int32_t best = 0;
+
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* Greedy continuation of ids (n_gen tokens) into out. */
+static int bs_generate(bs_t *b, bool sparse, const int32_t *ids, int32_t n, int32_t *out,
+                       int32_t n_gen, char *err)
+{
+    hy_runner_t r;
+    hy_kv_seq_t s = {0};
+    float *lg = malloc(sizeof(float) * (size_t)b->m->n_vocab);
+    int rc;
+
+    if (lg == NULL)
+        return hy_err(err, HY_ENOMEM, "out of memory");
+    if ((rc = bs_runner(b, &r, n + n_gen + 16, sparse, false, err)) != HY_OK) {
+        free(lg);
+        return rc;
+    }
+    rc = hy_runner_prefill(&r, &s, ids, n, lg, err);
+    for (int32_t i = 0; i < n_gen && rc == HY_OK; i++) {
+        hy_runner_item_t it = {&s, out + i, 1, false};
+
+        out[i] = bs_argmax(lg, b->m->n_vocab);
+        if (i + 1 < n_gen)
+            rc = hy_runner_step(&r, &it, 1, lg, err);
+    }
+    hy_runner_seq_release(&r, &s);
+    hy_runner_free(&r);
+    free(lg);
+    return rc;
+}
+
+static int bs_encode(bs_t *b, const char *text, bool bos, int32_t **ids, size_t *n, char *err)
+{
+    return hy_tok_encode_alloc(b->tok, text, strlen(text), bos, false, ids, n, err);
+}
+
+/* The prompt: filler to ~n tokens with the key's sentence at depth d (0..1). */
+static char *bs_passkey_text(bs_t *b, int32_t n, double d, int key)
+{
+    static const char *fill = "The grass is green. The sky is blue. The sun is yellow. Here we "
+                              "go. There and back again. ";
+    char needle[160], *text;
+    int32_t *ids = NULL;
+    size_t per, reps, at, len;
+    char err[HY_ERR_LEN];
+
+    snprintf(needle, sizeof needle, "The pass key is %d. Remember it. %d is the pass key. ", key,
+             key);
+    if (bs_encode(b, fill, false, &ids, &per, err) != HY_OK)
+        return NULL;
+    free(ids);
+    reps = (size_t)n / per;
+    at = (size_t)(d * (double)reps);
+    len = strlen(fill) * reps + strlen(needle) + 256;
+    text = malloc(len);
+    if (text == NULL)
+        return NULL;
+    strcpy(text, "There is an important piece of information hidden inside a lot of irrelevant "
+                 "text. Find it and memorize it. ");
+    for (size_t i = 0; i < reps; i++) {
+        if (i == at)
+            strcat(text, needle);
+        strcat(text, fill);
+    }
+    strcat(text, "What is the pass key? The pass key is");
+    return text;
+}
+
+static int bs_passkey(bs_t *b, int32_t n, int count)
+{
+    int found[2] = {0, 0};
+    char err[HY_ERR_LEN] = "";
+
+    for (int i = 0; i < count; i++) {
+        int key = 10000 + (int)((uint32_t)(i * 2654435761u) % 90000u);
+        char *text = bs_passkey_text(b, n, count > 1 ? (double)i / (count - 1) * 0.95 : 0.5, key);
+        int32_t *ids = NULL, gen[8];
+        size_t nid = 0;
+
+        if (text == NULL || bs_encode(b, text, true, &ids, &nid, err) != HY_OK) {
+            fprintf(stderr, "bench_sparse: prompt: %s\n", err);
+            free(text);
+            return 1;
+        }
+        for (int sparse = 0; sparse < 2; sparse++) {
+            char *out = NULL, want[16];
+            size_t len;
+
+            if (bs_generate(b, sparse, ids, (int32_t)nid, gen, 8, err) != HY_OK ||
+                hy_tok_decode(b->tok, gen, 8, false, &out, &len, err) != HY_OK) {
+                fprintf(stderr, "bench_sparse: %s\n", err);
+                return 1;
+            }
+            snprintf(want, sizeof want, "%d", key);
+            found[sparse] += strstr(out, want) != NULL;
+            printf("depth %.2f (%zu tokens) key %d %s: '%s' %s\n",
+                   count > 1 ? (double)i / (count - 1) * 0.95 : 0.5, nid, key,
+                   sparse ? "sparse" : "dense ", out, strstr(out, want) ? "found" : "MISSED");
+            fflush(stdout);
+            free(out);
+        }
+        free(ids);
+        free(text);
+    }
+    printf("passkey at ~%d tokens: dense %d/%d, sparse %d/%d\n", n, found[0], count, found[1],
+           count);
+    return 0;
+}
+
+/* log-softmax of x into y (n). */
+static void bs_log_softmax(const float *x, double *y, int32_t n)
+{
+    double mx = -INFINITY, s = 0;
+
+    for (int32_t i = 0; i < n; i++)
+        mx = fmax(mx, x[i]);
+    for (int32_t i = 0; i < n; i++)
+        s += exp(x[i] - mx);
+    for (int32_t i = 0; i < n; i++)
+        y[i] = x[i] - mx - log(s);
+}
+
+/* Teacher-forced logits of ids; rows at positions p >= from, p % every
+ * == 0 copied to keep (in order). */
+static int bs_rows(bs_t *b, bool sparse, const int32_t *ids, int32_t n, int32_t from,
+                   float *keep, char *err)
+{
+    size_t nv = (size_t)b->m->n_vocab, k = 0;
+    hy_runner_t r;
+    hy_kv_seq_t s = {0};
+    float *lg = malloc(sizeof(float) * nv * BS_CHUNK);
+    int rc;
+
+    if (lg == NULL)
+        return hy_err(err, HY_ENOMEM, "out of memory");
+    if ((rc = bs_runner(b, &r, n + 16, sparse, true, err)) != HY_OK) {
+        free(lg);
+        return rc;
+    }
+    for (int32_t done = 0; done < n && rc == HY_OK; done += BS_CHUNK) {
+        int32_t c = HY_MIN(BS_CHUNK, n - done);
+        hy_runner_item_t it = {&s, ids + done, c, true};
+
+        rc = hy_runner_step(&r, &it, 1, lg, err);
+        for (int32_t i = 0; i < c && rc == HY_OK; i++)
+            if (done + i >= from && (done + i) % BS_KL_EVERY == 0)
+                memcpy(keep + nv * k++, lg + nv * (size_t)i, sizeof(float) * nv);
+    }
+    hy_runner_seq_release(&r, &s);
+    hy_runner_free(&r);
+    free(lg);
+    return rc;
+}
+
+static int bs_kl(bs_t *b, const char *file, int32_t n)
+{
+    FILE *f = fopen(file, "rb");
+    char *text = NULL, err[HY_ERR_LEN] = "";
+    int32_t *ids = NULL, nv = b->m->n_vocab, from = b->sp.min_tokens, rows, agree = 0;
+    size_t nid = 0, len = 0;
+    float *d = NULL, *s = NULL;
+    double *ld = malloc(sizeof(double) * (size_t)nv), *ls = malloc(sizeof(double) * (size_t)nv);
+    double *kl = NULL, sum = 0, mx = 0;
+
+    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (len = (size_t)ftell(f)) == 0 ||
+        (text = calloc(1, len + 1)) == NULL || fseek(f, 0, SEEK_SET) != 0 ||
+        fread(text, 1, len, f) != len || bs_encode(b, text, true, &ids, &nid, err) != HY_OK ||
+        nid < (size_t)n || from >= n) {
+        fprintf(stderr, "bench_sparse: %s: cannot read %d tokens past --min %d (%zu) %s\n", file,
+                n, from, nid, err);
+        return 1;
+    }
+    fclose(f);
+    rows = (n - 1) / BS_KL_EVERY - (from + BS_KL_EVERY - 1) / BS_KL_EVERY + 1;
+    d = malloc(sizeof(float) * (size_t)nv * (size_t)rows);
+    s = malloc(sizeof(float) * (size_t)nv * (size_t)rows);
+    kl = malloc(sizeof(double) * (size_t)rows);
+    if (!d || !s || !kl || !ld || !ls || bs_rows(b, false, ids, n, from, d, err) != HY_OK ||
+        bs_rows(b, true, ids, n, from, s, err) != HY_OK) {
+        fprintf(stderr, "bench_sparse: %s\n", err);
+        return 1;
+    }
+    for (int32_t i = 0; i < rows; i++) {
+        double k = 0;
+
+        bs_log_softmax(d + (size_t)i * nv, ld, nv);
+        bs_log_softmax(s + (size_t)i * nv, ls, nv);
+        for (int32_t v = 0; v < nv; v++)
+            k += exp(ld[v]) * (ld[v] - ls[v]);
+        kl[i] = k;
+        sum += k;
+        mx = fmax(mx, k);
+        agree += bs_argmax(d + (size_t)i * nv, nv) == bs_argmax(s + (size_t)i * nv, nv);
+    }
+    printf("kl over %d positions (every %d from %d to %d): mean %.5f max %.5f median %.5f "
+           "nats; top-1 agreement %.1f%%\n", rows, BS_KL_EVERY, from, n - 1, sum / rows, mx,
+           bs_median(kl, rows), 100.0 * agree / rows);
+    free(text);
+    free(ids);
+    free(d);
+    free(s);
+    free(kl);
+    free(ld);
+    free(ls);
+    return 0;
+}
+
+static int bs_decode(bs_t *b, int32_t n, int32_t steps)
+{
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n + steps));
+    double *t = malloc(sizeof(double) * (size_t)steps), med[2];
+    char err[HY_ERR_LEN] = "";
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+
+    for (int32_t i = 0; ids && i < n + steps; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((x >> 33) % (uint64_t)b->m->n_vocab);
+    }
+    med[0] = NAN;
+    for (int sparse = b->dense ? 0 : 1; sparse < 2 && ids && t; sparse++) {
+        hy_runner_t r;
+        hy_kv_seq_t s = {0};
+        double t0 = bs_user_s();
+        int rc = bs_runner(b, &r, n + steps + 16, sparse, false, err);
+
+        if (rc == HY_OK)
+            rc = hy_runner_prefill(&r, &s, ids, n, NULL, err);
+        printf("%s: prefill %d tokens: %.1f s user\n", sparse ? "sparse" : "dense", n,
+               bs_user_s() - t0);
+        for (int32_t i = 0; i < steps && rc == HY_OK; i++) {
+            hy_runner_item_t it = {&s, ids + n + i, 1, false};
+            double u = bs_user_s();
+
+            rc = hy_runner_step(&r, &it, 1, NULL, err);
+            t[i] = bs_user_s() - u;
+        }
+        if (rc != HY_OK) {
+            fprintf(stderr, "bench_sparse: %s\n", err);
+            return 1;
+        }
+        med[sparse] = bs_median(t, steps);
+        printf("%s: decode at %d: median %.2f ms user CPU per token over %d steps\n",
+               sparse ? "sparse" : "dense", n, med[sparse] * 1e3, steps);
+        fflush(stdout);
+        hy_runner_seq_release(&r, &s);
+        hy_runner_free(&r);
+    }
+    printf("decode at %d: dense %.2f ms, sparse %.2f ms per token (%.2fx)\n", n, med[0] * 1e3,
+           med[1] * 1e3, med[0] / med[1]);
+    free(ids);
+    free(t);
+    return 0;
+}
+
+/* --flag N pairs after the mode's arguments into the settings. */
+static int bs_settings(int argc, char **argv, hy_config_attention_t *a, int *threads,
+                       int *dense)
+{
+    for (int i = 0; i + 1 < argc; i += 2) {
+        long v = strtol(argv[i + 1], NULL, 10);
+
+        if (strcmp(argv[i], "--threads") == 0) *threads = (int)v;
+        else if (strcmp(argv[i], "--dense") == 0) *dense = (int)v;
+        else if (strcmp(argv[i], "--block") == 0) a->sparse_block_tokens = (uint32_t)v;
+        else if (strcmp(argv[i], "--topk") == 0) a->sparse_topk = (uint32_t)v;
+        else if (strcmp(argv[i], "--sink") == 0) a->sink_tokens = (uint32_t)v;
+        else if (strcmp(argv[i], "--local") == 0) a->local_tokens = (uint32_t)v;
+        else if (strcmp(argv[i], "--min") == 0) a->sparse_min_tokens = (uint32_t)v;
+        else return -1;
+    }
+    return argc % 2 == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    hy_config_t *cfg = malloc(sizeof *cfg);
+    hy_backend_opts_t bo = {.n_threads = 1};
+    char err[HY_ERR_LEN] = "";
+    bs_t b = {0};
+    int threads = 1, rc = 2;
+
+    if (argc < 5 || cfg == NULL) {
+        fprintf(stderr, "usage: bench_sparse MODEL passkey N COUNT | kl FILE N | decode N STEPS "
+                        "[--threads T --block B --topk K --sink S --local L --min M --dense 0|1]\n");
+        return 2;
+    }
+    hy_config_defaults(cfg);
+    cfg->attention.sparse = HY_CONFIG_SPARSE_BLOCK;
+    b.dense = 1;
+    if (bs_settings(argc - 5, argv + 5, &cfg->attention, &threads, &b.dense) != 0 ||
+        hy_plan_sparse(&cfg->attention, 16, true, &b.sp, err) != HY_OK) {
+        fprintf(stderr, "bench_sparse: bad settings %s\n", err);
+        return 2;
+    }
+    bo.n_threads = threads;
+    if (hy_backend_cpu_new(&b.be, &bo, err) != HY_OK ||
+        hy_model_load(&b.m, argv[1], b.be, err) != HY_OK ||
+        hy_tok_load(&b.tok, b.m->gguf, err) != HY_OK) {
+        fprintf(stderr, "bench_sparse: %s\n", err);
+        return 1;
+    }
+    printf("%s: sparse blocks of %d pages, top-%d, %d sink + %d local blocks, from %d; %d "
+           "thread(s)\n", argv[1], b.sp.block_pages, b.sp.topk, b.sp.sink_blocks,
+           b.sp.local_blocks, b.sp.min_tokens, threads);
+    if (strcmp(argv[2], "passkey") == 0)
+        rc = bs_passkey(&b, atoi(argv[3]), atoi(argv[4]));
+    else if (strcmp(argv[2], "kl") == 0)
+        rc = bs_kl(&b, argv[3], atoi(argv[4]));
+    else if (strcmp(argv[2], "decode") == 0)
+        rc = bs_decode(&b, atoi(argv[3]), atoi(argv[4]));
+    hy_tok_free(b.tok);
+    hy_model_free(b.m);
+    b.be->i->free(b.be);
+    free(cfg);
+    return rc;
+}
