@@ -71,13 +71,23 @@ int32_t hy_kv_layout_group_pages(const hy_kv_layout_t *lay, int32_t group)
     return group == HY_KV_SWA ? lay->n_swa_pages : lay->n_pages;
 }
 
+uint64_t hy_kv_sparse_key_bytes(const hy_kv_layout_t *lay)
+{
+    return lay->sparse.block_pages > 0
+               ? (uint64_t)lay->n_head_kv * (uint64_t)lay->head_dim_k * sizeof(float)
+               : 0;
+}
+
 uint64_t hy_kv_layout_bytes(const hy_kv_layout_t *lay, uint64_t kpage, uint64_t vpage)
 {
-    uint64_t total = 0;
+    uint64_t total = 0, keys = hy_kv_sparse_key_bytes(lay);
 
-    for (int32_t l = 0; l < lay->n_layers; l++)
-        total += (kpage + vpage) *
-                 (uint64_t)hy_kv_layout_group_pages(lay, hy_kv_layout_group(lay, l));
+    for (int32_t l = 0; l < lay->n_layers; l++) {
+        int32_t g = hy_kv_layout_group(lay, l);
+
+        total += (kpage + vpage + (g == HY_KV_FULL ? keys : 0)) *
+                 (uint64_t)hy_kv_layout_group_pages(lay, g);
+    }
     return total;
 }
 

@@ -33,8 +33,14 @@ int hy_kv_layout_check(const hy_kv_layout_t *lay, int32_t max_head, size_t *krow
 int32_t hy_kv_layout_group(const hy_kv_layout_t *lay, int32_t l);
 int32_t hy_kv_layout_group_pages(const hy_kv_layout_t *lay, int32_t group);
 /* Bytes kv_init allocates for lay: per layer, its group's pages times one
- * layer's K and V page (kpage + vpage from hy_kv_layout_sizes). */
+ * layer's K and V page (kpage + vpage from hy_kv_layout_sizes), plus, with
+ * block-sparse attention, each full-group page's compressed keys. */
 uint64_t hy_kv_layout_bytes(const hy_kv_layout_t *lay, uint64_t kpage, uint64_t vpage);
+/* The compressed keys of one page of one full-group layer with block-sparse
+ * attention on (one float key per KV head), else 0: part of the page's
+ * cost, so the plan's page bytes, the pool's size and mem_allocated count
+ * them. */
+uint64_t hy_kv_sparse_key_bytes(const hy_kv_layout_t *lay);
 /* The batch an attention op of a layer of `group` reads: b itself for the
  * full group, else a copy whose sequences' pages are their sliding-group
  * pages (seqs: the copy's [b->n_seqs] array). */

@@ -17,6 +17,7 @@
  */
 #include "engine/engine.h"
 #include "common/log.h"
+#include "backend/layout.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
 #include "grammar/grammar_cache.h"
@@ -132,6 +133,16 @@ int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_o
                           o->swa_full};
     if ((rc = hy_plan_make_opts(&plan, m, be, &po, err)) != HY_OK)
         return rc;
+    if (o->sparse.block_pages > 0) {
+        /* block-sparse attention keeps each full page's compressed keys in
+         * hot memory beside it (backend/layout.h): part of the page's cost
+         * against the budget, as kv_init allocates them */
+        hy_kv_layout_t one = {.n_head_kv = m->n_head_kv, .head_dim_k = m->head_dim,
+                              .sparse = o->sparse};
+
+        plan.page_bytes += hy_kv_sparse_key_bytes(&one) *
+                           (uint64_t)(m->n_kv_layers - plan.n_swa_kv_layers);
+    }
     per_seq = (n_ctx + o->page_tokens - 1) / o->page_tokens;
     if (plan.swa_window > 0)
         per_swa = plan.n_swa_pages / o->max_seqs;

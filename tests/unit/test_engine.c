@@ -16,6 +16,7 @@
  * EOWNERDEAD recovered), and the page-table accounting after every scenario.  Tiny random
  * models from tests/golden/tiny/.
  */
+#include "backend/layout.h"
 #include "engine/engine.h"
 #include "engine/local.h"
 #include "engine/runner.h"
@@ -1262,6 +1263,34 @@ static void hy_e_grammar(hy_e_env_t *v, const char *name)
 
 /* Segment sizing: bad options and budgets are refused with a message; a
  * hybrid budget too small for max_seqs state slots gets fewer slots. */
+/* Block-sparse attention's compressed keys live beside each full page in
+ * hot memory: the same budget holds fewer pages, exactly as many as fit
+ * with their keys, and kv_init's allocation (mem_allocated) counts them. */
+static void hy_e_sizing_sparse(hy_e_env_t *v, const char *name)
+{
+    char err[HY_ERR_LEN] = "";
+    hy_engine_opts_t o;
+    hy_pt_params_t dense, sparse;
+    hy_plan_t plan;
+    hy_kv_layout_t one = {.n_head_kv = v->m->n_head_kv, .head_dim_k = v->m->head_dim,
+                          .sparse = {.block_pages = 4, .topk = 2}};
+    uint64_t keys = hy_kv_sparse_key_bytes(&one) * (uint64_t)v->m->n_kv_layers, budget;
+    int rc[2];
+
+    hy_e_opts(&o);
+    hy_plan_make(&plan, v->m, v->be, o.n_ctx, 1, o.page_tokens, o.kv_type, err);
+    budget = 100 * plan.page_bytes;
+    o.memory_bytes = budget;
+    rc[0] = hy_engine_pt_params(v->m, v->be, &o, &dense, err);
+    o.sparse = one.sparse;
+    rc[1] = hy_engine_pt_params(v->m, v->be, &o, &sparse, err);
+    HY_T_OK(rc[0] == HY_OK && rc[1] == HY_OK && dense.n_pages == 100 && keys > 0 &&
+                (uint64_t)sparse.n_pages == budget / (plan.page_bytes + keys),
+            "%s: a budget of 100 pages holds %d pages with their sparse keys (%llu + %llu "
+            "bytes each)", name, rc[1] == HY_OK ? sparse.n_pages : -1,
+            (unsigned long long)plan.page_bytes, (unsigned long long)keys);
+}
+
 static void hy_e_sizing(hy_e_env_t *v, const char *name)
 {
     char err[HY_ERR_LEN] = "", err2[HY_ERR_LEN] = "";
@@ -1278,6 +1307,8 @@ static void hy_e_sizing(hy_e_env_t *v, const char *name)
     rc[1] = hy_engine_pt_params(v->m, v->be, &o, &sp, err2);
     HY_T_OK(rc[0] == HY_EINVAL && rc[1] == HY_ERANGE && strstr(err2, "budget") != NULL,
             "%s: bad options / a tiny budget are refused (%s | %s)", name, err, err2);
+    if (v->m->n_rec_layers == 0 && v->m->n_swa_layers == 0)
+        hy_e_sizing_sparse(v, name);
     if (v->m->n_rec_layers == 0)
         return;
     hy_e_opts(&o);

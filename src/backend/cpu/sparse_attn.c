@@ -154,8 +154,7 @@ int hy_sparse_attend(const hy_attn_flash_t *f, const int32_t *blocks, int32_t n,
 
 static size_t sp_layer_bytes(const hy_kv_layout_t *lay)
 {
-    return (size_t)lay->n_pages * (size_t)lay->n_head_kv * (size_t)lay->head_dim_k *
-           sizeof(float);
+    return (size_t)lay->n_pages * (size_t)hy_kv_sparse_key_bytes(lay);
 }
 
 void hy_cpu_sparse_unmap(float **keys, const hy_kv_layout_t *lay)
