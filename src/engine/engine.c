@@ -1004,7 +1004,13 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
     } else {
         if (s->gm != NULL && !hy_engine_mask(e, s, logits, p->flags))
             return;
-        t = hy_sampler_sample(s->sampler, logits, &so);
+        if (p->flags & HY_REQ_F_NO_LOGPROBS) {
+            t = hy_sampler_sample(s->sampler, logits, NULL);
+            so.logprob = 0.0f;
+            so.n_top = 0;
+        } else {
+            t = hy_sampler_sample(s->sampler, logits, &so);
+        }
     }
     if (t < 0) {
         hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, t,

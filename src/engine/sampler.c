@@ -44,6 +44,7 @@ struct hy_sampler {
     int32_t window_len, window_head;
 
     hy_sampler_cand_t *cand; /* (n_vocab) scratch, allocated on first need */
+    double *wts;             /* (n_vocab) draw_full's weights, allocated on first need */
 };
 
 /* ---- PRNG: xoshiro256** seeded through splitmix64 (Blackman & Vigna). ---- */
@@ -143,6 +144,7 @@ void hy_sampler_free(hy_sampler_t *s)
     free(s->index);
     free(s->window);
     free(s->cand);
+    free(s->wts);
     free(s);
 }
 
@@ -409,20 +411,32 @@ static int32_t draw(hy_sampler_t *s, const hy_sampler_cand_t *c, size_t n, float
 }
 
 /* Same draw straight over the logits when no candidate list is needed
- * (top_k and top_p off): tokens below min_thr weigh zero. */
+ * (top_k and top_p off): tokens below min_thr weigh zero.  The weights of
+ * the first pass are kept for the cumulative one: the same doubles summed
+ * in the same order, so the same token, without a second exp() per entry
+ * (up to n_vocab of them: 262,144 for Gemma).  Without the scratch (out of
+ * memory) they are computed again, to the same bits. */
 static int32_t draw_full(hy_sampler_t *s, const float *logits, float maxl, float min_thr)
 {
     double inv_t = 1.0 / s->p.temperature, total = 0.0, u, cum = 0.0;
     int32_t last = 0;
+    double *w;
 
+    if (s->wts == NULL)
+        s->wts = malloc((size_t)s->n_vocab * sizeof *s->wts);
+    w = s->wts;
     for (int32_t v = 0; v < s->n_vocab; v++) {
-        if (logits[v] >= min_thr)
-            total += exp(((double)logits[v] - maxl) * inv_t);
+        if (logits[v] >= min_thr) {
+            double e = exp(((double)logits[v] - maxl) * inv_t);
+            if (w != NULL)
+                w[v] = e;
+            total += e;
+        }
     }
     u = rng_uniform(s) * total;
     for (int32_t v = 0; v < s->n_vocab; v++) {
         if (logits[v] >= min_thr) {
-            cum += exp(((double)logits[v] - maxl) * inv_t);
+            cum += w != NULL ? w[v] : exp(((double)logits[v] - maxl) * inv_t);
             last = v;
             if (u < cum)
                 return v;

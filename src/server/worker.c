@@ -910,7 +910,8 @@ static int wk_gen_submit(wk_gen_t *g)
         p.priority = g->priority;
         /* End-of-generation tokens are the engine's business (it knows the
          * vocabulary); stop strings are ours. */
-        p.flags = q->ignore_eos ? HY_REQ_F_IGNORE_EOS : 0;
+        p.flags = (q->ignore_eos ? HY_REQ_F_IGNORE_EOS : 0) |
+                  (q->logprobs ? 0 : HY_REQ_F_NO_LOGPROBS);
         rc = hy_req_submit_grammar(w->shm, &p, g->cs[i].ids, g->cs[i].n_prompt, g->gspec,
                                    g->gspec_len, &g->cs[i].h, err);
         if (rc != HY_OK) {

@@ -316,7 +316,8 @@ static int hy_bo_throughput(hy_local_engine_t *le, const hy_model_t *m, const hy
     hy_sampling_default(&p.sampling);
     p.sampling.temperature = (float)o->temperature;
     p.max_tokens = (int32_t)o->n_gen;
-    p.flags = HY_REQ_F_IGNORE_EOS;
+    /* as an API request without "logprobs" */
+    p.flags = HY_REQ_F_IGNORE_EOS | HY_REQ_F_NO_LOGPROBS;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     cpu0 = hy_bo_cpu_ms();
     while (done < o->n_req) {

@@ -297,7 +297,8 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
     memset(&rp, 0, sizeof rp);
     rp.sampling = o->sp;
     rp.max_tokens = (int32_t)HY_MAX(o->n_predict, 1);
-    rp.flags = o->ignore_eos ? HY_REQ_F_IGNORE_EOS : 0;
+    /* run prints text, never logprobs */
+    rp.flags = (o->ignore_eos ? HY_REQ_F_IGNORE_EOS : 0) | HY_REQ_F_NO_LOGPROBS;
     hy_tok_stream_init(&out.stream, c->tok, false, false);
     if ((rc = hy_local_engine_open(&le, c->model, c->be, &eo, hy_run_on_token, &out, err)) != HY_OK)
         goto out;

@@ -279,6 +279,75 @@ static int hy_e_run_s(hy_e_env_t *v, const int32_t *p, int32_t n, int32_t max_to
     return hy_e_collect(v, h, out, err);
 }
 
+/* HY_REQ_F_NO_LOGPROBS: the engine skips the log-softmax, never the draw.
+ * A seeded top-k/top-p request and a greedy one give the same tokens with
+ * the flag as without; with it every token reports logprob 0 and no
+ * alternatives, without it real (negative) logprobs. */
+static void hy_e_nologprobs(hy_e_env_t *v, const char *name)
+{
+    hy_engine_opts_t o;
+    hy_sampling_t sp;
+    int32_t prompt[24];
+    char err[HY_ERR_LEN];
+    int rc = HY_OK, same = 1, zero = 1, real = 1;
+
+    hy_e_prompt(prompt, 24, 91, v->m->n_vocab);
+    hy_e_opts(&o);
+    if ((rc = hy_e_up(v, &o, err)) != HY_OK) {
+        HY_T_OK(0, "%s: engine for the no-logprobs flag (%s)", name, err);
+        return;
+    }
+    hy_sampling_default(&sp);
+    sp.temperature = 0.9f;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.seed = 1234;
+    sp.n_logprobs = 3;
+    for (int greedy = 0; greedy < 2 && rc == HY_OK; greedy++) {
+        hy_ring_tok_t got[2][16];
+        int32_t n[2] = {0, 0};
+
+        sp.temperature = greedy ? 0.0f : 0.9f;
+        for (int f = 0; f < 2 && rc == HY_OK; f++) {
+            hy_req_params_t rp;
+            hy_req_handle_t h;
+            hy_req_status_t st;
+
+            memset(&rp, 0, sizeof rp);
+            rp.sampling = sp;
+            rp.max_tokens = 12;
+            rp.flags = HY_REQ_F_IGNORE_EOS | (f ? HY_REQ_F_NO_LOGPROBS : 0);
+            if ((rc = hy_req_submit(v->shm, &rp, prompt, 24, &h, err)) != HY_OK)
+                break;
+            hy_shm_engine_kick(v->shm);
+            for (int k = 0; k < 3000 && rc == HY_OK; k++) {
+                int r = hy_req_read(v->shm, h, got[f] + n[f], 16 - n[f], 10, &st, err);
+                if (r < 0) {
+                    rc = r;
+                    break;
+                }
+                n[f] += r;
+                if (st.done)
+                    break;
+            }
+            if (rc == HY_OK)
+                rc = hy_req_release(v->shm, h, err);
+        }
+        same &= n[0] == 12 && n[1] == 12;
+        for (int32_t i = 0; i < n[0] && i < n[1]; i++) {
+            same &= got[0][i].token == got[1][i].token;
+            real &= got[0][i].logprob < 0.0f && got[0][i].n_top == 3;
+            zero &= got[1][i].logprob == 0.0f && got[1][i].n_top == 0;
+        }
+    }
+    HY_T_OK(rc == HY_OK && same && zero && real,
+            "%s: HY_REQ_F_NO_LOGPROBS: same 12 tokens seeded and greedy, logprob 0 and no "
+            "alternatives with it, real ones without (%s)", name,
+            rc != HY_OK ? err : !same ? "tokens differ" : !zero ? "logprobs with the flag"
+                                                                : !real ? "none without" : "ok");
+    hy_e_down(v, name);
+}
+
 /* A backend with its own sampler: greedy rows give the host's tokens and
  * logprobs, sampled rows stream exactly the backend's draws (seeded, so a
  * repeat is identical), and requests with penalties or logit_bias never
@@ -1470,6 +1539,7 @@ int main(void)
             hy_e_cancel(&v, models[k]);
             hy_e_local_errors(&v, models[k]);
             hy_e_devsample(&v, models[k]);
+            hy_e_nologprobs(&v, models[k]);
             hy_e_grammar(&v, models[k]);
             hy_e_runner(v.m, v.be);
         }

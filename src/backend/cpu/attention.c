@@ -495,15 +495,20 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
             goto fail;
     }
 
-    /* 2. units; split the heads of a group only when there is too little
-     * other parallelism (decode of a few sequences) */
+    /* 2. units; split the heads of a group only when there are fewer
+     * units than threads (decode of a few sequences).  Every unit converts
+     * and transposes its K/V tiles again, which costs about two heads'
+     * arithmetic: Gemma 3's one KV group of 4 heads cut into 4 units on 2
+     * threads cost each thread 2 conversions + 2 heads, more than one
+     * thread doing 1 + 4; cut into 2 units, 1 + 2.  (Which heads share a
+     * unit changes no bit: each query has its own m, l and O.) */
     int64_t n_blocks = 0;
     for (int32_t s = 0; s < b->n_seqs; s++)
         n_blocks += (b->seqs[s].n + j.qblock - 1) / j.qblock;
     j.n_hsplit = 1;
-    if (n_blocks * p->n_head_kv < 2 * nth)
+    if (n_blocks * p->n_head_kv < nth)
         j.n_hsplit = (int)HY_MIN((int64_t)j.group,
-                                 (2 * nth + n_blocks * p->n_head_kv - 1) / (n_blocks * p->n_head_kv));
+                                 (nth + n_blocks * p->n_head_kv - 1) / (n_blocks * p->n_head_kv));
     j.heads_per_unit = (j.group + j.n_hsplit - 1) / j.n_hsplit;
     j.n_hsplit = (j.group + j.heads_per_unit - 1) / j.heads_per_unit;
     unit_start = malloc(((size_t)b->n_seqs + 1) * sizeof *unit_start);

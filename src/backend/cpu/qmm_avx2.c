@@ -667,19 +667,19 @@ HY_Q2_INLINE void hy_q2_x_q2_k(const char *const rp[8], int64_t b, hy_q2_regs_t 
 /* The types with an extractor: name, weight type and qmm.h flags (those of
  * qmm.c's table; the kernels are specialised on them).  HY_Q2_TYPES_T are
  * those whose one-token decoder is the transposed extractor (hy_q2_dec);
- * Q8_0's is row-wise (hy_q2_dec_q8_0). */
+ * Q8_0's, Q4_0's, Q5_0's and IQ4_NL's are row-wise (HY_Q2_DEC_ROWS). */
 #define HY_Q2_TYPES(X) \
     X(q8_0, HY_DTYPE_Q8_0, 0) \
+    X(q4_0, HY_DTYPE_Q4_0, 0) \
+    X(q5_0, HY_DTYPE_Q5_0, 0) \
+    X(iq4_nl, HY_DTYPE_IQ4_NL, 0) \
     HY_Q2_TYPES_T(X)
 #define HY_Q2_TYPES_T(X) \
-    X(q4_0, HY_DTYPE_Q4_0, 0) \
     X(q4_1, HY_DTYPE_Q4_1, HY_QMM_OFFSET) \
     X(q4_k, HY_DTYPE_Q4_K, HY_QMM_OFFSET) \
     X(q5_k, HY_DTYPE_Q5_K, HY_QMM_OFFSET) \
     X(q6_k, HY_DTYPE_Q6_K, HY_QMM_CHUNK16) \
-    X(q5_0, HY_DTYPE_Q5_0, 0) \
     X(q5_1, HY_DTYPE_Q5_1, HY_QMM_OFFSET) \
-    X(iq4_nl, HY_DTYPE_IQ4_NL, 0) \
     X(q2_k, HY_DTYPE_Q2_K, HY_QMM_OFFSET16) \
     X(q3_k, HY_DTYPE_Q3_K, 0) \
     X(iq4_xs, HY_DTYPE_IQ4_XS, HY_QMM_CHUNK16)
@@ -737,12 +737,22 @@ HY_Q2_INLINE void hy_q2_step(const hy_q2_regs_t *g, const hy_block_q16_t *xb, __
 /* The share of block b (of nb) of the bytes HY_Q2_PF_ROWS rows ahead of
  * the 8 rows at w, a cache line at a time: the rows are consecutive, so
  * their successors are one contiguous run, and prefetching it line by
- * line leaves no line of it to a demand miss. */
-HY_Q2_INLINE void hy_q2_prefetch(const char *w, size_t ws, int64_t b, int64_t nb)
+ * line leaves no line of it to a demand miss.  step = hy_q2_pf_step(): a
+ * block's share when it is a whole number of bytes (any matrix whose rows
+ * are nb blocks: 8 rows of ws bytes), so a block costs a multiply instead
+ * of two 64-bit divisions, which cost as much as a row's arithmetic. */
+HY_Q2_INLINE size_t hy_q2_pf_step(size_t ws, int64_t nb)
 {
-    const size_t span = 8 * ws, lo = (size_t)b * span / (size_t)nb;
+    return nb > 0 && 8 * ws % (size_t)nb == 0 ? 8 * ws / (size_t)nb : 0;
+}
+
+HY_Q2_INLINE void hy_q2_prefetch(const char *w, size_t ws, int64_t b, int64_t nb, size_t step)
+{
+    const size_t span = 8 * ws;
+    const size_t lo = step ? (size_t)b * step : (size_t)b * span / (size_t)nb;
     /* the last block also takes the line the run's last byte may spill into */
-    const size_t hi = (size_t)(b + 1) * span / (size_t)nb + (b + 1 == nb ? 64 : 0);
+    const size_t hi = (step ? lo + step : (size_t)(b + 1) * span / (size_t)nb) +
+                      (b + 1 == nb ? 64 : 0);
     const char *base = w + HY_Q2_PF_ROWS * ws;
 
     for (size_t o = (lo + 63) & ~(size_t)63; o < hi; o += 64)
@@ -757,6 +767,7 @@ HY_Q2_INLINE void hy_q2_prefetch(const char *w, size_t ws, int64_t b, int64_t nb
                                  const hy_block_q16_t *x, float out[8], int pf)    \
     {                                                                              \
         const char *rp[8];                                                         \
+        const size_t step = hy_q2_pf_step(ws, nb);                                 \
         hy_q2_kst_t st;                                                            \
         __m256 acc = _mm256_setzero_ps(), mac = _mm256_setzero_ps();               \
         st.sb = -1;                                                                \
@@ -765,7 +776,7 @@ HY_Q2_INLINE void hy_q2_prefetch(const char *w, size_t ws, int64_t b, int64_t nb
         for (int64_t b = 0; b < nb; b++) {                                         \
             hy_q2_regs_t g;                                                        \
             if (pf)                                                                \
-                hy_q2_prefetch(w, ws, b, nb);                                      \
+                hy_q2_prefetch(w, ws, b, nb, step);                                \
             extract(rp, b, &g, &st);                                               \
             hy_q2_step(&g, x + b, &acc, &mac, flags);                              \
         }                                                                          \
@@ -795,47 +806,115 @@ HY_Q2_INLINE __m256i hy_q2_hsum8(const __m256i a[8])
                             _mm256_permute2x128_si256(u[0], u[1], 0x31));
 }
 
-/* Q8_0's one-token decoder, row by row: a row's 32 int8 codes widen to
- * int16 in element order with one load each half, and meet the token's
- * block put back into element order (slots 1 and 2 of each group of four
- * swap back, once per block for all 8 rows).  P is exact in int32, so
- * summing it this way gives the transposed extractor's P, and the float
- * step is hy_q2_step's: the same bits, without the transpose and the
- * pair extraction that made decode of Gemma's 262144 x 640 output matrix
- * compute-bound. */
-static void hy_q2_dec_q8_0(const char *w, size_t ws, int nrows, int64_t nb,
-                           const hy_block_q16_t *x, float out[8], int pf)
+/* The exact integer sum of one row's block (32 int8 codes in element order,
+ * c) against the token's block in element order (x0: elements 0..15, x1:
+ * 16..31), as 8 int32 partial sums. */
+HY_Q2_INLINE __m256i hy_q2_row_i8(__m256i c, __m256i x0, __m256i x1)
 {
-    const __m256i unslot = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14,
-                                            15, 0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11,
-                                            14, 15);
-    const char *rp[8];
-    __m256 acc = _mm256_setzero_ps();
-
-    hy_q2_rows(w, ws, nrows, rp);
-    for (int64_t b = 0; b < nb; b++) {
-        const size_t o = (size_t)b * sizeof(hy_block_q8_0_t);
-        const __m256i x0 = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)x[b].v),
-                                               unslot);
-        const __m256i x1 = _mm256_shuffle_epi8(
-            _mm256_loadu_si256((const __m256i *)(x[b].v + 16)), unslot);
-        __m256i a[8];
-
-        if (pf)
-            hy_q2_prefetch(w, ws, b, nb);
-#pragma GCC unroll 16
-        for (int r = 0; r < 8; r++) {
-            const char *q = rp[r] + o + offsetof(hy_block_q8_0_t, qs);
-            a[r] = _mm256_add_epi32(
-                _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q)), x0),
-                _mm256_madd_epi16(
-                    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16))), x1));
-        }
-        const __m256 sc = _mm256_mul_ps(hy_q2_f16x8(rp, o, NULL), _mm256_set1_ps(x[b].d));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hy_q2_hsum8(a)), sc, acc);
-    }
-    _mm256_storeu_ps(out, acc);
+    return _mm256_add_epi32(
+        _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(c)), x0),
+        _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(c, 1)), x1));
 }
+
+/* Per-type row functions: the 8 int32 partial sums of block blk of one row
+ * against the token block (x0, x1: element order). */
+HY_Q2_INLINE __m256i hy_q2_row_q8_0(const char *blk, __m256i x0, __m256i x1)
+{
+    const char *q = blk + offsetof(hy_block_q8_0_t, qs);
+
+    /* the widening loads take the codes straight from memory */
+    return _mm256_add_epi32(
+        _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q)), x0),
+        _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16))), x1));
+}
+
+/* The 16 bytes of Q4_0-style nibbles at q as 32 bytes in element order:
+ * low nibbles (elements 0..15), then high nibbles (16..31). */
+HY_Q2_INLINE __m256i hy_q2_row_nibs(const char *q)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0F), b = _mm_loadu_si128((const __m128i *)q);
+
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m4), _mm_and_si128(b, m4));
+}
+
+HY_Q2_INLINE __m256i hy_q2_row_q4_0(const char *blk, __m256i x0, __m256i x1)
+{
+    const __m256i c = _mm256_sub_epi8(hy_q2_row_nibs(blk + offsetof(hy_block_q4_0_t, qs)),
+                                      _mm256_set1_epi8(8));
+    return hy_q2_row_i8(c, x0, x1);
+}
+
+HY_Q2_INLINE __m256i hy_q2_row_iq4_nl(const char *blk, __m256i x0, __m256i x1)
+{
+    const __m256i grid = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)hy_quant_iq4nl_values));
+    return hy_q2_row_i8(
+        _mm256_shuffle_epi8(grid, hy_q2_row_nibs(blk + offsetof(hy_block_iq4_nl_t, qs))), x0,
+        x1);
+}
+
+/* Q5_0: q = nibble | 16 * (bit j of qh), stored as q + 16, so the code is
+ * the nibble minus 16 where the bit is clear: each byte of the broadcast
+ * qh word picks its bit (byte j takes qh's byte j/8 and tests bit j%8). */
+HY_Q2_INLINE __m256i hy_q2_row_q5_0(const char *blk, __m256i x0, __m256i x1)
+{
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
+                                          2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    uint32_t qh;
+
+    memcpy(&qh, blk + offsetof(hy_block_q5_0_t, qh), 4);
+    const __m256i hb = _mm256_and_si256(
+        _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick), bit);
+    /* clear bit: 0x10 to take off, set bit: 0 */
+    const __m256i off = _mm256_and_si256(_mm256_cmpeq_epi8(hb, _mm256_setzero_si256()),
+                                         _mm256_set1_epi8(16));
+    return hy_q2_row_i8(
+        _mm256_sub_epi8(hy_q2_row_nibs(blk + offsetof(hy_block_q5_0_t, qs)), off), x0, x1);
+}
+
+/* One-token decoder, row by row, for the 32-element types whose codes fit
+ * in int8 and whose block starts with its f16 D (Q8_0, Q4_0, Q5_0,
+ * IQ4_NL): a row's codes widen to int16 in element order and meet the
+ * token's block put back into element order (slots 1 and 2 of each group
+ * of four swap back, once per block for all 8 rows).  P is exact in int32,
+ * so summing it this way gives the transposed extractor's P, and the float
+ * step is hy_q2_step's: the same bits, without the transpose and the pair
+ * extraction that made decode compute-bound (Gemma 3's 262144 x 640 Q8_0
+ * output matrix, its Q5_0 projections). */
+#define HY_Q2_DEC_ROWS(name)                                                       \
+    static void hy_q2_dec_##name(const char *w, size_t ws, int nrows, int64_t nb, \
+                                 const hy_block_q16_t *x, float out[8], int pf)    \
+    {                                                                              \
+        const __m256i unslot = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, \
+                                                11, 14, 15, 0, 1, 4, 5, 2, 3, 6, 7, 8, 9, \
+                                                12, 13, 10, 11, 14, 15);           \
+        const size_t bsz = sizeof(hy_block_##name##_t);                            \
+        const size_t step = hy_q2_pf_step(ws, nb);                                 \
+        const char *rp[8];                                                         \
+        __m256 acc = _mm256_setzero_ps();                                          \
+        hy_q2_rows(w, ws, nrows, rp);                                              \
+        for (int64_t b = 0; b < nb; b++) {                                         \
+            const size_t o = (size_t)b * bsz;                                      \
+            const __m256i x0 = _mm256_shuffle_epi8(                                \
+                _mm256_loadu_si256((const __m256i *)x[b].v), unslot);              \
+            const __m256i x1 = _mm256_shuffle_epi8(                                \
+                _mm256_loadu_si256((const __m256i *)(x[b].v + 16)), unslot);       \
+            __m256i a[8];                                                          \
+            if (pf)                                                                \
+                hy_q2_prefetch(w, ws, b, nb, step);                                \
+            _Pragma("GCC unroll 16") for (int r = 0; r < 8; r++)                   \
+                a[r] = hy_q2_row_##name(rp[r] + o, x0, x1);                        \
+            const __m256 sc = _mm256_mul_ps(hy_q2_f16x8(rp, o, NULL),              \
+                                            _mm256_set1_ps(x[b].d));               \
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hy_q2_hsum8(a)), sc, acc);    \
+        }                                                                          \
+        _mm256_storeu_ps(out, acc);                                                \
+    }
+HY_Q2_DEC_ROWS(q8_0)
+HY_Q2_DEC_ROWS(q4_0)
+HY_Q2_DEC_ROWS(q5_0)
+HY_Q2_DEC_ROWS(iq4_nl)
 
 typedef void (*hy_q2_dec_fn)(const char *w, size_t ws, int nrows, int64_t nb,
                              const hy_block_q16_t *x, float out[8], int pf);
