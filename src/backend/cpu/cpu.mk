@@ -35,9 +35,9 @@ libhy_quant_a_SOURCES = src/backend/cpu/quant.c src/backend/cpu/quant.h \
 	src/backend/cpu/qmm.c src/backend/cpu/qmm.h
 libhy_quant_a_CFLAGS = $(AM_CFLAGS) -ffp-contract=off
 libhy_gdn_a_SOURCES = src/backend/cpu/gdn_kern_generic.c src/backend/cpu/gdn_kern.h
-libhy_gdn_a_CFLAGS = $(AM_CFLAGS) -O3
+libhy_gdn_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off
 libhy_ssd_a_SOURCES = src/backend/cpu/ssd_kern_generic.c src/backend/cpu/ssd_kern.h
-libhy_ssd_a_CFLAGS = $(AM_CFLAGS) -O3
+libhy_ssd_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off
 HY_SIMD_OBJECTS = $(libhy_quant_a_OBJECTS) $(libhy_gdn_a_OBJECTS) $(libhy_ssd_a_OBJECTS)
 if HY_AVX2
 libhy_a_SOURCES += src/backend/cpu/attn_avx2.c
@@ -46,9 +46,9 @@ libhy_quant_avx2_a_SOURCES = src/backend/cpu/quant_avx2.c src/backend/cpu/quant_
 	src/backend/cpu/qmm_avx2.c
 libhy_quant_avx2_a_CFLAGS = $(AM_CFLAGS) -ffp-contract=off -mavx2 -mfma -mf16c
 libhy_gdn_avx2_a_SOURCES = src/backend/cpu/gdn_kern_avx2.c
-libhy_gdn_avx2_a_CFLAGS = $(AM_CFLAGS) -O3 -mavx2 -mfma
+libhy_gdn_avx2_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off -mavx2 -mfma
 libhy_ssd_avx2_a_SOURCES = src/backend/cpu/ssd_kern_avx2.c
-libhy_ssd_avx2_a_CFLAGS = $(AM_CFLAGS) -O3 -mavx2 -mfma
+libhy_ssd_avx2_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off -mavx2 -mfma
 HY_SIMD_OBJECTS += $(libhy_quant_avx2_a_OBJECTS) $(libhy_gdn_avx2_a_OBJECTS) \
 	$(libhy_ssd_avx2_a_OBJECTS)
 endif
@@ -61,10 +61,10 @@ libhy_quant_avx512_a_SOURCES = src/backend/cpu/quant_avx512.c \
 libhy_quant_avx512_a_CFLAGS = $(AM_CFLAGS) -ffp-contract=off -mavx2 -mfma -mf16c \
 	-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 libhy_gdn_avx512_a_SOURCES = src/backend/cpu/gdn_kern_avx512.c
-libhy_gdn_avx512_a_CFLAGS = $(AM_CFLAGS) -O3 -mavx2 -mfma -mavx512f -mavx512vl -mavx512dq \
+libhy_gdn_avx512_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off -mavx2 -mfma -mavx512f -mavx512vl -mavx512dq \
 	-mavx512bw -mprefer-vector-width=512
 libhy_ssd_avx512_a_SOURCES = src/backend/cpu/ssd_kern_avx512.c
-libhy_ssd_avx512_a_CFLAGS = $(AM_CFLAGS) -O3 -mavx2 -mfma -mavx512f -mavx512vl -mavx512dq \
+libhy_ssd_avx512_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off -mavx2 -mfma -mavx512f -mavx512vl -mavx512dq \
 	-mavx512bw -mprefer-vector-width=512
 HY_SIMD_OBJECTS += $(libhy_quant_avx512_a_OBJECTS) $(libhy_gdn_avx512_a_OBJECTS) \
 	$(libhy_ssd_avx512_a_OBJECTS)
