@@ -41,20 +41,74 @@ typedef float hy_ssd_vec_t __attribute__((vector_size(HY_SSD_NR * sizeof(float))
 /* Width of the recurrent form's partial-sum array (one or two vectors). */
 #define HY_SSD_RW 16
 
+/* One row: c[N] (= or +=) a[K] . B[K][N], four vectors of columns at a
+ * time (independent sums hide the add latency of a decode step's single
+ * row), then single vectors, then scalars: each element the same sum in k
+ * order as in hy_ssd_gemm's tiles. */
+static void hy_ssd_gemm_row(int32_t N, int32_t K, const float *restrict a, const float *restrict B,
+                            int64_t ldb, float *restrict c, bool accumulate)
+{
+    int32_t c0 = 0;
+
+    for (; c0 + 4 * HY_SSD_NR <= N; c0 += 4 * HY_SSD_NR) {
+        hy_ssd_vec_t t0 = {0}, t1 = {0}, t2 = {0}, t3 = {0};
+        if (accumulate) {
+            memcpy(&t0, c + c0, sizeof t0);
+            memcpy(&t1, c + c0 + HY_SSD_NR, sizeof t1);
+            memcpy(&t2, c + c0 + 2 * HY_SSD_NR, sizeof t2);
+            memcpy(&t3, c + c0 + 3 * HY_SSD_NR, sizeof t3);
+        }
+        for (int32_t k = 0; k < K; k++) {
+            const float *b = B + (int64_t)k * ldb + c0;
+            hy_ssd_vec_t b0, b1, b2, b3;
+            memcpy(&b0, b, sizeof b0);
+            memcpy(&b1, b + HY_SSD_NR, sizeof b1);
+            memcpy(&b2, b + 2 * HY_SSD_NR, sizeof b2);
+            memcpy(&b3, b + 3 * HY_SSD_NR, sizeof b3);
+            t0 += a[k] * b0;
+            t1 += a[k] * b1;
+            t2 += a[k] * b2;
+            t3 += a[k] * b3;
+        }
+        memcpy(c + c0, &t0, sizeof t0);
+        memcpy(c + c0 + HY_SSD_NR, &t1, sizeof t1);
+        memcpy(c + c0 + 2 * HY_SSD_NR, &t2, sizeof t2);
+        memcpy(c + c0 + 3 * HY_SSD_NR, &t3, sizeof t3);
+    }
+    for (; c0 + HY_SSD_NR <= N; c0 += HY_SSD_NR) {
+        hy_ssd_vec_t t0 = {0};
+        if (accumulate)
+            memcpy(&t0, c + c0, sizeof t0);
+        for (int32_t k = 0; k < K; k++) {
+            hy_ssd_vec_t b0;
+            memcpy(&b0, B + (int64_t)k * ldb + c0, sizeof b0);
+            t0 += a[k] * b0;
+        }
+        memcpy(c + c0, &t0, sizeof t0);
+    }
+    for (; c0 < N; c0++) {
+        float t = accumulate ? c[c0] : 0.0f;
+        for (int32_t k = 0; k < K; k++)
+            t += a[k] * B[(int64_t)k * ldb + c0];
+        c[c0] = t;
+    }
+}
+
 /* C[M][N] (= or +=) A[M][K] . B[K][N]; leading dimensions in floats.  Every
- * element is the same sum in k order whatever tile it falls in. */
+ * element is the same sum in k order whatever tile it falls in (the block
+ * form's bits must not depend on how many rows a step brings). */
 static void hy_ssd_gemm(int32_t M, int32_t N, int32_t K, const float *restrict A, int64_t lda,
                         const float *restrict B, int64_t ldb, float *restrict C, int64_t ldc,
                         bool accumulate)
 {
-    for (int32_t i0 = 0; i0 < M; i0 += HY_SSD_MR) {
-        const int32_t mr = HY_MIN(HY_SSD_MR, M - i0);
+    int32_t i0 = 0;
 
+    for (; i0 + HY_SSD_MR <= M; i0 += HY_SSD_MR) {
         for (int32_t c0 = 0; c0 < N; c0 += HY_SSD_NR) {
             const int32_t nr = HY_MIN(HY_SSD_NR, N - c0);
             float t[HY_SSD_MR][HY_SSD_NR];
 
-            if (mr == HY_SSD_MR && nr == HY_SSD_NR) {
+            if (nr == HY_SSD_NR) {
                 /* the hot path: a full tile in vector registers (GCC vector
                  * extensions: one or two SIMD registers per row on every ISA
                  * build; memcpy because rows need not be aligned) */
@@ -81,23 +135,25 @@ static void hy_ssd_gemm(int32_t M, int32_t N, int32_t K, const float *restrict A
                 memcpy(c + 2 * ldc, &t2, sizeof t2);
                 memcpy(c + 3 * ldc, &t3, sizeof t3);
             } else {
-                for (int r = 0; r < mr; r++)
+                for (int r = 0; r < HY_SSD_MR; r++)
                     for (int l = 0; l < nr; l++)
                         t[r][l] = accumulate ? C[(int64_t)(i0 + r) * ldc + c0 + l] : 0.0f;
                 for (int32_t k = 0; k < K; k++) {
                     const float *b = B + (int64_t)k * ldb + c0;
-                    for (int r = 0; r < mr; r++) {
+                    for (int r = 0; r < HY_SSD_MR; r++) {
                         const float v = A[(int64_t)(i0 + r) * lda + k];
                         for (int l = 0; l < nr; l++)
                             t[r][l] += v * b[l];
                     }
                 }
-                for (int r = 0; r < mr; r++)
+                for (int r = 0; r < HY_SSD_MR; r++)
                     for (int l = 0; l < nr; l++)
                         C[(int64_t)(i0 + r) * ldc + c0 + l] = t[r][l];
             }
         }
     }
+    for (; i0 < M; i0++)
+        hy_ssd_gemm_row(N, K, A + (int64_t)i0 * lda, B, ldb, C + (int64_t)i0 * ldc, accumulate);
 }
 
 static inline float hy_ssd_softplus(float v)
@@ -198,9 +254,11 @@ static void hy_ssd_block(const hy_ssd_job_t *j, const hy_ssd_slot_t *sl, int64_t
         memcpy(X + (int64_t)b * P, j->x + r * j->x_stride + (int64_t)h * P,
                sizeof(float) * (size_t)P);
     }
-    /* S0 C_i for the new rows, and C_i . B_j against the block's rows 0 .. b1-1 */
+    /* S0 C_i for the new rows, and C_i . B_j against the block's rows (all Q
+     * columns: whole vector tiles; the columns past b1 hold earlier rows or
+     * zeros, each column is its own sum, and they are not read) */
     hy_ssd_gemm(cnt, P, N, C0, j->bc_stride, sl->St, P, Yc, P, false);
-    hy_ssd_gemm(cnt, b1, N, C0, j->bc_stride, Bt, Q, Gm, Q, false);
+    hy_ssd_gemm(cnt, Q, N, C0, j->bc_stride, Bt, Q, Gm, Q, false);
     for (int32_t i = 0; i < cnt; i++) {
         const int32_t b = b0 + i;
         const float e = expf(cum[b]);
