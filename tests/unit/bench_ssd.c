@@ -5,7 +5,8 @@
  * 32/64/128, against the token-by-token recurrence, chunk 1) and a decode
  * of the same tokens one call per token.  Times are process CPU time
  * (robust to a loaded machine; with one thread, the work itself), the best
- * of 3.  Not a test: run tests/unit/bench_ssd [threads=1] [tokens=4096] by hand.
+ * of 3.  Not a test: run tests/unit/bench_ssd [threads=1] [tokens=4096] [chunk] by
+ * hand (chunk: only that one, e.g. for instruction counts under callgrind).
  */
 #include "backend/backend.h"
 #include "backend/cpu/ssd.h"
@@ -92,6 +93,8 @@ int main(int argc, char **argv)
     printf("ssd: %d tokens, n_head %d, head_dim %d, d_state %d, n_group %d, isa %d, %d thread(s), CPU time\n",
            T, H, P, N, G, (int)hy_cpu_isa(), opts.n_threads);
     for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        if (argc > 3 && chunks[c] != atoi(argv[3]))
+            continue;
         double pre = run(&w, chunks[c], false, err), dec = run(&w, chunks[c], true, err);
 
         if (pre < 0 || dec < 0) {

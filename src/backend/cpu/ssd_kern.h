@@ -37,50 +37,62 @@
 #include <string.h>
 
 #define HY_SSD_MR 4
-typedef float hy_ssd_vec_t __attribute__((vector_size(HY_SSD_NR * sizeof(float))));
 /* Width of the recurrent form's partial-sum array (one or two vectors). */
 #define HY_SSD_RW 16
 
-/* One row: c[N] (= or +=) a[K] . B[K][N], four vectors of columns at a
- * time (independent sums hide the add latency of a decode step's single
- * row), then single vectors, then scalars: each element the same sum in k
- * order as in hy_ssd_gemm's tiles. */
+/* The build's native vector: a tile row of HY_SSD_NR floats is
+ * HY_SSD_NR / HY_SSD_NV of them (a wider GCC vector type, two registers,
+ * is kept in memory when a loop holds several). */
+#if defined(__AVX512F__)
+#define HY_SSD_NV 16
+#elif defined(__AVX__)
+#define HY_SSD_NV 8
+#else
+#define HY_SSD_NV 4
+#endif
+typedef float hy_ssd_nv_t __attribute__((vector_size(HY_SSD_NV * sizeof(float))));
+#define HY_SSD_UNROLL _Pragma("GCC unroll 8")
+
+/* One row: c[N] (= or +=) a[K] . B[K][N], four native vectors of columns
+ * at a time (independent sums hide the add latency of a decode step's
+ * single row), then single vectors, then scalars: each element the same
+ * sum in k order as in hy_ssd_gemm's tiles. */
 static void hy_ssd_gemm_row(int32_t N, int32_t K, const float *restrict a, const float *restrict B,
                             int64_t ldb, float *restrict c, bool accumulate)
 {
     int32_t c0 = 0;
 
-    for (; c0 + 4 * HY_SSD_NR <= N; c0 += 4 * HY_SSD_NR) {
-        hy_ssd_vec_t t0 = {0}, t1 = {0}, t2 = {0}, t3 = {0};
+    for (; c0 + 4 * HY_SSD_NV <= N; c0 += 4 * HY_SSD_NV) {
+        hy_ssd_nv_t t0 = {0}, t1 = {0}, t2 = {0}, t3 = {0};
         if (accumulate) {
             memcpy(&t0, c + c0, sizeof t0);
-            memcpy(&t1, c + c0 + HY_SSD_NR, sizeof t1);
-            memcpy(&t2, c + c0 + 2 * HY_SSD_NR, sizeof t2);
-            memcpy(&t3, c + c0 + 3 * HY_SSD_NR, sizeof t3);
+            memcpy(&t1, c + c0 + HY_SSD_NV, sizeof t1);
+            memcpy(&t2, c + c0 + 2 * HY_SSD_NV, sizeof t2);
+            memcpy(&t3, c + c0 + 3 * HY_SSD_NV, sizeof t3);
         }
         for (int32_t k = 0; k < K; k++) {
             const float *b = B + (int64_t)k * ldb + c0;
-            hy_ssd_vec_t b0, b1, b2, b3;
+            hy_ssd_nv_t b0, b1, b2, b3;
             memcpy(&b0, b, sizeof b0);
-            memcpy(&b1, b + HY_SSD_NR, sizeof b1);
-            memcpy(&b2, b + 2 * HY_SSD_NR, sizeof b2);
-            memcpy(&b3, b + 3 * HY_SSD_NR, sizeof b3);
+            memcpy(&b1, b + HY_SSD_NV, sizeof b1);
+            memcpy(&b2, b + 2 * HY_SSD_NV, sizeof b2);
+            memcpy(&b3, b + 3 * HY_SSD_NV, sizeof b3);
             t0 += a[k] * b0;
             t1 += a[k] * b1;
             t2 += a[k] * b2;
             t3 += a[k] * b3;
         }
         memcpy(c + c0, &t0, sizeof t0);
-        memcpy(c + c0 + HY_SSD_NR, &t1, sizeof t1);
-        memcpy(c + c0 + 2 * HY_SSD_NR, &t2, sizeof t2);
-        memcpy(c + c0 + 3 * HY_SSD_NR, &t3, sizeof t3);
+        memcpy(c + c0 + HY_SSD_NV, &t1, sizeof t1);
+        memcpy(c + c0 + 2 * HY_SSD_NV, &t2, sizeof t2);
+        memcpy(c + c0 + 3 * HY_SSD_NV, &t3, sizeof t3);
     }
-    for (; c0 + HY_SSD_NR <= N; c0 += HY_SSD_NR) {
-        hy_ssd_vec_t t0 = {0};
+    for (; c0 + HY_SSD_NV <= N; c0 += HY_SSD_NV) {
+        hy_ssd_nv_t t0 = {0};
         if (accumulate)
             memcpy(&t0, c + c0, sizeof t0);
         for (int32_t k = 0; k < K; k++) {
-            hy_ssd_vec_t b0;
+            hy_ssd_nv_t b0;
             memcpy(&b0, B + (int64_t)k * ldb + c0, sizeof b0);
             t0 += a[k] * b0;
         }
@@ -109,31 +121,41 @@ static void hy_ssd_gemm(int32_t M, int32_t N, int32_t K, const float *restrict A
             float t[HY_SSD_MR][HY_SSD_NR];
 
             if (nr == HY_SSD_NR) {
-                /* the hot path: a full tile in vector registers (GCC vector
-                 * extensions: one or two SIMD registers per row on every ISA
-                 * build; memcpy because rows need not be aligned) */
-                const float *a0 = A + (int64_t)i0 * lda, *a1 = a0 + lda, *a2 = a1 + lda,
-                            *a3 = a2 + lda;
-                hy_ssd_vec_t t0 = {0}, t1 = {0}, t2 = {0}, t3 = {0};
+                /* the hot path: a full tile in vector registers (native
+                 * vectors, HY_SSD_NR / HY_SSD_NV per row, literal loop
+                 * bounds so the sums stay in registers; memcpy because rows
+                 * need not be aligned) */
+                enum { V = HY_SSD_NR / HY_SSD_NV };
+                hy_ssd_nv_t acc[HY_SSD_MR][V];
                 float *c = C + (int64_t)i0 * ldc + c0;
-                if (accumulate) {
-                    memcpy(&t0, c, sizeof t0);
-                    memcpy(&t1, c + ldc, sizeof t1);
-                    memcpy(&t2, c + 2 * ldc, sizeof t2);
-                    memcpy(&t3, c + 3 * ldc, sizeof t3);
-                }
+
+                HY_SSD_UNROLL
+                for (int r = 0; r < HY_SSD_MR; r++)
+                    HY_SSD_UNROLL
+                    for (int v = 0; v < V; v++) {
+                        hy_ssd_nv_t z = {0};
+                        if (accumulate)
+                            memcpy(&z, c + r * ldc + v * HY_SSD_NV, sizeof z);
+                        acc[r][v] = z;
+                    }
                 for (int32_t k = 0; k < K; k++) {
-                    hy_ssd_vec_t b;
-                    memcpy(&b, B + (int64_t)k * ldb + c0, sizeof b);
-                    t0 += a0[k] * b;
-                    t1 += a1[k] * b;
-                    t2 += a2[k] * b;
-                    t3 += a3[k] * b;
+                    hy_ssd_nv_t b[V];
+                    HY_SSD_UNROLL
+                    for (int v = 0; v < V; v++)
+                        memcpy(&b[v], B + (int64_t)k * ldb + c0 + v * HY_SSD_NV, sizeof b[v]);
+                    HY_SSD_UNROLL
+                    for (int r = 0; r < HY_SSD_MR; r++) {
+                        const float ar = A[(int64_t)(i0 + r) * lda + k];
+                        HY_SSD_UNROLL
+                        for (int v = 0; v < V; v++)
+                            acc[r][v] += ar * b[v];
+                    }
                 }
-                memcpy(c, &t0, sizeof t0);
-                memcpy(c + ldc, &t1, sizeof t1);
-                memcpy(c + 2 * ldc, &t2, sizeof t2);
-                memcpy(c + 3 * ldc, &t3, sizeof t3);
+                HY_SSD_UNROLL
+                for (int r = 0; r < HY_SSD_MR; r++)
+                    HY_SSD_UNROLL
+                    for (int v = 0; v < V; v++)
+                        memcpy(c + r * ldc + v * HY_SSD_NV, &acc[r][v], sizeof acc[r][v]);
             } else {
                 for (int r = 0; r < HY_SSD_MR; r++)
                     for (int l = 0; l < nr; l++)
@@ -271,7 +293,15 @@ static void hy_ssd_block(const hy_ssd_job_t *j, const hy_ssd_slot_t *sl, int64_t
         for (int32_t s = 0; s <= b; s++) {
             const float a = gr[s] * (expf(cum[b] - cum[s]) * dtv[s]);
             const float *restrict xs = X + (int64_t)s * P;
-            for (int32_t p = 0; p < P; p++)
+            int32_t p = 0;
+            for (; p + HY_SSD_NV <= P; p += HY_SSD_NV) {
+                hy_ssd_nv_t yv, xv;
+                memcpy(&yv, yr + p, sizeof yv);
+                memcpy(&xv, xs + p, sizeof xv);
+                yv += a * xv;
+                memcpy(yr + p, &yv, sizeof yv);
+            }
+            for (; p < P; p++)
                 yr[p] += a * xs[p];
         }
         for (int32_t p = 0; p < P; p++)
