@@ -5,7 +5,8 @@
  * form's decode reprocesses its block's earlier rows; the recurrence does
  * not).  Times are process CPU time (robust to a loaded machine; with one
  * thread, the work itself), the best of 3.  Not a test; run by hand:
- *   tests/unit/bench_gdn [tokens=4096] [heads=16] [d=128] [threads=1]
+ *   tests/unit/bench_gdn [tokens=4096] [heads=16] [d=128] [threads=1] [chunk]
+ * (chunk 64 or 1: only that form, e.g. for instruction counts under callgrind).
  */
 #include "backend/backend.h"
 #include "backend/layout.h"
@@ -60,7 +61,8 @@ static double run(const bench_t *w, int chunk, bool decode, char *err)
 int main(int argc, char **argv)
 {
     const int T = argc > 1 ? atoi(argv[1]) : 4096, H = argc > 2 ? atoi(argv[2]) : 16,
-              d = argc > 3 ? atoi(argv[3]) : 128, thr = argc > 4 ? atoi(argv[4]) : 1;
+              d = argc > 3 ? atoi(argv[3]) : 128, thr = argc > 4 ? atoi(argv[4]) : 1,
+              only = argc > 5 ? atoi(argv[5]) : 0;
     const int64_t stride = 3 * (int64_t)H * d;
     hy_backend_opts_t o = {thr};
     char err[HY_ERR_LEN];
@@ -88,7 +90,7 @@ int main(int argc, char **argv)
     w.b = b;
     for (int rep = 0; rep < 3; rep++)
         for (int form = 0; form < 2; form++)
-            for (int dec = 0; dec < 2; dec++) {
+            for (int dec = 0; dec < 2 && (only == 0 || only == (form == 0 ? 64 : 1)); dec++) {
                 double t = run(&w, form == 0 ? 64 : 1, dec == 1, err);
                 if (t < 0) {
                     fprintf(stderr, "%s\n", err);

@@ -45,8 +45,10 @@ size_t hy_gdn_scratch_floats(int32_t C, int32_t dk, int32_t dv)
 {
     (void)dk;
     /* P [2C][dv] (S^T q, S^T k of a step's rows), M [2C][C] (their scores
-     * against the block's keys), u [dv] (the recurrent form) */
-    return HY_GDN_PART((size_t)2 * C * dv) + HY_GDN_PART((size_t)2 * C * C) + HY_GDN_PART(dv);
+     * against the block's keys), u [dv] (the recurrent form), e [C] (one
+     * row's decays) */
+    return HY_GDN_PART((size_t)2 * C * dv) + HY_GDN_PART((size_t)2 * C * C) + HY_GDN_PART(dv) +
+           HY_GDN_PART(C);
 }
 #undef HY_GDN_PART
 

@@ -130,6 +130,7 @@ typedef struct {
     float *P;    /* [2C][dv]: S0^T q rows, then S0^T k rows */
     float *M;    /* [2C][C]: q.k_s rows, then k.k_s rows */
     float *u;    /* [dv]: the recurrent form */
+    float *e;    /* [C]: e^{G_t-G_s} of one row t */
 } hy_gdn_scr_t;
 
 /* The slot's parts for one head (hy_gdn_state_floats). */
@@ -192,10 +193,12 @@ static void hy_gdn_block(const hy_gdn_slot_t *sl, const hy_gdn_job_t *j, const h
         float *restrict dt = D + (size_t)b * dv;
         float *restrict o = j->o + r * (int64_t)Hv * dv + (int64_t)h * dv;
 
+        for (int s = 0; s <= b; s++)
+            w->e[s] = expf(G[b] - G[s]);
         for (int jj = 0; jj < dv; jj++)
             dt[jj] = beta * (v[jj] - gam * pk[jj]);
         for (int s = 0; s < b; s++) {
-            const float a = beta * expf(G[b] - G[s]) * mk[s];
+            const float a = beta * w->e[s] * mk[s];
             const float *restrict ds = D + (size_t)s * dv;
             for (int jj = 0; jj < dv; jj++)
                 dt[jj] -= a * ds[jj];
@@ -203,7 +206,7 @@ static void hy_gdn_block(const hy_gdn_slot_t *sl, const hy_gdn_job_t *j, const h
         for (int jj = 0; jj < dv; jj++)
             o[jj] = gam * pq[jj];
         for (int s = 0; s <= b; s++) {
-            const float a = mq[s] * expf(G[b] - G[s]);
+            const float a = mq[s] * w->e[s];
             const float *restrict ds = D + (size_t)s * dv;
             for (int jj = 0; jj < dv; jj++)
                 o[jj] += a * ds[jj];
@@ -228,6 +231,7 @@ void HY_GDN_WORKER(void *arg, int ith, int nth)
     w.P = base;
     w.M = w.P + HY_GDN_PART((size_t)2 * C * dv);
     w.u = w.M + HY_GDN_PART((size_t)2 * C * C);
+    w.e = w.u + HY_GDN_PART(dv);
 #undef HY_GDN_PART
 
     while ((unit = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->n_units) {
