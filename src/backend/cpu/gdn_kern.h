@@ -94,6 +94,25 @@ static void hy_gdn_gemm(int M, int N, int K, const float *restrict A, int lda,
     }
 }
 
+/* Two rows through one pass over B: c0[N] = a0[K] . B, c1[N] = a1[K] . B
+ * (a decode step's q and k against the state or the block's keys).  Each
+ * element is the sum hy_gdn_gemm forms, in k order from zero. */
+static void hy_gdn_gemv2(int N, int K, const float *restrict a0, const float *restrict a1,
+                         const float *restrict B, int ldb, float *restrict c0,
+                         float *restrict c1)
+{
+    for (int j = 0; j < N; j++)
+        c0[j] = c1[j] = 0.0f;
+    for (int kk = 0; kk < K; kk++) {
+        const float x0 = a0[kk], x1 = a1[kk];
+        const float *restrict b = B + (size_t)kk * ldb;
+        for (int j = 0; j < N; j++) {
+            c0[j] += x0 * b[j];
+            c1[j] += x1 * b[j];
+        }
+    }
+}
+
 /* One token of one head, exactly the recurrence; u is d_v floats scratch. */
 static void hy_gdn_step(float *restrict S, const float *restrict q, const float *restrict k,
                         const float *restrict v, float g, float beta, float *restrict o,
@@ -177,11 +196,17 @@ static void hy_gdn_block(const hy_gdn_slot_t *sl, const hy_gdn_job_t *j, const h
             KT[(size_t)i * C + b] = k[i];
         G[b] = (b > 0 ? G[b - 1] : 0.0f) + j->g[r * Hv + h];
     }
-    /* S0^T q, S0^T k, and the scores against the block's keys 0 .. b1-1 */
-    hy_gdn_gemm(cnt, dv, dk, q0, (int)j->stride, sl->S, dv, Pq, dv, 0);
-    hy_gdn_gemm(cnt, dv, dk, k0, (int)j->stride, sl->S, dv, Pk, dv, 0);
-    hy_gdn_gemm(cnt, b1, dk, q0, (int)j->stride, KT, C, Mq, C, 0);
-    hy_gdn_gemm(cnt, b1, dk, k0, (int)j->stride, KT, C, Mk, C, 0);
+    /* S0^T q, S0^T k, and the scores against the block's keys 0 .. b1-1
+     * (a decode row: q and k in one pass; the same sums) */
+    if (cnt == 1) {
+        hy_gdn_gemv2(dv, dk, q0, k0, sl->S, dv, Pq, Pk);
+        hy_gdn_gemv2(b1, dk, q0, k0, KT, C, Mq, Mk);
+    } else {
+        hy_gdn_gemm(cnt, dv, dk, q0, (int)j->stride, sl->S, dv, Pq, dv, 0);
+        hy_gdn_gemm(cnt, dv, dk, k0, (int)j->stride, sl->S, dv, Pk, dv, 0);
+        hy_gdn_gemm(cnt, b1, dk, q0, (int)j->stride, KT, C, Mq, C, 0);
+        hy_gdn_gemm(cnt, b1, dk, k0, (int)j->stride, KT, C, Mk, C, 0);
+    }
 
     for (int t = 0; t < cnt; t++) {
         const int64_t r = row0 + t;
