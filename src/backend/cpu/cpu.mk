@@ -27,7 +27,9 @@ tests_unit_test_sparse_attn_LDADD = $(TEST_LDADD)
 # tests compare them exactly), and explicit FMAs are written where wanted.
 # gdn_kern.h and ssd_kern.h are compiled once per variant at -O3, so the
 # vectoriser also handles the loops whose trip count is only known at run
-# time (head and state sizes).  The flash-attention kernels select their ISA
+# time (head and state sizes), and with -ffp-contract=off: their block form
+# must give a product's element the same bits in a vector tile and in a
+# scalar tail, whatever the number of rows a step brings (docs/determinism.md).  The flash-attention kernels select their ISA
 # with a pragma, in libhy.a itself.
 noinst_LIBRARIES += libhy_quant.a libhy_gdn.a libhy_ssd.a
 libhy_quant_a_SOURCES = src/backend/cpu/quant.c src/backend/cpu/quant.h \
