@@ -337,6 +337,15 @@ int main(void)
         be->i->gdn(be, 0, &b, x, x, x, 64, g, beta, out, &(hy_gdn_params_t){1, 3, 8, 8, false, 64});
         rc = be->i->status(be, err);
         HY_T_OK(rc != HY_OK && strstr(err, "slot") != NULL, "bad slot refused (%s)", err);
+        /* the block form places rows by n_past: a negative one is refused */
+        sq.state_slot = 0;
+        sq.n_past = -3;
+        memset(out, 0x7f, sizeof out);
+        be->i->gdn(be, 0, &b, x, x, x, 64, g, beta, out, &(hy_gdn_params_t){1, 3, 8, 8, false, 64});
+        rc = be->i->status(be, err);
+        HY_T_OK(rc == HY_ERANGE && strstr(err, "gdn: sequence 0 has n_past -3") != NULL &&
+                    out[0] == 0.0f && out[2 * 24 - 1] == 0.0f,
+                "negative n_past refused, output zeroed (%s)", err);
     }
     be->i->free(be);
     return hy_t_done();

@@ -373,6 +373,25 @@ int main(void)
         e = run_schedule(be, &L, sq, 0, 64, 2, NULL, err);
         HY_T_OK(isinf(e) && strstr(err, "recurrent layer 2"),
                 "ssd refuses a recurrent layer index out of range (%s)", err);
+        {
+            /* the block form places rows by n_past: a negative one is refused */
+            const hy_ssd_params_t p = {4, 8, 2, 8, 64};
+            hy_batch_seq_t bs = {.first = 0, .n = 3, .n_past = -1, .state_slot = 0};
+            hy_batch_t b = {.n_tokens = 3, .n_seqs = 1, .seqs = &bs};
+            float y[3 * 4 * 8];
+            const float *r = sq[0].rows;
+            const int st = sq[0].stride;
+
+            rec[1] = hy_ssd_state_floats(&p);
+            be->i->state_init(be, &lay, err);
+            memset(y, 0x7f, sizeof y);
+            be->i->ssd(be, 1, &b, r, st, r + 32 + 32, st, &L.wbias, &L.wA, r + 32, r + 48, st,
+                       &L.wD, y, &p);
+            HY_T_OK(be->i->status(be, err) == HY_ERANGE &&
+                        strstr(err, "ssd: sequence 0 has n_past -1") && y[0] == 0.0f &&
+                        y[3 * 4 * 8 - 1] == 0.0f,
+                    "ssd refuses a negative n_past, output zeroed (%s)", err);
+        }
         for (int s = 0; s < N_SEQ; s++)
             seq_free(&sq[s]);
         layer_free(&L);

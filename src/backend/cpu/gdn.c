@@ -66,7 +66,8 @@ void hy_cpu_gdn(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
         hy_cpu_fail(cpu, rc, "%s", err);
         goto zero;
     }
-    if (!hy_cpu_state_check(cpu, "gdn", rec_layer, batch, -1, hy_gdn_state_floats(p)))
+    if (!hy_cpu_state_check(cpu, "gdn", rec_layer, batch, -1, hy_gdn_state_floats(p)) ||
+        (p->chunk > 1 && !hy_cpu_past_check(cpu, "gdn", batch)))
         goto zero;
 
     memset(&j, 0, sizeof j);

@@ -67,7 +67,8 @@ void hy_cpu_ssd(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, co
         hy_cpu_fail(cpu, rc, "%s", err);
         goto zero;
     }
-    if (!hy_cpu_state_check(cpu, "ssd", rec_layer, batch, -1, hy_ssd_state_floats(p)))
+    if (!hy_cpu_state_check(cpu, "ssd", rec_layer, batch, -1, hy_ssd_state_floats(p)) ||
+        (p->chunk > 1 && !hy_cpu_past_check(cpu, "ssd", batch)))
         goto zero;
     if (!(j.A = hy_cpu_weight_floats(cpu, "ssd A", A, p->n_head, &tA)) ||
         !(j.dt_bias = hy_cpu_weight_floats(cpu, "ssd dt_bias", dt_bias, p->n_head, &tbias)))
