@@ -216,6 +216,20 @@ int hy_layout_mem_sizes(hy_backend_t *be, const hy_kv_layout_t *kv, const hy_sta
 
 /* ---- op arguments ------------------------------------------------------------ */
 
+int64_t hy_gdn_state_floats(const hy_gdn_params_t *p)
+{
+    const int64_t H = p->n_v_heads, dk = p->d_k, dv = p->d_v, C = p->chunk;
+
+    return H * dk * dv + (C > 1 ? H * C * (dk + dv + 1) : 0);
+}
+
+int64_t hy_ssd_state_floats(const hy_ssd_params_t *p)
+{
+    const int64_t H = p->n_head, P = p->head_dim, N = p->d_state, Q = p->chunk;
+
+    return H * P * N + (Q > 1 ? H * Q * (N + P + 2) : 0);
+}
+
 int hy_gdn_check(const hy_gdn_params_t *p, int32_t qkv_stride, char *err)
 {
     if (p->n_k_heads <= 0 || p->n_v_heads <= 0 || p->n_v_heads % p->n_k_heads != 0 ||

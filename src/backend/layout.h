@@ -66,6 +66,16 @@ int hy_state_layout_plan(const hy_state_layout_t *lay, int64_t **meta, int64_t *
 int hy_layout_mem_sizes(hy_backend_t *be, const hy_kv_layout_t *kv, const hy_state_layout_t *st,
                         uint64_t *page_bytes, uint64_t *slot_bytes, char *err);
 
+/* Floats one gdn / ssd layer keeps per state slot: what its rec_floats
+ * must be.  chunk 1: the states alone (gdn H d_k d_v, S[i][j]; ssd H P N,
+ * S[p][n]).  chunk C >= 2 (the canonical block form, docs/determinism.md):
+ * all heads' states first, at the same offsets as with chunk 1, then per
+ * head the current block's rows since the last multiple of C: gdn
+ * k^T [d_k][C], delta [C][d_v], G [C]; ssd B^T [N][C], x [C][P], dt [C],
+ * cum [C]. */
+int64_t hy_gdn_state_floats(const hy_gdn_params_t *p);
+int64_t hy_ssd_state_floats(const hy_ssd_params_t *p);
+
 /* The argument checks of the gdn and ssd ops: HY_EINVAL with the message
  * in err, or HY_OK. */
 int hy_gdn_check(const hy_gdn_params_t *p, int32_t qkv_stride, char *err);

@@ -7,12 +7,18 @@
  * outputs and every slot's state compared with the CPU backend.  A device
  * under test is a small table of hooks taking host arrays, so both tests
  * drive exactly the same inputs through the same sequence of calls.
+ * The CPU runs the canonical block form (blocks at absolute positions, the
+ * slot holding the state at the block's start and the block's rows,
+ * docs/determinism.md); the CUDA kernels still run the older form on the
+ * states part of the same slot, so the comparison is within a tolerance
+ * and the CPU's state is first carried to the slot's position.
  */
 #ifndef HY_TEST_REC_CASES_H
 #define HY_TEST_REC_CASES_H
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_impl.h" /* hy_cpu_state_rec: the reference's slots */
+#include "backend/layout.h"
 #include "common/hy.h"
 #include "../unit/test.h"
 
@@ -86,7 +92,12 @@ static double rec_err(const float *a, const float *r, size_t n)
     return s > 0 ? sqrt(e / s) : sqrt(e);
 }
 
-/* The batch of one call into seqs / tok / pos; returns n_tokens. */
+/* Tokens each slot has taken since its case began: the calls' n_past (the
+ * CPU's block form places its blocks by it). */
+static int32_t rec_past[REC_SLOTS];
+
+/* The batch of one call into seqs / tok / pos (n_past from rec_past);
+ * returns n_tokens. */
 static int32_t rec_batch(const rec_call_t *c, hy_batch_seq_t *seqs, int32_t *tok, int32_t *pos,
                          hy_batch_t *b)
 {
@@ -96,6 +107,7 @@ static int32_t rec_batch(const rec_call_t *c, hy_batch_seq_t *seqs, int32_t *tok
     for (int i = 0; i < c->n_runs; i++) {
         seqs[i].first = row;
         seqs[i].n = c->n[i];
+        seqs[i].n_past = rec_past[c->slot[i]];
         seqs[i].state_slot = c->slot[i];
         row += c->n[i];
     }
@@ -109,7 +121,15 @@ static int32_t rec_batch(const rec_call_t *c, hy_batch_seq_t *seqs, int32_t *tok
     return row;
 }
 
-/* Worst state error over all slots of a layer of rec_floats. */
+/* After a call: each run's slot has taken its rows. */
+static void rec_advance(const rec_call_t *c)
+{
+    for (int i = 0; i < c->n_runs; i++)
+        rec_past[c->slot[i]] += c->n[i];
+}
+
+/* Worst state error over all slots: the first rec_floats floats of a slot
+ * (the states; a device gives them as of the slot's rec_past). */
 static double rec_state_err(rec_dev_t *ref, rec_dev_t *dut, int64_t rec_floats)
 {
     float *a = malloc(sizeof(float) * (size_t)rec_floats);
@@ -140,11 +160,16 @@ static bool rec_status(rec_dev_t *d, const char *what)
 static void rec_gdn_case(rec_dev_t *ref, rec_dev_t *dut, int Hk, int Hv, int dk, int dv,
                          bool v_tiled, int chunk, double tol)
 {
-    const int64_t rec_floats = (int64_t)Hv * dk * dv;
+    const hy_gdn_params_t p = {Hk, Hv, dk, dv, v_tiled, chunk};
+    /* the slot as the CPU's block form sizes it; the states (the part
+     * compared) first */
+    const int64_t rec_floats = hy_gdn_state_floats(&p), st_floats = (int64_t)Hv * dk * dv;
     const int32_t koff = Hk * dk, voff = 2 * Hk * dk, stride = 2 * Hk * dk + Hv * dv + 3;
     char err[HY_ERR_LEN];
     double w_out = 0, w_st = 0;
     bool ok = ref->init(ref, rec_floats, REC_SLOTS, err) == HY_OK;
+
+    memset(rec_past, 0, sizeof rec_past);
 
     if (!ok)
         printf("# init %s: %s\n", ref->name, err);
@@ -161,7 +186,6 @@ static void rec_gdn_case(rec_dev_t *ref, rec_dev_t *dut, int Hk, int Hv, int dk,
         float *qkv = malloc(sizeof(float) * nq), *g = malloc(sizeof(float) * (size_t)n * Hv);
         float *beta = malloc(sizeof(float) * (size_t)n * Hv);
         float *o1 = malloc(sizeof(float) * no), *o2 = malloc(sizeof(float) * no);
-        hy_gdn_params_t p = {Hk, Hv, dk, dv, v_tiled, chunk};
 
         for (size_t i = 0; i < nq; i++)
             qkv[i] = rec_rnd();
@@ -188,7 +212,8 @@ static void rec_gdn_case(rec_dev_t *ref, rec_dev_t *dut, int Hk, int Hv, int dk,
         dut->gdn(dut, &b, qkv, nq, koff, voff, stride, g, beta, o2, no, &p);
         ok = rec_status(ref, "gdn") & rec_status(dut, "gdn");
         w_out = HY_MAX(w_out, rec_err(o2, o1, no));
-        w_st = HY_MAX(w_st, rec_state_err(ref, dut, rec_floats));
+        rec_advance(&rec_calls[c]);
+        w_st = HY_MAX(w_st, rec_state_err(ref, dut, st_floats));
         free(qkv);
         free(g);
         free(beta);
@@ -205,7 +230,8 @@ static void rec_gdn_case(rec_dev_t *ref, rec_dev_t *dut, int Hk, int Hv, int dk,
 static void rec_ssd_case(rec_dev_t *ref, rec_dev_t *dut, int H, int P, int G, int N, bool with_D,
                          int chunk, double tol)
 {
-    const int64_t rec_floats = (int64_t)H * P * N;
+    const hy_ssd_params_t p = {H, P, G, N, chunk};
+    const int64_t rec_floats = hy_ssd_state_floats(&p), st_floats = (int64_t)H * P * N;
     const int32_t x_stride = H * P + H + 1, bc_stride = 2 * G * N + 1;
     char err[HY_ERR_LEN];
     float *dtb = malloc(sizeof(float) * (size_t)H), *A = malloc(sizeof(float) * (size_t)H);
@@ -213,6 +239,7 @@ static void rec_ssd_case(rec_dev_t *ref, rec_dev_t *dut, int H, int P, int G, in
     double w_out = 0, w_st = 0;
     bool ok = ref->init(ref, rec_floats, REC_SLOTS, err) == HY_OK;
 
+    memset(rec_past, 0, sizeof rec_past);
     if (!ok)
         printf("# init %s: %s\n", ref->name, err);
     if (ok && dut->init(dut, rec_floats, REC_SLOTS, err) != HY_OK) {
@@ -236,7 +263,6 @@ static void rec_ssd_case(rec_dev_t *ref, rec_dev_t *dut, int H, int P, int G, in
         const size_t nx = (size_t)n * x_stride, nb = (size_t)n * bc_stride, ny = (size_t)n * H * P;
         float *xr = malloc(sizeof(float) * nx), *bc = malloc(sizeof(float) * nb);
         float *y1 = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny);
-        hy_ssd_params_t p = {H, P, G, N, chunk};
 
         for (int32_t t = 0; t < n; t++)
             for (int32_t i = 0; i < x_stride; i++)
@@ -260,7 +286,8 @@ static void rec_ssd_case(rec_dev_t *ref, rec_dev_t *dut, int H, int P, int G, in
         dut->ssd(dut, &b, xr, nx, H * P, x_stride, bc, nb, G * N, bc_stride, y2, ny, &p);
         ok = rec_status(ref, "ssd") & rec_status(dut, "ssd");
         w_out = HY_MAX(w_out, rec_err(y2, y1, ny));
-        w_st = HY_MAX(w_st, rec_state_err(ref, dut, rec_floats));
+        rec_advance(&rec_calls[c]);
+        w_st = HY_MAX(w_st, rec_state_err(ref, dut, st_floats));
         free(xr);
         free(bc);
         free(y1);
@@ -282,6 +309,11 @@ typedef struct {
     hy_weight_t w[3];     /* dt_bias, A, D */
     float *wdata[3];
     bool has_D;
+    /* the last call's op and shape: the block form's slot holds the state
+     * at the block's start, which rec_cpu_state carries to rec_past */
+    bool last_ssd;
+    hy_gdn_params_t gp;
+    hy_ssd_params_t sp;
 } rec_cpu_t;
 
 static int rec_cpu_init(rec_dev_t *d, int64_t rec_floats, int32_t n_slots, char *err)
@@ -325,6 +357,8 @@ static void rec_cpu_gdn(rec_dev_t *d, const hy_batch_t *b, const float *qkv, siz
 
     (void)qkv_n;
     (void)o_n;
+    c->last_ssd = false;
+    c->gp = *p;
     c->be->i->gdn(c->be, 0, b, qkv, qkv + koff, qkv + voff, stride, g, beta, o, p);
 }
 
@@ -338,15 +372,70 @@ static void rec_cpu_ssd(rec_dev_t *d, const hy_batch_t *b, const float *xr, size
     (void)xr_n;
     (void)bc_n;
     (void)y_n;
+    c->last_ssd = true;
+    c->sp = *p;
     c->be->i->ssd(c->be, 0, b, xr, x_stride, xr + dt_off, x_stride, &c->w[0], &c->w[1], bc,
                   bc + c_off, bc_stride, c->has_D ? &c->w[2] : NULL, y, p);
+}
+
+/* The GDN state at the slot's position from the block form's slot: the
+ * block's m rows folded in (in double; the block form itself folds only
+ * complete blocks).  out: [H][dk][dv]. */
+static void rec_cpu_gdn_state(const hy_gdn_params_t *p, const float *st, int m, float *out)
+{
+    const int H = p->n_v_heads, dk = p->d_k, dv = p->d_v, C = p->chunk;
+
+    for (int h = 0; h < H; h++) {
+        const float *S = st + (size_t)h * dk * dv;
+        const float *blk = st + (size_t)H * dk * dv + (size_t)h * C * (dk + dv + 1);
+        const float *KT = blk, *D = blk + (size_t)dk * C, *G = D + (size_t)C * dv;
+        const double gl = m > 0 ? G[m - 1] : 0.0;
+
+        for (int i = 0; i < dk; i++)
+            for (int j = 0; j < dv; j++) {
+                double v = exp(gl) * S[(size_t)i * dv + j];
+                for (int s = 0; s < m; s++)
+                    v += exp(gl - G[s]) * KT[(size_t)i * C + s] * D[(size_t)s * dv + j];
+                out[((size_t)h * dk + i) * dv + j] = (float)v;
+            }
+    }
+}
+
+/* The same for SSD, out in the recurrent layout [H][P][N] (the block form
+ * keeps its state transposed, [H][N][P]). */
+static void rec_cpu_ssd_state(const hy_ssd_params_t *p, const float *st, int m, float *out)
+{
+    const int H = p->n_head, P = p->head_dim, N = p->d_state, Q = p->chunk;
+
+    for (int h = 0; h < H; h++) {
+        const float *St = st + (size_t)h * P * N;
+        const float *blk = st + (size_t)H * P * N + (size_t)h * Q * (N + P + 2);
+        const float *Bt = blk, *X = Bt + (size_t)N * Q, *dtv = X + (size_t)Q * P,
+                    *cum = dtv + Q;
+        const double last = m > 0 ? cum[m - 1] : 0.0;
+
+        for (int pp = 0; pp < P; pp++)
+            for (int k = 0; k < N; k++) {
+                double v = exp(last) * St[(size_t)k * P + pp];
+                for (int j = 0; j < m; j++)
+                    v += exp(last - cum[j]) * dtv[j] * X[(size_t)j * P + pp] * Bt[(size_t)k * Q + j];
+                out[((size_t)h * P + pp) * N + k] = (float)v;
+            }
+    }
 }
 
 static void rec_cpu_state(rec_dev_t *d, int32_t slot, float *out, int64_t n)
 {
     rec_cpu_t *c = d->ctx;
+    const float *st = hy_cpu_state_rec(c->be->ctx, slot, 0);
+    const int chunk = c->last_ssd ? c->sp.chunk : c->gp.chunk;
 
-    memcpy(out, hy_cpu_state_rec(c->be->ctx, slot, 0), sizeof(float) * (size_t)n);
+    if (chunk <= 1)
+        memcpy(out, st, sizeof(float) * (size_t)n);
+    else if (c->last_ssd)
+        rec_cpu_ssd_state(&c->sp, st, rec_past[slot] % chunk, out);
+    else
+        rec_cpu_gdn_state(&c->gp, st, rec_past[slot] % chunk, out);
 }
 
 static int rec_cpu_status(rec_dev_t *d, char *err)

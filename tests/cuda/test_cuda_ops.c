@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/quant.h"
 #include "backend/cuda/cuda.h"
+#include "backend/layout.h"
 #include "backend/select.h"
 #include "engine/runner.h"
 #include "../unit/test.h"
@@ -289,7 +290,10 @@ static void test_recurrent(void)
     /* layer 0: conv (K=4, C=96) + gdn (2 k-heads, 4 v-heads, d 32);
      * layer 1: ssd (4 heads of 16, 2 groups, state 32) */
     const int K = 4, C = 96, Hk = 2, Hv = 4, d = 32, sh = 4, sp = 16, sg = 2, sn = 32;
-    int64_t conv[2] = {(K - 1) * C, 0}, rec[2] = {(int64_t)Hv * d * d, (int64_t)sh * sp * sn};
+    /* slots as the CPU's block form sizes them (states first, then blocks) */
+    int64_t conv[2] = {(K - 1) * C, 0},
+            rec[2] = {hy_gdn_state_floats(&(hy_gdn_params_t){Hk, Hv, d, d, false, 64}),
+                      hy_ssd_state_floats(&(hy_ssd_params_t){sh, sp, sg, sn, 64})};
     hy_state_layout_t st = {2, 4, conv, rec};
     char err[HY_ERR_LEN];
     double w_conv = 0, w_gdn = 0, w_ssd = 0, w_copy = 0;
@@ -316,8 +320,10 @@ static void test_recurrent(void)
         /* step 0: prefill 70 + 5 tokens (chunked on the CPU); 1, 2: decode */
         int lens[2] = {step == 0 ? 70 : 1, step == 0 ? 5 : 1};
         int slots[2] = {2, 0};
-        hy_batch_seq_t seqs[2] = {{0, lens[0], 0, NULL, 0, slots[0], NULL, 0},
-                                  {lens[0], lens[1], 0, NULL, 0, slots[1], NULL, 0}};
+        /* n_past: the CPU's block form places its blocks by it */
+        int past[2] = {step == 0 ? 0 : 70 + step - 1, step == 0 ? 0 : 5 + step - 1};
+        hy_batch_seq_t seqs[2] = {{0, lens[0], past[0], NULL, 0, slots[0], NULL, 0},
+                                  {lens[0], lens[1], past[1], NULL, 0, slots[1], NULL, 0}};
         int32_t n = lens[0] + lens[1], tok[80] = {0}, pos[80] = {0};
         hy_batch_t b = {n, tok, pos, 2, seqs};
         int qkv = 2 * Hk * d + Hv * d; /* packed q | k | v row */

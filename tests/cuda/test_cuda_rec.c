@@ -249,7 +249,12 @@ static void test_long(int is_ssd)
 {
     const int32_t n = 4096;
     const int H = is_ssd ? 48 : 16, dk = 128, dv = is_ssd ? 64 : 128, N = 128;
-    const int64_t rec = is_ssd ? (int64_t)H * dv * N : (int64_t)H * dk * dv;
+    /* the slot of each form: chunked (sized for the CPU's block form), recurrent */
+    const int64_t rec_f[2] = {
+        is_ssd ? hy_ssd_state_floats(&(hy_ssd_params_t){H, dv, 1, N, 32})
+               : hy_gdn_state_floats(&(hy_gdn_params_t){H, H, dk, dv, false, 64}),
+        is_ssd ? (int64_t)H * dv * N : (int64_t)H * dk * dv};
+    int64_t rec = rec_f[0];
     const int32_t stride = is_ssd ? H * dv + H : 2 * H * dk + H * dv;
     const int32_t bc_stride = 2 * N;
     const size_t nin = (size_t)n * stride, nout = (size_t)n * H * dv, ng = (size_t)n * H;
@@ -288,11 +293,13 @@ static void test_long(int is_ssd)
         }
         gpu_ssd_weights(&d, wv[0], wv[1], wv[2], H);
     }
-    rc = g_gpu->i->state_init(g_gpu, &lay, err);
     float *din = gpu_put(hin, nin), *dg = gpu_put(hg, ng), *dbe = gpu_put(hbe, ng);
     float *dbc = gpu_put(hbc, (size_t)n * bc_stride), *dout = g_gpu->i->alloc(g_gpu, nout);
     for (int rep = 0; rep < 2; rep++)       /* the first round warms up */
         for (int form = 0; form < 2; form++) { /* 0 chunked, 1 recurrent */
+            rec = rec_f[form];
+            if ((rc = g_gpu->i->state_init(g_gpu, &lay, err)) != HY_OK)
+                break;
             g_gpu->i->state_clear(g_gpu, form);
             g_gpu->i->sync(g_gpu);
             double t0 = now_ms();

@@ -23,9 +23,9 @@
  * rounded on the way.  A hit case also checks the hit happened (n_cached),
  * so it cannot pass by running cold.
  *
- * Cases that are known not to be bitwise equal yet are TAP TODO lines
- * (hy_b_known): they still run and print which rows differ, and one that
- * starts passing says so.
+ * Gated DeltaNet and Mamba-2 are equal because their kernels run one
+ * canonical block form, blocks at absolute positions, for prefill and
+ * decode alike (docs/determinism.md).
  */
 #include "backend/cuda/sample.h"
 #include "engine/engine.h"
@@ -33,7 +33,6 @@
 #include "test.h"
 #include "golden.h"
 
-#include <stdarg.h>
 #include <string.h>
 
 #define HY_B_PROMPT 600
@@ -175,67 +174,10 @@ static int hy_b_first_diff(const float *ref, int32_t n_vocab)
     return -1;
 }
 
-/* Cases known to differ today, per model and case (the start of its
- * name).  Gated DeltaNet and Mamba-2 prefill runs a chunked form (chunks
- * of 64 and 32 counted from the step's first row; Mamba-2 from 4 rows up)
- * whose rounding differs from the token-by-token recurrence decode runs,
- * and from a chunk cut elsewhere: a token's bits depend on where the steps
- * cut the prompt unless the cuts give the reference's chunks (chunks of 64
- * and 512 are cut at the same checkpoints; qwen35's exact-repeat case runs
- * without interval checkpoints, so its 64-token steps are one GDN chunk
- * where the reference has two steps of 32).  Aligning the
- * chunks to absolute positions is not enough: a step that starts inside a
- * chunk (a decode token, a resume at 592) would need the state at the
- * chunk's start and the chunk's earlier per-token terms, kept with the
- * sequence's state (docs/determinism.md). */
-static const struct {
-    const char *model, *what;
-} hy_b_todo[] = {
-    {"qwen35", "prefill in chunks of 1"},     {"qwen35", "prefill in chunks of 7"},
-    {"qwen35", "alongside 3 "},               {"qwen35", "alongside 15 "},
-    {"qwen35", "exact repeat"},               {"qwen35", "shared prefix hit, alongside"},
-    {"granitehybrid-dense", "prefill in chunks of 1"},
-    {"granitehybrid-dense", "prefill in chunks of 7"},
-    {"granitehybrid-dense", "alongside 3 "},  {"granitehybrid-dense", "alongside 15 "},
-    {"granitehybrid-dense", "shared prefix hit, alongside"},
-};
-
-static const char *hy_b_known(const char *model, const char *what)
-{
-    for (size_t i = 0; i < sizeof hy_b_todo / sizeof *hy_b_todo; i++)
-        if (strcmp(model, hy_b_todo[i].model) == 0 &&
-            strncmp(what, hy_b_todo[i].what, strlen(hy_b_todo[i].what)) == 0)
-            return "recurrent chunked prefill is not split-invariant (docs/determinism.md)";
-    return NULL;
-}
-
-/* test.h's line with a TODO directive when todo is set: a failure then
- * does not fail the program (the TAP driver counts it XFAIL), a pass is
- * reported by the driver as XPASS, which fails `make check`. */
-static void hy_b_tap(int ok, const char *todo, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void hy_b_tap(int ok, const char *todo, const char *fmt, ...)
-{
-    va_list ap;
-
-    hy_t_count++;
-    if (!ok && todo == NULL)
-        hy_t_failed++;
-    printf("%sok %d - ", ok ? "" : "not ", hy_t_count);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    if (todo != NULL)
-        printf(" # TODO %s", todo);
-    printf("\n");
-    fflush(stdout);
-}
-
 static void hy_b_report(const hy_b_env_t *v, const char *what, int rc, const char *err,
                         const float *ref, bool hit_ok, int32_t cached)
 {
     int d = rc == HY_OK ? hy_b_first_diff(ref, v->m->n_vocab) : -2;
-    const char *todo = hy_b_known(v->name, what);
     char why[160] = "";
 
     if (rc != HY_OK)
@@ -245,7 +187,7 @@ static void hy_b_report(const hy_b_env_t *v, const char *what, int rc, const cha
                  hy_b_target()->n);
     else if (!hit_ok)
         snprintf(why, sizeof why, "no cache hit (n_cached %d)", cached);
-    hy_b_tap(rc == HY_OK && d < 0 && hit_ok, todo, "%s, %d thread%s: %s == alone%s%s%s",
+    HY_T_OK(rc == HY_OK && d < 0 && hit_ok, "%s, %d thread%s: %s == alone%s%s%s",
              v->name, v->threads, v->threads > 1 ? "s" : "", what, why[0] ? " (" : "", why,
              why[0] ? ")" : "");
 }

@@ -36,8 +36,13 @@ typedef struct {
     int n;
     int stride;
     float *qkv, *g, *beta;
-    double *ref_o, *ref_S; /* reference output [n][Hv dv] and final state */
+    double *ref_o, *ref_S; /* reference output [n][Hv dv]; states at 0, 16, 32, ..., then n */
 } seq_t;
+
+/* The reference keeps the state at every multiple of this (a divisor of
+ * every chunk tested): a slot in the block form holds the state at the
+ * last multiple of its chunk. */
+enum { REF_EVERY = 16 };
 
 static void seq_make(seq_t *s, const shape_t *sh, int n, float gscale)
 {
@@ -68,10 +73,11 @@ static void seq_make(seq_t *s, const shape_t *sh, int n, float gscale)
     }
     /* reference */
     s->ref_o = calloc((size_t)n * sh->Hv * sh->dv, sizeof(double));
-    s->ref_S = calloc((size_t)sh->Hv * sh->dk * sh->dv, sizeof(double));
+    s->ref_S = calloc((size_t)(n / REF_EVERY + 2) * sh->Hv * sh->dk * sh->dv, sizeof(double));
     for (int h = 0; h < sh->Hv; h++) {
         const int kh = sh->tiled ? h % sh->Hk : h / (sh->Hv / sh->Hk);
-        double *S = s->ref_S + (size_t)h * sh->dk * sh->dv, u[256];
+        const size_t sf = (size_t)sh->Hv * sh->dk * sh->dv;
+        double S[64 * 64] = {0}, u[256];
         for (int t = 0; t < n; t++) {
             const float *row = s->qkv + (size_t)t * s->stride;
             const float *q = row + kh * sh->dk, *k = row + kd + kh * sh->dk,
@@ -93,7 +99,12 @@ static void seq_make(seq_t *s, const shape_t *sh, int n, float gscale)
                 }
                 s->ref_o[((size_t)t * sh->Hv + h) * sh->dv + j] = o;
             }
+            if ((t + 1) % REF_EVERY == 0)
+                memcpy(s->ref_S + (size_t)(t + 1) / REF_EVERY * sf + (size_t)h * sh->dk * sh->dv,
+                       S, sizeof(double) * (size_t)sh->dk * sh->dv);
         }
+        memcpy(s->ref_S + (size_t)(n / REF_EVERY + 1) * sf + (size_t)h * sh->dk * sh->dv, S,
+               sizeof(double) * (size_t)sh->dk * sh->dv);
     }
 }
 
@@ -109,7 +120,34 @@ static void seq_free(seq_t *s)
 typedef struct {
     double err2, ref2, s_err2, s_ref2;
     int failed;
+    /* the first step pattern's outputs and slots, and how many later
+     * patterns' outputs or slots differ from them in any bit */
+    float *o0[N_SEQ], *slot0[N_SEQ];
+    int n_diff;
 } acc_t;
+
+/* Keeps the first pattern's outputs and slot, or counts a difference from it. */
+static void keep_or_compare(acc_t *acc, int s, const float *o, size_t no, const float *slot,
+                            size_t ns)
+{
+    if (acc->o0[s] == NULL) {
+        acc->o0[s] = malloc(sizeof(float) * no);
+        acc->slot0[s] = malloc(sizeof(float) * ns);
+        memcpy(acc->o0[s], o, sizeof(float) * no);
+        memcpy(acc->slot0[s], slot, sizeof(float) * ns);
+    } else if (memcmp(acc->o0[s], o, sizeof(float) * no) != 0 ||
+               memcmp(acc->slot0[s], slot, sizeof(float) * ns) != 0) {
+        acc->n_diff++;
+    }
+}
+
+static void acc_free(acc_t *acc)
+{
+    for (int s = 0; s < N_SEQ; s++) {
+        free(acc->o0[s]);
+        free(acc->slot0[s]);
+    }
+}
 
 /* Runs n_seq sequences through the op in steps (sequence s gives up to
  * step[s] tokens per batch, all sharing the batch), then compares outputs
@@ -118,9 +156,10 @@ static void run_case(hy_backend_t *be, const shape_t *sh, seq_t *sq, int n_seq,
                      const int *step, int chunk, acc_t *acc)
 {
     const int kd = sh->Hk * sh->dk, O = sh->Hv * sh->dv, stride = sq[0].stride;
-    int64_t rec_floats = (int64_t)sh->Hv * sh->dk * sh->dv, conv_floats = 0;
-    hy_state_layout_t lay = {1, N_SEQ, &conv_floats, &rec_floats};
     hy_gdn_params_t p = {sh->Hk, sh->Hv, sh->dk, sh->dv, sh->tiled, chunk};
+    int64_t rec_floats = hy_gdn_state_floats(&p), conv_floats = 0;
+    const size_t sf = (size_t)sh->Hv * sh->dk * sh->dv;
+    hy_state_layout_t lay = {1, N_SEQ, &conv_floats, &rec_floats};
     int done[N_SEQ] = {0}, total = 0;
     float *out[N_SEQ];
     char err[HY_ERR_LEN];
@@ -183,11 +222,18 @@ static void run_case(hy_backend_t *be, const shape_t *sh, seq_t *sq, int n_seq,
             acc->err2 += d * d;
             acc->ref2 += sq[s].ref_o[e] * sq[s].ref_o[e];
         }
-        for (size_t e = 0; e < (size_t)rec_floats; e++) {
-            double d = S[e] - sq[s].ref_S[e];
+        /* the block form's slot holds the state at the last multiple of the chunk */
+        const double *ref =
+            sq[s].ref_S + (chunk > 1 ? (size_t)(sq[s].n / chunk * chunk) / REF_EVERY
+                                     : (size_t)sq[s].n / REF_EVERY + 1) * sf;
+        if (chunk > 1 && sq[s].n / chunk * chunk % REF_EVERY != 0)
+            acc->failed = 1;
+        for (size_t e = 0; e < sf; e++) {
+            double d = S[e] - ref[e];
             acc->s_err2 += d * d;
-            acc->s_ref2 += sq[s].ref_S[e] * sq[s].ref_S[e];
+            acc->s_ref2 += ref[e] * ref[e];
         }
+        keep_or_compare(acc, s, out[s], (size_t)sq[s].n * O, S, (size_t)rec_floats);
         free(out[s]);
     }
     free(bx);
@@ -230,6 +276,13 @@ static void check_shape(hy_backend_t *be, const shape_t *sh, float gscale)
                 rel(recur.s_err2, recur.s_ref2) < 2e-5,
             "  same with chunk 1 (recurrent form): output %.1e, state %.1e",
             rel(recur.err2, recur.ref2), rel(recur.s_err2, recur.s_ref2));
+    /* the block form's point: the cut into steps changes no bit */
+    HY_T_OK(chunked.n_diff == 0 && chunk16.n_diff == 0 && recur.n_diff == 0,
+            "  chunks 64 / 16 / 1: outputs and slots bitwise equal in every step pattern (%d, %d, %d differ)",
+            chunked.n_diff, chunk16.n_diff, recur.n_diff);
+    acc_free(&chunked);
+    acc_free(&chunk16);
+    acc_free(&recur);
     for (int s = 0; s < N_SEQ; s++)
         seq_free(&sq[s]);
 }
@@ -261,7 +314,8 @@ int main(void)
 
     /* inconsistent shapes are refused with a message, output zeroed */
     {
-        int64_t rec_floats = 3 * 8 * 8, conv_floats = 0;
+        int64_t rec_floats = hy_gdn_state_floats(&(hy_gdn_params_t){1, 3, 8, 8, false, 64}),
+                conv_floats = 0;
         hy_state_layout_t lay = {1, 1, &conv_floats, &rec_floats};
         hy_batch_seq_t sq = {0, 2, 0, NULL, 0, 0, NULL, 0};
         hy_batch_t b = {2, NULL, NULL, 1, &sq};
@@ -283,6 +337,15 @@ int main(void)
         be->i->gdn(be, 0, &b, x, x, x, 64, g, beta, out, &(hy_gdn_params_t){1, 3, 8, 8, false, 64});
         rc = be->i->status(be, err);
         HY_T_OK(rc != HY_OK && strstr(err, "slot") != NULL, "bad slot refused (%s)", err);
+        /* the block form places rows by n_past: a negative one is refused */
+        sq.state_slot = 0;
+        sq.n_past = -3;
+        memset(out, 0x7f, sizeof out);
+        be->i->gdn(be, 0, &b, x, x, x, 64, g, beta, out, &(hy_gdn_params_t){1, 3, 8, 8, false, 64});
+        rc = be->i->status(be, err);
+        HY_T_OK(rc == HY_ERANGE && strstr(err, "gdn: sequence 0 has n_past -3") != NULL &&
+                    out[0] == 0.0f && out[2 * 24 - 1] == 0.0f,
+                "negative n_past refused, output zeroed (%s)", err);
     }
     be->i->free(be);
     return hy_t_done();

@@ -6,10 +6,12 @@
  * recurrent form (chunk 1); sequences split across steps of 1, 7, 64 and
  * all-at-once (chunks that start mid-sequence), several sequences of
  * different lengths in one batch, every kernel ISA build this CPU runs,
- * the final states; the gated grouped RMSNorm; refusal of bad shapes.
+ * the final states; the block form's outputs and slots bitwise equal
+ * whatever the steps; the gated grouped RMSNorm; refusal of bad shapes.
  */
 #include "backend/backend.h"
 #include "backend/cpu/ssd.h"
+#include "backend/layout.h"
 #include "test.h"
 
 #include <math.h>
@@ -36,7 +38,7 @@ enum { N_SEQ = 3 };
 typedef struct {
     int n, stride;
     float *rows;
-    double *ref_y, *ref_S; /* [n][H P], final state [H][P][N] */
+    double *ref_y, *ref_S; /* [n][H P]; the state [H][P][N] after 0, 1, ..., n tokens */
 } seq_t;
 
 typedef struct {
@@ -65,17 +67,19 @@ static void seq_make(seq_t *s, const layer_t *L, int n)
             r[HP + 2 * GN] = 25.0f; /* softplus' linear branch */
     }
     s->ref_y = calloc((size_t)n * HP, sizeof(double));
-    s->ref_S = calloc((size_t)sh->H * sh->P * sh->N, sizeof(double));
+    s->ref_S = calloc((size_t)(n + 1) * sh->H * sh->P * sh->N, sizeof(double));
     /* no reference for the invalid shapes the refusal checks use */
     for (int t = 0; t < n && sh->H % sh->G == 0; t++) {
         const float *r = s->rows + (size_t)t * s->stride;
+        const size_t sf = (size_t)sh->H * sh->P * sh->N;
+        memcpy(s->ref_S + (t + 1) * sf, s->ref_S + t * sf, sizeof(double) * sf);
         for (int h = 0; h < sh->H; h++) {
             const int g = h / (sh->H / sh->G);
             const double dt = softplus_d((double)r[HP + 2 * GN + h] + L->bias[h]);
             const double dA = exp(dt * L->A[h]);
             const float *B = r + HP + g * sh->N, *C = r + HP + GN + g * sh->N;
             for (int p = 0; p < sh->P; p++) {
-                double *S = s->ref_S + ((size_t)h * sh->P + p) * sh->N, y = 0;
+                double *S = s->ref_S + (t + 1) * sf + ((size_t)h * sh->P + p) * sh->N, y = 0;
                 const double x = r[h * sh->P + p];
                 for (int k = 0; k < sh->N; k++) {
                     S[k] = S[k] * dA + dt * x * B[k];
@@ -131,9 +135,11 @@ static void layer_free(layer_t *L)
 
 /* Runs all sequences through the op in steps of at most `step` tokens per
  * sequence (0 = all at once), all sequences together in every step, and
- * returns the worst |y - ref| / max|ref| (outputs and final states). */
+ * returns the worst |y - ref| / max|ref| (outputs and final states: the
+ * block form's slot holds the state at the last multiple of the chunk,
+ * transposed).  keep (or NULL): each sequence's outputs, in order. */
 static double run_schedule(hy_backend_t *be, const layer_t *L, seq_t *seqs, int step,
-                           int chunk, int rec_layer, char *err)
+                           int chunk, int rec_layer, float *keep, char *err)
 {
     const shape_t *sh = &L->sh;
     const int HP = sh->H * sh->P, GN = sh->G * sh->N, stride = seqs[0].stride;
@@ -148,7 +154,7 @@ static double run_schedule(hy_backend_t *be, const layer_t *L, seq_t *seqs, int 
         be->i->state_clear(be, s);
         for (size_t i = 0; i < (size_t)seqs[s].n * HP; i++)
             scale_y = fmax(scale_y, fabs(seqs[s].ref_y[i]));
-        for (size_t i = 0; i < (size_t)sh->H * sh->P * sh->N; i++)
+        for (size_t i = 0; i < (size_t)(seqs[s].n + 1) * sh->H * sh->P * sh->N; i++)
             scale_s = fmax(scale_s, fabs(seqs[s].ref_S[i]));
     }
     rows = malloc(sizeof(float) * (size_t)total * stride);
@@ -189,13 +195,27 @@ static double run_schedule(hy_backend_t *be, const layer_t *L, seq_t *seqs, int 
                                     seqs[s].ref_y[(size_t)(done[s] + t) * HP + i]);
                     worst = fmax(worst, d / scale_y);
                 }
+            if (keep != NULL) {
+                size_t off = 0;
+                for (int s2 = 0; s2 < s; s2++)
+                    off += (size_t)seqs[s2].n * HP;
+                memcpy(keep + off + (size_t)done[s] * HP, y + (size_t)bs[k].first * HP,
+                       sizeof(float) * (size_t)bs[k].n * HP);
+            }
             done[s] += bs[k].n;
         }
     }
     for (int s = 0; s < N_SEQ && isfinite(worst); s++) {
         const float *S = hy_cpu_state_rec(cpu, s, rec_layer);
-        for (size_t i = 0; i < (size_t)sh->H * sh->P * sh->N; i++)
-            worst = fmax(worst, fabs(S[i] - seqs[s].ref_S[i]) / scale_s);
+        const int at = chunk > 1 ? seqs[s].n / chunk * chunk : seqs[s].n;
+        const double *ref = seqs[s].ref_S + (size_t)at * sh->H * sh->P * sh->N;
+        for (int h = 0; h < sh->H; h++)
+            for (int pp = 0; pp < sh->P; pp++)
+                for (int k = 0; k < sh->N; k++) {
+                    const size_t e = ((size_t)h * sh->P + pp) * sh->N + k;
+                    const size_t c = chunk > 1 ? ((size_t)h * sh->N + k) * sh->P + pp : e;
+                    worst = fmax(worst, fabs(S[c] - ref[e]) / scale_s);
+                }
     }
     free(rows);
     free(y);
@@ -267,6 +287,7 @@ int main(void)
             layer_t L;
             seq_t seqs[N_SEQ];
             double worst_c = 0, worst_r = 0;
+            int n_diff = 0;
 
             layer_make(&L, sh);
             for (int s = 0; s < N_SEQ; s++)
@@ -275,25 +296,49 @@ int main(void)
             conv[0] = 7;
             rec[0] = 5;
             conv[1] = 0;
-            rec[1] = (int64_t)sh.H * sh.P * sh.N;
-            if (be->i->state_init(be, &lay, err) != HY_OK) {
-                HY_T_OK(0, "state_init: %s", err);
-                break;
-            }
-            for (size_t k = 0; k < HY_ARRAY_LEN(steps); k++)
-                for (size_t c = 0; c < HY_ARRAY_LEN(chunks); c++) {
-                    double e = run_schedule(be, &L, seqs, steps[k], chunks[c], 1, err);
+            for (size_t c = 0; c < HY_ARRAY_LEN(chunks); c++) {
+                const hy_ssd_params_t p = {sh.H, sh.P, sh.G, sh.N, chunks[c]};
+                const int total = lens[0] + lens[1] + lens[2];
+                float *o0 = malloc(sizeof(float) * (size_t)total * sh.H * sh.P),
+                      *o1 = malloc(sizeof(float) * (size_t)total * sh.H * sh.P), *slot0 = NULL;
+
+                rec[1] = hy_ssd_state_floats(&p);
+                slot0 = malloc(sizeof(float) * N_SEQ * (size_t)rec[1]);
+                if (be->i->state_init(be, &lay, err) != HY_OK) {
+                    HY_T_OK(0, "state_init: %s", err);
+                    break;
+                }
+                for (size_t k = 0; k < HY_ARRAY_LEN(steps); k++) {
+                    double e = run_schedule(be, &L, seqs, steps[k], chunks[c], 1,
+                                            k == 0 ? o0 : o1, err);
                     if (chunks[c] == 1)
                         worst_r = fmax(worst_r, e);
                     else
                         worst_c = fmax(worst_c, e);
+                    /* the block form's point: the cut into steps changes no bit */
+                    for (int s = 0; s < N_SEQ; s++) {
+                        const float *S = hy_cpu_state_rec(be->ctx, s, 1);
+                        if (k == 0)
+                            memcpy(slot0 + s * rec[1], S, sizeof(float) * (size_t)rec[1]);
+                        else if (memcmp(slot0 + s * rec[1], S, sizeof(float) * (size_t)rec[1]))
+                            n_diff++;
+                    }
+                    if (k > 0 && memcmp(o0, o1, sizeof(float) * (size_t)total * sh.H * sh.P))
+                        n_diff++;
                 }
+                free(o0);
+                free(o1);
+                free(slot0);
+            }
             HY_T_OK(worst_c < 2e-5,
                     "isa %d, H %d P %d G %d N %d: chunked form (chunk 64/16/5, steps all/64/7/1, 3 seqs) = reference (rel err %.2g)",
                     isa, sh.H, sh.P, sh.G, sh.N, worst_c);
             HY_T_OK(worst_r < 2e-5,
                     "isa %d, H %d P %d G %d N %d: recurrent form (chunk 1) = reference (rel err %.2g)",
                     isa, sh.H, sh.P, sh.G, sh.N, worst_r);
+            HY_T_OK(n_diff == 0,
+                    "isa %d, H %d P %d G %d N %d: chunks 64/16/5/1: outputs and slots bitwise equal in steps all/64/7/1 (%d differ)",
+                    isa, sh.H, sh.P, sh.G, sh.N, n_diff);
             for (int s = 0; s < N_SEQ; s++)
                 seq_free(&seqs[s]);
             layer_free(&L);
@@ -312,7 +357,7 @@ int main(void)
             seq_make(&sq[s], &L, 3);
         rec[1] = 6 * 8 * 8;
         be->i->state_init(be, &lay, err);
-        e = run_schedule(be, &L, sq, 0, 64, 1, err);
+        e = run_schedule(be, &L, sq, 0, 64, 1, NULL, err);
         HY_T_OK(isinf(e) && strstr(err, "groups"), "ssd refuses n_group not dividing n_head (%s)",
                 err);
         for (int s = 0; s < N_SEQ; s++)
@@ -322,12 +367,31 @@ int main(void)
         layer_make(&L, (shape_t){4, 8, 2, 8});
         for (int s = 0; s < N_SEQ; s++)
             seq_make(&sq[s], &L, 3);
-        e = run_schedule(be, &L, sq, 0, 64, 1, err); /* slot keeps 6*8*8 floats, op needs 4*8*8 */
+        e = run_schedule(be, &L, sq, 0, 64, 1, NULL, err); /* slot keeps 6*8*8 floats */
         HY_T_OK(isinf(e) && strstr(err, "state floats"),
                 "ssd refuses a state slot of the wrong size (%s)", err);
-        e = run_schedule(be, &L, sq, 0, 64, 2, err);
+        e = run_schedule(be, &L, sq, 0, 64, 2, NULL, err);
         HY_T_OK(isinf(e) && strstr(err, "recurrent layer 2"),
                 "ssd refuses a recurrent layer index out of range (%s)", err);
+        {
+            /* the block form places rows by n_past: a negative one is refused */
+            const hy_ssd_params_t p = {4, 8, 2, 8, 64};
+            hy_batch_seq_t bs = {.first = 0, .n = 3, .n_past = -1, .state_slot = 0};
+            hy_batch_t b = {.n_tokens = 3, .n_seqs = 1, .seqs = &bs};
+            float y[3 * 4 * 8];
+            const float *r = sq[0].rows;
+            const int st = sq[0].stride;
+
+            rec[1] = hy_ssd_state_floats(&p);
+            be->i->state_init(be, &lay, err);
+            memset(y, 0x7f, sizeof y);
+            be->i->ssd(be, 1, &b, r, st, r + 32 + 32, st, &L.wbias, &L.wA, r + 32, r + 48, st,
+                       &L.wD, y, &p);
+            HY_T_OK(be->i->status(be, err) == HY_ERANGE &&
+                        strstr(err, "ssd: sequence 0 has n_past -1") && y[0] == 0.0f &&
+                        y[3 * 4 * 8 - 1] == 0.0f,
+                    "ssd refuses a negative n_past, output zeroed (%s)", err);
+        }
         for (int s = 0; s < N_SEQ; s++)
             seq_free(&sq[s]);
         layer_free(&L);

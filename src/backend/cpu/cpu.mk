@@ -27,7 +27,9 @@ tests_unit_test_sparse_attn_LDADD = $(TEST_LDADD)
 # tests compare them exactly), and explicit FMAs are written where wanted.
 # gdn_kern.h and ssd_kern.h are compiled once per variant at -O3, so the
 # vectoriser also handles the loops whose trip count is only known at run
-# time (head and state sizes).  The flash-attention kernels select their ISA
+# time (head and state sizes), and with -ffp-contract=off: their block form
+# must give a product's element the same bits in a vector tile and in a
+# scalar tail, whatever the number of rows a step brings (docs/determinism.md).  The flash-attention kernels select their ISA
 # with a pragma, in libhy.a itself.
 noinst_LIBRARIES += libhy_quant.a libhy_gdn.a libhy_ssd.a
 libhy_quant_a_SOURCES = src/backend/cpu/quant.c src/backend/cpu/quant.h \
@@ -35,9 +37,9 @@ libhy_quant_a_SOURCES = src/backend/cpu/quant.c src/backend/cpu/quant.h \
 	src/backend/cpu/qmm.c src/backend/cpu/qmm.h
 libhy_quant_a_CFLAGS = $(AM_CFLAGS) -ffp-contract=off
 libhy_gdn_a_SOURCES = src/backend/cpu/gdn_kern_generic.c src/backend/cpu/gdn_kern.h
-libhy_gdn_a_CFLAGS = $(AM_CFLAGS) -O3
+libhy_gdn_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off
 libhy_ssd_a_SOURCES = src/backend/cpu/ssd_kern_generic.c src/backend/cpu/ssd_kern.h
-libhy_ssd_a_CFLAGS = $(AM_CFLAGS) -O3
+libhy_ssd_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off
 HY_SIMD_OBJECTS = $(libhy_quant_a_OBJECTS) $(libhy_gdn_a_OBJECTS) $(libhy_ssd_a_OBJECTS)
 if HY_AVX2
 libhy_a_SOURCES += src/backend/cpu/attn_avx2.c
@@ -46,9 +48,9 @@ libhy_quant_avx2_a_SOURCES = src/backend/cpu/quant_avx2.c src/backend/cpu/quant_
 	src/backend/cpu/qmm_avx2.c
 libhy_quant_avx2_a_CFLAGS = $(AM_CFLAGS) -ffp-contract=off -mavx2 -mfma -mf16c
 libhy_gdn_avx2_a_SOURCES = src/backend/cpu/gdn_kern_avx2.c
-libhy_gdn_avx2_a_CFLAGS = $(AM_CFLAGS) -O3 -mavx2 -mfma
+libhy_gdn_avx2_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off -mavx2 -mfma
 libhy_ssd_avx2_a_SOURCES = src/backend/cpu/ssd_kern_avx2.c
-libhy_ssd_avx2_a_CFLAGS = $(AM_CFLAGS) -O3 -mavx2 -mfma
+libhy_ssd_avx2_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off -mavx2 -mfma
 HY_SIMD_OBJECTS += $(libhy_quant_avx2_a_OBJECTS) $(libhy_gdn_avx2_a_OBJECTS) \
 	$(libhy_ssd_avx2_a_OBJECTS)
 endif
@@ -61,10 +63,10 @@ libhy_quant_avx512_a_SOURCES = src/backend/cpu/quant_avx512.c \
 libhy_quant_avx512_a_CFLAGS = $(AM_CFLAGS) -ffp-contract=off -mavx2 -mfma -mf16c \
 	-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 libhy_gdn_avx512_a_SOURCES = src/backend/cpu/gdn_kern_avx512.c
-libhy_gdn_avx512_a_CFLAGS = $(AM_CFLAGS) -O3 -mavx2 -mfma -mavx512f -mavx512vl -mavx512dq \
+libhy_gdn_avx512_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off -mavx2 -mfma -mavx512f -mavx512vl -mavx512dq \
 	-mavx512bw -mprefer-vector-width=512
 libhy_ssd_avx512_a_SOURCES = src/backend/cpu/ssd_kern_avx512.c
-libhy_ssd_avx512_a_CFLAGS = $(AM_CFLAGS) -O3 -mavx2 -mfma -mavx512f -mavx512vl -mavx512dq \
+libhy_ssd_avx512_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off -mavx2 -mfma -mavx512f -mavx512vl -mavx512dq \
 	-mavx512bw -mprefer-vector-width=512
 HY_SIMD_OBJECTS += $(libhy_quant_avx512_a_OBJECTS) $(libhy_gdn_avx512_a_OBJECTS) \
 	$(libhy_ssd_avx512_a_OBJECTS)

@@ -124,6 +124,9 @@ void hy_cpu_state_copy(hy_backend_t *be, int32_t dst, int32_t src);
  * an error naming op and returns false otherwise. */
 bool hy_cpu_state_check(hy_cpu_t *cpu, const char *op, int32_t rec_layer,
                         const hy_batch_t *batch, int64_t conv_need, int64_t rec_need);
+/* The block forms (gdn, ssd, lightning) place a sequence's rows by its
+ * n_past: false (and the backend failed with a message) when one is negative. */
+bool hy_cpu_past_check(hy_cpu_t *cpu, const char *op, const hy_batch_t *batch);
 static inline float *hy_cpu_state_conv(hy_cpu_t *cpu, int32_t slot, int32_t rec_layer)
 {
     return cpu->st + slot * cpu->st_slot_floats + cpu->st_conv_off[rec_layer];

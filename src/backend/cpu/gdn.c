@@ -43,9 +43,12 @@ static hy_pool_fn_t hy_gdn_worker(void)
 #define HY_GDN_PART(n) (((size_t)(n) + 15) / 16 * 16)
 size_t hy_gdn_scratch_floats(int32_t C, int32_t dk, int32_t dv)
 {
-    return HY_GDN_PART((size_t)2 * C * dk) + HY_GDN_PART((size_t)dk * C) +
-           HY_GDN_PART((size_t)2 * C * dv) + HY_GDN_PART((size_t)C * dv) +
-           HY_GDN_PART((size_t)2 * C * C) + HY_GDN_PART(C) + HY_GDN_PART(dv);
+    (void)dk;
+    /* P [2C][dv] (S^T q, S^T k of a step's rows), M [2C][C] (their scores
+     * against the block's keys), u [dv] (the recurrent form), e [C] (one
+     * row's decays) */
+    return HY_GDN_PART((size_t)2 * C * dv) + HY_GDN_PART((size_t)2 * C * C) + HY_GDN_PART(dv) +
+           HY_GDN_PART(C);
 }
 #undef HY_GDN_PART
 
@@ -63,8 +66,8 @@ void hy_cpu_gdn(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch,
         hy_cpu_fail(cpu, rc, "%s", err);
         goto zero;
     }
-    if (!hy_cpu_state_check(cpu, "gdn", rec_layer, batch, -1,
-                            (int64_t)p->n_v_heads * p->d_k * p->d_v))
+    if (!hy_cpu_state_check(cpu, "gdn", rec_layer, batch, -1, hy_gdn_state_floats(p)) ||
+        (p->chunk > 1 && !hy_cpu_past_check(cpu, "gdn", batch)))
         goto zero;
 
     memset(&j, 0, sizeof j);

@@ -11,24 +11,27 @@
  *
  * recurrent: token by token, exactly as written (decode, chunk = 1).
  *
- * chunked (prefill): the WY / UT-transform form of Yang, Kautz and
+ * block form (chunk C >= 2): the WY / UT-transform form of Yang, Kautz and
  * Hatamizadeh, "Gated Delta Networks: Improving Mamba2 with Delta Rule"
  * (2024, arXiv:2412.06464), as in flash-linear-attention's
- * chunk_gated_delta_rule.  Within a chunk of n tokens starting from state
- * S0, with G_t = sum_{s<=t} g_s and gamma_t = exp(G_t), the per-token
+ * chunk_gated_delta_rule, with its blocks at absolute positions [bC, (b+1)C)
+ * of the sequence.  Within a block entered with state S0, with G_t = sum of
+ * g_s over the block's rows s <= t and gamma_t = exp(G_t), the per-token
  * "new values" delta_t = beta_t (v_t - u_t) satisfy
- *     delta_t + beta_t sum_{s<t} e^{G_t-G_s} (k_t . k_s) delta_s
- *         = beta_t (v_t - gamma_t S0^T k_t),
- * a unit-lower-triangular system (I + A) D = R that forward substitution
- * solves; then
+ *     delta_t = beta_t (v_t - gamma_t S0^T k_t)
+ *               - sum_{s<t} beta_t e^{G_t-G_s} (k_t . k_s) delta_s
+ * (forward substitution, row by row); then
  *     o_t = gamma_t S0^T q_t + sum_{s<=t} e^{G_t-G_s} (q_t . k_s) delta_s
- *     S_n = gamma_{n-1} S0 + sum_s e^{G_{n-1}-G_s} k_s delta_s^T.
- * Everything but the substitution is a small matrix product, so a chunk
- * costs about the same flops as n recurrent steps but runs from L1 at
- * full SIMD width instead of streaming the state from L2 once per token.
- * Chunks are counted from the first row of the sequence in this batch, so
- * a prompt split across steps (or a short final chunk) changes nothing but
- * float rounding.
+ *     S_C = gamma_{C-1} S0 + sum_s e^{G_{C-1}-G_s} k_s delta_s^T.
+ * The slot keeps S0 and the block's rows so far (k_s, delta_s, G_s): a
+ * token's output and delta depend only on them and on the token, computed
+ * in one fixed order, and S advances only when a block is complete.  So a
+ * one-token decode step, a prefill of many blocks and any cut in between
+ * give the same bits (docs/determinism.md).  The objects are built with
+ * -ffp-contract=off so that a matrix product's element is the same sum of
+ * separately rounded products in a full register tile and in a tail.
+ * Everything but the substitution is a small matrix product, so a block
+ * costs about the flops of C recurrent steps but runs from L1.
  */
 #include "backend/cpu/gdn.h"
 
@@ -91,6 +94,25 @@ static void hy_gdn_gemm(int M, int N, int K, const float *restrict A, int lda,
     }
 }
 
+/* Two rows through one pass over B: c0[N] = a0[K] . B, c1[N] = a1[K] . B
+ * (a decode step's q and k against the state or the block's keys).  Each
+ * element is the sum hy_gdn_gemm forms, in k order from zero. */
+static void hy_gdn_gemv2(int N, int K, const float *restrict a0, const float *restrict a1,
+                         const float *restrict B, int ldb, float *restrict c0,
+                         float *restrict c1)
+{
+    for (int j = 0; j < N; j++)
+        c0[j] = c1[j] = 0.0f;
+    for (int kk = 0; kk < K; kk++) {
+        const float x0 = a0[kk], x1 = a1[kk];
+        const float *restrict b = B + (size_t)kk * ldb;
+        for (int j = 0; j < N; j++) {
+            c0[j] += x0 * b[j];
+            c1[j] += x1 * b[j];
+        }
+    }
+}
+
 /* One token of one head, exactly the recurrence; u is d_v floats scratch. */
 static void hy_gdn_step(float *restrict S, const float *restrict q, const float *restrict k,
                         const float *restrict v, float g, float beta, float *restrict o,
@@ -122,91 +144,101 @@ static void hy_gdn_step(float *restrict S, const float *restrict q, const float 
     }
 }
 
-/* Per-thread scratch layout of the chunked form (C = chunk). */
+/* Per-thread scratch (C = chunk): a step's rows of one block. */
 typedef struct {
-    float *QK;   /* [2C][dk]: the chunk's q rows, then its k rows */
-    float *KT;   /* [dk][C]: k transposed, later decay-weighted */
-    float *P;    /* [2C][dv]: [Q;K] S0, then the output rows */
-    float *D;    /* [C][dv]: right-hand side, then delta */
-    float *M;    /* [2C][C]: [Q;K] K^T (attention scores, then the system) */
-    float *G;    /* [C] cumulative log decay */
-    float *u;    /* [dv] */
+    float *P;    /* [2C][dv]: S0^T q rows, then S0^T k rows */
+    float *M;    /* [2C][C]: q.k_s rows, then k.k_s rows */
+    float *u;    /* [dv]: the recurrent form */
+    float *e;    /* [C]: e^{G_t-G_s} of one row t */
 } hy_gdn_scr_t;
 
-static void hy_gdn_chunk(float *restrict S, const hy_gdn_job_t *j, const hy_gdn_scr_t *w,
-                         int64_t row0, int n, int kh, int h)
+/* The slot's parts for one head (hy_gdn_state_floats). */
+typedef struct {
+    float *S;    /* [dk][dv] state at the block's start */
+    float *KT;   /* [dk][C] the block's keys, column s = row s */
+    float *D;    /* [C][dv] the block's delta rows */
+    float *G;    /* [C] cumulative log decay within the block */
+} hy_gdn_slot_t;
+
+/* S absorbs the complete block: S = gamma_{C-1} S + sum_s e^{G_{C-1}-G_s} k_s delta_s^T. */
+static void hy_gdn_fold(const hy_gdn_slot_t *sl, int dk, int dv, int C)
 {
-    const int dk = j->d_k, dv = j->d_v, C = j->chunk, Hv = j->n_v_heads;
-    float *restrict QK = w->QK, *restrict KT = w->KT, *restrict P = w->P, *restrict D = w->D,
-                    *restrict M = w->M, *restrict G = w->G;
-    float acc = 0.0f;
+    const float gl = sl->G[C - 1], gam = expf(gl);
 
-    /* gather the chunk's rows; G_t = sum of log decays */
-    for (int t = 0; t < n; t++) {
-        const int64_t r = row0 + t;
-        const float *q = j->q + r * j->stride + (int64_t)kh * dk;
-        const float *k = j->k + r * j->stride + (int64_t)kh * dk;
-        const float *v = j->v + r * j->stride + (int64_t)h * dv;
-
-        memcpy(QK + (size_t)t * dk, q, sizeof(float) * (size_t)dk);
-        memcpy(QK + (size_t)(n + t) * dk, k, sizeof(float) * (size_t)dk);
+    for (int s = 0; s < C; s++) {
+        const float f = expf(gl - sl->G[s]);
         for (int i = 0; i < dk; i++)
-            KT[(size_t)i * C + t] = k[i];
-        memcpy(D + (size_t)t * dv, v, sizeof(float) * (size_t)dv);
-        acc += j->g[r * Hv + h];
-        G[t] = acc;
+            sl->KT[(size_t)i * C + s] *= f;
     }
-    /* [Q;K] S0 and [Q;K] K^T */
-    hy_gdn_gemm(2 * n, dv, dk, QK, dk, S, dv, P, dv, 0);
-    hy_gdn_gemm(2 * n, n, dk, QK, dk, KT, C, M, C, 0);
+    for (size_t e = 0; e < (size_t)dk * dv; e++)
+        sl->S[e] *= gam;
+    hy_gdn_gemm(dk, dv, C, sl->KT, C, sl->D, dv, sl->S, dv, 1);
+}
 
-    /* R_t = beta_t (v_t - gamma_t (S0^T k_t)), then forward substitution:
-     * delta_t = R_t - sum_{s<t} beta_t e^{G_t-G_s} (k_t.k_s) delta_s */
-    for (int t = 0; t < n; t++) {
-        const float beta = j->beta[(row0 + t) * Hv + h], gam = expf(G[t]);
-        float *restrict dt = D + (size_t)t * dv;
-        const float *restrict pk = P + (size_t)(n + t) * dv;
-        const float *mk = M + (size_t)(n + t) * C;
+/* Rows row0 .. row0+cnt-1 of the batch, block rows b0 .. b0+cnt-1 of the
+ * head's current block: append them to the block, write their outputs,
+ * and fold the block into S when its last row is among them. */
+static void hy_gdn_block(const hy_gdn_slot_t *sl, const hy_gdn_job_t *j, const hy_gdn_scr_t *w,
+                         int64_t row0, int b0, int cnt, int kh, int h)
+{
+    const int dk = j->d_k, dv = j->d_v, C = j->chunk, Hv = j->n_v_heads, b1 = b0 + cnt;
+    const float *q0 = j->q + row0 * j->stride + (int64_t)kh * dk;
+    const float *k0 = j->k + row0 * j->stride + (int64_t)kh * dk;
+    float *restrict KT = sl->KT, *restrict D = sl->D, *restrict G = sl->G;
+    float *Pq = w->P, *Pk = w->P + (size_t)C * dv, *Mq = w->M, *Mk = w->M + (size_t)C * C;
 
+    for (int t = 0; t < cnt; t++) {
+        const int64_t r = row0 + t;
+        const float *k = k0 + (int64_t)t * j->stride;
+        const int b = b0 + t;
+
+        for (int i = 0; i < dk; i++)
+            KT[(size_t)i * C + b] = k[i];
+        G[b] = (b > 0 ? G[b - 1] : 0.0f) + j->g[r * Hv + h];
+    }
+    /* S0^T q, S0^T k, and the scores against the block's keys 0 .. b1-1
+     * (a decode row: q and k in one pass; the same sums) */
+    if (cnt == 1) {
+        hy_gdn_gemv2(dv, dk, q0, k0, sl->S, dv, Pq, Pk);
+        hy_gdn_gemv2(b1, dk, q0, k0, KT, C, Mq, Mk);
+    } else {
+        hy_gdn_gemm(cnt, dv, dk, q0, (int)j->stride, sl->S, dv, Pq, dv, 0);
+        hy_gdn_gemm(cnt, dv, dk, k0, (int)j->stride, sl->S, dv, Pk, dv, 0);
+        hy_gdn_gemm(cnt, b1, dk, q0, (int)j->stride, KT, C, Mq, C, 0);
+        hy_gdn_gemm(cnt, b1, dk, k0, (int)j->stride, KT, C, Mk, C, 0);
+    }
+
+    for (int t = 0; t < cnt; t++) {
+        const int64_t r = row0 + t;
+        const int b = b0 + t;
+        const float beta = j->beta[r * Hv + h], gam = expf(G[b]);
+        const float *restrict v = j->v + r * j->stride + (int64_t)h * dv;
+        const float *restrict pk = Pk + (size_t)t * dv, *restrict pq = Pq + (size_t)t * dv;
+        const float *mk = Mk + (size_t)t * C, *mq = Mq + (size_t)t * C;
+        float *restrict dt = D + (size_t)b * dv;
+        float *restrict o = j->o + r * (int64_t)Hv * dv + (int64_t)h * dv;
+
+        for (int s = 0; s <= b; s++)
+            w->e[s] = expf(G[b] - G[s]);
         for (int jj = 0; jj < dv; jj++)
-            dt[jj] = beta * (dt[jj] - gam * pk[jj]);
-        for (int s = 0; s < t; s++) {
-            const float a = beta * expf(G[t] - G[s]) * mk[s];
+            dt[jj] = beta * (v[jj] - gam * pk[jj]);
+        for (int s = 0; s < b; s++) {
+            const float a = beta * w->e[s] * mk[s];
             const float *restrict ds = D + (size_t)s * dv;
             for (int jj = 0; jj < dv; jj++)
                 dt[jj] -= a * ds[jj];
         }
-    }
-    /* o_t = gamma_t S0^T q_t + sum_{s<=t} e^{G_t-G_s} (q_t.k_s) delta_s */
-    for (int t = 0; t < n; t++) {
-        float *restrict mq = M + (size_t)t * C, *restrict pq = P + (size_t)t * dv;
-        const float gam = expf(G[t]);
-
-        for (int s = 0; s <= t; s++)
-            mq[s] *= expf(G[t] - G[s]);
-        for (int s = t + 1; s < n; s++)
-            mq[s] = 0.0f;
         for (int jj = 0; jj < dv; jj++)
-            pq[jj] *= gam;
-    }
-    hy_gdn_gemm(n, dv, n, M, C, D, dv, P, dv, 1);
-    for (int t = 0; t < n; t++)
-        memcpy(j->o + (row0 + t) * (int64_t)Hv * dv + (int64_t)h * dv, P + (size_t)t * dv,
-               sizeof(float) * (size_t)dv);
-
-    /* S_n = gamma_{n-1} S0 + sum_s e^{G_{n-1}-G_s} k_s delta_s^T */
-    {
-        const float gl = G[n - 1], gam = expf(gl);
-
-        for (int s = 0; s < n; s++) {
-            const float f = expf(gl - G[s]);
-            for (int i = 0; i < dk; i++)
-                KT[(size_t)i * C + s] *= f;
+            o[jj] = gam * pq[jj];
+        for (int s = 0; s <= b; s++) {
+            const float a = mq[s] * w->e[s];
+            const float *restrict ds = D + (size_t)s * dv;
+            for (int jj = 0; jj < dv; jj++)
+                o[jj] += a * ds[jj];
         }
-        for (size_t e = 0; e < (size_t)dk * dv; e++)
-            S[e] *= gam;
-        hy_gdn_gemm(dk, dv, n, KT, C, D, dv, S, dv, 1);
     }
+    if (b1 == C)
+        hy_gdn_fold(sl, dk, dv, C);
 }
 
 void HY_GDN_WORKER(void *arg, int ith, int nth)
@@ -221,23 +253,20 @@ void HY_GDN_WORKER(void *arg, int ith, int nth)
     (void)nth;
     /* 16-float (64-byte) aligned parts, matching hy_gdn_scratch_floats */
 #define HY_GDN_PART(n) (((size_t)(n) + 15) / 16 * 16)
-    w.QK = base;
-    w.KT = w.QK + HY_GDN_PART((size_t)2 * C * dk);
-    w.P = w.KT + HY_GDN_PART((size_t)dk * C);
-    w.D = w.P + HY_GDN_PART((size_t)2 * C * dv);
-    w.M = w.D + HY_GDN_PART((size_t)C * dv);
-    w.G = w.M + HY_GDN_PART((size_t)2 * C * C);
-    w.u = w.G + HY_GDN_PART(C);
+    w.P = base;
+    w.M = w.P + HY_GDN_PART((size_t)2 * C * dv);
+    w.u = w.M + HY_GDN_PART((size_t)2 * C * C);
+    w.e = w.u + HY_GDN_PART(dv);
 #undef HY_GDN_PART
 
     while ((unit = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->n_units) {
         const hy_batch_seq_t *sq = &j->b->seqs[unit / Hv];
         const int h = unit % Hv;
         const int kh = j->v_tiled ? h % j->n_k_heads : h / rep;
-        float *S = hy_cpu_state_rec(j->cpu, sq->state_slot, j->rec_layer) +
-                   (size_t)h * dk * dv;
+        float *st = hy_cpu_state_rec(j->cpu, sq->state_slot, j->rec_layer);
+        float *S = st + (size_t)h * dk * dv;
 
-        if (C <= 1 || sq->n == 1) {
+        if (C <= 1) {
             for (int32_t t = 0; t < sq->n; t++) {
                 const int64_t r = (int64_t)sq->first + t;
                 hy_gdn_step(S, j->q + r * j->stride + (int64_t)kh * dk,
@@ -247,8 +276,17 @@ void HY_GDN_WORKER(void *arg, int ith, int nth)
                             w.u, dk, dv);
             }
         } else {
-            for (int32_t t0 = 0; t0 < sq->n; t0 += C)
-                hy_gdn_chunk(S, j, &w, (int64_t)sq->first + t0, HY_MIN(C, sq->n - t0), kh, h);
+            /* blocks at absolute positions: the slot's block holds n_past % C rows */
+            float *blk = st + (size_t)Hv * dk * dv + (size_t)h * C * (dk + dv + 1);
+            const hy_gdn_slot_t sl = {S, blk, blk + (size_t)dk * C, blk + (size_t)(dk + dv) * C};
+
+            for (int32_t t = 0; t < sq->n;) {
+                const int b0 = (int)(((int64_t)sq->n_past + t) % C);
+                const int cnt = HY_MIN(C - b0, sq->n - t);
+
+                hy_gdn_block(&sl, j, &w, (int64_t)sq->first + t, b0, cnt, kh, h);
+                t += cnt;
+            }
         }
     }
 }

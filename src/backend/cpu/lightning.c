@@ -51,14 +51,9 @@ void hy_cpu_lightning(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *bat
         hy_cpu_fail(cpu, rc, "%s", err);
         goto zero;
     }
-    if (!hy_cpu_state_check(cpu, "lightning", rec_layer, batch, -1, hy_lightning_state_floats(p)))
+    if (!hy_cpu_state_check(cpu, "lightning", rec_layer, batch, -1, hy_lightning_state_floats(p)) ||
+        !hy_cpu_past_check(cpu, "lightning", batch))
         goto zero;
-    for (int32_t s = 0; s < batch->n_seqs; s++)
-        if (batch->seqs[s].n_past < 0) {
-            hy_cpu_fail(cpu, HY_ERANGE, "lightning: sequence %d has n_past %d", s,
-                        batch->seqs[s].n_past);
-            goto zero;
-        }
 
     memset(&j, 0, sizeof j);
     j.cpu = cpu;

@@ -146,6 +146,17 @@ bool hy_cpu_state_check(hy_cpu_t *cpu, const char *op, int32_t rec_layer,
     return true;
 }
 
+bool hy_cpu_past_check(hy_cpu_t *cpu, const char *op, const hy_batch_t *batch)
+{
+    for (int32_t s = 0; s < batch->n_seqs; s++)
+        if (batch->seqs[s].n_past < 0) {
+            hy_cpu_fail(cpu, HY_ERANGE, "%s: sequence %d has n_past %d", op, s,
+                        batch->seqs[s].n_past);
+            return false;
+        }
+    return true;
+}
+
 /* ---- small weights as floats ----------------------------------------------- */
 
 const float *hy_cpu_weight_floats(hy_cpu_t *cpu, const char *op, const hy_weight_t *w,

@@ -42,10 +42,9 @@ static hy_pool_fn_t hy_ssd_worker(void)
 
 size_t hy_ssd_scratch_floats(int32_t Q, int32_t P, int32_t N)
 {
-    /* St, Bt, Bw, Cs, Gm, Yc, cum, dtv: the layout of hy_ssd_chunked */
-    return HY_SSD_PART((size_t)N * P) + 2 * HY_SSD_PART((size_t)N * Q) +
-           HY_SSD_PART((size_t)Q * N) + HY_SSD_PART((size_t)Q * Q) +
-           HY_SSD_PART((size_t)Q * P) + 2 * HY_SSD_PART(Q);
+    (void)N;
+    /* Yc [Q][P], Gm [Q][Q]: the layout of hy_ssd_block */
+    return HY_SSD_PART((size_t)Q * P) + HY_SSD_PART((size_t)Q * Q);
 }
 
 void hy_cpu_ssd(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, const float *x,
@@ -57,7 +56,7 @@ void hy_cpu_ssd(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, co
     hy_cpu_t *cpu = be->ctx;
     hy_ssd_job_t j;
     float *tA = NULL, *tD = NULL, *tbias = NULL;
-    int64_t work = 0, max_n = 0;
+    int64_t work = 0;
     char err[HY_ERR_LEN];
     int nth, rc;
 
@@ -68,8 +67,8 @@ void hy_cpu_ssd(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, co
         hy_cpu_fail(cpu, rc, "%s", err);
         goto zero;
     }
-    if (!hy_cpu_state_check(cpu, "ssd", rec_layer, batch, -1,
-                            (int64_t)p->n_head * p->head_dim * p->d_state))
+    if (!hy_cpu_state_check(cpu, "ssd", rec_layer, batch, -1, hy_ssd_state_floats(p)) ||
+        (p->chunk > 1 && !hy_cpu_past_check(cpu, "ssd", batch)))
         goto zero;
     if (!(j.A = hy_cpu_weight_floats(cpu, "ssd A", A, p->n_head, &tA)) ||
         !(j.dt_bias = hy_cpu_weight_floats(cpu, "ssd dt_bias", dt_bias, p->n_head, &tbias)))
@@ -95,15 +94,13 @@ void hy_cpu_ssd(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, co
     j.N = p->d_state;
     j.chunk = p->chunk;
     j.n_units = batch->n_seqs * p->n_head;
-    for (int32_t s = 0; s < batch->n_seqs; s++) {
+    for (int32_t s = 0; s < batch->n_seqs; s++)
         work += (int64_t)batch->seqs[s].n;
-        max_n = HY_MAX(max_n, (int64_t)batch->seqs[s].n);
-    }
     work *= (int64_t)p->n_head * p->head_dim * p->d_state;
     nth = work < HY_SSD_PAR_MIN ? 1 : HY_MIN(cpu->n_threads, j.n_units);
     nth = HY_MAX(nth, 1);
-    /* scratch only when some sequence takes the chunked form */
-    if (p->chunk > 1 && max_n >= HY_SSD_MIN_CHUNKED) {
+    /* scratch only for the block form */
+    if (p->chunk > 1) {
         j.scratch_floats = hy_ssd_scratch_floats(p->chunk, p->head_dim, p->d_state);
         j.scratch = aligned_alloc(64, j.scratch_floats * sizeof(float) * (size_t)nth);
         if (j.scratch == NULL) {

@@ -9,10 +9,6 @@
 
 #include "backend/cpu/cpu_impl.h"
 
-/* Sequences with fewer rows than this in a step run the recurrent form:
- * the chunked form's transposes and Q x Q products do not pay off. */
-#define HY_SSD_MIN_CHUNKED 4
-
 /* One ssd call, split into units (sequence, head) that threads take in
  * turn from `next`. */
 typedef struct {

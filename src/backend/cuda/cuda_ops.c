@@ -355,8 +355,11 @@ void hy_cuda_gdn(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, c
                      p->n_v_heads);
         goto zero;
     }
-    if (!hy_cuda_rec_seqs(cu, "gdn", rec_layer, batch, -1,
-                          (int64_t)p->n_v_heads * p->d_k * p->d_v, &sq))
+    /* the slot is sized for the CPU's canonical block form (the states
+     * first, then each head's block rows); this kernel still runs the older
+     * form on the states alone and leaves the block area unused
+     * (docs/determinism.md) */
+    if (!hy_cuda_rec_seqs(cu, "gdn", rec_layer, batch, -1, hy_gdn_state_floats(p), &sq))
         goto zero;
     if (hy_cuda_ok(cu, "gdn", hy_cuk_gdn(&sq, q, k, v, qkv_stride, g, beta, o, p->n_k_heads,
                                          p->n_v_heads, p->d_k, p->d_v, p->v_tiled, p->chunk,
@@ -390,8 +393,9 @@ void hy_cuda_ssd(hy_backend_t *be, int32_t rec_layer, const hy_batch_t *batch, c
                      p->n_head);
         goto zero;
     }
-    if (!hy_cuda_rec_seqs(cu, "ssd", rec_layer, batch, -1,
-                          (int64_t)p->n_head * p->head_dim * p->d_state, &sq))
+    /* as gdn: slot sized for the CPU's block form, states first; this
+     * kernel runs the older form on the states alone */
+    if (!hy_cuda_rec_seqs(cu, "ssd", rec_layer, batch, -1, hy_ssd_state_floats(p), &sq))
         goto zero;
     if (!(fA = hy_cuda_weight_floats(cu, "ssd A", A, p->n_head, false, &tA)) ||
         !(fb = hy_cuda_weight_floats(cu, "ssd dt_bias", dt_bias, p->n_head, false, &tb)))

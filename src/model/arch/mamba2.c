@@ -8,6 +8,7 @@
  */
 #include "model/arch/mamba2.h"
 #include "model/arch/load.h"
+#include "backend/layout.h"
 
 #include <stdio.h>
 
@@ -76,7 +77,9 @@ int hy_mamba2_load_layer(hy_model_t *m, hy_layer_t *L, int il, const hy_mamba2_d
     L->kv_index = -1;
     L->rec_index = m->n_rec_layers++;
     L->conv_floats = (int64_t)(d->d_conv - 1) * d->conv_ch;
-    L->rec_floats = (int64_t)d->n_head * d->head_dim * d->d_state;
+    /* the state and the canonical block's rows (docs/determinism.md) */
+    L->rec_floats = hy_ssd_state_floats(&(hy_ssd_params_t){d->n_head, d->head_dim, d->n_group,
+                                                           d->d_state, HY_MAMBA2_CHUNK});
     return HY_OK;
 }
 
