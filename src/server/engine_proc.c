@@ -205,6 +205,31 @@ static void ep_tier_hash(ep_t *ep)
         hy_tier_disk_off(ep->tier, "the model file could not be hashed");
 }
 
+/* A stop soon after a first start (no model.id in the disk directory
+ * yet) can come before the master has hashed the model: the disk tier is
+ * still waiting for it and the hot tier's pages would not be written down,
+ * so the next start would miss them.  The hash gets a bounded while
+ * (HY_EP_HASH_WAIT_MS, polled like the main loop does: well inside the 5 s
+ * the master grants a stopping engine before SIGKILL, CO_KILL_GRACE_MS, so
+ * the writes still fit); past it the pages are dropped with a log line. */
+#define HY_EP_HASH_WAIT_MS 3000
+
+static void ep_tier_hash_wait(ep_t *ep)
+{
+    struct timespec step = {0, 10 * 1000000};
+
+    for (int waited = 0; ep->tier != NULL && !ep->sha_seen && waited < HY_EP_HASH_WAIT_MS;
+         waited += 10) {
+        ep_tier_hash(ep);
+        if (!ep->sha_seen)
+            nanosleep(&step, NULL);
+    }
+    if (ep->tier != NULL && !ep->sha_seen)
+        hy_log(LOG_WARNING, "tier_persist_skipped",
+               "reason=\"the model's hash was not known within %d ms: the disk tier never came "
+               "online\"", HY_EP_HASH_WAIT_MS);
+}
+
 /* The kernel the backend runs for each layer kind present and for each
  * weight type the matmuls read, "kind:kernel,..." into buf: logged at load
  * so that a silent fallback to a slower path is visible (an operator's
@@ -429,6 +454,7 @@ int hy_engine_proc_main(const hy_engine_proc_args_t *a)
     }
     hy_log(LOG_INFO, "engine_stopping", "pid=%d signal=%d", (int)getpid(), sig);
     hy_engine_stop(ep.eng);
+    ep_tier_hash_wait(&ep);
     /* the hot tier's cached pages to disk, so a restart finds them */
     hy_engine_persist_tiers(ep.eng);
     hy_engine_free(ep.eng);
