@@ -13,7 +13,9 @@
  * the rest shifts and masks (a word's even bytes, or nibbles, form one
  * pair, its odd ones the next).  Two paths use the same extractors:
  *   - one token (decode): 8 rows at a time, every block extracted into
- *     registers and consumed at once (hy_q2_dec);
+ *     registers and consumed at once (hy_q2_dec), or for the types decode
+ *     meets most, row by row without the transpose (HY_Q2_DEC_ROWS,
+ *     hy_q2_dec_krows);
  *   - more tokens: a k-chunk of 16 rows is unpacked once into an L1 panel
  *     and meets every token of the tile, each broadcast pair feeding both
  *     halves (hy_q2_compute).
@@ -667,18 +669,19 @@ HY_Q2_INLINE void hy_q2_x_q2_k(const char *const rp[8], int64_t b, hy_q2_regs_t 
 /* The types with an extractor: name, weight type and qmm.h flags (those of
  * qmm.c's table; the kernels are specialised on them).  HY_Q2_TYPES_T are
  * those whose one-token decoder is the transposed extractor (hy_q2_dec);
- * Q8_0's, Q4_0's, Q5_0's and IQ4_NL's are row-wise (HY_Q2_DEC_ROWS). */
+ * Q8_0's, Q4_0's, Q5_0's and IQ4_NL's are row-wise (HY_Q2_DEC_ROWS), Q4_K's
+ * and Q6_K's row-wise with transposed super-block scales (hy_q2_dec_krows). */
 #define HY_Q2_TYPES(X) \
     X(q8_0, HY_DTYPE_Q8_0, 0) \
     X(q4_0, HY_DTYPE_Q4_0, 0) \
     X(q5_0, HY_DTYPE_Q5_0, 0) \
     X(iq4_nl, HY_DTYPE_IQ4_NL, 0) \
+    X(q4_k, HY_DTYPE_Q4_K, HY_QMM_OFFSET) \
+    X(q6_k, HY_DTYPE_Q6_K, HY_QMM_CHUNK16) \
     HY_Q2_TYPES_T(X)
 #define HY_Q2_TYPES_T(X) \
     X(q4_1, HY_DTYPE_Q4_1, HY_QMM_OFFSET) \
-    X(q4_k, HY_DTYPE_Q4_K, HY_QMM_OFFSET) \
     X(q5_k, HY_DTYPE_Q5_K, HY_QMM_OFFSET) \
-    X(q6_k, HY_DTYPE_Q6_K, HY_QMM_CHUNK16) \
     X(q5_1, HY_DTYPE_Q5_1, HY_QMM_OFFSET) \
     X(q2_k, HY_DTYPE_Q2_K, HY_QMM_OFFSET16) \
     X(q3_k, HY_DTYPE_Q3_K, 0) \
@@ -788,8 +791,10 @@ HY_Q2_INLINE void hy_q2_prefetch(const char *w, size_t ws, int64_t b, int64_t nb
 HY_Q2_TYPES_T(HY_Q2_DEC_X)
 
 /* The 8 int32 lanes of each a[r] summed: lane r of the result.  Unpack
- * and add, three rounds (21 operations for 8 rows). */
-HY_Q2_INLINE __m256i hy_q2_hsum8(const __m256i a[8])
+ * and add, three rounds (21 operations for 8 rows).  hy_q2_hsum8_2 stops
+ * before the last round: lane r of the result sums a[r]'s lanes 0..3, of
+ * *hi its lanes 4..7. */
+HY_Q2_INLINE __m256i hy_q2_hsum8_2(const __m256i a[8], __m256i *hi)
 {
     __m256i t[4], u[2];
 
@@ -802,8 +807,14 @@ HY_Q2_INLINE __m256i hy_q2_hsum8(const __m256i a[8])
         u[i] = _mm256_add_epi32(_mm256_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
                                 _mm256_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
     /* u[0] = rows 0..3 in each 128-bit half, u[1] rows 4..7 */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(u[0], u[1], 0x20),
-                            _mm256_permute2x128_si256(u[0], u[1], 0x31));
+    *hi = _mm256_permute2x128_si256(u[0], u[1], 0x31);
+    return _mm256_permute2x128_si256(u[0], u[1], 0x20);
+}
+
+HY_Q2_INLINE __m256i hy_q2_hsum8(const __m256i a[8])
+{
+    __m256i hi, lo = hy_q2_hsum8_2(a, &hi);
+    return _mm256_add_epi32(lo, hi);
 }
 
 /* The exact integer sum of one row's block (32 int8 codes in element order,
@@ -915,6 +926,136 @@ HY_Q2_DEC_ROWS(q8_0)
 HY_Q2_DEC_ROWS(q4_0)
 HY_Q2_DEC_ROWS(q5_0)
 HY_Q2_DEC_ROWS(iq4_nl)
+
+/* The K-quant rows take a row's 32 codes as 16 int16 lanes, lane i
+ * holding elements 2i (low byte) and 2i+1 (high byte) as they lie in
+ * memory: masks and shifts split them into even and odd elements, which
+ * meet the token's block split the same way (hy_q2_x_evod) with no
+ * widening.  Lanes 0..7 are elements 0..15, so the int32 sums of vpmaddwd
+ * keep elements 0..15 in the low 128 bits and 16..31 in the high. */
+
+/* Q16 block xb as int16 lanes: *e the even elements 0, 2, .., 30, *od the
+ * odd ones.  Slot order puts (e[4g], e[4g+2]) in word 2g and (e[4g+1],
+ * e[4g+3]) in word 2g+1: the even and odd words, gathered. */
+HY_Q2_INLINE void hy_q2_x_evod(const hy_block_q16_t *xb, __m256i *e, __m256i *od)
+{
+    const __m256 v0 = _mm256_loadu_ps((const float *)xb->v);
+    const __m256 v1 = _mm256_loadu_ps((const float *)(xb->v + 16));
+
+    /* [v0 w0 w2, v1 w0 w2 | v0 w4 w6, v1 w4 w6]: qwords 0, 2, 1, 3 */
+    *e = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(v0, v1, 0x88)), 0xD8);
+    *od = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(v0, v1, 0xDD)), 0xD8);
+}
+
+/* Q4_K block b of one row against the token (xe, xo): 8 int32 partial
+ * sums of q*v.  Sub-block k = b % 8 is the low (k even) or high nibbles of
+ * 32-byte run k / 2. */
+HY_Q2_INLINE __m256i hy_q2_row_q4_k(const char *sb, int k, __m256i xe, __m256i xo)
+{
+    const __m256i m4 = _mm256_set1_epi16(0x000F);
+    const __m256i q = _mm256_loadu_si256(
+        (const __m256i *)(sb + offsetof(hy_block_q4_k_t, qs) + 32 * (size_t)(k / 2)));
+    const __m256i e = k & 1 ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)
+                            : _mm256_and_si256(q, m4);
+    const __m256i od = k & 1 ? _mm256_srli_epi16(q, 12)
+                             : _mm256_and_si256(_mm256_srli_epi16(q, 8), m4);
+    return _mm256_add_epi32(_mm256_madd_epi16(e, xe), _mm256_madd_epi16(od, xo));
+}
+
+/* Q6_K block b of one row (j = b % 8: part m = j % 4 of half j / 4):
+ * the codes q - 32 as qmm.c decodes them, against (xe, xo); lanes 0..3 of
+ * the result sum elements 0..15, lanes 4..7 elements 16..31. */
+HY_Q2_INLINE __m256i hy_q2_row_q6_k(const char *sb, int j, __m256i xe, __m256i xo)
+{
+    const int half = j / 4, m = j % 4;
+    const __m256i l = _mm256_loadu_si256((const __m256i *)(sb + 64 * half + 32 * (m & 1)));
+    const __m256i h = _mm256_loadu_si256(
+        (const __m256i *)(sb + offsetof(hy_block_q6_k_t, qh) + 32 * (size_t)half));
+    const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(l, _mm_cvtsi32_si128(m < 2 ? 0 : 4)),
+                                        _mm256_set1_epi8(0x0F));
+    const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * m)),
+                                        _mm256_set1_epi8(3));
+    const __m256i c = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)),
+                                      _mm256_set1_epi8(32));
+    /* int8 codes of the even (low) and odd (high) bytes, sign-extended */
+    const __m256i e = _mm256_srai_epi16(_mm256_slli_epi16(c, 8), 8);
+    return _mm256_add_epi32(_mm256_madd_epi16(e, xe),
+                            _mm256_madd_epi16(_mm256_srai_epi16(c, 8), xo));
+}
+
+/* One-token decoder, row by row, for Q4_K (is6 = 0) and Q6_K (is6 = 1).
+ * The super-block's D, M and sub-block scales still come in transposed,
+ * once per 8 blocks (hy_q2_k45_prep, hy_q2_k6_prep); each row's codes meet
+ * the token as above and the scale is applied after the sum: sc * sum(q v)
+ * and the extractor's sum((sc q) v) are one integer, exact in int32 (qmm.c
+ * bounds |sc q| and the sums), so P, and with it hy_q2_step's float steps
+ * in its order, are unchanged: per block one FMA (Q4_K, plus the M FMA) or
+ * one per 16 elements (Q6_K, HY_QMM_CHUNK16), the offset added at the end. */
+HY_Q2_INLINE void hy_q2_dec_krows(const char *w, size_t ws, int nrows, int64_t nb,
+                                  const hy_block_q16_t *x, float out[8], int pf, const int is6)
+{
+    const size_t bsz = is6 ? sizeof(hy_block_q6_k_t) : sizeof(hy_block_q4_k_t);
+    const size_t step = hy_q2_pf_step(ws, nb);
+    const char *rp[8];
+    hy_q2_kst_t st;
+    __m256 acc = _mm256_setzero_ps(), mac = _mm256_setzero_ps();
+
+    st.sb = -1;
+    st.tq = st.th = SIZE_MAX;
+    hy_q2_rows(w, ws, nrows, rp);
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = (size_t)(b / 8) * bsz;
+        const int k = (int)(b % 8);
+        __m256i xe, xo, a[8];
+
+        if (pf)
+            hy_q2_prefetch(w, ws, b, nb, step);
+        if (st.sb != b / 8) {
+            if (is6)
+                hy_q2_k6_prep(rp, b / 8, &st);
+            else
+                hy_q2_k45_prep(rp, b / 8, bsz, &st);
+        }
+        hy_q2_x_evod(x + b, &xe, &xo);
+        const __m256 sc = _mm256_mul_ps(st.d, _mm256_set1_ps(x[b].d));
+        if (is6) {
+            /* elements 0..15 and 16..31 have their own scale and sum;
+             * st.sc holds (s, s) int16 pairs: the high half is s */
+            const int s0 = 8 * (k / 4) + 2 * (k % 4);
+            __m256i P1;
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++)
+                a[r] = hy_q2_row_q6_k(rp[r] + o, k, xe, xo);
+            const __m256i P0 = _mm256_mullo_epi32(hy_q2_hsum8_2(a, &P1),
+                                                  _mm256_srai_epi32(st.sc[s0], 16));
+            P1 = _mm256_mullo_epi32(P1, _mm256_srai_epi32(st.sc[s0 + 1], 16));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0), sc, acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1), sc, acc);
+        } else {
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++)
+                a[r] = hy_q2_row_q4_k(rp[r] + o, k, xe, xo);
+            const __m256i P = _mm256_mullo_epi32(hy_q2_hsum8(a), _mm256_srai_epi32(st.sc[k], 16));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P), sc, acc);
+            mac = _mm256_fmadd_ps(st.mn[k], _mm256_set1_ps(x[b].s), mac);
+        }
+    }
+    if (!is6)
+        acc = _mm256_add_ps(acc, mac);
+    _mm256_storeu_ps(out, acc);
+}
+
+static void hy_q2_dec_q4_k(const char *w, size_t ws, int nrows, int64_t nb,
+                           const hy_block_q16_t *x, float out[8], int pf)
+{
+    hy_q2_dec_krows(w, ws, nrows, nb, x, out, pf, 0);
+}
+
+static void hy_q2_dec_q6_k(const char *w, size_t ws, int nrows, int64_t nb,
+                           const hy_block_q16_t *x, float out[8], int pf)
+{
+    hy_q2_dec_krows(w, ws, nrows, nb, x, out, pf, 1);
+}
 
 typedef void (*hy_q2_dec_fn)(const char *w, size_t ws, int nrows, int64_t nb,
                              const hy_block_q16_t *x, float out[8], int pf);
