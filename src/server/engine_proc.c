@@ -437,7 +437,10 @@ int hy_engine_proc_main(const hy_engine_proc_args_t *a)
     atomic_store(&hy_shm_header_rw(ep.shm)->engine_state, HY_SHM_ENGINE_RUNNING);
     hy_shm_engine_kick(ep.shm);
     while (sig != SIGTERM && sig != SIGINT) {
-        struct timespec ts = {0, 200 * 1000000};
+        /* every 10 ms until the disk tier has the model's hash: pages
+         * demoted before it is online are never written down, and a short
+         * run (a test, a quick restart) would lose them */
+        struct timespec ts = {0, (ep.tier != NULL && !ep.sha_seen ? 10 : 200) * 1000000};
         int32_t gen = atomic_load(a->log_gen);
 
         if (gen != log_gen) { /* the master reloaded: its log level */

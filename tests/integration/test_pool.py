@@ -324,8 +324,15 @@ def check_affinity(site, hosts, keys):
     ok(st1 == 200 and st2 == 200 and cached > 0,
        "the second request of a session hit the prefix cache: cached_tokens=%s of %s" %
        (cached, js2.get("usage", {}).get("prompt_tokens")))
-    n = [len(re.findall(r"event=request .*cached_tokens=[1-9]", hosts.log(i)))
-         for i in range(N_HOSTS)]
+    # the hit's log line may reach the host's log file after its answer
+    # reached the client (the worker's stderr goes through the master)
+    n = []
+
+    def hits():
+        n[:] = [len(re.findall(r"event=request .*cached_tokens=[1-9]", hosts.log(i)))
+                for i in range(N_HOSTS)]
+        return sum(1 for x in n if x) >= 1
+    wait_for(hits, 10, 0.1)
     ok(sum(1 for x in n if x) == 1, "... on one host (hits per host: %s)" % n)
 
 

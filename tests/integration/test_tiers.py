@@ -176,6 +176,15 @@ def start(stack, what):
     return True
 
 
+def keep_log(stack, what):
+    """Each stack of a directory writes the same serve.log: a copy per run,
+    for the post-mortem of a kept directory."""
+    try:
+        shutil.copy(stack.serve_log_path, stack.serve_log_path + "." + what)
+    except OSError:
+        pass
+
+
 def log_of(stack):
     with open(stack.serve_log_path, errors="replace") as f:
         return f.read()
@@ -200,6 +209,7 @@ def restart_hit(model, vocab, name, rounds, n_prompt=N_PROMPT):
             cold_t.append(c_t)
         finally:
             st.stop()
+            keep_log(st, "round%d-cold" % r)
         st = stack_for(model, tmp, n_prompt=n_prompt)
         if not start(st, name):
             return None, None
@@ -219,6 +229,7 @@ def restart_hit(model, vocab, name, rounds, n_prompt=N_PROMPT):
                 n_read = m(ms, "hyserve_tier_read_seconds_count", tier="cold")
         finally:
             st.stop()
+            keep_log(st, "round%d-hit" % r)
     ratio = statistics.median(cold_t) / statistics.median(hit_t)
     diag("%s: cold TTFT %s s, after a restart %s s (medians %.3f / %.3f: %.1fx)"
          % (name, ["%.3f" % x for x in cold_t], ["%.3f" % x for x in hit_t],
