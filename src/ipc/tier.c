@@ -1348,12 +1348,6 @@ int hy_tier_fetch(hy_tier_t *t, int32_t kind, uint64_t hash)
     pthread_mutex_lock(&t->mu);
     for (;;) {
         i = find(t, kind, hash);
-        /* while the directory is being indexed, a file the indexer has not
-         * reached is probed, as hy_tier_where found it: else a prompt that
-         * arrives during the re-index sees cold blocks it cannot fetch and
-         * gives up on all of them */
-        if (i < 0 && t->disk_state == HY_TIER_DISK_INDEXING)
-            i = probe(t, kind, hash);
         if (i < 0) {
             rc = HY_ENOENT;
         } else if (t->e[i].flags & F_WARM) {
