@@ -613,10 +613,11 @@ static int hy_engine_resume(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_take
         s->tokens[s->n_total++] = t;
     }
     hy_sampler_skip(s->sampler, q->resumed[q->n_resumed - 1].rng_draws);
+    s->closed = (q->resumed[q->n_resumed - 1].flags & HY_TOK_F_CLOSED) != 0;
     if (s->n_total - s->n_prompt >= s->max_tokens || s->n_total >= e->o.n_ctx)
         s->finish_after = HY_FINISH_LENGTH;
     else if (s->gm != NULL && hy_gmatch_done(s->gm))
-        s->finish_after = HY_FINISH_STOP;
+        s->finish_after = s->closed ? HY_FINISH_LENGTH : HY_FINISH_STOP;
     return HY_OK;
 }
 
@@ -631,7 +632,7 @@ static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken
     s->params = q->params;
     s->priority = q->params.priority;
     s->order = q->order;
-    s->started = s->blocked = s->fetching = s->resuming = false;
+    s->started = s->blocked = s->fetching = s->resuming = s->closed = false;
     memset(&s->tw, 0, sizeof s->tw);
     s->finish_after = HY_FINISH_NONE;
     s->state = s->ckpt = -1;
@@ -983,6 +984,44 @@ static bool hy_engine_mask(hy_engine_t *e, hy_sched_seq_t *s, float *logits, uin
     return true;
 }
 
+/* The token budget of a constrained row (grammar/grammar_budget.c): t was
+ * drawn from the masked logits; if after it the grammar's end lies
+ * further (in bytes) than the tokens left after it, it is drawn again among
+ * the tokens that bring the end nearer byte by byte, so a JSON answer
+ * closes within max_tokens instead of being cut.  An answer this shaped is
+ * marked closed: it finishes "length", valid but not the model's own end.
+ * When the end is further than one byte per token left (the budget was
+ * too small from the start) t stands and the answer is cut as any other. */
+static int32_t hy_engine_budget(hy_engine_t *e, hy_sched_seq_t *s, float *logits, int32_t t,
+                                hy_sample_out_t *so)
+{
+    int32_t nw_tok = ((int32_t)hy_tok_n_vocab(e->tok) + 63) / 64;
+    int32_t nw_model = (e->model->n_vocab + 63) / 64;
+    int32_t left = HY_MIN(s->max_tokens - (s->n_total - s->n_prompt), e->o.n_ctx - s->n_total) - 1;
+    int32_t n;
+
+    if (t < 0 || !hy_gmatch_constrained(s->gm) || hy_gmatch_fits(s->gm, t, left))
+        return t;
+    /* out of reach whatever comes: a guarantee is all closing is for */
+    if (hy_gmatch_distance(s->gm) > left + 1)
+        return t;
+    n = hy_gmatch_fill_closing_mask(s->gm, e->gmask, !(s->params.flags & HY_REQ_F_IGNORE_EOS));
+    if (n <= 0)
+        return t;
+    if (nw_model > nw_tok)
+        memset(e->gmask + nw_tok, 0, sizeof *e->gmask * (size_t)(nw_model - nw_tok));
+    hy_grammar_apply_mask(logits, e->gmask, e->model->n_vocab);
+    if (!s->closed) {
+        hy_grammar_counts_t d;
+
+        memset(&d, 0, sizeof d);
+        d.closed = 1;
+        e->src.i->grammar_counted(&e->src, &d);
+    }
+    s->closed = true;
+    return hy_sampler_resample(s->sampler, logits, so);
+}
+
 /* dev: the backend's result for this row, or NULL to sample on the host. */
 static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
                              const hy_sample_result_t *dev)
@@ -1011,6 +1050,9 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
         } else {
             t = hy_sampler_sample(s->sampler, logits, &so);
         }
+        if (s->gm != NULL)
+            t = hy_engine_budget(e, s, logits, t,
+                                 p->flags & HY_REQ_F_NO_LOGPROBS ? NULL : &so);
     }
     if (t < 0) {
         hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, t,
@@ -1023,7 +1065,8 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
             stop = p->stop_ids[j] == t;
     }
     if (stop) {
-        hy_engine_finish(e, s, HY_REQ_DONE, HY_FINISH_STOP, 0, NULL);
+        hy_engine_finish(e, s, HY_REQ_DONE, s->closed ? HY_FINISH_LENGTH : HY_FINISH_STOP, 0,
+                         NULL);
         return;
     }
     if (s->gm != NULL) {
@@ -1045,6 +1088,7 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
     /* where a resumed request's stream restarts (the device sampler's
      * counter is the token's position, it needs none) */
     s->pending.rng_draws = dev != NULL ? 0 : (uint32_t)hy_sampler_draws(s->sampler);
+    s->pending.flags = s->closed ? HY_TOK_F_CLOSED : 0;
     s->pending.logprob = so.logprob;
     s->pending.n_top = HY_MIN(so.n_top, HY_SAMPLING_MAX_LOGPROBS);
     for (j = 0; j < s->pending.n_top; j++) {
@@ -1057,7 +1101,7 @@ static void hy_engine_sample(hy_engine_t *e, hy_sched_seq_t *s, float *logits,
     /* the grammar is complete and nothing may follow: stop here rather
      * than spend a step on the end-of-generation token */
     if (s->gm != NULL && hy_gmatch_done(s->gm))
-        s->finish_after = HY_FINISH_STOP;
+        s->finish_after = s->closed ? HY_FINISH_LENGTH : HY_FINISH_STOP;
     s->blocked = true;
     hy_engine_flush(e, s);
 }

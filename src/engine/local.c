@@ -297,6 +297,7 @@ static void hy_local_grammar_counted(hy_req_source_t *src, const hy_grammar_coun
     c->masks += d->masks;
     c->mask_us += d->mask_us;
     c->fill_us += d->fill_us;
+    c->closed += d->closed;
 }
 
 void hy_local_grammar_counts(const hy_local_t *l, hy_grammar_counts_t *out)

@@ -445,15 +445,27 @@ static int32_t draw_full(hy_sampler_t *s, const float *logits, float maxl, float
     return last;
 }
 
+static int32_t sample_from(hy_sampler_t *s, float *logits, hy_sample_out_t *out);
+
 int32_t hy_sampler_sample(hy_sampler_t *s, float *logits, hy_sample_out_t *out)
+{
+    apply_bias_and_penalties(s, logits);
+    return sample_from(s, logits, out);
+}
+
+int32_t hy_sampler_resample(hy_sampler_t *s, float *logits, hy_sample_out_t *out)
+{
+    return sample_from(s, logits, out);
+}
+
+/* The draw itself, from logits that carry bias and penalties already. */
+static int32_t sample_from(hy_sampler_t *s, float *logits, hy_sample_out_t *out)
 {
     const hy_sampling_t *p = &s->p;
     int32_t n_vocab = s->n_vocab, best = 0, token;
     float maxl = -INFINITY, min_thr = -INFINITY;
     double log_z = 0.0;
     size_t n;
-
-    apply_bias_and_penalties(s, logits);
 
     /* argmax with ties to the lowest id; also the NaN check */
     for (int32_t v = 0; v < n_vocab; v++) {

@@ -60,5 +60,10 @@ void hy_sampler_skip(hy_sampler_t *s, uint64_t n);
  * HY_EINVAL when the logits contain NaN or are all -inf.  Does not accept
  * the token: call hy_sampler_accept() with it. */
 int32_t hy_sampler_sample(hy_sampler_t *s, float *logits, hy_sample_out_t *out);
+/* Draws again from logits hy_sampler_sample has already seen (bias and
+ * penalties in place; the caller has since excluded tokens with -inf), the
+ * random stream moving on: how a constrained row replaces a token that
+ * would leave its grammar's end out of reach. */
+int32_t hy_sampler_resample(hy_sampler_t *s, float *logits, hy_sample_out_t *out);
 
 #endif

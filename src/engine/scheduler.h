@@ -45,6 +45,8 @@ typedef struct {
     bool started;          /* admitted at least once (cached-token count reported) */
     hy_sampler_t *sampler; /* kept across preemption: the RNG state continues */
     struct hy_gmatch *gm;  /* grammar position (NULL: unconstrained); kept likewise */
+    bool closed;           /* the grammar's token budget chose one of its tokens: it
+                            * finishes "length" (engine.c hy_engine_budget) */
     bool blocked;          /* a token waits for ring space */
     bool fetching;         /* waits for its prefix to come up from disk (engine/tiering.h) */
     hy_tiering_wait_t tw;  /* that wait's bounds */

@@ -587,6 +587,57 @@ static int parse_rule(gp_t *p)
     return HY_OK;
 }
 
+/* The end of the quoted literal or class starting at i (its closing byte
+ * included), or len when it is left open. */
+static size_t quoted_end(const char *src, size_t len, size_t i, char close)
+{
+    for (i++; i < len && src[i] != close; i++)
+        if (src[i] == '\\' && i + 1 < len)
+            i++;
+    return i < len ? i + 1 : len + 1;
+}
+
+int hy_gbnf_prefix(const char *src, size_t len, const char *prefix, char **out, size_t *out_len,
+                   char *err)
+{
+    size_t pl = strlen(prefix), cap = len * (pl + 1) + 1, n = 0, i = 0;
+    char *o;
+
+    /* every name is at least one byte, so at most len names grow */
+    if ((o = malloc(cap)) == NULL)
+        return hy_err(err, HY_ENOMEM, "grammar: out of memory");
+    while (i < len) {
+        char c = src[i];
+        size_t j = i + 1;
+
+        if (c == '"' || c == '[') {
+            if ((j = quoted_end(src, len, i, c == '"' ? '"' : ']')) > len) {
+                free(o);
+                return hy_err(err, HY_EFORMAT, "grammar: offset %zu: %s left open", i,
+                              c == '"' ? "literal" : "character class");
+            }
+        } else if (c == '#') {
+            while (j < len && src[j] != '\n')
+                j++;
+        } else if (c == '{') {
+            while (j < len && src[j] != '}')
+                j++;
+        } else if (is_word((unsigned char)c)) {
+            while (j < len && is_word((unsigned char)src[j]))
+                j++;
+            memcpy(o + n, prefix, pl);
+            n += pl;
+        }
+        memcpy(o + n, src + i, j - i);
+        n += j - i;
+        i = j;
+    }
+    o[n] = '\0';
+    *out = o;
+    *out_len = n;
+    return HY_OK;
+}
+
 int hy_gbnf_parse(hy_gbnf_t *g, const char *src, size_t len, char *err)
 {
     gp_t p = { .g = g, .src = src, .len = len, .rule = -1, .err = err };

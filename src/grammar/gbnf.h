@@ -76,6 +76,14 @@ typedef struct {
 int hy_gbnf_parse(hy_gbnf_t *g, const char *src, size_t len, char *err);
 void hy_gbnf_free(hy_gbnf_t *g);
 
+/* The same grammar text with every rule name (definitions and references)
+ * prefixed, so that it can join another grammar's rules: "root" becomes
+ * prefix "root".  Literals, classes, repetition counts and comments are
+ * copied as they are.  *out is malloc'd and NUL terminated.  HY_EFORMAT
+ * for a literal or class left open, HY_ENOMEM. */
+int hy_gbnf_prefix(const char *src, size_t len, const char *prefix, char **out, size_t *out_len,
+                   char *err);
+
 /* Index of the rule named name, or -1. */
 int32_t hy_gbnf_find(const hy_gbnf_t *g, const char *name);
 

@@ -124,6 +124,20 @@ int32_t hy_gmatch_fill_mask(hy_gmatch_t *m, uint64_t *bits, bool allow_eog);
 /* Sets logits of tokens outside bits to -inf. */
 void hy_grammar_apply_mask(float *logits, const uint64_t *bits, int32_t n_vocab);
 
+/* The token budget (grammar_budget.c): how many bytes the nearest end of
+ * the grammar is away (0: it may end here, or a lazy grammar is not
+ * constrained now; HY_ENOMEM); whether after token id the end is still at
+ * most `left` bytes away (so that `left` more tokens can reach it: true
+ * for tokens the mask decides, i.e. refused ones and free text); and the
+ * "closing" tokens: those each of whose bytes brings the end one byte
+ * nearer (at the end already: the end-of-generation tokens where
+ * allow_eog).  Returns how many (0: none; HY_ENOMEM). */
+int32_t hy_gmatch_distance(hy_gmatch_t *m);
+bool hy_gmatch_fits(hy_gmatch_t *m, int32_t id, int32_t left);
+int32_t hy_gmatch_fill_closing_mask(hy_gmatch_t *m, uint64_t *bits, bool allow_eog);
+/* Whether the matcher constrains the whole output (no triggers). */
+bool hy_gmatch_whole(const hy_gmatch_t *m);
+
 /* The grammar a matcher runs. */
 hy_grammar_t *hy_gmatch_grammar(const hy_gmatch_t *m);
 

@@ -4,7 +4,7 @@
 # tokenizer only.
 libhy_a_SOURCES += src/grammar/gbnf.c src/grammar/gbnf.h src/grammar/grammar.h \
 	src/grammar/grammar_impl.h src/grammar/grammar_build.c src/grammar/grammar_match.c \
-	src/grammar/grammar_mask.c src/grammar/gtext.c src/grammar/gtext.h src/grammar/regex.c \
+	src/grammar/grammar_mask.c src/grammar/grammar_budget.c src/grammar/gtext.c src/grammar/gtext.h src/grammar/regex.c \
 	src/grammar/regex.h src/grammar/json_schema.c src/grammar/json_schema.h \
 	src/grammar/json_schema_impl.h src/grammar/json_schema_types.c src/grammar/grammar_cache.c \
 	src/grammar/grammar_cache.h

@@ -941,6 +941,7 @@ void hy_grammar_unref(hy_grammar_t *g)
     free(g->st);
     free(g->edges);
     free(g->calls);
+    free(g->dist);
     free(g);
 }
 

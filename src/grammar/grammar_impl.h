@@ -139,6 +139,8 @@ struct hy_grammar {
                                   * (INT32_MAX: any number) */
     uint64_t (*follow)[4];       /* [n_rules] bytes that may come right after the rule
                                   * ends, in any caller (XGrammar's context expansion) */
+    int32_t *dist;       /* [n_states] fewest bytes to the end of the state's rule,
+                          * or NULL until first asked (grammar_budget.c) */
     hy_gpool_t cpool;    /* scratch for cache filling */
     hy_gset_t *clevel;   /* [vocab max depth + 1] */
     int32_t n_clevel;

@@ -639,6 +639,11 @@ bool hy_gmatch_done(const hy_gmatch_t *m)
     return m->ended || (m->n_triggers == 0 && m->cur.n == 0 && m->cur.accept);
 }
 
+bool hy_gmatch_whole(const hy_gmatch_t *m)
+{
+    return m->n_triggers == 0;
+}
+
 hy_grammar_t *hy_gmatch_grammar(const hy_gmatch_t *m)
 {
     return m->g;

@@ -581,8 +581,10 @@ int hy_jsg_number(hy_jsg_t *g, const cJSON *s, bool integer, hy_gtext_t *out)
             if (f >= (double)INT_LIMIT)
                 return hy_jsg_fail(g, HY_ERANGE, "minimum %g is beyond the 16-digit integers "
                                                  "generated", lo.v);
+            /* below every generated integer: no lower bound (and no
+             * conversion: 1e61 has no int64_t) */
             ha = f > -(double)INT_LIMIT;
-            a = (int64_t)f;
+            a = ha ? (int64_t)f : 0;
         }
         if (hb) {
             double f = hi.strict ? ceil(hi.v) - 1 : floor(hi.v);
@@ -591,7 +593,7 @@ int hy_jsg_number(hy_jsg_t *g, const cJSON *s, bool integer, hy_gtext_t *out)
                 return hy_jsg_fail(g, HY_ERANGE, "maximum %g is beyond the 16-digit integers "
                                                  "generated", hi.v);
             hb = f < (double)INT_LIMIT;
-            b = (int64_t)f;
+            b = hb ? (int64_t)f : 0;
         }
         if (!ha && !hb) {
             hy_gtext_puts(out, hy_jsg_builtin(g, HY_JSG_INT));

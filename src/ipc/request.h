@@ -98,9 +98,15 @@ typedef struct {
 int hy_req_check(const hy_req_params_t *p, const int32_t *prompt, int32_t n, char *err);
 
 /* One generated token as the API sees it (what a request slot's ring carries). */
+/* hy_ring_tok_t.flags / hy_req_hist_t.flags */
+#define HY_TOK_F_CLOSED 1u /* the grammar's token budget chose a token of this answer at or
+                            * before this one (engine.c hy_engine_budget): the answer
+                            * finishes "length", however complete it is */
+
 typedef struct {
     int32_t token;
     uint32_t rng_draws; /* the sampler's random draws after choosing it (resume point) */
+    uint32_t flags;     /* HY_TOK_F_* */
     float logprob;
     int32_t n_top; /* <= n_logprobs (and the segment's ring_top_logprobs) */
     int32_t top_ids[HY_SAMPLING_MAX_LOGPROBS];
@@ -113,6 +119,7 @@ typedef struct {
 typedef struct {
     int32_t token;
     uint32_t rng_draws;
+    uint32_t flags; /* HY_TOK_F_* */
 } hy_req_hist_t;
 
 #endif

@@ -430,7 +430,7 @@ int hy_req_push(hy_shm_t *shm, int32_t idx, const hy_ring_tok_t *t)
     }
     /* before head moves: a pushed token is always in the history */
     if (head < (uint64_t)hdr->params.max_prompt_tokens)
-        slot_history(shm, idx)[head] = (hy_req_hist_t){t->token, t->rng_draws};
+        slot_history(shm, idx)[head] = (hy_req_hist_t){t->token, t->rng_draws, t->flags};
     if (head == 0)
         s->first_token_ns = hy_shm_now_ns();
     s->n_generated++;
@@ -568,6 +568,7 @@ static void src_grammar_counted(hy_req_source_t *src, const hy_grammar_counts_t 
     atomic_fetch_add_explicit(&st->grammar_masks, d->masks, RLX);
     atomic_fetch_add_explicit(&st->grammar_mask_us, d->mask_us, RLX);
     atomic_fetch_add_explicit(&st->grammar_fill_us, d->fill_us, RLX);
+    atomic_fetch_add_explicit(&st->grammar_closed, d->closed, RLX);
 }
 
 static const struct hy_req_source_i hy_ring_source_methods = {

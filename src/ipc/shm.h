@@ -226,6 +226,7 @@ typedef struct {
     _Atomic uint64_t grammar_requests, grammar_compiles, grammar_cache_hits;
     _Atomic uint64_t grammar_compile_us, grammar_masks, grammar_mask_us;
     _Atomic uint64_t grammar_fill_us; /* part of mask_us: token sets filled on first use */
+    _Atomic uint64_t grammar_closed;  /* answers the token budget closed (engine.c) */
 } hy_stats_t;
 
 void hy_stats_observe(hy_stats_hist_t *h, uint64_t us);

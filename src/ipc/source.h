@@ -48,6 +48,8 @@ typedef struct {
     uint64_t masks;      /* vocabulary masks computed and applied */
     uint64_t mask_us;    /* engine thread CPU time on masks */
     uint64_t fill_us;    /* part of mask_us: token sets of states reached the first time */
+    uint64_t closed;     /* requests whose token budget chose their ending (finish "length",
+                          * complete) */
 } hy_grammar_counts_t;
 
 struct hy_req_source_i {

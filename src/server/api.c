@@ -942,7 +942,7 @@ static int read_messages(pctx_t *c, const cJSON *root, hy_api_req_t *r)
 static int read_tools(pctx_t *c, const cJSON *root, hy_api_req_t *r)
 {
     hy_api_tools_t t;
-    int rc = hy_api_read_tools(root, r->grammar != NULL, &t, c->e);
+    int rc = hy_api_read_tools(root, &t, c->e);
 
     if (rc != HY_OK)
         return rc;

@@ -133,8 +133,8 @@ struct cJSON;
 int hy_api_read_grammar(const struct cJSON *root, char **gbnf, size_t *len, hy_api_error_t *e);
 
 /* tools / functions, tool_choice / function_call and parallel_tool_calls
- * (api_tools.c).  tools is malloc'd (cJSON_free) or NULL.  constrained:
- * the request also has a grammar (a 400 unless tool_choice is none). */
+ * (api_tools.c).  tools is malloc'd (cJSON_free) or NULL.  A grammar of the
+ * request (response_format) constrains what is not a call (toolcall.h). */
 typedef struct {
     char *tools;
     hy_tool_choice_t choice;
@@ -142,8 +142,7 @@ typedef struct {
     bool parallel;
     bool legacy;
 } hy_api_tools_t;
-int hy_api_read_tools(const struct cJSON *root, bool constrained, hy_api_tools_t *out,
-                      hy_api_error_t *e);
+int hy_api_read_tools(const struct cJSON *root, hy_api_tools_t *out, hy_api_error_t *e);
 /* An assistant message's tool_calls array (where: "messages[3].tool_calls"):
  * objects with function.name and, if given, function.arguments as strings. */
 int hy_api_check_tool_calls(const struct cJSON *calls, const char *where, hy_api_error_t *e);

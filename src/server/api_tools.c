@@ -229,7 +229,7 @@ static int read_choice(const cJSON *root, const cJSON *tools, hy_api_tools_t *o,
     return HY_OK;
 }
 
-int hy_api_read_tools(const cJSON *root, bool constrained, hy_api_tools_t *o, hy_api_error_t *e)
+int hy_api_read_tools(const cJSON *root, hy_api_tools_t *o, hy_api_error_t *e)
 {
     const cJSON *ptc = field(root, "parallel_tool_calls");
     cJSON *tools = NULL;
@@ -249,15 +249,6 @@ int hy_api_read_tools(const cJSON *root, bool constrained, hy_api_tools_t *o, hy
     /* the legacy API answers with one function_call */
     if (o->legacy || o->choice == HY_TOOL_CHOICE_NAMED)
         o->parallel = false;
-    if (tools != NULL && o->choice != HY_TOOL_CHOICE_NONE && constrained) {
-        rc = hy_api_err_invalid(e, field(root, "grammar")       ? "grammar"
-                                   : field(root, "json_schema") ? "json_schema"
-                                                                : "response_format",
-                                NULL,
-                                "a response_format, grammar or json_schema cannot be combined "
-                                "with tools unless tool_choice is \"none\"");
-        goto done;
-    }
     if (tools != NULL && (o->tools = cJSON_PrintUnformatted(tools)) == NULL)
         rc = hy_api_err_nomem(e, "out of memory");
 done:

@@ -540,6 +540,9 @@ static const struct {
      offsetof(hy_stats_t, grammar_cache_hits), false},
     {"hyserve_grammar_masks_total", "counter", "Vocabulary masks computed.",
      offsetof(hy_stats_t, grammar_masks), false},
+    {"hyserve_grammar_closed_total", "counter",
+     "Constrained answers the token budget closed within max_tokens (finish_reason length).",
+     offsetof(hy_stats_t, grammar_closed), false},
 };
 
 /* Time counters kept in microseconds (_Atomic uint64_t), shown in seconds:

@@ -73,9 +73,13 @@ void hy_tc_store_free(hy_tc_store_t *s);
  * validated tools array (JSON text); name the function for NAMED.  AUTO
  * makes a lazy grammar triggered by the syntax's opening marker; REQUIRED
  * and NAMED constrain from the first token (parallel: one or more calls).
- * *spec is malloc'd. */
+ * content (GBNF, may be NULL: the request's response_format) is what an
+ * answer that is not a call must match: with AUTO the whole output is then
+ * constrained to either that or the calls; REQUIRED and NAMED answer with
+ * calls only, so it plays no part there.  *spec is malloc'd. */
 int hy_tc_grammar(const char *tools, hy_tc_syntax_t syn, hy_tool_choice_t choice,
-                  const char *name, bool parallel, char **spec, size_t *spec_len, char *err);
+                  const char *name, bool parallel, const char *content, size_t content_len,
+                  char **spec, size_t *spec_len, char *err);
 
 /* ---- the output parser ---- */
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/gbnf.h"
 #include "grammar/grammar_cache.h"
 #include "grammar/json_schema.h"
 
@@ -328,8 +329,35 @@ static int add_calls(hy_jsg_t *g, const cJSON *tools, hy_tc_syntax_t syn, const 
     return rc;
 }
 
+/* text (the calls' rules, with "tc-root" choosing them) with the content
+ * grammar's rules appended under the prefix "rf-", and a root choosing
+ * between the content and the calls. */
+static int join_content(char **text, size_t *len, const char *content, size_t content_len,
+                        char *err)
+{
+    char *pre = NULL, *joined;
+    size_t pre_len = 0, n;
+    int rc;
+
+    if ((rc = hy_gbnf_prefix(content, content_len, "rf-", &pre, &pre_len, err)) != HY_OK)
+        return rc;
+    n = *len + pre_len + 64;
+    if ((joined = malloc(n)) == NULL) {
+        free(pre);
+        return hy_err(err, HY_ENOMEM, "out of memory");
+    }
+    n = (size_t)snprintf(joined, n, "root ::= rf-root | tc-root\n%.*s\n%s\n", (int)*len, *text,
+                         pre);
+    free(pre);
+    free(*text);
+    *text = joined;
+    *len = n;
+    return HY_OK;
+}
+
 int hy_tc_grammar(const char *tools, hy_tc_syntax_t syn, hy_tool_choice_t choice,
-                  const char *name, bool parallel, char **spec, size_t *spec_len, char *err)
+                  const char *name, bool parallel, const char *content, size_t content_len,
+                  char **spec, size_t *spec_len, char *err)
 {
     cJSON *tj = cJSON_Parse(tools);
     hy_jsg_t *g = NULL;
@@ -362,10 +390,19 @@ int hy_tc_grammar(const char *tools, hy_tc_syntax_t syn, hy_tool_choice_t choice
     /* auto: the lazy grammar re-arms after each call, so several calls
      * need nothing more; required: one, or up to HY_TC_MAX_PARALLEL when
      * parallel (a small model repeats a call until max_tokens otherwise) */
+    /* a content grammar makes auto constrained from the first byte: one
+     * answer, content or calls (parallel as required's) */
+    if (choice != HY_TOOL_CHOICE_AUTO)
+        content = NULL;
     snprintf(root, sizeof root, "tc-block (\"\\n\" tc-block){0,%d}", HY_TC_MAX_PARALLEL - 1);
-    rc = hy_jsg_add_rule(g, "root",
-                         parallel && choice != HY_TOOL_CHOICE_AUTO ? root : "tc-block", err);
+    rc = hy_jsg_add_rule(g, content != NULL ? "tc-root" : "root",
+                         parallel && (choice != HY_TOOL_CHOICE_AUTO || content != NULL)
+                             ? root
+                             : "tc-block",
+                         err);
     if (rc != HY_OK || (rc = hy_jsg_text(g, &text, &len, err)) != HY_OK)
+        goto done;
+    if (content != NULL && (rc = join_content(&text, &len, content, content_len, err)) != HY_OK)
         goto done;
     {
         /* the schemas compiled alone; together they must still compile */
@@ -376,7 +413,7 @@ int hy_tc_grammar(const char *tools, hy_tc_syntax_t syn, hy_tool_choice_t choice
         if (rc != HY_OK)
             goto done;
     }
-    if (choice == HY_TOOL_CHOICE_AUTO) {
+    if (choice == HY_TOOL_CHOICE_AUTO && content == NULL) {
         o.n_triggers = 1;
         o.triggers[0] = marker;
         o.trigger_len[0] = strlen(marker);

@@ -754,7 +754,8 @@ static void wk_cancel_all(wk_gen_t *g)
 }
 
 /* Tools offered: the grammar that keeps a call to the model's syntax with
- * valid arguments (lazy for tool_choice auto). */
+ * valid arguments (lazy for tool_choice auto, unless a response_format
+ * constrains the answer that is not a call). */
 static int wk_gen_tools(wk_gen_t *g)
 {
     const hy_api_req_t *q = g->q;
@@ -765,7 +766,8 @@ static int wk_gen_tools(wk_gen_t *g)
         return HY_OK;
     g->tools_on = true;
     rc = hy_tc_grammar(q->tools, wk_tc_syntax(g->r->w), q->tool_choice, q->tool_name,
-                       q->parallel_tool_calls, &g->gspec, &g->gspec_len, err);
+                       q->parallel_tool_calls, q->grammar, q->grammar_len, &g->gspec,
+                       &g->gspec_len, err);
     if (rc == HY_ENOMEM) {
         hy_api_err_internal(&g->e, "out of memory building the tool-call grammar");
         return WK_FAILED;
@@ -812,12 +814,15 @@ static int wk_gen_parse(wk_gen_t *g, const char *body, size_t len)
     if (g->kind == HY_API_CHAT &&
         wk_render_chat(g->r, g->q, &g->chat_text, &g->chat_len, &g->e) != HY_OK)
         return WK_FAILED;
+    if (g->kind == HY_API_CHAT && g->q->tools != NULL &&
+        g->q->tool_choice != HY_TOOL_CHOICE_NONE)
+        return wk_gen_tools(g); /* the response_format joins the calls' grammar */
     if (g->q->grammar != NULL && hy_grammar_spec_pack(g->q->grammar, g->q->grammar_len, NULL,
                                                       &g->gspec, &g->gspec_len, err) != HY_OK) {
         hy_api_err_invalid(&g->e, "response_format", NULL, "%s", err);
         return WK_FAILED;
     }
-    return wk_gen_tools(g);
+    return HY_OK;
 }
 
 /* Every choice's detokenizer and stop matcher, every prompt tokenized and

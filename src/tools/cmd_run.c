@@ -239,7 +239,9 @@ static void hy_run_grammar_report(const hy_local_t *l, const hy_local_status_t *
     fprintf(stderr,
             "hyserve run: grammar %s | compile %.1f ms%s | masks %llu, %.3f ms/token, token sets "
             "%.1f ms\n",
-            st->finish_reason == HY_FINISH_STOP ? "complete" : "incomplete (cut at --n-predict)",
+            st->finish_reason == HY_FINISH_STOP ? "complete"
+            : gc.closed ? "closed early to fit --n-predict (finish length)"
+                        : "incomplete (cut at --n-predict)",
             (double)gc.compile_us / 1e3, gc.cache_hits ? " (cached)" : "",
             (unsigned long long)gc.masks,
             gc.masks ? (double)gc.mask_us / 1e3 / (double)gc.masks : 0.0,

@@ -189,18 +189,22 @@ def post_stream(host, port, path, body, timeout=900):
 
 
 def one(host, port, k, name, schema, model, max_tokens, sampling=None):
-    """(name, outcome, why, completion tokens, text); outcome is "valid",
-    "length", "invalid" or "error" (an HTTP error: refused or failed)."""
+    """(name, outcome, why, completion tokens, text); outcome is "valid"
+    (finish "stop", parses and validates), "closed" (finish "length" but
+    parses and validates: hyserve's token budget closed it within
+    max_tokens), "length" (cut: finish "length" and not valid), "invalid"
+    (finish "stop" but not valid) or "error" (an HTTP error: refused or
+    failed)."""
     status, text, finish, usage = post_stream(
         host, port, "/v1/chat/completions",
         request_body(k, name, schema, model, max_tokens, sampling))
     if status != 200:
         return name, "error", "HTTP %d: %s" % (status, text), 0, None
     n = usage.get("completion_tokens", 0)
-    if finish != "stop":
-        return name, "length", "finish_reason %s after %d tokens: %r" % (
-            finish, n, text[-100:]), n, text
     why = validate(schema, text)
+    if finish != "stop":
+        return name, "closed" if why is None else "length", "finish_reason %s after %d tokens: %r" % (
+            finish, n, text[-100:]), n, text
     return name, "valid" if why is None else "invalid", why, n, text
 
 

@@ -72,6 +72,22 @@ case "$out" in
 *) fail=$((fail + 1)); echo "not ok $n - run --grammar cut by -n: $out" ;;
 esac
 
+# an open array the random model never ends by itself: the token budget
+# closes it within -n (a valid document, reported as closed)
+printf '{"type":"object","properties":{"tags":{"type":"array","items":{"type":"string"}}},"required":["tags"],"additionalProperties":false}' >"$tmp/tags.json"
+for seed in 1 3 5; do
+    n=$((n + 1))
+    "$hy" run -m "$tiny" -p hi --json-schema "$tmp/tags.json" --temp 1 --seed $seed -n 12 -t 1 \
+        >"$tmp/out" 2>"$tmp/err"
+    if grep -q "grammar closed early to fit --n-predict" "$tmp/err" &&
+       python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert isinstance(d["tags"], list)' "$tmp/out" 2>/dev/null; then
+        echo "ok $n - run --json-schema -n 12, seed $seed: closed within the budget: '$(cat "$tmp/out" | tr '\n\t' '  ')'"
+    else
+        fail=$((fail + 1))
+        echo "not ok $n - run --json-schema -n 12, seed $seed: '$(cat "$tmp/out")' ($(cat "$tmp/err"))"
+    fi
+done
+
 check 0 "grammar requests=4 compiles=1" "bench --offline --json-schema reports the grammar's cost" -- \
     "$hy" bench --offline -m "$tiny" --json-schema "$tmp/n.json" --temperature 1 --concurrency 2 \
     --requests 4 --prompt-tokens 8 --max-tokens 16 -t 1

@@ -5,11 +5,13 @@ of tests/data/schemas/ (the corpus scripts/make-schema-corpus writes) is
 sent as response_format json_schema at temperature 1 (llama.cpp's default
 top-k/top-p/min-p), 16 streamed requests at a time: every answer that ends
 with finish_reason "stop" must parse as JSON and validate with Python's
-jsonschema (formats checked too); answers cut at max_tokens must be
-visibly incomplete, and at least 85% must complete.  Then the openai
-client's chat.completions.parse with Pydantic models, a streamed answer,
-json_object, llama-server's grammar and json_schema fields, an answer cut
-by max_tokens (finish_reason "length", visibly incomplete), the 400s for
+jsonschema (formats checked too); answers the token budget closed at
+max_tokens (finish_reason "length") must parse and validate as well, and
+at least 85% must end by the model's choice.  Then the openai client's
+chat.completions.parse with Pydantic models, a streamed answer,
+json_object, llama-server's grammar and json_schema fields, an answer the
+budget closes (finish "length", valid) and one whose budget is too small
+to close (finish "length", visibly incomplete), the 400s for
 what is refused, the grammar counters of /metrics, and nothing held
 afterwards.  Prints TAP; needs nginx, jsonschema and openai (scripts/
 install-deps --test) and the default model (scripts/fetch-default-model).
@@ -49,42 +51,41 @@ def ask(body, path="/v1/chat/completions", timeout=600):
 
 
 def run_corpus():
-    """Every complete answer (finish "stop") must parse and validate: that
-    is the grammar's guarantee.  An answer cut at max_tokens (the 135M model
-    at temperature 1 sometimes loops: nested recursion, a free-form string
-    that never ends) must say so with finish "length" and be visibly
-    incomplete; at most 15% may be cut, so that a grammar that never lets
-    the model finish cannot pass."""
+    """Every answer must parse and validate: the grammar's guarantee.  An
+    answer the 135M model at temperature 1 would not end by itself within
+    max_tokens (nested recursion, a free-form string or open array it
+    loops in) is closed by the token budget: finish "length", so the
+    client knows the model did not choose that end, and still valid."""
     schemas = sl.load_corpus()
     ok(len(schemas) >= 200, "the corpus holds %d schemas (>= 200)" % len(schemas))
     schemas = sl.load_corpus(int(os.environ.get("HY_SCHEMAS", "0") or 0))
     results, wall = sl.run("127.0.0.1", STACK.port, MODEL_ID, schemas, CONCURRENCY, MAX_TOKENS)
     done = [r for r in results if r[1] in ("valid", "invalid", "error")]
     bad = [(nm, why) for nm, outcome, why, _, _ in done if outcome != "valid"]
+    closed = [r for r in results if r[1] == "closed"]
     cut = [r for r in results if r[1] == "length"]
     tokens = sum(n for _, _, _, n, _ in results)
     for nm, why in bad[:20]:
         t.diag("%s: %s" % (nm, why))
-    ok(not bad, "%d schemas, temperature 1, %d at a time: all %d complete answers parse and "
-                "validate (%d do not)" % (len(schemas), CONCURRENCY, len(done) - len(bad),
-                                          len(bad)))
-    shown = []
-    for nm, _, _, n, text in cut:
-        try:
-            json.loads(text)
-            shown.append(nm)
-        except ValueError:
-            pass
-        t.diag("cut at %d tokens: %s" % (n, nm))
-    ok(not shown, "the %d answers cut at max_tokens are finish 'length' and not valid JSON%s"
-       % (len(cut), (": " + ", ".join(shown)) if shown else ""))
-    ok(len(cut) <= 0.15 * len(schemas),
-       "%d of %d answers complete within %d tokens (%.1f%%; at least 85%% must)"
-       % (len(schemas) - len(cut), len(schemas), MAX_TOKENS,
-          100.0 * (len(schemas) - len(cut)) / max(len(schemas), 1)))
-    t.diag("corpus: %d completion tokens in %.1f s (%.1f tok/s through nginx), longest complete "
-           "answer %d tokens" % (tokens, wall, tokens / wall if wall else 0,
-                                 max((n for _, o, _, n, _ in results if o == "valid"), default=0)))
+    ok(not bad, "%d schemas, temperature 1, %d at a time: all %d answers the model ended parse "
+                "and validate (%d do not)" % (len(schemas), CONCURRENCY, len(done) - len(bad),
+                                              len(bad)))
+    for nm, _, why, n, _ in cut:
+        t.diag("cut and not valid: %s: %s" % (nm, why))
+    over = [nm for nm, _, _, n, _ in closed if n > MAX_TOKENS]
+    ok(not cut and not over,
+       "the %d answers the token budget closed (finish 'length') parse and validate within %d "
+       "tokens: every answer is valid JSON of its schema (%d cut%s)"
+       % (len(closed), MAX_TOKENS, len(cut), (", over budget: " + ", ".join(over)) if over else ""))
+    ok(len(closed) <= 0.15 * len(schemas),
+       "%d of %d answers ended by the model's own choice (%.1f%%; at least 85%% must, so that "
+       "a grammar that never lets the model finish cannot pass)"
+       % (len(schemas) - len(closed), len(schemas),
+          100.0 * (len(schemas) - len(closed)) / max(len(schemas), 1)))
+    t.diag("corpus: %d completion tokens in %.1f s (%.1f tok/s through nginx), longest answer "
+           "the model ended %d tokens" % (tokens, wall, tokens / wall if wall else 0,
+                                          max((n for _, o, _, n, _ in results if o == "valid"),
+                                              default=0)))
     return schemas, results
 
 
@@ -196,8 +197,30 @@ def run_fields():
     except ValueError:
         parses = False
     ok(status == 200 and r["choices"][0]["finish_reason"] == "length" and not parses and
-       text.startswith('{'), "cut by max_tokens: finish 'length' and visibly incomplete JSON (%r)"
-       % text)
+       text.startswith('{'), "a budget too small to close (6 tokens for 200 characters): "
+       "finish 'length' and visibly incomplete JSON (%r)" % text)
+
+    # a list the model goes on with far past 24 tokens: closed within them
+    tags = {"type": "object", "properties": {"fruits": {"type": "array",
+                                                        "items": {"type": "string"}}},
+            "required": ["fruits"], "additionalProperties": False}
+    closed = 0
+    for seed in range(4):
+        status, r = ask({"model": MODEL_ID, "temperature": 1.0, "max_tokens": 24, "seed": seed,
+                         "messages": [{"role": "user",
+                                       "content": "List one hundred fruits, with a long "
+                                                  "description of each."}],
+                         "response_format": {"type": "json_schema",
+                                             "json_schema": {"name": "fruits", "schema": tags}}})
+        text = r["choices"][0]["message"]["content"] if status == 200 else ""
+        finish = r["choices"][0]["finish_reason"] if status == 200 else None
+        why = validate(tags, text) if status == 200 else "HTTP %d" % status
+        good = why is None and r["usage"]["completion_tokens"] <= 24 and finish in ("stop", "length")
+        closed += good and finish == "length"
+        ok(good, "seed %d, max_tokens 24: the answer parses and validates within the budget "
+                 "(finish %s, %d tokens: %r%s)" % (seed, finish, r.get("usage", {}).get(
+                     "completion_tokens", -1), text[-60:], "" if why is None else "; " + why))
+    ok(closed > 0, "%d of 4 of those were closed by the budget (finish 'length')" % closed)
 
     for body, param, want in [
             ({"response_format": {"type": "json_schema", "json_schema": {
@@ -244,13 +267,15 @@ def main():
         ok(m.get("hyserve_grammar_requests_total", 0) >= len(schemas) and
            m.get("hyserve_grammar_compiles_total", 0) >= 1 and
            m.get("hyserve_grammar_masks_total", 0) > 0 and
-           m.get("hyserve_grammar_mask_seconds_total", 0) > 0,
+           m.get("hyserve_grammar_mask_seconds_total", 0) > 0 and
+           m.get("hyserve_grammar_closed_total", 0) >= 1,
            "/metrics: grammar requests %d, compiles %d, cache hits %d, masks %d, mask seconds "
-           "%.3f" % (m.get("hyserve_grammar_requests_total", 0),
-                     m.get("hyserve_grammar_compiles_total", 0),
-                     m.get("hyserve_grammar_cache_hits_total", 0),
-                     m.get("hyserve_grammar_masks_total", 0),
-                     m.get("hyserve_grammar_mask_seconds_total", 0)))
+           "%.3f, closed by the budget %d" % (m.get("hyserve_grammar_requests_total", 0),
+                                               m.get("hyserve_grammar_compiles_total", 0),
+                                               m.get("hyserve_grammar_cache_hits_total", 0),
+                                               m.get("hyserve_grammar_masks_total", 0),
+                                               m.get("hyserve_grammar_mask_seconds_total", 0),
+                                               m.get("hyserve_grammar_closed_total", 0)))
         idle = t.wait_for(lambda: (lambda mm: mm["hyserve_request_slots_used"] == 0 and
                                    mm['hyserve_kv_pages{state="used"}'] == 0)(metrics()), 20)
         ok(idle, "afterwards no request slot or KV page is held")

@@ -7,7 +7,8 @@ and a named function are grammar-constrained, so every call's arguments
 must validate against the function's schema (Python jsonschema), streamed
 (the first delta of a call carries id and name, then argument fragments)
 and not; parallel_tool_calls false gives exactly one call; "none" gives
-plain content; "auto" gives content or valid calls; a conversation that
+plain content; "auto" gives content or valid calls, and with a
+response_format calls or content of that format; a conversation that
 sends a tool result back; the legacy functions/function_call; the 400s
 naming the field; and nothing held afterwards.  Prints TAP; needs nginx,
 jsonschema and openai (scripts/install-deps --test) and the default model.
@@ -234,6 +235,50 @@ def run(client):
                                        **base)
     check_calls(r.choices[0].message.tool_calls or [], "multi-turn, a second round of calls")
 
+    # auto with a response_format: the answer is either calls or content of
+    # the format, never free text; both ways must occur
+    answer = {"type": "object", "properties": {"summary": {"type": "string", "maxLength": 80},
+                                               "sunny": {"type": "boolean"}},
+              "required": ["summary", "sunny"], "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "answer", "schema": answer}}
+    seen = {"calls": 0, "content": 0}
+    # an example answer in the format (SmolLM2 then answers in content)
+    other = [{"role": "user", "content": "Summarise: it rained all day in Oslo."},
+             {"role": "assistant", "content": '{"summary": "Rain all day in Oslo.", '
+                                              '"sunny": false}'},
+             {"role": "user", "content": "Summarise: the cat slept in the sun all afternoon."}]
+    for seed, msgs in [(1, USER), (2, other), (3, shots), (4, other)]:
+        r = client.chat.completions.create(messages=msgs, tools=TOOLS, response_format=rf,
+                                           parallel_tool_calls=seed % 2 == 1,
+                                           **dict(base, seed=seed, max_tokens=600))
+        c = r.choices[0]
+        if c.message.tool_calls:
+            seen["calls"] += 1
+            ok(c.finish_reason == "tool_calls" and not c.message.content,
+               "auto + response_format, seed %d: calls and no content (%s)" %
+               (seed, c.finish_reason))
+            check_calls(c.message.tool_calls, "auto + response_format, seed %d" % seed)
+        else:
+            seen["content"] += 1
+            try:
+                jsonschema.validate(json.loads(c.message.content), answer)
+                why = None
+            except Exception as e:  # noqa: BLE001 - the reason is the diagnostic
+                why = "%s: %s" % (type(e).__name__, str(e).splitlines()[0])
+            ok(why is None and c.finish_reason in ("stop", "length"),
+               "auto + response_format, seed %d: the content validates against the format "
+               "(%s, %r%s)" % (seed, c.finish_reason, c.message.content,
+                               "" if why is None else "; " + why))
+    ok(seen["calls"] > 0 and seen["content"] > 0,
+       "auto + response_format: %d answered with calls, %d with content" %
+       (seen["calls"], seen["content"]))
+    content, calls, finish, shape = stream_calls(client, messages=USER, tools=TOOLS,
+                                                 tool_choice="required", response_format=rf,
+                                                 **dict(base, max_tokens=600))
+    errs = [valid_call(x["name"], x["arguments"]) for x in calls]
+    ok(finish == "tool_calls" and calls and shape and not any(errs) and not content.strip(),
+       "required + response_format, streamed: calls only (%s %s %s)" % (finish, calls, errs))
+
     # legacy functions / function_call
     r = client.chat.completions.create(messages=USER, functions=[WEATHER["function"]],
                                        function_call={"name": "get_weather"}, **base)
@@ -263,8 +308,9 @@ def run_errors():
         "tool_choice", "tool_choice: no function named 'nope' in tools")
     err({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice",
         "tool_choice = 'sometimes': must be none, auto, required or a function object")
-    err({"tools": TOOLS, "response_format": {"type": "json_object"}}, "response_format",
-        "cannot be combined with tools")
+    err({"tools": TOOLS, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "array", "uniqueItems": True}}}}, "response_format",
+        "'uniqueItems': true is not supported")
     err({"tools": TOOLS, "parallel_tool_calls": "yes"}, "parallel_tool_calls",
         "parallel_tool_calls: expected a boolean, got a string")
 

@@ -192,7 +192,6 @@ static const err_case_t k_rule_cases[] = {
     {CH, "{" M "," TOOLS_F ",\"functions\":[{\"name\":\"f\"}]}", "give tools or the legacy functions, not both", "functions"},
     {CH, "{" M ",\"functions\":[{\"name\":\"f\"}],\"function_call\":\"required\"}", "function_call = 'required': must be none, auto or {\"name\": ...}", "function_call"},
     {CH, "{" M ",\"function_call\":\"auto\"}", "function_call is only allowed when functions are given", "function_call"},
-    {CH, "{" M "," TOOLS_F ",\"response_format\":{\"type\":\"json_object\"}}", "a response_format, grammar or json_schema cannot be combined with tools unless tool_choice is \"none\"", "response_format"},
     {CH, "{" M ",\"modalities\":[\"text\",\"audio\"]}", "modalities: only \"text\" is supported by this server", "modalities"},
     {CH, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}", "messages[0].content[0].type = 'image_url' is not supported: this server accepts text only", "messages[0].content[0]"},
     {CH, "{" M ",\"min_tokens\":5}", "min_tokens is not supported by this server", "min_tokens"},

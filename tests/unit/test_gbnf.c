@@ -180,8 +180,40 @@ static void test_errors(void)
     }
 }
 
+/* Rule names prefixed, nothing else touched: literals and classes holding
+ * word characters and escapes, repetition counts, comments. */
+static void test_prefix(void)
+{
+    static const char src[] =
+        "root ::= a-b (x_1 | \"x_1 \\\" y\")+ [a-z\\]] x_1{2,3} # a comment x_1\n"
+        "a-b ::= \"root\" | [^root]\n"
+        "x_1 ::= a-b*\n";
+    static const char want[] =
+        "p-root ::= p-a-b (p-x_1 | \"x_1 \\\" y\")+ [a-z\\]] p-x_1{2,3} # a comment x_1\n"
+        "p-a-b ::= \"root\" | [^root]\n"
+        "p-x_1 ::= p-a-b*\n";
+    char err[HY_ERR_LEN], *out = NULL;
+    size_t len = 0;
+    hy_gbnf_t g;
+    int rc;
+
+    memset(&g, 0, sizeof g);
+    rc = hy_gbnf_prefix(src, strlen(src), "p-", &out, &len, err);
+    HY_T_OK(rc == HY_OK && len == strlen(want) && strcmp(out, want) == 0,
+            "prefix: every rule name and nothing else (%s)", out ? out : err);
+    HY_T_OK(rc == HY_OK && hy_gbnf_parse(&g, out, len, err) != HY_OK &&
+                strstr(err, "root") != NULL,
+            "prefix: the result has no root of its own (%s)", err);
+    hy_gbnf_free(&g);
+    free(out);
+    HY_T_OK(hy_gbnf_prefix("root ::= \"abc", 13, "p-", &out, &len, err) == HY_EFORMAT &&
+                strcmp(err, "grammar: offset 9: literal left open") == 0,
+            "prefix: an open literal is an error (%s)", err);
+}
+
 int main(void)
 {
+    test_prefix();
     test_literals();
     test_classes();
     test_structure();

@@ -418,6 +418,137 @@ static void test_spec_and_cache(hy_gvocab_t *v)
     hy_grammar_cache_free(c);
 }
 
+/* ---- the token budget ---------------------------------------------------------- */
+
+static int32_t distance_after(hy_grammar_t *g, const char *text)
+{
+    char err[HY_ERR_LEN];
+    hy_gmatch_t *m = NULL;
+    int32_t d = -1;
+
+    if (g != NULL && hy_gmatch_create(&m, g, NULL, err) == HY_OK &&
+        hy_gmatch_accept_bytes(m, text, strlen(text), err) == HY_OK)
+        d = hy_gmatch_distance(m);
+    hy_gmatch_free(m);
+    return d;
+}
+
+static int32_t pick(const uint64_t *bits, int32_t nv, int32_t count, bool skip_eog,
+                    const hy_gvocab_t *v)
+{
+    int32_t k = (int32_t)rnd((uint32_t)HY_MAX(count, 1));
+
+    for (int32_t t = 0; t < nv; t++)
+        if (((bits[t / 64] >> (t % 64)) & 1) && !(skip_eog && hy_gvocab_is_eog(v, t)) &&
+            k-- == 0)
+            return t;
+    return -1;
+}
+
+/* One budgeted walk as the engine runs it: a random allowed token (never
+ * the end while more may follow, so the walks run long), drawn again among
+ * the closing tokens when it does not fit.  Returns the tokens it took to
+ * end, or -1 when it broke a promise (a closing set empty or with a token
+ * the mask refuses or that does not fit; an end beyond the budget). */
+static int budget_walk(hy_grammar_t *g, const hy_gvocab_t *v, int32_t budget, int *closings)
+{
+    char err[HY_ERR_LEN];
+    int32_t nv = hy_gvocab_n_vocab(v), nw = (nv + 63) / 64;
+    uint64_t bits[(SYN_VOCAB + 63) / 64], close[(SYN_VOCAB + 63) / 64];
+    hy_gmatch_t *m = NULL;
+    int used = -1;
+
+    if (hy_gmatch_create(&m, g, NULL, err) != HY_OK || nw > (int32_t)HY_ARRAY_LEN(bits))
+        goto out;
+    for (int32_t n = 0; n < budget; n++) {
+        int32_t left = budget - n - 1, count = hy_gmatch_fill_mask(m, bits, false), t;
+
+        if (hy_gmatch_done(m) || (count == 0 && hy_gmatch_can_end(m))) {
+            used = n;
+            goto out;
+        }
+        t = pick(bits, nv, count, true, v);
+        if (t < 0)
+            goto out;
+        if (!hy_gmatch_fits(m, t, left)) {
+            int32_t nc = hy_gmatch_fill_closing_mask(m, close, true);
+
+            ++*closings;
+            if (nc <= 0 || (t = pick(close, nv, nc, false, v)) < 0)
+                goto out;
+            if (!hy_gvocab_is_eog(v, t) &&
+                (!((bits[t / 64] >> (t % 64)) & 1) || !hy_gmatch_fits(m, t, left)))
+                goto out;
+        }
+        if (hy_gvocab_is_eog(v, t)) {
+            used = n;
+            goto out;
+        }
+        if (hy_gmatch_accept_token(m, t, err) != HY_OK)
+            goto out;
+    }
+    if (hy_gmatch_can_end(m))
+        used = budget;
+out:
+    hy_gmatch_free(m);
+    return used;
+}
+
+static void test_budget(hy_gvocab_t *v)
+{
+    static const char *k_obj =
+        "root ::= \"{\" (\"\\\"\" [a-z]{1,3} \"\\\": \" [0-9]{1,2}){0,3} \"}\"";
+    static const char *k_req =
+        "root ::= \"{\\\"name\\\":\" str \",\\\"tags\\\":[\" (str (\",\" str)*)? \"]}\"\n"
+        "str ::= \"\\\"\" [a-z ]* \"\\\"\"";
+    static const struct {
+        const char *name, *src;
+    } grammars[] = {
+        { "JSON", NULL }, { "arithmetic", NULL }, { "bounded object", NULL },
+        { "required fields", NULL },
+        { "nested", "root ::= \"<\" root* \">\" | \"x\"" },
+    };
+    hy_grammar_t *g = compile(k_obj, v), *r = compile(k_req, v);
+
+    /* exact distances, by hand */
+    HY_T_OK(distance_after(g, "") == 2 && distance_after(g, "{\"ab") == 5 &&
+                distance_after(g, "{\"ab\": 1") == 1 && distance_after(g, "{}") == 0,
+            "distance: '{}' 2 bytes away, '{\"ab' 5 ('\": 0}'), '{\"ab\": 1' 1, '{}' 0 "
+            "(%d %d %d %d)", distance_after(g, ""), distance_after(g, "{\"ab"),
+            distance_after(g, "{\"ab\": 1"), distance_after(g, "{}"));
+    HY_T_OK(distance_after(r, "") == 21 && distance_after(r, "{\"name\":\"bob") == 12,
+            "distance through rule calls: %d from the start (21: {\"name\":\"\",\"tags\":[]}), "
+            "%d inside the first string (12)", distance_after(r, ""),
+            distance_after(r, "{\"name\":\"bob"));
+    hy_grammar_unref(g);
+    hy_grammar_unref(r);
+
+    for (size_t i = 0; i < HY_ARRAY_LEN(grammars); i++) {
+        const char *src = grammars[i].src ? grammars[i].src
+                          : i == 0        ? k_json
+                          : i == 1        ? k_arith
+                          : i == 2        ? k_obj
+                                          : k_req;
+        int32_t d0 = (g = compile(src, v)) ? distance_after(g, "") : -1;
+        int walks = 0, broken = 0, closings = 0, longest = 0;
+
+        for (int w = 0; g != NULL && w < 150; w++) {
+            /* budgets from exactly the shortest answer to generous */
+            int32_t budget = d0 + (int32_t)rnd(w < 50 ? 3 : 40);
+            int used = budget_walk(g, v, budget, &closings);
+
+            walks++;
+            broken += used < 0 || used > budget;
+            longest = HY_MAX(longest, used);
+        }
+        HY_T_OK(g != NULL && walks == 150 && broken == 0 && closings > 0,
+                "budget, %s: %d random walks with %d..%d tokens each end in time (%d broken; "
+                "%d draws replaced by closing tokens; longest %d tokens)",
+                grammars[i].name, walks, d0, d0 + 39, broken, closings, longest);
+        hy_grammar_unref(g);
+    }
+}
+
 /* The vocabulary of a real tokenizer (the tiny llama golden model). */
 static void test_real_vocab(void)
 {
@@ -458,6 +589,7 @@ int main(void)
         test_masks(v);
         test_eog_and_specials(v);
         test_spec_and_cache(v);
+        test_budget(v);
     }
     hy_gvocab_free(v);
     test_lazy();

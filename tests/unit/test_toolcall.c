@@ -436,7 +436,7 @@ static void test_grammar(void)
     size_t len;
     bool lazy = true, ok;
 
-    ok = hy_tc_grammar(k_tools, HY_TC_HERMES, HY_TOOL_CHOICE_REQUIRED, NULL, true, &spec, &len,
+    ok = hy_tc_grammar(k_tools, HY_TC_HERMES, HY_TOOL_CHOICE_REQUIRED, NULL, true, NULL, 0, &spec, &len,
                        err) == HY_OK;
     HY_T_OK(ok && matches(spec, len, call, &lazy) && !lazy &&
                 matches(spec, len,
@@ -454,7 +454,7 @@ static void test_grammar(void)
             "required: a valid call and two parallel calls match; a bad enum value, text, an "
             "unknown function do not");
     free(spec);
-    ok = hy_tc_grammar(k_tools, HY_TC_HERMES, HY_TOOL_CHOICE_NAMED, "now", false, &spec, &len,
+    ok = hy_tc_grammar(k_tools, HY_TC_HERMES, HY_TOOL_CHOICE_NAMED, "now", false, NULL, 0, &spec, &len,
                        err) == HY_OK;
     HY_T_OK(ok && !matches(spec, len, call, &lazy) &&
                 matches(spec, len, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n"
@@ -463,7 +463,7 @@ static void test_grammar(void)
                                     "\n</tool_call>", &lazy),
             "named: only that function; no parameters means {} exactly");
     free(spec);
-    ok = hy_tc_grammar(k_tools, HY_TC_HERMES, HY_TOOL_CHOICE_AUTO, NULL, true, &spec, &len,
+    ok = hy_tc_grammar(k_tools, HY_TC_HERMES, HY_TOOL_CHOICE_AUTO, NULL, true, NULL, 0, &spec, &len,
                        err) == HY_OK;
     HY_T_OK(ok && matches(spec, len, "Some text first, then ", &lazy) && lazy &&
                 matches(spec, len, "Let me see. <tool_call>\n{\"name\": \"now\", \"arguments\": "
@@ -471,14 +471,14 @@ static void test_grammar(void)
                 !matches(spec, len, "x <tool_call>\n{\"name\": \"now\", \"arguments\": 5}", &lazy),
             "auto: lazy on <tool_call>: free text, then a constrained call, free again");
     free(spec);
-    ok = hy_tc_grammar(k_tools, HY_TC_LLAMA3, HY_TOOL_CHOICE_REQUIRED, NULL, false, &spec, &len,
+    ok = hy_tc_grammar(k_tools, HY_TC_LLAMA3, HY_TOOL_CHOICE_REQUIRED, NULL, false, NULL, 0, &spec, &len,
                        err) == HY_OK;
     HY_T_OK(ok && matches(spec, len, "{\"name\": \"get_weather\", \"parameters\": {\"city\": "
                                      "\"Rome\", \"unit\": \"f\"}}", &lazy),
             "llama3: {\"name\", \"parameters\"}");
     free(spec);
     ok = hy_tc_grammar("[{\"type\":\"function\",\"function\":{\"name\":\"u\",\"parameters\":{}}}]",
-                       HY_TC_HERMES, HY_TOOL_CHOICE_REQUIRED, NULL, false, &spec, &len,
+                       HY_TC_HERMES, HY_TOOL_CHOICE_REQUIRED, NULL, false, NULL, 0, &spec, &len,
                        err) == HY_OK;
     HY_T_OK(ok && matches(spec, len, "<tool_call>\n{\"name\": \"u\", \"arguments\": {\"k\": [1]}}"
                                      "\n</tool_call>", &lazy) &&
@@ -486,8 +486,36 @@ static void test_grammar(void)
                                     "</tool_call>", &lazy),
             "parameters {} (no type): any object, but an object");
     free(spec);
-    HY_T_OK(hy_tc_grammar(k_tools, HY_TC_HERMES, HY_TOOL_CHOICE_NAMED, "missing", false, &spec,
-                          &len, err) == HY_EINVAL &&
+    {
+        /* a response_format's grammar (rule names that clash with the
+         * calls' on purpose) joins auto: content of that shape, or calls */
+        static const char content[] =
+            "root ::= \"{\\\"answer\\\": \" tc-call \"}\"\ntc-call ::= [0-9]{1,3} # digits\n";
+
+        ok = hy_tc_grammar(k_tools, HY_TC_HERMES, HY_TOOL_CHOICE_AUTO, NULL, true, content,
+                           strlen(content), &spec, &len, err) == HY_OK;
+        HY_T_OK(ok && matches(spec, len, "{\"answer\": 42}", &lazy) && !lazy &&
+                    matches(spec, len, call, &lazy) &&
+                    matches(spec, len,
+                            "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n"
+                            "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
+                            &lazy) &&
+                    !matches(spec, len, "Sure! {\"answer\": 42}", &lazy) &&
+                    !matches(spec, len, "{\"answer\": 4200}", &lazy) &&
+                    !matches(spec, len, "{\"answer\": 42} <tool_call>", &lazy),
+                "auto with a response_format: the content's shape or calls, from the first "
+                "byte; free text, content off its grammar, both together do not (%s)",
+                ok ? "" : err);
+        free(spec);
+        ok = hy_tc_grammar(k_tools, HY_TC_HERMES, HY_TOOL_CHOICE_REQUIRED, NULL, false, content,
+                           strlen(content), &spec, &len, err) == HY_OK;
+        HY_T_OK(ok && matches(spec, len, call, &lazy) &&
+                    !matches(spec, len, "{\"answer\": 42}", &lazy),
+                "required with a response_format: calls only");
+        free(spec);
+    }
+    HY_T_OK(hy_tc_grammar(k_tools, HY_TC_HERMES, HY_TOOL_CHOICE_NAMED, "missing", false, NULL,
+                          0, &spec, &len, err) == HY_EINVAL &&
                 strcmp(err, "tool_choice: no tool named 'missing'") == 0,
             "named: an unknown function is an error (%s)", err);
 }
