@@ -87,20 +87,21 @@ struct hy_engine {
 static void hy_engine_split_pages(const hy_plan_t *plan, uint64_t budget, int32_t per_seq,
                                   int32_t per_swa, uint64_t *n_pages, uint64_t *n_swa)
 {
-    uint64_t seq_full = plan->page_bytes * (uint64_t)per_seq;
+    /* a full page costs its block-sparse keys too, as kv_init allocates them */
+    uint64_t page = plan->page_bytes + plan->sparse_key_bytes;
+    uint64_t seq_full = page * (uint64_t)per_seq;
     uint64_t seq_swa = plan->swa_page_bytes * (uint64_t)per_swa, share;
 
     *n_swa = 0;
     if (per_swa == 0 || seq_full + seq_swa == 0) {
-        *n_pages = plan->page_bytes > 0 ? budget / plan->page_bytes : (uint64_t)plan->n_pages;
+        *n_pages = page > 0 ? budget / page : (uint64_t)plan->n_pages;
         return;
     }
     /* long double: budget * bytes may not fit 64 bits */
     share = (uint64_t)((long double)budget * (long double)seq_swa /
                        (long double)(seq_full + seq_swa));
     *n_swa = plan->swa_page_bytes > 0 ? share / plan->swa_page_bytes : (uint64_t)plan->n_swa_pages;
-    *n_pages = plan->page_bytes > 0 ? (budget - share) / plan->page_bytes
-                                    : (uint64_t)plan->n_pages;
+    *n_pages = page > 0 ? (budget - share) / page : (uint64_t)plan->n_pages;
 }
 
 int32_t hy_engine_n_ctx(const hy_model_t *m, const hy_engine_opts_t *o)
@@ -130,19 +131,9 @@ int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_o
         return hy_err(err, HY_EINVAL, "engine: checkpoint_interval = %d: must be >= 0",
                       o->checkpoint_interval);
     po = (hy_plan_opts_t){n_ctx, o->max_seqs, o->page_tokens, o->max_batch_tokens, o->kv_type,
-                          o->swa_full};
+                          o->swa_full, o->sparse};
     if ((rc = hy_plan_make_opts(&plan, m, be, &po, err)) != HY_OK)
         return rc;
-    if (o->sparse.block_pages > 0) {
-        /* block-sparse attention keeps each full page's compressed keys in
-         * hot memory beside it (backend/layout.h): part of the page's cost
-         * against the budget, as kv_init allocates them */
-        hy_kv_layout_t one = {.n_head_kv = m->n_head_kv, .head_dim_k = m->head_dim,
-                              .sparse = o->sparse};
-
-        plan.page_bytes += hy_kv_sparse_key_bytes(&one) *
-                           (uint64_t)(m->n_kv_layers - plan.n_swa_kv_layers);
-    }
     per_seq = (n_ctx + o->page_tokens - 1) / o->page_tokens;
     if (plan.swa_window > 0)
         per_swa = plan.n_swa_pages / o->max_seqs;

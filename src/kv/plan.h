@@ -30,6 +30,7 @@ typedef struct {
                           chunk needs; 0 = HY_PLAN_CHUNK */
     hy_dtype_t kv_type;
     bool swa_full;     /* sliding layers keep every position too (llama.cpp's --swa-full) */
+    hy_kv_sparse_t sparse; /* block-sparse attention (hy_plan_sparse; zeros: off) */
 } hy_plan_opts_t;
 
 typedef struct {
@@ -46,6 +47,9 @@ typedef struct {
 
     uint64_t page_bytes;     /* one KV page of the full group: its layers' K and V (every
                                 attention layer when there is no sliding group) */
+    uint64_t sparse_key_bytes; /* beside each full page with block-sparse attention: its
+                                * compressed keys in every full layer (hot, never tiered;
+                                * 0 without it).  Counted in kv_total and seq_kv_bytes */
     uint64_t slot_bytes;     /* one sequence's whole recurrent state */
     int32_t n_pages;         /* full group: n_seqs * ceil(n_ctx / page_tokens) */
     int32_t n_slots;         /* n_seqs, or 0 without recurrent layers */

@@ -143,7 +143,7 @@ static int ep_start_tiers(ep_t *ep, char *err)
                       (unsigned long long)(on_host ? eo->memory_bytes >> 20 : 0),
                       (unsigned long long)(avail >> 20));
     po = (hy_plan_opts_t){eo->n_ctx, eo->max_seqs, eo->page_tokens, eo->max_batch_tokens,
-                          eo->kv_type, eo->swa_full};
+                          eo->kv_type, eo->swa_full, eo->sparse};
     if ((rc = hy_plan_make_opts(&plan, ep->model, ep->be, &po, err)) != HY_OK)
         return rc;
     memset(&to, 0, sizeof to);

@@ -179,3 +179,15 @@ int hy_cli_chat_render(hy_cli_ctx_t *c, const char *system_msg, const char *user
     hy_chat_free(t);
     return rc;
 }
+
+void hy_cli_attn_defaults(hy_config_attention_t *a)
+{
+    hy_config_t *cfg = malloc(sizeof *cfg);
+
+    memset(a, 0, sizeof *a);
+    if (cfg == NULL)
+        return;
+    hy_config_defaults(cfg);
+    *a = cfg->attention;
+    free(cfg);
+}

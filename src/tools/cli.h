@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 
+#include "common/config.h"
 #include "engine/runner.h"
 #include "model/tokenizer.h"
 
@@ -22,6 +23,9 @@ typedef struct {
 
 /* Parse flag values; on error print "hyserve CMD: --flag: ..." and return -1. */
 int hy_cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
+/* [attention]'s defaults, from the one table etc/hyserve.ini documents
+ * (zeros, i.e. sparse off, when out of memory). */
+void hy_cli_attn_defaults(hy_config_attention_t *a);
 int hy_cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi,
                  double *out);
 

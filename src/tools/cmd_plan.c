@@ -4,7 +4,8 @@
  * the engine allocates with (src/kv/plan.c): sliding-window layers bounded
  * by their window (--chunk: the tokens per step the engine runs, which a
  * prefilling sequence also holds), next to the dense equivalent;
- * --swa-full quotes them kept for the whole context instead.
+ * --swa-full quotes them kept for the whole context instead; --sparse adds
+ * block-sparse attention's compressed keys ([attention]'s other sizes).
  */
 #include <stdio.h>
 
@@ -21,17 +22,25 @@ int hy_cmd_plan(int argc, char **argv)
         {"seqs", required_argument, 0, 's'}, {"kv-type", required_argument, 0, 'k'},
         {"page-tokens", required_argument, 0, 'p'}, {"json", no_argument, 0, 'j'},
         {"backend", required_argument, 0, 'B'}, {"chunk", required_argument, 0, 'C'},
-        {"swa-full", no_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"swa-full", no_argument, 0, 'S'}, {"sparse", no_argument, 0, 'P'},
+        {"sparse-block-tokens", required_argument, 0, 'b'},
+        {"sparse-sink-tokens", required_argument, 0, 'K'},
+        {"sparse-local-tokens", required_argument, 0, 'L'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     const char *model = NULL, *backend = NULL;
     long ctx = 4096, seqs = 1, page = 16, chunk = HY_PLAN_CHUNK;
     hy_dtype_t kv = HY_DTYPE_F16;
     bool json = false, swa_full = false;
+    hy_config_attention_t attn; /* --sparse: [attention]'s defaults otherwise */
+    hy_kv_sparse_t sparse;
     hy_plan_opts_t po;
     hy_cli_ctx_t c;
     hy_plan_t p;
     char err[HY_ERR_LEN];
     int opt, rc = 1;
+    long lv;
 
+    hy_cli_attn_defaults(&attn);
     optind = 1;
     while ((opt = getopt_long(argc, argv, "m:c:s:h", opts, NULL)) != -1) {
         switch (opt) {
@@ -41,6 +50,10 @@ int hy_cmd_plan(int argc, char **argv)
         case 'p': if (hy_cli_int("plan", "--page-tokens", optarg, 1, 256, &page)) return 2; break;
         case 'C': if (hy_cli_int("plan", "--chunk", optarg, 1, 1L << 30, &chunk)) return 2; break;
         case 'S': swa_full = true; break;
+        case 'P': attn.sparse = HY_CONFIG_SPARSE_BLOCK; break;
+        case 'b': if (hy_cli_int("plan", "--sparse-block-tokens", optarg, 1, 65536, &lv)) return 2; attn.sparse_block_tokens = (uint32_t)lv; break;
+        case 'K': if (hy_cli_int("plan", "--sparse-sink-tokens", optarg, 0, 1 << 24, &lv)) return 2; attn.sink_tokens = (uint32_t)lv; break;
+        case 'L': if (hy_cli_int("plan", "--sparse-local-tokens", optarg, 0, 1 << 24, &lv)) return 2; attn.local_tokens = (uint32_t)lv; break;
         case 'k':
             if (strcmp(optarg, "f16") == 0) kv = HY_DTYPE_F16;
             else if (strcmp(optarg, "f32") == 0) kv = HY_DTYPE_F32;
@@ -53,14 +66,19 @@ int hy_cmd_plan(int argc, char **argv)
         case 'j': json = true; break;
         case 'B': backend = optarg; break;
         case 'h':
-            printf("usage: hyserve plan -m MODEL.gguf [--context N] [--seqs M] [--kv-type f16|f32|q8_0] [--page-tokens N] [--chunk TOKENS] [--swa-full] [--json] [--backend cpu|cuda]\n");
+            printf("usage: hyserve plan -m MODEL.gguf [--context N] [--seqs M] [--kv-type f16|f32|q8_0] [--page-tokens N] [--chunk TOKENS] [--swa-full] [--sparse [--sparse-block-tokens N] [--sparse-sink-tokens N] [--sparse-local-tokens N]] [--json] [--backend cpu|cuda]\n");
             return 0;
         default: return 2;
         }
     }
     if (hy_cli_open(&c, "plan", model, backend, 1, false, NULL) != 0)
         return 1;
-    po = (hy_plan_opts_t){(int32_t)ctx, (int32_t)seqs, (int32_t)page, (int32_t)chunk, kv, swa_full};
+    if (hy_plan_sparse(&attn, (int32_t)page, true, &sparse, err) != HY_OK) {
+        fprintf(stderr, "hyserve plan: %s\n", err);
+        return 2;
+    }
+    po = (hy_plan_opts_t){(int32_t)ctx, (int32_t)seqs, (int32_t)page, (int32_t)chunk, kv, swa_full,
+                          sparse};
     if (hy_plan_make_opts(&p, c.model, c.be, &po, err) != HY_OK) {
         fprintf(stderr, "hyserve plan: %s\n", err);
         goto out;

@@ -63,19 +63,6 @@ typedef struct {
     size_t gspec_len;
 } hy_run_opts_t;
 
-/* [attention]'s defaults, from the one table etc/hyserve.ini documents. */
-static void hy_run_attn_defaults(hy_config_attention_t *a)
-{
-    hy_config_t *cfg = malloc(sizeof *cfg);
-
-    memset(a, 0, sizeof *a);
-    if (cfg == NULL)
-        return; /* sparse off: what the zeros say */
-    hy_config_defaults(cfg);
-    *a = cfg->attention;
-    free(cfg);
-}
-
 /* 0: parsed; 1: --help printed; 2: a bad option (reported). */
 static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
 {
@@ -104,7 +91,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
     int opt;
 
     memset(o, 0, sizeof *o);
-    hy_run_attn_defaults(&o->attn);
+    hy_cli_attn_defaults(&o->attn);
     o->n_predict = 128;
     o->ctx = 8192;
     hy_sampling_default(sp);

@@ -134,6 +134,21 @@ case "$out" in
     fail=$((fail + 1))
     echo "not ok $n - plan on gemma3: $out" ;;
 esac
+# --sparse: the block keys beside each global layer's page, in the totals
+n=$((n + 1))
+out=$("$hy" plan -m "$g3" --context 4096 --sparse --json 2>&1)
+if printf '%s' "$out" | python3 -c 'import json, sys
+p = json.load(sys.stdin)
+assert p["sparse_key_bytes"] > 0
+assert p["kv_total"] == (p["page_bytes"] + p["sparse_key_bytes"]) * p["pages"] + p["swa_page_bytes"] * p["swa_pages"]' 2>/dev/null; then
+    echo "ok $n - plan --sparse: block keys per full page, counted in kv_total"
+else
+    fail=$((fail + 1))
+    echo "not ok $n - plan --sparse on gemma3: $out"
+fi
+check 2 "hyserve plan: --sparse-sink-tokens = 64: must be a multiple of --sparse-block-tokens (48)" \
+    "plan --sparse: sizes that are not whole blocks are refused naming the flag" -- \
+    "$hy" plan -m "$g3" --sparse --sparse-block-tokens 48
 
 # The same with sliding-window layers (tiny gemma3, window 16): a repeat
 # resumes at 192 too, which needs the window's sliding pages before it.

@@ -6,7 +6,8 @@
  * only with its attention layers; sliding-window layers are shown with their
  * window and keep their KV in their own page group, sized by the window and
  * the step, not by the context (with --swa-full, and when the window covers
- * the context, in the full group as before).
+ * the context, in the full group as before); block-sparse attention's keys
+ * are quoted and allocated beside each full page.
  */
 #include "engine/runner.h"
 #include "kv/plan.h"
@@ -20,7 +21,7 @@ static void hy_plan_case(hy_backend_t *be, const char *file, int32_t ctx, int32_
     char err[HY_ERR_LEN], rel[128];
     hy_model_t *m = NULL;
     hy_plan_t p;
-    hy_plan_opts_t po = {ctx, seqs, 16, 64, HY_DTYPE_F16, swa_full};
+    hy_plan_opts_t po = {ctx, seqs, 16, 64, HY_DTYPE_F16, swa_full, {0}};
     hy_runner_t r;
     hy_runner_opts_t o;
     uint64_t kv = 0, st = 0, kinds_kv = 0, kinds_st = 0;
@@ -180,6 +181,55 @@ static void hy_plan_sparse_case(void)
             err);
 }
 
+/* With block-sparse attention each full page carries its compressed keys:
+ * the plan quotes them (sparse_key_bytes, in kv_total) and the runner
+ * allocates exactly that. */
+static void hy_plan_sparse_alloc_case(hy_backend_t *be, const char *file)
+{
+    char err[HY_ERR_LEN], rel[128];
+    hy_config_t *cfg = malloc(sizeof *cfg);
+    hy_model_t *m = NULL;
+    hy_plan_opts_t po = {4096, 2, 16, 64, HY_DTYPE_F16, false, {0}};
+    hy_runner_opts_t o;
+    hy_runner_t r;
+    hy_plan_t p;
+    uint64_t kv = 0, st = 0, want;
+    int rc;
+
+    snprintf(rel, sizeof rel, "tests/golden/tiny/%s", file);
+    if (cfg == NULL || hy_model_load(&m, hy_t_srcpath(rel), be, err) != HY_OK) {
+        HY_T_OK(0, "%s: load: %s", file, cfg ? err : "out of memory");
+        free(cfg);
+        return;
+    }
+    hy_config_defaults(cfg);
+    cfg->attention.sparse = HY_CONFIG_SPARSE_BLOCK;
+    rc = hy_plan_sparse(&cfg->attention, 16, false, &po.sparse, err);
+    if (rc == HY_OK)
+        rc = hy_plan_make_opts(&p, m, be, &po, err);
+    hy_runner_opts_default(&o);
+    o.max_tokens = 64;
+    o.max_outputs = 4;
+    o.max_seqs = 2;
+    o.n_ctx = 4096;
+    o.sparse = po.sparse;
+    if (rc == HY_OK && (rc = hy_runner_init(&r, m, be, &o, err)) == HY_OK) {
+        be->i->mem_allocated(be, &kv, &st);
+        hy_runner_free(&r);
+    }
+    want = (uint64_t)m->n_head_kv * (uint64_t)m->head_dim * sizeof(float) *
+           (uint64_t)(m->n_kv_layers - (rc == HY_OK ? p.n_swa_kv_layers : 0));
+    HY_T_OK(rc == HY_OK && p.sparse_key_bytes == want && want > 0 && kv == p.kv_total &&
+                p.kv_total == (p.page_bytes + want) * (uint64_t)p.n_pages +
+                                  p.swa_page_bytes * (uint64_t)p.n_swa_pages,
+            "%s sparse: %llu bytes of block keys per full page (%d full layers), allocated KV "
+            "%llu = plan %llu (%s)", file, (unsigned long long)(rc == HY_OK ? p.sparse_key_bytes : 0),
+            m->n_kv_layers - (rc == HY_OK ? p.n_swa_kv_layers : 0), (unsigned long long)kv,
+            (unsigned long long)(rc == HY_OK ? p.kv_total : 0), rc ? err : "ok");
+    hy_model_free(m);
+    free(cfg);
+}
+
 int main(void)
 {
     hy_backend_opts_t bo = {.n_threads = 1};
@@ -197,6 +247,8 @@ int main(void)
     }
     hy_plan_hot_case(be);
     hy_plan_sparse_case();
+    hy_plan_sparse_alloc_case(be, "llama.gguf");
+    hy_plan_sparse_alloc_case(be, "gemma3.gguf");
     for (size_t f = 0; f < HY_ARRAY_LEN(files); f++) {
         for (size_t c = 0; c < HY_ARRAY_LEN(ctxs); c++)
             for (size_t s = 0; s < HY_ARRAY_LEN(seqs); s++)
