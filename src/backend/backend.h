@@ -74,6 +74,19 @@ typedef struct {
     int32_t min_tokens;   /* positions below it attend densely */
 } hy_kv_sparse_t;
 
+/* The blocks before its own (block cur) that one query group of a sparse
+ * token reads: the sink blocks, the local blocks and the top-k of the rest,
+ * each once, never more than there are.  The selection (backend/cpu/
+ * sparse_attn.c) and the engine's per-request count both use this. */
+static inline int32_t hy_kv_sparse_blocks_before(int32_t cur, int32_t sink_blocks,
+                                                 int32_t local_blocks, int32_t topk)
+{
+    int32_t sink = HY_MIN(HY_MAX(sink_blocks, 0), cur);
+    int32_t local = HY_MAX(cur - HY_MAX(local_blocks, 0), sink);
+
+    return HY_MIN(cur, sink + (cur - local) + HY_MAX(topk, 0));
+}
+
 typedef struct {
     int32_t n_layers;     /* attention layers that keep KV (both groups) */
     int32_t n_head_kv;

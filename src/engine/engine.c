@@ -42,6 +42,8 @@ struct hy_engine {
     hy_pt_params_t sp;     /* the page table's numbers */
     hy_runner_t runner;
     bool hybrid;           /* the model keeps recurrent state */
+    int32_t sparse_units;  /* full-attention layers x KV heads, where a token past
+                            * o.sparse.min_tokens goes block-sparse (0: never) */
     int32_t swa_window;    /* the sliding page group's window (0: none) */
     int32_t ckpt_interval; /* rounded up to whole blocks; 0 = off */
     int32_t n_pool;        /* sequences held at once (running + preempted) */
@@ -219,6 +221,12 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t
     e->o.n_ctx = n_ctx;
     e->sp = pt->sh->params;
     e->hybrid = m->n_rec_layers > 0;
+    if (o->sparse.block_pages > 0) {
+        /* sliding layers (a window) always read their window densely */
+        for (int32_t il = 0; il < m->n_layer; il++)
+            e->sparse_units += m->layers[il].kv_index >= 0 && m->layers[il].window == 0;
+        e->sparse_units *= m->n_head_kv;
+    }
     if (o->max_seqs < 1 || o->max_batch_tokens < 1 || o->n_request_slots < 1) {
         rc = hy_err(err, HY_EINVAL,
                     "engine: max_seqs %d, max_batch_tokens %d and request slots %d must be >= 1",
@@ -453,6 +461,7 @@ static void hy_engine_finish(hy_engine_t *e, hy_sched_seq_t *s, uint32_t state, 
     s->sampler = NULL;
     hy_gmatch_free(s->gm);
     s->gm = NULL;
+    e->src.i->attn_counted(&e->src, s->id, &s->attn);
     e->src.i->finish(&e->src, s->id, state, reason, code, msg);
     s->status = HY_SEQ_FREE;
     s->blocked = false;
@@ -624,6 +633,7 @@ static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken
     s->priority = q->params.priority;
     s->order = q->order;
     s->started = s->blocked = s->fetching = s->resuming = s->closed = false;
+    memset(&s->attn, 0, sizeof s->attn);
     memset(&s->tw, 0, sizeof s->tw);
     s->finish_after = HY_FINISH_NONE;
     s->state = s->ckpt = -1;
@@ -748,6 +758,29 @@ static bool hy_engine_group_pages(hy_engine_t *e, hy_sched_seq_t *s, int32_t gro
     return true;
 }
 
+/* The attention path of positions pos0 .. pos0+n-1 of s, by the rule the
+ * backend follows (backend.h hy_kv_sparse_t): for the request's log line. */
+static void hy_engine_count_attn(hy_engine_t *e, hy_sched_seq_t *s, int32_t pos0, int32_t n)
+{
+    const hy_kv_sparse_t *sp = &e->o.sparse;
+    int32_t bt = sp->block_pages * e->sp.page_tokens, p = pos0;
+
+    if (e->sparse_units == 0 || pos0 + n <= sp->min_tokens) {
+        s->attn.dense_tokens += (uint64_t)n;
+        return;
+    }
+    for (; p < pos0 + n && p < sp->min_tokens; p++)
+        s->attn.dense_tokens++;
+    for (; p < pos0 + n; p++) {
+        /* the chosen blocks before its own, and its own */
+        int32_t reads = hy_kv_sparse_blocks_before(p / bt, sp->sink_blocks, sp->local_blocks,
+                                                   sp->topk) + 1;
+
+        s->attn.sparse_tokens++;
+        s->attn.blocks_hot += (uint64_t)reads * (uint64_t)e->sparse_units;
+    }
+}
+
 /* Pages for positions up to kv.n_tokens + chunk in every group, preempting
  * juniors if a pool is short.  false: this sequence cannot run in this
  * step (what it got stays for the next one). */
@@ -797,6 +830,7 @@ static int32_t hy_engine_build(hy_engine_t *e)
                 continue;
             }
             s->chunk = chunk;
+            hy_engine_count_attn(e, s, s->kv.n_tokens, chunk);
             n_resuming += s->resuming;
             e->items[n_items].seq = &s->kv;
             e->items[n_items].tokens = s->tokens + s->kv.n_tokens;

@@ -34,6 +34,7 @@ struct hy_local {
     hy_local_token_fn on_token;
     void *user;
     hy_grammar_counts_t grammar; /* totals of what the engine reported */
+    hy_attn_counts_t attn;       /* likewise */
 };
 
 static int64_t hy_local_now_ns(void)
@@ -305,6 +306,21 @@ void hy_local_grammar_counts(const hy_local_t *l, hy_grammar_counts_t *out)
     *out = l->grammar;
 }
 
+static void hy_local_attn_counted(hy_req_source_t *src, int32_t id, const hy_attn_counts_t *d)
+{
+    hy_attn_counts_t *c = &((hy_local_t *)src->ctx)->attn;
+
+    (void)id;
+    c->dense_tokens += d->dense_tokens;
+    c->sparse_tokens += d->sparse_tokens;
+    c->blocks_hot += d->blocks_hot;
+}
+
+void hy_local_attn_counts(const hy_local_t *l, hy_attn_counts_t *out)
+{
+    *out = l->attn;
+}
+
 static const struct hy_req_source_i hy_local_methods = {
     .name = "local",
     .take = hy_local_take,
@@ -318,6 +334,7 @@ static const struct hy_req_source_i hy_local_methods = {
     .preempted = hy_local_preempted,
     .prompt_computed = hy_local_prompt_computed,
     .grammar_counted = hy_local_grammar_counted,
+    .attn_counted = hy_local_attn_counted,
 };
 
 void hy_local_source(hy_local_t *l, hy_req_source_t *out)

@@ -57,6 +57,8 @@ void hy_local_release(hy_local_t *l, int32_t id);
 /* What constrained decoding cost the engine so far, summed over every
  * request (the shared segment's /metrics counters, in process). */
 void hy_local_grammar_counts(const hy_local_t *l, hy_grammar_counts_t *out);
+/* The attention paths every request's tokens took, summed. */
+void hy_local_attn_counts(const hy_local_t *l, hy_attn_counts_t *out);
 
 typedef struct {
     hy_pt_t *pt;

@@ -14,6 +14,7 @@
 #include "engine/runner.h"
 #include "engine/tiering.h"
 #include "ipc/request.h"
+#include "ipc/source.h"
 
 enum {
     HY_SEQ_FREE = 0, /* pool entry unused */
@@ -45,6 +46,7 @@ typedef struct {
     bool started;          /* admitted at least once (cached-token count reported) */
     hy_sampler_t *sampler; /* kept across preemption: the RNG state continues */
     struct hy_gmatch *gm;  /* grammar position (NULL: unconstrained); kept likewise */
+    hy_attn_counts_t attn; /* the attention paths its scheduled tokens take (engine.c) */
     bool closed;           /* the grammar's token budget chose one of its tokens: it
                             * finishes "length" (engine.c hy_engine_budget) */
     bool blocked;          /* a token waits for ring space */

@@ -217,6 +217,7 @@ int hy_req_submit_grammar(hy_shm_t *shm, const hy_req_params_t *p, const int32_t
     s->error_code = 0;
     s->error_msg[0] = '\0';
     s->n_cached_tokens = s->n_generated = s->n_resumed = 0;
+    s->dense_tokens = s->sparse_tokens = s->sparse_blocks_hot = 0;
     memcpy((int32_t *)hy_req_prompt(shm, i), prompt, sizeof(int32_t) * (size_t)n);
     if (glen > 0)
         memcpy((int32_t *)hy_req_prompt(shm, i) + n, grammar, glen);
@@ -243,6 +244,9 @@ static void fill_status(hy_req_slot_t *s, uint32_t st, bool done, hy_req_status_
         out->error_code = s->error_code;
         memcpy(out->error_msg, s->error_msg, sizeof out->error_msg);
         out->n_generated = s->n_generated;
+        out->dense_tokens = s->dense_tokens;
+        out->sparse_tokens = s->sparse_tokens;
+        out->sparse_blocks_hot = s->sparse_blocks_hot;
     }
     out->n_cached = s->n_cached_tokens;
 }
@@ -525,6 +529,21 @@ static int src_push(hy_req_source_t *src, int32_t id, const hy_ring_tok_t *t)
     return rc;
 }
 
+/* Written before finish publishes the final state (a release), so a
+ * reader that sees the end sees these.  A request resumed after an engine
+ * crash counts what its new engine computed (the recomputed context too):
+ * the dead one never reached its end. */
+static void src_attn_counted(hy_req_source_t *src, int32_t id, const hy_attn_counts_t *c)
+{
+    hy_req_slot_t *s = hy_req_slot(src->ctx, id);
+
+    if (s == NULL)
+        return;
+    s->dense_tokens += c->dense_tokens;
+    s->sparse_tokens += c->sparse_tokens;
+    s->sparse_blocks_hot += c->blocks_hot;
+}
+
 static void src_finish(hy_req_source_t *src, int32_t id, uint32_t state, int32_t reason,
                        int32_t code, const char *msg)
 {
@@ -584,6 +603,7 @@ static const struct hy_req_source_i hy_ring_source_methods = {
     .preempted = src_preempted,
     .prompt_computed = src_prompt_computed,
     .grammar_counted = src_grammar_counted,
+    .attn_counted = src_attn_counted,
 };
 
 void hy_ring_source(hy_shm_t *shm, hy_req_source_t *out)

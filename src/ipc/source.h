@@ -52,6 +52,16 @@ typedef struct {
                           * complete) */
 } hy_grammar_counts_t;
 
+/* Which attention path a request's tokens took (the engine counts them as
+ * it schedules them, recomputed ones included), reported once, at its end:
+ * its log line says it (issue 14).  Every page a running sequence reads is
+ * in the hot tier, so every block read is a hot one. */
+typedef struct {
+    uint64_t dense_tokens;  /* tokens whose attention read every position */
+    uint64_t sparse_tokens; /* tokens whose full-attention layers went block-sparse */
+    uint64_t blocks_hot;    /* blocks those read, summed over layers and KV heads */
+} hy_attn_counts_t;
+
 struct hy_req_source_i {
     const char *name;
     /* The best queued request (lowest params.priority, then lowest order)
@@ -65,6 +75,8 @@ struct hy_req_source_i {
     /* One generated token.  HY_EFULL when the reader is that far behind: the
      * engine keeps the token and offers it again on a later step. */
     int (*push)(hy_req_source_t *src, int32_t id, const hy_ring_tok_t *t);
+    /* The attention paths id's tokens took, just before its finish. */
+    void (*attn_counted)(hy_req_source_t *src, int32_t id, const hy_attn_counts_t *c);
     /* The end: state HY_REQ_DONE / HY_REQ_CANCELLED / HY_REQ_ERROR with its
      * HY_FINISH_* reason (code and msg for errors, msg may be NULL).  The
      * engine lets go of id. */

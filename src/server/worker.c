@@ -130,6 +130,7 @@ typedef struct {
     int64_t t0_ns;
     int64_t ttft_ns;     /* 0 until the first token arrived */
     int32_t prompt_tokens, cached_tokens, completion_tokens;
+    hy_attn_counts_t attn;  /* summed over its choices (generation routes) */
 } wk_req_t;
 
 static uint64_t wk_random64(void)
@@ -291,6 +292,7 @@ typedef struct {
     bool unavailable;       /* failed for want of an engine (restart storm): 503 */
     char errmsg[HY_REQ_ERRMSG_LEN];
     int32_t n_prompt, n_cached, n_gen;
+    hy_attn_counts_t attn;  /* its tokens' attention paths, from the engine at the end */
     const int32_t *ids;     /* prompt ids (arena or request memory) */
     int64_t max_tokens;
     hy_tok_stream_t ts;
@@ -685,6 +687,7 @@ static int wk_poll_choice(wk_req_t *r, const hy_api_req_t *q, const hy_api_resp_
     }
     if (!c->done && st.done) {
         c->done = true;
+        c->attn = (hy_attn_counts_t){st.dense_tokens, st.sparse_tokens, st.sparse_blocks_hot};
         if (st.finish_reason == HY_FINISH_ERROR || st.state == HY_REQ_ERROR) {
             c->failed = true;
             c->unavailable = st.error_code == HY_EUNAVAILABLE;
@@ -1039,6 +1042,9 @@ static void wk_gen_end(wk_gen_t *g)
     int rc;
 
     for (i = 0; i < g->n_choices; i++) {
+        r->attn.dense_tokens += g->cs[i].attn.dense_tokens;
+        r->attn.sparse_tokens += g->cs[i].attn.sparse_tokens;
+        r->attn.blocks_hot += g->cs[i].attn.blocks_hot;
         u.completion_tokens += g->cs[i].n_gen;
         if (i % (size_t)q->n == 0)
             u.cached_tokens += g->cs[i].n_cached;
@@ -1549,12 +1555,32 @@ static void wk_handle(hy_worker_ctx_t *w, FCGX_Request *rq, bool control)
 log:
     hy_metrics_count(hy_shm_stats(w->shm), origin, r.route, r.status);
     if (r.route != NULL && (strcmp(r.route, "/health") != 0 && strcmp(r.route, "/metrics") != 0
-                            ? true : hy_log_enabled(LOG_DEBUG)))
-        hy_log(r.status >= 500 ? LOG_WARNING : LOG_INFO, "request",
-               "req=%s key_id=%s route=%s method=%s status=%d prompt_tokens=%d cached_tokens=%d "
-               "completion_tokens=%d ttft_ms=%.1f duration_ms=%.1f",
-               r.id, key_id, r.route, method, r.status, r.prompt_tokens, r.cached_tokens,
-               r.completion_tokens, r.ttft_ns / 1e6, (hy_shm_now_ns() - r.t0_ns) / 1e6);
+                            ? true : hy_log_enabled(LOG_DEBUG))) {
+        int lv = r.status >= 500 ? LOG_WARNING : LOG_INFO;
+        double dur = (hy_shm_now_ns() - r.t0_ns) / 1e6;
+
+        /* a request that computed tokens also says their attention path
+         * (issue 14): dense, sparse or both (a prompt crossing
+         * sparse_min_tokens), and the blocks the sparse ones read */
+        if (r.attn.dense_tokens + r.attn.sparse_tokens > 0)
+            hy_log(lv, "request",
+                   "req=%s key_id=%s route=%s method=%s status=%d prompt_tokens=%d "
+                   "cached_tokens=%d completion_tokens=%d ttft_ms=%.1f duration_ms=%.1f attn=%s "
+                   "sparse_tokens=%llu blocks_hot=%llu",
+                   r.id, key_id, r.route, method, r.status, r.prompt_tokens, r.cached_tokens,
+                   r.completion_tokens, r.ttft_ns / 1e6, dur,
+                   r.attn.sparse_tokens == 0  ? "dense"
+                   : r.attn.dense_tokens == 0 ? "sparse"
+                                              : "dense+sparse",
+                   (unsigned long long)r.attn.sparse_tokens,
+                   (unsigned long long)r.attn.blocks_hot);
+        else
+            hy_log(lv, "request",
+                   "req=%s key_id=%s route=%s method=%s status=%d prompt_tokens=%d "
+                   "cached_tokens=%d completion_tokens=%d ttft_ms=%.1f duration_ms=%.1f",
+                   r.id, key_id, r.route, method, r.status, r.prompt_tokens, r.cached_tokens,
+                   r.completion_tokens, r.ttft_ns / 1e6, dur);
+    }
     /* the response is complete before the request's memory goes */
     FCGX_Finish_r(rq);
     wk_arena_free(&r.arena);

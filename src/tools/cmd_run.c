@@ -323,6 +323,14 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
             t_gen, n_gen * 1e3 / (t_gen > 0 ? t_gen : 1e-9));
     if (o->gspec != NULL)
         hy_run_grammar_report(le.local, st);
+    if (o->attn.sparse == HY_CONFIG_SPARSE_BLOCK) {
+        hy_attn_counts_t ac;
+
+        hy_local_attn_counts(le.local, &ac);
+        fprintf(stderr, "hyserve run: attention: %llu tokens dense, %llu block-sparse, %llu "
+                        "blocks read (all hot)\n", (unsigned long long)ac.dense_tokens,
+                (unsigned long long)ac.sparse_tokens, (unsigned long long)ac.blocks_hot);
+    }
     hy_run_kv_summary(c->be, le.engine, &out.held, n_ids + st->n_generated - 1);
     hy_local_release(le.local, id);
 out:

@@ -70,10 +70,35 @@ sp_p=$(for i in $(seq 1 20); do printf "cat sat %d. " "$i"; done)
 "$hy" run -m "$tiny" -p "$sp_p" -n 24 --temp 0 --ignore-eos >"$sp_tmp/dense" 2>/dev/null
 "$hy" run -m "$tiny" -p "$sp_p" -n 24 --temp 0 --ignore-eos --sparse --sparse-min-tokens 0 \
     --sparse-topk 1048576 --sparse-block-tokens 16 --sparse-sink-tokens 0 \
-    --sparse-local-tokens 0 >"$sp_tmp/all" 2>/dev/null
+    --sparse-local-tokens 0 >"$sp_tmp/all" 2>"$sp_tmp/all.err"
 "$hy" run -m "$tiny" -p "$sp_p" -n 24 --temp 0 --ignore-eos --sparse --sparse-min-tokens 64 \
     --sparse-topk 1 --sparse-block-tokens 16 --sparse-sink-tokens 16 \
-    --sparse-local-tokens 16 >"$sp_tmp/few" 2>/dev/null
+    --sparse-local-tokens 16 >"$sp_tmp/few" 2>"$sp_tmp/few.err"
+# the attention line counts each computed position (the prompt and all but
+# the last generated token) on its path, and the blocks it read: every
+# earlier block and its own in the first run; sink + local + top-1 and its
+# own (4) past position 64 in the second; per layer and KV head alike
+n=$((n + 1))
+if python3 - "$sp_tmp/all.err" "$sp_tmp/few.err" <<'PY'
+import re, sys
+def counts(path):
+    t = open(path).read()
+    p = int(re.search(r"prompt (\d+) tokens", t).group(1))
+    d, s, b = map(int, re.search(r"attention: (\d+) tokens dense, (\d+) block-sparse, (\d+) blocks", t).groups())
+    return p + 23, d, s, b
+n, d, s, b = counts(sys.argv[1])
+every = sum(q // 16 + 1 for q in range(n))
+assert d == 0 and s == n and b % every == 0, (n, d, s, b, every)
+units = b // every
+n2, d2, s2, b2 = counts(sys.argv[2])
+assert n2 == n and d2 == 64 and s2 == n - 64 and b2 == 4 * units * s2, (n2, d2, s2, b2, units)
+PY
+then
+    echo "ok $n - run --sparse: the attention line counts dense and sparse positions and the blocks they read"
+else
+    fail=$((fail + 1))
+    echo "not ok $n - run --sparse attention line: $(grep attention "$sp_tmp/all.err") / $(grep attention "$sp_tmp/few.err")"
+fi
 n=$((n + 1))
 if [ -s "$sp_tmp/dense" ] && cmp -s "$sp_tmp/dense" "$sp_tmp/all" && ! cmp -s "$sp_tmp/dense" "$sp_tmp/few"; then
     echo "ok $n - run: --sparse choosing every block writes the dense text, a few blocks another"

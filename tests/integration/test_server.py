@@ -206,8 +206,11 @@ def back_pressure():
     tokens a second, so without the pause the request would be long done."""
     max_tokens = 4000
     # the one tiny model with a long context (qwen35: GDN + attention)
+    # block-sparse attention from position 1024 on: the request's log line
+    # then says both paths ran (checked at the end)
     tiny = t.Stack(os.path.join(t.SRC, "tests", "golden", "tiny", "qwen35-long.gguf"), workers=1,
-                   ini={"engine": {"max_context": 4096}},
+                   ini={"engine": {"max_context": 4096},
+                        "attention": {"sparse": "block", "sparse_min_tokens": 1024}},
                    prefix="hyserve-bp-")
     try:
         up = tiny.start(60)
@@ -243,6 +246,20 @@ def back_pressure():
            usage and usage["completion_tokens"] == max_tokens and raw.endswith(b"0\r\n\r\n"),
            "when it reads again the stream resumes to its end: %s tokens, finish_reason length"
            % (usage or {}).get("completion_tokens"))
+        # positions 0 .. prompt + 4000 - 2 computed, 1024 of them dense
+        kv = {}
+        lines = lambda: [x for x in t.tail(tiny.serve_log_path, 50).splitlines()  # noqa
+                         if "route=/v1/completions" in x]
+        t.wait_for(lambda: lines(), 10)
+        for x in (lines() or [""])[-1:]:
+            kv = dict(f.split("=", 1) for f in x.split() if "=" in f)
+        n_pos = (usage or {}).get("prompt_tokens", 0) + max_tokens - 1
+        ok(kv.get("attn") == "dense+sparse" and
+           int(kv.get("sparse_tokens", -1)) == n_pos - 1024 and
+           int(kv.get("blocks_hot", 0)) >= 4 * (n_pos - 1024),
+           "with [attention] sparse = block from 1024, its log line: attn=%s sparse_tokens=%s "
+           "(%d positions past 1024) blocks_hot=%s" % (kv.get("attn"), kv.get("sparse_tokens"),
+                                                        n_pos - 1024, kv.get("blocks_hot")))
     finally:
         tiny.cleanup(keep=t.failed())
 
@@ -569,6 +586,15 @@ try:
        "client's plain X-Request-Id, our own for one with spaces or quotes): %s %s %s %s"
        % (hd.get("X-Request-Id"), hd2.get("X-Request-Id"), hd3.get("X-Request-Id"),
           hd4.get("X-Request-Id")))
+    # the completion's line says its attention path: dense here (block-sparse
+    # attention is off), every computed position of it (prompt + 1 of 2
+    # generated), no block read; a /v1/models line has no attention part
+    line = [x for x in t.tail(STACK.serve_log_path, 400).splitlines() if "req=%s " % gen_id in x]
+    mline = [x for x in t.tail(STACK.serve_log_path, 400).splitlines() if "req=client-7.a " in x]
+    ok(line and line[0].endswith(" attn=dense sparse_tokens=0 blocks_hot=0") and
+       mline and " attn=" not in mline[0],
+       "the request log line names the attention path (%s / %s)" %
+       (line[0][-60:] if line else None, mline[0][-40:] if mline else None))
     # /v1/completions without max_tokens: OpenAI's 16
     st, _, b = STACK.http("POST", "/v1/completions", {"model": MODEL_ID, "prompt": "Hi",
                                                       "ignore_eos": True})

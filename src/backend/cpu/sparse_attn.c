@@ -77,7 +77,8 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
 {
     int32_t sink = HY_MIN(HY_MAX(sp->sink_blocks, 0), cur);
     int32_t local = HY_MAX(cur - HY_MAX(sp->local_blocks, 0), sink);
-    int32_t want = HY_MIN(cur, sink + (cur - local) + HY_MAX(sp->topk, 0)), m = 0;
+    int32_t want = hy_kv_sparse_blocks_before(cur, sp->sink_blocks, sp->local_blocks, sp->topk);
+    int32_t m = 0;
 
     for (int32_t b = 0; b < cur; b++) {
         float s = 0;
