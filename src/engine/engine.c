@@ -969,14 +969,25 @@ static void hy_engine_device_sample(hy_engine_t *e, int32_t n_items, bool host_l
     }
 }
 
+/* Applies e->gmask (a grammar's mask over the tokenizer's vocabulary) to a
+ * row of the model's: ids past the tokenizer's vocabulary (padded
+ * embeddings) never. */
+static void hy_engine_apply_gmask(hy_engine_t *e, float *logits)
+{
+    int32_t nw_tok = ((int32_t)hy_tok_n_vocab(e->tok) + 63) / 64;
+    int32_t nw_model = (e->model->n_vocab + 63) / 64;
+
+    if (nw_model > nw_tok)
+        memset(e->gmask + nw_tok, 0, sizeof *e->gmask * (size_t)(nw_model - nw_tok));
+    hy_grammar_apply_mask(logits, e->gmask, e->model->n_vocab);
+}
+
 /* Masks a constrained row's logits before any sampling step sees them:
  * tokens the grammar does not allow get -inf.  false: the sequence was
  * finished (the grammar is stuck, which no well-formed grammar over a
  * byte-complete vocabulary does, or out of memory). */
 static bool hy_engine_mask(hy_engine_t *e, hy_sched_seq_t *s, float *logits, uint32_t flags)
 {
-    int32_t nw_tok = ((int32_t)hy_tok_n_vocab(e->tok) + 63) / 64;
-    int32_t nw_model = (e->model->n_vocab + 63) / 64;
     double t0 = hy_grammar_now_ms(); /* thread CPU time: the work, not the machine's load */
     hy_grammar_stats_t before, after;
     hy_grammar_counts_t d;
@@ -999,10 +1010,7 @@ static bool hy_engine_mask(hy_engine_t *e, hy_sched_seq_t *s, float *logits, uin
         hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, n == 0 ? HY_EINVAL : n, msg);
         return false;
     }
-    /* ids past the tokenizer's vocabulary (padded embeddings) never */
-    if (nw_model > nw_tok)
-        memset(e->gmask + nw_tok, 0, sizeof *e->gmask * (size_t)(nw_model - nw_tok));
-    hy_grammar_apply_mask(logits, e->gmask, e->model->n_vocab);
+    hy_engine_apply_gmask(e, logits);
     d.masks = 1;
     d.mask_us = (uint64_t)((hy_grammar_now_ms() - t0) * 1e3);
     e->src.i->grammar_counted(&e->src, &d);
@@ -1020,8 +1028,6 @@ static bool hy_engine_mask(hy_engine_t *e, hy_sched_seq_t *s, float *logits, uin
 static int32_t hy_engine_budget(hy_engine_t *e, hy_sched_seq_t *s, float *logits, int32_t t,
                                 hy_sample_out_t *so)
 {
-    int32_t nw_tok = ((int32_t)hy_tok_n_vocab(e->tok) + 63) / 64;
-    int32_t nw_model = (e->model->n_vocab + 63) / 64;
     int32_t left = HY_MIN(s->max_tokens - (s->n_total - s->n_prompt), e->o.n_ctx - s->n_total) - 1;
     int32_t n;
 
@@ -1033,9 +1039,7 @@ static int32_t hy_engine_budget(hy_engine_t *e, hy_sched_seq_t *s, float *logits
     n = hy_gmatch_fill_closing_mask(s->gm, e->gmask, !(s->params.flags & HY_REQ_F_IGNORE_EOS));
     if (n <= 0)
         return t;
-    if (nw_model > nw_tok)
-        memset(e->gmask + nw_tok, 0, sizeof *e->gmask * (size_t)(nw_model - nw_tok));
-    hy_grammar_apply_mask(logits, e->gmask, e->model->n_vocab);
+    hy_engine_apply_gmask(e, logits);
     if (!s->closed) {
         hy_grammar_counts_t d;
 
