@@ -171,6 +171,12 @@ else
     fail=$((fail + 1))
     echo "not ok $n - plan --sparse on gemma3: $out"
 fi
+check 2 "plan: --sparse-local-tokens = '-5': must be an integer in 0..16777216" \
+    "plan --sparse: a negative --sparse-local-tokens is refused" -- \
+    "$hy" plan -m "$g3" --sparse --sparse-local-tokens -5
+check 2 "plan: --sparse-block-tokens = 'x': must be an integer in 1..65536" \
+    "plan --sparse: a --sparse-block-tokens that is not a number is refused" -- \
+    "$hy" plan -m "$g3" --sparse --sparse-block-tokens x
 check 2 "hyserve plan: --sparse-sink-tokens = 64: must be a multiple of --sparse-block-tokens (48)" \
     "plan --sparse: sizes that are not whole blocks are refused naming the flag" -- \
     "$hy" plan -m "$g3" --sparse --sparse-block-tokens 48
