@@ -247,7 +247,7 @@ def run(client):
              {"role": "assistant", "content": '{"summary": "Rain all day in Oslo.", '
                                               '"sunny": false}'},
              {"role": "user", "content": "Summarise: the cat slept in the sun all afternoon."}]
-    for seed, msgs in [(1, USER), (2, other), (3, shots), (4, other)]:
+    for seed, msgs in [(1, USER), (2, other), (3, shots), (4, other), (5, shots), (6, other)]:
         r = client.chat.completions.create(messages=msgs, tools=TOOLS, response_format=rf,
                                            parallel_tool_calls=seed % 2 == 1,
                                            **dict(base, seed=seed, max_tokens=600))
