@@ -7,6 +7,8 @@
  * for each routing family (qwen3next, granite, lfm2moe).
  */
 #include "backend/backend.h"
+#include "backend/cpu/act.h"
+#include "backend/cpu/quant.h"
 #include "test.h"
 #define HY_TEST_SEED 0x2545F4914F6CDD1DULL
 #include "cpu_test.h"
@@ -456,6 +458,60 @@ static void test_moe(hy_backend_t *be, int threads)
     free(y1);
 }
 
+/* act.c: every level gives the scalar level's bits, lane by lane: SIMD
+ * bodies and scalar tails alike (odd lengths and offsets put each element
+ * in a different position of a vector), in place too, and a NaN stays NaN. */
+static void test_act_levels(void)
+{
+    enum { N = 4099 };
+    static const hy_unary_t ops[] = {HY_UNARY_SIGMOID, HY_UNARY_SILU, HY_UNARY_GELU_TANH};
+    static const char *names[] = {"sigmoid", "silu", "gelu_tanh", "swiglu"};
+    float *x = malloc(N * sizeof(float)), *u = malloc(N * sizeof(float));
+    float *ref = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+
+    fill(x, N, 40.0f);
+    fill(u, N, 3.0f);
+    x[5] = NAN;
+    x[6] = -0.0f;
+    x[7] = 0.0f;
+    x[8] = 1e-30f;
+    x[9] = -1e-30f;
+    for (int k = 0; k < 4; k++) {
+        hy_cpu_act_set_isa(HY_ISA_SCALAR);
+        if (k < 3)
+            hy_act(ops[k], x, ref, N);
+        else
+            hy_act_swiglu(x, u, ref, N);
+        HY_T_OK(isnan(ref[5]) && (k == 0 || ref[6] == 0.0f), "%s keeps NaN a NaN", names[k]);
+        for (int isa = HY_ISA_AVX2; isa <= HY_ISA_AVX512; isa++) {
+            if (hy_cpu_act_set_isa(isa) != HY_OK) {
+                HY_T_OK(1, "%s at level %s # SKIP this CPU lacks it", names[k],
+                        hy_isa_name((hy_isa_t)isa));
+                continue;
+            }
+            int same = 1;
+            /* offsets 0..16 shift every element across the vector lanes */
+            for (int off = 0; off <= 16 && same; off++) {
+                memcpy(y, x, N * sizeof(float));
+                if (k < 3)
+                    hy_act(ops[k], y + off, y + off, (size_t)(N - off));
+                else
+                    hy_act_swiglu(y + off, u + off, y + off, (size_t)(N - off));
+                same = memcmp(y + off, ref + off, (size_t)(N - off) * sizeof(float)) == 0;
+            }
+            HY_T_OK(same, "%s at level %s == scalar level, bit for bit, at 17 offsets (in place)",
+                    names[k], hy_isa_name((hy_isa_t)isa));
+        }
+    }
+    hy_cpu_act_set_isa(-1);
+    HY_T_OK(!hy_act(HY_UNARY_TANH, x, y, 4) && !hy_act(HY_UNARY_SOFTPLUS, x, y, 4),
+            "hy_act refuses the ops it does not compute");
+    free(x);
+    free(u);
+    free(ref);
+    free(y);
+}
+
 int main(void)
 {
     static const int threads[] = {1, 4};
@@ -471,6 +527,7 @@ int main(void)
             test_state_slots(be);
             test_elementwise(be);
             test_l2norm(be);
+            test_act_levels();
         }
         be->i->free(be);
     }

@@ -2,7 +2,7 @@
  * attn_generic.c - the flash-attention kernels (attn_flash_impl.h) in
  * portable C, for CPUs without AVX2 (and the tests that pin the scalar
  * level): a "vector" is four floats operated on lane by lane, and exp is the
- * same Cephes polynomial as the SIMD files with fmaf, so the kernels keep
+ * same Cephes polynomial as the SIMD files with fmaf (vexp.h), so the kernels keep
  * their one per-lane arithmetic for prefill and decode at this level too.
  * Built with the project's flags (-ffp-contract=off is not needed: every
  * fused operation here is an explicit fmaf).
@@ -44,24 +44,7 @@ HY_AF_PRIM hy_af_v hy_af_max(hy_af_v a, hy_af_v b) { HY_AF_MAP(a.x[i] > b.x[i] ?
 HY_AF_PRIM hy_af_v hy_af_sub(hy_af_v a, hy_af_v b) { HY_AF_MAP(a.x[i] - b.x[i]); }
 HY_AF_PRIM hy_af_v hy_af_add(hy_af_v a, hy_af_v b) { HY_AF_MAP(a.x[i] + b.x[i]); }
 
-/* exp for x <= 0 as attn_flash.h's SIMD versions: Cephes on the reduced
- * argument, 2^n applied to the exponent field (n >= -126 after the clamp) */
-static inline float hy_af_exp1(float x)
-{
-    x = x > -87.0f ? x : -87.0f;
-    float n = nearbyintf(x * 1.44269504088896341f);
-    float r = fmaf(-n, 0.693359375f, x);
-    r = fmaf(-n, -2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    p = fmaf(p, r * r, r + 1.0f);
-    return ldexpf(p, (int)n);
-}
-HY_AF_PRIM hy_af_v hy_af_exp(hy_af_v x) { HY_AF_MAP(hy_af_exp1(x.x[i])); }
+HY_AF_PRIM hy_af_v hy_af_exp(hy_af_v x) { HY_AF_MAP(hy_vexp1(x.x[i])); }
 
 HY_AF_PRIM hy_af_v hy_af_mask_pos(hy_af_v s, int32_t j, const int32_t *qpos, const int32_t *qlo)
 {

@@ -6,6 +6,7 @@
  * the wrong shape) records a sticky error that `status` reports, and leaves
  * its output zeroed rather than crashing.
  */
+#include "backend/cpu/act.h"
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/lightning.h"
 
@@ -384,10 +385,8 @@ static void hy_swiglu_worker(void *arg, int ith, int nth)
     int64_t lo, hi;
 
     hy_cpu_split((int64_t)j->n, ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) {
-        float g = j->y[i];
-        j->x[i] = g / (1.0f + expf(-g)) * j->z[i];
-    }
+    if (hi > lo)
+        hy_act_swiglu(j->y + lo, j->z + lo, j->x + lo, (size_t)(hi - lo));
 }
 
 static void hy_cpu_swiglu(hy_backend_t *be, const float *gate, const float *up, float *y,

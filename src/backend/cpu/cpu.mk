@@ -40,7 +40,13 @@ libhy_gdn_a_SOURCES = src/backend/cpu/gdn_kern_generic.c src/backend/cpu/gdn_ker
 libhy_gdn_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off
 libhy_ssd_a_SOURCES = src/backend/cpu/ssd_kern_generic.c src/backend/cpu/ssd_kern.h
 libhy_ssd_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off
-HY_SIMD_OBJECTS = $(libhy_quant_a_OBJECTS) $(libhy_gdn_a_OBJECTS) $(libhy_ssd_a_OBJECTS)
+# the activations (act.c) hold their SIMD levels to the scalar level's
+# bits, which a contracted multiply-add in one of them would break
+noinst_LIBRARIES += libhy_act.a
+libhy_act_a_SOURCES = src/backend/cpu/act.c src/backend/cpu/act.h src/backend/cpu/vexp.h
+libhy_act_a_CFLAGS = $(AM_CFLAGS) -ffp-contract=off
+HY_SIMD_OBJECTS = $(libhy_quant_a_OBJECTS) $(libhy_gdn_a_OBJECTS) $(libhy_ssd_a_OBJECTS) \
+	$(libhy_act_a_OBJECTS)
 if HY_AVX2
 libhy_a_SOURCES += src/backend/cpu/attn_avx2.c
 noinst_LIBRARIES += libhy_quant_avx2.a libhy_gdn_avx2.a libhy_ssd_avx2.a

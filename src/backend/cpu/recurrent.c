@@ -6,6 +6,7 @@
  * big recurrent kernels (gdn, ssd) reach the slots through
  * hy_cpu_state_conv/rec (cpu_impl.h) after hy_cpu_state_check.
  */
+#include "backend/cpu/act.h"
 #include "backend/cpu/cpu_impl.h"
 
 #include <math.h>
@@ -324,9 +325,6 @@ out:
 
 /* ---- element-wise ---------------------------------------------------------- */
 
-/* sqrt(2 / pi) as torch writes it: M_SQRT2 * M_2_SQRTPI * 0.5 */
-#define HY_GELU_SQRT_2_OVER_PI 0.7978845608028654f
-
 typedef struct {
     hy_unary_t op;
     const float *x;
@@ -340,15 +338,9 @@ static void hy_unary_worker(void *arg, int ith, int nth)
     int64_t lo, hi;
 
     hy_cpu_split((int64_t)j->n, ith, nth, &lo, &hi);
+    if (hi > lo && hy_act(j->op, j->x + lo, j->y + lo, (size_t)(hi - lo)))
+        return; /* sigmoid, SiLU, GELU-tanh */
     switch (j->op) {
-    case HY_UNARY_SILU:
-        for (int64_t i = lo; i < hi; i++)
-            j->y[i] = j->x[i] / (1.0f + expf(-j->x[i]));
-        break;
-    case HY_UNARY_SIGMOID:
-        for (int64_t i = lo; i < hi; i++)
-            j->y[i] = 1.0f / (1.0f + expf(-j->x[i]));
-        break;
     case HY_UNARY_SOFTPLUS:
         /* torch's threshold 20: above it log1p(exp(x)) == x in float */
         for (int64_t i = lo; i < hi; i++)
@@ -360,17 +352,11 @@ static void hy_unary_worker(void *arg, int ith, int nth)
             j->y[i] = r * r;
         }
         break;
-    case HY_UNARY_GELU_TANH:
-        /* torch's gelu(approximate="tanh"), the form Gemma's
-         * gelu_pytorch_tanh and ggml's gelu compute */
-        for (int64_t i = lo; i < hi; i++) {
-            const float x = j->x[i];
-            j->y[i] = 0.5f * x * (1.0f + tanhf(HY_GELU_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)));
-        }
-        break;
     case HY_UNARY_TANH:
         for (int64_t i = lo; i < hi; i++)
             j->y[i] = tanhf(j->x[i]);
+        break;
+    default: /* hy_act's */
         break;
     }
 }
