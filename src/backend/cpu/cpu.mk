@@ -64,7 +64,7 @@ if HY_AVX512
 libhy_a_SOURCES += src/backend/cpu/attn_avx512.c
 noinst_LIBRARIES += libhy_quant_avx512.a libhy_gdn_avx512.a libhy_ssd_avx512.a
 # the float-weight GEMM (prefill) is AVX-512 code: built with the quant flags
-libhy_quant_avx512_a_SOURCES = src/backend/cpu/quant_avx512.c \
+libhy_quant_avx512_a_SOURCES = src/backend/cpu/quant_avx512.c src/backend/cpu/qmm_avx512.c \
 	src/backend/cpu/gemm_avx512.c src/backend/cpu/gemm_avx512.h src/backend/cpu/x86_transpose.h
 libhy_quant_avx512_a_CFLAGS = $(AM_CFLAGS) -ffp-contract=off -mavx2 -mfma -mf16c \
 	-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni

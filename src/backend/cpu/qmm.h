@@ -90,7 +90,9 @@ void hy_qmm_avx2_from_float_q16(const float *x, void *y, int64_t n);
     void hy_qmm_ref_tile_##name(int64_t n, float *s, size_t ss, const void *w,    \
                                 size_t ws, int nw, const void *x, size_t xs, int nx); \
     void hy_qmm_avx2_tile_##name(int64_t n, float *s, size_t ss, const void *w,   \
-                                 size_t ws, int nw, const void *x, size_t xs, int nx);
+                                 size_t ws, int nw, const void *x, size_t xs, int nx); \
+    void hy_qmm_avx512_tile_##name(int64_t n, float *s, size_t ss, const void *w, \
+                                   size_t ws, int nw, const void *x, size_t xs, int nx);
 HY_QMM_DECLARE(q4_0)
 HY_QMM_DECLARE(q4_1)
 HY_QMM_DECLARE(q8_0)
@@ -112,9 +114,10 @@ HY_QMM_DECLARE(iq4_xs)
     {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_##name, to_float}, \
      hy_qmm_avx2_tile_##name}
 
-/* The entries the AVX2 and AVX-512 tables share: every type qmm_avx2.c
- * serves at both levels (Q4_0/Q4_1/Q8_0 differ: AVX-512 has its own). */
-#define HY_QMM_ENTRIES_AVX2_SHARED                                                 \
+/* The entries of every type qmm_avx2.c serves at the AVX2 level and, built
+ * again as qmm_avx512.c, at the AVX-512 level (Q4_0/Q4_1/Q8_0 are not
+ * here: AVX-512 has its own, quant_avx512.c). */
+#define HY_QMM_ENTRIES_AVX2                                                        \
     [HY_DTYPE_Q4_K] = HY_QMM_ENTRY_AVX2(q4_k, hy_quant_ref_to_float_q4_k),         \
     [HY_DTYPE_Q5_K] = HY_QMM_ENTRY_AVX2(q5_k, hy_quant_ref_to_float_q5_k),         \
     [HY_DTYPE_Q6_K] = HY_QMM_ENTRY_AVX2(q6_k, hy_quant_ref_to_float_q6_k),         \
@@ -124,5 +127,18 @@ HY_QMM_DECLARE(iq4_xs)
     [HY_DTYPE_Q2_K] = HY_QMM_ENTRY_AVX2(q2_k, hy_quant_ref_to_float_q2_k),         \
     [HY_DTYPE_Q3_K] = HY_QMM_ENTRY_AVX2(q3_k, hy_quant_ref_to_float_q3_k),         \
     [HY_DTYPE_IQ4_XS] = HY_QMM_ENTRY_AVX2(iq4_xs, hy_quant_ref_to_float_iq4_xs)
+#define HY_QMM_ENTRY_AVX512(name, to_float)                                    \
+    {{HY_DTYPE_Q16, hy_qmm_avx2_from_float_q16, hy_qmm_ref_dot_##name, to_float}, \
+     hy_qmm_avx512_tile_##name}
+#define HY_QMM_ENTRIES_AVX512                                                  \
+    [HY_DTYPE_Q4_K] = HY_QMM_ENTRY_AVX512(q4_k, hy_quant_ref_to_float_q4_k),   \
+    [HY_DTYPE_Q5_K] = HY_QMM_ENTRY_AVX512(q5_k, hy_quant_ref_to_float_q5_k),   \
+    [HY_DTYPE_Q6_K] = HY_QMM_ENTRY_AVX512(q6_k, hy_quant_ref_to_float_q6_k),   \
+    [HY_DTYPE_Q5_0] = HY_QMM_ENTRY_AVX512(q5_0, hy_quant_ref_to_float_q5_0),   \
+    [HY_DTYPE_Q5_1] = HY_QMM_ENTRY_AVX512(q5_1, hy_quant_ref_to_float_q5_1),   \
+    [HY_DTYPE_IQ4_NL] = HY_QMM_ENTRY_AVX512(iq4_nl, hy_quant_ref_to_float_iq4_nl), \
+    [HY_DTYPE_Q2_K] = HY_QMM_ENTRY_AVX512(q2_k, hy_quant_ref_to_float_q2_k),   \
+    [HY_DTYPE_Q3_K] = HY_QMM_ENTRY_AVX512(q3_k, hy_quant_ref_to_float_q3_k),   \
+    [HY_DTYPE_IQ4_XS] = HY_QMM_ENTRY_AVX512(iq4_xs, hy_quant_ref_to_float_iq4_xs)
 
 #endif

@@ -33,12 +33,29 @@
 
 #define HY_Q2_INLINE static inline __attribute__((always_inline))
 
+/* qmm_avx512.c builds this file again for the AVX-512 level (its flags add
+ * AVX-512 F/BW/VL/DQ/VNNI): the same extractors and decoders, and a panel
+ * kernel with 16 rows per zmm and vpdpwssd (hy_q2_compute). */
+#ifdef HY_Q2_AVX512
+#define HY_Q2_PREFIX hy_qmm_avx512_
+#else
+#define HY_Q2_PREFIX hy_qmm_avx2_
+#endif
+#define HY_Q2_CAT2(a, b) a##b
+#define HY_Q2_CAT(a, b) HY_Q2_CAT2(a, b)
+#define HY_Q2_SYM(x) HY_Q2_CAT(HY_Q2_PREFIX, x)
+
 /* Blocks per panel: 12 x 1152 bytes stay in L1 next to the tokens' rows. */
 #define HY_Q2_KB 12
 /* Token rows whose sums one tile call keeps (acc and mac: 8 KB). */
 #define HY_Q2_CT 64
-/* Token rows per pass of the compute kernel over the panel. */
+/* Token rows per pass of the compute kernel over the panel (AVX-512: one
+ * zmm sum per token, the broadcasts folded into vpdpwssd). */
+#ifdef HY_Q2_AVX512
+#define HY_Q2_C 8
+#else
 #define HY_Q2_C 5
+#endif
 /* Decode prefetch distance, in rows: two groups of 8 ahead (one left
  * latency exposed in bench_mm on a 262144-row matrix). */
 #define HY_Q2_PF_ROWS 16
@@ -46,7 +63,7 @@
 /* One 32-element block of 16 weight rows (two halves of 8) as the panel
  * kernel reads it. */
 typedef struct {
-    int32_t q[2][16][8];    /* [h][p][r]: row 8h+r's codes of slot pair p */
+    int32_t q[16][2][8];    /* [p][h][r]: row 8h+r's codes of slot pair p */
     float d[2][8], m[2][8]; /* D and M of each row */
     float m2[2][8];         /* HY_QMM_OFFSET16: M of elements 16..31 (m: 0..15) */
 } hy_q2_blk_t;
@@ -76,6 +93,7 @@ typedef struct {
 
 /* Same amax, d, 1/d, rounding, slot order and s association as the
  * reference, hence identical bytes. */
+#ifndef HY_Q2_AVX512 /* one quantizer serves both levels */
 void hy_qmm_avx2_from_float_q16(const float *x, void *vy, int64_t n)
 {
     hy_block_q16_t *y = vy;
@@ -117,6 +135,7 @@ void hy_qmm_avx2_from_float_q16(const float *x, void *vy, int64_t n)
         y[i].s = _mm_cvtss_f32(s);
     }
 }
+#endif
 
 /* ---- getting 8 rows into the lanes ---- */
 
@@ -1072,7 +1091,7 @@ HY_Q2_INLINE void hy_q2_store(const hy_q2_regs_t *g, hy_q2_blk_t *p, int h, cons
 {
 #pragma GCC unroll 16
     for (int k = 0; k < 16; k++)
-        _mm256_store_si256((__m256i *)p->q[h][k], g->pv[k]);
+        _mm256_store_si256((__m256i *)p->q[k][h], g->pv[k]);
     _mm256_store_ps(p->d[h], g->d);
     _mm256_store_ps(p->m[h], g->m);
     if (flags & HY_QMM_OFFSET16)
@@ -1117,7 +1136,7 @@ __attribute__((unused)) static void hy_q2_unpack_decode(const hy_qmm_type_t *ty,
                 sl[hy_qmm_slot(j)] = c[j];
 #pragma GCC unroll 16
             for (int k = 0; k < 16; k++)
-                p->q[h][k][r] = (int32_t)((uint32_t)(uint16_t)sl[2 * k] |
+                p->q[k][h][r] = (int32_t)((uint32_t)(uint16_t)sl[2 * k] |
                                           (uint32_t)(uint16_t)sl[2 * k + 1] << 16);
             p->d[h][r] = D;
             p->m[h][r] = M[0];
@@ -1125,6 +1144,70 @@ __attribute__((unused)) static void hy_q2_unpack_decode(const hy_qmm_type_t *ty,
         }
 }
 
+#ifdef HY_Q2_AVX512
+/* acc/mac[c*16 + row] (c < C, 16 rows) += the contract's terms of nb panel
+ * blocks against C token rows x + c*xs (Q16 rows, already at the panel's
+ * first block): the AVX2 kernel below with both row halves in one zmm
+ * (the panel keeps a pair's 16 rows together) and vpdpwssd adding each
+ * pair's two products to the sum in one instruction, the token's pair
+ * broadcast from memory into it.  The integer sums are the same exact
+ * int32 and every float step the same per lane, so the two levels agree
+ * bit for bit (test_qmm compares them). */
+HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
+                                float *acc, float *mac, const int C, const int flags)
+{
+    for (int64_t b = 0; b < nb; b++, pb++) {
+        const hy_block_q16_t *xb[HY_Q2_C];
+        __m512i P[HY_Q2_C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
+            P[c] = _mm512_setzero_si512();
+        }
+        const __m512 D = _mm512_load_ps(pb->d[0]);
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            if ((flags & HY_QMM_CHUNK16) && k == 8) {
+#pragma GCC unroll 8
+                for (int c = 0; c < C; c++) {
+                    float *a = acc + 16 * c;
+                    _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[c]),
+                                                       _mm512_mul_ps(D, _mm512_set1_ps(xb[c]->d)),
+                                                       _mm512_load_ps(a)));
+                    P[c] = _mm512_setzero_si512();
+                }
+            }
+            const __m512i w = _mm512_load_si512(pb->q[k]);
+#pragma GCC unroll 8
+            for (int c = 0; c < C; c++) {
+                int32_t t;
+                memcpy(&t, xb[c]->v + 2 * k, 4);
+                P[c] = _mm512_dpwssd_epi32(P[c], w, _mm512_set1_epi32(t));
+            }
+        }
+        const __m512 M = _mm512_load_ps(pb->m[0]);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            float *a = acc + 16 * c;
+            _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[c]),
+                                               _mm512_mul_ps(D, _mm512_set1_ps(xb[c]->d)),
+                                               _mm512_load_ps(a)));
+            if (flags & HY_QMM_OFFSET) {
+                float *m = mac + 16 * c;
+                _mm512_store_ps(m, _mm512_fmadd_ps(M, _mm512_set1_ps(xb[c]->s), _mm512_load_ps(m)));
+            }
+            if (flags & HY_QMM_OFFSET16) {
+                const __m128 u = hy_q2_halfsums(xb[c]);
+                float *m = mac + 16 * c;
+                _mm512_store_ps(m, _mm512_fmadd_ps(_mm512_load_ps(pb->m2[0]),
+                                                   _mm512_broadcastss_ps(_mm_movehdup_ps(u)),
+                                                   _mm512_fmadd_ps(M, _mm512_broadcastss_ps(u),
+                                                                   _mm512_load_ps(m))));
+            }
+        }
+    }
+}
+#else
 /* acc/mac[c*16 + row] (c < C, 16 rows) += the contract's terms of nb panel
  * blocks against C token rows x + c*xs (Q16 rows, already at the panel's
  * first block).  Each broadcast pair feeds both halves of the row group:
@@ -1158,8 +1241,8 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
                     P0[c] = P1[c] = _mm256_setzero_si256();
                 }
             }
-            const __m256i w0 = _mm256_load_si256((const __m256i *)pb->q[0][k]);
-            const __m256i w1 = _mm256_load_si256((const __m256i *)pb->q[1][k]);
+            const __m256i w0 = _mm256_load_si256((const __m256i *)pb->q[k][0]);
+            const __m256i w1 = _mm256_load_si256((const __m256i *)pb->q[k][1]);
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++) {
                 const __m256i bc = hy_q2_bcast(xb[c]->v + 2 * k);
@@ -1200,6 +1283,16 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
     }
 }
 
+#endif
+
+#if HY_Q2_C == 8
+#define HY_Q2_RUN_WIDE(flags)                                                      \
+    case 5: hy_q2_compute(pb, nb, x, xs, acc, mac, 5, flags); break;              \
+    case 6: hy_q2_compute(pb, nb, x, xs, acc, mac, 6, flags); break;              \
+    case 7: hy_q2_compute(pb, nb, x, xs, acc, mac, 7, flags); break;
+#else
+#define HY_Q2_RUN_WIDE(flags)
+#endif
 #define HY_Q2_RUN(name, flags)                                                     \
     static void hy_q2_run_##name(int c, const hy_q2_blk_t *pb, int64_t nb,        \
                                  const char *x, size_t xs, float *acc, float *mac) \
@@ -1209,6 +1302,7 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
         case 2: hy_q2_compute(pb, nb, x, xs, acc, mac, 2, flags); break;          \
         case 3: hy_q2_compute(pb, nb, x, xs, acc, mac, 3, flags); break;          \
         case 4: hy_q2_compute(pb, nb, x, xs, acc, mac, 4, flags); break;          \
+        HY_Q2_RUN_WIDE(flags)                                                      \
         default: hy_q2_compute(pb, nb, x, xs, acc, mac, HY_Q2_C, flags); break;    \
         }                                                                          \
     }
@@ -1216,7 +1310,7 @@ HY_Q2_RUN(plain, 0)
 HY_Q2_RUN(offset, HY_QMM_OFFSET)
 HY_Q2_RUN(chunk16, HY_QMM_CHUNK16)
 HY_Q2_RUN(offset16, HY_QMM_OFFSET16)
-_Static_assert(HY_Q2_C == 5, "hy_q2_run instantiates 1..5 tokens");
+_Static_assert(HY_Q2_C == 5 || HY_Q2_C == 8, "hy_q2_run instantiates 1..HY_Q2_C tokens");
 
 typedef void (*hy_q2_run_fn)(int c, const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
                              float *acc, float *mac);
@@ -1254,9 +1348,9 @@ static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_de
                              : (ty->flags & HY_QMM_OFFSET16) ? hy_q2_run_offset16
                              : (ty->flags & HY_QMM_CHUNK16)  ? hy_q2_run_chunk16
                                                              : hy_q2_run_plain;
-    hy_q2_blk_t panel[HY_Q2_KB] __attribute__((aligned(32)));
-    float acc[HY_Q2_CT * 16] __attribute__((aligned(32)));
-    float mac[HY_Q2_CT * 16] __attribute__((aligned(32)));
+    hy_q2_blk_t panel[HY_Q2_KB] __attribute__((aligned(64)));
+    float acc[HY_Q2_CT * 16] __attribute__((aligned(64)));
+    float mac[HY_Q2_CT * 16] __attribute__((aligned(64)));
 
     if (nx == 1 && dec) {
         hy_q2_tile_one(dec, nb, s, w, ws, nw, (const hy_block_q16_t *)x);
@@ -1295,8 +1389,8 @@ static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_de
 }
 
 #define HY_Q2_TILE(name, t, unpacker, dec)                                         \
-    void hy_qmm_avx2_tile_##name(int64_t n, float *s, size_t ss, const void *w,   \
-                                 size_t ws, int nw, const void *x, size_t xs, int nx) \
+    void HY_Q2_SYM(tile_##name)(int64_t n, float *s, size_t ss, const void *w,    \
+                                size_t ws, int nw, const void *x, size_t xs, int nx) \
     {                                                                              \
         hy_q2_tile(hy_qmm_type(t), unpacker, dec, n, s, ss, w, ws, nw, x, xs, nx); \
     }

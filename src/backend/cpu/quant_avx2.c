@@ -376,7 +376,7 @@ const hy_quant_kernels_t hy_quant_avx2_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_Q4_0] = HY_QMM_ENTRY_AVX2(q4_0, hy_qx_to_float_q4_0),
     [HY_DTYPE_Q4_1] = HY_QMM_ENTRY_AVX2(q4_1, hy_qx_to_float_q4_1),
     [HY_DTYPE_Q8_0] = HY_QMM_ENTRY_AVX2(q8_0, hy_qx_to_float_q8_0),
-    HY_QMM_ENTRIES_AVX2_SHARED,
+    HY_QMM_ENTRIES_AVX2,
 };
 /* ggml's single-level partners (hy_quant_traits_q8) */
 const hy_quant_kernels_t hy_quant_avx2_kernels_q8[HY_DTYPE_COUNT] = {

@@ -11,7 +11,8 @@
  * the lanes instead (hy_a5t_*: one exact int32 sum per block and row).
  * Decode tiles prefetch 16 rows ahead (HY_A5_PF_ROWS).  The
  * other quantized types (the K-quants, Q5_0, Q5_1, IQ4_NL, IQ4_XS) take the
- * AVX2 level's qmm kernels (qmm_avx2.c) over Q16, and ggml's single-level
+ * qmm kernels over Q16 (qmm_avx2.c built for this level as qmm_avx512.c),
+ * and ggml's single-level
  * partners quant_x86.h's 256-bit kernels rebuilt here with VNNI and EVEX.
  * F32/F16/BF16 weights are multiplied by gemm_avx512.c at any batch size;
  * their vec_dot here is the GEMM's per-output FMA chain.
@@ -687,11 +688,10 @@ const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
                         hy_qx_to_float_q4_1}, hy_a5_tile_q4_1_2l},
     [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a5_dot_q8_0_2l,
                         hy_qx_to_float_q8_0}, hy_a5_tile_q8_0_2l},
-    /* the other quantized types: the AVX2 level's qmm kernels (qmm_avx2.c,
-     * AVX2 code that every AVX-512 CPU runs): one kernel for any number of
-     * tokens, where the 256-bit K-quant dots here went row by row, token by
-     * token */
-    HY_QMM_ENTRIES_AVX2_SHARED,
+    /* the other quantized types: the AVX2 level's qmm kernels built again
+     * with AVX-512 (qmm_avx512.c: 16 rows per zmm in the many-token
+     * kernel), the AVX2 level's bits */
+    HY_QMM_ENTRIES_AVX512,
 };
 /* ggml's single-level partners (hy_quant_traits_q8) */
 const hy_quant_kernels_t hy_quant_avx512_kernels_q8[HY_DTYPE_COUNT] = {
