@@ -1382,7 +1382,16 @@ static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_de
                     for (int h = 0; h < 16; h += 8)
                         _mm256_store_ps(o + h, _mm256_add_ps(_mm256_load_ps(o + h),
                                                              _mm256_load_ps(mac + c * 16 + h)));
-                memcpy(s + (size_t)(c0 + c) * ss + r0, o + lane0, sizeof(float) * (size_t)nst);
+                float *d = s + (size_t)(c0 + c) * ss + r0;
+                /* the output rows are far apart (a token's row of the
+                 * result): plain stores, where memcpy's rep movs stalled on
+                 * each row's first touch */
+                if (nst == 16) {
+                    _mm256_storeu_ps(d, _mm256_load_ps(o));
+                    _mm256_storeu_ps(d + 8, _mm256_load_ps(o + 8));
+                } else {
+                    memcpy(d, o + lane0, sizeof(float) * (size_t)nst);
+                }
             }
         }
     }
