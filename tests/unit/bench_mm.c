@@ -77,6 +77,45 @@ __attribute__((target("avx2,fma"))) static double measure_fma(double hz)
     }
     return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / hz;
 }
+
+#define HY_B_ZREGS(v) "+v"(v##0), "+v"(v##1), "+v"(v##2), "+v"(v##3), "+v"(v##4), \
+    "+v"(v##5), "+v"(v##6), "+v"(v##7), "+v"(v##8), "+v"(v##9)
+
+/* The AVX-512 level's bounds: vpdpwssd zmm (32 int16 products, the Q16
+ * kernels' instruction there) and vfmadd zmm, issued per cycle. */
+__attribute__((target("avx512f,avx512vnni"))) static double measure_dpwssd512(double hz)
+{
+    const long n = 20000000;
+    __m512i w = _mm512_set1_epi16(3);
+#define D(k) __m512i a##k = _mm512_set1_epi32(k + 1);
+    HY_B_R10(D)
+#undef D
+    double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
+    for (long i = 0; i < n; i++) {
+#define M(k) a##k = _mm512_dpwssd_epi32(a##k, w, w);
+        HY_B_R10(M)
+#undef M
+        __asm__ volatile("" : HY_B_ZREGS(a));
+    }
+    return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / hz;
+}
+
+__attribute__((target("avx512f"))) static double measure_fma512(double hz)
+{
+    const long n = 20000000;
+    __m512 m = _mm512_set1_ps(1.0001f), c = _mm512_set1_ps(0.999f);
+#define D(k) __m512 f##k = _mm512_set1_ps((float)k);
+    HY_B_R10(D)
+#undef D
+    double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
+    for (long i = 0; i < n; i++) {
+#define M(k) f##k = _mm512_fmadd_ps(f##k, m, c);
+        HY_B_R10(M)
+#undef M
+        __asm__ volatile("" : HY_B_ZREGS(f));
+    }
+    return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / hz;
+}
 #endif
 
 int main(int argc, char **argv)
@@ -104,17 +143,25 @@ int main(int argc, char **argv)
 #if defined(__x86_64__) && defined(__GNUC__)
     hz = measure_hz();
     if (isa >= HY_ISA_AVX2) {
-        madd = measure_madd(hz);
-        fma = measure_fma(hz);
-        /* int16 kernels: 16 products per vpmaddwd; float: 8 per vfmadd */
-        peak_int = madd * 16 * 2 * hz / 1e9;
+        /* int16 kernels: 16 products per vpmaddwd ymm (AVX2), 32 per
+         * vpdpwssd zmm (AVX-512, where Q8_2L's two vpdpbusd per 64 bytes
+         * come to the same rate); float: 8 or 16 per vfmadd */
+        if (isa == HY_ISA_AVX512) {
+            madd = measure_dpwssd512(hz);
+            fma = measure_fma512(hz);
+        } else {
+            madd = measure_madd(hz);
+            fma = measure_fma(hz);
+        }
+        peak_int = madd * (isa == HY_ISA_AVX512 ? 32 : 16) * 2 * hz / 1e9;
         peak_f = fma * (isa == HY_ISA_AVX512 ? 16 : 8) * 2 * hz / 1e9;
-        if (isa == HY_ISA_AVX512)
-            printf("# note: the AVX-512 peaks assume zmm issue = ymm issue (not measured)\n");
     }
 #endif
-    printf("# %s, clock %.2f GHz (dependent adds), vpmaddwd %.2f/cycle, vfmadd %.2f/cycle\n",
-           hy_isa_name(isa), hz / 1e9, madd, fma);
+    /* the rates per cycle assume the add chain's clock; the peaks are
+     * instructions per second whatever that clock reads */
+    printf("# %s, clock %.2f GHz (dependent adds), %s %.2f/cycle, vfmadd %s %.2f/cycle\n",
+           hy_isa_name(isa), hz / 1e9, isa == HY_ISA_AVX512 ? "vpdpwssd zmm" : "vpmaddwd ymm",
+           madd, isa == HY_ISA_AVX512 ? "zmm" : "ymm", fma);
     printf("# peak per core: int16 products %.1f GFLOP/s, float %.1f GFLOP/s\n", peak_int,
            peak_f);
     printf("# %d rows x %d (K-quants: x %d), one thread; GFLOP/s (%% of the peak of the "
