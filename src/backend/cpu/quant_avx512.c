@@ -1,21 +1,19 @@
 /*
  * quant_avx512.c - AVX-512 (F/BW/VL/DQ + VNNI) kernels, compiled with those
- * flags in their own convenience library.  Q4_0/Q4_1/Q8_0 get 512-bit
- * kernels: two 32-element blocks per zmm, VNNI dpbusd for the integer dot,
- * register-blocked 4 weight rows x 4 activation rows (8 x 1 for decode
- * over Q8_2L); vec_dot is the 1x1 instance of the same code, and every
- * instance does the same float operations per output, so results do not
- * depend on the batch.  Each exists for the default two-level Q8_2L
- * activations (two dpbusd per block pair) and for ggml's Q8_0/Q8_1, except
- * Q4_1 over Q8_2L (SmolLM2's weights), which puts 16 weight rows across
- * the lanes instead (hy_a5t_*: one exact int32 sum per block and row).
- * Decode tiles prefetch 16 rows ahead (HY_A5_PF_ROWS).  The
- * other quantized types (the K-quants, Q5_0, Q5_1, IQ4_NL, IQ4_XS) take the
- * qmm kernels over Q16 (qmm_avx2.c built for this level as qmm_avx512.c),
- * and ggml's single-level
- * partners quant_x86.h's 256-bit kernels rebuilt here with VNNI and EVEX.
- * F32/F16/BF16 weights are multiplied by gemm_avx512.c at any batch size;
- * their vec_dot here is the GEMM's per-output FMA chain.
+ * flags in their own convenience library.  Q4_1 over the two-level Q8_2L
+ * activations (SmolLM2's weights) puts 16 weight rows across the lanes
+ * (hy_a5t_*: one exact int32 sum per block and row, VNNI dpbusd, two per
+ * block for the two planes; decode tiles prefetch 16 rows ahead,
+ * HY_A5_PF_ROWS).  ggml's single-level Q8_0/Q8_1 partners of Q4_0/Q4_1/
+ * Q8_0 are 512-bit tiles with two 32-element blocks per zmm, register-
+ * blocked 4 weight rows x 4 activation rows, vec_dot the 1x1 instance of
+ * the same code; the K-quant partners are quant_x86.h's 256-bit kernels
+ * rebuilt here with VNNI and EVEX.  Every other quantized type, Q4_0 and
+ * Q8_0 included, takes the qmm kernels over Q16 (qmm_avx2.c built for this
+ * level as qmm_avx512.c: 16 rows per zmm and vpdpwssd in prefill, 3x the
+ * two-level Q8_0 tile's rate from 16 tokens).  F32/F16/BF16 weights are
+ * multiplied by gemm_avx512.c at any batch size; their vec_dot here is the
+ * GEMM's per-output FMA chain.
  */
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -44,14 +42,6 @@ HY_QX_INLINE __m512i hy_a5_nibbles2(const uint8_t *qs0, const uint8_t *qs1)
         _mm_loadu_si128((const __m128i *)qs1));
     const __m512i sh = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
     return _mm512_and_si512(_mm512_srlv_epi64(v, sh), _mm512_set1_epi8(0x0F));
-}
-
-/* Per-lane x << 8 for |x| < 2^23 as a byte shuffle (port 5, where the
- * shift would compete with dpbusd and the convert for port 0). */
-HY_QX_INLINE __m512i hy_a5_shl8(__m512i x)
-{
-    const __m512i idx = _mm512_set4_epi32(0x0E0D0C80, 0x0A090880, 0x06050480, 0x02010080);
-    return _mm512_shuffle_epi8(x, idx);
 }
 
 /* Weight blocks ib and ib+1 (ib+1 only if two; else zeros) as the unsigned
@@ -211,126 +201,6 @@ HY_A5_KERNELS(q4_0, HY_A5_Q4_0)
 HY_A5_KERNELS(q4_1, HY_A5_Q4_1)
 HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
 
-/* ---- the same tiles over two-level activations (Q8_2L) ---- */
-
-/* Activation blocks ib, ib+1 (zeros if !two): hi and lo planes of both,
- * scales, float sums, and Q4_0's -8*sum(v) in lanes 0 and 8. */
-HY_QX_INLINE void hy_a5l_xload(int kind, const char *x, int64_t ib, int two, __m512i *h,
-                               __m512i *l, __m512 *dv, float *s0, float *s1, __m512i *corr)
-{
-    const hy_block_q8_2l_t *b = (const hy_block_q8_2l_t *)x + ib;
-    __m256i z = _mm256_setzero_si256();
-    *h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].hi)),
-                            two ? _mm256_loadu_si256((const __m256i *)b[1].hi) : z, 1);
-    *l = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].lo)),
-                            two ? _mm256_loadu_si256((const __m256i *)b[1].lo) : z, 1);
-    *dv = hy_a5_pair_ps(b[0].d, two ? b[1].d : 0.0f);
-    *s0 = b[0].s;
-    *s1 = two ? b[1].s : 0.0f;
-    *corr = _mm512_setzero_si512();
-    if (kind == HY_A5_Q4_0) {
-        *corr = _mm512_mask_set1_epi32(*corr, 0x0001, -8 * b[0].vsum);
-        if (two)
-            *corr = _mm512_mask_set1_epi32(*corr, 0x0100, -8 * b[1].vsum);
-    }
-}
-
-/* One step over block pair (ib, ib+1): per weight row two dpbusd (hi, lo
- * plane), joined as 255*hi + lo in int32 (|lane| <= 4*128*32512 < 2^24:
- * the float conversion is exact).  Q8_0 weights are signed: their sign
- * moves onto the activations (masked negate) so dpbusd sees |w|. */
-HY_QX_INLINE void hy_a5l_step(int kind, int64_t ib, int two, const char *w, size_t ws,
-                              const char *x, size_t xs, const int RW, const int RX,
-                              __m512 acc[8][4], __m256 msum[4])
-{
-    __m512i wq[8], c128[8];
-    __m512 dw[8];
-    __m128 ds[8];
-    __mmask64 neg[8];
-    float mw0[8] = {0}, mw1[8] = {0};
-    /* the fast path: full pairs of Q8_0, scales as one xmm per row (d0 in
-     * lane 0, d1 in lane 2), by the +128 offset below.  (Q4_1 takes
-     * hy_a5t_kernel; these steps serve Q4_0 and Q8_0.) */
-    const int fast = two && kind == HY_A5_Q8_0;
-    const __m512i idx02 = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
-
-    if (fast) {
-#pragma GCC unroll 8
-        for (int r = 0; r < RW; r++) {
-            const hy_block_q8_0_t *b = (const hy_block_q8_0_t *)(w + r * ws) + ib;
-            wq[r] = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].qs)),
-                _mm256_loadu_si256((const __m256i *)b[1].qs), 1);
-            ds[r] = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(b[0].d), b[1].d, 2));
-            dw[r] = _mm512_permutexvar_ps(idx02, _mm512_castps128_ps512(ds[r]));
-            /* 128*sum(w) per 4 bytes: removes the +128 of the activations */
-            c128[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80),
-                                          wq[r]);
-        }
-    } else {
-#pragma GCC unroll 8
-    for (int r = 0; r < RW; r++) {
-        if (kind == HY_A5_Q8_0) {
-            const hy_block_q8_0_t *b = (const hy_block_q8_0_t *)(w + r * ws) + ib;
-            __m256i lo = _mm256_loadu_si256((const __m256i *)b[0].qs);
-            __m256i hi = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256();
-            __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-            dw[r] = hy_a5_pair_ps(hy_qx_h2f(b[0].d), two ? hy_qx_h2f(b[1].d) : 0.0f);
-            neg[r] = _mm512_movepi8_mask(q);
-            wq[r] = _mm512_abs_epi8(q);
-        } else {
-            wq[r] = hy_a5_wload(kind, w + r * ws, ib, two, &dw[r], &mw0[r], &mw1[r]);
-        }
-    }
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < RX; c++) {
-        __m512 dx;
-        __m512i xh, xl, corr;
-        float s0, s1;
-        hy_a5l_xload(kind, x + c * xs, ib, two, &xh, &xl, &dx, &s0, &s1, &corr);
-        /* the activation scales as [dx0, dx0, dx1, dx1]: with one token the
-         * d_w*d_x products are formed in an xmm (port 1 helps) before the
-         * broadcast; the same two floats are multiplied either way */
-        const __m128 dxq = _mm_blend_ps(_mm512_castps512_ps128(dx),
-                                        _mm512_extractf32x4_ps(dx, 2), 0xC);
-        if (fast && kind == HY_A5_Q8_0) {
-            /* Q8_0 weights as the signed operand, activations + 128 as the
-             * unsigned one: 255*(ph + 128 sw) + (pl + 128 sw) - 256*128 sw
-             * = 255*ph + pl, the same int32 as the sign-moving path */
-            xh = _mm512_xor_si512(xh, _mm512_set1_epi8((char)0x80));
-            xl = _mm512_xor_si512(xl, _mm512_set1_epi8((char)0x80));
-        }
-#pragma GCC unroll 8
-        for (int r = 0; r < RW; r++) {
-            __m512i h = xh, l = xl, t, p;
-            if (fast && kind == HY_A5_Q8_0) {
-                __m512i ph = _mm512_dpbusd_epi32(_mm512_setzero_si512(), h, wq[r]);
-                /* |ph - c128| = |sum h*w| <= 4*127*128 < 2^23 */
-                t = _mm512_sub_epi32(hy_a5_shl8(_mm512_sub_epi32(ph, c128[r])), ph);
-                p = _mm512_dpbusd_epi32(t, l, wq[r]);
-            } else {
-                if (kind == HY_A5_Q8_0) {
-                    h = _mm512_mask_sub_epi8(xh, neg[r], _mm512_setzero_si512(), xh);
-                    l = _mm512_mask_sub_epi8(xl, neg[r], _mm512_setzero_si512(), xl);
-                }
-                __m512i ph = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[r], h);
-                /* |ph| <= 4*240*127 < 2^23 */
-                t = _mm512_sub_epi32(fast ? hy_a5_shl8(ph) : _mm512_slli_epi32(ph, 8), ph);
-                if (kind == HY_A5_Q4_0)
-                    t = _mm512_add_epi32(t, corr);
-                p = _mm512_dpbusd_epi32(t, wq[r], l);
-            }
-            __m512 sc;
-            if (fast && RX == 1 && kind == HY_A5_Q8_0)
-                sc = _mm512_permutexvar_ps(idx02, _mm512_castps128_ps512(_mm_mul_ps(ds[r], dxq)));
-            else
-                sc = _mm512_mul_ps(dw[r], dx);
-            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[r][c]);
-        }
-    }
-}
-
 /* Software prefetch for decode, in weight rows ahead of the row being
  * read.  A decode pass walks 8 consecutive rows side by side, a block pair
  * at a time, so the hardware streamers see 8 interleaved short streams and
@@ -341,97 +211,6 @@ HY_QX_INLINE void hy_a5l_step(int kind, int64_t ib, int two, const char *w, size
  * inside L1 + L2.  8..32 measured the same; prefetches past the end of the
  * matrix are harmless (prefetch never faults). */
 #define HY_A5_PF_ROWS 16
-
-HY_QX_INLINE void hy_a5l_tile_kernel(int kind, int64_t nb, float *s, size_t ss,
-                                     const char *w, size_t ws, const char *x,
-                                     size_t xs, const int RW, const int RX)
-{
-    __m512 acc[8][4];
-    __m256 msum[4];
-    int64_t ib = 0;
-
-#pragma GCC unroll 4
-    for (int c = 0; c < RX; c++) {
-        msum[c] = _mm256_setzero_ps();
-#pragma GCC unroll 8
-        for (int r = 0; r < RW; r++)
-            acc[r][c] = _mm512_setzero_ps();
-    }
-    const size_t bsz = kind == HY_A5_Q8_0   ? sizeof(hy_block_q8_0_t)
-                       : kind == HY_A5_Q4_1 ? sizeof(hy_block_q4_1_t)
-                                            : sizeof(hy_block_q4_0_t);
-    const size_t pf = (size_t)HY_A5_PF_ROWS * ws;
-    for (; ib + 2 <= nb; ib += 2) {
-        if (RX == 1 && pf) { /* decode tiles; not vec_dot (ws = 0) */
-#pragma GCC unroll 8
-            for (int r = 0; r < RW; r++)
-                _mm_prefetch(w + r * ws + (size_t)ib * bsz + pf, _MM_HINT_T0);
-        }
-        hy_a5l_step(kind, ib, 1, w, ws, x, xs, RW, RX, acc, msum);
-    }
-    if (ib < nb)
-        hy_a5l_step(kind, ib, 0, w, ws, x, xs, RW, RX, acc, msum);
-#pragma GCC unroll 4
-    for (int c = 0; c < RX; c++) {
-        float mm[8];
-        _mm256_storeu_ps(mm, msum[c]);
-#pragma GCC unroll 8
-        for (int r = 0; r < RW; r++)
-            s[c * ss + r] = _mm512_reduce_add_ps(acc[r][c]) + (kind == HY_A5_Q4_1 ? mm[r] : 0.0f);
-    }
-}
-
-#define HY_A5L_CASE(rw, rx)                                                        \
-    case (rw) * 8 + (rx):                                                          \
-        hy_a5l_tile_kernel(kind, nb, sp, ss, wp, ws, xp, xs, rw, rx);              \
-        break;
-
-HY_QX_INLINE void hy_a5l_tile(int kind, int64_t n, float *s, size_t ss, const void *w,
-                              size_t ws, int nw, const void *x, size_t xs, int nx)
-{
-    int64_t nb = n / 32;
-    if (nx == 1) {
-        /* decode: 8 weight rows per pass over the one activation row, so
-         * its loads and Q4_1's m*s term are shared by twice the rows */
-        for (int r0 = 0; r0 < nw; r0 += 8) {
-            float *sp = s + r0;
-            const char *wp = (const char *)w + (size_t)r0 * ws;
-            const char *xp = (const char *)x;
-            switch (HY_MIN(8, nw - r0) * 8 + 1) {
-            HY_A5L_CASE(1, 1) HY_A5L_CASE(2, 1) HY_A5L_CASE(3, 1) HY_A5L_CASE(4, 1)
-            HY_A5L_CASE(5, 1) HY_A5L_CASE(6, 1) HY_A5L_CASE(7, 1) HY_A5L_CASE(8, 1)
-            }
-        }
-        return;
-    }
-    for (int r0 = 0; r0 < nw; r0 += 4) {
-        for (int c0 = 0; c0 < nx; c0 += 4) {
-            float *sp = s + (size_t)c0 * ss + r0;
-            const char *wp = (const char *)w + (size_t)r0 * ws;
-            const char *xp = (const char *)x + (size_t)c0 * xs;
-            switch (HY_MIN(4, nw - r0) * 8 + HY_MIN(4, nx - c0)) {
-            HY_A5L_CASE(1, 1) HY_A5L_CASE(1, 2) HY_A5L_CASE(1, 3) HY_A5L_CASE(1, 4)
-            HY_A5L_CASE(2, 1) HY_A5L_CASE(2, 2) HY_A5L_CASE(2, 3) HY_A5L_CASE(2, 4)
-            HY_A5L_CASE(3, 1) HY_A5L_CASE(3, 2) HY_A5L_CASE(3, 3) HY_A5L_CASE(3, 4)
-            HY_A5L_CASE(4, 1) HY_A5L_CASE(4, 2) HY_A5L_CASE(4, 3) HY_A5L_CASE(4, 4)
-            }
-        }
-    }
-}
-
-#define HY_A5L_KERNELS(name, kind)                                                 \
-    static void hy_a5_tile_##name##_2l(int64_t n, float *s, size_t ss, const void *w, \
-                                       size_t ws, int nw, const void *x, size_t xs, \
-                                       int nx)                                     \
-    {                                                                              \
-        hy_a5l_tile(kind, n, s, ss, w, ws, nw, x, xs, nx);                         \
-    }                                                                              \
-    static void hy_a5_dot_##name##_2l(int64_t n, float *s, const void *w, const void *x) \
-    {                                                                              \
-        hy_a5l_tile_kernel(kind, n / 32, s, 0, w, 0, x, 0, 1, 1);                  \
-    }
-HY_A5L_KERNELS(q4_0, HY_A5_Q4_0)
-HY_A5L_KERNELS(q8_0, HY_A5_Q8_0)
 
 /* ---- Q4_1 over Q8_2L: 16 weight rows across the lanes ----
  * The tiles above keep a block's 32 elements across the lanes of one row,
@@ -682,12 +461,10 @@ const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
                        hy_qx_to_float_f16}, hy_a5_tile_f16},
     [HY_DTYPE_BF16] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a5_dot_bf16,
                         hy_qx_to_float_bf16}, hy_a5_tile_bf16},
-    [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a5_dot_q4_0_2l,
-                        hy_qx_to_float_q4_0}, hy_a5_tile_q4_0_2l},
+    [HY_DTYPE_Q4_0] = HY_QMM_ENTRY_AVX512(q4_0, hy_qx_to_float_q4_0),
     [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a5_dot_q4_1_2l,
                         hy_qx_to_float_q4_1}, hy_a5_tile_q4_1_2l},
-    [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q8_2L, hy_qx_from_float_q8_2l, hy_a5_dot_q8_0_2l,
-                        hy_qx_to_float_q8_0}, hy_a5_tile_q8_0_2l},
+    [HY_DTYPE_Q8_0] = HY_QMM_ENTRY_AVX512(q8_0, hy_qx_to_float_q8_0),
     /* the other quantized types: the AVX2 level's qmm kernels built again
      * with AVX-512 (qmm_avx512.c: 16 rows per zmm in the many-token
      * kernel), the AVX2 level's bits */
