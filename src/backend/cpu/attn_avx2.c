@@ -5,6 +5,7 @@
  * registers (12 accumulators, 3 loaded vectors and a broadcast: all 16 ymm).
  */
 #include "backend/cpu/attn_flash.h"
+#include "backend/cpu/x86_transpose.h"
 
 #include <math.h>
 
@@ -83,36 +84,11 @@ HY_AF_PRIM void hy_af_transpose(const float *src, size_t ss, float *dst, size_t 
     }
 }
 
-/* 8 rows of 8 halves at column d -> dst[c*ds + r] as floats: the 8 x 8
- * transpose on 16-bit words (128-bit registers), then one conversion per
- * output row, so decode's keys need no float copy to transpose from. */
+/* decode's keys straight from f16 pages (x86_transpose.h) */
 #define HY_AF_HAVE_TRANSPOSE_F16 1
 HY_AF_PRIM void hy_af_transpose_f16(const uint16_t *const rp[8], int32_t d, float *dst, size_t ds)
 {
-    __m128i r[8], a[8], b[8];
-#pragma GCC unroll 16
-    for (int i = 0; i < 8; i++)
-        r[i] = _mm_loadu_si128((const __m128i *)(rp[i] + d));
-#pragma GCC unroll 16
-    for (int i = 0; i < 4; i++) {
-        a[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
-        a[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
-    }
-    /* a[0]: columns 0-3 of rows 0,1; a[1]: columns 4-7; a[2], a[3]: rows 2,3 */
-#pragma GCC unroll 16
-    for (int i = 0; i < 2; i++) {
-        b[4 * i + 0] = _mm_unpacklo_epi32(a[4 * i + 0], a[4 * i + 2]);
-        b[4 * i + 1] = _mm_unpackhi_epi32(a[4 * i + 0], a[4 * i + 2]);
-        b[4 * i + 2] = _mm_unpacklo_epi32(a[4 * i + 1], a[4 * i + 3]);
-        b[4 * i + 3] = _mm_unpackhi_epi32(a[4 * i + 1], a[4 * i + 3]);
-    }
-    /* b[k] (rows 0-3) and b[4+k] (rows 4-7): columns 2k, 2k+1 */
-#pragma GCC unroll 16
-    for (int k = 0; k < 4; k++) {
-        _mm256_storeu_ps(dst + (2 * k) * ds, _mm256_cvtph_ps(_mm_unpacklo_epi64(b[k], b[4 + k])));
-        _mm256_storeu_ps(dst + (2 * k + 1) * ds,
-                         _mm256_cvtph_ps(_mm_unpackhi_epi64(b[k], b[4 + k])));
-    }
+    hy_x86_transpose8_f16(rp, d, dst, ds);
 }
 
 #include "backend/cpu/attn_flash_impl.h"

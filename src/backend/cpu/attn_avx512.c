@@ -11,7 +11,7 @@
 
 #if defined(__x86_64__) && HY_BUILD_AVX512
 #pragma GCC push_options
-#pragma GCC target("avx512f")
+#pragma GCC target("avx512f,f16c")
 
 #define HY_AF_W 16
 #define HY_AF_VMAX 3
@@ -68,6 +68,13 @@ HY_AF_PRIM void hy_af_transpose(const float *src, size_t ss, float *dst, size_t 
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
         _mm512_storeu_ps(dst + i * ds, r[i]);
+}
+
+/* decode's keys straight from f16 pages, as the AVX2 kernel */
+#define HY_AF_HAVE_TRANSPOSE_F16 1
+HY_AF_PRIM void hy_af_transpose_f16(const uint16_t *const rp[8], int32_t d, float *dst, size_t ds)
+{
+    hy_x86_transpose8_f16(rp, d, dst, ds);
 }
 
 #include "backend/cpu/attn_flash_impl.h"

@@ -419,9 +419,6 @@ void HY_AF_ENTRY(const hy_attn_flash_t *f, float *scratch)
  * changes no bit (barring sums that are exactly zero, whose sign could
  * differ). */
 
-/* Independent accumulators of the decode kernel's loops. */
-#define HY_AF_DEC_ACC 8
-
 static inline float hy_af_max_scalar(float a, float b)
 {
     return a > b ? a : b; /* maxps: b where either is NaN */
@@ -489,46 +486,70 @@ static void hy_af_decode_keys(const hy_attn_flash_t *f, int32_t lo, int32_t hi, 
     hy_af_transpose_keys(kr, hi - lo, f->hd, kt, blk);
 }
 
-/* acc[v] (v < cnt) = the chain fma(base[i*stride + v*W ...], coef[i], acc)
- * over i in [i0, i1), from zero: cnt <= 8 independent chains keep both FMA
- * ports busy through each one's latency.  Scores (rows of the transposed
- * keys times the query's d-th value) and value sums (value rows times the
- * keys' weights) are both this. */
-HY_AF_INLINE void hy_af_chains(const float *base, size_t stride, const float *coef, int i0,
-                               int i1, int cnt, hy_af_v acc[HY_AF_DEC_ACC])
+/* The key vectors [jb0, jb1) of the tile that keys [j0, j0+n) touch. */
+#define HY_AF_DEC_SPAN(j0, n, jb0, jb1)                                            \
+    const int jb0 = (j0) / HY_AF_W * HY_AF_W,                                      \
+              jb1 = ((j0) + (n) + HY_AF_W - 1) / HY_AF_W * HY_AF_W
+
+/* Queries of one token (heads of a KV group) that share a tile's keys and
+ * so take its pass together, and the accumulators such a pass keeps (half
+ * the vector registers). */
+#define HY_AF_DEC_G 4
+#define HY_AF_DEC_REGS (HY_AF_W >= 16 ? 16 : 8)
+
+/* The scores of g <= HY_AF_DEC_G queries over keys [j0, j0+n) of the
+ * transposed tile (positions relative to the tile's first loaded row) into
+ * S[q]: per key a chain over d, fma(K[d], Q[d], s) from 0 -- the chains of
+ * all g queries side by side, so each row of the tile is read once for
+ * the group (the tile is 64 KB of floats at a head size of 256: read once
+ * per query, it came from L2 four times for Gemma 3's four heads). */
+HY_AF_INLINE void hy_af_decode_scores_g(const float *const *Q, const int g, const float *kt,
+                                        int j0, int n, int hd, float *const *S)
 {
+    const int kv = HY_MAX(1, HY_AF_DEC_REGS / g);
+    HY_AF_DEC_SPAN(j0, n, jb0, jb1);
+
+    for (int jb = jb0; jb < jb1; jb += kv * HY_AF_W) {
+        const int cnt = HY_MIN(kv, (jb1 - jb) / HY_AF_W);
+        hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS];
+#pragma GCC unroll 4
+        for (int q = 0; q < HY_AF_DEC_G; q++)
 #pragma GCC unroll 16
-    for (int v = 0; v < HY_AF_DEC_ACC; v++)
-        acc[v] = hy_af_zero();
-    for (int i = i0; i < i1; i++) {
-        const hy_af_v c = hy_af_set1(coef[i]);
-        const float *row = base + (size_t)i * stride;
+            for (int v = 0; v < HY_AF_DEC_REGS; v++)
+                acc[q][v] = hy_af_zero();
+        for (int d = 0; d < hd; d++) {
+            const float *row = kt + (size_t)d * HY_AF_BK + jb;
+            hy_af_v c[HY_AF_DEC_G];
+#pragma GCC unroll 4
+            for (int q = 0; q < HY_AF_DEC_G; q++)
+                c[q] = q < g ? hy_af_set1(Q[q][d]) : hy_af_zero();
 #pragma GCC unroll 16
-        for (int v = 0; v < HY_AF_DEC_ACC; v++)
-            if (v < cnt)
-                acc[v] = hy_af_fma(hy_af_load(row + v * HY_AF_W), c, acc[v]);
+            for (int v = 0; v < HY_AF_DEC_REGS; v++)
+                if (v < cnt) {
+                    const hy_af_v k = hy_af_load(row + v * HY_AF_W);
+#pragma GCC unroll 4
+                    for (int q = 0; q < HY_AF_DEC_G; q++)
+                        if (q < g)
+                            acc[q][v] = hy_af_fma(k, c[q], acc[q][v]);
+                }
+        }
+#pragma GCC unroll 4
+        for (int q = 0; q < HY_AF_DEC_G; q++)
+#pragma GCC unroll 16
+            for (int v = 0; v < HY_AF_DEC_REGS; v++)
+                if (q < g && v < cnt)
+                    hy_af_store(S[q] + jb + v * HY_AF_W, acc[q][v]);
     }
 }
 
-/* One query's step over keys [j0, j0+n) of the transposed tile (positions
- * relative to the tile's first loaded row): m, l and O[hdv] updated. */
-static void hy_af_decode_step(const float *Q, const float *kt, const float *vr, int j0, int n,
-                              int hd, int hdv, float softcap, float *S, float *m, float *l,
-                              float *O)
+/* One query's softmax step over its scores S[j0, j0+n): cap, new max m,
+ * the weights in place of the scores, l updated; returns the factor that
+ * rescales the query's earlier output. */
+static float hy_af_decode_softmax(int j0, int n, float softcap, float *S, float *m, float *l)
 {
-    const int jb0 = j0 / HY_AF_W * HY_AF_W, jb1 = (j0 + n + HY_AF_W - 1) / HY_AF_W * HY_AF_W;
+    HY_AF_DEC_SPAN(j0, n, jb0, jb1);
     float mx = -INFINITY, lsum = 0.0f;
 
-    /* scores: per key a chain over d, eight key vectors at a time */
-    for (int jb = jb0; jb < jb1; jb += HY_AF_DEC_ACC * HY_AF_W) {
-        const int cnt = HY_MIN(HY_AF_DEC_ACC, (jb1 - jb) / HY_AF_W);
-        hy_af_v acc[HY_AF_DEC_ACC];
-        hy_af_chains(kt + jb, HY_AF_BK, Q, 0, hd, cnt, acc);
-#pragma GCC unroll 16
-        for (int v = 0; v < HY_AF_DEC_ACC; v++)
-            if (v < cnt)
-                hy_af_store(S + jb + v * HY_AF_W, acc[v]);
-    }
     for (int j = j0; j < j0 + n; j++) {
         if (softcap > 0.0f)
             S[j] = softcap * tanhf(S[j] / softcap);
@@ -546,27 +567,83 @@ static void hy_af_decode_step(const float *Q, const float *kt, const float *vr, 
         lsum = lsum + S[j];
     *m = hy_af_lane0(mn);
     *l = fmaf(*l, c, lsum);
+    return c;
+}
 
+/* O[q][d] = fma(O[q][d], c[q], acc) for the g queries' weights P[q] over
+ * keys [j0, j0+n), acc per column the chain fma(V[j][d], P[j], acc) from 0
+ * in key order: each value row read once for the group, as the keys. */
+HY_AF_INLINE void hy_af_decode_values_g(const float *vr, int j0, int n, int hdv, const int g,
+                                        const float *const *P, const float *c, float *const *O)
+{
+    const int cv = HY_MAX(1, HY_AF_DEC_REGS / g);
     int d = 0;
-    const hy_af_v cv = hy_af_set1(c);
-    /* values: per column a chain over the keys, eight vectors of columns
-     * at a time */
-    for (; d + HY_AF_W <= hdv; d += HY_AF_DEC_ACC * HY_AF_W) {
-        const int cnt = HY_MIN(HY_AF_DEC_ACC, (hdv - d) / HY_AF_W);
-        hy_af_v acc[HY_AF_DEC_ACC];
-        hy_af_chains(vr + d, (size_t)hdv, S, j0, j0 + n, cnt, acc);
+
+    for (; d + HY_AF_W <= hdv; d += cv * HY_AF_W) {
+        const int cnt = HY_MIN(cv, (hdv - d) / HY_AF_W);
+        hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS];
+#pragma GCC unroll 4
+        for (int q = 0; q < HY_AF_DEC_G; q++)
 #pragma GCC unroll 16
-        for (int k = 0; k < HY_AF_DEC_ACC; k++)
-            if (k < cnt)
-                hy_af_store(O + d + k * HY_AF_W,
-                            hy_af_fma(hy_af_load(O + d + k * HY_AF_W), cv, acc[k]));
+            for (int k = 0; k < HY_AF_DEC_REGS; k++)
+                acc[q][k] = hy_af_zero();
+        for (int j = j0; j < j0 + n; j++) {
+            const float *row = vr + (size_t)j * hdv + d;
+            hy_af_v p[HY_AF_DEC_G];
+#pragma GCC unroll 4
+            for (int q = 0; q < HY_AF_DEC_G; q++)
+                p[q] = q < g ? hy_af_set1(P[q][j]) : hy_af_zero();
+#pragma GCC unroll 16
+            for (int k = 0; k < HY_AF_DEC_REGS; k++)
+                if (k < cnt) {
+                    const hy_af_v v = hy_af_load(row + k * HY_AF_W);
+#pragma GCC unroll 4
+                    for (int q = 0; q < HY_AF_DEC_G; q++)
+                        if (q < g)
+                            acc[q][k] = hy_af_fma(v, p[q], acc[q][k]);
+                }
+        }
+#pragma GCC unroll 4
+        for (int q = 0; q < HY_AF_DEC_G; q++)
+#pragma GCC unroll 16
+            for (int k = 0; k < HY_AF_DEC_REGS; k++)
+                if (q < g && k < cnt)
+                    hy_af_store(O[q] + d + k * HY_AF_W,
+                                hy_af_fma(hy_af_load(O[q] + d + k * HY_AF_W), hy_af_set1(c[q]),
+                                          acc[q][k]));
     }
     d = hdv / HY_AF_W * HY_AF_W;
-    for (; d < hdv; d++) {
-        float acc = 0.0f;
-        for (int j = j0; j < j0 + n; j++)
-            acc = fmaf(vr[(size_t)j * hdv + d], S[j], acc);
-        O[d] = fmaf(O[d], c, acc);
+    for (; d < hdv; d++)
+        for (int q = 0; q < g; q++) {
+            float acc = 0.0f;
+            for (int j = j0; j < j0 + n; j++)
+                acc = fmaf(vr[(size_t)j * hdv + d], P[q][j], acc);
+            O[q][d] = fmaf(O[q][d], c[q], acc);
+        }
+}
+
+/* The two passes above for a group of g = 1..HY_AF_DEC_G, unrolled for
+ * each g. */
+static void hy_af_decode_scores(const float *const *Q, int g, const float *kt, int j0, int n,
+                                int hd, float *const *S)
+{
+    _Static_assert(HY_AF_DEC_G == 4, "one case per group size");
+    switch (g) {
+    case 1: hy_af_decode_scores_g(Q, 1, kt, j0, n, hd, S); break;
+    case 2: hy_af_decode_scores_g(Q, 2, kt, j0, n, hd, S); break;
+    case 3: hy_af_decode_scores_g(Q, 3, kt, j0, n, hd, S); break;
+    default: hy_af_decode_scores_g(Q, 4, kt, j0, n, hd, S); break;
+    }
+}
+
+static void hy_af_decode_values(const float *vr, int j0, int n, int hdv, int g,
+                                const float *const *P, const float *c, float *const *O)
+{
+    switch (g) {
+    case 1: hy_af_decode_values_g(vr, j0, n, hdv, 1, P, c, O); break;
+    case 2: hy_af_decode_values_g(vr, j0, n, hdv, 2, P, c, O); break;
+    case 3: hy_af_decode_values_g(vr, j0, n, hdv, 3, P, c, O); break;
+    default: hy_af_decode_values_g(vr, j0, n, hdv, 4, P, c, O); break;
     }
 }
 
@@ -579,6 +656,8 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
     float *S = kt + (size_t)HY_AF_BK * hdp, *blk = S + HY_AF_BK + HY_AF_W;
     float *Q = blk + HY_AF_W * HY_AF_W, *O = Q + (size_t)nq * hd, *m = O + (size_t)nq * hdv;
     float *l = m + nq;
+    /* a group's scores, then weights (S's size each) */
+    float Sg[HY_AF_DEC_G][HY_AF_BK + HY_AF_W] __attribute__((aligned(64)));
     int32_t kmin = INT32_MAX, kmax = -1;
 
     for (int32_t i = 0; i < nq; i++) {
@@ -597,14 +676,30 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
         int32_t lo = HY_MAX(a, kmin), hi = HY_MIN(a + HY_AF_BK, kmax + 1);
         hy_af_decode_keys(f, lo, hi, kr, kt, blk);
         hy_af_load_rows(f, f->v_base, f->v_page_bytes, f->v_row_bytes, hdv, lo, hi, vr);
-        for (int32_t i = 0; i < nq; i++) {
+        for (int32_t i = 0; i < nq;) {
             int32_t p = f->pos[f->t0 + i / nh];
             int32_t qlo = f->window > 0 ? HY_MAX(0, p - f->window + 1) : 0;
             int32_t j0 = HY_MAX(lo, qlo), j1 = HY_MIN(hi, p + 1);
-            if (j0 >= j1)
-                continue;
-            hy_af_decode_step(Q + (size_t)i * hd, kt, vr, j0 - lo, j1 - j0, hd, hdv,
-                              f->softcap, S, &m[i], &l[i], O + (size_t)i * hdv);
+            /* this query and the next heads of the same token */
+            int g = 1;
+            while (g < HY_AF_DEC_G && i + g < nq && (i + g) / nh == i / nh)
+                g++;
+            if (j0 < j1) {
+                const float *qs[HY_AF_DEC_G];
+                float *ss[HY_AF_DEC_G], *os[HY_AF_DEC_G], c[HY_AF_DEC_G];
+                for (int q = 0; q < g; q++) {
+                    qs[q] = Q + (size_t)(i + q) * hd;
+                    ss[q] = Sg[q];
+                    os[q] = O + (size_t)(i + q) * hdv;
+                }
+                hy_af_decode_scores(qs, g, kt, j0 - lo, j1 - j0, hd, ss);
+                for (int q = 0; q < g; q++)
+                    c[q] = hy_af_decode_softmax(j0 - lo, j1 - j0, f->softcap, ss[q], &m[i + q],
+                                                &l[i + q]);
+                hy_af_decode_values(vr, j0 - lo, j1 - j0, hdv, g, (const float *const *)ss, c,
+                                    os);
+            }
+            i += g;
         }
     }
     for (int32_t i = 0; i < nq; i++) {
