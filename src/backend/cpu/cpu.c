@@ -394,7 +394,7 @@ static void hy_cpu_swiglu(hy_backend_t *be, const float *gate, const float *up, 
 {
     hy_ew_job_t j = {y, gate, up, 0, n};
 
-    /* expf makes this ~10x costlier per float than add: share it sooner */
+    /* the exp makes this several times costlier per float than add: share it sooner */
     hy_pool_run_n(hy_cpu(be)->pool, hy_cpu_nth(hy_cpu(be), n * 8), hy_swiglu_worker, &j);
 }
 

@@ -241,8 +241,7 @@ static void hy_conv_worker(void *arg, int ith, int nth)
                     yt[c] += w[c] * src[c];
             }
             if (j->silu)
-                for (int64_t c = lo; c < hi; c++)
-                    yt[c] = yt[c] / (1.0f + expf(-yt[c]));
+                hy_act(HY_UNARY_SILU, yt + lo, yt + lo, (size_t)(hi - lo));
         }
         /* New window = last K-1 inputs of (old window, this step's rows).
          * Ascending i reads old entries at index >= i only, so in place is
