@@ -1,6 +1,7 @@
 /*
- * qmm.h - the quantized dot products of the scalar and AVX2 levels, one
- * arithmetic for any number of tokens.  Activations are Q16 blocks (the
+ * qmm.h - the quantized dot products of the scalar, AVX2 and AVX-512
+ * levels (Q4_1 has its own at AVX-512), one arithmetic for any number of
+ * tokens.  Activations are Q16 blocks (the
  * two-level values v = round(x/d) of Q8_2L, |v| <= 32512, kept as int16).
  * A weight row is read in 32-element blocks; each block b gives int16
  * weights w_j (the type's integer codes with any sub-block scale folded
@@ -21,10 +22,11 @@
  *     y = acc + mac (offset types), else acc
  *
  * so an output has the same bits alone or in a batch of any size, tiled
- * any way, on any thread, at the scalar or the AVX2 level.  A weight type
- * plugs in with a scalar block decoder (hy_qmm_decode_fn_t, which alone
- * makes it work at both levels) and, for speed, an AVX2 unpacker that
- * writes the same codes for 8 rows at once (qmm_avx2.c).
+ * any way, on any thread, at any of these levels.  A weight type plugs
+ * in with a scalar block decoder (hy_qmm_decode_fn_t, which alone makes
+ * it work at every level) and, for speed, an AVX2 unpacker that writes the
+ * same codes for 8 rows at once (qmm_avx2.c, which the AVX-512 level
+ * builds again as qmm_avx512.c).
  */
 #ifndef HY_QMM_H
 #define HY_QMM_H

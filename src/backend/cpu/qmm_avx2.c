@@ -45,12 +45,12 @@
 #define HY_Q2_CAT(a, b) HY_Q2_CAT2(a, b)
 #define HY_Q2_SYM(x) HY_Q2_CAT(HY_Q2_PREFIX, x)
 
-/* Blocks per panel: 12 x 1152 bytes stay in L1 next to the tokens' rows. */
+/* Blocks per panel: 12 x 1216 bytes stay in L1 next to the tokens' rows. */
 #define HY_Q2_KB 12
 /* Token rows whose sums one tile call keeps (acc and mac: 8 KB). */
 #define HY_Q2_CT 64
 /* Token rows per pass of the compute kernel over the panel (AVX-512: one
- * zmm sum per token, the broadcasts folded into vpdpwssd). */
+ * zmm sum per token, 32 registers). */
 #ifdef HY_Q2_AVX512
 #define HY_Q2_C 8
 #else
@@ -1152,7 +1152,7 @@ __attribute__((unused)) static void hy_q2_unpack_decode(const hy_qmm_type_t *ty,
  * pair's two products to the sum in one instruction, the token's pair
  * broadcast from memory into it.  The integer sums are the same exact
  * int32 and every float step the same per lane, so the two levels agree
- * bit for bit (test_qmm compares them). */
+ * bit for bit (test_quant's tile == vec_dot at each level, test_invariance). */
 HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
                                 float *acc, float *mac, const int C, const int flags)
 {
