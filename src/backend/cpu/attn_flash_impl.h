@@ -497,12 +497,45 @@ static void hy_af_decode_keys(const hy_attn_flash_t *f, int32_t lo, int32_t hi, 
 #define HY_AF_DEC_G 4
 #define HY_AF_DEC_REGS (HY_AF_W >= 16 ? 16 : 8)
 
+/* acc[q][v] (q < g, v < cnt) = the chain fma(base[i*stride + v*W ...],
+ * coef[q][i], acc) over i in [i0, i1), from zero: the g queries' chains
+ * side by side, so each row of base is read once for the group, and
+ * g * cnt <= HY_AF_DEC_REGS chains keep both FMA ports busy through each
+ * one's latency.  Scores (rows of the transposed keys times the queries'
+ * d-th values) and value sums (value rows times the keys' weights) are
+ * both this. */
+HY_AF_INLINE void hy_af_chains(const float *base, size_t stride, const float *const *coef,
+                               int i0, int i1, const int g, int cnt,
+                               hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS])
+{
+#pragma GCC unroll 4
+    for (int q = 0; q < HY_AF_DEC_G; q++)
+#pragma GCC unroll 16
+        for (int v = 0; v < HY_AF_DEC_REGS; v++)
+            acc[q][v] = hy_af_zero();
+    for (int i = i0; i < i1; i++) {
+        const float *row = base + (size_t)i * stride;
+        hy_af_v c[HY_AF_DEC_G];
+#pragma GCC unroll 4
+        for (int q = 0; q < HY_AF_DEC_G; q++)
+            c[q] = q < g ? hy_af_set1(coef[q][i]) : hy_af_zero();
+#pragma GCC unroll 16
+        for (int v = 0; v < HY_AF_DEC_REGS; v++)
+            if (v < cnt) {
+                const hy_af_v x = hy_af_load(row + v * HY_AF_W);
+#pragma GCC unroll 4
+                for (int q = 0; q < HY_AF_DEC_G; q++)
+                    if (q < g)
+                        acc[q][v] = hy_af_fma(x, c[q], acc[q][v]);
+            }
+    }
+}
+
 /* The scores of g <= HY_AF_DEC_G queries over keys [j0, j0+n) of the
  * transposed tile (positions relative to the tile's first loaded row) into
- * S[q]: per key a chain over d, fma(K[d], Q[d], s) from 0 -- the chains of
- * all g queries side by side, so each row of the tile is read once for
- * the group (the tile is 64 KB of floats at a head size of 256: read once
- * per query, it came from L2 four times for Gemma 3's four heads). */
+ * S[q]: per key a chain over d, fma(K[d], Q[d], s) from 0, all g queries
+ * in one pass over the tile (64 KB of floats at a head size of 256: read
+ * once per query, it came from L2 four times for Gemma 3's four heads). */
 HY_AF_INLINE void hy_af_decode_scores_g(const float *const *Q, const int g, const float *kt,
                                         int j0, int n, int hd, float *const *S)
 {
@@ -512,27 +545,7 @@ HY_AF_INLINE void hy_af_decode_scores_g(const float *const *Q, const int g, cons
     for (int jb = jb0; jb < jb1; jb += kv * HY_AF_W) {
         const int cnt = HY_MIN(kv, (jb1 - jb) / HY_AF_W);
         hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS];
-#pragma GCC unroll 4
-        for (int q = 0; q < HY_AF_DEC_G; q++)
-#pragma GCC unroll 16
-            for (int v = 0; v < HY_AF_DEC_REGS; v++)
-                acc[q][v] = hy_af_zero();
-        for (int d = 0; d < hd; d++) {
-            const float *row = kt + (size_t)d * HY_AF_BK + jb;
-            hy_af_v c[HY_AF_DEC_G];
-#pragma GCC unroll 4
-            for (int q = 0; q < HY_AF_DEC_G; q++)
-                c[q] = q < g ? hy_af_set1(Q[q][d]) : hy_af_zero();
-#pragma GCC unroll 16
-            for (int v = 0; v < HY_AF_DEC_REGS; v++)
-                if (v < cnt) {
-                    const hy_af_v k = hy_af_load(row + v * HY_AF_W);
-#pragma GCC unroll 4
-                    for (int q = 0; q < HY_AF_DEC_G; q++)
-                        if (q < g)
-                            acc[q][v] = hy_af_fma(k, c[q], acc[q][v]);
-                }
-        }
+        hy_af_chains(kt + jb, HY_AF_BK, Q, 0, hd, g, cnt, acc);
 #pragma GCC unroll 4
         for (int q = 0; q < HY_AF_DEC_G; q++)
 #pragma GCC unroll 16
@@ -582,27 +595,7 @@ HY_AF_INLINE void hy_af_decode_values_g(const float *vr, int j0, int n, int hdv,
     for (; d + HY_AF_W <= hdv; d += cv * HY_AF_W) {
         const int cnt = HY_MIN(cv, (hdv - d) / HY_AF_W);
         hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS];
-#pragma GCC unroll 4
-        for (int q = 0; q < HY_AF_DEC_G; q++)
-#pragma GCC unroll 16
-            for (int k = 0; k < HY_AF_DEC_REGS; k++)
-                acc[q][k] = hy_af_zero();
-        for (int j = j0; j < j0 + n; j++) {
-            const float *row = vr + (size_t)j * hdv + d;
-            hy_af_v p[HY_AF_DEC_G];
-#pragma GCC unroll 4
-            for (int q = 0; q < HY_AF_DEC_G; q++)
-                p[q] = q < g ? hy_af_set1(P[q][j]) : hy_af_zero();
-#pragma GCC unroll 16
-            for (int k = 0; k < HY_AF_DEC_REGS; k++)
-                if (k < cnt) {
-                    const hy_af_v v = hy_af_load(row + k * HY_AF_W);
-#pragma GCC unroll 4
-                    for (int q = 0; q < HY_AF_DEC_G; q++)
-                        if (q < g)
-                            acc[q][k] = hy_af_fma(v, p[q], acc[q][k]);
-                }
-        }
+        hy_af_chains(vr + d, (size_t)hdv, P, j0, j0 + n, g, cnt, acc);
 #pragma GCC unroll 4
         for (int q = 0; q < HY_AF_DEC_G; q++)
 #pragma GCC unroll 16
