@@ -225,10 +225,12 @@ HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
  * in block order, and the result acc + mac: the same per-lane operations
  * for every row, token and tile shape, so vec_dot (the same operations in
  * scalar form), the decode tile and the prefill tile agree bit for bit.
- * A Q4_1 block's d and m of 16 rows come from one gather.  Prefill reuses
- * the transposed weights of a block for 8 tokens (4 left a quarter of the
- * work in the transposes: SmolLM2 pp512 +8% at one thread, +15% at two on
- * a Xeon with AVX-512 VNNI, decode unchanged).  Measured on the SmolLM2
+ * A Q4_1 block's d and m of 16 rows come from one gather.  Prefill meets
+ * 8 tokens per pass, and its first pass keeps the transposed blocks in a
+ * panel that the other passes read (rows of up to 64 blocks), so a block is
+ * transposed once per 16 rows, not once per 8 tokens (SmolLM2 pp512: 4
+ * tokens per transpose -> 8, +8% at one thread and +15% at two; the panel
+ * another +7-9%, on a Xeon with AVX-512 VNNI; decode unchanged).  Measured on the SmolLM2
  * FFN-up shape in L2 (bench_quant, thread CPU time): decode 14.2 -> 22 GB/s
  * of weights, 4-token tile 4.5 -> 10.5 GB/s; streaming 91 MB, 75% -> 85%
  * of a plain read of the same bytes. */
@@ -278,13 +280,28 @@ HY_QX_INLINE __m512i hy_a5t_bcast(const int8_t *p)
     return _mm512_set1_epi32(v);
 }
 
+/* A block of 16 rows as the kernel consumes it: transposed nibbles, d, m. */
+typedef struct {
+    __m512i lo[4], hi[4];
+    __m512 d, m;
+} hy_a5t_blk_t;
+
+/* Where the kernel takes a block's weights from: the rows (transposing
+ * them), the rows with the result kept in a panel for the next token
+ * groups, or that panel.  Prefill transposes each block once per 16 rows
+ * instead of once per 8 tokens. */
+enum { HY_A5T_ROWS, HY_A5T_KEEP, HY_A5T_PANEL };
+/* Blocks a prefill panel holds (640 bytes each: K up to 2048 on the stack). */
+#define HY_A5T_PANEL_BLOCKS 64
+
 /* Rows w + r*ws (r < 16) against RX activation rows x + c*xs over nb
  * blocks; s[c*ss + r] for the rows in `store`.  pf > 0: prefetch each row
  * pf bytes ahead (decode streams the weights once; see HY_A5_PF_ROWS).
- * vidx holds r*ws, which the caller checked fits an int32. */
+ * vidx holds r*ws, which the caller checked fits an int32.  src: where the
+ * blocks come from (pk: the panel of HY_A5T_KEEP and HY_A5T_PANEL). */
 HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, size_t ws,
                                 const char *x, size_t xs, const int RX, __mmask16 store,
-                                size_t pf)
+                                size_t pf, const int src, hy_a5t_blk_t *pk)
 {
     __m512 acc[HY_A5T_RX], mac[HY_A5T_RX];
     const __m512i vidx = _mm512_mullo_epi32(
@@ -308,7 +325,18 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
     for (int64_t ib = 0; ib < nb; ib++) {
         const char *wb = b[0];
         __m512i lo[4], hi[4];
+        __m512 d, m;
 
+        if (src == HY_A5T_PANEL) {
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                lo[k] = _mm512_load_si512(&pk[ib].lo[k]);
+                hi[k] = _mm512_load_si512(&pk[ib].hi[k]);
+            }
+            d = _mm512_load_ps(&pk[ib].d);
+            m = _mm512_load_ps(&pk[ib].m);
+            goto compute;
+        }
         /* every other block: 40 bytes per row, so no cache line is missed */
         if (pf && (ib & 1) == 0) {
 #pragma GCC unroll 4
@@ -324,9 +352,21 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++)
             b[q] += sizeof(hy_block_q4_1_t);
-        __m512i dm = _mm512_permutexvar_epi16(dmsel, _mm512_i32gather_epi32(vidx, wb, 1));
-        const __m512 d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
-        const __m512 m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
+        {
+            __m512i dm = _mm512_permutexvar_epi16(dmsel, _mm512_i32gather_epi32(vidx, wb, 1));
+            d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+            m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
+        }
+        if (src == HY_A5T_KEEP) {
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                _mm512_store_si512(&pk[ib].lo[k], lo[k]);
+                _mm512_store_si512(&pk[ib].hi[k], hi[k]);
+            }
+            _mm512_store_ps(&pk[ib].d, d);
+            _mm512_store_ps(&pk[ib].m, m);
+        }
+    compute:
 #pragma GCC unroll 8
         for (int c = 0; c < RX; c++) {
             const hy_block_q8_2l_t *xb = (const hy_block_q8_2l_t *)(x + (size_t)c * xs) + ib;
@@ -353,19 +393,29 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
         _mm512_mask_storeu_ps(s + (size_t)c * ss, store, _mm512_add_ps(acc[c], mac[c]));
 }
 
-/* RX-token instance (RX <= HY_A5T_RX) over one group. */
+/* RX-token instance (RX <= HY_A5T_RX) over one group, its blocks from src. */
+#define HY_A5T_SRC(srcv)                                                           \
+    switch (rx) {                                                                  \
+    case 1: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 1, store, pf, srcv, pk); break; \
+    case 2: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 2, store, pf, srcv, pk); break; \
+    case 3: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 3, store, pf, srcv, pk); break; \
+    case 4: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 4, store, pf, srcv, pk); break; \
+    case 5: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 5, store, pf, srcv, pk); break; \
+    case 6: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 6, store, pf, srcv, pk); break; \
+    case 7: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 7, store, pf, srcv, pk); break; \
+    default: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 8, store, pf, srcv, pk); break; \
+    }
 static void hy_a5t_group(int64_t nb, float *s, size_t ss, const char *w, size_t ws,
-                         const char *x, size_t xs, int rx, __mmask16 store, size_t pf)
+                         const char *x, size_t xs, int rx, __mmask16 store, size_t pf, int src,
+                         hy_a5t_blk_t *pk)
 {
-    switch (rx) {
-    case 1: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 1, store, pf); break;
-    case 2: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 2, store, pf); break;
-    case 3: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 3, store, pf); break;
-    case 4: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 4, store, pf); break;
-    case 5: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 5, store, pf); break;
-    case 6: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 6, store, pf); break;
-    case 7: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 7, store, pf); break;
-    default: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 8, store, pf); break;
+    _Static_assert(HY_A5T_RX == 8, "hy_a5t_group instantiates 1..8 tokens");
+    if (src == HY_A5T_PANEL) {
+        HY_A5T_SRC(HY_A5T_PANEL)
+    } else if (src == HY_A5T_KEEP) {
+        HY_A5T_SRC(HY_A5T_KEEP)
+    } else {
+        HY_A5T_SRC(HY_A5T_ROWS)
     }
 }
 
@@ -381,18 +431,25 @@ static void hy_a5_tile_q4_1_2l(int64_t n, float *s, size_t ss, const void *vw, s
     /* decode: prefetch the next group's rows (HY_A5_PF_ROWS = 16) */
     const size_t pf = nx == 1 ? (size_t)HY_A5_PF_ROWS * ws : 0;
 
+    hy_a5t_blk_t panel[HY_A5T_PANEL_BLOCKS];
+    /* more than one token group: the first transposes into the panel, the
+     * others read it (where the panel holds the row) */
+    const int keep = nx > HY_A5T_RX && nb <= HY_A5T_PANEL_BLOCKS;
+
     if (nw < 16 || ws > (size_t)INT32_MAX / 16) {
         for (int r = 0; r < nw; r++)
             for (int c0 = 0; c0 < nx; c0 += HY_A5T_RX)
                 hy_a5t_group(nb, s + (size_t)c0 * ss + r, ss, w + (size_t)r * ws, 0,
-                             x + (size_t)c0 * xs, xs, HY_MIN(HY_A5T_RX, nx - c0), 0x1, 0);
+                             x + (size_t)c0 * xs, xs, HY_MIN(HY_A5T_RX, nx - c0), 0x1, 0,
+                             HY_A5T_ROWS, NULL);
         return;
     }
     for (int r0 = 0; r0 < nw; r0 += 16) {
         const int r = HY_MIN(r0, nw - 16);
         for (int c0 = 0; c0 < nx; c0 += HY_A5T_RX)
             hy_a5t_group(nb, s + (size_t)c0 * ss + r, ss, w + (size_t)r * ws, ws,
-                         x + (size_t)c0 * xs, xs, HY_MIN(HY_A5T_RX, nx - c0), 0xFFFF, pf);
+                         x + (size_t)c0 * xs, xs, HY_MIN(HY_A5T_RX, nx - c0), 0xFFFF, pf,
+                         !keep ? HY_A5T_ROWS : c0 == 0 ? HY_A5T_KEEP : HY_A5T_PANEL, panel);
     }
 }
 
