@@ -335,38 +335,33 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
             }
             d = _mm512_load_ps(&pk[ib].d);
             m = _mm512_load_ps(&pk[ib].m);
-            goto compute;
-        }
-        /* every other block: 40 bytes per row, so no cache line is missed */
-        if (pf && (ib & 1) == 0) {
+        } else {
+            /* every other block: 40 bytes per row, so no cache line is missed */
+            if (pf && (ib & 1) == 0) {
 #pragma GCC unroll 4
-            for (int q = 0; q < 4; q++)
+                for (int q = 0; q < 4; q++)
 #pragma GCC unroll 4
-                for (int j = 0; j < 4; j++)
-                    _mm_prefetch(b[q] + o[j] + pf, _MM_HINT_T0);
-        }
-        {
+                    for (int j = 0; j < 4; j++)
+                        _mm_prefetch(b[q] + o[j] + pf, _MM_HINT_T0);
+            }
             const char *const bq[4] = {b[0] + 4, b[1] + 4, b[2] + 4, b[3] + 4};
             hy_a5t_wload(bq, o, lo, hi);
-        }
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; q++)
-            b[q] += sizeof(hy_block_q4_1_t);
-        {
+            for (int q = 0; q < 4; q++)
+                b[q] += sizeof(hy_block_q4_1_t);
             __m512i dm = _mm512_permutexvar_epi16(dmsel, _mm512_i32gather_epi32(vidx, wb, 1));
             d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
             m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
-        }
-        if (src == HY_A5T_KEEP) {
+            if (src == HY_A5T_KEEP) {
 #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                _mm512_store_si512(&pk[ib].lo[k], lo[k]);
-                _mm512_store_si512(&pk[ib].hi[k], hi[k]);
+                for (int k = 0; k < 4; k++) {
+                    _mm512_store_si512(&pk[ib].lo[k], lo[k]);
+                    _mm512_store_si512(&pk[ib].hi[k], hi[k]);
+                }
+                _mm512_store_ps(&pk[ib].d, d);
+                _mm512_store_ps(&pk[ib].m, m);
             }
-            _mm512_store_ps(&pk[ib].d, d);
-            _mm512_store_ps(&pk[ib].m, m);
         }
-    compute:
 #pragma GCC unroll 8
         for (int c = 0; c < RX; c++) {
             const hy_block_q8_2l_t *xb = (const hy_block_q8_2l_t *)(x + (size_t)c * xs) + ib;
