@@ -1153,6 +1153,14 @@ __attribute__((unused)) static void hy_q2_unpack_decode(const hy_qmm_type_t *ty,
  * broadcast from memory into it.  The integer sums are the same exact
  * int32 and every float step the same per lane, so the two levels agree
  * bit for bit (test_quant's tile == vec_dot at each level, test_invariance). */
+/* The contract's step for 16 rows of one token: a[r] = fma((float)P[r],
+ * D[r] * dx, a[r]) (a chunk's or a block's integer sums). */
+HY_Q2_INLINE void hy_q2_acc16(float *a, __m512i P, __m512 D, float dx)
+{
+    _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(P), _mm512_mul_ps(D, _mm512_set1_ps(dx)),
+                                       _mm512_load_ps(a)));
+}
+
 HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
                                 float *acc, float *mac, const int C, const int flags)
 {
@@ -1170,10 +1178,7 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
             if ((flags & HY_QMM_CHUNK16) && k == 8) {
 #pragma GCC unroll 8
                 for (int c = 0; c < C; c++) {
-                    float *a = acc + 16 * c;
-                    _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[c]),
-                                                       _mm512_mul_ps(D, _mm512_set1_ps(xb[c]->d)),
-                                                       _mm512_load_ps(a)));
+                    hy_q2_acc16(acc + 16 * c, P[c], D, xb[c]->d);
                     P[c] = _mm512_setzero_si512();
                 }
             }
@@ -1188,10 +1193,7 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
         const __m512 M = _mm512_load_ps(pb->m[0]);
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++) {
-            float *a = acc + 16 * c;
-            _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[c]),
-                                               _mm512_mul_ps(D, _mm512_set1_ps(xb[c]->d)),
-                                               _mm512_load_ps(a)));
+            hy_q2_acc16(acc + 16 * c, P[c], D, xb[c]->d);
             if (flags & HY_QMM_OFFSET) {
                 float *m = mac + 16 * c;
                 _mm512_store_ps(m, _mm512_fmadd_ps(M, _mm512_set1_ps(xb[c]->s), _mm512_load_ps(m)));
