@@ -29,8 +29,9 @@
 
 #include "common/log.h"
 
-#define F_WARM 1u /* the warm slot holds the content */
-#define F_COLD 2u /* a file holds the content */
+#define F_WARM 1u   /* the warm slot holds the content */
+#define F_COLD 2u   /* a file holds the content */
+#define F_QUEUED 4u /* in a job FIFO, not yet taken by a thread */
 
 enum { JOB_NONE, JOB_READ, JOB_WRITE };
 
@@ -397,20 +398,38 @@ static void warm_drop(hy_tier_t *t, int32_t i)
     entry_gc(t, i);
 }
 
-/* A free warm slot of kind, evicting the least recently used idle warm
- * entry when there is none (its disk copy, if any, stays); -1 when every
- * slot is pinned. */
+/* What warm_take asks of its caller when it has no slot to give. */
+enum {
+    WT_FULL = -1,  /* every slot is in use (copied or read into): none frees soon */
+    WT_WRITE = -2, /* run the write queue's head here, then ask again */
+    WT_WAIT = -3   /* an I/O on its way frees a slot when it ends */
+};
+
+/* A free warm slot of kind, else the least recently used idle entry's (its
+ * disk copy, if any, stays), or WT_*.  The order is LRU whatever the
+ * writer's lag: an older entry that only waits for its write-through is
+ * written first (WT_WRITE: the FIFO reaches it) or waited for (WT_WAIT:
+ * its write is running) rather than passed over for a newer one - which,
+ * with the low-priority writer behind, was the entry a waiting prefix had
+ * just read and was about to promote: it read it again, and again, until
+ * its budget gave out.  Entries pinned by copies and reads are in use. */
 static int32_t warm_take(hy_tier_t *t, int32_t kind)
 {
+    const tier_entry_t *e;
     int32_t i;
 
-    if (t->n_warm_free[kind] == 0) {
-        for (i = t->wlru[kind].head; i >= 0 && t->e[i].pins > 0; i = t->e[i].wnext)
-            ;
-        if (i < 0)
-            return -1;
-        warm_drop(t, i);
+    if (t->n_warm_free[kind] > 0)
+        return t->warm_free[kind][--t->n_warm_free[kind]];
+    for (i = t->wlru[kind].head; i >= 0; i = e->wnext) {
+        e = &t->e[i];
+        if (e->pins == 0)
+            break;
+        if (e->job == JOB_WRITE && e->pins == 1)
+            return e->flags & F_QUEUED ? WT_WRITE : WT_WAIT;
     }
+    if (i < 0)
+        return t->q[JOB_WRITE - 1].head >= 0 ? WT_WRITE : t->n_jobs > 0 ? WT_WAIT : WT_FULL;
+    warm_drop(t, i);
     return t->warm_free[kind][--t->n_warm_free[kind]];
 }
 
@@ -474,6 +493,7 @@ static void enqueue(hy_tier_t *t, int32_t i, int job)
     tier_list_t *q = &t->q[job - 1];
 
     t->e[i].job = (uint8_t)job;
+    t->e[i].flags |= F_QUEUED;
     t->e[i].qnext = -1;
     if (q->tail >= 0)
         t->e[q->tail].qnext = i;
@@ -630,6 +650,7 @@ static void run_one(hy_tier_t *t, int job)
     q->head = t->e[i].qnext;
     if (q->head < 0)
         q->tail = -1;
+    t->e[i].flags &= (uint8_t)~F_QUEUED;
     if (job == JOB_WRITE)
         job_write(t, i);
     else
@@ -1254,13 +1275,13 @@ int hy_tier_put_begin(hy_tier_t *t, int32_t kind, uint64_t hash, int32_t depth,
         }
         if ((slot = warm_take(t, kind)) >= 0)
             break;
-        /* Every slot is being written or read.  The writer is behind:
-         * this thread writes the oldest queued page itself (waiting would
-         * put the engine behind a low-priority thread), or waits for the
-         * one I/O in flight; with none, the page is dropped. */
-        if (t->q[JOB_WRITE - 1].head >= 0) {
+        /* The writer is behind: this thread writes the oldest queued
+         * page itself (waiting would put the engine behind a low-priority
+         * thread), or waits for the I/O in flight; with none (every slot
+         * is being copied), the page is dropped. */
+        if (slot == WT_WRITE) {
             run_one(t, JOB_WRITE);
-        } else if (t->n_jobs > 0) {
+        } else if (slot == WT_WAIT) {
             pthread_cond_wait(&t->cv_done, &t->mu);
         } else {
             rc = HY_EFULL;
@@ -1364,12 +1385,12 @@ int hy_tier_fetch(hy_tier_t *t, int32_t kind, uint64_t hash)
             enqueue(t, i, JOB_READ);
             acc(t, i, +1);
             rc = HY_TIER_FETCH_QUEUED;
-        } else if (t->q[JOB_WRITE - 1].head >= 0) {
+        } else if (slot == WT_WRITE) {
             /* the slots wait for the writer: write one here (as put does) */
             run_one(t, JOB_WRITE);
             continue;
         } else {
-            rc = HY_TIER_FETCH_NO_SLOT;
+            rc = slot == WT_WAIT ? HY_TIER_FETCH_BUSY : HY_TIER_FETCH_NO_SLOT;
         }
         break;
     }

@@ -143,10 +143,18 @@ void hy_tier_put_end(hy_tier_t *t, const hy_tier_put_t *p, bool ok);
 int hy_tier_where(hy_tier_t *t, int32_t kind, uint64_t hash, int32_t depth,
                   const int32_t *tokens);
 /* What hy_tier_fetch did: the entry is warm; its read was queued by this
- * call; no warm slot is free now (ask again); a read queued earlier is
- * still on its way.  A caller that bounds how much it reads counts only
+ * call; no warm slot is free and no I/O is on its way to free one (every
+ * slot is pinned by copies); a read queued earlier is still on its way;
+ * no warm slot is free now, but an I/O on its way frees one when it ends
+ * (ask again then).  A caller that bounds how much it reads counts only
  * HY_TIER_FETCH_QUEUED. */
-enum { HY_TIER_FETCH_WARM, HY_TIER_FETCH_QUEUED, HY_TIER_FETCH_NO_SLOT, HY_TIER_FETCH_READING };
+enum {
+    HY_TIER_FETCH_WARM,
+    HY_TIER_FETCH_QUEUED,
+    HY_TIER_FETCH_NO_SLOT,
+    HY_TIER_FETCH_READING,
+    HY_TIER_FETCH_BUSY
+};
 
 /* Brings a cold entry into a warm slot on an I/O thread: HY_TIER_FETCH_*,
  * or HY_ENOENT when it is not in any tier (a failed read drops it). */

@@ -6,7 +6,8 @@
  * block's name) detected with the reason; warm LRU order; write-through to
  * disk and promotion back; the disk budget's LRU; a restart re-indexing
  * the directory, dropping what is bad and serving the rest; a lookup by
- * name while the indexer is still busy; injected write and read failures
+ * name while the indexer is still busy; a fetch while the only slot waits
+ * for a write on its way (busy, then served); injected write and read failures
  * counted and never served; two stores on one directory refused; the
  * remembered model identity.  hy_tier_check (used + free + cached = total
  * per tier, lists, index, the directory) after every scenario.
@@ -786,16 +787,18 @@ static void t_model_id(void)
     free(st);
 }
 
-/* The indexer held inside its first file: a lookup finds a file by name. */
+/* An I/O thread held inside its first file of one kind of operation (the
+ * indexer's, a write): what the store answers meanwhile. */
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
-static int gate_state; /* 0 open, 1 closed, 2 an indexer waits at it */
+static int gate_state; /* 0 open, 1 closed, 2 a thread waits at it */
+static int gate_op;    /* the operation held */
 
 static int gate(void *ctx, int op, const char *name)
 {
     (void)ctx;
     (void)name;
-    if (op != HY_TIER_OP_INDEX)
+    if (op != gate_op)
         return 0;
     pthread_mutex_lock(&gate_mu);
     if (gate_state == 1) {
@@ -808,6 +811,22 @@ static int gate(void *ctx, int op, const char *name)
     return 0;
 }
 
+static void gate_wait(void)
+{
+    pthread_mutex_lock(&gate_mu);
+    while (gate_state != 2)
+        pthread_cond_wait(&gate_cv, &gate_mu);
+    pthread_mutex_unlock(&gate_mu);
+}
+
+static void gate_open(void)
+{
+    pthread_mutex_lock(&gate_mu);
+    gate_state = 0;
+    pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&gate_mu);
+}
+
 static void t_probe(void)
 {
     hy_stats_t *st = calloc(1, sizeof *st);
@@ -818,28 +837,116 @@ static void t_probe(void)
 
     opts(&o, st, 2 * PAGE + CKPT, tdir, 1 << 20);
     o.fault = gate;
+    gate_op = HY_TIER_OP_INDEX;
     gate_state = 1;
     if (hy_tier_create(&t, &o, err) != HY_OK) {
         HY_T_OK(0, "store for the probe: %s", err);
         return;
     }
-    pthread_mutex_lock(&gate_mu);
-    while (gate_state != 2)
-        pthread_cond_wait(&gate_cv, &gate_mu);
-    pthread_mutex_unlock(&gate_mu);
+    gate_wait();
     w1 = where(t, HY_TIER_PAGE, 3, 0);
     w2 = where(t, HY_TIER_PAGE, 3, 0);
     HY_T_OK(atomic_load(&st->tiers.disk_state) == HY_TIER_DISK_INDEXING && w1 == HY_TIER_COLD &&
                 w2 == HY_TIER_COLD,
             "while indexing, a lookup finds a file by its name (state %u)",
             atomic_load(&st->tiers.disk_state));
-    pthread_mutex_lock(&gate_mu);
-    gate_state = 0;
-    pthread_cond_broadcast(&gate_cv);
-    pthread_mutex_unlock(&gate_mu);
+    gate_open();
     hy_tier_sync(t);
     HY_T_OK(fetch_same(t, HY_TIER_PAGE, 3, 0, true), "the probed page is served after indexing");
     check(t, "probe during indexing");
+    hy_tier_free(t);
+    free(st);
+}
+
+/* One warm page slot, held by a write the writer thread is in the middle
+ * of (it took the last queued one, so nobody can run it here): a fetch
+ * says "busy, ask again" - not "no slot", which a prefix wait takes for a
+ * full store and gives up on - and is served once the write ends. */
+static void t_busy(void)
+{
+    hy_stats_t *st = calloc(1, sizeof *st);
+    hy_tier_opts_t o;
+    hy_tier_t *t;
+    char err[HY_ERR_LEN];
+    bool ok = true;
+    int rc;
+
+    opts(&o, st, PAGE + CKPT, tdir, 1 << 20);
+    o.fault = gate;
+    gate_op = HY_TIER_OP_WRITE;
+    gate_state = 0;
+    if (hy_tier_create(&t, &o, err) != HY_OK) {
+        HY_T_OK(0, "store for the busy slot: %s", err);
+        return;
+    }
+    hy_tier_sync(t);
+    ok &= hy_tier_slots(t, HY_TIER_PAGE) == 1;
+    ok &= put(t, HY_TIER_PAGE, 60, 0) == HY_OK; /* written through, then pushed out */
+    hy_tier_sync(t);
+    ok &= put(t, HY_TIER_PAGE, 61, 0) == HY_OK;
+    hy_tier_sync(t);
+    ok &= where(t, HY_TIER_PAGE, 60, 0) == HY_TIER_COLD;
+    gate_state = 1;
+    ok &= put(t, HY_TIER_PAGE, 62, 0) == HY_OK; /* its write holds the slot */
+    gate_wait();
+    rc = hy_tier_fetch(t, HY_TIER_PAGE, hash_of(60, 0));
+    HY_T_OK(ok && rc == HY_TIER_FETCH_BUSY,
+            "a fetch while the only warm slot waits for the write on its way: busy (%d)", rc);
+    gate_open();
+    HY_T_OK(fetch_same(t, HY_TIER_PAGE, 60, 0, true) && where(t, HY_TIER_PAGE, 62, 0) ==
+                HY_TIER_COLD, "once the write ends, the fetch is served and the write is on disk");
+    check(t, "busy slot");
+    hy_tier_free(t);
+    free(st);
+}
+
+/* Warm eviction stays LRU when the writer is behind: an older entry that
+ * waits for its queued write-through is written (by the caller) and taken
+ * before a newer idle one - the entry a waiting prefix has just read. */
+static void t_lru_writes(void)
+{
+    hy_stats_t *st = calloc(1, sizeof *st);
+    hy_tier_opts_t o;
+    hy_tier_t *t;
+    char err[HY_ERR_LEN];
+    bool ok = true;
+    int rc, k;
+
+    opts(&o, st, 3 * PAGE + CKPT, tdir, 1 << 20);
+    o.fault = gate;
+    gate_op = HY_TIER_OP_WRITE;
+    gate_state = 0;
+    if (hy_tier_create(&t, &o, err) != HY_OK) {
+        HY_T_OK(0, "store for LRU under a slow writer: %s", err);
+        return;
+    }
+    hy_tier_sync(t);
+    ok &= hy_tier_slots(t, HY_TIER_PAGE) == 3;
+    for (int b = 70; b <= 74; b++)
+        ok &= put(t, HY_TIER_PAGE, b, 0) == HY_OK;
+    hy_tier_sync(t); /* 70 and 71 on disk only; 72, 73, 74 warm and written */
+    gate_state = 1;
+    ok &= put(t, HY_TIER_PAGE, 75, 0) == HY_OK; /* takes 72's slot; the writer holds it */
+    gate_wait();
+    ok &= put(t, HY_TIER_PAGE, 76, 0) == HY_OK; /* takes 73's; its write is queued */
+    ok &= put(t, HY_TIER_PAGE, 75, 0) == 1;      /* touched: LRU 74, 76, 75 */
+    ok &= hy_tier_fetch(t, HY_TIER_PAGE, hash_of(70, 0)) == HY_TIER_FETCH_QUEUED; /* 74's */
+    for (k = 0; k < 5000 && where(t, HY_TIER_PAGE, 70, 0) != HY_TIER_WARM; k++)
+        usleep(1000);
+    /* LRU now 76 (queued write), 75 (write running), 70 (just read) */
+    rc = hy_tier_fetch(t, HY_TIER_PAGE, hash_of(71, 0));
+    HY_T_OK(ok && rc == HY_TIER_FETCH_QUEUED && where(t, HY_TIER_PAGE, 70, 0) == HY_TIER_WARM &&
+                where(t, HY_TIER_PAGE, 76, 0) == HY_TIER_COLD,
+            "a slow writer: the fetch writes the older queued entry and takes its slot, the "
+            "entry just read stays warm (fetch %d)", rc);
+    rc = hy_tier_fetch(t, HY_TIER_PAGE, hash_of(72, 0));
+    HY_T_OK(rc == HY_TIER_FETCH_BUSY && where(t, HY_TIER_PAGE, 70, 0) == HY_TIER_WARM,
+            "the oldest entry's write is running: busy, not the newer entry's slot (%d)", rc);
+    gate_open();
+    HY_T_OK(fetch_same(t, HY_TIER_PAGE, 72, 0, true) && fetch_same(t, HY_TIER_PAGE, 71, 0, true) &&
+                where(t, HY_TIER_PAGE, 75, 0) >= 0,
+            "once the write ends, both are served and the written page is kept");
+    check(t, "LRU under a slow writer");
     hy_tier_free(t);
     free(st);
 }
@@ -863,6 +970,8 @@ int main(void)
     t_errors();
     t_model_id();
     t_probe();
+    t_busy();
+    t_lru_writes();
     t_groups();
     snprintf(cmd, sizeof cmd, "rm -rf %s", tdir);
     if (system(cmd) != 0)
