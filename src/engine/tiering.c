@@ -239,7 +239,9 @@ static void tg_plan(hy_tiering_t *tg, const int32_t *tokens, int32_t n, tg_plan_
 
 /* What one round of reads asked for. */
 typedef struct {
-    int32_t in_flight; /* the prompt's reads on their way (queued now or before) */
+    int32_t in_flight; /* the prompt's reads on their way (queued now or before) or
+                        * ended since this round's promotion (the next one takes them) */
+    bool busy;         /* a slot frees when another I/O on its way ends */
     bool more;         /* cold entries left for a later round */
     bool no_budget;    /* a read was needed and the wait's budget is spent */
     bool gone;         /* an entry left the store since the plan (a failed read) */
@@ -252,9 +254,11 @@ static void tg_fetch_one(hy_tiering_t *tg, int32_t kind, uint64_t hash, hy_tieri
     int r = hy_tier_fetch(tg->store, kind, hash);
 
     w->reads_left -= r == HY_TIER_FETCH_QUEUED;
-    f->in_flight += r == HY_TIER_FETCH_QUEUED || r == HY_TIER_FETCH_READING;
+    f->in_flight += r == HY_TIER_FETCH_QUEUED || r == HY_TIER_FETCH_READING ||
+                    r == HY_TIER_FETCH_WARM;
+    f->busy |= r == HY_TIER_FETCH_BUSY;
     /* no slot free now, or dropped by a failed read: a later round */
-    f->more |= r == HY_TIER_FETCH_NO_SLOT || r < 0;
+    f->more |= r == HY_TIER_FETCH_NO_SLOT || r == HY_TIER_FETCH_BUSY || r < 0;
     f->gone |= r < 0;
 }
 
@@ -504,12 +508,12 @@ int hy_tiering_prepare(hy_tiering_t *tg, const int32_t *tokens, int32_t n, hy_ti
     tg_fetch(tg, &pl, front, swa_ok, ckpt_ok, w, &f);
     if (f.no_budget)
         reason = HY_TIER_GIVEUP_REREADS;
-    else if (f.in_flight == 0 && done == 0 && !f.gone)
+    else if (f.in_flight == 0 && !f.busy && done == 0 && !f.gone)
         reason = HY_TIER_GIVEUP_NO_ROOM; /* nothing moves: the hot pool or warm slots are full */
     else if ((t0 - w->moved_us) / 1000 >= tg->stall_ms)
         reason = HY_TIER_GIVEUP_STALLED; /* whatever it waits for, the front stood still */
     else
-        rc = 1; /* reads on their way, the front moved, or the chain got shorter: again */
+        rc = 1; /* reads or a slot on their way, the front moved, or the chain got shorter */
     if (reason >= 0)
         tg_give_up(tg, &pl, front, reason, w);
 out:

@@ -297,6 +297,11 @@ static void wipe_dir(void)
         HY_T_OK(0, "%s", cmd);
 }
 
+static unsigned long long giveups(const env_t *v, int reason)
+{
+    return (unsigned long long)atomic_load(&v->st->tiers.fetch_giveups[reason]);
+}
+
 static void scenario(env_t *v, const char *name)
 {
     char err[HY_ERR_LEN] = "ok";
@@ -340,9 +345,11 @@ static void scenario(env_t *v, const char *name)
     hc = atomic_load(&v->st->tiers.hits[HY_TIER_COLD]);
     HY_T_OK(rc == HY_OK && hits && worst < 1e-4,
             "%s: every prompt asked again hits its 96 tokens through the tiers, same output as "
-            "cold (worst gap %.2g; cached %d %d %d %d %d %d %d %d; %s)", name, worst,
-            b[0].n_cached, b[1].n_cached, b[2].n_cached, b[3].n_cached, b[4].n_cached,
-            b[5].n_cached, b[6].n_cached, b[7].n_cached, err);
+            "cold (worst gap %.2g; cached %d %d %d %d %d %d %d %d; waits given up: %llu rereads, "
+            "%llu stalled, %llu no room; %s)", name, worst, b[0].n_cached, b[1].n_cached,
+            b[2].n_cached, b[3].n_cached, b[4].n_cached, b[5].n_cached, b[6].n_cached,
+            b[7].n_cached, giveups(v, HY_TIER_GIVEUP_REREADS),
+            giveups(v, HY_TIER_GIVEUP_STALLED), giveups(v, HY_TIER_GIVEUP_NO_ROOM), err);
     HY_T_OK(g3 == 0, "%s: a hit through the tiers has the very logprobs of a hot hit (gap %g)",
             name, g3);
     HY_T_OK(hh > 0 && hw > 0 && hc > 0 && atomic_load(&v->st->tiers.promotions[HY_TIER_COLD]) > 0 &&
