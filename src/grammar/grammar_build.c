@@ -110,6 +110,16 @@ static int32_t nfa_state(gb_t *b)
     return b->n_states++;
 }
 
+static int gb_work_too_large(gb_t *b)
+{
+    if (b->rc == HY_OK)
+        b->rc = hy_err(b->err, HY_ERANGE,
+                       "grammar: too large: building its automaton visits more than %d NFA "
+                       "edges (a long repetition of something that can match nothing, like "
+                       "x?{0,n}: write x{0,n}, or lower the count)", HY_GRAMMAR_MAX_WORK);
+    return b->rc;
+}
+
 static int nfa_edge(gb_t *b, int32_t from, int32_t to, int kind, uint8_t lo, uint8_t hi,
                     int32_t rule)
 {
@@ -438,6 +448,7 @@ typedef struct {
     uint32_t stamp;
     int32_t *tmp, *tmp2;
     int32_t cap_tmp;
+    int64_t work;    /* NFA edges visited, against HY_GRAMMAR_MAX_WORK */
 } dfa_t;
 
 static uint64_t set_hash(const int32_t *s, int32_t n)
@@ -467,6 +478,7 @@ static int32_t closure(gb_t *b, dfa_t *d, int32_t *s, int32_t n)
     for (i = 0; i < n; i++) {
         int32_t q = s[i];
 
+        d->work += b->first[q + 1] - b->first[q];
         for (int32_t k = b->first[q]; k < b->first[q + 1]; k++) {
             const nfa_edge_t *e = &b->e[k];
 
@@ -518,6 +530,8 @@ static int32_t dfa_intern(gb_t *b, dfa_t *d, const int32_t *s, int32_t n, int32_
     }
     if (d->n >= HY_GRAMMAR_MAX_STATES)
         return gb_too_large(b), -1;
+    if (d->work > HY_GRAMMAR_MAX_WORK)
+        return gb_work_too_large(b), -1;
     if (d->n == d->cap) {
         int32_t cap = d->cap ? d->cap * 2 : 256;
         int64_t *off = realloc(d->off, sizeof *off * (size_t)cap);
@@ -564,6 +578,7 @@ static int32_t byte_targets(gb_t *b, dfa_t *d, int32_t id, int c)
     for (int32_t i = 0; i < d->len[id]; i++) {
         int32_t q = d->pool[d->off[id] + i];
 
+        d->work += b->first[q + 1] - b->first[q];
         for (int32_t k = b->first[q]; k < b->first[q + 1]; k++) {
             const nfa_edge_t *e = &b->e[k];
 
@@ -584,6 +599,8 @@ static int dfa_expand(gb_t *b, dfa_t *d, int32_t id, int32_t rule)
     int32_t prev_to = -1, i;
     int32_t nq = d->len[id];
 
+    if (d->work > HY_GRAMMAR_MAX_WORK)
+        return gb_work_too_large(b);
     /* byte boundaries where the target set may change */
     memset(cut, 0, sizeof cut);
     for (i = 0; i < nq; i++) {
@@ -591,6 +608,7 @@ static int dfa_expand(gb_t *b, dfa_t *d, int32_t id, int32_t rule)
 
         if (b->final[q])
             d->st[id].final = 1;
+        d->work += b->first[q + 1] - b->first[q];
         for (int32_t k = b->first[q]; k < b->first[q + 1]; k++) {
             if (b->e[k].kind == NE_BYTE) {
                 cut[b->e[k].lo] = 1;
@@ -648,6 +666,7 @@ static int dfa_expand(gb_t *b, dfa_t *d, int32_t id, int32_t rule)
             for (int32_t i2 = 0; i2 < nq; i2++) {
                 int32_t q2 = d->pool[d->off[id] + i2];
 
+                d->work += b->first[q2 + 1] - b->first[q2];
                 for (int32_t k2 = b->first[q2]; k2 < b->first[q2 + 1]; k2++) {
                     const nfa_edge_t *e2 = &b->e[k2];
 

@@ -2,11 +2,13 @@
  * test_grammar.c - compiled grammars and their matcher: strings each
  * grammar must accept, reject or accept as a prefix only (UTF-8 classes,
  * bounded repetitions, recursion, nullable loops), the left-recursion and
- * size refusals, lazy (triggered) grammars, and the vocabulary mask checked
- * against brute force (every token tried one by one) on random walks
- * through several grammars over a synthetic vocabulary built to stress the
- * trie (shared prefixes, duplicate pieces, split UTF-8 sequences, special
- * and end-of-generation tokens), plus the vocabulary of a real tokenizer.
+ * size refusals (a long repetition of a nullable item, the fuzzer's 11 s
+ * input, refused within the work budget), lazy (triggered) grammars, and
+ * the vocabulary mask checked against brute force (every token tried one
+ * by one) on random walks through several grammars over a synthetic
+ * vocabulary built to stress the trie (shared prefixes, duplicate pieces,
+ * split UTF-8 sequences, special and end-of-generation tokens), plus the
+ * vocabulary of a real tokenizer.
  */
 #include "grammar/grammar.h"
 #include "grammar/grammar_cache.h"
@@ -128,6 +130,10 @@ static void test_refusals(void)
     const char *lr = "root ::= expr\nexpr ::= expr \"+\" term | term\nterm ::= [0-9]";
     const char *ilr = "root ::= a\na ::= b? c \"x\"\nb ::= \"y\"\nc ::= a | \"z\"";
     const char *big = "root ::= ([a-z]{1000}){300}";
+    const char *nullrep = "root ::= (\"yes\" | \"no\") [.!]?{0,20000}";
+    const char *nonnull = "root ::= (\"yes\" | \"no\") [.!]{0,20000}";
+    double t0;
+    int rc;
 
     HY_T_OK(hy_grammar_compile(&g, lr, strlen(lr), NULL, err) == HY_EFORMAT &&
                 strstr(err, "rule 'expr' is left-recursive (expr -> expr)") != NULL,
@@ -138,6 +144,19 @@ static void test_refusals(void)
     HY_T_OK(hy_grammar_compile(&g, big, strlen(big), NULL, err) == HY_ERANGE &&
                 strstr(err, "too large") != NULL,
             "a grammar too large to expand is refused: %s", err);
+    t0 = hy_grammar_now_ms();
+    rc = hy_grammar_compile(&g, nullrep, strlen(nullrep), NULL, err);
+    t0 = hy_grammar_now_ms() - t0;
+    HY_T_OK(rc == HY_ERANGE && strstr(err, "can match nothing") != NULL,
+            "a long repetition of a nullable item (the fuzzer's 11 s input) is refused in "
+            "%.0f ms: %s", t0, err);
+    t0 = hy_grammar_now_ms();
+    rc = hy_grammar_compile(&g, nonnull, strlen(nonnull), NULL, err);
+    t0 = hy_grammar_now_ms() - t0;
+    HY_T_OK(rc == HY_OK, "the same count of a non-empty item compiles in %.0f ms (%s)", t0,
+            rc == HY_OK ? "ok" : err);
+    hy_grammar_unref(g);
+    g = NULL;
     HY_T_OK(hy_grammar_compile(&g, "root ::= x", 10, NULL, err) == HY_EFORMAT &&
                 strstr(err, "rule 'x' is used but never defined") != NULL,
             "parser errors come through");
