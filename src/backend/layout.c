@@ -73,8 +73,10 @@ int32_t hy_kv_layout_group_pages(const hy_kv_layout_t *lay, int32_t group)
 
 uint64_t hy_kv_sparse_key_bytes(const hy_kv_layout_t *lay)
 {
+    /* a page's key and the key of the block it may end (one float per KV
+     * head and dimension each), and whether that block key is there */
     return lay->sparse.block_pages > 0
-               ? (uint64_t)lay->n_head_kv * (uint64_t)lay->head_dim_k * sizeof(float)
+               ? 2 * (uint64_t)lay->n_head_kv * (uint64_t)lay->head_dim_k * sizeof(float) + 1
                : 0;
 }
 

@@ -37,9 +37,10 @@ int32_t hy_kv_layout_group_pages(const hy_kv_layout_t *lay, int32_t group);
  * block-sparse attention, each full-group page's compressed keys. */
 uint64_t hy_kv_layout_bytes(const hy_kv_layout_t *lay, uint64_t kpage, uint64_t vpage);
 /* The compressed keys of one page of one full-group layer with block-sparse
- * attention on (one float key per KV head), else 0: part of the page's
- * cost, so the plan's page bytes, the pool's size and mem_allocated count
- * them. */
+ * attention on (one float key per KV head for the page, one for the block
+ * the page may end, and a byte saying whether that one is there), else 0:
+ * part of the page's cost, so the plan's page bytes, the pool's size and
+ * mem_allocated count them. */
 uint64_t hy_kv_sparse_key_bytes(const hy_kv_layout_t *lay);
 /* The batch an attention op of a layer of `group` reads: b itself for the
  * full group, else a copy whose sequences' pages are their sliding-group

@@ -181,8 +181,8 @@ static void hy_plan_sparse_case(void)
             err);
 }
 
-/* With block-sparse attention each full page carries its compressed keys:
- * the plan quotes them (sparse_key_bytes, in kv_total) and the runner
+/* With block-sparse attention each full page carries its compressed keys
+ * (its own and the one of the block it may end): the plan quotes them (sparse_key_bytes, in kv_total) and the runner
  * allocates exactly that. */
 static void hy_plan_sparse_alloc_case(hy_backend_t *be, const char *file)
 {
@@ -217,13 +217,15 @@ static void hy_plan_sparse_alloc_case(hy_backend_t *be, const char *file)
         be->i->mem_allocated(be, &kv, &st);
         hy_runner_free(&r);
     }
-    want = (uint64_t)m->n_head_kv * (uint64_t)m->head_dim * sizeof(float) *
+    /* per full layer: the page's key and the key of the block it may end
+     * (a float per KV head and dimension each), and that block key's flag */
+    want = (2 * (uint64_t)m->n_head_kv * (uint64_t)m->head_dim * sizeof(float) + 1) *
            (uint64_t)(m->n_kv_layers - (rc == HY_OK ? p.n_swa_kv_layers : 0));
     HY_T_OK(rc == HY_OK && p.sparse_key_bytes == want && want > 0 && kv == p.kv_total &&
                 p.kv_total == (p.page_bytes + want) * (uint64_t)p.n_pages +
                                   p.swa_page_bytes * (uint64_t)p.n_swa_pages,
-            "%s sparse: %llu bytes of block keys per full page (%d full layers), allocated KV "
-            "%llu = plan %llu (%s)", file, (unsigned long long)(rc == HY_OK ? p.sparse_key_bytes : 0),
+            "%s sparse: %llu bytes of page and block keys per full page (%d full layers), "
+            "allocated KV %llu = plan %llu (%s)", file, (unsigned long long)(rc == HY_OK ? p.sparse_key_bytes : 0),
             m->n_kv_layers - (rc == HY_OK ? p.n_swa_kv_layers : 0), (unsigned long long)kv,
             (unsigned long long)(rc == HY_OK ? p.kv_total : 0), rc ? err : "ok");
     hy_model_free(m);

@@ -179,6 +179,17 @@ static float *keys(kv_t *c, const hy_attn_flash_t *f, int32_t cur, const char *n
     return bk;
 }
 
+/* The block keys bk (one row of HD per block) as hy_sparse_select takes
+ * them: a pointer per block. */
+static const float *const *rows(const float *bk, int32_t cur)
+{
+    static const float *r[T];
+
+    for (int32_t b = 0; b < cur; b++)
+        r[b] = bk + (size_t)b * HD;
+    return r;
+}
+
 static void t_select(kv_t *c, const float *bk, int32_t cur, const char *name)
 {
     hy_sparse_params_t sp = {BP, 3, 1, 2};
@@ -186,7 +197,7 @@ static void t_select(kv_t *c, const float *bk, int32_t cur, const char *name)
     float scr[T], score[T];
     bool asc = true, has = true;
 
-    n = hy_sparse_select(c->q, HD, GRP, HD, bk, cur, &sp, sel, scr);
+    n = hy_sparse_select(c->q, HD, GRP, HD, rows(bk, cur), cur, &sp, sel, scr);
     /* the top 3 of blocks 1 .. cur-3 by the summed scores, brute force */
     for (int32_t b = 1; b < cur - 2; b++) {
         double s = 0;
@@ -219,12 +230,12 @@ static void t_select(kv_t *c, const float *bk, int32_t cur, const char *name)
             "first), ascending: %d %d %d %d %d %d", name, cur - 2, cur - 1, best[0], best[1],
             best[2], NEEDLE, sel[0], sel[1], sel[2], sel[3], sel[4], sel[5]);
     sp.topk = 1000;
-    n = hy_sparse_select(c->q, HD, GRP, HD, bk, cur, &sp, sel, scr);
+    n = hy_sparse_select(c->q, HD, GRP, HD, rows(bk, cur), cur, &sp, sel, scr);
     HY_T_OK(n == cur && sel[0] == 0 && sel[cur - 1] == cur - 1,
             "%s: a top-k past the block count takes every block once (%d)", name, n);
     sp = (hy_sparse_params_t){BP, 0, 0, 0};
-    HY_T_OK(hy_sparse_select(c->q, HD, GRP, HD, bk, cur, &sp, sel, scr) == 0 &&
-                hy_sparse_select(c->q, HD, GRP, HD, bk, 0, &sp, sel, scr) == 0,
+    HY_T_OK(hy_sparse_select(c->q, HD, GRP, HD, rows(bk, cur), cur, &sp, sel, scr) == 0 &&
+                hy_sparse_select(c->q, HD, GRP, HD, rows(bk, 0), 0, &sp, sel, scr) == 0,
             "%s: nothing asked, nothing chosen (only the token's own block is read)", name);
 }
 
@@ -241,7 +252,7 @@ static void t_attend(kv_t *c, const float *bk, int32_t cur, kernel_fn kernel, co
     hy_attn_flash_t f = unit(c, &pos);
     int rc;
 
-    n = hy_sparse_select(c->q, HD, GRP, HD, bk, cur, &sp, sel, scr);
+    n = hy_sparse_select(c->q, HD, GRP, HD, rows(bk, cur), cur, &sp, sel, scr);
     rc = hy_sparse_attend(&f, sel, n, BP, pages, kernel, scratch);
     for (int h = 0; h < GRP; h++) {
         ref(c, h, pos, sel, n, o);

@@ -72,8 +72,8 @@ static bool sp_before(const float *score, int32_t a, int32_t b)
 }
 
 int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
-                         const float *block_keys, int32_t cur, const hy_sparse_params_t *sp,
-                         int32_t *out, float *scratch)
+                         const float *const *block_keys, int32_t cur,
+                         const hy_sparse_params_t *sp, int32_t *out, float *scratch)
 {
     int32_t sink = HY_MIN(HY_MAX(sp->sink_blocks, 0), cur);
     int32_t local = HY_MAX(cur - HY_MAX(sp->local_blocks, 0), sink);
@@ -88,7 +88,7 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
             continue;
         }
         for (int32_t h = 0; h < n_heads; h++) {
-            const float *qh = q + (size_t)h * (size_t)q_stride, *k = block_keys + (size_t)b * hd;
+            const float *qh = q + (size_t)h * (size_t)q_stride, *k = block_keys[b];
 
             for (int32_t i = 0; i < hd; i++)
                 s += qh[i] * k[i];
@@ -153,9 +153,32 @@ int hy_sparse_attend(const hy_attn_flash_t *f, const int32_t *blocks, int32_t n,
 
 /* ---- the CPU backend's glue: keys kept with the pages, the layer path ---- */
 
+/* A layer's keys are one mapping of three arrays over the page ids: each
+ * page's key per KV head, then the key per KV head of the block a page
+ * ends (kept only at a block's last page), then a byte per page saying
+ * whether that block key is there. */
 static size_t sp_layer_bytes(const hy_kv_layout_t *lay)
 {
     return (size_t)lay->n_pages * (size_t)hy_kv_sparse_key_bytes(lay);
+}
+
+/* Floats of scratch a pointer takes. */
+#define SP_PTR_FLOATS ((sizeof(void *) + sizeof(float) - 1) / sizeof(float))
+
+static size_t sp_page_floats(const hy_kv_layout_t *lay)
+{
+    return (size_t)lay->n_head_kv * (size_t)lay->head_dim_k;
+}
+
+static float *sp_block_keys(const hy_cpu_t *cpu, int32_t l)
+{
+    return cpu->sp_keys[l] + (size_t)cpu->kv.n_pages * sp_page_floats(&cpu->kv);
+}
+
+static uint8_t *sp_block_valid(const hy_cpu_t *cpu, int32_t l)
+{
+    return (uint8_t *)(void *)(sp_block_keys(cpu, l) +
+                               (size_t)cpu->kv.n_pages * sp_page_floats(&cpu->kv));
 }
 
 void hy_cpu_sparse_unmap(float **keys, const hy_kv_layout_t *lay)
@@ -246,6 +269,34 @@ static void sp_keys_worker(void *arg, int ith, int nth)
     }
 }
 
+/* The block keys of the blocks the batch completed (their last page just
+ * filled), from their pages' keys; a filled page that ends no block holds
+ * none (it may have ended one under an earlier owner). */
+static void sp_block_keys_batch(hy_cpu_t *cpu, int32_t layer, const sp_keys_job_t *j)
+{
+    const hy_batch_t *b = j->b;
+    int32_t bp = cpu->kv.sparse.block_pages, nkv = cpu->kv.n_head_kv, hd = cpu->kv.head_dim_k;
+    size_t stride = sp_page_floats(&cpu->kv);
+    float *bkeys = sp_block_keys(cpu, layer);
+    uint8_t *valid = sp_block_valid(cpu, layer);
+
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        const int32_t *pages = b->seqs[s].pages;
+        int32_t p0, p1;
+
+        sp_filled(j, s, &p0, &p1);
+        for (int32_t p = p0; p < p1; p++) {
+            int32_t last = pages[p];
+
+            valid[last] = (p + 1) % bp == 0;
+            for (int32_t h = 0; valid[last] && h < nkv; h++)
+                hy_sparse_block_key(cpu->sp_keys[layer] + (size_t)h * hd, stride,
+                                    pages + (p + 1 - bp), bp, hd,
+                                    bkeys + (size_t)last * stride + (size_t)h * hd);
+        }
+    }
+}
+
 void hy_cpu_sparse_keys_batch(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b)
 {
     sp_keys_job_t j = {cpu, layer, b, 0};
@@ -258,18 +309,26 @@ void hy_cpu_sparse_keys_batch(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b)
         sp_filled(&j, s, &p0, &p1);
         j.n += p1 - p0;
     }
-    if (j.n > 0)
+    if (j.n > 0) {
         hy_pool_run_n(cpu->pool, (int)HY_MIN((int64_t)cpu->n_threads, (j.n + 7) / 8),
                       sp_keys_worker, &j);
+        sp_block_keys_batch(cpu, layer, &j);
+    }
 }
 
 void hy_cpu_sparse_keys_page(hy_cpu_t *cpu, int32_t group, int32_t page)
 {
     if (!cpu->sp_keys || group != HY_KV_FULL)
         return;
-    for (int32_t l = 0; l < cpu->kv.n_layers; l++)
-        if (cpu->sp_keys[l])
-            sp_page_keys(cpu, l, page);
+    for (int32_t l = 0; l < cpu->kv.n_layers; l++) {
+        if (!cpu->sp_keys[l])
+            continue;
+        sp_page_keys(cpu, l, page);
+        /* which block the page ends, and its other pages, are the
+         * sequences' to know: the choice averages that block's page keys
+         * again until a batch fills the page anew */
+        sp_block_valid(cpu, l)[page] = 0;
+    }
 }
 
 size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos)
@@ -277,8 +336,9 @@ size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos)
     size_t bp = (size_t)HY_MAX(cpu->kv.sparse.block_pages, 1);
     size_t cur = (size_t)max_pos / (bp * (size_t)cpu->kv.page_tokens) + 1;
 
-    /* block keys, scores, chosen blocks, the compacted page list */
-    return cur * ((size_t)cpu->kv.head_dim_k + 2) + (cur + 1) * bp;
+    /* a pointer per block to its key, block keys averaged here, scores,
+     * chosen blocks, the compacted page list */
+    return cur * SP_PTR_FLOATS + cur * ((size_t)cpu->kv.head_dim_k + 2) + (cur + 1) * bp;
 }
 
 void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_attn_flash_t *f,
@@ -288,22 +348,35 @@ void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_attn_flas
 {
     const hy_kv_sparse_t *c = &cpu->kv.sparse;
     hy_sparse_params_t sp = {c->block_pages, c->topk, c->sink_blocks, c->local_blocks};
-    int32_t nkv = cpu->kv.n_head_kv, hd = f->hd, bt = c->block_pages * f->page_tokens;
+    int32_t hd = f->hd, bp = c->block_pages, bt = bp * f->page_tokens;
+    size_t stride = sp_page_floats(&cpu->kv);
     /* the unit's last token sees the most blocks: their keys serve all */
     int32_t ncur = f->pos[f->t1 - 1] / bt;
-    float *bkeys = sscr, *score = bkeys + (size_t)ncur * hd;
+    /* the pointers first: sscr is aligned for them */
+    const float **bkey = (const float **)(void *)sscr;
+    float *bkeys = sscr + (size_t)ncur * SP_PTR_FLOATS, *score = bkeys + (size_t)ncur * hd;
     int32_t *blocks = (int32_t *)(void *)(score + ncur + 1), *pages = blocks + ncur + 1;
     const float *keys = cpu->sp_keys[layer] + (size_t)g * hd;
+    const float *kept = sp_block_keys(cpu, layer) + (size_t)g * hd;
+    const uint8_t *valid = sp_block_valid(cpu, layer);
 
-    for (int32_t b = 0; b < ncur; b++)
-        hy_sparse_block_key(keys, (size_t)nkv * hd, f->pages + (size_t)b * c->block_pages,
-                            c->block_pages, hd, bkeys + (size_t)b * hd);
+    for (int32_t b = 0; b < ncur; b++) {
+        int32_t last = f->pages[(size_t)(b + 1) * bp - 1];
+
+        if (valid[last]) {
+            bkey[b] = kept + (size_t)last * stride;
+        } else {
+            hy_sparse_block_key(keys, stride, f->pages + (size_t)b * bp, bp, hd,
+                                bkeys + (size_t)b * hd);
+            bkey[b] = bkeys + (size_t)b * hd;
+        }
+    }
     for (int32_t t = f->t0; t < f->t1; t++) {
         hy_attn_flash_t u = *f;
         /* the whole query group chooses, however its heads are cut into
          * units: the same blocks for every batch */
         int32_t n = hy_sparse_select(f->q + (size_t)t * f->q_stride + (size_t)gh0 * hd, hd,
-                                     group, hd, bkeys, f->pos[t] / bt, &sp, blocks, score);
+                                     group, hd, bkey, f->pos[t] / bt, &sp, blocks, score);
 
         u.t0 = t;
         u.t1 = t + 1;
