@@ -858,6 +858,32 @@ static void t_probe(void)
     free(st);
 }
 
+/* A store of `slots` warm page slots on tdir whose writes go through the
+ * gate (open); NULL, reported, when it cannot be made. */
+static hy_tier_t *write_gated(hy_stats_t *st, int32_t slots, const char *what)
+{
+    hy_tier_opts_t o;
+    hy_tier_t *t;
+    char err[HY_ERR_LEN];
+
+    opts(&o, st, (uint64_t)slots * PAGE + CKPT, tdir, 1 << 20);
+    o.fault = gate;
+    gate_op = HY_TIER_OP_WRITE;
+    gate_state = 0;
+    if (hy_tier_create(&t, &o, err) != HY_OK) {
+        HY_T_OK(0, "store for %s: %s", what, err);
+        return NULL;
+    }
+    hy_tier_sync(t);
+    if (hy_tier_slots(t, HY_TIER_PAGE) != slots) {
+        HY_T_OK(0, "store for %s: %d warm page slots, not %d", what,
+                hy_tier_slots(t, HY_TIER_PAGE), slots);
+        hy_tier_free(t);
+        return NULL;
+    }
+    return t;
+}
+
 /* One warm page slot, held by a write the writer thread is in the middle
  * of (it took the last queued one, so nobody can run it here): a fetch
  * says "busy, ask again" - not "no slot", which a prefix wait takes for a
@@ -865,22 +891,14 @@ static void t_probe(void)
 static void t_busy(void)
 {
     hy_stats_t *st = calloc(1, sizeof *st);
-    hy_tier_opts_t o;
-    hy_tier_t *t;
-    char err[HY_ERR_LEN];
+    hy_tier_t *t = write_gated(st, 1, "the busy slot");
     bool ok = true;
     int rc;
 
-    opts(&o, st, PAGE + CKPT, tdir, 1 << 20);
-    o.fault = gate;
-    gate_op = HY_TIER_OP_WRITE;
-    gate_state = 0;
-    if (hy_tier_create(&t, &o, err) != HY_OK) {
-        HY_T_OK(0, "store for the busy slot: %s", err);
+    if (t == NULL) {
+        free(st);
         return;
     }
-    hy_tier_sync(t);
-    ok &= hy_tier_slots(t, HY_TIER_PAGE) == 1;
     ok &= put(t, HY_TIER_PAGE, 60, 0) == HY_OK; /* written through, then pushed out */
     hy_tier_sync(t);
     ok &= put(t, HY_TIER_PAGE, 61, 0) == HY_OK;
@@ -906,22 +924,14 @@ static void t_busy(void)
 static void t_lru_writes(void)
 {
     hy_stats_t *st = calloc(1, sizeof *st);
-    hy_tier_opts_t o;
-    hy_tier_t *t;
-    char err[HY_ERR_LEN];
+    hy_tier_t *t = write_gated(st, 3, "LRU under a slow writer");
     bool ok = true;
     int rc, k;
 
-    opts(&o, st, 3 * PAGE + CKPT, tdir, 1 << 20);
-    o.fault = gate;
-    gate_op = HY_TIER_OP_WRITE;
-    gate_state = 0;
-    if (hy_tier_create(&t, &o, err) != HY_OK) {
-        HY_T_OK(0, "store for LRU under a slow writer: %s", err);
+    if (t == NULL) {
+        free(st);
         return;
     }
-    hy_tier_sync(t);
-    ok &= hy_tier_slots(t, HY_TIER_PAGE) == 3;
     for (int b = 70; b <= 74; b++)
         ok &= put(t, HY_TIER_PAGE, b, 0) == HY_OK;
     hy_tier_sync(t); /* 70 and 71 on disk only; 72, 73, 74 warm and written */
