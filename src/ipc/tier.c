@@ -795,6 +795,7 @@ static void *index_main(void *arg)
                 write_queue(t, i);
     }
     publish(t);
+    pthread_cond_broadcast(&t->cv_done); /* a persist waits for the disk to come online */
     pthread_mutex_unlock(&t->mu);
     rewinddir(dir);
     while ((d = readdir(dir)) != NULL && !atomic_load(&t->stop_index)) {
@@ -1460,6 +1461,13 @@ int hy_tier_persist(hy_tier_t *t, int32_t kind, uint64_t hash, int32_t depth,
     if (t == NULL || t->o.unit_bytes[kind] == 0)
         return 1;
     pthread_mutex_lock(&t->mu);
+    /* The model's hash came in a moment ago (a stop soon after a first
+     * start): the indexer is clearing a crash's leftover temporary files
+     * before anything writes.  That takes a directory listing; skipping
+     * instead lost the pages persisted meanwhile - the prompt's first
+     * blocks, so the next start hit nothing. */
+    while (t->indexer_started && t->disk_state == HY_TIER_DISK_WAITING)
+        pthread_cond_wait(&t->cv_done, &t->mu);
     i = find(t, kind, hash);
     if (!disk_usable(t) ||
         (i >= 0 && ((t->e[i].flags & F_COLD) || t->e[i].job != JOB_NONE ||

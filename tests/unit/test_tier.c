@@ -9,7 +9,8 @@
  * name while the indexer is still busy; a fetch while the only slot waits
  * for a write on its way (busy, then served); injected write and read failures
  * counted and never served; two stores on one directory refused; the
- * remembered model identity.  hy_tier_check (used + free + cached = total
+ * remembered model identity; pages persisted the moment the model's hash
+ * arrives written, not skipped.  hy_tier_check (used + free + cached = total
  * per tier, lists, index, the directory) after every scenario.
  */
 #define _GNU_SOURCE
@@ -787,6 +788,55 @@ static void t_model_id(void)
     free(st);
 }
 
+/* A stop right after the model's hash came in (a first start's quick
+ * restart): the pages persisted then are written, not skipped while the
+ * indexer is still clearing the directory's leftovers. */
+static void t_persist_on_hash(void)
+{
+    hy_stats_t *st = calloc(1, sizeof *st);
+    hy_tier_opts_t o;
+    hy_tier_t *t;
+    char err[HY_ERR_LEN], dir[300], model[400];
+    int32_t tok[PT];
+    uint8_t bytes[PAGE], sha[32];
+    int rc[3];
+    FILE *f;
+
+    snprintf(dir, sizeof dir, "%s/hash", tdir);
+    snprintf(model, sizeof model, "%s/model.gguf", dir);
+    if (mkdir(dir, 0700) != 0 || (f = fopen(model, "w")) == NULL) {
+        HY_T_OK(0, "directory for the persist on hash: %s", strerror(errno));
+        free(st);
+        return;
+    }
+    fputs("another model", f);
+    fclose(f);
+    opts(&o, st, 2 * PAGE + CKPT, dir, 1 << 20);
+    o.sha_known = false;
+    o.model_path = model;
+    if (hy_tier_create(&t, &o, err) != HY_OK) {
+        HY_T_OK(0, "store for the persist on hash: %s", err);
+        free(st);
+        return;
+    }
+    memset(sha, 9, 32);
+    hy_tier_set_model(t, sha);
+    for (int b = 0; b < 3; b++) {
+        block(50 + b, 0, tok, bytes, PAGE);
+        rc[b] = hy_tier_persist(t, HY_TIER_PAGE, hash_of(50 + b, 0), 50 + b, tok, bytes);
+    }
+    hy_tier_sync(t);
+    HY_T_OK(rc[0] == HY_OK && rc[1] == HY_OK && rc[2] == HY_OK &&
+                where(t, HY_TIER_PAGE, 50, 0) == HY_TIER_COLD &&
+                where(t, HY_TIER_PAGE, 52, 0) == HY_TIER_COLD,
+            "pages persisted the moment the hash arrives are written (%d %d %d)", rc[0], rc[1],
+            rc[2]);
+    check(t, "persist on hash");
+    hy_tier_free(t);
+    unlink(model);
+    free(st);
+}
+
 /* An I/O thread held inside its first file of one kind of operation (the
  * indexer's, a write): what the store answers meanwhile. */
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -979,6 +1029,7 @@ int main(void)
     t_faults();
     t_errors();
     t_model_id();
+    t_persist_on_hash();
     t_probe();
     t_busy();
     t_lru_writes();
