@@ -777,6 +777,7 @@ static void *index_main(void *arg)
         pthread_mutex_lock(&t->mu);
         t->disk_state = HY_TIER_DISK_FAILED;
         publish(t);
+        pthread_cond_broadcast(&t->cv_done); /* nobody waits for it to come online */
         pthread_mutex_unlock(&t->mu);
         return NULL;
     }
@@ -952,6 +953,7 @@ void hy_tier_set_model(hy_tier_t *t, const uint8_t sha256[32])
             t->disk_state = HY_TIER_DISK_FAILED;
             hy_log(LOG_ERR, "tier_disk_disabled", "dir=%s reason=%s", t->dir,
                    "the model file changed without its size, mtime or inode changing");
+            pthread_cond_broadcast(&t->cv_done); /* a persist waiting for the disk: off */
         }
         publish(t);
         pthread_mutex_unlock(&t->mu);
