@@ -112,7 +112,7 @@ int hy_kv_check_seq_pages(const hy_batch_t *b, int32_t s, int32_t page_tokens, i
                           int32_t n_pool, char *err)
 {
     const hy_batch_seq_t *sq = &b->seqs[s];
-    int32_t max_pos = -1, min_pos = INT32_MAX, lo;
+    int32_t max_pos = -1, min_pos = INT32_MAX, lo, bad;
 
     for (int32_t t = sq->first; t < sq->first + sq->n; t++) {
         max_pos = HY_MAX(max_pos, b->pos[t]);
@@ -123,10 +123,10 @@ int hy_kv_check_seq_pages(const hy_batch_t *b, int32_t s, int32_t page_tokens, i
                       "pages of %d tokens", s, max_pos, sq->n_pages, page_tokens);
     /* blocks older than every token's window may be back in the pool */
     lo = window > 0 ? HY_MAX(0, min_pos - window + 1) / page_tokens : 0;
-    for (int32_t i = lo; i <= max_pos / page_tokens; i++)
-        if (sq->pages[i] < 0 || sq->pages[i] >= n_pool)
-            return hy_err(err, HY_ERANGE, "attention: sequence %d page %d is id %d, pool has "
-                          "0..%d", s, i, sq->pages[i], n_pool - 1);
+    bad = hy_ids_first_outside(sq->pages + lo, max_pos / page_tokens + 1 - lo, n_pool);
+    if (bad >= 0)
+        return hy_err(err, HY_ERANGE, "attention: sequence %d page %d is id %d, pool has "
+                      "0..%d", s, lo + bad, sq->pages[lo + bad], n_pool - 1);
     return HY_OK;
 }
 

@@ -19,6 +19,27 @@ int hy_err(char *err, int code, const char *fmt, ...)
     return code;
 }
 
+int32_t hy_ids_first_outside(const int32_t *ids, int32_t n, int32_t lim)
+{
+    uint32_t ulim = (uint32_t)HY_MAX(lim, 0);
+    int32_t i = 0;
+    bool bad = false;
+
+    /* fixed-length chunks the compiler turns into vector compares; a
+     * negative id is a huge unsigned one */
+    for (; i + 64 <= n && !bad; i += 64) {
+        uint32_t any = 0;
+
+        for (int32_t j = 0; j < 64; j++)
+            any |= (uint32_t)ids[i + j] >= ulim;
+        bad = any != 0;
+    }
+    for (i = bad ? i - 64 : i; i < n; i++)
+        if ((uint32_t)ids[i] >= ulim)
+            return i;
+    return -1;
+}
+
 const char *hy_strerror(int code)
 {
     switch (code) {

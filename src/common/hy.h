@@ -38,6 +38,11 @@ const char *hy_strerror(int code);
  * unknown. */
 void hy_host_memory(uint64_t *total, uint64_t *avail);
 
+/* The index of the first of ids[0..n) outside [0, lim), or -1 when all
+ * are inside.  Page lists of a million-token sequence are checked every
+ * step, so the common all-valid case is a branch-free pass. */
+int32_t hy_ids_first_outside(const int32_t *ids, int32_t n, int32_t lim);
+
 /* Overflow-checked arithmetic for sizes that come from files or requests. */
 static inline bool hy_mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *r)
 {

@@ -219,7 +219,7 @@ static int hy_runner_grow(int32_t **list, int32_t *cap, int32_t need, char *err)
 static int hy_runner_reserve_group(hy_runner_t *r, int32_t group, int32_t **list, int32_t *cap,
                                    int32_t *n, int32_t lo, int32_t need, char *err)
 {
-    int32_t pool = group == HY_KV_SWA ? r->pt->sh->params.n_swa_pages : r->opts.n_pages;
+    int32_t pool = group == HY_KV_SWA ? r->pt->sh->params.n_swa_pages : r->opts.n_pages, bad;
     int rc;
 
     if ((rc = hy_runner_grow(list, cap, need, err)) != HY_OK)
@@ -229,10 +229,9 @@ static int hy_runner_reserve_group(hy_runner_t *r, int32_t group, int32_t **list
             return rc;
         *n = need;
     }
-    for (int32_t j = lo; j < need; j++)
-        if ((*list)[j] < 0 || (*list)[j] >= pool)
-            return hy_err(err, HY_EINVAL, "%spage id %d outside the pool (%d)",
-                          group == HY_KV_SWA ? "sliding " : "", (*list)[j], pool);
+    if ((bad = hy_ids_first_outside(*list + lo, need - lo, pool)) >= 0)
+        return hy_err(err, HY_EINVAL, "%spage id %d outside the pool (%d)",
+                      group == HY_KV_SWA ? "sliding " : "", (*list)[lo + bad], pool);
     return HY_OK;
 }
 

@@ -332,13 +332,13 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
             return 1;
         }
         med[sparse] = bs_median(t, steps);
-        printf("%s: decode at %d: median %.2f ms user CPU per token over %d steps\n",
+        printf("%s: decode at %d: median %.3f ms user CPU per token over %d steps\n",
                sparse ? "sparse" : "dense", n, med[sparse] * 1e3, steps);
         fflush(stdout);
         hy_runner_seq_release(&r, &s);
         hy_runner_free(&r);
     }
-    printf("decode at %d: dense %.2f ms, sparse %.2f ms per token (%.2fx)\n", n, med[0] * 1e3,
+    printf("decode at %d: dense %.3f ms, sparse %.3f ms per token (%.2fx)\n", n, med[0] * 1e3,
            med[1] * 1e3, med[0] / med[1]);
     free(ids);
     free(t);

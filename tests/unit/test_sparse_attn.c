@@ -239,6 +239,78 @@ static void t_select(kv_t *c, const float *bk, int32_t cur, const char *name)
             "%s: nothing asked, nothing chosen (only the token's own block is read)", name);
 }
 
+/* The choice over many blocks (several of its scoring chunks, head dims
+ * with and without a tail of fewer than 8): every chosen block scores at
+ * least as high as every block left out (in double, up to float
+ * rounding), equal keys go to the earlier block, a NaN key is never
+ * chosen over a number, and the count is hy_kv_sparse_blocks_before's. */
+static void t_select_many(void)
+{
+    enum { NB = 1500, MAXD = 13, TOPK = 40 };
+    static const int32_t dims[] = {8, 13, 3};
+    static float keys[NB][MAXD];
+    static const float *rowp[NB];
+    static float scr[NB];
+    static int32_t sel[NB];
+    float q[3 * MAXD];
+    hy_sparse_params_t sp = {BP, TOPK, 2, 3};
+
+    for (size_t di = 0; di < HY_ARRAY_LEN(dims); di++) {
+        int32_t hd = dims[di], n, worst_in = -1, best_out = -1, count = 0;
+        double lo_in = INFINITY, hi_out = -INFINITY;
+        bool in[NB] = {false}, asc = true;
+
+        fill(q, 3 * hd, 1.0f);
+        for (int32_t b = 0; b < NB; b++) {
+            fill(keys[b], hd, 1.0f);
+            rowp[b] = keys[b];
+        }
+        /* block 700 repeats block 900's key; block 333 is NaN */
+        for (int32_t i = 0; i < hd; i++) {
+            keys[900][i] = 4.0f * q[i];
+            keys[700][i] = keys[900][i];
+        }
+        keys[333][0] = NAN;
+        n = hy_sparse_select(q, hd, 3, hd, rowp, NB, &sp, sel, scr);
+        for (int32_t i = 0; i < n; i++) {
+            in[sel[i]] = true;
+            asc &= i == 0 || sel[i] > sel[i - 1];
+        }
+        for (int32_t b = sp.sink_blocks; b < NB - sp.local_blocks; b++) {
+            double d = 0;
+
+            for (int32_t h = 0; h < 3; h++)
+                for (int32_t i = 0; i < hd; i++)
+                    d += (double)q[h * hd + i] * keys[b][i];
+            if (b == 333)
+                continue;
+            count += in[b];
+            if (in[b] && d < lo_in)
+                lo_in = d, worst_in = b;
+            if (!in[b] && d > hi_out)
+                hi_out = d, best_out = b;
+        }
+        HY_T_OK(n == hy_kv_sparse_blocks_before(NB, 2, 3, TOPK) && asc && in[0] && in[1] &&
+                    in[NB - 1] && in[NB - 3] && count == TOPK && !in[333] && in[700] &&
+                    in[900] && lo_in >= hi_out - 1e-5 * fabs(hi_out),
+                "head dim %d, %d blocks: sink, local and the top %d by score (worst chosen %d "
+                "%.6g, best left out %d %.6g), ties and NaN as specified", hd, NB, TOPK,
+                worst_in, lo_in, best_out, hi_out);
+    }
+    /* ties: with every key equal the earliest blocks win */
+    for (int32_t b = 0; b < NB; b++)
+        for (int32_t i = 0; i < 8; i++)
+            keys[b][i] = 0.5f;
+    {
+        int32_t n = hy_sparse_select(q, 8, 3, 8, rowp, NB, &sp, sel, scr);
+        bool first = n == 2 + TOPK + 3;
+
+        for (int32_t i = 0; i < 2 + TOPK && first; i++)
+            first = sel[i] == i;
+        HY_T_OK(first, "equal scores: the %d earliest blocks after the sink are chosen", TOPK);
+    }
+}
+
 typedef void (*kernel_fn)(const hy_attn_flash_t *f, float *scratch);
 
 static void t_attend(kv_t *c, const float *bk, int32_t cur, kernel_fn kernel, const char *kname,
@@ -315,8 +387,10 @@ int main(void)
         if (hy_cpu_isa() >= HY_ISA_AVX2)
             t_attend(&c, bk, cur, hy_attn_decode_avx2, "avx2 decode", name);
 #endif
-        if (i == 0)
+        if (i == 0) {
             t_bad(&c, cur);
+            t_select_many();
+        }
         free(bk);
         kv_free(&c);
     }

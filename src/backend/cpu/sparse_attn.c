@@ -64,11 +64,44 @@ void hy_sparse_block_key(const float *page_keys, size_t stride, const int32_t *p
         out[i] /= (float)n;
 }
 
-/* Whether block a ranks before block b (higher score; the earlier block
- * on a tie). */
-static bool sp_before(const float *score, int32_t a, int32_t b)
+typedef float sp_v4_t __attribute__((vector_size(16)));
+
+/* blocks scored per pass of the choice */
+#define SP_CHUNK 32
+
+/* q . k in one fixed order for any hd: eight running sums over i mod 8 in
+ * two 4-lane vectors (a short tail counts as zeros), then the fixed tree
+ * ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)).  Choosing scores
+ * every earlier block of a long sequence per token, so this is the
+ * innermost loop of a million-token decode; the independent sums keep the
+ * adds from serializing, in registers on any x86-64. */
+static float sp_dot(const float *q, const float *k, int32_t hd)
 {
-    return score[a] > score[b] || (score[a] == score[b] && a < b);
+    sp_v4_t lo = {0, 0, 0, 0}, hi = lo, qv, kv, v;
+    int32_t i = 0;
+
+    for (; i + 8 <= hd; i += 8) {
+        memcpy(&qv, q + i, sizeof qv);
+        memcpy(&kv, k + i, sizeof kv);
+        lo += qv * kv;
+        memcpy(&qv, q + i + 4, sizeof qv);
+        memcpy(&kv, k + i + 4, sizeof kv);
+        hi += qv * kv;
+    }
+    if (i < hd) {
+        float qt[8] = {0}, kt[8] = {0};
+
+        memcpy(qt, q + i, sizeof(float) * (size_t)(hd - i));
+        memcpy(kt, k + i, sizeof(float) * (size_t)(hd - i));
+        memcpy(&qv, qt, sizeof qv);
+        memcpy(&kv, kt, sizeof kv);
+        lo += qv * kv;
+        memcpy(&qv, qt + 4, sizeof qv);
+        memcpy(&kv, kt + 4, sizeof kv);
+        hi += qv * kv;
+    }
+    v = lo + hi;
+    return (v[0] + v[2]) + (v[1] + v[3]);
 }
 
 int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
@@ -77,44 +110,59 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
 {
     int32_t sink = HY_MIN(HY_MAX(sp->sink_blocks, 0), cur);
     int32_t local = HY_MAX(cur - HY_MAX(sp->local_blocks, 0), sink);
-    int32_t want = hy_kv_sparse_blocks_before(cur, sp->sink_blocks, sp->local_blocks, sp->topk);
-    int32_t m = 0;
+    int32_t k = HY_MIN(HY_MAX(sp->topk, 0), local - sink), m = 0, n = 0;
+    int32_t *top = out + sink;
+    float qs[HY_ATTN_MAX_HEAD_DIM];
 
-    for (int32_t b = 0; b < cur; b++) {
+    /* sum_h q_h . key = (sum_h q_h) . key: one dot per block, not one per head */
+    for (int32_t i = 0; i < hd; i++) {
         float s = 0;
 
-        if (b < sink || b >= local) {
-            scratch[b] = INFINITY; /* always read */
-            continue;
-        }
-        for (int32_t h = 0; h < n_heads; h++) {
-            const float *qh = q + (size_t)h * (size_t)q_stride, *k = block_keys[b];
-
-            for (int32_t i = 0; i < hd; i++)
-                s += qh[i] * k[i];
-        }
-        scratch[b] = isnan(s) ? -INFINITY : s;
+        for (int32_t h = 0; h < n_heads; h++)
+            s += q[(size_t)h * (size_t)q_stride + (size_t)i];
+        qs[i] = s;
     }
-    /* the best `want` blocks, best first */
-    for (int32_t b = 0; b < cur && want > 0; b++) {
-        int32_t i;
+    /* the best k of the blocks between the sink and the local ones, best
+     * first (scores in scratch[0..m)); blocks come in ascending order, so
+     * one that only ties the worst kept loses the tie and is skipped */
+    for (int32_t b0 = sink; b0 < local && k > 0; b0 += SP_CHUNK) {
+        int32_t nb = HY_MIN(SP_CHUNK, local - b0);
+        float cs[SP_CHUNK];
 
-        if (m == want && !sp_before(scratch, b, out[m - 1]))
-            continue;
-        i = m < want ? m++ : m - 1;
-        for (; i > 0 && sp_before(scratch, b, out[i - 1]); i--)
-            out[i] = out[i - 1];
-        out[i] = b;
+        /* a chunk's scores first, without branches, so that the key loads
+         * of many blocks are in flight at once */
+        for (int32_t j = 0; j < nb; j++)
+            cs[j] = sp_dot(qs, block_keys[b0 + j], hd);
+        for (int32_t j = 0; j < nb; j++) {
+            float s = cs[j];
+            int32_t i;
+
+            if (m == k && !(s > scratch[m - 1])) /* NaN is never above */
+                continue;
+            s = isnan(s) ? -INFINITY : s;
+            for (i = m < k ? m++ : m - 1; i > 0 && s > scratch[i - 1]; i--) {
+                scratch[i] = scratch[i - 1];
+                top[i] = top[i - 1];
+            }
+            scratch[i] = s;
+            top[i] = b0 + j;
+        }
     }
-    /* ascending: the order the keys lie in the sequence */
+    /* ascending, the order the keys lie in the sequence: the sink blocks,
+     * the chosen ones (all between), the local ones */
     for (int32_t i = 1; i < m; i++) {
-        int32_t b = out[i], j = i;
+        int32_t v = top[i], j = i;
 
-        for (; j > 0 && out[j - 1] > b; j--)
-            out[j] = out[j - 1];
-        out[j] = b;
+        for (; j > 0 && top[j - 1] > v; j--)
+            top[j] = top[j - 1];
+        top[j] = v;
     }
-    return m;
+    for (int32_t b = 0; b < sink; b++)
+        out[n++] = b;
+    n += m;
+    for (int32_t b = local; b < cur; b++)
+        out[n++] = b;
+    return n;
 }
 
 int hy_sparse_attend(const hy_attn_flash_t *f, const int32_t *blocks, int32_t n,
