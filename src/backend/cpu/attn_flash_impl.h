@@ -503,9 +503,13 @@ static void hy_af_decode_keys(const hy_attn_flash_t *f, int32_t lo, int32_t hi, 
  * g * cnt <= HY_AF_DEC_REGS chains keep both FMA ports busy through each
  * one's latency.  Scores (rows of the transposed keys times the queries'
  * d-th values) and value sums (value rows times the keys' weights) are
- * both this. */
-HY_AF_INLINE void hy_af_chains(const float *base, size_t stride, const float *const *coef,
-                               int i0, int i1, const int g, int cnt,
+ * both this.  With hrows, row i is halves at hrows[i] + hoff instead,
+ * converted as loaded: the value rows straight from f16
+ * pages, without a converted copy of the tile (a literal NULL compiles
+ * that away).  With pf, a line of the next tile is prefetched per row. */
+HY_AF_INLINE void hy_af_chains(const float *base, size_t stride, const uint16_t *const *hrows,
+                               int hoff, const float *const *coef, int i0, int i1, const int g,
+                               int cnt, hy_af_pf_t *pf,
                                hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS])
 {
 #pragma GCC unroll 4
@@ -514,15 +518,19 @@ HY_AF_INLINE void hy_af_chains(const float *base, size_t stride, const float *co
         for (int v = 0; v < HY_AF_DEC_REGS; v++)
             acc[q][v] = hy_af_zero();
     for (int i = i0; i < i1; i++) {
-        const float *row = base + (size_t)i * stride;
+        const float *row = hrows ? NULL : base + (size_t)i * stride;
         hy_af_v c[HY_AF_DEC_G];
+        if (pf)
+            hy_af_pf_step(pf, 1);
 #pragma GCC unroll 4
         for (int q = 0; q < HY_AF_DEC_G; q++)
             c[q] = q < g ? hy_af_set1(coef[q][i]) : hy_af_zero();
 #pragma GCC unroll 16
         for (int v = 0; v < HY_AF_DEC_REGS; v++)
             if (v < cnt) {
-                const hy_af_v x = hy_af_load(row + v * HY_AF_W);
+                /* a half converts to its float exactly: the same x either way */
+                const hy_af_v x = hrows ? hy_af_cvt_f16(hrows[i] + hoff + v * HY_AF_W)
+                                        : hy_af_load(row + v * HY_AF_W);
 #pragma GCC unroll 4
                 for (int q = 0; q < HY_AF_DEC_G; q++)
                     if (q < g)
@@ -537,7 +545,7 @@ HY_AF_INLINE void hy_af_chains(const float *base, size_t stride, const float *co
  * in one pass over the tile (64 KB of floats at a head size of 256: read
  * once per query, it came from L2 four times for Gemma 3's four heads). */
 HY_AF_INLINE void hy_af_decode_scores_g(const float *const *Q, const int g, const float *kt,
-                                        int j0, int n, int hd, float *const *S)
+                                        int j0, int n, int hd, float *const *S, hy_af_pf_t *pf)
 {
     const int kv = HY_MAX(1, HY_AF_DEC_REGS / g);
     HY_AF_DEC_SPAN(j0, n, jb0, jb1);
@@ -545,7 +553,11 @@ HY_AF_INLINE void hy_af_decode_scores_g(const float *const *Q, const int g, cons
     for (int jb = jb0; jb < jb1; jb += kv * HY_AF_W) {
         const int cnt = HY_MIN(kv, (jb1 - jb) / HY_AF_W);
         hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS];
-        hy_af_chains(kt + jb, HY_AF_BK, Q, 0, hd, g, cnt, acc);
+        /* a full pass with a constant count: no per-vector tests in the loop */
+        if (cnt == kv)
+            hy_af_chains(kt + jb, HY_AF_BK, NULL, 0, Q, 0, hd, g, kv, pf, acc);
+        else
+            hy_af_chains(kt + jb, HY_AF_BK, NULL, 0, Q, 0, hd, g, cnt, pf, acc);
 #pragma GCC unroll 4
         for (int q = 0; q < HY_AF_DEC_G; q++)
 #pragma GCC unroll 16
@@ -586,8 +598,9 @@ static float hy_af_decode_softmax(int j0, int n, float softcap, float *S, float 
 /* O[q][d] = fma(O[q][d], c[q], acc) for the g queries' weights P[q] over
  * keys [j0, j0+n), acc per column the chain fma(V[j][d], P[j], acc) from 0
  * in key order: each value row read once for the group, as the keys. */
-HY_AF_INLINE void hy_af_decode_values_g(const float *vr, int j0, int n, int hdv, const int g,
-                                        const float *const *P, const float *c, float *const *O)
+HY_AF_INLINE void hy_af_decode_values_g(const float *vr, const uint16_t *const *vh, int j0,
+                                        int n, int hdv, const int g, const float *const *P,
+                                        const float *c, float *const *O)
 {
     const int cv = HY_MAX(1, HY_AF_DEC_REGS / g);
     int d = 0;
@@ -595,7 +608,12 @@ HY_AF_INLINE void hy_af_decode_values_g(const float *vr, int j0, int n, int hdv,
     for (; d + HY_AF_W <= hdv; d += cv * HY_AF_W) {
         const int cnt = HY_MIN(cv, (hdv - d) / HY_AF_W);
         hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS];
-        hy_af_chains(vr + d, (size_t)hdv, P, j0, j0 + n, g, cnt, acc);
+        if (vh && cnt == cv)
+            hy_af_chains(NULL, 0, vh, d, P, j0, j0 + n, g, cv, NULL, acc);
+        else if (vh)
+            hy_af_chains(NULL, 0, vh, d, P, j0, j0 + n, g, cnt, NULL, acc);
+        else
+            hy_af_chains(vr + d, (size_t)hdv, NULL, 0, P, j0, j0 + n, g, cnt, NULL, acc);
 #pragma GCC unroll 4
         for (int q = 0; q < HY_AF_DEC_G; q++)
 #pragma GCC unroll 16
@@ -618,25 +636,26 @@ HY_AF_INLINE void hy_af_decode_values_g(const float *vr, int j0, int n, int hdv,
 /* The two passes above for a group of g = 1..HY_AF_DEC_G, unrolled for
  * each g. */
 static void hy_af_decode_scores(const float *const *Q, int g, const float *kt, int j0, int n,
-                                int hd, float *const *S)
+                                int hd, float *const *S, hy_af_pf_t *pf)
 {
     _Static_assert(HY_AF_DEC_G == 4, "one case per group size");
     switch (g) {
-    case 1: hy_af_decode_scores_g(Q, 1, kt, j0, n, hd, S); break;
-    case 2: hy_af_decode_scores_g(Q, 2, kt, j0, n, hd, S); break;
-    case 3: hy_af_decode_scores_g(Q, 3, kt, j0, n, hd, S); break;
-    default: hy_af_decode_scores_g(Q, 4, kt, j0, n, hd, S); break;
+    case 1: hy_af_decode_scores_g(Q, 1, kt, j0, n, hd, S, pf); break;
+    case 2: hy_af_decode_scores_g(Q, 2, kt, j0, n, hd, S, pf); break;
+    case 3: hy_af_decode_scores_g(Q, 3, kt, j0, n, hd, S, pf); break;
+    default: hy_af_decode_scores_g(Q, 4, kt, j0, n, hd, S, pf); break;
     }
 }
 
-static void hy_af_decode_values(const float *vr, int j0, int n, int hdv, int g,
-                                const float *const *P, const float *c, float *const *O)
+static void hy_af_decode_values(const float *vr, const uint16_t *const *vh, int j0, int n,
+                                int hdv, int g, const float *const *P, const float *c,
+                                float *const *O)
 {
     switch (g) {
-    case 1: hy_af_decode_values_g(vr, j0, n, hdv, 1, P, c, O); break;
-    case 2: hy_af_decode_values_g(vr, j0, n, hdv, 2, P, c, O); break;
-    case 3: hy_af_decode_values_g(vr, j0, n, hdv, 3, P, c, O); break;
-    default: hy_af_decode_values_g(vr, j0, n, hdv, 4, P, c, O); break;
+    case 1: hy_af_decode_values_g(vr, vh, j0, n, hdv, 1, P, c, O); break;
+    case 2: hy_af_decode_values_g(vr, vh, j0, n, hdv, 2, P, c, O); break;
+    case 3: hy_af_decode_values_g(vr, vh, j0, n, hdv, 3, P, c, O); break;
+    default: hy_af_decode_values_g(vr, vh, j0, n, hdv, 4, P, c, O); break;
     }
 }
 
@@ -651,6 +670,10 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
     float *l = m + nq;
     /* a group's scores, then weights (S's size each) */
     float Sg[HY_AF_DEC_G][HY_AF_BK + HY_AF_W] __attribute__((aligned(64)));
+    /* f16 value rows are read from the pages as they are summed */
+    const uint16_t *vrow[HY_AF_BK];
+    const bool v16 = f->kv_f16 && hdv % HY_AF_W == 0;
+    hy_af_pf_t pf;
     int32_t kmin = INT32_MAX, kmax = -1;
 
     for (int32_t i = 0; i < nq; i++) {
@@ -667,8 +690,24 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
     /* the flash kernel's tiles: multiples of HY_AF_BK positions */
     for (int32_t a = kmin - kmin % HY_AF_BK; a <= kmax; a += HY_AF_BK) {
         int32_t lo = HY_MAX(a, kmin), hi = HY_MIN(a + HY_AF_BK, kmax + 1);
+        /* the next tile's rows come in while this one is scored: at long
+         * contexts the pages are not in cache (the weights streamed
+         * through it since the last token) */
+        pf.n_run = pf.ri = 0;
+        pf.off = 0;
+        if (a + HY_AF_BK <= kmax) {
+            int32_t nhi = HY_MIN(a + 2 * HY_AF_BK, kmax + 1);
+            hy_af_pf_rows(&pf, f, f->k_base, f->k_page_bytes, f->k_row_bytes, a + HY_AF_BK, nhi);
+            hy_af_pf_rows(&pf, f, f->v_base, f->v_page_bytes, f->v_row_bytes, a + HY_AF_BK, nhi);
+        }
         hy_af_decode_keys(f, lo, hi, kr, kt, blk);
-        hy_af_load_rows(f, f->v_base, f->v_page_bytes, f->v_row_bytes, hdv, lo, hi, vr);
+        if (v16)
+            for (int32_t p = lo; p < hi; p++)
+                vrow[p - lo] = (const uint16_t *)(const void *)(
+                    f->v_base + (size_t)f->pages[p / f->page_tokens] * f->v_page_bytes +
+                    (size_t)(p % f->page_tokens) * f->v_row_bytes);
+        else
+            hy_af_load_rows(f, f->v_base, f->v_page_bytes, f->v_row_bytes, hdv, lo, hi, vr);
         for (int32_t i = 0; i < nq;) {
             int32_t p = f->pos[f->t0 + i / nh];
             int32_t qlo = f->window > 0 ? HY_MAX(0, p - f->window + 1) : 0;
@@ -685,15 +724,16 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
                     ss[q] = Sg[q];
                     os[q] = O + (size_t)(i + q) * hdv;
                 }
-                hy_af_decode_scores(qs, g, kt, j0 - lo, j1 - j0, hd, ss);
+                hy_af_decode_scores(qs, g, kt, j0 - lo, j1 - j0, hd, ss, &pf);
                 for (int q = 0; q < g; q++)
                     c[q] = hy_af_decode_softmax(j0 - lo, j1 - j0, f->softcap, ss[q], &m[i + q],
                                                 &l[i + q]);
-                hy_af_decode_values(vr, j0 - lo, j1 - j0, hdv, g, (const float *const *)ss, c,
-                                    os);
+                hy_af_decode_values(vr, v16 ? vrow : NULL, j0 - lo, j1 - j0, hdv, g,
+                                    (const float *const *)ss, c, os);
             }
             i += g;
         }
+        hy_af_pf_step(&pf, INT32_MAX); /* whatever the scores left */
     }
     for (int32_t i = 0; i < nq; i++) {
         int32_t t = f->t0 + i / nh, h = f->h0 + i % nh;

@@ -104,6 +104,23 @@ static float sp_dot(const float *q, const float *k, int32_t hd)
     return (v[0] + v[2]) + (v[1] + v[3]);
 }
 
+/* Where a later block scoring s goes in the m scores kept, best first:
+ * after every score not below it (an equal one is an earlier block). */
+static int32_t sp_rank(const float *score, int32_t m, float s)
+{
+    int32_t lo = 0, hi = m;
+
+    while (lo < hi) {
+        int32_t mid = (lo + hi) / 2;
+
+        if (score[mid] >= s)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
                          const float *const *block_keys, int32_t cur,
                          const hy_sparse_params_t *sp, int32_t *out, float *scratch)
@@ -140,10 +157,10 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
             if (m == k && !(s > scratch[m - 1])) /* NaN is never above */
                 continue;
             s = isnan(s) ? -INFINITY : s;
-            for (i = m < k ? m++ : m - 1; i > 0 && s > scratch[i - 1]; i--) {
-                scratch[i] = scratch[i - 1];
-                top[i] = top[i - 1];
-            }
+            i = sp_rank(scratch, m, s);
+            m = HY_MIN(m + 1, k);
+            memmove(scratch + i + 1, scratch + i, sizeof(float) * (size_t)(m - 1 - i));
+            memmove(top + i + 1, top + i, sizeof(int32_t) * (size_t)(m - 1 - i));
             scratch[i] = s;
             top[i] = b0 + j;
         }
