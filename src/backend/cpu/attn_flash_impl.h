@@ -306,6 +306,18 @@ static void hy_af_pf_rows(hy_af_pf_t *pf, const hy_attn_flash_t *f, const uint8_
     }
 }
 
+/* Queues the K and V rows of the tile after the one at a (keys up to kmax). */
+static void hy_af_pf_next(hy_af_pf_t *pf, const hy_attn_flash_t *f, int32_t a, int32_t kmax)
+{
+    pf->n_run = pf->ri = 0;
+    pf->off = 0;
+    if (a + HY_AF_BK <= kmax) {
+        int32_t nhi = HY_MIN(a + 2 * HY_AF_BK, kmax + 1);
+        hy_af_pf_rows(pf, f, f->k_base, f->k_page_bytes, f->k_row_bytes, a + HY_AF_BK, nhi);
+        hy_af_pf_rows(pf, f, f->v_base, f->v_page_bytes, f->v_row_bytes, a + HY_AF_BK, nhi);
+    }
+}
+
 /* Lanes [q0, q0+nl) of the unit: set up the groups, sweep the keys, write
  * the outputs. */
 static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_t nl)
@@ -365,13 +377,7 @@ static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_
             continue;
         hy_af_load_rows(f, f->k_base, f->k_page_bytes, f->k_row_bytes, hd, clo, chi, Kt);
         hy_af_load_rows(f, f->v_base, f->v_page_bytes, f->v_row_bytes, hdv, clo, chi, Vt);
-        pf.n_run = pf.ri = 0;
-        pf.off = 0;
-        if (a + HY_AF_BK <= kmax) {
-            int32_t nhi = HY_MIN(a + 2 * HY_AF_BK, kmax + 1);
-            hy_af_pf_rows(&pf, f, f->k_base, f->k_page_bytes, f->k_row_bytes, a + HY_AF_BK, nhi);
-            hy_af_pf_rows(&pf, f, f->v_base, f->v_page_bytes, f->v_row_bytes, a + HY_AF_BK, nhi);
-        }
+        hy_af_pf_next(&pf, f, a, kmax);
         for (int32_t gi = 0; gi < ng; gi++) {
             int32_t glo = HY_MAX(clo, grs[gi].lomin), ghi = HY_MIN(chi, grs[gi].pmax + 1);
             if (glo >= ghi)
@@ -693,13 +699,7 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
         /* the next tile's rows come in while this one is scored: at long
          * contexts the pages are not in cache (the weights streamed
          * through it since the last token) */
-        pf.n_run = pf.ri = 0;
-        pf.off = 0;
-        if (a + HY_AF_BK <= kmax) {
-            int32_t nhi = HY_MIN(a + 2 * HY_AF_BK, kmax + 1);
-            hy_af_pf_rows(&pf, f, f->k_base, f->k_page_bytes, f->k_row_bytes, a + HY_AF_BK, nhi);
-            hy_af_pf_rows(&pf, f, f->v_base, f->v_page_bytes, f->v_row_bytes, a + HY_AF_BK, nhi);
-        }
+        hy_af_pf_next(&pf, f, a, kmax);
         hy_af_decode_keys(f, lo, hi, kr, kt, blk);
         if (v16)
             for (int32_t p = lo; p < hi; p++)
