@@ -311,6 +311,29 @@ static void t_select_many(void)
     }
 }
 
+/* The page-id check every step runs over a long sequence's list: the first
+ * id outside [0, lim) wherever it lies against the 64-id chunks, -1 for a
+ * list that is all inside or empty. */
+static void t_ids(void)
+{
+    static const int32_t at[] = {0, 1, 63, 64, 65, 127, 128, 190, 199};
+    int32_t ids[200];
+    bool ok = true;
+
+    for (int32_t i = 0; i < 200; i++)
+        ids[i] = i % 50;
+    ok &= hy_ids_first_outside(ids, 200, 50) == -1 && hy_ids_first_outside(ids, 0, 50) == -1;
+    for (size_t k = 0; k < HY_ARRAY_LEN(at); k++) {
+        ids[at[k]] = k % 2 ? -1 : 50;
+        ok &= hy_ids_first_outside(ids, 200, 50) == at[k];
+        ids[199] = 50; /* a later bad id does not hide the first */
+        ok &= hy_ids_first_outside(ids, 200, 50) == at[k];
+        ids[at[k]] = at[k] % 50;
+        ids[199] = 199 % 50;
+    }
+    HY_T_OK(ok, "hy_ids_first_outside: the first id outside the pool at any offset, -1 when none");
+}
+
 typedef void (*kernel_fn)(const hy_attn_flash_t *f, float *scratch);
 
 static void t_attend(kv_t *c, const float *bk, int32_t cur, kernel_fn kernel, const char *kname,
@@ -390,6 +413,7 @@ int main(void)
         if (i == 0) {
             t_bad(&c, cur);
             t_select_many();
+            t_ids();
         }
         free(bk);
         kv_free(&c);
