@@ -461,6 +461,15 @@ static void hy_af_transpose_keys(const float *kr, int n, int hd, float *kt, floa
             kt[(size_t)d * HY_AF_BK + j] = j < n ? kr[(size_t)j * hd + d] : 0.0f;
 }
 
+/* Position p's row of one KV head's f16 pages (base, page and row sizes). */
+static inline const uint16_t *hy_af_row_f16(const hy_attn_flash_t *f, const uint8_t *base,
+                                            size_t page_bytes, size_t row_bytes, int32_t p)
+{
+    return (const uint16_t *)(const void *)(base +
+                                            (size_t)f->pages[p / f->page_tokens] * page_bytes +
+                                            (size_t)(p % f->page_tokens) * row_bytes);
+}
+
 /* The tile's keys [lo, hi) as floats, transposed into kt.  Halves whose
  * ISA has hy_af_transpose_f16 go straight from the pages, 8 rows at a
  * time (a ragged end reads a row of zeros); the rest are converted into
@@ -471,15 +480,13 @@ static void hy_af_decode_keys(const hy_attn_flash_t *f, int32_t lo, int32_t hi, 
 #ifdef HY_AF_HAVE_TRANSPOSE_F16
     static const uint16_t zero_row[HY_ATTN_MAX_HEAD_DIM];
     if (f->kv_f16 && f->hd % 8 == 0 && f->hd <= HY_ATTN_MAX_HEAD_DIM) {
-        const int32_t pt = f->page_tokens, n = hi - lo;
+        const int32_t n = hi - lo;
         for (int32_t j = 0; j < n; j += 8) {
             const uint16_t *rp[8];
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
                 int32_t p = lo + j + r;
-                rp[r] = p < hi ? (const uint16_t *)(f->k_base +
-                                                    (size_t)f->pages[p / pt] * f->k_page_bytes +
-                                                    (size_t)(p % pt) * f->k_row_bytes)
+                rp[r] = p < hi ? hy_af_row_f16(f, f->k_base, f->k_page_bytes, f->k_row_bytes, p)
                                : zero_row;
             }
             for (int32_t d = 0; d < f->hd; d += 8)
@@ -703,9 +710,7 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
         hy_af_decode_keys(f, lo, hi, kr, kt, blk);
         if (v16)
             for (int32_t p = lo; p < hi; p++)
-                vrow[p - lo] = (const uint16_t *)(const void *)(
-                    f->v_base + (size_t)f->pages[p / f->page_tokens] * f->v_page_bytes +
-                    (size_t)(p % f->page_tokens) * f->v_row_bytes);
+                vrow[p - lo] = hy_af_row_f16(f, f->v_base, f->v_page_bytes, f->v_row_bytes, p);
         else
             hy_af_load_rows(f, f->v_base, f->v_page_bytes, f->v_row_bytes, hdv, lo, hi, vr);
         for (int32_t i = 0; i < nq;) {

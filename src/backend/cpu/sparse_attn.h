@@ -51,8 +51,8 @@ void hy_sparse_block_key(const float *page_keys, size_t stride, const int32_t *p
  * the top-k other full blocks before cur, scored by the sum over the
  * group's n_heads queries (q + h * q_stride) of q . block_keys[b][0..hd),
  * computed as (sum of the queries) . key in one fixed order (the same bits
- * for a token whatever else runs); ties go to the earlier block.  Returns how many (each block once) in out,
- * ascending; scratch holds cur floats. */
+ * for a token whatever else runs); ties go to the earlier block.  Returns
+ * how many (each block once) in out, ascending; scratch holds cur floats. */
 int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
                          const float *const *block_keys, int32_t cur,
                          const hy_sparse_params_t *sp, int32_t *out, float *scratch);
