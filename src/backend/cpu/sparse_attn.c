@@ -70,14 +70,14 @@ typedef float sp_v4_t __attribute__((vector_size(16)));
 #define SP_CHUNK 32
 
 /* q . k in one fixed order for any hd: eight running sums over i mod 8 in
- * two 4-lane vectors (a short tail counts as zeros), then the fixed tree
- * ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)).  Choosing scores
- * every earlier block of a long sequence per token, so this is the
- * innermost loop of a million-token decode; the independent sums keep the
- * adds from serializing, in registers on any x86-64. */
-static float sp_dot(const float *q, const float *k, int32_t hd)
+ * two 4-lane vectors (a short tail counts as zeros), added lane by lane
+ * into the four partial sums (s0 + s4, s1 + s5, s2 + s6, s3 + s7) that
+ * this returns; sp_scores finishes them as ((s0 + s4) + (s2 + s6)) +
+ * ((s1 + s5) + (s3 + s7)).  The independent sums keep the adds from
+ * serializing. */
+static inline sp_v4_t sp_dot4(const float *q, const float *k, int32_t hd)
 {
-    sp_v4_t lo = {0, 0, 0, 0}, hi = lo, qv, kv, v;
+    sp_v4_t lo = {0, 0, 0, 0}, hi = lo, qv, kv;
     int32_t i = 0;
 
     for (; i + 8 <= hd; i += 8) {
@@ -100,8 +100,49 @@ static float sp_dot(const float *q, const float *k, int32_t hd)
         memcpy(&kv, kt + 4, sizeof kv);
         hi += qv * kv;
     }
-    v = lo + hi;
-    return (v[0] + v[2]) + (v[1] + v[3]);
+    return lo + hi;
+}
+
+typedef int32_t sp_i4_t __attribute__((vector_size(16)));
+
+/* The scores of blocks key[0..n) (n a multiple of 4) into cs: four
+ * blocks' partial sums transposed so that each block's last three adds
+ * run once per four blocks, lane by lane (the same bits as finishing each
+ * block alone).  Choosing scores every earlier block of a long sequence
+ * per token, so this is the innermost loop of a million-token decode. */
+static inline __attribute__((always_inline)) void sp_scores(const float *qs, const float *const *key, int32_t n, int32_t hd,
+                             float *cs)
+{
+    for (int32_t j = 0; j < n; j += 4) {
+        sp_v4_t a = sp_dot4(qs, key[j], hd), b = sp_dot4(qs, key[j + 1], hd);
+        sp_v4_t c = sp_dot4(qs, key[j + 2], hd), d = sp_dot4(qs, key[j + 3], hd);
+        /* ab = a0 b0 a1 b1, cd = c0 d0 c1 d1, ab2 = a2 b2 a3 b3, cd2 likewise */
+        sp_v4_t ab = __builtin_shuffle(a, b, (sp_i4_t){0, 4, 1, 5});
+        sp_v4_t cd = __builtin_shuffle(c, d, (sp_i4_t){0, 4, 1, 5});
+        sp_v4_t ab2 = __builtin_shuffle(a, b, (sp_i4_t){2, 6, 3, 7});
+        sp_v4_t cd2 = __builtin_shuffle(c, d, (sp_i4_t){2, 6, 3, 7});
+        /* lane x of w_i is block j + x's partial sum i */
+        sp_v4_t w0 = __builtin_shuffle(ab, cd, (sp_i4_t){0, 1, 4, 5});
+        sp_v4_t w1 = __builtin_shuffle(ab, cd, (sp_i4_t){2, 3, 6, 7});
+        sp_v4_t w2 = __builtin_shuffle(ab2, cd2, (sp_i4_t){0, 1, 4, 5});
+        sp_v4_t w3 = __builtin_shuffle(ab2, cd2, (sp_i4_t){2, 3, 6, 7});
+        sp_v4_t s = (w0 + w2) + (w1 + w3);
+
+        memcpy(cs + j, &s, sizeof s);
+    }
+}
+
+/* Whether any of cs[0..n) (n a multiple of 4) is above t. */
+static bool sp_any_above(const float *cs, int32_t n, float t)
+{
+    sp_v4_t tv = {t, t, t, t}, v;
+    sp_i4_t any = {0, 0, 0, 0};
+
+    for (int32_t j = 0; j < n; j += 4) {
+        memcpy(&v, cs + j, sizeof v);
+        any |= v > tv;
+    }
+    return (any[0] | any[1] | any[2] | any[3]) != 0;
 }
 
 /* Where a later block scoring s goes in the m scores kept, best first:
@@ -143,13 +184,26 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
      * first (scores in scratch[0..m)); blocks come in ascending order, so
      * one that only ties the worst kept loses the tie and is skipped */
     for (int32_t b0 = sink; b0 < local && k > 0; b0 += SP_CHUNK) {
-        int32_t nb = HY_MIN(SP_CHUNK, local - b0);
-        float cs[SP_CHUNK];
+        int32_t nb = HY_MIN(SP_CHUNK, local - b0), n4 = nb & ~3;
+        const float *tail[4];
+        float cs[SP_CHUNK + 4];
 
         /* a chunk's scores first, without branches, so that the key loads
-         * of many blocks are in flight at once */
-        for (int32_t j = 0; j < nb; j++)
-            cs[j] = sp_dot(qs, block_keys[b0 + j], hd);
+         * of many blocks are in flight at once; the last one to three
+         * blocks are scored with their first repeated in the spare lanes */
+        for (int32_t j = 0; j < 4 && n4 < nb; j++)
+            tail[j] = block_keys[b0 + n4 + (n4 + j < nb ? j : 0)];
+        if (hd == 8) { /* the loop unrolled for the common small head */
+            sp_scores(qs, block_keys + b0, n4, 8, cs);
+            sp_scores(qs, tail, n4 < nb ? 4 : 0, 8, cs + n4);
+        } else {
+            sp_scores(qs, block_keys + b0, n4, hd, cs);
+            sp_scores(qs, tail, n4 < nb ? 4 : 0, hd, cs + n4);
+        }
+        /* once k are kept, most chunks hold no block above the worst of
+         * them: one vector test skips the chunk (a NaN is never above) */
+        if (m == k && !sp_any_above(cs, (nb + 3) & ~3, scratch[m - 1]))
+            continue;
         for (int32_t j = 0; j < nb; j++) {
             float s = cs[j];
             int32_t i;
