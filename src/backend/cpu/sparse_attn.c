@@ -109,9 +109,10 @@ typedef int32_t sp_i4_t __attribute__((vector_size(16)));
  * blocks' partial sums transposed so that each block's last three adds
  * run once per four blocks, lane by lane (the same bits as finishing each
  * block alone).  Choosing scores every earlier block of a long sequence
- * per token, so this is the innermost loop of a million-token decode. */
-static inline __attribute__((always_inline)) void sp_scores(const float *qs, const float *const *key, int32_t n, int32_t hd,
-                             float *cs)
+ * per token, so this is the innermost loop of a million-token decode;
+ * always inlined, so that a constant hd unrolls it. */
+static inline __attribute__((always_inline)) void
+sp_scores(const float *qs, const float *const *key, int32_t n, int32_t hd, float *cs)
 {
     for (int32_t j = 0; j < n; j += 4) {
         sp_v4_t a = sp_dot4(qs, key[j], hd), b = sp_dot4(qs, key[j + 1], hd);
