@@ -46,6 +46,24 @@ typedef struct {
     int32_t state_slot;    /* recurrent-state slot, -1 if the model has none */
     const int32_t *swa_pages; /* sliding-group page ids by block (NULL: no such group) */
     int32_t n_swa_pages;      /* >= ceil((n_past+n) / page_tokens) when there is one */
+    /* Block-sparse attention's block keys of this sequence, in the
+     * caller's memory so that a block's key outlives its pages' ids
+     * (NULL: the backend averages each block's page keys per token).  For
+     * the j-th full-group KV layer and KV head h, block b's key (head_dim_k
+     * floats) is at sp_keys + ((j * n_head_kv + h) * sp_cap + b) *
+     * head_dim_k, so one query group's choice reads its keys in a row.
+     * Blocks below sp_valid hold their keys; the attention op writes the
+     * complete blocks from sp_valid on from its page keys (the same bits
+     * as averaging them per token), and the caller raises sp_valid once
+     * the step has run (hy_kv_sparse_blocks_valid). */
+    float *sp_keys;
+    int32_t sp_cap;           /* blocks sp_keys has room for */
+    int32_t sp_valid;
+    /* pages[0 .. n_checked) are known to be ids of the full group's pool:
+     * the runner checked them when it gave them out and keeps the count
+     * while the list is unchanged, so the attention op checks only the
+     * rest instead of a million-token list per layer (0: check all) */
+    int32_t n_checked;
 } hy_batch_seq_t;
 
 typedef struct {
@@ -85,6 +103,14 @@ static inline int32_t hy_kv_sparse_blocks_before(int32_t cur, int32_t sink_block
     int32_t local = HY_MAX(cur - HY_MAX(local_blocks, 0), sink);
 
     return HY_MIN(cur, sink + (cur - local) + HY_MAX(topk, 0));
+}
+
+/* The complete blocks of a sequence at n_tokens positions: what its block
+ * keys hold once a step up to there has run. */
+static inline int32_t hy_kv_sparse_blocks_valid(const hy_kv_sparse_t *sp, int32_t page_tokens,
+                                                int32_t n_tokens)
+{
+    return sp->block_pages > 0 ? n_tokens / (sp->block_pages * page_tokens) : 0;
 }
 
 typedef struct {

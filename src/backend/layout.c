@@ -73,10 +73,8 @@ int32_t hy_kv_layout_group_pages(const hy_kv_layout_t *lay, int32_t group)
 
 uint64_t hy_kv_sparse_key_bytes(const hy_kv_layout_t *lay)
 {
-    /* a page's key and the key of the block it may end (one float per KV
-     * head and dimension each), and whether that block key is there */
     return lay->sparse.block_pages > 0
-               ? 2 * (uint64_t)lay->n_head_kv * (uint64_t)lay->head_dim_k * sizeof(float) + 1
+               ? (uint64_t)lay->n_head_kv * (uint64_t)lay->head_dim_k * sizeof(float)
                : 0;
 }
 
@@ -103,6 +101,7 @@ const hy_batch_t *hy_kv_group_batch(const hy_batch_t *b, int32_t group, hy_batch
         seqs[s] = b->seqs[s];
         seqs[s].pages = b->seqs[s].swa_pages;
         seqs[s].n_pages = b->seqs[s].n_swa_pages;
+        seqs[s].n_checked = 0; /* the count is the full group's */
     }
     copy->seqs = seqs;
     return copy;
@@ -123,6 +122,7 @@ int hy_kv_check_seq_pages(const hy_batch_t *b, int32_t s, int32_t page_tokens, i
                       "pages of %d tokens", s, max_pos, sq->n_pages, page_tokens);
     /* blocks older than every token's window may be back in the pool */
     lo = window > 0 ? HY_MAX(0, min_pos - window + 1) / page_tokens : 0;
+    lo = HY_MAX(lo, HY_MIN(sq->n_checked, max_pos / page_tokens + 1));
     bad = hy_ids_first_outside(sq->pages + lo, max_pos / page_tokens + 1 - lo, n_pool);
     if (bad >= 0)
         return hy_err(err, HY_ERANGE, "attention: sequence %d page %d is id %d, pool has "

@@ -36,11 +36,11 @@ int32_t hy_kv_layout_group_pages(const hy_kv_layout_t *lay, int32_t group);
  * layer's K and V page (kpage + vpage from hy_kv_layout_sizes), plus, with
  * block-sparse attention, each full-group page's compressed keys. */
 uint64_t hy_kv_layout_bytes(const hy_kv_layout_t *lay, uint64_t kpage, uint64_t vpage);
-/* The compressed keys of one page of one full-group layer with block-sparse
- * attention on (one float key per KV head for the page, one for the block
- * the page may end, and a byte saying whether that one is there), else 0:
- * part of the page's cost, so the plan's page bytes, the pool's size and
- * mem_allocated count them. */
+/* The compressed key of one page of one full-group layer with block-sparse
+ * attention on (one float key per KV head), else 0: part of the page's
+ * cost, so the plan's page bytes, the pool's size and mem_allocated count
+ * it.  A block's key (hy_batch_seq_t.sp_keys, the sequence's) is the same
+ * size. */
 uint64_t hy_kv_sparse_key_bytes(const hy_kv_layout_t *lay);
 /* The batch an attention op of a layer of `group` reads: b itself for the
  * full group, else a copy whose sequences' pages are their sliding-group
@@ -49,8 +49,9 @@ const hy_batch_t *hy_kv_group_batch(const hy_batch_t *b, int32_t group, hy_batch
                                     hy_batch_seq_t *seqs);
 /* The attention op's check of one sequence's pages: the ones its tokens
  * can see (from the first token's window start, all of them when window
- * is 0) must be ids of a pool of n_pool pages.  HY_OK, or HY_ERANGE with
- * the message in err. */
+ * is 0) must be ids of a pool of n_pool pages, those below the sequence's
+ * n_checked (b's, the full group's) taken as checked.  HY_OK, or
+ * HY_ERANGE with the message in err. */
 int hy_kv_check_seq_pages(const hy_batch_t *b, int32_t s, int32_t page_tokens, int32_t window,
                           int32_t n_pool, char *err);
 /* Floats of one state slot, and where each layer's conv window and state

@@ -166,6 +166,14 @@ int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_o
                               (unsigned long long)budget, (unsigned long long)plan.slot_bytes);
             budget -= (n_state + n_ckpt) * plan.slot_bytes;
         }
+        /* each sequence that runs holds its context's block keys */
+        if (plan.sparse_seq_bytes * (uint64_t)o->max_seqs >= budget)
+            return hy_err(err, HY_ERANGE,
+                          "engine: memory budget %llu bytes cannot hold %d sequences' "
+                          "block-sparse block keys (%llu bytes each)",
+                          (unsigned long long)budget, o->max_seqs,
+                          (unsigned long long)plan.sparse_seq_bytes);
+        budget -= plan.sparse_seq_bytes * (uint64_t)o->max_seqs;
         hy_engine_split_pages(&plan, budget, per_seq, per_swa, &n_pages, &n_swa);
     }
     if (n_pages < (uint64_t)per_seq || n_swa < (uint64_t)per_swa)
@@ -353,6 +361,7 @@ void hy_engine_free(hy_engine_t *e)
         free(e->pool[i].tokens);
         free(e->pool[i].kv.pages);
         free(e->pool[i].kv.swa_pages);
+        free(e->pool[i].kv.sp_keys);
         hy_sampler_free(e->pool[i].sampler);
         hy_gmatch_free(e->pool[i].gm);
     }
@@ -532,6 +541,8 @@ static bool hy_engine_admit(hy_engine_t *e, hy_sched_seq_t *s)
                     ? page_blocks * e->sp.page_tokens
                     : 0;
     s->kv.n_pages = m.n_blocks;
+    s->kv.sp_valid = 0; /* the attached pages' block keys come from their page keys */
+    s->kv.n_checked = 0;
     s->kv.n_swa_pages = e->swa_window > 0 ? m.n_blocks : 0;
     s->kv.swa_lo = e->swa_window > 0 ? m.swa_first : 0;
     s->kv.n_tokens = m.n_tokens;
@@ -638,7 +649,7 @@ static int hy_engine_adopt(hy_engine_t *e, hy_sched_seq_t *s, const hy_req_taken
     s->finish_after = HY_FINISH_NONE;
     s->state = s->ckpt = -1;
     s->branch = 0;
-    s->kv.n_pages = s->kv.n_tokens = s->kv.state_slot = 0;
+    s->kv.n_pages = s->kv.n_tokens = s->kv.state_slot = s->kv.n_checked = 0;
     s->kv.n_swa_pages = s->kv.swa_lo = 0;
     s->n_hashed = 0;
     s->hash = HY_PT_HASH_ROOT;

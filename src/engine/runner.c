@@ -7,6 +7,7 @@
  * has left are given back first (they are not needed whatever happens).
  */
 #include "engine/runner.h"
+#include "backend/layout.h"
 #include "kv/plan.h"
 
 #include <stdlib.h>
@@ -98,6 +99,15 @@ int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
     lay.sparse = o->sparse;
     if ((rc = hy_plan_group_page_bytes(be, &lay, r->page_bytes, err)) != HY_OK)
         goto fail;
+    if (o->sparse.block_pages > 0) {
+        int32_t n_full = 0, bt = o->sparse.block_pages * r->opts.page_tokens;
+
+        for (int32_t l = 0; l < lay.n_layers; l++)
+            n_full += hy_kv_layout_group(&lay, l) == HY_KV_FULL;
+        r->sp_cap = (o->n_ctx + bt - 1) / bt;
+        r->sp_seq_floats = (size_t)r->sp_cap * (size_t)n_full *
+                           (size_t)(hy_kv_sparse_key_bytes(&lay) / sizeof(float));
+    }
     if ((rc = be->i->kv_init(be, &lay, err)) != HY_OK)
         goto fail;
     if (m->n_rec_layers > 0 && (rc = hy_runner_state_init(r, err)) != HY_OK)
@@ -215,9 +225,11 @@ static int hy_runner_grow(int32_t **list, int32_t *cap, int32_t need, char *err)
 }
 
 /* The blocks [*n, need) of one group's list from the table when it has
- * fewer; then blocks [lo, need) must be ids of the group's pool. */
+ * fewer; then blocks [lo, need) must be ids of the group's pool, those
+ * below *checked (when given) already known to be. */
 static int hy_runner_reserve_group(hy_runner_t *r, int32_t group, int32_t **list, int32_t *cap,
-                                   int32_t *n, int32_t lo, int32_t need, char *err)
+                                   int32_t *n, int32_t lo, int32_t need, int32_t *checked,
+                                   char *err)
 {
     int32_t pool = group == HY_KV_SWA ? r->pt->sh->params.n_swa_pages : r->opts.n_pages, bad;
     int rc;
@@ -229,9 +241,13 @@ static int hy_runner_reserve_group(hy_runner_t *r, int32_t group, int32_t **list
             return rc;
         *n = need;
     }
+    if (checked)
+        lo = HY_MAX(lo, HY_MIN(*checked, need));
     if ((bad = hy_ids_first_outside(*list + lo, need - lo, pool)) >= 0)
         return hy_err(err, HY_EINVAL, "%spage id %d outside the pool (%d)",
                       group == HY_KV_SWA ? "sliding " : "", (*list)[lo + bad], pool);
+    if (checked)
+        *checked = HY_MAX(*checked, need);
     return HY_OK;
 }
 
@@ -246,12 +262,23 @@ static int hy_runner_reserve(hy_runner_t *r, hy_kv_seq_t *s, int32_t n_total, bo
 
     *new_slot = false;
     if ((rc = hy_runner_reserve_group(r, HY_KV_FULL, &s->pages, &s->cap, &s->n_pages, 0, need,
-                                      err)) != HY_OK)
+                                      &s->n_checked, err)) != HY_OK)
         return rc;
     if (r->swa_window > 0 &&
         (rc = hy_runner_reserve_group(r, HY_KV_SWA, &s->swa_pages, &s->swa_cap, &s->n_swa_pages,
-                                      s->swa_lo, need, err)) != HY_OK)
+                                      s->swa_lo, need, NULL, err)) != HY_OK)
         return rc;
+    if (r->sp_seq_floats > 0 && s->sp_keys == NULL) {
+        /* the whole context's blocks at once: what the plan counts */
+        if ((s->sp_keys = malloc(sizeof(float) * r->sp_seq_floats)) == NULL)
+            return hy_err(err, HY_ENOMEM, "out of memory for %zu bytes of block keys",
+                          sizeof(float) * r->sp_seq_floats);
+        s->sp_cap = r->sp_cap;
+        s->sp_valid = 0;
+    }
+    if (s->sp_keys != NULL && s->sp_cap != r->sp_cap)
+        return hy_err(err, HY_EINVAL, "block keys for %d blocks, the context has %d", s->sp_cap,
+                      r->sp_cap);
     if (r->n_slots == 0)
         return HY_OK;
     if (s->state_slot == 0) {
@@ -281,6 +308,7 @@ static void hy_runner_unreserve(hy_runner_t *r, hy_runner_item_t *items, int32_t
             hy_pt_release_seq(r->pt, HY_KV_FULL, s->pages + r->old_pages[i],
                               s->n_pages - r->old_pages[i], err);
         s->n_pages = HY_MIN(s->n_pages, r->old_pages[i]);
+        s->n_checked = HY_MIN(s->n_checked, s->n_pages);
         if (s->n_swa_pages > r->old_swa[i]) {
             hy_pt_release_seq(r->pt, HY_KV_SWA, s->swa_pages + r->old_swa[i],
                               s->n_swa_pages - r->old_swa[i], err);
@@ -314,6 +342,10 @@ static int hy_runner_batch(hy_runner_t *r, const hy_runner_item_t *items, int32_
         bs->state_slot = it->seq->state_slot - 1;
         bs->swa_pages = r->swa_window > 0 ? it->seq->swa_pages : NULL;
         bs->n_swa_pages = r->swa_window > 0 ? it->seq->n_swa_pages : 0;
+        bs->sp_keys = it->seq->sp_keys;
+        bs->sp_cap = it->seq->sp_cap;
+        bs->sp_valid = it->seq->sp_valid;
+        bs->n_checked = it->seq->n_checked;
         for (j = 0; j < it->n; j++) {
             if (it->tokens[j] < 0 || it->tokens[j] >= r->model->n_vocab)
                 return hy_err(err, HY_EINVAL, "token id %d is outside the vocabulary (0..%d)",
@@ -368,8 +400,14 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
         rc = hy_model_forward(r->model, &r->fwd, &b, r->out_rows, n_out, logits, err);
     if (rc != HY_OK)
         goto undo;
-    for (i = 0; i < n_items; i++)
-        items[i].seq->n_tokens += items[i].n;
+    for (i = 0; i < n_items; i++) {
+        hy_kv_seq_t *s = items[i].seq;
+
+        s->n_tokens += items[i].n;
+        if (s->sp_keys != NULL)
+            s->sp_valid = hy_kv_sparse_blocks_valid(&r->opts.sparse, r->opts.page_tokens,
+                                                    s->n_tokens);
+    }
     return HY_OK;
 undo:
     hy_runner_unreserve(r, items, reserved);
@@ -442,8 +480,16 @@ void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq)
         seq->swa_pages[j] = -1;
     if (seq->state_slot > 0)
         hy_pt_state_free(r->pt, seq->state_slot - 1, err);
-    seq->n_pages = seq->n_tokens = seq->state_slot = 0;
+    seq->n_pages = seq->n_tokens = seq->state_slot = seq->n_checked = 0;
     seq->n_swa_pages = seq->swa_lo = 0;
+    free(seq->sp_keys);
+    seq->sp_keys = NULL;
+    seq->sp_cap = seq->sp_valid = 0;
+}
+
+uint64_t hy_runner_sparse_seq_bytes(const hy_runner_t *r)
+{
+    return (uint64_t)r->sp_seq_floats * sizeof(float);
 }
 
 void hy_runner_seq_release(hy_runner_t *r, hy_kv_seq_t *seq)

@@ -33,6 +33,18 @@ typedef struct {
     int32_t n_swa_pages;/* blocks covered, the released ones included */
     int32_t swa_cap;
     int32_t swa_lo;     /* blocks below it are back in the table */
+    /* block-sparse attention's block keys (hy_batch_seq_t.sp_keys): sp_cap
+     * blocks, from the runner at the sequence's first step, freed by
+     * hy_runner_seq_drop; blocks below sp_valid hold their keys.  Whoever
+     * changes pages[] below sp_valid's pages lowers it (0: the next step
+     * averages them again from the page keys). */
+    float *sp_keys;
+    int32_t sp_cap;
+    int32_t sp_valid;
+    /* pages[0 .. n_checked) were checked to be the table's ids by an
+     * earlier step (hy_batch_seq_t.n_checked); whoever writes pages[]
+     * below it lowers it */
+    int32_t n_checked;
 } hy_kv_seq_t;
 
 typedef struct {
@@ -79,6 +91,8 @@ typedef struct {
     bool *new_slot;                /* [max_seqs] this step gave the sequence its state slot */
     int32_t n_slots;               /* backend state slots (0: the model has no recurrent layers) */
     int32_t n_live_slots;          /* of which the table hands to sequences */
+    int32_t sp_cap;                /* blocks of n_ctx: a sequence's block keys (0: not sparse) */
+    size_t sp_seq_floats;          /* one sequence's block keys */
     hy_batch_seq_t *bseqs;         /* [max_seqs] */
 } hy_runner_t;
 
@@ -107,8 +121,11 @@ int hy_runner_prefill(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *tokens,
  * of keep[0..n_keep) (token boundaries a later request may resume from),
  * where it waits its turn like any finished prefix's page. */
 void hy_runner_seq_trim(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *keep, int32_t n_keep);
+/* Bytes of one sequence's block-sparse block keys (0: not sparse); the
+ * plan's sparse_seq_bytes. */
+uint64_t hy_runner_sparse_seq_bytes(const hy_runner_t *r);
 /* Gives seq's pages and state slot back to the table and empties it; the
- * page arrays stay for reuse. */
+ * page arrays stay for reuse, the block keys are freed. */
 void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq);
 /* hy_runner_seq_drop, then frees the page array. */
 void hy_runner_seq_release(hy_runner_t *r, hy_kv_seq_t *seq);

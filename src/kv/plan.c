@@ -132,7 +132,8 @@ int hy_plan_group_page_bytes(hy_backend_t *be, const hy_kv_layout_t *kv,
 uint64_t hy_plan_seq_kv_bytes(const hy_plan_t *p, int32_t n_tokens)
 {
     int32_t pt = p->page_tokens;
-    uint64_t full = (uint64_t)((n_tokens + pt - 1) / pt) * (p->page_bytes + p->sparse_key_bytes);
+    uint64_t full = (uint64_t)((n_tokens + pt - 1) / pt) * (p->page_bytes + p->sparse_key_bytes) +
+                    p->sparse_seq_bytes;
 
     if (p->swa_window <= 0)
         return full;
@@ -221,10 +222,15 @@ int hy_plan_make_opts(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be,
         hy_kv_layout_t keys = kv;
 
         keys.sparse = o->sparse;
+        int32_t bt = o->sparse.block_pages * page_tokens;
+
+        keys.sparse = o->sparse;
         p->sparse_key_bytes = hy_kv_sparse_key_bytes(&keys) *
                               (uint64_t)(kv.n_layers - p->n_swa_kv_layers);
+        p->sparse_seq_bytes = (uint64_t)((n_ctx + bt - 1) / bt) * p->sparse_key_bytes;
     }
     p->kv_total = (p->page_bytes + p->sparse_key_bytes) * (uint64_t)p->n_pages +
+                  p->sparse_seq_bytes * (uint64_t)n_seqs +
                   p->swa_page_bytes * (uint64_t)p->n_swa_pages;
     p->state_total = p->slot_bytes * (uint64_t)p->n_slots;
     p->seq_kv_bytes = hy_plan_seq_kv_bytes(p, n_ctx);
@@ -381,12 +387,14 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
         for (int32_t il = 0; il < m->n_layer; il++)
             fprintf(f, "%s%d", il ? "," : "", m->layers[il].window);
         fprintf(f, "],\"weight_bytes_other\":%llu,\"weights_total\":%llu,\"page_bytes\":%llu,"
-                   "\"sparse_key_bytes\":%llu,\"pages\":%d,\"kv_total\":%llu,"
+                   "\"sparse_key_bytes\":%llu,\"sparse_seq_bytes\":%llu,\"pages\":%d,"
+                   "\"kv_total\":%llu,"
                    "\"slot_bytes\":%llu,\"slots\":%d,"
                    "\"state_total\":%llu,\"cache_total\":%llu,\"dense_kv_total\":%llu,",
                 (unsigned long long)p->weight_bytes_other, (unsigned long long)p->weights_total,
                 (unsigned long long)p->page_bytes, (unsigned long long)p->sparse_key_bytes,
-                p->n_pages, (unsigned long long)p->kv_total,
+                (unsigned long long)p->sparse_seq_bytes, p->n_pages,
+                (unsigned long long)p->kv_total,
                 (unsigned long long)p->slot_bytes, p->n_slots, (unsigned long long)p->state_total,
                 (unsigned long long)(p->kv_total + p->state_total),
                 (unsigned long long)p->dense_kv_total);
@@ -434,10 +442,14 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
             hy_plan_mib(p->page_bytes * (uint64_t)p->n_pages), p->n_pages,
             (unsigned long long)p->page_bytes, p->swa_window > 0 ? ", full-attention layers" : "");
     if (p->sparse_key_bytes > 0)
-        fprintf(f, "sparse block keys  %12.2f MiB  (%d pages x %llu bytes: block-sparse "
-                   "attention's compressed keys, hot)\n",
+        fprintf(f, "sparse page keys   %12.2f MiB  (%d pages x %llu bytes: block-sparse "
+                   "attention's compressed keys, hot)\n"
+                   "sparse block keys  %12.2f MiB  (%d sequence%s x %llu bytes: a key per "
+                   "block of the context, hot)\n",
                 hy_plan_mib(p->sparse_key_bytes * (uint64_t)p->n_pages), p->n_pages,
-                (unsigned long long)p->sparse_key_bytes);
+                (unsigned long long)p->sparse_key_bytes,
+                hy_plan_mib(p->sparse_seq_bytes * (uint64_t)p->n_seqs), p->n_seqs,
+                p->n_seqs == 1 ? "" : "s", (unsigned long long)p->sparse_seq_bytes);
     if (p->swa_window > 0)
         fprintf(f, "sliding KV pages   %12.2f MiB  (%d pages x %llu bytes, sliding layers)\n",
                 hy_plan_mib(p->swa_page_bytes * (uint64_t)p->n_swa_pages), p->n_swa_pages,

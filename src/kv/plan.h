@@ -50,6 +50,10 @@ typedef struct {
     uint64_t sparse_key_bytes; /* beside each full page with block-sparse attention: its
                                 * compressed keys in every full layer (hot, never tiered;
                                 * 0 without it).  Counted in kv_total and seq_kv_bytes */
+    uint64_t sparse_seq_bytes; /* one sequence's block keys (ceil(n_ctx / block tokens)
+                                * blocks, a key per full layer and KV head each; the
+                                * runner allocates them whole): n_seqs of them are in
+                                * kv_total, one in seq_kv_bytes */
     uint64_t slot_bytes;     /* one sequence's whole recurrent state */
     int32_t n_pages;         /* full group: n_seqs * ceil(n_ctx / page_tokens) */
     int32_t n_slots;         /* n_seqs, or 0 without recurrent layers */

@@ -253,7 +253,7 @@ static void test_attention(hy_dtype_t kv_type, int window, float softcap, int lo
         int32_t n_tok = 0, pos[1600], tokens[1600] = {0};
         for (int s = 0; s < 3; s++) {
             int n = step == 0 ? plen[s] : 1, past = step == 0 ? 0 : plen[s];
-            seqs[s] = (hy_batch_seq_t){n_tok, n, past, pages[s], 128, -1, NULL, 0};
+            seqs[s] = (hy_batch_seq_t){n_tok, n, past, pages[s], 128, -1, NULL, 0, NULL, 0, 0, 0};
             for (int i = 0; i < n; i++)
                 pos[n_tok + i] = past + i;
             n_tok += n;
@@ -322,8 +322,9 @@ static void test_recurrent(void)
         int slots[2] = {2, 0};
         /* n_past: the CPU's block form places its blocks by it */
         int past[2] = {step == 0 ? 0 : 70 + step - 1, step == 0 ? 0 : 5 + step - 1};
-        hy_batch_seq_t seqs[2] = {{0, lens[0], past[0], NULL, 0, slots[0], NULL, 0},
-                                  {lens[0], lens[1], past[1], NULL, 0, slots[1], NULL, 0}};
+        hy_batch_seq_t seqs[2] = {
+            {.first = 0, .n = lens[0], .n_past = past[0], .state_slot = slots[0]},
+            {.first = lens[0], .n = lens[1], .n_past = past[1], .state_slot = slots[1]}};
         int32_t n = lens[0] + lens[1], tok[80] = {0}, pos[80] = {0};
         hy_batch_t b = {n, tok, pos, 2, seqs};
         int qkv = 2 * Hk * d + Hv * d; /* packed q | k | v row */
@@ -362,7 +363,7 @@ static void test_recurrent(void)
             /* checkpoint slot 2 into 3, run slot 3, must equal running 2 */
             g_cpu->i->state_copy(g_cpu, 3, 2);
             g_gpu->i->state_copy(g_gpu, 3, 2);
-            hy_batch_seq_t one = {0, 1, 0, NULL, 0, 3, NULL, 0};
+            hy_batch_seq_t one = {0, 1, 0, NULL, 0, 3, NULL, 0, NULL, 0, 0, 0};
             hy_batch_t b1 = {1, tok, pos, 1, &one};
             g_cpu->i->conv1d(g_cpu, 0, &b1, x.c, qkv, &wc.c, &wb.c, y.c, C, false);
             g_gpu->i->conv1d(g_gpu, 0, &b1, x.g, qkv, &wc.g, &wb.g, y.g, C, false);

@@ -159,14 +159,16 @@ case "$out" in
     fail=$((fail + 1))
     echo "not ok $n - plan on gemma3: $out" ;;
 esac
-# --sparse: the block keys beside each global layer's page, in the totals
+# --sparse: the page keys beside each global layer's page and each
+# sequence's block keys (a 64-token block's key per page's), in the totals
 n=$((n + 1))
 out=$("$hy" plan -m "$g3" --context 4096 --sparse --json 2>&1)
 if printf '%s' "$out" | python3 -c 'import json, sys
 p = json.load(sys.stdin)
 assert p["sparse_key_bytes"] > 0
-assert p["kv_total"] == (p["page_bytes"] + p["sparse_key_bytes"]) * p["pages"] + p["swa_page_bytes"] * p["swa_pages"]' 2>/dev/null; then
-    echo "ok $n - plan --sparse: block keys per full page, counted in kv_total"
+assert p["sparse_seq_bytes"] == 4096 // 64 * p["sparse_key_bytes"]
+assert p["kv_total"] == (p["page_bytes"] + p["sparse_key_bytes"]) * p["pages"] + p["sparse_seq_bytes"] * p["sequences"] + p["swa_page_bytes"] * p["swa_pages"]' 2>/dev/null; then
+    echo "ok $n - plan --sparse: page keys per full page and block keys per sequence, counted in kv_total"
 else
     fail=$((fail + 1))
     echo "not ok $n - plan --sparse on gemma3: $out"

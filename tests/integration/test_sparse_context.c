@@ -18,9 +18,10 @@
  *  - a sequence whose full pages were written back through kv_page_write
  *    (as the warm and cold tiers promote pages), swapped between two page
  *    ids, decodes the same bits as its twin: the compressed keys are
- *    rebuilt from the written page, not left with the page id; with every
- *    page written back (no kept block key left: each is averaged again
- *    from its pages' keys) the next token too.
+ *    rebuilt from the written page, not left with the page id (its block
+ *    keys averaged again from them, as the runner's contract asks of
+ *    whoever rewrites a page list); with every page written back and
+ *    every block key averaged again the next token too.
  * Integration, not unit: ~10-20 s of model runs.
  */
 #include "engine/runner.h"
@@ -186,17 +187,21 @@ static void sp_rewrite(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp
         t = b.pages[i];
         b.pages[i] = b.pages[j];
         b.pages[j] = t;
+        /* the list changed below both counts: its ids are checked and its
+         * block keys averaged from the page keys again */
+        b.sp_valid = b.n_checked = 0;
         rc = hy_runner_step(&r, it, 2, lg, err);
     }
     HY_T_OK(rc == HY_OK && pa && pb && memcmp(lg, lg + nv, sizeof(float) * nv) == 0,
             "%s: pages %d and %d written back swapped: the twin decodes the same bits (%s)",
             name, i, j, rc ? err : "ok");
-    /* Every full page of the twin written back as it is: the block keys
-     * kept at blocks' last pages are gone, so its choice averages page keys
-     * for every block while the other's reads the kept ones: same bits. */
+    /* Every full page of the twin written back as it is and its block keys
+     * averaged again from the rewritten pages' keys, while the other's
+     * keeps the ones it wrote as the blocks filled: same bits. */
     for (int32_t p = 0; rc == HY_OK && p < SP_N / o.page_tokens && pa; p++)
         if ((rc = g_be->i->kv_page_read(g_be, HY_KV_FULL, b.pages[p], pa, err)) == HY_OK)
             rc = g_be->i->kv_page_write(g_be, HY_KV_FULL, b.pages[p], pa, err);
+    b.sp_valid = 0;
     if (rc == HY_OK) {
         hy_runner_item_t it[2] = {{&a, ids, 1, false}, {&b, ids, 1, false}};
 
@@ -205,6 +210,17 @@ static void sp_rewrite(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp
     HY_T_OK(rc == HY_OK && memcmp(lg, lg + nv, sizeof(float) * nv) == 0,
             "%s: block keys averaged from page keys (every page written back) and kept ones "
             "choose alike: the same bits (%s)", name, rc ? err : "ok");
+    /* block keys that do not cover the context are refused, not overrun */
+    {
+        int32_t cap = b.sp_cap;
+        hy_runner_item_t it = {&b, ids, 1, false};
+
+        b.sp_cap = 1;
+        rc = hy_runner_step(&r, &it, 1, lg, err);
+        b.sp_cap = cap;
+        HY_T_OK(rc == HY_EINVAL && strstr(err, "block keys for 1 blocks, the context has"),
+                "%s: block keys too small for the context refused (%s)", name, err);
+    }
     hy_runner_seq_release(&r, &a);
     hy_runner_seq_release(&r, &b);
     hy_runner_free(&r);

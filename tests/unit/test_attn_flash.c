@@ -133,7 +133,8 @@ static void run_case_isas(hy_backend_t *be, const cfg_t *c, int n_past, int n_ne
             int first = part ? n_past : 0, n = part ? n_new : n_past;
             if (n == 0)
                 continue;
-            hy_batch_seq_t sq = {0, n, first, pages, (first + n + c->pt - 1) / c->pt, -1, NULL, 0};
+            hy_batch_seq_t sq = {0, n, first, pages, (first + n + c->pt - 1) / c->pt, -1, NULL, 0,
+                                 NULL, 0, 0, 0};
             hy_batch_t b = {n, NULL, pos + first, 1, &sq};
             be->i->attention(be, 0, &b, q + (size_t)first * nh * c->hd,
                              k + (size_t)first * c->nkv * c->hd,

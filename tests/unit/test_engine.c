@@ -1333,8 +1333,9 @@ static void hy_e_grammar(hy_e_env_t *v, const char *name)
 /* Segment sizing: bad options and budgets are refused with a message; a
  * hybrid budget too small for max_seqs state slots gets fewer slots. */
 /* Block-sparse attention's compressed keys live beside each full page in
- * hot memory: the same budget holds fewer pages, exactly as many as fit
- * with their keys, and kv_init's allocation (mem_allocated) counts them. */
+ * hot memory, and every sequence that may run holds its context's block
+ * keys: the same budget holds fewer pages, exactly as many as fit with
+ * their keys after max_seqs sequences' block keys. */
 static void hy_e_sizing_sparse(hy_e_env_t *v, const char *name)
 {
     char err[HY_ERR_LEN] = "";
@@ -1343,10 +1344,11 @@ static void hy_e_sizing_sparse(hy_e_env_t *v, const char *name)
     hy_plan_t plan;
     hy_kv_layout_t one = {.n_head_kv = v->m->n_head_kv, .head_dim_k = v->m->head_dim,
                           .sparse = {.block_pages = 4, .topk = 2}};
-    uint64_t keys = hy_kv_sparse_key_bytes(&one) * (uint64_t)v->m->n_kv_layers, budget;
+    uint64_t keys = hy_kv_sparse_key_bytes(&one) * (uint64_t)v->m->n_kv_layers, budget, seqk;
     int rc[2];
 
     hy_e_opts(&o);
+    seqk = (uint64_t)((o.n_ctx + 4 * o.page_tokens - 1) / (4 * o.page_tokens)) * keys;
     hy_plan_make(&plan, v->m, v->be, o.n_ctx, 1, o.page_tokens, o.kv_type, err);
     budget = 100 * plan.page_bytes;
     o.memory_bytes = budget;
@@ -1354,10 +1356,12 @@ static void hy_e_sizing_sparse(hy_e_env_t *v, const char *name)
     o.sparse = one.sparse;
     rc[1] = hy_engine_pt_params(v->m, v->be, &o, &sparse, err);
     HY_T_OK(rc[0] == HY_OK && rc[1] == HY_OK && dense.n_pages == 100 && keys > 0 &&
-                (uint64_t)sparse.n_pages == budget / (plan.page_bytes + keys),
+                (uint64_t)sparse.n_pages ==
+                    (budget - (uint64_t)o.max_seqs * seqk) / (plan.page_bytes + keys),
             "%s: a budget of 100 pages holds %d pages with their sparse keys (%llu + %llu "
-            "bytes each)", name, rc[1] == HY_OK ? sparse.n_pages : -1,
-            (unsigned long long)plan.page_bytes, (unsigned long long)keys);
+            "bytes each) after %d sequences' block keys (%llu bytes each)", name,
+            rc[1] == HY_OK ? sparse.n_pages : -1, (unsigned long long)plan.page_bytes,
+            (unsigned long long)keys, o.max_seqs, (unsigned long long)seqk);
 }
 
 static void hy_e_sizing(hy_e_env_t *v, const char *name)
@@ -1452,7 +1456,8 @@ static void hy_e_runner(hy_model_t *m, hy_backend_t *be)
     hy_kv_seq_t bad = {.pages = pages, .n_pages = 2, .cap = 2}, a = {0}, b = {0};
     hy_runner_item_t it[2] = {{&bad, tok, 20, false}, {&b, tok, 40, false}};
     float *logits = malloc(sizeof(float) * 2 * (size_t)m->n_vocab);
-    int rc[3] = {0};
+    char err3[HY_ERR_LEN] = "";
+    int rc[4] = {0};
 
     hy_runner_opts_default(&o);
     o.n_ctx = 64;
@@ -1473,13 +1478,25 @@ static void hy_e_runner(hy_model_t *m, hy_backend_t *be)
     it[0].n = 1;
     rc[2] = hy_runner_step(&r, it, 2, logits, err2); /* b needs 3 pages, 2 are free */
     hy_pt_counts(pt, &c[2]);
+    /* a list rewritten below the checked count must lower it: then a
+     * foreign id there is refused again */
+    {
+        int32_t keep = a.pages[0];
+        hy_runner_item_t one = {&a, tok + 21, 1, false};
+
+        a.pages[0] = 9;
+        a.n_checked = 0;
+        rc[3] = hy_runner_step(&r, &one, 1, logits, err3);
+        a.pages[0] = keep;
+    }
     HY_T_OK(rc[0] == HY_EINVAL && strstr(err, "page id 7 outside the pool (4)") &&
                 c[0].pages_used == 0 && rc[1] == HY_OK && c[1].pages_used == 2 && a.n_pages == 2 && a.n_tokens == 20 &&
                 rc[2] == HY_EFULL && strstr(err2, "sequence 1:") && c[2].pages_used == 2 &&
-                a.n_tokens == 20 && b.n_pages == 0,
+                a.n_tokens == 20 && b.n_pages == 0 && rc[3] == HY_EINVAL &&
+                strstr(err3, "page id 9 outside the pool (4)") && a.n_tokens == 20,
             "runner on a table: foreign page refused (%s), pages taken from it (%d used), a "
-            "step it cannot cover takes nothing (%s; %d used)", err, c[1].pages_used, err2,
-            c[2].pages_used);
+            "step it cannot cover takes nothing (%s; %d used), a rewritten list checked "
+            "again (%s)", err, c[1].pages_used, err2, c[2].pages_used, err3);
     hy_runner_seq_release(&r, &a);
     hy_runner_seq_release(&r, &b);
     rc[0] = hy_pt_check(pt, perr);

@@ -181,9 +181,11 @@ static void hy_plan_sparse_case(void)
             err);
 }
 
-/* With block-sparse attention each full page carries its compressed keys
- * (its own and the one of the block it may end): the plan quotes them (sparse_key_bytes, in kv_total) and the runner
- * allocates exactly that. */
+/* With block-sparse attention each full page carries its compressed key
+ * and each sequence the keys of its context's blocks: the plan quotes
+ * both (sparse_key_bytes, sparse_seq_bytes, in kv_total), the backend
+ * allocates exactly the pages' share and the runner gives each sequence
+ * that runs exactly its share, until the sequence is dropped. */
 static void hy_plan_sparse_alloc_case(hy_backend_t *be, const char *file)
 {
     char err[HY_ERR_LEN], rel[128];
@@ -193,7 +195,9 @@ static void hy_plan_sparse_alloc_case(hy_backend_t *be, const char *file)
     hy_runner_opts_t o;
     hy_runner_t r;
     hy_plan_t p;
-    uint64_t kv = 0, st = 0, want;
+    uint64_t kv = 0, st = 0, want, seq = 0;
+    hy_kv_seq_t sq[2];
+    bool held = false, freed = false;
     int rc;
 
     snprintf(rel, sizeof rel, "tests/golden/tiny/%s", file);
@@ -213,21 +217,37 @@ static void hy_plan_sparse_alloc_case(hy_backend_t *be, const char *file)
     o.max_seqs = 2;
     o.n_ctx = 4096;
     o.sparse = po.sparse;
+    memset(sq, 0, sizeof sq);
     if (rc == HY_OK && (rc = hy_runner_init(&r, m, be, &o, err)) == HY_OK) {
+        int32_t tok[2] = {1, 2};
+        hy_runner_item_t it[2] = {{&sq[0], tok, 1, false}, {&sq[1], tok + 1, 1, false}};
+
         be->i->mem_allocated(be, &kv, &st);
+        seq = hy_runner_sparse_seq_bytes(&r);
+        rc = hy_runner_step(&r, it, 2, NULL, err);
+        held = sq[0].sp_keys && sq[1].sp_keys && sq[0].sp_cap == 4096 / 64 &&
+               sq[1].sp_cap == 4096 / 64;
+        hy_runner_seq_release(&r, &sq[0]);
+        hy_runner_seq_release(&r, &sq[1]);
+        freed = !sq[0].sp_keys && !sq[1].sp_keys;
         hy_runner_free(&r);
     }
-    /* per full layer: the page's key and the key of the block it may end
-     * (a float per KV head and dimension each), and that block key's flag */
-    want = (2 * (uint64_t)m->n_head_kv * (uint64_t)m->head_dim * sizeof(float) + 1) *
+    /* per full layer a float per KV head and dimension: one key per page,
+     * one per 64-token block of the 4,096-token context per sequence */
+    want = (uint64_t)m->n_head_kv * (uint64_t)m->head_dim * sizeof(float) *
            (uint64_t)(m->n_kv_layers - (rc == HY_OK ? p.n_swa_kv_layers : 0));
-    HY_T_OK(rc == HY_OK && p.sparse_key_bytes == want && want > 0 && kv == p.kv_total &&
-                p.kv_total == (p.page_bytes + want) * (uint64_t)p.n_pages +
+    HY_T_OK(rc == HY_OK && p.sparse_key_bytes == want && want > 0 &&
+                p.sparse_seq_bytes == want * (4096 / 64) && seq == p.sparse_seq_bytes &&
+                held && freed && kv + 2 * seq == p.kv_total &&
+                p.kv_total == (p.page_bytes + want) * (uint64_t)p.n_pages + 2 * seq +
                                   p.swa_page_bytes * (uint64_t)p.n_swa_pages,
-            "%s sparse: %llu bytes of page and block keys per full page (%d full layers), "
-            "allocated KV %llu = plan %llu (%s)", file, (unsigned long long)(rc == HY_OK ? p.sparse_key_bytes : 0),
+            "%s sparse: %llu bytes of keys per full page and %llu per sequence (%d full "
+            "layers), allocated KV %llu + 2 sequences' %llu = plan %llu (%s)", file,
+            (unsigned long long)(rc == HY_OK ? p.sparse_key_bytes : 0),
+            (unsigned long long)(rc == HY_OK ? p.sparse_seq_bytes : 0),
             m->n_kv_layers - (rc == HY_OK ? p.n_swa_kv_layers : 0), (unsigned long long)kv,
-            (unsigned long long)(rc == HY_OK ? p.kv_total : 0), rc ? err : "ok");
+            (unsigned long long)seq, (unsigned long long)(rc == HY_OK ? p.kv_total : 0),
+            rc ? err : "ok");
     hy_model_free(m);
     free(cfg);
 }

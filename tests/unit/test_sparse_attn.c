@@ -179,17 +179,6 @@ static float *keys(kv_t *c, const hy_attn_flash_t *f, int32_t cur, const char *n
     return bk;
 }
 
-/* The block keys bk (one row of HD per block) as hy_sparse_select takes
- * them: a pointer per block. */
-static const float *const *rows(const float *bk, int32_t cur)
-{
-    static const float *r[T];
-
-    for (int32_t b = 0; b < cur; b++)
-        r[b] = bk + (size_t)b * HD;
-    return r;
-}
-
 static void t_select(kv_t *c, const float *bk, int32_t cur, const char *name)
 {
     hy_sparse_params_t sp = {BP, 3, 1, 2};
@@ -197,7 +186,7 @@ static void t_select(kv_t *c, const float *bk, int32_t cur, const char *name)
     float scr[T], score[T];
     bool asc = true, has = true;
 
-    n = hy_sparse_select(c->q, HD, GRP, HD, rows(bk, cur), cur, &sp, sel, scr);
+    n = hy_sparse_select(c->q, HD, GRP, HD, bk, HD, cur, &sp, sel, scr);
     /* the top 3 of blocks 1 .. cur-3 by the summed scores, brute force */
     for (int32_t b = 1; b < cur - 2; b++) {
         double s = 0;
@@ -230,12 +219,12 @@ static void t_select(kv_t *c, const float *bk, int32_t cur, const char *name)
             "first), ascending: %d %d %d %d %d %d", name, cur - 2, cur - 1, best[0], best[1],
             best[2], NEEDLE, sel[0], sel[1], sel[2], sel[3], sel[4], sel[5]);
     sp.topk = 1000;
-    n = hy_sparse_select(c->q, HD, GRP, HD, rows(bk, cur), cur, &sp, sel, scr);
+    n = hy_sparse_select(c->q, HD, GRP, HD, bk, HD, cur, &sp, sel, scr);
     HY_T_OK(n == cur && sel[0] == 0 && sel[cur - 1] == cur - 1,
             "%s: a top-k past the block count takes every block once (%d)", name, n);
     sp = (hy_sparse_params_t){BP, 0, 0, 0};
-    HY_T_OK(hy_sparse_select(c->q, HD, GRP, HD, rows(bk, cur), cur, &sp, sel, scr) == 0 &&
-                hy_sparse_select(c->q, HD, GRP, HD, rows(bk, 0), 0, &sp, sel, scr) == 0,
+    HY_T_OK(hy_sparse_select(c->q, HD, GRP, HD, bk, HD, cur, &sp, sel, scr) == 0 &&
+                hy_sparse_select(c->q, HD, GRP, HD, bk, HD, 0, &sp, sel, scr) == 0,
             "%s: nothing asked, nothing chosen (only the token's own block is read)", name);
 }
 
@@ -249,7 +238,6 @@ static void t_select_many(void)
     enum { NB = 1500, MAXD = 13, TOPK = 40 };
     static const int32_t dims[] = {8, 13, 3};
     static float keys[NB][MAXD];
-    static const float *rowp[NB];
     static float scr[NB];
     static int32_t sel[NB];
     float q[3 * MAXD];
@@ -261,17 +249,16 @@ static void t_select_many(void)
         bool in[NB] = {false}, asc = true;
 
         fill(q, 3 * hd, 1.0f);
-        for (int32_t b = 0; b < NB; b++) {
+        /* rows MAXD floats apart: a key stride other than the head dim */
+        for (int32_t b = 0; b < NB; b++)
             fill(keys[b], hd, 1.0f);
-            rowp[b] = keys[b];
-        }
         /* block 700 repeats block 900's key; block 333 is NaN */
         for (int32_t i = 0; i < hd; i++) {
             keys[900][i] = 4.0f * q[i];
             keys[700][i] = keys[900][i];
         }
         keys[333][0] = NAN;
-        n = hy_sparse_select(q, hd, 3, hd, rowp, NB, &sp, sel, scr);
+        n = hy_sparse_select(q, hd, 3, hd, &keys[0][0], MAXD, NB, &sp, sel, scr);
         for (int32_t i = 0; i < n; i++) {
             in[sel[i]] = true;
             asc &= i == 0 || sel[i] > sel[i - 1];
@@ -302,7 +289,7 @@ static void t_select_many(void)
         for (int32_t i = 0; i < 8; i++)
             keys[b][i] = 0.5f;
     {
-        int32_t n = hy_sparse_select(q, 8, 3, 8, rowp, NB, &sp, sel, scr);
+        int32_t n = hy_sparse_select(q, 8, 3, 8, &keys[0][0], MAXD, NB, &sp, sel, scr);
         bool first = n == 2 + TOPK + 3;
 
         for (int32_t i = 0; i < 2 + TOPK && first; i++)
@@ -347,7 +334,7 @@ static void t_attend(kv_t *c, const float *bk, int32_t cur, kernel_fn kernel, co
     hy_attn_flash_t f = unit(c, &pos);
     int rc;
 
-    n = hy_sparse_select(c->q, HD, GRP, HD, rows(bk, cur), cur, &sp, sel, scr);
+    n = hy_sparse_select(c->q, HD, GRP, HD, bk, HD, cur, &sp, sel, scr);
     rc = hy_sparse_attend(&f, sel, n, BP, pages, kernel, scratch);
     for (int h = 0; h < GRP; h++) {
         ref(c, h, pos, sel, n, o);

@@ -307,7 +307,7 @@ static void hy_attn_unit(hy_attn_job_t *j, float *scr, float *sscr, const hy_bat
             hy_attn_flash_t sf = f;
 
             sf.t0 = ts;
-            hy_cpu_sparse_tokens(cpu, j->layer, &sf, g, g * j->group, j->group,
+            hy_cpu_sparse_tokens(cpu, j->layer, sq, &sf, g, g * j->group, j->group,
                                  h1 - h0 <= HY_ATTN_DECODE_MAX_Q ? j->decode : j->flash, scr,
                                  sscr);
             if (ts == t0)
@@ -404,7 +404,8 @@ static int hy_attn_check(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b,
         }
         if (hy_kv_check_seq_pages(b, s, kv->page_tokens, p->window,
                                   hy_kv_layout_group_pages(kv, hy_kv_layout_group(kv, layer)),
-                                  msg) != HY_OK) {
+                                  msg) != HY_OK ||
+            hy_cpu_sparse_check(cpu, layer, b, s, msg) != HY_OK) {
             hy_cpu_fail(cpu, HY_ERANGE, "%s", msg);
             return -1;
         }

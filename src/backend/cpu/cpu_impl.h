@@ -41,7 +41,8 @@ typedef struct {
      * every full page's compressed key, per full-group layer: page p, kv
      * head h at sp_keys[l] + ((size_t)p * n_head_kv + h) * head_dim_k
      * floats, written when the page's last slot is (or the tiers write
-     * the page back); NULL for sliding layers and when sparse is off */
+     * the page back); NULL for sliding layers and when sparse is off.
+     * Block keys are the sequences' (hy_batch_seq_t.sp_keys). */
     float **sp_keys;
 
     /* attention: per-thread float scratch */
@@ -90,17 +91,24 @@ int hy_cpu_attn_set_isa(hy_isa_t isa);
 /* Block-sparse attention's glue (sparse_attn.c).  map/unmap: the key
  * arrays of a layout (NULL: out of memory; off: an array of NULLs).
  * keys_batch: the keys of the pages the batch's k/v rows just filled, in
- * layer (its sequences' page lists).  keys_page: page of group's layers
+ * layer (its sequences' page lists), and the keys of the complete blocks
+ * its sequences' block keys lack.  keys_page: page of group's layers
  * after the tiers wrote it back.  tokens: unit f's tokens (all at
- * positions >= min_tokens) through the chosen blocks, the choice made by
- * the query heads gh0..gh0+group-1 of the unit's KV head g; sscr holds
- * hy_cpu_sparse_scratch(cpu, max_pos) floats. */
+ * positions >= min_tokens) of sequence sq through the chosen blocks, the
+ * choice made by the query heads gh0..gh0+group-1 of the unit's KV head
+ * g; sscr holds hy_cpu_sparse_scratch(cpu, max_pos) floats. */
 float **hy_cpu_sparse_map(const hy_kv_layout_t *lay);
 void hy_cpu_sparse_unmap(float **keys, const hy_kv_layout_t *lay);
 void hy_cpu_sparse_keys_batch(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b);
+/* Whether sequence s of b has room in its block keys (if it keeps them)
+ * for every block its tokens complete in layer: HY_OK, or HY_ERANGE with
+ * the message in err. */
+int hy_cpu_sparse_check(const hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b, int32_t s,
+                        char *err);
 void hy_cpu_sparse_keys_page(hy_cpu_t *cpu, int32_t group, int32_t page);
 size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos);
-void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_attn_flash_t *f,
+void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *sq,
+                          const hy_attn_flash_t *f,
                           int32_t g, int32_t gh0, int32_t group,
                           void (*kernel)(const hy_attn_flash_t *f, float *scratch),
                           float *scr, float *sscr);

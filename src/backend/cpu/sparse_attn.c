@@ -112,11 +112,11 @@ typedef int32_t sp_i4_t __attribute__((vector_size(16)));
  * per token, so this is the innermost loop of a million-token decode;
  * always inlined, so that a constant hd unrolls it. */
 static inline __attribute__((always_inline)) void
-sp_scores(const float *qs, const float *const *key, int32_t n, int32_t hd, float *cs)
+sp_scores(const float *qs, const float *key, size_t stride, int32_t n, int32_t hd, float *cs)
 {
-    for (int32_t j = 0; j < n; j += 4) {
-        sp_v4_t a = sp_dot4(qs, key[j], hd), b = sp_dot4(qs, key[j + 1], hd);
-        sp_v4_t c = sp_dot4(qs, key[j + 2], hd), d = sp_dot4(qs, key[j + 3], hd);
+    for (int32_t j = 0; j < n; j += 4, key += 4 * stride) {
+        sp_v4_t a = sp_dot4(qs, key, hd), b = sp_dot4(qs, key + stride, hd);
+        sp_v4_t c = sp_dot4(qs, key + 2 * stride, hd), d = sp_dot4(qs, key + 3 * stride, hd);
         /* ab = a0 b0 a1 b1, cd = c0 d0 c1 d1, ab2 = a2 b2 a3 b3, cd2 likewise */
         sp_v4_t ab = __builtin_shuffle(a, b, (sp_i4_t){0, 4, 1, 5});
         sp_v4_t cd = __builtin_shuffle(c, d, (sp_i4_t){0, 4, 1, 5});
@@ -164,14 +164,14 @@ static int32_t sp_rank(const float *score, int32_t m, float s)
 }
 
 int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
-                         const float *const *block_keys, int32_t cur,
+                         const float *block_keys, size_t key_stride, int32_t cur,
                          const hy_sparse_params_t *sp, int32_t *out, float *scratch)
 {
     int32_t sink = HY_MIN(HY_MAX(sp->sink_blocks, 0), cur);
     int32_t local = HY_MAX(cur - HY_MAX(sp->local_blocks, 0), sink);
     int32_t k = HY_MIN(HY_MAX(sp->topk, 0), local - sink), m = 0, n = 0;
     int32_t *top = out + sink;
-    float qs[HY_ATTN_MAX_HEAD_DIM];
+    float qs[HY_ATTN_MAX_HEAD_DIM], tail[4 * HY_ATTN_MAX_HEAD_DIM];
 
     /* sum_h q_h . key = (sum_h q_h) . key: one dot per block, not one per head */
     for (int32_t i = 0; i < hd; i++) {
@@ -186,20 +186,22 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
      * one that only ties the worst kept loses the tie and is skipped */
     for (int32_t b0 = sink; b0 < local && k > 0; b0 += SP_CHUNK) {
         int32_t nb = HY_MIN(SP_CHUNK, local - b0), n4 = nb & ~3;
-        const float *tail[4];
+        const float *key = block_keys + (size_t)b0 * key_stride;
         float cs[SP_CHUNK + 4];
 
         /* a chunk's scores first, without branches, so that the key loads
          * of many blocks are in flight at once; the last one to three
          * blocks are scored with their first repeated in the spare lanes */
         for (int32_t j = 0; j < 4 && n4 < nb; j++)
-            tail[j] = block_keys[b0 + n4 + (n4 + j < nb ? j : 0)];
+            memcpy(tail + (size_t)j * (size_t)hd,
+                   key + (size_t)(n4 + (n4 + j < nb ? j : 0)) * key_stride,
+                   sizeof(float) * (size_t)hd);
         if (hd == 8) { /* the loop unrolled for the common small head */
-            sp_scores(qs, block_keys + b0, n4, 8, cs);
-            sp_scores(qs, tail, n4 < nb ? 4 : 0, 8, cs + n4);
+            sp_scores(qs, key, key_stride, n4, 8, cs);
+            sp_scores(qs, tail, 8, n4 < nb ? 4 : 0, 8, cs + n4);
         } else {
-            sp_scores(qs, block_keys + b0, n4, hd, cs);
-            sp_scores(qs, tail, n4 < nb ? 4 : 0, hd, cs + n4);
+            sp_scores(qs, key, key_stride, n4, hd, cs);
+            sp_scores(qs, tail, (size_t)hd, n4 < nb ? 4 : 0, hd, cs + n4);
         }
         /* once k are kept, most chunks hold no block above the worst of
          * them: one vector test skips the chunk (a NaN is never above) */
@@ -271,34 +273,36 @@ int hy_sparse_attend(const hy_attn_flash_t *f, const int32_t *blocks, int32_t n,
     return HY_OK;
 }
 
-/* ---- the CPU backend's glue: keys kept with the pages, the layer path ---- */
+/* ---- the CPU backend's glue: page keys kept with the pages, the layer path ---- */
 
-/* A layer's keys are one mapping of three arrays over the page ids: each
- * page's key per KV head, then the key per KV head of the block a page
- * ends (kept only at a block's last page), then a byte per page saying
- * whether that block key is there. */
+/* A layer's page keys are one mapping over the page ids: each page's key
+ * per KV head. */
 static size_t sp_layer_bytes(const hy_kv_layout_t *lay)
 {
     return (size_t)lay->n_pages * (size_t)hy_kv_sparse_key_bytes(lay);
 }
-
-/* Floats of scratch a pointer takes. */
-#define SP_PTR_FLOATS ((sizeof(void *) + sizeof(float) - 1) / sizeof(float))
 
 static size_t sp_page_floats(const hy_kv_layout_t *lay)
 {
     return (size_t)lay->n_head_kv * (size_t)lay->head_dim_k;
 }
 
-static float *sp_block_keys(const hy_cpu_t *cpu, int32_t l)
+/* Layer l's j in a sequence's block keys: its rank among the layers that
+ * keep keys (the full-group ones). */
+static int32_t sp_layer_rank(const hy_cpu_t *cpu, int32_t l)
 {
-    return cpu->sp_keys[l] + (size_t)cpu->kv.n_pages * sp_page_floats(&cpu->kv);
+    int32_t j = 0;
+
+    for (int32_t i = 0; i < l; i++)
+        j += cpu->sp_keys[i] != NULL;
+    return j;
 }
 
-static uint8_t *sp_block_valid(const hy_cpu_t *cpu, int32_t l)
+/* Sequence sq's block keys of layer l's KV head h (block b at + b * hd). */
+static float *sp_seq_keys(const hy_cpu_t *cpu, int32_t l, const hy_batch_seq_t *sq, int32_t h)
 {
-    return (uint8_t *)(void *)(sp_block_keys(cpu, l) +
-                               (size_t)cpu->kv.n_pages * sp_page_floats(&cpu->kv));
+    return sq->sp_keys + ((size_t)sp_layer_rank(cpu, l) * (size_t)cpu->kv.n_head_kv + (size_t)h) *
+                             (size_t)sq->sp_cap * (size_t)cpu->kv.head_dim_k;
 }
 
 void hy_cpu_sparse_unmap(float **keys, const hy_kv_layout_t *lay)
@@ -389,30 +393,35 @@ static void sp_keys_worker(void *arg, int ith, int nth)
     }
 }
 
-/* The block keys of the blocks the batch completed (their last page just
- * filled), from their pages' keys; a filled page that ends no block holds
- * none (it may have ended one under an earlier owner). */
-static void sp_block_keys_batch(hy_cpu_t *cpu, int32_t layer, const sp_keys_job_t *j)
+/* The complete blocks of sequence sq after the batch: its positions are
+ * written up to its last token's. */
+static int32_t sp_complete(const hy_cpu_t *cpu, const hy_batch_t *b, const hy_batch_seq_t *sq)
 {
-    const hy_batch_t *b = j->b;
+    return hy_kv_sparse_blocks_valid(&cpu->kv.sparse, cpu->kv.page_tokens,
+                                     b->pos[sq->first + sq->n - 1] + 1);
+}
+
+/* The block keys the batch's sequences lack (from sp_valid to what is
+ * complete), from their pages' keys: the blocks the batch completed, and
+ * every block of a sequence whose keys the caller has just reset (a
+ * cached prefix attached). */
+static void sp_block_keys_batch(const hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b)
+{
     int32_t bp = cpu->kv.sparse.block_pages, nkv = cpu->kv.n_head_kv, hd = cpu->kv.head_dim_k;
     size_t stride = sp_page_floats(&cpu->kv);
-    float *bkeys = sp_block_keys(cpu, layer);
-    uint8_t *valid = sp_block_valid(cpu, layer);
 
     for (int32_t s = 0; s < b->n_seqs; s++) {
-        const int32_t *pages = b->seqs[s].pages;
-        int32_t p0, p1;
+        const hy_batch_seq_t *sq = &b->seqs[s];
+        int32_t end = sp_complete(cpu, b, sq);
 
-        sp_filled(j, s, &p0, &p1);
-        for (int32_t p = p0; p < p1; p++) {
-            int32_t last = pages[p];
+        if (!sq->sp_keys)
+            continue;
+        for (int32_t h = 0; h < nkv; h++) {
+            float *out = sp_seq_keys(cpu, layer, sq, h);
 
-            valid[last] = (p + 1) % bp == 0;
-            for (int32_t h = 0; valid[last] && h < nkv; h++)
+            for (int32_t k = HY_MAX(sq->sp_valid, 0); k < end; k++)
                 hy_sparse_block_key(cpu->sp_keys[layer] + (size_t)h * hd, stride,
-                                    pages + (p + 1 - bp), bp, hd,
-                                    bkeys + (size_t)last * stride + (size_t)h * hd);
+                                    sq->pages + (size_t)k * bp, bp, hd, out + (size_t)k * hd);
         }
     }
 }
@@ -429,26 +438,36 @@ void hy_cpu_sparse_keys_batch(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b)
         sp_filled(&j, s, &p0, &p1);
         j.n += p1 - p0;
     }
-    if (j.n > 0) {
+    if (j.n > 0)
         hy_pool_run_n(cpu->pool, (int)HY_MIN((int64_t)cpu->n_threads, (j.n + 7) / 8),
                       sp_keys_worker, &j);
-        sp_block_keys_batch(cpu, layer, &j);
-    }
+    sp_block_keys_batch(cpu, layer, b);
+}
+
+int hy_cpu_sparse_check(const hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b, int32_t s,
+                        char *err)
+{
+    const hy_batch_seq_t *sq = &b->seqs[s];
+    int32_t end;
+
+    if (!cpu->sp_keys || !cpu->sp_keys[layer] || !sq->sp_keys)
+        return HY_OK;
+    end = sp_complete(cpu, b, sq);
+    if (sq->sp_cap < end || sq->sp_valid < 0)
+        return hy_err(err, HY_ERANGE, "attention: sequence %d completes %d blocks, its block "
+                      "keys hold %d (%d valid)", s, end, sq->sp_cap, sq->sp_valid);
+    return HY_OK;
 }
 
 void hy_cpu_sparse_keys_page(hy_cpu_t *cpu, int32_t group, int32_t page)
 {
     if (!cpu->sp_keys || group != HY_KV_FULL)
         return;
-    for (int32_t l = 0; l < cpu->kv.n_layers; l++) {
-        if (!cpu->sp_keys[l])
-            continue;
-        sp_page_keys(cpu, l, page);
-        /* which block the page ends, and its other pages, are the
-         * sequences' to know: the choice averages that block's page keys
-         * again until a batch fills the page anew */
-        sp_block_valid(cpu, l)[page] = 0;
-    }
+    /* the blocks this page belongs to are the sequences' to know: each
+     * sequence it is attached to averages its block keys from here */
+    for (int32_t l = 0; l < cpu->kv.n_layers; l++)
+        if (cpu->sp_keys[l])
+            sp_page_keys(cpu, l, page);
 }
 
 size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos)
@@ -456,12 +475,13 @@ size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos)
     size_t bp = (size_t)HY_MAX(cpu->kv.sparse.block_pages, 1);
     size_t cur = (size_t)max_pos / (bp * (size_t)cpu->kv.page_tokens) + 1;
 
-    /* a pointer per block to its key, block keys averaged here, scores,
+    /* block keys averaged here (a sequence without its own), scores,
      * chosen blocks, the compacted page list */
-    return cur * SP_PTR_FLOATS + cur * ((size_t)cpu->kv.head_dim_k + 2) + (cur + 1) * bp;
+    return cur * ((size_t)cpu->kv.head_dim_k + 2) + (cur + 1) * bp;
 }
 
-void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_attn_flash_t *f,
+void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *sq,
+                          const hy_attn_flash_t *f,
                           int32_t g, int32_t gh0, int32_t group,
                           void (*kernel)(const hy_attn_flash_t *f, float *scratch),
                           float *scr, float *sscr)
@@ -469,34 +489,26 @@ void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_attn_flas
     const hy_kv_sparse_t *c = &cpu->kv.sparse;
     hy_sparse_params_t sp = {c->block_pages, c->topk, c->sink_blocks, c->local_blocks};
     int32_t hd = f->hd, bp = c->block_pages, bt = bp * f->page_tokens;
-    size_t stride = sp_page_floats(&cpu->kv);
-    /* the unit's last token sees the most blocks: their keys serve all */
+    /* the unit's last token sees the most blocks */
     int32_t ncur = f->pos[f->t1 - 1] / bt;
-    /* the pointers first: sscr is aligned for them */
-    const float **bkey = (const float **)(void *)sscr;
-    float *bkeys = sscr + (size_t)ncur * SP_PTR_FLOATS, *score = bkeys + (size_t)ncur * hd;
+    float *bkeys = sscr, *score = bkeys + (size_t)ncur * hd;
     int32_t *blocks = (int32_t *)(void *)(score + ncur + 1), *pages = blocks + ncur + 1;
-    const float *keys = cpu->sp_keys[layer] + (size_t)g * hd;
-    const float *kept = sp_block_keys(cpu, layer) + (size_t)g * hd;
-    const uint8_t *valid = sp_block_valid(cpu, layer);
+    const float *bk = bkeys;
 
-    for (int32_t b = 0; b < ncur; b++) {
-        int32_t last = f->pages[(size_t)(b + 1) * bp - 1];
-
-        if (valid[last]) {
-            bkey[b] = kept + (size_t)last * stride;
-        } else {
-            hy_sparse_block_key(keys, stride, f->pages + (size_t)b * bp, bp, hd,
-                                bkeys + (size_t)b * hd);
-            bkey[b] = bkeys + (size_t)b * hd;
-        }
+    if (sq->sp_keys) {
+        bk = sp_seq_keys(cpu, layer, sq, g);
+    } else {
+        for (int32_t b = 0; b < ncur; b++)
+            hy_sparse_block_key(cpu->sp_keys[layer] + (size_t)g * hd, sp_page_floats(&cpu->kv),
+                                f->pages + (size_t)b * bp, bp, hd, bkeys + (size_t)b * hd);
     }
     for (int32_t t = f->t0; t < f->t1; t++) {
         hy_attn_flash_t u = *f;
         /* the whole query group chooses, however its heads are cut into
          * units: the same blocks for every batch */
         int32_t n = hy_sparse_select(f->q + (size_t)t * f->q_stride + (size_t)gh0 * hd, hd,
-                                     group, hd, bkey, f->pos[t] / bt, &sp, blocks, score);
+                                     group, hd, bk, (size_t)hd, f->pos[t] / bt, &sp, blocks,
+                                     score);
 
         u.t0 = t;
         u.t1 = t + 1;

@@ -40,21 +40,23 @@ void hy_sparse_page_key(const hy_attn_flash_t *f, int32_t page, float *out);
 
 /* A block's key: the mean of its n pages' keys (page_keys + page * stride
  * floats holds page's key; equal-sized pages, so this is the mean of the
- * block's keys).  The backend keeps it beside the block's last page when
- * the batch that fills that page writes it, so that choosing reads one key
- * per block instead of averaging block_pages of them per token. */
+ * block's keys).  The backend writes it into the sequence's block keys
+ * (hy_batch_seq_t.sp_keys) once the block is complete, so that choosing
+ * reads one key per block, in a row, instead of averaging block_pages of
+ * them per token. */
 void hy_sparse_block_key(const float *page_keys, size_t stride, const int32_t *pages, int32_t n,
                          int32_t hd, float *out);
 
 /* The blocks one query group reads for a token in block cur (0-based, in
  * blocks of sp->block_pages pages): the sink blocks, the local blocks and
  * the top-k other full blocks before cur, scored by the sum over the
- * group's n_heads queries (q + h * q_stride) of q . block_keys[b][0..hd),
+ * group's n_heads queries (q + h * q_stride) of q . key (block b's key:
+ * block_keys + b * key_stride, hd floats),
  * computed as (sum of the queries) . key in one fixed order (the same bits
  * for a token whatever else runs); ties go to the earlier block.  Returns
  * how many (each block once) in out, ascending; scratch holds cur floats. */
 int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
-                         const float *const *block_keys, int32_t cur,
+                         const float *block_keys, size_t key_stride, int32_t cur,
                          const hy_sparse_params_t *sp, int32_t *out, float *scratch);
 
 /* Unit f (one query token t0 = t1 - 1, heads h0..h1 of one KV head, full
