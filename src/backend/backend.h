@@ -64,7 +64,19 @@ typedef struct {
      * while the list is unchanged, so the attention op checks only the
      * rest instead of a million-token list per layer (0: check all) */
     int32_t n_checked;
+    /* Pages that are not hot (block-sparse attention with a hot window,
+     * runner.h): pages[i] = HY_PAGE_OUT(r) for such a page, whose bytes
+     * (kv_page_read's layout of the full group) are at out_units + r *
+     * the full group's page bytes, host memory the backend reads while
+     * the step runs.  Only a sparse token's chosen blocks may be out; a
+     * dense token, a block whose key is still to be written, or a batch
+     * position never is.  NULL: every page is hot. */
+    const uint8_t *out_units;
 } hy_batch_seq_t;
+
+/* The page-list entry of a page that is not hot (r >= 0), and back. */
+#define HY_PAGE_OUT(r) (-2 - (int32_t)(r))
+#define HY_PAGE_OUT_REF(id) (-2 - (int32_t)(id))
 
 typedef struct {
     int32_t n_tokens;

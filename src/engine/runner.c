@@ -14,6 +14,7 @@
 #include <string.h>
 
 static int hy_runner_state_init(hy_runner_t *r, char *err);
+static int hy_runner_out_init(hy_runner_t *r, char *err);
 
 void hy_runner_opts_default(hy_runner_opts_t *o)
 {
@@ -110,6 +111,8 @@ int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
     }
     if ((rc = be->i->kv_init(be, &lay, err)) != HY_OK)
         goto fail;
+    if (o->hot_blocks != 0 && (rc = hy_runner_out_init(r, err)) != HY_OK)
+        goto fail;
     if (m->n_rec_layers > 0 && (rc = hy_runner_state_init(r, err)) != HY_OK)
         goto fail;
     ns = (size_t)o->max_seqs;
@@ -129,6 +132,63 @@ int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
 fail:
     hy_runner_free(r);
     return rc;
+}
+
+/* The out arena of a hot window, after checking that the window can work:
+ * only sparse tokens may read a page that is not hot. */
+static int hy_runner_out_init(hy_runner_t *r, char *err)
+{
+    const hy_runner_opts_t *o = &r->opts;
+    int64_t bt = (int64_t)o->sparse.block_pages * o->page_tokens;
+
+    if (o->hot_blocks < 0 || o->sparse.block_pages <= 0)
+        return hy_err(err, HY_EINVAL, "runner: a hot window of %d blocks needs block-sparse "
+                      "attention", o->hot_blocks);
+    if (o->hot_blocks * bt < o->sparse.min_tokens || o->hot_blocks <= o->sparse.local_blocks)
+        return hy_err(err, HY_EINVAL, "runner: a hot window of %lld tokens must reach "
+                      "sparse_min_tokens (%d) and exceed the local blocks (%d)",
+                      (long long)(o->hot_blocks * bt), o->sparse.min_tokens,
+                      o->sparse.local_blocks);
+    if (o->out_pages < 1)
+        return hy_err(err, HY_EINVAL, "runner: out arena of %d pages", o->out_pages);
+    r->out_arena = malloc((size_t)o->out_pages * (size_t)r->page_bytes[HY_KV_FULL]);
+    r->out_free = malloc(sizeof(int32_t) * (size_t)o->out_pages);
+    if (!r->out_arena || !r->out_free)
+        return hy_err(err, HY_ENOMEM, "runner: out of memory for an out arena of %d pages",
+                      o->out_pages);
+    for (int32_t i = 0; i < o->out_pages; i++)
+        r->out_free[i] = o->out_pages - 1 - i;
+    r->n_out_free = o->out_pages;
+    return HY_OK;
+}
+
+/* After a step: s's blocks older than its hot window leave the pool, as
+ * long as the out arena has room (the rest wait for a later step). */
+static void hy_runner_demote(hy_runner_t *r, hy_kv_seq_t *s)
+{
+    int32_t bp = r->opts.sparse.block_pages;
+    int32_t end = hy_kv_sparse_blocks_valid(&r->opts.sparse, r->opts.page_tokens, s->n_tokens) -
+                  r->opts.hot_blocks;
+    char err[HY_ERR_LEN];
+
+    /* a block whose key is not written yet is averaged from its pages */
+    end = HY_MIN(end, s->sp_valid);
+    for (int32_t b = HY_MAX(s->n_out_blocks, r->opts.sparse.sink_blocks);
+         b < end && r->n_out_free >= bp; b++) {
+        for (int32_t j = 0; j < bp; j++) {
+            int32_t p = b * bp + j, id = s->pages[p], slot = r->out_free[--r->n_out_free];
+
+            if (r->be->i->kv_page_read(r->be, HY_KV_FULL, id,
+                                       r->out_arena + (size_t)slot * r->page_bytes[HY_KV_FULL],
+                                       err) != HY_OK) {
+                r->out_free[r->n_out_free++] = slot; /* it stays hot */
+                continue;
+            }
+            hy_pt_release_seq(r->pt, HY_KV_FULL, &id, 1, err);
+            s->pages[p] = HY_PAGE_OUT(slot);
+        }
+        s->n_out_blocks = b + 1;
+    }
 }
 
 /* The backend's state arena: n_slots slots (recurrent state does not grow
@@ -176,6 +236,8 @@ void hy_runner_free(hy_runner_t *r)
     free(r->layer_swa);
     free(r->new_slot);
     free(r->bseqs);
+    free(r->out_arena);
+    free(r->out_free);
     memset(r, 0, sizeof *r);
 }
 
@@ -346,6 +408,7 @@ static int hy_runner_batch(hy_runner_t *r, const hy_runner_item_t *items, int32_
         bs->sp_cap = it->seq->sp_cap;
         bs->sp_valid = it->seq->sp_valid;
         bs->n_checked = it->seq->n_checked;
+        bs->out_units = r->out_arena;
         for (j = 0; j < it->n; j++) {
             if (it->tokens[j] < 0 || it->tokens[j] >= r->model->n_vocab)
                 return hy_err(err, HY_EINVAL, "token id %d is outside the vocabulary (0..%d)",
@@ -407,6 +470,8 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
         if (s->sp_keys != NULL)
             s->sp_valid = hy_kv_sparse_blocks_valid(&r->opts.sparse, r->opts.page_tokens,
                                                     s->n_tokens);
+        if (r->out_arena != NULL)
+            hy_runner_demote(r, s);
     }
     return HY_OK;
 undo:
@@ -471,8 +536,18 @@ void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq)
 {
     char err[HY_ERR_LEN];
 
-    if (seq->n_pages > 0)
-        hy_pt_release_seq(r->pt, HY_KV_FULL, seq->pages, seq->n_pages, err);
+    /* hot pages back to the table in runs, out ones back to the arena */
+    for (int32_t p = 0, end; p < seq->n_pages; p = end) {
+        if (seq->pages[p] < -1) {
+            r->out_free[r->n_out_free++] = HY_PAGE_OUT_REF(seq->pages[p]);
+            seq->pages[p] = -1;
+            end = p + 1;
+            continue;
+        }
+        for (end = p + 1; end < seq->n_pages && seq->pages[end] >= -1; end++)
+            ;
+        hy_pt_release_seq(r->pt, HY_KV_FULL, seq->pages + p, end - p, err);
+    }
     if (seq->n_swa_pages > seq->swa_lo)
         hy_pt_release_seq(r->pt, HY_KV_SWA, seq->swa_pages + seq->swa_lo,
                           seq->n_swa_pages - seq->swa_lo, err);
@@ -480,7 +555,7 @@ void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq)
         seq->swa_pages[j] = -1;
     if (seq->state_slot > 0)
         hy_pt_state_free(r->pt, seq->state_slot - 1, err);
-    seq->n_pages = seq->n_tokens = seq->state_slot = seq->n_checked = 0;
+    seq->n_pages = seq->n_tokens = seq->state_slot = seq->n_checked = seq->n_out_blocks = 0;
     seq->n_swa_pages = seq->swa_lo = 0;
     free(seq->sp_keys);
     seq->sp_keys = NULL;
@@ -490,6 +565,16 @@ void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq)
 uint64_t hy_runner_sparse_seq_bytes(const hy_runner_t *r)
 {
     return (uint64_t)r->sp_seq_floats * sizeof(float);
+}
+
+uint64_t hy_runner_out_bytes(const hy_runner_t *r)
+{
+    return r->out_arena ? (uint64_t)r->opts.out_pages * r->page_bytes[HY_KV_FULL] : 0;
+}
+
+int32_t hy_runner_out_used(const hy_runner_t *r)
+{
+    return r->out_arena ? r->opts.out_pages - r->n_out_free : 0;
 }
 
 void hy_runner_seq_release(hy_runner_t *r, hy_kv_seq_t *seq)

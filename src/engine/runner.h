@@ -45,6 +45,9 @@ typedef struct {
      * earlier step (hy_batch_seq_t.n_checked); whoever writes pages[]
      * below it lowers it */
     int32_t n_checked;
+    /* blocks from the sink on below it were looked at for demotion
+     * (hy_runner_opts_t.hot_blocks): those not kept hot are out */
+    int32_t n_out_blocks;
 } hy_kv_seq_t;
 
 typedef struct {
@@ -58,6 +61,17 @@ typedef struct {
     hy_dtype_t kv_type;   /* F16 default (use F32 for exactness tests) */
     bool swa_full;        /* sliding layers keep every position too (no sliding group) */
     hy_kv_sparse_t sparse; /* block-sparse full-attention layers; zeros: dense */
+    /* A hot window per sequence (block-sparse only; 0: every page hot):
+     * after each step a sequence's full blocks older than its last
+     * hot_blocks complete ones (its sink blocks excepted) leave the pool:
+     * their bytes go to the runner's out arena of out_pages pages (host
+     * memory; when it is full the rest stay hot) and their pool pages go
+     * back to the table; the attention op copies a chosen block from
+     * there (backend.h, hy_batch_seq_t.out_units).  hot_blocks * block
+     * tokens must reach sparse.min_tokens (a dense token reads every
+     * page) and exceed the local blocks. */
+    int32_t hot_blocks;
+    int32_t out_pages;
     /* The page table to take pages and state slots from (the engine's);
      * n_pages, page_tokens and n_slots then come from it: its pages, and
      * its state slots followed by its checkpoint slots in the backend's
@@ -93,6 +107,9 @@ typedef struct {
     int32_t n_live_slots;          /* of which the table hands to sequences */
     int32_t sp_cap;                /* blocks of n_ctx: a sequence's block keys (0: not sparse) */
     size_t sp_seq_floats;          /* one sequence's block keys */
+    uint8_t *out_arena;            /* [out_pages] full-group page units (hot_blocks > 0) */
+    int32_t *out_free;             /* its free slots, a stack */
+    int32_t n_out_free;
     hy_batch_seq_t *bseqs;         /* [max_seqs] */
 } hy_runner_t;
 
@@ -124,6 +141,9 @@ void hy_runner_seq_trim(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *keep, i
 /* Bytes of one sequence's block-sparse block keys (0: not sparse); the
  * plan's sparse_seq_bytes. */
 uint64_t hy_runner_sparse_seq_bytes(const hy_runner_t *r);
+/* The out arena: its bytes, and how many of its pages hold a page now. */
+uint64_t hy_runner_out_bytes(const hy_runner_t *r);
+int32_t hy_runner_out_used(const hy_runner_t *r);
 /* Gives seq's pages and state slot back to the table and empties it; the
  * page arrays stay for reuse, the block keys are freed. */
 void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq);

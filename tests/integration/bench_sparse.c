@@ -43,6 +43,8 @@ typedef struct {
     int dense;         /* decode, passkey: 0 skips the dense runs (dense prefill is
                         * quadratic; the passkey grid's dense half does not change
                         * with the sparse settings) */
+    int32_t hot;       /* decode: the sparse run's hot window in tokens (0: all hot) */
+    int32_t out_pages; /* and its out arena */
 } bs_t;
 
 static double bs_user_s(void)
@@ -77,7 +79,31 @@ static int bs_runner(bs_t *b, hy_runner_t *r, int32_t n_ctx, bool sparse, bool a
     o.n_ctx = n_ctx;
     if (sparse)
         o.sparse = b->sp;
+    if (sparse && b->hot > 0) {
+        int32_t bp = b->sp.block_pages;
+
+        /* the pool: the window, the sink, the block being filled and a
+         * chunk; the rest of the context lives in the out arena */
+        o.hot_blocks = b->hot / (bp * o.page_tokens);
+        o.out_pages = b->out_pages;
+        o.n_pages = (o.hot_blocks + b->sp.sink_blocks + 2) * bp + BS_CHUNK / o.page_tokens + 1;
+    }
     return hy_runner_init(r, b->m, b->be, &o, err);
+}
+
+/* The process's peak resident memory (VmHWM) in MiB, or -1. */
+static double bs_peak_rss_mib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kib = -1;
+
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kib = strtod(line + 6, NULL);
+    if (f)
+        fclose(f);
+    return kib < 0 ? -1 : kib / 1024;
 }
 
 static int32_t bs_argmax(const float *x, int32_t n)
@@ -334,6 +360,12 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
         med[sparse] = bs_median(t, steps);
         printf("%s: decode at %d: median %.3f ms user CPU per token over %d steps\n",
                sparse ? "sparse" : "dense", n, med[sparse] * 1e3, steps);
+        if (sparse && b->hot > 0)
+            printf("sparse: hot window %d tokens: pool %d pages of %llu bytes, out arena %d of "
+                   "%d pages (%.1f MiB) used, peak RSS %.1f MiB\n", b->hot, r.opts.n_pages,
+                   (unsigned long long)r.page_bytes[HY_KV_FULL], hy_runner_out_used(&r),
+                   r.opts.out_pages, (double)hy_runner_out_bytes(&r) / 1048576.0,
+                   bs_peak_rss_mib());
         fflush(stdout);
         hy_runner_seq_release(&r, &s);
         hy_runner_free(&r);
@@ -347,13 +379,15 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
 
 /* --flag N pairs after the mode's arguments into the settings. */
 static int bs_settings(int argc, char **argv, hy_config_attention_t *a, int *threads,
-                       int *dense)
+                       bs_t *b)
 {
     for (int i = 0; i + 1 < argc; i += 2) {
         long v = strtol(argv[i + 1], NULL, 10);
 
         if (strcmp(argv[i], "--threads") == 0) *threads = (int)v;
-        else if (strcmp(argv[i], "--dense") == 0) *dense = (int)v;
+        else if (strcmp(argv[i], "--dense") == 0) b->dense = (int)v;
+        else if (strcmp(argv[i], "--hot") == 0) b->hot = (int32_t)v;
+        else if (strcmp(argv[i], "--out-pages") == 0) b->out_pages = (int32_t)v;
         else if (strcmp(argv[i], "--block") == 0) a->sparse_block_tokens = (uint32_t)v;
         else if (strcmp(argv[i], "--topk") == 0) a->sparse_topk = (uint32_t)v;
         else if (strcmp(argv[i], "--sink") == 0) a->sink_tokens = (uint32_t)v;
@@ -374,13 +408,14 @@ int main(int argc, char **argv)
 
     if (argc < 5 || cfg == NULL) {
         fprintf(stderr, "usage: bench_sparse MODEL passkey N COUNT | kl FILE N | decode N STEPS "
-                        "[--threads T --block B --topk K --sink S --local L --min M --dense 0|1]\n");
+                        "[--threads T --block B --topk K --sink S --local L --min M --dense 0|1 "
+                        "--hot TOKENS --out-pages P]\n");
         return 2;
     }
     hy_config_defaults(cfg);
     cfg->attention.sparse = HY_CONFIG_SPARSE_BLOCK;
     b.dense = 1;
-    if (bs_settings(argc - 5, argv + 5, &cfg->attention, &threads, &b.dense) != 0 ||
+    if (bs_settings(argc - 5, argv + 5, &cfg->attention, &threads, &b) != 0 ||
         hy_plan_sparse(&cfg->attention, 16, true, &b.sp, err) != HY_OK) {
         fprintf(stderr, "bench_sparse: bad settings %s\n", err);
         return 2;

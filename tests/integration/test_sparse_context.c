@@ -229,6 +229,88 @@ static void sp_rewrite(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp
     free(lg);
 }
 
+/* A hot window of 8 blocks (256 tokens, = sparse_min_tokens): after each
+ * step the blocks older than it, but the sink, leave the pool for the out
+ * arena, and the chosen ones are read from there.  Fed in steps of chunk
+ * (beside other when given), every position's logits must be the all-hot
+ * sparse run's bit for bit; the pool holds only the window's pages, the
+ * arena the rest, and everything goes back. */
+static void sp_hot_run(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp,
+                       const int32_t *ids, int32_t chunk, const int32_t *other, int32_t out_pages,
+                       const float *sparse, float *buf)
+{
+    size_t nv = (size_t)m->n_vocab;
+    hy_runner_opts_t o;
+    hy_runner_t r;
+    hy_kv_seq_t a = {0}, b = {0};
+    hy_pt_counts_t c[2];
+    float *lg = malloc(sizeof(float) * nv * 2 * (size_t)chunk);
+    char err[HY_ERR_LEN] = "";
+    int32_t out = 0, hot = 0, want_out;
+    int rc = HY_OK;
+
+    sp_runner_opts(&o, sp, chunk);
+    o.hot_blocks = 8;
+    o.out_pages = out_pages;
+    if (lg == NULL || (rc = hy_runner_init(&r, m, g_be, &o, err)) != HY_OK) {
+        HY_T_OK(0, "%s: runner with a hot window (%s)", name, err);
+        free(lg);
+        return;
+    }
+    for (int32_t done = 0; done < SP_N && rc == HY_OK; done += chunk) {
+        int32_t n = HY_MIN(chunk, SP_N - done);
+        hy_runner_item_t it[2] = {{&a, ids + done, n, true},
+                                  {&b, other ? other + done : NULL, n, true}};
+
+        if ((rc = hy_runner_step(&r, it, other ? 2 : 1, lg, err)) == HY_OK)
+            memcpy(buf + (size_t)done * nv, lg, sizeof(float) * nv * (size_t)n);
+    }
+    for (int32_t p = 0; p < a.n_pages; p++)
+        out += a.pages[p] < -1, hot += a.pages[p] >= 0;
+    hy_pt_counts(r.pt, &c[0]);
+    /* 20 complete 32-token blocks: 8 stay hot, the sink too, 11 go (2 pages
+     * each), as far as the arena holds them */
+    want_out = HY_MIN(22, out_pages / (other ? 2 : 1) / 2 * 2);
+    HY_T_OK(rc == HY_OK && memcmp(buf, sparse, sizeof(float) * nv * SP_N) == 0 &&
+                out == want_out && hot == a.n_pages - out &&
+                c[0].pages_used == hot + (other ? b.n_pages - (hy_runner_out_used(&r) - out) : 0),
+            "%s: hot window of 256 tokens, steps of %d%s, arena of %d pages: the all-hot bits; "
+            "%d pages out, %d hot (%d used in the table) (%s)", name, chunk,
+            other ? ", beside another sequence" : "", out_pages, out, hot, c[0].pages_used,
+            rc ? err : "ok");
+    hy_runner_seq_release(&r, &a);
+    hy_runner_seq_release(&r, &b);
+    hy_pt_counts(r.pt, &c[1]);
+    HY_T_OK(c[1].pages_used == 0 && hy_runner_out_used(&r) == 0,
+            "%s: released: no page used, the arena empty (%d, %d)", name, c[1].pages_used,
+            hy_runner_out_used(&r));
+    hy_runner_free(&r);
+    free(lg);
+}
+
+static void sp_hot(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp,
+                   const int32_t *ids, const int32_t *other, const float *sparse, float *buf)
+{
+    hy_runner_opts_t o;
+    hy_runner_t r;
+    char err[HY_ERR_LEN] = "";
+    int rc;
+
+    sp_hot_run(m, name, sp, ids, SP_CHUNK, NULL, 64, sparse, buf);
+    sp_hot_run(m, name, sp, ids, m->n_rec_layers > 0 ? 64 : 1, NULL, 64, sparse, buf);
+    sp_hot_run(m, name, sp, ids, 64, other, 64, sparse, buf);
+    sp_hot_run(m, name, sp, ids, SP_CHUNK, NULL, 6, sparse, buf);
+    /* a window a dense token would reach past is refused */
+    sp_runner_opts(&o, sp, SP_CHUNK);
+    o.hot_blocks = 7;
+    o.out_pages = 64;
+    rc = hy_runner_init(&r, m, g_be, &o, err);
+    if (rc == HY_OK)
+        hy_runner_free(&r);
+    HY_T_OK(rc == HY_EINVAL && strstr(err, "must reach sparse_min_tokens (256)"),
+            "%s: a hot window below sparse_min_tokens refused (%s)", name, err);
+}
+
 static void sp_model(const char *rel)
 {
     /* 32-token blocks: top-2, the first and the last block before a
@@ -287,6 +369,7 @@ static void sp_model(const char *rel)
             rc ? err : "ok");
     sp_keys_matter(m, name, &base, ids, dense, sparse, buf);
     sp_rewrite(m, name, &base, ids);
+    sp_hot(m, name, &base, ids, other, sparse, buf);
 out:
     free(ids);
     free(other);

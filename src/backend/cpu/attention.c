@@ -418,12 +418,15 @@ static int hy_attn_check(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b,
 static int hy_attn_sparse_scratch(hy_cpu_t *cpu, hy_attn_job_t *j)
 {
     int32_t far = -1;
+    bool staged = false;
 
     for (int32_t t = 0; t < j->b->n_tokens; t++)
         far = HY_MAX(far, j->b->pos[t]);
+    for (int32_t s = 0; s < j->b->n_seqs; s++)
+        staged |= j->b->seqs[s].out_units != NULL;
     if (far < cpu->kv.sparse.min_tokens)
         return 0;
-    j->sp_floats = (hy_cpu_sparse_scratch(cpu, far) + 15) & ~(size_t)15;
+    j->sp_floats = (hy_cpu_sparse_scratch(cpu, far, staged) + 15) & ~(size_t)15;
     j->sp_scratch = malloc(j->sp_floats * (size_t)cpu->n_threads * sizeof(float));
     if (!j->sp_scratch) {
         hy_cpu_fail(cpu, HY_ENOMEM, "attention: out of memory for sparse scratch");

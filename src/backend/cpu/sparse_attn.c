@@ -239,21 +239,22 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
     return n;
 }
 
-int hy_sparse_attend(const hy_attn_flash_t *f, const int32_t *blocks, int32_t n,
-                     int32_t block_pages, int32_t *page_scratch,
-                     void (*kernel)(const hy_attn_flash_t *f, float *scratch), float *scratch)
+/* The compacted page list of hy_sparse_attend into page_scratch: how
+ * many pages (-1: blocks or f not as it requires), the token's position
+ * in it at *vpos. */
+static int32_t sp_compact(const hy_attn_flash_t *f, const int32_t *blocks, int32_t n,
+                          int32_t block_pages, int32_t *page_scratch, int32_t *vpos)
 {
-    int32_t pt = f->page_tokens, bt, pos, cur, np = 0, vpos;
-    hy_attn_flash_t g;
+    int32_t pt = f->page_tokens, bt, pos, cur, np = 0;
 
     if (f->t1 != f->t0 + 1 || f->window != 0 || block_pages < 1 || n < 0)
-        return HY_EINVAL;
+        return -1;
     bt = block_pages * pt;
     pos = f->pos[f->t0];
     cur = pos / bt;
     for (int32_t i = 0; i < n; i++) {
         if (blocks[i] < 0 || blocks[i] >= cur || (i > 0 && blocks[i] <= blocks[i - 1]))
-            return HY_EINVAL;
+            return -1;
         for (int32_t j = 0; j < block_pages; j++)
             page_scratch[np++] = f->pages[blocks[i] * block_pages + j];
     }
@@ -261,15 +262,34 @@ int hy_sparse_attend(const hy_attn_flash_t *f, const int32_t *blocks, int32_t n,
     for (int32_t p = cur * block_pages; p <= pos / pt; p++)
         page_scratch[np++] = f->pages[p];
     /* the token sits after the chosen blocks, at its offset in its own */
-    vpos = n * bt + (pos - cur * bt);
-    g = *f;
-    g.pages = page_scratch;
+    *vpos = n * bt + (pos - cur * bt);
+    return np;
+}
+
+/* Unit f's one token through the kernel over its compacted list. */
+static void sp_run(const hy_attn_flash_t *f, const int32_t *pages, const int32_t *vpos,
+                   void (*kernel)(const hy_attn_flash_t *f, float *scratch), float *scratch)
+{
+    hy_attn_flash_t g = *f;
+
+    g.pages = pages;
     g.q = f->q + (size_t)f->t0 * (size_t)f->q_stride;
     g.out = f->out + (size_t)f->t0 * (size_t)f->out_stride;
-    g.pos = &vpos;
+    g.pos = vpos;
     g.t0 = 0;
     g.t1 = 1;
     kernel(&g, scratch);
+}
+
+int hy_sparse_attend(const hy_attn_flash_t *f, const int32_t *blocks, int32_t n,
+                     int32_t block_pages, int32_t *page_scratch,
+                     void (*kernel)(const hy_attn_flash_t *f, float *scratch), float *scratch)
+{
+    int32_t vpos;
+
+    if (sp_compact(f, blocks, n, block_pages, page_scratch, &vpos) < 0)
+        return HY_EINVAL;
+    sp_run(f, page_scratch, &vpos, kernel, scratch);
     return HY_OK;
 }
 
@@ -456,6 +476,21 @@ int hy_cpu_sparse_check(const hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b,
     if (sq->sp_cap < end || sq->sp_valid < 0)
         return hy_err(err, HY_ERANGE, "attention: sequence %d completes %d blocks, its block "
                       "keys hold %d (%d valid)", s, end, sq->sp_cap, sq->sp_valid);
+    /* a dense token (below min_tokens) reads every page before it */
+    for (int32_t t = sq->first; sq->out_units && t < sq->first + sq->n; t++)
+        for (int32_t p = 0; b->pos[t] < cpu->kv.sparse.min_tokens && p <= b->pos[t] / cpu->kv.page_tokens; p++)
+            if (sq->pages[p] < 0)
+                return hy_err(err, HY_ERANGE, "attention: sequence %d position %d attends "
+                              "densely but page %d is not hot (%d)", s, b->pos[t], p,
+                              sq->pages[p]);
+    /* the blocks whose keys are to be written are averaged from their
+     * pages' keys: those pages must be hot */
+    for (int32_t p = sq->sp_valid * cpu->kv.sparse.block_pages;
+         p < end * cpu->kv.sparse.block_pages; p++)
+        if (sq->pages[p] < 0)
+            return hy_err(err, HY_ERANGE, "attention: sequence %d page %d (block %d, whose key "
+                          "is to be written) is not hot (%d)", s, p,
+                          p / cpu->kv.sparse.block_pages, sq->pages[p]);
     return HY_OK;
 }
 
@@ -470,14 +505,80 @@ void hy_cpu_sparse_keys_page(hy_cpu_t *cpu, int32_t group, int32_t page)
             sp_page_keys(cpu, l, page);
 }
 
-size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos)
+/* The pages one token reads at most: its chosen blocks and its own. */
+static size_t sp_max_pages(const hy_cpu_t *cpu)
+{
+    const hy_kv_sparse_t *c = &cpu->kv.sparse;
+
+    return ((size_t)HY_MAX(c->sink_blocks, 0) + (size_t)HY_MAX(c->local_blocks, 0) +
+            (size_t)HY_MAX(c->topk, 0) + 1) *
+           (size_t)HY_MAX(c->block_pages, 1);
+}
+
+/* Floats of a thread's staging area: one KV head's K and V rows of every
+ * page a token reads, for a token that reads pages that are not hot. */
+static size_t sp_stage_floats(const hy_cpu_t *cpu)
+{
+    size_t bytes = sp_max_pages(cpu) * (size_t)cpu->kv.page_tokens *
+                   (cpu->k_row_bytes + cpu->v_row_bytes);
+
+    return ((bytes + sizeof(float) - 1) / sizeof(float) + 15) & ~(size_t)15;
+}
+
+size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos, bool staged)
 {
     size_t bp = (size_t)HY_MAX(cpu->kv.sparse.block_pages, 1);
     size_t cur = (size_t)max_pos / (bp * (size_t)cpu->kv.page_tokens) + 1;
 
-    /* block keys averaged here (a sequence without its own), scores,
-     * chosen blocks, the compacted page list */
-    return cur * ((size_t)cpu->kv.head_dim_k + 2) + (cur + 1) * bp;
+    /* the staging area first (aligned), then block keys averaged here (a
+     * sequence without its own), scores, chosen blocks, the compacted
+     * page list */
+    return (staged ? sp_stage_floats(cpu) : 0) + cur * ((size_t)cpu->kv.head_dim_k + 2) +
+           (cur + 1) * bp;
+}
+
+/* One token whose compacted list (np pages in pages) holds pages that are
+ * not hot: KV head g's rows of every listed page are copied in list order
+ * into the thread's staging area, hot ones from the pool and the others
+ * from the sequence's out units, and the kernel runs on that copy (the
+ * same bytes in the same order: the same bits as if all were hot). */
+static void sp_run_staged(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *sq,
+                          const hy_attn_flash_t *u, int32_t g, int32_t *pages, int32_t np,
+                          const int32_t *vpos, uint8_t *stage,
+                          void (*kernel)(const hy_attn_flash_t *f, float *scratch), float *scr)
+{
+    int32_t pt = cpu->kv.page_tokens, n_full = 0, rank = sp_layer_rank(cpu, layer);
+    size_t kb = (size_t)pt * cpu->k_row_bytes, vb = (size_t)pt * cpu->v_row_bytes;
+    uint8_t *ks = stage, *vs = stage + sp_max_pages(cpu) * kb;
+    hy_attn_flash_t w = *u;
+
+    for (int32_t l = 0; l < cpu->kv.n_layers; l++)
+        n_full += cpu->sp_keys[l] != NULL;
+    for (int32_t i = 0; i < np; i++) {
+        const uint8_t *k, *v;
+
+        if (pages[i] >= 0) {
+            k = cpu->k_pages[layer] + (size_t)pages[i] * cpu->k_page_bytes + (size_t)g * kb;
+            v = cpu->v_pages[layer] + (size_t)pages[i] * cpu->v_page_bytes + (size_t)g * vb;
+        } else {
+            /* kv_page_read's layout: the group's K pages by layer, then its V pages */
+            const uint8_t *unit = sq->out_units + (size_t)HY_PAGE_OUT_REF(pages[i]) *
+                                                      (size_t)n_full *
+                                                      (cpu->k_page_bytes + cpu->v_page_bytes);
+
+            k = unit + (size_t)rank * cpu->k_page_bytes + (size_t)g * kb;
+            v = unit + (size_t)n_full * cpu->k_page_bytes + (size_t)rank * cpu->v_page_bytes +
+                (size_t)g * vb;
+        }
+        memcpy(ks + (size_t)i * kb, k, kb);
+        memcpy(vs + (size_t)i * vb, v, vb);
+        pages[i] = i;
+    }
+    w.k_base = ks;
+    w.v_base = vs;
+    w.k_page_bytes = kb;
+    w.v_page_bytes = vb;
+    sp_run(&w, pages, vpos, kernel, scr);
 }
 
 void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *sq,
@@ -491,7 +592,8 @@ void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq
     int32_t hd = f->hd, bp = c->block_pages, bt = bp * f->page_tokens;
     /* the unit's last token sees the most blocks */
     int32_t ncur = f->pos[f->t1 - 1] / bt;
-    float *bkeys = sscr, *score = bkeys + (size_t)ncur * hd;
+    uint8_t *stage = sq->out_units ? (uint8_t *)(void *)sscr : NULL;
+    float *bkeys = sscr + (stage ? sp_stage_floats(cpu) : 0), *score = bkeys + (size_t)ncur * hd;
     int32_t *blocks = (int32_t *)(void *)(score + ncur + 1), *pages = blocks + ncur + 1;
     const float *bk = bkeys;
 
@@ -510,9 +612,18 @@ void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq
                                      group, hd, bk, (size_t)hd, f->pos[t] / bt, &sp, blocks,
                                      score);
 
+        int32_t vpos, np;
+        bool out = false;
+
         u.t0 = t;
         u.t1 = t + 1;
         /* blocks and the position come from the checked batch: cannot fail */
-        (void)hy_sparse_attend(&u, blocks, n, c->block_pages, pages, kernel, scr);
+        np = sp_compact(&u, blocks, n, c->block_pages, pages, &vpos);
+        for (int32_t i = 0; stage && i < np; i++)
+            out |= pages[i] < 0;
+        if (out)
+            sp_run_staged(cpu, layer, sq, &u, g, pages, np, &vpos, stage, kernel, scr);
+        else
+            sp_run(&u, pages, &vpos, kernel, scr);
     }
 }
