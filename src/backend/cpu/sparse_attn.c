@@ -468,7 +468,7 @@ int hy_cpu_sparse_check(const hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b,
                         char *err)
 {
     const hy_batch_seq_t *sq = &b->seqs[s];
-    int32_t end;
+    int32_t end, dense = -1;
 
     if (!cpu->sp_keys || !cpu->sp_keys[layer] || !sq->sp_keys)
         return HY_OK;
@@ -478,11 +478,11 @@ int hy_cpu_sparse_check(const hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b,
                       "keys hold %d (%d valid)", s, end, sq->sp_cap, sq->sp_valid);
     /* a dense token (below min_tokens) reads every page before it */
     for (int32_t t = sq->first; sq->out_units && t < sq->first + sq->n; t++)
-        for (int32_t p = 0; b->pos[t] < cpu->kv.sparse.min_tokens && p <= b->pos[t] / cpu->kv.page_tokens; p++)
-            if (sq->pages[p] < 0)
-                return hy_err(err, HY_ERANGE, "attention: sequence %d position %d attends "
-                              "densely but page %d is not hot (%d)", s, b->pos[t], p,
-                              sq->pages[p]);
+        dense = b->pos[t] < cpu->kv.sparse.min_tokens ? HY_MAX(dense, b->pos[t]) : dense;
+    for (int32_t p = 0; dense >= 0 && p <= dense / cpu->kv.page_tokens; p++)
+        if (sq->pages[p] < 0)
+            return hy_err(err, HY_ERANGE, "attention: sequence %d position %d attends densely "
+                          "but page %d is not hot (%d)", s, dense, p, sq->pages[p]);
     /* the blocks whose keys are to be written are averaged from their
      * pages' keys: those pages must be hot */
     for (int32_t p = sq->sp_valid * cpu->kv.sparse.block_pages;
