@@ -133,10 +133,11 @@ int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_o
         return hy_err(err, HY_EINVAL, "engine: checkpoint_interval = %d: must be >= 0",
                       o->checkpoint_interval);
     po = (hy_plan_opts_t){n_ctx, o->max_seqs, o->page_tokens, o->max_batch_tokens, o->kv_type,
-                          o->swa_full, o->sparse};
+                          o->swa_full, o->sparse, o->hot_blocks};
     if ((rc = hy_plan_make_opts(&plan, m, be, &po, err)) != HY_OK)
         return rc;
-    per_seq = (n_ctx + o->page_tokens - 1) / o->page_tokens;
+    /* what one sequence holds in the pool: its context, or its hot window */
+    per_seq = plan.n_pages / o->max_seqs;
     if (plan.swa_window > 0)
         per_swa = plan.n_swa_pages / o->max_seqs;
     memset(out, 0, sizeof *out);
@@ -268,6 +269,17 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t
     ro.kv_type = o->kv_type;
     ro.swa_full = o->swa_full;
     ro.sparse = o->sparse;
+    if (o->hot_blocks > 0) {
+        hy_plan_t plan;
+        hy_plan_opts_t po = {n_ctx, o->max_seqs, o->page_tokens, o->max_batch_tokens,
+                             o->kv_type, o->swa_full, o->sparse, o->hot_blocks};
+
+        /* room for every sequence's old pages at the full context: the plan's out arena */
+        if ((rc = hy_plan_make_opts(&plan, m, be, &po, err)) != HY_OK)
+            goto fail;
+        ro.hot_blocks = o->hot_blocks;
+        ro.out_pages = HY_MAX(1, plan.out_seq_pages * o->max_seqs);
+    }
     ro.pt = pt; /* its state slots, then its checkpoints, in the backend's arena */
     if ((rc = hy_runner_init(&e->runner, m, be, &ro, err)) != HY_OK)
         goto fail;
@@ -868,7 +880,12 @@ static void hy_engine_cache(hy_engine_t *e, hy_sched_seq_t *s)
         const int32_t *blk = s->tokens + s->n_hashed * pt;
         uint64_t h = hy_pt_block_hash(s->hash, blk, pt);
 
-        hy_pt_commit_block(e->pt, HY_KV_FULL, s->kv.pages[s->n_hashed], h, s->n_hashed, blk, err);
+        /* a block is committed after the step that fills it, before it can
+         * leave the pool (a hot window exceeds a step); never commit an out
+         * page's marker */
+        if (s->kv.pages[s->n_hashed] >= 0)
+            hy_pt_commit_block(e->pt, HY_KV_FULL, s->kv.pages[s->n_hashed], h, s->n_hashed,
+                               blk, err);
         /* the runner trims at the next step: the block is still held */
         if (e->swa_window > 0 && s->kv.swa_pages[s->n_hashed] >= 0)
             hy_pt_commit_block(e->pt, HY_KV_SWA, s->kv.swa_pages[s->n_hashed], h, s->n_hashed,

@@ -36,6 +36,9 @@ typedef struct {
     int32_t n_request_slots;     /* requests the source can hold ([server] max_queue + max_seqs) */
     hy_kv_sparse_t sparse;       /* [attention]: block-sparse full-attention layers
                                     (kv/plan.h hy_plan_sparse); zeros: dense */
+    int32_t hot_blocks;          /* [cache] hot_tokens_per_seq in blocks (hy_plan_hot_window):
+                                    a running sequence's older blocks leave the pool for the
+                                    runner's out arena; 0: all hot */
     bool swa_full;               /* sliding-window layers keep every position too (no
                                     sliding page group; llama.cpp's --swa-full) */
     bool no_checkpoints;         /* no recurrent-state checkpoint slots: requests that never

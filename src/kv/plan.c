@@ -57,6 +57,39 @@ int hy_plan_sparse(const hy_config_attention_t *a, int32_t page_tokens, bool cli
     return HY_OK;
 }
 
+int hy_plan_hot_window(uint32_t hot_tokens, const hy_kv_sparse_t *sp, int32_t page_tokens,
+                       int32_t chunk, bool cli, int32_t *hot_blocks, char *err)
+{
+    const char *key = cli ? "--hot-tokens" : "[cache] hot_tokens_per_seq";
+    int64_t bt = (int64_t)sp->block_pages * page_tokens;
+
+    *hot_blocks = 0;
+    if (hot_tokens == 0)
+        return HY_OK;
+    if (sp->block_pages <= 0)
+        return hy_err(err, HY_EINVAL, "%s = %u: needs block-sparse attention (%s; only sparse "
+                      "tokens read pages that are not hot)", key, hot_tokens,
+                      cli ? "--sparse" : "[attention] sparse = block");
+    if (hot_tokens % bt != 0)
+        return hy_err(err, HY_EINVAL, "%s = %u: must be a multiple of the %lld-token sparse "
+                      "block", key, hot_tokens, (long long)bt);
+    if (hot_tokens < (uint32_t)sp->min_tokens)
+        return hy_err(err, HY_EINVAL, "%s = %u: must be at least sparse_min_tokens (%d): a "
+                      "dense token reads every page", key, hot_tokens, sp->min_tokens);
+    if ((int64_t)hot_tokens <= (int64_t)sp->local_blocks * bt || (int64_t)hot_tokens <= chunk)
+        return hy_err(err, HY_EINVAL, "%s = %u: must exceed the local tokens (%lld) and a step "
+                      "(%d tokens)", key, hot_tokens, (long long)(sp->local_blocks * bt), chunk);
+    *hot_blocks = (int32_t)(hot_tokens / bt);
+    return HY_OK;
+}
+
+int32_t hy_plan_hot_pages(const hy_kv_sparse_t *sp, int32_t hot_blocks, int32_t page_tokens,
+                          int32_t chunk)
+{
+    return (sp->sink_blocks + hot_blocks + 1) * sp->block_pages +
+           (chunk + page_tokens - 1) / page_tokens + 1;
+}
+
 void hy_plan_kv_layout(const hy_model_t *m, int32_t page_tokens, int32_t n_pages,
                        int32_t n_swa_pages, int32_t swa_window, hy_dtype_t type,
                        uint8_t *layer_swa, hy_kv_layout_t *out)
@@ -132,8 +165,14 @@ int hy_plan_group_page_bytes(hy_backend_t *be, const hy_kv_layout_t *kv,
 uint64_t hy_plan_seq_kv_bytes(const hy_plan_t *p, int32_t n_tokens)
 {
     int32_t pt = p->page_tokens;
-    uint64_t full = (uint64_t)((n_tokens + pt - 1) / pt) * (p->page_bytes + p->sparse_key_bytes) +
-                    p->sparse_seq_bytes;
+    int64_t pages = (n_tokens + pt - 1) / pt, out = 0;
+    uint64_t full;
+
+    /* with a hot window the old pages live in the out arena, without keys */
+    if (p->hot_blocks > 0)
+        out = HY_MIN((int64_t)p->out_seq_pages, pages);
+    full = (uint64_t)(pages - out) * (p->page_bytes + p->sparse_key_bytes) +
+           (uint64_t)out * p->page_bytes + p->sparse_seq_bytes;
 
     if (p->swa_window <= 0)
         return full;
@@ -143,7 +182,7 @@ uint64_t hy_plan_seq_kv_bytes(const hy_plan_t *p, int32_t n_tokens)
 int hy_plan_make(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be, int32_t n_ctx,
                  int32_t n_seqs, int32_t page_tokens, hy_dtype_t kv_type, char *err)
 {
-    hy_plan_opts_t o = {n_ctx, n_seqs, page_tokens, HY_PLAN_CHUNK, kv_type, false, {0}};
+    hy_plan_opts_t o = {n_ctx, n_seqs, page_tokens, HY_PLAN_CHUNK, kv_type, false, {0}, 0};
 
     return hy_plan_make_opts(p, m, be, &o, err);
 }
@@ -171,9 +210,23 @@ int hy_plan_make_opts(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be,
     p->kv_type = o->kv_type;
     p->swa_full = o->swa_full;
     p->swa_window = hy_plan_swa_window(m, n_ctx, o->swa_full);
+    if (o->hot_blocks < 0 || (o->hot_blocks > 0 && o->sparse.block_pages <= 0))
+        return hy_err(err, HY_EINVAL, "plan: a hot window of %d blocks needs block-sparse "
+                      "attention", o->hot_blocks);
+    p->hot_blocks = o->hot_blocks;
     {
         int64_t per = (n_ctx + page_tokens - 1) / page_tokens;
-        int64_t pages = (int64_t)n_seqs * per, swa = 0;
+        int64_t pages, swa = 0;
+
+        if (o->hot_blocks > 0) {
+            int64_t held = hy_plan_hot_pages(&o->sparse, o->hot_blocks, page_tokens, p->chunk);
+            int64_t kept = (int64_t)(o->sparse.sink_blocks + o->hot_blocks) *
+                           o->sparse.block_pages;
+
+            p->out_seq_pages = (int32_t)HY_MAX(0, per - kept);
+            per = HY_MIN(per, held);
+        }
+        pages = (int64_t)n_seqs * per;
 
         if (p->swa_window > 0)
             swa = (int64_t)n_seqs *
@@ -229,8 +282,9 @@ int hy_plan_make_opts(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be,
                               (uint64_t)(kv.n_layers - p->n_swa_kv_layers);
         p->sparse_seq_bytes = (uint64_t)((n_ctx + bt - 1) / bt) * p->sparse_key_bytes;
     }
+    p->out_total = (uint64_t)p->out_seq_pages * p->page_bytes * (uint64_t)n_seqs;
     p->kv_total = (p->page_bytes + p->sparse_key_bytes) * (uint64_t)p->n_pages +
-                  p->sparse_seq_bytes * (uint64_t)n_seqs +
+                  p->sparse_seq_bytes * (uint64_t)n_seqs + p->out_total +
                   p->swa_page_bytes * (uint64_t)p->n_swa_pages;
     p->state_total = p->slot_bytes * (uint64_t)p->n_slots;
     p->seq_kv_bytes = hy_plan_seq_kv_bytes(p, n_ctx);
@@ -285,7 +339,9 @@ int hy_plan_make_opts(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be,
         dense.layer_swa = NULL;
         if ((rc = be->i->mem_sizes(be, &dense, NULL, &p->dense_page_bytes, &sb, err)) != HY_OK)
             goto out;
-        p->dense_kv_total = p->dense_page_bytes * (uint64_t)p->n_pages;
+        /* every sequence's whole context (a hot window is this model's) */
+        p->dense_kv_total = p->dense_page_bytes * (uint64_t)n_seqs *
+                            (uint64_t)((n_ctx + page_tokens - 1) / page_tokens);
         p->dense_seq_kv_bytes =
             p->dense_page_bytes * (uint64_t)((n_ctx + page_tokens - 1) / page_tokens);
     }
@@ -387,13 +443,15 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
         for (int32_t il = 0; il < m->n_layer; il++)
             fprintf(f, "%s%d", il ? "," : "", m->layers[il].window);
         fprintf(f, "],\"weight_bytes_other\":%llu,\"weights_total\":%llu,\"page_bytes\":%llu,"
-                   "\"sparse_key_bytes\":%llu,\"sparse_seq_bytes\":%llu,\"pages\":%d,"
+                   "\"sparse_key_bytes\":%llu,\"sparse_seq_bytes\":%llu,\"hot_blocks\":%d,"
+                   "\"out_seq_pages\":%d,\"out_total\":%llu,\"pages\":%d,"
                    "\"kv_total\":%llu,"
                    "\"slot_bytes\":%llu,\"slots\":%d,"
                    "\"state_total\":%llu,\"cache_total\":%llu,\"dense_kv_total\":%llu,",
                 (unsigned long long)p->weight_bytes_other, (unsigned long long)p->weights_total,
                 (unsigned long long)p->page_bytes, (unsigned long long)p->sparse_key_bytes,
-                (unsigned long long)p->sparse_seq_bytes, p->n_pages,
+                (unsigned long long)p->sparse_seq_bytes, p->hot_blocks, p->out_seq_pages,
+                (unsigned long long)p->out_total, p->n_pages,
                 (unsigned long long)p->kv_total,
                 (unsigned long long)p->slot_bytes, p->n_slots, (unsigned long long)p->state_total,
                 (unsigned long long)(p->kv_total + p->state_total),
@@ -450,6 +508,11 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
                 (unsigned long long)p->sparse_key_bytes,
                 hy_plan_mib(p->sparse_seq_bytes * (uint64_t)p->n_seqs), p->n_seqs,
                 p->n_seqs == 1 ? "" : "s", (unsigned long long)p->sparse_seq_bytes);
+    if (p->hot_blocks > 0)
+        fprintf(f, "out arena          %12.2f MiB  (%d sequence%s x %d pages x %llu bytes: "
+                   "the pages older than a hot window of %d blocks, host memory)\n",
+                hy_plan_mib(p->out_total), p->n_seqs, p->n_seqs == 1 ? "" : "s",
+                p->out_seq_pages, (unsigned long long)p->page_bytes, p->hot_blocks);
     if (p->swa_window > 0)
         fprintf(f, "sliding KV pages   %12.2f MiB  (%d pages x %llu bytes, sliding layers)\n",
                 hy_plan_mib(p->swa_page_bytes * (uint64_t)p->n_swa_pages), p->n_swa_pages,

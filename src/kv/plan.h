@@ -31,6 +31,8 @@ typedef struct {
     hy_dtype_t kv_type;
     bool swa_full;     /* sliding layers keep every position too (llama.cpp's --swa-full) */
     hy_kv_sparse_t sparse; /* block-sparse attention (hy_plan_sparse; zeros: off) */
+    int32_t hot_blocks;    /* each sequence's hot window in blocks (hy_plan_hot_window;
+                              0: every page of a running sequence is hot) */
 } hy_plan_opts_t;
 
 typedef struct {
@@ -54,8 +56,13 @@ typedef struct {
                                 * blocks, a key per full layer and KV head each; the
                                 * runner allocates them whole): n_seqs of them are in
                                 * kv_total, one in seq_kv_bytes */
+    int32_t hot_blocks;      /* the hot window (0: none) */
+    int32_t out_seq_pages;   /* with it, the full pages of one n_ctx sequence that live
+                              * in the runner's out arena (host memory) */
+    uint64_t out_total;      /* n_seqs of them: out_seq_pages * page_bytes each; in kv_total */
     uint64_t slot_bytes;     /* one sequence's whole recurrent state */
-    int32_t n_pages;         /* full group: n_seqs * ceil(n_ctx / page_tokens) */
+    int32_t n_pages;         /* full group: n_seqs * ceil(n_ctx / page_tokens), or with a
+                                hot window n_seqs * hy_plan_hot_pages */
     int32_t n_slots;         /* n_seqs, or 0 without recurrent layers */
     uint64_t weights_total, kv_total, state_total; /* kv_total: both page groups */
 
@@ -124,5 +131,19 @@ char hy_plan_kind_letter(hy_layer_kind_t k);
 
 /* Human-readable table or JSON object on f. */
 void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json);
+
+/* [cache] hot_tokens_per_seq (hot_tokens) as a hot window in blocks for
+ * the sparse settings sp and steps of chunk tokens: 0 when hot_tokens is
+ * 0; else it must be whole blocks, need block-sparse attention, reach
+ * sparse_min_tokens (a dense token reads every page) and exceed the local
+ * blocks and a step (a block is hashed for the prefix cache while hot).
+ * HY_EINVAL naming the key (cli: `hyserve plan`'s --hot-tokens) otherwise. */
+int hy_plan_hot_window(uint32_t hot_tokens, const hy_kv_sparse_t *sp, int32_t page_tokens,
+                       int32_t chunk, bool cli, int32_t *hot_blocks, char *err);
+/* The full-group pages one running sequence holds with a hot window of
+ * hot_blocks: its sink blocks, the window, the block being filled and the
+ * pages a step of chunk tokens adds before its old blocks leave. */
+int32_t hy_plan_hot_pages(const hy_kv_sparse_t *sp, int32_t hot_blocks, int32_t page_tokens,
+                          int32_t chunk);
 
 #endif

@@ -73,11 +73,9 @@ static int ep_engine_opts(ep_t *ep, char *err)
     eo->tok = NULL; /* the engine loads its own (grammar masks) */
     if ((rc = hy_plan_sparse(&cfg->attention, eo->page_tokens, false, &eo->sparse, err)) != HY_OK)
         return rc;
-    if (cfg->cache.hot_tokens_per_seq != 0)
-        return hy_err(err, HY_EUNSUPPORTED,
-                      "[cache] hot_tokens_per_seq = %u: moving a running sequence's older pages "
-                      "out of the hot tier is not implemented; only 0 (every running sequence "
-                      "stays hot) is accepted", cfg->cache.hot_tokens_per_seq);
+    if ((rc = hy_plan_hot_window(cfg->cache.hot_tokens_per_seq, &eo->sparse, eo->page_tokens,
+                                 eo->max_batch_tokens, false, &eo->hot_blocks, err)) != HY_OK)
+        return rc;
     return hy_plan_hot_bytes(ep->be, cfg->cache.hot_mb, cfg->cache.memory_fraction,
                              &eo->memory_bytes, err);
 }
@@ -143,7 +141,7 @@ static int ep_start_tiers(ep_t *ep, char *err)
                       (unsigned long long)(on_host ? eo->memory_bytes >> 20 : 0),
                       (unsigned long long)(avail >> 20));
     po = (hy_plan_opts_t){eo->n_ctx, eo->max_seqs, eo->page_tokens, eo->max_batch_tokens,
-                          eo->kv_type, eo->swa_full, eo->sparse};
+                          eo->kv_type, eo->swa_full, eo->sparse, eo->hot_blocks};
     if ((rc = hy_plan_make_opts(&plan, ep->model, ep->be, &po, err)) != HY_OK)
         return rc;
     memset(&to, 0, sizeof to);

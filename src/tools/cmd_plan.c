@@ -26,9 +26,11 @@ int hy_cmd_plan(int argc, char **argv)
         {"sparse-block-tokens", required_argument, 0, 'b'},
         {"sparse-sink-tokens", required_argument, 0, 'K'},
         {"sparse-local-tokens", required_argument, 0, 'L'}, {"help", no_argument, 0, 'h'},
+        {"hot-tokens", required_argument, 0, 'H'},
         {0, 0, 0, 0}};
     const char *model = NULL, *backend = NULL;
-    long ctx = 4096, seqs = 1, page = 16, chunk = HY_PLAN_CHUNK;
+    long ctx = 4096, seqs = 1, page = 16, chunk = HY_PLAN_CHUNK, hot = 0;
+    int32_t hot_blocks;
     hy_dtype_t kv = HY_DTYPE_F16;
     bool json = false, swa_full = false;
     hy_config_attention_t attn; /* --sparse: [attention]'s defaults otherwise */
@@ -54,6 +56,7 @@ int hy_cmd_plan(int argc, char **argv)
         case 'b': if (hy_cli_int("plan", "--sparse-block-tokens", optarg, 1, 65536, &lv)) return 2; attn.sparse_block_tokens = (uint32_t)lv; break;
         case 'K': if (hy_cli_int("plan", "--sparse-sink-tokens", optarg, 0, 1 << 24, &lv)) return 2; attn.sink_tokens = (uint32_t)lv; break;
         case 'L': if (hy_cli_int("plan", "--sparse-local-tokens", optarg, 0, 1 << 24, &lv)) return 2; attn.local_tokens = (uint32_t)lv; break;
+        case 'H': if (hy_cli_int("plan", "--hot-tokens", optarg, 0, 1L << 30, &hot)) return 2; break;
         case 'k':
             if (strcmp(optarg, "f16") == 0) kv = HY_DTYPE_F16;
             else if (strcmp(optarg, "f32") == 0) kv = HY_DTYPE_F32;
@@ -66,19 +69,21 @@ int hy_cmd_plan(int argc, char **argv)
         case 'j': json = true; break;
         case 'B': backend = optarg; break;
         case 'h':
-            printf("usage: hyserve plan -m MODEL.gguf [--context N] [--seqs M] [--kv-type f16|f32|q8_0] [--page-tokens N] [--chunk TOKENS] [--swa-full] [--sparse [--sparse-block-tokens N] [--sparse-sink-tokens N] [--sparse-local-tokens N]] [--json] [--backend cpu|cuda]\n");
+            printf("usage: hyserve plan -m MODEL.gguf [--context N] [--seqs M] [--kv-type f16|f32|q8_0] [--page-tokens N] [--chunk TOKENS] [--swa-full] [--sparse [--sparse-block-tokens N] [--sparse-sink-tokens N] [--sparse-local-tokens N] [--hot-tokens N]] [--json] [--backend cpu|cuda]\n");
             return 0;
         default: return 2;
         }
     }
     if (hy_cli_open(&c, "plan", model, backend, 1, false, NULL) != 0)
         return 1;
-    if (hy_plan_sparse(&attn, (int32_t)page, true, &sparse, err) != HY_OK) {
+    if (hy_plan_sparse(&attn, (int32_t)page, true, &sparse, err) != HY_OK ||
+        hy_plan_hot_window((uint32_t)hot, &sparse, (int32_t)page, (int32_t)chunk, true,
+                           &hot_blocks, err) != HY_OK) {
         fprintf(stderr, "hyserve plan: %s\n", err);
         return 2;
     }
     po = (hy_plan_opts_t){(int32_t)ctx, (int32_t)seqs, (int32_t)page, (int32_t)chunk, kv, swa_full,
-                          sparse};
+                          sparse, hot_blocks};
     if (hy_plan_make_opts(&p, c.model, c.be, &po, err) != HY_OK) {
         fprintf(stderr, "hyserve plan: %s\n", err);
         goto out;

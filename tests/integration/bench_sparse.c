@@ -80,13 +80,11 @@ static int bs_runner(bs_t *b, hy_runner_t *r, int32_t n_ctx, bool sparse, bool a
     if (sparse)
         o.sparse = b->sp;
     if (sparse && b->hot > 0) {
-        int32_t bp = b->sp.block_pages;
-
-        /* the pool: the window, the sink, the block being filled and a
-         * chunk; the rest of the context lives in the out arena */
-        o.hot_blocks = b->hot / (bp * o.page_tokens);
+        /* the pool: what the plan says a sequence with this window holds;
+         * the rest of the context lives in the out arena */
+        o.hot_blocks = b->hot / (b->sp.block_pages * o.page_tokens);
         o.out_pages = b->out_pages;
-        o.n_pages = (o.hot_blocks + b->sp.sink_blocks + 2) * bp + BS_CHUNK / o.page_tokens + 1;
+        o.n_pages = hy_plan_hot_pages(&b->sp, o.hot_blocks, o.page_tokens, BS_CHUNK);
     }
     return hy_runner_init(r, b->m, b->be, &o, err);
 }
@@ -362,10 +360,10 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
                sparse ? "sparse" : "dense", n, med[sparse] * 1e3, steps);
         if (sparse && b->hot > 0)
             printf("sparse: hot window %d tokens: pool %d pages of %llu bytes, out arena %d of "
-                   "%d pages (%.1f MiB) used, peak RSS %.1f MiB\n", b->hot, r.opts.n_pages,
+                   "%d pages (%.1f MiB) used\n", b->hot, r.opts.n_pages,
                    (unsigned long long)r.page_bytes[HY_KV_FULL], hy_runner_out_used(&r),
-                   r.opts.out_pages, (double)hy_runner_out_bytes(&r) / 1048576.0,
-                   bs_peak_rss_mib());
+                   r.opts.out_pages, (double)hy_runner_out_bytes(&r) / 1048576.0);
+        printf("%s: peak RSS %.1f MiB so far\n", sparse ? "sparse" : "dense", bs_peak_rss_mib());
         fflush(stdout);
         hy_runner_seq_release(&r, &s);
         hy_runner_free(&r);

@@ -173,6 +173,23 @@ else
     fail=$((fail + 1))
     echo "not ok $n - plan --sparse on gemma3: $out"
 fi
+# --hot-tokens: the pool holds the windows, the out arena the rest, both in the totals
+n=$((n + 1))
+out=$("$hy" plan -m "$g3" --context 65536 --seqs 2 --sparse --hot-tokens 10240 --json 2>&1)
+if printf '%s' "$out" | python3 -c 'import json, sys
+p = json.load(sys.stdin)
+assert p["hot_blocks"] == 160 and p["pages"] == 2 * ((1 + 160 + 1) * 4 + 33)
+assert p["out_seq_pages"] == 65536 // 16 - 161 * 4
+assert p["out_total"] == 2 * p["out_seq_pages"] * p["page_bytes"]
+assert p["kv_total"] == (p["page_bytes"] + p["sparse_key_bytes"]) * p["pages"] + p["sparse_seq_bytes"] * 2 + p["out_total"] + p["swa_page_bytes"] * p["swa_pages"]' 2>/dev/null; then
+    echo "ok $n - plan --hot-tokens: the pool holds the hot windows, the out arena the rest, in kv_total"
+else
+    fail=$((fail + 1))
+    echo "not ok $n - plan --hot-tokens on gemma3: $out"
+fi
+check 2 "plan: --hot-tokens = 10240: needs block-sparse attention (--sparse" \
+    "plan: --hot-tokens without --sparse is refused" -- \
+    "$hy" plan -m "$g3" --context 65536 --hot-tokens 10240
 check 2 "plan: --sparse-local-tokens = '-5': must be an integer in 0..16777216" \
     "plan --sparse: a negative --sparse-local-tokens is refused" -- \
     "$hy" plan -m "$g3" --sparse --sparse-local-tokens -5

@@ -29,8 +29,8 @@ disk_mb set:
 * a full disk (a 2 MiB tmpfs in a user + mount namespace, filled up but
   for 128 KiB): writes fail, requests do not, hyserve_disk_errors_total
   counts them;
-* bad values refused at start, naming the key: hot_tokens_per_seq (not
-  implemented: only 0), disk_dir without warm_mb, a disk_dir that cannot be
+* bad values refused at start, naming the key: hot_tokens_per_seq without
+  block-sparse attention, disk_dir without warm_mb, a disk_dir that cannot be
   created, a disk_mb larger than its file system, a warm_mb the host
   cannot hold, two servers on one disk_dir.
 
@@ -457,8 +457,8 @@ def refused(model, cache, want, what):
 
 def bad_values():
     refused(HYBRID, {"hot_tokens_per_seq": 10240},
-            "[cache] hot_tokens_per_seq = 10240: moving a running sequence's older pages out of "
-            "the hot tier is not implemented", "hot_tokens_per_seq = 10240 (not implemented)")
+            "[cache] hot_tokens_per_seq = 10240: needs block-sparse attention ([attention] "
+            "sparse = block", "hot_tokens_per_seq = 10240 without sparse attention")
     refused(HYBRID, {"disk_dir": os.path.join(TOP, "x")},
             "[cache] disk_dir = %s: needs [cache] warm_mb > 0" % os.path.join(TOP, "x"),
             "disk_dir without warm_mb")

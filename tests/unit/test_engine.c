@@ -710,6 +710,52 @@ static void hy_e_prefix_sparse(hy_e_env_t *v, const char *name)
             rc == HY_OK ? "ok" : err);
 }
 
+/* A hot window ([cache] hot_tokens_per_seq) of 5 16-token blocks, sparse
+ * from 32 (the best block, the first and the last): a 600-token prompt and
+ * 8 generated tokens run in a pool of 2 sequences' windows (24 pages,
+ * fewer than the 38 of one such context), the older blocks in the out
+ * arena, and generate what the all-hot engine does, with the same
+ * logprobs; a window that a step would outrun is refused. */
+static void hy_e_hot(hy_e_env_t *v, const char *name)
+{
+    char err[HY_ERR_LEN] = "", err2[HY_ERR_LEN] = "";
+    const hy_kv_sparse_t sp = {1, 1, 1, 1, 32};
+    int32_t *p = malloc(sizeof(int32_t) * 600), hot = 0, pages[2] = {0, 0};
+    hy_e_out_t a = {0}, b = {0};
+    hy_pt_params_t pp;
+    double gap = INFINITY;
+    int rc = HY_OK;
+
+    for (int k = 0; k < 2 && rc == HY_OK && p; k++) {
+        hy_e_opts(&v->o);
+        v->o.n_ctx = 1024;
+        v->o.max_seqs = 2;
+        v->o.sparse = sp;
+        if (k == 1)
+            rc = hy_plan_hot_window(80, &sp, 16, v->o.max_batch_tokens, false, &v->o.hot_blocks,
+                                    err);
+        if (rc == HY_OK && (rc = hy_engine_pt_params(v->m, v->be, &v->o, &pp, err)) == HY_OK)
+            pages[k] = pp.n_pages;
+        if (rc == HY_OK && (rc = hy_e_up(v, &v->o, err)) == HY_OK) {
+            hy_e_prompt(p, 600, 77, v->m->n_vocab);
+            rc = hy_e_run1(v, p, 600, 8, k ? &b : &a, err);
+            hy_e_down(v, name);
+        }
+        hot = v->o.hot_blocks;
+    }
+    if (rc == HY_OK)
+        gap = hy_e_diff(&a, &b);
+    HY_T_OK(rc == HY_OK && hot == 5 && pages[0] == 2 * 64 && pages[1] == 2 * 12 && a.n == 8 &&
+                gap == 0,
+            "%s: hot window of 80 tokens: 600 + 8 tokens in a pool of %d pages (all hot: %d), "
+            "the all-hot tokens and logprobs (gap %.2g; %s)", name, pages[1], pages[0], gap,
+            rc == HY_OK ? "ok" : err);
+    rc = hy_plan_hot_window(64, &sp, 16, 64, false, &hot, err2);
+    HY_T_OK(rc == HY_EINVAL && strstr(err2, "[cache] hot_tokens_per_seq = 64: must exceed"),
+            "%s: a hot window a step would outrun refused (%s)", name, err2);
+    free(p);
+}
+
 /* The value of the /metrics sample that starts with name (labels included),
  * or -1. */
 static double hy_e_sample(const char *text, const char *name)
@@ -1572,8 +1618,10 @@ int main(void)
         if (k < 3)
             hy_e_batch(&v, models[k]);
         hy_e_prefix(&v, models[k]);
-        if (k < 3)
+        if (k < 3) {
             hy_e_prefix_sparse(&v, models[k]);
+            hy_e_hot(&v, models[k]);
+        }
         hy_e_resume(&v, models[k]);
         if (k == 0 || k == 2 || k >= 6) /* qwen3next's decode is the slow one */
             hy_e_preempt(&v, models[k]);

@@ -21,7 +21,7 @@ static void hy_plan_case(hy_backend_t *be, const char *file, int32_t ctx, int32_
     char err[HY_ERR_LEN], rel[128];
     hy_model_t *m = NULL;
     hy_plan_t p;
-    hy_plan_opts_t po = {ctx, seqs, 16, 64, HY_DTYPE_F16, swa_full, {0}};
+    hy_plan_opts_t po = {ctx, seqs, 16, 64, HY_DTYPE_F16, swa_full, {0}, 0};
     hy_runner_t r;
     hy_runner_opts_t o;
     uint64_t kv = 0, st = 0, kinds_kv = 0, kinds_st = 0;
@@ -191,7 +191,7 @@ static void hy_plan_sparse_alloc_case(hy_backend_t *be, const char *file)
     char err[HY_ERR_LEN], rel[128];
     hy_config_t *cfg = malloc(sizeof *cfg);
     hy_model_t *m = NULL;
-    hy_plan_opts_t po = {4096, 2, 16, 64, HY_DTYPE_F16, false, {0}};
+    hy_plan_opts_t po = {4096, 2, 16, 64, HY_DTYPE_F16, false, {0}, 0};
     hy_runner_opts_t o;
     hy_runner_t r;
     hy_plan_t p;
@@ -252,6 +252,67 @@ static void hy_plan_sparse_alloc_case(hy_backend_t *be, const char *file)
     free(cfg);
 }
 
+/* A hot window: the pool holds each sequence's window (sink, window, the
+ * block being filled and a step), the out arena the rest of its context;
+ * both are in kv_total, and the runner's arena for n_seqs sequences is
+ * exactly the plan's out_total.  Refusals name the key. */
+static void hy_plan_window_case(hy_backend_t *be)
+{
+    char err[HY_ERR_LEN] = "", e1[HY_ERR_LEN] = "", e2[HY_ERR_LEN] = "", e3[HY_ERR_LEN] = "";
+    hy_model_t *m = NULL;
+    hy_kv_sparse_t sp = {4, 32, 1, 4, 4096}, off = {0};
+    hy_plan_opts_t po = {65536, 2, 16, 512, HY_DTYPE_F16, false, sp, 0};
+    hy_runner_opts_t o;
+    hy_runner_t r;
+    hy_plan_t p;
+    int32_t hot = 0, x;
+    uint64_t arena = 0;
+    int rc[4];
+
+    if (hy_model_load(&m, hy_t_srcpath("tests/golden/tiny/llama.gguf"), be, err) != HY_OK) {
+        HY_T_OK(0, "llama.gguf: load: %s", err);
+        return;
+    }
+    rc[0] = hy_plan_hot_window(10240, &sp, 16, 512, false, &hot, err);
+    po.hot_blocks = hot;
+    if (rc[0] == HY_OK)
+        rc[0] = hy_plan_make_opts(&p, m, be, &po, err);
+    hy_runner_opts_default(&o);
+    o.max_tokens = 512;
+    o.max_seqs = 2;
+    o.n_ctx = 65536;
+    o.sparse = sp;
+    o.hot_blocks = hot;
+    o.out_pages = rc[0] == HY_OK ? p.out_seq_pages * 2 : 1;
+    o.n_pages = rc[0] == HY_OK ? p.n_pages : 1;
+    if (rc[0] == HY_OK && (rc[0] = hy_runner_init(&r, m, be, &o, err)) == HY_OK) {
+        arena = hy_runner_out_bytes(&r);
+        hy_runner_free(&r);
+    }
+    /* 160 blocks of 64 tokens hot, 1 sink: 4,096 pages of the context,
+     * 644 out; the pool 2 x ((1 + 160 + 1) x 4 + 32 + 1) pages */
+    HY_T_OK(rc[0] == HY_OK && hot == 160 && p.n_pages == 2 * (162 * 4 + 33) &&
+                p.out_seq_pages == 4096 - 161 * 4 && p.out_total == arena &&
+                p.out_total == 2 * (uint64_t)p.out_seq_pages * p.page_bytes &&
+                p.kv_total == (p.page_bytes + p.sparse_key_bytes) * (uint64_t)p.n_pages +
+                                  2 * p.sparse_seq_bytes + p.out_total,
+            "hot window of 10,240 tokens at 65,536: %d pool pages, %d out pages a sequence, "
+            "the runner's arena %llu = plan %llu (%s)", rc[0] == HY_OK ? p.n_pages : 0,
+            rc[0] == HY_OK ? p.out_seq_pages : 0, (unsigned long long)arena,
+            (unsigned long long)(rc[0] == HY_OK ? p.out_total : 0), rc[0] ? err : "ok");
+    rc[1] = hy_plan_hot_window(10240, &off, 16, 512, false, &x, e1);
+    rc[2] = hy_plan_hot_window(10000, &sp, 16, 512, false, &x, e2);
+    rc[3] = hy_plan_hot_window(2048, &sp, 16, 512, true, &x, e3);
+    HY_T_OK(rc[1] == HY_EINVAL && strstr(e1, "[cache] hot_tokens_per_seq = 10240: needs "
+                                             "block-sparse attention") &&
+                rc[2] == HY_EINVAL && strstr(e2, "= 10000: must be a multiple of the 64-token") &&
+                rc[3] == HY_EINVAL && strstr(e3, "--hot-tokens = 2048: must be at least "
+                                                 "sparse_min_tokens (4096)"),
+            "hot windows refused: without sparse (%s), not whole blocks (%s), below "
+            "sparse_min_tokens (%s)", e1, e2, e3);
+    hy_model_free(m);
+}
+
 int main(void)
 {
     hy_backend_opts_t bo = {.n_threads = 1};
@@ -270,6 +331,7 @@ int main(void)
     hy_plan_hot_case(be);
     hy_plan_sparse_case();
     hy_plan_sparse_alloc_case(be, "llama.gguf");
+    hy_plan_window_case(be);
     hy_plan_sparse_alloc_case(be, "gemma3.gguf");
     for (size_t f = 0; f < HY_ARRAY_LEN(files); f++) {
         for (size_t c = 0; c < HY_ARRAY_LEN(ctxs); c++)

@@ -105,7 +105,7 @@ static int tier_up(env_t *v, char *err)
 
     eopts(v, &o);
     po = (hy_plan_opts_t){o.n_ctx, o.max_seqs, o.page_tokens, o.max_batch_tokens, o.kv_type,
-                          false, o.sparse};
+                          false, o.sparse, 0};
     if ((rc = hy_plan_make_opts(&plan, v->m, v->be, &po, err)) != HY_OK)
         return rc;
     memset(&to, 0, sizeof to);
