@@ -47,6 +47,9 @@ static void hy_run_usage(FILE *f)
             "      --sparse-local-tokens N, --sparse-min-tokens N  (defaults: etc/hyserve.ini's\n"
             "                          [attention] sparse_block_tokens, sparse_topk, sink_tokens,\n"
             "                          local_tokens, sparse_min_tokens)\n"
+            "      --hot-tokens N      keep only the last N tokens' blocks in the page pool, the\n"
+            "                          older ones in host memory ([cache] hot_tokens_per_seq;\n"
+            "                          needs --sparse; docs/tiers.md)\n"
             "      --grammar FILE      constrain the output to a GBNF grammar\n"
             "      --json-schema FILE  constrain the output to JSON valid against a JSON Schema\n"
             "      --json              constrain the output to a JSON object\n");
@@ -55,7 +58,7 @@ static void hy_run_usage(FILE *f)
 typedef struct {
     const char *model, *prompt, *file, *backend, *system_msg;
     const char *grammar_file, *schema_file; /* --grammar, --json-schema */
-    long n_predict, threads, ctx;
+    long n_predict, threads, ctx, hot;
     bool ignore_eos, chat, json, swa_full;
     hy_config_attention_t attn; /* --sparse*: [attention]'s defaults otherwise */
     hy_sampling_t sp;
@@ -83,6 +86,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         {"sparse-topk", required_argument, 0, 19}, {"sparse-sink-tokens", required_argument, 0, 20},
         {"sparse-local-tokens", required_argument, 0, 21},
         {"sparse-min-tokens", required_argument, 0, 22},
+        {"hot-tokens", required_argument, 0, 23},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     hy_sampling_t *sp = &o->sp;
     bool seeded = false;
@@ -141,6 +145,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         case 20: if (hy_cli_int("run", "--sparse-sink-tokens", optarg, 0, 1 << 24, &lv)) return 2; o->attn.sink_tokens = (uint32_t)lv; break;
         case 21: if (hy_cli_int("run", "--sparse-local-tokens", optarg, 0, 1 << 24, &lv)) return 2; o->attn.local_tokens = (uint32_t)lv; break;
         case 22: if (hy_cli_int("run", "--sparse-min-tokens", optarg, 0, 1 << 24, &lv)) return 2; o->attn.sparse_min_tokens = (uint32_t)lv; break;
+        case 23: if (hy_cli_int("run", "--hot-tokens", optarg, 0, 1 << 24, &o->hot)) return 2; break;
         case 'h': hy_run_usage(stdout); return 1;
         default: hy_run_usage(stderr); return 2;
         }
@@ -281,7 +286,9 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
     eo.no_checkpoints = true;
     eo.swa_full = o->swa_full;
     eo.tok = c->tok;
-    if ((rc = hy_plan_sparse(&o->attn, eo.page_tokens, true, &eo.sparse, err)) != HY_OK)
+    if ((rc = hy_plan_sparse(&o->attn, eo.page_tokens, true, &eo.sparse, err)) != HY_OK ||
+        (rc = hy_plan_hot_window((uint32_t)o->hot, &eo.sparse, eo.page_tokens,
+                                 eo.max_batch_tokens, true, &eo.hot_blocks, err)) != HY_OK)
         return rc;
     memset(&rp, 0, sizeof rp);
     rp.sampling = o->sp;
@@ -328,8 +335,10 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
 
         hy_local_attn_counts(le.local, &ac);
         fprintf(stderr, "hyserve run: attention: %llu tokens dense, %llu block-sparse, %llu "
-                        "blocks read (all hot)\n", (unsigned long long)ac.dense_tokens,
-                (unsigned long long)ac.sparse_tokens, (unsigned long long)ac.blocks_hot);
+                        "blocks read (%s)\n", (unsigned long long)ac.dense_tokens,
+                (unsigned long long)ac.sparse_tokens, (unsigned long long)ac.blocks_hot,
+                eo.hot_blocks > 0 ? "those older than the hot window from the out arena"
+                                  : "all hot");
     }
     hy_run_kv_summary(c->be, le.engine, &out.held, n_ids + st->n_generated - 1);
     hy_local_release(le.local, id);

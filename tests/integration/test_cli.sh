@@ -106,6 +106,27 @@ else
     fail=$((fail + 1))
     echo "not ok $n - run: --sparse choosing every block writes the dense text, a few blocks another"
 fi
+# --hot-tokens: a ~5,500-token prompt on the tiny long-context hybrid with a
+# 576-token hot window writes the all-hot text from a pool of a few windows
+long="$src/tests/golden/tiny/qwen35-long.gguf"
+head -c 6000 "$src/docs/tiers.md" >"$sp_tmp/long.txt"
+for h in 0 576; do
+    "$hy" run -m "$long" -f "$sp_tmp/long.txt" -n 16 --ctx 8192 --temp 0 --ignore-eos --sparse \
+        --sparse-min-tokens 64 --hot-tokens $h >"$sp_tmp/hot$h" 2>"$sp_tmp/hot$h.err"
+done
+n=$((n + 1))
+pool() { sed -n 's/.*kv pool [0-9.]* MiB (\([0-9]*\) pages.*/\1/p' "$1"; }
+if [ -s "$sp_tmp/hot0" ] && cmp -s "$sp_tmp/hot0" "$sp_tmp/hot576" &&
+    [ "$(pool "$sp_tmp/hot576.err")" -lt "$(pool "$sp_tmp/hot0.err")" ] &&
+    grep -q "from the out arena" "$sp_tmp/hot576.err"; then
+    echo "ok $n - run --hot-tokens 576: the all-hot text from a pool of $(pool "$sp_tmp/hot576.err") pages (all hot: $(pool "$sp_tmp/hot0.err"))"
+else
+    fail=$((fail + 1))
+    echo "not ok $n - run --hot-tokens: $(tail -2 "$sp_tmp/hot576.err") / $(tail -1 "$sp_tmp/hot0.err")"
+fi
+check 1 "hyserve run: --hot-tokens = 576: needs block-sparse attention (--sparse" \
+    "run: --hot-tokens without --sparse is refused" -- \
+    "$hy" run -m "$long" -p hi -n 1 --hot-tokens 576
 rm -rf "$sp_tmp"
 # without CUDA built: says so; with CUDA built on a machine without a GPU:
 # names the missing device.  Either way a clear refusal, not a crash.
