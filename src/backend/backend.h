@@ -72,6 +72,9 @@ typedef struct {
      * dense token, a block whose key is still to be written, or a batch
      * position never is.  NULL: every page is hot. */
     const uint8_t *out_units;
+    /* NULL, or where the attention op adds the blocks its sparse tokens
+     * read from out_units (one per chosen out block, layer and KV head) */
+    uint64_t *out_reads;
 } hy_batch_seq_t;
 
 /* The page-list entry of a page that is not hot (r >= 0), and back. */

@@ -25,7 +25,7 @@
 #include "ipc/tier_file.h"
 
 #define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
-#define HY_SHM_LAYOUT_VERSION 8 /* 2: model file, sha256 and its state in the header;
+#define HY_SHM_LAYOUT_VERSION 9 /* 2: model file, sha256 and its state in the header;
                                  3: windows, HTTP counts and memory facts in the stats;
                                  4: grammar_len in the request parameters (the spec
                                     follows the prompt), grammar counters in the stats;
@@ -35,7 +35,8 @@
                                  7: the engine process's pid and state in the header,
                                     each slot's generated tokens (HISTORY) for resuming
                                     a request after an engine crash;
-                                 8: the tiers' given-up prefix fetches in the stats */
+                                 8: the tiers' given-up prefix fetches in the stats;
+                                 9: blocks read from the out arena in each slot */
 #define HY_SHM_INSTANCE_MAX 48 /* [A-Za-z0-9_.-], not starting with '.' */
 
 typedef struct {

@@ -54,12 +54,15 @@ typedef struct {
 
 /* Which attention path a request's tokens took (the engine counts them as
  * it schedules them, recomputed ones included), reported once, at its end:
- * its log line says it (issue 14).  Every page a running sequence reads is
- * in the hot tier, so every block read is a hot one. */
+ * its log line says it (issue 14).  A block a sparse token reads comes from
+ * the hot pool, or, older than a hot window ([cache] hot_tokens_per_seq),
+ * from the runner's out arena in host memory (the backend counts those). */
 typedef struct {
     uint64_t dense_tokens;  /* tokens whose attention read every position */
     uint64_t sparse_tokens; /* tokens whose full-attention layers went block-sparse */
-    uint64_t blocks_hot;    /* blocks those read, summed over layers and KV heads */
+    uint64_t blocks_hot;    /* blocks those read from the pool, summed over layers and KV
+                             * heads */
+    uint64_t blocks_out;    /* ... and from the out arena */
 } hy_attn_counts_t;
 
 struct hy_req_source_i {

@@ -335,10 +335,10 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
 
         hy_local_attn_counts(le.local, &ac);
         fprintf(stderr, "hyserve run: attention: %llu tokens dense, %llu block-sparse, %llu "
-                        "blocks read (%s)\n", (unsigned long long)ac.dense_tokens,
-                (unsigned long long)ac.sparse_tokens, (unsigned long long)ac.blocks_hot,
-                eo.hot_blocks > 0 ? "those older than the hot window from the out arena"
-                                  : "all hot");
+                        "blocks read (%llu from the pool, %llu from the out arena)\n",
+                (unsigned long long)ac.dense_tokens, (unsigned long long)ac.sparse_tokens,
+                (unsigned long long)(ac.blocks_hot + ac.blocks_out),
+                (unsigned long long)ac.blocks_hot, (unsigned long long)ac.blocks_out);
     }
     hy_run_kv_summary(c->be, le.engine, &out.held, n_ids + st->n_generated - 1);
     hy_local_release(le.local, id);

@@ -215,7 +215,7 @@ static hy_batch_t batch_make(batch_t *bt, int n_seqs, const int *n, const int *p
     bt->n_tok = 0;
     for (int s = 0; s < n_seqs; s++) {
         bt->seqs[s] = (hy_batch_seq_t){bt->n_tok, n[s], past[s], NULL, 0, -1, NULL, 0, NULL, 0, 0,
-                                       0, NULL};
+                                       0, NULL, NULL};
         for (int i = 0; i < n[s]; i++) {
             bt->pos[bt->n_tok] = past[s] + i;
             bt->tokens[bt->n_tok++] = 0;
@@ -554,7 +554,7 @@ static void test_emulated(hy_dtype_t type, int hd, int hdv, int n_head, int n_kv
     for (int s = 0, t = 0; s < 2; s++) {
         int len = past[s] + n[s];
         seqs[s] = (hy_batch_seq_t){t, n[s], past[s], perm + page_off[s], np[s], -1, NULL, 0, NULL,
-                                   0, 0, 0, NULL};
+                                   0, 0, 0, NULL, NULL};
         for (int i = 0; i < n[s]; i++, t++) {
             pos[t] = past[s] + i;
             tok_seq[t] = s;
@@ -802,7 +802,7 @@ static void test_case(const acase_t *c)
         for (int i = 0; i < 3; i++) {
             int s = order[i];
             seqs[i] = (hy_batch_seq_t){n_tok, n[s], past[s], pages[s], n_pages[s], -1, NULL, 0,
-                                       NULL, 0, 0, 0, NULL};
+                                       NULL, 0, 0, 0, NULL, NULL};
             for (int k = 0; k < n[s]; k++)
                 pos[n_tok + k] = past[s] + k;
             n_tok += n[s];

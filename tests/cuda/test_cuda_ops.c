@@ -254,7 +254,7 @@ static void test_attention(hy_dtype_t kv_type, int window, float softcap, int lo
         for (int s = 0; s < 3; s++) {
             int n = step == 0 ? plen[s] : 1, past = step == 0 ? 0 : plen[s];
             seqs[s] = (hy_batch_seq_t){n_tok, n, past, pages[s], 128, -1, NULL, 0, NULL, 0, 0, 0,
-                                       NULL};
+                                       NULL, NULL};
             for (int i = 0; i < n; i++)
                 pos[n_tok + i] = past + i;
             n_tok += n;
@@ -364,7 +364,7 @@ static void test_recurrent(void)
             /* checkpoint slot 2 into 3, run slot 3, must equal running 2 */
             g_cpu->i->state_copy(g_cpu, 3, 2);
             g_gpu->i->state_copy(g_gpu, 3, 2);
-            hy_batch_seq_t one = {0, 1, 0, NULL, 0, 3, NULL, 0, NULL, 0, 0, 0, NULL};
+            hy_batch_seq_t one = {0, 1, 0, NULL, 0, 3, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
             hy_batch_t b1 = {1, tok, pos, 1, &one};
             g_cpu->i->conv1d(g_cpu, 0, &b1, x.c, qkv, &wc.c, &wb.c, y.c, C, false);
             g_gpu->i->conv1d(g_gpu, 0, &b1, x.g, qkv, &wc.g, &wb.g, y.g, C, false);

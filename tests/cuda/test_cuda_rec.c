@@ -128,7 +128,7 @@ static void test_refused(void)
     char err[HY_ERR_LEN];
     int64_t conv = 0, rec = 3 * 16 * 16;
     hy_state_layout_t lay = {1, 2, &conv, &rec};
-    hy_batch_seq_t seq = {0, 2, 0, NULL, 0, 1, NULL, 0, NULL, 0, 0, 0, NULL};
+    hy_batch_seq_t seq = {0, 2, 0, NULL, 0, 1, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
     int32_t tok[2] = {0, 0}, pos[2] = {0, 1};
     hy_batch_t b = {2, tok, pos, 1, &seq};
     hy_gdn_params_t p = {2, 3, 16, 16, false, 64}; /* 3 v-heads over 2 k-heads */
@@ -190,7 +190,7 @@ static void test_lightning(hy_backend_t *cpu, int H, int d, int C)
         for (int s = 0; s < 3; s++)
             if (sched[c][s] > 0) {
                 seqs[b.n_seqs++] = (hy_batch_seq_t){b.n_tokens, sched[c][s], n_past[s], NULL, 0,
-                                                    2 - s, NULL, 0, NULL, 0, 0, 0, NULL};
+                                                    2 - s, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
                 b.n_tokens += sched[c][s];
             }
         x = malloc(sizeof(float) * (size_t)b.n_tokens * stride);

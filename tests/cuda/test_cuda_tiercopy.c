@@ -46,7 +46,7 @@ static void t_pages(void)
     }
     for (int i = 0; i < 20; i++)
         pos[i] = i;
-    hy_batch_seq_t seq = {0, 20, 0, pages, 2, -1, swa_pages, 2, NULL, 0, 0, 0, NULL};
+    hy_batch_seq_t seq = {0, 20, 0, pages, 2, -1, swa_pages, 2, NULL, 0, 0, 0, NULL, NULL};
     hy_batch_t batch = {20, tok, pos, 1, &seq};
     size_t nq = 20 * 4 * HD, nk = 20 * NKV * HD;
     float *qv = rnd_vec(nq, 1), *kv = rnd_vec(nk, 1), *vv = rnd_vec(nk, 1);

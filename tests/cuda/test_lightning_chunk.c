@@ -189,7 +189,7 @@ static void check(hy_backend_t *be, int H, int d, int C, const sched_t *sc, int 
                 /* slots in reverse: not the row order */
                 seqs[b.n_seqs++] = (hy_batch_seq_t){b.n_tokens, sc->rows[c][s], n_past[s], NULL,
                                                     0, N_SLOTS - 1 - s, NULL, 0, NULL, 0, 0, 0,
-                                                    NULL};
+                                                    NULL, NULL};
                 b.n_tokens += sc->rows[c][s];
             }
         x = malloc(sizeof(float) * (size_t)b.n_tokens * stride);

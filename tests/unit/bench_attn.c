@@ -87,7 +87,7 @@ int main(int argc, char **argv)
     for (int p0 = 0; p0 < max_keys; p0 += B_NQ) {
         int n = max_keys - p0 < B_NQ ? max_keys - p0 : B_NQ;
         hy_batch_seq_t sq = {0, n, p0, pages, (p0 + n + B_PT - 1) / B_PT, -1, NULL, 0, NULL, 0, 0,
-                             0, NULL};
+                             0, NULL, NULL};
         hy_batch_t b = {n, NULL, pos, 1, &sq};
         for (int i = 0; i < n; i++)
             pos[i] = p0 + i;
@@ -109,7 +109,7 @@ int main(int argc, char **argv)
          * 512 positions' K/V: the values do not change the cost) */
         int p0 = keys[kk] - B_NQ;
         hy_batch_seq_t sq = {0, B_NQ, p0, pages, (keys[kk] + B_PT - 1) / B_PT, -1, NULL, 0, NULL,
-                             0, 0, 0, NULL};
+                             0, 0, 0, NULL, NULL};
         hy_batch_t b = {B_NQ, NULL, pos, 1, &sq};
         double best = INFINITY, flop = 0;
         for (int i = 0; i < B_NQ; i++) {
@@ -132,7 +132,7 @@ int main(int argc, char **argv)
         /* one decode token at the end of the same history */
         int32_t pd = keys[kk] - 1;
         hy_batch_seq_t sd = {0, 1, pd, pages, (keys[kk] + B_PT - 1) / B_PT, -1, NULL, 0, NULL, 0,
-                             0, 0, NULL};
+                             0, 0, NULL, NULL};
         hy_batch_t bd = {1, NULL, &pd, 1, &sd};
         best = INFINITY;
         for (int r = 0; r < 5 * reps; r++) {

@@ -201,7 +201,7 @@ int main(int argc, char **argv)
                 q[i] = (float)(i % 13) / 13.0f - 0.5f;
             for (size_t i = 0; i < (size_t)n * 3 * 64; i++)
                 k[i] = v[i] = (float)(i % 11) / 11.0f - 0.5f;
-            hy_batch_seq_t sq = {0, n, 0, pages, 64, -1, NULL, 0, NULL, 0, 0, 0, NULL};
+            hy_batch_seq_t sq = {0, n, 0, pages, 64, -1, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
             hy_batch_t b = {n, NULL, pos, 1, &sq};
             hy_attn_params_t p = {9, 3, 64, 64, 0.125f, 0, 0};
             if (be->i->kv_init(be, &lay, err) == HY_OK) {
@@ -216,7 +216,7 @@ int main(int argc, char **argv)
                        "(%.1f GFLOP/s)\n", nth, dt * 1e6,
                        4.0 * 9 * 64 * (512.0 * 513 / 2) / dt * 1e-9);
                 /* decode: one more token over a 511-token history */
-                hy_batch_seq_t sd = {0, 1, 511, pages, 64, -1, NULL, 0, NULL, 0, 0, 0, NULL};
+                hy_batch_seq_t sd = {0, 1, 511, pages, 64, -1, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
                 int32_t pd = 511;
                 hy_batch_t bd = {1, NULL, &pd, 1, &sd};
                 t0 = bench_clock_s(CLOCK_MONOTONIC);

@@ -46,7 +46,7 @@ static double run(const bench_t *w, int chunk, bool decode, char *err)
     t0 = cpu_now();
     for (int t = 0; t < w->T; t += decode ? 1 : w->T) {
         const int n = decode ? 1 : w->T;
-        hy_batch_seq_t sq = {0, n, t, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL};
+        hy_batch_seq_t sq = {0, n, t, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
         hy_batch_t batch = {n, NULL, NULL, 1, &sq};
         const float *x = w->x + (int64_t)t * w->stride;
 

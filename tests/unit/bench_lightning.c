@@ -36,7 +36,7 @@ static double run(hy_backend_t *be, int T, int H, int d, int chunk, bool decode,
     t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
     for (int t = 0; t < T; t += decode ? 1 : T) {
         const int n = decode ? 1 : T;
-        hy_batch_seq_t sq = {0, n, t, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL};
+        hy_batch_seq_t sq = {0, n, t, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
         hy_batch_t b = {n, NULL, NULL, 1, &sq};
         const float *xr = x + (size_t)t * stride;
         be->i->lightning(be, 0, &b, xr, xr + d, xr + 2 * d, stride, 3 * d, &dw, out, &p);

@@ -134,7 +134,7 @@ static void run_case_isas(hy_backend_t *be, const cfg_t *c, int n_past, int n_ne
             if (n == 0)
                 continue;
             hy_batch_seq_t sq = {0, n, first, pages, (first + n + c->pt - 1) / c->pt, -1, NULL, 0,
-                                 NULL, 0, 0, 0, NULL};
+                                 NULL, 0, 0, 0, NULL, NULL};
             hy_batch_t b = {n, NULL, pos + first, 1, &sq};
             be->i->attention(be, 0, &b, q + (size_t)first * nh * c->hd,
                              k + (size_t)first * c->nkv * c->hd,

@@ -557,7 +557,8 @@ static void attn_run(hy_backend_t *be, const attn_cfg_t *c, seq_hist_t *hs, cons
         const seq_hist_t *h = &hs[parts[i].seq];
         int end = parts[i].n_past + parts[i].n;
         seqs[i] = (hy_batch_seq_t){row, parts[i].n, parts[i].n_past, h->pages,
-                                   (end + c->pt - 1) / c->pt, -1, NULL, 0, NULL, 0, 0, 0, NULL};
+                                   (end + c->pt - 1) / c->pt, -1, NULL, 0, NULL, 0, 0, 0, NULL,
+                                   NULL};
         for (int j = 0; j < parts[i].n; j++, row++) {
             int ps = parts[i].n_past + j;
             pos[row] = ps;
@@ -677,7 +678,7 @@ static void test_attention_errors(hy_backend_t *be)
     char err[HY_ERR_LEN];
     float q[A_NH * 64] = {0}, kv[A_NKV * 64] = {0}, out[A_NH * 64];
     int32_t pos = 20, pages[2] = {0, 9};
-    hy_batch_seq_t s = {0, 1, 20, pages, 2, -1, NULL, 0, NULL, 0, 0, 0, NULL};
+    hy_batch_seq_t s = {0, 1, 20, pages, 2, -1, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
     hy_batch_t b = {1, NULL, &pos, 1, &s};
     hy_attn_params_t p = {A_NH, A_NKV, 64, 64, 0.125f, 0, 0};
 

@@ -109,7 +109,7 @@ static float conv_split(hy_backend_t *be, int32_t C, int32_t K, bool silu, bool 
             if (n <= 0)
                 continue;
             seqs[batch.n_seqs++] = (hy_batch_seq_t){row, n, done[s], NULL, 0, s + 1, NULL, 0,
-                                                    NULL, 0, 0, 0, NULL};
+                                                    NULL, 0, 0, 0, NULL, NULL};
             memcpy(bx + (size_t)row * stride, x[s] + (size_t)done[s] * stride,
                    (size_t)n * stride * sizeof(float));
             row += n;
@@ -170,7 +170,7 @@ static void test_state_slots(hy_backend_t *be)
     hy_state_layout_t lay = {1, 3, conv_floats, rec_floats};
     float w[C * K], x[T * C], y0[T * C], y1[T * C], y2[T * C];
     hy_weight_t ww = f32_weight(w, K, C, 1, "w");
-    hy_batch_seq_t seq = {0, 4, 0, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL};
+    hy_batch_seq_t seq = {0, 4, 0, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
     hy_batch_t b = {4, NULL, NULL, 1, &seq};
     char err[HY_ERR_LEN];
     int rc;
@@ -181,7 +181,7 @@ static void test_state_slots(hy_backend_t *be)
     /* slot 0: first 4 tokens, then fork into slot 2 and run the rest in both */
     be->i->conv1d(be, 0, &b, x, C, &ww, NULL, y0, C, false);
     be->i->state_copy(be, 2, 0);
-    seq = (hy_batch_seq_t){0, T - 4, 4, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL};
+    seq = (hy_batch_seq_t){0, T - 4, 4, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
     b.n_tokens = T - 4;
     be->i->conv1d(be, 0, &b, x + 4 * C, C, &ww, NULL, y0, C, false);
     seq.state_slot = 2;

@@ -195,7 +195,7 @@ static void run_case(hy_backend_t *be, const shape_t *sh, seq_t *sq, int n_seq,
             memcpy(bb + (size_t)row * sh->Hv, sq[s].beta + (size_t)done[s] * sh->Hv,
                    sizeof(float) * (size_t)n * sh->Hv);
             seqs[b.n_seqs] = (hy_batch_seq_t){row, n, done[s], NULL, 0, N_SEQ - 1 - s, NULL, 0,
-                                              NULL, 0, 0, 0, NULL};
+                                              NULL, 0, 0, 0, NULL, NULL};
             b.n_seqs++;
             row += n;
         }
@@ -318,7 +318,7 @@ int main(void)
         int64_t rec_floats = hy_gdn_state_floats(&(hy_gdn_params_t){1, 3, 8, 8, false, 64}),
                 conv_floats = 0;
         hy_state_layout_t lay = {1, 1, &conv_floats, &rec_floats};
-        hy_batch_seq_t sq = {0, 2, 0, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL};
+        hy_batch_seq_t sq = {0, 2, 0, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
         hy_batch_t b = {2, NULL, NULL, 1, &sq};
         float x[2 * 64] = {0}, g[6] = {0}, beta[6] = {0}, out[2 * 24];
         hy_gdn_params_t bad = {2, 3, 8, 8, false, 64}, wrong_state = {1, 2, 8, 8, false, 64};

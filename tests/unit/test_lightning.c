@@ -149,7 +149,7 @@ static void run(hy_backend_t *be, const shape_t *sh, const seq_t *sq, const int 
             memcpy(bx + (size_t)row * stride, sq[s].x + (size_t)done[s] * stride,
                    sizeof(float) * (size_t)n * stride);
             seqs[b.n_seqs++] = (hy_batch_seq_t){row, n, done[s], NULL, 0, N_SEQ - 1 - s, NULL, 0,
-                                                NULL, 0, 0, 0, NULL};
+                                                NULL, 0, 0, 0, NULL, NULL};
             row += n;
         }
         if (b.n_seqs == 0)
@@ -315,14 +315,14 @@ static void check_checkpoint(hy_backend_t *be)
     ok = be->i->state_init(be, &lay, err) == HY_OK;
     be->i->state_clear(be, 0);
     {
-        hy_batch_seq_t s0 = {0, 37, 0, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL};
+        hy_batch_seq_t s0 = {0, 37, 0, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
         hy_batch_t b = {37, NULL, NULL, 1, &s0};
         be->i->lightning(be, 0, &b, sq.x, sq.x + 16, sq.x + 32, sq.stride, sq.hs, &decay_w, o[0],
                          &p);
     }
     be->i->state_copy(be, 1, 0);
     for (int k = 0; k < 2; k++) {
-        hy_batch_seq_t s1 = {0, 20, 37, NULL, 0, k, NULL, 0, NULL, 0, 0, 0, NULL};
+        hy_batch_seq_t s1 = {0, 20, 37, NULL, 0, k, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
         hy_batch_t b = {20, NULL, NULL, 1, &s1};
         const float *x = sq.x + (size_t)37 * sq.stride;
         be->i->lightning(be, 0, &b, x, x + 16, x + 32, sq.stride, sq.hs, &decay_w, o[k], &p);
@@ -344,7 +344,7 @@ static void expect_refused(hy_backend_t *be, hy_lightning_params_t p, int32_t ro
 {
     int64_t conv = 0;
     hy_state_layout_t lay = {1, 1, &conv, &slot_rec};
-    hy_batch_seq_t s0 = {0, 2, n_past, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL};
+    hy_batch_seq_t s0 = {0, 2, n_past, NULL, 0, 0, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
     hy_batch_t b = {2, NULL, NULL, 1, &s0};
     float x[2 * 200], o[2 * 4 * 257]; /* the zeroed output: 2 rows of p's heads */
     const int n_o = 2 * HY_MAX(p.n_head, 0) * HY_MAX(p.head_dim, 0);

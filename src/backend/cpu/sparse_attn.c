@@ -621,6 +621,14 @@ void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq
         np = sp_compact(&u, blocks, n, c->block_pages, pages, &vpos);
         for (int32_t i = 0; stage && i < np; i++)
             out |= pages[i] < 0;
+        if (out && sq->out_reads) {
+            uint64_t k = 0;
+
+            /* a block leaves the pool whole: its first page says */
+            for (int32_t i = 0; i < n; i++)
+                k += f->pages[(size_t)blocks[i] * (size_t)bp] < -1;
+            __atomic_fetch_add(sq->out_reads, k, __ATOMIC_RELAXED);
+        }
         if (out)
             sp_run_staged(cpu, layer, sq, &u, g, pages, np, &vpos, stage, kernel, scr);
         else
