@@ -48,6 +48,35 @@ static int64_t ep_now_ms(void)
     return hy_shm_now_ns() / 1000000;
 }
 
+/* With a hot window the runner's out arena holds every sequence's old
+ * pages at the full context, in host memory committed as they arrive: the
+ * first engine refuses one the host could never hold (a later one has
+ * the same config; what happens to be free at a restart must not turn it
+ * into a restart loop). */
+static int ep_check_out_arena(ep_t *ep, char *err)
+{
+    const hy_engine_opts_t *eo = &ep->eo;
+    hy_plan_opts_t po = {eo->n_ctx, eo->max_seqs, eo->page_tokens, eo->max_batch_tokens,
+                         eo->kv_type, eo->swa_full, eo->sparse, eo->hot_blocks};
+    uint64_t total = 0, avail = 0;
+    hy_plan_t plan;
+    int rc;
+
+    if (eo->hot_blocks == 0 || ep->a->hello_fd < 0)
+        return HY_OK;
+    if ((rc = hy_plan_make_opts(&plan, ep->model, ep->be, &po, err)) != HY_OK)
+        return rc;
+    hy_host_memory(&total, &avail);
+    if (avail > 0 && plan.out_total > avail)
+        return hy_err(err, HY_ERANGE, "[cache] hot_tokens_per_seq = %u: the out arena of %d "
+                      "sequences at %d tokens (%llu MiB) exceeds the host's %llu MiB available "
+                      "(lower [engine] max_seqs or max_context)",
+                      ep->a->cfg->cache.hot_tokens_per_seq, eo->max_seqs, eo->n_ctx,
+                      (unsigned long long)(plan.out_total >> 20),
+                      (unsigned long long)(avail >> 20));
+    return HY_OK;
+}
+
 /* The engine's options from the config; the memory budget (the hot
  * tier) is [cache] hot_mb, or memory_fraction of what the backend's memory
  * (the GPU's with CUDA) has free now, after the weights.  Only the first
@@ -74,7 +103,8 @@ static int ep_engine_opts(ep_t *ep, char *err)
     if ((rc = hy_plan_sparse(&cfg->attention, eo->page_tokens, false, &eo->sparse, err)) != HY_OK)
         return rc;
     if ((rc = hy_plan_hot_window(cfg->cache.hot_tokens_per_seq, &eo->sparse, eo->page_tokens,
-                                 eo->max_batch_tokens, false, &eo->hot_blocks, err)) != HY_OK)
+                                 eo->max_batch_tokens, false, &eo->hot_blocks, err)) != HY_OK ||
+        (rc = ep_check_out_arena(ep, err)) != HY_OK)
         return rc;
     return hy_plan_hot_bytes(ep->be, cfg->cache.hot_mb, cfg->cache.memory_fraction,
                              &eo->memory_bytes, err);

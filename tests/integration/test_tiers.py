@@ -30,7 +30,8 @@ disk_mb set:
   for 128 KiB): writes fail, requests do not, hyserve_disk_errors_total
   counts them;
 * bad values refused at start, naming the key: hot_tokens_per_seq without
-  block-sparse attention, disk_dir without warm_mb, a disk_dir that cannot be
+  block-sparse attention, an out arena the host cannot hold, disk_dir
+  without warm_mb, a disk_dir that cannot be
   created, a disk_mb larger than its file system, a warm_mb the host
   cannot hold, two servers on one disk_dir.
 
@@ -439,16 +440,17 @@ def engine_kill_hit(model, vocab, name, n_prompt=N_PROMPT):
 
 # ---- bad values ------------------------------------------------------------------------
 
-def refused(model, cache, want, what):
+def refused(model, cache, want, what, engine="max_seqs = 2\nmax_context = 256\n", more=""):
     tmp = os.path.join(TOP, "refused")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     ini = os.path.join(tmp, "hyserve.ini")
     with open(ini, "w") as f:
-        f.write("[model]\npath = %s\nthreads = 1\n[engine]\nmax_seqs = 2\nmax_context = 256\n"
-                "[cache]\nhot_mb = 16\n" % model)
+        f.write("[model]\npath = %s\nthreads = 1\n[engine]\n%s"
+                "[cache]\nhot_mb = 16\n" % (model, engine))
         for k, v in cache.items():
             f.write("%s = %s\n" % (k, v))
+        f.write(more)
         f.write("[server]\nsocket = %s/s.sock\ninstance = refused%d\nworkers = 1\n"
                 % (tmp, os.getpid()))
     r = subprocess.run([t.HYSERVE, "serve", "-c", ini], capture_output=True, text=True, timeout=120)
@@ -459,6 +461,12 @@ def bad_values():
     refused(HYBRID, {"hot_tokens_per_seq": 10240},
             "[cache] hot_tokens_per_seq = 10240: needs block-sparse attention ([attention] "
             "sparse = block", "hot_tokens_per_seq = 10240 without sparse attention")
+    # 4,096 sequences' out arenas at the hybrid's 262,144-token context in
+    # f32: 61 GiB, more than this machine (24 GiB) has
+    refused(HYBRID, {"hot_tokens_per_seq": 10240, "kv_type": "f32"},
+            "[cache] hot_tokens_per_seq = 10240: the out arena of 4096 sequences at ",
+            "an out arena the host cannot hold", engine="max_seqs = 4096\n",
+            more="[attention]\nsparse = block\n")
     refused(HYBRID, {"disk_dir": os.path.join(TOP, "x")},
             "[cache] disk_dir = %s: needs [cache] warm_mb > 0" % os.path.join(TOP, "x"),
             "disk_dir without warm_mb")
