@@ -533,19 +533,27 @@ void hy_runner_seq_trim(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *keep, i
     seq->swa_lo = HY_MAX(seq->swa_lo, lo);
 }
 
+/* Whether a page-list entry is one of this runner's out pages (anything
+ * else, a bad id included, goes to the table, which reports it). */
+static bool hy_runner_is_out(const hy_runner_t *r, int32_t id)
+{
+    return r->out_arena != NULL && id < -1 && HY_PAGE_OUT_REF(id) < r->opts.out_pages &&
+           r->n_out_free < r->opts.out_pages;
+}
+
 void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq)
 {
     char err[HY_ERR_LEN];
 
     /* hot pages back to the table in runs, out ones back to the arena */
     for (int32_t p = 0, end; p < seq->n_pages; p = end) {
-        if (seq->pages[p] < -1) {
+        if (hy_runner_is_out(r, seq->pages[p])) {
             r->out_free[r->n_out_free++] = HY_PAGE_OUT_REF(seq->pages[p]);
             seq->pages[p] = -1;
             end = p + 1;
             continue;
         }
-        for (end = p + 1; end < seq->n_pages && seq->pages[end] >= -1; end++)
+        for (end = p + 1; end < seq->n_pages && !hy_runner_is_out(r, seq->pages[end]); end++)
             ;
         hy_pt_release_seq(r->pt, HY_KV_FULL, seq->pages + p, end - p, err);
     }
