@@ -608,6 +608,20 @@ static void hy_e_local_errors(hy_e_env_t *v, const char *name)
 }
 
 /* Prefix hits: a repeated prompt, a 5-turn conversation, a short prompt. */
+/* The same prompt twice (8 tokens each; the second may hit the prefix
+ * cache): *gap is hy_e_diff of the two. */
+static int hy_e_run_twice(hy_e_env_t *v, const int32_t *p, int32_t n, hy_e_out_t *a,
+                          hy_e_out_t *b, double *gap, char *err)
+{
+    int rc = hy_e_run1(v, p, n, 8, a, err);
+
+    if (rc == HY_OK)
+        rc = hy_e_run1(v, p, n, 8, b, err);
+    if (rc == HY_OK)
+        *gap = hy_e_diff(a, b);
+    return rc;
+}
+
 static void hy_e_prefix(hy_e_env_t *v, const char *name)
 {
     char err[HY_ERR_LEN] = "";
@@ -623,11 +637,7 @@ static void hy_e_prefix(hy_e_env_t *v, const char *name)
     if ((rc = hy_e_up(v, &v->o, err)) != HY_OK)
         goto out;
     hy_e_prompt(conv, 50, 99, v->m->n_vocab);
-    rc = hy_e_run1(v, conv, 50, 8, &a, err);
-    if (rc == HY_OK)
-        rc = hy_e_run1(v, conv, 50, 8, &b, err);
-    if (rc == HY_OK)
-        gap = hy_e_diff(&a, &b);
+    rc = hy_e_run_twice(v, conv, 50, &a, &b, &gap, err);
     HY_T_OK(rc == HY_OK && a.n_cached == 0 && b.n_cached == 48 && gap < 1e-4,
             "%s: repeated 50-token prompt hits 48 cached tokens, same tokens/logprobs "
             "(cached %d then %d, gap %.2g; %s)", name, a.n_cached, b.n_cached, gap,
@@ -697,11 +707,7 @@ static void hy_e_prefix_sparse(hy_e_env_t *v, const char *name)
     v->o.sparse = (hy_kv_sparse_t){1, 1, 1, 1, 32};
     if ((rc = hy_e_up(v, &v->o, err)) == HY_OK) {
         hy_e_prompt(p, 100, 41, v->m->n_vocab);
-        rc = hy_e_run1(v, p, 100, 8, &a, err);
-        if (rc == HY_OK)
-            rc = hy_e_run1(v, p, 100, 8, &b, err);
-        if (rc == HY_OK)
-            gap = hy_e_diff(&a, &b);
+        rc = hy_e_run_twice(v, p, 100, &a, &b, &gap, err);
         hy_e_down(v, name);
     }
     HY_T_OK(rc == HY_OK && a.n_cached == 0 && b.n_cached == 96 && gap < 1e-4,
