@@ -537,6 +537,7 @@ static int src_push(hy_req_source_t *src, int32_t id, const hy_ring_tok_t *t)
 static void src_attn_counted(hy_req_source_t *src, int32_t id, const hy_attn_counts_t *c)
 {
     hy_req_slot_t *s = hy_req_slot(src->ctx, id);
+    hy_stats_t *st = hy_shm_stats(src->ctx);
 
     if (s == NULL)
         return;
@@ -544,6 +545,11 @@ static void src_attn_counted(hy_req_source_t *src, int32_t id, const hy_attn_cou
     s->sparse_tokens += c->sparse_tokens;
     s->sparse_blocks_hot += c->blocks_hot;
     s->sparse_blocks_out += c->blocks_out;
+    /* and for /metrics */
+    atomic_fetch_add(&st->attn_dense_tokens, c->dense_tokens);
+    atomic_fetch_add(&st->attn_sparse_tokens, c->sparse_tokens);
+    atomic_fetch_add(&st->sparse_blocks_hot, c->blocks_hot);
+    atomic_fetch_add(&st->sparse_blocks_out, c->blocks_out);
 }
 
 static void src_finish(hy_req_source_t *src, int32_t id, uint32_t state, int32_t reason,

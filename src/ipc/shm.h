@@ -36,7 +36,8 @@
                                     each slot's generated tokens (HISTORY) for resuming
                                     a request after an engine crash;
                                  8: the tiers' given-up prefix fetches in the stats;
-                                 9: blocks read from the out arena in each slot */
+                                 9: blocks read from the out arena in each slot,
+                                    attention paths and blocks by tier in the stats */
 #define HY_SHM_INSTANCE_MAX 48 /* [A-Za-z0-9_.-], not starting with '.' */
 
 typedef struct {
@@ -228,6 +229,9 @@ typedef struct {
     _Atomic uint64_t grammar_compile_us, grammar_masks, grammar_mask_us;
     _Atomic uint64_t grammar_fill_us; /* part of mask_us: token sets filled on first use */
     _Atomic uint64_t grammar_closed;  /* answers the token budget closed (engine.c) */
+    /* finished requests' attention (hy_attn_counts_t): tokens dense and
+     * sparse, blocks sparse tokens read from the pool and the out arena */
+    _Atomic uint64_t attn_dense_tokens, attn_sparse_tokens, sparse_blocks_hot, sparse_blocks_out;
 } hy_stats_t;
 
 void hy_stats_observe(hy_stats_hist_t *h, uint64_t us);

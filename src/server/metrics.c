@@ -545,6 +545,25 @@ static const struct {
      offsetof(hy_stats_t, grammar_closed), false},
 };
 
+/* Finished requests' attention: tokens by path, blocks by where they were
+ * read (the pool, or the out arena of a hot window: [cache]
+ * hot_tokens_per_seq). */
+static void mt_attention(hy_jbuf_t *b, const hy_stats_t *s)
+{
+    mt_head(b, "hyserve_attention_tokens_total", "counter",
+            "Computed tokens of finished requests by attention path.");
+    hy_jbuf_printf(b, "hyserve_attention_tokens_total{path=\"dense\"} %llu\n"
+                      "hyserve_attention_tokens_total{path=\"sparse\"} %llu\n",
+                   (unsigned long long)atomic_load(&s->attn_dense_tokens),
+                   (unsigned long long)atomic_load(&s->attn_sparse_tokens));
+    mt_head(b, "hyserve_sparse_blocks_read_total", "counter",
+            "Blocks block-sparse tokens read, summed over layers and KV heads, by tier.");
+    hy_jbuf_printf(b, "hyserve_sparse_blocks_read_total{tier=\"hot\"} %llu\n"
+                      "hyserve_sparse_blocks_read_total{tier=\"out\"} %llu\n",
+                   (unsigned long long)atomic_load(&s->sparse_blocks_hot),
+                   (unsigned long long)atomic_load(&s->sparse_blocks_out));
+}
+
 /* Time counters kept in microseconds (_Atomic uint64_t), shown in seconds:
  * what constrained decoding costs the engine thread (CPU time, so the
  * machine's other load does not count; per mask: mask seconds / masks). */
@@ -590,6 +609,7 @@ static void mt_counters(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t
     }
     mt_metric(b, "hyserve_request_slots_total", "gauge", "Request slots in the segment.",
               (unsigned long long)p->n_request_slots);
+    mt_attention(b, s);
 }
 
 /* Streams paused because their client reads slower than they generate. */

@@ -260,6 +260,14 @@ def back_pressure():
            "with [attention] sparse = block from 1024, its log line: attn=%s sparse_tokens=%s "
            "(%d positions past 1024) blocks_hot=%s" % (kv.get("attn"), kv.get("sparse_tokens"),
                                                         n_pos - 1024, kv.get("blocks_hot")))
+        # /metrics adds up the same counts over finished requests
+        m = t.metric_samples(tiny.http("GET", "/metrics")[2])
+        want = {'hyserve_attention_tokens_total{path="dense"}': 1024,
+                'hyserve_attention_tokens_total{path="sparse"}': n_pos - 1024,
+                'hyserve_sparse_blocks_read_total{tier="hot"}': int(kv.get("blocks_hot", -1)),
+                'hyserve_sparse_blocks_read_total{tier="out"}': 0}
+        got = {k: m.get(k) for k in want}
+        ok(got == want, "and /metrics counts them: %s" % got)
     finally:
         tiny.cleanup(keep=t.failed())
 
