@@ -168,9 +168,11 @@ uint64_t hy_plan_seq_kv_bytes(const hy_plan_t *p, int32_t n_tokens)
     int64_t pages = (n_tokens + pt - 1) / pt, out = 0;
     uint64_t full;
 
-    /* with a hot window the old pages live in the out arena, without keys */
-    if (p->hot_blocks > 0)
-        out = HY_MIN((int64_t)p->out_seq_pages, pages);
+    /* with a hot window the pages older than it (all but the ones a whole
+     * context keeps: its sink and window) live in the out arena, without
+     * keys */
+    if (p->out_seq_pages > 0)
+        out = HY_MAX(0, pages - ((p->n_ctx + pt - 1) / pt - p->out_seq_pages));
     full = (uint64_t)(pages - out) * (p->page_bytes + p->sparse_key_bytes) +
            (uint64_t)out * p->page_bytes + p->sparse_seq_bytes;
 

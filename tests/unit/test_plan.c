@@ -300,6 +300,16 @@ static void hy_plan_window_case(hy_backend_t *be)
             "the runner's arena %llu = plan %llu (%s)", rc[0] == HY_OK ? p.n_pages : 0,
             rc[0] == HY_OK ? p.out_seq_pages : 0, (unsigned long long)arena,
             (unsigned long long)(rc[0] == HY_OK ? p.out_total : 0), rc[0] ? err : "ok");
+    /* one sequence: below the window every page is in the pool with its
+     * key; at 20,480 tokens the 636 pages older than sink + window are out */
+    HY_T_OK(rc[0] == HY_OK &&
+                hy_plan_seq_kv_bytes(&p, 10240) ==
+                    640 * (p.page_bytes + p.sparse_key_bytes) + p.sparse_seq_bytes &&
+                hy_plan_seq_kv_bytes(&p, 20480) ==
+                    644 * (p.page_bytes + p.sparse_key_bytes) + 636 * p.page_bytes +
+                        p.sparse_seq_bytes,
+            "one sequence's bytes with the window: all hot at 10,240 tokens, 636 pages out at "
+            "20,480");
     rc[1] = hy_plan_hot_window(10240, &off, 16, 512, false, &x, e1);
     rc[2] = hy_plan_hot_window(10000, &sp, 16, 512, false, &x, e2);
     rc[3] = hy_plan_hot_window(2048, &sp, 16, 512, true, &x, e3);
