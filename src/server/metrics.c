@@ -545,23 +545,30 @@ static const struct {
      offsetof(hy_stats_t, grammar_closed), false},
 };
 
+/* A counter with one label and two values: label=names[0] and names[1]. */
+static void mt_counter2(hy_jbuf_t *b, const char *name, const char *help, const char *label,
+                        const char *const names[2], const _Atomic uint64_t *v0,
+                        const _Atomic uint64_t *v1)
+{
+    mt_head(b, name, "counter", help);
+    hy_jbuf_printf(b, "%s{%s=\"%s\"} %llu\n%s{%s=\"%s\"} %llu\n", name, label, names[0],
+                   (unsigned long long)atomic_load(v0), name, label, names[1],
+                   (unsigned long long)atomic_load(v1));
+}
+
 /* Finished requests' attention: tokens by path, blocks by where they were
  * read (the pool, or the out arena of a hot window: [cache]
  * hot_tokens_per_seq). */
 static void mt_attention(hy_jbuf_t *b, const hy_stats_t *s)
 {
-    mt_head(b, "hyserve_attention_tokens_total", "counter",
-            "Computed tokens of finished requests by attention path.");
-    hy_jbuf_printf(b, "hyserve_attention_tokens_total{path=\"dense\"} %llu\n"
-                      "hyserve_attention_tokens_total{path=\"sparse\"} %llu\n",
-                   (unsigned long long)atomic_load(&s->attn_dense_tokens),
-                   (unsigned long long)atomic_load(&s->attn_sparse_tokens));
-    mt_head(b, "hyserve_sparse_blocks_read_total", "counter",
-            "Blocks block-sparse tokens read, summed over layers and KV heads, by tier.");
-    hy_jbuf_printf(b, "hyserve_sparse_blocks_read_total{tier=\"hot\"} %llu\n"
-                      "hyserve_sparse_blocks_read_total{tier=\"out\"} %llu\n",
-                   (unsigned long long)atomic_load(&s->sparse_blocks_hot),
-                   (unsigned long long)atomic_load(&s->sparse_blocks_out));
+    static const char *const path[2] = {"dense", "sparse"}, *const tier[2] = {"hot", "out"};
+
+    mt_counter2(b, "hyserve_attention_tokens_total",
+                "Computed tokens of finished requests by attention path.", "path", path,
+                &s->attn_dense_tokens, &s->attn_sparse_tokens);
+    mt_counter2(b, "hyserve_sparse_blocks_read_total",
+                "Blocks block-sparse tokens read, summed over layers and KV heads, by tier.",
+                "tier", tier, &s->sparse_blocks_hot, &s->sparse_blocks_out);
 }
 
 /* Time counters kept in microseconds (_Atomic uint64_t), shown in seconds:
