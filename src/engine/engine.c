@@ -111,11 +111,20 @@ int32_t hy_engine_n_ctx(const hy_model_t *m, const hy_engine_opts_t *o)
     return o->n_ctx > 0 ? o->n_ctx : (m->n_ctx_train > 0 ? m->n_ctx_train : 4096);
 }
 
+int hy_engine_plan(const hy_model_t *m, hy_backend_t *be, const hy_engine_opts_t *o,
+                   hy_plan_t *plan, char *err)
+{
+    hy_plan_opts_t po = {hy_engine_n_ctx(m, o), o->max_seqs, o->page_tokens,
+                         o->max_batch_tokens,   o->kv_type,  o->swa_full,
+                         o->sparse,             o->hot_blocks};
+
+    return hy_plan_make_opts(plan, m, be, &po, err);
+}
+
 int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_opts_t *o,
                         hy_pt_params_t *out, char *err)
 {
     hy_plan_t plan;
-    hy_plan_opts_t po;
     int32_t n_ctx = hy_engine_n_ctx(m, o), per_seq, per_swa = 0;
     uint64_t budget, state_budget, n_pages, n_swa = 0, n_state = 0, n_ckpt = 0;
     int rc;
@@ -132,9 +141,7 @@ int hy_engine_pt_params(const hy_model_t *m, hy_backend_t *be, const hy_engine_o
     if (o->checkpoint_interval < 0)
         return hy_err(err, HY_EINVAL, "engine: checkpoint_interval = %d: must be >= 0",
                       o->checkpoint_interval);
-    po = (hy_plan_opts_t){n_ctx, o->max_seqs, o->page_tokens, o->max_batch_tokens, o->kv_type,
-                          o->swa_full, o->sparse, o->hot_blocks};
-    if ((rc = hy_plan_make_opts(&plan, m, be, &po, err)) != HY_OK)
+    if ((rc = hy_engine_plan(m, be, o, &plan, err)) != HY_OK)
         return rc;
     /* what one sequence holds in the pool: its context, or its hot window */
     per_seq = plan.n_pages / o->max_seqs;
@@ -271,11 +278,9 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t
     ro.sparse = o->sparse;
     if (o->hot_blocks > 0) {
         hy_plan_t plan;
-        hy_plan_opts_t po = {n_ctx, o->max_seqs, o->page_tokens, o->max_batch_tokens,
-                             o->kv_type, o->swa_full, o->sparse, o->hot_blocks};
 
         /* room for every sequence's old pages at the full context: the plan's out arena */
-        if ((rc = hy_plan_make_opts(&plan, m, be, &po, err)) != HY_OK)
+        if ((rc = hy_engine_plan(m, be, o, &plan, err)) != HY_OK)
             goto fail;
         ro.hot_blocks = o->hot_blocks;
         ro.out_pages = HY_MAX(1, plan.out_seq_pages * o->max_seqs);

@@ -19,6 +19,7 @@
 #include "ipc/pagetable.h"
 #include "ipc/source.h"
 #include "ipc/tier.h"
+#include "kv/plan.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -51,6 +52,9 @@ typedef struct {
 
 /* The context length o gives for m (o->n_ctx, else the model's). */
 int32_t hy_engine_n_ctx(const hy_model_t *m, const hy_engine_opts_t *o);
+/* The memory plan (kv/plan.h) of an engine with options o on m. */
+int hy_engine_plan(const hy_model_t *m, hy_backend_t *be, const hy_engine_opts_t *o,
+                   hy_plan_t *plan, char *err);
 
 /* The page table the engine needs (pages, state slots, checkpoints) from
  * the model, the backend's sizes and the memory budget split between KV

@@ -56,15 +56,13 @@ static int64_t ep_now_ms(void)
 static int ep_check_out_arena(ep_t *ep, char *err)
 {
     const hy_engine_opts_t *eo = &ep->eo;
-    hy_plan_opts_t po = {eo->n_ctx, eo->max_seqs, eo->page_tokens, eo->max_batch_tokens,
-                         eo->kv_type, eo->swa_full, eo->sparse, eo->hot_blocks};
     uint64_t total = 0, avail = 0;
     hy_plan_t plan;
     int rc;
 
     if (eo->hot_blocks == 0 || ep->a->hello_fd < 0)
         return HY_OK;
-    if ((rc = hy_plan_make_opts(&plan, ep->model, ep->be, &po, err)) != HY_OK)
+    if ((rc = hy_engine_plan(ep->model, ep->be, eo, &plan, err)) != HY_OK)
         return rc;
     hy_host_memory(&total, &avail);
     if (avail > 0 && plan.out_total > avail)
@@ -146,7 +144,6 @@ static int ep_start_tiers(ep_t *ep, char *err)
     const hy_engine_opts_t *eo = &ep->eo;
     bool on_host = ep->be->i->host_alloc == NULL;
     hy_tier_opts_t to;
-    hy_plan_opts_t po;
     hy_plan_t plan;
     uint64_t total = 0, avail = 0, warm = (uint64_t)cfg->cache.warm_mb << 20;
     struct stat sb;
@@ -170,9 +167,7 @@ static int ep_start_tiers(ep_t *ep, char *err)
                       "hot_mb)", cfg->cache.warm_mb,
                       (unsigned long long)(on_host ? eo->memory_bytes >> 20 : 0),
                       (unsigned long long)(avail >> 20));
-    po = (hy_plan_opts_t){eo->n_ctx, eo->max_seqs, eo->page_tokens, eo->max_batch_tokens,
-                          eo->kv_type, eo->swa_full, eo->sparse, eo->hot_blocks};
-    if ((rc = hy_plan_make_opts(&plan, ep->model, ep->be, &po, err)) != HY_OK)
+    if ((rc = hy_engine_plan(ep->model, ep->be, eo, &plan, err)) != HY_OK)
         return rc;
     memset(&to, 0, sizeof to);
     hy_tiering_store_opts(ep->model, &plan, sp->n_pages, sp->n_swa_pages, &to);

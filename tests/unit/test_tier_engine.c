@@ -98,15 +98,12 @@ static int tier_up(env_t *v, char *err)
 {
     hy_engine_opts_t o;
     hy_tier_opts_t to;
-    hy_plan_opts_t po;
     hy_plan_t plan;
     uint64_t pc;
     int rc;
 
     eopts(v, &o);
-    po = (hy_plan_opts_t){o.n_ctx, o.max_seqs, o.page_tokens, o.max_batch_tokens, o.kv_type,
-                          false, o.sparse, 0};
-    if ((rc = hy_plan_make_opts(&plan, v->m, v->be, &po, err)) != HY_OK)
+    if ((rc = hy_engine_plan(v->m, v->be, &o, &plan, err)) != HY_OK)
         return rc;
     memset(&to, 0, sizeof to);
     hy_tiering_store_opts(v->m, &plan, 1, 1, &to);
