@@ -65,17 +65,39 @@ typedef struct {
      * rest instead of a million-token list per layer (0: check all) */
     int32_t n_checked;
     /* Pages that are not hot (block-sparse attention with a hot window,
-     * runner.h): pages[i] = HY_PAGE_OUT(r) for such a page, whose bytes
-     * (kv_page_read's layout of the full group) are at out_units + r *
-     * the full group's page bytes, host memory the backend reads while
-     * the step runs.  Only a sparse token's chosen blocks may be out; a
-     * dense token, a block whose key is still to be written, or a batch
-     * position never is.  NULL: every page is hot. */
-    const uint8_t *out_units;
+     * runner.h): pages[i] = HY_PAGE_OUT(u) for such a page, unit u of the
+     * out store (engine/outstore.h) whose bytes are kv_page_read's layout
+     * of the full group, in host memory or in its spill file, which the
+     * backend reads while the step runs.  Only a sparse token's chosen
+     * blocks may be out; a dense token, a block whose key is still to be
+     * written, or a batch position never is.  NULL: every page is hot. */
+    struct hy_out_view *out;
     /* NULL, or where the attention op adds the blocks its sparse tokens
-     * read from out_units (one per chosen out block, layer and KV head) */
+     * read from the out store (one per chosen out block, layer and KV head) */
     uint64_t *out_reads;
 } hy_batch_seq_t;
+
+/* What the attention op reads an out unit u through.  slot[u] >= 0: its
+ * bytes are at ram + slot[u] * unit_bytes (warm); -1: only in the spill
+ * file fd, at u * unit_bytes (cold).  The op marks every unit it reads in
+ * ref[u] (1; the store's clock clears it); a cold one it reads with
+ * pread, marks 2 the first time and appends to wanted[] (while there is
+ * room: the store brings those up to RAM and checks them after the
+ * step).  A failed read sets failed_unit / failed_errno (the first wins)
+ * and the store fails the step. */
+typedef struct hy_out_view {
+    const uint8_t *ram;
+    const int32_t *slot;
+    uint64_t unit_bytes;
+    int fd;
+    uint8_t *ref;
+    int32_t *wanted;
+    int32_t wanted_cap;
+    int32_t n_wanted;       /* atomic */
+    int32_t failed_unit;    /* -1: none (atomic) */
+    int32_t failed_errno;   /* 0: a short read */
+    uint64_t disk_read_bytes; /* atomic: bytes the op read from the file */
+} hy_out_view_t;
 
 /* The page-list entry of a page that is not hot (r >= 0), and back. */
 #define HY_PAGE_OUT(r) (-2 - (int32_t)(r))

@@ -67,6 +67,7 @@ static const hy_config_key_t keys[] = {
     { "cache",  "disk_dir",           HY_CONFIG_STRING,  OFF(cache.disk_dir),           "",                      0,      STR(cache.disk_dir), NULL },
     { "cache",  "disk_mb",            HY_CONFIG_UINT,    OFF(cache.disk_mb),            "4096",                  1,      U32_MAX, NULL },
     { "cache",  "hot_tokens_per_seq", HY_CONFIG_UINT,    OFF(cache.hot_tokens_per_seq), "0",                     0,      16777216, NULL },
+    { "cache",  "seq_warm_mb",        HY_CONFIG_UINT,    OFF(cache.seq_warm_mb),        "0",                     0,      4294967295, NULL },
     { "attention", "sparse",          HY_CONFIG_ENUM,    OFF(attention.sparse),         "off",                   0,      0, sparse_modes },
     { "attention", "sparse_block_tokens", HY_CONFIG_UINT, OFF(attention.sparse_block_tokens), "64",              1,      65536, NULL },
     { "attention", "sparse_topk",     HY_CONFIG_UINT,    OFF(attention.sparse_topk),    "32",                    0,      1048576, NULL },

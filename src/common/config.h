@@ -69,6 +69,7 @@ typedef struct {
         char disk_dir[HY_CONFIG_PATH_LEN]; /* the cold tier's files; "" = none */
         uint32_t disk_mb;       /* the cold tier's budget */
         uint32_t hot_tokens_per_seq; /* 0 = running sequences stay entirely hot */
+        uint32_t seq_warm_mb;        /* out arena RAM; 0 = all of it (no spill file) */
     } cache;
     hy_config_attention_t attention;
     struct {

@@ -116,7 +116,8 @@ int hy_engine_plan(const hy_model_t *m, hy_backend_t *be, const hy_engine_opts_t
 {
     hy_plan_opts_t po = {hy_engine_n_ctx(m, o), o->max_seqs, o->page_tokens,
                          o->max_batch_tokens,   o->kv_type,  o->swa_full,
-                         o->sparse,             o->hot_blocks};
+                         o->sparse,             o->hot_blocks,
+                         o->out_warm_bytes};
 
     return hy_plan_make_opts(plan, m, be, &po, err);
 }
@@ -217,6 +218,35 @@ static int hy_engine_grammar_init(hy_engine_t *e, char *err)
     return e->gmask ? HY_OK : hy_err(err, HY_ENOMEM, "out of memory");
 }
 
+void hy_engine_out_counts(const hy_engine_t *e, hy_outstore_counts_t *c)
+{
+    memset(c, 0, sizeof *c);
+    if (e->runner.out != NULL)
+        hy_outstore_counts(e->runner.out, c);
+}
+
+/* The out arena's counts into the shared stats for /metrics and
+ * hyserve-ctl status (only the engine writes them). */
+static void hy_engine_out_publish(hy_engine_t *e)
+{
+    hy_stats_t *st = e->o.stats;
+    hy_outstore_counts_t c;
+
+    if (st == NULL || e->runner.out == NULL)
+        return;
+    hy_outstore_counts(e->runner.out, &c);
+    atomic_store(&st->out_units, c.units);
+    atomic_store(&st->out_warm_slots, c.warm);
+    atomic_store(&st->out_warm_used, c.warm_used);
+    atomic_store(&st->out_cold_used, c.cold);
+    atomic_store(&st->out_unit_bytes, e->runner.out->o.unit_bytes);
+    atomic_store(&st->out_file_bytes, c.file_bytes);
+    atomic_store(&st->out_promotions, c.promotions);
+    atomic_store(&st->out_spills, c.spills);
+    atomic_store(&st->out_disk_read_bytes, c.disk_read_bytes);
+    atomic_store(&st->out_disk_write_bytes, c.disk_write_bytes);
+}
+
 int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t *pt,
                      const hy_req_source_t *src, const hy_engine_opts_t *o, char *err)
 {
@@ -284,11 +314,14 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t
             goto fail;
         ro.hot_blocks = o->hot_blocks;
         ro.out_pages = HY_MAX(1, plan.out_seq_pages * o->max_seqs);
+        ro.out_warm = plan.out_warm_pages;
+        ro.out_dir = o->out_dir;
     }
     ro.pt = pt; /* its state slots, then its checkpoints, in the backend's arena */
     if ((rc = hy_runner_init(&e->runner, m, be, &ro, err)) != HY_OK)
         goto fail;
     e->swa_window = e->runner.swa_window;
+    hy_engine_out_publish(e);
     if (o->tiers != NULL &&
         (rc = hy_tiering_create(&e->tiering, pt, be, o->tiers, n_ctx / o->page_tokens,
                                 e->sp.n_state_slots, e->hybrid, e->swa_window,
@@ -421,6 +454,7 @@ static void hy_engine_drop(hy_engine_t *e, hy_sched_seq_t *s, bool publish)
         s->ckpt = -1;
     }
     hy_runner_seq_drop(&e->runner, &s->kv); /* pages and live state slot */
+    hy_engine_out_publish(e);
     s->state = -1;
     s->n_hashed = 0;
     s->hash = HY_PT_HASH_ROOT;
@@ -1197,6 +1231,7 @@ static void hy_engine_run(hy_engine_t *e, int32_t n_items)
         host_logits = !hy_engine_device_samples(e, e->item_seq[i]);
     hy_engine_count_prompt(e, n_items);
     rc = hy_runner_step(&e->runner, e->items, n_items, host_logits ? e->logits : NULL, err);
+    hy_engine_out_publish(e);
     if (rc == HY_OK && e->dev_ok != NULL)
         hy_engine_device_sample(e, n_items, host_logits);
     for (i = 0; i < n_items; i++) {

@@ -16,6 +16,7 @@
 
 #include <stdio.h>
 
+#include "engine/outstore.h"
 #include "ipc/pagetable.h"
 #include "ipc/source.h"
 #include "ipc/tier.h"
@@ -40,6 +41,10 @@ typedef struct {
     int32_t hot_blocks;          /* [cache] hot_tokens_per_seq in blocks (hy_plan_hot_window):
                                     a running sequence's older blocks leave the pool for the
                                     runner's out arena; 0: all hot */
+    uint64_t out_warm_bytes;     /* [cache] seq_warm_mb: the out arena's pages in host RAM at
+                                    most, the rest in a spill file under out_dir; 0: all */
+    const char *out_dir;         /* [cache] disk_dir (needed when out_warm_bytes is below
+                                    the arena) */
     bool swa_full;               /* sliding-window layers keep every position too (no
                                     sliding page group; llama.cpp's --swa-full) */
     bool no_checkpoints;         /* no recurrent-state checkpoint slots: requests that never
@@ -48,6 +53,8 @@ typedef struct {
                                     already (only read); NULL: the engine loads its own */
     hy_tier_t *tiers;            /* the warm/cold tiers under the page table (the
                                     caller's; outlives the engine), or NULL */
+    hy_stats_t *stats;           /* where the out arena's counts go after each step (the
+                                    shared segment's), or NULL */
 } hy_engine_opts_t;
 
 /* The context length o gives for m (o->n_ctx, else the model's). */
@@ -85,6 +92,9 @@ int64_t hy_engine_persist_tiers(hy_engine_t *e);
 /* Bytes of one KV page of each group (HY_KV_FULL, HY_KV_SWA; 0 for a
  * group the model does not use), for the memory gauges. */
 void hy_engine_page_bytes(const hy_engine_t *e, uint64_t page_bytes[HY_KV_GROUPS]);
+/* The out arena's counts (zeros without a hot window); the engine thread's
+ * own, so call it when the engine is idle or stopped. */
+void hy_engine_out_counts(const hy_engine_t *e, hy_outstore_counts_t *c);
 /* One key=value line: pages, slots, split, capacity. */
 void hy_engine_describe(const hy_engine_t *e, FILE *f);
 

@@ -2,9 +2,15 @@
 # scheduler's policy and the engine (batching, chunked prefill, prefix
 # cache, preemption), and the in-process request source (local.c).
 libhy_a_SOURCES += src/engine/runner.c src/engine/runner.h \
+	src/engine/outstore.c src/engine/outstore.h \
 	src/engine/sampler.c src/engine/sampler.h \
 	src/engine/scheduler.c src/engine/scheduler.h \
 	src/engine/engine.c src/engine/engine.h src/engine/local.c src/engine/local.h
+# the out store of running sequences' pages beyond their hot window (no model)
+check_PROGRAMS += tests/unit/test_outstore
+TESTS += tests/unit/test_outstore
+tests_unit_test_outstore_SOURCES = tests/unit/test_outstore.c
+tests_unit_test_outstore_LDADD = $(TEST_LDADD)
 # the warm and cold tiers under the engine's page table (demote, promote, persist)
 libhy_a_SOURCES += src/engine/tiering.c src/engine/tiering.h
 check_PROGRAMS += tests/unit/test_tier_engine

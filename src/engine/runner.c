@@ -9,6 +9,7 @@
 #include "engine/runner.h"
 #include "backend/layout.h"
 #include "kv/plan.h"
+#include "common/log.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -151,19 +152,24 @@ static int hy_runner_out_init(hy_runner_t *r, char *err)
                       o->sparse.local_blocks);
     if (o->out_pages < 1)
         return hy_err(err, HY_EINVAL, "runner: out arena of %d pages", o->out_pages);
-    r->out_arena = malloc((size_t)o->out_pages * (size_t)r->page_bytes[HY_KV_FULL]);
-    r->out_free = malloc(sizeof(int32_t) * (size_t)o->out_pages);
-    if (!r->out_arena || !r->out_free)
-        return hy_err(err, HY_ENOMEM, "runner: out of memory for an out arena of %d pages",
-                      o->out_pages);
-    for (int32_t i = 0; i < o->out_pages; i++)
-        r->out_free[i] = o->out_pages - 1 - i;
-    r->n_out_free = o->out_pages;
+    {
+        hy_outstore_opts_t so = {r->page_bytes[HY_KV_FULL], o->out_pages, o->out_warm,
+                                 o->out_dir};
+        int rc;
+
+        if ((r->out = malloc(sizeof *r->out)) == NULL)
+            return hy_err(err, HY_ENOMEM, "runner: out of memory");
+        if ((rc = hy_outstore_init(r->out, &so, err)) != HY_OK) {
+            free(r->out);
+            r->out = NULL;
+            return rc;
+        }
+    }
     return HY_OK;
 }
 
 /* After a step: s's blocks older than its hot window leave the pool, as
- * long as the out arena has room (the rest wait for a later step). */
+ * long as the out store has room (the rest wait for a later step). */
 static void hy_runner_demote(hy_runner_t *r, hy_kv_seq_t *s)
 {
     int32_t bp = r->opts.sparse.block_pages;
@@ -173,19 +179,27 @@ static void hy_runner_demote(hy_runner_t *r, hy_kv_seq_t *s)
 
     /* a block whose key is not written yet is averaged from its pages */
     end = HY_MIN(end, s->sp_valid);
-    for (int32_t b = HY_MAX(s->n_out_blocks, r->opts.sparse.sink_blocks);
-         b < end && r->n_out_free >= bp; b++) {
+    for (int32_t b = HY_MAX(s->n_out_blocks, r->opts.sparse.sink_blocks); b < end; b++) {
         for (int32_t j = 0; j < bp; j++) {
-            int32_t p = b * bp + j, id = s->pages[p], slot = r->out_free[--r->n_out_free];
+            int32_t p = b * bp + j, id = s->pages[p], unit;
+            uint8_t *dst;
+            int rc;
 
-            if (r->be->i->kv_page_read(r->be, HY_KV_FULL, id,
-                                       r->out_arena + (size_t)slot * r->page_bytes[HY_KV_FULL],
-                                       err) != HY_OK) {
-                r->out_free[r->n_out_free++] = slot; /* it stays hot */
+            if (id < 0)
                 continue;
+            if ((rc = hy_outstore_take(r->out, &unit, &dst, err)) != HY_OK) {
+                /* it stays hot, and so does the rest until a later step */
+                if (rc != HY_EFULL)
+                    hy_log(LOG_WARNING, "out_store", "%s", err);
+                return;
+            }
+            if (r->be->i->kv_page_read(r->be, HY_KV_FULL, id, dst, err) != HY_OK) {
+                hy_outstore_put(r->out, unit);
+                hy_log(LOG_WARNING, "out_store", "%s", err);
+                return;
             }
             hy_pt_release_seq(r->pt, HY_KV_FULL, &id, 1, err);
-            s->pages[p] = HY_PAGE_OUT(slot);
+            s->pages[p] = HY_PAGE_OUT(unit);
         }
         s->n_out_blocks = b + 1;
     }
@@ -236,8 +250,9 @@ void hy_runner_free(hy_runner_t *r)
     free(r->layer_swa);
     free(r->new_slot);
     free(r->bseqs);
-    free(r->out_arena);
-    free(r->out_free);
+    if (r->out != NULL)
+        hy_outstore_free(r->out);
+    free(r->out);
     memset(r, 0, sizeof *r);
 }
 
@@ -408,8 +423,8 @@ static int hy_runner_batch(hy_runner_t *r, const hy_runner_item_t *items, int32_
         bs->sp_cap = it->seq->sp_cap;
         bs->sp_valid = it->seq->sp_valid;
         bs->n_checked = it->seq->n_checked;
-        bs->out_units = r->out_arena;
-        bs->out_reads = r->out_arena ? &it->seq->out_reads : NULL;
+        bs->out = r->out ? &r->out->view : NULL;
+        bs->out_reads = r->out ? &it->seq->out_reads : NULL;
         for (j = 0; j < it->n; j++) {
             if (it->tokens[j] < 0 || it->tokens[j] >= r->model->n_vocab)
                 return hy_err(err, HY_EINVAL, "token id %d is outside the vocabulary (0..%d)",
@@ -462,6 +477,10 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
     rc = hy_model_forward(r->model, &r->fwd, &b, r->out_rows, n_out, logits, err);
     if (r->be->i->step_end && !r->be->i->step_end(r->be))
         rc = hy_model_forward(r->model, &r->fwd, &b, r->out_rows, n_out, logits, err);
+    /* a unit the step could not read, or read wrong, fails it */
+    if (r->out != NULL && hy_outstore_end_step(r->out, rc == HY_OK ? err : sub) != HY_OK &&
+        rc == HY_OK)
+        rc = HY_EIO;
     if (rc != HY_OK)
         goto undo;
     for (i = 0; i < n_items; i++) {
@@ -471,7 +490,7 @@ int hy_runner_step(hy_runner_t *r, hy_runner_item_t *items, int32_t n_items,
         if (s->sp_keys != NULL)
             s->sp_valid = hy_kv_sparse_blocks_valid(&r->opts.sparse, r->opts.page_tokens,
                                                     s->n_tokens);
-        if (r->out_arena != NULL)
+        if (r->out != NULL)
             hy_runner_demote(r, s);
     }
     return HY_OK;
@@ -537,8 +556,7 @@ void hy_runner_seq_trim(hy_runner_t *r, hy_kv_seq_t *seq, const int32_t *keep, i
  * else, a bad id included, goes to the table, which reports it). */
 static bool hy_runner_is_out(const hy_runner_t *r, int32_t id)
 {
-    return r->out_arena != NULL && id < -1 && HY_PAGE_OUT_REF(id) < r->opts.out_pages &&
-           r->n_out_free < r->opts.out_pages;
+    return r->out != NULL && id < -1 && HY_PAGE_OUT_REF(id) < r->opts.out_pages;
 }
 
 void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq)
@@ -548,7 +566,7 @@ void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq)
     /* hot pages back to the table in runs, out ones back to the arena */
     for (int32_t p = 0, end; p < seq->n_pages; p = end) {
         if (hy_runner_is_out(r, seq->pages[p])) {
-            r->out_free[r->n_out_free++] = HY_PAGE_OUT_REF(seq->pages[p]);
+            hy_outstore_put(r->out, HY_PAGE_OUT_REF(seq->pages[p]));
             seq->pages[p] = -1;
             end = p + 1;
             continue;
@@ -579,12 +597,20 @@ uint64_t hy_runner_sparse_seq_bytes(const hy_runner_t *r)
 
 uint64_t hy_runner_out_bytes(const hy_runner_t *r)
 {
-    return r->out_arena ? (uint64_t)r->opts.out_pages * r->page_bytes[HY_KV_FULL] : 0;
+    /* the RAM it holds: its slots and its index */
+    return r->out ? (uint64_t)r->out->o.n_warm * r->out->o.unit_bytes +
+                        hy_plan_out_index_bytes(r->out->o.n_units, r->out->o.n_warm)
+                  : 0;
 }
 
 int32_t hy_runner_out_used(const hy_runner_t *r)
 {
-    return r->out_arena ? r->opts.out_pages - r->n_out_free : 0;
+    hy_outstore_counts_t c;
+
+    if (r->out == NULL)
+        return 0;
+    hy_outstore_counts(r->out, &c);
+    return c.used;
 }
 
 void hy_runner_seq_release(hy_runner_t *r, hy_kv_seq_t *seq)

@@ -17,6 +17,7 @@
 #ifndef HY_ENGINE_RUNNER_H
 #define HY_ENGINE_RUNNER_H
 
+#include "engine/outstore.h"
 #include "ipc/pagetable.h"
 #include "model/model.h"
 
@@ -69,11 +70,15 @@ typedef struct {
      * their bytes go to the runner's out arena of out_pages pages (host
      * memory; when it is full the rest stay hot) and their pool pages go
      * back to the table; the attention op copies a chosen block from
-     * there (backend.h, hy_batch_seq_t.out_units).  hot_blocks * block
+     * there (backend.h, hy_batch_seq_t.out).  out_warm of them (0: all)
+     * are in RAM, the rest in a spill file under out_dir
+     * (engine/outstore.h).  hot_blocks * block
      * tokens must reach sparse.min_tokens (a dense token reads every
      * page) and exceed the local blocks. */
     int32_t hot_blocks;
     int32_t out_pages;
+    int32_t out_warm;
+    const char *out_dir;
     /* The page table to take pages and state slots from (the engine's);
      * n_pages, page_tokens and n_slots then come from it: its pages, and
      * its state slots followed by its checkpoint slots in the backend's
@@ -109,9 +114,7 @@ typedef struct {
     int32_t n_live_slots;          /* of which the table hands to sequences */
     int32_t sp_cap;                /* blocks of n_ctx: a sequence's block keys (0: not sparse) */
     size_t sp_seq_floats;          /* one sequence's block keys */
-    uint8_t *out_arena;            /* [out_pages] full-group page units (hot_blocks > 0) */
-    int32_t *out_free;             /* its free slots, a stack */
-    int32_t n_out_free;
+    hy_outstore_t *out;            /* pages beyond the hot windows (hot_blocks > 0) */
     hy_batch_seq_t *bseqs;         /* [max_seqs] */
 } hy_runner_t;
 

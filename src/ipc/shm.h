@@ -25,7 +25,7 @@
 #include "ipc/tier_file.h"
 
 #define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
-#define HY_SHM_LAYOUT_VERSION 9 /* 2: model file, sha256 and its state in the header;
+#define HY_SHM_LAYOUT_VERSION 10 /* 2: model file, sha256 and its state in the header;
                                  3: windows, HTTP counts and memory facts in the stats;
                                  4: grammar_len in the request parameters (the spec
                                     follows the prompt), grammar counters in the stats;
@@ -37,7 +37,8 @@
                                     a request after an engine crash;
                                  8: the tiers' given-up prefix fetches in the stats;
                                  9: blocks read from the out arena in each slot,
-                                    attention paths and blocks by tier in the stats */
+                                    attention paths and blocks by tier in the stats;
+                                 10: the out arena's gauges and counters */
 #define HY_SHM_INSTANCE_MAX 48 /* [A-Za-z0-9_.-], not starting with '.' */
 
 typedef struct {
@@ -232,6 +233,14 @@ typedef struct {
     /* finished requests' attention (hy_attn_counts_t): tokens dense and
      * sparse, blocks sparse tokens read from the pool and the out arena */
     _Atomic uint64_t attn_dense_tokens, attn_sparse_tokens, sparse_blocks_hot, sparse_blocks_out;
+    /* the out arena (engine/outstore.h: running sequences' pages beyond
+     * their hot window, in RAM or only in the spill file), as the engine
+     * last published it: pages it can hold, RAM slots, of which used, used
+     * pages only on disk, the page and file bytes; cold pages brought up,
+     * pages written, bytes read and written */
+    _Atomic int64_t out_units, out_warm_slots, out_warm_used, out_cold_used;
+    _Atomic uint64_t out_unit_bytes, out_file_bytes;
+    _Atomic uint64_t out_promotions, out_spills, out_disk_read_bytes, out_disk_write_bytes;
 } hy_stats_t;
 
 void hy_stats_observe(hy_stats_hist_t *h, uint64_t us);

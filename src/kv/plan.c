@@ -83,6 +83,26 @@ int hy_plan_hot_window(uint32_t hot_tokens, const hy_kv_sparse_t *sp, int32_t pa
     return HY_OK;
 }
 
+int hy_plan_seq_warm(uint64_t mb, int32_t hot_blocks, const char *dir, bool cli,
+                     uint64_t *bytes, char *err)
+{
+    const char *key = cli ? "--seq-warm-mb" : "[cache] seq_warm_mb";
+
+    *bytes = 0;
+    if (mb == 0)
+        return HY_OK;
+    if (hot_blocks <= 0)
+        return hy_err(err, HY_EINVAL, "%s = %llu: needs a hot window (%s): it limits the RAM "
+                      "of the pages older than it", key, (unsigned long long)mb,
+                      cli ? "--hot-tokens" : "[cache] hot_tokens_per_seq");
+    if (dir == NULL || dir[0] == '\0')
+        return hy_err(err, HY_EINVAL, "%s = %llu: needs %s for the spill file of the pages RAM "
+                      "does not hold", key, (unsigned long long)mb,
+                      cli ? "--spill-dir" : "[cache] disk_dir");
+    *bytes = mb << 20;
+    return HY_OK;
+}
+
 int32_t hy_plan_hot_pages(const hy_kv_sparse_t *sp, int32_t hot_blocks, int32_t page_tokens,
                           int32_t chunk)
 {
@@ -184,9 +204,43 @@ uint64_t hy_plan_seq_kv_bytes(const hy_plan_t *p, int32_t n_tokens)
 int hy_plan_make(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be, int32_t n_ctx,
                  int32_t n_seqs, int32_t page_tokens, hy_dtype_t kv_type, char *err)
 {
-    hy_plan_opts_t o = {n_ctx, n_seqs, page_tokens, HY_PLAN_CHUNK, kv_type, false, {0}, 0};
+    hy_plan_opts_t o = {n_ctx, n_seqs, page_tokens, HY_PLAN_CHUNK, kv_type, false, {0}, 0, 0};
 
     return hy_plan_make_opts(p, m, be, &o, err);
+}
+
+uint64_t hy_plan_out_index_bytes(int32_t n_units, int32_t n_warm)
+{
+    /* per unit: its slot, mark, written flag, CRC, a free-stack entry and
+     * a read-list entry; per slot: its unit and a free-stack entry */
+    return (uint64_t)n_units * (4 + 1 + 1 + 4 + 4 + 4) + (uint64_t)n_warm * (4 + 4);
+}
+
+/* The out arena of a hot window: its pages, how many of them RAM holds,
+ * the file for the rest. */
+static int hy_plan_out(hy_plan_t *p, const hy_plan_opts_t *o, char *err)
+{
+    uint64_t units = (uint64_t)p->out_seq_pages * (uint64_t)p->n_seqs, warm = units;
+
+    p->out_total = units * p->page_bytes;
+    if (p->hot_blocks <= 0)
+        return HY_OK;
+    units = HY_MAX(units, 1); /* the runner's arena has a page at least */
+    warm = units;
+    if (o->out_warm_bytes > 0 && p->page_bytes > 0) {
+        if (o->out_warm_bytes < p->page_bytes)
+            return hy_err(err, HY_ERANGE, "plan: %llu bytes of RAM for the out arena hold no "
+                          "page of %llu bytes", (unsigned long long)o->out_warm_bytes,
+                          (unsigned long long)p->page_bytes);
+        warm = HY_MIN(units, o->out_warm_bytes / p->page_bytes);
+    }
+    if (units > INT32_MAX)
+        return hy_err(err, HY_ERANGE, "plan: %llu out pages is too many",
+                      (unsigned long long)units);
+    p->out_warm_pages = (int32_t)warm;
+    p->out_ram = warm * p->page_bytes + hy_plan_out_index_bytes((int32_t)units, (int32_t)warm);
+    p->out_file = warm < units ? units * p->page_bytes : 0;
+    return HY_OK;
 }
 
 int hy_plan_make_opts(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be,
@@ -284,9 +338,10 @@ int hy_plan_make_opts(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be,
                               (uint64_t)(kv.n_layers - p->n_swa_kv_layers);
         p->sparse_seq_bytes = (uint64_t)((n_ctx + bt - 1) / bt) * p->sparse_key_bytes;
     }
-    p->out_total = (uint64_t)p->out_seq_pages * p->page_bytes * (uint64_t)n_seqs;
+    if ((rc = hy_plan_out(p, o, err)) != HY_OK)
+        goto out;
     p->kv_total = (p->page_bytes + p->sparse_key_bytes) * (uint64_t)p->n_pages +
-                  p->sparse_seq_bytes * (uint64_t)n_seqs + p->out_total +
+                  p->sparse_seq_bytes * (uint64_t)n_seqs + p->out_ram +
                   p->swa_page_bytes * (uint64_t)p->n_swa_pages;
     p->state_total = p->slot_bytes * (uint64_t)p->n_slots;
     p->seq_kv_bytes = hy_plan_seq_kv_bytes(p, n_ctx);
@@ -446,14 +501,16 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
             fprintf(f, "%s%d", il ? "," : "", m->layers[il].window);
         fprintf(f, "],\"weight_bytes_other\":%llu,\"weights_total\":%llu,\"page_bytes\":%llu,"
                    "\"sparse_key_bytes\":%llu,\"sparse_seq_bytes\":%llu,\"hot_blocks\":%d,"
-                   "\"out_seq_pages\":%d,\"out_total\":%llu,\"pages\":%d,"
+                   "\"out_seq_pages\":%d,\"out_total\":%llu,\"out_warm_pages\":%d,"
+                   "\"out_ram\":%llu,\"out_file\":%llu,\"pages\":%d,"
                    "\"kv_total\":%llu,"
                    "\"slot_bytes\":%llu,\"slots\":%d,"
                    "\"state_total\":%llu,\"cache_total\":%llu,\"dense_kv_total\":%llu,",
                 (unsigned long long)p->weight_bytes_other, (unsigned long long)p->weights_total,
                 (unsigned long long)p->page_bytes, (unsigned long long)p->sparse_key_bytes,
                 (unsigned long long)p->sparse_seq_bytes, p->hot_blocks, p->out_seq_pages,
-                (unsigned long long)p->out_total, p->n_pages,
+                (unsigned long long)p->out_total, p->out_warm_pages,
+                (unsigned long long)p->out_ram, (unsigned long long)p->out_file, p->n_pages,
                 (unsigned long long)p->kv_total,
                 (unsigned long long)p->slot_bytes, p->n_slots, (unsigned long long)p->state_total,
                 (unsigned long long)(p->kv_total + p->state_total),
@@ -512,9 +569,15 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
                 p->n_seqs == 1 ? "" : "s", (unsigned long long)p->sparse_seq_bytes);
     if (p->hot_blocks > 0)
         fprintf(f, "out arena          %12.2f MiB  (%d sequence%s x %d pages x %llu bytes: "
-                   "the pages older than a hot window of %d blocks, host memory)\n",
+                   "the pages older than a hot window of %d blocks)\n"
+                   "  in host RAM      %12.2f MiB  (%d pages and the arena's index)\n",
                 hy_plan_mib(p->out_total), p->n_seqs, p->n_seqs == 1 ? "" : "s",
-                p->out_seq_pages, (unsigned long long)p->page_bytes, p->hot_blocks);
+                p->out_seq_pages, (unsigned long long)p->page_bytes, p->hot_blocks,
+                hy_plan_mib(p->out_ram), p->out_warm_pages);
+    if (p->out_file > 0)
+        fprintf(f, "  spill file       %12.2f MiB  (on disk, under the cache directory: "
+                   "the pages RAM does not hold; not in the totals)\n",
+                hy_plan_mib(p->out_file));
     if (p->swa_window > 0)
         fprintf(f, "sliding KV pages   %12.2f MiB  (%d pages x %llu bytes, sliding layers)\n",
                 hy_plan_mib(p->swa_page_bytes * (uint64_t)p->n_swa_pages), p->n_swa_pages,

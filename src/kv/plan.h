@@ -33,6 +33,8 @@ typedef struct {
     hy_kv_sparse_t sparse; /* block-sparse attention (hy_plan_sparse; zeros: off) */
     int32_t hot_blocks;    /* each sequence's hot window in blocks (hy_plan_hot_window;
                               0: every page of a running sequence is hot) */
+    uint64_t out_warm_bytes; /* with it, the out arena's pages in host RAM at most
+                                ([cache] seq_warm_mb; the rest in a spill file); 0: all */
 } hy_plan_opts_t;
 
 typedef struct {
@@ -59,7 +61,12 @@ typedef struct {
     int32_t hot_blocks;      /* the hot window (0: none) */
     int32_t out_seq_pages;   /* with it, the full pages of one n_ctx sequence that live
                               * in the runner's out arena (host memory) */
-    uint64_t out_total;      /* n_seqs of them: out_seq_pages * page_bytes each; in kv_total */
+    uint64_t out_total;      /* n_seqs of them: out_seq_pages * page_bytes each */
+    int32_t out_warm_pages;  /* of which in host RAM (engine/outstore.h; all when the
+                              * options do not limit it) */
+    uint64_t out_ram;        /* those pages and the store's index; in kv_total */
+    uint64_t out_file;       /* the spill file for the rest (every page's place: out_total;
+                              * 0 when all are in RAM) */
     uint64_t slot_bytes;     /* one sequence's whole recurrent state */
     int32_t n_pages;         /* full group: n_seqs * ceil(n_ctx / page_tokens), or with a
                                 hot window n_seqs * hy_plan_hot_pages */
@@ -140,9 +147,19 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json);
  * HY_EINVAL naming the key (cli: `hyserve plan`'s --hot-tokens) otherwise. */
 int hy_plan_hot_window(uint32_t hot_tokens, const hy_kv_sparse_t *sp, int32_t page_tokens,
                        int32_t chunk, bool cli, int32_t *hot_blocks, char *err);
+/* [cache] seq_warm_mb (mb; cli: --seq-warm-mb) as the out arena's RAM in
+ * bytes: 0 when mb is 0; else it needs a hot window and a directory for
+ * the spill file (dir: [cache] disk_dir, --spill-dir).  HY_EINVAL naming
+ * the key otherwise. */
+int hy_plan_seq_warm(uint64_t mb, int32_t hot_blocks, const char *dir, bool cli,
+                     uint64_t *bytes, char *err);
 /* The full-group pages one running sequence holds with a hot window of
  * hot_blocks: its sink blocks, the window, the block being filled and the
  * pages a step of chunk tokens adds before its old blocks leave. */
+/* Host bytes of an out store's index of n_units pages, n_warm of them in
+ * RAM (besides the pages): what engine/outstore.c allocates. */
+uint64_t hy_plan_out_index_bytes(int32_t n_units, int32_t n_warm);
+
 int32_t hy_plan_hot_pages(const hy_kv_sparse_t *sp, int32_t hot_blocks, int32_t page_tokens,
                           int32_t chunk);
 

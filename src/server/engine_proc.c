@@ -58,19 +58,22 @@ static int ep_check_out_arena(ep_t *ep, char *err)
     const hy_engine_opts_t *eo = &ep->eo;
     uint64_t total = 0, avail = 0;
     hy_plan_t plan;
+    char sub[HY_ERR_LEN];
     int rc;
 
     if (eo->hot_blocks == 0 || ep->a->hello_fd < 0)
         return HY_OK;
-    if ((rc = hy_engine_plan(ep->model, ep->be, eo, &plan, err)) != HY_OK)
-        return rc;
+    if ((rc = hy_engine_plan(ep->model, ep->be, eo, &plan, sub)) != HY_OK)
+        return hy_err(err, rc, "[cache] seq_warm_mb = %u: %s", ep->a->cfg->cache.seq_warm_mb,
+                      sub);
     hy_host_memory(&total, &avail);
-    if (avail > 0 && plan.out_total > avail)
+    if (avail > 0 && plan.out_ram > avail)
         return hy_err(err, HY_ERANGE, "[cache] hot_tokens_per_seq = %u: the out arena of %d "
-                      "sequences at %d tokens (%llu MiB) exceeds the host's %llu MiB available "
-                      "(lower [engine] max_seqs or max_context)",
+                      "sequences at %d tokens (%llu MiB in RAM) exceeds the host's %llu MiB "
+                      "available (lower [engine] max_seqs or max_context, or set [cache] "
+                      "seq_warm_mb)",
                       ep->a->cfg->cache.hot_tokens_per_seq, eo->max_seqs, eo->n_ctx,
-                      (unsigned long long)(plan.out_total >> 20),
+                      (unsigned long long)(plan.out_ram >> 20),
                       (unsigned long long)(avail >> 20));
     return HY_OK;
 }
@@ -98,10 +101,13 @@ static int ep_engine_opts(ep_t *ep, char *err)
     eo->checkpoint_interval = (int32_t)cfg->cache.checkpoint_interval;
     eo->n_request_slots = (int32_t)HY_MIN(cfg->server.max_queue + cfg->engine.max_seqs, 65536u);
     eo->tok = NULL; /* the engine loads its own (grammar masks) */
+    eo->out_dir = cfg->cache.disk_dir;
     if ((rc = hy_plan_sparse(&cfg->attention, eo->page_tokens, false, &eo->sparse, err)) != HY_OK)
         return rc;
     if ((rc = hy_plan_hot_window(cfg->cache.hot_tokens_per_seq, &eo->sparse, eo->page_tokens,
                                  eo->max_batch_tokens, false, &eo->hot_blocks, err)) != HY_OK ||
+        (rc = hy_plan_seq_warm(cfg->cache.seq_warm_mb, eo->hot_blocks, cfg->cache.disk_dir,
+                               false, &eo->out_warm_bytes, err)) != HY_OK ||
         (rc = ep_check_out_arena(ep, err)) != HY_OK)
         return rc;
     return hy_plan_hot_bytes(ep->be, cfg->cache.hot_mb, cfg->cache.memory_fraction,
@@ -411,6 +417,7 @@ static int ep_start(ep_t *ep, char *err)
     /* a restarted engine runs on the page table the segment has */
     ep->eo.n_request_slots = hy_shm_header(ep->shm)->params.n_request_slots;
     ep->eo.page_tokens = hy_shm_header(ep->shm)->params.page_tokens;
+    ep->eo.stats = hy_shm_stats(ep->shm);
     if ((rc = ep_start_tiers(ep, err)) != HY_OK)
         return rc;
     ep_tier_hash(ep);

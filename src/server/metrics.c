@@ -571,6 +571,39 @@ static void mt_attention(hy_jbuf_t *b, const hy_stats_t *s)
                 "tier", tier, &s->sparse_blocks_hot, &s->sparse_blocks_out);
 }
 
+/* The out arena of the hot windows ([cache] hot_tokens_per_seq,
+ * seq_warm_mb): its pages by where they are, its RAM and file, what moved
+ * between them.  Used + free = the pages it can hold. */
+static void mt_out_arena(hy_jbuf_t *b, const hy_stats_t *s)
+{
+    static const char *const op[2] = {"read", "write"};
+    int64_t units = atomic_load(&s->out_units), warm = atomic_load(&s->out_warm_used),
+            cold = atomic_load(&s->out_cold_used);
+    uint64_t ub = atomic_load(&s->out_unit_bytes);
+
+    mt_head(b, "hyserve_out_arena_pages", "gauge",
+            "Pages of running sequences beyond their hot window: in RAM (warm), only in the "
+            "spill file (cold), free.");
+    hy_jbuf_printf(b, "hyserve_out_arena_pages{state=\"warm\"} %lld\n"
+                      "hyserve_out_arena_pages{state=\"cold\"} %lld\n"
+                      "hyserve_out_arena_pages{state=\"free\"} %lld\n",
+                   (long long)warm, (long long)cold, (long long)HY_MAX(units - warm - cold, 0));
+    mt_metric(b, "hyserve_out_arena_ram_bytes", "gauge",
+              "RAM slots of the out arena, in bytes of pages.",
+              (unsigned long long)atomic_load(&s->out_warm_slots) * ub);
+    mt_metric(b, "hyserve_out_arena_file_bytes", "gauge",
+              "The out arena's spill file (allocated whole at start).",
+              (unsigned long long)atomic_load(&s->out_file_bytes));
+    mt_metric(b, "hyserve_out_arena_promotions_total", "counter",
+              "Cold out-arena pages that sparse attention read and that were brought up to RAM.",
+              (unsigned long long)atomic_load(&s->out_promotions));
+    mt_metric(b, "hyserve_out_arena_spills_total", "counter",
+              "Out-arena pages written to the spill file.",
+              (unsigned long long)atomic_load(&s->out_spills));
+    mt_counter2(b, "hyserve_out_arena_disk_bytes_total", "Bytes of the spill file read and "
+                "written.", "op", op, &s->out_disk_read_bytes, &s->out_disk_write_bytes);
+}
+
 /* Time counters kept in microseconds (_Atomic uint64_t), shown in seconds:
  * what constrained decoding costs the engine thread (CPU time, so the
  * machine's other load does not count; per mask: mask seconds / masks). */
@@ -617,6 +650,7 @@ static void mt_counters(hy_jbuf_t *b, const hy_stats_t *s, const hy_shm_params_t
     mt_metric(b, "hyserve_request_slots_total", "gauge", "Request slots in the segment.",
               (unsigned long long)p->n_request_slots);
     mt_attention(b, s);
+    mt_out_arena(b, s);
 }
 
 /* Streams paused because their client reads slower than they generate. */

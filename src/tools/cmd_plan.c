@@ -26,10 +26,10 @@ int hy_cmd_plan(int argc, char **argv)
         {"sparse-block-tokens", required_argument, 0, 'b'},
         {"sparse-sink-tokens", required_argument, 0, 'K'},
         {"sparse-local-tokens", required_argument, 0, 'L'}, {"help", no_argument, 0, 'h'},
-        {"hot-tokens", required_argument, 0, 'H'},
+        {"hot-tokens", required_argument, 0, 'H'}, {"seq-warm-mb", required_argument, 0, 'W'},
         {0, 0, 0, 0}};
     const char *model = NULL, *backend = NULL;
-    long ctx = 4096, seqs = 1, page = 16, chunk = HY_PLAN_CHUNK, hot = 0;
+    long ctx = 4096, seqs = 1, page = 16, chunk = HY_PLAN_CHUNK, hot = 0, warm_mb = 0;
     int32_t hot_blocks;
     hy_dtype_t kv = HY_DTYPE_F16;
     bool json = false, swa_full = false;
@@ -57,6 +57,7 @@ int hy_cmd_plan(int argc, char **argv)
         case 'K': if (hy_cli_int("plan", "--sparse-sink-tokens", optarg, 0, 1 << 24, &lv)) return 2; attn.sink_tokens = (uint32_t)lv; break;
         case 'L': if (hy_cli_int("plan", "--sparse-local-tokens", optarg, 0, 1 << 24, &lv)) return 2; attn.local_tokens = (uint32_t)lv; break;
         case 'H': if (hy_cli_int("plan", "--hot-tokens", optarg, 0, 1L << 30, &hot)) return 2; break;
+        case 'W': if (hy_cli_int("plan", "--seq-warm-mb", optarg, 0, 1L << 32, &warm_mb)) return 2; break;
         case 'k':
             if (strcmp(optarg, "f16") == 0) kv = HY_DTYPE_F16;
             else if (strcmp(optarg, "f32") == 0) kv = HY_DTYPE_F32;
@@ -69,7 +70,7 @@ int hy_cmd_plan(int argc, char **argv)
         case 'j': json = true; break;
         case 'B': backend = optarg; break;
         case 'h':
-            printf("usage: hyserve plan -m MODEL.gguf [--context N] [--seqs M] [--kv-type f16|f32|q8_0] [--page-tokens N] [--chunk TOKENS] [--swa-full] [--sparse [--sparse-block-tokens N] [--sparse-sink-tokens N] [--sparse-local-tokens N] [--hot-tokens N]] [--json] [--backend cpu|cuda]\n");
+            printf("usage: hyserve plan -m MODEL.gguf [--context N] [--seqs M] [--kv-type f16|f32|q8_0] [--page-tokens N] [--chunk TOKENS] [--swa-full] [--sparse [--sparse-block-tokens N] [--sparse-sink-tokens N] [--sparse-local-tokens N] [--hot-tokens N [--seq-warm-mb N]]] [--json] [--backend cpu|cuda]\n");
             return 0;
         default: return 2;
         }
@@ -80,10 +81,17 @@ int hy_cmd_plan(int argc, char **argv)
         hy_plan_hot_window((uint32_t)hot, &sparse, (int32_t)page, (int32_t)chunk, true,
                            &hot_blocks, err) != HY_OK) {
         fprintf(stderr, "hyserve plan: %s\n", err);
-        return 2;
+        rc = 2;
+        goto out;
+    }
+    if (warm_mb > 0 && hot_blocks == 0) {
+        fprintf(stderr, "hyserve plan: --seq-warm-mb needs --hot-tokens (the out arena it "
+                        "limits)\n");
+        rc = 2;
+        goto out;
     }
     po = (hy_plan_opts_t){(int32_t)ctx, (int32_t)seqs, (int32_t)page, (int32_t)chunk, kv, swa_full,
-                          sparse, hot_blocks};
+                          sparse, hot_blocks, (uint64_t)warm_mb << 20};
     if (hy_plan_make_opts(&p, c.model, c.be, &po, err) != HY_OK) {
         fprintf(stderr, "hyserve plan: %s\n", err);
         goto out;

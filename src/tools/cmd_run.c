@@ -50,6 +50,9 @@ static void hy_run_usage(FILE *f)
             "      --hot-tokens N      keep only the last N tokens' blocks in the page pool, the\n"
             "                          older ones in host memory ([cache] hot_tokens_per_seq;\n"
             "                          needs --sparse; docs/tiers.md)\n"
+            "      --seq-warm-mb N     with it, hold at most N MiB of those in RAM, the rest in\n"
+            "                          a spill file under --spill-dir ([cache] seq_warm_mb)\n"
+            "      --spill-dir DIR     the spill file's directory ([cache] disk_dir)\n"
             "      --grammar FILE      constrain the output to a GBNF grammar\n"
             "      --json-schema FILE  constrain the output to JSON valid against a JSON Schema\n"
             "      --json              constrain the output to a JSON object\n");
@@ -58,7 +61,8 @@ static void hy_run_usage(FILE *f)
 typedef struct {
     const char *model, *prompt, *file, *backend, *system_msg;
     const char *grammar_file, *schema_file; /* --grammar, --json-schema */
-    long n_predict, threads, ctx, hot;
+    const char *spill_dir;
+    long n_predict, threads, ctx, hot, seq_warm_mb;
     bool ignore_eos, chat, json, swa_full;
     hy_config_attention_t attn; /* --sparse*: [attention]'s defaults otherwise */
     hy_sampling_t sp;
@@ -86,7 +90,8 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         {"sparse-topk", required_argument, 0, 19}, {"sparse-sink-tokens", required_argument, 0, 20},
         {"sparse-local-tokens", required_argument, 0, 21},
         {"sparse-min-tokens", required_argument, 0, 22},
-        {"hot-tokens", required_argument, 0, 23},
+        {"hot-tokens", required_argument, 0, 23}, {"seq-warm-mb", required_argument, 0, 24},
+        {"spill-dir", required_argument, 0, 25},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     hy_sampling_t *sp = &o->sp;
     bool seeded = false;
@@ -146,6 +151,8 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         case 21: if (hy_cli_int("run", "--sparse-local-tokens", optarg, 0, 1 << 24, &lv)) return 2; o->attn.local_tokens = (uint32_t)lv; break;
         case 22: if (hy_cli_int("run", "--sparse-min-tokens", optarg, 0, 1 << 24, &lv)) return 2; o->attn.sparse_min_tokens = (uint32_t)lv; break;
         case 23: if (hy_cli_int("run", "--hot-tokens", optarg, 0, 1 << 24, &o->hot)) return 2; break;
+        case 24: if (hy_cli_int("run", "--seq-warm-mb", optarg, 0, 1L << 32, &o->seq_warm_mb)) return 2; break;
+        case 25: o->spill_dir = optarg; break;
         case 'h': hy_run_usage(stdout); return 1;
         default: hy_run_usage(stderr); return 2;
         }
@@ -288,8 +295,11 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
     eo.tok = c->tok;
     if ((rc = hy_plan_sparse(&o->attn, eo.page_tokens, true, &eo.sparse, err)) != HY_OK ||
         (rc = hy_plan_hot_window((uint32_t)o->hot, &eo.sparse, eo.page_tokens,
-                                 eo.max_batch_tokens, true, &eo.hot_blocks, err)) != HY_OK)
+                                 eo.max_batch_tokens, true, &eo.hot_blocks, err)) != HY_OK ||
+        (rc = hy_plan_seq_warm((uint64_t)o->seq_warm_mb, eo.hot_blocks, o->spill_dir, true,
+                               &eo.out_warm_bytes, err)) != HY_OK)
         return rc;
+    eo.out_dir = o->spill_dir;
     memset(&rp, 0, sizeof rp);
     rp.sampling = o->sp;
     rp.max_tokens = (int32_t)HY_MAX(o->n_predict, 1);
@@ -339,6 +349,15 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
                 (unsigned long long)ac.dense_tokens, (unsigned long long)ac.sparse_tokens,
                 (unsigned long long)(ac.blocks_hot + ac.blocks_out),
                 (unsigned long long)ac.blocks_hot, (unsigned long long)ac.blocks_out);
+    }
+    if (o->hot > 0) {
+        hy_outstore_counts_t oc;
+
+        hy_engine_out_counts(le.engine, &oc);
+        fprintf(stderr, "hyserve run: out arena: %d pages, %d of them in RAM; spill file "
+                        "%.2f MiB, %llu pages written to it, %llu brought up\n", oc.units,
+                oc.warm, (double)oc.file_bytes / 1048576.0, (unsigned long long)oc.spills,
+                (unsigned long long)oc.promotions);
     }
     hy_run_kv_summary(c->be, le.engine, &out.held, n_ids + st->n_generated - 1);
     hy_local_release(le.local, id);

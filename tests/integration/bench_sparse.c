@@ -15,7 +15,12 @@
  *   bench_sparse MODEL decode N STEPS [settings]
  *       N tokens of a fixed pseudo-random sequence prefilled, then STEPS
  *       decode steps, dense and sparse: the median user CPU time per step
- *       (getrusage: all threads; the machine is shared, so no wall clock)
+ *       and the median system CPU time (getrusage: all threads; the
+ *       machine is shared) and wall time (a spill file's reads wait on
+ *       the kernel); --hot T --out-pages P: the
+ *       sparse run keeps T tokens hot, the rest in an out arena of P
+ *       pages, --warm-pages W of them in RAM and the rest in a spill file
+ *       under --spill-dir DIR
  *
  * settings: --threads T (default 1) --block B --topk K --sink S --local L
  * --min M (tokens; defaults: etc/hyserve.ini's [attention]); --dense 0:
@@ -31,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #define BS_CHUNK 256
 #define BS_KL_EVERY 8
@@ -45,6 +51,8 @@ typedef struct {
                         * with the sparse settings) */
     int32_t hot;       /* decode: the sparse run's hot window in tokens (0: all hot) */
     int32_t out_pages; /* and its out arena */
+    int32_t warm_pages; /* of which in RAM (0: all), the rest in a spill file under spill_dir */
+    const char *spill_dir;
 } bs_t;
 
 static double bs_user_s(void)
@@ -53,6 +61,24 @@ static double bs_user_s(void)
 
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6;
+}
+
+/* System CPU time: the spill file's reads and writes (from and to the page
+ * cache) are the kernel's */
+static double bs_sys_s(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+static double bs_wall_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static int bs_cmp_double(const void *a, const void *b)
@@ -84,6 +110,8 @@ static int bs_runner(bs_t *b, hy_runner_t *r, int32_t n_ctx, bool sparse, bool a
          * the rest of the context lives in the out arena */
         o.hot_blocks = b->hot / (b->sp.block_pages * o.page_tokens);
         o.out_pages = b->out_pages;
+        o.out_warm = b->warm_pages;
+        o.out_dir = b->spill_dir;
         o.n_pages = hy_plan_hot_pages(&b->sp, o.hot_blocks, o.page_tokens, BS_CHUNK);
     }
     return hy_runner_init(r, b->m, b->be, &o, err);
@@ -326,6 +354,8 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
 {
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n + steps));
     double *t = malloc(sizeof(double) * (size_t)steps), med[2];
+    double *ts = malloc(sizeof(double) * (size_t)steps);
+    double *tw = malloc(sizeof(double) * (size_t)steps);
     char err[HY_ERR_LEN] = "";
     uint64_t x = 0x9e3779b97f4a7c15ull;
 
@@ -334,7 +364,7 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
         ids[i] = (int32_t)((x >> 33) % (uint64_t)b->m->n_vocab);
     }
     med[0] = NAN;
-    for (int sparse = b->dense ? 0 : 1; sparse < 2 && ids && t; sparse++) {
+    for (int sparse = b->dense ? 0 : 1; sparse < 2 && ids && t && ts && tw; sparse++) {
         hy_runner_t r;
         hy_kv_seq_t s = {0};
         double t0 = bs_user_s();
@@ -346,23 +376,38 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
                bs_user_s() - t0);
         for (int32_t i = 0; i < steps && rc == HY_OK; i++) {
             hy_runner_item_t it = {&s, ids + n + i, 1, false};
-            double u = bs_user_s();
+            double u = bs_user_s(), k = bs_sys_s(), w = bs_wall_s();
 
             rc = hy_runner_step(&r, &it, 1, NULL, err);
             t[i] = bs_user_s() - u;
+            ts[i] = bs_sys_s() - k;
+            tw[i] = bs_wall_s() - w;
         }
         if (rc != HY_OK) {
             fprintf(stderr, "bench_sparse: %s\n", err);
             return 1;
         }
         med[sparse] = bs_median(t, steps);
-        printf("%s: decode at %d: median %.3f ms user CPU per token over %d steps\n",
-               sparse ? "sparse" : "dense", n, med[sparse] * 1e3, steps);
-        if (sparse && b->hot > 0)
+        printf("%s: decode at %d: median %.3f ms user CPU per token over %d steps (system "
+               "%.3f ms; wall %.3f ms)\n", sparse ? "sparse" : "dense", n, med[sparse] * 1e3,
+               steps, bs_median(ts, steps) * 1e3, bs_median(tw, steps) * 1e3);
+        if (sparse && b->hot > 0) {
+            hy_outstore_counts_t c;
+
+            hy_outstore_counts(r.out, &c);
             printf("sparse: hot window %d tokens: pool %d pages of %llu bytes, out arena %d of "
-                   "%d pages (%.1f MiB) used\n", b->hot, r.opts.n_pages,
-                   (unsigned long long)r.page_bytes[HY_KV_FULL], hy_runner_out_used(&r),
-                   r.opts.out_pages, (double)hy_runner_out_bytes(&r) / 1048576.0);
+                   "%d pages used (%d in RAM, %d only in the spill file); RAM %.1f MiB, spill "
+                   "file %.1f MiB\n", b->hot, r.opts.n_pages,
+                   (unsigned long long)r.page_bytes[HY_KV_FULL], c.used, c.units, c.warm_used,
+                   c.cold, (double)hy_runner_out_bytes(&r) / 1048576.0,
+                   (double)c.file_bytes / 1048576.0);
+            if (c.file_bytes > 0)
+                printf("sparse: spill file: %llu pages written (%.1f MiB), %llu brought up, "
+                       "%.1f MiB read (%.1f ms of reads after steps)\n",
+                       (unsigned long long)c.spills, (double)c.disk_write_bytes / 1048576.0,
+                       (unsigned long long)c.promotions, (double)c.disk_read_bytes / 1048576.0,
+                       (double)c.disk_read_ns / 1e6);
+        }
         printf("%s: peak RSS %.1f MiB so far\n", sparse ? "sparse" : "dense", bs_peak_rss_mib());
         fflush(stdout);
         hy_runner_seq_release(&r, &s);
@@ -372,6 +417,8 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
            med[1] * 1e3, med[0] / med[1]);
     free(ids);
     free(t);
+    free(ts);
+    free(tw);
     return 0;
 }
 
@@ -382,7 +429,9 @@ static int bs_settings(int argc, char **argv, hy_config_attention_t *a, int *thr
     for (int i = 0; i + 1 < argc; i += 2) {
         long v = strtol(argv[i + 1], NULL, 10);
 
-        if (strcmp(argv[i], "--threads") == 0) *threads = (int)v;
+        if (strcmp(argv[i], "--spill-dir") == 0) b->spill_dir = argv[i + 1];
+        else if (strcmp(argv[i], "--warm-pages") == 0) b->warm_pages = (int32_t)v;
+        else if (strcmp(argv[i], "--threads") == 0) *threads = (int)v;
         else if (strcmp(argv[i], "--dense") == 0) b->dense = (int)v;
         else if (strcmp(argv[i], "--hot") == 0) b->hot = (int32_t)v;
         else if (strcmp(argv[i], "--out-pages") == 0) b->out_pages = (int32_t)v;
@@ -407,7 +456,7 @@ int main(int argc, char **argv)
     if (argc < 5 || cfg == NULL) {
         fprintf(stderr, "usage: bench_sparse MODEL passkey N COUNT | kl FILE N | decode N STEPS "
                         "[--threads T --block B --topk K --sink S --local L --min M --dense 0|1 "
-                        "--hot TOKENS --out-pages P]\n");
+                        "--hot TOKENS --out-pages P [--warm-pages W --spill-dir DIR]]\n");
         return 2;
     }
     hy_config_defaults(cfg);

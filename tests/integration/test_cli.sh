@@ -114,6 +114,11 @@ for h in 0 576; do
     "$hy" run -m "$long" -f "$sp_tmp/long.txt" -n 16 --ctx 8192 --temp 0 --ignore-eos --sparse \
         --sparse-min-tokens 64 --hot-tokens $h >"$sp_tmp/hot$h" 2>"$sp_tmp/hot$h.err"
 done
+# and with the out arena's RAM limited (1 MiB holds all of this one: the
+# spill file is there, unused; test_tiers.py spills through the server)
+"$hy" run -m "$long" -f "$sp_tmp/long.txt" -n 16 --ctx 8192 --temp 0 --ignore-eos --sparse \
+    --sparse-min-tokens 64 --hot-tokens 576 --seq-warm-mb 1 --spill-dir "$sp_tmp/spill" \
+    >"$sp_tmp/spill.out" 2>"$sp_tmp/spill.err"
 n=$((n + 1))
 pool() { sed -n 's/.*kv pool [0-9.]* MiB (\([0-9]*\) pages.*/\1/p' "$1"; }
 # the same blocks read in both runs; with the window most from the out arena
@@ -127,6 +132,18 @@ else
     fail=$((fail + 1))
     echo "not ok $n - run --hot-tokens: $(tail -2 "$sp_tmp/hot576.err") / $(tail -1 "$sp_tmp/hot0.err")"
 fi
+n=$((n + 1))
+if [ -s "$sp_tmp/hot0" ] && cmp -s "$sp_tmp/hot0" "$sp_tmp/spill.out" &&
+    grep -q "out arena: 472 pages, 472 of them in RAM; spill file 0.00 MiB" "$sp_tmp/hot576.err" &&
+    grep -q "out arena: 472 pages, 472 of them in RAM; spill file 0.00 MiB" "$sp_tmp/spill.err"; then
+    echo "ok $n - run --seq-warm-mb 1 --spill-dir: the all-hot text; the arena's line"
+else
+    fail=$((fail + 1))
+    echo "not ok $n - run --seq-warm-mb: $(grep 'out arena' "$sp_tmp/hot576.err") / $(tail -2 "$sp_tmp/spill.err")"
+fi
+check 1 "hyserve run: --seq-warm-mb = 1: needs --spill-dir" \
+    "run: --seq-warm-mb without --spill-dir is refused" -- \
+    "$hy" run -m "$long" -p hi -n 1 --sparse --sparse-min-tokens 64 --hot-tokens 576 --seq-warm-mb 1
 check 1 "hyserve run: --hot-tokens = 576: needs block-sparse attention (--sparse" \
     "run: --hot-tokens without --sparse is refused" -- \
     "$hy" run -m "$long" -p hi -n 1 --hot-tokens 576
@@ -205,11 +222,27 @@ p = json.load(sys.stdin)
 assert p["hot_blocks"] == 160 and p["pages"] == 2 * ((1 + 160 + 1) * 4 + 33)
 assert p["out_seq_pages"] == 65536 // 16 - 161 * 4
 assert p["out_total"] == 2 * p["out_seq_pages"] * p["page_bytes"]
-assert p["kv_total"] == (p["page_bytes"] + p["sparse_key_bytes"]) * p["pages"] + p["sparse_seq_bytes"] * 2 + p["out_total"] + p["swa_page_bytes"] * p["swa_pages"]' 2>/dev/null; then
+assert p["out_warm_pages"] == 2 * p["out_seq_pages"] and p["out_file"] == 0
+assert p["out_ram"] == p["out_total"] + 26 * p["out_warm_pages"]
+assert p["kv_total"] == (p["page_bytes"] + p["sparse_key_bytes"]) * p["pages"] + p["sparse_seq_bytes"] * 2 + p["out_ram"] + p["swa_page_bytes"] * p["swa_pages"]' 2>/dev/null; then
     echo "ok $n - plan --hot-tokens: the pool holds the hot windows, the out arena the rest, in kv_total"
 else
     fail=$((fail + 1))
     echo "not ok $n - plan --hot-tokens on gemma3: $out"
+fi
+# --seq-warm-mb: RAM holds that much of the arena, a spill file all of it
+n=$((n + 1))
+out=$("$hy" plan -m "$g3" --context 65536 --seqs 2 --sparse --hot-tokens 10240 --seq-warm-mb 1 --json 2>&1)
+if printf '%s' "$out" | python3 -c 'import json, sys
+p = json.load(sys.stdin)
+n = 2 * p["out_seq_pages"]
+assert p["out_warm_pages"] == (1 << 20) // p["page_bytes"] < n
+assert p["out_ram"] == p["out_warm_pages"] * p["page_bytes"] + 18 * n + 8 * p["out_warm_pages"]
+assert p["out_file"] == p["out_total"]' 2>/dev/null; then
+    echo "ok $n - plan --seq-warm-mb 1: that much RAM and its index, a spill file for all"
+else
+    fail=$((fail + 1))
+    echo "not ok $n - plan --seq-warm-mb on gemma3: $out"
 fi
 check 2 "plan: --hot-tokens = 10240: needs block-sparse attention (--sparse" \
     "plan: --hot-tokens without --sparse is refused" -- \

@@ -27,10 +27,12 @@
 #include "engine/runner.h"
 #include "../unit/test.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SP_N 640
 #define SP_MIN 256
@@ -237,7 +239,7 @@ static void sp_rewrite(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp
  * arena the rest, and everything goes back. */
 static void sp_hot_run(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp,
                        const int32_t *ids, int32_t chunk, const int32_t *other, int32_t out_pages,
-                       const float *sparse, float *buf)
+                       int32_t warm, const float *sparse, float *buf)
 {
     size_t nv = (size_t)m->n_vocab;
     hy_runner_opts_t o;
@@ -249,11 +251,18 @@ static void sp_hot_run(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp
     int32_t out = 0, hot = 0, want_out;
     int rc = HY_OK;
 
+    hy_outstore_counts_t oc = {0};
+    char dir[] = "/tmp/hy-spill-XXXXXX";
+
     sp_runner_opts(&o, sp, chunk);
     o.hot_blocks = 8;
     o.out_pages = out_pages;
+    o.out_warm = warm;
+    o.out_dir = warm > 0 ? mkdtemp(dir) : NULL;
     if (lg == NULL || (rc = hy_runner_init(&r, m, g_be, &o, err)) != HY_OK) {
         HY_T_OK(0, "%s: runner with a hot window (%s)", name, err);
+        if (o.out_dir)
+            rmdir(dir);
         free(lg);
         return;
     }
@@ -268,6 +277,7 @@ static void sp_hot_run(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp
     for (int32_t p = 0; p < a.n_pages; p++)
         out += a.pages[p] < -1, hot += a.pages[p] >= 0;
     hy_pt_counts(r.pt, &c[0]);
+    hy_outstore_counts(r.out, &oc);
     /* 20 complete 32-token blocks: 8 stay hot, the sink too, 11 go (2 pages
      * each), as far as the arena holds them */
     want_out = HY_MIN(22, out_pages / (other ? 2 : 1) / 2 * 2);
@@ -278,6 +288,15 @@ static void sp_hot_run(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp
             "%d pages out, %d hot (%d used in the table) (%s)", name, chunk,
             other ? ", beside another sequence" : "", out_pages, out, hot, c[0].pages_used,
             rc ? err : "ok");
+    if (warm > 0)
+        HY_T_OK(oc.warm == warm && oc.warm_used == warm && oc.cold == oc.used - warm &&
+                    oc.cold > 0 && oc.spills >= (uint64_t)oc.cold && oc.promotions > 0 &&
+                    oc.disk_read_bytes > 0 && oc.file_bytes == (uint64_t)out_pages *
+                    r.page_bytes[HY_KV_FULL],
+                "%s: %d of the arena's pages in RAM, the rest in a spill file: %d warm, %d cold, "
+                "%llu written, %llu brought up, %llu bytes read", name, warm, oc.warm_used,
+                oc.cold, (unsigned long long)oc.spills, (unsigned long long)oc.promotions,
+                (unsigned long long)oc.disk_read_bytes);
     hy_runner_seq_release(&r, &a);
     hy_runner_seq_release(&r, &b);
     hy_pt_counts(r.pt, &c[1]);
@@ -285,6 +304,74 @@ static void sp_hot_run(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp
             "%s: released: no page used, the arena empty (%d, %d)", name, c[1].pages_used,
             hy_runner_out_used(&r));
     hy_runner_free(&r);
+    if (o.out_dir)
+        HY_T_OK(rmdir(dir) == 0, "%s: the spill file left nothing in its directory", name);
+    free(lg);
+}
+
+/* A spill file that no longer holds what was written (every cold unit's
+ * bytes overwritten), then one that cannot be read: the step that reads
+ * it fails, naming the file and offset, instead of giving logits. */
+static void sp_spill_faults(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp,
+                            const int32_t *ids)
+{
+    size_t nv = (size_t)m->n_vocab;
+    hy_runner_opts_t o;
+    hy_runner_t r;
+    hy_kv_seq_t a = {0};
+    float *lg = malloc(sizeof(float) * nv * 64);
+    char dir[] = "/tmp/hy-spill-XXXXXX", err[HY_ERR_LEN] = "";
+    int rc = HY_OK;
+
+    sp_runner_opts(&o, sp, 64);
+    o.hot_blocks = 8;
+    o.out_pages = 64;
+    o.out_warm = 2;
+    o.out_dir = mkdtemp(dir);
+    if (lg == NULL || o.out_dir == NULL || hy_runner_init(&r, m, g_be, &o, err) != HY_OK) {
+        HY_T_OK(0, "%s: runner with a spill file (%s)", name, err);
+        free(lg);
+        return;
+    }
+    for (int fault = 0; fault < 2; fault++) {
+        int32_t done = 0;
+
+        rc = HY_OK;
+        for (; done < 512 && rc == HY_OK; done += 64) {
+            hy_runner_item_t it = {&a, ids + done, 64, false};
+
+            rc = hy_runner_step(&r, &it, 1, lg, err);
+        }
+        if (fault == 0) {
+            /* every unit only in the file gets other bytes */
+            uint8_t junk[64];
+
+            memset(junk, 0x5a, sizeof junk);
+            for (int32_t u = 0; u < r.out->o.n_units; u++)
+                if (r.out->slot[u] < 0 && r.out->on_disk[u])
+                    (void)!pwrite(r.out->fd, junk, sizeof junk,
+                                  (off_t)((uint64_t)u * r.out->o.unit_bytes));
+        } else {
+            /* the descriptor now only writes: a read fails */
+            int wr = open(r.out->path, O_WRONLY | O_CREAT, 0600);
+
+            unlink(r.out->path);
+            dup2(wr, r.out->fd);
+            close(wr);
+        }
+        for (rc = HY_OK; done < SP_N && rc == HY_OK; done++) {
+            hy_runner_item_t it = {&a, ids + done, 1, false};
+
+            rc = hy_runner_step(&r, &it, 1, lg, err);
+        }
+        HY_T_OK(rc == HY_EIO && strstr(err, r.out->path) && strstr(err, "offset") &&
+                    strstr(err, fault == 0 ? "checksum mismatch" : "Bad file descriptor"),
+                "%s: a spill file %s fails the step that reads it (%s)", name,
+                fault == 0 ? "whose bytes changed" : "that cannot be read", err);
+        hy_runner_seq_release(&r, &a);
+    }
+    hy_runner_free(&r);
+    rmdir(dir);
     free(lg);
 }
 
@@ -296,10 +383,14 @@ static void sp_hot(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp,
     char err[HY_ERR_LEN] = "";
     int rc;
 
-    sp_hot_run(m, name, sp, ids, SP_CHUNK, NULL, 64, sparse, buf);
-    sp_hot_run(m, name, sp, ids, m->n_rec_layers > 0 ? 64 : 1, NULL, 64, sparse, buf);
-    sp_hot_run(m, name, sp, ids, 64, other, 64, sparse, buf);
-    sp_hot_run(m, name, sp, ids, SP_CHUNK, NULL, 6, sparse, buf);
+    sp_hot_run(m, name, sp, ids, SP_CHUNK, NULL, 64, 0, sparse, buf);
+    sp_hot_run(m, name, sp, ids, m->n_rec_layers > 0 ? 64 : 1, NULL, 64, 0, sparse, buf);
+    sp_hot_run(m, name, sp, ids, 64, other, 64, 0, sparse, buf);
+    sp_hot_run(m, name, sp, ids, SP_CHUNK, NULL, 6, 0, sparse, buf);
+    /* 4 pages in RAM (2 blocks), the rest in a spill file: the same bits */
+    sp_hot_run(m, name, sp, ids, m->n_rec_layers > 0 ? 64 : 1, NULL, 64, 4, sparse, buf);
+    sp_hot_run(m, name, sp, ids, 64, other, 64, 4, sparse, buf);
+    sp_spill_faults(m, name, sp, ids);
     /* a window a dense token would reach past is refused */
     sp_runner_opts(&o, sp, SP_CHUNK);
     o.hot_blocks = 7;

@@ -29,6 +29,12 @@ disk_mb set:
 * a full disk (a 2 MiB tmpfs in a user + mount namespace, filled up but
   for 128 KiB): writes fail, requests do not, hyserve_disk_errors_total
   counts them;
+* a running sequence longer than its hot window with [cache] seq_warm_mb = 1
+  (hybrid, f32 pages of 1 KiB: 1,024 of its ~1,500 out pages in RAM): the
+  rest go to a spill file under disk_dir, sparse attention reads them back,
+  the text is the one of the same server with every out page in RAM;
+  /metrics counts the pages written, brought up and the bytes; nothing is
+  left in the directory but the prefix tier's files;
 * bad values refused at start, naming the key: hot_tokens_per_seq without
   block-sparse attention, an out arena the host cannot hold, disk_dir
   without warm_mb, a disk_dir that cannot be
@@ -457,6 +463,59 @@ def refused(model, cache, want, what, engine="max_seqs = 2\nmax_context = 256\n"
     ok(r.returncode != 0 and want in r.stderr, "%s refused: %s" % (what, r.stderr.strip().splitlines()[-1:]))
 
 
+def out_arena_spill():
+    """A 25,000-token prompt with a 1,024-token hot window: ~1,500 pages
+    of 1 KiB leave the pool, 1 MiB of RAM holds 1,024 of them, the rest
+    are in the spill file; the text equals the all-in-RAM server's."""
+    n = 25000
+    p = prompt_of(7, 264, n)
+    texts = []
+    for warm in (1, 0):
+        tmp = os.path.join(TOP, "spill%d" % warm)
+        cache = {"hot_mb": 64, "warm_mb": 4, "disk_dir": os.path.join(tmp, "cache"),
+                 "disk_mb": 64, "kv_type": "f32", "hot_tokens_per_seq": 1024}
+        if warm:
+            cache["seq_warm_mb"] = warm
+        st = t.Stack(model=HYBRID, tmp=tmp, workers=1,
+                     ini={"engine": {"max_context": n + 64, "max_seqs": 1,
+                                     "max_batch_tokens": 512},
+                          "attention": {"sparse": "block", "sparse_min_tokens": 1024,
+                                        "sparse_topk": 8},
+                          "server": {"max_body_bytes": "1M"},
+                          "cache": cache})
+        if not start(st, "out arena with seq_warm_mb = %d" % warm):
+            return
+        try:
+            _, text, use = stream(st.port, HYBRID, p, max_tokens=16)
+            texts.append(text)
+            ms = metrics(st)
+            g = lambda k, **lb: ms.get((k, frozenset(lb.items())), -1)  # noqa: E731
+            if warm:
+                spills, ups = g("hyserve_out_arena_spills_total"), g("hyserve_out_arena_promotions_total")
+                wr = g("hyserve_out_arena_disk_bytes_total", op="write")
+                rd = g("hyserve_out_arena_disk_bytes_total", op="read")
+                fb = g("hyserve_out_arena_file_bytes")
+                ram = g("hyserve_out_arena_ram_bytes")
+                free = g("hyserve_out_arena_pages", state="free")
+                ok(spills > 0 and ups > 0 and wr == spills * 1024 and rd >= ups * 1024 and
+                   ram == 1 << 20 and fb > ram and free * 1024 == fb and
+                   use["prompt_tokens"] == n,
+                   "seq_warm_mb = 1: %d out pages written to the spill file (%d bytes), %d "
+                   "brought up (%d bytes read); RAM %d, file %d bytes; all free after"
+                   % (spills, wr, ups, rd, ram, fb, ))
+                left = sorted(f for f in os.listdir(os.path.join(tmp, "cache"))
+                              if f.startswith("hyserve-spill"))
+                ok(left == [], "the spill file is not in disk_dir (unlinked at start): %s" % left)
+            else:
+                ok(g("hyserve_out_arena_file_bytes") == 0 and
+                   g("hyserve_out_arena_spills_total") == 0,
+                   "without seq_warm_mb: no spill file, nothing written")
+        finally:
+            st.stop()
+    ok(len(texts) == 2 and texts[0] == texts[1],
+       "the same text with the spill file as with every out page in RAM: %r" % texts)
+
+
 def bad_values():
     refused(HYBRID, {"hot_tokens_per_seq": 10240},
             "[cache] hot_tokens_per_seq = 10240: needs block-sparse attention ([attention] "
@@ -467,6 +526,12 @@ def bad_values():
             "[cache] hot_tokens_per_seq = 10240: the out arena of 4096 sequences at ",
             "an out arena the host cannot hold", engine="max_seqs = 4096\n",
             more="[attention]\nsparse = block\n")
+    refused(HYBRID, {"seq_warm_mb": 1}, "[cache] seq_warm_mb = 1: needs a hot window ([cache] "
+            "hot_tokens_per_seq)", "seq_warm_mb without a hot window")
+    refused(HYBRID, {"hot_tokens_per_seq": 1024, "seq_warm_mb": 1},
+            "[cache] seq_warm_mb = 1: needs [cache] disk_dir", "seq_warm_mb without disk_dir",
+            engine="max_seqs = 2\nmax_context = 4096\nmax_batch_tokens = 512\n",
+            more="[attention]\nsparse = block\nsparse_min_tokens = 1024\n")
     refused(HYBRID, {"disk_dir": os.path.join(TOP, "x")},
             "[cache] disk_dir = %s: needs [cache] warm_mb > 0" % os.path.join(TOP, "x"),
             "disk_dir without warm_mb")
@@ -508,6 +573,7 @@ def main():
                 # late blocks: only the tail is recomputed (the slow part here)
                 bad_files(model, 49152, tmp, "default (SmolLM2)", text, (100, 110, 120))
         disk_full(HYBRID, 264)
+        out_arena_spill()
         bad_values()
     except Exception as e:  # a broken stream or server: one failed check, the rest kept
         ok(False, "tiers test raised %r" % e)

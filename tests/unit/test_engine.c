@@ -724,38 +724,61 @@ static void hy_e_prefix_sparse(hy_e_env_t *v, const char *name)
  * logprobs; a window that a step would outrun is refused. */
 static void hy_e_hot(hy_e_env_t *v, const char *name)
 {
-    char err[HY_ERR_LEN] = "", err2[HY_ERR_LEN] = "";
+    char err[HY_ERR_LEN] = "", err2[HY_ERR_LEN] = "", dir[] = "/tmp/hy-e-spill-XXXXXX";
     const hy_kv_sparse_t sp = {1, 1, 1, 1, 32};
-    int32_t *p = malloc(sizeof(int32_t) * 600), hot = 0, pages[2] = {0, 0};
-    hy_e_out_t a = {0}, b = {0};
+    int32_t *p = malloc(sizeof(int32_t) * 600), hot = 0, pages[3] = {0, 0, 0};
+    hy_e_out_t a = {0}, b = {0}, c = {0};
+    hy_outstore_counts_t oc = {0};
     hy_pt_params_t pp;
-    double gap = INFINITY;
+    double gap = INFINITY, gap2 = INFINITY;
     int rc = HY_OK;
 
-    for (int k = 0; k < 2 && rc == HY_OK && p; k++) {
+    for (int k = 0; k < 3 && rc == HY_OK && p; k++) {
         hy_e_opts(&v->o);
         v->o.n_ctx = 1024;
         v->o.max_seqs = 2;
         v->o.sparse = sp;
-        if (k == 1)
+        if (k >= 1)
             rc = hy_plan_hot_window(80, &sp, 16, v->o.max_batch_tokens, false, &v->o.hot_blocks,
                                     err);
+        if (k == 2 && rc == HY_OK) {
+            hy_plan_t plan;
+
+            /* 4 pages of the arena in RAM, the rest in a spill file */
+            if ((rc = hy_engine_plan(v->m, v->be, &v->o, &plan, err)) == HY_OK) {
+                v->o.out_warm_bytes = 4 * plan.page_bytes;
+                v->o.out_dir = mkdtemp(dir);
+            }
+        }
         if (rc == HY_OK && (rc = hy_engine_pt_params(v->m, v->be, &v->o, &pp, err)) == HY_OK)
             pages[k] = pp.n_pages;
         if (rc == HY_OK && (rc = hy_e_up(v, &v->o, err)) == HY_OK) {
             hy_e_prompt(p, 600, 77, v->m->n_vocab);
-            rc = hy_e_run1(v, p, 600, 8, k ? &b : &a, err);
+            rc = hy_e_run1(v, p, 600, 8, k == 2 ? &c : k ? &b : &a, err);
+            if (k == 2)
+                hy_engine_out_counts(v->e, &oc);
             hy_e_down(v, name);
         }
-        hot = v->o.hot_blocks;
+        if (k == 1)
+            hot = v->o.hot_blocks;
     }
-    if (rc == HY_OK)
+    if (rc == HY_OK) {
         gap = hy_e_diff(&a, &b);
+        gap2 = hy_e_diff(&a, &c);
+    }
     HY_T_OK(rc == HY_OK && hot == 5 && pages[0] == 2 * 64 && pages[1] == 2 * 12 && a.n == 8 &&
                 gap == 0,
             "%s: hot window of 80 tokens: 600 + 8 tokens in a pool of %d pages (all hot: %d), "
             "the all-hot tokens and logprobs (gap %.2g; %s)", name, pages[1], pages[0], gap,
             rc == HY_OK ? "ok" : err);
+    HY_T_OK(rc == HY_OK && gap2 == 0 && oc.warm == 4 && oc.spills > 0 && oc.promotions > 0 &&
+                oc.used == 0,
+            "%s: and with 4 of the arena's pages in RAM, the rest in a spill file: the same "
+            "(gap %.2g; %llu pages written, %llu brought up; %s)", name, gap2,
+            (unsigned long long)oc.spills, (unsigned long long)oc.promotions,
+            rc == HY_OK ? "ok" : err);
+    if (v->o.out_dir != NULL)
+        rmdir(dir);
     rc = hy_plan_hot_window(64, &sp, 16, 64, false, &hot, err2);
     HY_T_OK(rc == HY_EINVAL && strstr(err2, "[cache] hot_tokens_per_seq = 64: must exceed"),
             "%s: a hot window a step would outrun refused (%s)", name, err2);

@@ -21,7 +21,7 @@ static void hy_plan_case(hy_backend_t *be, const char *file, int32_t ctx, int32_
     char err[HY_ERR_LEN], rel[128];
     hy_model_t *m = NULL;
     hy_plan_t p;
-    hy_plan_opts_t po = {ctx, seqs, 16, 64, HY_DTYPE_F16, swa_full, {0}, 0};
+    hy_plan_opts_t po = {ctx, seqs, 16, 64, HY_DTYPE_F16, swa_full, {0}, 0, 0};
     hy_runner_t r;
     hy_runner_opts_t o;
     uint64_t kv = 0, st = 0, kinds_kv = 0, kinds_st = 0;
@@ -191,7 +191,7 @@ static void hy_plan_sparse_alloc_case(hy_backend_t *be, const char *file)
     char err[HY_ERR_LEN], rel[128];
     hy_config_t *cfg = malloc(sizeof *cfg);
     hy_model_t *m = NULL;
-    hy_plan_opts_t po = {4096, 2, 16, 64, HY_DTYPE_F16, false, {0}, 0};
+    hy_plan_opts_t po = {4096, 2, 16, 64, HY_DTYPE_F16, false, {0}, 0, 0};
     hy_runner_opts_t o;
     hy_runner_t r;
     hy_plan_t p;
@@ -261,7 +261,7 @@ static void hy_plan_window_case(hy_backend_t *be)
     char err[HY_ERR_LEN] = "", e1[HY_ERR_LEN] = "", e2[HY_ERR_LEN] = "", e3[HY_ERR_LEN] = "";
     hy_model_t *m = NULL;
     hy_kv_sparse_t sp = {4, 32, 1, 4, 4096}, off = {0};
-    hy_plan_opts_t po = {65536, 2, 16, 512, HY_DTYPE_F16, false, sp, 0};
+    hy_plan_opts_t po = {65536, 2, 16, 512, HY_DTYPE_F16, false, sp, 0, 0};
     hy_runner_opts_t o;
     hy_runner_t r;
     hy_plan_t p;
@@ -292,14 +292,51 @@ static void hy_plan_window_case(hy_backend_t *be)
     /* 160 blocks of 64 tokens hot, 1 sink: 4,096 pages of the context,
      * 644 out; the pool 2 x ((1 + 160 + 1) x 4 + 32 + 1) pages */
     HY_T_OK(rc[0] == HY_OK && hot == 160 && p.n_pages == 2 * (162 * 4 + 33) &&
-                p.out_seq_pages == 4096 - 161 * 4 && p.out_total == arena &&
+                p.out_seq_pages == 4096 - 161 * 4 && p.out_ram == arena &&
                 p.out_total == 2 * (uint64_t)p.out_seq_pages * p.page_bytes &&
+                p.out_warm_pages == 2 * p.out_seq_pages && p.out_file == 0 &&
+                p.out_ram == p.out_total + hy_plan_out_index_bytes(p.out_warm_pages,
+                                                                   p.out_warm_pages) &&
                 p.kv_total == (p.page_bytes + p.sparse_key_bytes) * (uint64_t)p.n_pages +
-                                  2 * p.sparse_seq_bytes + p.out_total,
+                                  2 * p.sparse_seq_bytes + p.out_ram,
             "hot window of 10,240 tokens at 65,536: %d pool pages, %d out pages a sequence, "
             "the runner's arena %llu = plan %llu (%s)", rc[0] == HY_OK ? p.n_pages : 0,
             rc[0] == HY_OK ? p.out_seq_pages : 0, (unsigned long long)arena,
-            (unsigned long long)(rc[0] == HY_OK ? p.out_total : 0), rc[0] ? err : "ok");
+            (unsigned long long)(rc[0] == HY_OK ? p.out_ram : 0), rc[0] ? err : "ok");
+    /* 1 MiB of RAM for the arena: 256 of its 6,904 pages of 4 KiB, the
+     * rest in a spill file with a place for every page; the runner's RAM
+     * is the plan's */
+    if (rc[0] == HY_OK) {
+        hy_plan_t q;
+        char dir[] = "/tmp/hy-plan-XXXXXX";
+
+        po.out_warm_bytes = 1 << 20;
+        rc[0] = hy_plan_make_opts(&q, m, be, &po, err);
+        o.out_warm = rc[0] == HY_OK ? q.out_warm_pages : 0;
+        o.out_dir = mkdtemp(dir);
+        arena = 0;
+        if (rc[0] == HY_OK && (rc[0] = hy_runner_init(&r, m, be, &o, err)) == HY_OK) {
+            arena = hy_runner_out_bytes(&r);
+            hy_runner_free(&r);
+        }
+        if (o.out_dir)
+            rmdir(dir);
+        HY_T_OK(rc[0] == HY_OK && p.page_bytes == 4096 && q.out_warm_pages == 256 &&
+                    q.out_total == p.out_total && q.out_file == q.out_total &&
+                    q.out_ram == 256 * q.page_bytes +
+                                     hy_plan_out_index_bytes(2 * q.out_seq_pages, 256) &&
+                    q.out_ram == arena && q.kv_total == p.kv_total - p.out_ram + q.out_ram,
+                "seq_warm_mb = 1: %d pages in RAM (%llu bytes with the index = the runner's "
+                "%llu), a %llu-byte spill file (%s)", q.out_warm_pages,
+                (unsigned long long)q.out_ram, (unsigned long long)arena,
+                (unsigned long long)q.out_file, rc[0] ? err : "ok");
+        po.out_warm_bytes = 1000;
+        rc[0] = hy_plan_make_opts(&q, m, be, &po, err);
+        HY_T_OK(rc[0] == HY_ERANGE && strstr(err, "1000 bytes of RAM for the out arena hold no "
+                                                  "page"),
+                "seq_warm_mb below a page refused (%s)", err);
+        rc[0] = HY_OK;
+    }
     /* one sequence: below the window every page is in the pool with its
      * key; at 20,480 tokens the 636 pages older than sink + window are out */
     HY_T_OK(rc[0] == HY_OK &&
@@ -320,6 +357,18 @@ static void hy_plan_window_case(hy_backend_t *be)
                                                  "sparse_min_tokens (4096)"),
             "hot windows refused: without sparse (%s), not whole blocks (%s), below "
             "sparse_min_tokens (%s)", e1, e2, e3);
+    {
+        uint64_t b = 1;
+
+        rc[1] = hy_plan_seq_warm(64, 0, "/tmp", false, &b, e1);
+        rc[2] = hy_plan_seq_warm(64, 160, "", true, &b, e2);
+        rc[3] = hy_plan_seq_warm(64, 160, "/tmp", false, &b, e3);
+        HY_T_OK(rc[1] == HY_EINVAL && strstr(e1, "[cache] seq_warm_mb = 64: needs a hot window "
+                                                 "([cache] hot_tokens_per_seq)") &&
+                    rc[2] == HY_EINVAL && strstr(e2, "--seq-warm-mb = 64: needs --spill-dir") &&
+                    rc[3] == HY_OK && b == 64u << 20,
+                "seq_warm_mb: refused without a window (%s) or a directory (%s); 64 MiB", e1, e2);
+    }
     hy_model_free(m);
 }
 

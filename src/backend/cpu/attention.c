@@ -423,7 +423,7 @@ static int hy_attn_sparse_scratch(hy_cpu_t *cpu, hy_attn_job_t *j)
     for (int32_t t = 0; t < j->b->n_tokens; t++)
         far = HY_MAX(far, j->b->pos[t]);
     for (int32_t s = 0; s < j->b->n_seqs; s++)
-        staged |= j->b->seqs[s].out_units != NULL;
+        staged |= j->b->seqs[s].out != NULL;
     if (far < cpu->kv.sparse.min_tokens)
         return 0;
     j->sp_floats = (hy_cpu_sparse_scratch(cpu, far, staged) + 15) & ~(size_t)15;

@@ -17,8 +17,10 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* Row s of a page's keys (at row) as floats. */
 static void sp_key_row(const hy_attn_flash_t *f, const uint8_t *row, float *out)
@@ -477,7 +479,7 @@ int hy_cpu_sparse_check(const hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b,
         return hy_err(err, HY_ERANGE, "attention: sequence %d completes %d blocks, its block "
                       "keys hold %d (%d valid)", s, end, sq->sp_cap, sq->sp_valid);
     /* a dense token (below min_tokens) reads every page before it */
-    for (int32_t t = sq->first; sq->out_units && t < sq->first + sq->n; t++)
+    for (int32_t t = sq->first; sq->out && t < sq->first + sq->n; t++)
         dense = b->pos[t] < cpu->kv.sparse.min_tokens ? HY_MAX(dense, b->pos[t]) : dense;
     for (int32_t p = 0; dense >= 0 && p <= dense / cpu->kv.page_tokens; p++)
         if (sq->pages[p] < 0)
@@ -537,11 +539,43 @@ size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos, bool staged)
            (cur + 1) * bp;
 }
 
+/* n bytes of out unit u at off into dst: from RAM when the unit is warm,
+ * else read from the spill file (the store brings it up after the step).
+ * A failed read leaves zeros and tells the store, which fails the step. */
+static void sp_out_read(hy_out_view_t *ov, int32_t u, size_t off, uint8_t *dst, size_t n)
+{
+    int32_t slot = ov->slot[u];
+    ssize_t got;
+
+    if (slot >= 0) {
+        memcpy(dst, ov->ram + (size_t)slot * ov->unit_bytes + off, n);
+        __atomic_store_n(&ov->ref[u], 1, __ATOMIC_RELAXED);
+        return;
+    }
+    if (__atomic_exchange_n(&ov->ref[u], 2, __ATOMIC_RELAXED) != 2) {
+        int32_t i = __atomic_fetch_add(&ov->n_wanted, 1, __ATOMIC_RELAXED);
+
+        if (i < ov->wanted_cap)
+            ov->wanted[i] = u;
+    }
+    got = pread(ov->fd, dst, n, (off_t)((uint64_t)u * ov->unit_bytes + off));
+    if (got != (ssize_t)n) {
+        int32_t none = -1;
+
+        memset(dst, 0, n);
+        if (__atomic_compare_exchange_n(&ov->failed_unit, &none, u, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            __atomic_store_n(&ov->failed_errno, got < 0 ? errno : 0, __ATOMIC_RELAXED);
+        return;
+    }
+    __atomic_fetch_add(&ov->disk_read_bytes, (uint64_t)n, __ATOMIC_RELAXED);
+}
+
 /* One token whose compacted list (np pages in pages) holds pages that are
  * not hot: KV head g's rows of every listed page are copied in list order
  * into the thread's staging area, hot ones from the pool and the others
- * from the sequence's out units, and the kernel runs on that copy (the
- * same bytes in the same order: the same bits as if all were hot). */
+ * from the out store, and the kernel runs on that copy (the same bytes in
+ * the same order: the same bits as if all were hot). */
 static void sp_run_staged(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *sq,
                           const hy_attn_flash_t *u, int32_t g, int32_t *pages, int32_t np,
                           const int32_t *vpos, uint8_t *stage,
@@ -555,23 +589,24 @@ static void sp_run_staged(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq
     for (int32_t l = 0; l < cpu->kv.n_layers; l++)
         n_full += cpu->sp_keys[l] != NULL;
     for (int32_t i = 0; i < np; i++) {
-        const uint8_t *k, *v;
-
         if (pages[i] >= 0) {
-            k = cpu->k_pages[layer] + (size_t)pages[i] * cpu->k_page_bytes + (size_t)g * kb;
-            v = cpu->v_pages[layer] + (size_t)pages[i] * cpu->v_page_bytes + (size_t)g * vb;
+            memcpy(ks + (size_t)i * kb,
+                   cpu->k_pages[layer] + (size_t)pages[i] * cpu->k_page_bytes + (size_t)g * kb,
+                   kb);
+            memcpy(vs + (size_t)i * vb,
+                   cpu->v_pages[layer] + (size_t)pages[i] * cpu->v_page_bytes + (size_t)g * vb,
+                   vb);
         } else {
             /* kv_page_read's layout: the group's K pages by layer, then its V pages */
-            const uint8_t *unit = sq->out_units + (size_t)HY_PAGE_OUT_REF(pages[i]) *
-                                                      (size_t)n_full *
-                                                      (cpu->k_page_bytes + cpu->v_page_bytes);
+            int32_t unit = HY_PAGE_OUT_REF(pages[i]);
 
-            k = unit + (size_t)rank * cpu->k_page_bytes + (size_t)g * kb;
-            v = unit + (size_t)n_full * cpu->k_page_bytes + (size_t)rank * cpu->v_page_bytes +
-                (size_t)g * vb;
+            sp_out_read(sq->out, unit, (size_t)rank * cpu->k_page_bytes + (size_t)g * kb,
+                        ks + (size_t)i * kb, kb);
+            sp_out_read(sq->out, unit,
+                        (size_t)n_full * cpu->k_page_bytes + (size_t)rank * cpu->v_page_bytes +
+                            (size_t)g * vb,
+                        vs + (size_t)i * vb, vb);
         }
-        memcpy(ks + (size_t)i * kb, k, kb);
-        memcpy(vs + (size_t)i * vb, v, vb);
         pages[i] = i;
     }
     w.k_base = ks;
@@ -592,7 +627,7 @@ void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq
     int32_t hd = f->hd, bp = c->block_pages, bt = bp * f->page_tokens;
     /* the unit's last token sees the most blocks */
     int32_t ncur = f->pos[f->t1 - 1] / bt;
-    uint8_t *stage = sq->out_units ? (uint8_t *)(void *)sscr : NULL;
+    uint8_t *stage = sq->out ? (uint8_t *)(void *)sscr : NULL;
     float *bkeys = sscr + (stage ? sp_stage_floats(cpu) : 0), *score = bkeys + (size_t)ncur * hd;
     int32_t *blocks = (int32_t *)(void *)(score + ncur + 1), *pages = blocks + ncur + 1;
     const float *bk = bkeys;
