@@ -321,6 +321,10 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t
     if ((rc = hy_runner_init(&e->runner, m, be, &ro, err)) != HY_OK)
         goto fail;
     e->swa_window = e->runner.swa_window;
+    if (e->runner.out != NULL && o->stats != NULL) {
+        e->runner.out->read_time = &o->stats->out_read_time;
+        e->runner.out->write_time = &o->stats->out_write_time;
+    }
     hy_engine_out_publish(e);
     if (o->tiers != NULL &&
         (rc = hy_tiering_create(&e->tiering, pt, be, o->tiers, n_ctx / o->page_tokens,

@@ -122,12 +122,23 @@ static uint8_t *os_bytes(hy_outstore_t *s, int32_t slot)
     return s->ram + (size_t)slot * (size_t)s->o.unit_bytes;
 }
 
+static uint64_t os_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static int os_write(hy_outstore_t *s, int32_t u, char *err)
 {
     const uint8_t *src = os_bytes(s, s->slot[u]);
     off_t off = (off_t)((uint64_t)u * s->o.unit_bytes);
+    uint64_t t0 = os_now_ns();
     ssize_t n = pwrite(s->fd, src, (size_t)s->o.unit_bytes, off);
 
+    if (s->write_time != NULL)
+        hy_tier_observe(s->write_time, os_now_ns() - t0);
     if (n != (ssize_t)s->o.unit_bytes)
         return hy_err(err, HY_EIO, "out store: writing unit %d at offset %lld of %s: %s", u,
                       (long long)off, s->path, n < 0 ? strerror(errno) : "short write");
@@ -204,19 +215,23 @@ void hy_outstore_put(hy_outstore_t *s, int32_t u)
 static int os_promote(hy_outstore_t *s, int32_t u, char *err)
 {
     off_t off = (off_t)((uint64_t)u * s->o.unit_bytes);
-    struct timespec t0, t1;
+    uint64_t t0, ns;
     int32_t sl;
     ssize_t n;
+    bool same;
     int rc;
 
     if ((rc = os_free_slot(s, &sl, err)) != HY_OK)
         return rc;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    t0 = os_now_ns();
     n = pread(s->fd, os_bytes(s, sl), (size_t)s->o.unit_bytes, off);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    s->c.disk_read_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL +
-                                    (t1.tv_nsec - t0.tv_nsec));
-    if (n != (ssize_t)s->o.unit_bytes || hy_crc32c(0, os_bytes(s, sl), (size_t)n) != s->crc[u]) {
+    same = n == (ssize_t)s->o.unit_bytes &&
+           hy_crc32c(0, os_bytes(s, sl), (size_t)n) == s->crc[u];
+    ns = os_now_ns() - t0;
+    s->c.disk_read_ns += ns;
+    if (s->read_time != NULL)
+        hy_tier_observe(s->read_time, ns);
+    if (!same) {
         s->free_slots[s->n_free_slots++] = sl;
         return hy_err(err, HY_EIO, "out store: unit %d at offset %lld of %s: %s", u,
                       (long long)off, s->path,

@@ -25,6 +25,7 @@
 #define HY_ENGINE_OUTSTORE_H
 
 #include "backend/backend.h"
+#include "ipc/shm.h"
 
 typedef struct {
     uint64_t unit_bytes;  /* >= 1 */
@@ -61,6 +62,8 @@ typedef struct {
     int fd;
     char path[4200];
     hy_outstore_counts_t c;
+    /* where each file read (after a step) and write is timed, or NULL */
+    hy_tier_hist_t *read_time, *write_time;
 } hy_outstore_t;
 
 int hy_outstore_init(hy_outstore_t *s, const hy_outstore_opts_t *o, char *err);

@@ -392,25 +392,41 @@ static void mt_pages(hy_jbuf_t *b, const hy_pt_counts_t *pc)
 static const char *const mt_tier_names[HY_TIER_LEVELS] = {"hot", "warm", "cold"};
 static const char *const mt_state_names[HY_TIER_STATES] = {"used", "free", "cached"};
 
+/* One histogram's series, with the label label (e.g. tier="cold"; "": none) */
+static void mt_hist_lines(hy_jbuf_t *b, const char *name, const char *label,
+                          const hy_tier_hist_t *h)
+{
+    const char *sep = label[0] ? "," : "";
+    uint64_t cum = 0;
+
+    for (int i = 0; i <= HY_TIER_NBUCKETS; i++) {
+        cum += atomic_load_explicit(&h->bucket[i], memory_order_relaxed);
+        if (i < HY_TIER_NBUCKETS)
+            hy_jbuf_printf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, label, sep,
+                           hy_tier_bucket_le[i], (unsigned long long)cum);
+        else
+            hy_jbuf_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, label, sep,
+                           (unsigned long long)cum);
+    }
+    if (label[0])
+        hy_jbuf_printf(b, "%s_sum{%s} %.9f\n%s_count{%s} %llu\n", name, label,
+                       (double)atomic_load(&h->sum_ns) / 1e9, name, label,
+                       (unsigned long long)atomic_load(&h->count));
+    else
+        hy_jbuf_printf(b, "%s_sum %.9f\n%s_count %llu\n", name,
+                       (double)atomic_load(&h->sum_ns) / 1e9, name,
+                       (unsigned long long)atomic_load(&h->count));
+}
+
 static void mt_tier_hist(hy_jbuf_t *b, const char *name, const char *help,
                          const hy_tier_hist_t *h)
 {
     mt_head(b, name, "histogram", help);
     for (int t = HY_TIER_WARM; t < HY_TIER_LEVELS; t++) {
-        uint64_t cum = 0;
+        char label[32];
 
-        for (int i = 0; i <= HY_TIER_NBUCKETS; i++) {
-            cum += atomic_load_explicit(&h[t].bucket[i], memory_order_relaxed);
-            if (i < HY_TIER_NBUCKETS)
-                hy_jbuf_printf(b, "%s_bucket{tier=\"%s\",le=\"%g\"} %llu\n", name,
-                               mt_tier_names[t], hy_tier_bucket_le[i], (unsigned long long)cum);
-            else
-                hy_jbuf_printf(b, "%s_bucket{tier=\"%s\",le=\"+Inf\"} %llu\n", name,
-                               mt_tier_names[t], (unsigned long long)cum);
-        }
-        hy_jbuf_printf(b, "%s_sum{tier=\"%s\"} %.9f\n%s_count{tier=\"%s\"} %llu\n", name,
-                       mt_tier_names[t], (double)atomic_load(&h[t].sum_ns) / 1e9, name,
-                       mt_tier_names[t], (unsigned long long)atomic_load(&h[t].count));
+        snprintf(label, sizeof label, "tier=\"%s\"", mt_tier_names[t]);
+        mt_hist_lines(b, name, label, &h[t]);
     }
 }
 
@@ -602,6 +618,12 @@ static void mt_out_arena(hy_jbuf_t *b, const hy_stats_t *s)
               (unsigned long long)atomic_load(&s->out_spills));
     mt_counter2(b, "hyserve_out_arena_disk_bytes_total", "Bytes of the spill file read and "
                 "written.", "op", op, &s->out_disk_read_bytes, &s->out_disk_write_bytes);
+    mt_head(b, "hyserve_out_arena_read_seconds", "histogram",
+            "Time to bring one cold out-arena page up from the spill file (read and check).");
+    mt_hist_lines(b, "hyserve_out_arena_read_seconds", "", &s->out_read_time);
+    mt_head(b, "hyserve_out_arena_write_seconds", "histogram",
+            "Time to write one out-arena page to the spill file.");
+    mt_hist_lines(b, "hyserve_out_arena_write_seconds", "", &s->out_write_time);
 }
 
 /* Time counters kept in microseconds (_Atomic uint64_t), shown in seconds:

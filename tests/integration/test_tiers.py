@@ -497,12 +497,14 @@ def out_arena_spill():
                 fb = g("hyserve_out_arena_file_bytes")
                 ram = g("hyserve_out_arena_ram_bytes")
                 free = g("hyserve_out_arena_pages", state="free")
+                rn = g("hyserve_out_arena_read_seconds_count")
+                wn = g("hyserve_out_arena_write_seconds_count")
                 ok(spills > 0 and ups > 0 and wr == spills * 1024 and rd >= ups * 1024 and
-                   ram == 1 << 20 and fb > ram and free * 1024 == fb and
-                   use["prompt_tokens"] == n,
-                   "seq_warm_mb = 1: %d out pages written to the spill file (%d bytes), %d "
-                   "brought up (%d bytes read); RAM %d, file %d bytes; all free after"
-                   % (spills, wr, ups, rd, ram, fb, ))
+                   ram == 1 << 20 and fb > ram and free * 1024 == fb and rn == ups and
+                   wn == spills and use["prompt_tokens"] == n,
+                   "seq_warm_mb = 1: %d out pages written to the spill file (%d bytes, %d "
+                   "timed), %d brought up (%d bytes read, %d timed); RAM %d, file %d bytes; "
+                   "all free after" % (spills, wr, wn, ups, rd, rn, ram, fb))
                 left = sorted(f for f in os.listdir(os.path.join(tmp, "cache"))
                               if f.startswith("hyserve-spill"))
                 ok(left == [], "the spill file is not in disk_dir (unlinked at start): %s" % left)
