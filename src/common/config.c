@@ -70,7 +70,7 @@ static const hy_config_key_t keys[] = {
     { "cache",  "seq_warm_mb",        HY_CONFIG_UINT,    OFF(cache.seq_warm_mb),        "0",                     0,      4294967295, NULL },
     { "attention", "sparse",          HY_CONFIG_ENUM,    OFF(attention.sparse),         "off",                   0,      0, sparse_modes },
     { "attention", "sparse_block_tokens", HY_CONFIG_UINT, OFF(attention.sparse_block_tokens), "64",              1,      65536, NULL },
-    { "attention", "sparse_topk",     HY_CONFIG_UINT,    OFF(attention.sparse_topk),    "32",                    0,      1048576, NULL },
+    { "attention", "sparse_topk",     HY_CONFIG_UINT,    OFF(attention.sparse_topk),    "64",                    0,      1048576, NULL },
     { "attention", "sink_tokens",     HY_CONFIG_UINT,    OFF(attention.sink_tokens),    "64",                    0,      16777216, NULL },
     { "attention", "local_tokens",    HY_CONFIG_UINT,    OFF(attention.local_tokens),   "256",                   0,      16777216, NULL },
     { "attention", "sparse_min_tokens", HY_CONFIG_UINT,  OFF(attention.sparse_min_tokens), "4096",               0,      16777216, NULL },

@@ -25,7 +25,8 @@
  * settings: --threads T (default 1) --block B --topk K --sink S --local L
  * --min M (tokens; defaults: etc/hyserve.ini's [attention]); --dense 0:
  * decode and passkey skip the dense runs (a dense prefill of 1M tokens is
- * quadratic; the pass-key grid's dense half does not depend on the settings).
+ * quadratic; the pass-key grid's dense half does not depend on the settings);
+ * --first I: passkey runs positions I.. of the grid only (a grid resumed).
  */
 #include "engine/runner.h"
 #include "kv/plan.h"
@@ -53,6 +54,7 @@ typedef struct {
     int32_t out_pages; /* and its out arena */
     int32_t warm_pages; /* of which in RAM (0: all), the rest in a spill file under spill_dir */
     const char *spill_dir;
+    int first;          /* passkey: positions from this index on (0: all; a grid resumed) */
 } bs_t;
 
 static double bs_user_s(void)
@@ -213,7 +215,7 @@ static int bs_passkey(bs_t *b, int32_t n, int count)
     int found[2] = {0, 0};
     char err[HY_ERR_LEN] = "";
 
-    for (int i = 0; i < count; i++) {
+    for (int i = b->first; i < count; i++) {
         int key = 10000 + (int)((uint32_t)(i * 2654435761u) % 90000u);
         char *text = bs_passkey_text(b, n, count > 1 ? (double)i / (count - 1) * 0.95 : 0.5, key);
         int32_t *ids = NULL, gen[8];
@@ -245,10 +247,11 @@ static int bs_passkey(bs_t *b, int32_t n, int count)
         free(text);
     }
     if (b->dense)
-        printf("passkey at ~%d tokens: dense %d/%d, sparse %d/%d\n", n, found[0], count,
-               found[1], count);
+        printf("passkey at ~%d tokens: dense %d/%d, sparse %d/%d\n", n, found[0],
+               count - b->first, found[1], count - b->first);
     else
-        printf("passkey at ~%d tokens: sparse %d/%d (dense not run)\n", n, found[1], count);
+        printf("passkey at ~%d tokens: sparse %d/%d (dense not run)\n", n, found[1],
+               count - b->first);
     return 0;
 }
 
@@ -431,6 +434,7 @@ static int bs_settings(int argc, char **argv, hy_config_attention_t *a, int *thr
 
         if (strcmp(argv[i], "--spill-dir") == 0) b->spill_dir = argv[i + 1];
         else if (strcmp(argv[i], "--warm-pages") == 0) b->warm_pages = (int32_t)v;
+        else if (strcmp(argv[i], "--first") == 0) b->first = (int)v;
         else if (strcmp(argv[i], "--threads") == 0) *threads = (int)v;
         else if (strcmp(argv[i], "--dense") == 0) b->dense = (int)v;
         else if (strcmp(argv[i], "--hot") == 0) b->hot = (int32_t)v;
@@ -456,7 +460,7 @@ int main(int argc, char **argv)
     if (argc < 5 || cfg == NULL) {
         fprintf(stderr, "usage: bench_sparse MODEL passkey N COUNT | kl FILE N | decode N STEPS "
                         "[--threads T --block B --topk K --sink S --local L --min M --dense 0|1 "
-                        "--hot TOKENS --out-pages P [--warm-pages W --spill-dir DIR]]\n");
+                        "--hot TOKENS --out-pages P [--warm-pages W --spill-dir DIR] --first I]\n");
         return 2;
     }
     hy_config_defaults(cfg);

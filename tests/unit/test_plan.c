@@ -155,9 +155,9 @@ static void hy_plan_sparse_case(void)
             sp.min_tokens == 0, "sparse = off (the default): dense (%s)", rc ? err : "ok");
     a.sparse = HY_CONFIG_SPARSE_BLOCK;
     rc = hy_plan_sparse(&a, 16, false, &sp, err);
-    HY_T_OK(rc == HY_OK && sp.block_pages == 4 && sp.topk == 32 && sp.sink_blocks == 1 &&
+    HY_T_OK(rc == HY_OK && sp.block_pages == 4 && sp.topk == 64 && sp.sink_blocks == 1 &&
             sp.local_blocks == 4 && sp.min_tokens == 4096,
-            "sparse = block, the defaults: 4-page blocks, top-32, 1 sink, 4 local, from 4096 "
+            "sparse = block, the defaults: 4-page blocks, top-64, 1 sink, 4 local, from 4096 "
             "(%s)", rc ? err : "ok");
     a.sparse_block_tokens = 24;
     ok &= hy_plan_sparse(&a, 16, false, &sp, err) == HY_EINVAL &&
