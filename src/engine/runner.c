@@ -187,17 +187,19 @@ static void hy_runner_demote(hy_runner_t *r, hy_kv_seq_t *s)
 
             if (id < 0)
                 continue;
-            if ((rc = hy_outstore_take(r->out, &unit, &dst, err)) != HY_OK) {
-                /* it stays hot, and so does the rest until a later step */
-                if (rc != HY_EFULL)
-                    hy_log(LOG_WARNING, "out_store", "%s", err);
-                return;
-            }
-            if (r->be->i->kv_page_read(r->be, HY_KV_FULL, id, dst, err) != HY_OK) {
+            rc = hy_outstore_take(r->out, &unit, &dst, err);
+            if (rc == HY_OK &&
+                (rc = r->be->i->kv_page_read(r->be, HY_KV_FULL, id, dst, err)) != HY_OK)
                 hy_outstore_put(r->out, unit);
-                hy_log(LOG_WARNING, "out_store", "%s", err);
+            if (rc != HY_OK) {
+                /* it stays hot, and so does the rest until a later step; a
+                 * failing disk is logged once until a page goes out again */
+                if (rc != HY_EFULL && !r->out_warned)
+                    hy_log(LOG_WARNING, "out_store_failed", "err=%s", err);
+                r->out_warned = rc != HY_EFULL;
                 return;
             }
+            r->out_warned = false;
             hy_pt_release_seq(r->pt, HY_KV_FULL, &id, 1, err);
             s->pages[p] = HY_PAGE_OUT(unit);
         }

@@ -115,6 +115,7 @@ typedef struct {
     int32_t sp_cap;                /* blocks of n_ctx: a sequence's block keys (0: not sparse) */
     size_t sp_seq_floats;          /* one sequence's block keys */
     hy_outstore_t *out;            /* pages beyond the hot windows (hot_blocks > 0) */
+    bool out_warned;               /* its last failure was logged */
     hy_batch_seq_t *bseqs;         /* [max_seqs] */
 } hy_runner_t;
 
