@@ -54,6 +54,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -463,6 +464,52 @@ def refused(model, cache, want, what, engine="max_seqs = 2\nmax_context = 256\n"
     ok(r.returncode != 0 and want in r.stderr, "%s refused: %s" % (what, r.stderr.strip().splitlines()[-1:]))
 
 
+def spill_scribbled(st, n):
+    """The spill file overwritten while a request runs (through the engine
+    process's own descriptor of the unlinked file): the request ends with an
+    error naming the file and the offset whose checksum failed, never with a
+    normal-looking answer; with the file left alone the next one completes."""
+    pid = int(metrics(st).get(("hyserve_engine_pid", frozenset()), 0))
+    path = None
+    for fd in os.listdir("/proc/%d/fd" % pid) if pid > 0 else []:
+        try:
+            if "hyserve-spill-" in os.readlink("/proc/%d/fd/%s" % (pid, fd)):
+                path = "/proc/%d/fd/%s" % (pid, fd)
+        except OSError:
+            pass
+    if path is None:
+        ok(False, "the engine (pid %d) holds its spill file open" % pid)
+        return
+    stop = threading.Event()
+
+    def scribble():
+        f = os.open(path, os.O_WRONLY)
+        size, junk = os.fstat(f).st_size, b"\x5a" * 65536
+        while not stop.is_set():
+            for off in range(0, size, len(junk)):
+                os.pwrite(f, junk[:size - off], off)
+        os.close(f)
+
+    th = threading.Thread(target=scribble)
+    th.start()
+    err, text = None, None
+    try:
+        _, text, _ = stream(st.port, HYBRID, prompt_of(8, 264, n), max_tokens=16)
+    except RuntimeError as e:
+        err = str(e)
+    finally:
+        stop.set()
+        th.join()
+    ok(err is not None and "checksum mismatch" in err and "hyserve-spill-" in err and
+       "offset" in err, "a spill file overwritten under a request fails it: %s"
+       % (err or "it answered %r" % text))
+    try:
+        _, text, use = stream(st.port, HYBRID, prompt_of(9, 264, n), max_tokens=16)
+        ok(use["completion_tokens"] == 16, "with the file left alone the next request completes")
+    except RuntimeError as e:
+        ok(False, "with the file left alone the next request completes: %s" % e)
+
+
 def out_arena_spill():
     """A 25,000-token prompt with a 1,024-token hot window: ~1,500 pages
     of 1 KiB leave the pool, 1 MiB of RAM holds 1,024 of them, the rest
@@ -508,6 +555,7 @@ def out_arena_spill():
                 left = sorted(f for f in os.listdir(os.path.join(tmp, "cache"))
                               if f.startswith("hyserve-spill"))
                 ok(left == [], "the spill file is not in disk_dir (unlinked at start): %s" % left)
+                spill_scribbled(st, n)
             else:
                 ok(g("hyserve_out_arena_file_bytes") == 0 and
                    g("hyserve_out_arena_spills_total") == 0,
