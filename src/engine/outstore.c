@@ -95,8 +95,6 @@ int hy_outstore_init(hy_outstore_t *s, const hy_outstore_opts_t *o, char *err)
     s->view.wanted = s->wanted;
     s->view.wanted_cap = s->o.n_units;
     s->view.failed_unit = -1;
-    s->c.units = s->o.n_units;
-    s->c.warm = s->o.n_warm;
     return HY_OK;
 }
 
@@ -278,6 +276,8 @@ int hy_outstore_end_step(hy_outstore_t *s, char *err)
 void hy_outstore_counts(const hy_outstore_t *s, hy_outstore_counts_t *c)
 {
     *c = s->c;
+    c->units = s->o.n_units;
+    c->warm = s->o.n_warm;
     c->used = s->o.n_units - s->n_free_units;
     c->warm_used = s->o.n_warm - s->n_free_slots;
     c->cold = c->used - c->warm_used;

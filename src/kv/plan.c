@@ -220,7 +220,7 @@ uint64_t hy_plan_out_index_bytes(int32_t n_units, int32_t n_warm)
  * the file for the rest. */
 static int hy_plan_out(hy_plan_t *p, const hy_plan_opts_t *o, char *err)
 {
-    uint64_t units = (uint64_t)p->out_seq_pages * (uint64_t)p->n_seqs, warm = units;
+    uint64_t units = (uint64_t)p->out_seq_pages * (uint64_t)p->n_seqs, warm;
 
     p->out_total = units * p->page_bytes;
     if (p->hot_blocks <= 0)
