@@ -181,6 +181,11 @@ static double run_case(hy_backend_t *be, const cfg_t *c, int n_past, int n_new)
     return worst;
 }
 
+/* "512 and ": the default split, spelled out for a test name */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define SPLIT_AND STR(HY_ATTN_SPLIT) " and "
+
 /* Float rounding of 256-term dots of scores up to ~10 and of the softmax
  * sums; the double reference sees the same rounded K/V. */
 #define TOL 1e-5
@@ -281,6 +286,51 @@ int main(void)
         double e = run_case(be2, &c, 100, 150);
         HY_T_OK(e < 10 * TOL, "scores up to ~500: 150 queries after 100: max err %.2e "
                 "(tol %.0e)", e, 10 * TOL);
+    }
+
+    /* keys in splits folded in order: decode on 2 threads shares a token's
+     * keys among them (units of whole splits, then a merge), prefill folds
+     * as its sweep crosses each boundary; the default split, and splits of
+     * one tile so that short sequences cross many, on every level */
+    {
+        static const struct {
+            cfg_t c;
+            int split, n_past, n_new, threads;
+            const char *what;
+        } sp[] = {
+            {{1, 4, 256, 256, 16, HY_DTYPE_F16, 0, 0, 0}, HY_ATTN_SPLIT, 1030, 1, 2,
+             "Gemma 3's global shape, decode at 1,030"},
+            {{1, 4, 256, 256, 16, HY_DTYPE_F16, 0, 0, 0}, 64, 700, 1, 2, "decode at 700"},
+            {{3, 3, 64, 64, 7, HY_DTYPE_F16, 0, 0, 0}, 64, 400, 2, 2, "SmolLM2's shape, 2 tokens"},
+            {{1, 4, 128, 128, 16, HY_DTYPE_F16, 150, 0, 0}, 64, 600, 1, 2, "window 150"},
+            {{2, 2, 80, 48, 5, HY_DTYPE_F32, 0, 3.0f, 0}, 64, 500, 1, 2, "f32, head 80/48, softcap"},
+            {{1, 4, 128, 128, 16, HY_DTYPE_Q8_0, 0, 0, 0}, 64, 300, 1, 2, "q8_0 decode"},
+            {{1, 4, 128, 128, 16, HY_DTYPE_F16, 0, 0, 0}, 64, 300, 200, 1, "prefill of 200"},
+        };
+        for (int lvl = (int)hy_cpu_isa(); lvl >= HY_ISA_SCALAR; lvl--) {
+            double worst = 0;
+            const char *at = "";
+            if (hy_cpu_attn_set_isa((hy_isa_t)lvl) != HY_OK)
+                continue;
+            for (size_t i = 0; i < HY_ARRAY_LEN(sp); i++) {
+                /* the long case at the best level only (its reference is
+                 * most of this test's time) */
+                if (lvl != (int)hy_cpu_isa() && sp[i].split != 64)
+                    continue;
+                hy_cpu_attn_set_split(sp[i].split);
+                double e = run_case(sp[i].threads == 1 ? be1 : be2, &sp[i].c, sp[i].n_past,
+                                    sp[i].n_new);
+                if (!(e <= worst)) {
+                    worst = e;
+                    at = sp[i].what;
+                }
+            }
+            hy_cpu_attn_set_split(HY_ATTN_SPLIT);
+            HY_T_OK(worst < TOL, "%s: keys in splits of %s64 (decode on 2 threads, "
+                    "prefill): max err %.2e%s%s (tol %.0e)", hy_isa_name((hy_isa_t)lvl),
+                    lvl == (int)hy_cpu_isa() ? SPLIT_AND : "", worst, *at ? ", " : "", at, TOL);
+        }
+        hy_cpu_attn_set_isa(hy_cpu_isa());
     }
 
     /* the lower ISA levels take their own kernels (flash on AVX2, the lanes

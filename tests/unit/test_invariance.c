@@ -147,7 +147,7 @@ typedef struct {
 /* A sequence's Q/K/V at every position and its (shuffled) pages. */
 typedef struct {
     float *q, *k, *v;       /* [len][nh][hd], [len][nkv][hd], [len][nkv][hdv] */
-    float *out[4];          /* per run: [len][nh][hdv] */
+    float *out[5];          /* per run: [len][nh][hdv] */
     int32_t pages[A_MAXPAGES];
 } aseq_t;
 
@@ -217,12 +217,13 @@ static int a_kv(hy_backend_t *be, const acfg_t *c)
 
 /* Runs: 0 decode (every token alone, 1 thread, sequence by sequence);
  * 1 both prompts whole in one call (3 threads); 2 chunks of 7 and 64
- * side by side (2 threads); 3 chunks of 64 and 1 (3 threads). */
+ * side by side (2 threads); 3 chunks of 64 and 1 (3 threads); 4 decode on
+ * 3 threads (the keys of a token shared among them in whole splits). */
 static void a_cfg(hy_backend_t *be[3], const acfg_t *c, hy_isa_t isa)
 {
     const int nh = c->nkv * c->group;
     aseq_t sq[A_SEQS];
-    int perm[A_SEQS * A_MAXPAGES], diff[4] = {0, 0, 0, 0}, ok = 1;
+    int perm[A_SEQS * A_MAXPAGES], diff[5] = {0, 0, 0, 0, 0}, ok = 1;
     char err[HY_ERR_LEN] = "";
 
     for (int i = 0; i < A_SEQS * A_MAXPAGES; i++)
@@ -240,7 +241,7 @@ static void a_cfg(hy_backend_t *be[3], const acfg_t *c, hy_isa_t isa)
         fill(sq[s].q, L * nh * c->hd, 2.0f);
         fill(sq[s].k, L * c->nkv * c->hd, 1.5f);
         fill(sq[s].v, L * c->nkv * c->hdv, 1.0f);
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < 5; r++) {
             sq[s].out[r] = malloc(L * nh * c->hdv * sizeof(float));
             memset(sq[s].out[r], 0xff, L * nh * c->hdv * sizeof(float));
         }
@@ -276,26 +277,33 @@ static void a_cfg(hy_backend_t *be[3], const acfg_t *c, hy_isa_t isa)
             a_call(b, c, sq, parts, n, r);
         }
     }
+    /* run 4: decode again, on 3 threads */
+    ok = ok && a_kv(be[2], c) == HY_OK;
+    for (int s = 0; s < A_SEQS && ok; s++)
+        for (int p = 0; p < a_len[s]; p++) {
+            apart_t one = {s, p, 1};
+            a_call(be[2], c, sq, &one, 1, 4);
+        }
     for (int i = 0; i < 3; i++)
         if (be[i]->i->status(be[i], err) != HY_OK)
             ok = 0;
     for (int s = 0; s < A_SEQS; s++)
-        for (int r = 1; r < 4; r++)
+        for (int r = 1; r < 5; r++)
             for (int p = 0; p < a_len[s]; p++)
                 if (memcmp(sq[s].out[0] + (size_t)p * nh * c->hdv,
                            sq[s].out[r] + (size_t)p * nh * c->hdv, sizeof(float) * nh * c->hdv))
                     diff[r]++;
-    HY_T_OK(ok && !diff[1] && !diff[2] && !diff[3],
-            "attention/%s %s kv %d x group %d, head %d/%d, page %d, window %d, softcap %g: "
-            "decoded alone == prefilled whole (%d tokens differ) == chunks of 7|64 (%d) == "
-            "chunks of 64|1 (%d), bit for bit %s", hy_isa_name(isa), hy_dtype_info(c->type)->name,
-            c->nkv, c->group, c->hd, c->hdv, c->pt, c->window, c->softcap, diff[1], diff[2],
-            diff[3], err);
+    HY_T_OK(ok && !diff[1] && !diff[2] && !diff[3] && !diff[4],
+            "attention/%s %s kv %d x group %d, head %d/%d, page %d, window %d, softcap %g, "
+            "splits of 64: decoded alone == prefilled whole (%d tokens differ) == chunks of "
+            "7|64 (%d) == chunks of 64|1 (%d) == decoded on 3 threads (%d), bit for bit %s",
+            hy_isa_name(isa), hy_dtype_info(c->type)->name, c->nkv, c->group, c->hd, c->hdv,
+            c->pt, c->window, c->softcap, diff[1], diff[2], diff[3], diff[4], err);
     for (int s = 0; s < A_SEQS; s++) {
         free(sq[s].q);
         free(sq[s].k);
         free(sq[s].v);
-        for (int r = 0; r < 4; r++)
+        for (int r = 0; r < 5; r++)
             free(sq[s].out[r]);
     }
 }
@@ -314,6 +322,11 @@ static void test_attention(hy_backend_t *be[3])
         {1, 16, 64, 64, 32, HY_DTYPE_Q8_0, 100, 0},  /* wide GQA, window */
     };
 
+    /* splits of one tile: the 140- and 71-token prompts cross two and one
+     * split boundaries, and run 4 shares a token's keys among threads */
+    HY_T_OK(hy_cpu_attn_set_split(64) == HY_OK && hy_cpu_attn_set_split(100) == HY_EINVAL &&
+                hy_cpu_attn_set_split(64) == HY_OK,
+            "attention splits of 64 keys (100: not a multiple of the tile, refused)");
     for (int isa = HY_ISA_SCALAR; isa <= (int)hy_cpu_isa(); isa++) {
         if (hy_cpu_attn_set_isa((hy_isa_t)isa) != HY_OK)
             continue;
@@ -321,6 +334,7 @@ static void test_attention(hy_backend_t *be[3])
             a_cfg(be, &cfgs[i], (hy_isa_t)isa);
     }
     hy_cpu_attn_set_isa(hy_cpu_isa());
+    hy_cpu_attn_set_split(HY_ATTN_SPLIT);
 }
 
 /* ---- row ops ------------------------------------------------------------- */

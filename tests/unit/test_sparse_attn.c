@@ -10,6 +10,7 @@
  * choosing every block gives the dense kernel's very bits; bad units and
  * block lists are refused.
  */
+#include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/sparse_attn.h"
 #include "backend/cpu/quant.h"
 #include "test.h"
@@ -105,7 +106,7 @@ static hy_attn_flash_t unit(kv_t *c, const int32_t *pos)
         c->kp + (size_t)KVH * PT * row, c->vp + (size_t)KVH * PT * row, page, page, row, row,
         c->pages, PT, c->type == HY_DTYPE_F32, c->type == HY_DTYPE_F16, NULL,
         c->q, c->out, pos, GRP * HD, GRP * HD, 0, 1, 0, GRP, HD, HD, 0,
-        1.0f / sqrtf((float)HD), 0,
+        1.0f / sqrtf((float)HD), 0, HY_ATTN_SPLIT, NULL, 0, 0, 0, 0, 0,
     };
     return f;
 }

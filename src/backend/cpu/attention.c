@@ -13,7 +13,10 @@
  * few heads).  Both reduce over the same absolute 64-position tiles in the
  * same order with the same operations, so a query's output has the same
  * bits whether it is decoded alone, prefilled whole or in chunks, batched
- * with any other sequences, or run on any number of threads.
+ * with any other sequences, or run on any number of threads.  The keys
+ * reduce in splits of HY_ATTN_SPLIT absolute positions folded in order, so
+ * a few decoding sequences can share their keys among the threads (each
+ * unit a range of splits, then a fold) and still give those bits.
  * With [attention] sparse = block (kv.sparse), a full layer's tokens at
  * positions >= min_tokens take the block-sparse path instead
  * (sparse_attn.c): the same kernels over the blocks their KV head's query
@@ -71,23 +74,39 @@ int hy_cpu_attn_set_isa(hy_isa_t isa)
     return HY_OK;
 }
 
-typedef void (*hy_attn_kernel_fn)(const hy_attn_flash_t *f, float *scratch);
+/* The split size in use: HY_ATTN_SPLIT; tests set others. */
+static int32_t hy_attn_split_pin = HY_ATTN_SPLIT;
 
-/* The flash and decode kernels of the current level. */
-static void hy_attn_kernels(hy_attn_kernel_fn *flash, hy_attn_kernel_fn *decode)
+int hy_cpu_attn_set_split(int32_t tokens)
+{
+    if (tokens < 0 || tokens % HY_ATTN_FLASH_TILE != 0)
+        return HY_EINVAL;
+    __atomic_store_n(&hy_attn_split_pin, tokens, __ATOMIC_RELAXED);
+    return HY_OK;
+}
+
+typedef void (*hy_attn_kernel_fn)(const hy_attn_flash_t *f, float *scratch);
+typedef void (*hy_attn_merge_fn)(const float *part, int32_t n, int32_t hdv, float *out);
+
+/* The flash and decode kernels of the current level, and its merge. */
+static void hy_attn_kernels(hy_attn_kernel_fn *flash, hy_attn_kernel_fn *decode,
+                            hy_attn_merge_fn *merge)
 {
     *flash = hy_attn_flash_generic;
     *decode = hy_attn_decode_generic;
+    *merge = hy_attn_merge_generic;
 #ifdef HY_ATTN_AVX512
     if (hy_attn_isa() == HY_ISA_AVX512) {
         *flash = hy_attn_flash_avx512;
         *decode = hy_attn_decode_avx512;
+        *merge = hy_attn_merge_avx512;
     }
 #endif
 #ifdef HY_ATTN_X86
     if (hy_attn_isa() == HY_ISA_AVX2) {
         *flash = hy_attn_flash_avx2;
         *decode = hy_attn_decode_avx2;
+        *merge = hy_attn_merge_avx2;
     }
 #endif
 }
@@ -218,7 +237,15 @@ typedef struct {
     int n_hsplit;                  /* units a group of heads is split into */
     int heads_per_unit;
     hy_attn_kernel_fn flash, decode; /* the level's kernels (same bits) */
+    hy_attn_merge_fn merge;
+    int32_t split;                 /* keys per split of the reduction */
     int32_t qblock;                /* query tokens per unit */
+    /* Keys shared among threads (a few decoding sequences): per sequence
+     * its first split, its splits, the units its splits are cut into, and
+     * where its states go in part; NULL otherwise. */
+    int32_t *sp_lo, *n_sp, *chunks;
+    int64_t *part_off;
+    float *part;
     const int64_t *unit_start;     /* [n_seqs + 1] first unit of each sequence */
     int64_t n_units;
     size_t scratch_floats;         /* per thread */
@@ -264,11 +291,13 @@ static void hy_attn_write_worker(void *arg, int ith, int nth)
     }
 }
 
-/* One unit: query tokens [t0, t1) of sequence sq, query heads [h0, h1), all
- * sharing kv head g, described by its page addressing for the kernels. */
-static void hy_attn_unit(hy_attn_job_t *j, float *scr, float *sscr, const hy_batch_seq_t *sq,
-                         int32_t t0, int32_t t1, int32_t g, int32_t h0, int32_t h1)
+/* One unit: query tokens [t0, t1) of sequence s, query heads [h0, h1), all
+ * sharing kv head g (and with shared keys, the chunk-th range of the
+ * sequence's splits), described by its page addressing for the kernels. */
+static void hy_attn_unit(hy_attn_job_t *j, float *scr, float *sscr, int32_t s, int32_t t0,
+                         int32_t t1, int32_t g, int32_t h0, int32_t h1, int32_t chunk)
 {
+    const hy_batch_seq_t *sq = &j->b->seqs[s];
     hy_cpu_t *cpu = j->cpu;
     const hy_attn_params_t *p = j->p;
     int32_t pt = cpu->kv.page_tokens;
@@ -295,8 +324,26 @@ static void hy_attn_unit(hy_attn_job_t *j, float *scr, float *sscr, const hy_bat
         /* .window = */ p->window,
         /* .scale = */ p->scale,
         /* .softcap = */ p->softcap,
+        /* .split = */ j->split,
+        /* .part = */ NULL, 0, 0, 0, 0, 0,
     };
     int32_t ts = t0;
+
+    if (j->part) {
+        /* decode units only (the job checked): this chunk's splits */
+        int32_t n = j->n_sp[s], c = j->chunks[s];
+        int32_t s0 = j->sp_lo[s] + (int32_t)((int64_t)chunk * n / c);
+        int32_t s1 = j->sp_lo[s] + (int32_t)((int64_t)(chunk + 1) * n / c);
+        size_t st = ((size_t)p->head_dim_v + 2) * (size_t)n;
+        f.part = j->part + j->part_off[s] + ((size_t)(t0 - sq->first) * p->n_head + h0) * st;
+        f.part_ts = (size_t)p->n_head * st;
+        f.part_hs = st;
+        f.part_s0 = j->sp_lo[s];
+        f.k0 = s0 * j->split;
+        f.k1 = s1 * j->split;
+        j->decode(&f, scr);
+        return;
+    }
 
     /* the tokens past the threshold attend block-sparse, each alone: the
      * rule is a token's position, so chunking and batching change no bit */
@@ -344,18 +391,20 @@ static void hy_attn_worker(void *arg, int ith, int nth)
         }
         const hy_batch_seq_t *sq = &b->seqs[lo];
         int64_t r = u - j->unit_start[lo];
-        int64_t per_block = (int64_t)nkv * j->n_hsplit;
+        int32_t nc = j->chunks ? j->chunks[lo] : 1;
+        int64_t per_block = (int64_t)nkv * j->n_hsplit * nc;
         int32_t n_qb = (sq->n + j->qblock - 1) / j->qblock;
         /* last query block first: it sees the most keys, so it starts early */
         int32_t qb = n_qb - 1 - (int32_t)(r / per_block);
-        int32_t g = (int32_t)(r % per_block) / j->n_hsplit;
-        int32_t hs = (int32_t)(r % per_block) % j->n_hsplit;
+        int32_t g = (int32_t)(r % per_block) / (j->n_hsplit * nc);
+        int32_t hs = (int32_t)(r % per_block) % (j->n_hsplit * nc) / nc;
+        int32_t chunk = (int32_t)(r % per_block) % nc;
         int32_t h0 = g * j->group + hs * j->heads_per_unit;
         int32_t h1 = HY_MIN(h0 + j->heads_per_unit, (g + 1) * j->group);
         int32_t t0 = sq->first + qb * j->qblock;
         int32_t t1 = HY_MIN(t0 + j->qblock, sq->first + sq->n);
         if (h0 < h1)
-            hy_attn_unit(j, scr, sscr, sq, t0, t1, g, h0, h1);
+            hy_attn_unit(j, scr, sscr, lo, t0, t1, g, h0, h1, chunk);
     }
 }
 
@@ -435,6 +484,76 @@ static int hy_attn_sparse_scratch(hy_cpu_t *cpu, hy_attn_job_t *j)
     return 0;
 }
 
+/* Few decode units on several threads: each sequence's keys are cut into
+ * chunks of whole splits, a unit per chunk writes its splits' states, and
+ * hy_attn_merge folds them (the bits of one unit sweeping all the keys).
+ * Sets j->part and the per-sequence arrays, or leaves them NULL where the
+ * units are enough or are not all decode units.  0, or -1 with the error
+ * set. */
+static int hy_attn_share_keys(hy_cpu_t *cpu, hy_attn_job_t *j, int64_t n_blocks, int nth)
+{
+    const hy_batch_t *b = j->b;
+    const int32_t nkv = j->p->n_head_kv, S = j->split;
+    const size_t st = (size_t)j->p->head_dim_v + 2;
+    int64_t want, total = 0;
+    bool any = false;
+
+    if (nth < 2 || S <= 0 || j->sparse || j->qblock * j->group > HY_ATTN_DECODE_MAX_Q ||
+        n_blocks * nkv >= (int64_t)HY_ATTN_FLASH_UNITS * nth)
+        return 0;
+    want = ((int64_t)HY_ATTN_FLASH_UNITS * nth + n_blocks * nkv - 1) / (n_blocks * nkv);
+    j->sp_lo = malloc(sizeof(int32_t) * 3 * (size_t)b->n_seqs);
+    j->part_off = malloc(sizeof(int64_t) * ((size_t)b->n_seqs + 1));
+    if (!j->sp_lo || !j->part_off)
+        goto oom;
+    j->n_sp = j->sp_lo + b->n_seqs;
+    j->chunks = j->n_sp + b->n_seqs;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        const hy_batch_seq_t *sq = &b->seqs[s];
+        int32_t kmin = INT32_MAX, kmax = 0;
+        for (int32_t t = sq->first; t < sq->first + sq->n; t++) {
+            int32_t p = b->pos[t];
+            kmin = HY_MIN(kmin, j->p->window > 0 ? HY_MAX(0, p - j->p->window + 1) : 0);
+            kmax = HY_MAX(kmax, p);
+        }
+        j->sp_lo[s] = kmin / S;
+        j->n_sp[s] = kmax / S - kmin / S + 1;
+        j->chunks[s] = (int32_t)HY_MIN((int64_t)j->n_sp[s], want);
+        any |= j->chunks[s] > 1;
+        j->part_off[s] = total;
+        total += (int64_t)sq->n * j->p->n_head * j->n_sp[s] * (int64_t)st;
+    }
+    j->part_off[b->n_seqs] = total;
+    if (any && (j->part = malloc(sizeof(float) * (size_t)total)) == NULL)
+        goto oom;
+    if (!any) {
+        free(j->sp_lo);
+        free(j->part_off);
+        j->sp_lo = j->n_sp = j->chunks = NULL;
+        j->part_off = NULL;
+    }
+    return 0;
+oom:
+    hy_cpu_fail(cpu, HY_ENOMEM, "attention: out of memory for split states");
+    return -1;
+}
+
+/* Every query's split states folded into its output (hy_attn_share_keys). */
+static void hy_attn_merge(const hy_attn_job_t *j, float *out)
+{
+    const hy_batch_t *b = j->b;
+    const int32_t nh = j->p->n_head, hdv = j->p->head_dim_v;
+
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        const hy_batch_seq_t *sq = &b->seqs[s];
+        size_t st = ((size_t)hdv + 2) * (size_t)j->n_sp[s];
+        for (int32_t t = sq->first; t < sq->first + sq->n; t++)
+            for (int32_t h = 0; h < nh; h++)
+                j->merge(j->part + j->part_off[s] + ((size_t)(t - sq->first) * nh + h) * st,
+                         j->n_sp[s], hdv, out + ((size_t)t * nh + h) * hdv);
+    }
+}
+
 void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batch,
                       const float *q, const float *k, const float *v, float *out,
                       const hy_attn_params_t *p)
@@ -472,7 +591,8 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
     j.p = p;
     j.tr = hy_quant_traits(cpu->kv.type);
     j.group = p->n_head / p->n_head_kv;
-    hy_attn_kernels(&j.flash, &j.decode);
+    hy_attn_kernels(&j.flash, &j.decode, &j.merge);
+    j.split = __atomic_load_n(&hy_attn_split_pin, __ATOMIC_RELAXED);
     /* query tokens per unit: many for the flash kernel, halved while the
      * batch would give too few units to share (how the queries are cut
      * into units changes no bit) */
@@ -510,7 +630,9 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
     for (int32_t s = 0; s < b->n_seqs; s++)
         n_blocks += (b->seqs[s].n + j.qblock - 1) / j.qblock;
     j.n_hsplit = 1;
-    if (n_blocks * p->n_head_kv < nth)
+    if (hy_attn_share_keys(cpu, &j, n_blocks, nth) != 0)
+        goto fail;
+    if (!j.part && n_blocks * p->n_head_kv < nth)
         j.n_hsplit = (int)HY_MIN((int64_t)j.group,
                                  (nth + n_blocks * p->n_head_kv - 1) / (n_blocks * p->n_head_kv));
     j.heads_per_unit = (j.group + j.n_hsplit - 1) / j.n_hsplit;
@@ -523,7 +645,8 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
     unit_start[0] = 0;
     for (int32_t s = 0; s < b->n_seqs; s++)
         unit_start[s + 1] = unit_start[s] + (int64_t)((b->seqs[s].n + j.qblock - 1) /
-                                                      j.qblock) * p->n_head_kv * j.n_hsplit;
+                                                      j.qblock) * p->n_head_kv * j.n_hsplit *
+                                          (j.chunks ? j.chunks[s] : 1);
     j.unit_start = unit_start;
     j.n_units = unit_start[b->n_seqs];
 
@@ -545,11 +668,19 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
     }
     atomic_init(&j.next, nth);
     hy_pool_run_n(cpu->pool, nth, hy_attn_worker, &j);
+    if (j.part)
+        hy_attn_merge(&j, out);
+    free(j.part);
+    free(j.sp_lo);
+    free(j.part_off);
     free(j.sp_scratch);
     free(unit_start);
     free(gseqs);
     return;
 fail:
+    free(j.part);
+    free(j.sp_lo);
+    free(j.part_off);
     free(j.sp_scratch);
     free(unit_start);
     free(gseqs);

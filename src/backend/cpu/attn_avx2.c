@@ -19,6 +19,7 @@
 #define HY_AF_ND 4
 #define HY_AF_ENTRY hy_attn_flash_avx2
 #define HY_AF_DECODE_ENTRY hy_attn_decode_avx2
+#define HY_AF_MERGE_ENTRY hy_attn_merge_avx2
 
 typedef __m256 hy_af_v;
 

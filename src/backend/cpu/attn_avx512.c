@@ -19,6 +19,7 @@
 #define HY_AF_ND 8
 #define HY_AF_ENTRY hy_attn_flash_avx512
 #define HY_AF_DECODE_ENTRY hy_attn_decode_avx512
+#define HY_AF_MERGE_ENTRY hy_attn_merge_avx512
 
 typedef __m512 hy_af_v;
 

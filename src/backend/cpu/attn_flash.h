@@ -39,6 +39,21 @@ typedef struct {
     int32_t hd, hdv;
     int32_t window;      /* 0 = full causal */
     float scale, softcap;
+
+    /* A query's keys reduce in splits of this many absolute positions (a
+     * multiple of HY_ATTN_FLASH_TILE; 0: one split), each from an empty
+     * state, folded left to right by hy_af_fold: so the decode kernel may
+     * compute a sequence's splits on several threads (part) and a fold
+     * after them gives the bits of the one thread's sweep. */
+    int32_t split;
+    /* Decode kernel only; NULL: fold and write out.  Otherwise only keys
+     * [k0, k1) (multiples of split) are read and the lane of token t, head
+     * h writes split s's state (m, l, then hdv unnormalised outputs) at
+     * part + (t - t0) * part_ts + (h - h0) * part_hs + (s - part_s0) *
+     * (hdv + 2), an empty split with m = -inf; hy_attn_merge_* folds them. */
+    float *part;
+    size_t part_ts, part_hs;
+    int32_t part_s0, k0, k1;
 } hy_attn_flash_t;
 
 /* Query lanes a kernel handles per sweep of the keys; units with more
@@ -54,10 +69,11 @@ typedef struct {
 #define HY_ATTN_FLASH_WMAX 16
 
 /* Scratch floats one call of either kernel needs for units of up to
- * max_lanes queries.  Flash: K and V tiles, the score tile, then Qt and
- * O^T of every group; decode: K and V tiles, K transposed, a score row, a
- * block, and per query Q, O, m, l.  (Any float alignment works; 64-byte
- * aligned scratch keeps the AVX-512 kernel's tiles on cache lines.) */
+ * max_lanes queries.  Flash: K and V tiles, the score tile, then Qt, O^T
+ * and the folded splits' O^T of every group; decode: K and V tiles, K
+ * transposed, a score row, a block, and per query Q, O, m, l and the
+ * folded O, m, l.  (Any float alignment works; 64-byte aligned scratch
+ * keeps the AVX-512 kernel's tiles on cache lines.) */
 static inline size_t hy_attn_flash_scratch_floats(int32_t hd, int32_t hdv, int32_t max_lanes)
 {
     size_t lanes = (size_t)HY_MIN(max_lanes, HY_ATTN_FLASH_MAX_LANES);
@@ -66,15 +82,19 @@ static inline size_t hy_attn_flash_scratch_floats(int32_t hd, int32_t hdv, int32
     lanes = (lanes + HY_ATTN_FLASH_GROUP_MAX - 1) / HY_ATTN_FLASH_GROUP_MAX *
             HY_ATTN_FLASH_GROUP_MAX;
     flash = tile * ((size_t)hd + (size_t)hdv + HY_ATTN_FLASH_GROUP_MAX) +
-            lanes * ((size_t)hd + (size_t)hdv);
+            lanes * ((size_t)hd + 2 * (size_t)hdv);
     decode = tile * ((size_t)hd + (size_t)hdv + (size_t)hd + w + 1) + w + w * w +
-             (size_t)max_lanes * ((size_t)hd + (size_t)hdv + 2);
+             (size_t)max_lanes * ((size_t)hd + 2 * (size_t)hdv + 4);
     return HY_MAX(flash, decode);
 }
 
 /* Portable versions of both kernels (the scalar level). */
 void hy_attn_flash_generic(const hy_attn_flash_t *f, float *scratch);
 void hy_attn_decode_generic(const hy_attn_flash_t *f, float *scratch);
+
+/* One query's n split states (m, l, hdv outputs each, consecutive) as the
+ * kernels of the same level fold them: its normalised output into out. */
+void hy_attn_merge_generic(const float *part, int32_t n, int32_t hdv, float *out);
 
 #if defined(__x86_64__) && HY_BUILD_AVX2
 #include <immintrin.h>
@@ -86,6 +106,8 @@ void hy_attn_flash_avx512(const hy_attn_flash_t *f, float *scratch);
 void hy_attn_flash_avx2(const hy_attn_flash_t *f, float *scratch);
 void hy_attn_decode_avx512(const hy_attn_flash_t *f, float *scratch);
 void hy_attn_decode_avx2(const hy_attn_flash_t *f, float *scratch);
+void hy_attn_merge_avx512(const float *part, int32_t n, int32_t hdv, float *out);
+void hy_attn_merge_avx2(const float *part, int32_t n, int32_t hdv, float *out);
 #endif
 
 #endif

@@ -17,6 +17,13 @@
  * -- so a query's output has the same bits from either kernel, and from any
  * batch or chunking of the prompt (see hy_af_decode).
  *
+ * Both reduce a query's keys in splits of f->split absolute positions:
+ * each split's softmax state starts empty and the states fold left to
+ * right (hy_af_fold).  A single sweep folds as it crosses each boundary;
+ * the decode kernel can instead write the states of a range of splits
+ * (f->part) so that threads share one long sequence's keys, and
+ * HY_AF_MERGE_ENTRY folds them afterwards with the same bits.
+ *
  * The includer defines: HY_AF_W (lanes per vector), HY_AF_VMAX, HY_AF_NK,
  * HY_AF_ND (register blocking), HY_AF_ENTRY and HY_AF_DECODE_ENTRY (the
  * exported functions' names), the type hy_af_v, and always-inline
@@ -52,6 +59,8 @@ typedef struct {
     float *Qt;                          /* [hd][HY_AF_W nv]: query times scale */
     float *O;                           /* [hdv][HY_AF_W nv]: unnormalised output */
     float m[HY_AF_GL], l[HY_AF_GL];     /* running max and sum per lane */
+    float *Oa;                          /* the earlier splits folded: like O */
+    float Ma[HY_AF_GL], La[HY_AF_GL];   /* ... their max and sum */
     int32_t qpos[HY_AF_GL], qlo[HY_AF_GL];
 } hy_af_group_t;
 
@@ -78,6 +87,56 @@ static inline void hy_af_pf_step(hy_af_pf_t *pf, int n)
             pf->off = 0;
         }
     }
+}
+
+HY_AF_INLINE float hy_af_lane0(hy_af_v v)
+{
+    float t[HY_AF_W];
+    hy_af_store(t, v);
+    return t[0];
+}
+
+/* Folds one split's state (max m, sum l, unnormalised outputs O at stride
+ * os) into a query's running fold (M, L, Oa at stride oas): an empty split
+ * (m = -inf: no key seen) leaves it as it is, the first non-empty one is
+ * copied, a later one joins with both sides rescaled to the larger max.
+ * Every kernel and the merge fold through this one function, splits in
+ * position order, so where a split was computed changes no bit. */
+static void hy_af_fold(float *M, float *L, float *Oa, size_t oas, float m, float l,
+                       const float *O, size_t os, int32_t hdv)
+{
+    if (m == -INFINITY)
+        return;
+    if (*M == -INFINITY) {
+        *M = m;
+        *L = l;
+        for (int32_t d = 0; d < hdv; d++)
+            Oa[(size_t)d * oas] = O[(size_t)d * os];
+        return;
+    }
+    /* the scalars through the kernels' vector operations (lane 0) */
+    hy_af_v mv = hy_af_set1(*M), sv = hy_af_set1(m), mn = hy_af_max(mv, sv);
+    hy_af_v xa = hy_af_sub(mv, mn), xs = hy_af_sub(sv, mn);
+    float ca = hy_af_lane0(hy_af_keep_ge(hy_af_exp(xa), xa, HY_AF_EXP_MIN));
+    float cs = hy_af_lane0(hy_af_keep_ge(hy_af_exp(xs), xs, HY_AF_EXP_MIN));
+    for (int32_t d = 0; d < hdv; d++) {
+        float t = O[(size_t)d * os] * cs;
+        Oa[(size_t)d * oas] = fmaf(Oa[(size_t)d * oas], ca, t);
+    }
+    {
+        float t = l * cs;
+        *L = fmaf(*L, ca, t);
+    }
+    *M = hy_af_lane0(mn);
+}
+
+/* A query's output: its state, normalised (no key: zeros). */
+static void hy_af_finish(float l, const float *O, size_t os, int32_t hdv, float *out)
+{
+    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+
+    for (int32_t d = 0; d < hdv; d++)
+        out[d] = O[(size_t)d * os] * inv;
 }
 
 /* S[r][lanes] = sum_d K[r][d] Qt[d][lanes] for rows r of nk consecutive
@@ -318,6 +377,22 @@ static void hy_af_pf_next(hy_af_pf_t *pf, const hy_attn_flash_t *f, int32_t a, i
     }
 }
 
+/* A split boundary: every lane's state so far folds into its Oa, Ma, La
+ * and the lane starts the next split empty. */
+static void hy_af_group_split(hy_af_group_t *gr, int32_t hdv)
+{
+    int32_t L = HY_AF_W * gr->nv;
+
+    for (int32_t i = 0; i < gr->n; i++)
+        hy_af_fold(&gr->Ma[i], &gr->La[i], gr->Oa + i, (size_t)L, gr->m[i], gr->l[i],
+                   gr->O + i, (size_t)L, hdv);
+    for (int32_t i = 0; i < L; i++) {
+        gr->m[i] = -INFINITY;
+        gr->l[i] = 0.0f;
+    }
+    memset(gr->O, 0, sizeof(float) * (size_t)hdv * L);
+}
+
 /* Lanes [q0, q0+nl) of the unit: set up the groups, sweep the keys, write
  * the outputs. */
 static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_t nl)
@@ -336,8 +411,9 @@ static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_
         gr->n = n;
         gr->nv = (n + HY_AF_W - 1) / HY_AF_W;
         L = HY_AF_W * gr->nv;
-        gr->Qt = Qbase + (size_t)gi * HY_AF_GL * (hd + hdv);
+        gr->Qt = Qbase + (size_t)gi * HY_AF_GL * (hd + 2 * hdv);
         gr->O = gr->Qt + (size_t)HY_AF_GL * hd;
+        gr->Oa = gr->O + (size_t)HY_AF_GL * hdv;
         gr->pmin = gr->lomin = INT32_MAX;
         gr->pmax = gr->lomax = -1;
         memset(gr->Qt, 0, sizeof(float) * (size_t)hd * L);
@@ -346,8 +422,8 @@ static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_
             int32_t lane = gr->lane0 + (i < n ? i : 0);
             int32_t t = f->t0 + lane / nh, h = f->h0 + lane % nh;
             int32_t p = f->pos[t], lo = f->window > 0 ? HY_MAX(0, p - f->window + 1) : 0;
-            gr->m[i] = -INFINITY;
-            gr->l[i] = 0.0f;
+            gr->m[i] = gr->Ma[i] = -INFINITY;
+            gr->l[i] = gr->La[i] = 0.0f;
             gr->qpos[i] = p;
             gr->qlo[i] = lo;
             if (i >= n)
@@ -365,8 +441,11 @@ static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_
     }
 
     /* tiles aligned to multiples of HY_AF_BK positions */
-    for (int32_t a = kmin - kmin % HY_AF_BK; a <= kmax; a += HY_AF_BK) {
+    for (int32_t a0 = kmin - kmin % HY_AF_BK, a = a0; a <= kmax; a += HY_AF_BK) {
         int32_t lo = HY_MAX(a, kmin), hi = HY_MIN(a + HY_AF_BK, kmax + 1);
+        if (f->split > 0 && a > a0 && a % f->split == 0)
+            for (int32_t gi = 0; gi < ng; gi++)
+                hy_af_group_split(&grs[gi], hdv);
         /* the part of the tile some group sees */
         int32_t clo = INT32_MAX, chi = -1;
         for (int32_t gi = 0; gi < ng; gi++) {
@@ -390,14 +469,20 @@ static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_
     }
 
     for (int32_t gi = 0; gi < ng; gi++) {
-        const hy_af_group_t *gr = &grs[gi];
+        hy_af_group_t *gr = &grs[gi];
         int32_t L = HY_AF_W * gr->nv;
         for (int32_t i = 0; i < gr->n; i++) {
             int32_t lane = gr->lane0 + i, t = f->t0 + lane / nh, h = f->h0 + lane % nh;
             float *o = f->out + (size_t)t * f->out_stride + (size_t)h * hdv;
-            float inv = gr->l[i] > 0.0f ? 1.0f / gr->l[i] : 0.0f;
-            for (int32_t d = 0; d < hdv; d++)
-                o[d] = gr->O[(size_t)d * L + i] * inv;
+            /* the last split: alone when it is the only one (the fold
+             * would copy it) */
+            if (gr->Ma[i] == -INFINITY) {
+                hy_af_finish(gr->l[i], gr->O + i, (size_t)L, hdv, o);
+                continue;
+            }
+            hy_af_fold(&gr->Ma[i], &gr->La[i], gr->Oa + i, (size_t)L, gr->m[i], gr->l[i],
+                       gr->O + i, (size_t)L, hdv);
+            hy_af_finish(gr->La[i], gr->Oa + i, (size_t)L, hdv, o);
         }
     }
 }
@@ -428,13 +513,6 @@ void HY_AF_ENTRY(const hy_attn_flash_t *f, float *scratch)
 static inline float hy_af_max_scalar(float a, float b)
 {
     return a > b ? a : b; /* maxps: b where either is NaN */
-}
-
-HY_AF_INLINE float hy_af_lane0(hy_af_v v)
-{
-    float t[HY_AF_W];
-    hy_af_store(t, v);
-    return t[0];
 }
 
 /* Rows [0, n) of kr (stride hd) transposed into kt[d*HY_AF_BK + j]; the
@@ -672,6 +750,30 @@ static void hy_af_decode_values(const float *vr, const uint16_t *const *vh, int 
     }
 }
 
+/* Query i's state at the end of split sp: into the part array, or folded
+ * into its running fold; then empty for the next split. */
+static void hy_af_decode_split(const hy_attn_flash_t *f, int32_t nq, int32_t sp, float *O,
+                               float *m, float *l, float *Oa, float *Ma, float *La)
+{
+    const int32_t nh = f->h1 - f->h0, hdv = f->hdv;
+
+    for (int32_t i = 0; i < nq; i++) {
+        float *o = O + (size_t)i * hdv;
+        if (f->part) {
+            float *st = f->part + (size_t)(i / nh) * f->part_ts + (size_t)(i % nh) * f->part_hs +
+                        (size_t)(sp - f->part_s0) * ((size_t)hdv + 2);
+            st[0] = m[i];
+            st[1] = l[i];
+            memcpy(st + 2, o, sizeof(float) * (size_t)hdv);
+        } else {
+            hy_af_fold(&Ma[i], &La[i], Oa + (size_t)i * hdv, 1, m[i], l[i], o, 1, hdv);
+        }
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        memset(o, 0, sizeof(float) * (size_t)hdv);
+    }
+}
+
 void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
 {
     const int32_t hd = f->hd, hdv = f->hdv, nh = f->h1 - f->h0;
@@ -680,14 +782,14 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
     float *kr = scr, *vr = kr + (size_t)HY_AF_BK * hd, *kt = vr + (size_t)HY_AF_BK * hdv;
     float *S = kt + (size_t)HY_AF_BK * hdp, *blk = S + HY_AF_BK + HY_AF_W;
     float *Q = blk + HY_AF_W * HY_AF_W, *O = Q + (size_t)nq * hd, *m = O + (size_t)nq * hdv;
-    float *l = m + nq;
+    float *l = m + nq, *Oa = l + nq, *Ma = Oa + (size_t)nq * hdv, *La = Ma + nq;
     /* a group's scores, then weights (S's size each) */
     float Sg[HY_AF_DEC_G][HY_AF_BK + HY_AF_W] __attribute__((aligned(64)));
     /* f16 value rows are read from the pages as they are summed */
     const uint16_t *vrow[HY_AF_BK];
     const bool v16 = f->kv_f16 && hdv % HY_AF_W == 0;
     hy_af_pf_t pf;
-    int32_t kmin = INT32_MAX, kmax = -1;
+    int32_t kmin = INT32_MAX, kmax = -1, a0, a;
 
     for (int32_t i = 0; i < nq; i++) {
         int32_t t = f->t0 + i / nh, h = f->h0 + i % nh, p = f->pos[t];
@@ -695,14 +797,25 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
         for (int32_t d = 0; d < hd; d++)
             Q[(size_t)i * hd + d] = qv[d] * f->scale;
         memset(O + (size_t)i * hdv, 0, sizeof(float) * (size_t)hdv);
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
+        m[i] = Ma[i] = -INFINITY;
+        l[i] = La[i] = 0.0f;
         kmin = HY_MIN(kmin, f->window > 0 ? HY_MAX(0, p - f->window + 1) : 0);
         kmax = HY_MAX(kmax, p);
     }
+    if (f->part) {
+        /* this unit's splits start empty: those it sees no key of stay so */
+        for (int32_t sp = f->k0 / f->split; sp < f->k1 / f->split; sp++)
+            for (int32_t i = 0; i < nq; i++)
+                f->part[(size_t)(i / nh) * f->part_ts + (size_t)(i % nh) * f->part_hs +
+                        (size_t)(sp - f->part_s0) * ((size_t)hdv + 2)] = -INFINITY;
+        kmin = HY_MAX(kmin, f->k0);
+        kmax = HY_MIN(kmax, f->k1 - 1);
+    }
     /* the flash kernel's tiles: multiples of HY_AF_BK positions */
-    for (int32_t a = kmin - kmin % HY_AF_BK; a <= kmax; a += HY_AF_BK) {
+    for (a0 = kmin - kmin % HY_AF_BK, a = a0; a <= kmax; a += HY_AF_BK) {
         int32_t lo = HY_MAX(a, kmin), hi = HY_MIN(a + HY_AF_BK, kmax + 1);
+        if (f->split > 0 && a > a0 && a % f->split == 0)
+            hy_af_decode_split(f, nq, a / f->split - 1, O, m, l, Oa, Ma, La);
         /* the next tile's rows come in while this one is scored: at long
          * contexts the pages are not in cache (the weights streamed
          * through it since the last token) */
@@ -740,11 +853,36 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
         }
         hy_af_pf_step(&pf, INT32_MAX); /* whatever the scores left */
     }
+    if (f->part) {
+        if (kmin <= kmax)
+            hy_af_decode_split(f, nq, (a - HY_AF_BK) / (f->split > 0 ? f->split : 1), O, m, l,
+                               Oa, Ma, La);
+        return;
+    }
     for (int32_t i = 0; i < nq; i++) {
         int32_t t = f->t0 + i / nh, h = f->h0 + i % nh;
         float *o = f->out + (size_t)t * f->out_stride + (size_t)h * hdv;
-        float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-        for (int32_t d = 0; d < hdv; d++)
-            o[d] = O[(size_t)i * hdv + d] * inv;
+        /* the last split: alone when it is the only one (the fold would
+         * copy it) */
+        if (Ma[i] == -INFINITY) {
+            hy_af_finish(l[i], O + (size_t)i * hdv, 1, hdv, o);
+            continue;
+        }
+        hy_af_fold(&Ma[i], &La[i], Oa + (size_t)i * hdv, 1, m[i], l[i], O + (size_t)i * hdv, 1,
+                   hdv);
+        hy_af_finish(La[i], Oa + (size_t)i * hdv, 1, hdv, o);
     }
+}
+
+void HY_AF_MERGE_ENTRY(const float *part, int32_t n, int32_t hdv, float *out)
+{
+    float M = -INFINITY, L = 0.0f;
+
+    /* the running fold lives in out itself until it is normalised */
+    memset(out, 0, sizeof(float) * (size_t)hdv);
+    for (int32_t s = 0; s < n; s++) {
+        const float *st = part + (size_t)s * ((size_t)hdv + 2);
+        hy_af_fold(&M, &L, out, 1, st[0], st[1], st + 2, 1, hdv);
+    }
+    hy_af_finish(L, out, 1, hdv, out);
 }

@@ -18,6 +18,7 @@
 #define HY_AF_ND 4
 #define HY_AF_ENTRY hy_attn_flash_generic
 #define HY_AF_DECODE_ENTRY hy_attn_decode_generic
+#define HY_AF_MERGE_ENTRY hy_attn_merge_generic
 
 typedef struct {
     float x[HY_AF_W];

@@ -86,6 +86,17 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
 /* Pin the attention kernels' ISA level (tests); HY_EUNSUPPORTED above the
  * CPU's. */
 int hy_cpu_attn_set_isa(hy_isa_t isa);
+/* Key positions per split of a query's attention reduction (attn_flash.h):
+ * a lone decoding sequence's keys are shared among threads in whole
+ * splits.  512: two threads share keys from 1,024 on, and the fold between
+ * splits costs one output row per 512 keys (about 0.2% of their
+ * arithmetic). */
+#define HY_ATTN_SPLIT 512
+/* Set the keys per split of the attention reduction (tests: short
+ * sequences that cross splits; 0: one split); a multiple of the kernels'
+ * 64-position tile, else HY_EINVAL.  Changes bits past a split: set it
+ * before a sequence's first token. */
+int hy_cpu_attn_set_split(int32_t tokens);
 
 /* tiercopy.c: pages and slots as host bytes, the host's memory */
 /* Block-sparse attention's glue (sparse_attn.c).  map/unmap: the key
