@@ -151,6 +151,24 @@ static void t_refused(void)
     rc = hy_outstore_init(&s, &nodir, err);
     HY_T_OK(rc == HY_EINVAL && strstr(err, "needs a directory"),
             "3 of 8 in RAM without a directory refused (%s)", err);
+    /* a directory that cannot be made: its parent is a regular file */
+    {
+        char file[sizeof g_dir + 16], sub[sizeof g_dir + 32];
+        hy_outstore_opts_t bad = {UB, 8, 3, sub};
+        FILE *fp;
+        snprintf(file, sizeof file, "%s/plain", g_dir);
+        snprintf(sub, sizeof sub, "%s/spill", file);
+        fp = fopen(file, "w");
+        if (fp)
+            fclose(fp);
+        rc = hy_outstore_init(&s, &bad, err);
+        HY_T_OK(fp && rc == HY_EIO && strstr(err, "mkdir") && strstr(err, sub) &&
+                    strstr(err, "Not a directory"),
+                "a spill directory that cannot be created refused, naming it (%s)", err);
+        if (rc == HY_OK)
+            hy_outstore_free(&s);
+        unlink(file);
+    }
     rc = hy_outstore_init(&s, &ram, err);
     HY_T_OK(rc == HY_OK && s.fd < 0 && s.o.n_warm == 8,
             "every unit in RAM: no file (%s)", rc ? err : "ok");
