@@ -302,6 +302,7 @@ int main(void)
              "Gemma 3's global shape, decode at 1,030"},
             {{1, 4, 256, 256, 16, HY_DTYPE_F16, 0, 0, 0}, 64, 700, 1, 2, "decode at 700"},
             {{3, 3, 64, 64, 7, HY_DTYPE_F16, 0, 0, 0}, 64, 400, 2, 2, "SmolLM2's shape, 2 tokens"},
+            {{1, 8, 128, 128, 16, HY_DTYPE_F16, 0, 0, 0}, 64, 400, 1, 2, "GQA 8"},
             {{1, 4, 128, 128, 16, HY_DTYPE_F16, 150, 0, 0}, 64, 600, 1, 2, "window 150"},
             {{2, 2, 80, 48, 5, HY_DTYPE_F32, 0, 3.0f, 0}, 64, 500, 1, 2, "f32, head 80/48, softcap"},
             {{1, 4, 128, 128, 16, HY_DTYPE_Q8_0, 0, 0, 0}, 64, 300, 1, 2, "q8_0 decode"},

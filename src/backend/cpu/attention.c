@@ -50,6 +50,10 @@
 /* Units of at most this many queries take the decode kernel: a token's
  * heads of one KV group (GQA) would fill few of the flash kernel's lanes. */
 #define HY_ATTN_DECODE_MAX_Q 4
+/* Units that share a sequence's keys take the decode kernel up to this
+ * many queries (a token's heads of one KV group: 8 for Qwen3-Next, 16 for
+ * wide GQA), where the flash kernel would leave lanes idle anyway. */
+#define HY_ATTN_SHARE_MAX_Q 16
 /* Largest head size accepted (the scratch is sized from it). */
 #define HY_ATTN_MAX_HEAD HY_ATTN_MAX_HEAD_DIM
 
@@ -330,7 +334,7 @@ static void hy_attn_unit(hy_attn_job_t *j, float *scr, float *sscr, int32_t s, i
     int32_t ts = t0;
 
     if (j->part) {
-        /* decode units only (the job checked): this chunk's splits */
+        /* few queries (the job checked): this chunk's splits */
         int32_t n = j->n_sp[s], c = j->chunks[s];
         int32_t s0 = j->sp_lo[s] + (int32_t)((int64_t)chunk * n / c);
         int32_t s1 = j->sp_lo[s] + (int32_t)((int64_t)(chunk + 1) * n / c);
@@ -488,8 +492,8 @@ static int hy_attn_sparse_scratch(hy_cpu_t *cpu, hy_attn_job_t *j)
  * chunks of whole splits, a unit per chunk writes its splits' states, and
  * hy_attn_merge folds them (the bits of one unit sweeping all the keys).
  * Sets j->part and the per-sequence arrays, or leaves them NULL where the
- * units are enough or are not all decode units.  0, or -1 with the error
- * set. */
+ * units are enough or hold more than HY_ATTN_SHARE_MAX_Q queries.  0, or
+ * -1 with the error set. */
 static int hy_attn_share_keys(hy_cpu_t *cpu, hy_attn_job_t *j, int64_t n_blocks, int nth)
 {
     const hy_batch_t *b = j->b;
@@ -498,7 +502,7 @@ static int hy_attn_share_keys(hy_cpu_t *cpu, hy_attn_job_t *j, int64_t n_blocks,
     int64_t want, total = 0;
     bool any = false;
 
-    if (nth < 2 || S <= 0 || j->sparse || j->qblock * j->group > HY_ATTN_DECODE_MAX_Q ||
+    if (nth < 2 || S <= 0 || j->sparse || j->qblock * j->group > HY_ATTN_SHARE_MAX_Q ||
         n_blocks * nkv >= (int64_t)HY_ATTN_FLASH_UNITS * nth)
         return 0;
     want = ((int64_t)HY_ATTN_FLASH_UNITS * nth + n_blocks * nkv - 1) / (n_blocks * nkv);
