@@ -135,7 +135,7 @@ static void test_matmul(hy_backend_t *be[3])
 /* ---- attention ----------------------------------------------------------- */
 
 enum { A_SEQS = 2, A_MAXPAGES = 64 };
-static const int a_len[A_SEQS] = {140, 71};
+static const int a_len[A_SEQS] = {250, 71};
 
 typedef struct {
     int nkv, group, hd, hdv, pt;
@@ -322,8 +322,9 @@ static void test_attention(hy_backend_t *be[3])
         {1, 16, 64, 64, 32, HY_DTYPE_Q8_0, 100, 0},  /* wide GQA, window */
     };
 
-    /* splits of one tile: the 140- and 71-token prompts cross two and one
-     * split boundaries, and run 4 shares a token's keys among threads */
+    /* splits of one tile: the 250- and 71-token prompts cross three and one
+     * split boundaries, and run 4 shares a token's keys among threads from
+     * 128 keys on */
     HY_T_OK(hy_cpu_attn_set_split(64) == HY_OK && hy_cpu_attn_set_split(100) == HY_EINVAL &&
                 hy_cpu_attn_set_split(64) == HY_OK,
             "attention splits of 64 keys (100: not a multiple of the tile, refused)");

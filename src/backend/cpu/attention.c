@@ -522,7 +522,11 @@ static int hy_attn_share_keys(hy_cpu_t *cpu, hy_attn_job_t *j, int64_t n_blocks,
         }
         j->sp_lo[s] = kmin / S;
         j->n_sp[s] = kmax / S - kmin / S + 1;
-        j->chunks[s] = (int32_t)HY_MIN((int64_t)j->n_sp[s], want);
+        /* a chunk per split's worth of keys at most: a 512-key window
+         * across a boundary is two splits of uneven size (12 + 500), shared
+         * worse than its heads are */
+        j->chunks[s] = (int32_t)HY_MIN((int64_t)(kmax - kmin + 1) / S, want);
+        j->chunks[s] = HY_MAX(j->chunks[s], 1);
         any |= j->chunks[s] > 1;
         j->part_off[s] = total;
         total += (int64_t)sq->n * j->p->n_head * j->n_sp[s] * (int64_t)st;
