@@ -25,8 +25,12 @@
  *
  * Gated DeltaNet and Mamba-2 are equal because their kernels run one
  * canonical block form, blocks at absolute positions, for prefill and
- * decode alike (docs/determinism.md).
+ * decode alike (docs/determinism.md).  Attention reduces in splits of
+ * 128 keys here (512 in service) so that the 600-token prompt crosses
+ * four of them and a decode token on 2 threads has its keys shared among
+ * them (attention.c).
  */
+#include "backend/cpu/cpu_impl.h"
 #include "backend/cuda/sample.h"
 #include "engine/engine.h"
 #include "engine/local.h"
@@ -357,6 +361,7 @@ int main(int argc, char **argv)
     hy_t_golden_t golden[HY_T_GOLDEN_MAX];
     int n_golden = hy_t_golden_models(golden, HY_T_GOLDEN_MAX);
 
+    HY_T_OK(hy_cpu_attn_set_split(128) == HY_OK, "attention in splits of 128 keys");
     for (size_t k = 0; k < sizeof tiny / sizeof *tiny; k++) {
         const hy_t_golden_t *g = hy_t_golden_find(golden, n_golden, tiny[k]);
         if (g != NULL && (argc < 2 || strcmp(argv[1], tiny[k]) == 0))
