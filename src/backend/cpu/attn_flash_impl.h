@@ -139,6 +139,20 @@ static void hy_af_finish(float l, const float *O, size_t os, int32_t hdv, float 
         out[d] = O[(size_t)d * os] * inv;
 }
 
+/* The last split's state (m, l, O) folded into the earlier ones' (M, L,
+ * Oa) and normalised into out; alone when it is the only one (the fold
+ * would copy it). */
+static void hy_af_last(float *M, float *L, float *Oa, size_t oas, float m, float l,
+                       const float *O, size_t os, int32_t hdv, float *out)
+{
+    if (*M == -INFINITY) {
+        hy_af_finish(l, O, os, hdv, out);
+        return;
+    }
+    hy_af_fold(M, L, Oa, oas, m, l, O, os, hdv);
+    hy_af_finish(*L, Oa, oas, hdv, out);
+}
+
 /* S[r][lanes] = sum_d K[r][d] Qt[d][lanes] for rows r of nk consecutive
  * keys (NV vectors of lanes, NK keys: NV*NK accumulators, one FMA chain per
  * score over d); mx = max(mx, scores). */
@@ -473,16 +487,9 @@ static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_
         int32_t L = HY_AF_W * gr->nv;
         for (int32_t i = 0; i < gr->n; i++) {
             int32_t lane = gr->lane0 + i, t = f->t0 + lane / nh, h = f->h0 + lane % nh;
-            float *o = f->out + (size_t)t * f->out_stride + (size_t)h * hdv;
-            /* the last split: alone when it is the only one (the fold
-             * would copy it) */
-            if (gr->Ma[i] == -INFINITY) {
-                hy_af_finish(gr->l[i], gr->O + i, (size_t)L, hdv, o);
-                continue;
-            }
-            hy_af_fold(&gr->Ma[i], &gr->La[i], gr->Oa + i, (size_t)L, gr->m[i], gr->l[i],
-                       gr->O + i, (size_t)L, hdv);
-            hy_af_finish(gr->La[i], gr->Oa + i, (size_t)L, hdv, o);
+            hy_af_last(&gr->Ma[i], &gr->La[i], gr->Oa + i, (size_t)L, gr->m[i], gr->l[i],
+                       gr->O + i, (size_t)L, hdv,
+                       f->out + (size_t)t * f->out_stride + (size_t)h * hdv);
         }
     }
 }
@@ -855,22 +862,13 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
     }
     if (f->part) {
         if (kmin <= kmax)
-            hy_af_decode_split(f, nq, (a - HY_AF_BK) / (f->split > 0 ? f->split : 1), O, m, l,
-                               Oa, Ma, La);
+            hy_af_decode_split(f, nq, (a - HY_AF_BK) / f->split, O, m, l, Oa, Ma, La);
         return;
     }
     for (int32_t i = 0; i < nq; i++) {
         int32_t t = f->t0 + i / nh, h = f->h0 + i % nh;
-        float *o = f->out + (size_t)t * f->out_stride + (size_t)h * hdv;
-        /* the last split: alone when it is the only one (the fold would
-         * copy it) */
-        if (Ma[i] == -INFINITY) {
-            hy_af_finish(l[i], O + (size_t)i * hdv, 1, hdv, o);
-            continue;
-        }
-        hy_af_fold(&Ma[i], &La[i], Oa + (size_t)i * hdv, 1, m[i], l[i], O + (size_t)i * hdv, 1,
-                   hdv);
-        hy_af_finish(La[i], Oa + (size_t)i * hdv, 1, hdv, o);
+        hy_af_last(&Ma[i], &La[i], Oa + (size_t)i * hdv, 1, m[i], l[i], O + (size_t)i * hdv, 1,
+                   hdv, f->out + (size_t)t * f->out_stride + (size_t)h * hdv);
     }
 }
 
