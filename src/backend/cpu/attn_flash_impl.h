@@ -757,18 +757,26 @@ static void hy_af_decode_values(const float *vr, const uint16_t *const *vh, int 
     }
 }
 
+/* Where query i of the unit keeps split sp's state in f->part. */
+static inline float *hy_af_part_state(const hy_attn_flash_t *f, int32_t i, int32_t sp)
+{
+    const int32_t nh = f->h1 - f->h0;
+
+    return f->part + (size_t)(i / nh) * f->part_ts + (size_t)(i % nh) * f->part_hs +
+           (size_t)(sp - f->part_s0) * ((size_t)f->hdv + 2);
+}
+
 /* Query i's state at the end of split sp: into the part array, or folded
  * into its running fold; then empty for the next split. */
 static void hy_af_decode_split(const hy_attn_flash_t *f, int32_t nq, int32_t sp, float *O,
                                float *m, float *l, float *Oa, float *Ma, float *La)
 {
-    const int32_t nh = f->h1 - f->h0, hdv = f->hdv;
+    const int32_t hdv = f->hdv;
 
     for (int32_t i = 0; i < nq; i++) {
         float *o = O + (size_t)i * hdv;
         if (f->part) {
-            float *st = f->part + (size_t)(i / nh) * f->part_ts + (size_t)(i % nh) * f->part_hs +
-                        (size_t)(sp - f->part_s0) * ((size_t)hdv + 2);
+            float *st = hy_af_part_state(f, i, sp);
             st[0] = m[i];
             st[1] = l[i];
             memcpy(st + 2, o, sizeof(float) * (size_t)hdv);
@@ -813,8 +821,7 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
         /* this unit's splits start empty: those it sees no key of stay so */
         for (int32_t sp = f->k0 / f->split; sp < f->k1 / f->split; sp++)
             for (int32_t i = 0; i < nq; i++)
-                f->part[(size_t)(i / nh) * f->part_ts + (size_t)(i % nh) * f->part_hs +
-                        (size_t)(sp - f->part_s0) * ((size_t)hdv + 2)] = -INFINITY;
+                hy_af_part_state(f, i, sp)[0] = -INFINITY;
         kmin = HY_MAX(kmin, f->k0);
         kmax = HY_MIN(kmax, f->k1 - 1);
     }
