@@ -5,7 +5,10 @@
  * `hyserve bench` feeds a long prompt, plus one decode token.  One thread,
  * thread CPU time, minimum over repeats (the build machine is shared);
  * with BENCH_ATTN_THREADS=N in the environment, N threads and wall time
- * (a decode token's keys shared among them: attention.c).
+ * (a decode token's keys shared among them: attention.c).  BENCH_ATTN_PREFILL=0
+ * times the decode token only; BENCH_ATTN_COLD=1 evicts the caches before
+ * each decode repeat (in a model the weights stream through them between
+ * one token's attention and the next).
  * Built by `make check`, not run by it:
  *   tests/unit/bench_attn [reps=3] [isa=best|avx2|scalar] [keys...=4096 16384 32768]
  */
@@ -39,6 +42,12 @@ int main(int argc, char **argv)
     hy_backend_t *be = NULL;
     const char *nth_env = getenv("BENCH_ATTN_THREADS");
     int nth = nth_env && atoi(nth_env) > 1 ? atoi(nth_env) : 1;
+    const char *pf_env = getenv("BENCH_ATTN_PREFILL"), *cold_env = getenv("BENCH_ATTN_COLD");
+    bool do_prefill = !(pf_env && strcmp(pf_env, "0") == 0);
+    bool cold = cold_env && strcmp(cold_env, "1") == 0;
+    /* larger than any last-level cache this runs on */
+    enum { B_EVICT = 256 << 20 };
+    char *evict = NULL;
     /* one thread: its CPU time (a shared machine's other load falls
      * outside it); several: the wall time they take together */
     clockid_t clk = nth > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
@@ -123,7 +132,7 @@ int main(int argc, char **argv)
             pos[i] = p0 + i;
             flop += (double)(p0 + i + 1) * B_NH * (2.0 * B_HD + 2.0 * B_HD);
         }
-        for (int r = 0; r < reps; r++) {
+        for (int r = 0; r < (do_prefill ? reps : 0); r++) {
             double t0 = bench_clock_s(clk);
             be->i->attention(be, 0, &b, q, k, v, o, &p);
             double dt = bench_clock_s(clk) - t0;
@@ -132,9 +141,10 @@ int main(int argc, char **argv)
         double cs = 0;
         for (size_t i = 0; i < (size_t)B_NQ * B_NH * B_HD; i++)
             cs += o[i];
-        printf("prefill 512 queries x %6d keys: %9.1f ms %7.1f GFLOP/s %5.1f%% of peak "
-               "(checksum %.6f)\n", keys[kk], best * 1e3, flop / best * 1e-9,
-               flop / best * 1e-9 / 155.0 * 100.0, cs);
+        if (do_prefill)
+            printf("prefill 512 queries x %6d keys: %9.1f ms %7.1f GFLOP/s %5.1f%% of peak "
+                   "(checksum %.6f)\n", keys[kk], best * 1e3, flop / best * 1e-9,
+                   flop / best * 1e-9 / 155.0 * 100.0, cs);
 
         /* one decode token at the end of the same history */
         int32_t pd = keys[kk] - 1;
@@ -143,6 +153,12 @@ int main(int argc, char **argv)
         hy_batch_t bd = {1, NULL, &pd, 1, &sd};
         best = INFINITY;
         for (int r = 0; r < 5 * reps; r++) {
+            if (cold) {
+                if (!evict && !(evict = malloc(B_EVICT)))
+                    goto done;
+                for (size_t i = 0; i < B_EVICT; i += 64)
+                    evict[i] = (char)(evict[i] + r);
+            }
             double t0 = bench_clock_s(clk);
             be->i->attention(be, 0, &bd, q + (size_t)(B_NQ - 1) * B_NH * B_HD,
                              k + (size_t)(B_NQ - 1) * B_NKV * B_HD,
@@ -150,12 +166,14 @@ int main(int argc, char **argv)
             double dt = bench_clock_s(clk) - t0;
             best = dt < best ? dt : best;
         }
-        printf("decode 1 query  x %6d keys: %9.1f us\n", keys[kk], best * 1e6);
+        printf("decode 1 query  x %6d keys: %9.1f us%s\n", keys[kk], best * 1e6,
+               cold ? " (cold caches)" : "");
     }
     rc = be->i->status(be, err) == HY_OK ? 0 : 1;
     if (rc)
         fprintf(stderr, "bench_attn: %s\n", err);
 done:
+    free(evict);
     free(q);
     free(k);
     free(v);
