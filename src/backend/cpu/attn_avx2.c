@@ -1,11 +1,11 @@
 /*
- * attn_avx2.c - the flash-attention prefill kernel (attn_flash_impl.h) on
- * AVX2 + FMA + F16C: 8 lanes per vector, groups of 3 vectors (24 queries),
- * 4 keys x 3 vectors of scores and 4 value columns x 3 vectors of output in
- * registers (12 accumulators, 3 loaded vectors and a broadcast: all 16 ymm).
+ * attn_avx2.c - the attention kernels (attn_flash_impl.h) on AVX2 + FMA +
+ * F16C: 8 lanes per vector, groups of 3 vectors (24 queries); score chains
+ * of 4 queries x 3 keys (prefill) or 2 x 4 (decode), and 4 value columns x
+ * 3 vectors of output, in registers (12 accumulators, the loaded vectors
+ * and a broadcast: at most all 16 ymm).
  */
 #include "backend/cpu/attn_flash.h"
-#include "backend/cpu/x86_transpose.h"
 
 #include <math.h>
 
@@ -15,8 +15,10 @@
 
 #define HY_AF_W 8
 #define HY_AF_VMAX 3
-#define HY_AF_NK 4
 #define HY_AF_ND 4
+#define HY_AF_DOT_Q 4
+#define HY_AF_DOT_K 3
+#define HY_AF_DEC_DQ 2
 #define HY_AF_ENTRY hy_attn_flash_avx2
 #define HY_AF_DECODE_ENTRY hy_attn_decode_avx2
 #define HY_AF_MERGE_ENTRY hy_attn_merge_avx2
@@ -85,11 +87,14 @@ HY_AF_PRIM void hy_af_transpose(const float *src, size_t ss, float *dst, size_t 
     }
 }
 
-/* decode's keys straight from f16 pages (x86_transpose.h) */
-#define HY_AF_HAVE_TRANSPOSE_F16 1
-HY_AF_PRIM void hy_af_transpose_f16(const uint16_t *const rp[8], int32_t d, float *dst, size_t ds)
+/* out[i] = the sum of vector vi's 8 lanes in the tree ((l0 + l1) + (l2 +
+ * l3)) + ((l4 + l5) + (l6 + l7)), the generic hy_af_hsum4's: pairs and
+ * quads by hadd, then the two halves. */
+#define HY_AF_HAVE_HSUM4 1
+HY_AF_PRIM void hy_af_hsum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3, float *out)
 {
-    hy_x86_transpose8_f16(rp, d, dst, ds);
+    __m256 q = _mm256_hadd_ps(_mm256_hadd_ps(v0, v1), _mm256_hadd_ps(v2, v3));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
 }
 
 #include "backend/cpu/attn_flash_impl.h"

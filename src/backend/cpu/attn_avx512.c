@@ -1,8 +1,8 @@
 /*
- * attn_avx512.c - the flash-attention prefill kernel (attn_flash_impl.h) on
- * AVX-512: 16 lanes per vector, groups of 3 vectors (48 queries), 8 keys x
- * 3 vectors of scores and 8 value columns x 3 vectors of output in
- * registers (24 of the 32 zmm), broadcasts folded into the FMAs.
+ * attn_avx512.c - the attention kernels (attn_flash_impl.h) on AVX-512: 16
+ * lanes per vector, groups of 3 vectors (48 queries); score chains of 8
+ * queries x 3 keys (prefill) or 4 x 4 (decode), and 8 value columns x 3
+ * vectors of output, in registers (up to 28 of the 32 zmm).
  */
 #include "backend/cpu/attn_flash.h"
 #include "backend/cpu/x86_transpose.h"
@@ -15,8 +15,10 @@
 
 #define HY_AF_W 16
 #define HY_AF_VMAX 3
-#define HY_AF_NK 8
 #define HY_AF_ND 8
+#define HY_AF_DOT_Q 8
+#define HY_AF_DOT_K 3
+#define HY_AF_DEC_DQ 4
 #define HY_AF_ENTRY hy_attn_flash_avx512
 #define HY_AF_DECODE_ENTRY hy_attn_decode_avx512
 #define HY_AF_MERGE_ENTRY hy_attn_merge_avx512
@@ -69,13 +71,6 @@ HY_AF_PRIM void hy_af_transpose(const float *src, size_t ss, float *dst, size_t 
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
         _mm512_storeu_ps(dst + i * ds, r[i]);
-}
-
-/* decode's keys straight from f16 pages, as the AVX2 kernel */
-#define HY_AF_HAVE_TRANSPOSE_F16 1
-HY_AF_PRIM void hy_af_transpose_f16(const uint16_t *const rp[8], int32_t d, float *dst, size_t ds)
-{
-    hy_x86_transpose8_f16(rp, d, dst, ds);
 }
 
 #include "backend/cpu/attn_flash_impl.h"

@@ -69,22 +69,22 @@ typedef struct {
 #define HY_ATTN_FLASH_WMAX 16
 
 /* Scratch floats one call of either kernel needs for units of up to
- * max_lanes queries.  Flash: K and V tiles, the score tile, then Qt, O^T
- * and the folded splits' O^T of every group; decode: K and V tiles, K
- * transposed, a score row, a block, and per query Q, O, m, l and the
- * folded O, m, l.  (Any float alignment works; 64-byte aligned scratch
- * keeps the AVX-512 kernel's tiles on cache lines.) */
+ * max_lanes queries.  Flash: K and V tiles, the score tile, then the query
+ * rows, O^T and the folded splits' O^T of every group; decode: K and V
+ * tiles, and per query Q, O, m, l and the folded O, m, l.  Key and query
+ * rows are padded to a multiple of the vector width (at most
+ * HY_ATTN_FLASH_WMAX floats more).  (Any float alignment works; 64-byte
+ * aligned scratch keeps the AVX-512 kernel's tiles on cache lines.) */
 static inline size_t hy_attn_flash_scratch_floats(int32_t hd, int32_t hdv, int32_t max_lanes)
 {
     size_t lanes = (size_t)HY_MIN(max_lanes, HY_ATTN_FLASH_MAX_LANES);
-    size_t tile = HY_ATTN_FLASH_TILE, w = HY_ATTN_FLASH_WMAX, flash, decode;
+    size_t tile = HY_ATTN_FLASH_TILE, hdp = (size_t)hd + HY_ATTN_FLASH_WMAX, flash, decode;
 
     lanes = (lanes + HY_ATTN_FLASH_GROUP_MAX - 1) / HY_ATTN_FLASH_GROUP_MAX *
             HY_ATTN_FLASH_GROUP_MAX;
-    flash = tile * ((size_t)hd + (size_t)hdv + HY_ATTN_FLASH_GROUP_MAX) +
-            lanes * ((size_t)hd + 2 * (size_t)hdv);
-    decode = tile * ((size_t)hd + (size_t)hdv + (size_t)hd + w + 1) + w + w * w +
-             (size_t)max_lanes * ((size_t)hd + 2 * (size_t)hdv + 4);
+    flash = tile * (hdp + (size_t)hdv + HY_ATTN_FLASH_GROUP_MAX) +
+            lanes * (hdp + 2 * (size_t)hdv);
+    decode = tile * (hdp + (size_t)hdv) + (size_t)max_lanes * (hdp + 2 * (size_t)hdv + 4);
     return HY_MAX(flash, decode);
 }
 

@@ -3,19 +3,20 @@
  * cache, written once for every vector width: attn_avx512.c and attn_avx2.c
  * each define the vector type and a dozen primitives (below) under their
  * own target pragma, then include this file.  Queries sit in the SIMD lanes
- * (groups of HY_AF_VMAX vectors of lanes, Qt is [d][lanes]) and the keys
- * are swept in tiles of HY_ATTN_FLASH_TILE positions: each tile is
- * converted to f32 once for every query of the unit, then per group
- * S^T = K Qt (HY_AF_NK keys x HY_AF_VMAX vectors in registers), a per-lane
- * online softmax (vertical operations only), and O^T += V^T P^T (HY_AF_ND
- * value columns x HY_AF_VMAX vectors).  Masking runs only on tiles that
- * cross a lane's causal edge or window.
+ * (groups of HY_AF_VMAX vectors of lanes) and the keys are swept in tiles
+ * of HY_ATTN_FLASH_TILE positions: each tile is converted to f32 once for
+ * every query of the unit, then per group the scores S^T (dot products of
+ * key and query rows in blocks of HY_AF_DOT_K keys x HY_AF_DOT_Q queries,
+ * each summed across its lanes into the query's lane: see "scores"), a
+ * per-lane online softmax (vertical operations only), and O^T += V^T P^T
+ * (HY_AF_ND value columns x HY_AF_VMAX vectors).  Masking runs only on
+ * tiles that cross a lane's causal edge or window.
  *
- * Units of few queries (decode) take hy_af_decode instead, which performs
- * for each (query, key) the same operations in the same order -- over the
- * same absolute 64-position tiles, the keys of one query across the lanes
- * -- so a query's output has the same bits from either kernel, and from any
- * batch or chunking of the prompt (see hy_af_decode).
+ * Units of few queries (decode) take HY_AF_DECODE_ENTRY instead, which
+ * performs for each (query, key) the same operations in the same order --
+ * over the same absolute 64-position tiles, the keys of one query across
+ * the lanes -- so a query's output has the same bits from either kernel,
+ * and from any batch or chunking of the prompt (see "decode").
  *
  * Both reduce a query's keys in splits of f->split absolute positions:
  * each split's softmax state starts empty and the states fold left to
@@ -24,14 +25,15 @@
  * (f->part) so that threads share one long sequence's keys, and
  * HY_AF_MERGE_ENTRY folds them afterwards with the same bits.
  *
- * The includer defines: HY_AF_W (lanes per vector), HY_AF_VMAX, HY_AF_NK,
- * HY_AF_ND (register blocking), HY_AF_ENTRY and HY_AF_DECODE_ENTRY (the
- * exported functions' names), the type hy_af_v, and always-inline
- * hy_af_zero, load, store, set1, fma (a*b+c), max, sub, add, exp (x <= 0),
- * mask_pos (s, or -inf where the key position is outside a lane's [qlo,
- * qpos]), keep_ge (p where x >= t, else 0, NaN x included), one_if_ninf (c,
- * or 1 where m is -inf), cvt_f16 (HY_AF_W halves to floats) and transpose
- * (a W x W block: dst[c*ds + r] = src[r*ss + c]).
+ * The includer defines: HY_AF_W (lanes per vector), HY_AF_VMAX, HY_AF_ND,
+ * HY_AF_DOT_Q, HY_AF_DOT_K, HY_AF_DEC_DQ (register blocking), HY_AF_ENTRY,
+ * HY_AF_DECODE_ENTRY and HY_AF_MERGE_ENTRY (the exported functions'
+ * names), the type hy_af_v, and always-inline hy_af_zero, load, store,
+ * set1, fma (a*b+c), max, sub, add, exp (x <= 0), mask_pos (s, or -inf
+ * where the key position is outside a lane's [qlo, qpos]), keep_ge (p where
+ * x >= t, else 0, NaN x included), one_if_ninf (c, or 1 where m is -inf),
+ * cvt_f16 (HY_AF_W halves to floats) and transpose (a W x W block:
+ * dst[c*ds + r] = src[r*ss + c]); optionally hy_af_hsum4 (HY_AF_HAVE_HSUM4).
  */
 #include <math.h>
 #include <string.h>
@@ -56,7 +58,7 @@ _Static_assert(HY_AF_W <= HY_ATTN_FLASH_WMAX, "the decode scratch plan covers th
 typedef struct {
     int32_t nv, lane0, n;
     int32_t pmin, pmax, lomin, lomax;   /* positions, over the real lanes */
-    float *Qt;                          /* [hd][HY_AF_W nv]: query times scale */
+    float *Qr;                          /* [HY_AF_GL][hdp]: query rows times scale */
     float *O;                           /* [hdv][HY_AF_W nv]: unnormalised output */
     float m[HY_AF_GL], l[HY_AF_GL];     /* running max and sum per lane */
     float *Oa;                          /* the earlier splits folded: like O */
@@ -153,53 +155,125 @@ static void hy_af_last(float *M, float *L, float *Oa, size_t oas, float m, float
     hy_af_finish(*L, Oa, oas, hdv, out);
 }
 
-/* S[r][lanes] = sum_d K[r][d] Qt[d][lanes] for rows r of nk consecutive
- * keys (NV vectors of lanes, NK keys: NV*NK accumulators, one FMA chain per
- * score over d); mx = max(mx, scores). */
-HY_AF_INLINE void hy_af_qk_tile(const float *Qt, const float *K, int hd, float *S, int NV,
-                                int NK, hy_af_v *mx)
-{
-    const int L = HY_AF_W * NV;
-    hy_af_v acc[HY_AF_NK > HY_AF_ND ? HY_AF_NK : HY_AF_ND][HY_AF_VMAX];
+/* ---- scores: one definition for both kernels ----
+ * A score is the dot product of a key row and a query row (times the
+ * scale), both zero-padded to hdp, a multiple of HY_AF_W: per lane r the
+ * chain over the W-wide chunks c of fma(K[cW + r], Q[cW + r], acc) from
+ * zero, then the W lanes summed in one fixed tree, ((l0 + l1) + (l2 +
+ * l3)) + ((l4 + l5) + (l6 + l7)) and so on (hy_af_hsum4).  The key rows
+ * are read as they lie (no transpose), and where a score lands -- a lane
+ * of queries for the flash kernel, a lane of keys for decode -- changes
+ * no bit. */
 
+#ifndef HY_AF_HAVE_HSUM4
+/* out[i] = the sum of vector v[i]'s lanes, i < 4, in the tree above: the
+ * vectors transposed, then rows added pairwise at distance 1, 2, 4, ...
+ * An ISA may define a faster one with this tree (HY_AF_HAVE_HSUM4). */
+HY_AF_INLINE void hy_af_hsum4(hy_af_v v0, hy_af_v v1, hy_af_v v2, hy_af_v v3, float *out)
+{
+    float t[HY_AF_W * HY_AF_W] __attribute__((aligned(64)));
+    float u[HY_AF_W * HY_AF_W] __attribute__((aligned(64)));
+    hy_af_v r[HY_AF_W];
+
+    _Static_assert(HY_AF_W >= 4, "four sums fit a vector");
+    hy_af_store(t, v0);
+    hy_af_store(t + HY_AF_W, v1);
+    hy_af_store(t + 2 * HY_AF_W, v2);
+    hy_af_store(t + 3 * HY_AF_W, v3);
+    memset(t + 4 * HY_AF_W, 0, sizeof(float) * HY_AF_W * (HY_AF_W - 4));
+    hy_af_transpose(t, HY_AF_W, u, HY_AF_W);
 #pragma GCC unroll 16
-    for (int kk = 0; kk < NK; kk++)
-#pragma GCC unroll 3
-        for (int v = 0; v < NV; v++)
-            acc[kk][v] = hy_af_zero();
-    for (int d = 0; d < hd; d++) {
-        hy_af_v qv[HY_AF_VMAX];
-#pragma GCC unroll 3
-        for (int v = 0; v < NV; v++)
-            qv[v] = hy_af_load(Qt + (size_t)d * L + HY_AF_W * v);
+    for (int i = 0; i < HY_AF_W; i++)
+        r[i] = hy_af_load(u + i * HY_AF_W);
+#pragma GCC unroll 4
+    for (int st = 1; st < HY_AF_W; st *= 2)
 #pragma GCC unroll 16
-        for (int kk = 0; kk < NK; kk++) {
-            hy_af_v kb = hy_af_set1(K[(size_t)kk * hd + d]);
-#pragma GCC unroll 3
-            for (int v = 0; v < NV; v++)
-                acc[kk][v] = hy_af_fma(kb, qv[v], acc[kk][v]);
+        for (int i = 0; i + st < HY_AF_W; i += 2 * st)
+            r[i] = hy_af_add(r[i], r[i + st]);
+    hy_af_store(t, r[0]);
+    memcpy(out, t, 4 * sizeof(float));
+}
+#endif
+
+/* acc[q][k] for NQ queries times NK keys: the chains over nc chunks of W
+ * columns, query q's chunk c at Q + q*qs + c*qc, key k's at kf + k*ks +
+ * c*kc, or with kh the halves at kh[k] + c*W, converted as loaded (a
+ * literal NULL compiles either away).  Each key chunk is loaded once for
+ * the NQ queries, NQ*NK chains side by side.  With pf, a line of the next
+ * tile is prefetched every other chunk. */
+HY_AF_INLINE void hy_af_dots(const float *Q, size_t qs, size_t qc, const float *kf, size_t ks,
+                             size_t kc, const uint16_t *const *kh, int nc, const int NQ,
+                             const int NK, hy_af_pf_t *pf, hy_af_v acc[HY_AF_DOT_Q][4])
+{
+#pragma GCC unroll 8
+    for (int q = 0; q < NQ; q++)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            acc[q][k] = hy_af_zero();
+    for (int c = 0; c < nc; c++) {
+        hy_af_v kx[4];
+        if (pf && (c & 1))
+            hy_af_pf_step(pf, 1);
+#pragma GCC unroll 4
+        for (int k = 0; k < NK; k++)
+            kx[k] = kh ? hy_af_cvt_f16(kh[k] + (size_t)c * HY_AF_W)
+                       : hy_af_load(kf + (size_t)k * ks + (size_t)c * kc);
+#pragma GCC unroll 8
+        for (int q = 0; q < NQ; q++) {
+            const hy_af_v qv = hy_af_load(Q + (size_t)q * qs + (size_t)c * qc);
+#pragma GCC unroll 4
+            for (int k = 0; k < NK; k++)
+                acc[q][k] = hy_af_fma(kx[k], qv, acc[q][k]);
         }
     }
-#pragma GCC unroll 16
-    for (int kk = 0; kk < NK; kk++)
-#pragma GCC unroll 3
-        for (int v = 0; v < NV; v++) {
-            hy_af_store(S + (size_t)kk * L + HY_AF_W * v, acc[kk][v]);
-            mx[v] = hy_af_max(mx[v], acc[kk][v]);
-        }
 }
 
-HY_AF_INLINE void hy_af_qk(const float *Qt, const float *K, int hd, int n, float *S, int NV,
+_Static_assert(HY_AF_DOT_K <= 3, "hy_af_qk_block instantiates 1..3 keys");
+_Static_assert(HY_AF_DOT_Q % 4 == 0 && HY_AF_DOT_Q <= 8, "queries in fours");
+_Static_assert(HY_AF_W % HY_AF_DOT_Q == 0, "query blocks tile a vector of lanes");
+
+/* The flash kernel's scores of HY_AF_DOT_Q query rows (Qr) by NK key rows
+ * (K), nc chunks each, into S[k][0 .. HY_AF_DOT_Q) (rows L apart). */
+HY_AF_INLINE void hy_af_qk_block(const float *Qr, const float *K, int nc, int L, float *S,
+                                 const int NK)
+{
+    hy_af_v acc[HY_AF_DOT_Q][4];
+
+    hy_af_dots(Qr, (size_t)nc * HY_AF_W, HY_AF_W, K, (size_t)nc * HY_AF_W, HY_AF_W,
+               NULL, nc, HY_AF_DOT_Q, NK, NULL, acc);
+#pragma GCC unroll 4
+    for (int k = 0; k < NK; k++)
+#pragma GCC unroll 2
+        for (int q = 0; q < HY_AF_DOT_Q; q += 4)
+            hy_af_hsum4(acc[q][k], acc[q + 1][k], acc[q + 2][k], acc[q + 3][k],
+                        S + (size_t)k * L + q);
+}
+
+static void hy_af_qk_block_any(const float *Qr, const float *K, int nc, int L, float *S, int nk)
+{
+    switch (nk) {
+    case 1: hy_af_qk_block(Qr, K, nc, L, S, 1); break;
+    case 2: hy_af_qk_block(Qr, K, nc, L, S, 2); break;
+    default: hy_af_qk_block(Qr, K, nc, L, S, HY_AF_DOT_K); break;
+    }
+}
+
+/* The flash kernel's scores: S[r][lanes] for key rows r < n of K and the
+ * NV vectors of query rows Qr (both hdp floats apart), and mx = max(mx,
+ * scores). */
+HY_AF_INLINE void hy_af_qk(const float *Qr, const float *K, int hdp, int n, float *S, int NV,
                            hy_af_v *mx)
 {
-    int r = 0;
+    const int L = HY_AF_W * NV;
 
-    for (; r + HY_AF_NK <= n; r += HY_AF_NK)
-        hy_af_qk_tile(Qt, K + (size_t)r * hd, hd, S + (size_t)r * HY_AF_W * NV, NV, HY_AF_NK, mx);
-    for (; r + 2 <= n; r += 2)
-        hy_af_qk_tile(Qt, K + (size_t)r * hd, hd, S + (size_t)r * HY_AF_W * NV, NV, 2, mx);
-    if (r < n)
-        hy_af_qk_tile(Qt, K + (size_t)r * hd, hd, S + (size_t)r * HY_AF_W * NV, NV, 1, mx);
+    for (int r = 0; r < n; r += HY_AF_DOT_K)
+        for (int i = 0; i < L; i += HY_AF_DOT_Q)
+            hy_af_qk_block_any(Qr + (size_t)i * hdp, K + (size_t)r * hdp,
+                               hdp / HY_AF_W, L, S + (size_t)r * L + i,
+                               HY_MIN(HY_AF_DOT_K, n - r));
+    for (int r = 0; r < n; r++)
+        for (int v = 0; v < NV; v++)
+            mx[v] = hy_af_max(mx[v], hy_af_load(S + (size_t)r * L + HY_AF_W * v));
 }
 
 /* O^T[d][lanes] = c O^T[d][lanes] + sum_r V[r][d] P[r][lanes] for value
@@ -208,7 +282,7 @@ HY_AF_INLINE void hy_af_pv_tile(float *O, const float *P, const float *V, int hd
                                 const hy_af_v *c, int NV, int ND)
 {
     const int L = HY_AF_W * NV;
-    hy_af_v acc[HY_AF_NK > HY_AF_ND ? HY_AF_NK : HY_AF_ND][HY_AF_VMAX];
+    hy_af_v acc[HY_AF_ND][HY_AF_VMAX];
 
 #pragma GCC unroll 16
     for (int dd = 0; dd < ND; dd++)
@@ -251,11 +325,11 @@ HY_AF_INLINE void hy_af_pv(float *O, const float *P, const float *V, int hdv, in
         hy_af_pv_tile(O + (size_t)d * HY_AF_W * NV, P, V + d, hdv, n, c, NV, 1);
 }
 
-/* Folds keys [j0, j0+n) (rows K, V) into group gr: scores, the cap, the
- * mask where the tile crosses a lane's edge, the online softmax update and
- * the weighted values.  S is n x HY_AF_W NV scratch. */
+/* Folds keys [j0, j0+n) (rows K of hdp floats, V) into group gr: scores,
+ * the cap, the mask where the tile crosses a lane's edge, the online
+ * softmax update and the weighted values.  S is n x HY_AF_W NV scratch. */
 HY_AF_INLINE void hy_af_group_tile(hy_af_group_t *gr, const float *K, const float *V,
-                                   int32_t j0, int n, int hd, int hdv, float softcap,
+                                   int32_t j0, int n, int hdp, int hdv, float softcap,
                                    float *S, hy_af_pf_t *pf, int NV)
 {
     const int L = HY_AF_W * NV;
@@ -265,7 +339,7 @@ HY_AF_INLINE void hy_af_group_tile(hy_af_group_t *gr, const float *K, const floa
 
     for (int v = 0; v < NV; v++)
         mx[v] = ninf;
-    hy_af_qk(gr->Qt, K, hd, n, S, NV, mx);
+    hy_af_qk(gr->Qr, K, hdp, n, S, NV, mx);
 
     if (softcap > 0.0f || masked) {
         /* cap and mask in place, then the max again */
@@ -315,21 +389,30 @@ HY_AF_INLINE void hy_af_group_tile(hy_af_group_t *gr, const float *K, const floa
 }
 
 static void hy_af_group_tile_any(hy_af_group_t *gr, const float *K, const float *V,
-                                 int32_t j0, int n, int hd, int hdv, float softcap, float *S,
+                                 int32_t j0, int n, int hdp, int hdv, float softcap, float *S,
                                  hy_af_pf_t *pf)
 {
     /* a constant NV per copy, so the accumulators live in registers */
     switch (gr->nv) {
     case 1:
-        hy_af_group_tile(gr, K, V, j0, n, hd, hdv, softcap, S, pf, 1);
+        hy_af_group_tile(gr, K, V, j0, n, hdp, hdv, softcap, S, pf, 1);
         break;
     case 2:
-        hy_af_group_tile(gr, K, V, j0, n, hd, hdv, softcap, S, pf, 2);
+        hy_af_group_tile(gr, K, V, j0, n, hdp, hdv, softcap, S, pf, 2);
         break;
     default:
-        hy_af_group_tile(gr, K, V, j0, n, hd, hdv, softcap, S, pf, 3);
+        hy_af_group_tile(gr, K, V, j0, n, hdp, hdv, softcap, S, pf, 3);
         break;
     }
+}
+
+/* Position p's row of one KV head's f16 pages (base, page and row sizes). */
+static inline const uint16_t *hy_af_row_f16(const hy_attn_flash_t *f, const uint8_t *base,
+                                            size_t page_bytes, size_t row_bytes, int32_t p)
+{
+    return (const uint16_t *)(const void *)(base +
+                                            (size_t)f->pages[p / f->page_tokens] * page_bytes +
+                                            (size_t)(p % f->page_tokens) * row_bytes);
 }
 
 /* Rows [lo, hi) of one KV head into a float tile (row p - lo), page by page. */
@@ -361,6 +444,22 @@ static void hy_af_load_rows(const hy_attn_flash_t *f, const uint8_t *base, size_
             f->to_float(src, dst, (int64_t)n);
         }
         p += cnt;
+    }
+}
+
+/* hy_af_load_rows with rows stride >= dim apart, zero-padded: the key
+ * tiles' rows padded to hdp for the score chunks. */
+static void hy_af_load_keys(const hy_attn_flash_t *f, int32_t stride, int32_t lo, int32_t hi,
+                            float *tile)
+{
+    const int32_t dim = f->hd;
+
+    hy_af_load_rows(f, f->k_base, f->k_page_bytes, f->k_row_bytes, dim, lo, hi, tile);
+    if (stride == dim)
+        return;
+    for (int32_t r = hi - lo - 1; r >= 0; r--) { /* last row first: they move up */
+        memmove(tile + (size_t)r * stride, tile + (size_t)r * dim, sizeof(float) * (size_t)dim);
+        memset(tile + (size_t)r * stride + dim, 0, sizeof(float) * (size_t)(stride - dim));
     }
 }
 
@@ -412,7 +511,8 @@ static void hy_af_group_split(hy_af_group_t *gr, int32_t hdv)
 static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_t nl)
 {
     const int32_t hd = f->hd, hdv = f->hdv, nh = f->h1 - f->h0;
-    float *Kt = scr, *Vt = Kt + (size_t)HY_AF_BK * hd, *S = Vt + (size_t)HY_AF_BK * hdv;
+    const int32_t hdp = (hd + HY_AF_W - 1) / HY_AF_W * HY_AF_W;
+    float *Kt = scr, *Vt = Kt + (size_t)HY_AF_BK * hdp, *S = Vt + (size_t)HY_AF_BK * hdv;
     float *Qbase = S + (size_t)HY_AF_BK * HY_AF_GL;
     hy_af_group_t grs[HY_AF_MAX_GROUPS];
     hy_af_pf_t pf;
@@ -425,12 +525,12 @@ static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_
         gr->n = n;
         gr->nv = (n + HY_AF_W - 1) / HY_AF_W;
         L = HY_AF_W * gr->nv;
-        gr->Qt = Qbase + (size_t)gi * HY_AF_GL * (hd + 2 * hdv);
-        gr->O = gr->Qt + (size_t)HY_AF_GL * hd;
+        gr->Qr = Qbase + (size_t)gi * HY_AF_GL * (hdp + 2 * hdv);
+        gr->O = gr->Qr + (size_t)HY_AF_GL * hdp;
         gr->Oa = gr->O + (size_t)HY_AF_GL * hdv;
         gr->pmin = gr->lomin = INT32_MAX;
         gr->pmax = gr->lomax = -1;
-        memset(gr->Qt, 0, sizeof(float) * (size_t)hd * L);
+        memset(gr->Qr, 0, sizeof(float) * (size_t)hdp * HY_AF_GL);
         memset(gr->O, 0, sizeof(float) * (size_t)hdv * L);
         for (int32_t i = 0; i < L; i++) {
             int32_t lane = gr->lane0 + (i < n ? i : 0);
@@ -444,7 +544,7 @@ static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_
                 continue;
             const float *qv = f->q + (size_t)t * f->q_stride + (size_t)h * hd;
             for (int32_t d = 0; d < hd; d++)
-                gr->Qt[(size_t)d * L + i] = qv[d] * f->scale;
+                gr->Qr[(size_t)i * hdp + d] = qv[d] * f->scale;
             gr->pmin = HY_MIN(gr->pmin, p);
             gr->pmax = HY_MAX(gr->pmax, p);
             gr->lomin = HY_MIN(gr->lomin, lo);
@@ -468,15 +568,15 @@ static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_
         }
         if (clo >= chi)
             continue;
-        hy_af_load_rows(f, f->k_base, f->k_page_bytes, f->k_row_bytes, hd, clo, chi, Kt);
+        hy_af_load_keys(f, hdp, clo, chi, Kt);
         hy_af_load_rows(f, f->v_base, f->v_page_bytes, f->v_row_bytes, hdv, clo, chi, Vt);
         hy_af_pf_next(&pf, f, a, kmax);
         for (int32_t gi = 0; gi < ng; gi++) {
             int32_t glo = HY_MAX(clo, grs[gi].lomin), ghi = HY_MIN(chi, grs[gi].pmax + 1);
             if (glo >= ghi)
                 continue;
-            hy_af_group_tile_any(&grs[gi], Kt + (size_t)(glo - clo) * hd,
-                                 Vt + (size_t)(glo - clo) * hdv, glo, ghi - glo, hd, hdv,
+            hy_af_group_tile_any(&grs[gi], Kt + (size_t)(glo - clo) * hdp,
+                                 Vt + (size_t)(glo - clo) * hdv, glo, ghi - glo, hdp, hdv,
                                  f->softcap, S, &pf);
         }
         hy_af_pf_step(&pf, INT32_MAX); /* whatever the groups left */
@@ -505,163 +605,88 @@ void HY_AF_ENTRY(const hy_attn_flash_t *f, float *scratch)
 /* ---- decode: a few queries, keys across the lanes ----
  * The flash kernel's arithmetic for one (query, key tile) pair, restated
  * so that a single query fills the vectors: per 64-position tile (the same
- * absolute tiles) the scores of the keys the query sees are each one FMA
- * chain over d, fma(K[d], Q[d], s) from 0, computed W keys at a time from
- * the tile transposed; the cap, max, exp and the drop below HY_AF_EXP_MIN
- * are the same lane-wise operations; the weights are summed one after the
- * other in key order (the flash lane's chain, minus the zeros of keys it
- * masks); the value sums are one FMA chain per column in key order,
- * fma(V[j][d], P[j], acc) from 0, W columns at a time; and then
- * l = fma(l, c, lsum), O = fma(O, c, acc) as there.  Keys a flash lane
- * masks contribute exact zeros there, which is why skipping them here
- * changes no bit (barring sums that are exactly zero, whose sign could
- * differ). */
+ * absolute tiles) the scores of the keys the query sees are the same dot
+ * products (hy_af_dots and hy_af_hsum4, four keys at a time); the
+ * cap, max, exp and the drop below HY_AF_EXP_MIN are the same lane-wise
+ * operations; the weights are summed one after the other in key order
+ * (the flash lane's chain, minus the zeros of keys it masks); the value
+ * sums are one FMA chain per column in key order, fma(V[j][d], P[j], acc)
+ * from 0, W columns at a time; and then l = fma(l, c, lsum), O = fma(O,
+ * c, acc) as there.  Keys a flash lane masks contribute exact zeros
+ * there, which is why skipping them here changes no bit (barring sums
+ * that are exactly zero, whose sign could differ). */
 
 static inline float hy_af_max_scalar(float a, float b)
 {
     return a > b ? a : b; /* maxps: b where either is NaN */
 }
 
-/* Rows [0, n) of kr (stride hd) transposed into kt[d*HY_AF_BK + j]; the
- * columns up to the next multiple of HY_AF_W are zero-filled first. */
-static void hy_af_transpose_keys(const float *kr, int n, int hd, float *kt, float *blk)
-{
-    int nr = (n + HY_AF_W - 1) / HY_AF_W * HY_AF_W, d = 0;
-
-    for (; d + HY_AF_W <= hd; d += HY_AF_W)
-        for (int j = 0; j < nr; j += HY_AF_W) {
-            if (j + HY_AF_W <= n) {
-                hy_af_transpose(kr + (size_t)j * hd + d, (size_t)hd, kt + (size_t)d * HY_AF_BK + j,
-                                HY_AF_BK);
-            } else {
-                /* the ragged end of the keys: zero rows past n */
-                for (int r = 0; r < HY_AF_W; r++)
-                    for (int c = 0; c < HY_AF_W; c++)
-                        blk[r * HY_AF_W + c] = j + r < n ? kr[(size_t)(j + r) * hd + d + c] : 0.0f;
-                hy_af_transpose(blk, HY_AF_W, kt + (size_t)d * HY_AF_BK + j, HY_AF_BK);
-            }
-        }
-    for (; d < hd; d++) /* odd head sizes */
-        for (int j = 0; j < nr; j++)
-            kt[(size_t)d * HY_AF_BK + j] = j < n ? kr[(size_t)j * hd + d] : 0.0f;
-}
-
-/* Position p's row of one KV head's f16 pages (base, page and row sizes). */
-static inline const uint16_t *hy_af_row_f16(const hy_attn_flash_t *f, const uint8_t *base,
-                                            size_t page_bytes, size_t row_bytes, int32_t p)
-{
-    return (const uint16_t *)(const void *)(base +
-                                            (size_t)f->pages[p / f->page_tokens] * page_bytes +
-                                            (size_t)(p % f->page_tokens) * row_bytes);
-}
-
-/* The tile's keys [lo, hi) as floats, transposed into kt.  Halves whose
- * ISA has hy_af_transpose_f16 go straight from the pages, 8 rows at a
- * time (a ragged end reads a row of zeros); the rest are converted into
- * kr and transposed from there. */
-static void hy_af_decode_keys(const hy_attn_flash_t *f, int32_t lo, int32_t hi, float *kr,
-                              float *kt, float *blk)
-{
-#ifdef HY_AF_HAVE_TRANSPOSE_F16
-    static const uint16_t zero_row[HY_ATTN_MAX_HEAD_DIM];
-    if (f->kv_f16 && f->hd % 8 == 0 && f->hd <= HY_ATTN_MAX_HEAD_DIM) {
-        const int32_t n = hi - lo;
-        for (int32_t j = 0; j < n; j += 8) {
-            const uint16_t *rp[8];
-#pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) {
-                int32_t p = lo + j + r;
-                rp[r] = p < hi ? hy_af_row_f16(f, f->k_base, f->k_page_bytes, f->k_row_bytes, p)
-                               : zero_row;
-            }
-            for (int32_t d = 0; d < f->hd; d += 8)
-                hy_af_transpose_f16(rp, d, kt + (size_t)d * HY_AF_BK + j, HY_AF_BK);
-        }
-        return;
-    }
-#endif
-    hy_af_load_rows(f, f->k_base, f->k_page_bytes, f->k_row_bytes, f->hd, lo, hi, kr);
-    hy_af_transpose_keys(kr, hi - lo, f->hd, kt, blk);
-}
-
-/* The key vectors [jb0, jb1) of the tile that keys [j0, j0+n) touch. */
-#define HY_AF_DEC_SPAN(j0, n, jb0, jb1)                                            \
-    const int jb0 = (j0) / HY_AF_W * HY_AF_W,                                      \
-              jb1 = ((j0) + (n) + HY_AF_W - 1) / HY_AF_W * HY_AF_W
-
 /* Queries of one token (heads of a KV group) that share a tile's keys and
- * so take its pass together, and the accumulators such a pass keeps (half
- * the vector registers). */
+ * so take its passes together, and the accumulators a value pass keeps
+ * (three quarters of the vector registers). */
 #define HY_AF_DEC_G 4
-#define HY_AF_DEC_REGS (HY_AF_W >= 16 ? 16 : 8)
+#define HY_AF_DEC_REGS (HY_AF_W >= 16 ? 24 : 12)
+_Static_assert(HY_AF_DEC_DQ <= HY_AF_DOT_Q, "a block of queries' chains fits hy_af_dots");
 
-/* acc[q][v] (q < g, v < cnt) = the chain fma(base[i*stride + v*W ...],
- * coef[q][i], acc) over i in [i0, i1), from zero: the g queries' chains
- * side by side, so each row of base is read once for the group, and
- * g * cnt <= HY_AF_DEC_REGS chains keep both FMA ports busy through each
- * one's latency.  Scores (rows of the transposed keys times the queries'
- * d-th values) and value sums (value rows times the keys' weights) are
- * both this.  With hrows, row i is halves at hrows[i] + hoff instead,
- * converted as loaded: the value rows straight from f16
- * pages, without a converted copy of the tile (a literal NULL compiles
- * that away).  With pf, a line of the next tile is prefetched per row. */
-HY_AF_INLINE void hy_af_chains(const float *base, size_t stride, const uint16_t *const *hrows,
-                               int hoff, const float *const *coef, int i0, int i1, const int g,
-                               int cnt, hy_af_pf_t *pf,
-                               hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS])
+/* The scores of NQ <= HY_AF_DEC_DQ query rows (Q, stride hdp) by NK <= 4
+ * keys (rows kf of stride hdp, or halves at kh[k]) into S[q][0 .. 4):
+ * each query's four keys summed into one quarter vector (the scores of
+ * missing keys are zeros: their chains stay empty). */
+HY_AF_INLINE void hy_af_decode_block(const float *Q, int hdp, const float *kf,
+                                     const uint16_t *const *kh, const int NQ, const int NK,
+                                     float *const *S, int j, hy_af_pf_t *pf)
 {
+    hy_af_v acc[HY_AF_DOT_Q][4];
+
+    if (kh)
+        hy_af_dots(Q, (size_t)hdp, HY_AF_W, NULL, 0, 0, kh, hdp / HY_AF_W, NQ, NK, pf, acc);
+    else
+        hy_af_dots(Q, (size_t)hdp, HY_AF_W, kf, (size_t)hdp, HY_AF_W, NULL, hdp / HY_AF_W, NQ,
+                   NK, pf, acc);
 #pragma GCC unroll 4
-    for (int q = 0; q < HY_AF_DEC_G; q++)
-#pragma GCC unroll 16
-        for (int v = 0; v < HY_AF_DEC_REGS; v++)
-            acc[q][v] = hy_af_zero();
-    for (int i = i0; i < i1; i++) {
-        const float *row = hrows ? NULL : base + (size_t)i * stride;
-        hy_af_v c[HY_AF_DEC_G];
-        if (pf)
-            hy_af_pf_step(pf, 1);
-#pragma GCC unroll 4
-        for (int q = 0; q < HY_AF_DEC_G; q++)
-            c[q] = q < g ? hy_af_set1(coef[q][i]) : hy_af_zero();
-#pragma GCC unroll 16
-        for (int v = 0; v < HY_AF_DEC_REGS; v++)
-            if (v < cnt) {
-                /* a half converts to its float exactly: the same x either way */
-                const hy_af_v x = hrows ? hy_af_cvt_f16(hrows[i] + hoff + v * HY_AF_W)
-                                        : hy_af_load(row + v * HY_AF_W);
-#pragma GCC unroll 4
-                for (int q = 0; q < HY_AF_DEC_G; q++)
-                    if (q < g)
-                        acc[q][v] = hy_af_fma(x, c[q], acc[q][v]);
-            }
-    }
+    for (int q = 0; q < NQ; q++)
+        hy_af_hsum4(acc[q][0], acc[q][1], acc[q][2], acc[q][3], S[q] + j);
 }
 
-/* The scores of g <= HY_AF_DEC_G queries over keys [j0, j0+n) of the
- * transposed tile (positions relative to the tile's first loaded row) into
- * S[q]: per key a chain over d, fma(K[d], Q[d], s) from 0, all g queries
- * in one pass over the tile (64 KB of floats at a head size of 256: read
- * once per query, it came from L2 four times for Gemma 3's four heads). */
-HY_AF_INLINE void hy_af_decode_scores_g(const float *const *Q, const int g, const float *kt,
-                                        int j0, int n, int hd, float *const *S, hy_af_pf_t *pf)
+/* The scores of g <= HY_AF_DEC_G query rows (Q, stride hdp) over keys
+ * [j0, j0+n) of the tile (rows relative to its first: kh halves straight
+ * from the pages, else kr floats of stride hdp) into S[q][j0 ..], four
+ * keys at a time (a short last four padded with zero scores, which no
+ * later pass reads), each key row read once for every HY_AF_DEC_DQ
+ * queries. */
+static void hy_af_decode_scores(const float *Q, int hdp, int g, const float *kr,
+                                const uint16_t *const *kh, int j0, int n, float *const *S,
+                                hy_af_pf_t *pf)
 {
-    const int kv = HY_MAX(1, HY_AF_DEC_REGS / g);
-    HY_AF_DEC_SPAN(j0, n, jb0, jb1);
-
-    for (int jb = jb0; jb < jb1; jb += kv * HY_AF_W) {
-        const int cnt = HY_MIN(kv, (jb1 - jb) / HY_AF_W);
-        hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS];
-        /* a full pass with a constant count: no per-vector tests in the loop */
-        if (cnt == kv)
-            hy_af_chains(kt + jb, HY_AF_BK, NULL, 0, Q, 0, hd, g, kv, pf, acc);
-        else
-            hy_af_chains(kt + jb, HY_AF_BK, NULL, 0, Q, 0, hd, g, cnt, pf, acc);
-#pragma GCC unroll 4
-        for (int q = 0; q < HY_AF_DEC_G; q++)
-#pragma GCC unroll 16
-            for (int v = 0; v < HY_AF_DEC_REGS; v++)
-                if (q < g && v < cnt)
-                    hy_af_store(S[q] + jb + v * HY_AF_W, acc[q][v]);
+    _Static_assert(HY_AF_DEC_DQ == 2 || HY_AF_DEC_DQ == 4, "one case per query count");
+    for (int q0 = 0; q0 < g; q0 += HY_AF_DEC_DQ) {
+        const int nq = HY_MIN(HY_AF_DEC_DQ, g - q0);
+        const float *Qq = Q + (size_t)q0 * hdp;
+        float *const *Sq = S + q0;
+        for (int j = j0; j < j0 + n; j += 4) {
+            const int nk = HY_MIN(4, j0 + n - j);
+            const uint16_t *const *khj = kh ? kh + j : NULL;
+            const float *kfj = kr + (size_t)j * hdp;
+#define HY_AF_DEC_CASE(a, b)                                                       \
+    case (a) * 8 + (b):                                                            \
+        if (khj)                                                                   \
+            hy_af_decode_block(Qq, hdp, NULL, khj, a, b, Sq, j, pf);               \
+        else                                                                       \
+            hy_af_decode_block(Qq, hdp, kfj, NULL, a, b, Sq, j, pf);               \
+        break;
+#define HY_AF_DEC_CASES(a) HY_AF_DEC_CASE(a, 1) HY_AF_DEC_CASE(a, 2) HY_AF_DEC_CASE(a, 3) HY_AF_DEC_CASE(a, 4)
+            switch (HY_MIN(nq, HY_AF_DEC_DQ) * 8 + nk) {
+                HY_AF_DEC_CASES(1)
+                HY_AF_DEC_CASES(2)
+#if HY_AF_DEC_DQ > 2
+                HY_AF_DEC_CASES(3)
+                HY_AF_DEC_CASES(4)
+#endif
+            default: break;
+            }
+#undef HY_AF_DEC_CASES
+#undef HY_AF_DEC_CASE
+        }
     }
 }
 
@@ -670,7 +695,6 @@ HY_AF_INLINE void hy_af_decode_scores_g(const float *const *Q, const int g, cons
  * rescales the query's earlier output. */
 static float hy_af_decode_softmax(int j0, int n, float softcap, float *S, float *m, float *l)
 {
-    HY_AF_DEC_SPAN(j0, n, jb0, jb1);
     float mx = -INFINITY, lsum = 0.0f;
 
     for (int j = j0; j < j0 + n; j++) {
@@ -682,9 +706,11 @@ static float hy_af_decode_softmax(int j0, int n, float softcap, float *S, float 
      * vector operations */
     hy_af_v mv = hy_af_set1(*m), mn = hy_af_max(mv, hy_af_set1(mx)), x = hy_af_sub(mv, mn);
     float c = hy_af_lane0(hy_af_one_if_ninf(hy_af_keep_ge(hy_af_exp(x), x, HY_AF_EXP_MIN), mn));
-    for (int jb = jb0; jb < jb1; jb += HY_AF_W) {
-        hy_af_v xs = hy_af_sub(hy_af_load(S + jb), mn);
-        hy_af_store(S + jb, hy_af_keep_ge(hy_af_exp(xs), xs, HY_AF_EXP_MIN));
+    /* lane-wise: where the vectors start changes nothing (the scores
+     * buffer runs a vector past the tile) */
+    for (int j = j0; j < j0 + n; j += HY_AF_W) {
+        hy_af_v xs = hy_af_sub(hy_af_load(S + j), mn);
+        hy_af_store(S + j, hy_af_keep_ge(hy_af_exp(xs), xs, HY_AF_EXP_MIN));
     }
     for (int j = j0; j < j0 + n; j++)
         lsum = lsum + S[j];
@@ -693,12 +719,49 @@ static float hy_af_decode_softmax(int j0, int n, float softcap, float *S, float 
     return c;
 }
 
+/* acc[q][v] (q < g, v < cnt) = the chain fma(V[i][d0 + vW ..], P[q][i],
+ * acc) over keys i in [i0, i1), from zero, the value rows floats at vr +
+ * i*hdv or with vh halves at vh[i], converted as loaded (a literal NULL
+ * compiles either away): the g queries' chains side by side, each row's
+ * vectors loaded once for the group, g * cnt <= HY_AF_DEC_REGS chains; a
+ * line of the next tile prefetched per row. */
+HY_AF_INLINE void hy_af_value_chains(const float *vr, int hdv, const uint16_t *const *vh, int d0,
+                                     const float *const *P, int i0, int i1, const int g,
+                                     const int cnt, hy_af_pf_t *pf,
+                                     hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS])
+{
+#pragma GCC unroll 4
+    for (int q = 0; q < HY_AF_DEC_G; q++)
+#pragma GCC unroll 24
+        for (int v = 0; v < HY_AF_DEC_REGS; v++)
+            acc[q][v] = hy_af_zero();
+    for (int i = i0; i < i1; i++) {
+        hy_af_v x[HY_AF_DEC_REGS];
+        hy_af_pf_step(pf, 1);
+#pragma GCC unroll 24
+        for (int v = 0; v < HY_AF_DEC_REGS; v++)
+            /* a half converts to its float exactly: the same x either way */
+            x[v] = v >= cnt ? hy_af_zero()
+                   : vh     ? hy_af_cvt_f16(vh[i] + d0 + v * HY_AF_W)
+                            : hy_af_load(vr + (size_t)i * hdv + d0 + v * HY_AF_W);
+#pragma GCC unroll 4
+        for (int q = 0; q < HY_AF_DEC_G; q++)
+            if (q < g) {
+                const hy_af_v c = hy_af_set1(P[q][i]);
+#pragma GCC unroll 24
+                for (int v = 0; v < HY_AF_DEC_REGS; v++)
+                    if (v < cnt)
+                        acc[q][v] = hy_af_fma(x[v], c, acc[q][v]);
+            }
+    }
+}
+
 /* O[q][d] = fma(O[q][d], c[q], acc) for the g queries' weights P[q] over
  * keys [j0, j0+n), acc per column the chain fma(V[j][d], P[j], acc) from 0
  * in key order: each value row read once for the group, as the keys. */
 HY_AF_INLINE void hy_af_decode_values_g(const float *vr, const uint16_t *const *vh, int j0,
                                         int n, int hdv, const int g, const float *const *P,
-                                        const float *c, float *const *O)
+                                        const float *c, float *const *O, hy_af_pf_t *pf)
 {
     const int cv = HY_MAX(1, HY_AF_DEC_REGS / g);
     int d = 0;
@@ -706,15 +769,18 @@ HY_AF_INLINE void hy_af_decode_values_g(const float *vr, const uint16_t *const *
     for (; d + HY_AF_W <= hdv; d += cv * HY_AF_W) {
         const int cnt = HY_MIN(cv, (hdv - d) / HY_AF_W);
         hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS];
+        /* full passes with a constant count: no per-vector tests in the loop */
         if (vh && cnt == cv)
-            hy_af_chains(NULL, 0, vh, d, P, j0, j0 + n, g, cv, NULL, acc);
+            hy_af_value_chains(NULL, 0, vh, d, P, j0, j0 + n, g, cv, pf, acc);
         else if (vh)
-            hy_af_chains(NULL, 0, vh, d, P, j0, j0 + n, g, cnt, NULL, acc);
+            hy_af_value_chains(NULL, 0, vh, d, P, j0, j0 + n, g, cnt, pf, acc);
+        else if (cnt == cv)
+            hy_af_value_chains(vr, hdv, NULL, d, P, j0, j0 + n, g, cv, pf, acc);
         else
-            hy_af_chains(vr + d, (size_t)hdv, NULL, 0, P, j0, j0 + n, g, cnt, NULL, acc);
+            hy_af_value_chains(vr, hdv, NULL, d, P, j0, j0 + n, g, cnt, pf, acc);
 #pragma GCC unroll 4
         for (int q = 0; q < HY_AF_DEC_G; q++)
-#pragma GCC unroll 16
+#pragma GCC unroll 24
             for (int k = 0; k < HY_AF_DEC_REGS; k++)
                 if (q < g && k < cnt)
                     hy_af_store(O[q] + d + k * HY_AF_W,
@@ -731,29 +797,17 @@ HY_AF_INLINE void hy_af_decode_values_g(const float *vr, const uint16_t *const *
         }
 }
 
-/* The two passes above for a group of g = 1..HY_AF_DEC_G, unrolled for
- * each g. */
-static void hy_af_decode_scores(const float *const *Q, int g, const float *kt, int j0, int n,
-                                int hd, float *const *S, hy_af_pf_t *pf)
+/* The value pass for a group of g = 1..HY_AF_DEC_G, unrolled for each g. */
+static void hy_af_decode_values(const float *vr, const uint16_t *const *vh, int j0, int n,
+                                int hdv, int g, const float *const *P, const float *c,
+                                float *const *O, hy_af_pf_t *pf)
 {
     _Static_assert(HY_AF_DEC_G == 4, "one case per group size");
     switch (g) {
-    case 1: hy_af_decode_scores_g(Q, 1, kt, j0, n, hd, S, pf); break;
-    case 2: hy_af_decode_scores_g(Q, 2, kt, j0, n, hd, S, pf); break;
-    case 3: hy_af_decode_scores_g(Q, 3, kt, j0, n, hd, S, pf); break;
-    default: hy_af_decode_scores_g(Q, 4, kt, j0, n, hd, S, pf); break;
-    }
-}
-
-static void hy_af_decode_values(const float *vr, const uint16_t *const *vh, int j0, int n,
-                                int hdv, int g, const float *const *P, const float *c,
-                                float *const *O)
-{
-    switch (g) {
-    case 1: hy_af_decode_values_g(vr, vh, j0, n, hdv, 1, P, c, O); break;
-    case 2: hy_af_decode_values_g(vr, vh, j0, n, hdv, 2, P, c, O); break;
-    case 3: hy_af_decode_values_g(vr, vh, j0, n, hdv, 3, P, c, O); break;
-    default: hy_af_decode_values_g(vr, vh, j0, n, hdv, 4, P, c, O); break;
+    case 1: hy_af_decode_values_g(vr, vh, j0, n, hdv, 1, P, c, O, pf); break;
+    case 2: hy_af_decode_values_g(vr, vh, j0, n, hdv, 2, P, c, O, pf); break;
+    case 3: hy_af_decode_values_g(vr, vh, j0, n, hdv, 3, P, c, O, pf); break;
+    default: hy_af_decode_values_g(vr, vh, j0, n, hdv, 4, P, c, O, pf); break;
     }
 }
 
@@ -794,23 +848,24 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
     const int32_t hd = f->hd, hdv = f->hdv, nh = f->h1 - f->h0;
     const int32_t nq = (f->t1 - f->t0) * nh;
     const int32_t hdp = (hd + HY_AF_W - 1) / HY_AF_W * HY_AF_W;
-    float *kr = scr, *vr = kr + (size_t)HY_AF_BK * hd, *kt = vr + (size_t)HY_AF_BK * hdv;
-    float *S = kt + (size_t)HY_AF_BK * hdp, *blk = S + HY_AF_BK + HY_AF_W;
-    float *Q = blk + HY_AF_W * HY_AF_W, *O = Q + (size_t)nq * hd, *m = O + (size_t)nq * hdv;
+    float *kr = scr, *vr = kr + (size_t)HY_AF_BK * hdp, *Q = vr + (size_t)HY_AF_BK * hdv;
+    float *O = Q + (size_t)nq * hdp, *m = O + (size_t)nq * hdv;
     float *l = m + nq, *Oa = l + nq, *Ma = Oa + (size_t)nq * hdv, *La = Ma + nq;
-    /* a group's scores, then weights (S's size each) */
-    float Sg[HY_AF_DEC_G][HY_AF_BK + HY_AF_W] __attribute__((aligned(64)));
-    /* f16 value rows are read from the pages as they are summed */
-    const uint16_t *vrow[HY_AF_BK];
-    const bool v16 = f->kv_f16 && hdv % HY_AF_W == 0;
+    /* a group's scores, then weights (a tile's, and a vector more: the
+     * softmax's vectors may start anywhere in it; zeroed, so that lanes
+     * past the last score are finite and defined) */
+    float Sg[HY_AF_DEC_G][HY_AF_BK + HY_AF_W] __attribute__((aligned(64))) = {{0}};
+    /* f16 rows are read from the pages as they are used */
+    const uint16_t *krow[HY_AF_BK], *vrow[HY_AF_BK];
+    const bool k16 = f->kv_f16 && hd % HY_AF_W == 0, v16 = f->kv_f16 && hdv % HY_AF_W == 0;
     hy_af_pf_t pf;
     int32_t kmin = INT32_MAX, kmax = -1, a0, a;
 
     for (int32_t i = 0; i < nq; i++) {
         int32_t t = f->t0 + i / nh, h = f->h0 + i % nh, p = f->pos[t];
         const float *qv = f->q + (size_t)t * f->q_stride + (size_t)h * hd;
-        for (int32_t d = 0; d < hd; d++)
-            Q[(size_t)i * hd + d] = qv[d] * f->scale;
+        for (int32_t d = 0; d < hdp; d++)
+            Q[(size_t)i * hdp + d] = d < hd ? qv[d] * f->scale : 0.0f;
         memset(O + (size_t)i * hdv, 0, sizeof(float) * (size_t)hdv);
         m[i] = Ma[i] = -INFINITY;
         l[i] = La[i] = 0.0f;
@@ -834,7 +889,11 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
          * contexts the pages are not in cache (the weights streamed
          * through it since the last token) */
         hy_af_pf_next(&pf, f, a, kmax);
-        hy_af_decode_keys(f, lo, hi, kr, kt, blk);
+        if (k16)
+            for (int32_t p = lo; p < hi; p++)
+                krow[p - lo] = hy_af_row_f16(f, f->k_base, f->k_page_bytes, f->k_row_bytes, p);
+        else
+            hy_af_load_keys(f, hdp, lo, hi, kr);
         if (v16)
             for (int32_t p = lo; p < hi; p++)
                 vrow[p - lo] = hy_af_row_f16(f, f->v_base, f->v_page_bytes, f->v_row_bytes, p);
@@ -849,19 +908,18 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
             while (g < HY_AF_DEC_G && i + g < nq && (i + g) / nh == i / nh)
                 g++;
             if (j0 < j1) {
-                const float *qs[HY_AF_DEC_G];
                 float *ss[HY_AF_DEC_G], *os[HY_AF_DEC_G], c[HY_AF_DEC_G];
                 for (int q = 0; q < g; q++) {
-                    qs[q] = Q + (size_t)(i + q) * hd;
                     ss[q] = Sg[q];
                     os[q] = O + (size_t)(i + q) * hdv;
                 }
-                hy_af_decode_scores(qs, g, kt, j0 - lo, j1 - j0, hd, ss, &pf);
+                hy_af_decode_scores(Q + (size_t)i * hdp, hdp, g, kr, k16 ? krow : NULL,
+                                    j0 - lo, j1 - j0, ss, &pf);
                 for (int q = 0; q < g; q++)
                     c[q] = hy_af_decode_softmax(j0 - lo, j1 - j0, f->softcap, ss[q], &m[i + q],
                                                 &l[i + q]);
                 hy_af_decode_values(vr, v16 ? vrow : NULL, j0 - lo, j1 - j0, hdv, g,
-                                    (const float *const *)ss, c, os);
+                                    (const float *const *)ss, c, os, &pf);
             }
             i += g;
         }

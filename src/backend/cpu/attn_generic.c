@@ -14,8 +14,10 @@
 
 #define HY_AF_W 4
 #define HY_AF_VMAX 3
-#define HY_AF_NK 4
 #define HY_AF_ND 4
+#define HY_AF_DOT_Q 4
+#define HY_AF_DOT_K 3
+#define HY_AF_DEC_DQ 4
 #define HY_AF_ENTRY hy_attn_flash_generic
 #define HY_AF_DECODE_ENTRY hy_attn_decode_generic
 #define HY_AF_MERGE_ENTRY hy_attn_merge_generic
