@@ -247,7 +247,7 @@ typedef struct {
     /* Keys shared among threads (a few decoding sequences): per sequence
      * its first split, its splits, the units its splits are cut into, and
      * where its states go in part; NULL otherwise. */
-    int32_t *sp_lo, *n_sp, *chunks;
+    int32_t *split_lo, *n_splits, *chunks;
     int64_t *part_off;
     float *part;
     const int64_t *unit_start;     /* [n_seqs + 1] first unit of each sequence */
@@ -335,14 +335,14 @@ static void hy_attn_unit(hy_attn_job_t *j, float *scr, float *sscr, int32_t s, i
 
     if (j->part) {
         /* few queries (the job checked): this chunk's splits */
-        int32_t n = j->n_sp[s], c = j->chunks[s];
-        int32_t s0 = j->sp_lo[s] + (int32_t)((int64_t)chunk * n / c);
-        int32_t s1 = j->sp_lo[s] + (int32_t)((int64_t)(chunk + 1) * n / c);
+        int32_t n = j->n_splits[s], c = j->chunks[s];
+        int32_t s0 = j->split_lo[s] + (int32_t)((int64_t)chunk * n / c);
+        int32_t s1 = j->split_lo[s] + (int32_t)((int64_t)(chunk + 1) * n / c);
         size_t st = ((size_t)p->head_dim_v + 2) * (size_t)n;
         f.part = j->part + j->part_off[s] + ((size_t)(t0 - sq->first) * p->n_head + h0) * st;
         f.part_ts = (size_t)p->n_head * st;
         f.part_hs = st;
-        f.part_s0 = j->sp_lo[s];
+        f.part_s0 = j->split_lo[s];
         f.k0 = s0 * j->split;
         f.k1 = s1 * j->split;
         j->decode(&f, scr);
@@ -506,12 +506,12 @@ static int hy_attn_share_keys(hy_cpu_t *cpu, hy_attn_job_t *j, int64_t n_blocks,
         n_blocks * nkv >= (int64_t)HY_ATTN_FLASH_UNITS * nth)
         return 0;
     want = ((int64_t)HY_ATTN_FLASH_UNITS * nth + n_blocks * nkv - 1) / (n_blocks * nkv);
-    j->sp_lo = malloc(sizeof(int32_t) * 3 * (size_t)b->n_seqs);
+    j->split_lo = malloc(sizeof(int32_t) * 3 * (size_t)b->n_seqs);
     j->part_off = malloc(sizeof(int64_t) * ((size_t)b->n_seqs + 1));
-    if (!j->sp_lo || !j->part_off)
+    if (!j->split_lo || !j->part_off)
         goto oom;
-    j->n_sp = j->sp_lo + b->n_seqs;
-    j->chunks = j->n_sp + b->n_seqs;
+    j->n_splits = j->split_lo + b->n_seqs;
+    j->chunks = j->n_splits + b->n_seqs;
     for (int32_t s = 0; s < b->n_seqs; s++) {
         const hy_batch_seq_t *sq = &b->seqs[s];
         int32_t kmin = INT32_MAX, kmax = 0;
@@ -520,8 +520,8 @@ static int hy_attn_share_keys(hy_cpu_t *cpu, hy_attn_job_t *j, int64_t n_blocks,
             kmin = HY_MIN(kmin, j->p->window > 0 ? HY_MAX(0, p - j->p->window + 1) : 0);
             kmax = HY_MAX(kmax, p);
         }
-        j->sp_lo[s] = kmin / S;
-        j->n_sp[s] = kmax / S - kmin / S + 1;
+        j->split_lo[s] = kmin / S;
+        j->n_splits[s] = kmax / S - kmin / S + 1;
         /* a chunk per split's worth of keys at most: a 512-key window
          * across a boundary is two splits of uneven size (12 + 500), shared
          * worse than its heads are */
@@ -529,15 +529,15 @@ static int hy_attn_share_keys(hy_cpu_t *cpu, hy_attn_job_t *j, int64_t n_blocks,
         j->chunks[s] = HY_MAX(j->chunks[s], 1);
         any |= j->chunks[s] > 1;
         j->part_off[s] = total;
-        total += (int64_t)sq->n * j->p->n_head * j->n_sp[s] * (int64_t)st;
+        total += (int64_t)sq->n * j->p->n_head * j->n_splits[s] * (int64_t)st;
     }
     j->part_off[b->n_seqs] = total;
     if (any && (j->part = malloc(sizeof(float) * (size_t)total)) == NULL)
         goto oom;
     if (!any) {
-        free(j->sp_lo);
+        free(j->split_lo);
         free(j->part_off);
-        j->sp_lo = j->n_sp = j->chunks = NULL;
+        j->split_lo = j->n_splits = j->chunks = NULL;
         j->part_off = NULL;
     }
     return 0;
@@ -554,11 +554,11 @@ static void hy_attn_merge(const hy_attn_job_t *j, float *out)
 
     for (int32_t s = 0; s < b->n_seqs; s++) {
         const hy_batch_seq_t *sq = &b->seqs[s];
-        size_t st = ((size_t)hdv + 2) * (size_t)j->n_sp[s];
+        size_t st = ((size_t)hdv + 2) * (size_t)j->n_splits[s];
         for (int32_t t = sq->first; t < sq->first + sq->n; t++)
             for (int32_t h = 0; h < nh; h++)
                 j->merge(j->part + j->part_off[s] + ((size_t)(t - sq->first) * nh + h) * st,
-                         j->n_sp[s], hdv, out + ((size_t)t * nh + h) * hdv);
+                         j->n_splits[s], hdv, out + ((size_t)t * nh + h) * hdv);
     }
 }
 
@@ -679,7 +679,7 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
     if (j.part)
         hy_attn_merge(&j, out);
     free(j.part);
-    free(j.sp_lo);
+    free(j.split_lo);
     free(j.part_off);
     free(j.sp_scratch);
     free(unit_start);
@@ -687,7 +687,7 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
     return;
 fail:
     free(j.part);
-    free(j.sp_lo);
+    free(j.split_lo);
     free(j.part_off);
     free(j.sp_scratch);
     free(unit_start);
