@@ -154,8 +154,11 @@ int main(int argc, char **argv)
         best = INFINITY;
         for (int r = 0; r < 5 * reps; r++) {
             if (cold) {
-                if (!evict && !(evict = malloc(B_EVICT)))
+                if (!evict && !(evict = calloc(1, B_EVICT))) {
+                    fprintf(stderr, "bench_attn: no %d MB to evict the caches with\n",
+                            B_EVICT >> 20);
                     goto done;
+                }
                 for (size_t i = 0; i < B_EVICT; i += 64)
                     evict[i] = (char)(evict[i] + r);
             }
