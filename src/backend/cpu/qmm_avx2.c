@@ -883,29 +883,9 @@ HY_Q2_INLINE __m256i hy_q2_row_iq4_nl(const char *blk, __m256i x0, __m256i x1)
         x1);
 }
 
-/* Q5_0: q = nibble | 16 * (bit j of qh), stored as q + 16, so the code is
- * the nibble minus 16 where the bit is clear: each byte of the broadcast
- * qh word picks its bit (byte j takes qh's byte j/8 and tests bit j%8). */
-HY_Q2_INLINE __m256i hy_q2_row_q5_0(const char *blk, __m256i x0, __m256i x1)
-{
-    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
-                                          2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
-    uint32_t qh;
-
-    memcpy(&qh, blk + offsetof(hy_block_q5_0_t, qh), 4);
-    const __m256i hb = _mm256_and_si256(
-        _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick), bit);
-    /* clear bit: 0x10 to take off, set bit: 0 */
-    const __m256i off = _mm256_and_si256(_mm256_cmpeq_epi8(hb, _mm256_setzero_si256()),
-                                         _mm256_set1_epi8(16));
-    return hy_q2_row_i8(
-        _mm256_sub_epi8(hy_q2_row_nibs(blk + offsetof(hy_block_q5_0_t, qs)), off), x0, x1);
-}
-
 /* One-token decoder, row by row, for the 32-element types whose codes fit
- * in int8 and whose block starts with its f16 D (Q8_0, Q4_0, Q5_0,
- * IQ4_NL): a row's codes widen to int16 in element order and meet the
+ * in int8 and whose block starts with its f16 D (Q8_0, Q4_0, IQ4_NL;
+ * Q5_0 below): a row's codes widen to int16 in element order and meet the
  * token's block put back into element order (slots 1 and 2 of each group
  * of four swap back, once per block for all 8 rows).  P is exact in int32,
  * so summing it this way gives the transposed extractor's P, and the float
@@ -943,8 +923,82 @@ HY_Q2_INLINE __m256i hy_q2_row_q5_0(const char *blk, __m256i x0, __m256i x1)
     }
 HY_Q2_DEC_ROWS(q8_0)
 HY_Q2_DEC_ROWS(q4_0)
-HY_Q2_DEC_ROWS(q5_0)
 HY_Q2_DEC_ROWS(iq4_nl)
+
+/* Q5_0's one-token decoder.  A code is q - 16 with q = nibble | 16 * (bit
+ * j of qh) in 0..31, so a row's sum is sum(q x) - 16 sum(x): q stays
+ * unsigned and widens by interleaving with zero, which keeps each 128-bit
+ * half in place (elements 0..7 | 16..23 from the low bytes, 8..15 |
+ * 24..31 from the high), and the token's block is laid out to match once
+ * for all 8 rows (xa, xb).  sum(x) is one integer per block; both sums are
+ * exact in int32 (|x| < 2^15, q < 32, 32 elements), so P, and with it the
+ * float step, is the transposed extractor's to the bit.  Against the
+ * sign-extending row path this saves the cross-lane widening and the
+ * compare that made Gemma 3's Q5_0 projections the slowest bytes of its
+ * decode. */
+static void hy_q2_dec_q5_0(const char *w, size_t ws, int nrows, int64_t nb,
+                           const hy_block_q16_t *x, float out[8], int pf)
+{
+    const __m256i unslot = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15,
+                                            0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
+    /* byte j of the broadcast qh word tests bit j % 8 of qh's byte j / 8 */
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
+                                          2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(16);
+    const __m256i nshift = _mm256_setr_epi64x(0, 0, 4, 4), zero = _mm256_setzero_si256();
+    const size_t bsz = sizeof(hy_block_q5_0_t);
+    const size_t step = hy_q2_pf_step(ws, nb);
+    const char *rp[8];
+    __m256 acc = _mm256_setzero_ps();
+
+    hy_q2_rows(w, ws, nrows, rp);
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = (size_t)b * bsz;
+        const __m256i x0 =
+            _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)x[b].v), unslot);
+        const __m256i x1 =
+            _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(x[b].v + 16)), unslot);
+        const __m256i xa = _mm256_permute2x128_si256(x0, x1, 0x20);
+        const __m256i xb = _mm256_permute2x128_si256(x0, x1, 0x31);
+        const __m256i ones = _mm256_set1_epi16(1);
+        /* x0 + x1 could overflow int16: widen first */
+        const __m256i s8 =
+            _mm256_add_epi32(_mm256_madd_epi16(x0, ones), _mm256_madd_epi16(x1, ones));
+        __m128i sx =
+            _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+        __m256i a[8];
+
+        if (pf)
+            hy_q2_prefetch(w, ws, b, nb, step);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            const char *blk = rp[r] + o;
+            uint32_t qh;
+
+            memcpy(&qh, blk + offsetof(hy_block_q5_0_t, qh), 4);
+            /* low nibbles in the low half (elements 0..15), high in the high */
+            const __m256i nib = _mm256_and_si256(
+                _mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                      (const __m128i *)(blk + offsetof(hy_block_q5_0_t, qs)))),
+                                  nshift),
+                m4);
+            const __m256i hb = _mm256_and_si256(
+                _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick), bit);
+            const __m256i q =
+                _mm256_or_si256(nib, _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), b16));
+            a[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(q, zero), xa),
+                                    _mm256_madd_epi16(_mm256_unpackhi_epi8(q, zero), xb));
+        }
+        sx = _mm_add_epi32(sx, _mm_shuffle_epi32(sx, 0x4E));
+        sx = _mm_add_epi32(sx, _mm_shuffle_epi32(sx, 0xB1));
+        const __m256i p = _mm256_sub_epi32(
+            hy_q2_hsum8(a), _mm256_slli_epi32(_mm256_broadcastd_epi32(sx), 4));
+        const __m256 sc = _mm256_mul_ps(hy_q2_f16x8(rp, o, NULL), _mm256_set1_ps(x[b].d));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc);
+    }
+    _mm256_storeu_ps(out, acc);
+}
 
 /* The K-quant rows take a row's 32 codes as 16 int16 lanes, lane i
  * holding elements 2i (low byte) and 2i+1 (high byte) as they lie in
