@@ -464,6 +464,57 @@ static void test_rope(hy_backend_t *be)
     free(x0);
 }
 
+/* The CPU backend keeps the cos/sin rows of the last positions per
+ * setting (two settings): a sequence of calls that revisits, changes one
+ * position of, shortens and alternates three settings over the same
+ * positions must give, call by call, the bits of a backend that has seen
+ * nothing before (a fresh one per call). */
+static void test_rope_rows(hy_backend_t *be)
+{
+    enum { N = 24, NH = 3, HD = 64 };
+    static const hy_rope_t set[3] = {
+        {HY_ROPE_NEOX, 64, 1000000, 1, 0, 1, 0, 0, 0, NULL},
+        {HY_ROPE_NEOX, 64, 10000, 1, 0, 1, 0, 0, 0, NULL},
+        {HY_ROPE_NORM, 32, 10000, 0.5f, 1.0f, 0.9f, 32, 1, 2048, NULL},
+    };
+    /* setting, first position, tokens, and a position changed (-1: none) */
+    static const int calls[][4] = {
+        {0, 100, N, -1}, {0, 100, N, -1}, {1, 100, N, -1}, {0, 100, N, -1},
+        {0, 100, N, 5},  {1, 100, N, 5},  {2, 100, N, -1}, {0, 100, N, -1},
+        {1, 100, N, -1}, {1, 101, N, -1}, {1, 101, 7, -1}, {1, 101, N, -1},
+        {2, 0, 1, -1},   {2, 1, 1, -1},   {2, 0, 1, -1},   {0, 0, 1, -1},
+    };
+    float x0[N * NH * HD], a[N * NH * HD], b[N * NH * HD];
+    int32_t pos[N];
+    char err[HY_ERR_LEN];
+    int bad = 0;
+
+    fill(x0, HY_ARRAY_LEN(x0), 2.0f);
+    for (size_t c = 0; c < HY_ARRAY_LEN(calls); c++) {
+        hy_backend_t *fresh = new_backend(1);
+        const hy_rope_t *r = &set[calls[c][0]];
+        int n = calls[c][2];
+
+        for (int t = 0; t < n; t++)
+            pos[t] = calls[c][1] + 3 * t + (t == calls[c][3] ? 1000 : 0);
+        memcpy(a, x0, sizeof x0);
+        memcpy(b, x0, sizeof x0);
+        be->i->rope(be, a, n, NH, HD, pos, r);
+        if (fresh != NULL) {
+            fresh->i->rope(fresh, b, n, NH, HD, pos, r);
+            fresh->i->free(fresh);
+        }
+        if (fresh == NULL || memcmp(a, b, sizeof a) != 0) {
+            printf("# rope rows: call %zu differs from a fresh backend's\n", c);
+            bad++;
+        }
+    }
+    HY_T_OK(bad == 0 && be->i->status(be, err) == HY_OK,
+            "rope: rows held between calls (same, changed, fewer positions; three settings "
+            "in two slots) == a fresh backend's, bit for bit (%d of %zu calls differ)",
+            bad, HY_ARRAY_LEN(calls));
+}
+
 /* ---- attention ----------------------------------------------------------- */
 
 enum { A_NH = 8, A_NKV = 2, A_MAXPOS = 160, A_MAXPAGES = 64 };
@@ -747,6 +798,7 @@ int main(void)
     test_rmsnorm(be3);
     test_elementwise(be3);
     test_rope(be3);
+    test_rope_rows(be3);
     test_attention(be1, be3);
     be1->i->free(be1);
     be3->i->free(be3);

@@ -267,6 +267,8 @@ typedef struct {
     double freq_scale, mscale;   /* mscale includes YaRN's magnitude term */
     double corr_lo, corr_hi;     /* YaRN ramp ends, in pair indices */
     const double *inv_freq;      /* [n_rot/2] base^(-2i/n_rot) / freq_factor_i */
+    float *cs, *sn;              /* [n_tok][n_rot/2] the rows (hy_cpu_rope_rows) */
+    int fill;                    /* compute them (else they hold these positions') */
 } hy_rope_job_t;
 
 /* ggml's rope_yarn_ramp: 1 below `lo` (extrapolate), 0 above `hi`. */
@@ -288,13 +290,14 @@ static void hy_rope_worker(void *arg, int ith, int nth)
     hy_rope_job_t *j = arg;
     const hy_rope_t *r = j->r;
     int half = r->n_rot / 2;
-    float cs[HY_ROPE_MAX_ROT / 2], sn[HY_ROPE_MAX_ROT / 2];
     int64_t lo, hi;
 
     hy_cpu_split(j->n_tok, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
+        float *cs = j->cs + t * half, *sn = j->sn + t * half;
+
         /* Angles in double: float pos * freq loses ~1e-3 rad at pos 1e4. */
-        for (int i = 0; i < half; i++) {
+        for (int i = 0; j->fill && i < half; i++) {
             double extrap = j->pos[t] * j->inv_freq[i];
             double theta = j->freq_scale * extrap;
             if (r->ext_factor != 0.0f) {
@@ -323,12 +326,66 @@ static void hy_rope_worker(void *arg, int ith, int nth)
     }
 }
 
+static bool hy_rope_same(const hy_rope_t *a, const hy_rope_t *b)
+{
+    return a->mode == b->mode && a->n_rot == b->n_rot && a->freq_base == b->freq_base &&
+           a->freq_scale == b->freq_scale && a->ext_factor == b->ext_factor &&
+           a->attn_factor == b->attn_factor && a->beta_fast == b->beta_fast &&
+           a->beta_slow == b->beta_slow && a->n_ctx_orig == b->n_ctx_orig &&
+           a->freq_factors == b->freq_factors;
+}
+
+/* The cos/sin rows for these positions and this setting: held ones (*fill
+ * = 0) when the last call with the setting had the same positions, else
+ * the older slot's, to be computed (*fill = 1).  The rows are a function
+ * of (setting, position) alone, so a held row is the computed one's bits.
+ * NULL: out of memory. */
+static struct hy_cpu_rope_rows *hy_cpu_rope_rows(hy_cpu_t *cpu, const hy_rope_t *r,
+                                                 const int32_t *pos, int32_t n_tok, int *fill)
+{
+    struct hy_cpu_rope_rows *c = NULL;
+
+    for (int k = 0; k < 2; k++) {
+        struct hy_cpu_rope_rows *e = &cpu->rope_rows[k];
+
+        if (e->n_tok == n_tok && hy_rope_same(&e->r, r) &&
+            memcmp(e->pos, pos, (size_t)n_tok * sizeof *pos) == 0) {
+            e->used = ++cpu->rope_clock;
+            *fill = 0;
+            return e;
+        }
+        if (c == NULL || e->used < c->used)
+            c = e;
+    }
+    if (c->cap < n_tok) {
+        int32_t cap = HY_MAX(n_tok, 2 * c->cap);
+
+        free(c->pos);
+        free(c->cs);
+        free(c->sn);
+        c->pos = malloc((size_t)cap * sizeof *c->pos);
+        c->cs = malloc((size_t)cap * HY_ROPE_MAX_ROT / 2 * sizeof *c->cs);
+        c->sn = malloc((size_t)cap * HY_ROPE_MAX_ROT / 2 * sizeof *c->sn);
+        c->cap = c->pos && c->cs && c->sn ? cap : 0;
+        c->n_tok = 0;
+        if (c->cap == 0)
+            return NULL;
+    }
+    c->r = *r;
+    c->n_tok = n_tok;
+    memcpy(c->pos, pos, (size_t)n_tok * sizeof *pos);
+    c->used = ++cpu->rope_clock;
+    *fill = 1;
+    return c;
+}
+
 static void hy_cpu_rope(hy_backend_t *be, float *x, int32_t n_tok, int32_t n_head,
                         int32_t head_dim, const int32_t *pos, const hy_rope_t *r)
 {
     hy_cpu_t *cpu = hy_cpu(be);
     double inv_freq[HY_ROPE_MAX_ROT / 2];
-    hy_rope_job_t j = {x, n_tok, n_head, head_dim, pos, r, 1, 1, 0, 0, inv_freq};
+    hy_rope_job_t j = {x, n_tok, n_head, head_dim, pos, r, 1, 1, 0, 0, inv_freq, NULL, NULL, 0};
+    struct hy_cpu_rope_rows *rows;
 
     if (n_tok <= 0 || n_head <= 0)
         return;
@@ -361,7 +418,15 @@ static void hy_cpu_rope(hy_backend_t *be, float *x, int32_t n_tok, int32_t n_hea
         j.corr_hi = HY_MIN((double)r->n_rot - 1, end);
         j.mscale *= 1.0 + 0.1 * log(1.0 / j.freq_scale);
     }
-    for (int i = 0; i < r->n_rot / 2; i++) {
+    rows = hy_cpu_rope_rows(cpu, r, pos, n_tok, &j.fill);
+    if (rows == NULL) {
+        hy_cpu_fail(cpu, HY_ENOMEM, "rope: out of memory for the cos/sin rows of %d tokens",
+                    n_tok);
+        return;
+    }
+    j.cs = rows->cs;
+    j.sn = rows->sn;
+    for (int i = 0; j.fill && i < r->n_rot / 2; i++) {
         double ff = r->freq_factors ? r->freq_factors[i] : 1.0;
         inv_freq[i] = pow(r->freq_base, -2.0 * i / r->n_rot) / ff;
     }
@@ -498,6 +563,11 @@ static void hy_cpu_free(hy_backend_t *be)
         hy_cpu_state_free(cpu);
         free(cpu->moe_buf);
         free(cpu->act);
+        for (int k = 0; k < 2; k++) {
+            free(cpu->rope_rows[k].pos);
+            free(cpu->rope_rows[k].cs);
+            free(cpu->rope_rows[k].sn);
+        }
         free(cpu);
     }
     free(be);

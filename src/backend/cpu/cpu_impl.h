@@ -62,6 +62,18 @@ typedef struct {
     /* moe (moe.c): router logits, gathered rows and expert activations */
     void *moe_buf;
     size_t moe_buf_size;
+
+    /* rope: the cos/sin rows of the last positions seen, per rope setting
+     * (cpu.c hy_cpu_rope_rows): every layer of a step rotates q and k at
+     * the same positions, so one computation serves them all */
+    struct hy_cpu_rope_rows {
+        hy_rope_t r;          /* the setting (freq_factors compared by address) */
+        int32_t n_tok, cap;   /* rows held; room */
+        int32_t *pos;         /* [cap] their positions */
+        float *cs, *sn;       /* [cap][n_rot / 2] */
+        uint64_t used;        /* when last used (the older one is refilled) */
+    } rope_rows[2];
+    uint64_t rope_clock;
 } hy_cpu_t;
 
 /* Records the first error (later ones are dropped: the first is the cause). */
