@@ -836,26 +836,38 @@ HY_Q2_INLINE __m256i hy_q2_hsum8(const __m256i a[8])
     return _mm256_add_epi32(lo, hi);
 }
 
+/* Q16 block xb as int16 lanes: *e the even elements 0, 2, .., 30, *od the
+ * odd ones.  Slot order puts (e[4g], e[4g+2]) in word 2g and (e[4g+1],
+ * e[4g+3]) in word 2g+1: the even and odd words, gathered. */
+HY_Q2_INLINE void hy_q2_x_evod(const hy_block_q16_t *xb, __m256i *e, __m256i *od)
+{
+    const __m256 v0 = _mm256_loadu_ps((const float *)xb->v);
+    const __m256 v1 = _mm256_loadu_ps((const float *)(xb->v + 16));
+
+    /* [v0 w0 w2, v1 w0 w2 | v0 w4 w6, v1 w4 w6]: qwords 0, 2, 1, 3 */
+    *e = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(v0, v1, 0x88)), 0xD8);
+    *od = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(v0, v1, 0xDD)), 0xD8);
+}
+
 /* The exact integer sum of one row's block (32 int8 codes in element order,
- * c) against the token's block in element order (x0: elements 0..15, x1:
- * 16..31), as 8 int32 partial sums. */
-HY_Q2_INLINE __m256i hy_q2_row_i8(__m256i c, __m256i x0, __m256i x1)
+ * c) against the token's block split into even (xe) and odd (xo) elements
+ * (hy_q2_x_evod), as 8 int32 partial sums.  A code pair is one int16 lane:
+ * shifts sign-extend its even (low) and odd (high) byte in place, where
+ * vpmovsxbw would cross the 128-bit halves (the shuffle ports' work, and
+ * the bound of these decoders on Zen 3 by llvm-mca's model). */
+HY_Q2_INLINE __m256i hy_q2_row_i8(__m256i c, __m256i xe, __m256i xo)
 {
     return _mm256_add_epi32(
-        _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(c)), x0),
-        _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(c, 1)), x1));
+        _mm256_madd_epi16(_mm256_srai_epi16(_mm256_slli_epi16(c, 8), 8), xe),
+        _mm256_madd_epi16(_mm256_srai_epi16(c, 8), xo));
 }
 
 /* Per-type row functions: the 8 int32 partial sums of block blk of one row
- * against the token block (x0, x1: element order). */
-HY_Q2_INLINE __m256i hy_q2_row_q8_0(const char *blk, __m256i x0, __m256i x1)
+ * against the token block (xe, xo: even and odd elements). */
+HY_Q2_INLINE __m256i hy_q2_row_q8_0(const char *blk, __m256i xe, __m256i xo)
 {
-    const char *q = blk + offsetof(hy_block_q8_0_t, qs);
-
-    /* the widening loads take the codes straight from memory */
-    return _mm256_add_epi32(
-        _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)q)), x0),
-        _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16))), x1));
+    return hy_q2_row_i8(
+        _mm256_loadu_si256((const __m256i *)(blk + offsetof(hy_block_q8_0_t, qs))), xe, xo);
 }
 
 /* The 16 bytes of Q4_0-style nibbles at q as 32 bytes in element order:
@@ -867,27 +879,27 @@ HY_Q2_INLINE __m256i hy_q2_row_nibs(const char *q)
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m4), _mm_and_si128(b, m4));
 }
 
-HY_Q2_INLINE __m256i hy_q2_row_q4_0(const char *blk, __m256i x0, __m256i x1)
+HY_Q2_INLINE __m256i hy_q2_row_q4_0(const char *blk, __m256i xe, __m256i xo)
 {
     const __m256i c = _mm256_sub_epi8(hy_q2_row_nibs(blk + offsetof(hy_block_q4_0_t, qs)),
                                       _mm256_set1_epi8(8));
-    return hy_q2_row_i8(c, x0, x1);
+    return hy_q2_row_i8(c, xe, xo);
 }
 
-HY_Q2_INLINE __m256i hy_q2_row_iq4_nl(const char *blk, __m256i x0, __m256i x1)
+HY_Q2_INLINE __m256i hy_q2_row_iq4_nl(const char *blk, __m256i xe, __m256i xo)
 {
     const __m256i grid = _mm256_broadcastsi128_si256(
         _mm_loadu_si128((const __m128i *)hy_quant_iq4nl_values));
     return hy_q2_row_i8(
-        _mm256_shuffle_epi8(grid, hy_q2_row_nibs(blk + offsetof(hy_block_iq4_nl_t, qs))), x0,
-        x1);
+        _mm256_shuffle_epi8(grid, hy_q2_row_nibs(blk + offsetof(hy_block_iq4_nl_t, qs))), xe,
+        xo);
 }
 
 /* One-token decoder, row by row, for the 32-element types whose codes fit
  * in int8 and whose block starts with its f16 D (Q8_0, Q4_0, IQ4_NL;
- * Q5_0 below): a row's codes widen to int16 in element order and meet the
- * token's block put back into element order (slots 1 and 2 of each group
- * of four swap back, once per block for all 8 rows).  P is exact in int32,
+ * Q5_0 below): a row's codes, as int16 pairs, meet the token's block split
+ * into even and odd elements (hy_q2_row_i8; the split once per block for
+ * all 8 rows).  P is exact in int32,
  * so summing it this way gives the transposed extractor's P, and the float
  * step is hy_q2_step's: the same bits, without the transpose and the pair
  * extraction that made decode compute-bound (Gemma 3's 262144 x 640 Q8_0
@@ -896,9 +908,6 @@ HY_Q2_INLINE __m256i hy_q2_row_iq4_nl(const char *blk, __m256i x0, __m256i x1)
     static void hy_q2_dec_##name(const char *w, size_t ws, int nrows, int64_t nb, \
                                  const hy_block_q16_t *x, float out[8], int pf)    \
     {                                                                              \
-        const __m256i unslot = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, \
-                                                11, 14, 15, 0, 1, 4, 5, 2, 3, 6, 7, 8, 9, \
-                                                12, 13, 10, 11, 14, 15);           \
         const size_t bsz = sizeof(hy_block_##name##_t);                            \
         const size_t step = hy_q2_pf_step(ws, nb);                                 \
         const char *rp[8];                                                         \
@@ -906,15 +915,12 @@ HY_Q2_INLINE __m256i hy_q2_row_iq4_nl(const char *blk, __m256i x0, __m256i x1)
         hy_q2_rows(w, ws, nrows, rp);                                              \
         for (int64_t b = 0; b < nb; b++) {                                         \
             const size_t o = (size_t)b * bsz;                                      \
-            const __m256i x0 = _mm256_shuffle_epi8(                                \
-                _mm256_loadu_si256((const __m256i *)x[b].v), unslot);              \
-            const __m256i x1 = _mm256_shuffle_epi8(                                \
-                _mm256_loadu_si256((const __m256i *)(x[b].v + 16)), unslot);       \
-            __m256i a[8];                                                          \
+            __m256i xe, xo, a[8];                                                  \
+            hy_q2_x_evod(x + b, &xe, &xo);                                         \
             if (pf)                                                                \
                 hy_q2_prefetch(w, ws, b, nb, step);                                \
             _Pragma("GCC unroll 16") for (int r = 0; r < 8; r++)                   \
-                a[r] = hy_q2_row_##name(rp[r] + o, x0, x1);                        \
+                a[r] = hy_q2_row_##name(rp[r] + o, xe, xo);                        \
             const __m256 sc = _mm256_mul_ps(hy_q2_f16x8(rp, o, NULL),              \
                                             _mm256_set1_ps(x[b].d));               \
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hy_q2_hsum8(a)), sc, acc);    \
@@ -927,26 +933,24 @@ HY_Q2_DEC_ROWS(iq4_nl)
 
 /* Q5_0's one-token decoder.  A code is q - 16 with q = nibble | 16 * (bit
  * j of qh) in 0..31, so a row's sum is sum(q x) - 16 sum(x): q stays
- * unsigned and widens by interleaving with zero, which keeps each 128-bit
- * half in place (elements 0..7 | 16..23 from the low bytes, 8..15 |
- * 24..31 from the high), and the token's block is laid out to match once
- * for all 8 rows (xa, xb).  sum(x) is one integer per block; both sums are
- * exact in int32 (|x| < 2^15, q < 32, 32 elements), so P, and with it the
- * float step, is the transposed extractor's to the bit.  Against the
- * sign-extending row path this saves the cross-lane widening and the
- * compare that made Gemma 3's Q5_0 projections the slowest bytes of its
- * decode. */
+ * unsigned, and its int16 pairs split into even and odd elements with a
+ * mask and a shift (no sign to extend), against the token's block split
+ * the same way once for all 8 rows.  sum(x) is one integer per block; both
+ * sums are exact in int32 (|x| < 2^15, q < 32, 32 elements), so P, and
+ * with it the float step, is the transposed extractor's to the bit.
+ * Against the signed row path this saves the compare per row and the
+ * offset's subtraction that made Gemma 3's Q5_0 projections the slowest
+ * bytes of its decode. */
 static void hy_q2_dec_q5_0(const char *w, size_t ws, int nrows, int64_t nb,
                            const hy_block_q16_t *x, float out[8], int pf)
 {
-    const __m256i unslot = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15,
-                                            0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
+    const __m256i lo8 = _mm256_set1_epi16(0x00FF);
     /* byte j of the broadcast qh word tests bit j % 8 of qh's byte j / 8 */
     const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
                                           2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
     const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(16);
-    const __m256i nshift = _mm256_setr_epi64x(0, 0, 4, 4), zero = _mm256_setzero_si256();
+    const __m256i nshift = _mm256_setr_epi64x(0, 0, 4, 4);
     const size_t bsz = sizeof(hy_block_q5_0_t);
     const size_t step = hy_q2_pf_step(ws, nb);
     const char *rp[8];
@@ -955,16 +959,13 @@ static void hy_q2_dec_q5_0(const char *w, size_t ws, int nrows, int64_t nb,
     hy_q2_rows(w, ws, nrows, rp);
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = (size_t)b * bsz;
-        const __m256i x0 =
-            _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)x[b].v), unslot);
-        const __m256i x1 =
-            _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(x[b].v + 16)), unslot);
-        const __m256i xa = _mm256_permute2x128_si256(x0, x1, 0x20);
-        const __m256i xb = _mm256_permute2x128_si256(x0, x1, 0x31);
+        __m256i xe, xo;
+
+        hy_q2_x_evod(x + b, &xe, &xo);
         const __m256i ones = _mm256_set1_epi16(1);
-        /* x0 + x1 could overflow int16: widen first */
+        /* xe + xo could overflow int16: widen first */
         const __m256i s8 =
-            _mm256_add_epi32(_mm256_madd_epi16(x0, ones), _mm256_madd_epi16(x1, ones));
+            _mm256_add_epi32(_mm256_madd_epi16(xe, ones), _mm256_madd_epi16(xo, ones));
         __m128i sx =
             _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
         __m256i a[8];
@@ -987,8 +988,8 @@ static void hy_q2_dec_q5_0(const char *w, size_t ws, int nrows, int64_t nb,
                 _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick), bit);
             const __m256i q =
                 _mm256_or_si256(nib, _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), b16));
-            a[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_unpacklo_epi8(q, zero), xa),
-                                    _mm256_madd_epi16(_mm256_unpackhi_epi8(q, zero), xb));
+            a[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(q, lo8), xe),
+                                    _mm256_madd_epi16(_mm256_srli_epi16(q, 8), xo));
         }
         sx = _mm_add_epi32(sx, _mm_shuffle_epi32(sx, 0x4E));
         sx = _mm_add_epi32(sx, _mm_shuffle_epi32(sx, 0xB1));
@@ -1006,19 +1007,6 @@ static void hy_q2_dec_q5_0(const char *w, size_t ws, int nrows, int64_t nb,
  * meet the token's block split the same way (hy_q2_x_evod) with no
  * widening.  Lanes 0..7 are elements 0..15, so the int32 sums of vpmaddwd
  * keep elements 0..15 in the low 128 bits and 16..31 in the high. */
-
-/* Q16 block xb as int16 lanes: *e the even elements 0, 2, .., 30, *od the
- * odd ones.  Slot order puts (e[4g], e[4g+2]) in word 2g and (e[4g+1],
- * e[4g+3]) in word 2g+1: the even and odd words, gathered. */
-HY_Q2_INLINE void hy_q2_x_evod(const hy_block_q16_t *xb, __m256i *e, __m256i *od)
-{
-    const __m256 v0 = _mm256_loadu_ps((const float *)xb->v);
-    const __m256 v1 = _mm256_loadu_ps((const float *)(xb->v + 16));
-
-    /* [v0 w0 w2, v1 w0 w2 | v0 w4 w6, v1 w4 w6]: qwords 0, 2, 1, 3 */
-    *e = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(v0, v1, 0x88)), 0xD8);
-    *od = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(v0, v1, 0xDD)), 0xD8);
-}
 
 /* Q4_K block b of one row against the token (xe, xo): 8 int32 partial
  * sums of q*v.  Sub-block k = b % 8 is the low (k even) or high nibbles of
