@@ -472,17 +472,22 @@ static void test_rope(hy_backend_t *be)
 static void test_rope_rows(hy_backend_t *be)
 {
     enum { N = 24, NH = 3, HD = 64 };
-    static const hy_rope_t set[3] = {
+    /* the fourth setting's freq_factors change in place between calls */
+    static float ff[HD / 2];
+    const hy_rope_t set[4] = {
         {HY_ROPE_NEOX, 64, 1000000, 1, 0, 1, 0, 0, 0, NULL},
         {HY_ROPE_NEOX, 64, 10000, 1, 0, 1, 0, 0, 0, NULL},
         {HY_ROPE_NORM, 32, 10000, 0.5f, 1.0f, 0.9f, 32, 1, 2048, NULL},
+        {HY_ROPE_NORM, 64, 500000, 1, 0, 1, 0, 0, 0, ff},
     };
-    /* setting, first position, tokens, and a position changed (-1: none) */
-    static const int calls[][4] = {
-        {0, 100, N, -1}, {0, 100, N, -1}, {1, 100, N, -1}, {0, 100, N, -1},
-        {0, 100, N, 5},  {1, 100, N, 5},  {2, 100, N, -1}, {0, 100, N, -1},
-        {1, 100, N, -1}, {1, 101, N, -1}, {1, 101, 7, -1}, {1, 101, N, -1},
-        {2, 0, 1, -1},   {2, 1, 1, -1},   {2, 0, 1, -1},   {0, 0, 1, -1},
+    /* setting, first position, tokens, a position changed (-1: none), and
+     * the freq_factors' scale */
+    static const int calls[][5] = {
+        {0, 100, N, -1, 1}, {0, 100, N, -1, 1}, {1, 100, N, -1, 1}, {0, 100, N, -1, 1},
+        {0, 100, N, 5, 1},  {1, 100, N, 5, 1},  {2, 100, N, -1, 1}, {0, 100, N, -1, 1},
+        {1, 100, N, -1, 1}, {1, 101, N, -1, 1}, {1, 101, 7, -1, 1}, {1, 101, N, -1, 1},
+        {2, 0, 1, -1, 1},   {2, 1, 1, -1, 1},   {2, 0, 1, -1, 1},   {0, 0, 1, -1, 1},
+        {3, 50, N, -1, 1},  {3, 50, N, -1, 1},  {3, 50, N, -1, 2},  {3, 50, N, -1, 2},
     };
     float x0[N * NH * HD], a[N * NH * HD], b[N * NH * HD];
     int32_t pos[N];
@@ -497,6 +502,8 @@ static void test_rope_rows(hy_backend_t *be)
 
         for (int t = 0; t < n; t++)
             pos[t] = calls[c][1] + 3 * t + (t == calls[c][3] ? 1000 : 0);
+        for (int i = 0; i < HD / 2; i++)
+            ff[i] = (1.0f + 0.25f * (float)i) * (float)calls[c][4];
         memcpy(a, x0, sizeof x0);
         memcpy(b, x0, sizeof x0);
         be->i->rope(be, a, n, NH, HD, pos, r);
@@ -510,8 +517,9 @@ static void test_rope_rows(hy_backend_t *be)
         }
     }
     HY_T_OK(bad == 0 && be->i->status(be, err) == HY_OK,
-            "rope: rows held between calls (same, changed, fewer positions; three settings "
-            "in two slots) == a fresh backend's, bit for bit (%d of %zu calls differ)",
+            "rope: rows held between calls (same, changed, fewer positions; four settings "
+            "in two slots; freq_factors changed in place) == a fresh backend's, bit for bit "
+            "(%d of %zu calls differ)",
             bad, HY_ARRAY_LEN(calls));
 }
 

@@ -22,9 +22,6 @@
 /* and each thread gets at least this many */
 #define HY_CPU_PAR_GRAIN 16384
 
-/* Largest n_rot the rope cos/sin cache on the stack holds. */
-#define HY_ROPE_MAX_ROT 1024
-
 void hy_cpu_fail(hy_cpu_t *cpu, int code, const char *fmt, ...)
 {
     va_list ap;
@@ -326,23 +323,29 @@ static void hy_rope_worker(void *arg, int ith, int nth)
     }
 }
 
+/* a: a held setting (its freq_factors a copy); b: the call's */
 static bool hy_rope_same(const hy_rope_t *a, const hy_rope_t *b)
 {
     return a->mode == b->mode && a->n_rot == b->n_rot && a->freq_base == b->freq_base &&
            a->freq_scale == b->freq_scale && a->ext_factor == b->ext_factor &&
            a->attn_factor == b->attn_factor && a->beta_fast == b->beta_fast &&
            a->beta_slow == b->beta_slow && a->n_ctx_orig == b->n_ctx_orig &&
-           a->freq_factors == b->freq_factors;
+           (a->freq_factors == NULL) == (b->freq_factors == NULL) &&
+           (a->freq_factors == NULL ||
+            memcmp(a->freq_factors, b->freq_factors,
+                   (size_t)(a->n_rot / 2) * sizeof *a->freq_factors) == 0);
 }
 
 /* The cos/sin rows for these positions and this setting: held ones (*fill
  * = 0) when the last call with the setting had the same positions, else
  * the older slot's, to be computed (*fill = 1).  The rows are a function
- * of (setting, position) alone, so a held row is the computed one's bits.
- * NULL: out of memory. */
+ * of (setting, position) alone, so a held row is the computed one's bits;
+ * the setting is compared by value, freq_factors' floats included.  NULL:
+ * out of memory. */
 static struct hy_cpu_rope_rows *hy_cpu_rope_rows(hy_cpu_t *cpu, const hy_rope_t *r,
                                                  const int32_t *pos, int32_t n_tok, int *fill)
 {
+    const size_t nf = (size_t)n_tok * (size_t)(r->n_rot / 2);
     struct hy_cpu_rope_rows *c = NULL;
 
     for (int k = 0; k < 2; k++) {
@@ -357,21 +360,31 @@ static struct hy_cpu_rope_rows *hy_cpu_rope_rows(hy_cpu_t *cpu, const hy_rope_t 
         if (c == NULL || e->used < c->used)
             c = e;
     }
-    if (c->cap < n_tok) {
-        int32_t cap = HY_MAX(n_tok, 2 * c->cap);
-
+    c->n_tok = 0;
+    if (c->cap_tok < (size_t)n_tok) {
         free(c->pos);
+        c->cap_tok = HY_MAX((size_t)n_tok, 2 * c->cap_tok);
+        if ((c->pos = malloc(c->cap_tok * sizeof *c->pos)) == NULL) {
+            c->cap_tok = 0;
+            return NULL;
+        }
+    }
+    if (c->cap_f < nf) {
         free(c->cs);
         free(c->sn);
-        c->pos = malloc((size_t)cap * sizeof *c->pos);
-        c->cs = malloc((size_t)cap * HY_ROPE_MAX_ROT / 2 * sizeof *c->cs);
-        c->sn = malloc((size_t)cap * HY_ROPE_MAX_ROT / 2 * sizeof *c->sn);
-        c->cap = c->pos && c->cs && c->sn ? cap : 0;
-        c->n_tok = 0;
-        if (c->cap == 0)
+        c->cap_f = HY_MAX(nf, 2 * c->cap_f);
+        c->cs = malloc(c->cap_f * sizeof *c->cs);
+        c->sn = malloc(c->cap_f * sizeof *c->sn);
+        if (c->cs == NULL || c->sn == NULL) {
+            c->cap_f = 0;
             return NULL;
+        }
     }
     c->r = *r;
+    if (r->freq_factors != NULL) {
+        memcpy(c->ff, r->freq_factors, (size_t)(r->n_rot / 2) * sizeof *c->ff);
+        c->r.freq_factors = c->ff;
+    }
     c->n_tok = n_tok;
     memcpy(c->pos, pos, (size_t)n_tok * sizeof *pos);
     c->used = ++cpu->rope_clock;

@@ -12,6 +12,10 @@
 #include "backend/cpu/quant.h"
 #include "backend/cpu/attn_flash.h"
 
+/* Largest n_rot the rope op takes (the held rows copy that many
+ * freq_factors / 2). */
+#define HY_ROPE_MAX_ROT 1024
+
 typedef struct {
     hy_pool_t *pool;
     int n_threads;
@@ -67,10 +71,12 @@ typedef struct {
      * (cpu.c hy_cpu_rope_rows): every layer of a step rotates q and k at
      * the same positions, so one computation serves them all */
     struct hy_cpu_rope_rows {
-        hy_rope_t r;          /* the setting (freq_factors compared by address) */
-        int32_t n_tok, cap;   /* rows held; room */
-        int32_t *pos;         /* [cap] their positions */
-        float *cs, *sn;       /* [cap][n_rot / 2] */
+        hy_rope_t r;          /* the setting; r.freq_factors points at ff or is NULL */
+        float ff[HY_ROPE_MAX_ROT / 2]; /* a copy of the setting's freq_factors */
+        int32_t n_tok;        /* rows held */
+        int32_t *pos;         /* [n_tok] their positions */
+        float *cs, *sn;       /* [n_tok][r.n_rot / 2] */
+        size_t cap_tok, cap_f; /* room: positions, floats in cs and in sn */
         uint64_t used;        /* when last used (the older one is refilled) */
     } rope_rows[2];
     uint64_t rope_clock;
