@@ -938,9 +938,10 @@ HY_Q2_DEC_ROWS(iq4_nl)
  * the same way once for all 8 rows.  sum(x) is one integer per block; both
  * sums are exact in int32 (|x| < 2^15, q < 32, 32 elements), so P, and
  * with it the float step, is the transposed extractor's to the bit.
- * Against the signed row path this saves the compare per row and the
- * offset's subtraction that made Gemma 3's Q5_0 projections the slowest
- * bytes of its decode. */
+ * The signed row path it replaces took the offset off every byte and
+ * sign-extended the codes across the 128-bit halves (bench_quant's
+ * one-token tile ~1.1x; Gemma 3's Q5_0 projections are still its slowest
+ * bytes per byte: the qh expansion's shuffle, broadcasts and shifts). */
 static void hy_q2_dec_q5_0(const char *w, size_t ws, int nrows, int64_t nb,
                            const hy_block_q16_t *x, float out[8], int pf)
 {
