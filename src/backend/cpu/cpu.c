@@ -348,7 +348,7 @@ static struct hy_cpu_rope_rows *hy_cpu_rope_rows(hy_cpu_t *cpu, const hy_rope_t 
     const size_t nf = (size_t)n_tok * (size_t)(r->n_rot / 2);
     struct hy_cpu_rope_rows *c = NULL;
 
-    for (int k = 0; k < 2; k++) {
+    for (size_t k = 0; k < HY_ARRAY_LEN(cpu->rope_rows); k++) {
         struct hy_cpu_rope_rows *e = &cpu->rope_rows[k];
 
         if (e->n_tok == n_tok && hy_rope_same(&e->r, r) &&
@@ -576,7 +576,7 @@ static void hy_cpu_free(hy_backend_t *be)
         hy_cpu_state_free(cpu);
         free(cpu->moe_buf);
         free(cpu->act);
-        for (int k = 0; k < 2; k++) {
+        for (size_t k = 0; k < HY_ARRAY_LEN(cpu->rope_rows); k++) {
             free(cpu->rope_rows[k].pos);
             free(cpu->rope_rows[k].cs);
             free(cpu->rope_rows[k].sn);
