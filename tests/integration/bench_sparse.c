@@ -20,13 +20,18 @@
  *       the kernel); --hot T --out-pages P: the
  *       sparse run keeps T tokens hot, the rest in an out arena of P
  *       pages, --warm-pages W of them in RAM and the rest in a spill file
- *       under --spill-dir DIR
+ *       under --spill-dir DIR; --ref R: a second sequence of R tokens
+ *       (R < N) decodes in the same run, its steps alternating with the
+ *       long one's and timed apart, so that the ratio of the two compares
+ *       them under the same load (the machine is shared and its speed
+ *       drifts by tens of percent between runs minutes apart)
  *
  * settings: --threads T (default 1) --block B --topk K --sink S --local L
  * --min M (tokens; defaults: etc/hyserve.ini's [attention]); --dense 0:
  * decode and passkey skip the dense runs (a dense prefill of 1M tokens is
  * quadratic; the pass-key grid's dense half does not depend on the settings);
- * --first I: passkey runs positions I.. of the grid only (a grid resumed).
+ * --first I, --last J: passkey runs positions I..J-1 of the grid only (a
+ * grid resumed or split between processes; J 0: to the end).
  */
 #include "engine/runner.h"
 #include "kv/plan.h"
@@ -55,6 +60,8 @@ typedef struct {
     int32_t warm_pages; /* of which in RAM (0: all), the rest in a spill file under spill_dir */
     const char *spill_dir;
     int first;          /* passkey: positions from this index on (0: all; a grid resumed) */
+    int last;           /* and before this one (0: to the end) */
+    int32_t ref;        /* decode: a reference sequence's tokens (0: none) */
 } bs_t;
 
 static double bs_user_s(void)
@@ -103,7 +110,7 @@ static int bs_runner(bs_t *b, hy_runner_t *r, int32_t n_ctx, bool sparse, bool a
     hy_runner_opts_default(&o);
     o.max_tokens = BS_CHUNK;
     o.max_outputs = all ? BS_CHUNK : 1;
-    o.max_seqs = 1;
+    o.max_seqs = sparse && b->ref > 0 ? 2 : 1;
     o.n_ctx = n_ctx;
     if (sparse)
         o.sparse = b->sp;
@@ -114,7 +121,7 @@ static int bs_runner(bs_t *b, hy_runner_t *r, int32_t n_ctx, bool sparse, bool a
         o.out_pages = b->out_pages;
         o.out_warm = b->warm_pages;
         o.out_dir = b->spill_dir;
-        o.n_pages = hy_plan_hot_pages(&b->sp, o.hot_blocks, o.page_tokens, BS_CHUNK);
+        o.n_pages = o.max_seqs * hy_plan_hot_pages(&b->sp, o.hot_blocks, o.page_tokens, BS_CHUNK);
     }
     return hy_runner_init(r, b->m, b->be, &o, err);
 }
@@ -212,10 +219,10 @@ static char *bs_passkey_text(bs_t *b, int32_t n, double d, int key)
 
 static int bs_passkey(bs_t *b, int32_t n, int count)
 {
-    int found[2] = {0, 0};
+    int found[2] = {0, 0}, end = b->last > 0 ? HY_MIN(b->last, count) : count;
     char err[HY_ERR_LEN] = "";
 
-    for (int i = b->first; i < count; i++) {
+    for (int i = b->first; i < end; i++) {
         int key = 10000 + (int)((uint32_t)(i * 2654435761u) % 90000u);
         char *text = bs_passkey_text(b, n, count > 1 ? (double)i / (count - 1) * 0.95 : 0.5, key);
         int32_t *ids = NULL, gen[8];
@@ -248,10 +255,10 @@ static int bs_passkey(bs_t *b, int32_t n, int count)
     }
     if (b->dense)
         printf("passkey at ~%d tokens: dense %d/%d, sparse %d/%d\n", n, found[0],
-               count - b->first, found[1], count - b->first);
+               end - b->first, found[1], end - b->first);
     else
         printf("passkey at ~%d tokens: sparse %d/%d (dense not run)\n", n, found[1],
-               count - b->first);
+               end - b->first);
     return 0;
 }
 
@@ -359,6 +366,7 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
     double *t = malloc(sizeof(double) * (size_t)steps), med[2];
     double *ts = malloc(sizeof(double) * (size_t)steps);
     double *tw = malloc(sizeof(double) * (size_t)steps);
+    double *tr = malloc(sizeof(double) * (size_t)steps);
     char err[HY_ERR_LEN] = "";
     uint64_t x = 0x9e3779b97f4a7c15ull;
 
@@ -367,9 +375,14 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
         ids[i] = (int32_t)((x >> 33) % (uint64_t)b->m->n_vocab);
     }
     med[0] = NAN;
-    for (int sparse = b->dense ? 0 : 1; sparse < 2 && ids && t && ts && tw; sparse++) {
+    if (b->ref >= n) {
+        fprintf(stderr, "bench_sparse: --ref %d is not shorter than %d\n", b->ref, n);
+        return 1;
+    }
+    for (int sparse = b->dense ? 0 : 1; sparse < 2 && ids && t && ts && tw && tr; sparse++) {
         hy_runner_t r;
-        hy_kv_seq_t s = {0};
+        hy_kv_seq_t s = {0}, s2 = {0};
+        bool ref = sparse && b->ref > 0;
         double t0 = bs_user_s();
         int rc = bs_runner(b, &r, n + steps + 16, sparse, false, err);
 
@@ -377,14 +390,22 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
             rc = hy_runner_prefill(&r, &s, ids, n, NULL, err);
         printf("%s: prefill %d tokens: %.1f s user\n", sparse ? "sparse" : "dense", n,
                bs_user_s() - t0);
+        /* the reference: the same stream one token on */
+        if (ref && rc == HY_OK)
+            rc = hy_runner_prefill(&r, &s2, ids + 1, b->ref, NULL, err);
         for (int32_t i = 0; i < steps && rc == HY_OK; i++) {
             hy_runner_item_t it = {&s, ids + n + i, 1, false};
+            hy_runner_item_t it2 = {&s2, ids + 1 + b->ref + i, 1, false};
             double u = bs_user_s(), k = bs_sys_s(), w = bs_wall_s();
 
             rc = hy_runner_step(&r, &it, 1, NULL, err);
             t[i] = bs_user_s() - u;
             ts[i] = bs_sys_s() - k;
             tw[i] = bs_wall_s() - w;
+            u = bs_user_s();
+            if (ref && rc == HY_OK)
+                rc = hy_runner_step(&r, &it2, 1, NULL, err);
+            tr[i] = bs_user_s() - u;
         }
         if (rc != HY_OK) {
             fprintf(stderr, "bench_sparse: %s\n", err);
@@ -394,6 +415,13 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
         printf("%s: decode at %d: median %.3f ms user CPU per token over %d steps (system "
                "%.3f ms; wall %.3f ms)\n", sparse ? "sparse" : "dense", n, med[sparse] * 1e3,
                steps, bs_median(ts, steps) * 1e3, bs_median(tw, steps) * 1e3);
+        if (ref) {
+            double mref = bs_median(tr, steps);
+
+            printf("sparse: decode at %d, steps alternating with the above: median %.3f ms "
+                   "user CPU per token; the long sequence runs at %.0f%% of its speed\n",
+                   b->ref, mref * 1e3, 100.0 * mref / med[sparse]);
+        }
         if (sparse && b->hot > 0) {
             hy_outstore_counts_t c;
 
@@ -414,6 +442,8 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
         printf("%s: peak RSS %.1f MiB so far\n", sparse ? "sparse" : "dense", bs_peak_rss_mib());
         fflush(stdout);
         hy_runner_seq_release(&r, &s);
+        if (ref)
+            hy_runner_seq_release(&r, &s2);
         hy_runner_free(&r);
     }
     printf("decode at %d: dense %.3f ms, sparse %.3f ms per token (%.2fx)\n", n, med[0] * 1e3,
@@ -422,6 +452,7 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
     free(t);
     free(ts);
     free(tw);
+    free(tr);
     return 0;
 }
 
@@ -435,10 +466,12 @@ static int bs_settings(int argc, char **argv, hy_config_attention_t *a, int *thr
         if (strcmp(argv[i], "--spill-dir") == 0) b->spill_dir = argv[i + 1];
         else if (strcmp(argv[i], "--warm-pages") == 0) b->warm_pages = (int32_t)v;
         else if (strcmp(argv[i], "--first") == 0) b->first = (int)v;
+        else if (strcmp(argv[i], "--last") == 0) b->last = (int)v;
         else if (strcmp(argv[i], "--threads") == 0) *threads = (int)v;
         else if (strcmp(argv[i], "--dense") == 0) b->dense = (int)v;
         else if (strcmp(argv[i], "--hot") == 0) b->hot = (int32_t)v;
         else if (strcmp(argv[i], "--out-pages") == 0) b->out_pages = (int32_t)v;
+        else if (strcmp(argv[i], "--ref") == 0) b->ref = (int32_t)v;
         else if (strcmp(argv[i], "--block") == 0) a->sparse_block_tokens = (uint32_t)v;
         else if (strcmp(argv[i], "--topk") == 0) a->sparse_topk = (uint32_t)v;
         else if (strcmp(argv[i], "--sink") == 0) a->sink_tokens = (uint32_t)v;
@@ -460,7 +493,7 @@ int main(int argc, char **argv)
     if (argc < 5 || cfg == NULL) {
         fprintf(stderr, "usage: bench_sparse MODEL passkey N COUNT | kl FILE N | decode N STEPS "
                         "[--threads T --block B --topk K --sink S --local L --min M --dense 0|1 "
-                        "--hot TOKENS --out-pages P [--warm-pages W --spill-dir DIR] --first I]\n");
+                        "--hot TOKENS --out-pages P [--warm-pages W --spill-dir DIR] --ref R --first I --last J]\n");
         return 2;
     }
     hy_config_defaults(cfg);
