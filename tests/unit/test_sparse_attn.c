@@ -7,8 +7,9 @@
  * group's summed scores, finds a planted "needle" block, and ascends; the
  * attention over the chosen blocks equals dense attention in double with
  * every other block masked, for the portable and the AVX2 decode kernels;
- * choosing every block gives the dense kernel's very bits; bad units and
- * block lists are refused.
+ * choosing every block gives the dense kernel's very bits, and so do the
+ * pages read where a list of addresses says they lie; bad units and block
+ * lists are refused.
  */
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/sparse_attn.h"
@@ -106,7 +107,7 @@ static hy_attn_flash_t unit(kv_t *c, const int32_t *pos)
         c->kp + (size_t)KVH * PT * row, c->vp + (size_t)KVH * PT * row, page, page, row, row,
         c->pages, PT, c->type == HY_DTYPE_F32, c->type == HY_DTYPE_F16, NULL,
         c->q, c->out, pos, GRP * HD, GRP * HD, 0, 1, 0, GRP, HD, HD, 0,
-        1.0f / sqrtf((float)HD), 0, HY_ATTN_SPLIT, NULL, 0, 0, 0, 0, 0,
+        1.0f / sqrtf((float)HD), 0, HY_ATTN_SPLIT, NULL, 0, 0, 0, 0, 0, NULL, NULL,
     };
     return f;
 }
@@ -324,6 +325,35 @@ static void t_ids(void)
 
 typedef void (*kernel_fn)(const hy_attn_flash_t *f, float *scratch);
 
+/* The unit's pages read where a list of addresses says they lie (k_at,
+ * v_at; no page ids): copies of them in reverse order in other buffers
+ * give the dense kernel's bits (want). */
+static void t_at(kv_t *c, const hy_attn_flash_t *f, kernel_fn kernel, const float *want,
+                 const char *kname, const char *name)
+{
+    static float scratch[1 << 16];
+    static uint8_t kc[T / PT + 1][PT * HD * sizeof(float)], vc[T / PT + 1][PT * HD * sizeof(float)];
+    const uint8_t *kat[T / PT + 1], *vat[T / PT + 1];
+    size_t pb = (size_t)PT * HD * c->esz;
+    int32_t np = f->pos[f->t0] / PT + 1;
+    hy_attn_flash_t g = *f;
+
+    for (int32_t i = 0; i < np; i++) {
+        memcpy(kc[np - 1 - i], f->k_base + (size_t)f->pages[i] * f->k_page_bytes, pb);
+        memcpy(vc[np - 1 - i], f->v_base + (size_t)f->pages[i] * f->v_page_bytes, pb);
+        kat[i] = kc[np - 1 - i];
+        vat[i] = vc[np - 1 - i];
+    }
+    g.k_at = kat;
+    g.v_at = vat;
+    g.pages = NULL;
+    memset(c->out, 0, sizeof c->out);
+    kernel(&g, scratch);
+    HY_T_OK(memcmp(want, c->out, sizeof c->out) == 0,
+            "%s, %s: the pages read at the addresses listed (copies, another order) give the "
+            "bits read by page id", name, kname);
+}
+
 static void t_attend(kv_t *c, const float *bk, int32_t cur, kernel_fn kernel, const char *kname,
                      const char *name)
 {
@@ -354,6 +384,7 @@ static void t_attend(kv_t *c, const float *bk, int32_t cur, kernel_fn kernel, co
     HY_T_OK(rc == HY_OK && memcmp(dense, c->out, sizeof dense) == 0,
             "%s, %s: with every block chosen the output is the dense kernel's, bit for bit", name,
             kname);
+    t_at(c, &f, kernel, dense, kname, name);
 }
 
 static void t_bad(kv_t *c, int32_t cur)

@@ -330,6 +330,7 @@ static void hy_attn_unit(hy_attn_job_t *j, float *scr, float *sscr, int32_t s, i
         /* .softcap = */ p->softcap,
         /* .split = */ j->split,
         /* .part = */ NULL, 0, 0, 0, 0, 0,
+        /* .k_at = */ NULL, /* .v_at = */ NULL,
     };
     int32_t ts = t0;
 

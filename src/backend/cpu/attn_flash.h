@@ -54,6 +54,12 @@ typedef struct {
     float *part;
     size_t part_ts, part_hs;
     int32_t part_s0, k0, k1;
+
+    /* NULL: page i of the list lies at k_base + pages[i] * k_page_bytes
+     * (v_base likewise).  Otherwise at k_at[i] and v_at[i] (this KV head's
+     * rows), and pages is not read: a list whose pages do not all lie in
+     * one pool, as sparse attention's chosen blocks read where they are. */
+    const uint8_t *const *k_at, *const *v_at;
 } hy_attn_flash_t;
 
 /* Query lanes a kernel handles per sweep of the keys; units with more

@@ -406,24 +406,46 @@ static void hy_af_group_tile_any(hy_af_group_t *gr, const float *K, const float 
     }
 }
 
-/* Position p's row of one KV head's f16 pages (base, page and row sizes). */
-static inline const uint16_t *hy_af_row_f16(const hy_attn_flash_t *f, const uint8_t *base,
-                                            size_t page_bytes, size_t row_bytes, int32_t p)
+/* Page pi of the unit's list, keys (v false) or values: found by its id
+ * in the pool, or where the caller's list of addresses says it lies. */
+static inline const uint8_t *hy_af_page(const hy_attn_flash_t *f, bool v, int32_t pi)
 {
-    return (const uint16_t *)(const void *)(base +
-                                            (size_t)f->pages[p / f->page_tokens] * page_bytes +
-                                            (size_t)(p % f->page_tokens) * row_bytes);
+    const uint8_t *const *at = v ? f->v_at : f->k_at;
+
+    if (at)
+        return at[pi];
+    return (v ? f->v_base : f->k_base) +
+           (size_t)f->pages[pi] * (v ? f->v_page_bytes : f->k_page_bytes);
 }
 
-/* Rows [lo, hi) of one KV head into a float tile (row p - lo), page by page. */
-static void hy_af_load_rows(const hy_attn_flash_t *f, const uint8_t *base, size_t page_bytes,
-                            size_t row_bytes, int32_t dim, int32_t lo, int32_t hi, float *tile)
+/* Where positions [lo, hi) of one KV head's f16 keys or values lie (row
+ * p - lo), page by page. */
+static void hy_af_rows_f16(const hy_attn_flash_t *f, bool v, int32_t lo, int32_t hi,
+                           const uint16_t **rows)
 {
     int32_t pt = f->page_tokens;
+    size_t row_bytes = v ? f->v_row_bytes : f->k_row_bytes;
 
     for (int32_t p = lo; p < hi;) {
         int32_t pi = p / pt, slot = p % pt, cnt = HY_MIN(hi - p, pt - slot);
-        const uint8_t *src = base + (size_t)f->pages[pi] * page_bytes + (size_t)slot * row_bytes;
+        const uint8_t *src = hy_af_page(f, v, pi) + (size_t)slot * row_bytes;
+
+        for (int32_t i = 0; i < cnt; i++)
+            rows[p - lo + i] = (const uint16_t *)(const void *)(src + (size_t)i * row_bytes);
+        p += cnt;
+    }
+}
+
+/* Rows [lo, hi) of one KV head into a float tile (row p - lo), page by page. */
+static void hy_af_load_rows(const hy_attn_flash_t *f, bool v, int32_t dim, int32_t lo, int32_t hi,
+                            float *tile)
+{
+    int32_t pt = f->page_tokens;
+    size_t row_bytes = v ? f->v_row_bytes : f->k_row_bytes;
+
+    for (int32_t p = lo; p < hi;) {
+        int32_t pi = p / pt, slot = p % pt, cnt = HY_MIN(hi - p, pt - slot);
+        const uint8_t *src = hy_af_page(f, v, pi) + (size_t)slot * row_bytes;
         float *dst = tile + (size_t)(p - lo) * dim;
         size_t n = (size_t)cnt * dim, i = 0;
         if (f->kv_f32) {
@@ -454,7 +476,7 @@ static void hy_af_load_keys(const hy_attn_flash_t *f, int32_t stride, int32_t lo
 {
     const int32_t dim = f->hd;
 
-    hy_af_load_rows(f, f->k_base, f->k_page_bytes, f->k_row_bytes, dim, lo, hi, tile);
+    hy_af_load_rows(f, false, dim, lo, hi, tile);
     if (stride == dim)
         return;
     for (int32_t r = hi - lo - 1; r >= 0; r--) { /* last row first: they move up */
@@ -464,15 +486,15 @@ static void hy_af_load_keys(const hy_attn_flash_t *f, int32_t stride, int32_t lo
 }
 
 /* Queues rows [lo, hi) of one KV head for hy_af_pf_step. */
-static void hy_af_pf_rows(hy_af_pf_t *pf, const hy_attn_flash_t *f, const uint8_t *base,
-                          size_t page_bytes, size_t row_bytes, int32_t lo, int32_t hi)
+static void hy_af_pf_rows(hy_af_pf_t *pf, const hy_attn_flash_t *f, bool v, int32_t lo,
+                          int32_t hi)
 {
     int32_t pt = f->page_tokens;
+    size_t row_bytes = v ? f->v_row_bytes : f->k_row_bytes;
 
     for (int32_t p = lo; p < hi;) {
         int32_t pi = p / pt, slot = p % pt, cnt = HY_MIN(hi - p, pt - slot);
-        pf->run[pf->n_run] = (const char *)base + (size_t)f->pages[pi] * page_bytes +
-                             (size_t)slot * row_bytes;
+        pf->run[pf->n_run] = (const char *)hy_af_page(f, v, pi) + (size_t)slot * row_bytes;
         pf->len[pf->n_run++] = (size_t)cnt * row_bytes;
         p += cnt;
     }
@@ -485,8 +507,8 @@ static void hy_af_pf_next(hy_af_pf_t *pf, const hy_attn_flash_t *f, int32_t a, i
     pf->off = 0;
     if (a + HY_AF_BK <= kmax) {
         int32_t nhi = HY_MIN(a + 2 * HY_AF_BK, kmax + 1);
-        hy_af_pf_rows(pf, f, f->k_base, f->k_page_bytes, f->k_row_bytes, a + HY_AF_BK, nhi);
-        hy_af_pf_rows(pf, f, f->v_base, f->v_page_bytes, f->v_row_bytes, a + HY_AF_BK, nhi);
+        hy_af_pf_rows(pf, f, false, a + HY_AF_BK, nhi);
+        hy_af_pf_rows(pf, f, true, a + HY_AF_BK, nhi);
     }
 }
 
@@ -569,7 +591,7 @@ static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_
         if (clo >= chi)
             continue;
         hy_af_load_keys(f, hdp, clo, chi, Kt);
-        hy_af_load_rows(f, f->v_base, f->v_page_bytes, f->v_row_bytes, hdv, clo, chi, Vt);
+        hy_af_load_rows(f, true, hdv, clo, chi, Vt);
         hy_af_pf_next(&pf, f, a, kmax);
         for (int32_t gi = 0; gi < ng; gi++) {
             int32_t glo = HY_MAX(clo, grs[gi].lomin), ghi = HY_MIN(chi, grs[gi].pmax + 1);
@@ -890,15 +912,13 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
          * through it since the last token) */
         hy_af_pf_next(&pf, f, a, kmax);
         if (k16)
-            for (int32_t p = lo; p < hi; p++)
-                krow[p - lo] = hy_af_row_f16(f, f->k_base, f->k_page_bytes, f->k_row_bytes, p);
+            hy_af_rows_f16(f, false, lo, hi, krow);
         else
             hy_af_load_keys(f, hdp, lo, hi, kr);
         if (v16)
-            for (int32_t p = lo; p < hi; p++)
-                vrow[p - lo] = hy_af_row_f16(f, f->v_base, f->v_page_bytes, f->v_row_bytes, p);
+            hy_af_rows_f16(f, true, lo, hi, vrow);
         else
-            hy_af_load_rows(f, f->v_base, f->v_page_bytes, f->v_row_bytes, hdv, lo, hi, vr);
+            hy_af_load_rows(f, true, hdv, lo, hi, vr);
         for (int32_t i = 0; i < nq;) {
             int32_t p = f->pos[f->t0 + i / nh];
             int32_t qlo = f->window > 0 ? HY_MAX(0, p - f->window + 1) : 0;

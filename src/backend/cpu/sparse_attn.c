@@ -517,12 +517,14 @@ static size_t sp_max_pages(const hy_cpu_t *cpu)
            (size_t)HY_MAX(c->block_pages, 1);
 }
 
-/* Floats of a thread's staging area: one KV head's K and V rows of every
- * page a token reads, for a token that reads pages that are not hot. */
+/* Floats of a thread's staging area, for a token that reads pages that
+ * are not hot: where each page a token reads lies (K then V addresses),
+ * then one KV head's K and V rows of each page read from the spill file. */
 static size_t sp_stage_floats(const hy_cpu_t *cpu)
 {
-    size_t bytes = sp_max_pages(cpu) * (size_t)cpu->kv.page_tokens *
-                   (cpu->k_row_bytes + cpu->v_row_bytes);
+    size_t bytes = sp_max_pages(cpu) * (2 * sizeof(const uint8_t *) +
+                                        (size_t)cpu->kv.page_tokens *
+                                            (cpu->k_row_bytes + cpu->v_row_bytes));
 
     return ((bytes + sizeof(float) - 1) / sizeof(float) + 15) & ~(size_t)15;
 }
@@ -539,18 +541,18 @@ size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos, bool staged)
            (cur + 1) * bp;
 }
 
-/* n bytes of out unit u at off into dst: from RAM when the unit is warm,
- * else read from the spill file (the store brings it up after the step).
- * A failed read leaves zeros and tells the store, which fails the step. */
-static void sp_out_read(hy_out_view_t *ov, int32_t u, size_t off, uint8_t *dst, size_t n)
+/* Where n bytes of out unit u at off lie: in RAM when the unit is warm,
+ * else read from the spill file into dst (the store brings the unit up
+ * after the step).  A failed read leaves zeros and tells the store, which
+ * fails the step. */
+static const uint8_t *sp_out_at(hy_out_view_t *ov, int32_t u, size_t off, uint8_t *dst, size_t n)
 {
     int32_t slot = ov->slot[u];
     ssize_t got;
 
     if (slot >= 0) {
-        memcpy(dst, ov->ram + (size_t)slot * ov->unit_bytes + off, n);
         __atomic_store_n(&ov->ref[u], 1, __ATOMIC_RELAXED);
-        return;
+        return ov->ram + (size_t)slot * ov->unit_bytes + off;
     }
     if (__atomic_exchange_n(&ov->ref[u], 2, __ATOMIC_RELAXED) != 2) {
         int32_t i = __atomic_fetch_add(&ov->n_wanted, 1, __ATOMIC_RELAXED);
@@ -566,53 +568,49 @@ static void sp_out_read(hy_out_view_t *ov, int32_t u, size_t off, uint8_t *dst, 
         if (__atomic_compare_exchange_n(&ov->failed_unit, &none, u, false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED))
             __atomic_store_n(&ov->failed_errno, got < 0 ? errno : 0, __ATOMIC_RELAXED);
-        return;
+        return dst;
     }
     __atomic_fetch_add(&ov->disk_read_bytes, (uint64_t)n, __ATOMIC_RELAXED);
+    return dst;
 }
 
 /* One token whose compacted list (np pages in pages) holds pages that are
- * not hot: KV head g's rows of every listed page are copied in list order
- * into the thread's staging area, hot ones from the pool and the others
- * from the out store, and the kernel runs on that copy (the same bytes in
- * the same order: the same bits as if all were hot). */
-static void sp_run_staged(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *sq,
-                          const hy_attn_flash_t *u, int32_t g, int32_t *pages, int32_t np,
-                          const int32_t *vpos, uint8_t *stage,
-                          void (*kernel)(const hy_attn_flash_t *f, float *scratch), float *scr)
+ * not hot: the kernel reads KV head g's rows of each listed page where
+ * they lie, in the pool or the out store's RAM, and those of a page out
+ * on the spill file from the thread's staging area, read into it first
+ * (the same bytes in the same order: the same bits as if all were hot). */
+static void sp_run_at(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *sq,
+                      const hy_attn_flash_t *u, int32_t g, const int32_t *pages, int32_t np,
+                      const int32_t *vpos, uint8_t *stage,
+                      void (*kernel)(const hy_attn_flash_t *f, float *scratch), float *scr)
 {
     int32_t pt = cpu->kv.page_tokens, n_full = 0, rank = sp_layer_rank(cpu, layer);
     size_t kb = (size_t)pt * cpu->k_row_bytes, vb = (size_t)pt * cpu->v_row_bytes;
-    uint8_t *ks = stage, *vs = stage + sp_max_pages(cpu) * kb;
+    size_t maxp = sp_max_pages(cpu);
+    const uint8_t **kat = (const uint8_t **)(void *)stage, **vat = kat + maxp;
+    uint8_t *ks = (uint8_t *)(vat + maxp), *vs = ks + maxp * kb;
     hy_attn_flash_t w = *u;
 
     for (int32_t l = 0; l < cpu->kv.n_layers; l++)
         n_full += cpu->sp_keys[l] != NULL;
     for (int32_t i = 0; i < np; i++) {
         if (pages[i] >= 0) {
-            memcpy(ks + (size_t)i * kb,
-                   cpu->k_pages[layer] + (size_t)pages[i] * cpu->k_page_bytes + (size_t)g * kb,
-                   kb);
-            memcpy(vs + (size_t)i * vb,
-                   cpu->v_pages[layer] + (size_t)pages[i] * cpu->v_page_bytes + (size_t)g * vb,
-                   vb);
+            kat[i] = cpu->k_pages[layer] + (size_t)pages[i] * cpu->k_page_bytes + (size_t)g * kb;
+            vat[i] = cpu->v_pages[layer] + (size_t)pages[i] * cpu->v_page_bytes + (size_t)g * vb;
         } else {
             /* kv_page_read's layout: the group's K pages by layer, then its V pages */
             int32_t unit = HY_PAGE_OUT_REF(pages[i]);
 
-            sp_out_read(sq->out, unit, (size_t)rank * cpu->k_page_bytes + (size_t)g * kb,
-                        ks + (size_t)i * kb, kb);
-            sp_out_read(sq->out, unit,
-                        (size_t)n_full * cpu->k_page_bytes + (size_t)rank * cpu->v_page_bytes +
-                            (size_t)g * vb,
-                        vs + (size_t)i * vb, vb);
+            kat[i] = sp_out_at(sq->out, unit, (size_t)rank * cpu->k_page_bytes + (size_t)g * kb,
+                               ks + (size_t)i * kb, kb);
+            vat[i] = sp_out_at(sq->out, unit,
+                               (size_t)n_full * cpu->k_page_bytes +
+                                   (size_t)rank * cpu->v_page_bytes + (size_t)g * vb,
+                               vs + (size_t)i * vb, vb);
         }
-        pages[i] = i;
     }
-    w.k_base = ks;
-    w.v_base = vs;
-    w.k_page_bytes = kb;
-    w.v_page_bytes = vb;
+    w.k_at = kat;
+    w.v_at = vat;
     sp_run(&w, pages, vpos, kernel, scr);
 }
 
@@ -665,7 +663,7 @@ void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq
             __atomic_fetch_add(sq->out_reads, k, __ATOMIC_RELAXED);
         }
         if (out)
-            sp_run_staged(cpu, layer, sq, &u, g, pages, np, &vpos, stage, kernel, scr);
+            sp_run_at(cpu, layer, sq, &u, g, pages, np, &vpos, stage, kernel, scr);
         else
             sp_run(&u, pages, &vpos, kernel, scr);
     }
