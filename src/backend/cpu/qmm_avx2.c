@@ -895,16 +895,73 @@ HY_Q2_INLINE __m256i hy_q2_row_iq4_nl(const char *blk, __m256i xe, __m256i xo)
         xo);
 }
 
-/* One-token decoder, row by row, for the 32-element types whose codes fit
- * in int8 and whose block starts with its f16 D (Q8_0, Q4_0, IQ4_NL;
- * Q5_0 below): a row's codes, as int16 pairs, meet the token's block split
- * into even and odd elements (hy_q2_row_i8; the split once per block for
- * all 8 rows).  P is exact in int32,
- * so summing it this way gives the transposed extractor's P, and the float
- * step is hy_q2_step's: the same bits, without the transpose and the pair
- * extraction that made decode compute-bound (Gemma 3's 262144 x 640 Q8_0
- * output matrix, its Q5_0 projections). */
-#define HY_Q2_DEC_ROWS(name)                                                       \
+/* Q5_0's row.  A code is q - 16 with q = nibble | 16 * (bit j of qh) in
+ * 0..31, so a row's sum is sum(q x) - 16 sum(x) (hy_q2_corr_q5_0 takes the
+ * second term off once per block for all 8 rows): q stays unsigned, and
+ * its int16 pairs split into even and odd elements with a mask and a
+ * shift (no sign to extend).  Both sums are exact in int32 (|x| < 2^15,
+ * q < 32, 32 elements).  The signed row path this replaced took the
+ * offset off every byte and sign-extended the codes across the 128-bit
+ * halves (bench_quant's one-token tile ~1.1x); Gemma 3's Q5_0 projections
+ * are still its slowest bytes per byte: the qh expansion's shuffle,
+ * broadcasts and shifts. */
+HY_Q2_INLINE __m256i hy_q2_row_q5_0(const char *blk, __m256i xe, __m256i xo)
+{
+    /* byte j of the broadcast qh word tests bit j % 8 of qh's byte j / 8 */
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
+                                          2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(16);
+    const __m256i nshift = _mm256_setr_epi64x(0, 0, 4, 4);
+    uint32_t qh;
+
+    memcpy(&qh, blk + offsetof(hy_block_q5_0_t, qh), 4);
+    /* low nibbles in the low half (elements 0..15), high in the high */
+    const __m256i nib = _mm256_and_si256(
+        _mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+                              (const __m128i *)(blk + offsetof(hy_block_q5_0_t, qs)))),
+                          nshift),
+        m4);
+    const __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick),
+                                        bit);
+    const __m256i q = _mm256_or_si256(nib, _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), b16));
+
+    return _mm256_add_epi32(
+        _mm256_madd_epi16(_mm256_and_si256(q, _mm256_set1_epi16(0x00FF)), xe),
+        _mm256_madd_epi16(_mm256_srli_epi16(q, 8), xo));
+}
+
+/* What a block's row sums lose to a type's code offset, the same for all 8
+ * rows: 16 sum(x) for Q5_0's unsigned codes, nothing for the signed ones. */
+HY_Q2_INLINE __m256i hy_q2_corr_q5_0(__m256i xe, __m256i xo)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    /* xe + xo could overflow int16: widen first */
+    const __m256i s8 = _mm256_add_epi32(_mm256_madd_epi16(xe, ones), _mm256_madd_epi16(xo, ones));
+    __m128i sx = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+
+    sx = _mm_add_epi32(sx, _mm_shuffle_epi32(sx, 0x4E));
+    sx = _mm_add_epi32(sx, _mm_shuffle_epi32(sx, 0xB1));
+    return _mm256_slli_epi32(_mm256_broadcastd_epi32(sx), 4);
+}
+
+HY_Q2_INLINE __m256i hy_q2_corr_none(__m256i xe, __m256i xo)
+{
+    (void)xe;
+    (void)xo;
+    return _mm256_setzero_si256();
+}
+
+/* One-token decoder, row by row, for the 32-element types whose block
+ * starts with its f16 D and whose codes fit in int8 (Q8_0, Q4_0, IQ4_NL)
+ * or are unsigned with an offset (Q5_0; corr): a row's codes, as int16
+ * pairs, meet the token's block split into even and odd elements
+ * (hy_q2_row_i8; the split once per block for all 8 rows).  P is exact in
+ * int32, so summing it this way gives the transposed extractor's P, and
+ * the float step is hy_q2_step's: the same bits, without the transpose
+ * and the pair extraction that made decode compute-bound (Gemma 3's
+ * 262144 x 640 Q8_0 output matrix, its Q5_0 projections). */
+#define HY_Q2_DEC_ROWS(name, corr)                                                 \
     static void hy_q2_dec_##name(const char *w, size_t ws, int nrows, int64_t nb, \
                                  const hy_block_q16_t *x, float out[8], int pf)    \
     {                                                                              \
@@ -921,86 +978,18 @@ HY_Q2_INLINE __m256i hy_q2_row_iq4_nl(const char *blk, __m256i xe, __m256i xo)
                 hy_q2_prefetch(w, ws, b, nb, step);                                \
             _Pragma("GCC unroll 16") for (int r = 0; r < 8; r++)                   \
                 a[r] = hy_q2_row_##name(rp[r] + o, xe, xo);                        \
+            const __m256i c = corr(xe, xo);                                        \
             const __m256 sc = _mm256_mul_ps(hy_q2_f16x8(rp, o, NULL),              \
                                             _mm256_set1_ps(x[b].d));               \
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hy_q2_hsum8(a)), sc, acc);    \
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hy_q2_hsum8(a), c)), \
+                                  sc, acc);                                        \
         }                                                                          \
         _mm256_storeu_ps(out, acc);                                                \
     }
-HY_Q2_DEC_ROWS(q8_0)
-HY_Q2_DEC_ROWS(q4_0)
-HY_Q2_DEC_ROWS(iq4_nl)
-
-/* Q5_0's one-token decoder.  A code is q - 16 with q = nibble | 16 * (bit
- * j of qh) in 0..31, so a row's sum is sum(q x) - 16 sum(x): q stays
- * unsigned, and its int16 pairs split into even and odd elements with a
- * mask and a shift (no sign to extend), against the token's block split
- * the same way once for all 8 rows.  sum(x) is one integer per block; both
- * sums are exact in int32 (|x| < 2^15, q < 32, 32 elements), so P, and
- * with it the float step, is the transposed extractor's to the bit.
- * The signed row path it replaces took the offset off every byte and
- * sign-extended the codes across the 128-bit halves (bench_quant's
- * one-token tile ~1.1x; Gemma 3's Q5_0 projections are still its slowest
- * bytes per byte: the qh expansion's shuffle, broadcasts and shifts). */
-static void hy_q2_dec_q5_0(const char *w, size_t ws, int nrows, int64_t nb,
-                           const hy_block_q16_t *x, float out[8], int pf)
-{
-    const __m256i lo8 = _mm256_set1_epi16(0x00FF);
-    /* byte j of the broadcast qh word tests bit j % 8 of qh's byte j / 8 */
-    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
-                                          2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(16);
-    const __m256i nshift = _mm256_setr_epi64x(0, 0, 4, 4);
-    const size_t bsz = sizeof(hy_block_q5_0_t);
-    const size_t step = hy_q2_pf_step(ws, nb);
-    const char *rp[8];
-    __m256 acc = _mm256_setzero_ps();
-
-    hy_q2_rows(w, ws, nrows, rp);
-    for (int64_t b = 0; b < nb; b++) {
-        const size_t o = (size_t)b * bsz;
-        __m256i xe, xo;
-
-        hy_q2_x_evod(x + b, &xe, &xo);
-        const __m256i ones = _mm256_set1_epi16(1);
-        /* xe + xo could overflow int16: widen first */
-        const __m256i s8 =
-            _mm256_add_epi32(_mm256_madd_epi16(xe, ones), _mm256_madd_epi16(xo, ones));
-        __m128i sx =
-            _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
-        __m256i a[8];
-
-        if (pf)
-            hy_q2_prefetch(w, ws, b, nb, step);
-#pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) {
-            const char *blk = rp[r] + o;
-            uint32_t qh;
-
-            memcpy(&qh, blk + offsetof(hy_block_q5_0_t, qh), 4);
-            /* low nibbles in the low half (elements 0..15), high in the high */
-            const __m256i nib = _mm256_and_si256(
-                _mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128(
-                                      (const __m128i *)(blk + offsetof(hy_block_q5_0_t, qs)))),
-                                  nshift),
-                m4);
-            const __m256i hb = _mm256_and_si256(
-                _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick), bit);
-            const __m256i q =
-                _mm256_or_si256(nib, _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), b16));
-            a[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_and_si256(q, lo8), xe),
-                                    _mm256_madd_epi16(_mm256_srli_epi16(q, 8), xo));
-        }
-        sx = _mm_add_epi32(sx, _mm_shuffle_epi32(sx, 0x4E));
-        sx = _mm_add_epi32(sx, _mm_shuffle_epi32(sx, 0xB1));
-        const __m256i p = _mm256_sub_epi32(
-            hy_q2_hsum8(a), _mm256_slli_epi32(_mm256_broadcastd_epi32(sx), 4));
-        const __m256 sc = _mm256_mul_ps(hy_q2_f16x8(rp, o, NULL), _mm256_set1_ps(x[b].d));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc);
-    }
-    _mm256_storeu_ps(out, acc);
-}
+HY_Q2_DEC_ROWS(q8_0, hy_q2_corr_none)
+HY_Q2_DEC_ROWS(q4_0, hy_q2_corr_none)
+HY_Q2_DEC_ROWS(iq4_nl, hy_q2_corr_none)
+HY_Q2_DEC_ROWS(q5_0, hy_q2_corr_q5_0)
 
 /* The K-quant rows take a row's 32 codes as 16 int16 lanes, lane i
  * holding elements 2i (low byte) and 2i+1 (high byte) as they lie in
