@@ -37,6 +37,7 @@
 #include "kv/plan.h"
 #include "model/tokenizer.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +218,19 @@ static char *bs_passkey_text(bs_t *b, int32_t n, double d, int key)
     return text;
 }
 
+/* Whether the answer out holds the key's digits as a number of their own
+ * (" 166525" does not hold 66525: until 2026-12-04 a bare substring
+ * counted, so earlier grids may count such answers as found). */
+static bool bs_has_key(const char *out, const char *want)
+{
+    size_t n = strlen(want);
+
+    for (const char *p = strstr(out, want); p; p = strstr(p + 1, want))
+        if ((p == out || !isdigit((unsigned char)p[-1])) && !isdigit((unsigned char)p[n]))
+            return true;
+    return false;
+}
+
 static int bs_passkey(bs_t *b, int32_t n, int count)
 {
     int found[2] = {0, 0}, end = b->last > 0 ? HY_MIN(b->last, count) : count;
@@ -243,10 +257,10 @@ static int bs_passkey(bs_t *b, int32_t n, int count)
                 return 1;
             }
             snprintf(want, sizeof want, "%d", key);
-            found[sparse] += strstr(out, want) != NULL;
+            found[sparse] += bs_has_key(out, want);
             printf("depth %.2f (%zu tokens) key %d %s: '%s' %s\n",
                    count > 1 ? (double)i / (count - 1) * 0.95 : 0.5, nid, key,
-                   sparse ? "sparse" : "dense ", out, strstr(out, want) ? "found" : "MISSED");
+                   sparse ? "sparse" : "dense ", out, bs_has_key(out, want) ? "found" : "MISSED");
             fflush(stdout);
             free(out);
         }
