@@ -475,8 +475,15 @@ static int bs_settings(int argc, char **argv, hy_config_attention_t *a, int *thr
                        bs_t *b)
 {
     for (int i = 0; i + 1 < argc; i += 2) {
-        long v = strtol(argv[i + 1], NULL, 10);
+        char *end;
+        long v = strtol(argv[i + 1], &end, 10);
 
+        /* every number is a count: a whole non-negative int */
+        if (strcmp(argv[i], "--spill-dir") != 0 &&
+            (end == argv[i + 1] || *end != '\0' || v < 0 || v > INT32_MAX)) {
+            fprintf(stderr, "bench_sparse: bad value for %s: '%s'\n", argv[i], argv[i + 1]);
+            return -1;
+        }
         if (strcmp(argv[i], "--spill-dir") == 0) b->spill_dir = argv[i + 1];
         else if (strcmp(argv[i], "--warm-pages") == 0) b->warm_pages = (int32_t)v;
         else if (strcmp(argv[i], "--first") == 0) b->first = (int)v;
@@ -491,8 +498,13 @@ static int bs_settings(int argc, char **argv, hy_config_attention_t *a, int *thr
         else if (strcmp(argv[i], "--sink") == 0) a->sink_tokens = (uint32_t)v;
         else if (strcmp(argv[i], "--local") == 0) a->local_tokens = (uint32_t)v;
         else if (strcmp(argv[i], "--min") == 0) a->sparse_min_tokens = (uint32_t)v;
-        else return -1;
+        else {
+            fprintf(stderr, "bench_sparse: unknown setting %s\n", argv[i]);
+            return -1;
+        }
     }
+    if (argc % 2 != 0)
+        fprintf(stderr, "bench_sparse: %s needs a value\n", argv[argc - 1]);
     return argc % 2 == 0 ? 0 : -1;
 }
 

@@ -25,6 +25,9 @@ tests_integration_test_sparse_context_LDADD = $(TEST_LDADD)
 check_PROGRAMS += tests/integration/bench_sparse
 tests_integration_bench_sparse_SOURCES = tests/integration/bench_sparse.c
 tests_integration_bench_sparse_LDADD = $(TEST_LDADD)
+# and its settings refused with the flag named
+TESTS += tests/integration/test_bench_sparse.sh
+EXTRA_DIST += tests/integration/test_bench_sparse.sh
 # TAP helpers shared by the shell integration tests
 EXTRA_DIST += tests/integration/taplib.sh
 # the warm and cold KV tiers end to end (restart hits with SmolLM2 and a GDN
