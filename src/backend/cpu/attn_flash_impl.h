@@ -418,21 +418,30 @@ static inline const uint8_t *hy_af_page(const hy_attn_flash_t *f, bool v, int32_
            (size_t)f->pages[pi] * (v ? f->v_page_bytes : f->k_page_bytes);
 }
 
+/* The run of positions from p (before hi) that lie in one page, keys or
+ * values: its length, and where position p's row lies at *src.  The
+ * row walks below go page by page through it. */
+static inline int32_t hy_af_run(const hy_attn_flash_t *f, bool v, int32_t p, int32_t hi,
+                                const uint8_t **src)
+{
+    int32_t pt = f->page_tokens, slot = p % pt;
+
+    *src = hy_af_page(f, v, p / pt) + (size_t)slot * (v ? f->v_row_bytes : f->k_row_bytes);
+    return HY_MIN(hi - p, pt - slot);
+}
+
 /* Where positions [lo, hi) of one KV head's f16 keys or values lie (row
- * p - lo), page by page. */
+ * p - lo). */
 static void hy_af_rows_f16(const hy_attn_flash_t *f, bool v, int32_t lo, int32_t hi,
                            const uint16_t **rows)
 {
-    int32_t pt = f->page_tokens;
     size_t row_bytes = v ? f->v_row_bytes : f->k_row_bytes;
+    const uint8_t *src;
 
-    for (int32_t p = lo; p < hi;) {
-        int32_t pi = p / pt, slot = p % pt, cnt = HY_MIN(hi - p, pt - slot);
-        const uint8_t *src = hy_af_page(f, v, pi) + (size_t)slot * row_bytes;
-
+    for (int32_t p = lo, cnt; p < hi; p += cnt) {
+        cnt = hy_af_run(f, v, p, hi, &src);
         for (int32_t i = 0; i < cnt; i++)
             rows[p - lo + i] = (const uint16_t *)(const void *)(src + (size_t)i * row_bytes);
-        p += cnt;
     }
 }
 
@@ -440,12 +449,10 @@ static void hy_af_rows_f16(const hy_attn_flash_t *f, bool v, int32_t lo, int32_t
 static void hy_af_load_rows(const hy_attn_flash_t *f, bool v, int32_t dim, int32_t lo, int32_t hi,
                             float *tile)
 {
-    int32_t pt = f->page_tokens;
-    size_t row_bytes = v ? f->v_row_bytes : f->k_row_bytes;
+    const uint8_t *src;
 
-    for (int32_t p = lo; p < hi;) {
-        int32_t pi = p / pt, slot = p % pt, cnt = HY_MIN(hi - p, pt - slot);
-        const uint8_t *src = hy_af_page(f, v, pi) + (size_t)slot * row_bytes;
+    for (int32_t p = lo, cnt; p < hi; p += cnt) {
+        cnt = hy_af_run(f, v, p, hi, &src);
         float *dst = tile + (size_t)(p - lo) * dim;
         size_t n = (size_t)cnt * dim, i = 0;
         if (f->kv_f32) {
@@ -465,7 +472,6 @@ static void hy_af_load_rows(const hy_attn_flash_t *f, bool v, int32_t dim, int32
         } else {
             f->to_float(src, dst, (int64_t)n);
         }
-        p += cnt;
     }
 }
 
@@ -489,14 +495,13 @@ static void hy_af_load_keys(const hy_attn_flash_t *f, int32_t stride, int32_t lo
 static void hy_af_pf_rows(hy_af_pf_t *pf, const hy_attn_flash_t *f, bool v, int32_t lo,
                           int32_t hi)
 {
-    int32_t pt = f->page_tokens;
     size_t row_bytes = v ? f->v_row_bytes : f->k_row_bytes;
+    const uint8_t *src;
 
-    for (int32_t p = lo; p < hi;) {
-        int32_t pi = p / pt, slot = p % pt, cnt = HY_MIN(hi - p, pt - slot);
-        pf->run[pf->n_run] = (const char *)hy_af_page(f, v, pi) + (size_t)slot * row_bytes;
+    for (int32_t p = lo, cnt; p < hi; p += cnt) {
+        cnt = hy_af_run(f, v, p, hi, &src);
+        pf->run[pf->n_run] = (const char *)src;
         pf->len[pf->n_run++] = (size_t)cnt * row_bytes;
-        p += cnt;
     }
 }
 
