@@ -16,6 +16,18 @@ ok() { # STATUS WHAT...: one TAP line, passing when STATUS is 0; failures are co
     fi
 }
 
+check() { # WANT_RC "substring" WHAT -- COMMAND...: the command's exit status and
+    # output (stdout and stderr together) hold what is wanted; a failure shows both
+    ck_want_rc_=$1 ck_want_=$2 ck_what_=$3
+    shift 4
+    ck_out_=$("$@" 2>&1 </dev/null)
+    ck_rc_=$?
+    case "$ck_out_" in
+    *"$ck_want_"*) [ "$ck_rc_" = "$ck_want_rc_" ] && { ok 0 "$ck_what_"; return; } ;;
+    esac
+    ok 1 "$ck_what_ (rc $ck_rc_, output: $ck_out_)"
+}
+
 diag() { sed 's/^/# /'; } # stdin as TAP comments
 
 skip_rest() { # WHY WHAT...: the checks that depend on a failed step, skipped

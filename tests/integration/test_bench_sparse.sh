@@ -8,21 +8,7 @@ hy=${HYSERVE:-./hyserve}
 src=${HY_SRCDIR:-.}
 bench="$(dirname "$hy")/tests/integration/bench_sparse"
 tiny="$src/tests/golden/tiny/qwen35-long.gguf"
-n=0 fail=0
-
-# check WANT_RC "expected output substring" what -- command...
-check() {
-    want_rc=$1 want=$2 what=$3
-    shift 4
-    out=$("$@" 2>&1 </dev/null)
-    rc=$?
-    n=$((n + 1))
-    case "$out" in
-    *"$want"*) [ "$rc" = "$want_rc" ] && { echo "ok $n - $what"; return; } ;;
-    esac
-    fail=$((fail + 1))
-    echo "not ok $n - $what (rc $rc, output: $out)"
-}
+. "$src/tests/integration/taplib.sh"
 
 check 2 "bench_sparse: bad value for --ref: '-3'" "a negative --ref" -- \
     "$bench" "$tiny" decode 256 2 --dense 0 --ref -3
@@ -37,5 +23,4 @@ check 1 "bench_sparse: --ref 256 is not shorter than 256" "a reference as long a
 check 0 "sparse: decode at 128, steps alternating with the above: median" \
     "--ref decodes the shorter sequence in the same run" -- \
     "$bench" "$tiny" decode 640 4 --dense 0 --min 256 --ref 128
-echo "1..$n"
-[ "$fail" = 0 ]
+finish

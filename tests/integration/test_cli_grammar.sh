@@ -8,21 +8,7 @@ src=${HY_SRCDIR:-.}
 tiny="$src/tests/golden/tiny/llama.gguf"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-n=0 fail=0
-
-# check WANT_RC "expected output substring" what -- command...
-check() {
-    want_rc=$1 want=$2 what=$3
-    shift 4
-    out=$("$@" 2>&1 </dev/null)
-    rc=$?
-    n=$((n + 1))
-    case "$out" in
-    *"$want"*) [ "$rc" = "$want_rc" ] && { echo "ok $n - $what"; return; } ;;
-    esac
-    fail=$((fail + 1))
-    echo "not ok $n - $what (rc $rc, output: $out)"
-}
+. "$src/tests/integration/taplib.sh"
 
 printf '{"type":"string","foo":1}' >"$tmp/unsupported.json"
 printf '{"type":' >"$tmp/broken.json"
@@ -106,5 +92,4 @@ check 2 "hyserve bench: $tmp/unsupported.json: /: keyword 'foo' is not supported
     "bench --offline refuses a bad schema before loading" -- \
     "$hy" bench --offline -m "$tiny" --json-schema "$tmp/unsupported.json"
 
-echo "1..$n"
-[ "$fail" = 0 ]
+finish
