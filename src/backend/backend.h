@@ -79,25 +79,41 @@ typedef struct {
 
 /* What the attention op reads an out unit u through.  slot[u] >= 0: its
  * bytes are at ram + slot[u] * unit_bytes (warm); -1: only in the spill
- * file fd, at u * unit_bytes (cold).  The op marks every unit it reads in
- * ref[u] (1; the store's clock clears it); a cold one it reads with
- * pread, marks 2 the first time and appends to wanted[] (while there is
- * room: the store brings those up to RAM and checks them after the
- * step).  A failed read sets failed_unit / failed_errno (the first wins)
- * and the store fails the step. */
+ * file fd, at u * unit_bytes (cold).  slot[u] may turn >= 0 while a step
+ * runs (the store's I/O thread brings a unit up, its bytes complete
+ * before it publishes the slot): read it with hy_out_read.  The op marks
+ * every unit it reads in ref[u] (1; the store's clock clears it); a cold
+ * one it reads with pread, marks 2 the first time and appends to wanted[]
+ * (while there is room: the store brings those up to RAM after the step,
+ * on its I/O thread, while the next step runs).  Every byte read from the
+ * file is checked before it is used: the file holds a unit as runs of
+ * run_bytes (one KV head's K or V rows of a page, or whole units), run i
+ * of unit u with CRC-32C crc[u * (unit_bytes / run_bytes) + i].  A failed
+ * read or a run whose bytes are not what was written sets failed_unit /
+ * failed_errno (the first wins; 0: a short read, EBADMSG: a checksum
+ * mismatch, -1: a read that is not whole runs) and the store fails the
+ * step. */
 typedef struct hy_out_view {
     const uint8_t *ram;
-    const int32_t *slot;
+    const int32_t *slot;    /* atomic: the store's I/O thread publishes */
     uint64_t unit_bytes;
+    uint64_t run_bytes;     /* divides unit_bytes */
+    const uint32_t *crc;
     int fd;
     uint8_t *ref;
     int32_t *wanted;
     int32_t wanted_cap;
     int32_t n_wanted;       /* atomic */
     int32_t failed_unit;    /* -1: none (atomic) */
-    int32_t failed_errno;   /* 0: a short read */
+    int32_t failed_errno;   /* an errno, or as above */
     uint64_t disk_read_bytes; /* atomic: bytes the op read from the file */
 } hy_out_view_t;
+
+/* Where n bytes of out unit u at off lie: in RAM when the unit is warm,
+ * else read from the spill file into dst and checked (off and n whole
+ * runs).  A failed read or check leaves zeros in dst and tells the store
+ * (failed_unit), which fails the step. */
+const uint8_t *hy_out_read(hy_out_view_t *ov, int32_t u, size_t off, uint8_t *dst, size_t n);
 
 /* The page-list entry of a page that is not hot (r >= 0), and back. */
 #define HY_PAGE_OUT(r) (-2 - (int32_t)(r))

@@ -25,6 +25,25 @@ int hy_kv_layout_sizes(const hy_kv_layout_t *lay, size_t *krow, size_t *vrow, ui
     return HY_OK;
 }
 
+uint64_t hy_kv_layout_out_run(const hy_kv_layout_t *lay)
+{
+    size_t krow, vrow;
+    uint64_t kpage, vpage, a, b;
+    char err[HY_ERR_LEN];
+
+    if (hy_kv_layout_sizes(lay, &krow, &vrow, &kpage, &vpage, err) != HY_OK)
+        return 0;
+    a = (uint64_t)krow * (uint64_t)lay->page_tokens;
+    b = (uint64_t)vrow * (uint64_t)lay->page_tokens;
+    while (b != 0) { /* gcd: a head's K rows and its V rows may differ in size */
+        uint64_t t = a % b;
+
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
 int hy_kv_layout_check(const hy_kv_layout_t *lay, int32_t max_head, size_t *krow, size_t *vrow,
                        uint64_t *kpage, uint64_t *vpage, char *err)
 {

@@ -32,6 +32,11 @@ int hy_kv_layout_check(const hy_kv_layout_t *lay, int32_t max_head, size_t *krow
  * pages of a group's pool. */
 int32_t hy_kv_layout_group(const hy_kv_layout_t *lay, int32_t l);
 int32_t hy_kv_layout_group_pages(const hy_kv_layout_t *lay, int32_t group);
+/* The runs the out store checks a full-group page in (backend.h
+ * hy_out_view_t.run_bytes): every K or V rows of one KV head of one layer's
+ * page (page_tokens rows) is whole runs, so the attention op checks what it
+ * reads without reading more.  0 for a layout hy_kv_layout_sizes refuses. */
+uint64_t hy_kv_layout_out_run(const hy_kv_layout_t *lay);
 /* Bytes kv_init allocates for lay: per layer, its group's pages times one
  * layer's K and V page (kpage + vpage from hy_kv_layout_sizes), plus, with
  * block-sparse attention, each full-group page's compressed keys. */

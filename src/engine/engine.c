@@ -243,6 +243,7 @@ static void hy_engine_out_publish(hy_engine_t *e)
     atomic_store(&st->out_file_bytes, c.file_bytes);
     atomic_store(&st->out_promotions, c.promotions);
     atomic_store(&st->out_spills, c.spills);
+    atomic_store(&st->out_read_failures, c.promote_failures);
     atomic_store(&st->out_disk_read_bytes, c.disk_read_bytes);
     atomic_store(&st->out_disk_write_bytes, c.disk_write_bytes);
 }

@@ -11,6 +11,18 @@ check_PROGRAMS += tests/unit/test_outstore
 TESTS += tests/unit/test_outstore
 tests_unit_test_outstore_SOURCES = tests/unit/test_outstore.c
 tests_unit_test_outstore_LDADD = $(TEST_LDADD)
+# ... and under ThreadSanitizer (its I/O thread publishes slots the op
+# reads; only in builds without ASan, which it does not mix with)
+if !SANITIZERS
+check_PROGRAMS += tests/unit/test_outstore_tsan
+TESTS += tests/unit/test_outstore_tsan
+tests_unit_test_outstore_tsan_SOURCES = tests/unit/test_outstore.c src/engine/outstore.c \
+	src/backend/outview.c src/common/crc32c.c src/common/hy.c src/common/log.c \
+	src/common/winstat.c src/ipc/shm.c src/ipc/pagetable.c src/ipc/ring.c src/ipc/request.c
+tests_unit_test_outstore_tsan_CFLAGS = $(AM_CFLAGS) -fsanitize=thread -O1 -g
+tests_unit_test_outstore_tsan_LDFLAGS = -fsanitize=thread
+tests_unit_test_outstore_tsan_LDADD = -lpthread
+endif
 # the warm and cold tiers under the engine's page table (demote, promote, persist)
 libhy_a_SOURCES += src/engine/tiering.c src/engine/tiering.h
 check_PROGRAMS += tests/unit/test_tier_engine

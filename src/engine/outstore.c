@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "engine/outstore.h"
 #include "common/crc32c.h"
+#include "common/log.h"
 #include "kv/plan.h"
 
 #include <errno.h>
@@ -42,32 +43,48 @@ static int os_file(hy_outstore_t *s, char *err)
     return HY_OK;
 }
 
+static void *os_io_main(void *arg);
+
 int hy_outstore_init(hy_outstore_t *s, const hy_outstore_opts_t *o, char *err)
 {
-    size_t nu, nw;
+    size_t nu, nw, nc;
     int rc;
 
     memset(s, 0, sizeof *s);
     s->fd = -1;
     s->o = *o;
-    if (o->unit_bytes < 1 || o->n_units < 1 || o->n_warm < 0)
-        return hy_err(err, HY_EINVAL, "out store: %d units of %llu bytes, %d in RAM",
-                      o->n_units, (unsigned long long)o->unit_bytes, o->n_warm);
+    if (o->unit_bytes < 1 || o->n_units < 1 || o->n_warm < 0 ||
+        (o->run_bytes > 0 && o->unit_bytes % o->run_bytes != 0))
+        return hy_err(err, HY_EINVAL, "out store: %d units of %llu bytes (checked in runs of "
+                      "%llu), %d in RAM", o->n_units, (unsigned long long)o->unit_bytes,
+                      (unsigned long long)o->run_bytes, o->n_warm);
     if (o->n_warm == 0 || o->n_warm > o->n_units)
         s->o.n_warm = o->n_units;
+    if (o->run_bytes == 0)
+        s->o.run_bytes = o->unit_bytes;
+    s->runs = s->o.unit_bytes / s->o.run_bytes;
     nu = (size_t)s->o.n_units;
     nw = (size_t)s->o.n_warm;
+    /* a CRC per run of every unit; without a file, none is used */
+    nc = s->o.n_warm < s->o.n_units ? nu * (size_t)s->runs : 1;
     s->ram = malloc(nw * (size_t)o->unit_bytes);
     s->slot = malloc(nu * sizeof *s->slot);
     s->slot_unit = malloc(nw * sizeof *s->slot_unit);
     s->ref = calloc(nu, 1);
     s->on_disk = calloc(nu, 1);
-    s->crc = calloc(nu, sizeof *s->crc);
+    s->crc = calloc(nc, sizeof *s->crc);
     s->free_units = malloc(nu * sizeof *s->free_units);
     s->free_slots = malloc(nw * sizeof *s->free_slots);
     s->wanted = malloc(nu * sizeof *s->wanted);
+    s->unit_job = malloc(nu * sizeof *s->unit_job);
+    s->job_unit = malloc(nw * sizeof *s->job_unit);
+    s->job_slot = malloc(nw * sizeof *s->job_slot);
+    s->job_err = malloc(nw * sizeof *s->job_err);
+    s->job_in = malloc(nw);
+    s->job_ns = malloc(nw * sizeof *s->job_ns);
     if (!s->ram || !s->slot || !s->slot_unit || !s->ref || !s->on_disk || !s->crc ||
-        !s->free_units || !s->free_slots || !s->wanted) {
+        !s->free_units || !s->free_slots || !s->wanted || !s->unit_job || !s->job_unit ||
+        !s->job_slot || !s->job_err || !s->job_in || !s->job_ns) {
         hy_outstore_free(s);
         return hy_err(err, HY_ENOMEM, "out store: out of memory for %d units of %llu bytes "
                       "(%d in RAM)", o->n_units, (unsigned long long)o->unit_bytes,
@@ -75,6 +92,7 @@ int hy_outstore_init(hy_outstore_t *s, const hy_outstore_opts_t *o, char *err)
     }
     for (size_t i = 0; i < nu; i++) {
         s->slot[i] = -1;
+        s->unit_job[i] = -1;
         s->free_units[i] = (int32_t)(nu - 1 - i);
     }
     for (size_t i = 0; i < nw; i++) {
@@ -83,13 +101,29 @@ int hy_outstore_init(hy_outstore_t *s, const hy_outstore_opts_t *o, char *err)
     }
     s->n_free_units = s->o.n_units;
     s->n_free_slots = s->o.n_warm;
-    if (s->o.n_warm < s->o.n_units && (rc = os_file(s, err)) != HY_OK) {
-        hy_outstore_free(s);
-        return rc;
+    if (s->o.n_warm < s->o.n_units) {
+        if ((rc = os_file(s, err)) != HY_OK) {
+            hy_outstore_free(s);
+            return rc;
+        }
+        pthread_mutex_init(&s->mu, NULL);
+        pthread_cond_init(&s->cv_job, NULL);
+        pthread_cond_init(&s->cv_done, NULL);
+        if ((rc = pthread_create(&s->io, NULL, os_io_main, s)) != 0) {
+            pthread_mutex_destroy(&s->mu);
+            pthread_cond_destroy(&s->cv_job);
+            pthread_cond_destroy(&s->cv_done);
+            hy_outstore_free(s);
+            return hy_err(err, HY_ENOMEM, "out store: starting its I/O thread: %s",
+                          strerror(rc));
+        }
+        s->io_up = true;
     }
     s->view.ram = s->ram;
     s->view.slot = s->slot;
     s->view.unit_bytes = o->unit_bytes;
+    s->view.run_bytes = s->o.run_bytes;
+    s->view.crc = s->crc;
     s->view.fd = s->fd;
     s->view.ref = s->ref;
     s->view.wanted = s->wanted;
@@ -100,6 +134,16 @@ int hy_outstore_init(hy_outstore_t *s, const hy_outstore_opts_t *o, char *err)
 
 void hy_outstore_free(hy_outstore_t *s)
 {
+    if (s->io_up) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_broadcast(&s->cv_job);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->io, NULL);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv_job);
+        pthread_cond_destroy(&s->cv_done);
+    }
     if (s->fd >= 0)
         close(s->fd);
     free(s->ram);
@@ -111,6 +155,12 @@ void hy_outstore_free(hy_outstore_t *s)
     free(s->free_units);
     free(s->free_slots);
     free(s->wanted);
+    free(s->unit_job);
+    free(s->job_unit);
+    free(s->job_slot);
+    free(s->job_err);
+    free(s->job_in);
+    free(s->job_ns);
     memset(s, 0, sizeof *s);
     s->fd = -1;
 }
@@ -140,7 +190,9 @@ static int os_write(hy_outstore_t *s, int32_t u, char *err)
     if (n != (ssize_t)s->o.unit_bytes)
         return hy_err(err, HY_EIO, "out store: writing unit %d at offset %lld of %s: %s", u,
                       (long long)off, s->path, n < 0 ? strerror(errno) : "short write");
-    s->crc[u] = hy_crc32c(0, src, (size_t)s->o.unit_bytes);
+    for (uint64_t i = 0; i < s->runs; i++)
+        s->crc[(size_t)u * s->runs + i] =
+            hy_crc32c(0, src + i * s->o.run_bytes, (size_t)s->o.run_bytes);
     s->on_disk[u] = 1;
     s->c.spills++;
     s->c.disk_write_bytes += s->o.unit_bytes;
@@ -149,7 +201,9 @@ static int os_write(hy_outstore_t *s, int32_t u, char *err)
 
 /* A free RAM slot: the clock passes over the slots, clearing each one's
  * mark, and empties the first unmarked one (writing it to the file first
- * if it was never written). */
+ * if it was never written); a slot the I/O thread is filling is passed
+ * over.  HY_EFULL when every slot holds a marked or arriving unit twice
+ * round. */
 static int os_free_slot(hy_outstore_t *s, int32_t *slot, char *err)
 {
     int rc;
@@ -162,6 +216,8 @@ static int os_free_slot(hy_outstore_t *s, int32_t *slot, char *err)
         int32_t sl = s->hand, u = s->slot_unit[sl];
 
         s->hand = (s->hand + 1) % s->o.n_warm;
+        if (s->unit_job[u] >= 0)
+            continue;
         if (s->ref[u]) {
             s->ref[u] = 0;
             continue;
@@ -183,7 +239,14 @@ int hy_outstore_take(hy_outstore_t *s, int32_t *unit, uint8_t **bytes, char *err
 
     if (s->n_free_units == 0)
         return hy_err(err, HY_EFULL, "out store: all %d units in use", s->o.n_units);
-    if ((rc = os_free_slot(s, &sl, err)) != HY_OK)
+    rc = os_free_slot(s, &sl, err);
+    /* every slot holds an arriving unit: one frees up when the I/O
+     * thread's batch is accounted */
+    if (rc == HY_EFULL && s->n_jobs > 0) {
+        hy_outstore_sync(s);
+        rc = os_free_slot(s, &sl, err);
+    }
+    if (rc != HY_OK)
         return rc;
     u = s->free_units[--s->n_free_units];
     s->slot[u] = sl;
@@ -199,6 +262,10 @@ void hy_outstore_put(hy_outstore_t *s, int32_t u)
 {
     if (u < 0 || u >= s->o.n_units)
         return;
+    /* on its way up: its slot and file bytes are the I/O thread's until
+     * the batch ends (a read of one unit: microseconds) */
+    if (s->unit_job[u] >= 0)
+        hy_outstore_sync(s);
     if (s->slot[u] >= 0) {
         s->slot_unit[s->slot[u]] = -1;
         s->free_slots[s->n_free_slots++] = s->slot[u];
@@ -209,63 +276,159 @@ void hy_outstore_put(hy_outstore_t *s, int32_t u)
     s->free_units[s->n_free_units++] = u;
 }
 
-/* Cold unit u into a RAM slot, checked against what was written. */
-static int os_promote(hy_outstore_t *s, int32_t u, char *err)
+/* Cold unit u into RAM slot sl, checked run by run against what was
+ * written: 0, an errno, -1 for a short read or EBADMSG. */
+static int os_read_unit(const hy_outstore_t *s, int32_t u, int32_t sl)
 {
     off_t off = (off_t)((uint64_t)u * s->o.unit_bytes);
-    uint64_t t0, ns;
-    int32_t sl;
-    ssize_t n;
-    bool same;
-    int rc;
+    uint8_t *dst = s->ram + (size_t)sl * (size_t)s->o.unit_bytes;
+    const uint32_t *crc = s->crc + (size_t)u * s->runs;
+    ssize_t n = pread(s->fd, dst, (size_t)s->o.unit_bytes, off);
 
-    if ((rc = os_free_slot(s, &sl, err)) != HY_OK)
-        return rc;
-    t0 = os_now_ns();
-    n = pread(s->fd, os_bytes(s, sl), (size_t)s->o.unit_bytes, off);
-    same = n == (ssize_t)s->o.unit_bytes &&
-           hy_crc32c(0, os_bytes(s, sl), (size_t)n) == s->crc[u];
-    ns = os_now_ns() - t0;
-    s->c.disk_read_ns += ns;
-    if (s->read_time != NULL)
-        hy_tier_observe(s->read_time, ns);
-    if (!same) {
-        s->free_slots[s->n_free_slots++] = sl;
-        return hy_err(err, HY_EIO, "out store: unit %d at offset %lld of %s: %s", u,
-                      (long long)off, s->path,
-                      n < 0 ? strerror(errno)
-                            : n != (ssize_t)s->o.unit_bytes ? "short read" : "checksum mismatch");
+    if (n != (ssize_t)s->o.unit_bytes)
+        return n < 0 ? errno : -1;
+    for (uint64_t i = 0; i < s->runs; i++)
+        if (hy_crc32c(0, dst + i * s->o.run_bytes, (size_t)s->o.run_bytes) != crc[i])
+            return EBADMSG;
+    return 0;
+}
+
+/* The I/O thread: takes the batch's jobs one by one, reads and checks
+ * each unit outside the lock and publishes its slot at once (the op of a
+ * running step may read it from there on). */
+static void *os_io_main(void *arg)
+{
+    hy_outstore_t *s = arg;
+
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        int32_t i, u, sl;
+        uint64_t t0;
+        int e;
+
+        while (!s->stop && s->next_job >= s->n_jobs)
+            pthread_cond_wait(&s->cv_job, &s->mu);
+        if (s->stop)
+            break;
+        i = s->next_job++;
+        u = s->job_unit[i];
+        sl = s->job_slot[i];
+        pthread_mutex_unlock(&s->mu);
+        t0 = os_now_ns();
+        e = os_read_unit(s, u, sl);
+        pthread_mutex_lock(&s->mu);
+        s->job_err[i] = e;
+        s->job_ns[i] = os_now_ns() - t0;
+        if (e == 0) {
+            __atomic_store_n(&s->slot[u], sl, __ATOMIC_RELEASE);
+            s->job_in[i] = 1;
+        }
+        if (++s->n_done == s->n_jobs)
+            pthread_cond_broadcast(&s->cv_done);
     }
-    s->c.disk_read_bytes += s->o.unit_bytes;
-    s->c.promotions++;
-    s->slot[u] = sl;
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+void hy_outstore_sync(hy_outstore_t *s)
+{
+    int32_t n;
+
+    if (s->n_jobs == 0)
+        return;
+    pthread_mutex_lock(&s->mu);
+    while (s->n_done < s->n_jobs)
+        pthread_cond_wait(&s->cv_done, &s->mu);
+    n = s->n_jobs;
+    s->n_jobs = s->next_job = s->n_done = 0;
+    pthread_mutex_unlock(&s->mu);
+    /* the batch is done: the thread waits for the next one and touches
+     * none of it */
+    for (int32_t i = 0; i < n; i++) {
+        int32_t u = s->job_unit[i], sl = s->job_slot[i];
+
+        s->unit_job[u] = -1;
+        if (s->job_in[i]) {
+            s->c.promotions++;
+            s->ref[u] = 1;
+        } else {
+            s->slot_unit[sl] = -1;
+            s->free_slots[s->n_free_slots++] = sl;
+        }
+        if (s->job_err[i] == 0 || s->job_err[i] == EBADMSG) {
+            s->c.disk_read_bytes += s->o.unit_bytes;
+            s->c.disk_read_ns += s->job_ns[i];
+            if (s->read_time != NULL)
+                hy_tier_observe(s->read_time, s->job_ns[i]);
+        }
+        if (s->job_err[i] != 0) {
+            /* it stays cold: the next step that reads it checks what it
+             * reads and fails if the file is bad */
+            s->c.promote_failures++;
+            hy_log(LOG_WARNING, "out_store_read_failed", "unit=%d offset=%llu file=%s err=%s",
+                   u, (unsigned long long)((uint64_t)u * s->o.unit_bytes), s->path,
+                   s->job_err[i] < 0 ? "short read"
+                   : s->job_err[i] == EBADMSG ? "checksum mismatch" : strerror(s->job_err[i]));
+        }
+    }
+}
+
+/* Cold unit u on its way up as job i, into a slot the clock frees (false:
+ * every slot holds a unit on its way up) */
+static bool os_queue(hy_outstore_t *s, int32_t u, int32_t i)
+{
+    char sub[HY_ERR_LEN];
+    int32_t sl;
+
+    if (os_free_slot(s, &sl, sub) != HY_OK)
+        return false;
     s->slot_unit[sl] = u;
-    s->ref[u] = 1;
-    return HY_OK;
+    s->unit_job[u] = i;
+    s->job_unit[i] = u;
+    s->job_slot[i] = sl;
+    s->job_err[i] = 0;
+    s->job_in[i] = 0;
+    s->job_ns[i] = 0;
+    return true;
 }
 
 int hy_outstore_end_step(hy_outstore_t *s, char *err)
 {
     hy_out_view_t *v = &s->view;
-    int32_t n = HY_MIN(v->n_wanted, v->wanted_cap), failed = v->failed_unit;
+    int32_t n = HY_MIN(v->n_wanted, v->wanted_cap), failed = v->failed_unit, queued = 0;
+    int e = v->failed_errno;
+    bool full = false;
     int rc = HY_OK;
 
+    hy_outstore_sync(s);
     s->c.disk_read_bytes += v->disk_read_bytes;
     v->disk_read_bytes = 0;
     if (failed >= 0)
         rc = hy_err(err, HY_EIO, "out store: reading unit %d at offset %lld of %s: %s", failed,
                     (long long)((uint64_t)failed * s->o.unit_bytes), s->path,
-                    v->failed_errno ? strerror(v->failed_errno) : "short read");
-    /* every cold unit read is checked, brought up or not */
+                    e == EBADMSG ? "checksum mismatch"
+                    : e == -1 ? "a read across the checked runs"
+                    : e ? strerror(e) : "short read");
+    /* what the step read cold comes up while the next one runs; a step
+     * that failed reading one leaves it cold */
     for (int32_t i = 0; i < n; i++) {
         int32_t u = s->wanted[i];
-        char sub[HY_ERR_LEN];
 
         s->ref[u] = 1;
-        if (s->slot[u] >= 0)
+        /* (every one is marked read again, so that the op lists it next
+         * time, whether it goes up now or not) */
+        if (rc != HY_OK || full || s->slot[u] >= 0)
             continue;
-        if (os_promote(s, u, sub) != HY_OK && rc == HY_OK)
-            rc = hy_err(err, HY_EIO, "%s", sub);
+        if (queued == s->o.n_warm || !os_queue(s, u, queued))
+            full = true;
+        else
+            queued++;
+    }
+    if (queued > 0) {
+        pthread_mutex_lock(&s->mu);
+        s->n_jobs = queued;
+        pthread_cond_signal(&s->cv_job);
+        pthread_mutex_unlock(&s->mu);
     }
     v->n_wanted = 0;
     v->failed_unit = -1;
@@ -278,7 +441,8 @@ void hy_outstore_counts(const hy_outstore_t *s, hy_outstore_counts_t *c)
     *c = s->c;
     c->units = s->o.n_units;
     c->warm = s->o.n_warm;
+    c->pending = s->n_jobs;
     c->used = s->o.n_units - s->n_free_units;
-    c->warm_used = s->o.n_warm - s->n_free_slots;
+    c->warm_used = s->o.n_warm - s->n_free_slots - c->pending;
     c->cold = c->used - c->warm_used;
 }

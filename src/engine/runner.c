@@ -15,7 +15,7 @@
 #include <string.h>
 
 static int hy_runner_state_init(hy_runner_t *r, char *err);
-static int hy_runner_out_init(hy_runner_t *r, char *err);
+static int hy_runner_out_init(hy_runner_t *r, const hy_kv_layout_t *lay, char *err);
 
 void hy_runner_opts_default(hy_runner_opts_t *o)
 {
@@ -112,7 +112,7 @@ int hy_runner_init(hy_runner_t *r, hy_model_t *m, hy_backend_t *be,
     }
     if ((rc = be->i->kv_init(be, &lay, err)) != HY_OK)
         goto fail;
-    if (o->hot_blocks != 0 && (rc = hy_runner_out_init(r, err)) != HY_OK)
+    if (o->hot_blocks != 0 && (rc = hy_runner_out_init(r, &lay, err)) != HY_OK)
         goto fail;
     if (m->n_rec_layers > 0 && (rc = hy_runner_state_init(r, err)) != HY_OK)
         goto fail;
@@ -137,7 +137,7 @@ fail:
 
 /* The out arena of a hot window, after checking that the window can work:
  * only sparse tokens may read a page that is not hot. */
-static int hy_runner_out_init(hy_runner_t *r, char *err)
+static int hy_runner_out_init(hy_runner_t *r, const hy_kv_layout_t *lay, char *err)
 {
     const hy_runner_opts_t *o = &r->opts;
     int64_t bt = (int64_t)o->sparse.block_pages * o->page_tokens;
@@ -154,7 +154,7 @@ static int hy_runner_out_init(hy_runner_t *r, char *err)
         return hy_err(err, HY_EINVAL, "runner: out arena of %d pages", o->out_pages);
     {
         hy_outstore_opts_t so = {r->page_bytes[HY_KV_FULL], o->out_pages, o->out_warm,
-                                 o->out_dir};
+                                 o->out_dir, hy_kv_layout_out_run(lay)};
         int rc;
 
         if ((r->out = malloc(sizeof *r->out)) == NULL)
@@ -601,7 +601,8 @@ uint64_t hy_runner_out_bytes(const hy_runner_t *r)
 {
     /* the RAM it holds: its slots and its index */
     return r->out ? (uint64_t)r->out->o.n_warm * r->out->o.unit_bytes +
-                        hy_plan_out_index_bytes(r->out->o.n_units, r->out->o.n_warm)
+                        hy_plan_out_index_bytes(r->out->o.n_units, r->out->o.n_warm,
+                                                r->out->runs)
                   : 0;
 }
 

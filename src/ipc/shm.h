@@ -241,6 +241,7 @@ typedef struct {
     _Atomic int64_t out_units, out_warm_slots, out_warm_used, out_cold_used;
     _Atomic uint64_t out_unit_bytes, out_file_bytes;
     _Atomic uint64_t out_promotions, out_spills, out_disk_read_bytes, out_disk_write_bytes;
+    _Atomic uint64_t out_read_failures; /* the I/O thread's reads that failed or mismatched */
     hy_tier_hist_t out_read_time, out_write_time; /* one page from / to the spill file */
 } hy_stats_t;
 

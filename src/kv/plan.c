@@ -209,16 +209,21 @@ int hy_plan_make(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be, int32_t n_
     return hy_plan_make_opts(p, m, be, &o, err);
 }
 
-uint64_t hy_plan_out_index_bytes(int32_t n_units, int32_t n_warm)
+uint64_t hy_plan_out_index_bytes(int32_t n_units, int32_t n_warm, uint64_t runs)
 {
-    /* per unit: its slot, mark, written flag, CRC, a free-stack entry and
-     * a read-list entry; per slot: its unit and a free-stack entry */
-    return (uint64_t)n_units * (4 + 1 + 1 + 4 + 4 + 4) + (uint64_t)n_warm * (4 + 4);
+    /* per unit: its slot, mark, written flag, a free-stack entry, a
+     * read-list entry and its I/O job; a CRC per run of every unit when
+     * some are only in the file (else one); per slot: its unit, a
+     * free-stack entry and an I/O job (unit, slot, error, flag, time) */
+    uint64_t crcs = n_warm < n_units ? (uint64_t)n_units * runs : 1;
+
+    return (uint64_t)n_units * (4 + 1 + 1 + 4 + 4 + 4) + crcs * 4 +
+           (uint64_t)n_warm * (4 + 4 + 4 + 4 + 4 + 1 + 8);
 }
 
 /* The out arena of a hot window: its pages, how many of them RAM holds,
  * the file for the rest. */
-static int hy_plan_out(hy_plan_t *p, const hy_plan_opts_t *o, char *err)
+static int hy_plan_out(hy_plan_t *p, const hy_plan_opts_t *o, uint64_t runs, char *err)
 {
     uint64_t units = (uint64_t)p->out_seq_pages * (uint64_t)p->n_seqs, warm;
 
@@ -238,7 +243,8 @@ static int hy_plan_out(hy_plan_t *p, const hy_plan_opts_t *o, char *err)
         return hy_err(err, HY_ERANGE, "plan: %llu out pages is too many",
                       (unsigned long long)units);
     p->out_warm_pages = (int32_t)warm;
-    p->out_ram = warm * p->page_bytes + hy_plan_out_index_bytes((int32_t)units, (int32_t)warm);
+    p->out_ram = warm * p->page_bytes +
+                 hy_plan_out_index_bytes((int32_t)units, (int32_t)warm, runs);
     p->out_file = warm < units ? units * p->page_bytes : 0;
     return HY_OK;
 }
@@ -338,7 +344,9 @@ int hy_plan_make_opts(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be,
                               (uint64_t)(kv.n_layers - p->n_swa_kv_layers);
         p->sparse_seq_bytes = (uint64_t)((n_ctx + bt - 1) / bt) * p->sparse_key_bytes;
     }
-    if ((rc = hy_plan_out(p, o, err)) != HY_OK)
+    p->out_run_bytes = hy_kv_layout_out_run(&kv);
+    if ((rc = hy_plan_out(p, o, p->out_run_bytes > 0 ? p->page_bytes / p->out_run_bytes : 1,
+                          err)) != HY_OK)
         goto out;
     p->kv_total = (p->page_bytes + p->sparse_key_bytes) * (uint64_t)p->n_pages +
                   p->sparse_seq_bytes * (uint64_t)n_seqs + p->out_ram +
@@ -502,7 +510,7 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
         fprintf(f, "],\"weight_bytes_other\":%llu,\"weights_total\":%llu,\"page_bytes\":%llu,"
                    "\"sparse_key_bytes\":%llu,\"sparse_seq_bytes\":%llu,\"hot_blocks\":%d,"
                    "\"out_seq_pages\":%d,\"out_total\":%llu,\"out_warm_pages\":%d,"
-                   "\"out_ram\":%llu,\"out_file\":%llu,\"pages\":%d,"
+                   "\"out_ram\":%llu,\"out_run_bytes\":%llu,\"out_file\":%llu,\"pages\":%d,"
                    "\"kv_total\":%llu,"
                    "\"slot_bytes\":%llu,\"slots\":%d,"
                    "\"state_total\":%llu,\"cache_total\":%llu,\"dense_kv_total\":%llu,",
@@ -510,7 +518,8 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
                 (unsigned long long)p->page_bytes, (unsigned long long)p->sparse_key_bytes,
                 (unsigned long long)p->sparse_seq_bytes, p->hot_blocks, p->out_seq_pages,
                 (unsigned long long)p->out_total, p->out_warm_pages,
-                (unsigned long long)p->out_ram, (unsigned long long)p->out_file, p->n_pages,
+                (unsigned long long)p->out_ram, (unsigned long long)p->out_run_bytes,
+                (unsigned long long)p->out_file, p->n_pages,
                 (unsigned long long)p->kv_total,
                 (unsigned long long)p->slot_bytes, p->n_slots, (unsigned long long)p->state_total,
                 (unsigned long long)(p->kv_total + p->state_total),

@@ -65,6 +65,8 @@ typedef struct {
     int32_t out_warm_pages;  /* of which in host RAM (engine/outstore.h; all when the
                               * options do not limit it) */
     uint64_t out_ram;        /* those pages and the store's index; in kv_total */
+    uint64_t out_run_bytes;  /* the store checks a page in runs of this size (a KV head's
+                              * K or V rows of a layer: layout.h hy_kv_layout_out_run) */
     uint64_t out_file;       /* the spill file for the rest (every page's place: out_total;
                               * 0 when all are in RAM) */
     uint64_t slot_bytes;     /* one sequence's whole recurrent state */
@@ -157,8 +159,9 @@ int hy_plan_seq_warm(uint64_t mb, int32_t hot_blocks, const char *dir, bool cli,
  * hot_blocks: its sink blocks, the window, the block being filled and the
  * pages a step of chunk tokens adds before its old blocks leave. */
 /* Host bytes of an out store's index of n_units pages, n_warm of them in
- * RAM (besides the pages): what engine/outstore.c allocates. */
-uint64_t hy_plan_out_index_bytes(int32_t n_units, int32_t n_warm);
+ * RAM, each checked in runs (besides the pages): what engine/outstore.c
+ * allocates. */
+uint64_t hy_plan_out_index_bytes(int32_t n_units, int32_t n_warm, uint64_t runs);
 
 int32_t hy_plan_hot_pages(const hy_kv_sparse_t *sp, int32_t hot_blocks, int32_t page_tokens,
                           int32_t chunk);

@@ -613,13 +613,18 @@ static void mt_out_arena(hy_jbuf_t *b, const hy_stats_t *s)
     mt_metric(b, "hyserve_out_arena_promotions_total", "counter",
               "Cold out-arena pages that sparse attention read and that were brought up to RAM.",
               (unsigned long long)atomic_load(&s->out_promotions));
+    mt_metric(b, "hyserve_out_arena_read_failures_total", "counter",
+              "Cold out-arena pages the I/O thread could not read or found changed (they stay "
+              "cold; a step that reads one fails its requests).",
+              (unsigned long long)atomic_load(&s->out_read_failures));
     mt_metric(b, "hyserve_out_arena_spills_total", "counter",
               "Out-arena pages written to the spill file.",
               (unsigned long long)atomic_load(&s->out_spills));
     mt_counter2(b, "hyserve_out_arena_disk_bytes_total", "Bytes of the spill file read and "
                 "written.", "op", op, &s->out_disk_read_bytes, &s->out_disk_write_bytes);
     mt_head(b, "hyserve_out_arena_read_seconds", "histogram",
-            "Time to bring one cold out-arena page up from the spill file (read and check).");
+            "Time to bring one cold out-arena page up from the spill file (read and check, "
+            "on the I/O thread).");
     mt_hist_lines(b, "hyserve_out_arena_read_seconds", "", &s->out_read_time);
     mt_head(b, "hyserve_out_arena_write_seconds", "histogram",
             "Time to write one out-arena page to the spill file.");

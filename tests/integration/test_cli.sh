@@ -223,7 +223,8 @@ assert p["hot_blocks"] == 160 and p["pages"] == 2 * ((1 + 160 + 1) * 4 + 33)
 assert p["out_seq_pages"] == 65536 // 16 - 161 * 4
 assert p["out_total"] == 2 * p["out_seq_pages"] * p["page_bytes"]
 assert p["out_warm_pages"] == 2 * p["out_seq_pages"] and p["out_file"] == 0
-assert p["out_ram"] == p["out_total"] + 26 * p["out_warm_pages"]
+# per page 18 bytes of index and 29 of its slot, one unused CRC (no file)
+assert p["out_ram"] == p["out_total"] + 47 * p["out_warm_pages"] + 4
 assert p["kv_total"] == (p["page_bytes"] + p["sparse_key_bytes"]) * p["pages"] + p["sparse_seq_bytes"] * 2 + p["out_ram"] + p["swa_page_bytes"] * p["swa_pages"]' 2>/dev/null; then
     echo "ok $n - plan --hot-tokens: the pool holds the hot windows, the out arena the rest, in kv_total"
 else
@@ -237,7 +238,10 @@ if printf '%s' "$out" | python3 -c 'import json, sys
 p = json.load(sys.stdin)
 n = 2 * p["out_seq_pages"]
 assert p["out_warm_pages"] == (1 << 20) // p["page_bytes"] < n
-assert p["out_ram"] == p["out_warm_pages"] * p["page_bytes"] + 18 * n + 8 * p["out_warm_pages"]
+# a CRC per run of every page: the K or V rows of one KV head, 16 tokens (head size 32, f16)
+runs = p["page_bytes"] // p["out_run_bytes"]
+assert p["out_run_bytes"] == 16 * 32 * 2 and runs * p["out_run_bytes"] == p["page_bytes"]
+assert p["out_ram"] == p["out_warm_pages"] * p["page_bytes"] + 18 * n + 4 * runs * n + 29 * p["out_warm_pages"]
 assert p["out_file"] == p["out_total"]' 2>/dev/null; then
     echo "ok $n - plan --seq-warm-mb 1: that much RAM and its index, a spill file for all"
 else

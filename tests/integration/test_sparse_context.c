@@ -277,6 +277,7 @@ static void sp_hot_run(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp
     for (int32_t p = 0; p < a.n_pages; p++)
         out += a.pages[p] < -1, hot += a.pages[p] >= 0;
     hy_pt_counts(r.pt, &c[0]);
+    hy_outstore_sync(r.out); /* the last step's reads, still on their way up */
     hy_outstore_counts(r.out, &oc);
     /* 20 complete 32-token blocks: 8 stay hot, the sink too, 11 go (2 pages
      * each), as far as the arena holds them */
@@ -346,6 +347,7 @@ static void sp_spill_faults(hy_model_t *m, const char *name, const hy_kv_sparse_
             /* every unit only in the file gets other bytes */
             uint8_t junk[64];
 
+            hy_outstore_sync(r.out);
             memset(junk, 0x5a, sizeof junk);
             for (int32_t u = 0; u < r.out->o.n_units; u++)
                 if (r.out->slot[u] < 0 && r.out->on_disk[u])

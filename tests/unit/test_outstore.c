@@ -2,8 +2,11 @@
  * test_outstore.c - the out store of running sequences' pages beyond their
  * hot window (engine/outstore.h), without a model: units in RAM slots and a
  * spill file, the clock that picks which one leaves RAM, cold units read
- * by a step brought up and checked, a changed file refused, a file the
- * disk cannot hold refused at init; used + free adds up after each step.
+ * by a step (through the op's reader, backend.h hy_out_read) brought up by
+ * the I/O thread while the next step would run and published before that
+ * step ends, a changed file refused by the op run by run and by the I/O
+ * thread, a unit let go while on its way up, a file the disk cannot hold
+ * refused at init; used + pending + free adds up after each step.
  */
 #include "engine/outstore.h"
 #include "kv/plan.h"
@@ -13,6 +16,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #define UB 256
 
@@ -37,12 +41,25 @@ static bool adds_up(const hy_outstore_t *s)
     hy_outstore_counts_t c;
 
     hy_outstore_counts(s, &c);
-    return c.used + s->n_free_units == c.units && c.warm_used + s->n_free_slots == c.warm &&
-           c.cold == c.used - c.warm_used && c.cold >= 0;
+    return c.used + s->n_free_units == c.units &&
+           c.warm_used + c.pending + s->n_free_slots == c.warm && c.cold == c.used - c.warm_used &&
+           c.cold >= 0;
 }
 
-/* What the attention op does on reading a cold unit (backend.h) */
-static void op_reads_cold(hy_outstore_t *s, int32_t u)
+/* The attention op reads a cold unit whole (the store's runs: all of it)
+ * through the view: whether it got the bytes written */
+static bool op_reads_cold(hy_outstore_t *s, int32_t u)
+{
+    uint8_t buf[UB], want[UB];
+    const uint8_t *p = hy_out_read(&s->view, u, 0, buf, UB);
+
+    fill(want, u);
+    return memcmp(p, want, UB) == 0;
+}
+
+/* The op wanted u without reading it (its bytes checked by the I/O thread
+ * alone) */
+static void op_wants(hy_outstore_t *s, int32_t u)
 {
     s->view.ref[u] = 2;
     s->view.wanted[s->view.n_wanted++] = u;
@@ -50,11 +67,11 @@ static void op_reads_cold(hy_outstore_t *s, int32_t u)
 
 static void t_units(void)
 {
-    hy_outstore_opts_t o = {UB, 8, 3, g_dir};
+    hy_outstore_opts_t o = {UB, 8, 3, g_dir, 0};
     hy_outstore_t s;
     hy_outstore_counts_t c;
     char err[HY_ERR_LEN] = "";
-    int32_t u[8], extra;
+    int32_t u[8], extra, bad = -1;
     uint8_t *b;
     int rc = hy_outstore_init(&s, &o, err), ok = 1;
 
@@ -75,14 +92,37 @@ static void t_units(void)
             (unsigned long long)c.spills);
     rc = hy_outstore_take(&s, &extra, &b, err);
     HY_T_OK(rc == HY_EFULL && strstr(err, "all 8 units in use"), "a 9th refused (%s)", err);
-    /* a step reads the two oldest units, which are cold: they come up */
-    op_reads_cold(&s, u[0]);
-    op_reads_cold(&s, u[1]);
+    /* a step reads the two oldest units, which are cold: they come up on
+     * the I/O thread, published while the next step would run */
+    ok = op_reads_cold(&s, u[0]) && op_reads_cold(&s, u[1]);
+    rc = hy_outstore_end_step(&s, err);
+    hy_outstore_counts(&s, &c);
+    HY_T_OK(ok && rc == HY_OK && c.pending == 2 && c.warm_used == 1 && adds_up(&s),
+            "the cold units a step read, checked, are on their way up after it (%d pending; %s)",
+            c.pending, rc ? err : "ok");
+    {
+        int32_t seen = 0;
+
+        /* the op of the next step finds them in RAM as soon as they are */
+        for (int i = 0; i < 5000 && seen < 2; i++) {
+            seen = (__atomic_load_n(&s.slot[u[0]], __ATOMIC_ACQUIRE) >= 0) +
+                   (__atomic_load_n(&s.slot[u[1]], __ATOMIC_ACQUIRE) >= 0);
+            if (seen < 2)
+                usleep(1000);
+        }
+        HY_T_OK(seen == 2 && s.view.n_wanted == 0 && op_reads_cold(&s, u[0]) &&
+                    s.view.n_wanted == 0 && s.view.disk_read_bytes == 0,
+                "published before the next step ends: the op reads them from RAM (%d seen, "
+                "%d wanted, %llu read)", seen, s.view.n_wanted,
+                (unsigned long long)s.view.disk_read_bytes);
+    }
     rc = hy_outstore_end_step(&s, err);
     hy_outstore_counts(&s, &c);
     HY_T_OK(rc == HY_OK && holds(&s, u[0]) && holds(&s, u[1]) && c.promotions == 2 &&
-                c.disk_read_bytes == 2 * UB && c.warm_used == 3 && adds_up(&s),
-            "the cold units a step read are in RAM after it, their bytes as written (%s)",
+                c.pending == 0 && c.disk_read_bytes == 4 * UB && c.warm_used == 3 &&
+                c.promote_failures == 0 && adds_up(&s),
+            "accounted at the next step's end, their bytes as written (%llu bytes read: "
+            "the op's and the thread's; %s)", (unsigned long long)c.disk_read_bytes,
             rc ? err : "ok");
     /* the clock: of the three warm units the one not read since it passed
      * leaves first */
@@ -108,10 +148,12 @@ static void t_units(void)
         HY_T_OK(n == 3 && left == 1 && adds_up(&s),
                 "the clock sends the one warm unit nobody read to disk (%d of %d)", left, n);
     }
-    /* the file changed under a cold unit: the step that read it fails */
+    /* the file changed under a cold unit: the step that reads it fails,
+     * and the unit stays cold */
     {
         int32_t cold = -1;
         uint8_t junk[16];
+        bool zeros = true;
 
         memset(junk, 0xa5, sizeof junk);
         for (int i = 0; i < 8; i++)
@@ -119,11 +161,30 @@ static void t_units(void)
                 cold = i;
         if (cold >= 0)
             (void)!pwrite(s.fd, junk, sizeof junk, (off_t)cold * UB + 40);
-        op_reads_cold(&s, cold >= 0 ? cold : 0);
+        bad = cold;
+        {
+            uint8_t buf[UB];
+            const uint8_t *p = hy_out_read(&s.view, cold >= 0 ? cold : 0, 0, buf, UB);
+
+            for (int i = 0; i < UB; i++)
+                zeros &= p[i] == 0;
+        }
         rc = hy_outstore_end_step(&s, err);
-        HY_T_OK(cold >= 0 && rc == HY_EIO && strstr(err, "checksum mismatch") &&
-                    strstr(err, "hyserve-spill-") && s.slot[cold] < 0 && adds_up(&s),
-                "a cold unit whose bytes changed fails the step, stays cold (%s)", err);
+        hy_outstore_counts(&s, &c);
+        HY_T_OK(cold >= 0 && zeros && rc == HY_EIO && strstr(err, "checksum mismatch") &&
+                    strstr(err, "hyserve-spill-") && s.slot[cold] < 0 && c.pending == 0 &&
+                    adds_up(&s),
+                "a cold unit whose bytes changed: the op gets zeros, the step fails, the "
+                "unit stays cold (%s)", err);
+        /* wanted without the op's read: the I/O thread finds it bad, logs
+         * it and leaves it cold; no step failed */
+        op_wants(&s, cold >= 0 ? cold : 0);
+        rc = hy_outstore_end_step(&s, err);
+        hy_outstore_sync(&s);
+        hy_outstore_counts(&s, &c);
+        HY_T_OK(cold >= 0 && rc == HY_OK && c.promote_failures == 1 && s.slot[cold] < 0 &&
+                    c.promotions == 2 && adds_up(&s),
+                "the I/O thread refuses it too: counted, still cold (%s)", rc ? err : "ok");
         s.view.failed_unit = 3;
         s.view.failed_errno = EIO;
         rc = hy_outstore_end_step(&s, err);
@@ -131,18 +192,130 @@ static void t_units(void)
                     s.view.failed_unit == -1,
                 "a read the op could not make fails the step (%s)", err);
     }
+    /* a unit let go while on its way up: waits for it, then free */
+    {
+        int32_t cold = -1, before;
+
+        for (int i = 0; i < 8; i++)
+            if (s.slot[i] < 0 && s.on_disk[i] && i != bad)
+                cold = i;
+        before = s.n_free_units;
+        op_wants(&s, cold >= 0 ? cold : 0);
+        rc = hy_outstore_end_step(&s, err);
+        hy_outstore_counts(&s, &c);
+        ok = rc == HY_OK && c.pending == 1;
+        hy_outstore_put(&s, cold >= 0 ? cold : 0);
+        hy_outstore_counts(&s, &c);
+        HY_T_OK(cold >= 0 && ok && s.n_free_units == before + 1 && s.slot[cold] < 0 &&
+                    c.pending == 0 && adds_up(&s),
+                "a unit put on its way up: free once it arrived, no slot kept (%s)",
+                rc ? err : "ok");
+        if (hy_outstore_take(&s, &extra, &b, err) == HY_OK) /* all 8 in use again */
+            fill(b, extra);
+    }
     for (int i = 0; i < 8; i++)
         hy_outstore_put(&s, i);
     hy_outstore_counts(&s, &c);
     HY_T_OK(c.used == 0 && c.warm_used == 0 && c.cold == 0 && adds_up(&s),
-            "every unit back: none used, no slot used");
+            "every unit back: none used, no slot used (%d used, %d warm, %d cold, %d pending)",
+            c.used, c.warm_used, c.cold, c.pending);
+    hy_outstore_free(&s);
+}
+
+/* A step that reads more cold units than there are slots: as many go up
+ * as slots can be had; the rest stay cold and are listed again when a
+ * later step reads them */
+static void t_more_than_slots(void)
+{
+    hy_outstore_opts_t o = {UB, 8, 2, g_dir, 0};
+    hy_outstore_t s;
+    hy_outstore_counts_t c;
+    char err[HY_ERR_LEN] = "";
+    int32_t u[8], n_cold = 0, again;
+    uint8_t *b;
+    bool ok = true;
+    int rc = hy_outstore_init(&s, &o, err);
+
+    if (rc != HY_OK) {
+        HY_T_OK(0, "8 units, 2 in RAM (%s)", err);
+        return;
+    }
+    for (int i = 0; i < 8; i++) {
+        ok &= hy_outstore_take(&s, &u[i], &b, err) == HY_OK;
+        fill(b, u[i]);
+    }
+    for (int i = 0; i < 8; i++)
+        if (s.slot[u[i]] < 0 && n_cold < 5)
+            ok &= op_reads_cold(&s, u[i]), n_cold++;
+    rc = hy_outstore_end_step(&s, err);
+    hy_outstore_counts(&s, &c);
+    ok &= rc == HY_OK && c.pending == 2 && adds_up(&s);
+    hy_outstore_sync(&s);
+    for (int i = 0, k = 0; i < 8 && k < 5; i++)
+        if (s.on_disk[u[i]] && s.slot[u[i]] < 0)
+            ok &= op_reads_cold(&s, u[i]), k++;
+    again = s.view.n_wanted;
+    rc = hy_outstore_end_step(&s, err);
+    hy_outstore_sync(&s);
+    hy_outstore_counts(&s, &c);
+    HY_T_OK(ok && n_cold == 5 && again == 5 && rc == HY_OK && c.promotions == 4 &&
+                c.warm_used == 2 && adds_up(&s),
+            "5 cold units read with 2 slots: 2 go up, the rest are listed again by the next "
+            "step that reads them (%d listed, %llu brought up; %s)", again,
+            (unsigned long long)c.promotions, rc ? err : "ok");
+    hy_outstore_free(&s);
+}
+
+/* Units checked in runs of a quarter: the op checks only the runs it
+ * reads, and a read across runs is refused */
+static void t_runs(void)
+{
+    hy_outstore_opts_t o = {UB, 4, 1, g_dir, UB / 4};
+    hy_outstore_t s;
+    char err[HY_ERR_LEN] = "";
+    uint8_t *b, buf[UB], junk[8], want[UB];
+    int32_t u[4];
+    bool ok = true;
+    int rc = hy_outstore_init(&s, &o, err);
+
+    HY_T_OK(rc == HY_OK && s.runs == 4, "4 units checked in 4 runs each (%s)",
+            rc ? err : "ok");
+    if (rc != HY_OK)
+        return;
+    for (int i = 0; i < 4; i++) {
+        ok &= hy_outstore_take(&s, &u[i], &b, err) == HY_OK;
+        fill(b, u[i]);
+    }
+    /* u[0] is in the file only now; its third run changes */
+    memset(junk, 0x3c, sizeof junk);
+    (void)!pwrite(s.fd, junk, sizeof junk, (off_t)u[0] * UB + 2 * (UB / 4) + 5);
+    fill(want, u[0]);
+    ok &= s.slot[u[0]] < 0 &&
+          memcmp(hy_out_read(&s.view, u[0], UB / 4, buf, UB / 4), want + UB / 4, UB / 4) == 0;
+    rc = hy_outstore_end_step(&s, err);
+    hy_outstore_sync(&s);
+    HY_T_OK(ok && rc == HY_OK, "a sound run of a unit whose other run changed: read as "
+            "written, the step goes on (%s)", rc ? err : "ok");
+    if (s.slot[u[0]] >= 0) { /* the thread refused the whole unit: it must not be warm */
+        HY_T_OK(0, "the I/O thread brought up a unit with a changed run");
+        hy_outstore_free(&s);
+        return;
+    }
+    (void)hy_out_read(&s.view, u[0], 2 * (UB / 4), buf, UB / 4);
+    rc = hy_outstore_end_step(&s, err);
+    HY_T_OK(rc == HY_EIO && strstr(err, "checksum mismatch"),
+            "the changed run fails the step that reads it (%s)", err);
+    (void)hy_out_read(&s.view, u[0], 10, buf, UB / 4);
+    rc = hy_outstore_end_step(&s, err);
+    HY_T_OK(rc == HY_EIO && strstr(err, "a read across the checked runs"),
+            "a read that is not whole runs fails the step (%s)", err);
     hy_outstore_free(&s);
 }
 
 static void t_refused(void)
 {
-    hy_outstore_opts_t o = {4096, 1000, 10, g_dir}, nodir = {UB, 8, 3, NULL},
-                       ram = {UB, 8, 0, NULL};
+    hy_outstore_opts_t o = {4096, 1000, 10, g_dir, 0}, nodir = {UB, 8, 3, NULL, 0},
+                       ram = {UB, 8, 0, NULL, 0};
     hy_outstore_t s;
     struct rlimit old, lim;
     char err[HY_ERR_LEN] = "";
@@ -154,7 +327,7 @@ static void t_refused(void)
     /* a directory that cannot be made: its parent is a regular file */
     {
         char file[sizeof g_dir + 16], sub[sizeof g_dir + 32];
-        hy_outstore_opts_t bad = {UB, 8, 3, sub};
+        hy_outstore_opts_t bad = {UB, 8, 3, sub, 0};
         FILE *fp;
         snprintf(file, sizeof file, "%s/plain", g_dir);
         snprintf(sub, sizeof sub, "%s/spill", file);
@@ -195,6 +368,8 @@ int main(void)
         return hy_t_done();
     }
     t_units();
+    t_more_than_slots();
+    t_runs();
     t_refused();
     HY_T_OK(rmdir(g_dir) == 0, "nothing left in the directory (the file was unlinked)");
     return hy_t_done();

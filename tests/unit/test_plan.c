@@ -296,7 +296,7 @@ static void hy_plan_window_case(hy_backend_t *be)
                 p.out_total == 2 * (uint64_t)p.out_seq_pages * p.page_bytes &&
                 p.out_warm_pages == 2 * p.out_seq_pages && p.out_file == 0 &&
                 p.out_ram == p.out_total + hy_plan_out_index_bytes(p.out_warm_pages,
-                                                                   p.out_warm_pages) &&
+                                                                   p.out_warm_pages, 1) &&
                 p.kv_total == (p.page_bytes + p.sparse_key_bytes) * (uint64_t)p.n_pages +
                                   2 * p.sparse_seq_bytes + p.out_ram,
             "hot window of 10,240 tokens at 65,536: %d pool pages, %d out pages a sequence, "
@@ -309,6 +309,7 @@ static void hy_plan_window_case(hy_backend_t *be)
     if (rc[0] == HY_OK) {
         hy_plan_t q;
         char dir[] = "/tmp/hy-plan-XXXXXX";
+        uint64_t runs = 0; /* the store checks a head's K or V rows of a layer's page */
 
         po.out_warm_bytes = 1 << 20;
         rc[0] = hy_plan_make_opts(&q, m, be, &po, err);
@@ -317,6 +318,7 @@ static void hy_plan_window_case(hy_backend_t *be)
         arena = 0;
         if (rc[0] == HY_OK && (rc[0] = hy_runner_init(&r, m, be, &o, err)) == HY_OK) {
             arena = hy_runner_out_bytes(&r);
+            runs = r.out->runs;
             hy_runner_free(&r);
         }
         if (o.out_dir)
@@ -324,7 +326,8 @@ static void hy_plan_window_case(hy_backend_t *be)
         HY_T_OK(rc[0] == HY_OK && p.page_bytes == 4096 && q.out_warm_pages == 256 &&
                     q.out_total == p.out_total && q.out_file == q.out_total &&
                     q.out_ram == 256 * q.page_bytes +
-                                     hy_plan_out_index_bytes(2 * q.out_seq_pages, 256) &&
+                                     hy_plan_out_index_bytes(2 * q.out_seq_pages, 256, runs) &&
+                    runs == 2 * (uint64_t)m->n_kv_layers * (uint64_t)m->n_head_kv &&
                     q.out_ram == arena && q.kv_total == p.kv_total - p.out_ram + q.out_ram,
                 "seq_warm_mb = 1: %d pages in RAM (%llu bytes with the index = the runner's "
                 "%llu), a %llu-byte spill file (%s)", q.out_warm_pages,

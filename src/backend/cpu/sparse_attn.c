@@ -541,39 +541,6 @@ size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos, bool staged)
            (cur + 1) * bp;
 }
 
-/* Where n bytes of out unit u at off lie: in RAM when the unit is warm,
- * else read from the spill file into dst (the store brings the unit up
- * after the step).  A failed read leaves zeros and tells the store, which
- * fails the step. */
-static const uint8_t *sp_out_at(hy_out_view_t *ov, int32_t u, size_t off, uint8_t *dst, size_t n)
-{
-    int32_t slot = ov->slot[u];
-    ssize_t got;
-
-    if (slot >= 0) {
-        __atomic_store_n(&ov->ref[u], 1, __ATOMIC_RELAXED);
-        return ov->ram + (size_t)slot * ov->unit_bytes + off;
-    }
-    if (__atomic_exchange_n(&ov->ref[u], 2, __ATOMIC_RELAXED) != 2) {
-        int32_t i = __atomic_fetch_add(&ov->n_wanted, 1, __ATOMIC_RELAXED);
-
-        if (i < ov->wanted_cap)
-            ov->wanted[i] = u;
-    }
-    got = pread(ov->fd, dst, n, (off_t)((uint64_t)u * ov->unit_bytes + off));
-    if (got != (ssize_t)n) {
-        int32_t none = -1;
-
-        memset(dst, 0, n);
-        if (__atomic_compare_exchange_n(&ov->failed_unit, &none, u, false, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED))
-            __atomic_store_n(&ov->failed_errno, got < 0 ? errno : 0, __ATOMIC_RELAXED);
-        return dst;
-    }
-    __atomic_fetch_add(&ov->disk_read_bytes, (uint64_t)n, __ATOMIC_RELAXED);
-    return dst;
-}
-
 /* One token whose compacted list (np pages in pages) holds pages that are
  * not hot: the kernel reads KV head g's rows of each listed page where
  * they lie, in the pool or the out store's RAM, and those of a page out
@@ -601,9 +568,9 @@ static void sp_run_at(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *
             /* kv_page_read's layout: the group's K pages by layer, then its V pages */
             int32_t unit = HY_PAGE_OUT_REF(pages[i]);
 
-            kat[i] = sp_out_at(sq->out, unit, (size_t)rank * cpu->k_page_bytes + (size_t)g * kb,
+            kat[i] = hy_out_read(sq->out, unit, (size_t)rank * cpu->k_page_bytes + (size_t)g * kb,
                                ks + (size_t)i * kb, kb);
-            vat[i] = sp_out_at(sq->out, unit,
+            vat[i] = hy_out_read(sq->out, unit,
                                (size_t)n_full * cpu->k_page_bytes +
                                    (size_t)rank * cpu->v_page_bytes + (size_t)g * vb,
                                vs + (size_t)i * vb, vb);
