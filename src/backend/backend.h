@@ -73,7 +73,9 @@ typedef struct {
      * written, or a batch position never is.  NULL: every page is hot. */
     struct hy_out_view *out;
     /* NULL, or where the attention op adds the blocks its sparse tokens
-     * read from the out store (one per chosen out block, layer and KV head) */
+     * read from the out store (one per chosen out block, layer and KV
+     * head): [0] all of them, [1] those with a page read from the spill
+     * file */
     uint64_t *out_reads;
 } hy_batch_seq_t;
 

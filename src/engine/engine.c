@@ -1243,11 +1243,13 @@ static void hy_engine_run(hy_engine_t *e, int32_t n_items)
         hy_sched_seq_t *s = e->item_seq[i];
         /* the blocks read from the out arena, counted by the backend, were
          * counted as hot by the schedule's rule */
-        uint64_t out = HY_MIN(s->kv.out_reads, s->attn.blocks_hot);
+        uint64_t out = HY_MIN(s->kv.out_reads[0], s->attn.blocks_hot);
+        uint64_t cold = HY_MIN(s->kv.out_reads[1], out);
 
-        s->attn.blocks_out += out;
+        s->attn.blocks_warm += out - cold;
+        s->attn.blocks_cold += cold;
         s->attn.blocks_hot -= out;
-        s->kv.out_reads = 0;
+        s->kv.out_reads[0] = s->kv.out_reads[1] = 0;
         if (rc != HY_OK) {
             hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, rc, err);
             continue;

@@ -314,7 +314,8 @@ static void hy_local_attn_counted(hy_req_source_t *src, int32_t id, const hy_att
     c->dense_tokens += d->dense_tokens;
     c->sparse_tokens += d->sparse_tokens;
     c->blocks_hot += d->blocks_hot;
-    c->blocks_out += d->blocks_out;
+    c->blocks_warm += d->blocks_warm;
+    c->blocks_cold += d->blocks_cold;
 }
 
 void hy_local_attn_counts(const hy_local_t *l, hy_attn_counts_t *out)

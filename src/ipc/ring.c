@@ -217,7 +217,8 @@ int hy_req_submit_grammar(hy_shm_t *shm, const hy_req_params_t *p, const int32_t
     s->error_code = 0;
     s->error_msg[0] = '\0';
     s->n_cached_tokens = s->n_generated = s->n_resumed = 0;
-    s->dense_tokens = s->sparse_tokens = s->sparse_blocks_hot = s->sparse_blocks_out = 0;
+    s->dense_tokens = s->sparse_tokens = s->sparse_blocks_hot = s->sparse_blocks_warm = 0;
+    s->sparse_blocks_cold = 0;
     memcpy((int32_t *)hy_req_prompt(shm, i), prompt, sizeof(int32_t) * (size_t)n);
     if (glen > 0)
         memcpy((int32_t *)hy_req_prompt(shm, i) + n, grammar, glen);
@@ -247,7 +248,8 @@ static void fill_status(hy_req_slot_t *s, uint32_t st, bool done, hy_req_status_
         out->dense_tokens = s->dense_tokens;
         out->sparse_tokens = s->sparse_tokens;
         out->sparse_blocks_hot = s->sparse_blocks_hot;
-        out->sparse_blocks_out = s->sparse_blocks_out;
+        out->sparse_blocks_warm = s->sparse_blocks_warm;
+        out->sparse_blocks_cold = s->sparse_blocks_cold;
     }
     out->n_cached = s->n_cached_tokens;
 }
@@ -544,12 +546,14 @@ static void src_attn_counted(hy_req_source_t *src, int32_t id, const hy_attn_cou
     s->dense_tokens += c->dense_tokens;
     s->sparse_tokens += c->sparse_tokens;
     s->sparse_blocks_hot += c->blocks_hot;
-    s->sparse_blocks_out += c->blocks_out;
+    s->sparse_blocks_warm += c->blocks_warm;
+    s->sparse_blocks_cold += c->blocks_cold;
     /* and for /metrics */
     atomic_fetch_add(&st->attn_dense_tokens, c->dense_tokens);
     atomic_fetch_add(&st->attn_sparse_tokens, c->sparse_tokens);
     atomic_fetch_add(&st->sparse_blocks_hot, c->blocks_hot);
-    atomic_fetch_add(&st->sparse_blocks_out, c->blocks_out);
+    atomic_fetch_add(&st->sparse_blocks_warm, c->blocks_warm);
+    atomic_fetch_add(&st->sparse_blocks_cold, c->blocks_cold);
 }
 
 static void src_finish(hy_req_source_t *src, int32_t id, uint32_t state, int32_t reason,

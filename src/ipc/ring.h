@@ -38,8 +38,8 @@ typedef struct {
     int32_t n_cached_tokens;   /* prefix-cache hit, set by the engine */
     int32_t n_generated;
     int32_t n_resumed;         /* tokens a dead engine had pushed, set when re-queued */
-    uint64_t dense_tokens, sparse_tokens, sparse_blocks_hot, sparse_blocks_out; /* hy_attn_counts_t,
-                                                                             at the end */
+    uint64_t dense_tokens, sparse_tokens, sparse_blocks_hot, sparse_blocks_warm,
+        sparse_blocks_cold; /* hy_attn_counts_t, at the end */
     char error_msg[HY_REQ_ERRMSG_LEN];
     hy_req_params_t params;
     _Atomic uint64_t head __attribute__((aligned(64))); /* pushed (engine writes) */
@@ -58,8 +58,8 @@ typedef struct {
     int32_t error_code;
     char error_msg[HY_REQ_ERRMSG_LEN];
     int32_t n_prompt, n_cached, n_generated;
-    uint64_t dense_tokens, sparse_tokens, sparse_blocks_hot, sparse_blocks_out; /* once done
-                                                                             (hy_attn_counts_t) */
+    uint64_t dense_tokens, sparse_tokens, sparse_blocks_hot, sparse_blocks_warm,
+        sparse_blocks_cold; /* once done (hy_attn_counts_t) */
 } hy_req_status_t;
 
 /* Bytes of one ring entry for a given top-logprob count. */

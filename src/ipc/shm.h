@@ -25,7 +25,7 @@
 #include "ipc/tier_file.h"
 
 #define HY_SHM_MAGIC 0x314d48535948ULL /* "HYSHM1" */
-#define HY_SHM_LAYOUT_VERSION 10 /* 2: model file, sha256 and its state in the header;
+#define HY_SHM_LAYOUT_VERSION 11 /* 2: model file, sha256 and its state in the header;
                                  3: windows, HTTP counts and memory facts in the stats;
                                  4: grammar_len in the request parameters (the spec
                                     follows the prompt), grammar counters in the stats;
@@ -38,7 +38,10 @@
                                  8: the tiers' given-up prefix fetches in the stats;
                                  9: blocks read from the out arena in each slot,
                                     attention paths and blocks by tier in the stats;
-                                 10: the out arena's gauges and counters */
+                                 10: the out arena's gauges and counters;
+                                 11: blocks read from the out arena split into its RAM
+                                     and its spill file (slots and stats), the arena's
+                                     failed background reads */
 #define HY_SHM_INSTANCE_MAX 48 /* [A-Za-z0-9_.-], not starting with '.' */
 
 typedef struct {
@@ -232,7 +235,8 @@ typedef struct {
     _Atomic uint64_t grammar_closed;  /* answers the token budget closed (engine.c) */
     /* finished requests' attention (hy_attn_counts_t): tokens dense and
      * sparse, blocks sparse tokens read from the pool and the out arena */
-    _Atomic uint64_t attn_dense_tokens, attn_sparse_tokens, sparse_blocks_hot, sparse_blocks_out;
+    _Atomic uint64_t attn_dense_tokens, attn_sparse_tokens, sparse_blocks_hot, sparse_blocks_warm,
+        sparse_blocks_cold;
     /* the out arena (engine/outstore.h: running sequences' pages beyond
      * their hot window, in RAM or only in the spill file), as the engine
      * last published it: pages it can hold, RAM slots, of which used, used

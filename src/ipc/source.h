@@ -56,13 +56,15 @@ typedef struct {
  * it schedules them, recomputed ones included), reported once, at its end:
  * its log line says it (issue 14).  A block a sparse token reads comes from
  * the hot pool, or, older than a hot window ([cache] hot_tokens_per_seq),
- * from the runner's out arena in host memory (the backend counts those). */
+ * from the runner's out arena: its host RAM (warm) or, for a block with a
+ * page only in the spill file, the disk (cold; the backend counts both). */
 typedef struct {
     uint64_t dense_tokens;  /* tokens whose attention read every position */
     uint64_t sparse_tokens; /* tokens whose full-attention layers went block-sparse */
     uint64_t blocks_hot;    /* blocks those read from the pool, summed over layers and KV
                              * heads */
-    uint64_t blocks_out;    /* ... and from the out arena */
+    uint64_t blocks_warm;   /* ... from the out arena's RAM */
+    uint64_t blocks_cold;   /* ... with a page read from its spill file */
 } hy_attn_counts_t;
 
 struct hy_req_source_i {

@@ -573,18 +573,24 @@ static void mt_counter2(hy_jbuf_t *b, const char *name, const char *help, const 
 }
 
 /* Finished requests' attention: tokens by path, blocks by where they were
- * read (the pool, or the out arena of a hot window: [cache]
- * hot_tokens_per_seq). */
+ * read (the pool, or the out arena of a hot window, [cache]
+ * hot_tokens_per_seq: its RAM, or its spill file for a block with a page
+ * only there). */
 static void mt_attention(hy_jbuf_t *b, const hy_stats_t *s)
 {
-    static const char *const path[2] = {"dense", "sparse"}, *const tier[2] = {"hot", "out"};
+    static const char *const path[2] = {"dense", "sparse"};
 
     mt_counter2(b, "hyserve_attention_tokens_total",
                 "Computed tokens of finished requests by attention path.", "path", path,
                 &s->attn_dense_tokens, &s->attn_sparse_tokens);
-    mt_counter2(b, "hyserve_sparse_blocks_read_total",
-                "Blocks block-sparse tokens read, summed over layers and KV heads, by tier.",
-                "tier", tier, &s->sparse_blocks_hot, &s->sparse_blocks_out);
+    mt_head(b, "hyserve_sparse_blocks_read_total", "counter",
+            "Blocks block-sparse tokens read, summed over layers and KV heads, by tier.");
+    hy_jbuf_printf(b, "hyserve_sparse_blocks_read_total{tier=\"hot\"} %llu\n"
+                      "hyserve_sparse_blocks_read_total{tier=\"warm\"} %llu\n"
+                      "hyserve_sparse_blocks_read_total{tier=\"cold\"} %llu\n",
+                   (unsigned long long)atomic_load(&s->sparse_blocks_hot),
+                   (unsigned long long)atomic_load(&s->sparse_blocks_warm),
+                   (unsigned long long)atomic_load(&s->sparse_blocks_cold));
 }
 
 /* The out arena of the hot windows ([cache] hot_tokens_per_seq,

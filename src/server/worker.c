@@ -688,7 +688,7 @@ static int wk_poll_choice(wk_req_t *r, const hy_api_req_t *q, const hy_api_resp_
     if (!c->done && st.done) {
         c->done = true;
         c->attn = (hy_attn_counts_t){st.dense_tokens, st.sparse_tokens, st.sparse_blocks_hot,
-                                     st.sparse_blocks_out};
+                                     st.sparse_blocks_warm, st.sparse_blocks_cold};
         if (st.finish_reason == HY_FINISH_ERROR || st.state == HY_REQ_ERROR) {
             c->failed = true;
             c->unavailable = st.error_code == HY_EUNAVAILABLE;
@@ -1046,7 +1046,8 @@ static void wk_gen_end(wk_gen_t *g)
         r->attn.dense_tokens += g->cs[i].attn.dense_tokens;
         r->attn.sparse_tokens += g->cs[i].attn.sparse_tokens;
         r->attn.blocks_hot += g->cs[i].attn.blocks_hot;
-        r->attn.blocks_out += g->cs[i].attn.blocks_out;
+        r->attn.blocks_warm += g->cs[i].attn.blocks_warm;
+        r->attn.blocks_cold += g->cs[i].attn.blocks_cold;
         u.completion_tokens += g->cs[i].n_gen;
         if (i % (size_t)q->n == 0)
             u.cached_tokens += g->cs[i].n_cached;
@@ -1568,7 +1569,7 @@ log:
             hy_log(lv, "request",
                    "req=%s key_id=%s route=%s method=%s status=%d prompt_tokens=%d "
                    "cached_tokens=%d completion_tokens=%d ttft_ms=%.1f duration_ms=%.1f attn=%s "
-                   "sparse_tokens=%llu blocks_hot=%llu blocks_out=%llu",
+                   "sparse_tokens=%llu blocks_hot=%llu blocks_warm=%llu blocks_cold=%llu",
                    r.id, key_id, r.route, method, r.status, r.prompt_tokens, r.cached_tokens,
                    r.completion_tokens, r.ttft_ns / 1e6, dur,
                    r.attn.sparse_tokens == 0  ? "dense"
@@ -1576,7 +1577,8 @@ log:
                                               : "dense+sparse",
                    (unsigned long long)r.attn.sparse_tokens,
                    (unsigned long long)r.attn.blocks_hot,
-                   (unsigned long long)r.attn.blocks_out);
+                   (unsigned long long)r.attn.blocks_warm,
+                   (unsigned long long)r.attn.blocks_cold);
         else
             hy_log(lv, "request",
                    "req=%s key_id=%s route=%s method=%s status=%d prompt_tokens=%d "

@@ -345,10 +345,12 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
 
         hy_local_attn_counts(le.local, &ac);
         fprintf(stderr, "hyserve run: attention: %llu tokens dense, %llu block-sparse, %llu "
-                        "blocks read (%llu from the pool, %llu from the out arena)\n",
+                        "blocks read (%llu from the pool, %llu from the out arena's RAM, %llu with a page from "
+                        "its spill file)\n",
                 (unsigned long long)ac.dense_tokens, (unsigned long long)ac.sparse_tokens,
-                (unsigned long long)(ac.blocks_hot + ac.blocks_out),
-                (unsigned long long)ac.blocks_hot, (unsigned long long)ac.blocks_out);
+                (unsigned long long)(ac.blocks_hot + ac.blocks_warm + ac.blocks_cold),
+                (unsigned long long)ac.blocks_hot, (unsigned long long)ac.blocks_warm,
+                (unsigned long long)ac.blocks_cold);
     }
     if (o->hot > 0) {
         hy_outstore_counts_t oc;

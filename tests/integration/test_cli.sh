@@ -122,12 +122,14 @@ done
 n=$((n + 1))
 pool() { sed -n 's/.*kv pool [0-9.]* MiB (\([0-9]*\) pages.*/\1/p' "$1"; }
 # the same blocks read in both runs; with the window most from the out arena
-reads() { sed -n 's/.* \([0-9]*\) blocks read (\([0-9]*\) from the pool, \([0-9]*\) from the out arena).*/\1 \2 \3/p' "$1"; }
+# (all of them from the arena's RAM: no spill file)
+reads() { sed -n "s/.* \\([0-9]*\\) blocks read (\\([0-9]*\\) from the pool, \\([0-9]*\\) from the out arena's RAM, \\([0-9]*\\) with a page from its spill file).*/\\1 \\2 \\3 \\4/p" "$1"; }
 set -- $(reads "$sp_tmp/hot0.err") $(reads "$sp_tmp/hot576.err")
 if [ -s "$sp_tmp/hot0" ] && cmp -s "$sp_tmp/hot0" "$sp_tmp/hot576" &&
     [ "$(pool "$sp_tmp/hot576.err")" -lt "$(pool "$sp_tmp/hot0.err")" ] &&
-    [ $# = 6 ] && [ "$1" = "$4" ] && [ "$3" = 0 ] && [ "$6" -gt "$5" ]; then
-    echo "ok $n - run --hot-tokens 576: the all-hot text from a pool of $(pool "$sp_tmp/hot576.err") pages (all hot: $(pool "$sp_tmp/hot0.err")); of $4 blocks read, $6 from the out arena"
+    [ $# = 8 ] && [ "$1" = "$5" ] && [ "$3" = 0 ] && [ "$4" = 0 ] && [ "$7" -gt "$6" ] &&
+    [ "$8" = 0 ]; then
+    echo "ok $n - run --hot-tokens 576: the all-hot text from a pool of $(pool "$sp_tmp/hot576.err") pages (all hot: $(pool "$sp_tmp/hot0.err")); of $5 blocks read, $7 from the out arena's RAM, $8 from disk"
 else
     fail=$((fail + 1))
     echo "not ok $n - run --hot-tokens: $(tail -2 "$sp_tmp/hot576.err") / $(tail -1 "$sp_tmp/hot0.err")"

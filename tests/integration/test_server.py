@@ -256,7 +256,8 @@ def back_pressure():
         n_pos = (usage or {}).get("prompt_tokens", 0) + max_tokens - 1
         ok(kv.get("attn") == "dense+sparse" and
            int(kv.get("sparse_tokens", -1)) == n_pos - 1024 and
-           int(kv.get("blocks_hot", 0)) >= 4 * (n_pos - 1024) and kv.get("blocks_out") == "0",
+           int(kv.get("blocks_hot", 0)) >= 4 * (n_pos - 1024) and kv.get("blocks_warm") == "0" and
+           kv.get("blocks_cold") == "0",
            "with [attention] sparse = block from 1024, its log line: attn=%s sparse_tokens=%s "
            "(%d positions past 1024) blocks_hot=%s" % (kv.get("attn"), kv.get("sparse_tokens"),
                                                         n_pos - 1024, kv.get("blocks_hot")))
@@ -265,7 +266,8 @@ def back_pressure():
         want = {'hyserve_attention_tokens_total{path="dense"}': 1024,
                 'hyserve_attention_tokens_total{path="sparse"}': n_pos - 1024,
                 'hyserve_sparse_blocks_read_total{tier="hot"}': int(kv.get("blocks_hot", -1)),
-                'hyserve_sparse_blocks_read_total{tier="out"}': 0}
+                'hyserve_sparse_blocks_read_total{tier="warm"}': 0,
+                'hyserve_sparse_blocks_read_total{tier="cold"}': 0}
         got = {k: m.get(k) for k in want}
         ok(got == want, "and /metrics counts them: %s" % got)
     finally:
@@ -599,7 +601,7 @@ try:
     # generated), no block read; a /v1/models line has no attention part
     line = [x for x in t.tail(STACK.serve_log_path, 400).splitlines() if "req=%s " % gen_id in x]
     mline = [x for x in t.tail(STACK.serve_log_path, 400).splitlines() if "req=client-7.a " in x]
-    ok(line and line[0].endswith(" attn=dense sparse_tokens=0 blocks_hot=0 blocks_out=0") and
+    ok(line and line[0].endswith(" attn=dense sparse_tokens=0 blocks_hot=0 blocks_warm=0 blocks_cold=0") and
        mline and " attn=" not in mline[0],
        "the request log line names the attention path (%s / %s)" %
        (line[0][-60:] if line else None, mline[0][-40:] if mline else None))

@@ -293,11 +293,18 @@ static void sp_hot_run(hy_model_t *m, const char *name, const hy_kv_sparse_t *sp
         HY_T_OK(oc.warm == warm && oc.warm_used == warm && oc.cold == oc.used - warm &&
                     oc.cold > 0 && oc.spills >= (uint64_t)oc.cold && oc.promotions > 0 &&
                     oc.disk_read_bytes > 0 && oc.file_bytes == (uint64_t)out_pages *
-                    r.page_bytes[HY_KV_FULL],
+                    r.page_bytes[HY_KV_FULL] && a.out_reads[1] > 0 &&
+                    a.out_reads[1] < a.out_reads[0],
                 "%s: %d of the arena's pages in RAM, the rest in a spill file: %d warm, %d cold, "
-                "%llu written, %llu brought up, %llu bytes read", name, warm, oc.warm_used,
+                "%llu written, %llu brought up, %llu bytes read; of %llu blocks read from the "
+                "arena %llu from the file", name, warm, oc.warm_used,
                 oc.cold, (unsigned long long)oc.spills, (unsigned long long)oc.promotions,
-                (unsigned long long)oc.disk_read_bytes);
+                (unsigned long long)oc.disk_read_bytes, (unsigned long long)a.out_reads[0],
+                (unsigned long long)a.out_reads[1]);
+    else if (out > 0)
+        HY_T_OK(a.out_reads[0] > 0 && a.out_reads[1] == 0,
+                "%s: the arena all in RAM: %llu blocks read from it, none from a file", name,
+                (unsigned long long)a.out_reads[0]);
     hy_runner_seq_release(&r, &a);
     hy_runner_seq_release(&r, &b);
     hy_pt_counts(r.pt, &c[1]);

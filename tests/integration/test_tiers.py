@@ -33,8 +33,9 @@ disk_mb set:
   (hybrid, f32 pages of 1 KiB: 1,024 of its ~1,500 out pages in RAM): the
   rest go to a spill file under disk_dir, sparse attention reads them back,
   the text is the one of the same server with every out page in RAM;
-  /metrics counts the pages written, brought up and the bytes; nothing is
-  left in the directory but the prefix tier's files;
+  /metrics counts the pages written, brought up and the bytes, and the
+  sparse blocks read from the arena's RAM and (only with the file) from
+  disk; nothing is left in the directory but the prefix tier's files;
 * bad values refused at start, naming the key: hot_tokens_per_seq without
   block-sparse attention, an out arena the host cannot hold, disk_dir
   without warm_mb, a disk_dir that cannot be
@@ -516,7 +517,7 @@ def out_arena_spill():
     are in the spill file; the text equals the all-in-RAM server's."""
     n = 25000
     p = prompt_of(7, 264, n)
-    texts = []
+    texts, blocks = [], []
     for warm in (1, 0):
         tmp = os.path.join(TOP, "spill%d" % warm)
         cache = {"hot_mb": 64, "warm_mb": 4, "disk_dir": os.path.join(tmp, "cache"),
@@ -555,6 +556,13 @@ def out_arena_spill():
                 left = sorted(f for f in os.listdir(os.path.join(tmp, "cache"))
                               if f.startswith("hyserve-spill"))
                 ok(left == [], "the spill file is not in disk_dir (unlinked at start): %s" % left)
+            bw = g("hyserve_sparse_blocks_read_total", tier="warm")
+            bc = g("hyserve_sparse_blocks_read_total", tier="cold")
+            blocks.append(bw + bc)
+            ok(bw > 0 and (bc > 0 if warm else bc == 0),
+               "seq_warm_mb = %d: the request read %d blocks from the arena's RAM and %d with a "
+               "page from its spill file" % (warm, bw, bc))
+            if warm:
                 spill_scribbled(st, n)
             else:
                 ok(g("hyserve_out_arena_file_bytes") == 0 and
@@ -562,8 +570,9 @@ def out_arena_spill():
                    "without seq_warm_mb: no spill file, nothing written")
         finally:
             st.stop()
-    ok(len(texts) == 2 and texts[0] == texts[1],
-       "the same text with the spill file as with every out page in RAM: %r" % texts)
+    ok(len(texts) == 2 and texts[0] == texts[1] and len(blocks) == 2 and blocks[0] == blocks[1],
+       "the same text and the same blocks read from the arena (%s) with the spill file as "
+       "with every out page in RAM: %r" % (blocks, texts))
 
 
 def bad_values():

@@ -545,8 +545,10 @@ size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos, bool staged)
  * not hot: the kernel reads KV head g's rows of each listed page where
  * they lie, in the pool or the out store's RAM, and those of a page out
  * on the spill file from the thread's staging area, read into it first
- * (the same bytes in the same order: the same bits as if all were hot). */
-static void sp_run_at(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *sq,
+ * (the same bytes in the same order: the same bits as if all were hot).
+ * Returns the chosen blocks (block_pages pages each, first in the list)
+ * with a page read from the file. */
+static int32_t sp_run_at(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *sq,
                       const hy_attn_flash_t *u, int32_t g, const int32_t *pages, int32_t np,
                       const int32_t *vpos, uint8_t *stage,
                       void (*kernel)(const hy_attn_flash_t *f, float *scratch), float *scr)
@@ -557,6 +559,7 @@ static void sp_run_at(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *
     const uint8_t **kat = (const uint8_t **)(void *)stage, **vat = kat + maxp;
     uint8_t *ks = (uint8_t *)(vat + maxp), *vs = ks + maxp * kb;
     hy_attn_flash_t w = *u;
+    int32_t bp = HY_MAX(cpu->kv.sparse.block_pages, 1), cold = 0, last = -1;
 
     for (int32_t l = 0; l < cpu->kv.n_layers; l++)
         n_full += cpu->sp_keys[l] != NULL;
@@ -568,17 +571,24 @@ static void sp_run_at(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *
             /* kv_page_read's layout: the group's K pages by layer, then its V pages */
             int32_t unit = HY_PAGE_OUT_REF(pages[i]);
 
-            kat[i] = hy_out_read(sq->out, unit, (size_t)rank * cpu->k_page_bytes + (size_t)g * kb,
-                               ks + (size_t)i * kb, kb);
+            kat[i] = hy_out_read(sq->out, unit,
+                                 (size_t)rank * cpu->k_page_bytes + (size_t)g * kb,
+                                 ks + (size_t)i * kb, kb);
             vat[i] = hy_out_read(sq->out, unit,
-                               (size_t)n_full * cpu->k_page_bytes +
-                                   (size_t)rank * cpu->v_page_bytes + (size_t)g * vb,
-                               vs + (size_t)i * vb, vb);
+                                 (size_t)n_full * cpu->k_page_bytes +
+                                     (size_t)rank * cpu->v_page_bytes + (size_t)g * vb,
+                                 vs + (size_t)i * vb, vb);
+            /* the reader hands back the staging area for what it read */
+            if (kat[i] == ks + (size_t)i * kb && i / bp != last) {
+                last = i / bp;
+                cold++;
+            }
         }
     }
     w.k_at = kat;
     w.v_at = vat;
     sp_run(&w, pages, vpos, kernel, scr);
+    return cold;
 }
 
 void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *sq,
@@ -629,8 +639,12 @@ void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq
                 k += f->pages[(size_t)blocks[i] * (size_t)bp] < -1;
             __atomic_fetch_add(sq->out_reads, k, __ATOMIC_RELAXED);
         }
-        if (out)
-            sp_run_at(cpu, layer, sq, &u, g, pages, np, &vpos, stage, kernel, scr);
+        if (out) {
+            int32_t cold = sp_run_at(cpu, layer, sq, &u, g, pages, np, &vpos, stage, kernel, scr);
+
+            if (cold > 0 && sq->out_reads)
+                __atomic_fetch_add(&sq->out_reads[1], (uint64_t)cold, __ATOMIC_RELAXED);
+        }
         else
             sp_run(&u, pages, &vpos, kernel, scr);
     }
