@@ -398,6 +398,8 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
         hy_runner_t r;
         hy_kv_seq_t s = {0}, s2 = {0};
         bool ref = sparse && b->ref > 0;
+        hy_outstore_counts_t oc0 = {0};
+        uint64_t reads0[2] = {0, 0};
         double t0 = bs_user_s();
         int rc = bs_runner(b, &r, n + steps + 16, sparse, false, err);
 
@@ -408,6 +410,13 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
         /* the reference: the same stream one token on */
         if (ref && rc == HY_OK)
             rc = hy_runner_prefill(&r, &s2, ids + 1, b->ref, NULL, err);
+        /* what the decode steps alone take from the out arena */
+        if (rc == HY_OK && r.out != NULL) {
+            hy_outstore_sync(r.out);
+            hy_outstore_counts(r.out, &oc0);
+            reads0[0] = s.out_reads[0];
+            reads0[1] = s.out_reads[1];
+        }
         for (int32_t i = 0; i < steps && rc == HY_OK; i++) {
             hy_runner_item_t it = {&s, ids + n + i, 1, false};
             hy_runner_item_t it2 = {&s2, ids + 1 + b->ref + i, 1, false};
@@ -450,6 +459,14 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
 
             hy_outstore_sync(r.out); /* the last step's reads in flight */
             hy_outstore_counts(r.out, &c);
+            printf("sparse: decode steps at %d, per step: %.1f blocks read from the out arena "
+                   "(%.1f with a page from the spill file), %.1f pages brought up, %.1f KiB "
+                   "read from the file, %.1f pages written to it\n", n,
+                   (double)(s.out_reads[0] - reads0[0]) / steps,
+                   (double)(s.out_reads[1] - reads0[1]) / steps,
+                   (double)(c.promotions - oc0.promotions) / steps,
+                   (double)(c.disk_read_bytes - oc0.disk_read_bytes) / 1024.0 / steps,
+                   (double)(c.spills - oc0.spills) / steps);
             printf("sparse: hot window %d tokens: pool %d pages of %llu bytes, out arena %d of "
                    "%d pages used (%d in RAM, %d only in the spill file); RAM %.1f MiB, spill "
                    "file %.1f MiB\n", b->hot, r.opts.n_pages,
