@@ -185,7 +185,7 @@ static void t_select(kv_t *c, const float *bk, int32_t cur, const char *name)
 {
     hy_sparse_params_t sp = {BP, 3, 1, 2};
     int32_t sel[T], n, best[3] = {-1, -1, -1};
-    float scr[T], score[T];
+    float scr[2 * T], score[T];
     bool asc = true, has = true;
 
     n = hy_sparse_select(c->q, HD, GRP, HD, bk, HD, cur, &sp, sel, scr);
@@ -240,7 +240,7 @@ static void t_select_many(void)
     enum { NB = 1500, MAXD = 13, TOPK = 40 };
     static const int32_t dims[] = {8, 13, 3};
     static float keys[NB][MAXD];
-    static float scr[NB];
+    static float scr[2 * NB];
     static int32_t sel[NB];
     float q[3 * MAXD];
     hy_sparse_params_t sp = {BP, TOPK, 2, 3};
@@ -298,6 +298,120 @@ static void t_select_many(void)
             first = sel[i] == i;
         HY_T_OK(first, "equal scores: the %d earliest blocks after the sink are chosen", TOPK);
     }
+}
+
+/* The documented score of a block: the group's queries summed in head
+ * order, then eight running products over i mod 8 (lanes j and j + 4
+ * added), finished as ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)) */
+static float ref_score(const float *q, int32_t heads, int32_t hd, const float *key)
+{
+    float qs[64], lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0}, p[4];
+
+    for (int32_t i = 0; i < hd; i++) {
+        qs[i] = 0;
+        for (int32_t h = 0; h < heads; h++)
+            qs[i] += q[h * hd + i];
+    }
+    for (int32_t i0 = 0; i0 < hd; i0 += 8)
+        for (int32_t j = 0; j < 4; j++) {
+            float a = i0 + j < hd ? qs[i0 + j] * key[i0 + j] : 0.0f;
+            float b = i0 + j + 4 < hd ? qs[i0 + j + 4] * key[i0 + j + 4] : 0.0f;
+
+            lo[j] += a;
+            hi[j] += b;
+        }
+    for (int32_t j = 0; j < 4; j++)
+        p[j] = lo[j] + hi[j];
+    return (p[0] + p[2]) + (p[1] + p[3]);
+}
+
+static const float *g_sc;
+
+static int by_rule(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+
+    if (g_sc[x] != g_sc[y])
+        return g_sc[x] > g_sc[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* The choice over long sequences (where it first takes each chunk's best
+ * score as a floor) is exactly the rule: the k best by the documented
+ * score, NaN as -inf, equal scores to the earlier block; with keys drawn
+ * from a few values (many ties), NaN keys among them, needles, every
+ * block equal, and top-k from 1 to past the block count. */
+static void t_select_rule(void)
+{
+    enum { NB = 6000, MAXD = 64 };
+    static float keys[NB][MAXD], sc[NB];
+    static float scr[2 * NB];
+    static int32_t order[NB];
+    static int32_t sel[NB], want[NB];
+    static const int32_t dims[] = {8, 13, 64}, topks[] = {1, 7, 40, 64, 100, 1499, 7000};
+    static const int32_t lens[] = {NB, 4097, 300};
+    float q[4 * MAXD];
+    int32_t bad = 0, runs = 0;
+    char what[160] = "";
+
+    for (size_t di = 0; di < HY_ARRAY_LEN(dims); di++)
+        for (int kind = 0; kind < 4; kind++)
+            for (size_t li = 0; li < HY_ARRAY_LEN(lens); li++)
+                for (size_t ki = 0; ki < HY_ARRAY_LEN(topks); ki++) {
+                    int32_t hd = dims[di], nb = lens[li], heads = 1 + kind % 3, n, m = 0;
+                    hy_sparse_params_t sp = {BP, topks[ki], 3, 5};
+                    int32_t sink = HY_MIN(3, nb), local = HY_MAX(nb - 5, sink);
+                    int32_t k = HY_MIN(topks[ki], local - sink), w = 0;
+
+                    fill(q, (size_t)(heads * hd), 1.0f);
+                    for (int32_t b = 0; b < nb; b++)
+                        for (int32_t i = 0; i < hd; i++)
+                            /* 0: continuous; 1: three values; 2: all equal;
+                             * 3: continuous with NaN and needles */
+                            keys[b][i] = kind == 1   ? (float)(rng_u32() % 3) * 0.25f
+                                         : kind == 2 ? 0.5f
+                                                     : rng_f(1.0f);
+                    if (kind == 3)
+                        for (int32_t b = 7; b < nb; b += 97) {
+                            keys[b][rng_u32() % (uint32_t)hd] = NAN;
+                            keys[(b * 31) % nb][0] = 40.0f * (q[0] > 0 ? 1.0f : -1.0f);
+                        }
+                    n = hy_sparse_select(q, hd, heads, hd, &keys[0][0], MAXD, nb, &sp, sel,
+                                         scr);
+                                    for (int32_t b = sink; b < local; b++) {
+                        sc[b] = ref_score(q, heads, hd, keys[b]);
+                        sc[b] = isnan(sc[b]) ? -INFINITY : sc[b];
+                    }
+                    for (int32_t b = 0; b < sink; b++)
+                        want[w++] = b;
+                    /* the rule: by score, best first, then by block */
+                    for (int32_t b = sink; b < local; b++)
+                        order[b - sink] = b;
+                    g_sc = sc;
+                    qsort(order, (size_t)(local - sink), sizeof *order, by_rule);
+                    for (int32_t j = 0; j < k; j++, m++)
+                        want[w++] = order[j];
+                    for (int32_t b = local; b < nb; b++)
+                        want[w++] = b;
+                    /* ascending: sort the chosen middle */
+                    for (int32_t i = sink + 1; i < sink + m; i++)
+                        for (int32_t j = i; j > sink && want[j - 1] > want[j]; j--) {
+                            int32_t t = want[j];
+
+                            want[j] = want[j - 1];
+                            want[j - 1] = t;
+                        }
+                    runs++;
+                    if (n != w || memcmp(sel, want, sizeof(int32_t) * (size_t)w) != 0) {
+                        if (bad++ == 0)
+                            snprintf(what, sizeof what, "head dim %d, %d heads, %d blocks, "
+                                     "kind %d, top-%d: %d chosen, the rule %d", hd, heads, nb,
+                                     kind, topks[ki], n, w);
+                    }
+                }
+    HY_T_OK(bad == 0, "the choice equals the rule in %d of %d runs (keys continuous, from "
+            "three values, all equal, with NaN and needles; 300-6,000 blocks; top-1 to past "
+            "the count)%s%s", runs - bad, runs, bad ? ": first differing " : "", what);
 }
 
 /* The page-id check every step runs over a long sequence's list: the first
@@ -360,7 +474,7 @@ static void t_attend(kv_t *c, const float *bk, int32_t cur, kernel_fn kernel, co
     static float scratch[1 << 16];
     hy_sparse_params_t sp = {BP, 3, 1, 2};
     int32_t pos = T - 1, sel[T], n, pages[T / PT + 1];
-    float scr[T], dense[GRP * HD];
+    float scr[2 * T], dense[GRP * HD];
     double o[HD], worst = 0;
     hy_attn_flash_t f = unit(c, &pos);
     int rc;
@@ -432,6 +546,7 @@ int main(void)
         if (i == 0) {
             t_bad(&c, cur);
             t_select_many();
+            t_select_rule();
             t_ids();
         }
         free(bk);

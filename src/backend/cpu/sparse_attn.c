@@ -148,6 +148,59 @@ static bool sp_any_above(const float *cs, int32_t n, float t)
     return (any[0] | any[1] | any[2] | any[3]) != 0;
 }
 
+/* The largest of cs[0..n) (n a multiple of 4), NaN passed over (-inf for
+ * none). */
+static float sp_max(const float *cs, int32_t n)
+{
+    sp_v4_t mx = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, v;
+    float m = -INFINITY;
+
+    for (int32_t j = 0; j < n; j += 4) {
+        sp_i4_t up;
+
+        memcpy(&v, cs + j, sizeof v);
+        up = v > mx; /* false for NaN */
+        mx = (sp_v4_t)((up & (sp_i4_t)v) | (~up & (sp_i4_t)mx));
+    }
+    for (int32_t j = 0; j < 4; j++)
+        m = mx[j] > m ? mx[j] : m;
+    return m;
+}
+
+/* The k-th largest (1-based) of v[0..n) (no NaN), reordering v: a
+ * quickselect with the middle element as pivot (the floor's value; which
+ * copy of an equal value ends where does not matter). */
+static float sp_kth(float *v, int32_t n, int32_t k)
+{
+    int32_t lo = 0, hi = n - 1, want = k - 1;
+
+    while (lo < hi) {
+        float p = v[lo + (hi - lo) / 2];
+        int32_t i = lo, j = hi;
+
+        /* descending: the larger ones first */
+        while (i <= j) {
+            while (v[i] > p)
+                i++;
+            while (v[j] < p)
+                j--;
+            if (i <= j) {
+                float t = v[i];
+
+                v[i++] = v[j];
+                v[j--] = t;
+            }
+        }
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            break;
+    }
+    return v[want];
+}
+
 /* Where a later block scoring s goes in the m scores kept, best first:
  * after every score not below it (an equal one is an earlier block). */
 static int32_t sp_rank(const float *score, int32_t m, float s)
@@ -165,6 +218,58 @@ static int32_t sp_rank(const float *score, int32_t m, float s)
     return lo;
 }
 
+/* The scores of the nb (<= SP_CHUNK) blocks from key into cs (rounded up
+ * to 4 entries): without branches, so that the key loads of many blocks
+ * are in flight at once; the last one to three blocks are scored with
+ * their first repeated in the spare lanes. */
+static inline __attribute__((always_inline)) void
+sp_chunk_scores(const float *qs, const float *key, size_t key_stride, int32_t nb, int32_t hd,
+                float *tail, float *cs)
+{
+    int32_t n4 = nb & ~3;
+
+    for (int32_t j = 0; j < 4 && n4 < nb; j++)
+        memcpy(tail + (size_t)j * (size_t)hd,
+               key + (size_t)(n4 + (n4 + j < nb ? j : 0)) * key_stride,
+               sizeof(float) * (size_t)hd);
+    if (hd == 8) { /* the loop unrolled for the common small head */
+        sp_scores(qs, key, key_stride, n4, 8, cs);
+        sp_scores(qs, tail, 8, n4 < nb ? 4 : 0, 8, cs + n4);
+    } else {
+        sp_scores(qs, key, key_stride, n4, hd, cs);
+        sp_scores(qs, tail, (size_t)hd, n4 < nb ? 4 : 0, hd, cs + n4);
+    }
+}
+
+/* The kept list (m of k blocks, best first, scores in score) after the
+ * chunk's nb blocks from b0 with scores cs, taken in ascending order: one
+ * that only ties the worst kept loses the tie; a NaN is never above a
+ * score and counts as -inf while fewer than k are kept.  With a floor
+ * above -inf, a block under it (or NaN) is passed over.  Returns m. */
+static int32_t sp_keep(const float *cs, int32_t nb, int32_t b0, int32_t k, int32_t m,
+                       float floor, float *score, int32_t *top)
+{
+    /* once k are kept, most chunks hold no block above the worst of them:
+     * one vector test skips the chunk (a NaN is never above) */
+    if (m == k && !sp_any_above(cs, (nb + 3) & ~3, score[m - 1]))
+        return m;
+    for (int32_t j = 0; j < nb; j++) {
+        float s = cs[j];
+        int32_t i;
+
+        if ((m == k && !(s > score[m - 1])) || (floor > -INFINITY && !(s >= floor)))
+            continue;
+        s = isnan(s) ? -INFINITY : s;
+        i = sp_rank(score, m, s);
+        m = HY_MIN(m + 1, k);
+        memmove(score + i + 1, score + i, sizeof(float) * (size_t)(m - 1 - i));
+        memmove(top + i + 1, top + i, sizeof(int32_t) * (size_t)(m - 1 - i));
+        score[i] = s;
+        top[i] = b0 + j;
+    }
+    return m;
+}
+
 int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
                          const float *block_keys, size_t key_stride, int32_t cur,
                          const hy_sparse_params_t *sp, int32_t *out, float *scratch)
@@ -172,8 +277,14 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
     int32_t sink = HY_MIN(HY_MAX(sp->sink_blocks, 0), cur);
     int32_t local = HY_MAX(cur - HY_MAX(sp->local_blocks, 0), sink);
     int32_t k = HY_MIN(HY_MAX(sp->topk, 0), local - sink), m = 0, n = 0;
+    int32_t n_chunks = (local - sink + SP_CHUNK - 1) / SP_CHUNK;
     int32_t *top = out + sink;
-    float qs[HY_ATTN_MAX_HEAD_DIM], tail[4 * HY_ATTN_MAX_HEAD_DIM];
+    float qs[HY_ATTN_MAX_HEAD_DIM], tail[4 * HY_ATTN_MAX_HEAD_DIM], cs[SP_CHUNK + 4];
+    float floor = -INFINITY;
+    /* with the floor: every block's score after the k kept, then each
+     * chunk's best and a copy (k + nb + 2 n_chunks <= 2 cur) */
+    float *all = scratch + k, *cmax = all + (local - sink), *cbest = cmax + n_chunks;
+    bool pre = false;
 
     /* sum_h q_h . key = (sum_h q_h) . key: one dot per block, not one per head */
     for (int32_t i = 0; i < hd; i++) {
@@ -183,46 +294,47 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
             s += q[(size_t)h * (size_t)q_stride + (size_t)i];
         qs[i] = s;
     }
-    /* the best k of the blocks between the sink and the local ones, best
-     * first (scores in scratch[0..m)); blocks come in ascending order, so
-     * one that only ties the worst kept loses the tie and is skipped */
-    for (int32_t b0 = sink; b0 < local && k > 0; b0 += SP_CHUNK) {
-        int32_t nb = HY_MIN(SP_CHUNK, local - b0), n4 = nb & ~3;
-        const float *key = block_keys + (size_t)b0 * key_stride;
-        float cs[SP_CHUNK + 4];
+    /* Over many chunks, filling the kept list from the first blocks on
+     * inserts most of the early ones only to drop them again.  So each
+     * chunk's best score comes first (into scratch after the k kept
+     * scores, and a copy after them: room while the chunks outnumber 4 k),
+     * and the k-th best of those is a floor: the k chunks that reach it
+     * hold k blocks that do, so no block under it is among the best k, and
+     * only the blocks of the chunks that reach it are offered for keeping
+     * (their scores kept from the first pass: the keys are read once).
+     * The same blocks as one pass over them all: every block the best k
+     * could hold is offered in the same order. */
+    if (k > 0 && n_chunks >= 4 * k) {
+        for (int32_t c = 0; c < n_chunks; c++) {
+            int32_t b0 = sink + c * SP_CHUNK, nb = HY_MIN(SP_CHUNK, local - b0);
 
-        /* a chunk's scores first, without branches, so that the key loads
-         * of many blocks are in flight at once; the last one to three
-         * blocks are scored with their first repeated in the spare lanes */
-        for (int32_t j = 0; j < 4 && n4 < nb; j++)
-            memcpy(tail + (size_t)j * (size_t)hd,
-                   key + (size_t)(n4 + (n4 + j < nb ? j : 0)) * key_stride,
-                   sizeof(float) * (size_t)hd);
-        if (hd == 8) { /* the loop unrolled for the common small head */
-            sp_scores(qs, key, key_stride, n4, 8, cs);
-            sp_scores(qs, tail, 8, n4 < nb ? 4 : 0, 8, cs + n4);
-        } else {
-            sp_scores(qs, key, key_stride, n4, hd, cs);
-            sp_scores(qs, tail, (size_t)hd, n4 < nb ? 4 : 0, hd, cs + n4);
+            sp_chunk_scores(qs, block_keys + (size_t)b0 * key_stride, key_stride, nb, hd, tail,
+                            cs);
+            for (int32_t j = nb; j < ((nb + 3) & ~3); j++)
+                cs[j] = -INFINITY; /* the spare lanes repeat a block */
+            cmax[c] = sp_max(cs, (nb + 3) & ~3);
+            memcpy(all + (size_t)c * SP_CHUNK, cs, sizeof(float) * (size_t)nb);
         }
-        /* once k are kept, most chunks hold no block above the worst of
-         * them: one vector test skips the chunk (a NaN is never above) */
-        if (m == k && !sp_any_above(cs, (nb + 3) & ~3, scratch[m - 1]))
-            continue;
-        for (int32_t j = 0; j < nb; j++) {
-            float s = cs[j];
-            int32_t i;
+        memcpy(cbest, cmax, sizeof(float) * (size_t)n_chunks);
+        floor = sp_kth(cbest, n_chunks, k);
+        /* (a floor of -inf is none: one pass over all, NaN blocks and all) */
+        pre = floor > -INFINITY;
+    }
+    for (int32_t c = 0; c < n_chunks && k > 0; c++) {
+        int32_t b0 = sink + c * SP_CHUNK, nb = HY_MIN(SP_CHUNK, local - b0);
+        const float *sc = cs;
 
-            if (m == k && !(s > scratch[m - 1])) /* NaN is never above */
+        if (pre) {
+            if (!(cmax[c] >= floor))
                 continue;
-            s = isnan(s) ? -INFINITY : s;
-            i = sp_rank(scratch, m, s);
-            m = HY_MIN(m + 1, k);
-            memmove(scratch + i + 1, scratch + i, sizeof(float) * (size_t)(m - 1 - i));
-            memmove(top + i + 1, top + i, sizeof(int32_t) * (size_t)(m - 1 - i));
-            scratch[i] = s;
-            top[i] = b0 + j;
+            /* (its last chunk's spare lanes hold the maxima: sp_keep's
+             * vector test may look at them, its loop does not) */
+            sc = all + (size_t)c * SP_CHUNK;
+        } else {
+            sp_chunk_scores(qs, block_keys + (size_t)b0 * key_stride, key_stride, nb, hd, tail,
+                            cs);
         }
+        m = sp_keep(sc, nb, b0, k, m, floor, scratch, top);
     }
     /* ascending, the order the keys lie in the sequence: the sink blocks,
      * the chosen ones (all between), the local ones */
@@ -535,9 +647,9 @@ size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos, bool staged)
     size_t cur = (size_t)max_pos / (bp * (size_t)cpu->kv.page_tokens) + 1;
 
     /* the staging area first (aligned), then block keys averaged here (a
-     * sequence without its own), scores, chosen blocks, the compacted
-     * page list */
-    return (staged ? sp_stage_floats(cpu) : 0) + cur * ((size_t)cpu->kv.head_dim_k + 2) +
+     * sequence without its own), the choice's scratch (2 per block), chosen
+     * blocks, the compacted page list */
+    return (staged ? sp_stage_floats(cpu) : 0) + cur * ((size_t)cpu->kv.head_dim_k + 3) +
            (cur + 1) * bp;
 }
 
@@ -604,7 +716,7 @@ void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq
     int32_t ncur = f->pos[f->t1 - 1] / bt;
     uint8_t *stage = sq->out ? (uint8_t *)(void *)sscr : NULL;
     float *bkeys = sscr + (stage ? sp_stage_floats(cpu) : 0), *score = bkeys + (size_t)ncur * hd;
-    int32_t *blocks = (int32_t *)(void *)(score + ncur + 1), *pages = blocks + ncur + 1;
+    int32_t *blocks = (int32_t *)(void *)(score + 2 * (ncur + 1)), *pages = blocks + ncur + 1;
     const float *bk = bkeys;
 
     if (sq->sp_keys) {

@@ -54,7 +54,7 @@ void hy_sparse_block_key(const float *page_keys, size_t stride, const int32_t *p
  * block_keys + b * key_stride, hd floats),
  * computed as (sum of the queries) . key in one fixed order (the same bits
  * for a token whatever else runs); ties go to the earlier block.  Returns
- * how many (each block once) in out, ascending; scratch holds cur floats. */
+ * how many (each block once) in out, ascending; scratch holds 2 cur floats. */
 int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
                          const float *block_keys, size_t key_stride, int32_t cur,
                          const hy_sparse_params_t *sp, int32_t *out, float *scratch);
