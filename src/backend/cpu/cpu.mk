@@ -89,14 +89,16 @@ EXTRA_libhy_a_DEPENDENCIES += $(HY_SIMD_OBJECTS)
 # [f16|f32|bf16] [threads] [reps] [n_tok] for the GEMM at the qwen35-bench
 # shapes, bench_gdn and bench_ssd [threads] [tokens] for chunked vs
 # recurrent prefill, tests/unit/bench_mm [seconds] [isa] [rows] [k] for the
-# matmul tiles' GFLOP/s per batch size against the measured peak.
+# matmul tiles' GFLOP/s per batch size against the measured peak,
+# tests/unit/bench_select [blocks] [head_dim] [topk] [reps] for the choice of
+# block-sparse attention.
 # test_invariance: a token's row of matmul and attention is the same bits
 # alone, in any batch, at any offset, prefill or decode, on 1..3 threads.
 check_PROGRAMS += tests/unit/test_cpu_backend tests/unit/test_attn_flash tests/unit/test_gemm \
 	tests/unit/test_quant tests/unit/test_cpu_recurrent tests/unit/test_gdn tests/unit/test_ssd \
 	tests/unit/test_invariance \
 	tests/unit/bench_cpu tests/unit/bench_attn tests/unit/bench_quant tests/unit/bench_gemm \
-	tests/unit/bench_gdn tests/unit/bench_ssd tests/unit/bench_mm
+	tests/unit/bench_gdn tests/unit/bench_ssd tests/unit/bench_mm tests/unit/bench_select
 TESTS += tests/unit/test_cpu_backend tests/unit/test_attn_flash tests/unit/test_gemm \
 	tests/unit/test_quant tests/unit/test_cpu_recurrent tests/unit/test_gdn tests/unit/test_ssd \
 	tests/unit/test_invariance
@@ -120,6 +122,8 @@ tests_unit_bench_cpu_SOURCES = tests/unit/bench_cpu.c
 tests_unit_bench_cpu_LDADD = $(TEST_LDADD)
 tests_unit_bench_attn_SOURCES = tests/unit/bench_attn.c
 tests_unit_bench_attn_LDADD = $(TEST_LDADD)
+tests_unit_bench_select_SOURCES = tests/unit/bench_select.c
+tests_unit_bench_select_LDADD = $(TEST_LDADD)
 tests_unit_bench_quant_SOURCES = tests/unit/bench_quant.c
 tests_unit_bench_quant_LDADD = $(TEST_LDADD)
 tests_unit_bench_gemm_SOURCES = tests/unit/bench_gemm.c
