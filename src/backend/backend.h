@@ -116,6 +116,9 @@ typedef struct hy_out_view {
  * runs).  A failed read or check leaves zeros in dst and tells the store
  * (failed_unit), which fails the step. */
 const uint8_t *hy_out_read(hy_out_view_t *ov, int32_t u, size_t off, uint8_t *dst, size_t n);
+/* Whether the n bytes at p (whole runs of run_bytes) have the CRC-32Cs
+ * crc[0 ..): what the op and the store's I/O thread check a read with. */
+bool hy_out_runs_match(const uint32_t *crc, const uint8_t *p, size_t n, uint64_t run_bytes);
 
 /* The page-list entry of a page that is not hot (r >= 0), and back. */
 #define HY_PAGE_OUT(r) (-2 - (int32_t)(r))

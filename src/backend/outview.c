@@ -22,6 +22,14 @@ static const uint8_t *out_failed(hy_out_view_t *ov, int32_t u, int why, uint8_t 
     return dst;
 }
 
+bool hy_out_runs_match(const uint32_t *crc, const uint8_t *p, size_t n, uint64_t run_bytes)
+{
+    for (size_t i = 0; i < n / run_bytes; i++)
+        if (hy_crc32c(0, p + i * run_bytes, (size_t)run_bytes) != crc[i])
+            return false;
+    return true;
+}
+
 const uint8_t *hy_out_read(hy_out_view_t *ov, int32_t u, size_t off, uint8_t *dst, size_t n)
 {
     int32_t slot = __atomic_load_n(&ov->slot[u], __ATOMIC_ACQUIRE);
@@ -47,9 +55,8 @@ const uint8_t *hy_out_read(hy_out_view_t *ov, int32_t u, size_t off, uint8_t *ds
     if (got != (ssize_t)n)
         return out_failed(ov, u, got < 0 ? errno : 0, dst, n);
     crc = ov->crc + (size_t)u * (size_t)(ov->unit_bytes / rb) + off / rb;
-    for (size_t i = 0; i < n / rb; i++)
-        if (hy_crc32c(0, dst + i * rb, (size_t)rb) != crc[i])
-            return out_failed(ov, u, EBADMSG, dst, n);
+    if (!hy_out_runs_match(crc, dst, n, rb))
+        return out_failed(ov, u, EBADMSG, dst, n);
     __atomic_fetch_add(&ov->disk_read_bytes, (uint64_t)n, __ATOMIC_RELAXED);
     return dst;
 }

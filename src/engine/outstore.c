@@ -287,10 +287,7 @@ static int os_read_unit(const hy_outstore_t *s, int32_t u, int32_t sl)
 
     if (n != (ssize_t)s->o.unit_bytes)
         return n < 0 ? errno : -1;
-    for (uint64_t i = 0; i < s->runs; i++)
-        if (hy_crc32c(0, dst + i * s->o.run_bytes, (size_t)s->o.run_bytes) != crc[i])
-            return EBADMSG;
-    return 0;
+    return hy_out_runs_match(crc, dst, (size_t)s->o.unit_bytes, s->o.run_bytes) ? 0 : EBADMSG;
 }
 
 /* The I/O thread: takes the batch's jobs one by one, reads and checks
