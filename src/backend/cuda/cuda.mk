@@ -17,7 +17,7 @@ check_PROGRAMS += tests/cuda/test_cuda_sample
 TESTS += tests/cuda/test_cuda_sample
 tests_cuda_test_cuda_sample_SOURCES = tests/cuda/test_cuda_sample.c
 tests_cuda_test_cuda_sample_LDADD = $(TEST_LDADD)
-EXTRA_DIST += scripts/device-check
+EXTRA_DIST += scripts/device-check scripts/device-prebuild scripts/device-model
 
 # selection by name, in every build (the test learns which build it is in)
 check_PROGRAMS += tests/cuda/test_backend_select
