@@ -20,6 +20,7 @@
 #include "../unit/test.h"
 #include "cuda_test.h"
 
+#include <cuda_runtime_api.h>
 #include <math.h>
 #include <string.h>
 #include <ucontext.h>
@@ -717,6 +718,93 @@ static void test_launch_checks(void)
 
 /* ---- on the GPU ---------------------------------------------------------------- */
 
+/* The KV store kernel alone: each (token, kv head) K and V row of a few
+ * tokens, written to a pool on the device, holds the bytes the CPU's
+ * quantizer gives (the CPU backend's and the tiers' layout), rows of zeros
+ * and of one large element included. */
+static void test_kv_store(hy_dtype_t type)
+{
+    enum { NT = 5, NKV = 2, HD = 64, PT = 4, NPG = 4 };
+    const size_t rb = hy_dtype_row_bytes(type, HD), pb = rb * PT * NKV;
+    const int32_t pos[NT] = {0, 1, 5, 6, 2}, tok_seq[NT] = {0, 0, 1, 1, 0};
+    const int32_t page_off[2] = {0, 2}, pages[4] = {3, 0, 1, 2};
+    float *k = rnd_vec((size_t)NT * NKV * HD, 1.0f), *v = rnd_vec((size_t)NT * NKV * HD, 2.0f);
+    uint8_t *host = malloc(pb * NPG), *want = malloc(rb);
+    void *d_pool[2] = {NULL, NULL}, *d_meta = NULL, *d_kv = NULL;
+    char where[160] = "";
+    bool ok = true;
+    hy_cuk_attn_t a;
+
+    for (int i = 0; i < HD; i++)
+        k[(size_t)1 * NKV * HD + i] = 0.0f;   /* token 1, head 0: zeros */
+    v[(size_t)3 * NKV * HD + HD + 7] = 300.0f; /* token 3, head 1: one large element */
+    memset(&a, 0, sizeof a);
+    ok &= cudaMalloc(&d_pool[0], pb * NPG) == cudaSuccess &&
+          cudaMalloc(&d_pool[1], pb * NPG) == cudaSuccess &&
+          cudaMalloc(&d_meta, sizeof(int32_t) * 16) == cudaSuccess &&
+          cudaMalloc(&d_kv, sizeof(float) * 2 * NT * NKV * HD) == cudaSuccess;
+    if (ok) {
+        int32_t meta[16];
+        memcpy(meta, pos, sizeof pos);
+        memcpy(meta + 5, tok_seq, sizeof tok_seq);
+        memcpy(meta + 10, page_off, sizeof page_off);
+        memcpy(meta + 12, pages, sizeof pages);
+        ok &= cudaMemcpy(d_meta, meta, sizeof meta, cudaMemcpyHostToDevice) == cudaSuccess &&
+              cudaMemcpy(d_kv, k, sizeof(float) * NT * NKV * HD, cudaMemcpyHostToDevice) ==
+                  cudaSuccess &&
+              cudaMemcpy((float *)d_kv + NT * NKV * HD, v, sizeof(float) * NT * NKV * HD,
+                         cudaMemcpyHostToDevice) == cudaSuccess &&
+              cudaMemset(d_pool[0], 0xAB, pb * NPG) == cudaSuccess &&
+              cudaMemset(d_pool[1], 0xAB, pb * NPG) == cudaSuccess;
+        a.k_pool = d_pool[0];
+        a.v_pool = d_pool[1];
+        a.k_row_bytes = a.v_row_bytes = rb;
+        a.k_page_bytes = a.v_page_bytes = pb;
+        a.kv_type = (int32_t)type;
+        a.page_tokens = PT;
+        a.n_head = a.n_head_kv = NKV;
+        a.head_dim = a.head_dim_v = HD;
+        a.pos = (const int32_t *)d_meta;
+        a.tok_seq = (const int32_t *)d_meta + 5;
+        a.page_off = (const int32_t *)d_meta + 10;
+        a.pages = (const int32_t *)d_meta + 12;
+        ok &= ok && hy_cuk_kv_write(&a, (const float *)d_kv, (const float *)d_kv + NT * NKV * HD,
+                                    NT, NULL) == 0 &&
+              cudaDeviceSynchronize() == cudaSuccess;
+    }
+    for (int which = 0; ok && which < 2; which++) {
+        ok &= cudaMemcpy(host, d_pool[which], pb * NPG, cudaMemcpyDeviceToHost) == cudaSuccess;
+        for (int t = 0; ok && t < NT; t++)
+            for (int g = 0; ok && g < NKV; g++) {
+                const float *src = (which ? v : k) + ((size_t)t * NKV + g) * HD;
+                const uint8_t *row = host + (size_t)pages[page_off[tok_seq[t]] + pos[t] / PT] * pb +
+                                     ((size_t)g * PT + pos[t] % PT) * rb;
+                hy_quant_quantize_row(type, src, want, HD);
+                if (memcmp(row, want, rb) != 0) {
+                    size_t i = 0;
+                    while (row[i] == want[i])
+                        i++;
+                    const size_t w0 = i & ~(size_t)3; /* the 4 bytes around it */
+                    snprintf(where, sizeof where, ": token %d head %d %c, byte %zu: gpu "
+                             "%02x %02x %02x %02x, cpu %02x %02x %02x %02x", t, g,
+                             which ? 'V' : 'K', i, row[w0], row[w0 + 1], row[w0 + 2], row[w0 + 3],
+                             want[w0], want[w0 + 1], want[w0 + 2], want[w0 + 3]);
+                    ok = false;
+                }
+            }
+    }
+    HY_T_OK(ok, "KV store kernel, %s rows (zeros and a large element among them): the CPU's "
+            "bytes%s", hy_dtype_info(type)->name, where);
+    cudaFree(d_pool[0]);
+    cudaFree(d_pool[1]);
+    cudaFree(d_meta);
+    cudaFree(d_kv);
+    free(k);
+    free(v);
+    free(host);
+    free(want);
+}
+
 /* Relative RMS error of the whole output and the worst row's (a row is
  * one token's head of hdv floats); INFINITY on any non-finite value. */
 static void out_err(const pair_t *o, int hdv, double *rms, double *row_worst)
@@ -902,6 +990,9 @@ int main(void)
                 hy_cuk_flash_rows(80, 48) == 64 && hy_cuk_flash_rows(129, 64) == 32 &&
                 hy_cuk_flash_rows(256, 256) == 32 && hy_cuk_flash_rows(512, 512) == 0,
             "flash kernel takes heads up to 256 on this GPU (64 rows a tile, 32 past 128)");
+    test_kv_store(HY_DTYPE_F32);
+    test_kv_store(HY_DTYPE_F16);
+    test_kv_store(HY_DTYPE_Q8_0);
     for (size_t i = 0; i < HY_ARRAY_LEN(cases); i++)
         test_case(&cases[i]);
     g_cpu->i->free(g_cpu);

@@ -26,12 +26,24 @@
 #define NSP 4  /* sliding-group pages */
 #define WIN 8  /* the sliding layer's window */
 
-static void t_pages(void)
+/* Where two pages differ first: byte offset and both bytes, for the message. */
+static void first_diff(const uint8_t *a, const uint8_t *b, size_t n, char *buf, size_t len)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i]) {
+            snprintf(buf, len, "first difference at byte %zu: cpu %02x, gpu %02x", i, a[i], b[i]);
+            return;
+        }
+}
+
+static void t_pages(hy_dtype_t type)
 {
     static const uint8_t layer_swa[NL] = {0, 1, 0};
-    hy_kv_layout_t lay = {NL, NKV, HD, HD, PT, NP, HY_DTYPE_F32, NSP, layer_swa, {0, 0, 0, 0, 0}};
+    hy_kv_layout_t lay = {NL, NKV, HD, HD, PT, NP, type, NSP, layer_swa, {0, 0, 0, 0, 0}};
     hy_attn_params_t ap = {4, NKV, HD, HD, 0.125f, 0, 0};
-    size_t layer_bytes = (size_t)2 * NKV * PT * HD * sizeof(float);
+    size_t layer_bytes = (size_t)2 * NKV * PT * hy_dtype_row_bytes(type, HD);
+    const char *tn = hy_dtype_info(type)->name;
+    char diff[128] = "ok";
     size_t gbytes[HY_KV_GROUPS] = {2 * layer_bytes, layer_bytes}; /* its layers, K and V */
     uint8_t *a = malloc(2 * layer_bytes), *b = malloc(2 * layer_bytes), *in = malloc(2 * layer_bytes);
     char err[HY_ERR_LEN] = "";
@@ -58,13 +70,51 @@ static void t_pages(void)
         g_gpu->i->attention(g_gpu, l, &batch, q.g, k.g, v.g, o.g, &ap);
     }
     for (int g = 0; g < HY_KV_GROUPS; g++)
-        for (int p = 0; p < 2; p++)
-            same &= g_cpu->i->kv_page_read(g_cpu, g, ids[g][p], a, err) == HY_OK &&
-                    g_gpu->i->kv_page_read(g_gpu, g, ids[g][p], b, err) == HY_OK &&
-                    memcmp(a, b, gbytes[g]) == 0;
+        for (int p = 0; p < 2; p++) {
+            bool rd = g_cpu->i->kv_page_read(g_cpu, g, ids[g][p], a, err) == HY_OK &&
+                      g_gpu->i->kv_page_read(g_gpu, g, ids[g][p], b, err) == HY_OK;
+            if (!rd && same)
+                snprintf(diff, sizeof diff, "%s", err);
+            else if (same && memcmp(a, b, gbytes[g]) != 0)
+                first_diff(a, b, gbytes[g], diff, sizeof diff);
+            same &= rd && memcmp(a, b, gbytes[g]) == 0;
+        }
     HY_T_OK(same && hy_ct_both_ok(g_cpu, g_gpu, "pages"),
-            "pages of both groups the attention op filled read back byte for byte alike on CPU "
-            "and GPU (%s)", same ? "ok" : err);
+            "%s KV: pages of both groups the attention op filled read back byte for byte alike "
+            "on CPU and GPU (%s)", tn, diff);
+    /* the GPU attends over the bytes the CPU wrote (a page promoted from a
+     * CPU tier) as the CPU does: one more token at position 20 */
+    {
+        int32_t pos1 = 20, tok1 = 0;
+        bool moved = true;
+        hy_batch_seq_t s1 = {0, 1, 20, pages, 2, -1, swa_pages, 2, NULL, 0, 0, 0, NULL, NULL};
+        hy_batch_t b1 = {1, &tok1, &pos1, 1, &s1};
+        float *q1 = rnd_vec(4 * HD, 1), *k1 = rnd_vec(NKV * HD, 1), *v1 = rnd_vec(NKV * HD, 1);
+        pair_t pq = pair_new(q1, 4 * HD), pk = pair_new(k1, NKV * HD), pv = pair_new(v1, NKV * HD);
+        pair_t po = pair_new(NULL, 4 * HD);
+        double worst = 0;
+
+        for (int g = 0; g < HY_KV_GROUPS; g++)
+            for (int p = 0; p < 2; p++)
+                moved &= g_cpu->i->kv_page_read(g_cpu, g, ids[g][p], a, err) == HY_OK &&
+                         g_gpu->i->kv_page_write(g_gpu, g, ids[g][p], a, err) == HY_OK;
+        for (int l = 0; l < NL; l++) {
+            ap.window = layer_swa[l] ? WIN : 0;
+            g_cpu->i->attention(g_cpu, l, &b1, pq.c, pk.c, pv.c, po.c, &ap);
+            g_gpu->i->attention(g_gpu, l, &b1, pq.g, pk.g, pv.g, po.g, &ap);
+            worst = HY_MAX(worst, pair_err(&po, 0, 4 * HD));
+        }
+        HY_T_OK(moved && hy_ct_both_ok(g_cpu, g_gpu, "pages") && worst <= 1e-5,
+                "%s KV: a decode step over the CPU's page bytes on the GPU: rel err %.2e "
+                "(limit 1e-5)", tn, worst);
+        pair_free(&pq);
+        pair_free(&pk);
+        pair_free(&pv);
+        pair_free(&po);
+        free(q1);
+        free(k1);
+        free(v1);
+    }
     for (size_t i = 0; i < 2 * layer_bytes; i++)
         in[i] = (uint8_t)(i * 13 + 7);
     for (int g = 0; g < HY_KV_GROUPS; g++)
@@ -121,9 +171,11 @@ static void t_memory(void)
     char err[HY_ERR_LEN] = "";
     void *p;
 
-    HY_T_OK(g_gpu->i->mem_info(g_gpu, &f, &t, err) == HY_OK && f > 0 && f <= t,
-            "mem_info is the device's: %llu of %llu bytes free", (unsigned long long)f,
-            (unsigned long long)t);
+    /* called before the check: the message's arguments are read with it */
+    int rc = g_gpu->i->mem_info(g_gpu, &f, &t, err);
+
+    HY_T_OK(rc == HY_OK && f > 0 && f <= t, "mem_info is the device's: %llu of %llu bytes free",
+            (unsigned long long)f, (unsigned long long)t);
     g_cpu->i->mem_info(g_cpu, &hf, &ht, err);
     HY_T_OK(t != ht, "... not the host's (%llu)", (unsigned long long)ht);
     p = g_gpu->i->host_alloc(g_gpu, 1 << 20);
@@ -150,7 +202,9 @@ int main(void)
         HY_T_OK(0, "cpu backend: %s", err);
         return hy_t_done();
     }
-    t_pages();
+    t_pages(HY_DTYPE_F32);
+    t_pages(HY_DTYPE_F16);
+    t_pages(HY_DTYPE_Q8_0);
     t_state();
     t_memory();
     g_cpu->i->free(g_cpu);
