@@ -38,8 +38,12 @@ int hy_cuk_dequant_f32(int type, const void *w, size_t row_bytes, int64_t ne0,
 /* out[i][0..ne0) = row i of W as half (n rows), the cuBLAS tiles. */
 int hy_cuk_dequant_f16(int type, const void *w, size_t row_bytes, int64_t ne0, int64_t n,
                        void *out, hy_cuk_stream_t stream);
-/* out[i] = (half) x[i] */
-int hy_cuk_f32_to_f16(const float *x, void *out, size_t n, hy_cuk_stream_t stream);
+/* out[r][i] = (half)(x[r][i] / scale[r]) for n_rows rows of ne0: scale[r] is
+ * the power of two that puts the row's largest |x| in [2^14, 2^15) (1 for a
+ * zero or non-finite row), so no finite activation overflows half; the
+ * product's row r is multiplied by scale[r] afterwards. */
+int hy_cuk_f32_to_f16_rows(const float *x, void *out, float *scale, int32_t n_rows, int64_t ne0,
+                           hy_cuk_stream_t stream);
 
 /* ---- element-wise and row ops (kernels/hy_ops.cu) ------------------------- */
 enum { HY_CUK_SWIGLU, HY_CUK_ADD, HY_CUK_MUL, HY_CUK_SCALE, HY_CUK_SILU, HY_CUK_SIGMOID,

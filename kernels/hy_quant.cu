@@ -105,11 +105,38 @@ __global__ void hy_dequant_kernel(const uint8_t *__restrict__ w, size_t row_byte
     }
 }
 
-__global__ void hy_f32_to_f16_kernel(const float *__restrict__ x, __half *__restrict__ o, size_t n)
+/* One block per row: the row's largest |x| picks a power of two s with
+ * max|x| / s in [2^14, 2^15), so the half copy never overflows (65504) and
+ * keeps 2^28 of range below the row's largest element; dividing by a power
+ * of two changes no mantissa, and the caller multiplies the product's row
+ * by s again.  A row that is all zeros gets s = 1; one holding inf or NaN
+ * too, so that it comes out of the product as it went in. */
+__global__ void hy_f32_to_f16_rows_kernel(const float *__restrict__ x, __half *__restrict__ o,
+                                          float *__restrict__ scale, int64_t ne0)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        o[i] = __float2half(x[i]);
+    __shared__ float red[32];
+    const float *xr = x + (size_t)blockIdx.x * ne0;
+    __half *orow = o + (size_t)blockIdx.x * ne0;
+    float amax = 0.0f;
+    int e;
+
+    for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x)
+        amax = fmaxf(amax, fabsf(xr[i])); /* fmaxf drops a NaN: checked below */
+    for (int off = 16; off > 0; off >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    amax = red[0];
+    for (unsigned w = 1; w < blockDim.x / 32; w++)
+        amax = fmaxf(amax, red[w]);
+    frexpf(amax, &e); /* amax in [2^(e-1), 2^e) */
+    const float s = amax > 0.0f && isfinite(amax) ? ldexpf(1.0f, e - 15) : 1.0f;
+    const float inv = 1.0f / s; /* exact: a power of two */
+    for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x)
+        orow[i] = __float2half(xr[i] * inv);
+    if (threadIdx.x == 0)
+        scale[blockIdx.x] = s;
 }
 
 /* ---- launchers -------------------------------------------------------------- */
@@ -169,13 +196,11 @@ extern "C" int hy_cuk_dequant_f16(int type, const void *w, size_t row_bytes, int
     return (int)cudaGetLastError();
 }
 
-extern "C" int hy_cuk_f32_to_f16(const float *x, void *out, size_t n, hy_cuk_stream_t stream)
+extern "C" int hy_cuk_f32_to_f16_rows(const float *x, void *out, float *scale, int32_t n_rows,
+                                      int64_t ne0, hy_cuk_stream_t stream)
 {
-    size_t blocks = (n + 255) / 256;
-
-    if (n == 0)
-        return 0;
-    hy_f32_to_f16_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, stream>>>(
-        x, (__half *)out, n);
+    if (n_rows <= 0 || ne0 <= 0)
+        return n_rows == 0 ? 0 : (int)cudaErrorInvalidValue;
+    hy_f32_to_f16_rows_kernel<<<(unsigned)n_rows, 256, 0, stream>>>(x, (__half *)out, scale, ne0);
     return (int)cudaGetLastError();
 }

@@ -269,7 +269,8 @@ static void test_route_kernel(int32_t E, int32_t K, int variant, bool ties)
  * result must equal the CPU's. */
 static void test_graph(int32_t n_tok)
 {
-    moe_shape_t s = {32, 4, 256, 128, HY_DTYPE_Q8_0, HY_DTYPE_Q8_0, HY_DTYPE_Q4_K, 1};
+    /* F = 256: the Q4_K down stack's rows (F long) hold whole 256-element blocks */
+    moe_shape_t s = {32, 4, 256, 256, HY_DTYPE_Q8_0, HY_DTYPE_Q8_0, HY_DTYPE_Q4_K, 1};
     hy_batch_seq_t sq = {0, n_tok, 0, NULL, 0, -1, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
     hy_batch_t b = {n_tok, NULL, NULL, 1, &sq};
     hy_cuda_graph_cache_t before, after;

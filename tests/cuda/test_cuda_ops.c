@@ -52,7 +52,7 @@ static void test_matmul(void)
         wpair_t w = wpair_new(t, ne0, ne1, 1, data);
         float *deq = malloc(sizeof(float) * (size_t)(ne0 * ne1));
         const hy_quant_traits_t *tr = hy_quant_traits(t);
-        double worst_mv = 0, worst_mm = 0, worst_rows = 0;
+        double worst_mv = 0, worst_mm = 0, worst_rows = 0, worst_mag = 0;
 
         for (int64_t r = 0; r < ne1; r++) {
             const uint8_t *row = (const uint8_t *)data + (size_t)r * w.c.row_bytes;
@@ -86,6 +86,38 @@ static void test_matmul(void)
             pair_free(&px);
             pair_free(&py);
         }
+        /* batched, each token's row at its own magnitude: 1e5 passes half's
+         * 65504, 1e-6 sits near its subnormals, one row is zeros; every row
+         * must keep the batched tolerance on its own */
+        {
+            const int n = 12;
+            float *x = rnd_vec((size_t)n * ne0, 1.0f), *ref = malloc(sizeof(float) * n * ne1);
+            float *h = malloc(sizeof(float) * n * ne1);
+            static const float mags[6] = {1e-6f, 1e-4f, 1e-2f, 1.0f, 1e2f, 1e5f};
+            for (int i = 0; i < n; i++) {
+                float mag = i == 5 ? 0.0f : mags[i % 6];
+                for (int64_t j = 0; j < ne0; j++)
+                    x[(size_t)i * ne0 + j] *= mag;
+            }
+            pair_t px = pair_new(x, (size_t)n * ne0), py = pair_new(NULL, (size_t)n * ne1);
+            for (int i = 0; i < n; i++)
+                for (int64_t o = 0; o < ne1; o++) {
+                    double s = 0;
+                    for (int64_t j = 0; j < ne0; j++)
+                        s += (double)deq[o * ne0 + j] * x[(size_t)i * ne0 + j];
+                    ref[(size_t)i * ne1 + o] = (float)s;
+                }
+            g_gpu->i->matmul(g_gpu, &w.g, px.g, py.g, n);
+            g_gpu->i->download(g_gpu, h, py.g, (size_t)n * ne1);
+            for (int i = 0; i < n; i++)
+                worst_mag = HY_MAX(worst_mag, rel_err(h + (size_t)i * ne1, ref + (size_t)i * ne1,
+                                                      (size_t)ne1));
+            free(h);
+            free(x);
+            free(ref);
+            pair_free(&px);
+            pair_free(&py);
+        }
         /* get_rows: rows in any order, repeated */
         {
             int32_t ids[5] = {129, 0, 7, 7, 64};
@@ -105,6 +137,9 @@ static void test_matmul(void)
         HY_T_OK(worst_mm <= (t == HY_DTYPE_F32 ? TOL_F32 : TOL_HALF),
                 "matmul %s: batched (9, 64 tokens) rel err %.2e (limit %.0e)",
                 hy_dtype_info(t)->name, worst_mm, t == HY_DTYPE_F32 ? TOL_F32 : TOL_HALF);
+        HY_T_OK(worst_mag <= (t == HY_DTYPE_F32 ? TOL_F32 : TOL_HALF),
+                "matmul %s: batched, rows of |x| up to 1e-6 .. 1e2 and 1e5 (over half's range) "
+                "and zeros: worst row rel err %.2e", hy_dtype_info(t)->name, worst_mag);
         HY_T_OK(worst_rows <= 1e-6, "get_rows %s: rel err %.2e", hy_dtype_info(t)->name,
                 worst_rows);
         free(deq);

@@ -406,15 +406,23 @@ void hy_cuda_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, floa
         goto done;
     }
     {
-        size_t xbytes = (size_t)n_tok * (size_t)ne0 * 2;
+        /* half activations, each token's row scaled by a power of two
+         * (xscale, after them in x16) so that none overflows: an FFN's
+         * down-projection input can pass 65504 */
+        size_t hbytes = ((size_t)n_tok * (size_t)ne0 * 2 + 15) / 16 * 16;
+        size_t xbytes = hbytes + sizeof(float) * (size_t)n_tok;
         int64_t rows = (int64_t)(HY_CUDA_TILE_BYTES / ((size_t)ne0 * 2));
+        float *xscale;
 
         rows = HY_MAX(rows / 64 * 64, (int64_t)64);
         rows = HY_MIN(rows, ne1);
-        if (!hy_cuda_scratch(cu, &cu->x16, &cu->x16_size, xbytes, "matmul") ||
+        xscale = hy_cuda_scratch(cu, &cu->x16, &cu->x16_size, xbytes, "matmul")
+                     ? (float *)((uint8_t *)cu->x16 + hbytes)
+                     : NULL;
+        if (!xscale ||
             !hy_cuda_scratch(cu, &cu->w16, &cu->w16_size, (size_t)rows * ne0 * 2, "matmul") ||
-            !hy_cuda_ok(cu, "matmul", hy_cuk_f32_to_f16(x, cu->x16, (size_t)n_tok * ne0,
-                                                         cu->stream))) {
+            !hy_cuda_ok(cu, "matmul",
+                        hy_cuk_f32_to_f16_rows(x, cu->x16, xscale, n_tok, ne0, cu->stream))) {
             hy_cuda_zero(cu, y, (size_t)n_tok * (size_t)ne1);
             return;
         }
@@ -431,6 +439,10 @@ void hy_cuda_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, floa
                               &zero, y + r0, CUDA_R_32F, (int)ne1, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT);
         }
+        if (st == CUBLAS_STATUS_SUCCESS &&
+            !hy_cuda_ok(cu, "matmul",
+                        hy_cuk_scale_rows(y, xscale, n_tok, (int32_t)ne1, cu->stream)))
+            return;
     }
 done:
     if (st != CUBLAS_STATUS_SUCCESS)
