@@ -9,9 +9,11 @@
  * head, token, KV split).  Each block walks its part of positions lo..pos
  * (sliding window aware) in tiles of 128 keys: every thread scores one key,
  * the tile's max and sum update an online softmax, then threads (one per
- * output dimension) accumulate the tile's V rows.  Long contexts are split over the KV length
- * (n_split parts) so that a batch of few tokens still fills the GPU; a
- * second kernel merges the parts' (max, sum, acc).
+ * output dimension) accumulate the tile's V rows.  The KV length is cut
+ * into parts of 64 keys or more (hy_cuk_parts: by the row's own length, so
+ * the result does not depend on the batch), one block each, so that a
+ * batch of few tokens still fills the GPU; a second kernel merges the
+ * parts' (max, sum, acc) in part order.
  *
  * Prefill (hy_flash_kernel_*, block body in hy_attn_flash.h): flash-
  * attention style.  One block per (tile of a sequence's (token, head) rows,

@@ -59,7 +59,7 @@ HY_FA_FN float hy_as_sum(float v, float *red, int tid)
 }
 
 /* Block (h, y, sp): query head h of batch row t = toks ? toks[y] : y, part
- * sp of n_split of its keys. */
+ * sp (of n_split, at least hy_cuk_parts of the row's keys) of its keys. */
 HY_FA_FN void hy_as_block(const hy_cuk_attn_t a, const float *q, const int32_t *toks,
                           float *part, int n_split, int h, int y, int sp, int tid, float *sm)
 {
@@ -68,7 +68,7 @@ HY_FA_FN void hy_as_block(const hy_cuk_attn_t a, const float *q, const int32_t *
     const int g = h / (a.n_head / a.n_head_kv);
     const int pos = a.pos[t];
     const int lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
-    const int len = pos - lo + 1, per = (len + n_split - 1) / n_split;
+    const int len = pos - lo + 1, per = hy_cuk_part_keys(len); /* parts past the row's: empty */
     const int j_begin = lo + sp * per;
     const int j_end = pos + 1 < j_begin + per ? pos + 1 : j_begin + per; /* [begin, end) */
     const int32_t *pages = a.pages + a.page_off[a.tok_seq[t]];
@@ -91,6 +91,7 @@ HY_FA_FN void hy_as_block(const hy_cuk_attn_t a, const float *q, const int32_t *
             const uint8_t *kr = a.k_pool + (size_t)pages[j / pt] * a.k_page_bytes +
                                 ((size_t)g * pt + j % pt) * a.k_row_bytes;
             float dot = 0.0f;
+            HY_FA_UNROLL4 /* the row's loads in flight together; the sum's order is kept */
             for (int d = 0; d < hd; d++)
                 dot += qs[d] * hy_fa_kv_ld(kr, a.kv_type, d);
             s = dot * a.scale;
@@ -105,6 +106,7 @@ HY_FA_FN void hy_as_block(const hy_cuk_attn_t a, const float *q, const int32_t *
         HY_FA_UNROLL
         for (int r = 0; r < HY_AS_PER_THREAD; r++)
             acc[r] *= c;
+        HY_FA_UNROLL4 /* a key's V loads do not wait for the previous key's sum */
         for (int jj = 0; jj < n; jj++) {
             const int jp = j0 + jj;
             const uint8_t *vr = a.v_pool + (size_t)pages[jp / pt] * a.v_page_bytes +

@@ -26,6 +26,31 @@ typedef struct CUstream_st *hy_cuk_stream_t; /* == cudaStream_t */
  * custom quantized kernels, larger batches go through cuBLAS. */
 #define HY_CUK_MATVEC_MAX_TOK 8
 
+/* The decode kernel's KV parts: a row of `len` keys is cut into parts of
+ * hy_cuk_part_keys(len) keys (HY_CUK_PART_KEYS, more once that would make
+ * over HY_CUK_MAX_PARTS parts), hy_cuk_parts(len) of them.  The cut depends
+ * on the row alone, never on the batch, so a token's result is the same in
+ * any batch; a launch has the parts its longest row needs (hy_cuk_parts is
+ * non-decreasing) and a shorter row's parts past its own are empty.  Parts
+ * this short put a single sequence on many multiprocessors: one part is
+ * one block, latency-bound over its keys. */
+#define HY_CUK_PART_KEYS 64
+#define HY_CUK_MAX_PARTS 64
+#ifdef __CUDACC__
+#define HY_CUK_HD static inline __host__ __device__
+#else
+#define HY_CUK_HD static inline
+#endif
+HY_CUK_HD int32_t hy_cuk_part_keys(int32_t len)
+{
+    const int32_t k = (len + HY_CUK_MAX_PARTS - 1) / HY_CUK_MAX_PARTS;
+    return k > HY_CUK_PART_KEYS ? k : HY_CUK_PART_KEYS;
+}
+HY_CUK_HD int32_t hy_cuk_parts(int32_t len)
+{
+    return len < 1 ? 1 : (len + hy_cuk_part_keys(len) - 1) / hy_cuk_part_keys(len);
+}
+
 /* ---- weights (kernels/hy_quant.cu) ---------------------------------------- */
 /* 1 if `type` (hy_dtype_t) has device kernels. */
 int hy_cuk_type_ok(int type);

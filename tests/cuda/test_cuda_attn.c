@@ -158,11 +158,12 @@ static void flash_row(const float *qv, const float *K, const float *V, int hd, i
 }
 
 /* The split kernel for one row: part sp of n_split covers keys
- * lo + sp*per .. (hy_attn_kernel), then hy_attn_merge_kernel's merge. */
+ * lo + sp*per .., per = hy_cuk_part_keys(len) (hy_attn_kernel; parts past
+ * the row's keys are empty), then hy_attn_merge_kernel's merge. */
 static void split_row(const float *qv, const float *K, const float *V, int hd, int hdv, int lo,
                       int pos, int n_split, float scale, float softcap, float *out)
 {
-    int len = pos - lo + 1, per = (len + n_split - 1) / n_split;
+    int len = pos - lo + 1, per = hy_cuk_part_keys(len);
     float *pm = malloc(sizeof(float) * (size_t)n_split), *pl = malloc(sizeof(float) * n_split);
     float *pa = calloc((size_t)n_split * hdv, sizeof(float)), M = -INFINITY, L = 0;
 
@@ -336,13 +337,23 @@ static void test_plan(void)
                 "plan: tile_rows 0 (heads over 256) sends all 21 rows to the split kernel");
     }
 
-    /* the decode split */
-    HY_T_OK(hy_cuda_attn_split(264, 100000, 132) == 1 && hy_cuda_attn_split(8, 511, 132) == 1 &&
-                hy_cuda_attn_split(8, 512, 132) == 2 && hy_cuda_attn_split(8, 4096, 132) == 16 &&
-                hy_cuda_attn_split(1, 1 << 20, 132) == HY_CUDA_MAX_SPLIT &&
-                hy_cuda_attn_split(32, 1001, 132) == 3 && hy_cuda_attn_split(0, 1000, 0) == 2,
-            "split: 1 when the blocks fill the GPU or the context is short, else enough parts "
-            "of >= %d keys, at most %d", HY_CUDA_SPLIT_MIN_KEYS, HY_CUDA_MAX_SPLIT);
+    /* the decode kernel's KV parts: every key in exactly one of the row's
+     * own parts (none of them empty), never more than the maximum, never
+     * fewer for a longer row (a launch sizes its parts by the longest) */
+    {
+        bool cover = true;
+        for (int32_t len = 1, prev = 1; len <= 300000; len += len < 10000 ? 1 : 97) {
+            int32_t k = hy_cuk_part_keys(len), n = hy_cuk_parts(len);
+            cover &= k >= HY_CUK_PART_KEYS && n >= 1 && n <= HY_CUK_MAX_PARTS &&
+                     (int64_t)n * k >= len && (int64_t)(n - 1) * k < len && n >= prev;
+            prev = n;
+        }
+        HY_T_OK(cover && hy_cuk_parts(64) == 1 && hy_cuk_parts(65) == 2 &&
+                    hy_cuk_parts(4096) == 64 && hy_cuk_part_keys(4096) == 64 &&
+                    hy_cuk_part_keys(1 << 20) == 16384 && hy_cuk_parts(1 << 20) == 64,
+                "decode parts: %d keys each up to %d parts, then longer, by the row's own length",
+                HY_CUK_PART_KEYS, HY_CUK_MAX_PARTS);
+    }
     free(bt);
 }
 
@@ -385,8 +396,9 @@ static void test_replica(int window, float softcap, int group)
             s++;
         for (int h = 0; h < group; h++) {
             const float *qv = q + ((size_t)t * group + h) * hd;
-            split_row(qv, K[s], V[s], hd, hdv, lo, p, hy_cuda_attn_split(n_gen, p - lo + 1, 4),
-                      0.3f, softcap, o);
+            /* two parts more than the row's own: they stay empty */
+            split_row(qv, K[s], V[s], hd, hdv, lo, p, hy_cuk_parts(p - lo + 1) + 2, 0.3f,
+                      softcap, o);
             ref_row(qv, K[s], V[s], hd, hdv, lo, p, 0.3f, softcap, r);
             for (int d = 0; d < hdv; d++)
                 worst = fmax(worst, isfinite(o[d]) ? fabs(o[d] - r[d]) : INFINITY);
@@ -591,7 +603,13 @@ static void test_emulated(hy_dtype_t type, int hd, int hdv, int n_head, int n_kv
     emu_blk.out = out;
     emu_blk.variant = variant;
     if (n_split > 0) {
-        size_t n_part = (size_t)n_list * n_head * n_split * (2 + hdv);
+        size_t n_part;
+        /* at least the parts the longest row needs, as the launch sizes them */
+        for (int y = 0; y < n_list; y++) {
+            int p = pos[list[y]], lo = window > 0 ? HY_MAX(0, p - window + 1) : 0;
+            n_split = HY_MAX(n_split, hy_cuk_parts(p - lo + 1));
+        }
+        n_part = (size_t)n_list * n_head * n_split * (2 + hdv);
         emu_blk.variant = 0;
         emu_blk.toks = list;
         emu_blk.n_split = n_split;
@@ -833,6 +851,84 @@ static void out_err(const pair_t *o, int hdv, double *rms, double *row_worst)
     free(h);
 }
 
+/* One decode row of a long sequence A computed alone, after 15 rows of
+ * another sequence B, and before them: the same bits each time (the KV
+ * parts follow A's length, not the batch; 32 heads x 16 rows is the size
+ * at which a split by the batch would change). */
+static void test_decode_invariance(void)
+{
+    enum { NH = 32, NKV = 4, HD = 64, PT = 16, LA = 1000, LB = 40, NB = 15 };
+    const int pa = (LA + 1 + PT - 1) / PT, pb = (LB + NB + PT - 1) / PT;
+    hy_kv_layout_t lay = {1, NKV, HD, HD, PT, pa + pb, HY_DTYPE_F16, 0, NULL, {0, 0, 0, 0, 0}};
+    hy_attn_params_t ap = {NH, NKV, HD, HD, 0.125f, 0, 0};
+    int32_t *pages = malloc(sizeof(int32_t) * (size_t)(pa + pb));
+    float *one = malloc(sizeof(float) * NH * HD), *row = malloc(sizeof(float) * NH * HD);
+    char err[HY_ERR_LEN];
+    bool same = true;
+
+    for (int i = 0; i < pa + pb; i++)
+        pages[i] = (i * 7) % (pa + pb); /* 7 is prime to the pool's size */
+    if (g_gpu->i->kv_init(g_gpu, &lay, err) != HY_OK) {
+        HY_T_OK(0, "kv_init: %s", err);
+        free(pages);
+        free(one);
+        free(row);
+        return;
+    }
+    float *qa = rnd_vec(NH * HD, 3.0f), *ka = rnd_vec(NKV * HD, 1.0f), *va = rnd_vec(NKV * HD, 1.0f);
+    /* step: 0 prefill A and B; 1 A alone; 2 B's rows then A's; 3 A's then B's */
+    for (int step = 0; step < 4; step++) {
+        int na = step == 0 ? LA : 1, nb = step == 0 ? LB : step == 1 ? 0 : NB;
+        int first_a = step == 2 ? nb : 0, n_tok = na + nb;
+        hy_batch_seq_t seqs[2];
+        int32_t *pos = malloc(sizeof(int32_t) * n_tok), *tok = calloc(n_tok, sizeof(int32_t));
+        int sa = step == 2 ? 1 : 0;
+        seqs[sa] = (hy_batch_seq_t){first_a, na, step == 0 ? 0 : LA, pages, pa, -1, NULL, 0, NULL,
+                                    0, 0, 0, NULL, NULL};
+        seqs[1 - sa] = (hy_batch_seq_t){step == 2 ? 0 : na, nb, step == 0 ? 0 : LB, pages + pa,
+                                        pb, -1, NULL, 0, NULL, 0, 0, 0, NULL, NULL};
+        for (int i = 0; i < na; i++)
+            pos[first_a + i] = (step == 0 ? 0 : LA) + i;
+        for (int i = 0; i < nb; i++)
+            pos[(step == 2 ? 0 : na) + i] = (step == 0 ? 0 : LB) + i;
+        hy_batch_t b = {n_tok, tok, pos, nb > 0 ? 2 : 1, nb > 0 || sa == 0 ? seqs : seqs + 1};
+        float *q = rnd_vec((size_t)n_tok * NH * HD, 3.0f), *k = rnd_vec((size_t)n_tok * NKV * HD, 1.0f);
+        float *v = rnd_vec((size_t)n_tok * NKV * HD, 1.0f);
+        if (step > 0) { /* A's row: the same q, k, v every time */
+            memcpy(q + (size_t)first_a * NH * HD, qa, sizeof(float) * NH * HD);
+            memcpy(k + (size_t)first_a * NKV * HD, ka, sizeof(float) * NKV * HD);
+            memcpy(v + (size_t)first_a * NKV * HD, va, sizeof(float) * NKV * HD);
+        }
+        pair_t pq = pair_new(q, (size_t)n_tok * NH * HD), pk = pair_new(k, (size_t)n_tok * NKV * HD);
+        pair_t pv = pair_new(v, (size_t)n_tok * NKV * HD), po = pair_new(NULL, (size_t)n_tok * NH * HD);
+        g_gpu->i->attention(g_gpu, 0, &b, pq.g, pk.g, pv.g, po.g, &ap);
+        if (step > 0) {
+            g_gpu->i->download(g_gpu, step == 1 ? one : row, po.g + (size_t)first_a * NH * HD,
+                               NH * HD);
+            if (step > 1)
+                same &= memcmp(one, row, sizeof(float) * NH * HD) == 0;
+        }
+        pair_free(&pq);
+        pair_free(&pk);
+        pair_free(&pv);
+        pair_free(&po);
+        free(q);
+        free(k);
+        free(v);
+        free(pos);
+        free(tok);
+    }
+    HY_T_OK(same && both_ok("decode invariance"),
+            "a decode row of a %d-key sequence alone, after %d rows of another and before "
+            "them: the same bits", LA + 1, NB);
+    free(qa);
+    free(ka);
+    free(va);
+    free(pages);
+    free(one);
+    free(row);
+}
+
 typedef struct {
     hy_dtype_t kv;
     int hd, hdv, n_head, n_kv, pt, window;
@@ -966,10 +1062,10 @@ int main(void)
     test_emulated(HY_DTYPE_F16, 256, 256, 4, 1, 7, 10, 20.0f, 12, 20, 3, 0, 0);
     test_emulated(HY_DTYPE_Q8_0, 128, 128, 2, 2, 16, 0, 0.0f, 20, 50, 1, 0, 0);
     test_emulated(HY_DTYPE_F32, 80, 48, 3, 1, 5, 0, 0.0f, 25, 0, 2, 9, 0);
-    /* the decode kernel: one part, parts over 300 keys, a window of 5 in
-     * 4 parts (one empty), a head over 256 */
+    /* the decode kernel: the parts of 300 keys and more (5 and 5+), a
+     * window of 5 in 4 parts (3 empty), a head over 256 */
     test_emulated(HY_DTYPE_F32, 64, 64, 4, 2, 16, 0, 0.0f, 3, 300, 1, 40, 1);
-    test_emulated(HY_DTYPE_F16, 128, 96, 4, 1, 7, 0, 30.0f, 3, 300, 1, 40, 3);
+    test_emulated(HY_DTYPE_F16, 128, 96, 4, 1, 7, 0, 30.0f, 3, 300, 1, 40, 7);
     test_emulated(HY_DTYPE_Q8_0, 64, 64, 2, 2, 16, 5, 0.0f, 3, 20, 1, 2, 4);
     test_emulated(HY_DTYPE_F32, 300, 40, 2, 1, 16, 0, 0.0f, 2, 150, 1, 0, 2);
     free(emu_stacks);
@@ -993,6 +1089,7 @@ int main(void)
     test_kv_store(HY_DTYPE_F32);
     test_kv_store(HY_DTYPE_F16);
     test_kv_store(HY_DTYPE_Q8_0);
+    test_decode_invariance();
     for (size_t i = 0; i < HY_ARRAY_LEN(cases); i++)
         test_case(&cases[i]);
     g_cpu->i->free(g_cpu);

@@ -1,9 +1,9 @@
 /*
  * attn_plan.c - how hy_cuda_attention cuts a batch for the kernels in
  * kernels/hy_attn.cu: the flash kernel's tiles (sequence, first row, key
- * range) for prefilling sequences, the token list left to the decode
- * kernel, and the decode kernel's KV split.  Kept free of CUDA calls so the
- * plan is tested without a GPU.
+ * range) for prefilling sequences and the token list left to the decode
+ * kernel (whose KV parts hy_kernels.h's hy_cuk_parts sizes).  Kept free of
+ * CUDA calls so the plan is tested without a GPU.
  */
 #include "backend/cuda/attn_plan.h"
 
@@ -63,16 +63,4 @@ int32_t hy_cuda_attn_plan(const hy_batch_t *b, int32_t group, int32_t window,
     if (n_toks)
         *n_toks = n_gen;
     return n_tiles;
-}
-
-int32_t hy_cuda_attn_split(int64_t blocks, int32_t max_len, int32_t n_sm)
-{
-    int64_t want = 2 * (int64_t)HY_MAX(n_sm, 1), n;
-
-    blocks = HY_MAX(blocks, (int64_t)1);
-    if (blocks >= want || max_len < 2 * HY_CUDA_SPLIT_MIN_KEYS)
-        return 1;
-    n = HY_MIN(HY_MIN((want + blocks - 1) / blocks, (int64_t)(max_len / HY_CUDA_SPLIT_MIN_KEYS)),
-               (int64_t)HY_CUDA_MAX_SPLIT);
-    return (int32_t)HY_MAX(n, (int64_t)1);
 }

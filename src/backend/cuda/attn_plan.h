@@ -1,7 +1,7 @@
 /*
  * attn_plan.h - host-side planning of CUDA attention launches: which batch
  * rows take the flash (prefill) kernel and how its tiles are cut and
- * ordered, and into how many parts the decode kernel splits the KV length.
+ * ordered (the decode kernel's KV parts: hy_cuk_parts in hy_kernels.h).
  * Pure C with no CUDA calls, so the plan is unit-tested on machines
  * without a GPU (tests/cuda/test_cuda_attn.c).
  */
@@ -15,9 +15,6 @@
  * the flash kernel; fewer (decode, short continuations) take the split
  * kernel, which also spreads one long context over many blocks. */
 #define HY_CUDA_FLASH_MIN_TOK 16
-/* Keys per split part below which splitting the KV length does not pay. */
-#define HY_CUDA_SPLIT_MIN_KEYS 256
-#define HY_CUDA_MAX_SPLIT 64
 
 /* Cuts the batch (validated by the caller: sequences in order, positions
  * >= 0) into flash tiles of tile_rows (token, head) rows for every sequence
@@ -30,12 +27,5 @@
 int32_t hy_cuda_attn_plan(const hy_batch_t *b, int32_t group, int32_t window,
                           int32_t tile_rows, int32_t min_tok, hy_cuk_attn_tile_t *tiles,
                           int32_t *toks, int32_t *n_toks);
-
-/* KV split of the decode kernel: 1 unless `blocks` (tokens x heads) would
- * not fill the n_sm multiprocessors twice over and the longest context
- * (max_len keys) has at least two parts of HY_CUDA_SPLIT_MIN_KEYS; then
- * enough parts to fill them, at most max_len / HY_CUDA_SPLIT_MIN_KEYS and
- * HY_CUDA_MAX_SPLIT. */
-int32_t hy_cuda_attn_split(int64_t blocks, int32_t max_len, int32_t n_sm);
 
 #endif

@@ -1309,8 +1309,6 @@ int hy_backend_cuda_new(hy_backend_t **out, const hy_backend_opts_t *opts, char 
     be->ctx = cu;
     cu->device = 0;
     if ((e = cudaSetDevice(cu->device)) != cudaSuccess ||
-        (e = cudaDeviceGetAttribute(&cu->n_sm, cudaDevAttrMultiProcessorCount, cu->device)) !=
-            cudaSuccess ||
         (e = cudaStreamCreate(&cu->stream)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&cu->g_done, cudaEventDisableTiming)) != cudaSuccess) {
         rc = hy_err(err, HY_EUNSUPPORTED, "no CUDA device: device %d: %s", cu->device,

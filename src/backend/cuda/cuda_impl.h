@@ -28,7 +28,6 @@ typedef struct {
 
 typedef struct {
     int device;
-    int n_sm;                 /* multiprocessors: sizes the KV split */
     cudaStream_t stream;      /* every launch and copy, in order; a blocking
                                * stream, so it also orders after the legacy
                                * stream's cudaMemcpy/cudaMemset */

@@ -145,7 +145,7 @@ void hy_cuda_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *bat
         memcpy(pages + n_pages, sq->pages, sizeof(int32_t) * (size_t)(max_pos / pt + 1));
         n_pages += max_pos / pt + 1;
     }
-    /* the split is sized by the decode kernel's rows only */
+    /* the parts are sized by the decode kernel's rows only */
     for (int32_t i = 0; i < n_gen; i++) {
         int32_t pos = b->pos[gen[i]], lo = p->window > 0 ? HY_MAX(0, pos - p->window + 1) : 0;
         max_len = HY_MAX(max_len, pos - lo + 1);
@@ -186,7 +186,7 @@ void hy_cuda_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *bat
                     hy_cuk_attention_flash(&a, q, out, dev[4], n_tiles, tile_rows, cu->stream)))
         goto fail;
     if (n_gen > 0) {
-        n_split = hy_cuda_attn_split((int64_t)n_gen * p->n_head, max_len, cu->n_sm);
+        n_split = hy_cuk_parts(max_len);
         if (!hy_cuda_scratch(cu, (void **)&cu->fscr, &cu->fscr_size,
                              sizeof(float) * (size_t)n_gen * p->n_head * n_split *
                                  (2 + p->head_dim_v),
