@@ -36,6 +36,18 @@ static wpair_t wpair_f32(const float *v, int64_t ne0, int64_t ne1)
 
 /* ---- matmul and get_rows ---------------------------------------------------- */
 
+/* ref[i][o] = sum_j w[o][j] x[i][j] in double, for n rows of x. */
+static void ref_matmul(const float *w, const float *x, int n, int64_t ne0, int64_t ne1, float *ref)
+{
+    for (int i = 0; i < n; i++)
+        for (int64_t o = 0; o < ne1; o++) {
+            double s = 0;
+            for (int64_t j = 0; j < ne0; j++)
+                s += (double)w[o * ne0 + j] * x[(size_t)i * ne0 + j];
+            ref[(size_t)i * ne1 + o] = (float)s;
+        }
+}
+
 static void test_matmul(void)
 {
     static const hy_dtype_t types[] = {HY_DTYPE_F32, HY_DTYPE_F16, HY_DTYPE_BF16, HY_DTYPE_Q4_0,
@@ -65,13 +77,7 @@ static void test_matmul(void)
             int n = toks[k];
             float *x = rnd_vec((size_t)n * ne0, 1.0f), *ref = malloc(sizeof(float) * n * ne1);
             pair_t px = pair_new(x, (size_t)n * ne0), py = pair_new(NULL, (size_t)n * ne1);
-            for (int i = 0; i < n; i++)
-                for (int64_t o = 0; o < ne1; o++) {
-                    double s = 0;
-                    for (int64_t j = 0; j < ne0; j++)
-                        s += (double)deq[o * ne0 + j] * x[(size_t)i * ne0 + j];
-                    ref[(size_t)i * ne1 + o] = (float)s;
-                }
+            ref_matmul(deq, x, n, ne0, ne1, ref);
             g_gpu->i->matmul(g_gpu, &w.g, px.g, py.g, n);
             float *h = malloc(sizeof(float) * n * ne1);
             g_gpu->i->download(g_gpu, h, py.g, (size_t)n * ne1);
@@ -100,13 +106,7 @@ static void test_matmul(void)
                     x[(size_t)i * ne0 + j] *= mag;
             }
             pair_t px = pair_new(x, (size_t)n * ne0), py = pair_new(NULL, (size_t)n * ne1);
-            for (int i = 0; i < n; i++)
-                for (int64_t o = 0; o < ne1; o++) {
-                    double s = 0;
-                    for (int64_t j = 0; j < ne0; j++)
-                        s += (double)deq[o * ne0 + j] * x[(size_t)i * ne0 + j];
-                    ref[(size_t)i * ne1 + o] = (float)s;
-                }
+            ref_matmul(deq, x, n, ne0, ne1, ref);
             g_gpu->i->matmul(g_gpu, &w.g, px.g, py.g, n);
             g_gpu->i->download(g_gpu, h, py.g, (size_t)n * ne1);
             for (int i = 0; i < n; i++)
