@@ -131,7 +131,9 @@ __global__ void hy_f32_to_f16_rows_kernel(const float *__restrict__ x, __half *_
     for (unsigned w = 1; w < blockDim.x / 32; w++)
         amax = fmaxf(amax, red[w]);
     frexpf(amax, &e); /* amax in [2^(e-1), 2^e) */
-    const float s = amax > 0.0f && isfinite(amax) ? ldexpf(1.0f, e - 15) : 1.0f;
+    /* s stays a normal float (a row of subnormals would make 1 / s inf) */
+    const float s = amax > 0.0f && isfinite(amax) ? ldexpf(1.0f, e - 15 < -126 ? -126 : e - 15)
+                                                  : 1.0f;
     const float inv = 1.0f / s; /* exact: a power of two */
     for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x)
         orow[i] = __float2half(xr[i] * inv);
