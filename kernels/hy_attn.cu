@@ -63,9 +63,10 @@ __global__ void hy_kv_write_kernel(hy_cuk_attn_t a, const float *k, const float 
             const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
             uint8_t *blk = dst + (b0 / 32) * 34;
             /* the scale as one 16-bit store (blk is even: rows and blocks
-             * have even sizes).  Two byte stores of its halves came out of
-             * nvcc 13.0 for sm_90a as a store whose low byte was always 0
-             * (seen on an H200: test_cuda_attn's KV store case). */
+             * have even sizes).  Two byte stores of its halves left the low
+             * byte 0 on an H200 (nvcc 13.0, sm_90a; test_cuda_attn's KV
+             * store case); the PTX holds both stores, so the cause lies
+             * below it and was not found. */
             if (lane == 0)
                 *(unsigned short *)blk = __half_as_ushort(__float2half_rn(d));
             blk[2 + lane] = (uint8_t)(int8_t)rintf(xv * id);
