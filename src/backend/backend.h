@@ -293,6 +293,27 @@ typedef struct {
     float norm_eps;         /* added to the sum when renormalising (lfm2moe 1e-6) */
 } hy_moe_t;
 
+/* A step's shape as the ops see it: what the optional method work_bytes
+ * sizes their scratch from (the plan fills it from the model). */
+typedef struct {
+    const hy_kv_layout_t *kv; /* the attention layers' layout; NULL or no layers: none */
+    int32_t n_head;           /* their most query heads */
+    int32_t n_tokens;         /* the step's tokens */
+    int32_t n_ctx;            /* its farthest position is below this */
+    bool staged;              /* some sequence has an out arena (a hot window) */
+    const hy_weight_t *mats;  /* [n_mats] the matrices matmul multiplies by (data unused) */
+    int32_t n_mats;
+    int64_t most_vector;      /* elements of the largest vector weight (norms, biases) */
+    int64_t most_conv;        /* elements of the largest conv1d kernel (K x channels) */
+    int32_t n_rot;            /* the most rotated dimensions (0: no RoPE) */
+    const hy_gdn_params_t *gdn; /* [n_gdn] each GDN layer's parameters */
+    int32_t n_gdn;
+    const hy_ssd_params_t *ssd; /* [n_ssd] each Mamba-2 layer's */
+    int32_t n_ssd;
+    const hy_moe_t *moe;      /* [n_moe] each MoE layer's (n_embd wide) */
+    int32_t n_moe, n_embd;
+} hy_work_shape_t;
+
 /* ---- sampling on the device (optional method `sample`) ------------------
  * One row of logits -> one token as engine/sampler.c picks it for a request
  * without logit_bias and penalties (those stay on the host: such a request
@@ -447,6 +468,14 @@ struct hy_backend_i {
     int (*mem_sizes)(hy_backend_t *be, const hy_kv_layout_t *kv,
                      const hy_state_layout_t *st, uint64_t *page_bytes,
                      uint64_t *slot_bytes, char *err);
+    /* Optional (NULL: the backend cannot say).  Host memory the ops
+     * allocate for themselves at most in a step of the shape w (each
+     * allocation as hy_host_alloc_bytes counts it): the attention's
+     * per-thread scratch, sparse choice (O(context)) and split states,
+     * matmul's converted activations, the recurrent scans' and MoE's
+     * scratch, RoPE rows, weights converted to floats.  The plan's
+     * "op scratch". */
+    int (*work_bytes)(hy_backend_t *be, const hy_work_shape_t *w, uint64_t *bytes, char *err);
     /* Bytes of KV pages and of state slots allocated right now. */
     void (*mem_allocated)(hy_backend_t *be, uint64_t *kv_bytes, uint64_t *state_bytes);
 

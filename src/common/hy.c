@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <unistd.h>
 
 int hy_err(char *err, int code, const char *fmt, ...)
 {
@@ -94,4 +95,16 @@ void hy_host_memory(uint64_t *total, uint64_t *avail)
             *avail = (uint64_t)kb * 1024;
     }
     fclose(f);
+}
+
+/* glibc puts a 16-byte header before a chunk and aligned_alloc up to 63
+ * bytes of slack; a chunk from mmap (the large ones) is whole pages, one
+ * from the heap touches its pages and the one its start straddles.  So n
+ * bytes rounded up to pages plus a page holds either. */
+uint64_t hy_host_alloc_bytes(uint64_t n)
+{
+    long p = sysconf(_SC_PAGESIZE);
+    uint64_t page = p > 0 ? (uint64_t)p : 4096;
+
+    return (n + page - 1) / page * page + page;
 }

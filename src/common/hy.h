@@ -37,6 +37,9 @@ const char *hy_strerror(int code);
 /* The host's MemTotal and MemAvailable (/proc/meminfo) in bytes; 0 when
  * unknown. */
 void hy_host_memory(uint64_t *total, uint64_t *avail);
+/* The most resident memory one malloc (or aligned_alloc) of n bytes can
+ * take: what the plan counts for each allocation it knows of. */
+uint64_t hy_host_alloc_bytes(uint64_t n);
 
 /* The index of the first of ids[0..n) outside [0, lim), or -1 when all
  * are inside.  Page lists of a million-token sequence are checked every

@@ -287,10 +287,12 @@ static int hy_runner_check(const hy_runner_t *r, const hy_runner_item_t *items,
     return HY_OK;
 }
 
-/* Makes *list hold at least need ids (new entries -1). */
-static int hy_runner_grow(int32_t **list, int32_t *cap, int32_t need, char *err)
+/* Makes *list hold at least need ids (new entries -1), doubling but never
+ * past the context's pages (hy_plan_seq_list_pages: what the plan counts). */
+static int hy_runner_grow(int32_t **list, int32_t *cap, int32_t need, int32_t most,
+                          char *err)
 {
-    int32_t c = HY_MAX(need, *cap * 2), *np;
+    int32_t c = HY_MAX(need, HY_MIN((int64_t)*cap * 2, most)), *np;
 
     if (need <= *cap)
         return HY_OK;
@@ -313,7 +315,9 @@ static int hy_runner_reserve_group(hy_runner_t *r, int32_t group, int32_t **list
     int32_t pool = group == HY_KV_SWA ? r->pt->sh->params.n_swa_pages : r->opts.n_pages, bad;
     int rc;
 
-    if ((rc = hy_runner_grow(list, cap, need, err)) != HY_OK)
+    if ((rc = hy_runner_grow(list, cap, need,
+                             hy_plan_seq_list_pages(r->opts.n_ctx, r->opts.page_tokens),
+                             err)) != HY_OK)
         return rc;
     if (need > *n) {
         if ((rc = hy_pt_alloc_pages(r->pt, group, need - *n, *list + *n, err)) != HY_OK)

@@ -11,6 +11,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static bool hy_plan_is_attn(hy_layer_kind_t k)
 {
@@ -204,7 +205,8 @@ uint64_t hy_plan_seq_kv_bytes(const hy_plan_t *p, int32_t n_tokens)
 int hy_plan_make(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be, int32_t n_ctx,
                  int32_t n_seqs, int32_t page_tokens, hy_dtype_t kv_type, char *err)
 {
-    hy_plan_opts_t o = {n_ctx, n_seqs, page_tokens, HY_PLAN_CHUNK, kv_type, false, {0}, 0, 0};
+    hy_plan_opts_t o = {n_ctx, n_seqs, page_tokens, HY_PLAN_CHUNK, kv_type, false, {0}, 0, 0,
+                        0, 0, 0, 0};
 
     return hy_plan_make_opts(p, m, be, &o, err);
 }
@@ -221,11 +223,77 @@ uint64_t hy_plan_out_index_bytes(int32_t n_units, int32_t n_warm, uint64_t runs)
            (uint64_t)n_warm * (4 + 4 + 4 + 4 + 4 + 1 + 8);
 }
 
+int32_t hy_plan_seq_list_pages(int32_t n_ctx, int32_t page_tokens)
+{
+    return (n_ctx + page_tokens - 1) / page_tokens;
+}
+
+int hy_plan_runner_bytes(const hy_model_t *m, int32_t max_tokens, int32_t max_seqs,
+                         int32_t n_ctx, int32_t page_tokens, const hy_pt_params_t *pt, bool swa,
+                         uint64_t *bytes, char *err)
+{
+    uint64_t T = (uint64_t)max_tokens, S = (uint64_t)max_seqs, list, total;
+    hy_pt_layout_t l;
+    int rc;
+
+    /* tok, pos, out_rows; old_pages, old_swa, new_slot, bseqs; layer_swa */
+    total = 3 * hy_host_alloc_bytes(T * sizeof(int32_t)) +
+            2 * hy_host_alloc_bytes(S * sizeof(int32_t)) + hy_host_alloc_bytes(S * sizeof(bool)) +
+            hy_host_alloc_bytes(S * sizeof(hy_batch_seq_t)) +
+            hy_host_alloc_bytes((uint64_t)HY_MAX(m->n_kv_layers, 1));
+    /* each sequence's lists, one per group: realloc may copy a list into
+     * a new block, and the blocks it left (each at most half the next)
+     * add up to less than the last */
+    list = 2 * hy_host_alloc_bytes((uint64_t)hy_plan_seq_list_pages(n_ctx, page_tokens) *
+                                   sizeof(int32_t));
+    total += S * list * (swa ? 2 : 1);
+    /* its private page table (hy_pt_create: one block of the layout's size) */
+    if ((rc = hy_pt_layout(pt, &l, err)) != HY_OK)
+        return rc;
+    *bytes = total + hy_host_alloc_bytes(l.total_size);
+    return HY_OK;
+}
+
+/* Every file mapping counts at its full size, not what is resident now:
+ * the kernel faults code, tables and mapped weights in as they are first
+ * touched, so a process that has not run a step yet (hyserve plan) holds
+ * only part of what the server will (the 8K benchmark faulted in 1.3 MiB
+ * of its binary's and libm's pages after main began).  The rest
+ * (heap, stack, anonymous maps) counts at what is resident. */
+uint64_t hy_plan_image_bytes(char *err)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    unsigned long long lo, hi, kb, inode = 0, total = 0;
+    int n_maps = 0;
+
+    if (f == NULL) {
+        hy_err(err, HY_EIO, "cannot read this process's mappings from /proc/self/smaps");
+        return 0;
+    }
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (sscanf(line, "%llx-%llx %*s %*s %*s %llu", &lo, &hi, &inode) == 3) {
+            n_maps++;
+            if (inode != 0)
+                total += hi - lo;
+        } else if (inode == 0 && sscanf(line, "Rss: %llu kB", &kb) == 1) {
+            total += kb * 1024;
+        }
+    }
+    fclose(f);
+    if (n_maps == 0 || total == 0) {
+        hy_err(err, HY_EIO, "/proc/self/smaps lists no mappings");
+        return 0;
+    }
+    return total;
+}
+
 /* The out arena of a hot window: its pages, how many of them RAM holds,
  * the file for the rest. */
 static int hy_plan_out(hy_plan_t *p, const hy_plan_opts_t *o, uint64_t runs, char *err)
 {
-    uint64_t units = (uint64_t)p->out_seq_pages * (uint64_t)p->n_seqs, warm;
+    uint64_t units = o->out_pages > 0 ? (uint64_t)o->out_pages
+                                      : (uint64_t)p->out_seq_pages * (uint64_t)p->n_seqs, warm;
 
     p->out_total = units * p->page_bytes;
     if (p->hot_blocks <= 0)
@@ -246,6 +314,117 @@ static int hy_plan_out(hy_plan_t *p, const hy_plan_opts_t *o, uint64_t runs, cha
     p->out_ram = warm * p->page_bytes +
                  hy_plan_out_index_bytes((int32_t)units, (int32_t)warm, runs);
     p->out_file = warm < units ? units * p->page_bytes : 0;
+    return HY_OK;
+}
+
+/* The out arena's allocations (engine/outstore.c hy_outstore_init: its
+ * RAM pages and its fourteen index arrays, and the runner's struct). */
+#define HY_PLAN_OUT_ALLOCS 16
+
+/* Asks the backend for its ops' scratch in a step of p->chunk tokens
+ * (a step holds no more, however many sequences share it) at n_ctx: the
+ * shape from the model's layers and tensors. */
+static int hy_plan_op_bytes(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be,
+                            const hy_plan_opts_t *o, const hy_kv_layout_t *kv, char *err)
+{
+    hy_kv_layout_t lay = *kv;
+    hy_work_shape_t w = {0};
+    int32_t n_t = hy_gguf_n_tensors(m->gguf), L = HY_MAX(m->n_layer, 1);
+    hy_weight_t *mats = calloc((size_t)HY_MAX(n_t, 1), sizeof *mats);
+    hy_gdn_params_t *gdn = calloc((size_t)L, sizeof *gdn);
+    hy_ssd_params_t *ssd = calloc((size_t)L, sizeof *ssd);
+    hy_moe_t *moe = calloc((size_t)L, sizeof *moe);
+    int rc = HY_OK;
+
+    if (mats == NULL || gdn == NULL || ssd == NULL || moe == NULL) {
+        rc = hy_err(err, HY_ENOMEM, "out of memory");
+        goto out;
+    }
+    lay.sparse = o->sparse;
+    w.kv = m->n_kv_layers > 0 ? &lay : NULL;
+    w.n_tokens = p->chunk;
+    w.n_ctx = p->n_ctx;
+    w.staged = p->hot_blocks > 0;
+    w.n_rot = HY_MAX(m->rope.n_rot, m->rope_swa.n_rot);
+    w.n_embd = m->n_embd;
+    /* matrices by their type and rows (all a matmul's scratch depends on);
+     * vectors and conv kernels by their elements */
+    for (int32_t i = 0; i < n_t; i++) {
+        const hy_gguf_tensor_t *t = hy_gguf_tensor(m->gguf, i);
+        int64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+
+        if (t->ne[1] > 1) {
+            mats[w.n_mats].type = (hy_dtype_t)t->type;
+            memcpy(mats[w.n_mats].ne, t->ne, sizeof t->ne);
+            mats[w.n_mats++].name = t->name;
+        } else if (t->type != HY_DTYPE_F32) { /* an F32 one is used where it is */
+            w.most_vector = HY_MAX(w.most_vector, n);
+        }
+    }
+    for (int32_t i = 0; i < m->n_layer; i++) {
+        const hy_layer_t *l = &m->layers[i];
+
+        if (hy_plan_is_attn(l->kind))
+            w.n_head = HY_MAX(w.n_head, l->n_head);
+        if (l->kind == HY_LAYER_GDN)
+            gdn[w.n_gdn++] = l->gdn;
+        if (l->kind == HY_LAYER_MAMBA2)
+            ssd[w.n_ssd++] = l->ssd;
+        if (l->ffn == HY_FFN_MOE)
+            moe[w.n_moe++] = l->moe;
+        w.most_conv = HY_MAX(w.most_conv, HY_MAX(l->ssm_conv1d.ne[0] * l->ssm_conv1d.ne[1],
+                                                 l->sc_conv.ne[0] * l->sc_conv.ne[1]));
+    }
+    w.mats = mats;
+    w.gdn = gdn;
+    w.ssd = ssd;
+    w.moe = moe;
+    p->op_work_known = be->i->work_bytes != NULL;
+    if (p->op_work_known)
+        rc = be->i->work_bytes(be, &w, &p->op_work_bytes, err);
+out:
+    free(mats);
+    free(gdn);
+    free(ssd);
+    free(moe);
+    return rc;
+}
+
+/* The working memory of a step of p->chunk tokens with every sequence at
+ * n_ctx, and the process total. */
+static int hy_plan_work(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be,
+                        const hy_plan_opts_t *o, const hy_kv_layout_t *kv, char *err)
+{
+    hy_pt_params_t pt = {0};
+    int rc;
+
+    p->max_outputs = o->max_outputs > 0 ? o->max_outputs : p->chunk;
+    p->fwd_bytes = hy_fwd_bytes(m, p->chunk, p->max_outputs);
+    pt.n_pages = p->n_pages;
+    pt.page_tokens = p->page_tokens;
+    pt.n_swa_pages = p->n_swa_pages;
+    pt.n_state_slots = p->n_slots;
+    if ((rc = hy_plan_runner_bytes(m, p->chunk, p->n_seqs, p->n_ctx, p->page_tokens, &pt,
+                                   p->swa_window > 0, &p->runner_bytes, err)) != HY_OK)
+        return rc;
+    p->token_bytes = hy_host_alloc_bytes((uint64_t)p->n_ctx * sizeof(int32_t)) *
+                     (uint64_t)p->n_seqs;
+    if ((rc = hy_plan_op_bytes(p, m, be, o, kv, err)) != HY_OK)
+        return rc;
+    p->work_total = p->fwd_bytes + p->op_work_bytes + p->runner_bytes + p->token_bytes;
+    /* the cache's blocks: a KV and a sparse-key mapping per layer, each
+     * sequence's key summaries, the state arena, the out arena's
+     * (hy_outstore_init: HY_PLAN_OUT_ALLOCS); each can take up to two
+     * pages more than its bytes */
+    p->cache_round_bytes = (2 * (uint64_t)m->n_kv_layers + (uint64_t)p->n_seqs + 1 +
+                            (p->hot_blocks > 0 ? HY_PLAN_OUT_ALLOCS : 0)) *
+                           2 * hy_host_alloc_bytes(0);
+    p->image_bytes = o->image_bytes;
+    p->model_bytes = o->model_bytes;
+    if (o->image_bytes > 0 && p->op_work_known)
+        p->process_total = p->image_bytes + HY_MAX(p->model_bytes, p->weights_total) +
+                           p->kv_total + p->state_total + p->cache_round_bytes +
+                           p->work_total;
     return HY_OK;
 }
 
@@ -353,6 +532,8 @@ int hy_plan_make_opts(hy_plan_t *p, const hy_model_t *m, hy_backend_t *be,
                   p->swa_page_bytes * (uint64_t)p->n_swa_pages;
     p->state_total = p->slot_bytes * (uint64_t)p->n_slots;
     p->seq_kv_bytes = hy_plan_seq_kv_bytes(p, n_ctx);
+    if ((rc = hy_plan_work(p, m, be, o, &kv, err)) != HY_OK)
+        goto out;
 
     /* per kind: the same question for one layer of that kind */
     for (k = 0; k < HY_LAYER_KINDS; k++) {
@@ -526,12 +707,23 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
                 (unsigned long long)p->dense_kv_total);
         fprintf(f, "\"chunk\":%d,\"swa_full\":%s,\"swa_window\":%d,\"swa_layers\":%d,"
                    "\"swa_page_bytes\":%llu,\"swa_pages\":%d,\"swa_kv_total\":%llu,"
-                   "\"seq_kv_bytes\":%llu,\"seq_swa_tokens\":%d,\"dense_seq_kv_bytes\":%llu}\n",
+                   "\"seq_kv_bytes\":%llu,\"seq_swa_tokens\":%d,\"dense_seq_kv_bytes\":%llu,",
                 p->chunk, p->swa_full ? "true" : "false", p->swa_window, p->n_swa_kv_layers,
                 (unsigned long long)p->swa_page_bytes, p->n_swa_pages,
                 (unsigned long long)(p->swa_page_bytes * (uint64_t)p->n_swa_pages),
                 (unsigned long long)p->seq_kv_bytes, hy_plan_seq_swa_tokens(p),
                 (unsigned long long)p->dense_seq_kv_bytes);
+        fprintf(f, "\"max_outputs\":%d,\"fwd_bytes\":%llu,\"op_work_known\":%s,\"op_work_bytes\":%llu,"
+                   "\"runner_bytes\":%llu,\"token_bytes\":%llu,\"work_total\":%llu,"
+                   "\"cache_round_bytes\":%llu,"
+                   "\"image_bytes\":%llu,\"model_bytes\":%llu,\"process_total\":%llu}\n",
+                p->max_outputs, (unsigned long long)p->fwd_bytes,
+                p->op_work_known ? "true" : "false",
+                (unsigned long long)p->op_work_bytes, (unsigned long long)p->runner_bytes,
+                (unsigned long long)p->token_bytes, (unsigned long long)p->work_total,
+                (unsigned long long)p->cache_round_bytes,
+                (unsigned long long)p->image_bytes, (unsigned long long)p->model_bytes,
+                (unsigned long long)p->process_total);
         return;
     }
     fprintf(f, "model %s (%s), context %d x %d sequences, KV %s in pages of %d tokens\n\n",
@@ -600,4 +792,32 @@ void hy_plan_print(const hy_plan_t *p, const hy_model_t *m, FILE *f, bool json)
                "group, %d in the sliding one);\n                   %12.2f MiB dense\n",
             hy_plan_mib(p->seq_kv_bytes), p->n_ctx, p->n_ctx, hy_plan_seq_swa_tokens(p),
             hy_plan_mib(p->dense_seq_kv_bytes));
+    fputs("\nthe process (a step of the chunk, every sequence at the context):\n", f);
+    fprintf(f, "activations        %12.2f MiB  (%d tokens, %d logit rows)\n",
+            hy_plan_mib(p->fwd_bytes), p->chunk, p->max_outputs);
+    if (p->op_work_known)
+        fprintf(f, "op scratch         %12.2f MiB  (the ops' own; the sparse choice's grows "
+                   "with the context)\n", hy_plan_mib(p->op_work_bytes));
+    else
+        fputs("op scratch                  ?      (this backend cannot say)\n", f);
+    fprintf(f, "runner arrays      %12.2f MiB  (a step's, each sequence's page lists, the page "
+               "table)\n"
+               "token ids          %12.2f MiB  (4 bytes a position)\n"
+               "working memory     %12.2f MiB  (the four, each allocation in whole pages)\n"
+               "cache rounding     %12.2f MiB  (the cache's allocations in whole pages)\n",
+            hy_plan_mib(p->runner_bytes), hy_plan_mib(p->token_bytes),
+            hy_plan_mib(p->work_total), hy_plan_mib(p->cache_round_bytes));
+    if (p->image_bytes == 0)
+        return;
+    fprintf(f, "program image      %12.2f MiB  (measured: its file mappings whole, the rest "
+               "resident)\n"
+               "model as loaded    %12.2f MiB  (measured: what loading it mapped and "
+               "allocated)\n",
+            hy_plan_mib(p->image_bytes), hy_plan_mib(p->model_bytes));
+    if (p->process_total == 0)
+        fputs("process bound               ?      (the backend cannot size its ops' scratch)\n",
+              f);
+    else
+        fprintf(f, "process bound      %12.2f MiB  (image + model or weights + cache + "
+                   "rounding + working memory)\n", hy_plan_mib(p->process_total));
 }

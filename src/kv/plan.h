@@ -20,6 +20,7 @@
 #include "common/config.h"
 #include "common/kvgroup.h"
 #include "model/model.h"
+#include "ipc/pagetable.h"
 
 #define HY_LAYER_KINDS 7
 #define HY_PLAN_CHUNK 512 /* tokens per step hy_plan_make assumes (the runner's default) */
@@ -35,6 +36,13 @@ typedef struct {
                               0: every page of a running sequence is hot) */
     uint64_t out_warm_bytes; /* with it, the out arena's pages in host RAM at most
                                 ([cache] seq_warm_mb; the rest in a spill file); 0: all */
+    int32_t out_pages;       /* the out arena's pages when the caller sizes it itself
+                                (bench_sparse --out-pages); 0: n_seqs * out_seq_pages */
+    int32_t max_outputs;     /* logit rows per step; 0: chunk (every token's) */
+    /* measured by the caller (hy_plan_rss_bytes), 0: not measured: its
+     * resident bytes before the model loaded, and what loading the model
+     * (and its tokenizer) added */
+    uint64_t image_bytes, model_bytes;
 } hy_plan_opts_t;
 
 typedef struct {
@@ -82,6 +90,26 @@ typedef struct {
     uint64_t swa_page_bytes; /* one page of it */
     int32_t n_swa_pages;     /* n_seqs * hy_kv_swa_peak_blocks(window, page_tokens, chunk, n_ctx) */
     uint64_t seq_kv_bytes;   /* one sequence at n_ctx positions (hy_plan_seq_kv_bytes) */
+
+    /* the process: the cache and the weights above, plus the working
+     * memory of a step of chunk tokens and the measured program image
+     * and model.  Each computed term comes from the size function its
+     * allocator uses, every allocation as hy_host_alloc_bytes counts it. */
+    int32_t max_outputs;       /* logit rows per step the activations hold */
+    uint64_t fwd_bytes;        /* the forward pass's activations (model.h hy_fwd_bytes) */
+    uint64_t op_work_bytes;    /* the backend's ops' own scratch at n_ctx
+                                  (hy_backend_i.work_bytes; 0: the backend cannot say) */
+    bool op_work_known;
+    uint64_t runner_bytes;     /* the runner's step arrays, each sequence's page lists and
+                                  its page table (hy_plan_runner_bytes) */
+    uint64_t token_bytes;      /* the sequences' token ids: 4 bytes a position */
+    uint64_t work_total;       /* the four */
+    uint64_t cache_round_bytes; /* the cache's allocations rounded to pages (kv_total and
+                                   state_total count exact bytes) */
+    uint64_t image_bytes, model_bytes; /* measured (hy_plan_opts_t) */
+    uint64_t process_total;    /* image + model (or weights when larger) + cache and its
+                                  rounding + work; 0 when the image was not measured or
+                                  the backend cannot size its ops' scratch */
 
     /* the same model with full attention (this model's attention config)
      * in every layer */
@@ -162,6 +190,23 @@ int hy_plan_seq_warm(uint64_t mb, int32_t hot_blocks, const char *dir, bool cli,
  * RAM, each checked in runs (besides the pages): what engine/outstore.c
  * allocates. */
 uint64_t hy_plan_out_index_bytes(int32_t n_units, int32_t n_warm, uint64_t runs);
+
+/* Positions' page-list entries one sequence holds at most in a group: the
+ * runner grows a list to this and no further. */
+int32_t hy_plan_seq_list_pages(int32_t n_ctx, int32_t page_tokens);
+/* Host memory of the runner's own allocations (engine/runner.c), each as
+ * hy_host_alloc_bytes counts it: a step's tokens, positions, output rows
+ * and per-sequence entries, its KV layout's group per layer, each
+ * sequence's page lists at their longest (one per group; swa: a sliding
+ * group) and the private page table of parameters pt. */
+int hy_plan_runner_bytes(const hy_model_t *m, int32_t max_tokens, int32_t max_seqs,
+                         int32_t n_ctx, int32_t page_tokens, const hy_pt_params_t *pt, bool swa,
+                         uint64_t *bytes, char *err);
+/* The most of this process's present mappings that can become resident
+ * (/proc/self/smaps): file mappings at their size, the others at their
+ * resident size; or 0 with err set.  Taken before and after loading the
+ * model: the plan's program image and model. */
+uint64_t hy_plan_image_bytes(char *err);
 
 int32_t hy_plan_hot_pages(const hy_kv_sparse_t *sp, int32_t hot_blocks, int32_t page_tokens,
                           int32_t chunk);

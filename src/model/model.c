@@ -203,27 +203,41 @@ void hy_model_free(hy_model_t *m)
     free(m);
 }
 
+/* Region r of the architecture's scratch spans max(per_tok) x T floats,
+ * rounded up to 16 floats so each starts 64-byte aligned (what a separate
+ * allocation would give); region_off (may be NULL) gets where each starts.
+ * Returns the floats of all of them. */
+static size_t hy_fwd_scratch_floats(const hy_model_t *m, size_t T,
+                                    size_t region_off[HY_SCRATCH_PARTS])
+{
+    const hy_scratch_desc_t *d = &m->scratch;
+    int64_t need[HY_SCRATCH_PARTS] = {0};
+    size_t total = 0;
+    int32_t i;
+
+    for (i = 0; i < d->n_parts; i++)
+        need[d->part[i].region] = HY_MAX(need[d->part[i].region], d->part[i].per_tok);
+    for (i = 0; i < HY_SCRATCH_PARTS; i++) {
+        if (region_off != NULL)
+            region_off[i] = total;
+        total += (T * (size_t)need[i] + 15) / 16 * 16;
+    }
+    return HY_MAX(total, (size_t)1);
+}
+
 /* Points every member of the architecture's scratch struct into one
- * backend allocation, from m->scratch alone: region r spans max(per_tok)
- * x max_tokens floats, rounded up to 16 floats so each starts 64-byte
- * aligned (what a separate allocation would give). */
+ * backend allocation, from m->scratch alone. */
 static int hy_fwd_scratch(hy_fwd_t *f, const hy_model_t *m, size_t T)
 {
     const hy_scratch_desc_t *d = &m->scratch;
-    size_t region_off[HY_SCRATCH_PARTS], total = 0;
-    int64_t need[HY_SCRATCH_PARTS] = {0};
+    size_t region_off[HY_SCRATCH_PARTS], total;
     int32_t i;
 
     if (d->size == 0)
         return HY_OK;
-    for (i = 0; i < d->n_parts; i++)
-        need[d->part[i].region] = HY_MAX(need[d->part[i].region], d->part[i].per_tok);
-    for (i = 0; i < HY_SCRATCH_PARTS; i++) {
-        region_off[i] = total;
-        total += (T * (size_t)need[i] + 15) / 16 * 16;
-    }
+    total = hy_fwd_scratch_floats(m, T, region_off);
     f->scratch = calloc(1, d->size);
-    f->scratch_mem = f->be->i->alloc(f->be, HY_MAX(total, (size_t)1));
+    f->scratch_mem = f->be->i->alloc(f->be, total);
     if (f->scratch == NULL || f->scratch_mem == NULL)
         return HY_ENOMEM;
     for (i = 0; i < d->n_parts; i++)
@@ -232,30 +246,69 @@ static int hy_fwd_scratch(hy_fwd_t *f, const hy_model_t *m, size_t T)
     return HY_OK;
 }
 
+/* The floats of each buffer hy_fwd_init allocates, in hy_fwd_t's order
+ * (x .. logits, then the architecture's scratch, 0 without one): the one
+ * place their sizes are written, for the allocation and the plan. */
+#define HY_FWD_BUFS 11
+static void hy_fwd_sizes(const hy_model_t *m, int32_t max_tokens, int32_t max_outputs,
+                         size_t n[HY_FWD_BUFS])
+{
+    size_t T = (size_t)max_tokens, O = (size_t)max_outputs;
+    int32_t n_ff = 0;
+
+    for (int32_t i = 0; i < m->n_layer; i++)
+        n_ff = HY_MAX(n_ff, m->layers[i].n_ff);
+    n[0] = T * m->n_embd;                          /* x */
+    n[1] = T * m->n_embd;                          /* xn */
+    n[2] = T * m->n_head * m->head_dim;            /* q */
+    n[3] = T * m->n_head_kv * m->head_dim;         /* k */
+    n[4] = T * m->n_head_kv * m->head_dim_v;       /* v */
+    n[5] = T * m->n_head * m->head_dim_v;          /* att */
+    n[6] = T * (size_t)HY_MAX(n_ff, 1);            /* gate */
+    n[7] = T * (size_t)HY_MAX(n_ff, 1);            /* up */
+    n[8] = O * m->n_embd;                          /* out_x */
+    n[9] = O * m->n_vocab;                         /* logits */
+    n[10] = m->scratch.size > 0 ? hy_fwd_scratch_floats(m, T, NULL) : 0;
+}
+
+uint64_t hy_fwd_bytes(const hy_model_t *m, int32_t max_tokens, int32_t max_outputs)
+{
+    size_t n[HY_FWD_BUFS];
+    uint64_t total = 0;
+
+    hy_fwd_sizes(m, max_tokens, max_outputs, n);
+    /* each is one backend allocation of at least a float; the scratch's
+     * struct of pointers (calloc) is one more */
+    for (int i = 0; i < HY_FWD_BUFS; i++)
+        if (i < HY_FWD_BUFS - 1 || n[i] > 0)
+            total += hy_host_alloc_bytes((uint64_t)HY_MAX(n[i], (size_t)1) * sizeof(float));
+    if (m->scratch.size > 0)
+        total += hy_host_alloc_bytes(m->scratch.size);
+    return total;
+}
+
 int hy_fwd_init(hy_fwd_t *f, const hy_model_t *m, hy_backend_t *be, int32_t max_tokens,
                 int32_t max_outputs, char *err)
 {
-    int32_t n_ff = 0, i;
-    size_t T = (size_t)max_tokens;
+    size_t n[HY_FWD_BUFS];
 
     memset(f, 0, sizeof *f);
     f->be = be;
     f->max_tokens = max_tokens;
     f->max_outputs = max_outputs;
-    for (i = 0; i < m->n_layer; i++)
-        n_ff = HY_MAX(n_ff, m->layers[i].n_ff);
-    f->x = be->i->alloc(be, T * m->n_embd);
-    f->xn = be->i->alloc(be, T * m->n_embd);
-    f->q = be->i->alloc(be, T * m->n_head * m->head_dim);
-    f->k = be->i->alloc(be, T * m->n_head_kv * m->head_dim);
-    f->v = be->i->alloc(be, T * m->n_head_kv * m->head_dim_v);
-    f->att = be->i->alloc(be, T * m->n_head * m->head_dim_v);
-    f->gate = be->i->alloc(be, T * (size_t)HY_MAX(n_ff, 1));
-    f->up = be->i->alloc(be, T * (size_t)HY_MAX(n_ff, 1));
-    f->out_x = be->i->alloc(be, (size_t)max_outputs * m->n_embd);
-    f->logits = be->i->alloc(be, (size_t)max_outputs * m->n_vocab);
-    if (hy_fwd_scratch(f, m, T) != HY_OK || !f->x || !f->xn || !f->q || !f->k || !f->v ||
-        !f->att || !f->gate || !f->up || !f->out_x || !f->logits) {
+    hy_fwd_sizes(m, max_tokens, max_outputs, n);
+    f->x = be->i->alloc(be, n[0]);
+    f->xn = be->i->alloc(be, n[1]);
+    f->q = be->i->alloc(be, n[2]);
+    f->k = be->i->alloc(be, n[3]);
+    f->v = be->i->alloc(be, n[4]);
+    f->att = be->i->alloc(be, n[5]);
+    f->gate = be->i->alloc(be, n[6]);
+    f->up = be->i->alloc(be, n[7]);
+    f->out_x = be->i->alloc(be, n[8]);
+    f->logits = be->i->alloc(be, n[9]);
+    if (hy_fwd_scratch(f, m, (size_t)max_tokens) != HY_OK || !f->x || !f->xn || !f->q ||
+        !f->k || !f->v || !f->att || !f->gate || !f->up || !f->out_x || !f->logits) {
         hy_fwd_free(f);
         return hy_err(err, HY_ENOMEM, "out of memory for %d-token activation buffers",
                       max_tokens);

@@ -84,6 +84,8 @@ typedef struct {
     hy_weight_t sc_out;               /* LFM2 shortconv.out_proj (n_embd, n_embd) */
     hy_weight_t sc_in_b, sc_in_c, sc_in_x; /* LFM2: row views of sc_in, (n_embd, n_embd) each */
     hy_weight_t attn_gate_q;          /* unused slot kept for arch-specific use */
+    hy_gdn_params_t gdn;              /* GDN layers: the op's parameters (the plan sizes its scratch) */
+    hy_ssd_params_t ssd;              /* Mamba-2 layers: likewise */
     hy_weight_t ssm_a_diag;           /* GDN: diag(ssm_a) (n_v_heads, n_v_heads) F32, built at load
                                        * (g = A * softplus(.) as a matmul; memory owned by the layers array) */
 
@@ -201,6 +203,9 @@ void hy_model_free(hy_model_t *m);
 int hy_fwd_init(hy_fwd_t *f, const hy_model_t *m, hy_backend_t *be, int32_t max_tokens,
                 int32_t max_outputs, char *err);
 void hy_fwd_free(hy_fwd_t *f);
+/* Host memory hy_fwd_init's buffers for these sizes can take, each
+ * allocation as hy_host_alloc_bytes counts it: the plan's activations. */
+uint64_t hy_fwd_bytes(const hy_model_t *m, int32_t max_tokens, int32_t max_outputs);
 
 static inline int hy_model_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b,
                                    const int32_t *out_rows, int32_t n_out, float *logits,

@@ -39,6 +39,7 @@ int hy_cmd_plan(int argc, char **argv)
     hy_cli_ctx_t c;
     hy_plan_t p;
     char err[HY_ERR_LEN];
+    uint64_t image, loaded;
     int opt, rc = 1;
     long lv;
 
@@ -75,8 +76,17 @@ int hy_cmd_plan(int argc, char **argv)
         default: return 2;
         }
     }
-    if (hy_cli_open(&c, "plan", model, backend, 1, false, NULL) != 0)
+    /* the program before the model: the process bound's measured part */
+    if ((image = hy_plan_image_bytes(err)) == 0) {
+        fprintf(stderr, "hyserve plan: %s\n", err);
         return 1;
+    }
+    if (hy_cli_open(&c, "plan", model, backend, 1, true, NULL) != 0)
+        return 1;
+    if ((loaded = hy_plan_image_bytes(err)) == 0) {
+        fprintf(stderr, "hyserve plan: %s\n", err);
+        goto out;
+    }
     if (hy_plan_sparse(&attn, (int32_t)page, true, &sparse, err) != HY_OK ||
         hy_plan_hot_window((uint32_t)hot, &sparse, (int32_t)page, (int32_t)chunk, true,
                            &hot_blocks, err) != HY_OK) {
@@ -91,7 +101,8 @@ int hy_cmd_plan(int argc, char **argv)
         goto out;
     }
     po = (hy_plan_opts_t){(int32_t)ctx, (int32_t)seqs, (int32_t)page, (int32_t)chunk, kv, swa_full,
-                          sparse, hot_blocks, (uint64_t)warm_mb << 20};
+                          sparse, hot_blocks, (uint64_t)warm_mb << 20, 0, 0, image,
+                          loaded > image ? loaded - image : 0};
     if (hy_plan_make_opts(&p, c.model, c.be, &po, err) != HY_OK) {
         fprintf(stderr, "hyserve plan: %s\n", err);
         goto out;

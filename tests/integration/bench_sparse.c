@@ -17,10 +17,12 @@
  *       decode steps, dense and sparse: the median user CPU time per step
  *       and the median system CPU time (getrusage: all threads; the
  *       machine is shared) and wall time (a spill file's reads wait on
- *       the kernel); --hot T --out-pages P: the
+ *       the kernel); --hot T [--out-pages P]: the
  *       sparse run keeps T tokens hot, the rest in an out arena of P
- *       pages, --warm-pages W of them in RAM and the rest in a spill file
- *       under --spill-dir DIR; --ref R: a second sequence of R tokens
+ *       pages (default: the plan's), --warm-pages W of them in RAM and
+ *       the rest in a spill file under --spill-dir DIR.  The sparse run's
+ *       peak RSS against the plan's process bound for the same runner (as
+ *       hyserve plan prints it), exit 1 over it; --ref R: a second sequence of R tokens
  *       (R < N) decodes in the same run, its steps alternating with the
  *       long one's and timed apart, so that the ratio of the two compares
  *       them under the same load (the machine is shared and its speed
@@ -63,6 +65,8 @@ typedef struct {
     int first;          /* passkey: positions from this index on (0: all; a grid resumed) */
     int last;           /* and before this one (0: to the end) */
     int32_t ref;        /* decode: a reference sequence's tokens (0: none) */
+    uint64_t image_bytes, model_bytes; /* measured (hy_plan_image_bytes): the program
+                                          before the model, and what loading it added */
 } bs_t;
 
 static double bs_user_s(void)
@@ -104,9 +108,13 @@ static double bs_median(double *v, int n)
     return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+static int bs_plan(bs_t *b, int32_t n_ctx, hy_plan_t *p, char *err);
+
 static int bs_runner(bs_t *b, hy_runner_t *r, int32_t n_ctx, bool sparse, bool all, char *err)
 {
     hy_runner_opts_t o;
+    hy_plan_t p;
+    int rc;
 
     hy_runner_opts_default(&o);
     o.max_tokens = BS_CHUNK;
@@ -121,10 +129,36 @@ static int bs_runner(bs_t *b, hy_runner_t *r, int32_t n_ctx, bool sparse, bool a
         o.hot_blocks = b->hot / (b->sp.block_pages * o.page_tokens);
         o.out_pages = b->out_pages;
         o.out_warm = b->warm_pages;
+        /* no --out-pages: the arena the plan sizes, as the engine does */
+        if (b->out_pages == 0) {
+            if ((rc = bs_plan(b, n_ctx, &p, err)) != HY_OK)
+                return rc;
+            o.out_pages = HY_MAX(1, p.out_seq_pages * o.max_seqs);
+            o.out_warm = p.out_warm_pages;
+        }
         o.out_dir = b->spill_dir;
         o.n_pages = o.max_seqs * hy_plan_hot_pages(&b->sp, o.hot_blocks, o.page_tokens, BS_CHUNK);
     }
     return hy_runner_init(r, b->m, b->be, &o, err);
+}
+
+/* The plan of the sparse run's runner (bs_runner), its process bound
+ * measured with this process's program image: what `hyserve plan` prints
+ * for the same configuration. */
+static int bs_plan(bs_t *b, int32_t n_ctx, hy_plan_t *p, char *err)
+{
+    hy_plan_opts_t po = {n_ctx, b->ref > 0 ? 2 : 1, 16, BS_CHUNK, HY_DTYPE_F16, false, b->sp,
+                         0, 0, b->out_pages, 1, b->image_bytes, b->model_bytes};
+    int rc;
+
+    if (b->hot > 0 && (rc = hy_plan_hot_window((uint32_t)b->hot, &b->sp, 16, BS_CHUNK, true,
+                                               &po.hot_blocks, err)) != HY_OK)
+        return rc;
+    if ((rc = hy_plan_make_opts(p, b->m, b->be, &po, err)) != HY_OK || b->warm_pages == 0)
+        return rc;
+    /* --warm-pages in the plan's terms: bytes of pages */
+    po.out_warm_bytes = (uint64_t)b->warm_pages * p->page_bytes;
+    return hy_plan_make_opts(p, b->m, b->be, &po, err);
 }
 
 /* The process's peak resident memory (VmHWM) in MiB, or -1. */
@@ -481,6 +515,27 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
                        (double)c.disk_read_ns / 1e6);
         }
         printf("%s: peak RSS %.1f MiB so far\n", sparse ? "sparse" : "dense", bs_peak_rss_mib());
+        if (sparse) {
+            hy_plan_t p;
+            double peak = bs_peak_rss_mib(), bound;
+
+            if (bs_plan(b, n + steps + 16, &p, err) != HY_OK || peak < 0) {
+                fprintf(stderr, "bench_sparse: plan: %s\n", peak < 0 ? "no VmHWM" : err);
+                return 1;
+            }
+            bound = (double)p.process_total / 1048576.0;
+            printf("sparse: peak RSS %.1f MiB, plan bound %.1f MiB (image %.1f + model %.1f "
+                   "+ cache %.1f + working memory %.1f)\n", peak, bound,
+                   (double)p.image_bytes / 1048576.0,
+                   (double)HY_MAX(p.model_bytes, p.weights_total) / 1048576.0,
+                   (double)(p.kv_total + p.state_total + p.cache_round_bytes) / 1048576.0,
+                   (double)p.work_total / 1048576.0);
+            if (peak > bound) {
+                fprintf(stderr, "bench_sparse: peak RSS %.1f MiB exceeds the plan's bound "
+                                "%.1f MiB\n", peak, bound);
+                return 1;
+            }
+        }
         fflush(stdout);
         hy_runner_seq_release(&r, &s);
         if (ref)
@@ -550,6 +605,11 @@ int main(int argc, char **argv)
                         "--hot TOKENS --out-pages P [--warm-pages W --spill-dir DIR] --ref R --first I --last J]\n");
         return 2;
     }
+    /* the program before anything it allocates: the bound's measured image */
+    if ((b.image_bytes = hy_plan_image_bytes(err)) == 0) {
+        fprintf(stderr, "bench_sparse: %s\n", err);
+        return 1;
+    }
     hy_config_defaults(cfg);
     cfg->attention.sparse = HY_CONFIG_SPARSE_BLOCK;
     b.dense = 1;
@@ -565,6 +625,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_sparse: %s\n", err);
         return 1;
     }
+    if ((b.model_bytes = hy_plan_image_bytes(err)) == 0) {
+        fprintf(stderr, "bench_sparse: %s\n", err);
+        return 1;
+    }
+    b.model_bytes = b.model_bytes > b.image_bytes ? b.model_bytes - b.image_bytes : 0;
     printf("%s: sparse blocks of %d pages, top-%d, %d sink + %d local blocks, from %d; %d "
            "thread(s)\n", argv[1], b.sp.block_pages, b.sp.topk, b.sp.sink_blocks,
            b.sp.local_blocks, b.sp.min_tokens, threads);

@@ -250,6 +250,24 @@ else
     fail=$((fail + 1))
     echo "not ok $n - plan --seq-warm-mb on gemma3: $out"
 fi
+# the process bound: the measured image and model plus the cache and a
+# step's working memory (test_plan checks it holds for a real run)
+n=$((n + 1))
+out=$("$hy" plan -m "$g3" --context 65536 --seqs 2 --sparse --hot-tokens 10240 --json 2>&1)
+txt=$("$hy" plan -m "$g3" --context 65536 --seqs 2 --sparse --hot-tokens 10240 2>&1)
+if printf '%s' "$out" | python3 -c 'import json, sys
+p = json.load(sys.stdin)
+assert p["image_bytes"] > 1 << 20 and p["model_bytes"] > 0 and p["op_work_known"]
+assert p["fwd_bytes"] > 0 and p["op_work_bytes"] > 0 and p["runner_bytes"] > 0
+assert p["token_bytes"] >= 2 * 65536 * 4 and p["cache_round_bytes"] > 0
+assert p["work_total"] == p["fwd_bytes"] + p["op_work_bytes"] + p["runner_bytes"] + p["token_bytes"]
+assert p["process_total"] == p["image_bytes"] + max(p["model_bytes"], p["weights_total"]) + p["kv_total"] + p["state_total"] + p["cache_round_bytes"] + p["work_total"]' 2>/dev/null &&
+    case "$txt" in *"op scratch"*"working memory"*"program image"*"process bound"*) true ;; *) false ;; esac; then
+    echo "ok $n - plan: the process bound is the image, the model, the cache and a step's working memory"
+else
+    fail=$((fail + 1))
+    echo "not ok $n - plan process bound on gemma3: $out / $txt"
+fi
 check 2 "plan: --hot-tokens = 10240: needs block-sparse attention (--sparse" \
     "plan: --hot-tokens without --sparse is refused" -- \
     "$hy" plan -m "$g3" --context 65536 --hot-tokens 10240

@@ -71,7 +71,7 @@ static void sc_tiny(void)
 {
     static const int32_t checks[] = {1024, 4096, 16384, 32768};
     char err[HY_ERR_LEN] = "";
-    hy_plan_opts_t po = {SC_CTX + 64, 1, 16, SC_STEP, HY_DTYPE_F16, false, {0}, 0, 0};
+    hy_plan_opts_t po = {SC_CTX + 64, 1, 16, SC_STEP, HY_DTYPE_F16, false, {0}, 0, 0, 0, 0, 0, 0};
     hy_model_t *m = NULL;
     hy_plan_t p;
     hy_runner_opts_t o;
@@ -254,7 +254,7 @@ static void sc_real(void)
     /* one KV row: n_head_kv x (k + v head sizes) halves */
     per_tok = (uint64_t)m->n_head_kv * (uint64_t)(m->head_dim + m->head_dim_v) * 2;
     for (size_t i = 0; i < HY_ARRAY_LEN(lens); i++) {
-        hy_plan_opts_t po = {lens[i], 1, 16, 512, HY_DTYPE_F16, false, {0}, 0, 0};
+        hy_plan_opts_t po = {lens[i], 1, 16, 512, HY_DTYPE_F16, false, {0}, 0, 0, 0, 0, 0, 0};
         uint64_t want;
 
         rc = hy_plan_make_opts(&p, m, g_be, &po, err);

@@ -7,13 +7,155 @@
  * window and keep their KV in their own page group, sized by the window and
  * the step, not by the context (with --swa-full, and when the window covers
  * the context, in the full group as before); block-sparse attention's keys
- * are quoted and allocated beside each full page.
+ * are quoted and allocated beside each full page.  The process bound: the
+ * activations are what hy_fwd_init allocates, the runner's page table is
+ * the plan's, and a sparse prefill and decode past min_tokens stays under
+ * the bound in resident memory.
  */
 #include "engine/runner.h"
 #include "kv/plan.h"
 #include "test.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* ---- the process bound ------------------------------------------------ */
+
+static const struct hy_backend_i *hy_count_real;
+static uint64_t hy_count_bytes;
+
+/* The CPU backend's alloc, each allocation counted as the plan counts it. */
+static float *hy_count_alloc(hy_backend_t *be, size_t n_floats)
+{
+    hy_count_bytes += hy_host_alloc_bytes((uint64_t)HY_MAX(n_floats, (size_t)1) * sizeof(float));
+    return hy_count_real->alloc(be, n_floats);
+}
+
+/* This process's peak resident bytes (VmHWM), or 0. */
+static uint64_t hy_peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb = 0;
+
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* Runs first, with image the program measured before anything else: the
+ * hybrid model behind the million-token benchmark prefills 8,192 tokens
+ * with block-sparse attention (past its min_tokens, so the sparse choice's
+ * O(context) scratch is live) and decodes 8, and the process's peak
+ * resident memory stays under the plan's bound.  On the way the
+ * activations' term is checked against every allocation hy_fwd_init makes
+ * and the runner's page table against the plan's parameters. */
+static void hy_plan_process_case(uint64_t image)
+{
+    hy_backend_opts_t bo = {.n_threads = 1};
+    hy_backend_t *be = NULL;
+    enum { CTX = 8192 + 8 + 16, CHUNK = 64 };
+    char err[HY_ERR_LEN] = "";
+    hy_config_t *cfg = malloc(sizeof *cfg);
+    hy_model_t *m = NULL;
+    hy_plan_opts_t po = {CTX, 1, 16, CHUNK, HY_DTYPE_F16, false, {0}, 0, 0, 0, 1, image, 0};
+    struct hy_backend_i counting;
+    const struct hy_backend_i *real;
+    hy_runner_opts_t o;
+    hy_runner_t r;
+    hy_plan_t p;
+    hy_fwd_t fwd;
+    hy_pt_params_t pp = {0};
+    hy_pt_layout_t l;
+    hy_kv_seq_t s = {0};
+    int32_t *ids = malloc(sizeof(int32_t) * CTX);
+    uint64_t loaded, fwd_counted = 0, peak = 0, pt_runner = 0, pt_plan = 0;
+    int rc;
+
+    /* its own backend: a runner leaves the state slots it set up there */
+    if (cfg == NULL || ids == NULL || hy_backend_cpu_new(&be, &bo, err) != HY_OK ||
+        hy_model_load(&m, hy_t_srcpath("tests/golden/tiny/qwen35-long.gguf"), be, err) != HY_OK ||
+        (loaded = hy_plan_image_bytes(err)) == 0) {
+        HY_T_OK(0, "qwen35-long.gguf: load: %s", cfg && ids ? err : "out of memory");
+        goto out;
+    }
+    po.model_bytes = loaded - image;
+    hy_config_defaults(cfg);
+    cfg->attention.sparse = HY_CONFIG_SPARSE_BLOCK;
+    rc = hy_plan_sparse(&cfg->attention, 16, false, &po.sparse, err);
+    if (rc == HY_OK)
+        rc = hy_plan_make_opts(&p, m, be, &po, err);
+
+    /* the activations: every backend allocation hy_fwd_init makes, and
+     * the architecture's struct of pointers */
+    real = be->i;
+    counting = *real;
+    counting.alloc = hy_count_alloc;
+    hy_count_real = real;
+    hy_count_bytes = 0;
+    be->i = &counting;
+    if (rc == HY_OK && (rc = hy_fwd_init(&fwd, m, be, CHUNK, 1, err)) == HY_OK)
+        hy_fwd_free(&fwd);
+    be->i = real;
+    fwd_counted = hy_count_bytes + (m->scratch.size > 0 ? hy_host_alloc_bytes(m->scratch.size) : 0);
+    HY_T_OK(rc == HY_OK && hy_count_bytes > 0 && fwd_counted == p.fwd_bytes,
+            "activations: hy_fwd_init's allocations %llu bytes = plan %llu (%s)",
+            (unsigned long long)fwd_counted, (unsigned long long)(rc == HY_OK ? p.fwd_bytes : 0),
+            rc ? err : "ok");
+
+    hy_runner_opts_default(&o);
+    o.max_tokens = CHUNK;
+    o.max_outputs = 1;
+    o.max_seqs = 1;
+    o.n_ctx = CTX;
+    o.sparse = po.sparse;
+    for (int32_t i = 0; i < CTX; i++)
+        ids[i] = (int32_t)((uint32_t)i * 2654435761u % (uint32_t)m->n_vocab);
+    if (rc == HY_OK && (rc = hy_runner_init(&r, m, be, &o, err)) == HY_OK) {
+        pt_runner = r.pt->sh->total_size;
+        rc = hy_runner_prefill(&r, &s, ids, 8192, NULL, err);
+        for (int32_t i = 0; i < 8 && rc == HY_OK; i++) {
+            hy_runner_item_t it = {&s, ids + 8192 + i, 1, false};
+
+            rc = hy_runner_step(&r, &it, 1, NULL, err);
+        }
+        peak = hy_peak_rss();
+        hy_runner_seq_release(&r, &s);
+        hy_runner_free(&r);
+    }
+    pp.n_pages = p.n_pages;
+    pp.page_tokens = p.page_tokens;
+    pp.n_swa_pages = p.n_swa_pages;
+    pp.n_state_slots = p.n_slots;
+    if (hy_pt_layout(&pp, &l, err) == HY_OK)
+        pt_plan = l.total_size;
+    HY_T_OK(rc == HY_OK && pt_runner > 0 && pt_runner == pt_plan &&
+                hy_host_alloc_bytes(pt_plan) < p.runner_bytes,
+            "runner: its page table %llu bytes = the plan's %llu, in runner arrays %llu (%s)",
+            (unsigned long long)pt_runner, (unsigned long long)pt_plan,
+            (unsigned long long)p.runner_bytes, rc ? err : "ok");
+    /* the bound holds, and not by a mile: it is the sum of what can be
+     * resident, most of it is (the image's unused library code is the
+     * slack) */
+    HY_T_OK(rc == HY_OK && p.op_work_known && peak > 0 && peak <= p.process_total &&
+                p.process_total < 2 * peak,
+            "8,192-token sparse prefill + 8 decode steps: peak RSS %.2f MiB <= plan bound "
+            "%.2f MiB (image %.2f, model %.2f, cache %.2f, working memory %.2f) (%s)",
+            (double)peak / 1048576.0, (double)p.process_total / 1048576.0,
+            (double)image / 1048576.0, (double)po.model_bytes / 1048576.0,
+            (double)(p.kv_total + p.state_total) / 1048576.0, (double)p.work_total / 1048576.0,
+            rc ? err : "ok");
+out:
+    hy_model_free(m);
+    if (be != NULL)
+        be->i->free(be);
+    free(ids);
+    free(cfg);
+}
 
 static void hy_plan_case(hy_backend_t *be, const char *file, int32_t ctx, int32_t seqs,
                          bool swa_full)
@@ -21,7 +163,7 @@ static void hy_plan_case(hy_backend_t *be, const char *file, int32_t ctx, int32_
     char err[HY_ERR_LEN], rel[128];
     hy_model_t *m = NULL;
     hy_plan_t p;
-    hy_plan_opts_t po = {ctx, seqs, 16, 64, HY_DTYPE_F16, swa_full, {0}, 0, 0};
+    hy_plan_opts_t po = {ctx, seqs, 16, 64, HY_DTYPE_F16, swa_full, {0}, 0, 0, 0, 0, 0, 0};
     hy_runner_t r;
     hy_runner_opts_t o;
     uint64_t kv = 0, st = 0, kinds_kv = 0, kinds_st = 0;
@@ -191,7 +333,7 @@ static void hy_plan_sparse_alloc_case(hy_backend_t *be, const char *file)
     char err[HY_ERR_LEN], rel[128];
     hy_config_t *cfg = malloc(sizeof *cfg);
     hy_model_t *m = NULL;
-    hy_plan_opts_t po = {4096, 2, 16, 64, HY_DTYPE_F16, false, {0}, 0, 0};
+    hy_plan_opts_t po = {4096, 2, 16, 64, HY_DTYPE_F16, false, {0}, 0, 0, 0, 0, 0, 0};
     hy_runner_opts_t o;
     hy_runner_t r;
     hy_plan_t p;
@@ -261,7 +403,7 @@ static void hy_plan_window_case(hy_backend_t *be)
     char err[HY_ERR_LEN] = "", e1[HY_ERR_LEN] = "", e2[HY_ERR_LEN] = "", e3[HY_ERR_LEN] = "";
     hy_model_t *m = NULL;
     hy_kv_sparse_t sp = {4, 32, 1, 4, 4096}, off = {0};
-    hy_plan_opts_t po = {65536, 2, 16, 512, HY_DTYPE_F16, false, sp, 0, 0};
+    hy_plan_opts_t po = {65536, 2, 16, 512, HY_DTYPE_F16, false, sp, 0, 0, 0, 0, 0, 0};
     hy_runner_opts_t o;
     hy_runner_t r;
     hy_plan_t p;
@@ -380,12 +522,20 @@ int main(void)
     hy_backend_opts_t bo = {.n_threads = 1};
     hy_backend_t *be = NULL;
     char err[HY_ERR_LEN];
+    /* the program before anything it allocates: the bound's image */
+    uint64_t image = hy_plan_image_bytes(err);
     static const int32_t ctxs[] = {1, 100, 4096};
     static const int32_t seqs[] = {1, 3};
     /* models without recurrent layers first: the shared backend keeps the
      * last runner's state slots allocated (runner.c only sets them up) */
     static const char *files[] = {"llama.gguf", "gemma3.gguf", "qwen3next.gguf"};
 
+    if (image == 0) {
+        HY_T_OK(0, "image: %s", err);
+        return hy_t_done();
+    }
+    /* first: the peak resident memory it checks is the process's */
+    hy_plan_process_case(image);
     if (hy_backend_cpu_new(&be, &bo, err) != HY_OK) {
         HY_T_OK(0, "cpu backend: %s", err);
         return hy_t_done();

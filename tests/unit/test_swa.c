@@ -216,7 +216,7 @@ static hy_model_t *sw_gemma3_512(const hy_t_golden_t *g, char *err)
 static void sw_alloc(hy_model_t *m)
 {
     char err[HY_ERR_LEN] = "";
-    hy_plan_opts_t po = {SW_LONG + 16, 1, 16, 512, HY_DTYPE_F16, false, {0}, 0, 0};
+    hy_plan_opts_t po = {SW_LONG + 16, 1, 16, 512, HY_DTYPE_F16, false, {0}, 0, 0, 0, 0, 0, 0};
     hy_plan_t p;
     hy_runner_opts_t o;
     hy_runner_t r;

@@ -467,6 +467,20 @@ static int hy_attn_check(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b,
     return 0;
 }
 
+/* One thread's scratch for units of nq queries, rounded to cache lines:
+ * what a step allocates and what hy_cpu_work_bytes counts. */
+static size_t hy_attn_thread_floats(int32_t hd, int32_t hdv, int64_t nq)
+{
+    return (hy_attn_flash_scratch_floats(hd, hdv, (int32_t)HY_MIN(nq, INT32_MAX)) + 15) &
+           ~(size_t)15;
+}
+
+/* One thread's sparse scratch for a token at position far, likewise. */
+static size_t hy_attn_sparse_floats(const hy_cpu_t *cpu, int32_t far, bool staged)
+{
+    return (hy_cpu_sparse_scratch(cpu, far, staged) + 15) & ~(size_t)15;
+}
+
 /* The sparse path's per-thread scratch, for the batch's farthest token
  * (none when no token reaches min_tokens).  0, or -1 with the error set. */
 static int hy_attn_sparse_scratch(hy_cpu_t *cpu, hy_attn_job_t *j)
@@ -480,7 +494,7 @@ static int hy_attn_sparse_scratch(hy_cpu_t *cpu, hy_attn_job_t *j)
         staged |= j->b->seqs[s].out != NULL;
     if (far < cpu->kv.sparse.min_tokens)
         return 0;
-    j->sp_floats = (hy_cpu_sparse_scratch(cpu, far, staged) + 15) & ~(size_t)15;
+    j->sp_floats = hy_attn_sparse_floats(cpu, far, staged);
     j->sp_scratch = malloc(j->sp_floats * (size_t)cpu->n_threads * sizeof(float));
     if (!j->sp_scratch) {
         hy_cpu_fail(cpu, HY_ENOMEM, "attention: out of memory for sparse scratch");
@@ -661,9 +675,7 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
 
     /* per-thread scratch for either kernel, rounded to cache lines */
     int64_t nq = (int64_t)j.qblock * j.heads_per_unit;
-    j.scratch_floats = hy_attn_flash_scratch_floats(p->head_dim, p->head_dim_v,
-                                                    (int32_t)HY_MIN(nq, INT32_MAX));
-    j.scratch_floats = (j.scratch_floats + 15) & ~(size_t)15;
+    j.scratch_floats = hy_attn_thread_floats(p->head_dim, p->head_dim_v, nq);
     nth = (int)HY_MIN((int64_t)nth, j.n_units);
     if (j.scratch_floats * (size_t)nth > cpu->attn_scratch_floats) {
         float *s = aligned_alloc(64, j.scratch_floats * (size_t)nth * sizeof(float));
@@ -694,4 +706,63 @@ fail:
     free(unit_start);
     free(gseqs);
     memset(out, 0, (size_t)b->n_tokens * p->n_head * p->head_dim_v * sizeof(float));
+}
+
+int hy_cpu_attn_work_bytes(const hy_cpu_t *cpu, const hy_work_shape_t *w, uint64_t *bytes,
+                           char *err)
+{
+    const hy_kv_layout_t *kv = w->kv;
+    const int32_t n_head = w->n_head, n_tokens = w->n_tokens, n_ctx = w->n_ctx;
+    const bool staged = w->staged;
+    hy_cpu_t shape;
+    int32_t group, qblock, nth = cpu->n_threads;
+    size_t krow, vrow;
+    uint64_t kpage, vpage, floats, total;
+    int rc;
+
+    *bytes = 0;
+    if (kv == NULL || kv->n_layers == 0)
+        return HY_OK;
+    if ((rc = hy_kv_layout_check(kv, HY_ATTN_MAX_HEAD, &krow, &vrow, &kpage, &vpage, err)) !=
+        HY_OK)
+        return rc;
+    if (n_head < kv->n_head_kv || n_head % kv->n_head_kv != 0)
+        return hy_err(err, HY_EINVAL, "work bytes: %d query heads for %d KV heads", n_head,
+                      kv->n_head_kv);
+    group = n_head / kv->n_head_kv;
+    /* the largest unit hy_cpu_attention makes: qblock tokens of a group's
+     * heads (it only ever halves qblock or splits the heads).  The kept
+     * scratch grows by a new allocation before the old one is freed: both
+     * count. */
+    qblock = HY_MAX(1, HY_ATTN_FLASH_LANES / group);
+    floats = hy_attn_thread_floats(kv->head_dim_k, kv->head_dim_v, (int64_t)qblock * group) *
+             (uint64_t)nth;
+    total = 2 * hy_host_alloc_bytes(floats * sizeof(float));
+    /* the sparse path's, sized from the layout as kv_init would set it */
+    if (kv->sparse.block_pages > 0 && n_ctx - 1 >= kv->sparse.min_tokens) {
+        shape = *cpu;
+        shape.kv = *kv;
+        shape.k_row_bytes = krow;
+        shape.v_row_bytes = vrow;
+        floats = hy_attn_sparse_floats(&shape, n_ctx - 1, staged) * (uint64_t)nth;
+        total += hy_host_alloc_bytes(floats * sizeof(float));
+    }
+    /* the split states of a few dense decoding sequences sharing keys
+     * among threads (hy_attn_share_keys; never on the sparse path): at
+     * most the step's tokens, a split per HY_ATTN_SPLIT keys; with their
+     * per-sequence arrays (a step has at most n_tokens sequences) */
+    if (nth > 1) {
+        int32_t split = __atomic_load_n(&hy_attn_split_pin, __ATOMIC_RELAXED);
+        uint64_t splits = split > 0 ? (uint64_t)(n_ctx - 1) / (uint64_t)split + 1 : 1;
+
+        floats = (uint64_t)n_tokens * (uint64_t)n_head * splits * ((uint64_t)kv->head_dim_v + 2);
+        total += hy_host_alloc_bytes(floats * sizeof(float)) +
+                 hy_host_alloc_bytes(sizeof(int32_t) * 3 * (uint64_t)n_tokens) +
+                 hy_host_alloc_bytes(sizeof(int64_t) * ((uint64_t)n_tokens + 1));
+    }
+    /* unit_start, and a sliding layer's batch copy */
+    total += hy_host_alloc_bytes(sizeof(int64_t) * ((uint64_t)n_tokens + 1)) +
+             hy_host_alloc_bytes(sizeof(hy_batch_seq_t) * (uint64_t)n_tokens);
+    *bytes = total;
+    return HY_OK;
 }

@@ -8,7 +8,9 @@
  */
 #include "backend/cpu/act.h"
 #include "backend/cpu/cpu_impl.h"
+#include "backend/cpu/gdn.h"
 #include "backend/cpu/lightning.h"
+#include "backend/cpu/ssd.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -598,6 +600,62 @@ static void hy_cpu_mem_allocated(hy_backend_t *be, uint64_t *kv_bytes, uint64_t 
                            : 0;
 }
 
+/* A buffer hy_cpu_scratch keeps for need bytes: whole pages, and the
+ * replacement is allocated before the old one is freed, so both count. */
+static uint64_t hy_cpu_kept_bytes(uint64_t need)
+{
+    return need == 0 ? 0 : 2 * hy_host_alloc_bytes((need + 4095) / 4096 * 4096);
+}
+
+/* What each op allocates at most in a step of shape w.  Kept buffers
+ * (matmul's activations, MoE's block, the attention scratch, RoPE rows)
+ * at their largest; the ones an op frees before it returns are summed,
+ * not maxed: a freed block the next op cannot reuse stays resident. */
+static int hy_cpu_work_bytes(hy_backend_t *be, const hy_work_shape_t *w, uint64_t *bytes,
+                             char *err)
+{
+    const hy_cpu_t *cpu = be->ctx;
+    const uint64_t T = (uint64_t)HY_MAX(w->n_tokens, 1), nth = (uint64_t)cpu->n_threads;
+    uint64_t total = 0, act = 0, moe = 0, gdn = 0, ssd = 0, route = 0, rot;
+    int rc;
+
+    if ((rc = hy_cpu_attn_work_bytes(cpu, w, &total, err)) != HY_OK)
+        return rc;
+    for (int32_t i = 0; i < w->n_mats; i++)
+        act = HY_MAX(act, hy_cpu_matmul_act_bytes(cpu, &w->mats[i], (int32_t)T));
+    for (int32_t i = 0; i < w->n_moe; i++) {
+        moe = HY_MAX(moe, (uint64_t)hy_cpu_moe_scratch_bytes(&w->moe[i], (int32_t)T, w->n_embd));
+        /* each routing thread's probabilities and taken flags */
+        route = HY_MAX(route, nth * (hy_host_alloc_bytes((uint64_t)w->moe[i].n_expert *
+                                                         sizeof(float)) +
+                                     hy_host_alloc_bytes((uint64_t)w->moe[i].n_expert)));
+    }
+    for (int32_t i = 0; i < w->n_gdn; i++)
+        gdn = HY_MAX(gdn, hy_host_alloc_bytes(hy_gdn_scratch_floats(w->gdn[i].chunk, w->gdn[i].d_k,
+                                                                    w->gdn[i].d_v) *
+                                              sizeof(float) * nth));
+    for (int32_t i = 0; i < w->n_ssd; i++)
+        if (w->ssd[i].chunk > 1)
+            ssd = HY_MAX(ssd, hy_host_alloc_bytes(hy_ssd_scratch_floats(w->ssd[i].chunk,
+                                                                        w->ssd[i].head_dim,
+                                                                        w->ssd[i].d_state) *
+                                                  sizeof(float) * nth));
+    total += hy_cpu_kept_bytes(act) + hy_cpu_kept_bytes(moe) + gdn + ssd + route;
+    /* hy_cpu_rope_rows: each entry's room at most doubles past the step's
+     * tokens; positions, then cos and sin rows */
+    rot = (uint64_t)(w->n_rot / 2);
+    if (rot > 0)
+        total += HY_ARRAY_LEN(cpu->rope_rows) *
+                 (hy_host_alloc_bytes(2 * T * sizeof(int32_t)) +
+                  2 * hy_host_alloc_bytes(2 * T * rot * sizeof(float)));
+    /* weights converted to floats for one call: a vector, or conv1d's
+     * kernel, its bias and its transposed copy */
+    total += 2 * hy_host_alloc_bytes((uint64_t)w->most_vector * sizeof(float)) +
+             2 * hy_host_alloc_bytes((uint64_t)w->most_conv * sizeof(float));
+    *bytes = total;
+    return HY_OK;
+}
+
 /* Designated initialisers: the table grows (recurrent ops, MoE) and slots
  * this file does not fill stay NULL instead of shifting. */
 static void hy_cpu_kernel_name(hy_backend_t *be, const char *op, const hy_weight_t *w,
@@ -639,6 +697,7 @@ static const struct hy_backend_i hy_cpu_methods = {
     .status = hy_cpu_status,
     .mem_sizes = hy_layout_mem_sizes,
     .mem_allocated = hy_cpu_mem_allocated,
+    .work_bytes = hy_cpu_work_bytes,
     .kernel_name = hy_cpu_kernel_name,
     .kv_page_read = hy_cpu_kv_page_read,
     .kv_page_write = hy_cpu_kv_page_write,

@@ -90,6 +90,9 @@ void hy_cpu_fail(hy_cpu_t *cpu, int code, const char *fmt, ...)
 int hy_cpu_scratch(void **buf, size_t *size, size_t need);
 
 /* matmul.c */
+/* Bytes of cpu->act a matmul of n_tok rows by w asks for with every
+ * thread (0: none). */
+uint64_t hy_cpu_matmul_act_bytes(const hy_cpu_t *cpu, const hy_weight_t *w, int32_t n_tok);
 void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float *y,
                    int32_t n_tok);
 /* Checks that a weight is something matmul / get_rows can use. */
@@ -98,6 +101,9 @@ int hy_cpu_weight_check(const hy_weight_t *w, char *err);
 /* attention.c */
 int hy_cpu_kv_init(hy_backend_t *be, const hy_kv_layout_t *layout, char *err);
 void hy_cpu_kv_free(hy_cpu_t *cpu);
+/* The attention's part of hy_backend_i.work_bytes. */
+int hy_cpu_attn_work_bytes(const hy_cpu_t *cpu, const hy_work_shape_t *w, uint64_t *bytes,
+                           char *err);
 void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batch,
                       const float *q, const float *k, const float *v, float *out,
                       const hy_attn_params_t *p);
@@ -204,6 +210,8 @@ void hy_cpu_group_rmsnorm_gated(hy_backend_t *be, float *y, const float *z, int3
                                 int32_t group_size, float eps);
 
 /* moe.c */
+/* Bytes of cpu->moe_buf a MoE layer of n_tok tokens asks for. */
+size_t hy_cpu_moe_scratch_bytes(const hy_moe_t *m, int32_t n_tok, int32_t n_embd);
 void hy_cpu_moe(hy_backend_t *be, const hy_moe_t *moe, const float *x, float *y,
                 int32_t n_tok, int32_t n_embd);
 

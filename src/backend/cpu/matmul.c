@@ -184,6 +184,20 @@ static bool hy_mm_gemm_wanted(const hy_weight_t *w)
 }
 
 #if HY_BUILD_AVX512
+/* The GEMM's scratch in floats: packed activations of n_tok rows of k,
+ * then each of nth threads' weight panel (both multiples of 16 floats, so
+ * every part stays 64-byte aligned).  0 on overflow. */
+static uint64_t hy_mm_gemm_floats(int64_t k, int32_t n_tok, int nth, size_t *xp, size_t *wp)
+{
+    uint64_t need;
+
+    *xp = (hy_gemm_a5_xpack_floats(k, n_tok) + 15) & ~(size_t)15;
+    *wp = (hy_gemm_a5_wpack_floats(k) + 15) & ~(size_t)15;
+    if (hy_mul_overflow_u64(*wp, (uint64_t)nth, &need) || hy_add_overflow_u64(need, *xp, &need))
+        return 0;
+    return need;
+}
+
 static void hy_mm_gemm_pack_worker(void *arg, int ith, int nth)
 {
     hy_mm_gemm_job_t *j = arg;
@@ -240,13 +254,8 @@ static bool hy_mm_gemm(hy_cpu_t *cpu, const hy_weight_t *w, const float *x, floa
     j.n_units = j.n_rb * j.n_tb;
     nth = (int)HY_MIN((int64_t)nth, j.n_units);
 
-    /* one scratch: packed activations, then each thread's weight panel
-     * (both multiples of 16 floats, so every part stays 64-byte aligned) */
-    xp_floats = (hy_gemm_a5_xpack_floats(j.k, n_tok) + 15) & ~(size_t)15;
-    j.wp_floats = (hy_gemm_a5_wpack_floats(j.k) + 15) & ~(size_t)15;
-    if (hy_mul_overflow_u64(j.wp_floats, (uint64_t)nth, &need) ||
-        hy_add_overflow_u64(need, xp_floats, &need) ||
-        hy_mul_overflow_u64(need, sizeof(float), &need) || need > SIZE_MAX ||
+    need = hy_mm_gemm_floats(j.k, n_tok, nth, &xp_floats, &j.wp_floats);
+    if (need == 0 || hy_mul_overflow_u64(need, sizeof(float), &need) || need > SIZE_MAX ||
         hy_cpu_scratch(&cpu->act, &cpu->act_size, (size_t)need) != 0)
         return false;
     j.xp = cpu->act;
@@ -266,6 +275,27 @@ static bool hy_mm_gemm(hy_cpu_t *cpu, const hy_weight_t *w, const float *x, floa
     return false;
 }
 #endif
+
+/* Bytes of an activation row converted to the vec_dot partner of traits
+ * tr (0: F32 partners read x as it is). */
+static size_t hy_mm_act_row(const hy_quant_traits_t *tr, int64_t ne0)
+{
+    return tr->vec_dot_type == HY_DTYPE_F32 ? 0 : hy_dtype_row_bytes(tr->vec_dot_type, ne0);
+}
+
+uint64_t hy_cpu_matmul_act_bytes(const hy_cpu_t *cpu, const hy_weight_t *w, int32_t n_tok)
+{
+    const hy_quant_traits_t *tr = hy_quant_traits(w->type);
+
+    if (hy_mm_gemm_wanted(w)) {
+#if HY_BUILD_AVX512
+        size_t xp, wp;
+
+        return hy_mm_gemm_floats(w->ne[0], n_tok, cpu->n_threads, &xp, &wp) * sizeof(float);
+#endif
+    }
+    return tr == NULL ? 0 : (uint64_t)hy_mm_act_row(tr, w->ne[0]) * (uint64_t)n_tok;
+}
 
 void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float *y,
                    int32_t n_tok)
@@ -302,11 +332,11 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
     j.n_tok = n_tok;
 
     /* activations in vec_dot_type: F32 partners use x as it is */
-    if (j.tr->vec_dot_type == HY_DTYPE_F32) {
+    if (hy_mm_act_row(j.tr, j.ne0) == 0) {
         j.act = (const uint8_t *)x;
         j.act_row = (size_t)j.ne0 * sizeof(float);
     } else {
-        j.act_row = hy_dtype_row_bytes(j.tr->vec_dot_type, j.ne0);
+        j.act_row = hy_mm_act_row(j.tr, j.ne0);
         if (hy_cpu_scratch(&cpu->act, &cpu->act_size, j.act_row * (size_t)n_tok) != 0) {
             hy_cpu_fail(cpu, HY_ENOMEM, "matmul %s: out of memory for %d activation rows",
                         w->name ? w->name : "?", n_tok);

@@ -95,6 +95,17 @@ static bool hy_moe_check(hy_cpu_t *cpu, const hy_moe_t *m, int32_t n_embd)
     return true;
 }
 
+size_t hy_cpu_moe_scratch_bytes(const hy_moe_t *m, int32_t n_tok, int32_t n_embd)
+{
+    size_t E = (size_t)m->n_expert, nk = (size_t)n_tok * (size_t)m->n_expert_used, need;
+
+    /* one block: logits | wsel | we | sel | cnt | start | tok | xe | ge | ue | de */
+    need = ((size_t)n_tok * E + 2 * nk) * sizeof(float) + (nk + 2 * E + 2 + nk) *
+           sizeof(int32_t) + 64;
+    need = (need + 63) / 64 * 64;
+    return need + ((size_t)n_tok * n_embd * 2 + (size_t)n_tok * m->n_ff_exp * 2) * sizeof(float);
+}
+
 void hy_cpu_moe(hy_backend_t *be, const hy_moe_t *m, const float *x, float *y,
                 int32_t n_tok, int32_t n_embd)
 {
@@ -119,12 +130,8 @@ void hy_cpu_moe(hy_backend_t *be, const hy_moe_t *m, const float *x, float *y,
             return;
     }
 
-    /* one scratch block: logits | wsel | we | sel | cnt | start | tok | xe | ge | ue | de */
     nk = (size_t)n_tok * (size_t)K;
-    need = ((size_t)n_tok * E + 2 * nk) * sizeof(float) + (nk + 2 * (size_t)E + 2 + nk) *
-           sizeof(int32_t) + 64;
-    need = (need + 63) / 64 * 64;
-    need += ((size_t)n_tok * n_embd * 2 + (size_t)n_tok * F * 2) * sizeof(float);
+    need = hy_cpu_moe_scratch_bytes(m, n_tok, n_embd);
     if (hy_cpu_scratch(&cpu->moe_buf, &cpu->moe_buf_size, need) != 0) {
         hy_cpu_fail(cpu, HY_ENOMEM, "moe: cannot allocate %zu bytes of scratch", need);
         goto out;

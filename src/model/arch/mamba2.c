@@ -78,8 +78,8 @@ int hy_mamba2_load_layer(hy_model_t *m, hy_layer_t *L, int il, const hy_mamba2_d
     L->rec_index = m->n_rec_layers++;
     L->conv_floats = (int64_t)(d->d_conv - 1) * d->conv_ch;
     /* the state and the canonical block's rows (docs/determinism.md) */
-    L->rec_floats = hy_ssd_state_floats(&(hy_ssd_params_t){d->n_head, d->head_dim, d->n_group,
-                                                           d->d_state, HY_MAMBA2_CHUNK});
+    L->ssd = (hy_ssd_params_t){d->n_head, d->head_dim, d->n_group, d->d_state, HY_MAMBA2_CHUNK};
+    L->rec_floats = hy_ssd_state_floats(&L->ssd);
     return HY_OK;
 }
 

@@ -219,9 +219,9 @@ static int hy_qwen_load_gdn(hy_model_t *m, hy_layer_t *L, int32_t il, const hy_q
     L->rec_index = m->n_rec_layers++;
     L->conv_floats = (int64_t)(h->d_conv - 1) * h->conv_dim;
     /* the state and the canonical block's rows (docs/determinism.md) */
-    L->rec_floats = hy_gdn_state_floats(&(hy_gdn_params_t){(int32_t)h->Hk, (int32_t)Hv,
-                                                           (int32_t)h->d_state, (int32_t)h->d_state,
-                                                           var->v_tiled, HY_QWEN_GDN_CHUNK});
+    L->gdn = (hy_gdn_params_t){(int32_t)h->Hk, (int32_t)Hv, (int32_t)h->d_state,
+                               (int32_t)h->d_state, var->v_tiled, HY_QWEN_GDN_CHUNK};
+    L->rec_floats = hy_gdn_state_floats(&L->gdn);
     if ((rc = hy_model_layer_tensors(m, L, il, in, HY_ARRAY_LEN(in), err)) != HY_OK ||
         (rc = var->split_ba ? hy_model_layer_tensors(m, L, il, ba_split, 2, err)
                             : hy_model_layer_tensors(m, L, il, ba_fused, 1, err)) != HY_OK ||
