@@ -1,16 +1,18 @@
 /*
  * bench_select.c - times block-sparse attention's choice of blocks
- * (hy_sparse_select) alone: one query group of 4 heads scoring every block
+ * (hy_sparse_select) alone: one query group of heads (4 by default: each
+ * head's softmax over the blocks; 1: the raw score) scoring every block
  * key of a sequence and keeping the top-k, as a decode token does per full
  * layer and KV head.  Keys and queries are deterministic pseudo-random
  * values (no block stands out: the most keeping work); thread CPU time,
  * the best of 5 rounds of reps choices (the build machine is shared).
  * Built by `make check`, not run by it:
- *   tests/unit/bench_select [blocks=16384] [head_dim=8] [topk=64] [reps=2000]
+ *   tests/unit/bench_select [blocks=16384] [head_dim=8] [topk=64] [reps=2000] [heads=4]
  */
 #include "backend/cpu/sparse_attn.h"
 #include "bench.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -37,11 +39,12 @@ int main(int argc, char **argv)
 {
     int nb = arg(argc, argv, 1, 16384, 16), hd = arg(argc, argv, 2, 8, 1);
     int k = arg(argc, argv, 3, 64, 1), reps = arg(argc, argv, 4, 2000, 1);
+    int heads = arg(argc, argv, 5, 4, 1);
     float *keys = malloc(sizeof(float) * (size_t)nb * (size_t)hd);
-    float *q = malloc(sizeof(float) * 4 * (size_t)hd);
-    float *scr = malloc(sizeof(float) * 2 * (size_t)nb);
+    float *q = malloc(sizeof(float) * (size_t)heads * (size_t)hd);
+    float *scr = malloc(sizeof(float) * hy_sparse_select_floats(heads, nb));
     int32_t *out = malloc(sizeof(int32_t) * ((size_t)nb + 1));
-    hy_sparse_params_t sp = {4, k, 1, 4};
+    hy_sparse_params_t sp = {4, k, 1, 4, 1.0f / sqrtf((float)hd), 0};
     uint32_t s = 1;
     double best = 1e30;
     long check = 0;
@@ -59,17 +62,17 @@ int main(int argc, char **argv)
         for (int i = 0; i < reps; i++) {
             int32_t n;
 
-            for (int j = 0; j < 4 * hd; j++)
+            for (int j = 0; j < heads * hd; j++)
                 q[j] = (float)(next(&s) & 0xffff) / 65536.0f - 0.5f;
-            n = hy_sparse_select(q, hd, 4, hd, keys, (size_t)hd, nb, &sp, out, scr);
+            n = hy_sparse_select(q, hd, heads, hd, keys, (size_t)hd, nb, &sp, out, scr);
             check += out[n / 2];
         }
         t = (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / reps;
         best = t < best ? t : best;
     }
     /* the check sum: the same choices give the same number on any build */
-    printf("blocks %d head dim %d top-%d: %.2f us per choice (check %ld)\n", nb, hd, k,
-           best * 1e6, check);
+    printf("blocks %d head dim %d top-%d heads %d: %.2f us per choice (check %ld)\n", nb, hd,
+           k, heads, best * 1e6, check);
     free(keys);
     free(q);
     free(scr);

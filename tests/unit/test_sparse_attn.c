@@ -181,22 +181,55 @@ static float *keys(kv_t *c, const hy_attn_flash_t *f, int32_t cur, const char *n
     return bk;
 }
 
+/* The documented score in double: one head's q . key; several heads'
+ * log sum_h p_h(b), p_h the softmax over blocks b0..b1-1 of head h's
+ * logits scale * q_h . key (a NaN key counts as -inf). */
+static void ref_group(const float *q, int32_t heads, int32_t hd, double scale, const float *keys,
+                      size_t stride, int32_t b0, int32_t b1, double *out)
+{
+    static double lg[8][8192];
+    double mx[8], lz[8];
+
+    for (int32_t h = 0; h < heads; h++) {
+        mx[h] = -INFINITY;
+        for (int32_t b = b0; b < b1; b++) {
+            double d = 0;
+
+            for (int32_t i = 0; i < hd; i++)
+                d += (double)q[h * hd + i] * keys[(size_t)b * stride + i];
+            lg[h][b] = isnan(d) ? -INFINITY : (heads > 1 ? scale : 1.0) * d;
+            mx[h] = fmax(mx[h], lg[h][b]);
+        }
+        lz[h] = 0;
+        for (int32_t b = b0; b < b1; b++)
+            lz[h] += exp(lg[h][b] - mx[h]);
+        lz[h] = mx[h] + log(lz[h]);
+    }
+    for (int32_t b = b0; b < b1; b++) {
+        double s = 0;
+
+        if (heads == 1) {
+            out[b] = lg[0][b];
+            continue;
+        }
+        for (int32_t h = 0; h < heads; h++)
+            s += exp(lg[h][b] - lz[h]);
+        out[b] = s > 0 ? log(s) : -INFINITY;
+    }
+}
+
 static void t_select(kv_t *c, const float *bk, int32_t cur, const char *name)
 {
-    hy_sparse_params_t sp = {BP, 3, 1, 2};
+    hy_sparse_params_t sp = {BP, 3, 1, 2, 0.125f, 0};
     int32_t sel[T], n, best[3] = {-1, -1, -1};
-    float scr[2 * T], score[T];
+    static float scr[(GRP + 3) * (T + 4)];
+    static double score[T];
     bool asc = true, has = true;
 
     n = hy_sparse_select(c->q, HD, GRP, HD, bk, HD, cur, &sp, sel, scr);
-    /* the top 3 of blocks 1 .. cur-3 by the summed scores, brute force */
+    /* the top 3 of blocks 1 .. cur-3 by the group's score, brute force */
+    ref_group(c->q, GRP, HD, 0.125, bk, HD, 1, cur - 2, score);
     for (int32_t b = 1; b < cur - 2; b++) {
-        double s = 0;
-
-        for (int h = 0; h < GRP; h++)
-            for (int i = 0; i < HD; i++)
-                s += (double)c->q[h * HD + i] * bk[(size_t)b * HD + i];
-        score[b] = (float)s;
         for (int k = 0; k < 3; k++) {
             if (best[k] < 0 || score[b] > score[best[k]]) {
                 for (int j = 2; j > k; j--)
@@ -224,10 +257,59 @@ static void t_select(kv_t *c, const float *bk, int32_t cur, const char *name)
     n = hy_sparse_select(c->q, HD, GRP, HD, bk, HD, cur, &sp, sel, scr);
     HY_T_OK(n == cur && sel[0] == 0 && sel[cur - 1] == cur - 1,
             "%s: a top-k past the block count takes every block once (%d)", name, n);
-    sp = (hy_sparse_params_t){BP, 0, 0, 0};
+    sp = (hy_sparse_params_t){BP, 0, 0, 0, 0.125f, 0};
     HY_T_OK(hy_sparse_select(c->q, HD, GRP, HD, bk, HD, cur, &sp, sel, scr) == 0 &&
                 hy_sparse_select(c->q, HD, GRP, HD, bk, HD, 0, &sp, sel, scr) == 0,
             "%s: nothing asked, nothing chosen (only the token's own block is read)", name);
+}
+
+/* The group's log sum exp: no overflow for large logits, no underflow to
+ * -inf for small ones, -inf only when every term is, the stride obeyed. */
+static void t_lse(void)
+{
+    const float big[2] = {1000.0f, 1000.0f}, apart[2] = {-1000.0f, 0.0f};
+    const float none[3] = {-INFINITY, -INFINITY, -INFINITY};
+    const float strided[6] = {0.0f, 99.0f, 1.0f, 99.0f, 2.0f, 99.0f};
+    double want = log(exp(0.0) + exp(1.0) + exp(2.0));
+    float a = hy_sparse_logsumexp(big, 1, 2), b = hy_sparse_logsumexp(apart, 1, 2);
+    float c = hy_sparse_logsumexp(none, 1, 3), d = hy_sparse_logsumexp(strided, 2, 3);
+    float e = hy_sparse_logsumexp(apart, 1, 1);
+
+    HY_T_OK(fabs(a - (1000.0 + log(2.0))) < 1e-3 && fabs(b) < 1e-6 && c == -INFINITY &&
+                fabs(d - want) < 1e-6 && e == -1000.0f,
+            "log sum exp: 1000 twice %.6g, -1000 and 0 %.3g, all -inf %g, every other of "
+            "0..2 %.7g (%.7g), one term %g", a, b, c, d, want, e);
+}
+
+/* Why several heads each get their softmax: a block head 0 wants
+ * (q0 . key 10) and head 1 shuns (-10) sums to 0 with the queries added
+ * first, below blocks both find mildly good (0.1 each): the summed query
+ * (the rule of one head) leaves it out, the group's rule takes it. */
+static void t_select_heads(void)
+{
+    enum { NB = 40, D = 8, WANT = 20 };
+    static float keys[NB][D], scr[(2 + 3) * (NB + 4)];
+    float q[2 * D] = {0}, qs[D];
+    int32_t sel[NB], n1, n2;
+    hy_sparse_params_t sp = {BP, 1, 1, 1, 1.0f / sqrtf((float)D), 0};
+
+    q[0] = 10.0f;
+    q[1] = 1.0f;
+    q[D] = -10.0f;
+    q[D + 1] = 1.0f;
+    for (int32_t i = 0; i < D; i++)
+        qs[i] = q[i] + q[D + i];
+    for (int32_t b = 0; b < NB; b++)
+        keys[b][1] = 0.1f + 0.001f * (float)b;
+    memset(keys[WANT], 0, sizeof keys[WANT]);
+    keys[WANT][0] = 1.0f;
+    n1 = hy_sparse_select(qs, D, 1, D, &keys[0][0], D, NB, &sp, sel, scr);
+    n1 = n1 == 3 ? sel[1] : -1;
+    n2 = hy_sparse_select(q, D, 2, D, &keys[0][0], D, NB, &sp, sel, scr);
+    n2 = n2 == 3 ? sel[1] : -1;
+    HY_T_OK(n2 == WANT && n1 == NB - 2,
+            "two heads: the block one head wants and the other shuns is chosen (block %d; the "
+            "summed query takes block %d)", n2, n1);
 }
 
 /* The choice over many blocks (several of its scoring chunks, head dims
@@ -240,10 +322,11 @@ static void t_select_many(void)
     enum { NB = 1500, MAXD = 13, TOPK = 40 };
     static const int32_t dims[] = {8, 13, 3};
     static float keys[NB][MAXD];
-    static float scr[2 * NB];
+    static float scr[(3 + 3) * (NB + 4)];
     static int32_t sel[NB];
+    static double score[NB];
     float q[3 * MAXD];
-    hy_sparse_params_t sp = {BP, TOPK, 2, 3};
+    hy_sparse_params_t sp = {BP, TOPK, 2, 3, 0.3f, 0};
 
     for (size_t di = 0; di < HY_ARRAY_LEN(dims); di++) {
         int32_t hd = dims[di], n, worst_in = -1, best_out = -1, count = 0;
@@ -261,16 +344,14 @@ static void t_select_many(void)
         }
         keys[333][0] = NAN;
         n = hy_sparse_select(q, hd, 3, hd, &keys[0][0], MAXD, NB, &sp, sel, scr);
+        ref_group(q, 3, hd, 0.3, &keys[0][0], MAXD, sp.sink_blocks, NB - sp.local_blocks, score);
         for (int32_t i = 0; i < n; i++) {
             in[sel[i]] = true;
             asc &= i == 0 || sel[i] > sel[i - 1];
         }
         for (int32_t b = sp.sink_blocks; b < NB - sp.local_blocks; b++) {
-            double d = 0;
+            double d = score[b];
 
-            for (int32_t h = 0; h < 3; h++)
-                for (int32_t i = 0; i < hd; i++)
-                    d += (double)q[h * hd + i] * keys[b][i];
             if (b == 333)
                 continue;
             count += in[b];
@@ -300,9 +381,10 @@ static void t_select_many(void)
     }
 }
 
-/* The documented score of a block: the group's queries summed in head
- * order, then eight running products over i mod 8 (lanes j and j + 4
- * added), finished as ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)) */
+/* The documented q . key of a block (heads queries summed in head order:
+ * one in the choice's rule), as eight running products over i mod 8
+ * (lanes j and j + 4 added), finished as ((s0 + s4) + (s2 + s6)) +
+ * ((s1 + s5) + (s3 + s7)) */
 static float ref_score(const float *q, int32_t heads, int32_t hd, const float *key)
 {
     float qs[64], lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0}, p[4];
@@ -325,6 +407,34 @@ static float ref_score(const float *q, int32_t heads, int32_t hd, const float *k
     return (p[0] + p[2]) + (p[1] + p[3]);
 }
 
+/* The documented score of several heads, in float as the choice computes
+ * it: each head's own ref_score times scale, soft-capped, NaN as -inf,
+ * minus its log sum exp over blocks b0..b1-1; then the log sum exp over
+ * the heads, in head order (hy_sparse_logsumexp's order, its own test
+ * below). */
+static void ref_group_f(const float *q, int32_t heads, int32_t hd, float scale, float softcap,
+                        const float *keys, size_t stride, int32_t b0, int32_t b1, float *out)
+{
+    static float lg[4][8192];
+
+    for (int32_t h = 0; h < heads; h++) {
+        float lz;
+
+        for (int32_t b = b0; b < b1; b++) {
+            float x = ref_score(q + h * hd, 1, hd, keys + (size_t)b * stride) * scale;
+
+            if (softcap > 0)
+                x = softcap * tanhf(x / softcap);
+            lg[h][b] = isnan(x) ? -INFINITY : x;
+        }
+        lz = hy_sparse_logsumexp(lg[h] + b0, 1, b1 - b0);
+        for (int32_t b = b0; b < b1; b++)
+            lg[h][b] = lz == -INFINITY ? -INFINITY : lg[h][b] - lz;
+    }
+    for (int32_t b = b0; b < b1; b++)
+        out[b] = hy_sparse_logsumexp(&lg[0][b], 8192, heads);
+}
+
 static const float *g_sc;
 
 static int by_rule(const void *a, const void *b)
@@ -345,7 +455,7 @@ static void t_select_rule(void)
 {
     enum { NB = 6000, MAXD = 64 };
     static float keys[NB][MAXD], sc[NB];
-    static float scr[2 * NB];
+    static float scr[(3 + 3) * (NB + 4)];
     static int32_t order[NB];
     static int32_t sel[NB], want[NB];
     static const int32_t dims[] = {8, 13, 64}, topks[] = {1, 7, 40, 64, 100, 1499, 7000};
@@ -359,7 +469,9 @@ static void t_select_rule(void)
             for (size_t li = 0; li < HY_ARRAY_LEN(lens); li++)
                 for (size_t ki = 0; ki < HY_ARRAY_LEN(topks); ki++) {
                     int32_t hd = dims[di], nb = lens[li], heads = 1 + kind % 3, n, m = 0;
-                    hy_sparse_params_t sp = {BP, topks[ki], 3, 5};
+                    /* a soft-cap with the needles: saturated, they tie */
+                    hy_sparse_params_t sp = {BP, topks[ki], 3, 5, 1.0f / sqrtf((float)hd),
+                                             kind == 3 ? 2.0f : 0.0f};
                     int32_t sink = HY_MIN(3, nb), local = HY_MAX(nb - 5, sink);
                     int32_t k = HY_MIN(topks[ki], local - sink), w = 0;
 
@@ -378,7 +490,10 @@ static void t_select_rule(void)
                         }
                     n = hy_sparse_select(q, hd, heads, hd, &keys[0][0], MAXD, nb, &sp, sel,
                                          scr);
-                                    for (int32_t b = sink; b < local; b++) {
+                    if (heads > 1 && k > 0)
+                        ref_group_f(q, heads, hd, sp.scale, sp.softcap, &keys[0][0], MAXD, sink,
+                                    local, sc);
+                    for (int32_t b = sink; b < local && !(heads > 1 && k > 0); b++) {
                         sc[b] = ref_score(q, heads, hd, keys[b]);
                         sc[b] = isnan(sc[b]) ? -INFINITY : sc[b];
                     }
@@ -472,9 +587,10 @@ static void t_attend(kv_t *c, const float *bk, int32_t cur, kernel_fn kernel, co
                      const char *name)
 {
     static float scratch[1 << 16];
-    hy_sparse_params_t sp = {BP, 3, 1, 2};
+    hy_sparse_params_t sp = {BP, 3, 1, 2, 0.125f, 0};
     int32_t pos = T - 1, sel[T], n, pages[T / PT + 1];
-    float scr[2 * T], dense[GRP * HD];
+    static float scr[(GRP + 3) * (T + 4)];
+    float dense[GRP * HD];
     double o[HD], worst = 0;
     hy_attn_flash_t f = unit(c, &pos);
     int rc;
@@ -546,6 +662,8 @@ int main(void)
         if (i == 0) {
             t_bad(&c, cur);
             t_select_many();
+            t_lse();
+            t_select_heads();
             t_select_rule();
             t_ids();
         }

@@ -476,9 +476,10 @@ static size_t hy_attn_thread_floats(int32_t hd, int32_t hdv, int64_t nq)
 }
 
 /* One thread's sparse scratch for a token at position far, likewise. */
-static size_t hy_attn_sparse_floats(const hy_cpu_t *cpu, int32_t far, bool staged)
+static size_t hy_attn_sparse_floats(const hy_cpu_t *cpu, int32_t far, int32_t group,
+                                    bool staged)
 {
-    return (hy_cpu_sparse_scratch(cpu, far, staged) + 15) & ~(size_t)15;
+    return (hy_cpu_sparse_scratch(cpu, far, group, staged) + 15) & ~(size_t)15;
 }
 
 /* The sparse path's per-thread scratch, for the batch's farthest token
@@ -494,7 +495,7 @@ static int hy_attn_sparse_scratch(hy_cpu_t *cpu, hy_attn_job_t *j)
         staged |= j->b->seqs[s].out != NULL;
     if (far < cpu->kv.sparse.min_tokens)
         return 0;
-    j->sp_floats = hy_attn_sparse_floats(cpu, far, staged);
+    j->sp_floats = hy_attn_sparse_floats(cpu, far, j->group, staged);
     j->sp_scratch = malloc(j->sp_floats * (size_t)cpu->n_threads * sizeof(float));
     if (!j->sp_scratch) {
         hy_cpu_fail(cpu, HY_ENOMEM, "attention: out of memory for sparse scratch");
@@ -744,7 +745,7 @@ int hy_cpu_attn_work_bytes(const hy_cpu_t *cpu, const hy_work_shape_t *w, uint64
         shape.kv = *kv;
         shape.k_row_bytes = krow;
         shape.v_row_bytes = vrow;
-        floats = hy_attn_sparse_floats(&shape, n_ctx - 1, staged) * (uint64_t)nth;
+        floats = hy_attn_sparse_floats(&shape, n_ctx - 1, group, staged) * (uint64_t)nth;
         total += hy_host_alloc_bytes(floats * sizeof(float));
     }
     /* the split states of a few dense decoding sequences sharing keys

@@ -131,7 +131,7 @@ int hy_cpu_attn_set_split(int32_t tokens);
  * after the tiers wrote it back.  tokens: unit f's tokens (all at
  * positions >= min_tokens) of sequence sq through the chosen blocks, the
  * choice made by the query heads gh0..gh0+group-1 of the unit's KV head
- * g; sscr holds hy_cpu_sparse_scratch(cpu, max_pos, staged) floats, staged
+ * g; sscr holds hy_cpu_sparse_scratch(cpu, max_pos, group, staged) floats, staged
  * when any sequence of the batch has out units. */
 float **hy_cpu_sparse_map(const hy_kv_layout_t *lay);
 void hy_cpu_sparse_unmap(float **keys, const hy_kv_layout_t *lay);
@@ -142,7 +142,7 @@ void hy_cpu_sparse_keys_batch(hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b)
 int hy_cpu_sparse_check(const hy_cpu_t *cpu, int32_t layer, const hy_batch_t *b, int32_t s,
                         char *err);
 void hy_cpu_sparse_keys_page(hy_cpu_t *cpu, int32_t group, int32_t page);
-size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos, bool staged);
+size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos, int32_t group, bool staged);
 void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_t *sq,
                           const hy_attn_flash_t *f,
                           int32_t g, int32_t gh0, int32_t group,

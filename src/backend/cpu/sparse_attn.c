@@ -270,6 +270,66 @@ static int32_t sp_keep(const float *cs, int32_t nb, int32_t b0, int32_t k, int32
     return m;
 }
 
+float hy_sparse_logsumexp(const float *x, size_t stride, int32_t n)
+{
+    float mx = -INFINITY, z = 0;
+
+    for (int32_t i = 0; i < n; i++)
+        mx = x[(size_t)i * stride] > mx ? x[(size_t)i * stride] : mx;
+    if (mx == -INFINITY)
+        return -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        z += expf(x[(size_t)i * stride] - mx);
+    return mx + logf(z);
+}
+
+/* A group of several query heads: block b's score is the log of the sum
+ * over the heads of the probability each head's own softmax over the
+ * blocks (the model's attention logits: scale and soft-cap) gives b - the
+ * InfLLM-v2 rule.  Summing the queries first (the one-head path) lets the
+ * heads' directions cancel: a block that one head wants and the others
+ * ignore is lost, which is how a pass key at 32K went missing
+ * (docs/sparse.md).  In log form so that blocks far below every head's
+ * best keep their order instead of all underflowing to 0.  raw holds
+ * n_heads rows of np floats, out np floats (the spare lanes -inf). */
+static void sp_group_scores(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
+                            const hy_sparse_params_t *sp, const float *keys, size_t key_stride,
+                            int32_t nb, float *raw, float *out)
+{
+    int32_t np = (nb + 3) & ~3;
+    float tail[4 * HY_ATTN_MAX_HEAD_DIM];
+
+    for (int32_t h = 0; h < n_heads; h++) {
+        const float *qh = q + (size_t)h * (size_t)q_stride;
+        float *s = raw + (size_t)h * (size_t)np, lz;
+
+        for (int32_t b0 = 0; b0 < nb; b0 += SP_CHUNK)
+            sp_chunk_scores(qh, keys + (size_t)b0 * key_stride, key_stride,
+                            HY_MIN(SP_CHUNK, nb - b0), hd, tail, s + b0);
+        for (int32_t b = 0; b < np; b++) {
+            float x = s[b] * sp->scale;
+
+            if (sp->softcap > 0)
+                x = sp->softcap * tanhf(x / sp->softcap);
+            s[b] = b < nb && !isnan(x) ? x : -INFINITY;
+        }
+        lz = hy_sparse_logsumexp(s, 1, nb);
+        for (int32_t b = 0; b < np; b++)
+            s[b] = lz == -INFINITY ? -INFINITY : s[b] - lz;
+    }
+    for (int32_t b = 0; b < np; b++)
+        out[b] = hy_sparse_logsumexp(raw + b, (size_t)np, n_heads);
+}
+
+size_t hy_sparse_select_floats(int32_t n_heads, int32_t cur)
+{
+    size_t c = (size_t)HY_MAX(cur, 0) + 4;
+
+    /* kept scores, every block's score, each chunk's best twice; with
+     * several heads also their own scores */
+    return n_heads > 1 ? (size_t)(n_heads + 3) * c : 2 * c;
+}
+
 int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
                          const float *block_keys, size_t key_stride, int32_t cur,
                          const hy_sparse_params_t *sp, int32_t *out, float *scratch)
@@ -281,13 +341,21 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
     int32_t *top = out + sink;
     float qs[HY_ATTN_MAX_HEAD_DIM], tail[4 * HY_ATTN_MAX_HEAD_DIM], cs[SP_CHUNK + 4];
     float floor = -INFINITY;
-    /* with the floor: every block's score after the k kept, then each
-     * chunk's best and a copy (k + nb + 2 n_chunks <= 2 cur) */
-    float *all = scratch + k, *cmax = all + (local - sink), *cbest = cmax + n_chunks;
-    bool pre = false;
+    /* several heads score every block first (sp_group_scores), one head
+     * as it goes; so with the floor or with several heads: every block's
+     * score after the k kept (padded to 4 with several heads), then each
+     * chunk's best and a copy, then the heads' own scores
+     * (hy_sparse_select_floats) */
+    bool group = n_heads > 1 && k > 0, pre = false;
+    int32_t np = group ? ((local - sink) + 3) & ~3 : local - sink;
+    float *all = scratch + k, *cmax = all + np, *cbest = cmax + n_chunks;
 
-    /* sum_h q_h . key = (sum_h q_h) . key: one dot per block, not one per head */
-    for (int32_t i = 0; i < hd; i++) {
+    if (group)
+        sp_group_scores(q, q_stride, n_heads, hd, sp, block_keys + (size_t)sink * key_stride,
+                        key_stride, local - sink, cbest + n_chunks, all);
+    /* one head (or nothing to choose): q . key itself, its softmax over
+     * the blocks being monotone in it - the same choice, no exponentials */
+    for (int32_t i = 0; i < hd && !group; i++) {
         float s = 0;
 
         for (int32_t h = 0; h < n_heads; h++)
@@ -308,6 +376,10 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
         for (int32_t c = 0; c < n_chunks; c++) {
             int32_t b0 = sink + c * SP_CHUNK, nb = HY_MIN(SP_CHUNK, local - b0);
 
+            if (group) {
+                cmax[c] = sp_max(all + (size_t)c * SP_CHUNK, (nb + 3) & ~3);
+                continue;
+            }
             sp_chunk_scores(qs, block_keys + (size_t)b0 * key_stride, key_stride, nb, hd, tail,
                             cs);
             for (int32_t j = nb; j < ((nb + 3) & ~3); j++)
@@ -329,6 +401,8 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
                 continue;
             /* (its last chunk's spare lanes hold the maxima: sp_keep's
              * vector test may look at them, its loop does not) */
+            sc = all + (size_t)c * SP_CHUNK;
+        } else if (group) {
             sc = all + (size_t)c * SP_CHUNK;
         } else {
             sp_chunk_scores(qs, block_keys + (size_t)b0 * key_stride, key_stride, nb, hd, tail,
@@ -641,16 +715,16 @@ static size_t sp_stage_floats(const hy_cpu_t *cpu)
     return ((bytes + sizeof(float) - 1) / sizeof(float) + 15) & ~(size_t)15;
 }
 
-size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos, bool staged)
+size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos, int32_t group, bool staged)
 {
     size_t bp = (size_t)HY_MAX(cpu->kv.sparse.block_pages, 1);
     size_t cur = (size_t)max_pos / (bp * (size_t)cpu->kv.page_tokens) + 1;
 
     /* the staging area first (aligned), then block keys averaged here (a
-     * sequence without its own), the choice's scratch (2 per block), chosen
-     * blocks, the compacted page list */
-    return (staged ? sp_stage_floats(cpu) : 0) + cur * ((size_t)cpu->kv.head_dim_k + 3) +
-           (cur + 1) * bp;
+     * sequence without its own), the choice's scratch, chosen blocks, the
+     * compacted page list */
+    return (staged ? sp_stage_floats(cpu) : 0) + cur * ((size_t)cpu->kv.head_dim_k + 1) +
+           hy_sparse_select_floats(group, (int32_t)cur) + (cur + 1) * bp;
 }
 
 /* One token whose compacted list (np pages in pages) holds pages that are
@@ -710,13 +784,15 @@ void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq
                           float *scr, float *sscr)
 {
     const hy_kv_sparse_t *c = &cpu->kv.sparse;
-    hy_sparse_params_t sp = {c->block_pages, c->topk, c->sink_blocks, c->local_blocks};
+    hy_sparse_params_t sp = {c->block_pages, c->topk, c->sink_blocks,
+                             c->local_blocks, f->scale, f->softcap};
     int32_t hd = f->hd, bp = c->block_pages, bt = bp * f->page_tokens;
     /* the unit's last token sees the most blocks */
     int32_t ncur = f->pos[f->t1 - 1] / bt;
     uint8_t *stage = sq->out ? (uint8_t *)(void *)sscr : NULL;
     float *bkeys = sscr + (stage ? sp_stage_floats(cpu) : 0), *score = bkeys + (size_t)ncur * hd;
-    int32_t *blocks = (int32_t *)(void *)(score + 2 * (ncur + 1)), *pages = blocks + ncur + 1;
+    int32_t *blocks = (int32_t *)(void *)(score + hy_sparse_select_floats(group, ncur + 1));
+    int32_t *pages = blocks + ncur + 1;
     const float *bk = bkeys;
 
     if (sq->sp_keys) {

@@ -4,7 +4,8 @@
  * compressed key per KV head (the mean of its keys); a block is
  * block_pages consecutive pages of a sequence, its key the mean of its
  * pages' keys; a decoding token's query group (the query heads of one KV
- * head) scores every full block before its own by q . key, reads the top-k
+ * head) scores every full block before its own (q . key for one head;
+ * with several, each head's softmax over the blocks, summed), reads the top-k
  * of them plus the sink blocks (the sequence's first) and the local blocks
  * (the ones just before its own), and attends exactly over those and its
  * own block: the kernels of attn_flash.h run on a compacted page list in
@@ -30,6 +31,8 @@ typedef struct {
     int32_t topk;         /* blocks chosen by score, >= 0 */
     int32_t sink_blocks;  /* the sequence's first blocks, always read */
     int32_t local_blocks; /* the blocks just before the token's own, always read */
+    float scale, softcap; /* the layer's attention logits: scale * q . k, then softcap *
+                           * tanh(x / softcap) when softcap > 0 (a group's heads' softmax) */
 } hy_sparse_params_t;
 
 /* The compressed key of one KV head of a full page: the mean of its
@@ -49,12 +52,21 @@ void hy_sparse_block_key(const float *page_keys, size_t stride, const int32_t *p
 
 /* The blocks one query group reads for a token in block cur (0-based, in
  * blocks of sp->block_pages pages): the sink blocks, the local blocks and
- * the top-k other full blocks before cur, scored by the sum over the
- * group's n_heads queries (q + h * q_stride) of q . key (block b's key:
- * block_keys + b * key_stride, hd floats),
- * computed as (sum of the queries) . key in one fixed order (the same bits
- * for a token whatever else runs); ties go to the earlier block.  Returns
- * how many (each block once) in out, ascending; scratch holds 2 cur floats. */
+ * the top-k other full blocks before cur (block b's key: block_keys + b *
+ * key_stride, hd floats), scored by the group's n_heads queries (q + h *
+ * q_stride).  One head: q . key.  Several: log sum_h p_h(b), p_h the
+ * softmax over the candidate blocks of head h's logits (sp->scale,
+ * sp->softcap) - each head's preference counts, whatever the others'
+ * (InfLLM-v2's rule; summing the queries first let them cancel).  In one
+ * fixed order: the same bits for a token whatever else runs; a NaN counts
+ * as -inf, ties go to the earlier block.  Returns how many (each block
+ * once) in out, ascending; scratch holds hy_sparse_select_floats(n_heads,
+ * cur) floats. */
+size_t hy_sparse_select_floats(int32_t n_heads, int32_t cur);
+/* log(sum_i exp(x[i * stride])) over i < n in the choice's order: the
+ * largest first, then the sum of exp(x - it) in index order; -inf when
+ * none is above -inf (a head's normalizer and the group's sum). */
+float hy_sparse_logsumexp(const float *x, size_t stride, int32_t n);
 int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
                          const float *block_keys, size_t key_stride, int32_t cur,
                          const hy_sparse_params_t *sp, int32_t *out, float *scratch);
