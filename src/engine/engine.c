@@ -117,9 +117,9 @@ int hy_engine_plan(const hy_model_t *m, hy_backend_t *be, const hy_engine_opts_t
     hy_plan_opts_t po = {hy_engine_n_ctx(m, o), o->max_seqs, o->page_tokens,
                          o->max_batch_tokens,   o->kv_type,  o->swa_full,
                          o->sparse,             o->hot_blocks,
-                         o->out_warm_bytes,     0,
-                         o->max_seqs,           0, /* the runner's logit rows (below) */
-                         0};
+                         o->out_warm_bytes,
+                         /* a step's logit rows: the runner's, one per sequence */
+                         .max_outputs = o->max_seqs};
 
     return hy_plan_make_opts(plan, m, be, &po, err);
 }

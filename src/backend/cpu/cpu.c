@@ -36,13 +36,20 @@ void hy_cpu_fail(hy_cpu_t *cpu, int code, const char *fmt, ...)
     va_end(ap);
 }
 
+/* What hy_cpu_scratch allocates for need bytes: whole 4 KiB pages, so a
+ * buffer grows in steps instead of on every slightly larger request. */
+static uint64_t hy_cpu_scratch_round(uint64_t need)
+{
+    return (need + 4095) / 4096 * 4096;
+}
+
 int hy_cpu_scratch(void **buf, size_t *size, size_t need)
 {
     void *p;
 
     if (need <= *size)
         return 0;
-    need = (need + 4095) / 4096 * 4096;
+    need = (size_t)hy_cpu_scratch_round(need);
     p = aligned_alloc(64, need);
     if (!p)
         return -1;
@@ -604,7 +611,7 @@ static void hy_cpu_mem_allocated(hy_backend_t *be, uint64_t *kv_bytes, uint64_t 
  * replacement is allocated before the old one is freed, so both count. */
 static uint64_t hy_cpu_kept_bytes(uint64_t need)
 {
-    return need == 0 ? 0 : 2 * hy_host_alloc_bytes((need + 4095) / 4096 * 4096);
+    return need == 0 ? 0 : 2 * hy_host_alloc_bytes(hy_cpu_scratch_round(need));
 }
 
 /* What each op allocates at most in a step of shape w.  Kept buffers
