@@ -141,6 +141,14 @@ static void hy_plan_process_case(uint64_t image)
     /* the bound holds, and not by a mile: it is the sum of what can be
      * resident, most of it is (the image's unused library code is the
      * slack) */
+#ifdef __SANITIZE_ADDRESS__
+    /* ASan's shadow memory, redzones and quarantine of freed blocks are
+     * resident too and no part of the program's plan: the release build
+     * (make check) checks the bound */
+    HY_T_OK(rc == HY_OK, "8,192-token sparse prefill + 8 decode steps (%s) # SKIP the peak "
+            "RSS under AddressSanitizer (%.2f MiB) is its own, not the plan's %.2f",
+            rc ? err : "ok", (double)peak / 1048576.0, (double)p.process_total / 1048576.0);
+#else
     HY_T_OK(rc == HY_OK && p.op_work_known && peak > 0 && peak <= p.process_total &&
                 p.process_total < 2 * peak,
             "8,192-token sparse prefill + 8 decode steps: peak RSS %.2f MiB <= plan bound "
@@ -149,6 +157,7 @@ static void hy_plan_process_case(uint64_t image)
             (double)image / 1048576.0, (double)po.model_bytes / 1048576.0,
             (double)(p.kv_total + p.state_total) / 1048576.0, (double)p.work_total / 1048576.0,
             rc ? err : "ok");
+#endif
 out:
     hy_model_free(m);
     if (be != NULL)
