@@ -18,10 +18,15 @@ check 0 "56 tensors of $tiny, header 8352 bytes, 183936 bytes" "the copy is writ
 ok $? "same size, the header (metadata, tokenizer, tensor table) byte for byte"
 ! cmp -s "$tiny" "$tmp/copy.gguf"
 ok $? "the tensor data is not the source's (repeated from each tensor's first 4 KB)"
+# The image and the model as loaded are measured from this process's own
+# mappings (they move by a page between runs), and the bound adds them:
+# everything planned from the file must be the same.
+planned() { grep -v -e '(measured:' -e '^process bound' "$1"; }
 "$hy" plan -m "$tiny" --context 4096 >"$tmp/plan.src" 2>&1 &&
     "$hy" plan -m "$tmp/copy.gguf" --context 4096 >"$tmp/plan.copy" 2>&1 &&
-    cmp -s "$tmp/plan.src" "$tmp/plan.copy"
-ok $? "hyserve plans the copy as the source"
+    grep -q '^process bound' "$tmp/plan.copy" &&
+    [ "$(planned "$tmp/plan.src")" = "$(planned "$tmp/plan.copy")" ]
+ok $? "hyserve plans the copy as the source (all but the measured image)"
 check 0 "" "hyserve runs the copy" -- "$hy" run -m "$tmp/copy.gguf" -p "hello" -n 4 --temp 0
 head -c 5000 "$tiny" >"$tmp/short.gguf"
 check 1 "the file ends at 5000" "a truncated file is refused with the offset" -- \
