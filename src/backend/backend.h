@@ -116,6 +116,23 @@ typedef struct hy_out_view {
  * runs).  A failed read or check leaves zeros in dst and tells the store
  * (failed_unit), which fails the step. */
 const uint8_t *hy_out_read(hy_out_view_t *ov, int32_t u, size_t off, uint8_t *dst, size_t n);
+/* One read of hy_out_reads: n bytes of unit u at off (whole runs), read
+ * into dst when the unit is cold; at: where they lie after the call. */
+typedef struct {
+    int32_t unit;
+    size_t off, n;
+    uint8_t *dst;
+    const uint8_t *at;
+} hy_out_req_t;
+/* Bytes between two file reads that hy_out_reads reads and drops rather
+ * than make a second system call: about what a call costs in copying. */
+#define HY_OUT_GAP_MAX 4096
+/* hy_out_read of each of r[0..n), with the same checks and the same
+ * failures per read, but the cold reads that follow one another in r and
+ * in the file (each after the last, at most HY_OUT_GAP_MAX bytes apart)
+ * are one preadv: a token's chosen block is consecutive units, read in
+ * one call instead of two per page. */
+void hy_out_reads(hy_out_view_t *ov, hy_out_req_t *r, int32_t n);
 /* Whether the n bytes at p (whole runs of run_bytes) have the CRC-32Cs
  * crc[0 ..): what the op and the store's I/O thread check a read with. */
 bool hy_out_runs_match(const uint32_t *crc, const uint8_t *p, size_t n, uint64_t run_bytes);

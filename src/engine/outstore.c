@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -276,51 +277,79 @@ void hy_outstore_put(hy_outstore_t *s, int32_t u)
     s->free_units[s->n_free_units++] = u;
 }
 
-/* Cold unit u into RAM slot sl, checked run by run against what was
- * written: 0, an errno, -1 for a short read or EBADMSG. */
-static int os_read_unit(const hy_outstore_t *s, int32_t u, int32_t sl)
-{
-    off_t off = (off_t)((uint64_t)u * s->o.unit_bytes);
-    uint8_t *dst = s->ram + (size_t)sl * (size_t)s->o.unit_bytes;
-    const uint32_t *crc = s->crc + (size_t)u * s->runs;
-    ssize_t n = pread(s->fd, dst, (size_t)s->o.unit_bytes, off);
+/* Units the I/O thread reads in one call at most. */
+#define OS_RUN 64
 
-    if (n != (ssize_t)s->o.unit_bytes)
-        return n < 0 ? errno : -1;
-    return hy_out_runs_match(crc, dst, (size_t)s->o.unit_bytes, s->o.run_bytes) ? 0 : EBADMSG;
+/* Cold units u[0..n), each the one before plus one (their bytes follow
+ * one another in the file), into RAM slots sl[0..n) with one preadv, each
+ * checked run by run against what was written: e[k] = 0, an errno, -1
+ * for a short read or EBADMSG.  A step's cold units come in its reading
+ * order, a chosen block's pages one after the other: one call a block
+ * instead of one a page. */
+static void os_read_units(const hy_outstore_t *s, const int32_t *u, const int32_t *sl, int32_t n,
+                          int *e)
+{
+    size_t ub = (size_t)s->o.unit_bytes;
+    struct iovec iov[OS_RUN];
+    ssize_t got;
+
+    for (int32_t k = 0; k < n; k++)
+        iov[k] = (struct iovec){s->ram + (size_t)sl[k] * ub, ub};
+    got = preadv(s->fd, iov, n, (off_t)((uint64_t)u[0] * ub));
+    for (int32_t k = 0; k < n; k++) {
+        if (got < 0)
+            e[k] = errno;
+        else if ((size_t)got < (size_t)(k + 1) * ub)
+            e[k] = -1;
+        else
+            e[k] = hy_out_runs_match(s->crc + (size_t)u[k] * s->runs, iov[k].iov_base, ub,
+                                     s->o.run_bytes)
+                       ? 0
+                       : EBADMSG;
+    }
 }
 
-/* The I/O thread: takes the batch's jobs one by one, reads and checks
- * each unit outside the lock and publishes its slot at once (the op of a
- * running step may read it from there on). */
+/* The I/O thread: takes the batch's jobs a run of consecutive units at a
+ * time, reads and checks them outside the lock and publishes their slots
+ * at once (the op of a running step may read them from there on). */
 static void *os_io_main(void *arg)
 {
     hy_outstore_t *s = arg;
 
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        int32_t i, u, sl;
-        uint64_t t0;
-        int e;
+        int32_t i, j, u[OS_RUN], sl[OS_RUN];
+        int e[OS_RUN];
+        uint64_t t0, ns;
 
         while (!s->stop && s->next_job >= s->n_jobs)
             pthread_cond_wait(&s->cv_job, &s->mu);
         if (s->stop)
             break;
-        i = s->next_job++;
-        u = s->job_unit[i];
-        sl = s->job_slot[i];
+        i = s->next_job;
+        for (j = i; j < s->n_jobs && j - i < OS_RUN; j++) {
+            if (j > i && s->job_unit[j] != s->job_unit[j - 1] + 1)
+                break;
+            u[j - i] = s->job_unit[j];
+            sl[j - i] = s->job_slot[j];
+        }
+        s->next_job = j;
         pthread_mutex_unlock(&s->mu);
         t0 = os_now_ns();
-        e = os_read_unit(s, u, sl);
+        os_read_units(s, u, sl, j - i, e);
+        ns = os_now_ns() - t0;
         pthread_mutex_lock(&s->mu);
-        s->job_err[i] = e;
-        s->job_ns[i] = os_now_ns() - t0;
-        if (e == 0) {
-            __atomic_store_n(&s->slot[u], sl, __ATOMIC_RELEASE);
-            s->job_in[i] = 1;
+        for (int32_t k = i; k < j; k++) {
+            s->job_err[k] = e[k - i];
+            /* the call's time shared: the read time adds up to the thread's */
+            s->job_ns[k] = ns / (uint64_t)(j - i);
+            if (e[k - i] == 0) {
+                __atomic_store_n(&s->slot[u[k - i]], sl[k - i], __ATOMIC_RELEASE);
+                s->job_in[k] = 1;
+            }
         }
-        if (++s->n_done == s->n_jobs)
+        s->n_done += j - i;
+        if (s->n_done == s->n_jobs)
             pthread_cond_broadcast(&s->cv_done);
     }
     pthread_mutex_unlock(&s->mu);

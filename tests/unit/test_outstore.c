@@ -312,6 +312,149 @@ static void t_runs(void)
     hy_outstore_free(&s);
 }
 
+/* Whether request i of r holds bytes [off, off+n) of unit u as written. */
+static bool req_holds(const hy_out_req_t *r, int32_t u)
+{
+    uint8_t want[UB];
+
+    fill(want, u);
+    return r->at && memcmp(r->at, want + r->off, r->n) == 0;
+}
+
+/* hy_out_reads: cold reads next to each other in the list and in the file
+ * are one preadv (the bytes between them read too: disk_read_bytes says
+ * how many), a warm unit or a read out of file order starts a new one,
+ * a changed run fails its own unit only, and a read that is not whole
+ * runs is refused as hy_out_read refuses it */
+static void t_reads(void)
+{
+    hy_outstore_opts_t o = {UB, 24, 2, g_dir, UB / 4};
+    hy_outstore_t s;
+    char err[HY_ERR_LEN] = "";
+    uint8_t *b, buf[8][UB], junk[4];
+    int32_t u[24];
+    bool ok = true;
+    int rc = hy_outstore_init(&s, &o, err);
+
+    if (rc != HY_OK) {
+        HY_T_OK(0, "init (%s)", err);
+        return;
+    }
+    for (int i = 0; i < 24; i++) {
+        ok &= hy_outstore_take(&s, &u[i], &b, err) == HY_OK;
+        fill(b, u[i]);
+    }
+    /* units are handed out in order: unit i is u[i], the first ones cold */
+    for (int i = 0; i < 24; i++)
+        ok &= u[i] == i;
+    ok &= s.slot[0] < 0 && s.slot[1] < 0 && s.slot[2] < 0 && s.slot[20] < 0 &&
+          s.slot[23] >= 0;
+    HY_T_OK(ok, "24 units, the first 22 only in the file");
+    if (!ok) {
+        hy_outstore_free(&s);
+        return;
+    }
+    {
+        /* runs 0 and 2 of unit 0 (a run between), unit 1 whole (run 3 of
+         * unit 0 between): one read of the 512 bytes */
+        hy_out_req_t r[3] = {{0, 0, UB / 4, buf[0], NULL},
+                             {0, UB / 2, UB / 4, buf[1], NULL},
+                             {1, 0, UB, buf[2], NULL}};
+        hy_out_reads(&s.view, r, 3);
+        HY_T_OK(req_holds(&r[0], 0) && req_holds(&r[1], 0) && req_holds(&r[2], 1) &&
+                    r[0].at == buf[0] && s.view.disk_read_bytes == 2 * UB &&
+                    s.view.failed_unit == -1,
+                "three cold reads that follow in the file: one call, the runs between "
+                "them read and dropped (%llu bytes)",
+                (unsigned long long)s.view.disk_read_bytes);
+    }
+    {
+        /* unit 20 is 19 units (4,864 bytes) after unit 0: too far; unit 2
+         * before unit 1: out of order; unit 23 is warm */
+        hy_out_req_t r[4] = {{0, 0, UB, buf[0], NULL}, {20, 0, UB, buf[1], NULL},
+                             {2, 0, UB, buf[2], NULL}, {23, UB / 4, UB / 4, buf[3], NULL}};
+        uint64_t before = s.view.disk_read_bytes;
+
+        hy_out_reads(&s.view, r, 4);
+        HY_T_OK(req_holds(&r[0], 0) && req_holds(&r[1], 20) && req_holds(&r[2], 2) &&
+                    req_holds(&r[3], 23) && r[3].at != buf[3] &&
+                    s.view.disk_read_bytes - before == 3 * UB && s.view.failed_unit == -1,
+                "reads far apart or out of order are read apart; a warm unit is read where "
+                "it lies (%llu bytes)", (unsigned long long)(s.view.disk_read_bytes - before));
+    }
+    rc = hy_outstore_end_step(&s, err);
+    hy_outstore_sync(&s);
+    ok = rc == HY_OK;
+    /* unit 4's second run changes; a merged read of units 3, 4, 5 fails unit
+     * 4 alone */
+    memset(junk, 0x3c, sizeof junk);
+    (void)!pwrite(s.fd, junk, sizeof junk, (off_t)4 * UB + UB / 4 + 3);
+    {
+        hy_out_req_t r[3] = {{3, 0, UB, buf[0], NULL}, {4, 0, UB, buf[1], NULL},
+                             {5, 0, UB, buf[2], NULL}};
+        hy_out_reads(&s.view, r, 3);
+        ok &= req_holds(&r[0], 3) && req_holds(&r[2], 5) && !req_holds(&r[1], 4) &&
+              s.view.failed_unit == 4;
+    }
+    rc = hy_outstore_end_step(&s, err);
+    HY_T_OK(ok && rc == HY_EIO && strstr(err, "checksum mismatch"),
+            "a changed run inside a merged read fails its unit alone, and the step (%s)", err);
+    {
+        hy_out_req_t r[2] = {{6, 0, UB, buf[0], NULL}, {7, 10, UB / 4, buf[1], NULL}};
+        hy_out_reads(&s.view, r, 2);
+        ok = req_holds(&r[0], 6) && s.view.failed_unit == 7;
+    }
+    rc = hy_outstore_end_step(&s, err);
+    HY_T_OK(ok && rc == HY_EIO && strstr(err, "a read across the checked runs"),
+            "a read that is not whole runs is refused, the one before it read (%s)", err);
+    hy_outstore_free(&s);
+}
+
+/* The I/O thread reads a run of consecutive wanted units in one call and
+ * judges each unit apart: the sound ones go up, a changed one and the
+ * ones a short read did not cover stay cold, each logged and counted */
+static void t_io_runs(void)
+{
+    hy_outstore_opts_t o = {UB, 16, 6, g_dir, UB / 4};
+    hy_outstore_t s;
+    hy_outstore_counts_t c;
+    char err[HY_ERR_LEN] = "";
+    uint8_t *b, junk[4];
+    int32_t u;
+    bool ok = true;
+    int rc = hy_outstore_init(&s, &o, err);
+
+    if (rc != HY_OK) {
+        HY_T_OK(0, "init (%s)", err);
+        return;
+    }
+    for (int i = 0; i < 16; i++) {
+        ok &= hy_outstore_take(&s, &u, &b, err) == HY_OK && u == i;
+        fill(b, u);
+    }
+    for (int i = 0; i < 8; i++)
+        ok &= s.slot[i] < 0;
+    /* unit 4 changes; the file ends halfway through unit 5 */
+    memset(junk, 0x5a, sizeof junk);
+    ok &= pwrite(s.fd, junk, sizeof junk, (off_t)4 * UB + 3 * (UB / 4)) == sizeof junk &&
+          ftruncate(s.fd, (off_t)5 * UB + UB / 2) == 0;
+    op_wants(&s, 2);
+    op_wants(&s, 3);
+    op_wants(&s, 4);
+    op_wants(&s, 5);
+    op_wants(&s, 7);
+    rc = hy_outstore_end_step(&s, err);
+    hy_outstore_sync(&s);
+    hy_outstore_counts(&s, &c);
+    HY_T_OK(ok && rc == HY_OK && holds(&s, 2) && holds(&s, 3) && s.slot[4] < 0 &&
+                s.slot[5] < 0 && s.slot[7] < 0 && c.promotions == 2 &&
+                c.promote_failures == 3 && c.pending == 0 && adds_up(&s),
+            "units 2-5 in one read: 2 and 3 up, the changed 4 and the cut 5 cold, and 7 "
+            "past the end cold (%llu up, %llu refused)", (unsigned long long)c.promotions,
+            (unsigned long long)c.promote_failures);
+    hy_outstore_free(&s);
+}
+
 static void t_refused(void)
 {
     hy_outstore_opts_t o = {4096, 1000, 10, g_dir, 0}, nodir = {UB, 8, 3, NULL, 0},
@@ -370,6 +513,8 @@ int main(void)
     t_units();
     t_more_than_slots();
     t_runs();
+    t_reads();
+    t_io_runs();
     t_refused();
     HY_T_OK(rmdir(g_dir) == 0, "nothing left in the directory (the file was unlinked)");
     return hy_t_done();

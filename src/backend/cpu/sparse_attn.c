@@ -727,6 +727,10 @@ size_t hy_cpu_sparse_scratch(const hy_cpu_t *cpu, int32_t max_pos, int32_t group
            hy_sparse_select_floats(group, (int32_t)cur) + (cur + 1) * bp;
 }
 
+/* Out-page reads handed to the reader at once (K and V of 16 pages: a
+ * block of the default 64 tokens four times over). */
+#define SP_READS 32
+
 /* One token whose compacted list (np pages in pages) holds pages that are
  * not hot: the kernel reads KV head g's rows of each listed page where
  * they lie, in the pool or the out store's RAM, and those of a page out
@@ -747,6 +751,12 @@ static int32_t sp_run_at(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_
     hy_attn_flash_t w = *u;
     int32_t bp = HY_MAX(cpu->kv.sparse.block_pages, 1), cold = 0, last = -1;
 
+    /* the out pages' K and V reads, SP_READS at a time, in list order: a
+     * block's pages are consecutive units, which the reader takes in one
+     * call when they are cold */
+    hy_out_req_t rq[SP_READS];
+    int32_t rpage[SP_READS / 2], nrq = 0;
+
     for (int32_t l = 0; l < cpu->kv.n_layers; l++)
         n_full += cpu->sp_keys[l] != NULL;
     for (int32_t i = 0; i < np; i++) {
@@ -757,18 +767,28 @@ static int32_t sp_run_at(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq_
             /* kv_page_read's layout: the group's K pages by layer, then its V pages */
             int32_t unit = HY_PAGE_OUT_REF(pages[i]);
 
-            kat[i] = hy_out_read(sq->out, unit,
-                                 (size_t)rank * cpu->k_page_bytes + (size_t)g * kb,
-                                 ks + (size_t)i * kb, kb);
-            vat[i] = hy_out_read(sq->out, unit,
-                                 (size_t)n_full * cpu->k_page_bytes +
-                                     (size_t)rank * cpu->v_page_bytes + (size_t)g * vb,
-                                 vs + (size_t)i * vb, vb);
-            /* the reader hands back the staging area for what it read */
-            if (kat[i] == ks + (size_t)i * kb && i / bp != last) {
-                last = i / bp;
-                cold++;
+            rpage[nrq / 2] = i;
+            rq[nrq++] = (hy_out_req_t){unit, (size_t)rank * cpu->k_page_bytes + (size_t)g * kb,
+                                       kb, ks + (size_t)i * kb, NULL};
+            rq[nrq++] = (hy_out_req_t){unit,
+                                       (size_t)n_full * cpu->k_page_bytes +
+                                           (size_t)rank * cpu->v_page_bytes + (size_t)g * vb,
+                                       vb, vs + (size_t)i * vb, NULL};
+        }
+        if (nrq == SP_READS || (i == np - 1 && nrq > 0)) {
+            hy_out_reads(sq->out, rq, nrq);
+            for (int32_t m = 0; m < nrq / 2; m++) {
+                int32_t p = rpage[m];
+
+                kat[p] = rq[2 * m].at;
+                vat[p] = rq[2 * m + 1].at;
+                /* the reader hands back the staging area for what it read */
+                if (kat[p] == ks + (size_t)p * kb && p / bp != last) {
+                    last = p / bp;
+                    cold++;
+                }
             }
+            nrq = 0;
         }
     }
     w.k_at = kat;
