@@ -435,6 +435,115 @@ static void ref_group_f(const float *q, int32_t heads, int32_t hd, float scale, 
         out[b] = hy_sparse_logsumexp(&lg[0][b], 8192, heads);
 }
 
+#if defined(__x86_64__) && HY_BUILD_AVX2
+#include "backend/cpu/vexp.h"
+
+__attribute__((target("avx2,fma"))) static void exp8(const float *x, float *y)
+{
+    _mm256_storeu_ps(y, hy_vexp_avx2(_mm256_loadu_ps(x)));
+}
+
+__attribute__((target("avx2,fma"))) static void log8(const float *x, float *y)
+{
+    _mm256_storeu_ps(y, hy_vlog_avx2(_mm256_loadu_ps(x)));
+}
+#endif
+
+static uint32_t lcg(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+/* The choice's exponentials and logs on 8 lanes give the scalar bits, and
+ * so does every step that uses them: a log sum exp and the choice of
+ * several heads are the same at the AVX2 level and the scalar one (random
+ * keys: no block stands out, near ties everywhere) */
+static void t_levels(void)
+{
+#if defined(__x86_64__) && HY_BUILD_AVX2
+    enum { N = 4096, NB = 2000, D = 16 };
+    static float x[N], y[N], keys[NB * D], q[9 * D], scr[(9 + 3) * (NB + 4)];
+    static int32_t sel[2][NB];
+    static const int32_t heads[] = {2, 3, 8, 9}, nbs[] = {37, 300, NB}, ks[] = {16, 64};
+    uint32_t r = 7;
+    int bad_exp = 0, bad_log = 0, bad_lse = 0, bad_sel = 0, runs = 0, bad_grp = 0, grp = 0;
+
+    if (hy_cpu_isa() < HY_ISA_AVX2) {
+        HY_T_OK(1, "the choice at every level # SKIP this CPU lacks AVX2");
+        return;
+    }
+    for (int i = 0; i < N; i++)
+        x[i] = i == 0 ? -INFINITY : -100.0f * (float)(lcg(&r) & 0xffff) / 65536.0f;
+    for (int i = 0; i < N; i += 8)
+        exp8(x + i, y + i);
+    for (int i = 0; i < N; i++) {
+        float e = hy_vexp1(x[i]);
+        bad_exp += memcmp(&e, &y[i], sizeof e) != 0;
+    }
+    /* the sums a log takes: 1 to n, and the edges of its range cut */
+    for (int i = 0; i < N; i++)
+        x[i] = i < 8 ? (float[]){1.0f, 2.0f, 0.70710677f * 2, 0.70710683f * 2, 1.4142135f,
+                                 1.0000001f, 3.0f, 65536.0f}[i]
+                     : 1.0f + 1e5f * (float)(lcg(&r) & 0xffffff) / 16777216.0f;
+    for (int i = 0; i < N; i += 8)
+        log8(x + i, y + i);
+    for (int i = 0; i < N; i++) {
+        float l = hy_vlog1(x[i]);
+        bad_log += memcmp(&l, &y[i], sizeof l) != 0;
+    }
+    for (int n = 1; n <= 41; n++) {
+        float a, b, v[82];
+        for (int i = 0; i < n; i++)
+            v[2 * i] = x[i] = (lcg(&r) & 7) == 0 ? -INFINITY : 20.0f * (float)(lcg(&r) & 0xffff) / 65536.0f;
+        hy_quant_set_isa(HY_ISA_SCALAR);
+        a = hy_sparse_logsumexp(v, 2, n);
+        hy_quant_set_isa(hy_cpu_isa());
+        b = hy_sparse_logsumexp(x, 1, n);
+        bad_lse += memcmp(&a, &b, sizeof a) != 0;
+    }
+    for (int i = 0; i < NB * D; i++)
+        keys[i] = (float)(lcg(&r) & 0xffff) / 65536.0f - 0.5f;
+    for (int i = 0; i < 9 * D; i++)
+        q[i] = (float)(lcg(&r) & 0xffff) / 8192.0f - 4.0f;
+    for (size_t h = 0; h < HY_ARRAY_LEN(heads); h++)
+        for (size_t b = 0; b < HY_ARRAY_LEN(nbs); b++)
+            for (size_t k = 0; k < HY_ARRAY_LEN(ks); k++) {
+                hy_sparse_params_t sp = {BP, ks[k], 1, 2, 0.25f, 0};
+                int32_t n[2];
+
+                for (int l = 0; l < 2; l++) {
+                    hy_quant_set_isa(l ? hy_cpu_isa() : HY_ISA_SCALAR);
+                    n[l] = hy_sparse_select(q, D, heads[h], D, keys, D, nbs[b], &sp, sel[l], scr);
+                }
+                bad_sel += n[0] != n[1] || memcmp(sel[0], sel[1], sizeof(int32_t) * (size_t)n[0]);
+                runs++;
+            }
+    /* the group's scores themselves, bit for bit, at both levels */
+    for (size_t h = 0; h < HY_ARRAY_LEN(heads); h++)
+        for (size_t b = 0; b < HY_ARRAY_LEN(nbs); b++) {
+            hy_sparse_params_t sp = {BP, 64, 1, 2, 0.25f, 0};
+            int32_t np = (nbs[b] + 3) & ~3;
+            float *out = scr + (size_t)heads[h] * (size_t)np;
+
+            hy_quant_set_isa(HY_ISA_SCALAR);
+            hy_sparse_group_scores(q, D, heads[h], D, &sp, keys, D, nbs[b], scr, out);
+            memcpy(y, out, sizeof(float) * (size_t)np);
+            hy_quant_set_isa(hy_cpu_isa());
+            hy_sparse_group_scores(q, D, heads[h], D, &sp, keys, D, nbs[b], scr, out);
+            bad_grp += memcmp(y, out, sizeof(float) * (size_t)np) != 0;
+            grp++;
+        }
+    hy_quant_set_isa(hy_cpu_isa());
+    HY_T_OK(bad_exp == 0 && bad_log == 0 && bad_lse == 0 && bad_sel == 0 && bad_grp == 0,
+            "8 lanes give the scalar bits: exp (%d of %d differ), log (%d of %d), log sum exp "
+            "(%d of 41), the scores of 2-9 heads (%d of %d), their choice (%d of %d)", bad_exp,
+            N, bad_log, N, bad_lse, bad_grp, grp, bad_sel, runs);
+#else
+    HY_T_OK(1, "the choice at every level # SKIP built without AVX2");
+#endif
+}
+
 static const float *g_sc;
 
 static int by_rule(const void *a, const void *b)
@@ -461,7 +570,7 @@ static void t_select_rule(void)
     static const int32_t dims[] = {8, 13, 64}, topks[] = {1, 7, 40, 64, 100, 1499, 7000};
     static const int32_t lens[] = {NB, 4097, 300};
     float q[4 * MAXD];
-    int32_t bad = 0, runs = 0;
+    int32_t bad = 0, runs = 0, bad_scores = 0, scored = 0;
     char what[160] = "";
 
     for (size_t di = 0; di < HY_ARRAY_LEN(dims); di++)
@@ -490,9 +599,18 @@ static void t_select_rule(void)
                         }
                     n = hy_sparse_select(q, hd, heads, hd, &keys[0][0], MAXD, nb, &sp, sel,
                                          scr);
-                    if (heads > 1 && k > 0)
+                    if (heads > 1 && k > 0) {
+                        int32_t nbk = local - sink, np = (nbk + 3) & ~3;
+
                         ref_group_f(q, heads, hd, sp.scale, sp.softcap, &keys[0][0], MAXD, sink,
                                     local, sc);
+                        /* the scores themselves, bit for bit */
+                        hy_sparse_group_scores(q, hd, heads, hd, &sp, &keys[sink][0], MAXD, nbk,
+                                               scr, scr + (size_t)heads * (size_t)np);
+                        bad_scores += memcmp(scr + (size_t)heads * (size_t)np, sc + sink,
+                                             sizeof(float) * (size_t)nbk) != 0;
+                        scored++;
+                    }
                     for (int32_t b = sink; b < local && !(heads > 1 && k > 0); b++) {
                         sc[b] = ref_score(q, heads, hd, keys[b]);
                         sc[b] = isnan(sc[b]) ? -INFINITY : sc[b];
@@ -527,6 +645,8 @@ static void t_select_rule(void)
     HY_T_OK(bad == 0, "the choice equals the rule in %d of %d runs (keys continuous, from "
             "three values, all equal, with NaN and needles; 300-6,000 blocks; top-1 to past "
             "the count)%s%s", runs - bad, runs, bad ? ": first differing " : "", what);
+    HY_T_OK(bad_scores == 0 && scored > 0, "the group's scores are the rule's bit for bit in "
+            "%d of %d runs of 2 and 3 heads", scored - bad_scores, scored);
 }
 
 /* The page-id check every step runs over a long sequence's list: the first
@@ -663,6 +783,7 @@ int main(void)
             t_bad(&c, cur);
             t_select_many();
             t_lse();
+            t_levels();
             t_select_heads();
             t_select_rule();
             t_ids();

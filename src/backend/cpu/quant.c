@@ -926,6 +926,13 @@ int hy_quant_set_isa(hy_isa_t isa)
     return HY_OK;
 }
 
+hy_isa_t hy_quant_isa(void)
+{
+    int level = __atomic_load_n(&hy_quant_level, __ATOMIC_RELAXED);
+
+    return level < 0 ? hy_cpu_isa() : (hy_isa_t)level;
+}
+
 static const hy_quant_kernels_t *hy_quant_kernels(hy_dtype_t t, int q8)
 {
     int level = __atomic_load_n(&hy_quant_level, __ATOMIC_RELAXED);

@@ -35,6 +35,8 @@ const char *hy_isa_name(hy_isa_t isa);
 /* Pin the level used by hy_quant_traits (tests); returns HY_EUNSUPPORTED if
  * the CPU lacks it. */
 int hy_quant_set_isa(hy_isa_t isa);
+/* The level in use: the pinned one, else the CPU's. */
+hy_isa_t hy_quant_isa(void);
 
 /* Kernels for weight type t at the current level; NULL if unsupported. */
 const hy_quant_traits_t *hy_quant_traits(hy_dtype_t t);

@@ -14,6 +14,7 @@
 #include "backend/cpu/sparse_attn.h"
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/quant.h"
+#include "backend/cpu/vexp.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -67,6 +68,11 @@ void hy_sparse_block_key(const float *page_keys, size_t stride, const int32_t *p
 }
 
 typedef float sp_v4_t __attribute__((vector_size(16)));
+
+static inline sp_v4_t sp_splat(float x)
+{
+    return (sp_v4_t){x, x, x, x};
+}
 
 /* blocks scored per pass of the choice */
 #define SP_CHUNK 32
@@ -270,17 +276,85 @@ static int32_t sp_keep(const float *cs, int32_t nb, int32_t b0, int32_t k, int32
     return m;
 }
 
+/* A log sum exp's terms in a fixed order for any width: term i goes into
+ * partial sum i mod 8, in index order, and the partials add as ((p0 + p1)
+ * + (p2 + p3)) + ((p4 + p5) + (p6 + p7)).  The exponentials and the log
+ * are vexp.h's, whose 8-lane forms give the scalar bits: a million-token
+ * choice takes two per block and head, and libm's expf one at a time made
+ * the choice of 4 heads 20x that of one. */
+static inline float sp_tree8(const float p[8])
+{
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+#if defined(__x86_64__) && HY_BUILD_AVX2
+#define SP_AVX2 __attribute__((target("avx2,fma")))
+
+/* p[i mod 8] += e^(x[i] - mx) over the whole groups of 8 of x[0..n);
+ * returns where the rest starts. */
+SP_AVX2 static int32_t sp_lse_terms_avx2(const float *x, int32_t n, float mx, float p[8])
+{
+    __m256 z = _mm256_loadu_ps(p), m = _mm256_set1_ps(mx);
+    int32_t i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        z = _mm256_add_ps(z, hy_vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m)));
+    _mm256_storeu_ps(p, z);
+    return i;
+}
+
+/* hy_sparse_logsumexp(raw + b + j, np, n_heads) for the 8 blocks b + j,
+ * lane by lane in its order (max, terms into partial h mod 8, the tree,
+ * the log): the same bits. */
+SP_AVX2 static void sp_group_lse8_avx2(const float *raw, int32_t np, int32_t n_heads, int32_t b,
+                                       float *out)
+{
+    __m256 mx = _mm256_set1_ps(-INFINITY), z[8], s;
+
+    for (int32_t h = 0; h < n_heads; h++) /* max(v, mx): v > mx ? v : mx */
+        mx = _mm256_max_ps(_mm256_loadu_ps(raw + (size_t)h * (size_t)np + b), mx);
+    for (int32_t j = 0; j < 8; j++)
+        z[j] = _mm256_setzero_ps();
+    for (int32_t h = 0; h < n_heads; h++)
+        z[h & 7] = _mm256_add_ps(
+            z[h & 7],
+            hy_vexp_avx2(_mm256_sub_ps(_mm256_loadu_ps(raw + (size_t)h * (size_t)np + b), mx)));
+    s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(z[0], z[1]), _mm256_add_ps(z[2], z[3])),
+                      _mm256_add_ps(_mm256_add_ps(z[4], z[5]), _mm256_add_ps(z[6], z[7])));
+    s = _mm256_add_ps(mx, hy_vlog_avx2(s));
+    /* no head saw the block: -inf, as hy_sparse_logsumexp returns */
+    s = _mm256_blendv_ps(s, mx, _mm256_cmp_ps(mx, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
+    _mm256_storeu_ps(out + b, s);
+}
+
+/* The kernels' level (tests pin the scalar one to compare the two). */
+static bool sp_avx2(void)
+{
+    return hy_quant_isa() >= HY_ISA_AVX2;
+}
+#else
+static bool sp_avx2(void)
+{
+    return false;
+}
+#endif
+
 float hy_sparse_logsumexp(const float *x, size_t stride, int32_t n)
 {
-    float mx = -INFINITY, z = 0;
+    float mx = -INFINITY, p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int32_t i = 0;
 
-    for (int32_t i = 0; i < n; i++)
-        mx = x[(size_t)i * stride] > mx ? x[(size_t)i * stride] : mx;
+    for (int32_t k = 0; k < n; k++)
+        mx = x[(size_t)k * stride] > mx ? x[(size_t)k * stride] : mx;
     if (mx == -INFINITY)
         return -INFINITY;
-    for (int32_t i = 0; i < n; i++)
-        z += expf(x[(size_t)i * stride] - mx);
-    return mx + logf(z);
+#if defined(__x86_64__) && HY_BUILD_AVX2
+    if (stride == 1 && sp_avx2())
+        i = sp_lse_terms_avx2(x, n, mx, p);
+#endif
+    for (; i < n; i++)
+        p[i & 7] += hy_vexp1(x[(size_t)i * stride] - mx);
+    return mx + hy_vlog1(sp_tree8(p));
 }
 
 /* A group of several query heads: block b's score is the log of the sum
@@ -291,8 +365,10 @@ float hy_sparse_logsumexp(const float *x, size_t stride, int32_t n)
  * ignore is lost, which is how a pass key at 32K went missing
  * (docs/sparse.md).  In log form so that blocks far below every head's
  * best keep their order instead of all underflowing to 0.  raw holds
- * n_heads rows of np floats, out np floats (the spare lanes -inf). */
-static void sp_group_scores(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
+ * n_heads rows of np floats, out np floats (the spare lanes -inf).  The
+ * last step is hy_sparse_logsumexp(raw + b, np, n_heads), eight blocks at
+ * a time where the CPU has AVX2 (the same bits). */
+void hy_sparse_group_scores(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
                             const hy_sparse_params_t *sp, const float *keys, size_t key_stride,
                             int32_t nb, float *raw, float *out)
 {
@@ -306,18 +382,36 @@ static void sp_group_scores(const float *q, int32_t q_stride, int32_t n_heads, i
         for (int32_t b0 = 0; b0 < nb; b0 += SP_CHUNK)
             sp_chunk_scores(qh, keys + (size_t)b0 * key_stride, key_stride,
                             HY_MIN(SP_CHUNK, nb - b0), hd, tail, s + b0);
-        for (int32_t b = 0; b < np; b++) {
-            float x = s[b] * sp->scale;
+        for (int32_t b = 0; b < np; b += 4) {
+            sp_v4_t x;
+            sp_i4_t keep;
 
+            memcpy(&x, s + b, sizeof x);
+            x = x * sp_splat(sp->scale);
             if (sp->softcap > 0)
-                x = sp->softcap * tanhf(x / sp->softcap);
-            s[b] = b < nb && !isnan(x) ? x : -INFINITY;
+                for (int32_t j = 0; j < 4; j++)
+                    x[j] = sp->softcap * tanhf(x[j] / sp->softcap);
+            /* NaN and the spare lanes: -inf */
+            keep = (x == x) & ((sp_i4_t){b, b + 1, b + 2, b + 3} < nb);
+            x = (sp_v4_t)(((sp_i4_t)x & keep) | ((sp_i4_t)sp_splat(-INFINITY) & ~keep));
+            memcpy(s + b, &x, sizeof x);
         }
         lz = hy_sparse_logsumexp(s, 1, nb);
-        for (int32_t b = 0; b < np; b++)
-            s[b] = lz == -INFINITY ? -INFINITY : s[b] - lz;
+        for (int32_t b = 0; b < np; b += 4) {
+            sp_v4_t x;
+
+            memcpy(&x, s + b, sizeof x);
+            x = lz == -INFINITY ? sp_splat(-INFINITY) : x - sp_splat(lz);
+            memcpy(s + b, &x, sizeof x);
+        }
     }
-    for (int32_t b = 0; b < np; b++)
+    int32_t b = 0;
+#if defined(__x86_64__) && HY_BUILD_AVX2
+    if (sp_avx2())
+        for (; b + 8 <= np; b += 8)
+            sp_group_lse8_avx2(raw, np, n_heads, b, out);
+#endif
+    for (; b < np; b++)
         out[b] = hy_sparse_logsumexp(raw + b, (size_t)np, n_heads);
 }
 
@@ -341,7 +435,7 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
     int32_t *top = out + sink;
     float qs[HY_ATTN_MAX_HEAD_DIM], tail[4 * HY_ATTN_MAX_HEAD_DIM], cs[SP_CHUNK + 4];
     float floor = -INFINITY;
-    /* several heads score every block first (sp_group_scores), one head
+    /* several heads score every block first (hy_sparse_group_scores), one head
      * as it goes; so with the floor or with several heads: every block's
      * score after the k kept (padded to 4 with several heads), then each
      * chunk's best and a copy, then the heads' own scores
@@ -351,7 +445,7 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
     float *all = scratch + k, *cmax = all + np, *cbest = cmax + n_chunks;
 
     if (group)
-        sp_group_scores(q, q_stride, n_heads, hd, sp, block_keys + (size_t)sink * key_stride,
+        hy_sparse_group_scores(q, q_stride, n_heads, hd, sp, block_keys + (size_t)sink * key_stride,
                         key_stride, local - sink, cbest + n_chunks, all);
     /* one head (or nothing to choose): q . key itself, its softmax over
      * the blocks being monotone in it - the same choice, no exponentials */

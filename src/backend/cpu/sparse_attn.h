@@ -67,6 +67,14 @@ size_t hy_sparse_select_floats(int32_t n_heads, int32_t cur);
  * largest first, then the sum of exp(x - it) in index order; -inf when
  * none is above -inf (a head's normalizer and the group's sum). */
 float hy_sparse_logsumexp(const float *x, size_t stride, int32_t n);
+/* The scores hy_sparse_select ranks blocks 0..nb of keys by when a group
+ * has several heads (the rule above): out[b] for b < nb and -inf up to
+ * the next multiple of 4; raw holds n_heads rows of that many floats.
+ * The same bits at every level (AVX2 or not); exported so that the tests
+ * check them. */
+void hy_sparse_group_scores(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
+                            const hy_sparse_params_t *sp, const float *keys, size_t key_stride,
+                            int32_t nb, float *raw, float *out);
 int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
                          const float *block_keys, size_t key_stride, int32_t cur,
                          const hy_sparse_params_t *sp, int32_t *out, float *scratch);
