@@ -495,7 +495,9 @@ static void t_levels(void)
     for (int n = 1; n <= 41; n++) {
         float a, b, v[82];
         for (int i = 0; i < n; i++)
-            v[2 * i] = x[i] = (lcg(&r) & 7) == 0 ? -INFINITY : 20.0f * (float)(lcg(&r) & 0xffff) / 65536.0f;
+            v[2 * i] = x[i] = (lcg(&r) & 7) == 0
+                                  ? -INFINITY
+                                  : 20.0f * (float)(lcg(&r) & 0xffff) / 65536.0f;
         hy_quant_set_isa(HY_ISA_SCALAR);
         a = hy_sparse_logsumexp(v, 2, n);
         hy_quant_set_isa(hy_cpu_isa());

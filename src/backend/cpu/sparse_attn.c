@@ -369,8 +369,8 @@ float hy_sparse_logsumexp(const float *x, size_t stride, int32_t n)
  * last step is hy_sparse_logsumexp(raw + b, np, n_heads), eight blocks at
  * a time where the CPU has AVX2 (the same bits). */
 void hy_sparse_group_scores(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
-                            const hy_sparse_params_t *sp, const float *keys, size_t key_stride,
-                            int32_t nb, float *raw, float *out)
+                            const hy_sparse_params_t *sp, const float *keys,
+                            size_t key_stride, int32_t nb, float *raw, float *out)
 {
     int32_t np = (nb + 3) & ~3;
     float tail[4 * HY_ATTN_MAX_HEAD_DIM];
@@ -435,8 +435,8 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
     int32_t *top = out + sink;
     float qs[HY_ATTN_MAX_HEAD_DIM], tail[4 * HY_ATTN_MAX_HEAD_DIM], cs[SP_CHUNK + 4];
     float floor = -INFINITY;
-    /* several heads score every block first (hy_sparse_group_scores), one head
-     * as it goes; so with the floor or with several heads: every block's
+    /* several heads score every block first (hy_sparse_group_scores), one
+     * head as it goes; so with the floor or with several heads: every block's
      * score after the k kept (padded to 4 with several heads), then each
      * chunk's best and a copy, then the heads' own scores
      * (hy_sparse_select_floats) */
@@ -445,8 +445,9 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
     float *all = scratch + k, *cmax = all + np, *cbest = cmax + n_chunks;
 
     if (group)
-        hy_sparse_group_scores(q, q_stride, n_heads, hd, sp, block_keys + (size_t)sink * key_stride,
-                        key_stride, local - sink, cbest + n_chunks, all);
+        hy_sparse_group_scores(q, q_stride, n_heads, hd, sp,
+                               block_keys + (size_t)sink * key_stride, key_stride, local - sink,
+                               cbest + n_chunks, all);
     /* one head (or nothing to choose): q . key itself, its softmax over
      * the blocks being monotone in it - the same choice, no exponentials */
     for (int32_t i = 0; i < hd && !group; i++) {

@@ -64,8 +64,10 @@ void hy_sparse_block_key(const float *page_keys, size_t stride, const int32_t *p
  * cur) floats. */
 size_t hy_sparse_select_floats(int32_t n_heads, int32_t cur);
 /* log(sum_i exp(x[i * stride])) over i < n in the choice's order: the
- * largest first, then the sum of exp(x - it) in index order; -inf when
- * none is above -inf (a head's normalizer and the group's sum). */
+ * largest first, then exp(x - it) (vexp.h) added into partial sum i mod 8
+ * in index order, the partials as ((p0 + p1) + (p2 + p3)) + ((p4 + p5) +
+ * (p6 + p7)), and vexp.h's log; -inf when none is above -inf (a head's
+ * normalizer and the group's sum).  The same bits at every level. */
 float hy_sparse_logsumexp(const float *x, size_t stride, int32_t n);
 /* The scores hy_sparse_select ranks blocks 0..nb of keys by when a group
  * has several heads (the rule above): out[b] for b < nb and -inf up to

@@ -111,11 +111,11 @@ __attribute__((target("avx2,fma"), always_inline, unused)) static inline __m256
 hy_vlog_avx2(__m256 x)
 {
     __m256i b = _mm256_castps_si256(x);
-    __m256i e = _mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(b, 23), _mm256_set1_epi32(0xff)),
-                                 _mm256_set1_epi32(126));
-    __m256 m = _mm256_castsi256_ps(_mm256_or_si256(
-        _mm256_and_si256(b, _mm256_set1_epi32((int)0x807fffffu)), _mm256_set1_epi32(0x3f000000)));
+    __m256i e = _mm256_and_si256(_mm256_srli_epi32(b, 23), _mm256_set1_epi32(0xff));
+    __m256i mb = _mm256_and_si256(b, _mm256_set1_epi32((int)0x807fffffu));
+    __m256 m = _mm256_castsi256_ps(_mm256_or_si256(mb, _mm256_set1_epi32(0x3f000000)));
     __m256 small = _mm256_cmp_ps(m, _mm256_set1_ps(0.707106781186547524f), _CMP_LT_OQ);
+    e = _mm256_sub_epi32(e, _mm256_set1_epi32(126));
     e = _mm256_add_epi32(e, _mm256_castps_si256(small)); /* -1 where small */
     m = _mm256_add_ps(m, _mm256_and_ps(m, small));        /* m + m, or m + 0 */
     __m256 r = _mm256_sub_ps(m, _mm256_set1_ps(1.0f)), z = _mm256_mul_ps(r, r);
