@@ -630,7 +630,7 @@ static void mt_out_arena(hy_jbuf_t *b, const hy_stats_t *s)
                 "written.", "op", op, &s->out_disk_read_bytes, &s->out_disk_write_bytes);
     mt_head(b, "hyserve_out_arena_read_seconds", "histogram",
             "Time to bring one cold out-arena page up from the spill file (read and check, "
-            "on the I/O thread).");
+            "on the I/O thread; consecutive pages are one read, each counting its share).");
     mt_hist_lines(b, "hyserve_out_arena_read_seconds", "", &s->out_read_time);
     mt_head(b, "hyserve_out_arena_write_seconds", "histogram",
             "Time to write one out-arena page to the spill file.");
