@@ -1,12 +1,13 @@
 /*
  * vexp.h - exp for x <= 0 on 16, 8 and 1 lanes with the same bits (and
- * log on 8 and 1, below): the
- * Cephes polynomial on the reduced argument, relative error ~2 ulp.
+ * log on 8 and 1, below): the Cephes polynomial on the reduced argument,
+ * relative error ~2 ulp.
  * Arguments below -87 (results < 1e-38) are clamped there, so 2^n stays a
  * normal number.  Every step is one IEEE operation or an explicit fused
  * multiply-add, in the same order on every level: attention's softmax
- * (attn_flash_impl.h, attention.c) and the activations (act.c) give a lane
- * the bits of the scalar level whatever width computes it.
+ * (attn_flash_impl.h, attention.c), the activations (act.c) and the sparse
+ * choice (sparse_attn.c) give a lane the bits of the scalar level whatever
+ * width computes it.
  */
 #ifndef HY_VEXP_H
 #define HY_VEXP_H
