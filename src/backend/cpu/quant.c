@@ -935,14 +935,13 @@ hy_isa_t hy_quant_isa(void)
 
 static const hy_quant_kernels_t *hy_quant_kernels(hy_dtype_t t, int q8)
 {
-    int level = __atomic_load_n(&hy_quant_level, __ATOMIC_RELAXED);
+    const hy_isa_t level = hy_quant_isa();
     const hy_quant_kernels_t *tab = hy_quant_scalar_kernels;
     const hy_quant_kernels_t *tab_q8 = hy_quant_scalar_kernels_q8;
 
+    (void)level; /* a build without SIMD levels has only the scalar tables */
     if ((unsigned)t >= HY_DTYPE_COUNT)
         return NULL;
-    if (level < 0)
-        level = (int)hy_cpu_isa();
 #if HY_BUILD_AVX512
     if (level == HY_ISA_AVX512) {
         tab = hy_quant_avx512_kernels;

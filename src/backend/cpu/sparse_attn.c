@@ -332,11 +332,6 @@ static bool sp_avx2(void)
 {
     return hy_quant_isa() >= HY_ISA_AVX2;
 }
-#else
-static bool sp_avx2(void)
-{
-    return false;
-}
 #endif
 
 float hy_sparse_logsumexp(const float *x, size_t stride, int32_t n)
