@@ -70,22 +70,6 @@ static const uint8_t *out_check(hy_out_view_t *ov, int32_t u, size_t off, uint8_
     return dst;
 }
 
-const uint8_t *hy_out_read(hy_out_view_t *ov, int32_t u, size_t off, uint8_t *dst, size_t n)
-{
-    const uint8_t *at = out_warm(ov, u, off);
-    ssize_t got;
-
-    if (at)
-        return at;
-    if (!out_whole_runs(ov, off, n))
-        return out_failed(ov, u, -1, dst, n);
-    got = pread(ov->fd, dst, n, (off_t)((uint64_t)u * ov->unit_bytes + off));
-    if (got != (ssize_t)n)
-        return out_failed(ov, u, got < 0 ? errno : 0, dst, n);
-    __atomic_fetch_add(&ov->disk_read_bytes, (uint64_t)n, __ATOMIC_RELAXED);
-    return out_check(ov, u, off, dst, n);
-}
-
 /* Reads in one preadv at most: keeps the iovec array small on the stack. */
 #define HY_OUT_IOV 64
 
@@ -132,4 +116,12 @@ void hy_out_reads(hy_out_view_t *ov, hy_out_req_t *r, int32_t n)
                           : out_failed(ov, r[k].unit, got < 0 ? errno : 0, r[k].dst, r[k].n);
         i = j;
     }
+}
+
+const uint8_t *hy_out_read(hy_out_view_t *ov, int32_t u, size_t off, uint8_t *dst, size_t n)
+{
+    hy_out_req_t r = {u, off, n, dst, NULL};
+
+    hy_out_reads(ov, &r, 1);
+    return r.at;
 }
