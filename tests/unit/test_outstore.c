@@ -46,6 +46,24 @@ static bool adds_up(const hy_outstore_t *s)
            c.cold >= 0;
 }
 
+/* Takes n units (ids into u), each filled as fill() says: whether all n
+ * were taken. */
+static bool take_filled(hy_outstore_t *s, int n, int32_t *u)
+{
+    char err[HY_ERR_LEN];
+    uint8_t *b;
+    bool ok = true;
+
+    for (int i = 0; i < n; i++) {
+        if (hy_outstore_take(s, &u[i], &b, err) != HY_OK) {
+            ok = false;
+            continue;
+        }
+        fill(b, u[i]);
+    }
+    return ok;
+}
+
 /* The attention op reads a cold unit whole (the store's runs: all of it)
  * through the view: whether it got the bytes written */
 static bool op_reads_cold(hy_outstore_t *s, int32_t u)
@@ -232,7 +250,6 @@ static void t_more_than_slots(void)
     hy_outstore_counts_t c;
     char err[HY_ERR_LEN] = "";
     int32_t u[8], n_cold = 0, again;
-    uint8_t *b;
     bool ok = true;
     int rc = hy_outstore_init(&s, &o, err);
 
@@ -240,10 +257,7 @@ static void t_more_than_slots(void)
         HY_T_OK(0, "8 units, 2 in RAM (%s)", err);
         return;
     }
-    for (int i = 0; i < 8; i++) {
-        ok &= hy_outstore_take(&s, &u[i], &b, err) == HY_OK;
-        fill(b, u[i]);
-    }
+    ok &= take_filled(&s, 8, u);
     for (int i = 0; i < 8; i++)
         if (s.slot[u[i]] < 0 && n_cold < 5)
             ok &= op_reads_cold(&s, u[i]), n_cold++;
@@ -273,7 +287,7 @@ static void t_runs(void)
     hy_outstore_opts_t o = {UB, 4, 1, g_dir, UB / 4};
     hy_outstore_t s;
     char err[HY_ERR_LEN] = "";
-    uint8_t *b, buf[UB], junk[8], want[UB];
+    uint8_t buf[UB], junk[8], want[UB];
     int32_t u[4];
     bool ok = true;
     int rc = hy_outstore_init(&s, &o, err);
@@ -282,10 +296,7 @@ static void t_runs(void)
             rc ? err : "ok");
     if (rc != HY_OK)
         return;
-    for (int i = 0; i < 4; i++) {
-        ok &= hy_outstore_take(&s, &u[i], &b, err) == HY_OK;
-        fill(b, u[i]);
-    }
+    ok &= take_filled(&s, 4, u);
     /* u[0] is in the file only now; its third run changes */
     memset(junk, 0x3c, sizeof junk);
     (void)!pwrite(s.fd, junk, sizeof junk, (off_t)u[0] * UB + 2 * (UB / 4) + 5);
@@ -331,7 +342,7 @@ static void t_reads(void)
     hy_outstore_opts_t o = {UB, 24, 2, g_dir, UB / 4};
     hy_outstore_t s;
     char err[HY_ERR_LEN] = "";
-    uint8_t *b, buf[8][UB], junk[4];
+    uint8_t buf[8][UB], junk[4];
     int32_t u[24];
     bool ok = true;
     int rc = hy_outstore_init(&s, &o, err);
@@ -340,10 +351,7 @@ static void t_reads(void)
         HY_T_OK(0, "init (%s)", err);
         return;
     }
-    for (int i = 0; i < 24; i++) {
-        ok &= hy_outstore_take(&s, &u[i], &b, err) == HY_OK;
-        fill(b, u[i]);
-    }
+    ok &= take_filled(&s, 24, u);
     /* units are handed out in order: unit i is u[i], the first ones cold */
     for (int i = 0; i < 24; i++)
         ok &= u[i] == i;
@@ -419,8 +427,8 @@ static void t_io_runs(void)
     hy_outstore_t s;
     hy_outstore_counts_t c;
     char err[HY_ERR_LEN] = "";
-    uint8_t *b, junk[4];
-    int32_t u;
+    uint8_t junk[4];
+    int32_t u[16];
     bool ok = true;
     int rc = hy_outstore_init(&s, &o, err);
 
@@ -428,12 +436,9 @@ static void t_io_runs(void)
         HY_T_OK(0, "init (%s)", err);
         return;
     }
-    for (int i = 0; i < 16; i++) {
-        ok &= hy_outstore_take(&s, &u, &b, err) == HY_OK && u == i;
-        fill(b, u);
-    }
-    for (int i = 0; i < 8; i++)
-        ok &= s.slot[i] < 0;
+    ok &= take_filled(&s, 16, u);
+    for (int i = 0; i < 16; i++)
+        ok &= u[i] == i && (i >= 8 || s.slot[i] < 0);
     /* unit 4 changes; the file ends halfway through unit 5 */
     memset(junk, 0x5a, sizeof junk);
     ok &= pwrite(s.fd, junk, sizeof junk, (off_t)4 * UB + 3 * (UB / 4)) == sizeof junk &&
