@@ -18,6 +18,10 @@
 #include <math.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include "backend/cpu/x86_transpose.h"
+#endif
+
 typedef struct {
     int nkv, group, hd, hdv, pt;
     hy_dtype_t type;
@@ -226,6 +230,80 @@ static void test_sweep(hy_backend_t *be1, hy_backend_t *be2, int n_isa, const in
                 hy_isa_name((hy_isa_t)isa[ii]), worst[ii], worst_n[ii], TOL);
 }
 
+#if defined(__x86_64__)
+/* attn_flash_impl.h's tree over w lanes in plain C, as the generic
+ * hy_af_hsum4 adds them: r[i] += r[i + st] for st = 1, 2, 4, ... */
+static float tree_sum(const float *l, int w)
+{
+    float r[16];
+
+    memcpy(r, l, sizeof(float) * (size_t)w);
+    for (int st = 1; st < w; st *= 2)
+        for (int i = 0; i + st < w; i += 2 * st)
+            r[i] = r[i] + r[i + st];
+    return r[0];
+}
+
+__attribute__((target("avx512f"))) static void hsum_512(const float *x, float *out)
+{
+    hy_x86_hsum4_ps512(_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16), _mm512_loadu_ps(x + 32),
+                       _mm512_loadu_ps(x + 48), out);
+}
+
+__attribute__((target("avx"))) static void hsum_256(const float *x, float *out)
+{
+    hy_x86_hsum4_ps256(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8), _mm256_loadu_ps(x + 16),
+                       _mm256_loadu_ps(x + 24), out);
+}
+
+/* The x86 kernels' horizontal sums are the tree, bit for bit: a score's
+ * bits must not depend on which level's kernel summed it (the decode and
+ * prefill kernels of one level share it; this pins it to the generic
+ * one).  Values over 40 binades, with NaN, infinities, -0 and subnormals
+ * mixed in: a tree in another order differs within a few hundred sums. */
+static void test_hsum_tree(void)
+{
+    static const float special[] = {NAN, INFINITY, -INFINITY, -0.0f, 1e-40f, -3e-39f, 3e38f};
+    static const struct {
+        const char *name, *feature;
+        int w;
+        void (*f)(const float *, float *);
+    } lv[] = {{"avx512", "avx512f", 16, hsum_512}, {"avx2", "avx", 8, hsum_256}};
+
+    for (size_t v = 0; v < HY_ARRAY_LEN(lv); v++) {
+        int have = strcmp(lv[v].feature, "avx512f") == 0 ? __builtin_cpu_supports("avx512f")
+                                                         : __builtin_cpu_supports("avx");
+        if (!have) {
+            HY_T_OK(1, "%s: the horizontal sum is the tree # SKIP this CPU lacks it", lv[v].name);
+            continue;
+        }
+        long bad = 0, n = 0;
+        for (int it = 0; it < 200000; it++) {
+            float x[64], got[4];
+            for (int i = 0; i < 4 * lv[v].w; i++) {
+                uint32_t u = rng_u32();
+                x[i] = (it % 8 == 0 && u % 64 < 3) ? special[(u >> 8) % HY_ARRAY_LEN(special)]
+                                                   : ldexpf(rng_f(1.0f), (int)(u % 40) - 20);
+            }
+            lv[v].f(x, got);
+            for (int k = 0; k < 4; k++, n++) {
+                float want = tree_sum(x + k * lv[v].w, lv[v].w);
+                /* which NaN an add passes on is the operand order's,
+                 * which C leaves to the compiler: NaN is NaN here */
+                bad += memcmp(&got[k], &want, sizeof(float)) != 0 &&
+                       !(isnan(got[k]) && isnan(want));
+            }
+        }
+        HY_T_OK(bad == 0, "%s: the horizontal sum is the tree, bit for bit (%ld of %ld sums "
+                "differ)", lv[v].name, bad, n);
+    }
+}
+#else
+static void test_hsum_tree(void)
+{
+}
+#endif
+
 int main(void)
 {
     hy_backend_t *be1 = new_backend(1), *be2 = new_backend(2);
@@ -235,6 +313,7 @@ int main(void)
     HY_T_OK(be1 && be2, "cpu backends with 1 and 2 threads");
     if (!be1 || !be2)
         return hy_t_done();
+    test_hsum_tree();
 
     /* the shapes on every level with a flash kernel (AVX-512, AVX2) */
     test_sweep(be1, be2, n_isa, isa);

@@ -6,6 +6,7 @@
  * and a broadcast: at most all 16 ymm).
  */
 #include "backend/cpu/attn_flash.h"
+#include "backend/cpu/x86_transpose.h"
 
 #include <math.h>
 
@@ -61,40 +62,10 @@ HY_AF_PRIM hy_af_v hy_af_cvt_f16(const uint16_t *h)
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
-/* 8 x 8 floats: dst[c*ds + r] = src[r*ss + c] */
-HY_AF_PRIM void hy_af_transpose(const float *src, size_t ss, float *dst, size_t ds)
-{
-    __m256 r[8], t[8];
-#pragma GCC unroll 16
-    for (int i = 0; i < 8; i++)
-        r[i] = _mm256_loadu_ps(src + i * ss);
-#pragma GCC unroll 16
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < 2; i++) {
-        r[4 * i + 0] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 1] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < 4; i++) {
-        _mm256_storeu_ps(dst + i * ds, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-        _mm256_storeu_ps(dst + (i + 4) * ds, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-    }
-}
-
-/* out[i] = the sum of vector vi's 8 lanes in the tree ((l0 + l1) + (l2 +
- * l3)) + ((l4 + l5) + (l6 + l7)), the generic hy_af_hsum4's: pairs and
- * quads by hadd, then the two halves. */
 #define HY_AF_HAVE_HSUM4 1
 HY_AF_PRIM void hy_af_hsum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3, float *out)
 {
-    __m256 q = _mm256_hadd_ps(_mm256_hadd_ps(v0, v1), _mm256_hadd_ps(v2, v3));
-    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
+    hy_x86_hsum4_ps256(v0, v1, v2, v3, out);
 }
 
 #include "backend/cpu/attn_flash_impl.h"

@@ -60,17 +60,10 @@ HY_AF_PRIM hy_af_v hy_af_cvt_f16(const uint16_t *h)
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
 }
 
-/* 16 x 16 floats: dst[c*ds + r] = src[r*ss + c] */
-HY_AF_PRIM void hy_af_transpose(const float *src, size_t ss, float *dst, size_t ds)
+#define HY_AF_HAVE_HSUM4 1
+HY_AF_PRIM void hy_af_hsum4(__m512 v0, __m512 v1, __m512 v2, __m512 v3, float *out)
 {
-    __m512 r[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++)
-        r[i] = _mm512_loadu_ps(src + i * ss);
-    hy_x86_transpose16_ps(r);
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++)
-        _mm512_storeu_ps(dst + i * ds, r[i]);
+    hy_x86_hsum4_ps512(v0, v1, v2, v3, out);
 }
 
 #include "backend/cpu/attn_flash_impl.h"

@@ -32,8 +32,9 @@
  * set1, fma (a*b+c), max, sub, add, exp (x <= 0), mask_pos (s, or -inf
  * where the key position is outside a lane's [qlo, qpos]), keep_ge (p where
  * x >= t, else 0, NaN x included), one_if_ninf (c, or 1 where m is -inf),
- * cvt_f16 (HY_AF_W halves to floats) and transpose (a W x W block:
- * dst[c*ds + r] = src[r*ss + c]); optionally hy_af_hsum4 (HY_AF_HAVE_HSUM4).
+ * cvt_f16 (HY_AF_W halves to floats), and either hy_af_hsum4 (with
+ * HY_AF_HAVE_HSUM4) or transpose (a W x W block: dst[c*ds + r] =
+ * src[r*ss + c]), which the generic hy_af_hsum4 is built on.
  */
 #include <math.h>
 #include <string.h>
