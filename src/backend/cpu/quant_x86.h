@@ -195,6 +195,7 @@ HY_QX_INLINE __m256i hy_qx_quant32(const float *x, float id, __m256i *i32s)
 {
     __m256 mul = _mm256_set1_ps(id);
     __m256i v[4];
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         __m256 f = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), mul);
         f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -212,6 +213,7 @@ HY_QX_INLINE __m256i hy_qx_quant32(const float *x, float id, __m256i *i32s)
 HY_QX_INLINE float hy_qx_amax(const float *x, int n)
 {
     __m256 sign = _mm256_set1_ps(-0.0f), m = _mm256_setzero_ps();
+#pragma GCC unroll 32
     for (int k = 0; k < n; k += 8)
         m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
@@ -275,6 +277,8 @@ HY_QX_INLINE void hy_qx_quant32_2l(const float *x, float id, int8_t *hi, int8_t 
     const __m256 mul = _mm256_set1_ps(id), inv255 = _mm256_set1_ps(1.0f / 255.0f);
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     __m256i h[4], l[4];
+    /* unrolled: GCC otherwise keeps h[] and l[] on the stack */
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         __m256 f = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), mul),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
