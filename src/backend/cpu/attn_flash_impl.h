@@ -654,6 +654,13 @@ static inline float hy_af_max_scalar(float a, float b)
  * (three quarters of the vector registers). */
 #define HY_AF_DEC_G 4
 #define HY_AF_DEC_REGS (HY_AF_W >= 16 ? 24 : 12)
+/* Lines of the next tile a value row's step prefetches.  A tile of four
+ * 256-wide f16 heads is 1,024 lines; the AVX2 kernel steps ~1,200 times
+ * over it, the AVX-512 one (twice the lanes: half the chunks and value
+ * passes) ~320, which at one line a step left two thirds of the lines to a
+ * burst at the tile's end that stalled on the fill buffers (bench_attn
+ * decode, cold: 4K keys 820 -> 690 us). */
+#define HY_AF_DEC_PF (HY_AF_W >= 16 ? 4 : 1)
 _Static_assert(HY_AF_DEC_DQ <= HY_AF_DOT_Q, "a block of queries' chains fits hy_af_dots");
 
 /* The scores of NQ <= HY_AF_DEC_DQ query rows (Q, stride hdp) by NK <= 4
@@ -765,7 +772,7 @@ HY_AF_INLINE void hy_af_value_chains(const float *vr, int hdv, const uint16_t *c
             acc[q][v] = hy_af_zero();
     for (int i = i0; i < i1; i++) {
         hy_af_v x[HY_AF_DEC_REGS];
-        hy_af_pf_step(pf, 1);
+        hy_af_pf_step(pf, HY_AF_DEC_PF);
 #pragma GCC unroll 24
         for (int v = 0; v < HY_AF_DEC_REGS; v++)
             /* a half converts to its float exactly: the same x either way */
