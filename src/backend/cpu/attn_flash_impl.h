@@ -659,7 +659,7 @@ static inline float hy_af_max_scalar(float a, float b)
  * over it, the AVX-512 one (twice the lanes: half the chunks and value
  * passes) ~320, which at one line a step left two thirds of the lines to a
  * burst at the tile's end that stalled on the fill buffers (bench_attn
- * decode, cold: 4K keys 820 -> 690 us). */
+ * decode, cold: 4K keys 830 -> 728 us). */
 #define HY_AF_DEC_PF (HY_AF_W >= 16 ? 4 : 1)
 _Static_assert(HY_AF_DEC_DQ <= HY_AF_DOT_Q, "a block of queries' chains fits hy_af_dots");
 

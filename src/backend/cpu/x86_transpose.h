@@ -41,8 +41,8 @@ hy_x86_transpose16_ps(__m512 *r)
     }
 }
 
-/* out[i] = the tree sum of vi's 8 lanes: pairs and quads by hadd (each
- * adds the lower lane to the upper), then the two halves. */
+/* out[i] = the tree sum of vi's 8 lanes: pairs and quads by hadd, then
+ * the two halves. */
 __attribute__((target("avx"), always_inline, unused)) static inline void
 hy_x86_hsum4_ps256(__m256 v0, __m256 v1, __m256 v2, __m256 v3, float *out)
 {
