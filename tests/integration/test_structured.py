@@ -160,9 +160,10 @@ def run_client():
 def run_fields():
     # json_object leaves the object's shape to the model: a sampled answer
     # may nest on past the budget (which seed does depends on the kernels'
-    # bits, so on the CPU's ISA level).  Every answer the model ends must be
-    # one JSON object, every other one is cut by the budget, and of four
-    # seeds at least one must end by the model's choice.
+    # bits, so on the CPU's ISA level), and then the budget closes it.
+    # Every answer must be one JSON object, ended by the model ("stop") or
+    # closed by the budget ("length"), and of four seeds at least one must
+    # end by the model's choice.
     stops, bad = 0, []
     for seed in (3, 4, 5, 6):
         status, r = ask({"model": MODEL_ID, "temperature": 1.0, "seed": seed,
@@ -177,12 +178,11 @@ def run_fields():
             obj = json.loads(text)
         except ValueError:
             obj = None
-        if finish == "stop" and isinstance(obj, dict):
-            stops += 1
-        elif finish != "length":
+        if not isinstance(obj, dict) or finish not in ("stop", "length"):
             bad.append((seed, finish, text[:80]))
-    ok(not bad and stops >= 1, "response_format json_object: every answer the model ends is a "
-       "JSON object, the rest cut by max_tokens; %d of 4 seeds end (%r)" % (stops, bad))
+        stops += finish == "stop"
+    ok(not bad and stops >= 1, "response_format json_object: every answer is a JSON object, "
+       "the model's end or the budget's; %d of 4 seeds end by the model (%r)" % (stops, bad))
 
     status, r = ask({"model": MODEL_ID, "prompt": "Is the sky blue? Answer:", "max_tokens": 8,
                      "temperature": 1.0, "grammar": "root ::= \" \" (\"yes\" | \"no\")"},
