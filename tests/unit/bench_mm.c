@@ -11,7 +11,9 @@
  *   ./tests/unit/bench_mm [seconds-per-case=0.2] [isa=best] [rows=1024] [k=576] [type]
  * (a type name, e.g. q8_0, times that type alone: a matrix larger than the
  * caches, such as a 262144-row output matrix, then sets up in seconds and
- * its B=1 column is the decode's memory-bound speed)
+ * its B=1 column is the decode's memory-bound speed).  BENCH_MM_Q8=1 times
+ * the single-level kernels of hy_quant_traits_q8 instead (those that
+ * [engine] activation_bits = 8 takes where they are faster).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -176,11 +178,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < k * 64; i++)
         xf[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
     const int k0 = k;
+    const int q8 = getenv("BENCH_MM_Q8") && atoi(getenv("BENCH_MM_Q8"));
     for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++) {
         hy_dtype_t t = types[ti];
         k = hy_dtype_info(t)->block == 256 ? k0 / 256 * 256 : k0;
-        const hy_quant_traits_t *tr = hy_quant_traits(t);
-        hy_quant_tile_fn_t tile = hy_quant_vec_dot_tile(t);
+        const hy_quant_traits_t *tr = q8 ? hy_quant_traits_q8(t) : hy_quant_traits(t);
+        hy_quant_tile_fn_t tile = q8 ? hy_quant_vec_dot_tile_q8(t) : hy_quant_vec_dot_tile(t);
         if (!tr || !tile || (argc > 5 && strcmp(argv[5], hy_dtype_info(t)->name) != 0))
             continue;
         if (isa == HY_ISA_AVX512 && hy_dtype_info(t)->block == 1) {

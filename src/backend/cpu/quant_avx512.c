@@ -4,10 +4,11 @@
  * activations (SmolLM2's weights) puts 16 weight rows across the lanes
  * (hy_a5t_*: one exact int32 sum per block and row, VNNI dpbusd, two per
  * block for the two planes; decode tiles prefetch 16 rows ahead,
- * HY_A5_PF_ROWS).  ggml's single-level Q8_0/Q8_1 partners of Q4_0/Q4_1/
- * Q8_0 are 512-bit tiles with two 32-element blocks per zmm, register-
- * blocked 4 weight rows x 4 activation rows, vec_dot the 1x1 instance of
- * the same code; the K-quant partners are quant_x86.h's 256-bit kernels
+ * HY_A5_PF_ROWS); over ggml's single-level Q8_1 the same kernel takes one
+ * plane (the 8-bit activation mode's Q4_1 kernel).  ggml's single-level
+ * Q8_0 partners of Q4_0/Q8_0 are 512-bit tiles with two 32-element blocks
+ * per zmm, register-blocked 4 weight rows x 4 activation rows, vec_dot the
+ * 1x1 instance of the same code; the K-quant partners are quant_x86.h's 256-bit kernels
  * rebuilt here with VNNI and EVEX.  Every other quantized type, Q4_0 and
  * Q8_0 included, takes the qmm kernels over Q16 (qmm_avx2.c built for this
  * level as qmm_avx512.c: 16 rows per zmm and vpdpwssd in prefill, 3x the
@@ -23,7 +24,7 @@
 
 #include <math.h>
 
-enum { HY_A5_Q4_0, HY_A5_Q4_1, HY_A5_Q8_0 };
+enum { HY_A5_Q4_0, HY_A5_Q8_0 };
 
 HY_QX_INLINE __m512 hy_a5_pair_ps(float a, float b)
 {
@@ -45,9 +46,8 @@ HY_QX_INLINE __m512i hy_a5_nibbles2(const uint8_t *qs0, const uint8_t *qs1)
 }
 
 /* Weight blocks ib and ib+1 (ib+1 only if two; else zeros) as the unsigned
- * bytes fed to dpbusd, their scales as [d0 x8, d1 x8], offsets in m0/m1. */
-HY_QX_INLINE __m512i hy_a5_wload(int kind, const char *w, int64_t ib, int two,
-                                 __m512 *dv, float *m0, float *m1)
+ * bytes fed to dpbusd, their scales as [d0 x8, d1 x8]. */
+HY_QX_INLINE __m512i hy_a5_wload(int kind, const char *w, int64_t ib, int two, __m512 *dv)
 {
     if (kind == HY_A5_Q8_0) {
         const hy_block_q8_0_t *b = (const hy_block_q8_0_t *)w + ib;
@@ -60,57 +60,36 @@ HY_QX_INLINE __m512i hy_a5_wload(int kind, const char *w, int64_t ib, int two,
         return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
                                 _mm512_set1_epi8((char)0x80));
     }
-    if (kind == HY_A5_Q4_1) {
-        const hy_block_q4_1_t *b = (const hy_block_q4_1_t *)w + ib;
-        *dv = hy_a5_pair_ps(hy_qx_h2f(b[0].d), two ? hy_qx_h2f(b[1].d) : 0.0f);
-        *m0 = hy_qx_h2f(b[0].m);
-        *m1 = two ? hy_qx_h2f(b[1].m) : 0.0f;
-        return hy_a5_nibbles2(b[0].qs, two ? b[1].qs : b[0].qs);
-    }
     const hy_block_q4_0_t *b = (const hy_block_q4_0_t *)w + ib;
     *dv = hy_a5_pair_ps(hy_qx_h2f(b[0].d), two ? hy_qx_h2f(b[1].d) : 0.0f);
     return hy_a5_nibbles2(b[0].qs, two ? b[1].qs : b[0].qs);
 }
 
-/* Activation blocks ib, ib+1 (zeros if !two): 64 int8, scales, and Q4_1's
- * s values. */
-HY_QX_INLINE __m512i hy_a5_xload(int kind, const char *x, int64_t ib, int two,
-                                 __m512 *dv, float *s0, float *s1)
+/* Q8_0 activation blocks ib, ib+1 (zeros if !two): 64 int8 and scales. */
+HY_QX_INLINE __m512i hy_a5_xload(const char *x, int64_t ib, int two, __m512 *dv)
 {
-    __m256i lo, hi;
-    if (kind == HY_A5_Q4_1) {
-        const hy_block_q8_1_t *b = (const hy_block_q8_1_t *)x + ib;
-        lo = _mm256_loadu_si256((const __m256i *)b[0].qs);
-        hi = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256();
-        *dv = hy_a5_pair_ps(hy_qx_h2f(b[0].d), two ? hy_qx_h2f(b[1].d) : 0.0f);
-        *s0 = hy_qx_h2f(b[0].s);
-        *s1 = two ? hy_qx_h2f(b[1].s) : 0.0f;
-    } else {
-        const hy_block_q8_0_t *b = (const hy_block_q8_0_t *)x + ib;
-        lo = _mm256_loadu_si256((const __m256i *)b[0].qs);
-        hi = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256();
-        *dv = hy_a5_pair_ps(hy_qx_h2f(b[0].d), two ? hy_qx_h2f(b[1].d) : 0.0f);
-    }
+    const hy_block_q8_0_t *b = (const hy_block_q8_0_t *)x + ib;
+    __m256i lo = _mm256_loadu_si256((const __m256i *)b[0].qs);
+    __m256i hi = two ? _mm256_loadu_si256((const __m256i *)b[1].qs) : _mm256_setzero_si256();
+    *dv = hy_a5_pair_ps(hy_qx_h2f(b[0].d), two ? hy_qx_h2f(b[1].d) : 0.0f);
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
 /* One step of the tile over block pair (ib, ib+1). */
 HY_QX_INLINE void hy_a5_step(int kind, int64_t ib, int two, const char *w, size_t ws,
                              const char *x, size_t xs, const int RW, const int RX,
-                             __m512 acc[4][4], __m128 msum[4])
+                             __m512 acc[4][4])
 {
     __m512i wq[4];
     __m512 dw[4];
-    float mw0[4] = {0}, mw1[4] = {0};
 
 #pragma GCC unroll 4
     for (int r = 0; r < RW; r++)
-        wq[r] = hy_a5_wload(kind, w + r * ws, ib, two, &dw[r], &mw0[r], &mw1[r]);
+        wq[r] = hy_a5_wload(kind, w + r * ws, ib, two, &dw[r]);
 #pragma GCC unroll 4
     for (int c = 0; c < RX; c++) {
         __m512 dx;
-        float s0 = 0, s1 = 0;
-        __m512i xq = hy_a5_xload(kind, x + c * xs, ib, two, &dx, &s0, &s1);
+        __m512i xq = hy_a5_xload(x + c * xs, ib, two, &dx);
         __m512i init = _mm512_setzero_si512();
         /* Q4_0 stores q+8, Q8_0 is fed as w+128: start the dpbusd sums at
          * minus that offset times the activation sums */
@@ -118,11 +97,6 @@ HY_QX_INLINE void hy_a5_step(int kind, int64_t ib, int two, const char *w, size_
             init = _mm512_sub_epi32(init, _mm512_dpbusd_epi32(init, _mm512_set1_epi8(8), xq));
         if (kind == HY_A5_Q8_0)
             init = _mm512_sub_epi32(init, _mm512_dpbusd_epi32(init, _mm512_set1_epi8((char)0x80), xq));
-        if (kind == HY_A5_Q4_1) {
-            __m128 t = _mm_fmadd_ps(hy_qx_vec4(mw0, RW), _mm_set1_ps(s0),
-                                    _mm_mul_ps(hy_qx_vec4(mw1, RW), _mm_set1_ps(s1)));
-            msum[c] = _mm_add_ps(msum[c], t);
-        }
 #pragma GCC unroll 4
         for (int r = 0; r < RW; r++) {
             __m512i p = _mm512_dpbusd_epi32(init, wq[r], xq);
@@ -136,28 +110,22 @@ HY_QX_INLINE void hy_a5_tile_kernel(int kind, int64_t nb, float *s, size_t ss,
                                     size_t xs, const int RW, const int RX)
 {
     __m512 acc[4][4];
-    __m128 msum[4];
     int64_t ib = 0;
 
 #pragma GCC unroll 4
-    for (int c = 0; c < RX; c++) {
-        msum[c] = _mm_setzero_ps();
+    for (int c = 0; c < RX; c++)
 #pragma GCC unroll 4
         for (int r = 0; r < RW; r++)
             acc[r][c] = _mm512_setzero_ps();
-    }
     for (; ib + 2 <= nb; ib += 2)
-        hy_a5_step(kind, ib, 1, w, ws, x, xs, RW, RX, acc, msum);
+        hy_a5_step(kind, ib, 1, w, ws, x, xs, RW, RX, acc);
     if (ib < nb)
-        hy_a5_step(kind, ib, 0, w, ws, x, xs, RW, RX, acc, msum);
+        hy_a5_step(kind, ib, 0, w, ws, x, xs, RW, RX, acc);
 #pragma GCC unroll 4
-    for (int c = 0; c < RX; c++) {
-        float mm[4];
-        _mm_storeu_ps(mm, msum[c]);
+    for (int c = 0; c < RX; c++)
 #pragma GCC unroll 4
         for (int r = 0; r < RW; r++)
-            s[c * ss + r] = _mm512_reduce_add_ps(acc[r][c]) + (kind == HY_A5_Q4_1 ? mm[r] : 0.0f);
-    }
+            s[c * ss + r] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
 #define HY_A5_CASE(rw, rx)                                                         \
@@ -198,7 +166,6 @@ HY_QX_INLINE void hy_a5_tile(int kind, int64_t n, float *s, size_t ss, const voi
         hy_a5_tile_kernel(kind, n / 32, s, 0, w, 0, x, 0, 1, 1);                   \
     }
 HY_A5_KERNELS(q4_0, HY_A5_Q4_0)
-HY_A5_KERNELS(q4_1, HY_A5_Q4_1)
 HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
 
 /* Software prefetch for decode, in weight rows ahead of the row being
@@ -212,7 +179,7 @@ HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
  * matrix are harmless (prefetch never faults). */
 #define HY_A5_PF_ROWS 16
 
-/* ---- Q4_1 over Q8_2L: 16 weight rows across the lanes ----
+/* ---- Q4_1 over Q8_2L (and Q8_1): 16 weight rows across the lanes ----
  * The tiles above keep a block's 32 elements across the lanes of one row,
  * so every block of every row pays a float convert, a scale and an FMA per
  * 4 elements, and the per-row scale work bounded decode at ~3.4 cycles
@@ -230,7 +197,10 @@ HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
  * panel that the other passes read (rows of up to 64 blocks), so a block is
  * transposed once per 16 rows, not once per 8 tokens (SmolLM2 pp512: 4
  * tokens per transpose -> 8, +8% at one thread and +15% at two; the panel
- * another +7-9%, on a Xeon with AVX-512 VNNI; decode unchanged).  Measured on the SmolLM2
+ * another +7-9%, on a Xeon with AVX-512 VNNI; decode unchanged).  Over
+ * Q8_1 (one int8 plane, d and s in f16) a block takes 8 dpbusd instead of
+ * 16 and P = sum(w*q) directly: bench_mm Q4_1 at B = 64 184 -> 300
+ * GFLOP/s on a Zen 4.  Measured on the SmolLM2
  * FFN-up shape in L2 (bench_quant, thread CPU time): decode 14.2 -> 22 GB/s
  * of weights, 4-token tile 4.5 -> 10.5 GB/s; streaming 91 MB, 75% -> 85%
  * of a plain read of the same bytes. */
@@ -301,7 +271,7 @@ enum { HY_A5T_ROWS, HY_A5T_KEEP, HY_A5T_PANEL };
  * blocks come from (pk: the panel of HY_A5T_KEEP and HY_A5T_PANEL). */
 HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, size_t ws,
                                 const char *x, size_t xs, const int RX, __mmask16 store,
-                                size_t pf, const int src, hy_a5t_blk_t *pk)
+                                size_t pf, const int src, hy_a5t_blk_t *pk, const int lvl)
 {
     __m512 acc[HY_A5T_RX], mac[HY_A5T_RX];
     const __m512i vidx = _mm512_mullo_epi32(
@@ -363,7 +333,20 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
             }
         }
 #pragma GCC unroll 8
-        for (int c = 0; c < RX; c++) {
+        for (int c = 0; c < RX && lvl == 1; c++) {
+            const hy_block_q8_1_t *xb = (const hy_block_q8_1_t *)(x + (size_t)c * xs) + ib;
+            __m512i p = _mm512_setzero_si512(), p2 = p;
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                p = _mm512_dpbusd_epi32(p, lo[k], hy_a5t_bcast(xb->qs + 4 * k));
+                p2 = _mm512_dpbusd_epi32(p2, hi[k], hy_a5t_bcast(xb->qs + 16 + 4 * k));
+            }
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p, p2)),
+                                     _mm512_mul_ps(d, _mm512_set1_ps(hy_qx_h2f(xb->d))), acc[c]);
+            mac[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(hy_qx_h2f(xb->s)), mac[c]);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < RX && lvl == 2; c++) {
             const hy_block_q8_2l_t *xb = (const hy_block_q8_2l_t *)(x + (size_t)c * xs) + ib;
             __m512i ph = _mm512_setzero_si512(), ph2 = ph, pl = ph, pl2 = ph;
             /* four independent chains: low and high nibbles of each plane */
@@ -389,37 +372,47 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
 }
 
 /* RX-token instance (RX <= HY_A5T_RX) over one group, its blocks from src. */
-#define HY_A5T_SRC(srcv)                                                           \
+#define HY_A5T_K(n, srcv, lvl) \
+    hy_a5t_kernel(nb, s, ss, w, ws, x, xs, n, store, pf, srcv, pk, lvl)
+#define HY_A5T_SRC(srcv, lvl)                                                      \
     switch (rx) {                                                                  \
-    case 1: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 1, store, pf, srcv, pk); break; \
-    case 2: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 2, store, pf, srcv, pk); break; \
-    case 3: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 3, store, pf, srcv, pk); break; \
-    case 4: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 4, store, pf, srcv, pk); break; \
-    case 5: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 5, store, pf, srcv, pk); break; \
-    case 6: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 6, store, pf, srcv, pk); break; \
-    case 7: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 7, store, pf, srcv, pk); break; \
-    default: hy_a5t_kernel(nb, s, ss, w, ws, x, xs, 8, store, pf, srcv, pk); break; \
+    case 1: HY_A5T_K(1, srcv, lvl); break;                                         \
+    case 2: HY_A5T_K(2, srcv, lvl); break;                                         \
+    case 3: HY_A5T_K(3, srcv, lvl); break;                                         \
+    case 4: HY_A5T_K(4, srcv, lvl); break;                                         \
+    case 5: HY_A5T_K(5, srcv, lvl); break;                                         \
+    case 6: HY_A5T_K(6, srcv, lvl); break;                                         \
+    case 7: HY_A5T_K(7, srcv, lvl); break;                                         \
+    default: HY_A5T_K(8, srcv, lvl); break;                                        \
     }
-static void hy_a5t_group(int64_t nb, float *s, size_t ss, const char *w, size_t ws,
-                         const char *x, size_t xs, int rx, __mmask16 store, size_t pf, int src,
-                         hy_a5t_blk_t *pk)
-{
-    _Static_assert(HY_A5T_RX == 8, "hy_a5t_group instantiates 1..8 tokens");
-    if (src == HY_A5T_PANEL) {
-        HY_A5T_SRC(HY_A5T_PANEL)
-    } else if (src == HY_A5T_KEEP) {
-        HY_A5T_SRC(HY_A5T_KEEP)
-    } else {
-        HY_A5T_SRC(HY_A5T_ROWS)
+/* lvl: the activations' format, 2 = Q8_2L (two planes), 1 = ggml's Q8_1
+ * (one int8 plane: half the dpbusd of a block, hy_quant_traits_q8) */
+#define HY_A5T_GROUP(name, lvl)                                                    \
+    static void name(int64_t nb, float *s, size_t ss, const char *w, size_t ws,   \
+                     const char *x, size_t xs, int rx, __mmask16 store, size_t pf, \
+                     int src, hy_a5t_blk_t *pk)                                    \
+    {                                                                              \
+        _Static_assert(HY_A5T_RX == 8, "hy_a5t_group instantiates 1..8 tokens");  \
+        if (src == HY_A5T_PANEL) {                                                 \
+            HY_A5T_SRC(HY_A5T_PANEL, lvl)                                          \
+        } else if (src == HY_A5T_KEEP) {                                           \
+            HY_A5T_SRC(HY_A5T_KEEP, lvl)                                           \
+        } else {                                                                   \
+            HY_A5T_SRC(HY_A5T_ROWS, lvl)                                           \
+        }                                                                          \
     }
-}
+HY_A5T_GROUP(hy_a5t_group_2l, 2)
+HY_A5T_GROUP(hy_a5t_group_1l, 1)
+typedef void (*hy_a5t_group_fn_t)(int64_t, float *, size_t, const char *, size_t, const char *,
+                                  size_t, int, __mmask16, size_t, int, hy_a5t_blk_t *);
 
 /* Groups of 16 rows; a ragged end takes the last 16 rows again (the rows
  * it shares with the previous group get the same bits twice).  Fewer than
  * 16 rows, or rows too far apart for the gather's int32 offsets, go one
  * row at a time as 16 copies of it (ws = 0). */
-static void hy_a5_tile_q4_1_2l(int64_t n, float *s, size_t ss, const void *vw, size_t ws,
-                               int nw, const void *vx, size_t xs, int nx)
+HY_QX_INLINE void hy_a5t_tile(hy_a5t_group_fn_t hy_a5t_group, int64_t n, float *s, size_t ss,
+                              const void *vw, size_t ws, int nw, const void *vx, size_t xs,
+                              int nx)
 {
     const char *w = vw, *x = vx;
     const int64_t nb = n / 32;
@@ -448,14 +441,26 @@ static void hy_a5_tile_q4_1_2l(int64_t n, float *s, size_t ss, const void *vw, s
     }
 }
 
-/* One row: a lane of hy_a5t_kernel without the 15 idle copies.  The
- * block's integer sum is the same int32 formed in another order, and the
- * scalar conversions, product and fmaf are the same IEEE operations as the
- * vector lanes', so the bits agree with the tiles. */
-static void hy_a5_dot_q4_1_2l(int64_t n, float *s, const void *vw, const void *vx)
+static void hy_a5_tile_q4_1_2l(int64_t n, float *s, size_t ss, const void *w, size_t ws,
+                               int nw, const void *x, size_t xs, int nx)
+{
+    hy_a5t_tile(hy_a5t_group_2l, n, s, ss, w, ws, nw, x, xs, nx);
+}
+
+static void hy_a5_tile_q4_1_1l(int64_t n, float *s, size_t ss, const void *w, size_t ws,
+                               int nw, const void *x, size_t xs, int nx)
+{
+    hy_a5t_tile(hy_a5t_group_1l, n, s, ss, w, ws, nw, x, xs, nx);
+}
+
+/* One row: a lane of hy_a5t_kernel without the 15 idle copies (lvl as
+ * there).  The block's integer sum is the same int32 formed in another
+ * order, and the scalar conversions, product and fmaf are the same IEEE
+ * operations as the vector lanes', so the bits agree with the tiles. */
+HY_QX_INLINE void hy_a5_dot_q4_1_lvl(int64_t n, float *s, const void *vw, const void *vx,
+                                     const int lvl)
 {
     const hy_block_q4_1_t *w = vw;
-    const hy_block_q8_2l_t *x = vx;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     float acc = 0.0f, mac = 0.0f;
 
@@ -463,15 +468,41 @@ static void hy_a5_dot_q4_1_2l(int64_t n, float *s, const void *vw, const void *v
         const __m128i q = _mm_loadu_si128((const __m128i *)w[ib].qs);
         /* elements 0..15 (low nibbles), then 16..31 (high nibbles) */
         const __m256i wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
-        const __m256i ph = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq,
-                                               _mm256_loadu_si256((const __m256i *)x[ib].hi));
-        const __m256i pl = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq,
-                                               _mm256_loadu_si256((const __m256i *)x[ib].lo));
-        const int32_t p = 255 * hy_qx_hsum8i(ph) + hy_qx_hsum8i(pl);
-        acc = fmaf((float)p, hy_qx_h2f(w[ib].d) * x[ib].d, acc);
-        mac = fmaf(hy_qx_h2f(w[ib].m), x[ib].s, mac);
+        const int8_t *hi, *lo = NULL;
+        float dx, sx;
+        int32_t p;
+
+        if (lvl == 2) {
+            const hy_block_q8_2l_t *x = (const hy_block_q8_2l_t *)vx + ib;
+            hi = x->hi;
+            lo = x->lo;
+            dx = x->d;
+            sx = x->s;
+        } else {
+            const hy_block_q8_1_t *x = (const hy_block_q8_1_t *)vx + ib;
+            hi = x->qs;
+            dx = hy_qx_h2f(x->d);
+            sx = hy_qx_h2f(x->s);
+        }
+        p = hy_qx_hsum8i(_mm256_dpbusd_epi32(_mm256_setzero_si256(), wq,
+                                             _mm256_loadu_si256((const __m256i *)hi)));
+        if (lvl == 2)
+            p = 255 * p + hy_qx_hsum8i(_mm256_dpbusd_epi32(
+                              _mm256_setzero_si256(), wq, _mm256_loadu_si256((const __m256i *)lo)));
+        acc = fmaf((float)p, hy_qx_h2f(w[ib].d) * dx, acc);
+        mac = fmaf(hy_qx_h2f(w[ib].m), sx, mac);
     }
     *s = acc + mac;
+}
+
+static void hy_a5_dot_q4_1_2l(int64_t n, float *s, const void *w, const void *x)
+{
+    hy_a5_dot_q4_1_lvl(n, s, w, x, 2);
+}
+
+static void hy_a5_dot_q4_1_1l(int64_t n, float *s, const void *w, const void *x)
+{
+    hy_a5_dot_q4_1_lvl(n, s, w, x, 1);
 }
 
 /* ---- float weights (F32/F16/BF16): the GEMM's arithmetic ----
@@ -532,8 +563,8 @@ const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
 const hy_quant_kernels_t hy_quant_avx512_kernels_q8[HY_DTYPE_COUNT] = {
     [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_0, hy_qx_from_float_q8_0, hy_a5_dot_q4_0,
                         hy_qx_to_float_q4_0}, hy_a5_tile_q4_0},
-    [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_1, hy_qx_from_float_q8_1, hy_a5_dot_q4_1,
-                        hy_qx_to_float_q4_1}, hy_a5_tile_q4_1},
+    [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_1, hy_qx_from_float_q8_1, hy_a5_dot_q4_1_1l,
+                        hy_qx_to_float_q4_1}, hy_a5_tile_q4_1_1l},
     [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q8_0, hy_qx_from_float_q8_0, hy_a5_dot_q8_0,
                         hy_qx_to_float_q8_0}, hy_a5_tile_q8_0},
     [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q8_K, hy_qx_from_float_q8_k, hy_qx_dot_q4_k,
