@@ -29,6 +29,10 @@ static const hy_config_choice_t backends[] = {
     { "cpu", HY_CONFIG_BACKEND_CPU }, { "cuda", HY_CONFIG_BACKEND_CUDA }, { NULL, 0 },
 };
 
+static const hy_config_choice_t act_bits[] = {
+    { "16", 16 }, { "8", 8 }, { NULL, 0 },
+};
+
 static const hy_config_choice_t sparse_modes[] = {
     { "off", HY_CONFIG_SPARSE_OFF }, { "block", HY_CONFIG_SPARSE_BLOCK }, { NULL, 0 },
 };
@@ -58,6 +62,7 @@ static const hy_config_key_t keys[] = {
     { "engine", "max_batch_tokens",   HY_CONFIG_UINT,    OFF(engine.max_batch_tokens),  "2048",                  1,      1048576, NULL },
     { "engine", "max_context",        HY_CONFIG_UINT,    OFF(engine.max_context),       "0",                     0,      16777216, NULL },
     { "engine", "backend",            HY_CONFIG_ENUM,    OFF(engine.backend),           "cpu",                   0,      0, backends },
+    { "engine", "activation_bits",    HY_CONFIG_ENUM,    OFF(engine.activation_bits),   "16",                    0,      0, act_bits },
     { "cache",  "hot_mb",             HY_CONFIG_UINT,    OFF(cache.hot_mb),             "0",                     0,      U32_MAX, NULL },
     { "cache",  "memory_fraction",    HY_CONFIG_FLOAT,   OFF(cache.memory_fraction),    "0.9",                   0.01,   1, NULL },
     { "cache",  "page_tokens",        HY_CONFIG_UINT,    OFF(cache.page_tokens),        "16",                    1,      256, NULL },

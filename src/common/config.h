@@ -57,6 +57,7 @@ typedef struct {
         uint32_t max_batch_tokens;
         uint32_t max_context; /* 0 = the model's */
         int32_t backend;      /* HY_CONFIG_BACKEND_* */
+        int32_t activation_bits; /* 16 | 8: hy_backend_opts_t.act_bits */
     } engine;
     struct {
         uint32_t hot_mb;        /* the hot tier (KV pages, state slots); 0 = memory_fraction

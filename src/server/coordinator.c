@@ -477,6 +477,7 @@ static void co_reload(hy_config_t *cfg, const co_args_t *a, hy_serve_ctl_t *ctl)
     if (strcmp(nc->model.path, cfg->model.path) || strcmp(nc->server.socket, cfg->server.socket) ||
         strcmp(nc->server.instance, cfg->server.instance) ||
         nc->server.workers != cfg->server.workers || nc->engine.max_seqs != cfg->engine.max_seqs ||
+        nc->engine.activation_bits != cfg->engine.activation_bits ||
         nc->cache.hot_mb != cfg->cache.hot_mb || nc->cache.warm_mb != cfg->cache.warm_mb ||
         strcmp(nc->cache.disk_dir, cfg->cache.disk_dir) || nc->cache.disk_mb != cfg->cache.disk_mb ||
         strcmp(nc->log.socket, cfg->log.socket) ||

@@ -399,7 +399,8 @@ static void ep_tell_master(const ep_t *ep, const char *why)
 static int ep_start(ep_t *ep, char *err)
 {
     const hy_config_t *cfg = ep->a->cfg;
-    hy_backend_opts_t bo = {.n_threads = (int)cfg->model.threads};
+    hy_backend_opts_t bo = {.n_threads = (int)cfg->model.threads,
+                            .act_bits = cfg->engine.activation_bits};
     hy_req_source_t src;
     int rc;
 

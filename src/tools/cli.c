@@ -83,11 +83,20 @@ int hy_cli_read_all(FILE *f, char **buf, size_t *len)
     return 0;
 }
 
+int hy_cli_act_bits(const char *cmd, const char *s, int *out)
+{
+    if (strcmp(s, "8") != 0 && strcmp(s, "16") != 0) {
+        fprintf(stderr, "hyserve %s: --act-bits = '%s': must be 8 or 16\n", cmd, s);
+        return -1;
+    }
+    *out = atoi(s);
+    return 0;
+}
+
 int hy_cli_open(hy_cli_ctx_t *c, const char *cmd, const char *model_path, const char *backend,
-                int threads, bool want_tok, const hy_runner_opts_t *ro)
+                const hy_backend_opts_t *bo, bool want_tok, const hy_runner_opts_t *ro)
 {
     char err[HY_ERR_LEN];
-    hy_backend_opts_t bo = {.n_threads = threads};
     double t0 = hy_cli_now_ms();
 
     memset(c, 0, sizeof *c);
@@ -95,7 +104,7 @@ int hy_cli_open(hy_cli_ctx_t *c, const char *cmd, const char *model_path, const 
         fprintf(stderr, "hyserve %s: -m MODEL.gguf is required\n", cmd);
         return -1;
     }
-    if (hy_backend_new(&c->be, backend, &bo, err) != HY_OK)
+    if (hy_backend_new(&c->be, backend, bo, err) != HY_OK)
         goto fail;
     if (hy_model_load(&c->model, model_path, c->be, err) != HY_OK)
         goto fail;

@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 
+#include "backend/backend.h"
 #include "common/config.h"
 #include "engine/runner.h"
 #include "model/tokenizer.h"
@@ -30,9 +31,15 @@ int hy_cli_float(const char *cmd, const char *flag, const char *s, double lo, do
                  double *out);
 
 /* Loads model (and tokenizer if want_tok) on the named backend ("cpu" or
- * "cuda", NULL = cpu); runner sized by ro (NULL: no runner). */
+ * "cuda", NULL = cpu) with options bo; runner sized by ro (NULL: no
+ * runner). */
 int hy_cli_open(hy_cli_ctx_t *c, const char *cmd, const char *model_path, const char *backend,
-                int threads, bool want_tok, const hy_runner_opts_t *ro);
+                const hy_backend_opts_t *bo, bool want_tok, const hy_runner_opts_t *ro);
+/* --act-bits 8|16 (hy_backend_opts_t.act_bits); reports a bad value. */
+int hy_cli_act_bits(const char *cmd, const char *s, int *out);
+#define HY_CLI_ACT_BITS_HELP \
+    "  --act-bits 16|8  integer activations of the quantized matmuls ([engine] activation_bits)\n"
+
 void hy_cli_close(hy_cli_ctx_t *c);
 
 /* Renders [system?, user] through the model's tokenizer.chat_template with

@@ -155,13 +155,15 @@ int hy_cmd_bench(int argc, char **argv)
         {"n-prompt", required_argument, 0, 'p'}, {"n-gen", required_argument, 0, 'n'},
         {"repetitions", required_argument, 0, 'r'}, {"membw", no_argument, 0, 'b'},
         {"backend", required_argument, 0, 'B'}, {"ubatch", required_argument, 0, 'u'},
-        {"n-depth", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"n-depth", required_argument, 0, 'd'}, {"act-bits", required_argument, 0, 'A'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *threads_list = "0", *backend = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5, ubatch = 512, depth = 0;
     char depth_tag[32] = "";
     char tl[256], *tok, *save;
     int opt, rc = 1;
     bool membw = false;
+    int act_bits = 0;
     uint64_t bw_note_wbytes = 0;
     double bw_note_tg = 0;
 
@@ -183,12 +185,14 @@ int hy_cmd_bench(int argc, char **argv)
         case 'B': backend = optarg; break;
         case 'u': if (hy_cli_int("bench", "--ubatch", optarg, 1, 65536, &ubatch)) return 2; break;
         case 'd': if (hy_cli_int("bench", "--n-depth", optarg, 0, 1048576, &depth)) return 2; break;
+        case 'A': if (hy_cli_act_bits("bench", optarg, &act_bits)) return 2; break;
         case 'h':
-            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-d 0] [-r 5] [-u 512] [--membw] [--backend cpu|cuda]\n"
+            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-d 0] [-r 5] [-u 512] [--membw] [--act-bits 16|8] [--backend cpu|cuda]\n"
                    "  -u N     prompt tokens per forward pass (llama-bench's -ub, default 512)\n"
                    "  -d N     N tokens in the context before each test (llama-bench's -d), untimed\n"
                    "  -t LIST  comma-separated thread counts (0 = all cores)\n"
                    "  --membw  also measure read bandwidth and tg's share of the memory bound\n"
+                   HY_CLI_ACT_BITS_HELP
                    "       hyserve bench --url http://HOST:PORT ...  (load a running server; --url --help)\n");
             return 0;
         default: return 2;
@@ -215,7 +219,9 @@ int hy_cmd_bench(int argc, char **argv)
          * would */
         ro.max_tokens = (int32_t)HY_MAX(HY_MIN(HY_MAX(n_prompt, depth), ubatch), 1);
         ro.n_ctx = (int32_t)(depth + HY_MAX(n_prompt, n_gen) + 1);
-        if (hy_cli_open(&c, "bench", model, backend, (int)threads, false, &ro) != 0)
+        const hy_backend_opts_t bo = {.n_threads = (int)threads, .act_bits = act_bits};
+
+        if (hy_cli_open(&c, "bench", model, backend, &bo, false, &ro) != 0)
             return 1;
         for (pass = 0; pass < 2; pass++) {
             long n = pass == 0 ? n_prompt : n_gen;

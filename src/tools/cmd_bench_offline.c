@@ -236,6 +236,7 @@ typedef struct {
     long threads, conc, n_req, n_prompt, n_gen, mbt;
     long ttft_n, suffix, reps, ckpt_interval;
     double temperature;
+    int act_bits;                           /* --act-bits (0: the default) */
     const char *schema_file, *grammar_file; /* --json-schema, --grammar */
     char *gspec;                            /* their grammar spec (malloc'd), or NULL */
     size_t gspec_len;
@@ -388,6 +389,7 @@ static void hy_bo_usage(void)
     printf("usage: hyserve bench --offline -m MODEL.gguf [--concurrency 8] [--requests 32]\n"
            "       [--prompt-tokens 128] [--max-tokens 64] [--max-batch-tokens 512] [-t THREADS]\n"
            "       [--checkpoint-interval 512] [--backend cpu|cuda] [--temperature 0]\n"
+           "       [--act-bits 16|8]\n"
            "       [--json-schema FILE | --grammar FILE]  (constrained: generation ends\n"
            "       where the grammar does; the grammar's cost is reported)\n"
            "   or: hyserve bench --offline -m MODEL.gguf --ttft-prefix[=2000] [--suffix-tokens 37]\n"
@@ -407,7 +409,7 @@ static int hy_bo_parse(int argc, char **argv, hy_bo_opts_t *o)
         {"repeat", required_argument, 0, 'R'}, {"checkpoint-interval", required_argument, 0, 'k'},
         {"backend", required_argument, 0, 'B'}, {"json-schema", required_argument, 0, 'J'},
         {"grammar", required_argument, 0, 'G'}, {"temperature", required_argument, 0, 'e'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"act-bits", required_argument, 0, 'A'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     char err[HY_ERR_LEN];
     int opt;
 
@@ -439,6 +441,7 @@ static int hy_bo_parse(int argc, char **argv, hy_bo_opts_t *o)
             if (hy_cli_float("bench", "--temperature", optarg, 0, 2, &o->temperature))
                 return 2;
             break;
+        case 'A': if (hy_cli_act_bits("bench", optarg, &o->act_bits)) return 2; break;
         case 'h': hy_bo_usage(); return 1;
         default: return 2;
         }
@@ -485,6 +488,7 @@ int hy_cmd_bench_offline(int argc, char **argv)
     if ((rc = hy_bo_parse(argc, argv, &o)) != 0)
         return rc == 1 ? 0 : rc;
     bo.n_threads = (int)o.threads;
+    bo.act_bits = o.act_bits;
     memset(&eo, 0, sizeof eo);
     eo.max_batch_tokens = (int32_t)o.mbt;
     eo.max_seqs = (int32_t)o.conc;

@@ -126,13 +126,15 @@ int hy_cmd_eval(int argc, char **argv)
         {"out", required_argument, 0, 'o'}, {"threads", required_argument, 0, 't'},
         {"batch", required_argument, 0, 'b'}, {"kv-type", required_argument, 0, 'k'},
         {"backend", required_argument, 0, 'B'}, {"rows", required_argument, 0, 'r'},
-        {"argmax", required_argument, 0, 'a'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"argmax", required_argument, 0, 'a'}, {"act-bits", required_argument, 0, 'A'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *ids_path = NULL, *out_path = NULL, *backend = NULL;
     const char *rows_spec = NULL, *argmax_path = NULL;
     long threads = 0, batch = 64;
     hy_dtype_t kv = HY_DTYPE_F32;
     hy_runner_opts_t ro;
     hy_cli_ctx_t c;
+    hy_backend_opts_t bo = {0};
     hy_kv_seq_t seq = {0};
     int32_t *ids = NULL, n = 0, done = 0, *rows = NULL, n_rows = 0, next_row = 0;
     int32_t *amax = NULL;
@@ -152,6 +154,7 @@ int hy_cmd_eval(int argc, char **argv)
         case 'a': argmax_path = optarg; break;
         case 't': if (hy_cli_int("eval", "--threads", optarg, 0, 1024, &threads)) return 2; break;
         case 'b': if (hy_cli_int("eval", "--batch", optarg, 1, 4096, &batch)) return 2; break;
+        case 'A': if (hy_cli_act_bits("eval", optarg, &bo.act_bits)) return 2; break;
         case 'k':
             if (strcmp(optarg, "f32") == 0) kv = HY_DTYPE_F32;
             else if (strcmp(optarg, "f16") == 0) kv = HY_DTYPE_F16;
@@ -162,7 +165,8 @@ int hy_cmd_eval(int argc, char **argv)
             break;
         case 'h':
             printf("usage: hyserve eval -m MODEL.gguf --ids FILE --out FILE [--rows P,P,...] [--argmax FILE]\n"
-                   "                   [--batch N] [--kv-type f32|f16] [-t N] [--backend cpu|cuda]\n"
+                   "                   [--batch N] [--kv-type f32|f16] [-t N] [--act-bits 16|8] [--backend cpu|cuda]\n"
+                   HY_CLI_ACT_BITS_HELP
                    "  --out FILE     float32 logits [n_tokens][n_vocab], or [rows][n_vocab] with --rows\n"
                    "  --rows LIST    only the rows of these ascending positions (0-based)\n"
                    "  --argmax FILE  int32 argmax of every position (first of equal maxima)\n");
@@ -182,7 +186,8 @@ int hy_cmd_eval(int argc, char **argv)
     ro.max_outputs = (int32_t)batch;
     ro.kv_type = kv;
     ro.n_ctx = 1 << 20; /* clipped to the model's context by hy_cli_open */
-    if (hy_cli_open(&c, "eval", model, backend, (int)threads, false, &ro) != 0) {
+    bo.n_threads = (int)threads;
+    if (hy_cli_open(&c, "eval", model, backend, &bo, false, &ro) != 0) {
         free(rows);
         return 1;
     }

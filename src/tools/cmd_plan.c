@@ -37,6 +37,7 @@ int hy_cmd_plan(int argc, char **argv)
     hy_kv_sparse_t sparse;
     hy_plan_opts_t po;
     hy_cli_ctx_t c;
+    const hy_backend_opts_t bo = {.n_threads = 1};
     hy_plan_t p;
     char err[HY_ERR_LEN];
     uint64_t image, loaded;
@@ -81,7 +82,7 @@ int hy_cmd_plan(int argc, char **argv)
         fprintf(stderr, "hyserve plan: %s\n", err);
         return 1;
     }
-    if (hy_cli_open(&c, "plan", model, backend, 1, true, NULL) != 0)
+    if (hy_cli_open(&c, "plan", model, backend, &bo, true, NULL) != 0)
         return 1;
     if ((loaded = hy_plan_image_bytes(err)) == 0) {
         fprintf(stderr, "hyserve plan: %s\n", err);

@@ -36,6 +36,8 @@ static void hy_run_usage(FILE *f)
             "      --seed S            sampling seed (default: random)\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
             "      --backend NAME      cpu | cuda (default cpu)\n"
+            "      --act-bits 16|8     integer activations of the quantized matmuls (default 16;\n"
+            "                          [engine] activation_bits)\n"
             "  -c, --ctx N             context length (default: model's, at most 8192)\n"
             "      --ignore-eos        keep generating past end-of-generation tokens\n"
             "      --chat              wrap the prompt as a user message in the model's chat template\n"
@@ -63,6 +65,7 @@ typedef struct {
     const char *grammar_file, *schema_file; /* --grammar, --json-schema */
     const char *spill_dir;
     long n_predict, threads, ctx, hot, seq_warm_mb;
+    int act_bits;     /* --act-bits (0: the default) */
     bool ignore_eos, chat, json, swa_full;
     hy_config_attention_t attn; /* --sparse*: [attention]'s defaults otherwise */
     hy_sampling_t sp;
@@ -91,7 +94,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         {"sparse-local-tokens", required_argument, 0, 21},
         {"sparse-min-tokens", required_argument, 0, 22},
         {"hot-tokens", required_argument, 0, 23}, {"seq-warm-mb", required_argument, 0, 24},
-        {"spill-dir", required_argument, 0, 25},
+        {"spill-dir", required_argument, 0, 25}, {"act-bits", required_argument, 0, 26},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     hy_sampling_t *sp = &o->sp;
     bool seeded = false;
@@ -153,6 +156,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         case 23: if (hy_cli_int("run", "--hot-tokens", optarg, 0, 1 << 24, &o->hot)) return 2; break;
         case 24: if (hy_cli_int("run", "--seq-warm-mb", optarg, 0, 1L << 32, &o->seq_warm_mb)) return 2; break;
         case 25: o->spill_dir = optarg; break;
+        case 26: if (hy_cli_act_bits("run", optarg, &o->act_bits)) return 2; break;
         case 'h': hy_run_usage(stdout); return 1;
         default: hy_run_usage(stderr); return 2;
         }
@@ -389,7 +393,9 @@ int hy_cmd_run(int argc, char **argv)
         return 1;
     }
     if (hy_run_read_prompt(&o, &pbuf, &prompt, &plen) != 0 ||
-        hy_cli_open(&c, "run", o.model, o.backend, (int)o.threads, true, NULL) != 0) {
+        hy_cli_open(&c, "run", o.model, o.backend,
+                    &(hy_backend_opts_t){.n_threads = (int)o.threads, .act_bits = o.act_bits},
+                    true, NULL) != 0) {
         free(pbuf);
         free(o.gspec);
         return 1;

@@ -38,6 +38,10 @@ check 2 "hyserve plan: --chunk = '0': must be an integer in 1..1073741824" "plan
     "$hy" plan -m "$tiny" --chunk 0
 check 2 "hyserve bench: --repetitions = '0': must be an integer in 1..1000" "bench: zero repetitions" -- \
     "$hy" bench -m "$tiny" -r 0
+check 2 "hyserve bench: --act-bits = '4': must be 8 or 16" "bench: --act-bits 4" -- \
+    "$hy" bench -m "$tiny" --act-bits 4
+check 2 "hyserve run: --act-bits = '': must be 8 or 16" "run: empty --act-bits" -- \
+    "$hy" run -m "$tiny" -p hi --act-bits ""
 check 2 "hyserve eval: --ids FILE and --out FILE are required" "eval: missing --out" -- \
     "$hy" eval -m "$tiny" --ids /dev/null
 check 2 "hyserve eval: --rows = '3,1': expected ascending positions separated by commas, at byte 2" \

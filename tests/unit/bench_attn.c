@@ -51,7 +51,7 @@ int main(int argc, char **argv)
     /* one thread: its CPU time (a shared machine's other load falls
      * outside it); several: the wall time they take together */
     clockid_t clk = nth > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
-    hy_backend_opts_t opts = {nth};
+    hy_backend_opts_t opts = {.n_threads = nth};
     char err[HY_ERR_LEN];
     float *q = NULL, *k = NULL, *v = NULL, *o = NULL;
     int32_t *pos = NULL, *pages = NULL;

@@ -36,7 +36,7 @@ static int bench_decode(int rounds)
     double *rd5 = calloc((size_t)rounds, sizeof(double)), *ratio5 = calloc((size_t)rounds, sizeof(double));
     int wide = 0;
     hy_backend_t *be;
-    hy_backend_opts_t o = {1};
+    hy_backend_opts_t o = {.n_threads = 1};
     char err[HY_ERR_LEN];
     size_t total = 0;
     uint64_t sink = 0;
@@ -137,7 +137,7 @@ int main(int argc, char **argv)
     printf("isa %s\n", hy_isa_name(hy_cpu_isa()));
     for (int nth = 1; nth <= max_threads; nth++) {
         hy_backend_t *be;
-        hy_backend_opts_t o = {nth};
+        hy_backend_opts_t o = {.n_threads = nth};
         if (hy_backend_cpu_new(&be, &o, err) != HY_OK) {
             fprintf(stderr, "bench_cpu: %s\n", err);
             return 1;

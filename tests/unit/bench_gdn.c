@@ -64,7 +64,7 @@ int main(int argc, char **argv)
               d = argc > 3 ? atoi(argv[3]) : 128, thr = argc > 4 ? atoi(argv[4]) : 1,
               only = argc > 5 ? atoi(argv[5]) : 0;
     const int64_t stride = 3 * (int64_t)H * d;
-    hy_backend_opts_t o = {thr};
+    hy_backend_opts_t o = {.n_threads = thr};
     char err[HY_ERR_LEN];
     bench_t w = {NULL, NULL, NULL, NULL, NULL, T, H, d, stride};
     float *x = malloc(sizeof(float) * (size_t)T * stride), *g = malloc(sizeof(float) * (size_t)T * H),

@@ -49,7 +49,7 @@ int main(int argc, char **argv)
            BENCH_PEAK_GFLOPS);
     for (int th = 1; th <= max_th; th++) {
         hy_backend_t *be = NULL;
-        hy_backend_opts_t o = {th};
+        hy_backend_opts_t o = {.n_threads = th};
         if (hy_backend_cpu_new(&be, &o, err) != HY_OK) {
             fprintf(stderr, "bench_gemm: %s\n", err);
             return 1;

@@ -55,7 +55,7 @@ int main(int argc, char **argv)
               d = argc > 3 ? atoi(argv[3]) : 128, isa = argc > 4 ? atoi(argv[4]) : -1,
               only = argc > 5 ? atoi(argv[5]) : 0;
     static const int chunks[] = {1, 8, 16, 32, 64};
-    hy_backend_opts_t o = {1};
+    hy_backend_opts_t o = {.n_threads = 1};
     hy_backend_t *be;
     char err[HY_ERR_LEN];
     float *x = malloc(sizeof(float) * (size_t)T * 3 * H * d), *out = malloc(sizeof(float) * (size_t)H * d * T);

@@ -42,7 +42,7 @@ static inline void fill(float *x, size_t n, float a)
 static inline hy_backend_t *new_backend(int threads)
 {
     hy_backend_t *be = NULL;
-    hy_backend_opts_t o = {threads};
+    hy_backend_opts_t o = {.n_threads = threads};
     char err[HY_ERR_LEN];
 
     if (hy_backend_cpu_new(&be, &o, err) != HY_OK) {

@@ -15,7 +15,8 @@
  *     on a hybrid the interval checkpoint at 288),
  *   - and all of it again on 2 threads,
  * for the dense family (llama, gemma3 and SmolLM2-135M Q4_1, the default
- * model, whose quantized weights take the integer kernels) and each hybrid
+ * model, whose quantized weights take the integer kernels, with 16- and
+ * 8-bit activations) and each hybrid
  * family (Gated DeltaNet: qwen35; Mamba-2: granitehybrid-dense; short
  * conv: lfm2).  The logits are caught where the engine hands them to the
  * backend's sampler (hy_backend_i.sample, a stand-in sampling greedily
@@ -310,8 +311,9 @@ static void hy_b_model(hy_b_env_t *v, float *ref, bool make_ref)
     hy_b_case(v, what, 7, 32, &warm, 1, reqs, 4, ref, 288);
 }
 
-/* Loads path on a 1- and a 2-thread backend and runs every case. */
-static void hy_b_family(const char *name, const char *path)
+/* Loads path on a 1- and a 2-thread backend (act_bits: their
+ * hy_backend_opts_t.act_bits) and runs every case. */
+static void hy_b_family(const char *name, const char *path, int act_bits)
 {
     char err[HY_ERR_LEN] = "";
     float *ref = NULL;
@@ -320,7 +322,7 @@ static void hy_b_family(const char *name, const char *path)
 
     memset(v, 0, sizeof v);
     for (k = 0; k < 2 && rc == HY_OK; k++) {
-        hy_backend_opts_t bo = {.n_threads = k + 1};
+        hy_backend_opts_t bo = {.n_threads = k + 1, .act_bits = act_bits};
         v[k].name = name;
         v[k].threads = k + 1;
         if ((rc = hy_backend_cpu_new(&v[k].be, &bo, err)) != HY_OK)
@@ -365,7 +367,7 @@ int main(int argc, char **argv)
     for (size_t k = 0; k < sizeof tiny / sizeof *tiny; k++) {
         const hy_t_golden_t *g = hy_t_golden_find(golden, n_golden, tiny[k]);
         if (g != NULL && (argc < 2 || strcmp(argv[1], tiny[k]) == 0))
-            hy_b_family(tiny[k], hy_t_golden_path(g));
+            hy_b_family(tiny[k], hy_t_golden_path(g), 16);
     }
 #ifdef __SANITIZE_ADDRESS__
     /* Under ASan SmolLM2's 600 one-token steps per thread count take ~20
@@ -375,7 +377,15 @@ int main(int argc, char **argv)
 #else
     if (argc < 2 || strcmp(argv[1], "smollm2") == 0)
 #endif
-        hy_b_family("SmolLM2-135M Q4_1", hy_t_srcpath(HY_B_SMOL));
+        hy_b_family("SmolLM2-135M Q4_1", hy_t_srcpath(HY_B_SMOL), 16);
+    /* [engine] activation_bits = 8: Q4_1's single-level kernel where the
+     * CPU has it (AVX-512), the same cases */
+#ifdef __SANITIZE_ADDRESS__
+    if (argc >= 2 && strcmp(argv[1], "smollm2-a8") == 0)
+#else
+    if (argc < 2 || strcmp(argv[1], "smollm2-a8") == 0)
+#endif
+        hy_b_family("SmolLM2-135M Q4_1, 8-bit activations", hy_t_srcpath(HY_B_SMOL), 8);
     for (int i = 0; i < HY_B_MAXREQ; i++)
         free(hy_b.cap[i].rows);
     return hy_t_done();

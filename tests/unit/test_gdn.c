@@ -294,7 +294,7 @@ int main(void)
         {2, 4, 16, 16, false}, {2, 4, 16, 16, true}, {1, 3, 8, 24, false},
         {3, 6, 32, 20, true}, {2, 2, 64, 64, false},
     };
-    hy_backend_opts_t o = {3};
+    hy_backend_opts_t o = {.n_threads = 3};
     hy_backend_t *be = NULL;
     char err[HY_ERR_LEN];
 

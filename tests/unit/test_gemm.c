@@ -266,7 +266,7 @@ out:
 int main(void)
 {
     hy_backend_t *be1 = NULL, *be3 = NULL;
-    hy_backend_opts_t o1 = {1}, o3 = {3};
+    hy_backend_opts_t o1 = {.n_threads = 1}, o3 = {.n_threads = 3};
     char err[HY_ERR_LEN];
 
     if (hy_backend_cpu_new(&be1, &o1, err) != HY_OK ||

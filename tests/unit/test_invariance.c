@@ -5,7 +5,8 @@
  * threads run it.  Matmul: every weight type at every ISA level this CPU
  * has, each token computed alone (1 thread) against the same token inside
  * calls of 2..64 tokens at several offsets, with 1, 2 and 3 threads, on row
- * counts that leave ragged row groups.  Attention: every query decoded
+ * counts that leave ragged row groups, with 16- and with 8-bit
+ * activations.  Attention: every query decoded
  * alone (one token per call, the decode kernel) against the same query
  * prefilled in one call and in chunks (the prefill kernel), for each KV
  * type, window, softcap, GQA shape and head size, at 1 and 3 threads.
@@ -57,6 +58,9 @@ static uint8_t *mm_weight(hy_dtype_t t, int64_t k, int64_t n_out, size_t *rb)
 
 /* One type at the pinned level: the row of every token alone (1 thread)
  * vs inside calls of nb tokens starting at several offsets, 1/2/3 threads. */
+/* Appended to each matmul line: which activation mode the backends run. */
+static const char *mm_label = "";
+
 static void mm_type(hy_backend_t *be[3], hy_dtype_t t, int64_t n_out, hy_isa_t isa)
 {
     static const int sizes[] = {2, 3, 5, 8, 13, 16, 31, 32, 33, 47, 64};
@@ -95,9 +99,9 @@ static void mm_type(hy_backend_t *be[3], hy_dtype_t t, int64_t n_out, hy_isa_t i
     for (int i = 0; i < 3; i++)
         if (be[i]->i->status(be[i], err) != HY_OK)
             bad++;
-    HY_T_OK(bad == 0, "matmul %s/%s %lldx%lld: rows alone == rows in %d calls of 2..64 "
+    HY_T_OK(bad == 0, "matmul %s/%s%s %lldx%lld: rows alone == rows in %d calls of 2..64 "
             "tokens at offsets, 1/2/3 threads, bit for bit (%d calls differ)",
-            hy_dtype_info(t)->name, hy_isa_name(isa),
+            hy_dtype_info(t)->name, hy_isa_name(isa), mm_label,
             (long long)k, (long long)n_out, calls, bad);
     free(data);
     free(x);
@@ -415,6 +419,58 @@ int main(void)
     }
     printf("# cpu isa: %s\n", hy_isa_name(hy_cpu_isa()));
     test_matmul(be);
+    {
+        hy_backend_t *bad = NULL;
+        hy_backend_opts_t o = {.n_threads = 1, .act_bits = 7};
+        char err[HY_ERR_LEN] = "";
+
+        HY_T_OK(hy_backend_cpu_new(&bad, &o, err) == HY_EINVAL && bad == NULL &&
+                strstr(err, "activation bits 7: must be 8 or 16") != NULL,
+                "a backend with 7-bit activations is refused (%s)", err);
+    }
+    /* the same with 8-bit activations ([engine] activation_bits = 8) */
+    {
+        hy_backend_t *b8[3] = {NULL, NULL, NULL};
+        char err[HY_ERR_LEN];
+        int ok = 1;
+
+        for (int i = 0; i < 3; i++) {
+            hy_backend_opts_t o = {.n_threads = i + 1, .act_bits = 8};
+            ok &= hy_backend_cpu_new(&b8[i], &o, err) == HY_OK;
+        }
+        HY_T_OK(ok, "backends with 8-bit activations, 1, 2 and 3 threads");
+        if (ok) {
+            /* which kernels the mode takes: Q4_1's single-level tile at
+             * AVX-512 (the one faster there), every other pair as with 16 */
+            hy_weight_t w = {.name = "w", .ne = {576, 64, 1, 1}};
+            char n16[96], n8[96];
+            int same = 0, differ = 0;
+
+            for (int t = 0; t < HY_DTYPE_COUNT; t++) {
+                if (!hy_quant_traits((hy_dtype_t)t) || hy_dtype_info((uint32_t)t)->block == 0)
+                    continue;
+                w.type = (hy_dtype_t)t;
+                be[0]->i->kernel_name(be[0], "matmul", &w, 0, n16, sizeof n16);
+                b8[0]->i->kernel_name(b8[0], "matmul", &w, 0, n8, sizeof n8);
+                if (strcmp(n16, n8) == 0)
+                    same++;
+                else if (t == HY_DTYPE_Q4_1 && hy_cpu_isa() == HY_ISA_AVX512 &&
+                         strcmp(n8, "q4_1xq8_1-avx512-tiled") == 0)
+                    differ++;
+                else
+                    printf("# unexpected: %s with 8 bits, %s with 16\n", n8, n16);
+            }
+            HY_T_OK(differ == (hy_cpu_isa() == HY_ISA_AVX512) && same > 10,
+                    "8-bit activations change Q4_1's kernel at AVX-512 only (%d changed, "
+                    "%d the same; this CPU: %s)", differ, same, hy_isa_name(hy_cpu_isa()));
+            mm_label = " (8-bit activations)";
+            test_matmul(b8);
+            mm_label = "";
+        }
+        for (int i = 0; i < 3; i++)
+            if (b8[i])
+                b8[i]->i->free(b8[i]);
+    }
     test_attention(be);
     test_row_ops(be);
     for (int i = 0; i < 3; i++)

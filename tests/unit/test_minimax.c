@@ -148,7 +148,7 @@ static void check_interval(const unsigned char *orig, size_t size)
 
 int main(void)
 {
-    hy_backend_opts_t o = {1};
+    hy_backend_opts_t o = {.n_threads = 1};
     unsigned char *buf;
     size_t size;
     char err[HY_ERR_LEN];

@@ -39,7 +39,7 @@ static int load_patched(const unsigned char *orig, size_t size, const char *what
 {
     unsigned char *buf = malloc(size), *p;
     hy_backend_t *be = NULL;
-    hy_backend_opts_t o = {1};
+    hy_backend_opts_t o = {.n_threads = 1};
     int rc;
 
     memcpy(buf, orig, size);
@@ -84,7 +84,7 @@ int main(void)
         unsigned char *buf;
         size_t size;
         hy_backend_t *be = NULL;
-        hy_backend_opts_t o = {1};
+        hy_backend_opts_t o = {.n_threads = 1};
         hy_model_t *m = NULL;
         int rc;
 

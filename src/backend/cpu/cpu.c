@@ -715,15 +715,14 @@ static const struct hy_backend_i hy_cpu_methods = {
 
 /* Names what the dispatchers pick with no test pin: every module takes the
  * CPU's best level (hy_cpu_isa), matmul the type's kernel pair from
- * hy_quant_traits (a type without one is named as such, not hidden). */
+ * hy_cpu_mm_traits (a type without one is named as such, not hidden). */
 static void hy_cpu_kernel_name(hy_backend_t *be, const char *op, const hy_weight_t *w,
                                int32_t head_dim, char *buf, size_t n)
 {
     const char *isa = hy_isa_name(hy_cpu_isa());
 
-    (void)be;
     if (strcmp(op, "matmul") == 0 && w != NULL) {
-        const hy_quant_traits_t *t = hy_quant_traits(w->type);
+        const hy_quant_traits_t *t = hy_cpu_mm_traits(be->ctx, w->type);
         const hy_dtype_info_t *wi = hy_dtype_info((uint32_t)w->type);
         const hy_dtype_info_t *xi = t ? hy_dtype_info((uint32_t)t->vec_dot_type) : NULL;
 
@@ -732,7 +731,7 @@ static void hy_cpu_kernel_name(hy_backend_t *be, const char *op, const hy_weight
         else
             snprintf(buf, n, "%sx%s-%s%s", wi && wi->name ? wi->name : "?",
                      xi && xi->name ? xi->name : "?", isa,
-                     hy_quant_vec_dot_tile(w->type) ? "-tiled" : "");
+                     hy_cpu_mm_tile(be->ctx, w->type) ? "-tiled" : "");
     } else if (strcmp(op, "attention") == 0) {
         /* attention.c: the flash kernel for units of many queries, the
          * decode kernel (same bits) for a token's few heads, at every
@@ -769,6 +768,12 @@ int hy_backend_cpu_new(hy_backend_t **out, const hy_backend_opts_t *opts, char *
     }
     be->i = &hy_cpu_methods;
     be->ctx = cpu;
+    if (opts && opts->act_bits != 0 && opts->act_bits != 8 && opts->act_bits != 16) {
+        rc = hy_err(err, HY_EINVAL, "cpu backend: activation bits %d: must be 8 or 16",
+                    opts->act_bits);
+        goto out;
+    }
+    cpu->act8 = opts && opts->act_bits == 8;
     rc = hy_pool_new(&cpu->pool, opts ? opts->n_threads : 0, err);
     if (rc != HY_OK)
         goto out;

@@ -19,6 +19,7 @@
 typedef struct {
     hy_pool_t *pool;
     int n_threads;
+    bool act8;          /* hy_backend_opts_t.act_bits == 8 */
 
     /* First error an op hit since the last `status` call (ops return void). */
     int err_code;
@@ -90,6 +91,10 @@ void hy_cpu_fail(hy_cpu_t *cpu, int code, const char *fmt, ...)
 int hy_cpu_scratch(void **buf, size_t *size, size_t need);
 
 /* matmul.c */
+/* The kernels a matmul of weight type t runs: hy_quant_traits_a8's where
+ * the backend was asked for 8-bit activations, else the default. */
+const hy_quant_traits_t *hy_cpu_mm_traits(const hy_cpu_t *cpu, hy_dtype_t t);
+hy_quant_tile_fn_t hy_cpu_mm_tile(const hy_cpu_t *cpu, hy_dtype_t t);
 /* Bytes of cpu->act a matmul of n_tok rows by w asks for with every
  * thread (0: none). */
 uint64_t hy_cpu_matmul_act_bytes(const hy_cpu_t *cpu, const hy_weight_t *w, int32_t n_tok);

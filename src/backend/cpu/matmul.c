@@ -276,6 +276,16 @@ static bool hy_mm_gemm(hy_cpu_t *cpu, const hy_weight_t *w, const float *x, floa
 }
 #endif
 
+const hy_quant_traits_t *hy_cpu_mm_traits(const hy_cpu_t *cpu, hy_dtype_t t)
+{
+    return cpu->act8 ? hy_quant_traits_a8(t) : hy_quant_traits(t);
+}
+
+hy_quant_tile_fn_t hy_cpu_mm_tile(const hy_cpu_t *cpu, hy_dtype_t t)
+{
+    return cpu->act8 ? hy_quant_vec_dot_tile_a8(t) : hy_quant_vec_dot_tile(t);
+}
+
 /* Bytes of an activation row converted to the vec_dot partner of traits
  * tr (0: F32 partners read x as it is). */
 static size_t hy_mm_act_row(const hy_quant_traits_t *tr, int64_t ne0)
@@ -285,7 +295,7 @@ static size_t hy_mm_act_row(const hy_quant_traits_t *tr, int64_t ne0)
 
 uint64_t hy_cpu_matmul_act_bytes(const hy_cpu_t *cpu, const hy_weight_t *w, int32_t n_tok)
 {
-    const hy_quant_traits_t *tr = hy_quant_traits(w->type);
+    const hy_quant_traits_t *tr = hy_cpu_mm_traits(cpu, w->type);
 
     if (hy_mm_gemm_wanted(w)) {
 #if HY_BUILD_AVX512
@@ -323,8 +333,8 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
     }
     memset(&j, 0, sizeof j);
     j.w = w;
-    j.tr = hy_quant_traits(w->type);
-    j.tile = hy_quant_vec_dot_tile(w->type);
+    j.tr = hy_cpu_mm_traits(cpu, w->type);
+    j.tile = hy_cpu_mm_tile(cpu, w->type);
     j.x = x;
     j.y = y;
     j.ne0 = w->ne[0];

@@ -972,6 +972,28 @@ hy_quant_tile_fn_t hy_quant_vec_dot_tile(hy_dtype_t t)
     return k ? k->tile : NULL;
 }
 
+/* The types whose single-level kernel at a level is faster than its
+ * default one (tests/unit/bench_mm with BENCH_MM_Q8=1): Q4_1 at AVX-512,
+ * where the int8 plane halves the dpbusd of Q8_2L's two.  Elsewhere the
+ * single-level kernels are slower (the AVX2 level's, and the AVX-512
+ * 4 x 4 tiles of Q4_0/Q8_0: no decode prefetch) and less accurate. */
+static int hy_quant_a8_faster(hy_dtype_t t)
+{
+    return hy_quant_isa() == HY_ISA_AVX512 && t == HY_DTYPE_Q4_1;
+}
+
+const hy_quant_traits_t *hy_quant_traits_a8(hy_dtype_t t)
+{
+    const hy_quant_kernels_t *k = hy_quant_kernels(t, hy_quant_a8_faster(t));
+    return k ? &k->traits : NULL;
+}
+
+hy_quant_tile_fn_t hy_quant_vec_dot_tile_a8(hy_dtype_t t)
+{
+    const hy_quant_kernels_t *k = hy_quant_kernels(t, hy_quant_a8_faster(t));
+    return k ? k->tile : NULL;
+}
+
 const hy_quant_traits_t *hy_quant_traits_q8(hy_dtype_t t)
 {
     const hy_quant_kernels_t *k = hy_quant_kernels(t, 1);

@@ -1285,8 +1285,13 @@ int hy_backend_cuda_new(hy_backend_t **out, const hy_backend_opts_t *opts, char 
     cudaError_t e;
     cublasStatus_t bs;
 
-    (void)opts;
     *out = NULL;
+    /* its matrix products have one arithmetic (cuBLAS over dequantized
+     * weights); a request for the CPU's 8-bit activations is refused, not
+     * ignored */
+    if (opts && opts->act_bits != 0 && opts->act_bits != 16)
+        return hy_err(err, HY_EUNSUPPORTED, "cuda backend: activation bits %d: only 16 "
+                      "(8-bit activations are a CPU kernel choice)", opts->act_bits);
     /* HY_CUDA_GRAPHS=0 runs every step eagerly (comparisons, debugging); a
      * bad value is a configuration error, reported before any device work */
     if ((rc = hy_cuda_graph_env(getenv("HY_CUDA_GRAPHS"), &g_off, err)) != HY_OK)
