@@ -45,6 +45,14 @@ HY_QX_INLINE float hy_qx_h2f(uint16_t h)
     return _cvtsh_ss(h);
 }
 
+/* F16C's round-to-nearest-even conversion: hy_f32_to_f16's bits (the
+ * scalar reference quantizers'), without its out-of-line call and branches,
+ * which were 8% of an 8-bit-activation pp512. */
+HY_QX_INLINE uint16_t hy_qx_f2h(float f)
+{
+    return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+
 /* u8 x s8 products summed in groups of 4 into 8 int32 lanes. */
 HY_QX_INLINE __m256i hy_qx_mul_sum_us8(__m256i a, __m256i b)
 {
@@ -228,7 +236,7 @@ static void hy_qx_from_float_q8_0(const float *x, void *vy, int64_t n)
     for (int64_t i = 0; i < n / 32; i++) {
         float d = hy_qx_amax(x + i * 32, 32) / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[i].d = hy_f32_to_f16(d);
+        y[i].d = hy_qx_f2h(d);
         _mm256_storeu_si256((__m256i *)y[i].qs, hy_qx_quant32(x + i * 32, id, NULL));
     }
 }
@@ -243,8 +251,8 @@ static void hy_qx_from_float_q8_1(const float *x, void *vy, int64_t n)
         _mm256_storeu_si256((__m256i *)y[i].qs, hy_qx_quant32(x + i * 32, id, v));
         int sum = hy_qx_hsum8i(_mm256_add_epi32(_mm256_add_epi32(v[0], v[1]),
                                                 _mm256_add_epi32(v[2], v[3])));
-        y[i].d = hy_f32_to_f16(d);
-        y[i].s = hy_f32_to_f16(d * (float)sum);
+        y[i].d = hy_qx_f2h(d);
+        y[i].s = hy_qx_f2h(d * (float)sum);
     }
 }
 
