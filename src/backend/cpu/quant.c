@@ -136,6 +136,22 @@ static void hy_quant_ref_from_float_q8_1(const float *x, void *vy, int64_t n)
     }
 }
 
+void hy_quant_ref_from_float_q8_u(const float *x, void *vy, int64_t n)
+{
+    hy_block_q8_u_t *y = vy;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[i * 32 + j]));
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = d;
+        for (int j = 0; j < 32; j++)
+            y[i].qs[j] = (uint8_t)((int)nearbyintf(x[i * 32 + j] * id) + 128);
+    }
+}
+
 static void hy_quant_ref_from_float_q8_k(const float *x, void *vy, int64_t n)
 {
     hy_block_q8_k_t *y = vy;
@@ -422,6 +438,33 @@ void hy_quant_ref_to_float_q5_0(const void *vw, float *y, int64_t n)
             y[i * 32 + j + 16] = d * (float)(q1 - 16);
         }
     }
+}
+
+/* Q5_0 over Q8_U: per block the exact int32 P = sum (q_j - 128) * c_j
+ * (c the signed codes), then acc = fmaf((float)P, d_w * d_x, acc), and the
+ * result acc + 0.0f, as the AVX-512 tile's lanes do (quant_avx512.c). */
+void hy_quant_ref_dot_q5_0_q8u(int64_t n, float *s, const void *vw, const void *vx)
+{
+    const hy_block_q5_0_t *w = vw;
+    const hy_block_q8_u_t *x = vx;
+    float acc = 0.0f;
+
+    for (int64_t i = 0; i < n / 32; i++) {
+        int32_t p = 0;
+        for (int j = 0; j < 16; j++) {
+            int c0 = ((w[i].qs[j] & 15) | hy_quant_q5_high(w[i].qh, j) << 4) - 16;
+            int c1 = ((w[i].qs[j] >> 4) | hy_quant_q5_high(w[i].qh, j + 16) << 4) - 16;
+            p += (x[i].qs[j] - 128) * c0 + (x[i].qs[j + 16] - 128) * c1;
+        }
+        acc = fmaf((float)p, hy_f16_to_f32(w[i].d) * x[i].d, acc);
+    }
+    *s = acc + 0.0f;
+}
+
+void hy_quant_ref_tile_q5_0_q8u(int64_t n, float *s, size_t ss, const void *w, size_t ws,
+                                int nw, const void *x, size_t xs, int nx)
+{
+    hy_quant_tile_generic(hy_quant_ref_dot_q5_0_q8u, n, s, ss, w, ws, nw, x, xs, nx);
 }
 
 void hy_quant_ref_to_float_q5_1(const void *vw, float *y, int64_t n)
@@ -794,8 +837,11 @@ const hy_quant_kernels_t hy_quant_scalar_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_IQ4_XS] = HY_QMM_ENTRY_REF(iq4_xs, hy_quant_ref_to_float_iq4_xs),
 };
 
-/* ggml's single-level partners (hy_quant_traits_q8) */
+/* The single-level partners (hy_quant_traits_q8): ggml's, and Q5_0's Q8_U */
 const hy_quant_kernels_t hy_quant_scalar_kernels_q8[HY_DTYPE_COUNT] = {
+    [HY_DTYPE_Q5_0] = {{HY_DTYPE_Q8_U, hy_quant_ref_from_float_q8_u,
+                        hy_quant_ref_dot_q5_0_q8u, hy_quant_ref_to_float_q5_0},
+                       hy_quant_ref_tile_q5_0_q8u},
     [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_0, hy_quant_ref_from_float_q8_0,
                         hy_quant_ref_dot_q4_0, hy_quant_ref_to_float_q4_0},
                        hy_quant_ref_tile_q4_0},
@@ -833,6 +879,7 @@ int hy_quant_quantize_row(hy_dtype_t t, const float *x, void *y, int64_t n)
     case HY_DTYPE_Q8_2L: fn = hy_quant_ref_from_float_q8_2l; break;
     case HY_DTYPE_Q8_K2L: fn = hy_quant_ref_from_float_q8_k2l; break;
     case HY_DTYPE_Q16: fn = hy_qmm_ref_from_float_q16; break;
+    case HY_DTYPE_Q8_U: fn = hy_quant_ref_from_float_q8_u; break;
     default: return HY_EUNSUPPORTED;
     }
     if (info == NULL || n < 0 || n % info->block != 0)
@@ -973,13 +1020,14 @@ hy_quant_tile_fn_t hy_quant_vec_dot_tile(hy_dtype_t t)
 }
 
 /* The types whose single-level kernel at a level is faster than its
- * default one (tests/unit/bench_mm with BENCH_MM_Q8=1): Q4_1 at AVX-512,
- * where the int8 plane halves the dpbusd of Q8_2L's two.  Elsewhere the
+ * default one (tests/unit/bench_mm with BENCH_MM_Q8=1): Q4_1 and Q5_0 at
+ * AVX-512, where one dpbusd does the work of two (Q8_2L's two planes, or
+ * Q16's vpdpwssd at half the products).  Elsewhere the
  * single-level kernels are slower (the AVX2 level's, and the AVX-512
  * 4 x 4 tiles of Q4_0/Q8_0: no decode prefetch) and less accurate. */
 static int hy_quant_a8_faster(hy_dtype_t t)
 {
-    return hy_quant_isa() == HY_ISA_AVX512 && t == HY_DTYPE_Q4_1;
+    return hy_quant_isa() == HY_ISA_AVX512 && (t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_0);
 }
 
 const hy_quant_traits_t *hy_quant_traits_a8(hy_dtype_t t)

@@ -250,6 +250,36 @@ HY_QX_INLINE __m512i hy_a5t_bcast(const int8_t *p)
     return _mm512_set1_epi32(v);
 }
 
+/* Q5_0's signed codes c = q - 16 from hy_a5t_wload's nibbles and each
+ * row's 32 high bits qh (lane r: row r's qh[0..3]): byte b of lo[k] is
+ * element 4k + b, whose high bit is bit 4k + b of qh (hi[k]: 16 + 4k + b).
+ * A byte shuffle puts the qh byte holding those bits in each byte, a test
+ * against the byte's bit gives a mask, and the bytes without the bit lose
+ * 16.  Returns 128 * the lane's sum of its 32 codes, exact (dpbusd with
+ * ones): what the 128 of Q8_U's unsigned bytes adds to a block's sum. */
+HY_QX_INLINE __m512i hy_a5t_q5_codes(__m512i qh, __m512i lo[4], __m512i hi[4])
+{
+    /* shuffle indices are per 128-bit lane: dword i's bytes at 4i */
+    const __m512i base = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000);
+    const __m512i one = _mm512_set1_epi8(1), sixteen = _mm512_set1_epi8(16);
+    __m512i sum = _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        /* bits 4k..4k+3 lie in qh byte k / 2, at (4k) % 8 upward */
+        const __m512i bit = _mm512_set1_epi32((k & 1) ? (int)0x80402010 : 0x08040201);
+        const __m512i sl = _mm512_add_epi8(base, _mm512_set1_epi8((char)(k / 2)));
+        const __m512i sh = _mm512_add_epi8(base, _mm512_set1_epi8((char)(2 + k / 2)));
+        const __mmask64 ml = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, sl), bit);
+        const __mmask64 mh = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, sh), bit);
+        lo[k] = _mm512_mask_sub_epi8(lo[k], _knot_mask64(ml), lo[k], sixteen);
+        hi[k] = _mm512_mask_sub_epi8(hi[k], _knot_mask64(mh), hi[k], sixteen);
+        sum = _mm512_dpbusd_epi32(sum, one, lo[k]);
+        sum = _mm512_dpbusd_epi32(sum, one, hi[k]);
+    }
+    return _mm512_slli_epi32(sum, 7);
+}
+
 /* A block of 16 rows as the kernel consumes it: transposed nibbles, d, m. */
 typedef struct {
     __m512i lo[4], hi[4];
@@ -261,6 +291,11 @@ typedef struct {
  * groups, or that panel.  Prefill transposes each block once per 16 rows
  * instead of once per 8 tokens. */
 enum { HY_A5T_ROWS, HY_A5T_KEEP, HY_A5T_PANEL };
+/* What the kernel multiplies: Q4_1 weights over Q8_2L (two planes) or
+ * ggml's Q8_1 (one), or Q5_0 weights over Q8_U (signed 5-bit codes on
+ * dpbusd's signed side, the activations as unsigned bytes q = v + 128 on
+ * the other; a block's sum of codes times 128 comes back out). */
+enum { HY_A5T_Q41_Q81 = 1, HY_A5T_Q41_2L = 2, HY_A5T_Q50_Q8U = 3 };
 /* Blocks a prefill panel holds (640 bytes each: K up to 2048 on the stack). */
 #define HY_A5T_PANEL_BLOCKS 64
 
@@ -271,7 +306,7 @@ enum { HY_A5T_ROWS, HY_A5T_KEEP, HY_A5T_PANEL };
  * blocks come from (pk: the panel of HY_A5T_KEEP and HY_A5T_PANEL). */
 HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, size_t ws,
                                 const char *x, size_t xs, const int RX, __mmask16 store,
-                                size_t pf, const int src, hy_a5t_blk_t *pk, const int lvl)
+                                size_t pf, const int src, hy_a5t_blk_t *pk, const int fmt)
 {
     __m512 acc[HY_A5T_RX], mac[HY_A5T_RX];
     const __m512i vidx = _mm512_mullo_epi32(
@@ -282,6 +317,13 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
     const __m512i dmsel = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3,
                                            1, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
                                            2, 0);
+
+    /* Q5_0: the low dwords of 16 gathered qwords, and their low words */
+    const __m512i q5_even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                              28, 30);
+    const __m512i q5_dsel = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 60,
+                                             56, 52, 48, 44, 40, 36, 32, 28, 24, 20, 16, 12, 8, 4,
+                                             0);
 
 #pragma GCC unroll 8
     for (int c = 0; c < RX; c++) {
@@ -314,14 +356,33 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
                     for (int j = 0; j < 4; j++)
                         _mm_prefetch(b[q] + o[j] + pf, _MM_HINT_T0);
             }
-            const char *const bq[4] = {b[0] + 4, b[1] + 4, b[2] + 4, b[3] + 4};
-            hy_a5t_wload(bq, o, lo, hi);
+            if (fmt == HY_A5T_Q50_Q8U) {
+                const char *const bq[4] = {b[0] + 6, b[1] + 6, b[2] + 6, b[3] + 6};
+                hy_a5t_wload(bq, o, lo, hi);
 #pragma GCC unroll 4
-            for (int q = 0; q < 4; q++)
-                b[q] += sizeof(hy_block_q4_1_t);
-            __m512i dm = _mm512_permutexvar_epi16(dmsel, _mm512_i32gather_epi32(vidx, wb, 1));
-            d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
-            m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
+                for (int q = 0; q < 4; q++)
+                    b[q] += sizeof(hy_block_q5_0_t);
+                /* one 8-byte gather per row (d, qh and two qs bytes): half
+                 * the gathered elements of a dword gather each for d and qh */
+                const __m512i g0 = _mm512_i32gather_epi64(_mm512_castsi512_si256(vidx), wb, 1);
+                const __m512i g1 =
+                    _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(vidx, 1), wb, 1);
+                const __m512i qh = _mm512_permutex2var_epi32(
+                    _mm512_srli_epi64(g0, 16), q5_even, _mm512_srli_epi64(g1, 16));
+                d = _mm512_cvtph_ps(
+                    _mm512_castsi512_si256(_mm512_permutex2var_epi16(g0, q5_dsel, g1)));
+                m = _mm512_castsi512_ps(hy_a5t_q5_codes(qh, lo, hi));
+            } else {
+                const char *const bq[4] = {b[0] + 4, b[1] + 4, b[2] + 4, b[3] + 4};
+                hy_a5t_wload(bq, o, lo, hi);
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++)
+                    b[q] += sizeof(hy_block_q4_1_t);
+                __m512i dm =
+                    _mm512_permutexvar_epi16(dmsel, _mm512_i32gather_epi32(vidx, wb, 1));
+                d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+                m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
+            }
             if (src == HY_A5T_KEEP) {
 #pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) {
@@ -333,7 +394,22 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
             }
         }
 #pragma GCC unroll 8
-        for (int c = 0; c < RX && lvl == 1; c++) {
+        for (int c = 0; c < RX && fmt == HY_A5T_Q50_Q8U; c++) {
+            const hy_block_q8_u_t *xb = (const hy_block_q8_u_t *)(x + (size_t)c * xs) + ib;
+            __m512i p = _mm512_setzero_si512(), p2 = p;
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                p = _mm512_dpbusd_epi32(p, hy_a5t_bcast((const int8_t *)xb->qs + 4 * k), lo[k]);
+                p2 = _mm512_dpbusd_epi32(p2, hy_a5t_bcast((const int8_t *)xb->qs + 16 + 4 * k),
+                                         hi[k]);
+            }
+            /* m holds 128 * the lane's sum of codes (hy_a5t_q5_codes) */
+            const __m512i pv = _mm512_sub_epi32(_mm512_add_epi32(p, p2), _mm512_castps_si512(m));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pv),
+                                     _mm512_mul_ps(d, _mm512_set1_ps(xb->d)), acc[c]);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < RX && fmt == HY_A5T_Q41_Q81; c++) {
             const hy_block_q8_1_t *xb = (const hy_block_q8_1_t *)(x + (size_t)c * xs) + ib;
             __m512i p = _mm512_setzero_si512(), p2 = p;
 #pragma GCC unroll 4
@@ -346,7 +422,7 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
             mac[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(hy_qx_h2f(xb->s)), mac[c]);
         }
 #pragma GCC unroll 8
-        for (int c = 0; c < RX && lvl == 2; c++) {
+        for (int c = 0; c < RX && fmt == HY_A5T_Q41_2L; c++) {
             const hy_block_q8_2l_t *xb = (const hy_block_q8_2l_t *)(x + (size_t)c * xs) + ib;
             __m512i ph = _mm512_setzero_si512(), ph2 = ph, pl = ph, pl2 = ph;
             /* four independent chains: low and high nibbles of each plane */
@@ -372,37 +448,38 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
 }
 
 /* RX-token instance (RX <= HY_A5T_RX) over one group, its blocks from src. */
-#define HY_A5T_K(n, srcv, lvl) \
-    hy_a5t_kernel(nb, s, ss, w, ws, x, xs, n, store, pf, srcv, pk, lvl)
-#define HY_A5T_SRC(srcv, lvl)                                                      \
+#define HY_A5T_K(n, srcv, fmt) \
+    hy_a5t_kernel(nb, s, ss, w, ws, x, xs, n, store, pf, srcv, pk, fmt)
+#define HY_A5T_SRC(srcv, fmt)                                                      \
     switch (rx) {                                                                  \
-    case 1: HY_A5T_K(1, srcv, lvl); break;                                         \
-    case 2: HY_A5T_K(2, srcv, lvl); break;                                         \
-    case 3: HY_A5T_K(3, srcv, lvl); break;                                         \
-    case 4: HY_A5T_K(4, srcv, lvl); break;                                         \
-    case 5: HY_A5T_K(5, srcv, lvl); break;                                         \
-    case 6: HY_A5T_K(6, srcv, lvl); break;                                         \
-    case 7: HY_A5T_K(7, srcv, lvl); break;                                         \
-    default: HY_A5T_K(8, srcv, lvl); break;                                        \
+    case 1: HY_A5T_K(1, srcv, fmt); break;                                         \
+    case 2: HY_A5T_K(2, srcv, fmt); break;                                         \
+    case 3: HY_A5T_K(3, srcv, fmt); break;                                         \
+    case 4: HY_A5T_K(4, srcv, fmt); break;                                         \
+    case 5: HY_A5T_K(5, srcv, fmt); break;                                         \
+    case 6: HY_A5T_K(6, srcv, fmt); break;                                         \
+    case 7: HY_A5T_K(7, srcv, fmt); break;                                         \
+    default: HY_A5T_K(8, srcv, fmt); break;                                        \
     }
-/* lvl: the activations' format, 2 = Q8_2L (two planes), 1 = ggml's Q8_1
+/* fmt: HY_A5T_Q41_2L, HY_A5T_Q41_Q81 or HY_A5T_Q50_Q8U
  * (one int8 plane: half the dpbusd of a block, hy_quant_traits_q8) */
-#define HY_A5T_GROUP(name, lvl)                                                    \
+#define HY_A5T_GROUP(name, fmt)                                                    \
     static void name(int64_t nb, float *s, size_t ss, const char *w, size_t ws,   \
                      const char *x, size_t xs, int rx, __mmask16 store, size_t pf, \
                      int src, hy_a5t_blk_t *pk)                                    \
     {                                                                              \
         _Static_assert(HY_A5T_RX == 8, "hy_a5t_group instantiates 1..8 tokens");  \
         if (src == HY_A5T_PANEL) {                                                 \
-            HY_A5T_SRC(HY_A5T_PANEL, lvl)                                          \
+            HY_A5T_SRC(HY_A5T_PANEL, fmt)                                          \
         } else if (src == HY_A5T_KEEP) {                                           \
-            HY_A5T_SRC(HY_A5T_KEEP, lvl)                                           \
+            HY_A5T_SRC(HY_A5T_KEEP, fmt)                                           \
         } else {                                                                   \
-            HY_A5T_SRC(HY_A5T_ROWS, lvl)                                           \
+            HY_A5T_SRC(HY_A5T_ROWS, fmt)                                           \
         }                                                                          \
     }
-HY_A5T_GROUP(hy_a5t_group_2l, 2)
-HY_A5T_GROUP(hy_a5t_group_1l, 1)
+HY_A5T_GROUP(hy_a5t_group_2l, HY_A5T_Q41_2L)
+HY_A5T_GROUP(hy_a5t_group_1l, HY_A5T_Q41_Q81)
+HY_A5T_GROUP(hy_a5t_group_q5u, HY_A5T_Q50_Q8U)
 typedef void (*hy_a5t_group_fn_t)(int64_t, float *, size_t, const char *, size_t, const char *,
                                   size_t, int, __mmask16, size_t, int, hy_a5t_blk_t *);
 
@@ -451,6 +528,12 @@ static void hy_a5_tile_q4_1_1l(int64_t n, float *s, size_t ss, const void *w, si
                                int nw, const void *x, size_t xs, int nx)
 {
     hy_a5t_tile(hy_a5t_group_1l, n, s, ss, w, ws, nw, x, xs, nx);
+}
+
+static void hy_a5_tile_q5_0_q8u(int64_t n, float *s, size_t ss, const void *w, size_t ws,
+                                int nw, const void *x, size_t xs, int nx)
+{
+    hy_a5t_tile(hy_a5t_group_q5u, n, s, ss, w, ws, nw, x, xs, nx);
 }
 
 /* One row: a lane of hy_a5t_kernel without the 15 idle copies (lvl as
@@ -559,8 +642,12 @@ const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
      * kernel), the AVX2 level's bits */
     HY_QMM_ENTRIES_AVX512,
 };
-/* ggml's single-level partners (hy_quant_traits_q8) */
+/* The single-level partners (hy_quant_traits_q8): ggml's, and Q5_0's Q8_U
+ * (vec_dot the reference: the same exact sums and float operations as the
+ * tile's lanes) */
 const hy_quant_kernels_t hy_quant_avx512_kernels_q8[HY_DTYPE_COUNT] = {
+    [HY_DTYPE_Q5_0] = {{HY_DTYPE_Q8_U, hy_qx_from_float_q8_u, hy_quant_ref_dot_q5_0_q8u,
+                        hy_quant_ref_to_float_q5_0}, hy_a5_tile_q5_0_q8u},
     [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_0, hy_qx_from_float_q8_0, hy_a5_dot_q4_0,
                         hy_qx_to_float_q4_0}, hy_a5_tile_q4_0},
     [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_1, hy_qx_from_float_q8_1, hy_a5_dot_q4_1_1l,
