@@ -71,17 +71,17 @@ hy_quant_tile_fn_t hy_quant_vec_dot_tile(hy_dtype_t t);
  * AVX-512, for every type but Q4_0/Q4_1/Q8_0 (qmm.h), which take the same
  * values as two int8 planes (HY_DTYPE_Q8_2L) there.  Within a level every
  * kernel of a type gives a token's row the same bits in any batch.
- * These two return ggml's single-level kernels instead (Q8_0/Q8_1/Q8_K
- * partners, ~1e-2 per dot) of Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K, for
- * callers that want ggml's exact arithmetic; for float types and the other
- * quantized types (Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS: Q16 only) they
- * equal the plain functions. */
+ * These two return the single-level kernels instead (~1e-2 per dot):
+ * ggml's Q8_0/Q8_1/Q8_K partners of Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K,
+ * and Q5_0 over Q8_U (quant_impl.h); for float types and the other
+ * quantized types (Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS: Q16 only) they equal
+ * the plain functions. */
 const hy_quant_traits_t *hy_quant_traits_q8(hy_dtype_t t);
 hy_quant_tile_fn_t hy_quant_vec_dot_tile_q8(hy_dtype_t t);
 /* The 8-bit activation mode ([engine] activation_bits = 8): the
  * single-level kernels of the types where they are faster at the current
- * level than the default ones (Q4_1 at AVX-512), the default kernels of
- * every other type. */
+ * level than the default ones (Q4_1 and Q5_0 at AVX-512), the default
+ * kernels of every other type. */
 const hy_quant_traits_t *hy_quant_traits_a8(hy_dtype_t t);
 hy_quant_tile_fn_t hy_quant_vec_dot_tile_a8(hy_dtype_t t);
 

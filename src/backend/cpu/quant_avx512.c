@@ -5,7 +5,8 @@
  * (hy_a5t_*: one exact int32 sum per block and row, VNNI dpbusd, two per
  * block for the two planes; decode tiles prefetch 16 rows ahead,
  * HY_A5_PF_ROWS); over ggml's single-level Q8_1 the same kernel takes one
- * plane (the 8-bit activation mode's Q4_1 kernel).  ggml's single-level
+ * plane, and Q5_0 over Q8_U its signed codes (the 8-bit activation mode's
+ * Q4_1 and Q5_0 kernels).  ggml's single-level
  * Q8_0 partners of Q4_0/Q8_0 are 512-bit tiles with two 32-element blocks
  * per zmm, register-blocked 4 weight rows x 4 activation rows, vec_dot the
  * 1x1 instance of the same code; the K-quant partners are quant_x86.h's 256-bit kernels
@@ -179,7 +180,8 @@ HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
  * matrix are harmless (prefetch never faults). */
 #define HY_A5_PF_ROWS 16
 
-/* ---- Q4_1 over Q8_2L (and Q8_1): 16 weight rows across the lanes ----
+/* ---- Q4_1 over Q8_2L (and Q8_1), Q5_0 over Q8_U: 16 weight rows across
+ * the lanes ----
  * The tiles above keep a block's 32 elements across the lanes of one row,
  * so every block of every row pays a float convert, a scale and an FMA per
  * 4 elements, and the per-row scale work bounded decode at ~3.4 cycles
