@@ -100,16 +100,25 @@ uint16_t hy_f32_to_bf16(float f)
  * Rounding is nearbyintf (ties to even) rather than roundf so that the SIMD
  * versions (vroundps nearest) give identical bytes. */
 
+/* The single-level scale of n floats, d = amax/127, and the 1/d (0 for
+ * an all-zero block) that v = round(x * (1/d)) uses. */
+static float hy_quant_ref_scale8(const float *x, int n, float *id)
+{
+    float amax = 0.0f;
+
+    for (int j = 0; j < n; j++)
+        amax = fmaxf(amax, fabsf(x[j]));
+    float d = amax / 127.0f;
+    *id = d != 0.0f ? 1.0f / d : 0.0f;
+    return d;
+}
+
 static void hy_quant_ref_from_float_q8_0(const float *x, void *vy, int64_t n)
 {
     hy_block_q8_0_t *y = vy;
 
     for (int64_t i = 0; i < n / 32; i++) {
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(x[i * 32 + j]));
-        float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        float id, d = hy_quant_ref_scale8(x + i * 32, 32, &id);
         y[i].d = hy_f32_to_f16(d);
         for (int j = 0; j < 32; j++)
             y[i].qs[j] = (int8_t)nearbyintf(x[i * 32 + j] * id);
@@ -121,12 +130,8 @@ static void hy_quant_ref_from_float_q8_1(const float *x, void *vy, int64_t n)
     hy_block_q8_1_t *y = vy;
 
     for (int64_t i = 0; i < n / 32; i++) {
-        float amax = 0.0f;
         int sum = 0;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(x[i * 32 + j]));
-        float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        float id, d = hy_quant_ref_scale8(x + i * 32, 32, &id);
         for (int j = 0; j < 32; j++) {
             y[i].qs[j] = (int8_t)nearbyintf(x[i * 32 + j] * id);
             sum += y[i].qs[j];
@@ -141,11 +146,7 @@ void hy_quant_ref_from_float_q8_u(const float *x, void *vy, int64_t n)
     hy_block_q8_u_t *y = vy;
 
     for (int64_t i = 0; i < n / 32; i++) {
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(x[i * 32 + j]));
-        float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        float id, d = hy_quant_ref_scale8(x + i * 32, 32, &id);
         y[i].d = d;
         for (int j = 0; j < 32; j++)
             y[i].qs[j] = (uint8_t)((int)nearbyintf(x[i * 32 + j] * id) + 128);
@@ -157,11 +158,7 @@ static void hy_quant_ref_from_float_q8_k(const float *x, void *vy, int64_t n)
     hy_block_q8_k_t *y = vy;
 
     for (int64_t i = 0; i < n / 256; i++) {
-        float amax = 0.0f;
-        for (int j = 0; j < 256; j++)
-            amax = fmaxf(amax, fabsf(x[i * 256 + j]));
-        float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        float id, d = hy_quant_ref_scale8(x + i * 256, 256, &id);
         y[i].d = d;
         for (int g = 0; g < 16; g++) {
             int sum = 0;
