@@ -320,9 +320,9 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
                                            1, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
                                            2, 0);
 
-    /* decode's prefetch: a block's share of the 16 rows ahead (whole
-     * bytes: a row is nb blocks) */
-    const size_t pf_step = nb > 0 ? 16 * ws / (size_t)nb : 0;
+    /* decode's prefetch: a block's share of the run of pf bytes ahead
+     * (HY_A5_PF_ROWS rows of nb blocks: whole bytes) */
+    const size_t pf_step = nb > 0 ? pf / (size_t)nb : 0;
     /* Q5_0: the low dwords of 16 gathered qwords, and their low words */
     const __m512i q5_even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
                                               28, 30);
@@ -353,7 +353,7 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
             d = _mm512_load_ps(&pk[ib].d);
             m = _mm512_load_ps(&pk[ib].m);
         } else {
-            /* the 16 rows pf bytes ahead are one contiguous run: block
+            /* the rows pf bytes ahead are one contiguous run: block
              * ib's share of it, a line at a time, so that each line is
              * asked for once and in address order (per-row prefetches of
              * 16 interleaved streams left a DRAM-bound decode at ~9 GB/s
@@ -469,8 +469,8 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
     case 7: HY_A5T_K(7, srcv, fmt); break;                                         \
     default: HY_A5T_K(8, srcv, fmt); break;                                        \
     }
-/* fmt: HY_A5T_Q41_2L, HY_A5T_Q41_Q81 or HY_A5T_Q50_Q8U
- * (one int8 plane: half the dpbusd of a block, hy_quant_traits_q8) */
+/* One instance per format (fmt: HY_A5T_Q41_2L for the default Q4_1 kernel,
+ * HY_A5T_Q41_Q81 and HY_A5T_Q50_Q8U for hy_quant_traits_q8's). */
 #define HY_A5T_GROUP(name, fmt)                                                    \
     static void name(int64_t nb, float *s, size_t ss, const char *w, size_t ws,   \
                      const char *x, size_t xs, int rx, __mmask16 store, size_t pf, \
