@@ -102,6 +102,25 @@ __attribute__((target("avx512f,avx512vnni"))) static double measure_dpwssd512(do
     return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / hz;
 }
 
+/* vpdpbusd zmm issued per cycle (10 independent chains): the single-level
+ * int8 kernels' instruction, 64 products each. */
+__attribute__((target("avx512f,avx512vnni"))) static double measure_dpbusd512(double hz)
+{
+    const long n = 20000000;
+    __m512i w = _mm512_set1_epi8(3);
+#define D(k) __m512i a##k = _mm512_set1_epi32(k + 1);
+    HY_B_R10(D)
+#undef D
+    double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
+    for (long i = 0; i < n; i++) {
+#define M(k) a##k = _mm512_dpbusd_epi32(a##k, w, w);
+        HY_B_R10(M)
+#undef M
+        __asm__ volatile("" : HY_B_ZREGS(a));
+    }
+    return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / hz;
+}
+
 __attribute__((target("avx512f"))) static double measure_fma512(double hz)
 {
     const long n = 20000000;
@@ -131,7 +150,7 @@ int main(int argc, char **argv)
     double secs = argc > 1 ? atof(argv[1]) : 0.2;
     hy_isa_t isa = hy_cpu_isa();
     int rows = argc > 3 ? atoi(argv[3]) : 1024, k = argc > 4 ? atoi(argv[4]) : 576;
-    double hz = 0, madd = 0, fma = 0, peak_int = 0, peak_f = 0;
+    double hz = 0, madd = 0, fma = 0, busd = 0, peak_int = 0, peak_f = 0, peak_i8 = 0;
 
     if (argc > 2) {
         for (int i = 0; i <= (int)HY_ISA_AVX512; i++)
@@ -151,6 +170,8 @@ int main(int argc, char **argv)
         if (isa == HY_ISA_AVX512) {
             madd = measure_dpwssd512(hz);
             fma = measure_fma512(hz);
+            busd = measure_dpbusd512(hz);
+            peak_i8 = busd * 64 * 2 * hz / 1e9;
         } else {
             madd = measure_madd(hz);
             fma = measure_fma(hz);
@@ -164,8 +185,10 @@ int main(int argc, char **argv)
     printf("# %s, clock %.2f GHz (dependent adds), %s %.2f/cycle, vfmadd %s %.2f/cycle\n",
            hy_isa_name(isa), hz / 1e9, isa == HY_ISA_AVX512 ? "vpdpwssd zmm" : "vpmaddwd ymm",
            madd, isa == HY_ISA_AVX512 ? "zmm" : "ymm", fma);
-    printf("# peak per core: int16 products %.1f GFLOP/s, float %.1f GFLOP/s\n", peak_int,
-           peak_f);
+    printf("# peak per core: int16 products %.1f GFLOP/s, float %.1f GFLOP/s", peak_int, peak_f);
+    if (peak_i8 > 0)
+        printf(", int8 products (vpdpbusd zmm %.2f/cycle) %.1f GFLOP/s", busd, peak_i8);
+    printf("\n");
     printf("# %d rows x %d (K-quants: x %d), one thread; GFLOP/s (%% of the peak of the "
            "kernel's kind)\n", rows, k, k / 256 * 256);
     printf("%-6s", "type");
@@ -210,7 +233,11 @@ int main(int argc, char **argv)
         for (int c = 0; c < 64; c++)
             tr->from_float(xf + (size_t)c * k, x + (size_t)c * xb, k);
         int is_f = tr->vec_dot_type == HY_DTYPE_F32;
-        double peak = is_f ? peak_f : peak_int;
+        /* single-level int8 partners multiply with vpdpbusd at AVX-512 (the
+         * AVX2 level's maddubs route runs at the int16 rate) */
+        int is_i8 = tr->vec_dot_type == HY_DTYPE_Q8_0 || tr->vec_dot_type == HY_DTYPE_Q8_1 ||
+                    tr->vec_dot_type == HY_DTYPE_Q8_K || tr->vec_dot_type == HY_DTYPE_Q8_U;
+        double peak = is_f ? peak_f : is_i8 && peak_i8 > 0 ? peak_i8 : peak_int;
         printf("%-6s", hy_dtype_info(t)->name);
         for (size_t i = 0; i < HY_ARRAY_LEN(bs); i++) {
             int b = bs[i];
