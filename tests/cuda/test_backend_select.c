@@ -3,7 +3,9 @@
  * (and the empty name) gives the CPU backend, unknown names are refused
  * naming the valid ones, and "cuda" either works (a GPU is present), fails
  * with "no CUDA device: ..." (CUDA build, no GPU), or, in a build without
- * --with-cuda, fails with the exact "built without CUDA" message.
+ * --with-cuda, fails with the exact "built without CUDA" message; a CUDA
+ * build refuses a bad HY_CUDA_GRAPHS and 8-bit activations before it looks
+ * for a device.
  * HY_TEST_CUDA_BUILT (0/1) comes from cuda.mk.
  */
 #include "backend/select.h"
@@ -54,6 +56,15 @@ int main(void)
         HY_T_OK(rc == HY_EINVAL && be == NULL &&
                     strcmp(err, "HY_CUDA_GRAPHS='yes': must be 0 (graphs off) or 1 (on)") == 0,
                 "\"cuda\" with a bad HY_CUDA_GRAPHS: %s", err);
+        /* 8-bit activations are a CPU kernel choice: refused, not ignored,
+         * before any device work too */
+        bo.act_bits = 8;
+        rc = hy_backend_new(&be, "cuda", &bo, err);
+        bo.act_bits = 0;
+        HY_T_OK(rc == HY_EUNSUPPORTED && be == NULL &&
+                    strcmp(err, "cuda backend: activation bits 8: only 16 (8-bit activations "
+                                "are a CPU kernel choice)") == 0,
+                "\"cuda\" with 8-bit activations: %s", err);
     }
     return hy_t_done();
 }
