@@ -83,43 +83,29 @@ __attribute__((target("avx2,fma"))) static double measure_fma(double hz)
 #define HY_B_ZREGS(v) "+v"(v##0), "+v"(v##1), "+v"(v##2), "+v"(v##3), "+v"(v##4), \
     "+v"(v##5), "+v"(v##6), "+v"(v##7), "+v"(v##8), "+v"(v##9)
 
-/* The AVX-512 level's bounds: vpdpwssd zmm (32 int16 products, the Q16
- * kernels' instruction there) and vfmadd zmm, issued per cycle. */
-__attribute__((target("avx512f,avx512vnni"))) static double measure_dpwssd512(double hz)
-{
-    const long n = 20000000;
-    __m512i w = _mm512_set1_epi16(3);
-#define D(k) __m512i a##k = _mm512_set1_epi32(k + 1);
-    HY_B_R10(D)
-#undef D
-    double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
-    for (long i = 0; i < n; i++) {
-#define M(k) a##k = _mm512_dpwssd_epi32(a##k, w, w);
-        HY_B_R10(M)
-#undef M
-        __asm__ volatile("" : HY_B_ZREGS(a));
+/* The AVX-512 level's bounds: the VNNI instructions issued per cycle (10
+ * independent chains): vpdpwssd zmm (32 int16 products, the Q16 kernels'
+ * instruction there) and vpdpbusd zmm (64 int8 products, the single-level
+ * kernels'); and vfmadd zmm below. */
+#define HY_B_R10A(X, a) X(0, a) X(1, a) X(2, a) X(3, a) X(4, a) X(5, a) X(6, a) X(7, a) \
+    X(8, a) X(9, a)
+#define HY_B_VD(k, unused) __m512i a##k = _mm512_set1_epi32(k + 1);
+#define HY_B_VM(k, op) a##k = op(a##k, w, w);
+#define HY_B_VNNI512(name, op, wv)                                                 \
+    __attribute__((target("avx512f,avx512vnni"))) static double name(double hz)   \
+    {                                                                              \
+        const long n = 20000000;                                                   \
+        __m512i w = wv;                                                            \
+        HY_B_R10A(HY_B_VD, 0)                                                      \
+        double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);                        \
+        for (long i = 0; i < n; i++) {                                             \
+            HY_B_R10A(HY_B_VM, op)                                                 \
+            __asm__ volatile("" : HY_B_ZREGS(a));                                  \
+        }                                                                          \
+        return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / hz;      \
     }
-    return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / hz;
-}
-
-/* vpdpbusd zmm issued per cycle (10 independent chains): the single-level
- * int8 kernels' instruction, 64 products each. */
-__attribute__((target("avx512f,avx512vnni"))) static double measure_dpbusd512(double hz)
-{
-    const long n = 20000000;
-    __m512i w = _mm512_set1_epi8(3);
-#define D(k) __m512i a##k = _mm512_set1_epi32(k + 1);
-    HY_B_R10(D)
-#undef D
-    double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
-    for (long i = 0; i < n; i++) {
-#define M(k) a##k = _mm512_dpbusd_epi32(a##k, w, w);
-        HY_B_R10(M)
-#undef M
-        __asm__ volatile("" : HY_B_ZREGS(a));
-    }
-    return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / hz;
-}
+HY_B_VNNI512(measure_dpwssd512, _mm512_dpwssd_epi32, _mm512_set1_epi16(3))
+HY_B_VNNI512(measure_dpbusd512, _mm512_dpbusd_epi32, _mm512_set1_epi8(3))
 
 __attribute__((target("avx512f"))) static double measure_fma512(double hz)
 {

@@ -438,22 +438,24 @@ void hy_quant_ref_to_float_q5_0(const void *vw, float *y, int64_t n)
 }
 
 /* Q5_0 over Q8_U: per block the exact int32 P = sum (q_j - 128) * c_j
- * (c the signed codes), then acc = fmaf((float)P, d_w * d_x, acc), and the
- * result acc + 0.0f, as the AVX-512 tile's lanes do (quant_avx512.c). */
+ * (c the signed codes, qmm.h's decoder), then acc = fmaf((float)P,
+ * d_w * d_x, acc), and the result acc + 0.0f, as the AVX-512 tile's lanes
+ * do (quant_avx512.c). */
 void hy_quant_ref_dot_q5_0_q8u(int64_t n, float *s, const void *vw, const void *vx)
 {
-    const hy_block_q5_0_t *w = vw;
+    const hy_qmm_type_t *ty = hy_qmm_type(HY_DTYPE_Q5_0);
     const hy_block_q8_u_t *x = vx;
     float acc = 0.0f;
 
     for (int64_t i = 0; i < n / 32; i++) {
+        int16_t c[32];
+        float D, M[2];
         int32_t p = 0;
-        for (int j = 0; j < 16; j++) {
-            int c0 = ((w[i].qs[j] & 15) | hy_quant_q5_high(w[i].qh, j) << 4) - 16;
-            int c1 = ((w[i].qs[j] >> 4) | hy_quant_q5_high(w[i].qh, j + 16) << 4) - 16;
-            p += (x[i].qs[j] - 128) * c0 + (x[i].qs[j + 16] - 128) * c1;
-        }
-        acc = fmaf((float)p, hy_f16_to_f32(w[i].d) * x[i].d, acc);
+
+        ty->decode(vw, i, c, &D, M);
+        for (int j = 0; j < 32; j++)
+            p += (x[i].qs[j] - 128) * c[j];
+        acc = fmaf((float)p, D * x[i].d, acc);
     }
     *s = acc + 0.0f;
 }
