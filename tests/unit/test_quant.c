@@ -474,9 +474,12 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
     hy_quant_tile_fn_t tile = legacy ? hy_quant_vec_dot_tile_q8(t) : hy_quant_vec_dot_tile(t);
     int two = 0, fields_bad = 0;
     double worst_f = 0.0, worst_b = 0.0, worst_o = 0.0;
-    const int64_t lens_q[] = {64, 96, 4096}, lens_k[] = {512, 768, 4096},
+    /* 8224: 257 blocks, past the 256 whose planes the AVX-512 one-token
+     * tiles keep (qmm_avx2.c, HY_Q2_XPL_MAX): the int16 decoders take it */
+    const int64_t lens_q[] = {64, 96, 4096, 8224}, lens_k[] = {512, 768, 4096},
                   lens_f[] = {67, 96, 4096};
     const int64_t *lens = info->block == 256 ? lens_k : info->block == 32 ? lens_q : lens_f;
+    const int n_lens = info->block == 32 ? 4 : 3;
     int deq_bad = 0, act_bad = 0, tile_bad = 0, decode_bad = 0;
     double worst = 0.0;
     const hy_qmm_type_t *qt = hy_qmm_type(t);
@@ -494,7 +497,7 @@ static void test_type_isa(hy_dtype_t t, hy_isa_t isa, int legacy)
             HY_T_OK(0, "%s/%s/q8: not the default kernels", info->name, hy_isa_name(isa));
         return;
     }
-    for (int li = 0; li < 3; li++) {
+    for (int li = 0; li < n_lens; li++) {
         int64_t n = lens[li];
         size_t wb = hy_dtype_row_bytes(t, n), xb = hy_dtype_row_bytes(tr->vec_dot_type, n);
         uint8_t *w = malloc(wb * NW), *x = malloc(xb * NX), *xr = malloc(xb);

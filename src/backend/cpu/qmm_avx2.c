@@ -180,6 +180,25 @@ HY_Q2_INLINE __m256 hy_q2_halves(__m256i t, __m256 *hi)
     return _mm256_cvtph_ps(_mm256_castsi256_si128(pk));
 }
 
+/* The f16 at byte offset o of each row, gathered in general-purpose
+ * registers: eight 16-bit loads and shifts run on the scalar ports, where
+ * hy_q2_f16x8's transpose takes ~13 of the vector shuffle slots that the
+ * row decoders are short of. */
+HY_Q2_INLINE __m256 hy_q2_f16x8_gpr(const char *const rp[8], size_t o)
+{
+    uint64_t a = 0, b = 0;
+
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        uint16_t h0, h1;
+        memcpy(&h0, rp[r] + o, 2);
+        memcpy(&h1, rp[r + 4] + o, 2);
+        a |= (uint64_t)h0 << (16 * r);
+        b |= (uint64_t)h1 << (16 * r);
+    }
+    return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)a), (long long)b, 1));
+}
+
 /* The f16 at byte offset o of each row (and the one after it into *hi),
  * through a transposed load: cheaper than eight scalar inserts.  Reads 16
  * bytes at o: the caller keeps them inside the row. */
@@ -979,7 +998,7 @@ HY_Q2_INLINE __m256i hy_q2_corr_none(__m256i xe, __m256i xo)
             _Pragma("GCC unroll 16") for (int r = 0; r < 8; r++)                   \
                 a[r] = hy_q2_row_##name(rp[r] + o, xe, xo);                        \
             const __m256i c = corr(xe, xo);                                        \
-            const __m256 sc = _mm256_mul_ps(hy_q2_f16x8(rp, o, NULL),              \
+            const __m256 sc = _mm256_mul_ps(hy_q2_f16x8_gpr(rp, o),                \
                                             _mm256_set1_ps(x[b].d));               \
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hy_q2_hsum8(a), c)), \
                                   sc, acc);                                        \
@@ -990,6 +1009,144 @@ HY_Q2_DEC_ROWS(q8_0, hy_q2_corr_none)
 HY_Q2_DEC_ROWS(q4_0, hy_q2_corr_none)
 HY_Q2_DEC_ROWS(iq4_nl, hy_q2_corr_none)
 HY_Q2_DEC_ROWS(q5_0, hy_q2_corr_q5_0)
+
+#ifdef HY_Q2_AVX512
+/* The AVX-512 level's one-token decoders for the same types, on VNNI's
+ * vpdpbusd (unsigned bytes times signed bytes, four products a lane).  The
+ * token's int16 blocks become two signed byte planes in element order,
+ * v = 256 hi + lo, once per tile (hy_q2_vtile_one), and a row's codes go
+ * on the unsigned side as u = code + off (the type's own offset, or 128
+ * for signed codes).  Then
+ *     P = sum u lo + 256 sum u hi - off sum v
+ * exactly in int32 (|sum u hi| < 2^17 a lane, |P| < 2^29): the integer the
+ * int16 path forms, hence the same bits, for four vector operations a row
+ * (one of them a shift) where the int16 path takes six (three shifts) and
+ * the shift and shuffle ports bound it. */
+
+/* Blocks whose planes a tile keeps on its stack (17 KB: K <= 8192); longer
+ * rows take the int16 decoders. */
+#define HY_Q2_XPL_MAX 256
+
+typedef struct {
+    __m256i lo, hi;
+} hy_q2_xpl_t;
+
+static const int16_t hy_q2_slot_idx[32] __attribute__((aligned(64))) = {
+    0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15,
+    16, 18, 17, 19, 20, 22, 21, 23, 24, 26, 25, 27, 28, 30, 29, 31};
+
+/* Block xb's planes, and sum v into *sv. */
+HY_Q2_INLINE void hy_q2_x_planes(const hy_block_q16_t *xb, hy_q2_xpl_t *p, int32_t *sv)
+{
+    /* element j is in slot hy_qmm_slot(j) */
+    const __m512i v = _mm512_permutexvar_epi16(_mm512_load_si512(hy_q2_slot_idx),
+                                               _mm512_loadu_si512(xb->v));
+
+    p->lo = _mm512_cvtepi16_epi8(v); /* the low byte, read as signed */
+    /* |v| <= 32512: v + 128 does not overflow, and (v + 128) >> 8 = hi */
+    p->hi = _mm512_cvtepi16_epi8(_mm512_srai_epi16(_mm512_add_epi16(v, _mm512_set1_epi16(128)), 8));
+    *sv = _mm512_reduce_add_epi32(_mm512_madd_epi16(v, _mm512_set1_epi16(1)));
+}
+
+/* sum u v of one row's block as 8 int32 partial sums */
+HY_Q2_INLINE __m256i hy_q2_vrow(__m256i u, const hy_q2_xpl_t *p)
+{
+    const __m256i h = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, p->hi);
+    return _mm256_dpbusd_epi32(_mm256_slli_epi32(h, 8), u, p->lo);
+}
+
+/* 16 bytes of nibbles at q in element order (low nibbles are elements
+ * 0..15): a broadcast load, a shift and a mask */
+HY_Q2_INLINE __m256i hy_q2_vnibs(const char *q)
+{
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)),
+                            _mm256_set1_epi8(0x0F));
+}
+
+/* Per type: a block's unsigned codes, and their offset. */
+#define HY_Q2_OFF_q8_0 128
+HY_Q2_INLINE __m256i hy_q2_u_q8_0(const char *blk)
+{
+    return _mm256_xor_si256(
+        _mm256_loadu_si256((const __m256i *)(blk + offsetof(hy_block_q8_0_t, qs))),
+        _mm256_set1_epi8((char)0x80));
+}
+
+#define HY_Q2_OFF_q4_0 8
+HY_Q2_INLINE __m256i hy_q2_u_q4_0(const char *blk)
+{
+    return hy_q2_vnibs(blk + offsetof(hy_block_q4_0_t, qs));
+}
+
+#define HY_Q2_OFF_iq4_nl 128
+HY_Q2_INLINE __m256i hy_q2_u_iq4_nl(const char *blk)
+{
+    const __m256i grid = _mm256_xor_si256(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)hy_quant_iq4nl_values)),
+        _mm256_set1_epi8((char)0x80));
+    return _mm256_shuffle_epi8(grid, hy_q2_vnibs(blk + offsetof(hy_block_iq4_nl_t, qs)));
+}
+
+/* Q5_0: element j's fifth bit is bit j of qh, a byte mask as it stands */
+#define HY_Q2_OFF_q5_0 16
+HY_Q2_INLINE __m256i hy_q2_u_q5_0(const char *blk)
+{
+    const __m256i nib = hy_q2_vnibs(blk + offsetof(hy_block_q5_0_t, qs));
+    uint32_t qh;
+
+    memcpy(&qh, blk + offsetof(hy_block_q5_0_t, qh), 4);
+    return _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, _mm256_set1_epi8(16));
+}
+
+/* Rows w + min(r, nrows-1)*ws (r < 8) against the token's planes xp and
+ * block sums sv: 8 outputs, hy_q2_dec_*'s bits. */
+typedef void (*hy_q2_vdec_fn)(const char *w, size_t ws, int nrows, int64_t nb,
+                              const hy_block_q16_t *x, const hy_q2_xpl_t *xp,
+                              const int32_t *sv, float out[8], int pf);
+#define HY_Q2_DEC_VROWS(name)                                                      \
+    static void hy_q2_vdec_##name(const char *w, size_t ws, int nrows, int64_t nb, \
+                                  const hy_block_q16_t *x, const hy_q2_xpl_t *xp, \
+                                  const int32_t *sv, float out[8], int pf)         \
+    {                                                                              \
+        const size_t bsz = sizeof(hy_block_##name##_t);                            \
+        const size_t step = hy_q2_pf_step(ws, nb);                                 \
+        const char *rp[8];                                                         \
+        __m256 acc = _mm256_setzero_ps();                                          \
+        hy_q2_rows(w, ws, nrows, rp);                                              \
+        for (int64_t b = 0; b < nb; b++) {                                         \
+            const size_t o = (size_t)b * bsz;                                      \
+            __m256i a[8];                                                          \
+            if (pf)                                                                \
+                hy_q2_prefetch(w, ws, b, nb, step);                                \
+            _Pragma("GCC unroll 16") for (int r = 0; r < 8; r++)                   \
+                a[r] = hy_q2_vrow(hy_q2_u_##name(rp[r] + o), xp + b);              \
+            const __m256i c = _mm256_set1_epi32(HY_Q2_OFF_##name * sv[b]);         \
+            const __m256 sc = _mm256_mul_ps(hy_q2_f16x8_gpr(rp, o),                \
+                                            _mm256_set1_ps(x[b].d));               \
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hy_q2_hsum8(a), c)), \
+                                  sc, acc);                                        \
+        }                                                                          \
+        _mm256_storeu_ps(out, acc);                                                \
+    }
+HY_Q2_DEC_VROWS(q8_0)
+HY_Q2_DEC_VROWS(q4_0)
+HY_Q2_DEC_VROWS(iq4_nl)
+HY_Q2_DEC_VROWS(q5_0)
+
+/* The VNNI decoder of weight type t, NULL for types without one (constant
+ * in each tile function). */
+HY_Q2_INLINE hy_q2_vdec_fn hy_q2_vdec_of(hy_dtype_t t)
+{
+    switch (t) {
+    case HY_DTYPE_Q8_0: return hy_q2_vdec_q8_0;
+    case HY_DTYPE_Q4_0: return hy_q2_vdec_q4_0;
+    case HY_DTYPE_IQ4_NL: return hy_q2_vdec_iq4_nl;
+    case HY_DTYPE_Q5_0: return hy_q2_vdec_q5_0;
+    default: return NULL;
+    }
+}
+#endif
 
 /* The K-quant rows take a row's 32 codes as 16 int16 lanes, lane i
  * holding elements 2i (low byte) and 2i+1 (high byte) as they lie in
@@ -1193,6 +1350,14 @@ HY_Q2_INLINE void hy_q2_acc16(float *a, __m512i P, __m512 D, float dx)
                                        _mm512_load_ps(a)));
 }
 
+/* *P += w . (the int16 pair at v, broadcast), the pair read by the
+ * multiply-add itself ({1to16}): GCC emits a separate vpbroadcastd, one
+ * more instruction per multiply-add. */
+HY_Q2_INLINE void hy_q2_dpwssd_bcast(__m512i *P, __m512i w, const int16_t *v)
+{
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(*P) : "v"(w), "m"(*(const int32_t *)v));
+}
+
 HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
                                 float *acc, float *mac, const int C, const int flags)
 {
@@ -1216,11 +1381,8 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
             }
             const __m512i w = _mm512_load_si512(pb->q[k]);
 #pragma GCC unroll 8
-            for (int c = 0; c < C; c++) {
-                int32_t t;
-                memcpy(&t, xb[c]->v + 2 * k, 4);
-                P[c] = _mm512_dpwssd_epi32(P[c], w, _mm512_set1_epi32(t));
-            }
+            for (int c = 0; c < C; c++)
+                hy_q2_dpwssd_bcast(&P[c], w, xb[c]->v + 2 * k);
         }
         const __m512 M = _mm512_load_ps(pb->m[0]);
 #pragma GCC unroll 8
@@ -1367,6 +1529,30 @@ static void hy_q2_tile_one(hy_q2_dec_fn dec, int64_t nb, float *s, const char *w
     }
 }
 
+#ifdef HY_Q2_AVX512
+/* hy_q2_tile_one through a VNNI decoder: the token's planes once for the
+ * tile.  False (nothing done) without one, or for rows too long for the
+ * planes' buffer. */
+static bool hy_q2_vtile_one(hy_q2_vdec_fn dec, int64_t nb, float *s, const char *w, size_t ws,
+                            int nw, const hy_block_q16_t *x)
+{
+    hy_q2_xpl_t xp[HY_Q2_XPL_MAX];
+    int32_t sv[HY_Q2_XPL_MAX];
+
+    if (!dec || nb > HY_Q2_XPL_MAX)
+        return false;
+    for (int64_t b = 0; b < nb; b++)
+        hy_q2_x_planes(x + b, xp + b, sv + b);
+    for (int r0 = 0; r0 < nw; r0 += 8) {
+        const int rb = nw >= 8 ? HY_MIN(r0, nw - 8) : 0;
+        float out[8];
+        dec(w + (size_t)rb * ws, ws, HY_MIN(8, nw), nb, x, xp, sv, out, ws != 0);
+        memcpy(s + r0, out + (r0 - rb), sizeof(float) * (size_t)HY_MIN(8, nw - r0));
+    }
+    return true;
+}
+#endif
+
 /* s[c*ss + r] for nw rows of w (stride ws bytes) and nx Q16 rows of x
  * (stride xs bytes), n elements each.  Rows go 16 at a time, a ragged end
  * or a short tile handled as in hy_q2_tile_one. */
@@ -1431,10 +1617,18 @@ static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_de
     }
 }
 
+#ifdef HY_Q2_AVX512
+#define HY_Q2_VTILE_ONE(t, n, s, w, ws, nw, x, nx)                                 \
+    ((nx) == 1 && hy_q2_vtile_one(hy_q2_vdec_of(t), (n) / 32, s, w, ws, nw, x))
+#else
+#define HY_Q2_VTILE_ONE(t, n, s, w, ws, nw, x, nx) false
+#endif
 #define HY_Q2_TILE(name, t, unpacker, dec)                                         \
     void HY_Q2_SYM(tile_##name)(int64_t n, float *s, size_t ss, const void *w,    \
                                 size_t ws, int nw, const void *x, size_t xs, int nx) \
     {                                                                              \
+        if (HY_Q2_VTILE_ONE(t, n, s, w, ws, nw, x, nx))                            \
+            return;                                                                \
         hy_q2_tile(hy_qmm_type(t), unpacker, dec, n, s, ss, w, ws, nw, x, xs, nx); \
     }
 #define HY_Q2_TILE_X(name, t, flags)                                               \
