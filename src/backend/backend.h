@@ -365,6 +365,11 @@ struct hy_backend_i {
     /* Prepare a weight for use (upload / repack).  CPU: may be a no-op. */
     int (*weight_init)(hy_backend_t *be, hy_weight_t *w, char *err);
 
+    /* Whether the model's file should be read into huge pages of host
+     * memory rather than mapped (hy_model_load): the CPU computes from
+     * those bytes, and they stream faster from huge pages.  NULL: mapped. */
+    bool (*weights_huge_pages)(hy_backend_t *be);
+
     /* Set up (or replace) the paged KV store. */
     int (*kv_init)(hy_backend_t *be, const hy_kv_layout_t *layout, char *err);
 
@@ -566,7 +571,16 @@ typedef struct {
      * (hy_quant_traits_a8: Q4_1 and Q5_0 at AVX-512, one dpbusd where 16
      * bits take two), 16 elsewhere.  The CUDA backend takes only 16. */
     int act_bits;
+    /* CPU: where the model's weights live.  HY_WEIGHTS_HUGE_PAGES (0, the
+     * default): read into anonymous memory on transparent huge pages;
+     * HY_WEIGHTS_MMAP: the file mapped as it is (shared with the page
+     * cache, 4 KB pages).  Same bits either way.  The CUDA backend keeps
+     * its weights on the device and maps the file. */
+    int weights_memory;
 } hy_backend_opts_t;
+
+#define HY_WEIGHTS_HUGE_PAGES 0
+#define HY_WEIGHTS_MMAP 1
 
 int hy_backend_cpu_new(hy_backend_t **out, const hy_backend_opts_t *opts, char *err);
 

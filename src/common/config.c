@@ -33,6 +33,10 @@ static const hy_config_choice_t act_bits[] = {
     { "16", 16 }, { "8", 8 }, { NULL, 0 },
 };
 
+static const hy_config_choice_t weights_memories[] = {
+    { "huge_pages", HY_CONFIG_WEIGHTS_HUGE_PAGES }, { "mmap", HY_CONFIG_WEIGHTS_MMAP }, { NULL, 0 },
+};
+
 static const hy_config_choice_t sparse_modes[] = {
     { "off", HY_CONFIG_SPARSE_OFF }, { "block", HY_CONFIG_SPARSE_BLOCK }, { NULL, 0 },
 };
@@ -63,6 +67,7 @@ static const hy_config_key_t keys[] = {
     { "engine", "max_context",        HY_CONFIG_UINT,    OFF(engine.max_context),       "0",                     0,      16777216, NULL },
     { "engine", "backend",            HY_CONFIG_ENUM,    OFF(engine.backend),           "cpu",                   0,      0, backends },
     { "engine", "activation_bits",    HY_CONFIG_ENUM,    OFF(engine.activation_bits),   "16",                    0,      0, act_bits },
+    { "engine", "weights_memory",     HY_CONFIG_ENUM,    OFF(engine.weights_memory),    "huge_pages",            0,      0, weights_memories },
     { "cache",  "hot_mb",             HY_CONFIG_UINT,    OFF(cache.hot_mb),             "0",                     0,      U32_MAX, NULL },
     { "cache",  "memory_fraction",    HY_CONFIG_FLOAT,   OFF(cache.memory_fraction),    "0.9",                   0.01,   1, NULL },
     { "cache",  "page_tokens",        HY_CONFIG_UINT,    OFF(cache.page_tokens),        "16",                    1,      256, NULL },

@@ -34,6 +34,7 @@ enum { HY_CONFIG_KV_F16, HY_CONFIG_KV_F32, HY_CONFIG_KV_Q8_0 };
 enum { HY_CONFIG_BACKEND_CPU, HY_CONFIG_BACKEND_CUDA };
 /* [attention] sparse */
 enum { HY_CONFIG_SPARSE_OFF, HY_CONFIG_SPARSE_BLOCK };
+enum { HY_CONFIG_WEIGHTS_HUGE_PAGES, HY_CONFIG_WEIGHTS_MMAP };
 
 /* [attention]: block-sparse attention of the full-attention layers
  * (kv/plan.h hy_plan_sparse turns it into the KV layout's blocks). */
@@ -58,6 +59,7 @@ typedef struct {
         uint32_t max_context; /* 0 = the model's */
         int32_t backend;      /* HY_CONFIG_BACKEND_* */
         int32_t activation_bits; /* 16 | 8: hy_backend_opts_t.act_bits */
+        int32_t weights_memory;  /* HY_CONFIG_WEIGHTS_*: hy_backend_opts_t.weights_memory */
     } engine;
     struct {
         uint32_t hot_mb;        /* the hot tier (KV pages, state slots); 0 = memory_fraction

@@ -52,6 +52,13 @@ typedef struct hy_gguf hy_gguf_t;
  * naming the file, the field or tensor, and the byte offset. */
 int hy_gguf_open(hy_gguf_t **out, const char *path, char *err);
 
+/* hy_gguf_open_ex's flags.  HY_GGUF_HUGE_PAGES: read the file into
+ * anonymous memory on transparent huge pages instead of mapping it (what
+ * the CPU backend computes from: its weights stream faster from there); the
+ * file may change or go once it is open. */
+#define HY_GGUF_HUGE_PAGES 1u
+int hy_gguf_open_ex(hy_gguf_t **out, const char *path, unsigned flags, char *err);
+
 /* Same, over a caller-owned buffer that must outlive the handle (tests and
  * fuzzers).  `name` is used in error messages. */
 int hy_gguf_open_buffer(hy_gguf_t **out, const void *buf, size_t size,
@@ -63,6 +70,10 @@ uint32_t hy_gguf_version(const hy_gguf_t *g);
 const char *hy_gguf_path(const hy_gguf_t *g);
 uint32_t hy_gguf_alignment(const hy_gguf_t *g);
 size_t hy_gguf_file_size(const hy_gguf_t *g);
+/* Bytes of a HY_GGUF_HUGE_PAGES handle's memory the kernel has placed on
+ * huge pages (its AnonHugePages in /proc/self/smaps); 0 for a mapped file,
+ * or where the kernel has transparent huge pages off. */
+size_t hy_gguf_huge_bytes(const hy_gguf_t *g);
 
 /* ---- metadata ---------------------------------------------------------- */
 

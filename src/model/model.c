@@ -166,7 +166,11 @@ int hy_model_load(hy_model_t **out, const char *path, hy_backend_t *be, char *er
     if (m == NULL)
         return hy_err(err, HY_ENOMEM, "out of memory");
     m->be = be;
-    rc = hy_gguf_open(&m->gguf, path, err);
+    rc = hy_gguf_open_ex(&m->gguf, path,
+                         be && be->i->weights_huge_pages && be->i->weights_huge_pages(be)
+                             ? HY_GGUF_HUGE_PAGES
+                             : 0,
+                         err);
     if (rc != HY_OK)
         goto fail;
     rc = hy_gguf_get_str(m->gguf, "general.architecture", &arch, err);

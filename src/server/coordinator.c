@@ -478,6 +478,7 @@ static void co_reload(hy_config_t *cfg, const co_args_t *a, hy_serve_ctl_t *ctl)
         strcmp(nc->server.instance, cfg->server.instance) ||
         nc->server.workers != cfg->server.workers || nc->engine.max_seqs != cfg->engine.max_seqs ||
         nc->engine.activation_bits != cfg->engine.activation_bits ||
+        nc->engine.weights_memory != cfg->engine.weights_memory ||
         nc->cache.hot_mb != cfg->cache.hot_mb || nc->cache.warm_mb != cfg->cache.warm_mb ||
         strcmp(nc->cache.disk_dir, cfg->cache.disk_dir) || nc->cache.disk_mb != cfg->cache.disk_mb ||
         strcmp(nc->log.socket, cfg->log.socket) ||

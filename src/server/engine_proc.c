@@ -323,12 +323,25 @@ static void ep_log_loaded(const ep_t *ep)
     hy_metrics_set_memory(ep->shm, weights, page_bytes[HY_KV_FULL], page_bytes[HY_KV_SWA],
                           st_bytes);
     ep_kernels(ep->model, ep->be, kernels, sizeof kernels);
+    const bool huge = ep->be->i->weights_huge_pages && ep->be->i->weights_huge_pages(ep->be);
+    const size_t huge_bytes = hy_gguf_huge_bytes(ep->model->gguf);
+    /* asked for and not given: THP off in the kernel (or no memory to
+     * compact), and the copy then only costs the page cache's sharing */
+    if (huge && huge_bytes < hy_gguf_file_size(ep->model->gguf) / 2)
+        hy_log(LOG_WARNING, "weights_not_on_huge_pages",
+               "model=%s file_bytes=%zu huge_page_bytes=%zu detail=%s", ep->a->cfg->model.path,
+               hy_gguf_file_size(ep->model->gguf), huge_bytes,
+               "the kernel placed less than half the weights on huge pages: see "
+               "/sys/kernel/mm/transparent_hugepage/enabled (madvise or always), or set "
+               "[engine] weights_memory = mmap");
     hy_log(LOG_INFO, "model_loaded",
-           "model=%s arch=%s layers=%d weights_bytes=%llu kv_bytes=%llu state_bytes=%llu "
+           "model=%s arch=%s layers=%d weights_bytes=%llu weights_memory=%s "
+           "huge_page_bytes=%zu kv_bytes=%llu state_bytes=%llu "
            "pages=%d swa_pages=%d page_tokens=%d state_slots=%d checkpoint_slots=%d backend=%s "
            "kernels=%s pid=%d ms=%lld",
            ep->a->cfg->model.path, ep->model->arch_name, ep->model->n_layer,
-           (unsigned long long)weights, (unsigned long long)kv_bytes,
+           (unsigned long long)weights, huge ? "huge_pages" : "mmap", huge_bytes,
+           (unsigned long long)kv_bytes,
            (unsigned long long)st_bytes, sp->n_pages, sp->n_swa_pages, sp->page_tokens,
            sp->n_state_slots, sp->n_checkpoint_slots, ep->be->i->name, kernels, (int)getpid(),
            (long long)(ep_now_ms() - ep->a->t0_ms));
@@ -400,7 +413,11 @@ static int ep_start(ep_t *ep, char *err)
 {
     const hy_config_t *cfg = ep->a->cfg;
     hy_backend_opts_t bo = {.n_threads = (int)cfg->model.threads,
-                            .act_bits = cfg->engine.activation_bits};
+                            .act_bits = cfg->engine.activation_bits,
+                            .weights_memory = cfg->engine.weights_memory ==
+                                                      HY_CONFIG_WEIGHTS_MMAP
+                                                  ? HY_WEIGHTS_MMAP
+                                                  : HY_WEIGHTS_HUGE_PAGES};
     hy_req_source_t src;
     int rc;
 

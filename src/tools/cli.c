@@ -93,6 +93,20 @@ int hy_cli_act_bits(const char *cmd, const char *s, int *out)
     return 0;
 }
 
+int hy_cli_weights_memory(const char *cmd, const char *s, int *out)
+{
+    if (strcmp(s, "huge_pages") == 0)
+        *out = HY_WEIGHTS_HUGE_PAGES;
+    else if (strcmp(s, "mmap") == 0)
+        *out = HY_WEIGHTS_MMAP;
+    else {
+        fprintf(stderr, "hyserve %s: --weights-memory = '%s': must be huge_pages or mmap\n", cmd,
+                s);
+        return -1;
+    }
+    return 0;
+}
+
 int hy_cli_open(hy_cli_ctx_t *c, const char *cmd, const char *model_path, const char *backend,
                 const hy_backend_opts_t *bo, bool want_tok, const hy_runner_opts_t *ro)
 {

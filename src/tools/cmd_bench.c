@@ -156,6 +156,7 @@ int hy_cmd_bench(int argc, char **argv)
         {"repetitions", required_argument, 0, 'r'}, {"membw", no_argument, 0, 'b'},
         {"backend", required_argument, 0, 'B'}, {"ubatch", required_argument, 0, 'u'},
         {"n-depth", required_argument, 0, 'd'}, {"act-bits", required_argument, 0, 'A'},
+        {"weights-memory", required_argument, 0, 'W'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *threads_list = "0", *backend = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5, ubatch = 512, depth = 0;
@@ -163,7 +164,7 @@ int hy_cmd_bench(int argc, char **argv)
     char tl[256], *tok, *save;
     int opt, rc = 1;
     bool membw = false;
-    int act_bits = 0;
+    int act_bits = 0, weights_memory = HY_WEIGHTS_HUGE_PAGES;
     uint64_t bw_note_wbytes = 0;
     double bw_note_tg = 0;
 
@@ -186,13 +187,15 @@ int hy_cmd_bench(int argc, char **argv)
         case 'u': if (hy_cli_int("bench", "--ubatch", optarg, 1, 65536, &ubatch)) return 2; break;
         case 'd': if (hy_cli_int("bench", "--n-depth", optarg, 0, 1048576, &depth)) return 2; break;
         case 'A': if (hy_cli_act_bits("bench", optarg, &act_bits)) return 2; break;
+        case 'W': if (hy_cli_weights_memory("bench", optarg, &weights_memory)) return 2; break;
         case 'h':
-            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-d 0] [-r 5] [-u 512] [--membw] [--act-bits 16|8] [--backend cpu|cuda]\n"
+            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-d 0] [-r 5] [-u 512] [--membw] [--act-bits 16|8] [--weights-memory huge_pages|mmap] [--backend cpu|cuda]\n"
                    "  -u N     prompt tokens per forward pass (llama-bench's -ub, default 512)\n"
                    "  -d N     N tokens in the context before each test (llama-bench's -d), untimed\n"
                    "  -t LIST  comma-separated thread counts (0 = all cores)\n"
                    "  --membw  also measure read bandwidth and tg's share of the memory bound\n"
                    HY_CLI_ACT_BITS_HELP
+                   HY_CLI_WEIGHTS_MEMORY_HELP
                    "       hyserve bench --url http://HOST:PORT ...  (load a running server; --url --help)\n");
             return 0;
         default: return 2;
@@ -219,7 +222,8 @@ int hy_cmd_bench(int argc, char **argv)
          * would */
         ro.max_tokens = (int32_t)HY_MAX(HY_MIN(HY_MAX(n_prompt, depth), ubatch), 1);
         ro.n_ctx = (int32_t)(depth + HY_MAX(n_prompt, n_gen) + 1);
-        const hy_backend_opts_t bo = {.n_threads = (int)threads, .act_bits = act_bits};
+        const hy_backend_opts_t bo = {.n_threads = (int)threads, .act_bits = act_bits,
+                                      .weights_memory = weights_memory};
 
         if (hy_cli_open(&c, "bench", model, backend, &bo, false, &ro) != 0)
             return 1;

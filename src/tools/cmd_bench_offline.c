@@ -237,6 +237,7 @@ typedef struct {
     long ttft_n, suffix, reps, ckpt_interval;
     double temperature;
     int act_bits;                           /* --act-bits (0: the default) */
+    int weights_memory;                     /* --weights-memory */
     const char *schema_file, *grammar_file; /* --json-schema, --grammar */
     char *gspec;                            /* their grammar spec (malloc'd), or NULL */
     size_t gspec_len;
@@ -389,7 +390,7 @@ static void hy_bo_usage(void)
     printf("usage: hyserve bench --offline -m MODEL.gguf [--concurrency 8] [--requests 32]\n"
            "       [--prompt-tokens 128] [--max-tokens 64] [--max-batch-tokens 512] [-t THREADS]\n"
            "       [--checkpoint-interval 512] [--backend cpu|cuda] [--temperature 0]\n"
-           "       [--act-bits 16|8]\n"
+           "       [--act-bits 16|8] [--weights-memory huge_pages|mmap]\n"
            "       [--json-schema FILE | --grammar FILE]  (constrained: generation ends\n"
            "       where the grammar does; the grammar's cost is reported)\n"
            "   or: hyserve bench --offline -m MODEL.gguf --ttft-prefix[=2000] [--suffix-tokens 37]\n"
@@ -409,7 +410,8 @@ static int hy_bo_parse(int argc, char **argv, hy_bo_opts_t *o)
         {"repeat", required_argument, 0, 'R'}, {"checkpoint-interval", required_argument, 0, 'k'},
         {"backend", required_argument, 0, 'B'}, {"json-schema", required_argument, 0, 'J'},
         {"grammar", required_argument, 0, 'G'}, {"temperature", required_argument, 0, 'e'},
-        {"act-bits", required_argument, 0, 'A'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"act-bits", required_argument, 0, 'A'}, {"weights-memory", required_argument, 0, 'W'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     char err[HY_ERR_LEN];
     int opt;
 
@@ -442,6 +444,10 @@ static int hy_bo_parse(int argc, char **argv, hy_bo_opts_t *o)
                 return 2;
             break;
         case 'A': if (hy_cli_act_bits("bench", optarg, &o->act_bits)) return 2; break;
+        case 'W':
+            if (hy_cli_weights_memory("bench", optarg, &o->weights_memory))
+                return 2;
+            break;
         case 'h': hy_bo_usage(); return 1;
         default: return 2;
         }
@@ -489,6 +495,7 @@ int hy_cmd_bench_offline(int argc, char **argv)
         return rc == 1 ? 0 : rc;
     bo.n_threads = (int)o.threads;
     bo.act_bits = o.act_bits;
+    bo.weights_memory = o.weights_memory;
     memset(&eo, 0, sizeof eo);
     eo.max_batch_tokens = (int32_t)o.mbt;
     eo.max_seqs = (int32_t)o.conc;

@@ -127,6 +127,7 @@ int hy_cmd_eval(int argc, char **argv)
         {"batch", required_argument, 0, 'b'}, {"kv-type", required_argument, 0, 'k'},
         {"backend", required_argument, 0, 'B'}, {"rows", required_argument, 0, 'r'},
         {"argmax", required_argument, 0, 'a'}, {"act-bits", required_argument, 0, 'A'},
+        {"weights-memory", required_argument, 0, 'W'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *ids_path = NULL, *out_path = NULL, *backend = NULL;
     const char *rows_spec = NULL, *argmax_path = NULL;
@@ -155,6 +156,7 @@ int hy_cmd_eval(int argc, char **argv)
         case 't': if (hy_cli_int("eval", "--threads", optarg, 0, 1024, &threads)) return 2; break;
         case 'b': if (hy_cli_int("eval", "--batch", optarg, 1, 4096, &batch)) return 2; break;
         case 'A': if (hy_cli_act_bits("eval", optarg, &bo.act_bits)) return 2; break;
+        case 'W': if (hy_cli_weights_memory("eval", optarg, &bo.weights_memory)) return 2; break;
         case 'k':
             if (strcmp(optarg, "f32") == 0) kv = HY_DTYPE_F32;
             else if (strcmp(optarg, "f16") == 0) kv = HY_DTYPE_F16;
@@ -165,8 +167,10 @@ int hy_cmd_eval(int argc, char **argv)
             break;
         case 'h':
             printf("usage: hyserve eval -m MODEL.gguf --ids FILE --out FILE [--rows P,P,...] [--argmax FILE]\n"
-                   "                   [--batch N] [--kv-type f32|f16] [-t N] [--act-bits 16|8] [--backend cpu|cuda]\n"
+                   "                   [--batch N] [--kv-type f32|f16] [-t N] [--act-bits 16|8]\n"
+                   "                   [--weights-memory huge_pages|mmap] [--backend cpu|cuda]\n"
                    HY_CLI_ACT_BITS_HELP
+                   HY_CLI_WEIGHTS_MEMORY_HELP
                    "  --out FILE     float32 logits [n_tokens][n_vocab], or [rows][n_vocab] with --rows\n"
                    "  --rows LIST    only the rows of these ascending positions (0-based)\n"
                    "  --argmax FILE  int32 argmax of every position (first of equal maxima)\n");

@@ -38,6 +38,8 @@ static void hy_run_usage(FILE *f)
             "      --backend NAME      cpu | cuda (default cpu)\n"
             "      --act-bits 16|8     integer activations of the quantized matmuls (default 16;\n"
             "                          [engine] activation_bits)\n"
+            "      --weights-memory huge_pages|mmap  where the CPU reads the weights from\n"
+            "                          (default huge_pages; [engine] weights_memory)\n"
             "  -c, --ctx N             context length (default: model's, at most 8192)\n"
             "      --ignore-eos        keep generating past end-of-generation tokens\n"
             "      --chat              wrap the prompt as a user message in the model's chat template\n"
@@ -66,6 +68,7 @@ typedef struct {
     const char *spill_dir;
     long n_predict, threads, ctx, hot, seq_warm_mb;
     int act_bits;     /* --act-bits (0: the default) */
+    int weights_memory; /* --weights-memory */
     bool ignore_eos, chat, json, swa_full;
     hy_config_attention_t attn; /* --sparse*: [attention]'s defaults otherwise */
     hy_sampling_t sp;
@@ -95,6 +98,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         {"sparse-min-tokens", required_argument, 0, 22},
         {"hot-tokens", required_argument, 0, 23}, {"seq-warm-mb", required_argument, 0, 24},
         {"spill-dir", required_argument, 0, 25}, {"act-bits", required_argument, 0, 26},
+        {"weights-memory", required_argument, 0, 27},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     hy_sampling_t *sp = &o->sp;
     bool seeded = false;
@@ -157,6 +161,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         case 24: if (hy_cli_int("run", "--seq-warm-mb", optarg, 0, 1L << 32, &o->seq_warm_mb)) return 2; break;
         case 25: o->spill_dir = optarg; break;
         case 26: if (hy_cli_act_bits("run", optarg, &o->act_bits)) return 2; break;
+        case 27: if (hy_cli_weights_memory("run", optarg, &o->weights_memory)) return 2; break;
         case 'h': hy_run_usage(stdout); return 1;
         default: hy_run_usage(stderr); return 2;
         }
@@ -394,7 +399,8 @@ int hy_cmd_run(int argc, char **argv)
     }
     if (hy_run_read_prompt(&o, &pbuf, &prompt, &plen) != 0 ||
         hy_cli_open(&c, "run", o.model, o.backend,
-                    &(hy_backend_opts_t){.n_threads = (int)o.threads, .act_bits = o.act_bits},
+                    &(hy_backend_opts_t){.n_threads = (int)o.threads, .act_bits = o.act_bits,
+                                         .weights_memory = o.weights_memory},
                     true, NULL) != 0) {
         free(pbuf);
         free(o.gspec);

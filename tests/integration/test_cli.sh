@@ -42,6 +42,10 @@ check 2 "hyserve bench: --act-bits = '4': must be 8 or 16" "bench: --act-bits 4"
     "$hy" bench -m "$tiny" --act-bits 4
 check 2 "hyserve run: --act-bits = '': must be 8 or 16" "run: empty --act-bits" -- \
     "$hy" run -m "$tiny" -p hi --act-bits ""
+check 2 "hyserve bench: --weights-memory = 'thp': must be huge_pages or mmap" \
+    "bench: --weights-memory thp" -- "$hy" bench -m "$tiny" --weights-memory thp
+check 2 "hyserve run: --weights-memory = '': must be huge_pages or mmap" \
+    "run: empty --weights-memory" -- "$hy" run -m "$tiny" -p hi --weights-memory ""
 check 2 "hyserve eval: --ids FILE and --out FILE are required" "eval: missing --out" -- \
     "$hy" eval -m "$tiny" --ids /dev/null
 check 2 "hyserve eval: --rows = '3,1': expected ascending positions separated by commas, at byte 2" \
@@ -309,6 +313,18 @@ case "$out" in
     fail=$((fail + 1))
     echo "not ok $n - bench --offline --ttft-prefix: $out" ;;
 esac
+
+# Where the weights live changes nothing a token gets: greedy text and its
+# logprob stats are the same from huge pages and from the mapped file.
+n=$((n + 1))
+a=$("$hy" run -m "$tiny" -p "one two three" -n 12 --temp 0 -t 2 --weights-memory huge_pages 2>/dev/null)
+b=$("$hy" run -m "$tiny" -p "one two three" -n 12 --temp 0 -t 2 --weights-memory mmap 2>/dev/null)
+if [ -n "$a" ] && [ "$a" = "$b" ]; then
+    echo "ok $n - run: --weights-memory huge_pages and mmap give the same greedy text"
+else
+    fail=$((fail + 1))
+    echo "not ok $n - run: huge_pages '$a' vs mmap '$b'"
+fi
 
 echo "1..$n"
 [ "$fail" = 0 ]

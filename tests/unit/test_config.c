@@ -78,6 +78,7 @@ static void test_defaults_and_shipped_file(void)
             def.cache.page_tokens == 16 && def.cache.memory_fraction == 0.9 &&
             def.cache.kv_type == HY_CONFIG_KV_F16 && def.cache.checkpoint_interval == 1024 &&
             def.engine.activation_bits == 16 &&
+            def.engine.weights_memory == HY_CONFIG_WEIGHTS_HUGE_PAGES &&
             strcmp(def.server.socket, "/run/hyserve/blue.sock") == 0 &&
             def.server.socket_mode == 0660 && def.server.workers == 4 &&
             def.server.max_body_bytes == 1048576 && strcmp(def.server.instance, "blue") == 0 &&
@@ -127,7 +128,7 @@ static void test_good_values(void)
     const char *path = write_ini(
         "; comment\n[cache]\npage_tokens = 256\nmemory_fraction = 0.5 ; inline\n"
         "kv_type = q8_0\n"
-        "[engine]\nactivation_bits = 8\n"
+        "[engine]\nactivation_bits = 8\nweights_memory = mmap\n"
         "[server]\nmax_body_bytes = 64k\nsocket_mode = 600\n"
         "[LOG]\nFacility = local3\nlevel = err\nstderr = yes\nsocket = \"/run/hy serve/log\"\n");
     int rc = hy_config_load(&cfg, path, err);
@@ -138,7 +139,8 @@ static void test_good_values(void)
             strcmp(cfg.log.socket, "/run/hy serve/log") == 0 &&
             cfg.server.max_body_bytes == 65536 && cfg.server.socket_mode == 0600 &&
             cfg.log.facility == LOG_LOCAL3 && cfg.log.level == LOG_ERR && cfg.log.to_stderr &&
-            cfg.engine.max_seqs == 64 && cfg.engine.activation_bits == 8,
+            cfg.engine.max_seqs == 64 && cfg.engine.activation_bits == 8 &&
+            cfg.engine.weights_memory == HY_CONFIG_WEIGHTS_MMAP,
             "a file sets every type and leaves other keys at their defaults (%s)", err);
     hy_config_defaults(&cfg);
     HY_T_OK(hy_config_set(&cfg, "server.max_body_bytes", "2MiB", err) == HY_OK &&
@@ -187,6 +189,7 @@ static void test_bad_values(void)
 
     ok = set_fails("cache.kv_type", "q4_0", "command line: [cache] kv_type = q4_0: must be one of f16|f32|q8_0");
     ok &= set_fails("engine.activation_bits", "4", "command line: [engine] activation_bits = 4: must be one of 16|8");
+    ok &= set_fails("engine.weights_memory", "huge", "command line: [engine] weights_memory = huge: must be one of huge_pages|mmap");
     ok &= set_fails("log.level", "warn", "command line: [log] level = warn: must be one of debug|info|notice|warning|err");
     ok &= set_fails("attention.sparse", "on", "command line: [attention] sparse = on: must be one of off|block");
     ok &= set_fails("attention.sparse_block_tokens", "0", "command line: [attention] sparse_block_tokens = 0: must be 1..65536");

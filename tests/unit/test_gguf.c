@@ -744,6 +744,79 @@ static void check_file_open(void)
     hy_tw_free(&w);
 }
 
+/* Whether the kernel gives MADV_HUGEPAGE regions transparent huge pages:
+ * "[always]" or "[madvise]" in its enabled file. */
+static int thp_on(void)
+{
+    char buf[256] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+
+    if (f == NULL)
+        return 0;
+    if (fgets(buf, sizeof buf, f) == NULL)
+        buf[0] = '\0';
+    fclose(f);
+    return strstr(buf, "[always]") != NULL || strstr(buf, "[madvise]") != NULL;
+}
+
+/* HY_GGUF_HUGE_PAGES: the file read into anonymous memory on huge pages
+ * gives the mapped file's every byte, outlives changes to the file, and
+ * fails as the mapping does. */
+static void check_huge_pages(void)
+{
+    build_t b = valid_spec(3, 32);
+    char err[HY_ERR_LEN] = "", path[] = "/tmp/test_gguf_huge_XXXXXX";
+    const size_t big = ((size_t)6 << 20) + 123; /* three huge pages and a ragged end */
+    hy_tw_t w;
+    hy_gguf_t *g0 = NULL, *g1 = NULL;
+    int fd, rc0, rc1, same = 1;
+
+    build(&w, &b);
+    fd = mkstemp(path);
+    HY_T_OK(fd >= 0 && hy_tw_write_file(&w, path) == 0 && truncate(path, (off_t)big) == 0,
+            "huge pages: a %zu-byte file written", big);
+    if (fd >= 0)
+        close(fd);
+    rc0 = hy_gguf_open_ex(&g0, path, 0, err);
+    rc1 = hy_gguf_open_ex(&g1, path, HY_GGUF_HUGE_PAGES, err);
+    HY_T_OK(rc0 == HY_OK && rc1 == HY_OK && hy_gguf_file_size(g1) == big &&
+            hy_gguf_n_tensors(g1) == hy_gguf_n_tensors(g0), "huge pages: opened both ways (%s)",
+            err);
+    if (rc0 == HY_OK && rc1 == HY_OK) {
+        /* the copy is the file: every tensor's bytes, aligned as mapped */
+        for (int64_t i = 0; i < hy_gguf_n_tensors(g0); i++) {
+            const hy_gguf_tensor_t *t0 = hy_gguf_tensor(g0, i), *t1 = hy_gguf_tensor(g1, i);
+            same &= t0->nbytes == t1->nbytes && (uintptr_t)t1->data % 32 == 0 &&
+                    memcmp(t0->data, t1->data, t0->nbytes) == 0 && strcmp(t0->name, t1->name) == 0;
+        }
+        HY_T_OK(same, "huge pages: every tensor's bytes as the mapped file's, 32-byte aligned");
+        size_t hb = hy_gguf_huge_bytes(g1);
+        HY_T_OK(hy_gguf_huge_bytes(g0) == 0 && hb % ((size_t)2 << 20) == 0 && hb <= ((size_t)8 << 20),
+                "huge pages: the mapped file has none, the copy %zu bytes (whole 2 MB pages)", hb);
+        if (thp_on())
+            HY_T_OK(hb >= ((size_t)2 << 20), "huge pages: the kernel placed %zu bytes of the "
+                    "copy on huge pages (THP madvise or always)", hb);
+        else
+            HY_T_OK(1, "huge pages: placement not checked # SKIP transparent huge pages are off "
+                    "in this kernel");
+        /* the copy does not depend on the file any more */
+        const hy_gguf_tensor_t *t1 = hy_gguf_find_tensor(g1, "x.q8");
+        HY_T_OK(truncate(path, 0) == 0 && unlink(path) == 0 && t1 != NULL && t1->nbytes == 136 &&
+                ((const uint8_t *)t1->data)[135] == 5,
+                "huge pages: the tensors stay readable after the file is truncated and removed");
+    }
+    hy_gguf_close(g0);
+    hy_gguf_close(g1);
+    unlink(path);
+    rc1 = hy_gguf_open_ex(&g1, path, HY_GGUF_HUGE_PAGES, err);
+    HY_T_OK(rc1 == HY_EIO && g1 == NULL && has(err, path) && has(err, "cannot open"),
+            "huge pages: missing file: %s", err);
+    rc1 = hy_gguf_open_ex(&g1, "/tmp", HY_GGUF_HUGE_PAGES, err);
+    HY_T_OK(rc1 == HY_EIO && g1 == NULL && has(err, "not a regular file"),
+            "huge pages: directory: %s", err);
+    hy_tw_free(&w);
+}
+
 static void check_vocab(const char *file, uint64_t n_tokens, const char *first, const char *last)
 {
     char rel[256], err[HY_ERR_LEN] = "";
@@ -792,6 +865,7 @@ int main(void)
     check_corpus();
     check_mutations();
     check_file_open();
+    check_huge_pages();
     check_vocab("ggml-vocab-gpt-2.gguf", 50257, "!", "<|endoftext|>");
     check_vocab("ggml-vocab-llama-spm.gguf", 32000, "<unk>", "\xe7\xbb\x99");
     check_vocab("ggml-vocab-mpt.gguf", 50432, "<|endoftext|>", "[PAD50431]");

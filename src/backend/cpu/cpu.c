@@ -668,10 +668,16 @@ static int hy_cpu_work_bytes(hy_backend_t *be, const hy_work_shape_t *w, uint64_
 static void hy_cpu_kernel_name(hy_backend_t *be, const char *op, const hy_weight_t *w,
                                int32_t head_dim, char *buf, size_t n);
 
+static bool hy_cpu_weights_huge_pages(hy_backend_t *be)
+{
+    return ((hy_cpu_t *)be->ctx)->huge_weights;
+}
+
 static const struct hy_backend_i hy_cpu_methods = {
     .name = "cpu",
     .free = hy_cpu_free,
     .weight_init = hy_cpu_weight_init,
+    .weights_huge_pages = hy_cpu_weights_huge_pages,
     .kv_init = hy_cpu_kv_init,
     .alloc = hy_cpu_alloc,
     .release = hy_cpu_release,
@@ -774,6 +780,13 @@ int hy_backend_cpu_new(hy_backend_t **out, const hy_backend_opts_t *opts, char *
         goto out;
     }
     cpu->act8 = opts && opts->act_bits == 8;
+    if (opts && opts->weights_memory != HY_WEIGHTS_HUGE_PAGES &&
+        opts->weights_memory != HY_WEIGHTS_MMAP) {
+        rc = hy_err(err, HY_EINVAL, "cpu backend: weights memory %d: must be huge pages (%d) "
+                    "or mmap (%d)", opts->weights_memory, HY_WEIGHTS_HUGE_PAGES, HY_WEIGHTS_MMAP);
+        goto out;
+    }
+    cpu->huge_weights = !opts || opts->weights_memory == HY_WEIGHTS_HUGE_PAGES;
     rc = hy_pool_new(&cpu->pool, opts ? opts->n_threads : 0, err);
     if (rc != HY_OK)
         goto out;

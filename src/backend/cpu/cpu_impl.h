@@ -20,6 +20,7 @@ typedef struct {
     hy_pool_t *pool;
     int n_threads;
     bool act8;          /* hy_backend_opts_t.act_bits == 8 */
+    bool huge_weights;  /* hy_backend_opts_t.weights_memory == HY_WEIGHTS_HUGE_PAGES */
 
     /* First error an op hit since the last `status` call (ops return void). */
     int err_code;
