@@ -26,6 +26,10 @@
 /* Target bytes of weight rows in one tile: about half of a 48 KB L1d, so
  * the activation rows streaming past do not evict them. */
 #define HY_MM_W_TILE_BYTES (24 * 1024)
+/* One token streams each weight once, so no cache budget binds its tiles;
+ * larger ones amortise what a tile does once for its token (the AVX-512
+ * one-token tiles' byte planes, qmm_avx2.c). */
+#define HY_MM_W_TILE_BYTES_ONE (256 * 1024)
 /* Target bytes of activation rows in one tile (L2-resident). */
 #define HY_MM_X_TILE_BYTES (96 * 1024)
 /* Weight rows per tile are a multiple of this: the AVX2/AVX-512 kernels
@@ -377,7 +381,9 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
     j.n_tb = (n_tok + j.bt - 1) / j.bt;
     /* Weight rows in multiples of HY_MM_ROWS: the kernels take rows in
      * groups of 8 or 16, and a tile's ragged group repeats rows. */
-    j.br = HY_MAX((int64_t)HY_MM_ROWS, (int64_t)(HY_MM_W_TILE_BYTES / w->row_bytes)) /
+    j.br = HY_MAX((int64_t)HY_MM_ROWS,
+                  (int64_t)((n_tok == 1 ? HY_MM_W_TILE_BYTES_ONE : HY_MM_W_TILE_BYTES) /
+                            w->row_bytes)) /
            HY_MM_ROWS * HY_MM_ROWS;
     int64_t want = (int64_t)nth * HY_MM_TILES_PER_THREAD;
     if (nth > 1 && ((j.n_out + j.br - 1) / j.br) * j.n_tb < want) {

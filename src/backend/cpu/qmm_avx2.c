@@ -796,8 +796,11 @@ HY_Q2_INLINE void hy_q2_prefetch(const char *w, size_t ws, int64_t b, int64_t nb
                       (b + 1 == nb ? 64 : 0);
     const char *base = w + HY_Q2_PF_ROWS * ws;
 
+    /* into L2, not L1: on Zen 4 with the weights on huge pages T0 left
+     * Gemma 3's one-thread decode ~17% slower (PERFORMANCE.md section 24;
+     * 8 rows ahead lost ~28% more, 32 the same as 16) */
     for (size_t o = (lo + 63) & ~(size_t)63; o < hi; o += 64)
-        _mm_prefetch(base + o, _MM_HINT_T0);
+        _mm_prefetch(base + o, _MM_HINT_T1);
 }
 
 /* Rows w + min(r, nrows-1)*ws (r < 8) against one Q16 row x: 8 outputs.
@@ -1035,8 +1038,17 @@ static const int16_t hy_q2_slot_idx[32] __attribute__((aligned(64))) = {
     0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15,
     16, 18, 17, 19, 20, 22, 21, 23, 24, 26, 25, 27, 28, 30, 29, 31};
 
-/* Block xb's planes, and sum v into *sv. */
-HY_Q2_INLINE void hy_q2_x_planes(const hy_block_q16_t *xb, hy_q2_xpl_t *p, int32_t *sv)
+HY_Q2_INLINE int32_t hy_q2_rsum8(__m256i a)
+{
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1)));
+}
+
+/* Block xb's planes, and the sums of v over elements 0..15 and 16..31
+ * into sv[0] and sv[1]. */
+HY_Q2_INLINE void hy_q2_x_planes(const hy_block_q16_t *xb, hy_q2_xpl_t *p, int32_t sv[2])
 {
     /* element j is in slot hy_qmm_slot(j) */
     const __m512i v = _mm512_permutexvar_epi16(_mm512_load_si512(hy_q2_slot_idx),
@@ -1045,7 +1057,9 @@ HY_Q2_INLINE void hy_q2_x_planes(const hy_block_q16_t *xb, hy_q2_xpl_t *p, int32
     p->lo = _mm512_cvtepi16_epi8(v); /* the low byte, read as signed */
     /* |v| <= 32512: v + 128 does not overflow, and (v + 128) >> 8 = hi */
     p->hi = _mm512_cvtepi16_epi8(_mm512_srai_epi16(_mm512_add_epi16(v, _mm512_set1_epi16(128)), 8));
-    *sv = _mm512_reduce_add_epi32(_mm512_madd_epi16(v, _mm512_set1_epi16(1)));
+    const __m512i s = _mm512_madd_epi16(v, _mm512_set1_epi16(1)); /* lanes 0..7: elements 0..15 */
+    sv[0] = hy_q2_rsum8(_mm512_castsi512_si256(s));
+    sv[1] = hy_q2_rsum8(_mm512_extracti64x4_epi64(s, 1));
 }
 
 /* sum u v of one row's block as 8 int32 partial sums */
@@ -1100,7 +1114,7 @@ HY_Q2_INLINE __m256i hy_q2_u_q5_0(const char *blk)
 }
 
 /* Rows w + min(r, nrows-1)*ws (r < 8) against the token's planes xp and
- * block sums sv: 8 outputs, hy_q2_dec_*'s bits. */
+ * half-block sums sv ([nb][2]): 8 outputs, hy_q2_dec_*'s bits. */
 typedef void (*hy_q2_vdec_fn)(const char *w, size_t ws, int nrows, int64_t nb,
                               const hy_block_q16_t *x, const hy_q2_xpl_t *xp,
                               const int32_t *sv, float out[8], int pf);
@@ -1121,7 +1135,7 @@ typedef void (*hy_q2_vdec_fn)(const char *w, size_t ws, int nrows, int64_t nb,
                 hy_q2_prefetch(w, ws, b, nb, step);                                \
             _Pragma("GCC unroll 16") for (int r = 0; r < 8; r++)                   \
                 a[r] = hy_q2_vrow(hy_q2_u_##name(rp[r] + o), xp + b);              \
-            const __m256i c = _mm256_set1_epi32(HY_Q2_OFF_##name * sv[b]);         \
+            const __m256i c = _mm256_set1_epi32(HY_Q2_OFF_##name * (sv[2 * b] + sv[2 * b + 1])); \
             const __m256 sc = _mm256_mul_ps(hy_q2_f16x8_gpr(rp, o),                \
                                             _mm256_set1_ps(x[b].d));               \
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hy_q2_hsum8(a), c)), \
@@ -1134,18 +1148,6 @@ HY_Q2_DEC_VROWS(q4_0)
 HY_Q2_DEC_VROWS(iq4_nl)
 HY_Q2_DEC_VROWS(q5_0)
 
-/* The VNNI decoder of weight type t, NULL for types without one (constant
- * in each tile function). */
-HY_Q2_INLINE hy_q2_vdec_fn hy_q2_vdec_of(hy_dtype_t t)
-{
-    switch (t) {
-    case HY_DTYPE_Q8_0: return hy_q2_vdec_q8_0;
-    case HY_DTYPE_Q4_0: return hy_q2_vdec_q4_0;
-    case HY_DTYPE_IQ4_NL: return hy_q2_vdec_iq4_nl;
-    case HY_DTYPE_Q5_0: return hy_q2_vdec_q5_0;
-    default: return NULL;
-    }
-}
 #endif
 
 /* The K-quant rows take a row's 32 codes as 16 int16 lanes, lane i
@@ -1264,6 +1266,117 @@ static void hy_q2_dec_q6_k(const char *w, size_t ws, int nrows, int64_t nb,
 {
     hy_q2_dec_krows(w, ws, nrows, nb, x, out, pf, 1);
 }
+
+#ifdef HY_Q2_AVX512
+/* hy_q2_dec_krows on the token's byte planes (the VNNI decoders above): a
+ * row's sub-block codes, unsigned, in element order, meet the planes; the
+ * integer each sub-block (Q6_K: each half) sums is the same one, then
+ * scaled as there. */
+HY_Q2_INLINE __m256i hy_q2_u_q4_k(const char *sb, int k)
+{
+    const __m256i q = _mm256_loadu_si256(
+        (const __m256i *)(sb + offsetof(hy_block_q4_k_t, qs) + 32 * (size_t)(k / 2)));
+    return _mm256_and_si256(k & 1 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
+}
+
+/* Q6_K's q in 0..63 (its code is q - 32) */
+HY_Q2_INLINE __m256i hy_q2_u_q6_k(const char *sb, int j)
+{
+    const int half = j / 4, m = j % 4;
+    const __m256i l = _mm256_loadu_si256((const __m256i *)(sb + 64 * half + 32 * (m & 1)));
+    const __m256i h = _mm256_loadu_si256(
+        (const __m256i *)(sb + offsetof(hy_block_q6_k_t, qh) + 32 * (size_t)half));
+    const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(l, _mm_cvtsi32_si128(m < 2 ? 0 : 4)),
+                                        _mm256_set1_epi8(0x0F));
+    const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * m)),
+                                        _mm256_set1_epi8(3));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+}
+
+HY_Q2_INLINE void hy_q2_vdec_krows(const char *w, size_t ws, int nrows, int64_t nb,
+                                   const hy_block_q16_t *x, const hy_q2_xpl_t *xp,
+                                   const int32_t *sv, float out[8], int pf, const int is6)
+{
+    const size_t bsz = is6 ? sizeof(hy_block_q6_k_t) : sizeof(hy_block_q4_k_t);
+    const size_t step = hy_q2_pf_step(ws, nb);
+    const char *rp[8];
+    hy_q2_kst_t st;
+    __m256 acc = _mm256_setzero_ps(), mac = _mm256_setzero_ps();
+
+    st.sb = -1;
+    st.tq = st.th = SIZE_MAX;
+    hy_q2_rows(w, ws, nrows, rp);
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = (size_t)(b / 8) * bsz;
+        const int k = (int)(b % 8);
+        __m256i a[8];
+
+        if (pf)
+            hy_q2_prefetch(w, ws, b, nb, step);
+        if (st.sb != b / 8) {
+            if (is6)
+                hy_q2_k6_prep(rp, b / 8, &st);
+            else
+                hy_q2_k45_prep(rp, b / 8, bsz, &st);
+        }
+        const __m256 sc = _mm256_mul_ps(st.d, _mm256_set1_ps(x[b].d));
+        if (is6) {
+            const int s0 = 8 * (k / 4) + 2 * (k % 4);
+            __m256i P1;
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++)
+                a[r] = hy_q2_vrow(hy_q2_u_q6_k(rp[r] + o, k), xp + b);
+            /* lanes 0..3 of a row's sums are elements 0..15, 4..7 16..31 */
+            __m256i P0 = hy_q2_hsum8_2(a, &P1);
+            P0 = _mm256_mullo_epi32(_mm256_sub_epi32(P0, _mm256_set1_epi32(32 * sv[2 * b])),
+                                    _mm256_srai_epi32(st.sc[s0], 16));
+            P1 = _mm256_mullo_epi32(_mm256_sub_epi32(P1, _mm256_set1_epi32(32 * sv[2 * b + 1])),
+                                    _mm256_srai_epi32(st.sc[s0 + 1], 16));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0), sc, acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1), sc, acc);
+        } else {
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++)
+                a[r] = hy_q2_vrow(hy_q2_u_q4_k(rp[r] + o, k), xp + b);
+            const __m256i P = _mm256_mullo_epi32(hy_q2_hsum8(a), _mm256_srai_epi32(st.sc[k], 16));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P), sc, acc);
+            mac = _mm256_fmadd_ps(st.mn[k], _mm256_set1_ps(x[b].s), mac);
+        }
+    }
+    if (!is6)
+        acc = _mm256_add_ps(acc, mac);
+    _mm256_storeu_ps(out, acc);
+}
+
+static void hy_q2_vdec_q4_k(const char *w, size_t ws, int nrows, int64_t nb,
+                            const hy_block_q16_t *x, const hy_q2_xpl_t *xp, const int32_t *sv,
+                            float out[8], int pf)
+{
+    hy_q2_vdec_krows(w, ws, nrows, nb, x, xp, sv, out, pf, 0);
+}
+
+static void hy_q2_vdec_q6_k(const char *w, size_t ws, int nrows, int64_t nb,
+                            const hy_block_q16_t *x, const hy_q2_xpl_t *xp, const int32_t *sv,
+                            float out[8], int pf)
+{
+    hy_q2_vdec_krows(w, ws, nrows, nb, x, xp, sv, out, pf, 1);
+}
+
+/* The VNNI decoder of weight type t, NULL for types without one (constant
+ * in each tile function). */
+HY_Q2_INLINE hy_q2_vdec_fn hy_q2_vdec_of(hy_dtype_t t)
+{
+    switch (t) {
+    case HY_DTYPE_Q8_0: return hy_q2_vdec_q8_0;
+    case HY_DTYPE_Q4_0: return hy_q2_vdec_q4_0;
+    case HY_DTYPE_IQ4_NL: return hy_q2_vdec_iq4_nl;
+    case HY_DTYPE_Q5_0: return hy_q2_vdec_q5_0;
+    case HY_DTYPE_Q4_K: return hy_q2_vdec_q4_k;
+    case HY_DTYPE_Q6_K: return hy_q2_vdec_q6_k;
+    default: return NULL;
+    }
+}
+#endif
 
 typedef void (*hy_q2_dec_fn)(const char *w, size_t ws, int nrows, int64_t nb,
                              const hy_block_q16_t *x, float out[8], int pf);
@@ -1537,12 +1650,12 @@ static bool hy_q2_vtile_one(hy_q2_vdec_fn dec, int64_t nb, float *s, const char 
                             int nw, const hy_block_q16_t *x)
 {
     hy_q2_xpl_t xp[HY_Q2_XPL_MAX];
-    int32_t sv[HY_Q2_XPL_MAX];
+    int32_t sv[2 * HY_Q2_XPL_MAX];
 
     if (!dec || nb > HY_Q2_XPL_MAX)
         return false;
     for (int64_t b = 0; b < nb; b++)
-        hy_q2_x_planes(x + b, xp + b, sv + b);
+        hy_q2_x_planes(x + b, xp + b, sv + 2 * b);
     for (int r0 = 0; r0 < nw; r0 += 8) {
         const int rb = nw >= 8 ? HY_MIN(r0, nw - 8) : 0;
         float out[8];
