@@ -316,6 +316,12 @@ def main():
              any("kernel" in k for k in loaded[0]),
              "hyserve-engine.log: an event=model_loaded line with its sizes and the kernel per "
              "layer kind (%s)" % (loaded[0] if loaded else "none"))
+        # where the weights live: huge pages by default, and how much the
+        # kernel placed on them (0 where THP is off: not asserted here)
+        t.ok(loaded and loaded[0].get("weights_memory") == "huge_pages" and
+             loaded[0].get("huge_page_bytes", "").isdigit(),
+             "hyserve-engine.log: model_loaded says weights_memory=huge_pages and "
+             "huge_page_bytes=%s" % (loaded[0].get("huge_page_bytes") if loaded else "none"))
         victim = stack.workers()[0]
         os.kill(victim, signal.SIGKILL)
         died = t.wait_for(lambda: any(r[3].get("event") == "worker_died" and
