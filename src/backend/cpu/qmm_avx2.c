@@ -974,99 +974,23 @@ HY_Q2_INLINE __m256i hy_q2_corr_none(__m256i xe, __m256i xo)
     return _mm256_setzero_si256();
 }
 
-/* One-token decoder, row by row, for the 32-element types whose block
- * starts with its f16 D and whose codes fit in int8 (Q8_0, Q4_0, IQ4_NL)
- * or are unsigned with an offset (Q5_0; corr): a row's codes, as int16
- * pairs, meet the token's block split into even and odd elements
- * (hy_q2_row_i8; the split once per block for all 8 rows).  P is exact in
- * int32, so summing it this way gives the transposed extractor's P, and
- * the float step is hy_q2_step's: the same bits, without the transpose
- * and the pair extraction that made decode compute-bound (Gemma 3's
- * 262144 x 640 Q8_0 output matrix, its Q5_0 projections). */
-#define HY_Q2_DEC_ROWS(name, corr)                                                 \
-    static void hy_q2_dec_##name(const char *w, size_t ws, int nrows, int64_t nb, \
-                                 const hy_block_q16_t *x, float out[8], int pf)    \
-    {                                                                              \
-        const size_t bsz = sizeof(hy_block_##name##_t);                            \
-        const size_t step = hy_q2_pf_step(ws, nb);                                 \
-        const char *rp[8];                                                         \
-        __m256 acc = _mm256_setzero_ps();                                          \
-        hy_q2_rows(w, ws, nrows, rp);                                              \
-        for (int64_t b = 0; b < nb; b++) {                                         \
-            const size_t o = (size_t)b * bsz;                                      \
-            __m256i xe, xo, a[8];                                                  \
-            hy_q2_x_evod(x + b, &xe, &xo);                                         \
-            if (pf)                                                                \
-                hy_q2_prefetch(w, ws, b, nb, step);                                \
-            _Pragma("GCC unroll 16") for (int r = 0; r < 8; r++)                   \
-                a[r] = hy_q2_row_##name(rp[r] + o, xe, xo);                        \
-            const __m256i c = corr(xe, xo);                                        \
-            const __m256 sc = _mm256_mul_ps(hy_q2_f16x8_gpr(rp, o),                \
-                                            _mm256_set1_ps(x[b].d));               \
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hy_q2_hsum8(a), c)), \
-                                  sc, acc);                                        \
-        }                                                                          \
-        _mm256_storeu_ps(out, acc);                                                \
-    }
-HY_Q2_DEC_ROWS(q8_0, hy_q2_corr_none)
-HY_Q2_DEC_ROWS(q4_0, hy_q2_corr_none)
-HY_Q2_DEC_ROWS(iq4_nl, hy_q2_corr_none)
-HY_Q2_DEC_ROWS(q5_0, hy_q2_corr_q5_0)
-
-#ifdef HY_Q2_AVX512
-/* The AVX-512 level's one-token decoders for the same types, on VNNI's
- * vpdpbusd (unsigned bytes times signed bytes, four products a lane).  The
- * token's int16 blocks become two signed byte planes in element order,
- * v = 256 hi + lo, once per tile (hy_q2_vtile_one), and a row's codes go
- * on the unsigned side as u = code + off (the type's own offset, or 128
- * for signed codes).  Then
- *     P = sum u lo + 256 sum u hi - off sum v
- * exactly in int32 (|sum u hi| < 2^17 a lane, |P| < 2^29): the integer the
- * int16 path forms, hence the same bits, for four vector operations a row
- * (one of them a shift) where the int16 path takes six (three shifts) and
- * the shift and shuffle ports bound it. */
-
-/* Blocks whose planes a tile keeps on its stack (17 KB: K <= 8192); longer
- * rows take the int16 decoders. */
-#define HY_Q2_XPL_MAX 256
-
+/* A token's block as two signed byte planes in element order, v = 256 hi
+ * + lo (the AVX-512 decoders below). */
 typedef struct {
     __m256i lo, hi;
 } hy_q2_xpl_t;
 
-static const int16_t hy_q2_slot_idx[32] __attribute__((aligned(64))) = {
-    0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15,
-    16, 18, 17, 19, 20, 22, 21, 23, 24, 26, 25, 27, 28, 30, 29, 31};
-
-HY_Q2_INLINE int32_t hy_q2_rsum8(__m256i a)
-{
-    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
-    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1)));
-}
-
-/* Block xb's planes, and the sums of v over elements 0..15 and 16..31
- * into sv[0] and sv[1]. */
-HY_Q2_INLINE void hy_q2_x_planes(const hy_block_q16_t *xb, hy_q2_xpl_t *p, int32_t sv[2])
-{
-    /* element j is in slot hy_qmm_slot(j) */
-    const __m512i v = _mm512_permutexvar_epi16(_mm512_load_si512(hy_q2_slot_idx),
-                                               _mm512_loadu_si512(xb->v));
-
-    p->lo = _mm512_cvtepi16_epi8(v); /* the low byte, read as signed */
-    /* |v| <= 32512: v + 128 does not overflow, and (v + 128) >> 8 = hi */
-    p->hi = _mm512_cvtepi16_epi8(_mm512_srai_epi16(_mm512_add_epi16(v, _mm512_set1_epi16(128)), 8));
-    const __m512i s = _mm512_madd_epi16(v, _mm512_set1_epi16(1)); /* lanes 0..7: elements 0..15 */
-    sv[0] = hy_q2_rsum8(_mm512_castsi512_si256(s));
-    sv[1] = hy_q2_rsum8(_mm512_extracti64x4_epi64(s, 1));
-}
-
-/* sum u v of one row's block as 8 int32 partial sums */
+/* sum u v of one row's block (u its unsigned codes) as 8 int32 partial
+ * sums; AVX-512 VNNI only (the AVX2 level's decoders never take it) */
 HY_Q2_INLINE __m256i hy_q2_vrow(__m256i u, const hy_q2_xpl_t *p)
 {
+#ifdef HY_Q2_AVX512
     const __m256i h = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, p->hi);
     return _mm256_dpbusd_epi32(_mm256_slli_epi32(h, 8), u, p->lo);
+#else
+    (void)u, (void)p;
+    __builtin_unreachable();
+#endif
 }
 
 /* 16 bytes of nibbles at q in element order (low nibbles are elements
@@ -1110,8 +1034,111 @@ HY_Q2_INLINE __m256i hy_q2_u_q5_0(const char *blk)
     uint32_t qh;
 
     memcpy(&qh, blk + offsetof(hy_block_q5_0_t, qh), 4);
+#ifdef HY_Q2_AVX512
     return _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, _mm256_set1_epi8(16));
+#else
+    (void)qh, (void)nib;
+    __builtin_unreachable(); /* the AVX2 level's decoders never take it */
+#endif
 }
+
+/* One-token decoder, row by row, for the 32-element types whose block
+ * starts with its f16 D and whose codes fit in int8 (Q8_0, Q4_0, IQ4_NL)
+ * or are unsigned with an offset (Q5_0; corr): a row's codes, as int16
+ * pairs, meet the token's block split into even and odd elements
+ * (hy_q2_row_i8; the split once per block for all 8 rows).  P is exact in
+ * int32, so summing it this way gives the transposed extractor's P, and
+ * the float step is hy_q2_step's: the same bits, without the transpose
+ * and the pair extraction that made decode compute-bound (Gemma 3's
+ * 262144 x 640 Q8_0 output matrix, its Q5_0 projections).  vnni (AVX-512
+ * only): the row's unsigned codes (hy_q2_u_*) meet the token's byte planes
+ * instead, the type's offset times the block's sum of v taken out once
+ * (the VNNI decoders below). */
+#define HY_Q2_DEC_ROWS(name, corr)                                                 \
+    HY_Q2_INLINE void hy_q2_rows_##name(const char *w, size_t ws, int nrows, int64_t nb, \
+                                        const hy_block_q16_t *x, const hy_q2_xpl_t *xp, \
+                                        const int32_t *sv, float out[8], int pf,    \
+                                        const int vnni)                             \
+    {                                                                              \
+        const size_t bsz = sizeof(hy_block_##name##_t);                            \
+        const size_t step = hy_q2_pf_step(ws, nb);                                 \
+        const char *rp[8];                                                         \
+        __m256 acc = _mm256_setzero_ps();                                          \
+        hy_q2_rows(w, ws, nrows, rp);                                              \
+        for (int64_t b = 0; b < nb; b++) {                                         \
+            const size_t o = (size_t)b * bsz;                                      \
+            __m256i xe = _mm256_setzero_si256(), xo = xe, a[8], c;                 \
+            if (!vnni)                                                             \
+                hy_q2_x_evod(x + b, &xe, &xo);                                     \
+            if (pf)                                                                \
+                hy_q2_prefetch(w, ws, b, nb, step);                                \
+            _Pragma("GCC unroll 16") for (int r = 0; r < 8; r++)                   \
+                a[r] = vnni ? hy_q2_vrow(hy_q2_u_##name(rp[r] + o), xp + b)        \
+                            : hy_q2_row_##name(rp[r] + o, xe, xo);                 \
+            c = vnni ? _mm256_set1_epi32(HY_Q2_OFF_##name * (sv[2 * b] + sv[2 * b + 1])) \
+                     : corr(xe, xo);                                               \
+            const __m256 sc = _mm256_mul_ps(hy_q2_f16x8_gpr(rp, o),                \
+                                            _mm256_set1_ps(x[b].d));               \
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hy_q2_hsum8(a), c)), \
+                                  sc, acc);                                        \
+        }                                                                          \
+        _mm256_storeu_ps(out, acc);                                                \
+    }                                                                              \
+    static void hy_q2_dec_##name(const char *w, size_t ws, int nrows, int64_t nb, \
+                                 const hy_block_q16_t *x, float out[8], int pf)    \
+    {                                                                              \
+        hy_q2_rows_##name(w, ws, nrows, nb, x, NULL, NULL, out, pf, 0);            \
+    }
+HY_Q2_DEC_ROWS(q8_0, hy_q2_corr_none)
+HY_Q2_DEC_ROWS(q4_0, hy_q2_corr_none)
+HY_Q2_DEC_ROWS(iq4_nl, hy_q2_corr_none)
+HY_Q2_DEC_ROWS(q5_0, hy_q2_corr_q5_0)
+
+#ifdef HY_Q2_AVX512
+/* The AVX-512 level's one-token decoders for the same types, on VNNI's
+ * vpdpbusd (unsigned bytes times signed bytes, four products a lane).  The
+ * token's int16 blocks become two signed byte planes in element order,
+ * v = 256 hi + lo, once per tile (hy_q2_vtile_one), and a row's codes go
+ * on the unsigned side as u = code + off (the type's own offset, or 128
+ * for signed codes).  Then
+ *     P = sum u lo + 256 sum u hi - off sum v
+ * exactly in int32 (|sum u hi| < 2^17 a lane, |P| < 2^29): the integer the
+ * int16 path forms, hence the same bits, for four vector operations a row
+ * (one of them a shift) where the int16 path takes six (three shifts) and
+ * the shift and shuffle ports bound it. */
+
+/* Blocks whose planes a tile keeps on its stack (17 KB: K <= 8192); longer
+ * rows take the int16 decoders. */
+#define HY_Q2_XPL_MAX 256
+
+static const int16_t hy_q2_slot_idx[32] __attribute__((aligned(64))) = {
+    0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15,
+    16, 18, 17, 19, 20, 22, 21, 23, 24, 26, 25, 27, 28, 30, 29, 31};
+
+HY_Q2_INLINE int32_t hy_q2_rsum8(__m256i a)
+{
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1)));
+}
+
+/* Block xb's planes, and the sums of v over elements 0..15 and 16..31
+ * into sv[0] and sv[1]. */
+HY_Q2_INLINE void hy_q2_x_planes(const hy_block_q16_t *xb, hy_q2_xpl_t *p, int32_t sv[2])
+{
+    /* element j is in slot hy_qmm_slot(j) */
+    const __m512i v = _mm512_permutexvar_epi16(_mm512_load_si512(hy_q2_slot_idx),
+                                               _mm512_loadu_si512(xb->v));
+
+    p->lo = _mm512_cvtepi16_epi8(v); /* the low byte, read as signed */
+    /* |v| <= 32512: v + 128 does not overflow, and (v + 128) >> 8 = hi */
+    p->hi = _mm512_cvtepi16_epi8(_mm512_srai_epi16(_mm512_add_epi16(v, _mm512_set1_epi16(128)), 8));
+    const __m512i s = _mm512_madd_epi16(v, _mm512_set1_epi16(1)); /* lanes 0..7: elements 0..15 */
+    sv[0] = hy_q2_rsum8(_mm512_castsi512_si256(s));
+    sv[1] = hy_q2_rsum8(_mm512_extracti64x4_epi64(s, 1));
+}
+
 
 /* Rows w + min(r, nrows-1)*ws (r < 8) against the token's planes xp and
  * half-block sums sv ([nb][2]): 8 outputs, hy_q2_dec_*'s bits. */
@@ -1123,25 +1150,7 @@ typedef void (*hy_q2_vdec_fn)(const char *w, size_t ws, int nrows, int64_t nb,
                                   const hy_block_q16_t *x, const hy_q2_xpl_t *xp, \
                                   const int32_t *sv, float out[8], int pf)         \
     {                                                                              \
-        const size_t bsz = sizeof(hy_block_##name##_t);                            \
-        const size_t step = hy_q2_pf_step(ws, nb);                                 \
-        const char *rp[8];                                                         \
-        __m256 acc = _mm256_setzero_ps();                                          \
-        hy_q2_rows(w, ws, nrows, rp);                                              \
-        for (int64_t b = 0; b < nb; b++) {                                         \
-            const size_t o = (size_t)b * bsz;                                      \
-            __m256i a[8];                                                          \
-            if (pf)                                                                \
-                hy_q2_prefetch(w, ws, b, nb, step);                                \
-            _Pragma("GCC unroll 16") for (int r = 0; r < 8; r++)                   \
-                a[r] = hy_q2_vrow(hy_q2_u_##name(rp[r] + o), xp + b);              \
-            const __m256i c = _mm256_set1_epi32(HY_Q2_OFF_##name * (sv[2 * b] + sv[2 * b + 1])); \
-            const __m256 sc = _mm256_mul_ps(hy_q2_f16x8_gpr(rp, o),                \
-                                            _mm256_set1_ps(x[b].d));               \
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hy_q2_hsum8(a), c)), \
-                                  sc, acc);                                        \
-        }                                                                          \
-        _mm256_storeu_ps(out, acc);                                                \
+        hy_q2_rows_##name(w, ws, nrows, nb, x, xp, sv, out, pf, 1);                \
     }
 HY_Q2_DEC_VROWS(q8_0)
 HY_Q2_DEC_VROWS(q4_0)
@@ -1172,114 +1181,8 @@ HY_Q2_INLINE __m256i hy_q2_row_q4_k(const char *sb, int k, __m256i xe, __m256i x
     return _mm256_add_epi32(_mm256_madd_epi16(e, xe), _mm256_madd_epi16(od, xo));
 }
 
-/* Q6_K block b of one row (j = b % 8: part m = j % 4 of half j / 4):
- * the codes q - 32 as qmm.c decodes them, against (xe, xo); lanes 0..3 of
- * the result sum elements 0..15, lanes 4..7 elements 16..31. */
-HY_Q2_INLINE __m256i hy_q2_row_q6_k(const char *sb, int j, __m256i xe, __m256i xo)
-{
-    const int half = j / 4, m = j % 4;
-    const __m256i l = _mm256_loadu_si256((const __m256i *)(sb + 64 * half + 32 * (m & 1)));
-    const __m256i h = _mm256_loadu_si256(
-        (const __m256i *)(sb + offsetof(hy_block_q6_k_t, qh) + 32 * (size_t)half));
-    const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(l, _mm_cvtsi32_si128(m < 2 ? 0 : 4)),
-                                        _mm256_set1_epi8(0x0F));
-    const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * m)),
-                                        _mm256_set1_epi8(3));
-    const __m256i c = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)),
-                                      _mm256_set1_epi8(32));
-    /* int8 codes of the even (low) and odd (high) bytes, sign-extended */
-    const __m256i e = _mm256_srai_epi16(_mm256_slli_epi16(c, 8), 8);
-    return _mm256_add_epi32(_mm256_madd_epi16(e, xe),
-                            _mm256_madd_epi16(_mm256_srai_epi16(c, 8), xo));
-}
-
-/* One-token decoder, row by row, for Q4_K (is6 = 0) and Q6_K (is6 = 1).
- * The super-block's D, M and sub-block scales still come in transposed,
- * once per 8 blocks (hy_q2_k45_prep, hy_q2_k6_prep); each row's codes meet
- * the token as above and the scale is applied after the sum: sc * sum(q v)
- * and the extractor's sum((sc q) v) are one integer, exact in int32 (qmm.c
- * bounds |sc q| and the sums), so P, and with it hy_q2_step's float steps
- * in its order, are unchanged: per block one FMA (Q4_K, plus the M FMA) or
- * one per 16 elements (Q6_K, HY_QMM_CHUNK16), the offset added at the end. */
-HY_Q2_INLINE void hy_q2_dec_krows(const char *w, size_t ws, int nrows, int64_t nb,
-                                  const hy_block_q16_t *x, float out[8], int pf, const int is6)
-{
-    const size_t bsz = is6 ? sizeof(hy_block_q6_k_t) : sizeof(hy_block_q4_k_t);
-    const size_t step = hy_q2_pf_step(ws, nb);
-    const char *rp[8];
-    hy_q2_kst_t st;
-    __m256 acc = _mm256_setzero_ps(), mac = _mm256_setzero_ps();
-
-    st.sb = -1;
-    st.tq = st.th = SIZE_MAX;
-    hy_q2_rows(w, ws, nrows, rp);
-    for (int64_t b = 0; b < nb; b++) {
-        const size_t o = (size_t)(b / 8) * bsz;
-        const int k = (int)(b % 8);
-        __m256i xe, xo, a[8];
-
-        if (pf)
-            hy_q2_prefetch(w, ws, b, nb, step);
-        if (st.sb != b / 8) {
-            if (is6)
-                hy_q2_k6_prep(rp, b / 8, &st);
-            else
-                hy_q2_k45_prep(rp, b / 8, bsz, &st);
-        }
-        hy_q2_x_evod(x + b, &xe, &xo);
-        const __m256 sc = _mm256_mul_ps(st.d, _mm256_set1_ps(x[b].d));
-        if (is6) {
-            /* elements 0..15 and 16..31 have their own scale and sum;
-             * st.sc holds (s, s) int16 pairs: the high half is s */
-            const int s0 = 8 * (k / 4) + 2 * (k % 4);
-            __m256i P1;
-#pragma GCC unroll 8
-            for (int r = 0; r < 8; r++)
-                a[r] = hy_q2_row_q6_k(rp[r] + o, k, xe, xo);
-            const __m256i P0 = _mm256_mullo_epi32(hy_q2_hsum8_2(a, &P1),
-                                                  _mm256_srai_epi32(st.sc[s0], 16));
-            P1 = _mm256_mullo_epi32(P1, _mm256_srai_epi32(st.sc[s0 + 1], 16));
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0), sc, acc);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1), sc, acc);
-        } else {
-#pragma GCC unroll 8
-            for (int r = 0; r < 8; r++)
-                a[r] = hy_q2_row_q4_k(rp[r] + o, k, xe, xo);
-            const __m256i P = _mm256_mullo_epi32(hy_q2_hsum8(a), _mm256_srai_epi32(st.sc[k], 16));
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P), sc, acc);
-            mac = _mm256_fmadd_ps(st.mn[k], _mm256_set1_ps(x[b].s), mac);
-        }
-    }
-    if (!is6)
-        acc = _mm256_add_ps(acc, mac);
-    _mm256_storeu_ps(out, acc);
-}
-
-static void hy_q2_dec_q4_k(const char *w, size_t ws, int nrows, int64_t nb,
-                           const hy_block_q16_t *x, float out[8], int pf)
-{
-    hy_q2_dec_krows(w, ws, nrows, nb, x, out, pf, 0);
-}
-
-static void hy_q2_dec_q6_k(const char *w, size_t ws, int nrows, int64_t nb,
-                           const hy_block_q16_t *x, float out[8], int pf)
-{
-    hy_q2_dec_krows(w, ws, nrows, nb, x, out, pf, 1);
-}
-
-#ifdef HY_Q2_AVX512
-/* hy_q2_dec_krows on the token's byte planes (the VNNI decoders above): a
- * row's sub-block codes, unsigned, in element order, meet the planes; the
- * integer each sub-block (Q6_K: each half) sums is the same one, then
- * scaled as there. */
-HY_Q2_INLINE __m256i hy_q2_u_q4_k(const char *sb, int k)
-{
-    const __m256i q = _mm256_loadu_si256(
-        (const __m256i *)(sb + offsetof(hy_block_q4_k_t, qs) + 32 * (size_t)(k / 2)));
-    return _mm256_and_si256(k & 1 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
-}
-
-/* Q6_K's q in 0..63 (its code is q - 32) */
+/* Q6_K block j = b % 8 of one row (part m = j % 4 of half j / 4): its q
+ * in 0..63 as bytes in element order (the code is q - 32). */
 HY_Q2_INLINE __m256i hy_q2_u_q6_k(const char *sb, int j)
 {
     const int half = j / 4, m = j % 4;
@@ -1293,9 +1196,40 @@ HY_Q2_INLINE __m256i hy_q2_u_q6_k(const char *sb, int j)
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
-HY_Q2_INLINE void hy_q2_vdec_krows(const char *w, size_t ws, int nrows, int64_t nb,
-                                   const hy_block_q16_t *x, const hy_q2_xpl_t *xp,
-                                   const int32_t *sv, float out[8], int pf, const int is6)
+/* Q6_K block j of one row: the codes q - 32 against (xe, xo); lanes 0..3
+ * of the result sum elements 0..15, lanes 4..7 elements 16..31. */
+HY_Q2_INLINE __m256i hy_q2_row_q6_k(const char *sb, int j, __m256i xe, __m256i xo)
+{
+    const __m256i c = _mm256_sub_epi8(hy_q2_u_q6_k(sb, j), _mm256_set1_epi8(32));
+    /* int8 codes of the even (low) and odd (high) bytes, sign-extended */
+    const __m256i e = _mm256_srai_epi16(_mm256_slli_epi16(c, 8), 8);
+    return _mm256_add_epi32(_mm256_madd_epi16(e, xe),
+                            _mm256_madd_epi16(_mm256_srai_epi16(c, 8), xo));
+}
+
+/* Q4_K sub-block k of one row: its q in 0..15 as bytes in element order. */
+HY_Q2_INLINE __m256i hy_q2_u_q4_k(const char *sb, int k)
+{
+    const __m256i q = _mm256_loadu_si256(
+        (const __m256i *)(sb + offsetof(hy_block_q4_k_t, qs) + 32 * (size_t)(k / 2)));
+    return _mm256_and_si256(k & 1 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
+}
+
+/* One-token decoder, row by row, for Q4_K (is6 = 0) and Q6_K (is6 = 1).
+ * The super-block's D, M and sub-block scales still come in transposed,
+ * once per 8 blocks (hy_q2_k45_prep, hy_q2_k6_prep); each row's codes meet
+ * the token as above and the scale is applied after the sum: sc * sum(q v)
+ * and the extractor's sum((sc q) v) are one integer, exact in int32 (qmm.c
+ * bounds |sc q| and the sums), so P, and with it hy_q2_step's float steps
+ * in its order, are unchanged: per block one FMA (Q4_K, plus the M FMA) or
+ * one per 16 elements (Q6_K, HY_QMM_CHUNK16), the offset added at the end.
+ * vnni (AVX-512 only): the row's unsigned codes meet the token's byte
+ * planes xp instead (hy_q2_vrow), Q6_K's 32 taken out of each half with
+ * the half-block sums sv: the same integers. */
+HY_Q2_INLINE void hy_q2_dec_krows(const char *w, size_t ws, int nrows, int64_t nb,
+                                  const hy_block_q16_t *x, const hy_q2_xpl_t *xp,
+                                  const int32_t *sv, float out[8], int pf, const int is6,
+                                  const int vnni)
 {
     const size_t bsz = is6 ? sizeof(hy_block_q6_k_t) : sizeof(hy_block_q4_k_t);
     const size_t step = hy_q2_pf_step(ws, nb);
@@ -1309,7 +1243,7 @@ HY_Q2_INLINE void hy_q2_vdec_krows(const char *w, size_t ws, int nrows, int64_t 
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = (size_t)(b / 8) * bsz;
         const int k = (int)(b % 8);
-        __m256i a[8];
+        __m256i xe = _mm256_setzero_si256(), xo = xe, a[8];
 
         if (pf)
             hy_q2_prefetch(w, ws, b, nb, step);
@@ -1319,25 +1253,32 @@ HY_Q2_INLINE void hy_q2_vdec_krows(const char *w, size_t ws, int nrows, int64_t 
             else
                 hy_q2_k45_prep(rp, b / 8, bsz, &st);
         }
+        if (!vnni)
+            hy_q2_x_evod(x + b, &xe, &xo);
         const __m256 sc = _mm256_mul_ps(st.d, _mm256_set1_ps(x[b].d));
         if (is6) {
+            /* elements 0..15 and 16..31 have their own scale and sum;
+             * st.sc holds (s, s) int16 pairs: the high half is s */
             const int s0 = 8 * (k / 4) + 2 * (k % 4);
-            __m256i P1;
+            __m256i P0, P1;
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++)
-                a[r] = hy_q2_vrow(hy_q2_u_q6_k(rp[r] + o, k), xp + b);
-            /* lanes 0..3 of a row's sums are elements 0..15, 4..7 16..31 */
-            __m256i P0 = hy_q2_hsum8_2(a, &P1);
-            P0 = _mm256_mullo_epi32(_mm256_sub_epi32(P0, _mm256_set1_epi32(32 * sv[2 * b])),
-                                    _mm256_srai_epi32(st.sc[s0], 16));
-            P1 = _mm256_mullo_epi32(_mm256_sub_epi32(P1, _mm256_set1_epi32(32 * sv[2 * b + 1])),
-                                    _mm256_srai_epi32(st.sc[s0 + 1], 16));
+                a[r] = vnni ? hy_q2_vrow(hy_q2_u_q6_k(rp[r] + o, k), xp + b)
+                            : hy_q2_row_q6_k(rp[r] + o, k, xe, xo);
+            P0 = hy_q2_hsum8_2(a, &P1);
+            if (vnni) {
+                P0 = _mm256_sub_epi32(P0, _mm256_set1_epi32(32 * sv[2 * b]));
+                P1 = _mm256_sub_epi32(P1, _mm256_set1_epi32(32 * sv[2 * b + 1]));
+            }
+            P0 = _mm256_mullo_epi32(P0, _mm256_srai_epi32(st.sc[s0], 16));
+            P1 = _mm256_mullo_epi32(P1, _mm256_srai_epi32(st.sc[s0 + 1], 16));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0), sc, acc);
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1), sc, acc);
         } else {
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++)
-                a[r] = hy_q2_vrow(hy_q2_u_q4_k(rp[r] + o, k), xp + b);
+                a[r] = vnni ? hy_q2_vrow(hy_q2_u_q4_k(rp[r] + o, k), xp + b)
+                            : hy_q2_row_q4_k(rp[r] + o, k, xe, xo);
             const __m256i P = _mm256_mullo_epi32(hy_q2_hsum8(a), _mm256_srai_epi32(st.sc[k], 16));
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(P), sc, acc);
             mac = _mm256_fmadd_ps(st.mn[k], _mm256_set1_ps(x[b].s), mac);
@@ -1348,18 +1289,31 @@ HY_Q2_INLINE void hy_q2_vdec_krows(const char *w, size_t ws, int nrows, int64_t 
     _mm256_storeu_ps(out, acc);
 }
 
+static void hy_q2_dec_q4_k(const char *w, size_t ws, int nrows, int64_t nb,
+                           const hy_block_q16_t *x, float out[8], int pf)
+{
+    hy_q2_dec_krows(w, ws, nrows, nb, x, NULL, NULL, out, pf, 0, 0);
+}
+
+static void hy_q2_dec_q6_k(const char *w, size_t ws, int nrows, int64_t nb,
+                           const hy_block_q16_t *x, float out[8], int pf)
+{
+    hy_q2_dec_krows(w, ws, nrows, nb, x, NULL, NULL, out, pf, 1, 0);
+}
+
+#ifdef HY_Q2_AVX512
 static void hy_q2_vdec_q4_k(const char *w, size_t ws, int nrows, int64_t nb,
                             const hy_block_q16_t *x, const hy_q2_xpl_t *xp, const int32_t *sv,
                             float out[8], int pf)
 {
-    hy_q2_vdec_krows(w, ws, nrows, nb, x, xp, sv, out, pf, 0);
+    hy_q2_dec_krows(w, ws, nrows, nb, x, xp, sv, out, pf, 0, 1);
 }
 
 static void hy_q2_vdec_q6_k(const char *w, size_t ws, int nrows, int64_t nb,
                             const hy_block_q16_t *x, const hy_q2_xpl_t *xp, const int32_t *sv,
                             float out[8], int pf)
 {
-    hy_q2_vdec_krows(w, ws, nrows, nb, x, xp, sv, out, pf, 1);
+    hy_q2_dec_krows(w, ws, nrows, nb, x, xp, sv, out, pf, 1, 1);
 }
 
 /* The VNNI decoder of weight type t, NULL for types without one (constant
