@@ -43,7 +43,8 @@ struct hy_gguf {
     const uint8_t *base;
     size_t size;
     void *map;              /* non-NULL when we own a mapping of map_size bytes */
-    size_t map_size;        /* `size` for the file's mapping, more for huge pages */
+    size_t map_size;        /* `size` for the file's mapping, more for huge pages
+                               (base is then map rounded up to a huge page) */
     bool huge;              /* map is anonymous memory on huge pages (HY_GGUF_HUGE_PAGES) */
     uint32_t version;
     uint32_t alignment;
@@ -688,9 +689,11 @@ static size_t hy_gguf_huge_page(void)
  * through one TLB entry per 2 MB instead of one per 4 KB page of the file's
  * mapping, and the hardware prefetchers are not stopped at every 4 KB page
  * boundary (docs/PERFORMANCE.md section 24: Gemma 3's decode ~1.2x).  On
- * success *map_size is what to munmap. */
+ * success *out is the aligned data, and *region / *map_size the mapping to
+ * munmap (one huge page larger, to align; its untouched ends cost no
+ * memory, and one mapping stays one munmap). */
 static int hy_gguf_read_huge(int fd, const char *path, size_t size, void **out,
-                             size_t *map_size, char *err)
+                             void **region, size_t *map_size, char *err)
 {
     const size_t hp = hy_gguf_huge_page();
     size_t len, done = 0;
@@ -699,17 +702,12 @@ static int hy_gguf_read_huge(int fd, const char *path, size_t size, void **out,
     if (size > SIZE_MAX - 2 * hp)
         return hy_err(err, HY_EIO, "%s: file too large to read into memory", path);
     len = (size + hp - 1) / hp * hp;
-    /* over-allocate by a page to align, then give the ends back */
     raw = mmap(NULL, len + hp, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED)
         return hy_err(err, HY_ENOMEM, "%s: cannot allocate %zu bytes to read the weights into "
                       "huge pages: %s ([engine] weights_memory = mmap maps the file instead)",
                       path, len, strerror(errno));
     p = (char *)(((uintptr_t)raw + hp - 1) & ~(uintptr_t)(hp - 1));
-    if (p > raw)
-        munmap(raw, (size_t)(p - raw));
-    if ((size_t)(p - raw) < hp)
-        munmap(p + len, hp - (size_t)(p - raw));
     /* no huge pages (THP off in the kernel): the read still works, and
      * hy_gguf_huge_bytes says how much of it the kernel placed on them */
     (void)madvise(p, len, MADV_HUGEPAGE);
@@ -722,13 +720,14 @@ static int hy_gguf_read_huge(int fd, const char *path, size_t size, void **out,
                                     done, size, strerror(errno))
                            : hy_err(err, HY_EIO, "%s: file ended at byte %zu while reading %zu "
                                     "(changed while loading)", path, done, size);
-            munmap(p, len);
+            munmap(raw, len + hp);
             return rc;
         }
         done += (size_t)n;
     }
     *out = p;
-    *map_size = len;
+    *region = raw;
+    *map_size = len + hp;
     return HY_OK;
 }
 
@@ -741,7 +740,7 @@ int hy_gguf_open_ex(hy_gguf_t **out, const char *path, unsigned flags, char *err
 {
     hy_gguf_t *g = NULL;
     struct stat st;
-    void *map = NULL;
+    void *map = NULL, *data = NULL;
     size_t map_size = 0;
     int fd, rc;
 
@@ -767,8 +766,8 @@ int hy_gguf_open_ex(hy_gguf_t **out, const char *path, unsigned flags, char *err
         goto out;
     }
     if (flags & HY_GGUF_HUGE_PAGES) {
-        if ((rc = hy_gguf_read_huge(fd, path, (size_t)st.st_size, &map, &map_size, err)) !=
-            HY_OK)
+        if ((rc = hy_gguf_read_huge(fd, path, (size_t)st.st_size, &data, &map, &map_size,
+                                    err)) != HY_OK)
             goto out;
     } else {
         map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -778,6 +777,7 @@ int hy_gguf_open_ex(hy_gguf_t **out, const char *path, unsigned flags, char *err
             goto out;
         }
         map_size = (size_t)st.st_size;
+        data = map;
     }
     if ((rc = hy_gguf_new(&g, path, err)) != HY_OK) {
         munmap(map, map_size);
@@ -786,7 +786,7 @@ int hy_gguf_open_ex(hy_gguf_t **out, const char *path, unsigned flags, char *err
     g->map = map;
     g->map_size = map_size;
     g->huge = (flags & HY_GGUF_HUGE_PAGES) != 0;
-    g->base = map;
+    g->base = data;
     g->size = (size_t)st.st_size;
     if ((rc = hy_gguf_parse(g, err)) != HY_OK) {
         hy_gguf_close(g);
