@@ -1139,7 +1139,6 @@ HY_Q2_INLINE void hy_q2_x_planes(const hy_block_q16_t *xb, hy_q2_xpl_t *p, int32
     sv[1] = hy_q2_rsum8(_mm512_extracti64x4_epi64(s, 1));
 }
 
-
 /* Rows w + min(r, nrows-1)*ws (r < 8) against the token's planes xp and
  * half-block sums sv ([nb][2]): 8 outputs, hy_q2_dec_*'s bits. */
 typedef void (*hy_q2_vdec_fn)(const char *w, size_t ws, int nrows, int64_t nb,
