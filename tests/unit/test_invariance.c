@@ -427,6 +427,19 @@ int main(void)
         HY_T_OK(hy_backend_cpu_new(&bad, &o, err) == HY_EINVAL && bad == NULL &&
                 strstr(err, "activation bits 7: must be 8 or 16") != NULL,
                 "a backend with 7-bit activations is refused (%s)", err);
+        hy_backend_opts_t w = {.n_threads = 1, .weights_memory = 5};
+        HY_T_OK(hy_backend_cpu_new(&bad, &w, err) == HY_EINVAL && bad == NULL &&
+                strstr(err, "weights memory 5: must be huge pages (0) or mmap (1)") != NULL,
+                "a backend with weights memory 5 is refused (%s)", err);
+        /* what hy_model_load asks: huge pages unless mmap was chosen */
+        hy_backend_t *mm = NULL;
+        w.weights_memory = HY_WEIGHTS_MMAP;
+        err[0] = '\0';
+        HY_T_OK(be[0]->i->weights_huge_pages(be[0]) && hy_backend_cpu_new(&mm, &w, err) == HY_OK &&
+                !mm->i->weights_huge_pages(mm),
+                "weights on huge pages by default, mapped with HY_WEIGHTS_MMAP (%s)", err);
+        if (mm)
+            mm->i->free(mm);
     }
     /* the same with 8-bit activations ([engine] activation_bits = 8) */
     {
