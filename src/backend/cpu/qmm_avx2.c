@@ -896,16 +896,63 @@ HY_Q2_INLINE __m256i hy_q2_row_q8_0(const char *blk, __m256i xe, __m256i xo)
  * low nibbles (elements 0..15), then high nibbles (16..31). */
 HY_Q2_INLINE __m256i hy_q2_row_nibs(const char *q)
 {
-    const __m128i m4 = _mm_set1_epi8(0x0F), b = _mm_loadu_si128((const __m128i *)q);
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)),
+                            _mm256_set1_epi8(0x0F));
+}
 
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m4), _mm_and_si128(b, m4));
+/* Per type: a block's codes as unsigned bytes in element order, and their
+ * offset (the code is u - off): the VNNI decoders take them as they are,
+ * the int16 rows of Q4_0 and Q5_0 build on them. */
+#define HY_Q2_OFF_q8_0 128
+HY_Q2_INLINE __m256i hy_q2_u_q8_0(const char *blk)
+{
+    return _mm256_xor_si256(
+        _mm256_loadu_si256((const __m256i *)(blk + offsetof(hy_block_q8_0_t, qs))),
+        _mm256_set1_epi8((char)0x80));
+}
+
+#define HY_Q2_OFF_q4_0 8
+HY_Q2_INLINE __m256i hy_q2_u_q4_0(const char *blk)
+{
+    return hy_q2_row_nibs(blk + offsetof(hy_block_q4_0_t, qs));
+}
+
+#define HY_Q2_OFF_iq4_nl 128
+HY_Q2_INLINE __m256i hy_q2_u_iq4_nl(const char *blk)
+{
+    const __m256i grid = _mm256_xor_si256(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)hy_quant_iq4nl_values)),
+        _mm256_set1_epi8((char)0x80));
+    return _mm256_shuffle_epi8(grid, hy_q2_row_nibs(blk + offsetof(hy_block_iq4_nl_t, qs)));
+}
+
+/* Q5_0: q = nibble | 16 * (bit j of qh) for element j, in 0..31 (the
+ * code is q - 16).  AVX-512: qh is a byte mask as it stands; AVX2: byte j
+ * of the broadcast qh word tests bit j % 8 of qh's byte j / 8. */
+#define HY_Q2_OFF_q5_0 16
+HY_Q2_INLINE __m256i hy_q2_u_q5_0(const char *blk)
+{
+    const __m256i nib = hy_q2_row_nibs(blk + offsetof(hy_block_q5_0_t, qs));
+    const __m256i b16 = _mm256_set1_epi8(16);
+    uint32_t qh;
+
+    memcpy(&qh, blk + offsetof(hy_block_q5_0_t, qh), 4);
+#ifdef HY_Q2_AVX512
+    return _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, b16);
+#else
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
+                                          2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    const __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick),
+                                        bit);
+    return _mm256_or_si256(nib, _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), b16));
+#endif
 }
 
 HY_Q2_INLINE __m256i hy_q2_row_q4_0(const char *blk, __m256i xe, __m256i xo)
 {
-    const __m256i c = _mm256_sub_epi8(hy_q2_row_nibs(blk + offsetof(hy_block_q4_0_t, qs)),
-                                      _mm256_set1_epi8(8));
-    return hy_q2_row_i8(c, xe, xo);
+    return hy_q2_row_i8(_mm256_sub_epi8(hy_q2_u_q4_0(blk), _mm256_set1_epi8(8)), xe, xo);
 }
 
 HY_Q2_INLINE __m256i hy_q2_row_iq4_nl(const char *blk, __m256i xe, __m256i xo)
@@ -925,28 +972,11 @@ HY_Q2_INLINE __m256i hy_q2_row_iq4_nl(const char *blk, __m256i xe, __m256i xo)
  * q < 32, 32 elements).  The signed row path this replaced took the
  * offset off every byte and sign-extended the codes across the 128-bit
  * halves (bench_quant's one-token tile ~1.1x); Gemma 3's Q5_0 projections
- * are still its slowest bytes per byte: the qh expansion's shuffle,
- * broadcasts and shifts. */
+ * are still its slowest bytes per byte at the AVX2 level: the qh
+ * expansion's shuffle, broadcasts and shifts. */
 HY_Q2_INLINE __m256i hy_q2_row_q5_0(const char *blk, __m256i xe, __m256i xo)
 {
-    /* byte j of the broadcast qh word tests bit j % 8 of qh's byte j / 8 */
-    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
-                                          2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(16);
-    const __m256i nshift = _mm256_setr_epi64x(0, 0, 4, 4);
-    uint32_t qh;
-
-    memcpy(&qh, blk + offsetof(hy_block_q5_0_t, qh), 4);
-    /* low nibbles in the low half (elements 0..15), high in the high */
-    const __m256i nib = _mm256_and_si256(
-        _mm256_srlv_epi64(_mm256_broadcastsi128_si256(_mm_loadu_si128(
-                              (const __m128i *)(blk + offsetof(hy_block_q5_0_t, qs)))),
-                          nshift),
-        m4);
-    const __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick),
-                                        bit);
-    const __m256i q = _mm256_or_si256(nib, _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), b16));
+    const __m256i q = hy_q2_u_q5_0(blk);
 
     return _mm256_add_epi32(
         _mm256_madd_epi16(_mm256_and_si256(q, _mm256_set1_epi16(0x00FF)), xe),
@@ -990,55 +1020,6 @@ HY_Q2_INLINE __m256i hy_q2_vrow(__m256i u, const hy_q2_xpl_t *p)
 #else
     (void)u, (void)p;
     __builtin_unreachable();
-#endif
-}
-
-/* 16 bytes of nibbles at q in element order (low nibbles are elements
- * 0..15): a broadcast load, a shift and a mask */
-HY_Q2_INLINE __m256i hy_q2_vnibs(const char *q)
-{
-    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q));
-    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)),
-                            _mm256_set1_epi8(0x0F));
-}
-
-/* Per type: a block's unsigned codes, and their offset. */
-#define HY_Q2_OFF_q8_0 128
-HY_Q2_INLINE __m256i hy_q2_u_q8_0(const char *blk)
-{
-    return _mm256_xor_si256(
-        _mm256_loadu_si256((const __m256i *)(blk + offsetof(hy_block_q8_0_t, qs))),
-        _mm256_set1_epi8((char)0x80));
-}
-
-#define HY_Q2_OFF_q4_0 8
-HY_Q2_INLINE __m256i hy_q2_u_q4_0(const char *blk)
-{
-    return hy_q2_vnibs(blk + offsetof(hy_block_q4_0_t, qs));
-}
-
-#define HY_Q2_OFF_iq4_nl 128
-HY_Q2_INLINE __m256i hy_q2_u_iq4_nl(const char *blk)
-{
-    const __m256i grid = _mm256_xor_si256(
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)hy_quant_iq4nl_values)),
-        _mm256_set1_epi8((char)0x80));
-    return _mm256_shuffle_epi8(grid, hy_q2_vnibs(blk + offsetof(hy_block_iq4_nl_t, qs)));
-}
-
-/* Q5_0: element j's fifth bit is bit j of qh, a byte mask as it stands */
-#define HY_Q2_OFF_q5_0 16
-HY_Q2_INLINE __m256i hy_q2_u_q5_0(const char *blk)
-{
-    const __m256i nib = hy_q2_vnibs(blk + offsetof(hy_block_q5_0_t, qs));
-    uint32_t qh;
-
-    memcpy(&qh, blk + offsetof(hy_block_q5_0_t, qh), 4);
-#ifdef HY_Q2_AVX512
-    return _mm256_mask_add_epi8(nib, _cvtu32_mask32(qh), nib, _mm256_set1_epi8(16));
-#else
-    (void)qh, (void)nib;
-    __builtin_unreachable(); /* the AVX2 level's decoders never take it */
 #endif
 }
 
