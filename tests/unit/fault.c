@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -28,6 +29,7 @@ void *__real_aligned_alloc(size_t align, size_t n);
 int __real_posix_memalign(void **p, size_t align, size_t n);
 void *__real_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 int __real_munmap(void *addr, size_t len);
+ssize_t __real_pread(int fd, void *buf, size_t count, off_t off);
 
 void *__wrap_malloc(size_t n);
 void *__wrap_calloc(size_t k, size_t n);
@@ -39,9 +41,14 @@ void *__wrap_aligned_alloc(size_t align, size_t n);
 int __wrap_posix_memalign(void **p, size_t align, size_t n);
 void *__wrap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 int __wrap_munmap(void *addr, size_t len);
+ssize_t __wrap_pread(int fd, void *buf, size_t count, off_t off);
 
 static atomic_long g_count, g_fail_at, g_live;
 static atomic_bool g_fired, g_paused;
+/* hy_fault_pread: bytes preads may still deliver (< 0: disarmed), and how
+ * the read after them ends */
+static atomic_long g_io_left = -1;
+static atomic_int g_io_err;
 
 /* One more allocation: false when it is the one that must fail. */
 static bool hy_fault_pass(void)
@@ -151,6 +158,36 @@ int __wrap_munmap(void *addr, size_t len)
     if (rc == 0)
         atomic_fetch_sub(&g_live, 1);
     return rc;
+}
+
+/* Reads deliver what hy_fault_pread allows, then end as it says. */
+ssize_t __wrap_pread(int fd, void *buf, size_t count, off_t off)
+{
+    long left = atomic_load(&g_io_left);
+    ssize_t n;
+
+    if (left < 0)
+        return __real_pread(fd, buf, count, off);
+    if (left == 0) {
+        int e = atomic_load(&g_io_err);
+
+        if (e == 0)
+            return 0;
+        if (e == EINTR)
+            atomic_store(&g_io_left, -1);
+        errno = e;
+        return -1;
+    }
+    n = __real_pread(fd, buf, count < (size_t)left ? count : (size_t)left, off);
+    if (n > 0)
+        atomic_fetch_sub(&g_io_left, (long)n);
+    return n;
+}
+
+void hy_fault_pread(long after, int err)
+{
+    atomic_store(&g_io_err, err);
+    atomic_store(&g_io_left, after);
 }
 
 void hy_fault_init(void)

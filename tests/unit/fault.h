@@ -36,6 +36,11 @@ long hy_fault_count(void);
 bool hy_fault_fired(void);
 /* Blocks (and mappings) allocated through the wrappers and not yet freed. */
 long hy_fault_live(void);
+/* I/O faults (not counted with the allocations): from now on preads
+ * deliver `after` bytes in all (shortening the call that reaches it), then
+ * the next one returns 0 (err 0: the file ended) or fails with errno err;
+ * err EINTR fails that one call only and disarms.  after < 0 disarms. */
+void hy_fault_pread(long after, int err);
 
 /* 64-bit FNV-1a over n bytes, from HY_FAULT_HASH0: a run's whole result as
  * one number, compared with the unarmed run's. */

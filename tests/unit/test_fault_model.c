@@ -22,6 +22,7 @@
 #include "golden.h"
 #include "fault.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,60 @@ static int fm_gguf_run(void *ctx, char *why, size_t why_len)
         return 1;
     }
     return 0;
+}
+
+/* A read of the weights into huge pages that ends early or fails: an error
+ * naming the file and the byte, the memory given back; one interrupted
+ * read is retried and changes nothing. */
+static void fm_gguf_read_errors(const char *path, const char *name)
+{
+    struct {
+        long after;
+        int err;
+        const char *want; /* printf format of the message's tail (size); NULL: opens */
+    } cases[] = {
+        {0, 0, "file ended at byte 0 while reading %zu"},
+        {1000, 0, "file ended at byte 1000 while reading %zu"},
+        {1000, EIO, "read failed at byte 1000 of %zu: Input/output error"},
+        {1000, EINTR, NULL},
+    };
+    char err[HY_ERR_LEN], want[160];
+    hy_gguf_t *g = NULL;
+    uint64_t ref;
+    size_t size;
+    unsigned char *buf = hy_t_read_all(path, &size);
+
+    free(buf);
+    if (buf == NULL || hy_gguf_open_ex(&g, path, HY_GGUF_HUGE_PAGES, err) != HY_OK) {
+        HY_T_OK(0, "%s: read into huge pages: %s", name, buf == NULL ? "cannot read" : err);
+        return;
+    }
+    ref = fm_gguf_digest(g);
+    hy_gguf_close(g);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        long live0 = hy_fault_live();
+        int rc;
+
+        err[0] = '\0';
+        g = NULL;
+        hy_fault_pread(cases[i].after, cases[i].err);
+        rc = hy_gguf_open_ex(&g, path, HY_GGUF_HUGE_PAGES, err);
+        hy_fault_pread(-1, 0);
+        if (cases[i].want == NULL) {
+            bool same = rc == HY_OK && fm_gguf_digest(g) == ref;
+
+            hy_gguf_close(g);
+            HY_T_OK(same && hy_fault_live() == live0,
+                    "%s: a read interrupted after 1000 bytes is retried: the same file (%s)",
+                    name, rc == HY_OK ? "opened" : err);
+            continue;
+        }
+        snprintf(want, sizeof want, cases[i].want, size);
+        HY_T_OK(rc == HY_EIO && g == NULL && strncmp(err, path, strlen(path)) == 0 &&
+                    strstr(err, want) != NULL && hy_fault_live() == live0,
+                "%s: a read that stops after %ld bytes (%s): \"%s\", nothing left mapped", name,
+                cases[i].after, cases[i].err ? strerror(cases[i].err) : "end of file", err);
+    }
 }
 
 /* ---- backend + model + runner --------------------------------------------- */
@@ -427,6 +482,7 @@ static void fm_golden(const hy_t_golden_t *g)
         hy_fault_report(what, &res);
     }
     free(gc.buf);
+    fm_gguf_read_errors(gc.path, g->name);
 
     mc.ref = calloc(FM_ROWS * (size_t)g->n_vocab, sizeof(float));
     mc.out = calloc(FM_ROWS * (size_t)g->n_vocab, sizeof(float));
