@@ -40,6 +40,43 @@ static inline hy_dtype_t bench_parse_type(const char *s)
     return HY_DTYPE_COUNT;
 }
 
+/* vfmadd instructions a second of this thread, 10 independent chains (ymm,
+ * or zmm where the build has AVX-512): times lanes x 2, the float peak the
+ * float kernels (packed GEMM, flash attention) are rated against, measured
+ * on the machine the benchmark runs on, not assumed. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define BENCH_R10(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9)
+#define BENCH_FMA_LOOP(vt, set1, con)                                       \
+    const long n = 20000000;                                                       \
+    vt m = set1(1.0001f), c = set1(0.999f);                                        \
+    BENCH_R10(BENCH_FMA_D)                                                         \
+    double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);                            \
+    for (long i = 0; i < n; i++) {                                                 \
+        BENCH_R10(BENCH_FMA_M)                                                     \
+        __asm__ volatile("" : "+" con(f0), "+" con(f1), "+" con(f2), "+" con(f3),  \
+                         "+" con(f4), "+" con(f5), "+" con(f6), "+" con(f7),       \
+                         "+" con(f8), "+" con(f9));                                \
+    }                                                                              \
+    return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0);
+#define BENCH_FMA_D(k) __typeof__(m) f##k = c;
+#define BENCH_FMA_M(k) f##k = BENCH_FMA_OP(f##k, m, c);
+__attribute__((target("avx2,fma"), unused)) static double bench_fma256_per_s(void)
+{
+#define BENCH_FMA_OP _mm256_fmadd_ps
+    BENCH_FMA_LOOP(__m256, _mm256_set1_ps, "x")
+#undef BENCH_FMA_OP
+}
+#if HY_BUILD_AVX512
+__attribute__((target("avx512f"), unused)) static double bench_fma512_per_s(void)
+{
+#define BENCH_FMA_OP _mm512_fmadd_ps
+    BENCH_FMA_LOOP(__m512, _mm512_set1_ps, "v")
+#undef BENCH_FMA_OP
+}
+#endif
+#endif
+
 /* Every byte read once, in order, with 64-byte loads (the kernels' own
  * width), folded into a value the caller keeps so the reads stay. */
 #if defined(__x86_64__) && defined(__GNUC__) && HY_BUILD_AVX512

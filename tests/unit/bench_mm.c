@@ -62,31 +62,13 @@ __attribute__((target("avx2"))) static double measure_madd(double hz)
     return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / hz;
 }
 
-/* vfmadd ymm issued per cycle. */
-__attribute__((target("avx2,fma"))) static double measure_fma(double hz)
-{
-    const long n = 20000000;
-    __m256 m = _mm256_set1_ps(1.0001f), c = _mm256_set1_ps(0.999f);
-#define D(k) __m256 f##k = _mm256_set1_ps((float)k);
-    HY_B_R10(D)
-#undef D
-    double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
-    for (long i = 0; i < n; i++) {
-#define M(k) f##k = _mm256_fmadd_ps(f##k, m, c);
-        HY_B_R10(M)
-#undef M
-        __asm__ volatile("" : HY_B_REGS(f));
-    }
-    return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / hz;
-}
-
 #define HY_B_ZREGS(v) "+v"(v##0), "+v"(v##1), "+v"(v##2), "+v"(v##3), "+v"(v##4), \
     "+v"(v##5), "+v"(v##6), "+v"(v##7), "+v"(v##8), "+v"(v##9)
 
 /* The AVX-512 level's bounds: the VNNI instructions issued per cycle (10
  * independent chains): vpdpwssd zmm (32 int16 products, the Q16 kernels'
  * instruction there) and vpdpbusd zmm (64 int8 products, the single-level
- * kernels'); and vfmadd zmm below. */
+ * kernels'); vfmadd's are bench.h's. */
 #define HY_B_R10A(X, a) X(0, a) X(1, a) X(2, a) X(3, a) X(4, a) X(5, a) X(6, a) X(7, a) \
     X(8, a) X(9, a)
 #define HY_B_VD(k, unused) __m512i a##k = _mm512_set1_epi32(k + 1);
@@ -107,22 +89,6 @@ __attribute__((target("avx2,fma"))) static double measure_fma(double hz)
 HY_B_VNNI512(measure_dpwssd512, _mm512_dpwssd_epi32, _mm512_set1_epi16(3))
 HY_B_VNNI512(measure_dpbusd512, _mm512_dpbusd_epi32, _mm512_set1_epi8(3))
 
-__attribute__((target("avx512f"))) static double measure_fma512(double hz)
-{
-    const long n = 20000000;
-    __m512 m = _mm512_set1_ps(1.0001f), c = _mm512_set1_ps(0.999f);
-#define D(k) __m512 f##k = _mm512_set1_ps((float)k);
-    HY_B_R10(D)
-#undef D
-    double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
-    for (long i = 0; i < n; i++) {
-#define M(k) f##k = _mm512_fmadd_ps(f##k, m, c);
-        HY_B_R10(M)
-#undef M
-        __asm__ volatile("" : HY_B_ZREGS(f));
-    }
-    return 10.0 * n / (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / hz;
-}
 #endif
 
 int main(int argc, char **argv)
@@ -155,12 +121,12 @@ int main(int argc, char **argv)
          * come to the same rate); float: 8 or 16 per vfmadd */
         if (isa == HY_ISA_AVX512) {
             madd = measure_dpwssd512(hz);
-            fma = measure_fma512(hz);
+            fma = bench_fma512_per_s() / hz;
             busd = measure_dpbusd512(hz);
             peak_i8 = busd * 64 * 2 * hz / 1e9;
         } else {
             madd = measure_madd(hz);
-            fma = measure_fma(hz);
+            fma = bench_fma256_per_s() / hz;
         }
         peak_int = madd * (isa == HY_ISA_AVX512 ? 32 : 16) * 2 * hz / 1e9;
         peak_f = fma * (isa == HY_ISA_AVX512 ? 16 : 8) * 2 * hz / 1e9;
