@@ -568,8 +568,8 @@ typedef struct {
      * 0): hyserve's own, within ~1e-5 of a float dot (qmm.h, Q8_2L); 8:
      * ggml's single-level blocks (one int8 per element, ~1e-2 per dot, as
      * llama.cpp multiplies) where that is faster on this CPU
-     * (hy_quant_traits_a8: Q4_1 and Q5_0 at AVX-512, one dpbusd where 16
-     * bits take two), 16 elsewhere.  The CUDA backend takes only 16. */
+     * (hy_quant_traits_a8: Q4_1, Q5_0 and the K-quants Q4_K/Q5_K/Q6_K at
+     * AVX-512, one dpbusd where 16 bits take two), 16 elsewhere.  The CUDA backend takes only 16. */
     int act_bits;
     /* CPU: where the model's weights live.  HY_WEIGHTS_HUGE_PAGES (0, the
      * default): read into anonymous memory on transparent huge pages;

@@ -453,8 +453,9 @@ int main(void)
         }
         HY_T_OK(ok, "backends with 8-bit activations, 1, 2 and 3 threads");
         if (ok) {
-            /* which kernels the mode takes: Q4_1's and Q5_0's single-level
-             * tiles at AVX-512 (faster there), every other pair as with 16 */
+            /* which kernels the mode takes: the single-level tiles of Q4_1,
+             * Q5_0 and the K-quants Q4_K/Q5_K/Q6_K at AVX-512 (faster
+             * there), every other pair as with 16 */
             hy_weight_t w = {.name = "w", .ne = {576, 64, 1, 1}};
             char n16[96], n8[96];
             int same = 0, differ = 0;
@@ -469,14 +470,18 @@ int main(void)
                     same++;
                 else if (hy_cpu_isa() == HY_ISA_AVX512 &&
                          ((t == HY_DTYPE_Q4_1 && strcmp(n8, "q4_1xq8_1-avx512-tiled") == 0) ||
-                          (t == HY_DTYPE_Q5_0 && strcmp(n8, "q5_0xq8_u-avx512-tiled") == 0)))
+                          (t == HY_DTYPE_Q5_0 && strcmp(n8, "q5_0xq8_u-avx512-tiled") == 0) ||
+                          (t == HY_DTYPE_Q4_K && strcmp(n8, "q4_Kxq8_K-avx512-tiled") == 0) ||
+                          (t == HY_DTYPE_Q5_K && strcmp(n8, "q5_Kxq8_K-avx512-tiled") == 0) ||
+                          (t == HY_DTYPE_Q6_K && strcmp(n8, "q6_Kxq8_K-avx512-tiled") == 0)))
                     differ++;
                 else
                     printf("# unexpected: %s with 8 bits, %s with 16\n", n8, n16);
             }
-            HY_T_OK(differ == (hy_cpu_isa() == HY_ISA_AVX512 ? 2 : 0) && same > 10,
-                    "8-bit activations change Q4_1's and Q5_0's kernels at AVX-512 only (%d changed, "
-                    "%d the same; this CPU: %s)", differ, same, hy_isa_name(hy_cpu_isa()));
+            HY_T_OK(differ == (hy_cpu_isa() == HY_ISA_AVX512 ? 5 : 0) && same > 7,
+                    "8-bit activations change the kernels of Q4_1, Q5_0, Q4_K, Q5_K and Q6_K at "
+                    "AVX-512 only (%d changed, %d the same; this CPU: %s)", differ, same,
+                    hy_isa_name(hy_cpu_isa()));
             mm_label = " (8-bit activations)";
             test_matmul(b8);
             mm_label = "";

@@ -1019,14 +1019,17 @@ hy_quant_tile_fn_t hy_quant_vec_dot_tile(hy_dtype_t t)
 }
 
 /* The types whose single-level kernel at a level is faster than its
- * default one (tests/unit/bench_mm with BENCH_MM_Q8=1): Q4_1 and Q5_0 at
- * AVX-512, where one dpbusd does the work of two (Q8_2L's two planes, or
- * Q16's vpdpwssd at half the products).  Elsewhere the
- * single-level kernels are slower (the AVX2 level's, and the AVX-512
- * 4 x 4 tiles of Q4_0/Q8_0: no decode prefetch) and less accurate. */
+ * default one (tests/unit/bench_mm with BENCH_MM_Q8=1): Q4_1, Q5_0 and the
+ * K-quants Q4_K/Q5_K/Q6_K at AVX-512, where one dpbusd does the work of two
+ * (Q8_2L's two planes, or Q16's vpdpwssd at half the products) in 16-row
+ * kernels.  Elsewhere the single-level kernels are slower (the AVX2
+ * level's, and the AVX-512 4 x 4 tiles of Q4_0/Q8_0: no decode prefetch)
+ * and less accurate. */
 static int hy_quant_a8_faster(hy_dtype_t t)
 {
-    return hy_quant_isa() == HY_ISA_AVX512 && (t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_0);
+    return hy_quant_isa() == HY_ISA_AVX512 &&
+           (t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_0 || t == HY_DTYPE_Q4_K ||
+            t == HY_DTYPE_Q5_K || t == HY_DTYPE_Q6_K);
 }
 
 const hy_quant_traits_t *hy_quant_traits_a8(hy_dtype_t t)

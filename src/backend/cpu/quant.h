@@ -80,7 +80,7 @@ const hy_quant_traits_t *hy_quant_traits_q8(hy_dtype_t t);
 hy_quant_tile_fn_t hy_quant_vec_dot_tile_q8(hy_dtype_t t);
 /* The 8-bit activation mode ([engine] activation_bits = 8): the
  * single-level kernels of the types where they are faster at the current
- * level than the default ones (Q4_1 and Q5_0 at AVX-512), the default
+ * level than the default ones (Q4_1, Q5_0 and Q4_K/Q5_K/Q6_K at AVX-512), the default
  * kernels of every other type. */
 const hy_quant_traits_t *hy_quant_traits_a8(hy_dtype_t t);
 hy_quant_tile_fn_t hy_quant_vec_dot_tile_a8(hy_dtype_t t);

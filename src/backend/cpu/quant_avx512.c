@@ -5,12 +5,13 @@
  * (hy_a5t_*: one exact int32 sum per block and row, VNNI dpbusd, two per
  * block for the two planes; decode tiles prefetch 16 rows ahead,
  * HY_A5_PF_ROWS); over ggml's single-level Q8_1 the same kernel takes one
- * plane, and Q5_0 over Q8_U its signed codes (the 8-bit activation mode's
- * Q4_1 and Q5_0 kernels).  ggml's single-level
- * Q8_0 partners of Q4_0/Q8_0 are 512-bit tiles with two 32-element blocks
- * per zmm, register-blocked 4 weight rows x 4 activation rows, vec_dot the
- * 1x1 instance of the same code; the K-quant partners are quant_x86.h's 256-bit kernels
- * rebuilt here with VNNI and EVEX.  Every other quantized type, Q4_0 and
+ * plane, and Q5_0 over Q8_U its signed codes; the K-quants Q4_K/Q5_K/Q6_K
+ * over ggml's Q8_K have their own 16-row kernels (hy_a5k_*: a super-block
+ * unpacked once per 16 rows, the sub-block scales applied to exact int32
+ * sums).  Those are the 8-bit activation mode's kernels.  ggml's
+ * single-level Q8_0 partners of Q4_0/Q8_0 are 512-bit tiles with two
+ * 32-element blocks per zmm, register-blocked 4 weight rows x 4 activation
+ * rows, vec_dot the 1x1 instance of the same code.  Every other quantized type, Q4_0 and
  * Q8_0 included, takes the qmm kernels over Q16 (qmm_avx2.c built for this
  * level as qmm_avx512.c: 16 rows per zmm and vpdpwssd in prefill, 3x the
  * two-level Q8_0 tile's rate from 16 tokens).  F32/F16/BF16 weights are
@@ -194,7 +195,10 @@ HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
  * in block order, and the result acc + mac: the same per-lane operations
  * for every row, token and tile shape, so vec_dot (the same operations in
  * scalar form), the decode tile and the prefill tile agree bit for bit.
- * A Q4_1 block's d and m of 16 rows come from one gather.  Prefill meets
+ * A block's d and m (Q5_0: d and qh) of 16 rows come from one more
+ * transpose of the rows' first 16 bytes (it replaced a gather: bench_mm
+ * B = 8, Q4_1 over Q8_1 220 -> 233 GFLOP/s, Q5_0 over Q8_U 182 -> 209,
+ * on a Zen 4).  Prefill meets
  * 8 tokens per pass, and its first pass keeps the transposed blocks in a
  * panel that the other passes read (rows of up to 64 blocks), so a block is
  * transposed once per 16 rows, not once per 8 tokens (SmolLM2 pp512: 4
@@ -208,17 +212,21 @@ HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
  * of a plain read of the same bytes. */
 #define HY_A5T_RX 8
 
-/* Nibbles of one block of 16 rows transposed.  Row 4q + j's qs bytes are
- * at b[q] + o[j] (o[0] = 0).  Lane r of lo[k] holds row r's low nibbles of
- * qs bytes 4k..4k+3 (elements 4k..4k+3), hi[k] its high nibbles (elements
- * 16+4k..16+4k+3). */
-HY_QX_INLINE void hy_a5t_wload(const char *const b[4], const size_t o[4], __m512i lo[4],
-                               __m512i hi[4])
+/* The low int16 of each lane, an f16, as a float. */
+HY_QX_INLINE __m512 hy_a5k_f16lo(__m512i v)
 {
-    __m512i v[4], t[4];
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
 
-    /* v[j]'s 128-bit lane q = qs of row 4q + j, so that the 4x4 dword
-     * transpose below leaves row r in lane r */
+/* Four dwords of 16 rows transposed: lane r of v[k] holds bytes 4k..4k+3
+ * of the 16 bytes of row r, which lie at b[q] + o[j] for row 4q + j
+ * (o[0] = 0). */
+HY_QX_INLINE void hy_a5t_tload(const char *const b[4], const size_t o[4], __m512i v[4])
+{
+    __m512i t[4];
+
+    /* v[j]'s 128-bit lane q = the bytes of row 4q + j, so that the 4x4
+     * dword transpose below leaves row r in lane r */
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
         v[j] = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b[0] + o[j])));
@@ -237,12 +245,42 @@ HY_QX_INLINE void hy_a5t_wload(const char *const b[4], const size_t o[4], __m512
     v[1] = _mm512_unpackhi_epi64(t[0], t[2]);
     v[2] = _mm512_unpacklo_epi64(t[1], t[3]);
     v[3] = _mm512_unpackhi_epi64(t[1], t[3]);
+}
+
+/* Nibbles of one block of 16 rows transposed (hy_a5t_tload's bytes): lane
+ * r of lo[k] holds row r's low nibbles of qs bytes 4k..4k+3 (elements
+ * 4k..4k+3), hi[k] its high nibbles (elements 16+4k..16+4k+3). */
+HY_QX_INLINE void hy_a5t_wload(const char *const b[4], const size_t o[4], __m512i lo[4],
+                               __m512i hi[4])
+{
+    __m512i v[4];
     const __m512i m4 = _mm512_set1_epi8(0x0F);
+
+    hy_a5t_tload(b, o, v);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         lo[k] = _mm512_and_si512(v[k], m4);
         hi[k] = _mm512_and_si512(_mm512_srli_epi16(v[k], 4), m4);
     }
+}
+
+/* *P = dpbusd(*P, w, the 4 signed bytes at v broadcast), the bytes read by
+ * the multiply-add itself ({1to16}): GCC emits a separate vpbroadcastd for
+ * the intrinsic, one more instruction per multiply-add. */
+HY_QX_INLINE void hy_a5t_dpbusd_bcast(__m512i *P, __m512i w, const int8_t *v)
+{
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(*P) : "v"(w), "m"(*(const int32_t *)v));
+}
+
+/* The same from zero: a zeroing idiom the register renamer drops, where a
+ * zero kept in a register costs a copy each time. */
+HY_QX_INLINE __m512i hy_a5t_dpbusd_bcast0(__m512i w, const int8_t *v)
+{
+    __m512i p;
+    __asm__("vpxord %0, %0, %0\n\tvpdpbusd %2%{1to16%}, %1, %0"
+            : "=&v"(p)
+            : "v"(w), "m"(*(const int32_t *)v));
+    return p;
 }
 
 HY_QX_INLINE __m512i hy_a5t_bcast(const int8_t *p)
@@ -304,32 +342,16 @@ enum { HY_A5T_Q41_Q81 = 1, HY_A5T_Q41_2L = 2, HY_A5T_Q50_Q8U = 3 };
 /* Rows w + r*ws (r < 16) against RX activation rows x + c*xs over nb
  * blocks; s[c*ss + r] for the rows in `store`.  pf > 0: prefetch each row
  * pf bytes ahead (decode streams the weights once; see HY_A5_PF_ROWS).
- * vidx holds r*ws, which the caller checked fits an int32.  src: where the
+ * src: where the
  * blocks come from (pk: the panel of HY_A5T_KEEP and HY_A5T_PANEL). */
 HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, size_t ws,
                                 const char *x, size_t xs, const int RX, __mmask16 store,
                                 size_t pf, const int src, hy_a5t_blk_t *pk, const int fmt)
 {
     __m512 acc[HY_A5T_RX], mac[HY_A5T_RX];
-    const __m512i vidx = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32((int)ws));
-    /* the d halves of the gathered (d, m) dwords to the low 256 bits, the
-     * m halves to the high */
-    const __m512i dmsel = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3,
-                                           1, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
-                                           2, 0);
-
     /* decode's prefetch: a block's share of the run of pf bytes ahead
      * (HY_A5_PF_ROWS rows of nb blocks: whole bytes) */
     const size_t pf_step = nb > 0 ? pf / (size_t)nb : 0;
-    /* Q5_0: the low dwords of 16 gathered qwords, and their low words */
-    const __m512i q5_even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
-                                              28, 30);
-    const __m512i q5_dsel = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 60,
-                                             56, 52, 48, 44, 40, 36, 32, 28, 24, 20, 16, 12, 8, 4,
-                                             0);
-
 #pragma GCC unroll 8
     for (int c = 0; c < RX; c++) {
         acc[c] = _mm512_setzero_ps();
@@ -340,7 +362,6 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
     const char *b[4] = {w, w + 4 * ws, w + 8 * ws, w + 12 * ws};
     const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
     for (int64_t ib = 0; ib < nb; ib++) {
-        const char *wb = b[0];
         __m512i lo[4], hi[4];
         __m512 d, m;
 
@@ -364,32 +385,28 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
                 for (size_t off = (lo_b + 63) & ~(size_t)63; off < hi_b; off += 64)
                     _mm_prefetch(w + pf + off, _MM_HINT_T0);
             }
+            /* each row's first 16 bytes: d, and Q4_1's m or Q5_0's qh */
+            __m512i hd[4];
+            hy_a5t_tload(b, o, hd);
             if (fmt == HY_A5T_Q50_Q8U) {
                 const char *const bq[4] = {b[0] + 6, b[1] + 6, b[2] + 6, b[3] + 6};
                 hy_a5t_wload(bq, o, lo, hi);
+                /* qh: bytes 2..5, across the first two dwords */
+                const __m512i qh = _mm512_or_si512(_mm512_srli_epi32(hd[0], 16),
+                                                   _mm512_slli_epi32(hd[1], 16));
+                d = hy_a5k_f16lo(hd[0]);
+                m = _mm512_castsi512_ps(hy_a5t_q5_codes(qh, lo, hi));
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++)
                     b[q] += sizeof(hy_block_q5_0_t);
-                /* one 8-byte gather per row (d, qh and two qs bytes): half
-                 * the gathered elements of a dword gather each for d and qh */
-                const __m512i g0 = _mm512_i32gather_epi64(_mm512_castsi512_si256(vidx), wb, 1);
-                const __m512i g1 =
-                    _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(vidx, 1), wb, 1);
-                const __m512i qh = _mm512_permutex2var_epi32(
-                    _mm512_srli_epi64(g0, 16), q5_even, _mm512_srli_epi64(g1, 16));
-                d = _mm512_cvtph_ps(
-                    _mm512_castsi512_si256(_mm512_permutex2var_epi16(g0, q5_dsel, g1)));
-                m = _mm512_castsi512_ps(hy_a5t_q5_codes(qh, lo, hi));
             } else {
                 const char *const bq[4] = {b[0] + 4, b[1] + 4, b[2] + 4, b[3] + 4};
                 hy_a5t_wload(bq, o, lo, hi);
+                d = hy_a5k_f16lo(hd[0]);
+                m = hy_a5k_f16lo(_mm512_srli_epi32(hd[0], 16));
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++)
                     b[q] += sizeof(hy_block_q4_1_t);
-                __m512i dm =
-                    _mm512_permutexvar_epi16(dmsel, _mm512_i32gather_epi32(vidx, wb, 1));
-                d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
-                m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
             }
             if (src == HY_A5T_KEEP) {
 #pragma GCC unroll 4
@@ -422,8 +439,8 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
             __m512i p = _mm512_setzero_si512(), p2 = p;
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                p = _mm512_dpbusd_epi32(p, lo[k], hy_a5t_bcast(xb->qs + 4 * k));
-                p2 = _mm512_dpbusd_epi32(p2, hi[k], hy_a5t_bcast(xb->qs + 16 + 4 * k));
+                hy_a5t_dpbusd_bcast(&p, lo[k], xb->qs + 4 * k);
+                hy_a5t_dpbusd_bcast(&p2, hi[k], xb->qs + 16 + 4 * k);
             }
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p, p2)),
                                      _mm512_mul_ps(d, _mm512_set1_ps(hy_qx_h2f(xb->d))), acc[c]);
@@ -436,10 +453,10 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
             /* four independent chains: low and high nibbles of each plane */
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                ph = _mm512_dpbusd_epi32(ph, lo[k], hy_a5t_bcast(xb->hi + 4 * k));
-                ph2 = _mm512_dpbusd_epi32(ph2, hi[k], hy_a5t_bcast(xb->hi + 16 + 4 * k));
-                pl = _mm512_dpbusd_epi32(pl, lo[k], hy_a5t_bcast(xb->lo + 4 * k));
-                pl2 = _mm512_dpbusd_epi32(pl2, hi[k], hy_a5t_bcast(xb->lo + 16 + 4 * k));
+                hy_a5t_dpbusd_bcast(&ph, lo[k], xb->hi + 4 * k);
+                hy_a5t_dpbusd_bcast(&ph2, hi[k], xb->hi + 16 + 4 * k);
+                hy_a5t_dpbusd_bcast(&pl, lo[k], xb->lo + 4 * k);
+                hy_a5t_dpbusd_bcast(&pl2, hi[k], xb->lo + 16 + 4 * k);
             }
             /* 255*hi + lo: |sum hi*w| <= 32*15*127, so << 8 stays exact */
             const __m512i h = _mm512_add_epi32(ph, ph2);
@@ -493,8 +510,7 @@ typedef void (*hy_a5t_group_fn_t)(int64_t, float *, size_t, const char *, size_t
 
 /* Groups of 16 rows; a ragged end takes the last 16 rows again (the rows
  * it shares with the previous group get the same bits twice).  Fewer than
- * 16 rows, or rows too far apart for the gather's int32 offsets, go one
- * row at a time as 16 copies of it (ws = 0). */
+ * 16 rows go one row at a time as 16 copies of it (ws = 0). */
 HY_QX_INLINE void hy_a5t_tile(hy_a5t_group_fn_t hy_a5t_group, int64_t n, float *s, size_t ss,
                               const void *vw, size_t ws, int nw, const void *vx, size_t xs,
                               int nx)
@@ -509,7 +525,7 @@ HY_QX_INLINE void hy_a5t_tile(hy_a5t_group_fn_t hy_a5t_group, int64_t n, float *
      * others read it (where the panel holds the row) */
     const int keep = nx > HY_A5T_RX && nb <= HY_A5T_PANEL_BLOCKS;
 
-    if (nw < 16 || ws > (size_t)INT32_MAX / 16) {
+    if (nw < 16) {
         for (int r = 0; r < nw; r++)
             for (int c0 = 0; c0 < nx; c0 += HY_A5T_RX)
                 hy_a5t_group(nb, s + (size_t)c0 * ss + r, ss, w + (size_t)r * ws, 0,
@@ -596,6 +612,404 @@ static void hy_a5_dot_q4_1_1l(int64_t n, float *s, const void *w, const void *x)
     hy_a5_dot_q4_1_lvl(n, s, w, x, 1);
 }
 
+/* ---- K-quants over Q8_K (the 8-bit activation mode): 16 rows across the
+ * lanes ----
+ * The layout of the kernels above for 256-element super-blocks: lane r is
+ * weight row r of a 16-row group, a super-block's codes are transposed once
+ * per 16 rows into 4-byte groups (unsigned bytes, dpbusd's unsigned side;
+ * Q8_K's int8 activations are broadcast on the signed side), and each
+ * sub-block's exact int32 sum is scaled by its row's sub-block scale in
+ * int32.  Per super-block, lane and token, exactly:
+ *   Q4_K/Q5_K: P = sum_k sc_k * (q . x)_k,   M = sum_k m_k * (sum x)_k
+ *   Q6_K:      P = sum_k sc_k * (q . x)_k - 32 * sum_k sc_k * (sum x)_k
+ * (q the unsigned codes, Q6_K's offset 32 taken out through Q8_K's bsums,
+ * M's and the offset's sums of pairs by vpdpwssd), then
+ *   acc = fma((float)P, d_w*d_x, acc);  mac = fma((float)M, dmin_w*d_x, mac)
+ * in super-block order, and the result acc - mac (Q6_K: acc).  vec_dot is
+ * the same operations in scalar form, so the tile, its decode and vec_dot
+ * agree bit for bit, whatever the rows' grouping or the batch.  The sums
+ * are the reference's integers; the float steps are this level's own (the
+ * default kernels' Q16 contract does not apply to Q8_K). */
+enum { HY_A5K_Q4, HY_A5K_Q5, HY_A5K_Q6 };
+/* Token rows whose sums one pass over a group's super-blocks keeps. */
+#define HY_A5K_CT 64
+
+/* One super-block of 16 rows, unpacked (5.8 KB: stays in L1 while the
+ * tokens go over it). */
+typedef struct {
+    __m512i q[64];  /* lane r: row r's codes of elements 4g..4g+3 */
+    __m512i sc[16]; /* sub-block scales, int32 (Q4_K/Q5_K: 8 of 32 elements) */
+    __m512i mp[8];  /* int16 pairs against Q8_K's bsums: Q4_K/Q5_K the mins of
+                     * sub-blocks 2j, 2j+1 (j < 4); Q6_K scales 2j, 2j+1 */
+    __m512 d, dmin;
+} hy_a5k_sb_t;
+
+HY_QX_INLINE size_t hy_a5k_bytes(const int fmt)
+{
+    return fmt == HY_A5K_Q4 ? sizeof(hy_block_q4_k_t)
+           : fmt == HY_A5K_Q5 ? sizeof(hy_block_q5_k_t)
+                              : sizeof(hy_block_q6_k_t);
+}
+
+/* Super-block i of rows w + r*ws (r < 16) into *sb, every field through
+ * hy_a5t_tload's transposes (no gathers). */
+HY_QX_INLINE void hy_a5k_unpack(const int fmt, const char *w, size_t ws, int64_t i,
+                                hy_a5k_sb_t *sb)
+{
+    const char *base = w + (size_t)i * hy_a5k_bytes(fmt);
+    const char *const b[4] = {base, base + 4 * ws, base + 8 * ws, base + 12 * ws};
+    const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
+    const __m512i ff = _mm512_set1_epi32(0xFF);
+
+    if (fmt != HY_A5K_Q6) {
+        const __m512i k1 = _mm512_set1_epi32(0x3f3f3f3f), k2 = _mm512_set1_epi32(0x0f0f0f0f);
+        const __m512i k3 = _mm512_set1_epi32(0x03030303);
+        const size_t qs = fmt == HY_A5K_Q4 ? offsetof(hy_block_q4_k_t, qs)
+                                           : offsetof(hy_block_q5_k_t, qs);
+        /* the first 16 bytes: d and dmin, then the 12 bytes of scales */
+        __m512i hd[4];
+        hy_a5t_tload(b, o, hd);
+        const __m512i dm = hd[0], u0 = hd[1], u1 = hd[2], u2 = hd[3];
+        /* hy_quant_scale_min_k4 for the 16 rows: bytes of sc[] are
+         * scales 0..3 and 4..7, of mn[] the mins */
+        const __m512i sc[2] = {
+            _mm512_and_si512(u0, k1),
+            _mm512_or_si512(_mm512_and_si512(u2, k2),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k3), 4))};
+        const __m512i mn[2] = {
+            _mm512_and_si512(u1, k1),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k2),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k3), 4))};
+        __m512i qh[8];
+
+        sb->d = hy_a5k_f16lo(dm);
+        sb->dmin = hy_a5k_f16lo(_mm512_srli_epi32(dm, 16));
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++)
+            sb->sc[k] = _mm512_and_si512(_mm512_srli_epi32(sc[k / 4], 8 * (k % 4)), ff);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            sb->mp[2 * h] = _mm512_or_si512(
+                _mm512_and_si512(mn[h], ff),
+                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(mn[h], 8), ff), 16));
+            sb->mp[2 * h + 1] = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32(mn[h], 16), ff),
+                _mm512_slli_epi32(_mm512_srli_epi32(mn[h], 24), 16));
+        }
+        if (fmt == HY_A5K_Q5) {
+            /* qh byte l holds bit k of element l of sub-block k */
+            const size_t oh = offsetof(hy_block_q5_k_t, qh);
+            const char *const bh0[4] = {b[0] + oh, b[1] + oh, b[2] + oh, b[3] + oh};
+            const char *const bh1[4] = {b[0] + oh + 16, b[1] + oh + 16, b[2] + oh + 16,
+                                        b[3] + oh + 16};
+            hy_a5t_tload(bh0, o, qh);
+            hy_a5t_tload(bh1, o, qh + 4);
+        }
+        /* 32-byte run c: low nibbles sub-block 2c, high nibbles 2c+1 */
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+#pragma GCC unroll 2
+            for (int hf = 0; hf < 2; hf++) {
+                const size_t oq = qs + 32 * (size_t)c + 16 * (size_t)hf;
+                const char *const bq[4] = {b[0] + oq, b[1] + oq, b[2] + oq, b[3] + oq};
+                __m512i lo[4], hi[4];
+                hy_a5t_wload(bq, o, lo, hi);
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; g++) {
+                    const int gg = 4 * hf + g;
+                    if (fmt == HY_A5K_Q5) {
+                        const __m512i one = _mm512_set1_epi8(1);
+                        lo[g] = _mm512_or_si512(
+                            lo[g], _mm512_slli_epi32(
+                                       _mm512_and_si512(_mm512_srli_epi32(qh[gg], 2 * c), one), 4));
+                        hi[g] = _mm512_or_si512(
+                            hi[g], _mm512_slli_epi32(
+                                       _mm512_and_si512(_mm512_srli_epi32(qh[gg], 2 * c + 1), one),
+                                       4));
+                    }
+                    sb->q[16 * c + gg] = lo[g];
+                    sb->q[16 * c + 8 + gg] = hi[g];
+                }
+            }
+    } else {
+        const __m512i m3 = _mm512_set1_epi8(3);
+        /* the 16 scales, and d ending the block: the high half of the
+         * last dword of the 16 bytes that end with it */
+        const size_t os = offsetof(hy_block_q6_k_t, scales);
+        const size_t od = offsetof(hy_block_q6_k_t, d) + 2 - 16;
+        const char *const bs[4] = {b[0] + os, b[1] + os, b[2] + os, b[3] + os};
+        const char *const bd[4] = {b[0] + od, b[1] + od, b[2] + od, b[3] + od};
+        __m512i u[4], dw[4];
+        hy_a5t_tload(bs, o, u);
+        hy_a5t_tload(bd, o, dw);
+        sb->d = hy_a5k_f16lo(_mm512_srli_epi32(dw[3], 16));
+        sb->dmin = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                sb->sc[4 * j + k] = _mm512_srai_epi32(_mm512_slli_epi32(u[j], 24 - 8 * k), 24);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            sb->mp[j] = _mm512_or_si512(_mm512_and_si512(sb->sc[2 * j], _mm512_set1_epi32(0xFFFF)),
+                                        _mm512_slli_epi32(sb->sc[2 * j + 1], 16));
+        /* half h, element 128h + 32s + l (l < 32): ql[64h + l] (s = 0, 2)
+         * or ql[64h + 32 + l] (s = 1, 3), low nibble for s < 2, and bits
+         * 2s, 2s+1 of qh[32h + l] */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512i qh[8];
+            const size_t oh = offsetof(hy_block_q6_k_t, qh) + 32 * (size_t)h;
+            const char *const bh0[4] = {b[0] + oh, b[1] + oh, b[2] + oh, b[3] + oh};
+            const char *const bh1[4] = {b[0] + oh + 16, b[1] + oh + 16, b[2] + oh + 16,
+                                        b[3] + oh + 16};
+            hy_a5t_tload(bh0, o, qh);
+            hy_a5t_tload(bh1, o, qh + 4);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                /* ql bytes 64h + 16r ..: run ro = r / 2 (s = ro or 2 + ro),
+                 * l = 16 (r % 2) + 4g + byte */
+                const size_t oq = 64 * (size_t)h + 16 * (size_t)r;
+                const char *const bq[4] = {b[0] + oq, b[1] + oq, b[2] + oq, b[3] + oq};
+                const int ro = r / 2;
+                __m512i lo[4], hi[4];
+                hy_a5t_wload(bq, o, lo, hi);
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; g++) {
+                    const int gl = 4 * (r % 2) + g; /* group of l */
+                    const __m512i hl = _mm512_and_si512(_mm512_srli_epi32(qh[gl], 2 * ro), m3);
+                    const __m512i hh =
+                        _mm512_and_si512(_mm512_srli_epi32(qh[gl], 2 * (ro + 2)), m3);
+                    sb->q[32 * h + 8 * ro + gl] =
+                        _mm512_or_si512(lo[g], _mm512_slli_epi32(hl, 4));
+                    sb->q[32 * h + 8 * (ro + 2) + gl] =
+                        _mm512_or_si512(hi[g], _mm512_slli_epi32(hh, 4));
+                }
+            }
+        }
+    }
+}
+
+/* acc/mac[c*16 + lane] (c < RX) += super-block sb against RX token rows
+ * x + c*xs (Q8_K blocks, already at this super-block). */
+HY_QX_INLINE void hy_a5k_compute(const int fmt, const hy_a5k_sb_t *sb, const char *x, size_t xs,
+                                 const int RX, float *acc, float *mac)
+{
+    const int nsub = fmt == HY_A5K_Q6 ? 16 : 8, gps = 64 / nsub;
+    __m512i sumi[HY_A5T_RX];
+
+#pragma GCC unroll 8
+    for (int c = 0; c < RX; c++)
+        sumi[c] = _mm512_setzero_si512();
+    for (int k = 0; k < nsub; k++) {
+        __m512i wq[8];
+        const __m512i sc = _mm512_load_si512(&sb->sc[k]);
+#pragma GCC unroll 8
+        for (int g = 0; g < gps; g++)
+            wq[g] = _mm512_load_si512(&sb->q[k * gps + g]);
+#pragma GCC unroll 8
+        for (int c = 0; c < RX; c++) {
+            const int8_t *xq = ((const hy_block_q8_k_t *)(x + (size_t)c * xs))->qs + 4 * k * gps;
+            __m512i p = hy_a5t_dpbusd_bcast0(wq[0], xq);
+#pragma GCC unroll 8
+            for (int g = 1; g < gps; g++)
+                hy_a5t_dpbusd_bcast(&p, wq[g], xq + 4 * g);
+            sumi[c] = _mm512_add_epi32(sumi[c], _mm512_mullo_epi32(p, sc));
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < RX; c++) {
+        const hy_block_q8_k_t *xb = (const hy_block_q8_k_t *)(x + (size_t)c * xs);
+        const __m512 dx = _mm512_set1_ps(xb->d);
+        __m512i p = sumi[c], corr = _mm512_setzero_si512();
+        if (fmt == HY_A5K_Q6) {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++)
+                corr = _mm512_dpwssd_epi32(corr, sb->mp[j],
+                                           hy_a5t_bcast((const int8_t *)(xb->bsums + 2 * j)));
+            p = _mm512_sub_epi32(p, _mm512_slli_epi32(corr, 5));
+        } else {
+            /* (sum x) of sub-blocks 2j, 2j+1 as an int16 pair: |sum| <= 32*127 */
+            const __m256i b16 = _mm256_loadu_si256((const __m256i *)xb->bsums);
+            const __m256i b32 = _mm256_madd_epi16(b16, _mm256_set1_epi16(1));
+            int32_t pr[8];
+            _mm256_storeu_si256((__m256i *)pr, _mm256_packs_epi32(b32, b32));
+            /* packs per 128-bit lane: pairs (0,1), (2,3) at dwords 0, 1;
+             * (4,5), (6,7) at 4, 5 */
+            static const int at[4] = {0, 1, 4, 5};
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                corr = _mm512_dpwssd_epi32(corr, sb->mp[j], _mm512_set1_epi32(pr[at[j]]));
+            float *m = mac + 16 * c;
+            _mm512_store_ps(m, _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr),
+                                               _mm512_mul_ps(sb->dmin, dx), _mm512_load_ps(m)));
+        }
+        float *a = acc + 16 * c;
+        _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sb->d, dx),
+                                           _mm512_load_ps(a)));
+    }
+}
+
+#define HY_A5K_RUN(fmt)                                                            \
+    switch (rx) {                                                                  \
+    case 1: hy_a5k_compute(fmt, sb, x, xs, 1, acc, mac); break;                   \
+    case 2: hy_a5k_compute(fmt, sb, x, xs, 2, acc, mac); break;                   \
+    case 3: hy_a5k_compute(fmt, sb, x, xs, 3, acc, mac); break;                   \
+    case 4: hy_a5k_compute(fmt, sb, x, xs, 4, acc, mac); break;                   \
+    case 5: hy_a5k_compute(fmt, sb, x, xs, 5, acc, mac); break;                   \
+    case 6: hy_a5k_compute(fmt, sb, x, xs, 6, acc, mac); break;                   \
+    case 7: hy_a5k_compute(fmt, sb, x, xs, 7, acc, mac); break;                   \
+    default: hy_a5k_compute(fmt, sb, x, xs, 8, acc, mac); break;                  \
+    }
+
+#define HY_A5K_TYPE(name, fmt)                                                     \
+    static void hy_a5k_compute_##name(const hy_a5k_sb_t *sb, const char *x, size_t xs, \
+                                      int rx, float *acc, float *mac)              \
+    {                                                                              \
+        HY_A5K_RUN(fmt)                                                            \
+    }
+HY_A5K_TYPE(q4, HY_A5K_Q4)
+HY_A5K_TYPE(q5, HY_A5K_Q5)
+HY_A5K_TYPE(q6, HY_A5K_Q6)
+
+/* Groups of 16 rows, a ragged end taking the last 16 again (the rows it
+ * repeats get the same bits); fewer than 16 rows go one at a time as 16
+ * copies (ws = 0).
+ * Decode prefetches the next group's rows as one run, a super-block's
+ * share at a time (HY_A5_PF_ROWS). */
+HY_QX_INLINE void hy_a5k_tile(const int fmt, int64_t n, float *s, size_t ss, const void *vw,
+                              size_t ws, int nw, const void *vx, size_t xs, int nx)
+{
+    const char *w = vw, *x = vx;
+    const int64_t nsb = n / 256;
+    const int one_row = nw < 16;
+    const size_t gws = one_row ? 0 : ws;
+    /* Q6_K's decode does more per byte than the others' and wants its
+     * rows earlier (bench_mm, B = 1 from DRAM, 16 -> 32 rows ahead: Q6_K
+     * ~25 -> ~32 GFLOP/s, Q4_K/Q5_K no better); into L2, where into L1
+     * halved Q4_K's (58 -> 29) */
+    const size_t pf = !one_row && nx == 1
+                          ? (size_t)(fmt == HY_A5K_Q6 ? 2 * HY_A5_PF_ROWS : HY_A5_PF_ROWS) * ws
+                          : 0;
+    const size_t pf_step = nsb > 0 ? pf / (size_t)nsb : 0;
+    hy_a5k_sb_t sbuf __attribute__((aligned(64)));
+    float acc[HY_A5K_CT * 16] __attribute__((aligned(64)));
+    float mac[HY_A5K_CT * 16] __attribute__((aligned(64)));
+    const hy_a5k_sb_t *sb = &sbuf;
+
+    for (int g0 = 0; g0 < nw; g0 += one_row ? 1 : 16) {
+        const int r = one_row ? g0 : HY_MIN(g0, nw - 16);
+        const char *wr = w + (size_t)r * ws;
+        for (int c0 = 0; c0 < nx; c0 += HY_A5K_CT) {
+            const int ct = HY_MIN(HY_A5K_CT, nx - c0);
+            memset(acc, 0, sizeof(float) * 16 * (size_t)ct);
+            memset(mac, 0, sizeof(float) * 16 * (size_t)ct);
+            for (int64_t i = 0; i < nsb; i++) {
+                if (pf) {
+                    const size_t lo_b = (size_t)i * pf_step;
+                    const size_t hi_b = lo_b + pf_step + (i + 1 == nsb ? 64 : 0);
+                    for (size_t off = (lo_b + 63) & ~(size_t)63; off < hi_b; off += 64)
+                        _mm_prefetch(wr + pf + off, _MM_HINT_T1);
+                }
+                hy_a5k_unpack(fmt, wr, gws, i, &sbuf);
+                for (int cc = 0; cc < ct; cc += HY_A5T_RX) {
+                    const int rx = HY_MIN(HY_A5T_RX, ct - cc);
+                    const char *xc = x + (size_t)(c0 + cc) * xs + (size_t)i * sizeof(hy_block_q8_k_t);
+                    float *a = acc + 16 * cc, *m = mac + 16 * cc;
+                    if (fmt == HY_A5K_Q4) {
+                        hy_a5k_compute_q4(sb, xc, xs, rx, a, m);
+                    } else if (fmt == HY_A5K_Q5) {
+                        hy_a5k_compute_q5(sb, xc, xs, rx, a, m);
+                    } else {
+                        hy_a5k_compute_q6(sb, xc, xs, rx, a, m);
+                    }
+                }
+            }
+            for (int c = 0; c < ct; c++) {
+                __m512 v = _mm512_load_ps(acc + 16 * c);
+                if (fmt != HY_A5K_Q6)
+                    v = _mm512_sub_ps(v, _mm512_load_ps(mac + 16 * c));
+                float *d = s + (size_t)(c0 + c) * ss + r;
+                if (one_row)
+                    *d = _mm512_cvtss_f32(v);
+                else
+                    _mm512_storeu_ps(d, v);
+            }
+        }
+    }
+}
+
+/* One row: a lane of hy_a5k_tile (the same integers, the same IEEE float
+ * operations). */
+HY_QX_INLINE void hy_a5k_dot(const int fmt, int64_t n, float *s, const void *vw, const void *vx)
+{
+    const hy_block_q8_k_t *x = vx;
+    const char *w = vw;
+    float acc = 0.0f, mac = 0.0f;
+
+    for (int64_t i = 0; i < n / 256; i++) {
+        int32_t p = 0, corr = 0;
+        float d, dmin = 0.0f;
+        if (fmt != HY_A5K_Q6) {
+            const int is5 = fmt == HY_A5K_Q5;
+            const char *blk = w + (size_t)i * hy_a5k_bytes(fmt);
+            const hy_block_q4_k_t *b4 = (const hy_block_q4_k_t *)blk;
+            const hy_block_q5_k_t *b5 = (const hy_block_q5_k_t *)blk;
+            const uint8_t *scales = is5 ? b5->scales : b4->scales;
+            const uint8_t *qs = is5 ? b5->qs : b4->qs;
+            d = hy_qx_h2f(is5 ? b5->d : b4->d);
+            dmin = hy_qx_h2f(is5 ? b5->dmin : b4->dmin);
+            for (int k = 0; k < 8; k++) {
+                uint8_t sc, m;
+                int32_t isum = 0;
+                hy_quant_scale_min_k4(k, scales, &sc, &m);
+                for (int l = 0; l < 32; l++) {
+                    int q = (qs[32 * (k / 2) + l] >> (4 * (k & 1))) & 15;
+                    if (is5)
+                        q += ((b5->qh[l] >> k) & 1) << 4;
+                    isum += q * x[i].qs[32 * k + l];
+                }
+                p += sc * isum;
+                corr += m * (x[i].bsums[2 * k] + x[i].bsums[2 * k + 1]);
+            }
+        } else {
+            const hy_block_q6_k_t *b6 = (const hy_block_q6_k_t *)w + i;
+            d = hy_qx_h2f(b6->d);
+            for (int e0 = 0; e0 < 256; e0 += 16) {
+                int32_t isum = 0;
+                for (int e = e0; e < e0 + 16; e++) {
+                    const int h = e / 128, sq = (e % 128) / 32, l = e % 32;
+                    const uint8_t ql = b6->ql[64 * h + 32 * (sq & 1) + l];
+                    const int q = ((sq < 2 ? ql : ql >> 4) & 15) |
+                                  ((b6->qh[32 * h + l] >> (2 * sq)) & 3) << 4;
+                    isum += q * x[i].qs[e];
+                }
+                p += b6->scales[e0 / 16] * isum;
+                corr += b6->scales[e0 / 16] * x[i].bsums[e0 / 16];
+            }
+            p -= 32 * corr;
+        }
+        acc = fmaf((float)p, d * x[i].d, acc);
+        if (fmt != HY_A5K_Q6)
+            mac = fmaf((float)corr, dmin * x[i].d, mac);
+    }
+    *s = fmt == HY_A5K_Q6 ? acc : acc - mac;
+}
+
+#define HY_A5K_ENTRY(name, fmt)                                                    \
+    static void hy_a5k_tile_##name(int64_t n, float *s, size_t ss, const void *w, \
+                                   size_t ws, int nw, const void *x, size_t xs, int nx) \
+    {                                                                              \
+        hy_a5k_tile(fmt, n, s, ss, w, ws, nw, x, xs, nx);                          \
+    }                                                                              \
+    static void hy_a5k_dot_##name(int64_t n, float *s, const void *w, const void *x) \
+    {                                                                              \
+        hy_a5k_dot(fmt, n, s, w, x);                                               \
+    }
+HY_A5K_ENTRY(q4_k, HY_A5K_Q4)
+HY_A5K_ENTRY(q5_k, HY_A5K_Q5)
+HY_A5K_ENTRY(q6_k, HY_A5K_Q6)
+
 /* ---- float weights (F32/F16/BF16): the GEMM's arithmetic ----
  * matmul sends every float-weight product at this level through
  * gemm_avx512.c, whatever the number of tokens, so that a token's row does
@@ -622,17 +1036,6 @@ static void hy_a5_dot_q4_1_1l(int64_t n, float *s, const void *w, const void *x)
 HY_A5F_DOT(f32, float, HY_A5F_ID)
 HY_A5F_DOT(f16, uint16_t, hy_qx_h2f)
 HY_A5F_DOT(bf16, uint16_t, hy_bf16_to_f32)
-
-#define HY_A5_GENERIC_TILE(name)                                                   \
-    static void hy_a5_tile_##name(int64_t n, float *s, size_t ss, const void *w,  \
-                                  size_t ws, int nw, const void *x, size_t xs,    \
-                                  int nx)                                          \
-    {                                                                              \
-        hy_quant_tile_generic(hy_qx_dot_##name, n, s, ss, w, ws, nw, x, xs, nx);   \
-    }
-HY_A5_GENERIC_TILE(q4_k)
-HY_A5_GENERIC_TILE(q5_k)
-HY_A5_GENERIC_TILE(q6_k)
 
 const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_F32] = {{HY_DTYPE_F32, hy_quant_ref_from_float_copy, hy_a5_dot_f32,
@@ -662,12 +1065,12 @@ const hy_quant_kernels_t hy_quant_avx512_kernels_q8[HY_DTYPE_COUNT] = {
                         hy_qx_to_float_q4_1}, hy_a5_tile_q4_1_1l},
     [HY_DTYPE_Q8_0] = {{HY_DTYPE_Q8_0, hy_qx_from_float_q8_0, hy_a5_dot_q8_0,
                         hy_qx_to_float_q8_0}, hy_a5_tile_q8_0},
-    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q8_K, hy_qx_from_float_q8_k, hy_qx_dot_q4_k,
-                        hy_quant_ref_to_float_q4_k}, hy_a5_tile_q4_k},
-    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q8_K, hy_qx_from_float_q8_k, hy_qx_dot_q5_k,
-                        hy_quant_ref_to_float_q5_k}, hy_a5_tile_q5_k},
-    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q8_K, hy_qx_from_float_q8_k, hy_qx_dot_q6_k,
-                        hy_quant_ref_to_float_q6_k}, hy_a5_tile_q6_k},
+    [HY_DTYPE_Q4_K] = {{HY_DTYPE_Q8_K, hy_qx_from_float_q8_k, hy_a5k_dot_q4_k,
+                        hy_quant_ref_to_float_q4_k}, hy_a5k_tile_q4_k},
+    [HY_DTYPE_Q5_K] = {{HY_DTYPE_Q8_K, hy_qx_from_float_q8_k, hy_a5k_dot_q5_k,
+                        hy_quant_ref_to_float_q5_k}, hy_a5k_tile_q5_k},
+    [HY_DTYPE_Q6_K] = {{HY_DTYPE_Q8_K, hy_qx_from_float_q8_k, hy_a5k_dot_q6_k,
+                        hy_quant_ref_to_float_q6_k}, hy_a5k_tile_q6_k},
 };
 
 #endif

@@ -4,7 +4,7 @@
  * so the AVX-512 build gets the same code with EVEX encodings and VNNI where
  * HY_QX_VNNI is defined.  Everything here is static: no symbol clashes.
  * Kernels: F32/F16/BF16 dots, Q4_K/Q5_K/Q6_K x Q8_K dots (ggml's
- * single-level partners), the Q8_0/Q8_1/Q8_K/Q8_2L activation quantizers
+ * single-level partners; the AVX2 level's only), the Q8_0/Q8_1/Q8_K/Q8_2L activation quantizers
  * and the simple dequantizers.
  */
 #ifndef HY_QUANT_X86_H
@@ -339,7 +339,10 @@ __attribute__((unused)) static void hy_qx_from_float_q8_2l(const float *x, void 
     }
 }
 
-/* ---- K-quant dots (after ggml's AVX2 kernels) ---- */
+/* ---- K-quant dots (after ggml's AVX2 kernels) ----
+ * The AVX2 level's partners of Q8_K; the AVX-512 level has its own
+ * 16-row kernels (quant_avx512.c, hy_a5k_*). */
+#ifndef HY_QX_VNNI
 
 /* scales[12] -> bytes sc[0..7] then m[0..7]. */
 HY_QX_INLINE __m256i hy_qx_k4_scales_mins(const uint8_t *scales)
@@ -491,5 +494,7 @@ static void hy_qx_dot_q6_k(int64_t n, float *s, const void *vw, const void *vx)
     }
     *s = hy_qx_hsum8(acc);
 }
+
+#endif /* !HY_QX_VNNI */
 
 #endif
