@@ -28,7 +28,9 @@
 
 /* ---- matmul -------------------------------------------------------------- */
 
-enum { M_TOK = 64 };
+/* tokens of the matmul cases: calls of up to 64 within the first 64, and
+ * longer ones (100, 160) that cross the kernels' 64-token passes */
+enum { M_TOK = 160, M_TOK_SHORT = 64 };
 
 /* A weight of n_out rows of k: real quantized data where a quantizer
  * exists, else random bytes with sane f16 factors (K-quants, Q5_0, Q5_1,
@@ -63,7 +65,7 @@ static const char *mm_label = "";
 
 static void mm_type(hy_backend_t *be[3], hy_dtype_t t, int64_t n_out, hy_isa_t isa)
 {
-    static const int sizes[] = {2, 3, 5, 8, 13, 16, 31, 32, 33, 47, 64};
+    static const int sizes[] = {2, 3, 5, 8, 13, 16, 31, 32, 33, 47, 64, 100, 160};
     const int64_t k = 768; /* 3 x 256: K-quant blocks and a ragged k-chunk split */
     hy_weight_t w = {0};
     size_t rb;
@@ -89,7 +91,8 @@ static void mm_type(hy_backend_t *be[3], hy_dtype_t t, int64_t n_out, hy_isa_t i
         be[0]->i->matmul(be[0], &w, x + (size_t)tk * k, alone + (size_t)tk * n_out, 1);
     for (size_t si = 0; si < HY_ARRAY_LEN(sizes); si++) {
         int nb = sizes[si];
-        for (int off = 0; off + nb <= M_TOK; off += nb > 16 ? 17 : 9) {
+        for (int off = 0; off + nb <= (nb > M_TOK_SHORT ? M_TOK : M_TOK_SHORT);
+             off += nb > 64 ? 60 : nb > 16 ? 17 : 9) {
             be[calls % 3]->i->matmul(be[calls % 3], &w, x + (size_t)off * k, y, nb);
             calls++;
             if (memcmp(y, alone + (size_t)off * n_out, (size_t)nb * n_out * sizeof(float)))
@@ -99,7 +102,7 @@ static void mm_type(hy_backend_t *be[3], hy_dtype_t t, int64_t n_out, hy_isa_t i
     for (int i = 0; i < 3; i++)
         if (be[i]->i->status(be[i], err) != HY_OK)
             bad++;
-    HY_T_OK(bad == 0, "matmul %s/%s%s %lldx%lld: rows alone == rows in %d calls of 2..64 "
+    HY_T_OK(bad == 0, "matmul %s/%s%s %lldx%lld: rows alone == rows in %d calls of 2..160 "
             "tokens at offsets, 1/2/3 threads, bit for bit (%d calls differ)",
             hy_dtype_info(t)->name, hy_isa_name(isa), mm_label,
             (long long)k, (long long)n_out, calls, bad);
