@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/attn_flash.h"
 #include "backend/cpu/qmm.h"
 #include "backend/cpu/quant_impl.h"
 #include "backend/cpu/quant_ref.h"
@@ -87,6 +88,59 @@ static void test_f16(void)
             hy_f32_to_f16(1e-8f) == 0 && hy_f32_to_f16(-3e-8f) == 0x8001 &&
             isnan(hy_f16_to_f32(hy_f32_to_f16(NAN))),
             "f32->f16 overflow, underflow, inf and nan");
+}
+
+/* The KV cache's f16 rows at AVX2 and up (F16C) have hy_f32_to_f16's bits:
+ * every half, the midpoints between neighbours and a float either side of
+ * each, the overflow edge, and random bit patterns (NaN aside: both give a
+ * NaN, payloads may differ), in rows of odd length (the scalar tail). */
+static void test_f16_row(void)
+{
+#if defined(__x86_64__) && HY_BUILD_AVX2
+    enum { N = 4 * 65536 + 4099 };
+    float *x = malloc(N * sizeof(float));
+    uint16_t *y = malloc(N * sizeof(uint16_t));
+    int n = 0, bad = 0;
+
+    if (hy_cpu_isa() < HY_ISA_AVX2) {
+        HY_T_OK(1, "f16 KV rows # SKIP this CPU lacks AVX2/F16C");
+        free(x);
+        free(y);
+        return;
+    }
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = hy_f16_to_f32((uint16_t)h);
+        if (isnan(f))
+            continue;
+        x[n++] = f;
+        if ((h & 0x7FFF) < 0x7BFF) {
+            float mid = (float)(((double)f + (double)hy_f16_to_f32((uint16_t)(h + 1))) / 2);
+            x[n++] = mid;
+            x[n++] = nextafterf(mid, 0.0f);
+            x[n++] = nextafterf(mid, 2.0f * mid);
+        }
+    }
+    x[n++] = 65519.99f;
+    x[n++] = 65520.0f;
+    x[n++] = -65520.0f;
+    /* a stream of its own: the other tests' data stays what it was */
+    for (uint32_t u = 0x2545F491u; n < N;) {
+        float f;
+        u ^= u << 13;
+        u ^= u >> 17;
+        u ^= u << 5;
+        memcpy(&f, &u, 4);
+        if (!isnan(f))
+            x[n++] = f;
+    }
+    hy_attn_f16_row_avx2(x, y, n);
+    for (int i = 0; i < n; i++)
+        if (y[i] != hy_f32_to_f16(x[i]))
+            bad++;
+    HY_T_OK(bad == 0, "f16 KV rows (F16C, %d floats): hy_f32_to_f16's bits (%d differ)", n, bad);
+    free(x);
+    free(y);
+#endif
 }
 
 static void test_bf16(void)
@@ -774,6 +828,7 @@ int main(void)
     hy_isa_t best = hy_cpu_isa();
 
     test_f16();
+    test_f16_row();
     test_bf16();
     test_known_answers();
     test_errors();

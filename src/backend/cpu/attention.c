@@ -285,6 +285,11 @@ static void hy_attn_write_worker(void *arg, int ith, int nth)
                 if (cpu->kv.type == HY_DTYPE_F32) {
                     memcpy(kd, ks, (size_t)hd * sizeof(float));
                     memcpy(vd, vs, (size_t)hdv * sizeof(float));
+#ifdef HY_ATTN_X86
+                } else if (cpu->kv.type == HY_DTYPE_F16 && hy_attn_isa() >= HY_ISA_AVX2) {
+                    hy_attn_f16_row_avx2(ks, (uint16_t *)kd, hd);
+                    hy_attn_f16_row_avx2(vs, (uint16_t *)vd, hdv);
+#endif
                 } else {
                     /* sizes were validated by kv_init: cannot fail */
                     hy_quant_quantize_row(cpu->kv.type, ks, kd, hd);

@@ -70,5 +70,16 @@ HY_AF_PRIM void hy_af_hsum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3, float *o
 
 #include "backend/cpu/attn_flash_impl.h"
 
+void hy_attn_f16_row_avx2(const float *x, uint16_t *y, int64_t n)
+{
+    int64_t i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        y[i] = (uint16_t)_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 #pragma GCC pop_options
 #endif

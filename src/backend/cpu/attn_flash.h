@@ -114,6 +114,10 @@ void hy_attn_decode_avx512(const hy_attn_flash_t *f, float *scratch);
 void hy_attn_decode_avx2(const hy_attn_flash_t *f, float *scratch);
 void hy_attn_merge_avx512(const float *part, int32_t n, int32_t hdv, float *out);
 void hy_attn_merge_avx2(const float *part, int32_t n, int32_t hdv, float *out);
+/* y[i] = x[i] as a half, F16C's round to nearest even: hy_f32_to_f16's
+ * bits for every non-NaN float (test_quant), for the f16 KV rows the
+ * batch writes (the scalar conversion was ~1.5% of a prefill). */
+void hy_attn_f16_row_avx2(const float *x, uint16_t *y, int64_t n);
 #endif
 
 #endif
