@@ -32,7 +32,7 @@ static const hy_dtype_info_t hy_dtype_table[HY_DTYPE_COUNT] = {
     [HY_DTYPE_Q8_2L] = {"q8_2l", 32, 76, 0},
     [HY_DTYPE_Q8_K2L] = {"q8_K2l", 256, 580, 0},
     [HY_DTYPE_Q16] = {"q16", 32, 72, 0},
-    [HY_DTYPE_Q8_U] = {"q8_u", 32, 36, 0},
+    [HY_DTYPE_Q8_S] = {"q8_s", 32, 40, 0},
 };
 
 const hy_dtype_info_t *hy_dtype_info(uint32_t id)

@@ -40,9 +40,9 @@ typedef enum {
     HY_DTYPE_Q8_K2L = 61,
     /* the same values as Q8_2L stored as int16 (AVX2 and scalar kernels) */
     HY_DTYPE_Q16 = 62,
-    /* one int8 per element stored as an unsigned byte, x ~= d*(q - 128):
-     * the 8-bit activation mode's partner of Q5_0 (quant_impl.h) */
-    HY_DTYPE_Q8_U = 63,
+    /* one int8 per element and their exact sum, x ~= d*q: the 8-bit
+     * activation mode's partner of Q5_0 (quant_impl.h) */
+    HY_DTYPE_Q8_S = 63,
     HY_DTYPE_COUNT = 64 /* ids at or above this are invalid */
 } hy_dtype_t;
 

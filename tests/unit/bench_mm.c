@@ -188,7 +188,7 @@ int main(int argc, char **argv)
         /* single-level int8 partners multiply with vpdpbusd at AVX-512 (the
          * AVX2 level's maddubs route runs at the int16 rate) */
         int is_i8 = tr->vec_dot_type == HY_DTYPE_Q8_0 || tr->vec_dot_type == HY_DTYPE_Q8_1 ||
-                    tr->vec_dot_type == HY_DTYPE_Q8_K || tr->vec_dot_type == HY_DTYPE_Q8_U;
+                    tr->vec_dot_type == HY_DTYPE_Q8_K || tr->vec_dot_type == HY_DTYPE_Q8_S;
         double peak = is_f ? peak_f : is_i8 && peak_i8 > 0 ? peak_i8 : peak_int;
         printf("%-6s", hy_dtype_info(t)->name);
         for (size_t i = 0; i < HY_ARRAY_LEN(bs); i++) {

@@ -473,7 +473,7 @@ int main(void)
                     same++;
                 else if (hy_cpu_isa() == HY_ISA_AVX512 &&
                          ((t == HY_DTYPE_Q4_1 && strcmp(n8, "q4_1xq8_1-avx512-tiled") == 0) ||
-                          (t == HY_DTYPE_Q5_0 && strcmp(n8, "q5_0xq8_u-avx512-tiled") == 0) ||
+                          (t == HY_DTYPE_Q5_0 && strcmp(n8, "q5_0xq8_s-avx512-tiled") == 0) ||
                           (t == HY_DTYPE_Q4_K && strcmp(n8, "q4_Kxq8_K-avx512-tiled") == 0) ||
                           (t == HY_DTYPE_Q5_K && strcmp(n8, "q5_Kxq8_K-avx512-tiled") == 0) ||
                           (t == HY_DTYPE_Q6_K && strcmp(n8, "q6_Kxq8_K-avx512-tiled") == 0)))

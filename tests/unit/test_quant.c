@@ -438,9 +438,9 @@ static double deq_act(hy_dtype_t at, const void *x, int64_t i)
         const hy_block_q8_k2l_t *b = (const hy_block_q8_k2l_t *)x + i / 256;
         return (double)b->d * (255 * b->hi[i % 256] + b->lo[i % 256]);
     }
-    case HY_DTYPE_Q8_U: {
-        const hy_block_q8_u_t *b = (const hy_block_q8_u_t *)x + i / 32;
-        return (double)b->d * (b->qs[i % 32] - 128);
+    case HY_DTYPE_Q8_S: {
+        const hy_block_q8_s_t *b = (const hy_block_q8_s_t *)x + i / 32;
+        return (double)b->d * b->qs[i % 32];
     }
     case HY_DTYPE_Q16: {
         const hy_block_q16_t *b = (const hy_block_q16_t *)x + i / 32;

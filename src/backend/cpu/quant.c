@@ -141,15 +141,18 @@ static void hy_quant_ref_from_float_q8_1(const float *x, void *vy, int64_t n)
     }
 }
 
-void hy_quant_ref_from_float_q8_u(const float *x, void *vy, int64_t n)
+void hy_quant_ref_from_float_q8_s(const float *x, void *vy, int64_t n)
 {
-    hy_block_q8_u_t *y = vy;
+    hy_block_q8_s_t *y = vy;
 
     for (int64_t i = 0; i < n / 32; i++) {
         float id, d = hy_quant_ref_scale8(x + i * 32, 32, &id);
         y[i].d = d;
-        for (int j = 0; j < 32; j++)
-            y[i].qs[j] = (uint8_t)((int)nearbyintf(x[i * 32 + j] * id) + 128);
+        y[i].vsum = 0;
+        for (int j = 0; j < 32; j++) {
+            y[i].qs[j] = (int8_t)nearbyintf(x[i * 32 + j] * id);
+            y[i].vsum += y[i].qs[j];
+        }
     }
 }
 
@@ -437,14 +440,14 @@ void hy_quant_ref_to_float_q5_0(const void *vw, float *y, int64_t n)
     }
 }
 
-/* Q5_0 over Q8_U: per block the exact int32 P = sum (q_j - 128) * c_j
- * (c the signed codes, qmm.h's decoder), then acc = fmaf((float)P,
+/* Q5_0 over Q8_S: per block the exact int32 P = sum v_j * c_j (c the
+ * signed codes, qmm.h's decoder), then acc = fmaf((float)P,
  * d_w * d_x, acc), and the result acc + 0.0f, as the AVX-512 tile's lanes
  * do (quant_avx512.c). */
-void hy_quant_ref_dot_q5_0_q8u(int64_t n, float *s, const void *vw, const void *vx)
+void hy_quant_ref_dot_q5_0_q8s(int64_t n, float *s, const void *vw, const void *vx)
 {
     const hy_qmm_type_t *ty = hy_qmm_type(HY_DTYPE_Q5_0);
-    const hy_block_q8_u_t *x = vx;
+    const hy_block_q8_s_t *x = vx;
     float acc = 0.0f;
 
     for (int64_t i = 0; i < n / 32; i++) {
@@ -454,16 +457,16 @@ void hy_quant_ref_dot_q5_0_q8u(int64_t n, float *s, const void *vw, const void *
 
         ty->decode(vw, i, c, &D, M);
         for (int j = 0; j < 32; j++)
-            p += (x[i].qs[j] - 128) * c[j];
+            p += x[i].qs[j] * c[j];
         acc = fmaf((float)p, D * x[i].d, acc);
     }
     *s = acc + 0.0f;
 }
 
-void hy_quant_ref_tile_q5_0_q8u(int64_t n, float *s, size_t ss, const void *w, size_t ws,
+void hy_quant_ref_tile_q5_0_q8s(int64_t n, float *s, size_t ss, const void *w, size_t ws,
                                 int nw, const void *x, size_t xs, int nx)
 {
-    hy_quant_tile_generic(hy_quant_ref_dot_q5_0_q8u, n, s, ss, w, ws, nw, x, xs, nx);
+    hy_quant_tile_generic(hy_quant_ref_dot_q5_0_q8s, n, s, ss, w, ws, nw, x, xs, nx);
 }
 
 void hy_quant_ref_to_float_q5_1(const void *vw, float *y, int64_t n)
@@ -836,11 +839,11 @@ const hy_quant_kernels_t hy_quant_scalar_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_IQ4_XS] = HY_QMM_ENTRY_REF(iq4_xs, hy_quant_ref_to_float_iq4_xs),
 };
 
-/* The single-level partners (hy_quant_traits_q8): ggml's, and Q5_0's Q8_U */
+/* The single-level partners (hy_quant_traits_q8): ggml's, and Q5_0's Q8_S */
 const hy_quant_kernels_t hy_quant_scalar_kernels_q8[HY_DTYPE_COUNT] = {
-    [HY_DTYPE_Q5_0] = {{HY_DTYPE_Q8_U, hy_quant_ref_from_float_q8_u,
-                        hy_quant_ref_dot_q5_0_q8u, hy_quant_ref_to_float_q5_0},
-                       hy_quant_ref_tile_q5_0_q8u},
+    [HY_DTYPE_Q5_0] = {{HY_DTYPE_Q8_S, hy_quant_ref_from_float_q8_s,
+                        hy_quant_ref_dot_q5_0_q8s, hy_quant_ref_to_float_q5_0},
+                       hy_quant_ref_tile_q5_0_q8s},
     [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_0, hy_quant_ref_from_float_q8_0,
                         hy_quant_ref_dot_q4_0, hy_quant_ref_to_float_q4_0},
                        hy_quant_ref_tile_q4_0},
@@ -878,7 +881,7 @@ int hy_quant_quantize_row(hy_dtype_t t, const float *x, void *y, int64_t n)
     case HY_DTYPE_Q8_2L: fn = hy_quant_ref_from_float_q8_2l; break;
     case HY_DTYPE_Q8_K2L: fn = hy_quant_ref_from_float_q8_k2l; break;
     case HY_DTYPE_Q16: fn = hy_qmm_ref_from_float_q16; break;
-    case HY_DTYPE_Q8_U: fn = hy_quant_ref_from_float_q8_u; break;
+    case HY_DTYPE_Q8_S: fn = hy_quant_ref_from_float_q8_s; break;
     default: return HY_EUNSUPPORTED;
     }
     if (info == NULL || n < 0 || n % info->block != 0)

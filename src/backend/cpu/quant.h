@@ -73,7 +73,7 @@ hy_quant_tile_fn_t hy_quant_vec_dot_tile(hy_dtype_t t);
  * kernel of a type gives a token's row the same bits in any batch.
  * These two return the single-level kernels instead (~1e-2 per dot):
  * ggml's Q8_0/Q8_1/Q8_K partners of Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K,
- * and Q5_0 over Q8_U (quant_impl.h); for float types and the other
+ * and Q5_0 over Q8_S (quant_impl.h); for float types and the other
  * quantized types (Q5_1, IQ4_NL, Q2_K, Q3_K, IQ4_XS: Q16 only) they equal
  * the plain functions. */
 const hy_quant_traits_t *hy_quant_traits_q8(hy_dtype_t t);

@@ -378,10 +378,10 @@ const hy_quant_kernels_t hy_quant_avx2_kernels[HY_DTYPE_COUNT] = {
     [HY_DTYPE_Q8_0] = HY_QMM_ENTRY_AVX2(q8_0, hy_qx_to_float_q8_0),
     HY_QMM_ENTRIES_AVX2,
 };
-/* The single-level partners (hy_quant_traits_q8): ggml's, and Q5_0's Q8_U */
+/* The single-level partners (hy_quant_traits_q8): ggml's, and Q5_0's Q8_S */
 const hy_quant_kernels_t hy_quant_avx2_kernels_q8[HY_DTYPE_COUNT] = {
-    [HY_DTYPE_Q5_0] = {{HY_DTYPE_Q8_U, hy_qx_from_float_q8_u, hy_quant_ref_dot_q5_0_q8u,
-                        hy_quant_ref_to_float_q5_0}, hy_quant_ref_tile_q5_0_q8u},
+    [HY_DTYPE_Q5_0] = {{HY_DTYPE_Q8_S, hy_qx_from_float_q8_s, hy_quant_ref_dot_q5_0_q8s,
+                        hy_quant_ref_to_float_q5_0}, hy_quant_ref_tile_q5_0_q8s},
     [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_0, hy_qx_from_float_q8_0, hy_a2_dot_q4_0,
                         hy_qx_to_float_q4_0}, hy_a2_tile_q4_0},
     [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_1, hy_qx_from_float_q8_1, hy_a2_dot_q4_1,

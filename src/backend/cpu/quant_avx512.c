@@ -5,7 +5,7 @@
  * (hy_a5t_*: one exact int32 sum per block and row, VNNI dpbusd, two per
  * block for the two planes; decode tiles prefetch 16 rows ahead,
  * HY_A5_PF_ROWS); over ggml's single-level Q8_1 the same kernel takes one
- * plane, and Q5_0 over Q8_U its signed codes; the K-quants Q4_K/Q5_K/Q6_K
+ * plane, and Q5_0 over Q8_S its unsigned 5-bit codes; the K-quants Q4_K/Q5_K/Q6_K
  * over ggml's Q8_K have their own 16-row kernels (hy_a5k_*: a super-block
  * unpacked once per 16 rows, the sub-block scales applied to exact int32
  * sums).  Those are the 8-bit activation mode's kernels.  ggml's
@@ -181,7 +181,7 @@ HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
  * matrix are harmless (prefetch never faults). */
 #define HY_A5_PF_ROWS 16
 
-/* ---- Q4_1 over Q8_2L (and Q8_1), Q5_0 over Q8_U: 16 weight rows across
+/* ---- Q4_1 over Q8_2L (and Q8_1), Q5_0 over Q8_S: 16 weight rows across
  * the lanes ----
  * The tiles above keep a block's 32 elements across the lanes of one row,
  * so every block of every row pays a float convert, a scale and an FMA per
@@ -197,7 +197,7 @@ HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
  * scalar form), the decode tile and the prefill tile agree bit for bit.
  * A block's d and m (Q5_0: d and qh) of 16 rows come from one more
  * transpose of the rows' first 16 bytes (it replaced a gather: bench_mm
- * B = 8, Q4_1 over Q8_1 220 -> 233 GFLOP/s, Q5_0 over Q8_U 182 -> 209,
+ * B = 8, Q4_1 over Q8_1 220 -> 233 GFLOP/s, Q5_0 over Q8_U (now Q8_S) 182 -> 209,
  * on a Zen 4).  Prefill meets
  * 8 tokens per pass, and its first pass keeps the transposed blocks in a
  * panel that the other passes read (rows of up to 64 blocks), so a block is
@@ -290,19 +290,17 @@ HY_QX_INLINE __m512i hy_a5t_bcast(const int8_t *p)
     return _mm512_set1_epi32(v);
 }
 
-/* Q5_0's signed codes c = q - 16 from hy_a5t_wload's nibbles and each
- * row's 32 high bits qh (lane r: row r's qh[0..3]): byte b of lo[k] is
- * element 4k + b, whose high bit is bit 4k + b of qh (hi[k]: 16 + 4k + b).
- * A byte shuffle puts the qh byte holding those bits in each byte, a test
- * against the byte's bit gives a mask, and the bytes without the bit lose
- * 16.  Returns 128 * the lane's sum of its 32 codes, exact (dpbusd with
- * ones): what the 128 of Q8_U's unsigned bytes adds to a block's sum. */
-HY_QX_INLINE __m512i hy_a5t_q5_codes(__m512i qh, __m512i lo[4], __m512i hi[4])
+/* Q5_0's unsigned codes q (the value is q - 16) from hy_a5t_wload's
+ * nibbles and each row's 32 high bits qh (lane r: row r's qh[0..3]): byte b
+ * of lo[k] is element 4k + b, whose high bit is bit 4k + b of qh (hi[k]:
+ * 16 + 4k + b).  A byte shuffle puts the qh byte holding those bits in each
+ * byte, a test against the byte's bit gives a mask, and the bytes with the
+ * bit gain 16. */
+HY_QX_INLINE void hy_a5t_q5_codes(__m512i qh, __m512i lo[4], __m512i hi[4])
 {
     /* shuffle indices are per 128-bit lane: dword i's bytes at 4i */
     const __m512i base = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000);
-    const __m512i one = _mm512_set1_epi8(1), sixteen = _mm512_set1_epi8(16);
-    __m512i sum = _mm512_setzero_si512();
+    const __m512i sixteen = _mm512_set1_epi8(16);
 
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
@@ -312,12 +310,9 @@ HY_QX_INLINE __m512i hy_a5t_q5_codes(__m512i qh, __m512i lo[4], __m512i hi[4])
         const __m512i sh = _mm512_add_epi8(base, _mm512_set1_epi8((char)(2 + k / 2)));
         const __mmask64 ml = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, sl), bit);
         const __mmask64 mh = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, sh), bit);
-        lo[k] = _mm512_mask_sub_epi8(lo[k], _knot_mask64(ml), lo[k], sixteen);
-        hi[k] = _mm512_mask_sub_epi8(hi[k], _knot_mask64(mh), hi[k], sixteen);
-        sum = _mm512_dpbusd_epi32(sum, one, lo[k]);
-        sum = _mm512_dpbusd_epi32(sum, one, hi[k]);
+        lo[k] = _mm512_mask_add_epi8(lo[k], ml, lo[k], sixteen);
+        hi[k] = _mm512_mask_add_epi8(hi[k], mh, hi[k], sixteen);
     }
-    return _mm512_slli_epi32(sum, 7);
 }
 
 /* A block of 16 rows as the kernel consumes it: transposed nibbles, d, m. */
@@ -332,10 +327,10 @@ typedef struct {
  * instead of once per 8 tokens. */
 enum { HY_A5T_ROWS, HY_A5T_KEEP, HY_A5T_PANEL };
 /* What the kernel multiplies: Q4_1 weights over Q8_2L (two planes) or
- * ggml's Q8_1 (one), or Q5_0 weights over Q8_U (signed 5-bit codes on
- * dpbusd's signed side, the activations as unsigned bytes q = v + 128 on
- * the other; a block's sum of codes times 128 comes back out). */
-enum { HY_A5T_Q41_Q81 = 1, HY_A5T_Q41_2L = 2, HY_A5T_Q50_Q8U = 3 };
+ * ggml's Q8_1 (one), or Q5_0 weights over Q8_S (the unsigned 5-bit codes
+ * q on dpbusd's unsigned side, the activations on the signed one; the
+ * offset's 16 * the block's activation sum comes back out). */
+enum { HY_A5T_Q41_Q81 = 1, HY_A5T_Q41_2L = 2, HY_A5T_Q50_Q8S = 3 };
 /* Blocks a prefill panel holds (640 bytes each: K up to 2048 on the stack). */
 #define HY_A5T_PANEL_BLOCKS 64
 
@@ -388,14 +383,15 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
             /* each row's first 16 bytes: d, and Q4_1's m or Q5_0's qh */
             __m512i hd[4];
             hy_a5t_tload(b, o, hd);
-            if (fmt == HY_A5T_Q50_Q8U) {
+            if (fmt == HY_A5T_Q50_Q8S) {
                 const char *const bq[4] = {b[0] + 6, b[1] + 6, b[2] + 6, b[3] + 6};
                 hy_a5t_wload(bq, o, lo, hi);
                 /* qh: bytes 2..5, across the first two dwords */
                 const __m512i qh = _mm512_or_si512(_mm512_srli_epi32(hd[0], 16),
                                                    _mm512_slli_epi32(hd[1], 16));
                 d = hy_a5k_f16lo(hd[0]);
-                m = _mm512_castsi512_ps(hy_a5t_q5_codes(qh, lo, hi));
+                m = _mm512_setzero_ps();
+                hy_a5t_q5_codes(qh, lo, hi);
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++)
                     b[q] += sizeof(hy_block_q5_0_t);
@@ -419,17 +415,16 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
             }
         }
 #pragma GCC unroll 8
-        for (int c = 0; c < RX && fmt == HY_A5T_Q50_Q8U; c++) {
-            const hy_block_q8_u_t *xb = (const hy_block_q8_u_t *)(x + (size_t)c * xs) + ib;
-            __m512i p = _mm512_setzero_si512(), p2 = p;
+        for (int c = 0; c < RX && fmt == HY_A5T_Q50_Q8S; c++) {
+            const hy_block_q8_s_t *xb = (const hy_block_q8_s_t *)(x + (size_t)c * xs) + ib;
+            /* sum (q - 16) v: the offset's -16 vsum starts one chain */
+            __m512i p = _mm512_set1_epi32(-16 * xb->vsum), p2 = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
-                p = _mm512_dpbusd_epi32(p, hy_a5t_bcast((const int8_t *)xb->qs + 4 * k), lo[k]);
-                p2 = _mm512_dpbusd_epi32(p2, hy_a5t_bcast((const int8_t *)xb->qs + 16 + 4 * k),
-                                         hi[k]);
+                hy_a5t_dpbusd_bcast(&p, lo[k], xb->qs + 4 * k);
+                hy_a5t_dpbusd_bcast(&p2, hi[k], xb->qs + 16 + 4 * k);
             }
-            /* m holds 128 * the lane's sum of codes (hy_a5t_q5_codes) */
-            const __m512i pv = _mm512_sub_epi32(_mm512_add_epi32(p, p2), _mm512_castps_si512(m));
+            const __m512i pv = _mm512_add_epi32(p, p2);
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pv),
                                      _mm512_mul_ps(d, _mm512_set1_ps(xb->d)), acc[c]);
         }
@@ -487,7 +482,7 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
     default: HY_A5T_K(8, srcv, fmt); break;                                        \
     }
 /* One instance per format (fmt: HY_A5T_Q41_2L for the default Q4_1 kernel,
- * HY_A5T_Q41_Q81 and HY_A5T_Q50_Q8U for hy_quant_traits_q8's). */
+ * HY_A5T_Q41_Q81 and HY_A5T_Q50_Q8S for hy_quant_traits_q8's). */
 #define HY_A5T_GROUP(name, fmt)                                                    \
     static void name(int64_t nb, float *s, size_t ss, const char *w, size_t ws,   \
                      const char *x, size_t xs, int rx, __mmask16 store, size_t pf, \
@@ -504,7 +499,7 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
     }
 HY_A5T_GROUP(hy_a5t_group_2l, HY_A5T_Q41_2L)
 HY_A5T_GROUP(hy_a5t_group_1l, HY_A5T_Q41_Q81)
-HY_A5T_GROUP(hy_a5t_group_q5u, HY_A5T_Q50_Q8U)
+HY_A5T_GROUP(hy_a5t_group_q5s, HY_A5T_Q50_Q8S)
 typedef void (*hy_a5t_group_fn_t)(int64_t, float *, size_t, const char *, size_t, const char *,
                                   size_t, int, __mmask16, size_t, int, hy_a5t_blk_t *);
 
@@ -554,10 +549,10 @@ static void hy_a5_tile_q4_1_1l(int64_t n, float *s, size_t ss, const void *w, si
     hy_a5t_tile(hy_a5t_group_1l, n, s, ss, w, ws, nw, x, xs, nx);
 }
 
-static void hy_a5_tile_q5_0_q8u(int64_t n, float *s, size_t ss, const void *w, size_t ws,
+static void hy_a5_tile_q5_0_q8s(int64_t n, float *s, size_t ss, const void *w, size_t ws,
                                 int nw, const void *x, size_t xs, int nx)
 {
-    hy_a5t_tile(hy_a5t_group_q5u, n, s, ss, w, ws, nw, x, xs, nx);
+    hy_a5t_tile(hy_a5t_group_q5s, n, s, ss, w, ws, nw, x, xs, nx);
 }
 
 /* One row: a lane of hy_a5t_kernel without the 15 idle copies (lvl as
@@ -1053,12 +1048,12 @@ const hy_quant_kernels_t hy_quant_avx512_kernels[HY_DTYPE_COUNT] = {
      * kernel), the AVX2 level's bits */
     HY_QMM_ENTRIES_AVX512,
 };
-/* The single-level partners (hy_quant_traits_q8): ggml's, and Q5_0's Q8_U
+/* The single-level partners (hy_quant_traits_q8): ggml's, and Q5_0's Q8_S
  * (vec_dot the reference: the same exact sums and float operations as the
  * tile's lanes) */
 const hy_quant_kernels_t hy_quant_avx512_kernels_q8[HY_DTYPE_COUNT] = {
-    [HY_DTYPE_Q5_0] = {{HY_DTYPE_Q8_U, hy_qx_from_float_q8_u, hy_quant_ref_dot_q5_0_q8u,
-                        hy_quant_ref_to_float_q5_0}, hy_a5_tile_q5_0_q8u},
+    [HY_DTYPE_Q5_0] = {{HY_DTYPE_Q8_S, hy_qx_from_float_q8_s, hy_quant_ref_dot_q5_0_q8s,
+                        hy_quant_ref_to_float_q5_0}, hy_a5_tile_q5_0_q8s},
     [HY_DTYPE_Q4_0] = {{HY_DTYPE_Q8_0, hy_qx_from_float_q8_0, hy_a5_dot_q4_0,
                         hy_qx_to_float_q4_0}, hy_a5_tile_q4_0},
     [HY_DTYPE_Q4_1] = {{HY_DTYPE_Q8_1, hy_qx_from_float_q8_1, hy_a5_dot_q4_1_1l,

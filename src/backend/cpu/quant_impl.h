@@ -105,15 +105,16 @@ typedef struct {
     int8_t lo[256];
 } hy_block_q8_k2l_t;
 
-/* Single-level int8 activations kept as unsigned bytes (q = v + 128, v =
- * round(x/d), d = amax/127 as a float): VNNI's dpbusd multiplies unsigned
- * by signed bytes, so a weight type with signed codes (Q5_0) puts its codes
- * on the signed side and these on the unsigned one, and takes the 128*sum
- * of its codes back out of the exact int32 sum. */
+/* Single-level int8 activations with their exact sum (v = round(x/d), d =
+ * amax/127 as a float): VNNI's dpbusd multiplies unsigned by signed bytes,
+ * so Q5_0 puts its unsigned 5-bit codes q on the unsigned side and these on
+ * the signed one, and its offset comes back out of the exact int32 sum as
+ * 16*vsum: sum (q - 16) v = sum q v - 16 vsum. */
 typedef struct {
-    float d;          /* x[j] ~= d * (qs[j] - 128) */
-    uint8_t qs[32];
-} hy_block_q8_u_t;
+    float d;          /* x[j] ~= d * qs[j] */
+    int32_t vsum;     /* sum of the 32 qs */
+    int8_t qs[32];
+} hy_block_q8_s_t;
 
 /* Largest |v| of the two-level formats. */
 #define HY_Q8_2L_VMAX 32512.0f
@@ -142,7 +143,7 @@ static inline float hy_quant_sum32(const float *x)
 }
 
 _Static_assert(sizeof(hy_block_q8_2l_t) == 76, "q8_2l block");
-_Static_assert(sizeof(hy_block_q8_u_t) == 36, "q8_u block");
+_Static_assert(sizeof(hy_block_q8_s_t) == 40, "q8_s block");
 _Static_assert(sizeof(hy_block_q8_k2l_t) == 580, "q8_K2l block");
 _Static_assert(sizeof(hy_block_q4_0_t) == 18, "q4_0 block");
 _Static_assert(sizeof(hy_block_q4_1_t) == 20, "q4_1 block");
@@ -196,11 +197,11 @@ void hy_quant_ref_to_float_iq4_nl(const void *w, float *y, int64_t n);
 void hy_quant_ref_to_float_iq4_xs(const void *w, float *y, int64_t n);
 void hy_quant_ref_to_float_f32(const void *w, float *y, int64_t n);
 void hy_quant_ref_from_float_copy(const float *x, void *y, int64_t n);
-/* Q5_0 over Q8_U at every level (the AVX-512 level tiles it its own way,
- * with these bits) and the Q8_U quantizer. */
-void hy_quant_ref_from_float_q8_u(const float *x, void *y, int64_t n);
-void hy_quant_ref_dot_q5_0_q8u(int64_t n, float *s, const void *w, const void *x);
-void hy_quant_ref_tile_q5_0_q8u(int64_t n, float *s, size_t ss, const void *w, size_t ws,
+/* Q5_0 over Q8_S at every level (the AVX-512 level tiles it its own way,
+ * with these bits) and the Q8_S quantizer. */
+void hy_quant_ref_from_float_q8_s(const float *x, void *y, int64_t n);
+void hy_quant_ref_dot_q5_0_q8s(int64_t n, float *s, const void *w, const void *x);
+void hy_quant_ref_tile_q5_0_q8s(int64_t n, float *s, size_t ss, const void *w, size_t ws,
                                 int nw, const void *x, size_t xs, int nx);
 void hy_quant_tile_generic(hy_quant_dot_fn_t dot, int64_t n, float *s,
                            size_t s_stride, const void *w, size_t w_stride,

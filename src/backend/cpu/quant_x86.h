@@ -241,18 +241,18 @@ static void hy_qx_from_float_q8_0(const float *x, void *vy, int64_t n)
     }
 }
 
-__attribute__((unused)) static void hy_qx_from_float_q8_u(const float *x, void *vy,
+__attribute__((unused)) static void hy_qx_from_float_q8_s(const float *x, void *vy,
                                                           int64_t n)
 {
-    hy_block_q8_u_t *y = vy;
+    hy_block_q8_s_t *y = vy;
     for (int64_t i = 0; i < n / 32; i++) {
         float d = hy_qx_amax(x + i * 32, 32) / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
+        __m256i v[4];
         y[i].d = d;
-        /* v + 128 as a byte is v with its top bit flipped */
-        _mm256_storeu_si256((__m256i *)y[i].qs,
-                            _mm256_xor_si256(hy_qx_quant32(x + i * 32, id, NULL),
-                                             _mm256_set1_epi8((char)0x80)));
+        _mm256_storeu_si256((__m256i *)y[i].qs, hy_qx_quant32(x + i * 32, id, v));
+        y[i].vsum = hy_qx_hsum8i(_mm256_add_epi32(_mm256_add_epi32(v[0], v[1]),
+                                                  _mm256_add_epi32(v[2], v[3])));
     }
 }
 
