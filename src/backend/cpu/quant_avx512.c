@@ -219,10 +219,12 @@ HY_QX_INLINE __m512 hy_a5k_f16lo(__m512i v)
 }
 
 /* Four dwords of 16 rows transposed: lane r of v[k] holds bytes 4k..4k+3
- * of the 16 bytes of row r, which lie at b[q] + o[j] for row 4q + j
- * (o[0] = 0). */
-HY_QX_INLINE void hy_a5t_tload(const char *const b[4], const size_t o[4], __m512i v[4])
+ * of the 16 bytes at off in row r's block, which starts at b[q] + o[j]
+ * for row 4q + j (o[0] = 0). */
+HY_QX_INLINE void hy_a5t_tload(const char *const bb[4], size_t off, const size_t o[4],
+                               __m512i v[4])
 {
+    const char *const b[4] = {bb[0] + off, bb[1] + off, bb[2] + off, bb[3] + off};
     __m512i t[4];
 
     /* v[j]'s 128-bit lane q = the bytes of row 4q + j, so that the 4x4
@@ -247,16 +249,25 @@ HY_QX_INLINE void hy_a5t_tload(const char *const b[4], const size_t o[4], __m512
     v[3] = _mm512_unpackhi_epi64(t[1], t[3]);
 }
 
+/* The same for the 32 bytes at off: lane r of v[k] holds bytes 4k..4k+3
+ * (k < 8). */
+HY_QX_INLINE void hy_a5t_tload32(const char *const b[4], size_t off, const size_t o[4],
+                                 __m512i v[8])
+{
+    hy_a5t_tload(b, off, o, v);
+    hy_a5t_tload(b, off + 16, o, v + 4);
+}
+
 /* Nibbles of one block of 16 rows transposed (hy_a5t_tload's bytes): lane
  * r of lo[k] holds row r's low nibbles of qs bytes 4k..4k+3 (elements
  * 4k..4k+3), hi[k] its high nibbles (elements 16+4k..16+4k+3). */
-HY_QX_INLINE void hy_a5t_wload(const char *const b[4], const size_t o[4], __m512i lo[4],
-                               __m512i hi[4])
+HY_QX_INLINE void hy_a5t_wload(const char *const b[4], size_t off, const size_t o[4],
+                               __m512i lo[4], __m512i hi[4])
 {
     __m512i v[4];
     const __m512i m4 = _mm512_set1_epi8(0x0F);
 
-    hy_a5t_tload(b, o, v);
+    hy_a5t_tload(b, off, o, v);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         lo[k] = _mm512_and_si512(v[k], m4);
@@ -382,10 +393,9 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
             }
             /* each row's first 16 bytes: d, and Q4_1's m or Q5_0's qh */
             __m512i hd[4];
-            hy_a5t_tload(b, o, hd);
+            hy_a5t_tload(b, 0, o, hd);
             if (fmt == HY_A5T_Q50_Q8S) {
-                const char *const bq[4] = {b[0] + 6, b[1] + 6, b[2] + 6, b[3] + 6};
-                hy_a5t_wload(bq, o, lo, hi);
+                hy_a5t_wload(b, 6, o, lo, hi);
                 /* qh: bytes 2..5, across the first two dwords */
                 const __m512i qh = _mm512_or_si512(_mm512_srli_epi32(hd[0], 16),
                                                    _mm512_slli_epi32(hd[1], 16));
@@ -396,8 +406,7 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
                 for (int q = 0; q < 4; q++)
                     b[q] += sizeof(hy_block_q5_0_t);
             } else {
-                const char *const bq[4] = {b[0] + 4, b[1] + 4, b[2] + 4, b[3] + 4};
-                hy_a5t_wload(bq, o, lo, hi);
+                hy_a5t_wload(b, 4, o, lo, hi);
                 d = hy_a5k_f16lo(hd[0]);
                 m = hy_a5k_f16lo(_mm512_srli_epi32(hd[0], 16));
 #pragma GCC unroll 4
@@ -663,7 +672,7 @@ HY_QX_INLINE void hy_a5k_unpack(const int fmt, const char *w, size_t ws, int64_t
                                            : offsetof(hy_block_q5_k_t, qs);
         /* the first 16 bytes: d and dmin, then the 12 bytes of scales */
         __m512i hd[4];
-        hy_a5t_tload(b, o, hd);
+        hy_a5t_tload(b, 0, o, hd);
         const __m512i dm = hd[0], u0 = hd[1], u1 = hd[2], u2 = hd[3];
         /* hy_quant_scale_min_k4 for the 16 rows: bytes of sc[] are
          * scales 0..3 and 4..7, of mn[] the mins */
@@ -694,21 +703,15 @@ HY_QX_INLINE void hy_a5k_unpack(const int fmt, const char *w, size_t ws, int64_t
         if (fmt == HY_A5K_Q5) {
             /* qh byte l holds bit k of element l of sub-block k */
             const size_t oh = offsetof(hy_block_q5_k_t, qh);
-            const char *const bh0[4] = {b[0] + oh, b[1] + oh, b[2] + oh, b[3] + oh};
-            const char *const bh1[4] = {b[0] + oh + 16, b[1] + oh + 16, b[2] + oh + 16,
-                                        b[3] + oh + 16};
-            hy_a5t_tload(bh0, o, qh);
-            hy_a5t_tload(bh1, o, qh + 4);
+            hy_a5t_tload32(b, oh, o, qh);
         }
         /* 32-byte run c: low nibbles sub-block 2c, high nibbles 2c+1 */
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++)
 #pragma GCC unroll 2
             for (int hf = 0; hf < 2; hf++) {
-                const size_t oq = qs + 32 * (size_t)c + 16 * (size_t)hf;
-                const char *const bq[4] = {b[0] + oq, b[1] + oq, b[2] + oq, b[3] + oq};
                 __m512i lo[4], hi[4];
-                hy_a5t_wload(bq, o, lo, hi);
+                hy_a5t_wload(b, qs + 32 * (size_t)c + 16 * (size_t)hf, o, lo, hi);
 #pragma GCC unroll 4
                 for (int g = 0; g < 4; g++) {
                     const int gg = 4 * hf + g;
@@ -730,13 +733,9 @@ HY_QX_INLINE void hy_a5k_unpack(const int fmt, const char *w, size_t ws, int64_t
         const __m512i m3 = _mm512_set1_epi8(3);
         /* the 16 scales, and d ending the block: the high half of the
          * last dword of the 16 bytes that end with it */
-        const size_t os = offsetof(hy_block_q6_k_t, scales);
-        const size_t od = offsetof(hy_block_q6_k_t, d) + 2 - 16;
-        const char *const bs[4] = {b[0] + os, b[1] + os, b[2] + os, b[3] + os};
-        const char *const bd[4] = {b[0] + od, b[1] + od, b[2] + od, b[3] + od};
         __m512i u[4], dw[4];
-        hy_a5t_tload(bs, o, u);
-        hy_a5t_tload(bd, o, dw);
+        hy_a5t_tload(b, offsetof(hy_block_q6_k_t, scales), o, u);
+        hy_a5t_tload(b, offsetof(hy_block_q6_k_t, d) + 2 - 16, o, dw);
         sb->d = hy_a5k_f16lo(_mm512_srli_epi32(dw[3], 16));
         sb->dmin = _mm512_setzero_ps();
 #pragma GCC unroll 4
@@ -755,20 +754,14 @@ HY_QX_INLINE void hy_a5k_unpack(const int fmt, const char *w, size_t ws, int64_t
         for (int h = 0; h < 2; h++) {
             __m512i qh[8];
             const size_t oh = offsetof(hy_block_q6_k_t, qh) + 32 * (size_t)h;
-            const char *const bh0[4] = {b[0] + oh, b[1] + oh, b[2] + oh, b[3] + oh};
-            const char *const bh1[4] = {b[0] + oh + 16, b[1] + oh + 16, b[2] + oh + 16,
-                                        b[3] + oh + 16};
-            hy_a5t_tload(bh0, o, qh);
-            hy_a5t_tload(bh1, o, qh + 4);
+            hy_a5t_tload32(b, oh, o, qh);
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 /* ql bytes 64h + 16r ..: run ro = r / 2 (s = ro or 2 + ro),
                  * l = 16 (r % 2) + 4g + byte */
-                const size_t oq = 64 * (size_t)h + 16 * (size_t)r;
-                const char *const bq[4] = {b[0] + oq, b[1] + oq, b[2] + oq, b[3] + oq};
                 const int ro = r / 2;
                 __m512i lo[4], hi[4];
-                hy_a5t_wload(bq, o, lo, hi);
+                hy_a5t_wload(b, 64 * (size_t)h + 16 * (size_t)r, o, lo, hi);
 #pragma GCC unroll 4
                 for (int g = 0; g < 4; g++) {
                     const int gl = 4 * (r % 2) + g; /* group of l */
