@@ -569,7 +569,8 @@ typedef struct {
      * ggml's single-level blocks (one int8 per element, ~1e-2 per dot, as
      * llama.cpp multiplies) where that is faster on this CPU
      * (hy_quant_traits_a8: Q4_1, Q5_0 and the K-quants Q4_K/Q5_K/Q6_K at
-     * AVX-512, one dpbusd where 16 bits take two), 16 elsewhere.  The CUDA backend takes only 16. */
+     * AVX-512, one dpbusd where 16 bits take two), 16 elsewhere.  The
+     * CUDA backend takes only 16. */
     int act_bits;
     /* CPU: where the model's weights live.  HY_WEIGHTS_HUGE_PAGES (0, the
      * default): read into anonymous memory on transparent huge pages;

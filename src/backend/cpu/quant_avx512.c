@@ -5,14 +5,14 @@
  * (hy_a5t_*: one exact int32 sum per block and row, VNNI dpbusd, two per
  * block for the two planes; decode tiles prefetch 16 rows ahead,
  * HY_A5_PF_ROWS); over ggml's single-level Q8_1 the same kernel takes one
- * plane, and Q5_0 over Q8_S its unsigned 5-bit codes; the K-quants Q4_K/Q5_K/Q6_K
- * over ggml's Q8_K have their own 16-row kernels (hy_a5k_*: a super-block
- * unpacked once per 16 rows, the sub-block scales applied to exact int32
- * sums).  Those are the 8-bit activation mode's kernels.  ggml's
- * single-level Q8_0 partners of Q4_0/Q8_0 are 512-bit tiles with two
- * 32-element blocks per zmm, register-blocked 4 weight rows x 4 activation
- * rows, vec_dot the 1x1 instance of the same code.  Every other quantized type, Q4_0 and
- * Q8_0 included, takes the qmm kernels over Q16 (qmm_avx2.c built for this
+ * plane, and Q5_0 over Q8_S its unsigned 5-bit codes; the K-quants
+ * Q4_K/Q5_K/Q6_K over ggml's Q8_K have their own 16-row kernels (hy_a5k_*:
+ * a super-block unpacked once per 16 rows, the sub-block scales applied to
+ * exact int32 sums).  Those are the 8-bit activation mode's kernels.
+ * ggml's single-level Q8_0 partners of Q4_0/Q8_0 are 512-bit tiles with
+ * two 32-element blocks per zmm, register-blocked 4 weight rows x 4
+ * activation rows, vec_dot the 1x1 instance of the same code.  Every other
+ * quantized type, Q4_0 and Q8_0 included, takes the qmm kernels over Q16 (qmm_avx2.c built for this
  * level as qmm_avx512.c: 16 rows per zmm and vpdpwssd in prefill, 3x the
  * two-level Q8_0 tile's rate from 16 tokens).  F32/F16/BF16 weights are
  * multiplied by gemm_avx512.c at any batch size; their vec_dot here is the
@@ -197,8 +197,8 @@ HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
  * scalar form), the decode tile and the prefill tile agree bit for bit.
  * A block's d and m (Q5_0: d and qh) of 16 rows come from one more
  * transpose of the rows' first 16 bytes (it replaced a gather: bench_mm
- * B = 8, Q4_1 over Q8_1 220 -> 233 GFLOP/s, Q5_0 over Q8_U (now Q8_S) 182 -> 209,
- * on a Zen 4).  Prefill meets
+ * B = 8, Q4_1 over Q8_1 220 -> 233 GFLOP/s, Q5_0 over Q8_U (now Q8_S)
+ * 182 -> 209, on a Zen 4).  Prefill meets
  * 8 tokens per pass, and its first pass keeps the transposed blocks in a
  * panel that the other passes read (rows of up to 64 blocks), so a block is
  * transposed once per 16 rows, not once per 8 tokens (SmolLM2 pp512: 4
@@ -213,7 +213,7 @@ HY_A5_KERNELS(q8_0, HY_A5_Q8_0)
 #define HY_A5T_RX 8
 
 /* The low int16 of each lane, an f16, as a float. */
-HY_QX_INLINE __m512 hy_a5k_f16lo(__m512i v)
+HY_QX_INLINE __m512 hy_a5t_f16lo(__m512i v)
 {
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
 }
@@ -348,8 +348,8 @@ enum { HY_A5T_Q41_Q81 = 1, HY_A5T_Q41_2L = 2, HY_A5T_Q50_Q8S = 3 };
 /* Rows w + r*ws (r < 16) against RX activation rows x + c*xs over nb
  * blocks; s[c*ss + r] for the rows in `store`.  pf > 0: prefetch each row
  * pf bytes ahead (decode streams the weights once; see HY_A5_PF_ROWS).
- * src: where the
- * blocks come from (pk: the panel of HY_A5T_KEEP and HY_A5T_PANEL). */
+ * src: where the blocks come from (pk: the panel of HY_A5T_KEEP and
+ * HY_A5T_PANEL). */
 HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, size_t ws,
                                 const char *x, size_t xs, const int RX, __mmask16 store,
                                 size_t pf, const int src, hy_a5t_blk_t *pk, const int fmt)
@@ -399,7 +399,7 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
                 /* qh: bytes 2..5, across the first two dwords */
                 const __m512i qh = _mm512_or_si512(_mm512_srli_epi32(hd[0], 16),
                                                    _mm512_slli_epi32(hd[1], 16));
-                d = hy_a5k_f16lo(hd[0]);
+                d = hy_a5t_f16lo(hd[0]);
                 m = _mm512_setzero_ps();
                 hy_a5t_q5_codes(qh, lo, hi);
 #pragma GCC unroll 4
@@ -407,8 +407,8 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
                     b[q] += sizeof(hy_block_q5_0_t);
             } else {
                 hy_a5t_wload(b, 4, o, lo, hi);
-                d = hy_a5k_f16lo(hd[0]);
-                m = hy_a5k_f16lo(_mm512_srli_epi32(hd[0], 16));
+                d = hy_a5t_f16lo(hd[0]);
+                m = hy_a5t_f16lo(_mm512_srli_epi32(hd[0], 16));
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++)
                     b[q] += sizeof(hy_block_q4_1_t);
@@ -686,8 +686,8 @@ HY_QX_INLINE void hy_a5k_unpack(const int fmt, const char *w, size_t ws, int64_t
                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k3), 4))};
         __m512i qh[8];
 
-        sb->d = hy_a5k_f16lo(dm);
-        sb->dmin = hy_a5k_f16lo(_mm512_srli_epi32(dm, 16));
+        sb->d = hy_a5t_f16lo(dm);
+        sb->dmin = hy_a5t_f16lo(_mm512_srli_epi32(dm, 16));
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++)
             sb->sc[k] = _mm512_and_si512(_mm512_srli_epi32(sc[k / 4], 8 * (k % 4)), ff);
@@ -736,7 +736,7 @@ HY_QX_INLINE void hy_a5k_unpack(const int fmt, const char *w, size_t ws, int64_t
         __m512i u[4], dw[4];
         hy_a5t_tload(b, offsetof(hy_block_q6_k_t, scales), o, u);
         hy_a5t_tload(b, offsetof(hy_block_q6_k_t, d) + 2 - 16, o, dw);
-        sb->d = hy_a5k_f16lo(_mm512_srli_epi32(dw[3], 16));
+        sb->d = hy_a5t_f16lo(_mm512_srli_epi32(dw[3], 16));
         sb->dmin = _mm512_setzero_ps();
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++)
@@ -902,7 +902,8 @@ HY_QX_INLINE void hy_a5k_tile(const int fmt, int64_t n, float *s, size_t ss, con
                 hy_a5k_unpack(fmt, wr, gws, i, &sbuf);
                 for (int cc = 0; cc < ct; cc += HY_A5T_RX) {
                     const int rx = HY_MIN(HY_A5T_RX, ct - cc);
-                    const char *xc = x + (size_t)(c0 + cc) * xs + (size_t)i * sizeof(hy_block_q8_k_t);
+                    const char *xc =
+                        x + (size_t)(c0 + cc) * xs + (size_t)i * sizeof(hy_block_q8_k_t);
                     float *a = acc + 16 * cc, *m = mac + 16 * cc;
                     if (fmt == HY_A5K_Q4) {
                         hy_a5k_compute_q4(sb, xc, xs, rx, a, m);
