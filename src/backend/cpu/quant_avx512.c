@@ -369,7 +369,7 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
     const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
     for (int64_t ib = 0; ib < nb; ib++) {
         __m512i lo[4], hi[4];
-        __m512 d, m;
+        __m512 d, m = _mm512_setzero_ps(); /* m: Q4_1 only */
 
         if (src == HY_A5T_PANEL) {
 #pragma GCC unroll 4
@@ -378,7 +378,8 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
                 hi[k] = _mm512_load_si512(&pk[ib].hi[k]);
             }
             d = _mm512_load_ps(&pk[ib].d);
-            m = _mm512_load_ps(&pk[ib].m);
+            if (fmt != HY_A5T_Q50_Q8S) /* Q4_1's m; Q5_0 has none */
+                m = _mm512_load_ps(&pk[ib].m);
         } else {
             /* the rows pf bytes ahead are one contiguous run: block
              * ib's share of it, a line at a time, so that each line is
@@ -400,7 +401,6 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
                 const __m512i qh = _mm512_or_si512(_mm512_srli_epi32(hd[0], 16),
                                                    _mm512_slli_epi32(hd[1], 16));
                 d = hy_a5t_f16lo(hd[0]);
-                m = _mm512_setzero_ps();
                 hy_a5t_q5_codes(qh, lo, hi);
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++)
@@ -420,7 +420,8 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
                     _mm512_store_si512(&pk[ib].hi[k], hi[k]);
                 }
                 _mm512_store_ps(&pk[ib].d, d);
-                _mm512_store_ps(&pk[ib].m, m);
+                if (fmt != HY_A5T_Q50_Q8S)
+                    _mm512_store_ps(&pk[ib].m, m);
             }
         }
 #pragma GCC unroll 8
