@@ -4,8 +4,8 @@
  * so the AVX-512 build gets the same code with EVEX encodings and VNNI where
  * HY_QX_VNNI is defined.  Everything here is static: no symbol clashes.
  * Kernels: F32/F16/BF16 dots, Q4_K/Q5_K/Q6_K x Q8_K dots (ggml's
- * single-level partners; the AVX2 level's only), the Q8_0/Q8_1/Q8_K/Q8_2L activation quantizers
- * and the simple dequantizers.
+ * single-level partners; the AVX2 level's only), the Q8_0/Q8_1/Q8_K/Q8_2L
+ * activation quantizers and the simple dequantizers.
  */
 #ifndef HY_QUANT_X86_H
 #define HY_QUANT_X86_H
