@@ -384,6 +384,13 @@ struct hy_backend_i {
     /* y[n_tok][w->ne[1]] = x[n_tok][w->ne[0]] W^T */
     void (*matmul)(hy_backend_t *be, const hy_weight_t *w, const float *x,
                    float *y, int32_t n_tok);
+    /* y[i] = x w[i]^T for i < n_w: matrices that read the same x (q, k
+     * and v; gate and up), each as matmul computes it, bit for bit.  The
+     * CPU converts x once for consecutive matrices of one activation type
+     * (the conversion was up to a tenth of a prefill).  NULL: callers use
+     * matmul per matrix (hy_backend_matmul_n). */
+    void (*matmul_n)(hy_backend_t *be, const hy_weight_t *const *w, int32_t n_w,
+                     const float *x, float *const *y, int32_t n_tok);
     /* y[i] = row ids[i] of w, dequantized (embedding lookup) */
     void (*get_rows)(hy_backend_t *be, const hy_weight_t *w, const int32_t *ids,
                      float *y, int32_t n);
@@ -584,5 +591,18 @@ typedef struct {
 #define HY_WEIGHTS_MMAP 1
 
 int hy_backend_cpu_new(hy_backend_t **out, const hy_backend_opts_t *opts, char *err);
+
+/* be's matmul_n, or its matmul once per matrix where it has none. */
+static inline void hy_backend_matmul_n(hy_backend_t *be, const hy_weight_t *const *w,
+                                       int32_t n_w, const float *x, float *const *y,
+                                       int32_t n_tok)
+{
+    if (be->i->matmul_n) {
+        be->i->matmul_n(be, w, n_w, x, y, n_tok);
+        return;
+    }
+    for (int32_t k = 0; k < n_w; k++)
+        be->i->matmul(be, w[k], x, y[k], n_tok);
+}
 
 #endif

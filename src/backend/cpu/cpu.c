@@ -685,6 +685,7 @@ static const struct hy_backend_i hy_cpu_methods = {
     .download = hy_cpu_copy,
     .sync = hy_cpu_sync,
     .matmul = hy_cpu_matmul,
+    .matmul_n = hy_cpu_matmul_n,
     .get_rows = hy_cpu_get_rows,
     .rmsnorm = hy_cpu_rmsnorm,
     .rope = hy_cpu_rope,
@@ -791,6 +792,7 @@ int hy_backend_cpu_new(hy_backend_t **out, const hy_backend_opts_t *opts, char *
     if (rc != HY_OK)
         goto out;
     cpu->n_threads = hy_pool_size(cpu->pool);
+    cpu->mm_x_tile_bytes = hy_cpu_mm_x_tile_bytes();
     *out = be;
     be = NULL;
 out:

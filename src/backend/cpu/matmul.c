@@ -22,6 +22,7 @@
 
 #include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Target bytes of weight rows in one tile: about half of a 48 KB L1d, so
  * the activation rows streaming past do not evict them. */
@@ -30,8 +31,10 @@
  * larger ones amortise what a tile does once for its token (the AVX-512
  * one-token tiles' byte planes, qmm_avx2.c). */
 #define HY_MM_W_TILE_BYTES_ONE (256 * 1024)
-/* Target bytes of activation rows in one tile (L2-resident). */
-#define HY_MM_X_TILE_BYTES (96 * 1024)
+/* Token rows per tile at most: the 16-row tile kernels keep this many
+ * tokens' sums (qmm_avx2.c HY_Q2_CT, quant_avx512.c HY_A5K_CT), so each
+ * unpacked panel of weights meets them all. */
+#define HY_MM_X_TILE_ROWS 128
 /* Weight rows per tile are a multiple of this: the AVX2/AVX-512 kernels
  * take 16 rows at a time (8 for one token), repeating rows of a ragged
  * last group. */
@@ -311,10 +314,26 @@ uint64_t hy_cpu_matmul_act_bytes(const hy_cpu_t *cpu, const hy_weight_t *w, int3
     return tr == NULL ? 0 : (uint64_t)hy_mm_act_row(tr, w->ne[0]) * (uint64_t)n_tok;
 }
 
-void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float *y,
-                   int32_t n_tok)
+size_t hy_cpu_mm_x_tile_bytes(void)
 {
-    hy_cpu_t *cpu = be->ctx;
+    long l2 = -1;
+
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    if (l2 <= 0)
+        return 256 * 1024;
+    return HY_MAX((size_t)l2 / 8 * 5, (size_t)64 * 1024);
+}
+
+typedef void (*hy_from_float_fn_t)(const float *x, void *y, int64_t n);
+
+/* One matmul; *conv says what cpu->act holds (x converted by that
+ * from_float, or NULL: nothing known), and is updated: a matrix of the
+ * same conversion as the one before it reads the activations it left. */
+static void hy_mm_one(hy_cpu_t *cpu, const hy_weight_t *w, const float *x, float *y,
+                      int32_t n_tok, hy_from_float_fn_t *conv)
+{
     hy_mm_job_t j;
     hy_mm_run_t runs[HY_MM_MAX_RUNS];
     char err[HY_ERR_LEN];
@@ -328,6 +347,7 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
         return;
     }
     if (hy_mm_gemm_wanted(w)) {
+        *conv = NULL; /* its packing overwrites cpu->act */
         if (!hy_mm_gemm(cpu, w, x, y, n_tok)) {
             hy_cpu_fail(cpu, HY_ENOMEM, "matmul %s: out of memory for the GEMM's panels "
                         "(%d tokens)", w->name ? w->name : "?", n_tok);
@@ -349,7 +369,12 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
     if (hy_mm_act_row(j.tr, j.ne0) == 0) {
         j.act = (const uint8_t *)x;
         j.act_row = (size_t)j.ne0 * sizeof(float);
+    } else if (*conv == j.tr->from_float) {
+        /* the row bytes follow from the function and ne0, equal here */
+        j.act_row = hy_mm_act_row(j.tr, j.ne0);
+        j.act = cpu->act;
     } else {
+        *conv = NULL;
         j.act_row = hy_mm_act_row(j.tr, j.ne0);
         if (hy_cpu_scratch(&cpu->act, &cpu->act_size, j.act_row * (size_t)n_tok) != 0) {
             hy_cpu_fail(cpu, HY_ENOMEM, "matmul %s: out of memory for %d activation rows",
@@ -361,19 +386,19 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
         /* one row converts in ~1 us: not worth a wake-up */
         hy_pool_run_n(cpu->pool, n_tok >= 4 ? HY_MIN(nth, n_tok / 2) : 1,
                       hy_mm_convert_worker, &j);
+        *conv = j.tr->from_float;
     }
 
     /* Tile shape.  Token rows: as many as fit the L2 budget (one row for
      * decode).  Weight rows: the L1 budget, shrunk when that would leave too
      * few tiles to keep every thread busy. */
-    j.bt = HY_MAX((int64_t)1, (int64_t)(HY_MM_X_TILE_BYTES / j.act_row));
+    j.bt = HY_MAX((int64_t)1, (int64_t)(cpu->mm_x_tile_bytes / j.act_row));
+    j.bt = HY_MIN(j.bt, HY_MM_X_TILE_ROWS);
     /* Float weights: their tile kernels walk k in chunks (a panel of
      * converted weight rows and a few token rows stay in L1), so the L2
-     * budget does not bind; more token rows per tile means each F16/BF16
-     * weight row is converted fewer times. */
+     * budget does not bind; 64 token rows are their kernels' pass. */
     if (j.tr->vec_dot_type == HY_DTYPE_F32)
         j.bt = 64;
-    j.bt = HY_MIN(j.bt, 64);
     if (j.bt >= n_tok)
         j.bt = n_tok;
     else if (j.bt > 4)
@@ -410,4 +435,25 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
     }
 
     hy_pool_run_n(cpu->pool, nth, hy_mm_worker, &j);
+}
+
+void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float *y,
+                   int32_t n_tok)
+{
+    hy_from_float_fn_t conv = NULL;
+
+    hy_mm_one(be->ctx, w, x, y, n_tok, &conv);
+}
+
+void hy_cpu_matmul_n(hy_backend_t *be, const hy_weight_t *const *w, int32_t n_w, const float *x,
+                     float *const *y, int32_t n_tok)
+{
+    hy_from_float_fn_t conv = NULL;
+
+    for (int32_t i = 0; i < n_w; i++) {
+        /* every matrix reads ne0 floats of a row: one x for all */
+        if (i > 0 && w[i]->ne[0] != w[0]->ne[0])
+            conv = NULL;
+        hy_mm_one(be->ctx, w[i], x, y[i], n_tok, &conv);
+    }
 }

@@ -35,9 +35,10 @@ void hy_blk_attention(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const hy_
         .window = L->window, .softcap = m->attn_softcap,
     };
 
-    op->matmul(be, &L->wq, in, f->q, n);
-    op->matmul(be, &L->wk, in, f->k, n);
-    op->matmul(be, &L->wv, in, f->v, n);
+    const hy_weight_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *const qkv_y[3] = {f->q, f->k, f->v};
+
+    hy_backend_matmul_n(be, qkv, 3, in, qkv_y, n);
     if (L->bq.data) op->add_bias(be, f->q, &L->bq, n, L->n_head * hd);
     if (L->bk.data) op->add_bias(be, f->k, &L->bk, n, L->n_head_kv * hd);
     if (L->bv.data) op->add_bias(be, f->v, &L->bv, n, L->n_head_kv * m->head_dim_v);
@@ -51,14 +52,22 @@ void hy_blk_attention(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const hy_
     op->matmul(be, &L->wo, f->att, out, n);
 }
 
+/* The FFN's gate and up products, which read the same rows. */
+static void hy_blk_gate_up(hy_fwd_t *f, const hy_layer_t *L, const float *in, int32_t n)
+{
+    const hy_weight_t *w[2] = {&L->ffn_gate, &L->ffn_up};
+    float *const y[2] = {f->gate, f->up};
+
+    hy_backend_matmul_n(f->be, w, 2, in, y, n);
+}
+
 void hy_blk_ffn(hy_model_t *m, hy_fwd_t *f, const hy_layer_t *L, int32_t n,
                 const float *in, float *out)
 {
     hy_backend_t *be = f->be;
     const struct hy_backend_i *op = be->i;
 
-    op->matmul(be, &L->ffn_gate, in, f->gate, n);
-    op->matmul(be, &L->ffn_up, in, f->up, n);
+    hy_blk_gate_up(f, L, in, n);
     op->swiglu(be, f->gate, f->up, f->gate, (size_t)n * L->n_ff);
     op->matmul(be, &L->ffn_down, f->gate, out, n);
 }
@@ -71,8 +80,7 @@ void hy_blk_ffn_geglu(hy_model_t *m, hy_fwd_t *f, const hy_layer_t *L, int32_t n
     const size_t cnt = (size_t)n * L->n_ff;
 
     (void)m;
-    op->matmul(be, &L->ffn_gate, in, f->gate, n);
-    op->matmul(be, &L->ffn_up, in, f->up, n);
+    hy_blk_gate_up(f, L, in, n);
     op->unary(be, HY_UNARY_GELU_TANH, f->gate, f->gate, cnt);
     op->mul(be, f->gate, f->up, cnt);
     op->matmul(be, &L->ffn_down, f->gate, out, n);
