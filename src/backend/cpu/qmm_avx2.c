@@ -92,7 +92,9 @@ typedef struct {
 /* ---- activations ---- */
 
 /* Same amax, d, 1/d, rounding, slot order and s association as the
- * reference, hence identical bytes. */
+ * reference, hence identical bytes.  Two passes over 8 blocks at a time,
+ * their scales first: in one pass each block's codes waited on its max
+ * and two divisions, and the waiting instructions filled the scheduler. */
 #ifndef HY_Q2_AVX512 /* one quantizer serves both levels */
 void hy_qmm_avx2_from_float_q16(const float *x, void *vy, int64_t n)
 {
@@ -101,38 +103,50 @@ void hy_qmm_avx2_from_float_q16(const float *x, void *vy, int64_t n)
     /* int16 elements 1 and 2 of each group of four swap places */
     const __m256i slots = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15,
                                            0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
+    const int64_t nb = n / 32;
 
-    for (int64_t i = 0; i < n / 32; i++) {
-        const float *xb = x + i * 32;
-        __m256 xv[4], m = _mm256_setzero_ps();
+    for (int64_t i0 = 0; i0 < nb; i0 += 8) {
+        const int g = (int)HY_MIN((int64_t)8, nb - i0);
+        float ids[8];
+
+        for (int k = 0; k < g; k++) {
+            const float *xb = x + (i0 + k) * 32;
+            __m256 m = _mm256_setzero_ps();
 #pragma GCC unroll 16
-        for (int k = 0; k < 4; k++) {
-            xv[k] = _mm256_loadu_ps(xb + 8 * k);
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, xv[k]));
+            for (int q = 0; q < 4; q++)
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * q)));
+            __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            h = _mm_max_ss(h, _mm_movehdup_ps(h));
+            const float d = _mm_cvtss_f32(h) / (float)HY_QMM_VMAX;
+            y[i0 + k].d = d;
+            ids[k] = d != 0.0f ? 1.0f / d : 0.0f;
         }
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        float d = _mm_cvtss_f32(h) / (float)HY_QMM_VMAX;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
-        __m256i v[4];
+        for (int k = 0; k < g; k++) {
+            const float *xb = x + (i0 + k) * 32;
+            hy_block_q16_t *yb = y + i0 + k;
+            const __m256 id = _mm256_set1_ps(ids[k]);
+            __m256 xv[4];
+            __m256i v[4];
 #pragma GCC unroll 16
-        for (int k = 0; k < 4; k++)
-            v[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(xv[k], _mm256_set1_ps(id)),
-                                                      _MM_FROUND_TO_NEAREST_INT |
-                                                          _MM_FROUND_NO_EXC));
-        /* packs works per 128-bit lane: qword order 0, 2, 1, 3 restores it */
-        __m256i v0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
-        __m256i v1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[2], v[3]), 0xD8);
-        _mm256_storeu_si256((__m256i *)y[i].v, _mm256_shuffle_epi8(v0, slots));
-        _mm256_storeu_si256((__m256i *)(y[i].v + 16), _mm256_shuffle_epi8(v1, slots));
-        /* hy_quant_sum32's association */
-        __m256 a = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(xv[0], xv[1]), xv[2]), xv[3]);
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        y[i].d = d;
-        y[i].s = _mm_cvtss_f32(s);
+            for (int q = 0; q < 4; q++) {
+                xv[q] = _mm256_loadu_ps(xb + 8 * q);
+                v[q] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(xv[q], id),
+                                                          _MM_FROUND_TO_NEAREST_INT |
+                                                              _MM_FROUND_NO_EXC));
+            }
+            /* packs works per 128-bit lane: qword order 0, 2, 1, 3 restores it */
+            __m256i v0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xD8);
+            __m256i v1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[2], v[3]), 0xD8);
+            _mm256_storeu_si256((__m256i *)yb->v, _mm256_shuffle_epi8(v0, slots));
+            _mm256_storeu_si256((__m256i *)(yb->v + 16), _mm256_shuffle_epi8(v1, slots));
+            /* hy_quant_sum32's association */
+            __m256 a = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(xv[0], xv[1]), xv[2]), xv[3]);
+            __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+            s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            s = _mm_add_ss(s, _mm_movehdup_ps(s));
+            yb->s = _mm_cvtss_f32(s);
+        }
     }
 }
 #endif
