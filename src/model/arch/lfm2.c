@@ -209,9 +209,10 @@ static void hy_lfm2_shortconv(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b,
     const hy_lfm2_scratch_t *s = f->scratch;
     float *B = s->b, *C = s->c, *X = s->x;
 
-    op->matmul(be, &L->sc_in_b, in, B, n);
-    op->matmul(be, &L->sc_in_c, in, C, n);
-    op->matmul(be, &L->sc_in_x, in, X, n);
+    const hy_weight_t *in_w[3] = {&L->sc_in_b, &L->sc_in_c, &L->sc_in_x};
+    float *const in_y[3] = {B, C, X};
+
+    hy_backend_matmul_n(be, in_w, 3, in, in_y, n);
     op->mul(be, B, X, nE);
     op->conv1d(be, L->rec_index, b, B, E, &L->sc_conv, NULL, X, E, false);
     op->mul(be, X, C, nE);

@@ -413,11 +413,12 @@ static void hy_qwen_attention(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b,
         .head_dim_v = m->head_dim_v, .scale = 1.0f / sqrtf((float)hd),
     };
 
-    op->matmul(be, &L->wq, io, qg, n);
+    const hy_weight_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *const qkv_y[3] = {qg, f->k, f->v};
+
+    hy_backend_matmul_n(be, qkv, 3, io, qkv_y, n);
     op->gather_rows(be, f->q, qg, even, nq, hd);
     op->gather_rows(be, gate, qg, odd, nq, hd);
-    op->matmul(be, &L->wk, io, f->k, n);
-    op->matmul(be, &L->wv, io, f->v, n);
     op->rmsnorm(be, f->q, &L->q_norm, f->q, nq, hd, m->norm_eps);
     op->rmsnorm(be, f->k, &L->k_norm, f->k, n * L->n_head_kv, hd, m->norm_eps);
     op->rope(be, f->q, n, L->n_head, hd, b->pos, &m->rope);
@@ -442,15 +443,18 @@ static void hy_qwen_gdn(hy_model_t *m, hy_fwd_t *f, const hy_batch_t *b, const h
           *beta = s->beta, *g = s->g;
     hy_gdn_params_t gp = {gm->Hk, Hv, d, d, var.v_tiled, HY_QWEN_GDN_CHUNK};
 
-    op->matmul(be, &L->attn_qkv, io, xraw, n);
-    op->matmul(be, &L->attn_gate, io, z, n);
-    if (var.split_ba) {
-        op->matmul(be, &L->ssm_beta, io, beta, n);
-        op->matmul(be, &L->ssm_alpha, io, alpha, n);
-    } else {
+    /* the in-projections all read io */
+    const hy_weight_t *in_w[4] = {&L->attn_qkv, &L->attn_gate, &L->ssm_beta, &L->ssm_alpha};
+    float *in_y[4] = {xraw, z, beta, alpha};
+
+    if (!var.split_ba) {
+        in_w[2] = &L->ssm_ba;
+        in_y[2] = ba;
+    }
+    hy_backend_matmul_n(be, in_w, var.split_ba ? 4 : 3, io, in_y, n);
+    if (!var.split_ba) {
         /* per k-head [b (Hv/Hk) | a (Hv/Hk)]: rows of Hv/Hk floats alternate b, a */
         const int32_t r = Hv / gm->Hk, nr = n * gm->Hk;
-        op->matmul(be, &L->ssm_ba, io, ba, n);
         op->gather_rows(be, beta, ba, even, nr, r);
         op->gather_rows(be, alpha, ba, odd, nr, r);
     }
@@ -486,11 +490,13 @@ static float *hy_qwen_moe(hy_model_t *m, hy_fwd_t *f, const hy_layer_t *L, int32
 
     op->moe(be, &L->moe, in, y, n, m->n_embd);
     if (L->ffn_up_shexp.data != NULL) {
-        op->matmul(be, &L->ffn_gate_shexp, in, f->gate, n);
-        op->matmul(be, &L->ffn_up_shexp, in, f->up, n);
+        const hy_weight_t *in_w[3] = {&L->ffn_gate_shexp, &L->ffn_up_shexp,
+                                      &L->ffn_gate_inp_shexp};
+        float *const in_y[3] = {f->gate, f->up, sg};
+
+        hy_backend_matmul_n(be, in_w, 3, in, in_y, n);
         op->swiglu(be, f->gate, f->up, f->gate, (size_t)n * L->n_ff_shexp);
         op->matmul(be, &L->ffn_down_shexp, f->gate, sh, n);
-        op->matmul(be, &L->ffn_gate_inp_shexp, in, sg, n);
         op->unary(be, HY_UNARY_SIGMOID, sg, sg, (size_t)n);
         op->scale_rows(be, sh, sg, n, m->n_embd);
         op->add(be, y, sh, (size_t)n * m->n_embd);
