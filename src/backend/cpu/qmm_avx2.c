@@ -1667,6 +1667,11 @@ static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_de
                 /* the output rows are far apart (a token's row of the
                  * result): plain stores, where memcpy's rep movs stalled on
                  * each row's first touch */
+#ifdef HY_Q2_AVX512
+                if (nst == 16 && nx >= HY_TILE_STREAM_TOKENS && ((uintptr_t)d & 63) == 0) {
+                    _mm512_stream_ps(d, _mm512_load_ps(o));
+                } else
+#endif
                 if (nst == 16) {
                     _mm256_storeu_ps(d, _mm256_load_ps(o));
                     _mm256_storeu_ps(d + 8, _mm256_load_ps(o + 8));
@@ -1676,6 +1681,8 @@ static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_de
             }
         }
     }
+    /* the streamed sums are in memory before the pool's barrier says so */
+    _mm_sfence();
 }
 
 #ifdef HY_Q2_AVX512

@@ -352,7 +352,8 @@ enum { HY_A5T_Q41_Q81 = 1, HY_A5T_Q41_2L = 2, HY_A5T_Q50_Q8S = 3 };
  * HY_A5T_PANEL). */
 HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, size_t ws,
                                 const char *x, size_t xs, const int RX, __mmask16 store,
-                                size_t pf, const int src, hy_a5t_blk_t *pk, const int fmt)
+                                size_t pf, const int src, hy_a5t_blk_t *pk, const int fmt,
+                                int stream)
 {
     __m512 acc[HY_A5T_RX], mac[HY_A5T_RX];
     /* decode's prefetch: a block's share of the run of pf bytes ahead
@@ -473,13 +474,18 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
         }
     }
 #pragma GCC unroll 8
-    for (int c = 0; c < RX; c++)
-        _mm512_mask_storeu_ps(s + (size_t)c * ss, store, _mm512_add_ps(acc[c], mac[c]));
+    for (int c = 0; c < RX; c++) {
+        float *d = s + (size_t)c * ss;
+        if (stream && store == 0xFFFF && ((uintptr_t)d & 63) == 0)
+            _mm512_stream_ps(d, _mm512_add_ps(acc[c], mac[c]));
+        else
+            _mm512_mask_storeu_ps(d, store, _mm512_add_ps(acc[c], mac[c]));
+    }
 }
 
 /* RX-token instance (RX <= HY_A5T_RX) over one group, its blocks from src. */
 #define HY_A5T_K(n, srcv, fmt) \
-    hy_a5t_kernel(nb, s, ss, w, ws, x, xs, n, store, pf, srcv, pk, fmt)
+    hy_a5t_kernel(nb, s, ss, w, ws, x, xs, n, store, pf, srcv, pk, fmt, stream)
 #define HY_A5T_SRC(srcv, fmt)                                                      \
     switch (rx) {                                                                  \
     case 1: HY_A5T_K(1, srcv, fmt); break;                                         \
@@ -496,7 +502,7 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
 #define HY_A5T_GROUP(name, fmt)                                                    \
     static void name(int64_t nb, float *s, size_t ss, const char *w, size_t ws,   \
                      const char *x, size_t xs, int rx, __mmask16 store, size_t pf, \
-                     int src, hy_a5t_blk_t *pk)                                    \
+                     int src, hy_a5t_blk_t *pk, int stream)                        \
     {                                                                              \
         _Static_assert(HY_A5T_RX == 8, "hy_a5t_group instantiates 1..8 tokens");  \
         if (src == HY_A5T_PANEL) {                                                 \
@@ -511,7 +517,7 @@ HY_A5T_GROUP(hy_a5t_group_2l, HY_A5T_Q41_2L)
 HY_A5T_GROUP(hy_a5t_group_1l, HY_A5T_Q41_Q81)
 HY_A5T_GROUP(hy_a5t_group_q5s, HY_A5T_Q50_Q8S)
 typedef void (*hy_a5t_group_fn_t)(int64_t, float *, size_t, const char *, size_t, const char *,
-                                  size_t, int, __mmask16, size_t, int, hy_a5t_blk_t *);
+                                  size_t, int, __mmask16, size_t, int, hy_a5t_blk_t *, int);
 
 /* Groups of 16 rows; a ragged end takes the last 16 rows again (the rows
  * it shares with the previous group get the same bits twice).  Fewer than
@@ -535,7 +541,7 @@ HY_QX_INLINE void hy_a5t_tile(hy_a5t_group_fn_t hy_a5t_group, int64_t n, float *
             for (int c0 = 0; c0 < nx; c0 += HY_A5T_RX)
                 hy_a5t_group(nb, s + (size_t)c0 * ss + r, ss, w + (size_t)r * ws, 0,
                              x + (size_t)c0 * xs, xs, HY_MIN(HY_A5T_RX, nx - c0), 0x1, 0,
-                             HY_A5T_ROWS, NULL);
+                             HY_A5T_ROWS, NULL, 0);
         return;
     }
     for (int r0 = 0; r0 < nw; r0 += 16) {
@@ -543,8 +549,11 @@ HY_QX_INLINE void hy_a5t_tile(hy_a5t_group_fn_t hy_a5t_group, int64_t n, float *
         for (int c0 = 0; c0 < nx; c0 += HY_A5T_RX)
             hy_a5t_group(nb, s + (size_t)c0 * ss + r, ss, w + (size_t)r * ws, ws,
                          x + (size_t)c0 * xs, xs, HY_MIN(HY_A5T_RX, nx - c0), 0xFFFF, pf,
-                         !keep ? HY_A5T_ROWS : c0 == 0 ? HY_A5T_KEEP : HY_A5T_PANEL, panel);
+                         !keep ? HY_A5T_ROWS : c0 == 0 ? HY_A5T_KEEP : HY_A5T_PANEL, panel,
+                         nx >= HY_TILE_STREAM_TOKENS);
     }
+    /* the streamed sums are in memory before the pool's barrier says so */
+    _mm_sfence();
 }
 
 static void hy_a5_tile_q4_1_2l(int64_t n, float *s, size_t ss, const void *w, size_t ws,

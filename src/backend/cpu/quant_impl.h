@@ -11,6 +11,14 @@
 
 #include "quant.h"
 
+/* Tiles of this many tokens or more (prefill) write their sums past the
+ * caches where the CPU has AVX-512 (the 16-row kernels, qmm_avx2.c and
+ * quant_avx512.c): a token's 16 outputs are one line of its far-apart
+ * row, and ordinary stores waited on each line's read for ownership,
+ * often from the other core's cache (Gemma 3 pp512 at 2 threads: 3.6% of
+ * the time in those stores).  The next op reads them back from memory. */
+#define HY_TILE_STREAM_TOKENS 64
+
 /* Block layouts exactly as ggml-common.h stores them (little-endian;
  * halves kept as raw uint16_t bits). */
 typedef struct {
