@@ -51,7 +51,7 @@ if HY_AVX2
 libhy_a_SOURCES += src/backend/cpu/attn_avx2.c
 noinst_LIBRARIES += libhy_quant_avx2.a libhy_gdn_avx2.a libhy_ssd_avx2.a
 libhy_quant_avx2_a_SOURCES = src/backend/cpu/quant_avx2.c src/backend/cpu/quant_x86.h \
-	src/backend/cpu/qmm_avx2.c
+	src/backend/cpu/quant_scales_x86.h src/backend/cpu/qmm_avx2.c
 libhy_quant_avx2_a_CFLAGS = $(AM_CFLAGS) -ffp-contract=off -mavx2 -mfma -mf16c
 libhy_gdn_avx2_a_SOURCES = src/backend/cpu/gdn_kern_avx2.c
 libhy_gdn_avx2_a_CFLAGS = $(AM_CFLAGS) -O3 -ffp-contract=off -mavx2 -mfma

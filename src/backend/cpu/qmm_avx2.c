@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "qmm.h"
+#include "quant_scales_x86.h"
 
 #define HY_Q2_INLINE static inline __attribute__((always_inline))
 
@@ -92,14 +93,12 @@ typedef struct {
 /* ---- activations ---- */
 
 /* Same amax, d, 1/d, rounding, slot order and s association as the
- * reference, hence identical bytes.  Two passes over 8 blocks at a time,
- * their scales first: in one pass each block's codes waited on its max
- * and two divisions, and the waiting instructions filled the scheduler. */
+ * reference, hence identical bytes; 8 blocks' scales first
+ * (quant_scales_x86.h). */
 #ifndef HY_Q2_AVX512 /* one quantizer serves both levels */
 void hy_qmm_avx2_from_float_q16(const float *x, void *vy, int64_t n)
 {
     hy_block_q16_t *y = vy;
-    const __m256 sign = _mm256_set1_ps(-0.0f);
     /* int16 elements 1 and 2 of each group of four swap places */
     const __m256i slots = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15,
                                            0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15);
@@ -107,21 +106,9 @@ void hy_qmm_avx2_from_float_q16(const float *x, void *vy, int64_t n)
 
     for (int64_t i0 = 0; i0 < nb; i0 += 8) {
         const int g = (int)HY_MIN((int64_t)8, nb - i0);
-        float ids[8];
+        float ds[8], ids[8];
 
-        for (int k = 0; k < g; k++) {
-            const float *xb = x + (i0 + k) * 32;
-            __m256 m = _mm256_setzero_ps();
-#pragma GCC unroll 16
-            for (int q = 0; q < 4; q++)
-                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * q)));
-            __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-            h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-            h = _mm_max_ss(h, _mm_movehdup_ps(h));
-            const float d = _mm_cvtss_f32(h) / (float)HY_QMM_VMAX;
-            y[i0 + k].d = d;
-            ids[k] = d != 0.0f ? 1.0f / d : 0.0f;
-        }
+        hy_qx_scales32(x + i0 * 32, g, (float)HY_QMM_VMAX, ds, ids);
         for (int k = 0; k < g; k++) {
             const float *xb = x + (i0 + k) * 32;
             hy_block_q16_t *yb = y + i0 + k;
@@ -145,6 +132,7 @@ void hy_qmm_avx2_from_float_q16(const float *x, void *vy, int64_t n)
             __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
             s = _mm_add_ps(s, _mm_movehl_ps(s, s));
             s = _mm_add_ss(s, _mm_movehdup_ps(s));
+            yb->d = ds[k];
             yb->s = _mm_cvtss_f32(s);
         }
     }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "quant_impl.h"
+#include "quant_scales_x86.h"
 
 #define HY_QX_INLINE static inline __attribute__((always_inline))
 
@@ -218,18 +219,6 @@ HY_QX_INLINE __m256i hy_qx_quant32(const float *x, float id, __m256i *i32s)
     return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-HY_QX_INLINE float hy_qx_amax(const float *x, int n)
-{
-    __m256 sign = _mm256_set1_ps(-0.0f), m = _mm256_setzero_ps();
-#pragma GCC unroll 32
-    for (int k = 0; k < n; k += 8)
-        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-
 static void hy_qx_from_float_q8_0(const float *x, void *vy, int64_t n)
 {
     hy_block_q8_0_t *y = vy;
@@ -319,13 +308,10 @@ HY_QX_INLINE void hy_qx_quant32_2l(const float *x, float id, int8_t *hi, int8_t 
 }
 
 #ifdef HY_QX_VNNI
-/* The AVX-512 level's: the same amax (max is exact in any order), d, 1/d,
- * roundings and s association, on two zmm per block and in two passes
- * over 8 blocks at a time: first their scales, then their codes.  One
- * pass per block left each block's multiplies waiting on its max and two
- * divisions (~60 cycles), and they filled the scheduler: 47 cycles a
- * block against 33 (and the AVX2 level's 59), where the conversion was a
- * tenth of a Q4_1 prefill. */
+/* The AVX-512 level's: the same d, 1/d, roundings and s association on
+ * two zmm per block, 8 blocks' scales first (quant_scales_x86.h): 33
+ * cycles a block where one pass took 47 and the AVX2 level 59, and the
+ * conversion was a tenth of a Q4_1 prefill. */
 __attribute__((unused)) static void hy_qx_from_float_q8_2l(const float *x, void *vy, int64_t n)
 {
     hy_block_q8_2l_t *y = vy;
@@ -334,17 +320,9 @@ __attribute__((unused)) static void hy_qx_from_float_q8_2l(const float *x, void 
 
     for (int64_t i0 = 0; i0 < nb; i0 += 8) {
         const int g = (int)HY_MIN((int64_t)8, nb - i0);
-        float ids[8];
+        float ds[8], ids[8];
 
-        for (int k = 0; k < g; k++) {
-            const float *xb = x + (i0 + k) * 32;
-            const __m512 m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xb)),
-                                           _mm512_abs_ps(_mm512_loadu_ps(xb + 16)));
-            const float d = _mm512_reduce_max_ps(m) / HY_Q8_2L_VMAX;
-
-            y[i0 + k].d = d;
-            ids[k] = d != 0.0f ? 1.0f / d : 0.0f;
-        }
+        hy_qx_scales32(x + i0 * 32, g, HY_Q8_2L_VMAX, ds, ids);
         for (int k = 0; k < g; k++) {
             hy_block_q8_2l_t *yb = y + i0 + k;
             const float *xb = x + (i0 + k) * 32;
@@ -371,6 +349,7 @@ __attribute__((unused)) static void hy_qx_from_float_q8_2l(const float *x, void 
                 _mm256_add_ps(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)),
                               _mm512_castps512_ps256(b)),
                 _mm512_extractf32x8_ps(b, 1));
+            yb->d = ds[k];
             yb->s = hy_qx_hsum8(fs);
             yb->vsum = _mm512_reduce_add_epi32(_mm512_add_epi32(v[0], v[1]));
         }
