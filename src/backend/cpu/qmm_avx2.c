@@ -1391,13 +1391,6 @@ __attribute__((unused)) static void hy_q2_unpack_decode(const hy_qmm_type_t *ty,
  * broadcast from memory into it.  The integer sums are the same exact
  * int32 and every float step the same per lane, so the two levels agree
  * bit for bit (test_quant's tile == vec_dot at each level, test_invariance). */
-/* The contract's step for 16 rows of one token: a[r] = fma((float)P[r],
- * D[r] * dx, a[r]) (a chunk's or a block's integer sums). */
-HY_Q2_INLINE void hy_q2_acc16(float *a, __m512i P, __m512 D, float dx)
-{
-    _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(P), _mm512_mul_ps(D, _mm512_set1_ps(dx)),
-                                       _mm512_load_ps(a)));
-}
 
 /* *P += w . (the int16 pair at v, broadcast), the pair read by the
  * multiply-add itself ({1to16}): GCC emits a separate vpbroadcastd, one
@@ -1410,6 +1403,14 @@ HY_Q2_INLINE void hy_q2_dpwssd_bcast(__m512i *P, __m512i w, const int16_t *v)
 HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
                                 float *acc, float *mac, const int C, const int flags)
 {
+    /* the sums stay in registers over the panel's blocks (stores to acc
+     * could alias the panel and the tokens, so GCC reloads them per block) */
+    __m512 A[HY_Q2_C], MA[HY_Q2_C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++) {
+        A[c] = _mm512_load_ps(acc + 16 * c);
+        MA[c] = _mm512_load_ps(mac + 16 * c);
+    }
     for (int64_t b = 0; b < nb; b++, pb++) {
         const hy_block_q16_t *xb[HY_Q2_C];
         __m512i P[HY_Q2_C];
@@ -1424,7 +1425,8 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
             if ((flags & HY_QMM_CHUNK16) && k == 8) {
 #pragma GCC unroll 8
                 for (int c = 0; c < C; c++) {
-                    hy_q2_acc16(acc + 16 * c, P[c], D, xb[c]->d);
+                    A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[c]),
+                                           _mm512_mul_ps(D, _mm512_set1_ps(xb[c]->d)), A[c]);
                     P[c] = _mm512_setzero_si512();
                 }
             }
@@ -1436,20 +1438,23 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
         const __m512 M = _mm512_load_ps(pb->m[0]);
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++) {
-            hy_q2_acc16(acc + 16 * c, P[c], D, xb[c]->d);
-            if (flags & HY_QMM_OFFSET) {
-                float *m = mac + 16 * c;
-                _mm512_store_ps(m, _mm512_fmadd_ps(M, _mm512_set1_ps(xb[c]->s), _mm512_load_ps(m)));
-            }
+            A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[c]),
+                                   _mm512_mul_ps(D, _mm512_set1_ps(xb[c]->d)), A[c]);
+            if (flags & HY_QMM_OFFSET)
+                MA[c] = _mm512_fmadd_ps(M, _mm512_set1_ps(xb[c]->s), MA[c]);
             if (flags & HY_QMM_OFFSET16) {
                 const __m128 u = hy_q2_halfsums(xb[c]);
-                float *m = mac + 16 * c;
-                _mm512_store_ps(m, _mm512_fmadd_ps(_mm512_load_ps(pb->m2[0]),
-                                                   _mm512_broadcastss_ps(_mm_movehdup_ps(u)),
-                                                   _mm512_fmadd_ps(M, _mm512_broadcastss_ps(u),
-                                                                   _mm512_load_ps(m))));
+                MA[c] = _mm512_fmadd_ps(_mm512_load_ps(pb->m2[0]),
+                                        _mm512_broadcastss_ps(_mm_movehdup_ps(u)),
+                                        _mm512_fmadd_ps(M, _mm512_broadcastss_ps(u), MA[c]));
             }
         }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++) {
+        _mm512_store_ps(acc + 16 * c, A[c]);
+        if (flags & (HY_QMM_OFFSET | HY_QMM_OFFSET16))
+            _mm512_store_ps(mac + 16 * c, MA[c]);
     }
 }
 #else
