@@ -10,7 +10,7 @@
  * each decode repeat (in a model the weights stream through them between
  * one token's attention and the next).
  * Built by `make check`, not run by it:
- *   tests/unit/bench_attn [reps=3] [isa=best|avx2|scalar] [keys...=4096 16384 32768]
+ *   tests/unit/bench_attn [reps=3] [isa=best|avx512|avx2|scalar] [keys...=4096 16384 32768]
  */
 #include "backend/backend.h"
 #include "backend/cpu/quant.h"
@@ -75,7 +75,9 @@ int main(int argc, char **argv)
         return 1;
     }
     if (strcmp(isa, "best") != 0 &&
-        hy_cpu_attn_set_isa(strcmp(isa, "avx2") == 0 ? HY_ISA_AVX2 : HY_ISA_SCALAR) != HY_OK) {
+        hy_cpu_attn_set_isa(strcmp(isa, "avx512") == 0 ? HY_ISA_AVX512
+                            : strcmp(isa, "avx2") == 0 ? HY_ISA_AVX2
+                                                       : HY_ISA_SCALAR) != HY_OK) {
         fprintf(stderr, "bench_attn: isa %s not supported here\n", isa);
         goto done;
     }
@@ -121,9 +123,8 @@ int main(int argc, char **argv)
      * here (0: the scalar level, no rating) */
     double peak = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-    hy_isa_t level = strcmp(isa, "best") == 0   ? hy_cpu_isa()
-                     : strcmp(isa, "avx2") == 0 ? HY_ISA_AVX2
-                                                : HY_ISA_SCALAR;
+    /* the level the kernels run at: the pin above, else the engine's choice */
+    hy_isa_t level = hy_cpu_attn_isa();
 #if HY_BUILD_AVX512
     if (level == HY_ISA_AVX512)
         peak = bench_fma512_per_s() * 32 / 1e9;
@@ -131,10 +132,10 @@ int main(int argc, char **argv)
     if (level == HY_ISA_AVX2)
         peak = bench_fma256_per_s() * 16 / 1e9;
 #endif
-    printf("# attention %d/%d heads of %d, f16 KV pages of %d, %d thread(s), isa %s, "
+    printf("# attention %d/%d heads of %d, f16 KV pages of %d, %d thread(s), isa %s (%s), "
            "%s, min of %d (float peak, vfmadd measured: %.1f GFLOP/s a core)\n",
-           B_NH, B_NKV, B_HD, B_PT, nth, isa, nth > 1 ? "wall time" : "thread CPU time", reps,
-           peak);
+           B_NH, B_NKV, B_HD, B_PT, nth, isa, hy_isa_name(hy_cpu_attn_isa()),
+           nth > 1 ? "wall time" : "thread CPU time", reps, peak);
     for (int kk = 0; kk < n_keys; kk++) {
         /* the last pass of a keys[kk]-token prompt (it rewrites the last
          * 512 positions' K/V: the values do not change the cost) */

@@ -62,12 +62,22 @@
 /* -1: the CPU's best; tests pin lower levels to cover every variant. */
 static int hy_attn_isa_pin = -1;
 
-/* The level the kernels run at now (the pin, else the CPU's best). */
-static hy_isa_t hy_attn_isa(void)
+/* The pin, else the CPU's best - but AVX2 where the CPU splits 512-bit
+ * operations in two (Zen 4): there the
+ * AVX2 kernels, with half the lanes to sum per score, were faster at
+ * every shape bench_attn ran (prefill of 512 x 512 at head sizes 64 and
+ * 256: 6-7%; one decode token over 16K cold keys: 3-4%). */
+hy_isa_t hy_cpu_attn_isa(void)
 {
     int pin = __atomic_load_n(&hy_attn_isa_pin, __ATOMIC_RELAXED);
 
-    return pin >= 0 ? (hy_isa_t)pin : hy_cpu_isa();
+    if (pin >= 0)
+        return (hy_isa_t)pin;
+#ifdef HY_ATTN_X86
+    if (hy_cpu_isa() == HY_ISA_AVX512 && hy_cpu_avx512_split())
+        return HY_ISA_AVX2;
+#endif
+    return hy_cpu_isa();
 }
 
 int hy_cpu_attn_set_isa(hy_isa_t isa)
@@ -100,14 +110,14 @@ static void hy_attn_kernels(hy_attn_kernel_fn *flash, hy_attn_kernel_fn *decode,
     *decode = hy_attn_decode_generic;
     *merge = hy_attn_merge_generic;
 #ifdef HY_ATTN_AVX512
-    if (hy_attn_isa() == HY_ISA_AVX512) {
+    if (hy_cpu_attn_isa() == HY_ISA_AVX512) {
         *flash = hy_attn_flash_avx512;
         *decode = hy_attn_decode_avx512;
         *merge = hy_attn_merge_avx512;
     }
 #endif
 #ifdef HY_ATTN_X86
-    if (hy_attn_isa() == HY_ISA_AVX2) {
+    if (hy_cpu_attn_isa() == HY_ISA_AVX2) {
         *flash = hy_attn_flash_avx2;
         *decode = hy_attn_decode_avx2;
         *merge = hy_attn_merge_avx2;
@@ -286,7 +296,7 @@ static void hy_attn_write_worker(void *arg, int ith, int nth)
                     memcpy(kd, ks, (size_t)hd * sizeof(float));
                     memcpy(vd, vs, (size_t)hdv * sizeof(float));
 #ifdef HY_ATTN_X86
-                } else if (cpu->kv.type == HY_DTYPE_F16 && hy_attn_isa() >= HY_ISA_AVX2) {
+                } else if (cpu->kv.type == HY_DTYPE_F16 && hy_cpu_attn_isa() >= HY_ISA_AVX2) {
                     hy_attn_f16_row_avx2(ks, (uint16_t *)kd, hd);
                     hy_attn_f16_row_avx2(vs, (uint16_t *)vd, hdv);
 #endif

@@ -125,6 +125,9 @@ void hy_cpu_attention(hy_backend_t *be, int32_t kv_layer, const hy_batch_t *batc
 /* Pin the attention kernels' ISA level (tests); HY_EUNSUPPORTED above the
  * CPU's. */
 int hy_cpu_attn_set_isa(hy_isa_t isa);
+/* The level they run at: the pin, else the CPU's best for attention (AVX2
+ * on CPUs that split 512-bit operations, hy_cpu_avx512_split). */
+hy_isa_t hy_cpu_attn_isa(void);
 /* Key positions per split of a query's attention reduction (attn_flash.h):
  * a lone decoding sequence's keys are shared among threads in whole
  * splits.  512: two threads share keys from 1,024 on, and the fold between

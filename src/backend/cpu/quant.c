@@ -957,6 +957,41 @@ hy_isa_t hy_cpu_isa(void)
     return (hy_isa_t)v;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+static int hy_quant_detect_split(void)
+{
+    unsigned a, b, c, d, family;
+
+    /* "AuthenticAMD" in ebx, edx, ecx */
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || d != 0x69746e65u ||
+        c != 0x444d4163u || !__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    family = (a >> 8) & 0xF;
+    if (family == 0xF)
+        family += (a >> 20) & 0xFF;
+    /* family 0x19 is Zen 3 and Zen 4; only Zen 4 has AVX-512 */
+    return family == 0x19 && hy_cpu_isa() == HY_ISA_AVX512;
+}
+#else
+static int hy_quant_detect_split(void)
+{
+    return 0;
+}
+#endif
+
+static int hy_quant_cpu_split = -1;
+
+bool hy_cpu_avx512_split(void)
+{
+    int v = __atomic_load_n(&hy_quant_cpu_split, __ATOMIC_RELAXED);
+
+    if (v < 0) {
+        v = hy_quant_detect_split();
+        __atomic_store_n(&hy_quant_cpu_split, v, __ATOMIC_RELAXED);
+    }
+    return v != 0;
+}
+
 const char *hy_isa_name(hy_isa_t isa)
 {
     switch (isa) {

@@ -31,6 +31,11 @@ typedef struct {
 
 /* Highest level this CPU and this build support. */
 hy_isa_t hy_cpu_isa(void);
+/* Whether this AVX-512 CPU executes 512-bit floating-point operations as
+ * two 256-bit halves (AMD Zen 4): kernels whose cost is per vector of
+ * lanes, such as attention's horizontal sums, may then do better at the
+ * AVX2 level. */
+bool hy_cpu_avx512_split(void);
 const char *hy_isa_name(hy_isa_t isa);
 /* Pin the level used by hy_quant_traits (tests); returns HY_EUNSUPPORTED if
  * the CPU lacks it. */
