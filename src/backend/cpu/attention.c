@@ -63,10 +63,10 @@
 static int hy_attn_isa_pin = -1;
 
 /* The pin, else the CPU's best - but AVX2 where the CPU splits 512-bit
- * operations in two (Zen 4): there the
- * AVX2 kernels, with half the lanes to sum per score, were faster at
- * every shape bench_attn ran (prefill of 512 x 512 at head sizes 64 and
- * 256: 6-7%; one decode token over 16K cold keys: 3-4%). */
+ * operations in two (Zen 4): there the AVX2 kernels, with half the lanes
+ * to sum per score, were faster at every shape bench_attn ran (prefill of
+ * 512 x 512 at head sizes 64 and 256: 6-7%; one decode token over 16K
+ * cold keys: 3-4%). */
 hy_isa_t hy_cpu_attn_isa(void)
 {
     int pin = __atomic_load_n(&hy_attn_isa_pin, __ATOMIC_RELAXED);
