@@ -139,6 +139,65 @@ static void test_matmul(hy_backend_t *be[3])
     hy_quant_set_isa(hy_cpu_isa());
 }
 
+/* matmul_n (q/k/v, gate/up) against matmul once per matrix: the rows are
+ * converted once for each run of one activation type, and the bits must
+ * be those of separate calls - across a float GEMM in the list (its
+ * packing reuses the conversion buffer), repeated types and types whose
+ * 16-bit partner is shared but whose 8-bit partner is not (Q5_0, Q8_0). */
+static void test_matmul_n(hy_backend_t *be[3])
+{
+    static const hy_dtype_t types[] = {HY_DTYPE_Q4_1, HY_DTYPE_Q4_1, HY_DTYPE_F16,
+                                       HY_DTYPE_Q4_1, HY_DTYPE_Q5_0, HY_DTYPE_Q8_0,
+                                       HY_DTYPE_Q4_K, HY_DTYPE_Q6_K, HY_DTYPE_Q5_0};
+    enum { NW = HY_ARRAY_LEN(types) };
+    static const int toks[] = {1, 7, 100};
+    const int64_t k = 768;
+    hy_weight_t w[NW];
+    const hy_weight_t *wp[NW];
+    uint8_t *data[NW];
+    float *y1[NW], *yn[NW];
+    float *x = malloc((size_t)100 * k * sizeof(float));
+    char err[HY_ERR_LEN];
+    int bad = 0, runs = 0;
+
+    fill(x, (size_t)100 * k, 1.0f);
+    for (int i = 0; i < NW; i++) {
+        size_t rb;
+        int64_t n_out = 40 + 16 * i;
+
+        data[i] = mm_weight(types[i], k, n_out, &rb);
+        w[i] = (hy_weight_t){.type = types[i], .ne = {k, n_out, 1, 1}, .row_bytes = rb,
+                             .data = data[i], .name = "inv.matmul_n"};
+        wp[i] = &w[i];
+        y1[i] = malloc((size_t)100 * (size_t)n_out * sizeof(float));
+        yn[i] = malloc((size_t)100 * (size_t)n_out * sizeof(float));
+    }
+    for (int b = 0; b < 3; b++)
+        for (size_t ti = 0; ti < HY_ARRAY_LEN(toks); ti++) {
+            for (int i = 0; i < NW; i++) {
+                be[b]->i->matmul(be[b], &w[i], x, y1[i], toks[ti]);
+                memset(yn[i], 0xff, (size_t)toks[ti] * (size_t)w[i].ne[1] * sizeof(float));
+            }
+            hy_backend_matmul_n(be[b], wp, NW, x, yn, toks[ti]);
+            for (int i = 0; i < NW; i++)
+                bad += memcmp(y1[i], yn[i],
+                              (size_t)toks[ti] * (size_t)w[i].ne[1] * sizeof(float)) != 0;
+            runs++;
+            if (be[b]->i->status(be[b], err) != HY_OK)
+                bad++;
+        }
+    HY_T_OK(bad == 0 && be[0]->i->matmul_n != NULL,
+            "matmul_n of %d matrices (Q4_1 twice, F16, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K, Q5_0) == "
+            "matmul per matrix, bit for bit, %d runs of 1/7/100 tokens at 1/2/3 threads%s "
+            "(%d differ)", NW, runs, mm_label, bad);
+    for (int i = 0; i < NW; i++) {
+        free(data[i]);
+        free(y1[i]);
+        free(yn[i]);
+    }
+    free(x);
+}
+
 /* ---- attention ----------------------------------------------------------- */
 
 enum { A_SEQS = 2, A_MAXPAGES = 64 };
@@ -422,6 +481,7 @@ int main(void)
     }
     printf("# cpu isa: %s\n", hy_isa_name(hy_cpu_isa()));
     test_matmul(be);
+    test_matmul_n(be);
     {
         hy_backend_t *bad = NULL;
         hy_backend_opts_t o = {.n_threads = 1, .act_bits = 7};
@@ -487,6 +547,7 @@ int main(void)
                     hy_isa_name(hy_cpu_isa()));
             mm_label = " (8-bit activations)";
             test_matmul(b8);
+            test_matmul_n(b8);
             mm_label = "";
         }
         for (int i = 0; i < 3; i++)
