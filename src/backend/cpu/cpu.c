@@ -721,8 +721,9 @@ static const struct hy_backend_i hy_cpu_methods = {
 };
 
 /* Names what the dispatchers pick with no test pin: every module takes the
- * CPU's best level (hy_cpu_isa), matmul the type's kernel pair from
- * hy_cpu_mm_traits (a type without one is named as such, not hidden). */
+ * CPU's best level (hy_cpu_isa; attention hy_cpu_attn_isa), matmul the
+ * type's kernel pair from hy_cpu_mm_traits (a type without one is named
+ * as such, not hidden). */
 static void hy_cpu_kernel_name(hy_backend_t *be, const char *op, const hy_weight_t *w,
                                int32_t head_dim, char *buf, size_t n)
 {
@@ -742,9 +743,10 @@ static void hy_cpu_kernel_name(hy_backend_t *be, const char *op, const hy_weight
     } else if (strcmp(op, "attention") == 0) {
         /* attention.c: the flash kernel for units of many queries, the
          * decode kernel (same bits) for a token's few heads, at every
-         * level (portable C below AVX2) */
+         * level (portable C below AVX2); AVX2 on CPUs that split 512-bit
+         * operations (hy_cpu_attn_isa) */
         (void)head_dim;
-        snprintf(buf, n, "paged-flash+decode-%s", isa);
+        snprintf(buf, n, "paged-flash+decode-%s", hy_isa_name(hy_cpu_attn_isa()));
     } else if (strcmp(op, "gdn") == 0) {
         snprintf(buf, n, "chunked-wy+recurrent-%s", isa);
     } else if (strcmp(op, "ssd") == 0) {
