@@ -307,15 +307,14 @@ HY_QX_INLINE void hy_qx_quant32_2l(const float *x, float id, int8_t *hi, int8_t 
     _mm256_storeu_si256((__m256i *)lo, _mm256_permutevar8x32_epi32(pl, perm));
 }
 
-#ifdef HY_QX_VNNI
-/* The AVX-512 level's: the same d, 1/d, roundings and s association on
- * two zmm per block, 8 blocks' scales first (quant_scales_x86.h): 33
- * cycles a block where one pass took 47 and the AVX2 level 59, and the
- * conversion was a tenth of a Q4_1 prefill. */
+/* Q8_2L rows (the AVX-512 Q4_1 kernel's partner): 8 blocks' scales
+ * first (quant_scales_x86.h), then their codes, in the reference's
+ * roundings and s association.  The conversion was a tenth of a Q4_1
+ * prefill; two passes take 0.27 ns an element where one took 0.51, and
+ * the second pass on zmm ran no faster (16 rows of 576 in L1). */
 __attribute__((unused)) static void hy_qx_from_float_q8_2l(const float *x, void *vy, int64_t n)
 {
     hy_block_q8_2l_t *y = vy;
-    const __m512 inv255 = _mm512_set1_ps(1.0f / 255.0f);
     const int64_t nb = n / 32;
 
     for (int64_t i0 = 0; i0 < nb; i0 += 8) {
@@ -324,59 +323,23 @@ __attribute__((unused)) static void hy_qx_from_float_q8_2l(const float *x, void 
 
         hy_qx_scales32(x + i0 * 32, g, HY_Q8_2L_VMAX, ds, ids);
         for (int k = 0; k < g; k++) {
-            hy_block_q8_2l_t *yb = y + i0 + k;
             const float *xb = x + (i0 + k) * 32;
-            const __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16);
-            const __m512 mul = _mm512_set1_ps(ids[k]);
-            __m512i v[2];
-#pragma GCC unroll 2
-            for (int hf = 0; hf < 2; hf++) {
-                const __m512 f = _mm512_roundscale_ps(_mm512_mul_ps(hf ? b : a, mul),
-                                                      _MM_FROUND_TO_NEAREST_INT |
-                                                          _MM_FROUND_NO_EXC);
-                /* the conversion rounds to nearest even as the reference's
-                 * nearbyintf does (MXCSR's default) */
-                const __m512i h = _mm512_cvtps_epi32(_mm512_mul_ps(f, inv255));
-                v[hf] = _mm512_cvtps_epi32(f);
-                /* lo = v - 255*hi = v - (hi << 8) + hi */
-                const __m512i l =
-                    _mm512_add_epi32(_mm512_sub_epi32(v[hf], _mm512_slli_epi32(h, 8)), h);
-                _mm_storeu_si128((__m128i *)(yb->hi + 16 * hf), _mm512_cvtsepi32_epi8(h));
-                _mm_storeu_si128((__m128i *)(yb->lo + 16 * hf), _mm512_cvtsepi32_epi8(l));
-            }
-            /* hy_quant_sum32's association: ((x0-7 + x8-15) + x16-23) + x24-31 */
-            const __m256 fs = _mm256_add_ps(
-                _mm256_add_ps(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)),
-                              _mm512_castps512_ps256(b)),
-                _mm512_extractf32x8_ps(b, 1));
+            hy_block_q8_2l_t *yb = y + i0 + k;
+            __m256i v[4];
+
+            hy_qx_quant32_2l(xb, ids[k], yb->hi, yb->lo, v);
+            /* same association as hy_quant_sum32 */
+            __m256 fs = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(xb),
+                                                                  _mm256_loadu_ps(xb + 8)),
+                                                    _mm256_loadu_ps(xb + 16)),
+                                      _mm256_loadu_ps(xb + 24));
             yb->d = ds[k];
             yb->s = hy_qx_hsum8(fs);
-            yb->vsum = _mm512_reduce_add_epi32(_mm512_add_epi32(v[0], v[1]));
+            yb->vsum = hy_qx_hsum8i(_mm256_add_epi32(_mm256_add_epi32(v[0], v[1]),
+                                                     _mm256_add_epi32(v[2], v[3])));
         }
     }
 }
-#else
-__attribute__((unused)) static void hy_qx_from_float_q8_2l(const float *x, void *vy, int64_t n)
-{
-    hy_block_q8_2l_t *y = vy;
-    for (int64_t i = 0; i < n / 32; i++) {
-        const float *xb = x + i * 32;
-        __m256i v[4];
-        float d = hy_qx_amax(xb, 32) / HY_Q8_2L_VMAX;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
-        hy_qx_quant32_2l(xb, id, y[i].hi, y[i].lo, v);
-        /* same association as hy_quant_sum32 */
-        __m256 fs = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(xb),
-                                                              _mm256_loadu_ps(xb + 8)),
-                                                _mm256_loadu_ps(xb + 16)),
-                                  _mm256_loadu_ps(xb + 24));
-        y[i].d = d;
-        y[i].s = hy_qx_hsum8(fs);
-        y[i].vsum = hy_qx_hsum8i(_mm256_add_epi32(_mm256_add_epi32(v[0], v[1]),
-                                                  _mm256_add_epi32(v[2], v[3])));
-    }
-}
-#endif
 
 /* ---- K-quant dots (after ggml's AVX2 kernels) ----
  * The AVX2 level's partners of Q8_K; the AVX-512 level has its own
