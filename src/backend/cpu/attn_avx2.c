@@ -35,6 +35,7 @@ HY_AF_PRIM hy_af_v hy_af_fma(hy_af_v a, hy_af_v b, hy_af_v c) { return _mm256_fm
 HY_AF_PRIM hy_af_v hy_af_max(hy_af_v a, hy_af_v b) { return _mm256_max_ps(a, b); }
 HY_AF_PRIM hy_af_v hy_af_sub(hy_af_v a, hy_af_v b) { return _mm256_sub_ps(a, b); }
 HY_AF_PRIM hy_af_v hy_af_add(hy_af_v a, hy_af_v b) { return _mm256_add_ps(a, b); }
+HY_AF_PRIM hy_af_v hy_af_mul(hy_af_v a, hy_af_v b) { return _mm256_mul_ps(a, b); }
 HY_AF_PRIM hy_af_v hy_af_exp(hy_af_v x) { return hy_vexp_avx2(x); }
 
 HY_AF_PRIM hy_af_v hy_af_mask_pos(hy_af_v s, int32_t j, const int32_t *qpos, const int32_t *qlo)

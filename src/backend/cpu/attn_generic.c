@@ -46,6 +46,7 @@ HY_AF_PRIM hy_af_v hy_af_fma(hy_af_v a, hy_af_v b, hy_af_v c) { HY_AF_MAP(fmaf(a
 HY_AF_PRIM hy_af_v hy_af_max(hy_af_v a, hy_af_v b) { HY_AF_MAP(a.x[i] > b.x[i] ? a.x[i] : b.x[i]); }
 HY_AF_PRIM hy_af_v hy_af_sub(hy_af_v a, hy_af_v b) { HY_AF_MAP(a.x[i] - b.x[i]); }
 HY_AF_PRIM hy_af_v hy_af_add(hy_af_v a, hy_af_v b) { HY_AF_MAP(a.x[i] + b.x[i]); }
+HY_AF_PRIM hy_af_v hy_af_mul(hy_af_v a, hy_af_v b) { HY_AF_MAP(a.x[i] * b.x[i]); }
 
 HY_AF_PRIM hy_af_v hy_af_exp(hy_af_v x) { HY_AF_MAP(hy_vexp1(x.x[i])); }
 
