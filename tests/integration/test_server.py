@@ -514,9 +514,14 @@ try:
     ok(freed, "client killed mid-stream: request cancelled, slot and pages freed")
 
     # ---- kill -9 of a worker mid-stream fails only its requests ---------------
-    # Workers run several accept threads, so streams are started one at a
-    # time and each is mapped to the worker whose socket count rose, until
-    # one landed on a second worker; the victim is the first stream's worker.
+    # Workers run several accept threads and each holds its streams'
+    # FastCGI connections.  Eight streams start and each waits for its first
+    # token (so every request holds a slot); then the busiest worker of at
+    # least two busy ones (socket counts) is killed.  Which streams it held
+    # is not guessed from socket counts as they rise (a late rise mapped a
+    # stream to the wrong worker once in CI): the coordinator reaps the dead
+    # worker's requests, so the streams that fail must be exactly as many as
+    # it reaped, at least one, and not all eight.
     # The tiny fallback model finishes 400 tokens before a kill can be aimed.
     if not HAS_CHAT:
         for what in ("kill -9 of a busy worker fails only its streams",
@@ -527,51 +532,47 @@ try:
             try:
                 c2, r2 = stream_raw({"model": MODEL_ID, "prompt": "Story %s:" % name,
                                      "max_tokens": 400, "stream": True, "ignore_eos": True})
-                body2 = r2.read().decode(errors="replace")
+                first = r2.read(1)
+                started.add(name)
+                body2 = (first + r2.read()).decode(errors="replace")
                 outcome[name] = "[DONE]" in body2 and '"error"' not in body2
             except Exception:
                 outcome[name] = False
 
         def busy():
             return {p: n_sockets(p) - base[p] for p in pids if n_sockets(p) > base[p]}
-        # Mapping a stream to its worker by socket counts can fail on a
-        # loaded machine (a count that rises late, or two at once): then the
-        # streams finish untouched and the mapping is tried again.
+        victim, held = None, {}
         for attempt in range(3):
             pids = STACK.workers()
             base = {p: n_sockets(p) for p in pids}
-            outcome, where, ts = {}, {}, []
+            reaped0 = metrics()["hyserve_reaped_requests_total"]
+            outcome, started, ts = {}, set(), []
             for k in range(8):
-                name = "s%d" % k
-                was = busy()
-                x = threading.Thread(target=streamer, args=(name,))
+                x = threading.Thread(target=streamer, args=("s%d" % k,))
                 x.start()
                 ts.append(x)
-                t.wait_for(lambda: sum(busy().values()) > sum(was.values()), 20, 0.01)
-                now = busy()
-                rose = [p for p in now if now[p] > was.get(p, 0)]
-                where[name] = rose[0] if len(rose) == 1 else None
-                if len(set(where.values()) - {None}) >= 2:
-                    break
-            victim = where.get("s0")
-            mapped = victim is not None and None not in where.values() and \
-                len(set(where.values())) >= 2
-            if mapped:
+            t.wait_for(lambda: len(started) == 8, 60, 0.01)
+            held = busy()
+            if len(started) == 8 and len(held) >= 2:
+                victim = max(held, key=held.get)
                 os.kill(victim, signal.SIGKILL)
             for x in ts:
                 x.join(120)
-            if mapped:
+            if victim is not None:
                 break
-            t.diag("attempt %d: streams not mapped to workers (%s); trying again" %
-                   (attempt + 1, where))
-        want = {n: where[n] != victim for n in where}
-        ok(mapped and outcome == want,
-           "kill -9 of a busy worker fails only its streams (%s, expected %s)" % (outcome, want))
+            t.diag("attempt %d: %d of 8 streams started, on workers %s; trying again" %
+                   (attempt + 1, len(started), held))
+        failed = sorted(n for n in outcome if not outcome[n])
+        quiet = t.wait_for(lambda: idle(metrics()), 10)
+        reaped = metrics()["hyserve_reaped_requests_total"] - reaped0
+        ok(victim is not None and len(outcome) == 8 and quiet and
+           1 <= len(failed) < 8 and len(failed) == reaped,
+           "kill -9 of a busy worker fails only its streams (failed %s; the coordinator "
+           "reaped %d; sockets per busy worker %s, victim %s)" % (failed, reaped, held, victim))
         ok(t.wait_for(lambda: len(STACK.workers()) == N_WORKERS and
                       victim not in STACK.workers(), 10)
            and metrics()["hyserve_worker_restarts_total"] >= 1, "a new worker replaces it")
-        ok(t.wait_for(lambda: idle(metrics()), 10) and
-           metrics()["hyserve_reaped_requests_total"] >= 1, "its request slots were reclaimed")
+        ok(quiet and reaped >= 1, "its request slots were reclaimed")
 
     # ---- smaller API points ---------------------------------------------------
     mo = client.models.retrieve(MODEL_ID)
