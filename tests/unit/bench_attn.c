@@ -8,7 +8,8 @@
  * (a decode token's keys shared among them: attention.c).  BENCH_ATTN_PREFILL=0
  * times the decode token only; BENCH_ATTN_COLD=1 evicts the caches before
  * each decode repeat (in a model the weights stream through them between
- * one token's attention and the next).
+ * one token's attention and the next).  BENCH_ATTN_SHAPE=NH,NKV,HD times
+ * another shape (query heads, KV heads, head size).
  * Built by `make check`, not run by it:
  *   tests/unit/bench_attn [reps=3] [isa=best|avx512|avx2|scalar] [keys...=4096 16384 32768]
  */
@@ -23,7 +24,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { B_NH = 8, B_NKV = 2, B_HD = 256, B_PT = 16, B_NQ = 512 };
+enum { B_PT = 16, B_NQ = 512 };
+/* the shape: BENCH_ATTN_SHAPE=NH,NKV,HD overrides (SmolLM2: 9,3,64) */
+static int B_NH = 8, B_NKV = 2, B_HD = 256;
 
 /* Deterministic values in [-a, a). */
 static void fill(float *x, size_t n, float a, uint32_t seed)
@@ -56,6 +59,12 @@ int main(int argc, char **argv)
     float *q = NULL, *k = NULL, *v = NULL, *o = NULL;
     int32_t *pos = NULL, *pages = NULL;
 
+    const char *shape = getenv("BENCH_ATTN_SHAPE");
+    if (shape && (sscanf(shape, "%d,%d,%d", &B_NH, &B_NKV, &B_HD) != 3 || B_NKV < 1 ||
+                  B_NH < B_NKV || B_NH % B_NKV || B_HD < 1 || B_HD > 512)) {
+        fprintf(stderr, "bench_attn: BENCH_ATTN_SHAPE=%s: want NH,NKV,HD\n", shape);
+        return 1;
+    }
     if (argc > 3) {
         n_keys = 0;
         for (int i = 3; i < argc && n_keys < 16; i++)
