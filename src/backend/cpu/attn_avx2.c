@@ -69,16 +69,7 @@ HY_AF_PRIM void hy_af_hsum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3, float *o
     hy_x86_hsum4_ps256(v0, v1, v2, v3, out);
 }
 
-HY_AF_PRIM void hy_af_transpose(const float *src, size_t ss, float *dst, size_t ds)
-{
-    __m256 r[8];
-
-    for (int i = 0; i < 8; i++)
-        r[i] = _mm256_loadu_ps(src + (size_t)i * ss);
-    hy_x86_transpose8_ps(r);
-    for (int i = 0; i < 8; i++)
-        _mm256_storeu_ps(dst + (size_t)i * ds, r[i]);
-}
+HY_AF_PRIM void hy_af_transpose_v(hy_af_v *r) { hy_x86_transpose8_ps(r); }
 
 #include "backend/cpu/attn_flash_impl.h"
 

@@ -67,16 +67,7 @@ HY_AF_PRIM void hy_af_hsum4(__m512 v0, __m512 v1, __m512 v2, __m512 v3, float *o
     hy_x86_hsum4_ps512(v0, v1, v2, v3, out);
 }
 
-HY_AF_PRIM void hy_af_transpose(const float *src, size_t ss, float *dst, size_t ds)
-{
-    __m512 r[16];
-
-    for (int i = 0; i < 16; i++)
-        r[i] = _mm512_loadu_ps(src + (size_t)i * ss);
-    hy_x86_transpose16_ps(r);
-    for (int i = 0; i < 16; i++)
-        _mm512_storeu_ps(dst + (size_t)i * ds, r[i]);
-}
+HY_AF_PRIM void hy_af_transpose_v(hy_af_v *r) { hy_x86_transpose16_ps(r); }
 
 #include "backend/cpu/attn_flash_impl.h"
 

@@ -32,10 +32,11 @@
  * set1, fma (a*b+c), max, sub, add, mul, exp (x <= 0), mask_pos (s, or -inf
  * where the key position is outside a lane's [qlo, qpos]), keep_ge (p where
  * x >= t, else 0, NaN x included), one_if_ninf (c, or 1 where m is -inf),
- * cvt_f16 (HY_AF_W halves to floats), transpose (a W x W block:
- * dst[c*ds + r] = src[r*ss + c]; the outputs leave through it, and the
- * generic hy_af_hsum4 is built on it) and optionally hy_af_hsum4 (with
- * HY_AF_HAVE_HSUM4).
+ * cvt_f16 (HY_AF_W halves to floats), transpose_v (W vectors in place:
+ * r[i] lane j -> r[j] lane i; the outputs leave through it), and either
+ * hy_af_hsum4 (with HY_AF_HAVE_HSUM4) or transpose (a W x W block in
+ * memory: dst[c*ds + r] = src[r*ss + c]), which the generic hy_af_hsum4
+ * is built on.
  */
 #include <math.h>
 #include <string.h>
@@ -588,8 +589,7 @@ static void hy_af_group_last(const hy_attn_flash_t *f, hy_af_group_t *gr, int v)
     const int32_t hdv = f->hdv, nh = f->h1 - f->h0, L = HY_AF_W * gr->nv, o = HY_AF_W * v;
     const int nr = HY_MIN(HY_AF_W, gr->n - o);
     const float *O = gr->O, *l = gr->l;
-    float inv[HY_AF_W], tile[HY_AF_W * HY_AF_W], rows[HY_AF_W * HY_AF_W];
-    float *out[HY_AF_W];
+    float inv[HY_AF_W], *out[HY_AF_W];
     bool first = true;
 
     if (nr <= 0)
@@ -616,12 +616,13 @@ static void hy_af_group_last(const hy_attn_flash_t *f, hy_af_group_t *gr, int v)
     const hy_af_v iv = hy_af_load(inv);
     int32_t d0 = 0;
     for (; d0 + HY_AF_W <= hdv; d0 += HY_AF_W) {
+        hy_af_v r[HY_AF_W];
+#pragma GCC unroll 16
         for (int dd = 0; dd < HY_AF_W; dd++)
-            hy_af_store(tile + dd * HY_AF_W,
-                        hy_af_mul(hy_af_load(O + (size_t)(d0 + dd) * L + o), iv));
-        hy_af_transpose(tile, HY_AF_W, rows, HY_AF_W);
+            r[dd] = hy_af_mul(hy_af_load(O + (size_t)(d0 + dd) * L + o), iv);
+        hy_af_transpose_v(r);
         for (int i = 0; i < nr; i++)
-            hy_af_store(out[i] + d0, hy_af_load(rows + i * HY_AF_W));
+            hy_af_store(out[i] + d0, r[i]);
     }
     for (; d0 < hdv; d0++) /* head sizes that are not whole vectors */
         for (int i = 0; i < nr; i++)
@@ -665,8 +666,12 @@ static void hy_af_sweep(const hy_attn_flash_t *f, float *scr, int32_t q0, int32_
             if (i >= n)
                 continue;
             const float *qv = f->q + (size_t)t * f->q_stride + (size_t)h * hd;
-            for (int32_t d = 0; d < hd; d++)
-                gr->Qr[(size_t)i * hdp + d] = qv[d] * f->scale;
+            float *qr = gr->Qr + (size_t)i * hdp;
+            int32_t d = 0;
+            for (; d + HY_AF_W <= hd; d += HY_AF_W) /* the same products, W at a time */
+                hy_af_store(qr + d, hy_af_mul(hy_af_load(qv + d), hy_af_set1(f->scale)));
+            for (; d < hd; d++)
+                qr[d] = qv[d] * f->scale;
             gr->pmin = HY_MIN(gr->pmin, p);
             gr->pmax = HY_MAX(gr->pmax, p);
             gr->lomin = HY_MIN(gr->lomin, lo);

@@ -71,4 +71,15 @@ HY_AF_PRIM void hy_af_transpose(const float *src, size_t ss, float *dst, size_t 
             dst[c * ds + r] = src[r * ss + c];
 }
 
+HY_AF_PRIM void hy_af_transpose_v(hy_af_v *r)
+{
+    float t[HY_AF_W * HY_AF_W], u[HY_AF_W * HY_AF_W];
+
+    for (int i = 0; i < HY_AF_W; i++)
+        hy_af_store(t + i * HY_AF_W, r[i]);
+    hy_af_transpose(t, HY_AF_W, u, HY_AF_W);
+    for (int i = 0; i < HY_AF_W; i++)
+        r[i] = hy_af_load(u + i * HY_AF_W);
+}
+
 #include "backend/cpu/attn_flash_impl.h"
