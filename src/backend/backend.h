@@ -411,6 +411,11 @@ struct hy_backend_i {
     /* y = silu(gate) * up, n floats (y may alias gate) */
     void (*swiglu)(hy_backend_t *be, const float *gate, const float *up, float *y,
                    size_t n);
+    /* y = gelu_tanh(gate) * up, n floats (y may alias gate): unary's
+     * GELU-tanh and mul in one pass, with their bits.  NULL: callers run
+     * the two (hy_backend_geglu). */
+    void (*geglu)(hy_backend_t *be, const float *gate, const float *up, float *y,
+                  size_t n);
     /* x += y, n floats */
     void (*add)(hy_backend_t *be, float *x, const float *y, size_t n);
     /* x *= s, n floats */
@@ -603,6 +608,17 @@ static inline void hy_backend_matmul_n(hy_backend_t *be, const hy_weight_t *cons
     }
     for (int32_t k = 0; k < n_w; k++)
         be->i->matmul(be, w[k], x, y[k], n_tok);
+}
+
+/* gate = gelu_tanh(gate) * up: be's geglu, or unary then mul. */
+static inline void hy_backend_geglu(hy_backend_t *be, float *gate, const float *up, size_t n)
+{
+    if (be->i->geglu) {
+        be->i->geglu(be, gate, up, gate, n);
+        return;
+    }
+    be->i->unary(be, HY_UNARY_GELU_TANH, gate, gate, n);
+    be->i->mul(be, gate, up, n);
 }
 
 #endif

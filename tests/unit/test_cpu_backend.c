@@ -334,6 +334,14 @@ static void test_elementwise(hy_backend_t *be)
     ok = worst < 1e-5 && a[999] == c[999];
     HY_T_OK(ok, "swiglu %zu floats (and aliased): worst rel err %.2e (tol 1e-5)", n, worst);
 
+    /* geglu: the backend's unary GELU-tanh and mul in one op, their bits */
+    memcpy(a, a0, n * sizeof(float));
+    be->i->unary(be, HY_UNARY_GELU_TANH, a, c, n);
+    be->i->mul(be, c, b, n);
+    be->i->geglu(be, a, b, a, n); /* y aliasing gate, as the FFN calls it */
+    HY_T_OK(memcmp(a, c, n * sizeof(float)) == 0,
+            "geglu %zu floats (aliased) == unary gelu_tanh then mul, bit for bit", n);
+
     memcpy(a, a0, n * sizeof(float));
     be->i->add(be, a, b, n);
     ok = 1;

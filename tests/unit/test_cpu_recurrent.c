@@ -466,7 +466,7 @@ static void test_act_levels(void)
 {
     enum { N = 4099 };
     static const hy_unary_t ops[] = {HY_UNARY_SIGMOID, HY_UNARY_SILU, HY_UNARY_GELU_TANH};
-    static const char *names[] = {"sigmoid", "silu", "gelu_tanh", "swiglu"};
+    static const char *names[] = {"sigmoid", "silu", "gelu_tanh", "swiglu", "geglu"};
     float *x = malloc(N * sizeof(float)), *u = malloc(N * sizeof(float));
     float *ref = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
 
@@ -477,12 +477,14 @@ static void test_act_levels(void)
     x[7] = 0.0f;
     x[8] = 1e-30f;
     x[9] = -1e-30f;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         hy_cpu_act_set_isa(HY_ISA_SCALAR);
         if (k < 3)
             hy_act(ops[k], x, ref, N);
-        else
+        else if (k == 3)
             hy_act_swiglu(x, u, ref, N);
+        else
+            hy_act_geglu(x, u, ref, N);
         HY_T_OK(isnan(ref[5]) && (k == 0 || ref[6] == 0.0f), "%s keeps NaN a NaN", names[k]);
         for (int isa = HY_ISA_AVX2; isa <= HY_ISA_AVX512; isa++) {
             if (hy_cpu_act_set_isa(isa) != HY_OK) {
@@ -496,13 +498,27 @@ static void test_act_levels(void)
                 memcpy(y, x, N * sizeof(float));
                 if (k < 3)
                     hy_act(ops[k], y + off, y + off, (size_t)(N - off));
-                else
+                else if (k == 3)
                     hy_act_swiglu(y + off, u + off, y + off, (size_t)(N - off));
+                else
+                    hy_act_geglu(y + off, u + off, y + off, (size_t)(N - off));
                 same = memcmp(y + off, ref + off, (size_t)(N - off) * sizeof(float)) == 0;
             }
             HY_T_OK(same, "%s at level %s == scalar level, bit for bit, at 17 offsets (in place)",
                     names[k], hy_isa_name((hy_isa_t)isa));
         }
+    }
+    /* geglu is GELU-tanh, then the product: the two passes' bits */
+    for (int isa = HY_ISA_SCALAR; isa <= HY_ISA_AVX512; isa++) {
+        if (hy_cpu_act_set_isa(isa) != HY_OK)
+            continue;
+        hy_act(HY_UNARY_GELU_TANH, x, ref, N);
+        for (int i = 0; i < N; i++)
+            ref[i] *= u[i];
+        hy_act_geglu(x, u, y, N);
+        HY_T_OK(memcmp(y, ref, N * sizeof(float)) == 0,
+                "geglu at level %s == gelu_tanh then a product, bit for bit",
+                hy_isa_name((hy_isa_t)isa));
     }
     hy_cpu_act_set_isa(-1);
     HY_T_OK(!hy_act(HY_UNARY_TANH, x, y, 4) && !hy_act(HY_UNARY_SOFTPLUS, x, y, 4),

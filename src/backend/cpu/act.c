@@ -70,6 +70,14 @@ static void hy_act_swiglu_scalar(const float *g, const float *u, float *y, size_
     }
 }
 
+static void hy_act_geglu_scalar(const float *g, const float *u, float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float v = g[i];
+        y[i] = v * hy_act_sig1(hy_act_gelu_arg1(v)) * u[i];
+    }
+}
+
 #if defined(__x86_64__) && HY_BUILD_AVX2
 
 #if HY_BUILD_AVX512
@@ -119,6 +127,18 @@ __attribute__((target("avx512f"))) static void hy_act_swiglu_avx512(const float 
     }
     hy_act_swiglu_scalar(g + i, u + i, y + i, n - i);
 }
+
+__attribute__((target("avx512f"))) static void hy_act_geglu_avx512(const float *g,
+                                                                    const float *u, float *y,
+                                                                    size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(hy_act_op16(HY_UNARY_GELU_TANH,
+                                                          _mm512_loadu_ps(g + i)),
+                                              _mm512_loadu_ps(u + i)));
+    hy_act_geglu_scalar(g + i, u + i, y + i, n - i);
+}
 #endif
 
 #define HY_ACT_256 __attribute__((target("avx2,fma"), always_inline)) static inline
@@ -164,6 +184,18 @@ __attribute__((target("avx2,fma"))) static void hy_act_swiglu_avx2(const float *
                                               _mm256_loadu_ps(u + i)));
     }
     hy_act_swiglu_scalar(g + i, u + i, y + i, n - i);
+}
+
+__attribute__((target("avx2,fma"))) static void hy_act_geglu_avx2(const float *g,
+                                                                   const float *u, float *y,
+                                                                   size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(hy_act_op8(HY_UNARY_GELU_TANH,
+                                                         _mm256_loadu_ps(g + i)),
+                                              _mm256_loadu_ps(u + i)));
+    hy_act_geglu_scalar(g + i, u + i, y + i, n - i);
 }
 #endif
 
@@ -212,4 +244,23 @@ void hy_act_swiglu(const float *g, const float *u, float *y, size_t n)
     }
 #endif
     hy_act_swiglu_scalar(g, u, y, n);
+}
+
+void hy_act_geglu(const float *g, const float *u, float *y, size_t n)
+{
+    const int isa = hy_act_level();
+    (void)isa;
+#if defined(__x86_64__) && HY_BUILD_AVX512
+    if (isa == HY_ISA_AVX512) {
+        hy_act_geglu_avx512(g, u, y, n);
+        return;
+    }
+#endif
+#if defined(__x86_64__) && HY_BUILD_AVX2
+    if (isa == HY_ISA_AVX2) {
+        hy_act_geglu_avx2(g, u, y, n);
+        return;
+    }
+#endif
+    hy_act_geglu_scalar(g, u, y, n);
 }

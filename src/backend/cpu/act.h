@@ -17,6 +17,10 @@ bool hy_act(hy_unary_t op, const float *x, float *y, size_t n);
 /* y[i] = silu(g[i]) * u[i] (y may be g or u). */
 void hy_act_swiglu(const float *g, const float *u, float *y, size_t n);
 
+/* y[i] = gelu_tanh(g[i]) * u[i] (y may be g or u): hy_act's GELU-tanh and
+ * a product, the same bits as the two passes. */
+void hy_act_geglu(const float *g, const float *u, float *y, size_t n);
+
 /* Pin a level (tests compare them); -1: the CPU's best.  HY_EUNSUPPORTED
  * for a level the CPU or this build lacks. */
 int hy_cpu_act_set_isa(int isa);

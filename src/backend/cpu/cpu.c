@@ -485,6 +485,27 @@ static void hy_cpu_swiglu(hy_backend_t *be, const float *gate, const float *up, 
     hy_pool_run_n(hy_cpu(be)->pool, hy_cpu_nth(hy_cpu(be), n * 8), hy_swiglu_worker, &j);
 }
 
+static void hy_geglu_worker(void *arg, int ith, int nth)
+{
+    hy_ew_job_t *j = arg;
+    int64_t lo, hi;
+
+    hy_cpu_split((int64_t)j->n, ith, nth, &lo, &hi);
+    if (hi > lo)
+        hy_act_geglu(j->y + lo, j->z + lo, j->x + lo, (size_t)(hi - lo));
+}
+
+/* Gemma's FFN: the GELU and the product in one pass over the gate rows
+ * (separately they were two passes over n_ff floats a token, ~2% of a
+ * prefill). */
+static void hy_cpu_geglu(hy_backend_t *be, const float *gate, const float *up, float *y,
+                         size_t n)
+{
+    hy_ew_job_t j = {y, gate, up, 0, n};
+
+    hy_pool_run_n(hy_cpu(be)->pool, hy_cpu_nth(hy_cpu(be), n * 8), hy_geglu_worker, &j);
+}
+
 static void hy_add_worker(void *arg, int ith, int nth)
 {
     hy_ew_job_t *j = arg;
@@ -691,6 +712,7 @@ static const struct hy_backend_i hy_cpu_methods = {
     .rope = hy_cpu_rope,
     .attention = hy_cpu_attention,
     .swiglu = hy_cpu_swiglu,
+    .geglu = hy_cpu_geglu,
     .add = hy_cpu_add,
     .scale = hy_cpu_scale,
     .gather_rows = hy_cpu_gather_rows,

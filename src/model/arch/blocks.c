@@ -81,8 +81,7 @@ void hy_blk_ffn_geglu(hy_model_t *m, hy_fwd_t *f, const hy_layer_t *L, int32_t n
 
     (void)m;
     hy_blk_gate_up(f, L, in, n);
-    op->unary(be, HY_UNARY_GELU_TANH, f->gate, f->gate, cnt);
-    op->mul(be, f->gate, f->up, cnt);
+    hy_backend_geglu(be, f->gate, f->up, cnt);
     op->matmul(be, &L->ffn_down, f->gate, out, n);
 }
 
