@@ -1401,15 +1401,17 @@ HY_Q2_INLINE void hy_q2_dpwssd_bcast(__m512i *P, __m512i w, const int16_t *v)
 }
 
 HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
-                                float *acc, float *mac, const int C, const int flags)
+                                float *acc, float *mac, const int C, const int flags, int first)
 {
     /* the sums stay in registers over the panel's blocks (stores to acc
-     * could alias the panel and the tokens, so GCC reloads them per block) */
+     * could alias the panel and the tokens, so GCC reloads them per block);
+     * the tile's first panel starts them at zero (acc and mac hold nothing
+     * yet: the tile does not clear them) */
     __m512 A[HY_Q2_C], MA[HY_Q2_C];
 #pragma GCC unroll 8
     for (int c = 0; c < C; c++) {
-        A[c] = _mm512_load_ps(acc + 16 * c);
-        MA[c] = _mm512_load_ps(mac + 16 * c);
+        A[c] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + 16 * c);
+        MA[c] = first ? _mm512_setzero_ps() : _mm512_load_ps(mac + 16 * c);
     }
     for (int64_t b = 0; b < nb; b++, pb++) {
         const hy_block_q16_t *xb[HY_Q2_C];
@@ -1464,8 +1466,9 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
  * a broadcast costs an issue slot like a multiply-add, so sharing it is
  * what leaves the vpmaddwd ports busy. */
 HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
-                                float *acc, float *mac, const int C, const int flags)
+                                float *acc, float *mac, const int C, const int flags, int first)
 {
+    (void)first; /* the tile clears acc and mac for this version */
     for (int64_t b = 0; b < nb; b++, pb++) {
         const hy_block_q16_t *xb[HY_Q2_C];
         __m256i P0[HY_Q2_C], P1[HY_Q2_C];
@@ -1537,23 +1540,24 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
 
 #if HY_Q2_C == 8
 #define HY_Q2_RUN_WIDE(flags)                                                      \
-    case 5: hy_q2_compute(pb, nb, x, xs, acc, mac, 5, flags); break;              \
-    case 6: hy_q2_compute(pb, nb, x, xs, acc, mac, 6, flags); break;              \
-    case 7: hy_q2_compute(pb, nb, x, xs, acc, mac, 7, flags); break;
+    case 5: hy_q2_compute(pb, nb, x, xs, acc, mac, 5, flags, first); break;              \
+    case 6: hy_q2_compute(pb, nb, x, xs, acc, mac, 6, flags, first); break;              \
+    case 7: hy_q2_compute(pb, nb, x, xs, acc, mac, 7, flags, first); break;
 #else
 #define HY_Q2_RUN_WIDE(flags)
 #endif
 #define HY_Q2_RUN(name, flags)                                                     \
     static void hy_q2_run_##name(int c, const hy_q2_blk_t *pb, int64_t nb,        \
-                                 const char *x, size_t xs, float *acc, float *mac) \
+                                 const char *x, size_t xs, float *acc, float *mac, \
+                                 int first)                                        \
     {                                                                              \
         switch (c) {                                                               \
-        case 1: hy_q2_compute(pb, nb, x, xs, acc, mac, 1, flags); break;          \
-        case 2: hy_q2_compute(pb, nb, x, xs, acc, mac, 2, flags); break;          \
-        case 3: hy_q2_compute(pb, nb, x, xs, acc, mac, 3, flags); break;          \
-        case 4: hy_q2_compute(pb, nb, x, xs, acc, mac, 4, flags); break;          \
+        case 1: hy_q2_compute(pb, nb, x, xs, acc, mac, 1, flags, first); break;          \
+        case 2: hy_q2_compute(pb, nb, x, xs, acc, mac, 2, flags, first); break;          \
+        case 3: hy_q2_compute(pb, nb, x, xs, acc, mac, 3, flags, first); break;          \
+        case 4: hy_q2_compute(pb, nb, x, xs, acc, mac, 4, flags, first); break;          \
         HY_Q2_RUN_WIDE(flags)                                                      \
-        default: hy_q2_compute(pb, nb, x, xs, acc, mac, HY_Q2_C, flags); break;    \
+        default: hy_q2_compute(pb, nb, x, xs, acc, mac, HY_Q2_C, flags, first); break;    \
         }                                                                          \
     }
 HY_Q2_RUN(plain, 0)
@@ -1563,7 +1567,7 @@ HY_Q2_RUN(offset16, HY_QMM_OFFSET16)
 _Static_assert(HY_Q2_C == 5 || HY_Q2_C == 8, "hy_q2_run instantiates 1..HY_Q2_C tokens");
 
 typedef void (*hy_q2_run_fn)(int c, const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
-                             float *acc, float *mac);
+                             float *acc, float *mac, int first);
 
 /* ---- tiles ---- */
 
@@ -1638,8 +1642,10 @@ static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_de
         const char *w1 = w + (size_t)HY_MIN(rb + 8, nw - 1) * ws;
         for (int c0 = 0; c0 < nx; c0 += HY_Q2_CT) {
             const int ct = HY_MIN(HY_Q2_CT, nx - c0);
+#ifndef HY_Q2_AVX512
             memset(acc, 0, sizeof(float) * 16 * (size_t)ct);
             memset(mac, 0, sizeof(float) * 16 * (size_t)ct);
+#endif
             for (int64_t kb = 0; kb < nb; kb += kbs) {
                 const int64_t kn = HY_MIN(kbs, nb - kb);
                 unpack(ty, w + (size_t)rb * ws, ws, n0, kb, kn, panel, 0);
@@ -1647,7 +1653,7 @@ static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_de
                 for (int cc = 0; cc < ct; cc += HY_Q2_C)
                     run(HY_MIN(HY_Q2_C, ct - cc), panel, kn,
                         x + (size_t)(c0 + cc) * xs + (size_t)kb * sizeof(hy_block_q16_t), xs,
-                        acc + cc * 16, mac + cc * 16);
+                        acc + cc * 16, mac + cc * 16, kb == 0);
             }
             for (int c = 0; c < ct; c++) {
                 float *o = acc + c * 16;
