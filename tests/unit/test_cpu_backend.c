@@ -352,6 +352,35 @@ static void test_elementwise(hy_backend_t *be)
         ok = ok && a[i] == (a0[i] + b[i]) * 0.5f;
     HY_T_OK(ok, "add and scale over %zu floats are exact", n);
 
+    /* rmsnorm on every level: the portable loop's bits (its eight partial
+     * sums are the AVX2 lanes; products and sums never fused), with and
+     * without a weight, a tail past the vectors, in place */
+    {
+        static const int32_t dims[] = {576, 645, 7};
+        float wv[645];
+        fill(wv, 645, 1.5f);
+        hy_weight_t nw = {HY_DTYPE_F32, {645, 1, 1, 1}, sizeof wv, wv, NULL, "norm"};
+        int same = 1, runs = 0;
+        for (size_t di = 0; di < HY_ARRAY_LEN(dims); di++)
+            for (int wi = 0; wi < 2; wi++) {
+                const int32_t d = dims[di], nr = 37;
+                nw.ne[0] = d;
+                hy_quant_set_isa(HY_ISA_SCALAR);
+                be->i->rmsnorm(be, a0, wi ? &nw : NULL, c, nr, d, 1e-6f);
+                for (int isa = HY_ISA_AVX2; isa <= (int)hy_cpu_isa(); isa++) {
+                    if (hy_quant_set_isa((hy_isa_t)isa) != HY_OK)
+                        continue;
+                    memcpy(a, a0, (size_t)nr * d * sizeof(float));
+                    be->i->rmsnorm(be, a, wi ? &nw : NULL, a, nr, d, 1e-6f);
+                    same = same && memcmp(a, c, (size_t)nr * d * sizeof(float)) == 0;
+                    runs++;
+                }
+            }
+        hy_quant_set_isa(hy_cpu_isa());
+        HY_T_OK(same, "rmsnorm at every level == the portable loop, bit for bit (%d runs: "
+                "dims 576/645/7, weighted or not, in place)", runs);
+    }
+
     const int32_t rows[] = {3, 0, 3, 7};
     be->i->gather_rows(be, c, a0, rows, 4, 1000);
     ok = 1;
