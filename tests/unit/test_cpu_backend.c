@@ -553,6 +553,36 @@ static void test_rope_rows(hy_backend_t *be)
             bad++;
         }
     }
+    /* every level rotates with the portable loop's bits: NEOX and
+     * interleaved pairs, all or part of the head, halves that are not
+     * whole vectors */
+    {
+        const hy_rope_t lv[] = {
+            {HY_ROPE_NEOX, 64, 10000, 1, 0, 1, 0, 0, 0, NULL},
+            {HY_ROPE_NORM, 64, 10000, 1, 0, 1, 0, 0, 0, NULL},
+            {HY_ROPE_NEOX, 20, 10000, 1, 0, 1, 0, 0, 0, NULL},
+            {HY_ROPE_NORM, 26, 500000, 0.5f, 1.0f, 0.9f, 32, 1, 2048, NULL},
+        };
+        int same = 1, runs = 0;
+        for (int t = 0; t < N; t++)
+            pos[t] = 7 + 5 * t;
+        for (size_t k = 0; k < HY_ARRAY_LEN(lv); k++) {
+            hy_quant_set_isa(HY_ISA_SCALAR);
+            memcpy(b, x0, sizeof x0);
+            be->i->rope(be, b, N, NH, HD, pos, &lv[k]);
+            for (int isa = HY_ISA_AVX2; isa <= (int)hy_cpu_isa(); isa++) {
+                if (hy_quant_set_isa((hy_isa_t)isa) != HY_OK)
+                    continue;
+                memcpy(a, x0, sizeof x0);
+                be->i->rope(be, a, N, NH, HD, pos, &lv[k]);
+                same = same && memcmp(a, b, sizeof a) == 0;
+                runs++;
+            }
+        }
+        hy_quant_set_isa(hy_cpu_isa());
+        HY_T_OK(same, "rope at every level == the portable loop, bit for bit (%d runs: NEOX "
+                "and pairs, 64 of 64, 20 and 26 of 64 dims)", runs);
+    }
     HY_T_OK(bad == 0 && be->i->status(be, err) == HY_OK,
             "rope: rows held between calls (same, changed, fewer positions; four settings "
             "in two slots; freq_factors changed in place) == a fresh backend's, bit for bit "

@@ -368,6 +368,50 @@ static double hy_rope_corr_dim(int n_dims, int n_ctx_orig, double n_rot, double 
     return n_dims * log(n_ctx_orig / (n_rot * 2 * M_PI)) / (2 * log(base));
 }
 
+#if defined(__x86_64__) && HY_BUILD_AVX2
+/* One head's rotation, the loops below a vector at a time with their
+ * operations (products, then a difference or a sum: x*c - y*s is x*c +
+ * y*(-s), exactly, and the sum's order does not change its bits). */
+__attribute__((target("avx2"))) static void hy_rope_row_avx2(float *x, const float *cs,
+                                                              const float *sn, int half, bool neox)
+{
+    int i = 0;
+
+    if (neox) {
+        for (; i + 8 <= half; i += 8) {
+            const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + half);
+            const __m256 c = _mm256_loadu_ps(cs + i), sv = _mm256_loadu_ps(sn + i);
+            _mm256_storeu_ps(x + i, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, sv)));
+            _mm256_storeu_ps(x + i + half,
+                             _mm256_add_ps(_mm256_mul_ps(a, sv), _mm256_mul_ps(b, c)));
+        }
+        for (; i < half; i++) {
+            float a = x[i], b = x[i + half];
+            x[i] = a * cs[i] - b * sn[i];
+            x[i + half] = a * sn[i] + b * cs[i];
+        }
+        return;
+    }
+    /* pairs (2i, 2i+1), four to a vector: v*c' + swapped(v)*s' with c'
+     * each cos twice and s' each sin as (-s, s) */
+    const __m256 neg_even = _mm256_setr_ps(-0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f);
+    for (; i + 4 <= half; i += 4) {
+        const __m128 c4 = _mm_loadu_ps(cs + i), s4 = _mm_loadu_ps(sn + i);
+        const __m256 c = _mm256_set_m128(_mm_unpackhi_ps(c4, c4), _mm_unpacklo_ps(c4, c4));
+        const __m256 sv = _mm256_xor_ps(
+            _mm256_set_m128(_mm_unpackhi_ps(s4, s4), _mm_unpacklo_ps(s4, s4)), neg_even);
+        const __m256 v = _mm256_loadu_ps(x + 2 * i);
+        const __m256 w = _mm256_permute_ps(v, 0xB1);
+        _mm256_storeu_ps(x + 2 * i, _mm256_add_ps(_mm256_mul_ps(v, c), _mm256_mul_ps(w, sv)));
+    }
+    for (; i < half; i++) {
+        float a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * cs[i] - b * sn[i];
+        x[2 * i + 1] = a * sn[i] + b * cs[i];
+    }
+}
+#endif
+
 static void hy_rope_worker(void *arg, int ith, int nth)
 {
     hy_rope_job_t *j = arg;
@@ -392,6 +436,12 @@ static void hy_rope_worker(void *arg, int ith, int nth)
         }
         for (int h = 0; h < j->n_head; h++) {
             float *x = j->x + (t * j->n_head + h) * j->head_dim;
+#if defined(__x86_64__) && HY_BUILD_AVX2
+            if (HY_ROW_AVX2) {
+                hy_rope_row_avx2(x, cs, sn, half, r->mode == HY_ROPE_NEOX);
+                continue;
+            }
+#endif
             if (r->mode == HY_ROPE_NEOX) {
                 for (int i = 0; i < half; i++) {
                     float a = x[i], b = x[i + half];
