@@ -34,7 +34,7 @@
 /* Token rows per tile at most: the 16-row tile kernels keep this many
  * tokens' sums (qmm_avx2.c HY_Q2_CT, quant_avx512.c HY_A5K_CT), so each
  * unpacked panel of weights meets them all. */
-#define HY_MM_X_TILE_ROWS 128
+#define HY_MM_X_TILE_ROWS 256
 /* Weight rows per tile are a multiple of this: the AVX2/AVX-512 kernels
  * take 16 rows at a time (8 for one token), repeating rows of a ragged
  * last group. */

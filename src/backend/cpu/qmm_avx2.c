@@ -48,8 +48,8 @@
 
 /* Blocks per panel: 12 x 1216 bytes stay in L1 next to the tokens' rows. */
 #define HY_Q2_KB 12
-/* Token rows whose sums one tile call keeps (acc and mac: 16 KB). */
-#define HY_Q2_CT 128
+/* Token rows whose sums one tile call keeps (acc and mac: 32 KB). */
+#define HY_Q2_CT 256
 /* Token rows per pass of the compute kernel over the panel (AVX-512: one
  * zmm sum per token, 32 registers). */
 #ifdef HY_Q2_AVX512

@@ -646,7 +646,7 @@ static void hy_a5_dot_q4_1_1l(int64_t n, float *s, const void *w, const void *x)
  * default kernels' Q16 contract does not apply to Q8_K). */
 enum { HY_A5K_Q4, HY_A5K_Q5, HY_A5K_Q6 };
 /* Token rows whose sums one pass over a group's super-blocks keeps. */
-#define HY_A5K_CT 128
+#define HY_A5K_CT 256
 
 /* One super-block of 16 rows, unpacked (5.8 KB: stays in L1 while the
  * tokens go over it). */
