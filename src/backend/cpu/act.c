@@ -50,32 +50,26 @@ static inline float hy_act_gelu_arg1(float x)
     return u + u;
 }
 
+static inline float hy_act_op1(hy_unary_t op, float v)
+{
+    switch (op) {
+    case HY_UNARY_SIGMOID: return hy_act_sig1(v);
+    case HY_UNARY_SILU: return v * hy_act_sig1(v);
+    default: return v * hy_act_sig1(hy_act_gelu_arg1(v));
+    }
+}
+
 static void hy_act_scalar(hy_unary_t op, const float *x, float *y, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        const float v = x[i];
-        switch (op) {
-        case HY_UNARY_SIGMOID: y[i] = hy_act_sig1(v); break;
-        case HY_UNARY_SILU: y[i] = v * hy_act_sig1(v); break;
-        default: y[i] = v * hy_act_sig1(hy_act_gelu_arg1(v)); break;
-        }
-    }
+    for (size_t i = 0; i < n; i++)
+        y[i] = hy_act_op1(op, x[i]);
 }
 
-static void hy_act_swiglu_scalar(const float *g, const float *u, float *y, size_t n)
+/* The gated forms: y = op(g) * u (SwiGLU with SiLU, GeGLU with GELU-tanh). */
+static void hy_act_glu_scalar(hy_unary_t op, const float *g, const float *u, float *y, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        const float v = g[i];
-        y[i] = v * hy_act_sig1(v) * u[i];
-    }
-}
-
-static void hy_act_geglu_scalar(const float *g, const float *u, float *y, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        const float v = g[i];
-        y[i] = v * hy_act_sig1(hy_act_gelu_arg1(v)) * u[i];
-    }
+    for (size_t i = 0; i < n; i++)
+        y[i] = hy_act_op1(op, g[i]) * u[i];
 }
 
 #if defined(__x86_64__) && HY_BUILD_AVX2
@@ -115,29 +109,16 @@ __attribute__((target("avx512f"))) static void hy_act_avx512(hy_unary_t op, cons
     hy_act_scalar(op, x + i, y + i, n - i);
 }
 
-__attribute__((target("avx512f"))) static void hy_act_swiglu_avx512(const float *g,
-                                                                     const float *u, float *y,
-                                                                     size_t n)
-{
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 v = _mm512_loadu_ps(g + i);
-        _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_mul_ps(v, hy_act_sig16(v)),
-                                              _mm512_loadu_ps(u + i)));
-    }
-    hy_act_swiglu_scalar(g + i, u + i, y + i, n - i);
-}
-
-__attribute__((target("avx512f"))) static void hy_act_geglu_avx512(const float *g,
-                                                                    const float *u, float *y,
-                                                                    size_t n)
+__attribute__((target("avx512f"))) static void hy_act_glu_avx512(hy_unary_t op,
+                                                                  const float *g,
+                                                                  const float *u, float *y,
+                                                                  size_t n)
 {
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_mul_ps(hy_act_op16(HY_UNARY_GELU_TANH,
-                                                          _mm512_loadu_ps(g + i)),
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(hy_act_op16(op, _mm512_loadu_ps(g + i)),
                                               _mm512_loadu_ps(u + i)));
-    hy_act_geglu_scalar(g + i, u + i, y + i, n - i);
+    hy_act_glu_scalar(op, g + i, u + i, y + i, n - i);
 }
 #endif
 
@@ -173,29 +154,15 @@ __attribute__((target("avx2,fma"))) static void hy_act_avx2(hy_unary_t op, const
     hy_act_scalar(op, x + i, y + i, n - i);
 }
 
-__attribute__((target("avx2,fma"))) static void hy_act_swiglu_avx2(const float *g,
-                                                                    const float *u, float *y,
-                                                                    size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(g + i);
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(v, hy_act_sig8(v)),
-                                              _mm256_loadu_ps(u + i)));
-    }
-    hy_act_swiglu_scalar(g + i, u + i, y + i, n - i);
-}
-
-__attribute__((target("avx2,fma"))) static void hy_act_geglu_avx2(const float *g,
-                                                                   const float *u, float *y,
-                                                                   size_t n)
+__attribute__((target("avx2,fma"))) static void hy_act_glu_avx2(hy_unary_t op,
+                                                                 const float *g, const float *u,
+                                                                 float *y, size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(hy_act_op8(HY_UNARY_GELU_TANH,
-                                                         _mm256_loadu_ps(g + i)),
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(hy_act_op8(op, _mm256_loadu_ps(g + i)),
                                               _mm256_loadu_ps(u + i)));
-    hy_act_geglu_scalar(g + i, u + i, y + i, n - i);
+    hy_act_glu_scalar(op, g + i, u + i, y + i, n - i);
 }
 #endif
 
@@ -227,40 +194,31 @@ bool hy_act(hy_unary_t op, const float *x, float *y, size_t n)
     return true;
 }
 
-void hy_act_swiglu(const float *g, const float *u, float *y, size_t n)
+static void hy_act_glu(hy_unary_t op, const float *g, const float *u, float *y, size_t n)
 {
     const int isa = hy_act_level();
     (void)isa;
 #if defined(__x86_64__) && HY_BUILD_AVX512
     if (isa == HY_ISA_AVX512) {
-        hy_act_swiglu_avx512(g, u, y, n);
+        hy_act_glu_avx512(op, g, u, y, n);
         return;
     }
 #endif
 #if defined(__x86_64__) && HY_BUILD_AVX2
     if (isa == HY_ISA_AVX2) {
-        hy_act_swiglu_avx2(g, u, y, n);
+        hy_act_glu_avx2(op, g, u, y, n);
         return;
     }
 #endif
-    hy_act_swiglu_scalar(g, u, y, n);
+    hy_act_glu_scalar(op, g, u, y, n);
+}
+
+void hy_act_swiglu(const float *g, const float *u, float *y, size_t n)
+{
+    hy_act_glu(HY_UNARY_SILU, g, u, y, n);
 }
 
 void hy_act_geglu(const float *g, const float *u, float *y, size_t n)
 {
-    const int isa = hy_act_level();
-    (void)isa;
-#if defined(__x86_64__) && HY_BUILD_AVX512
-    if (isa == HY_ISA_AVX512) {
-        hy_act_geglu_avx512(g, u, y, n);
-        return;
-    }
-#endif
-#if defined(__x86_64__) && HY_BUILD_AVX2
-    if (isa == HY_ISA_AVX2) {
-        hy_act_geglu_avx2(g, u, y, n);
-        return;
-    }
-#endif
-    hy_act_geglu_scalar(g, u, y, n);
+    hy_act_glu(HY_UNARY_GELU_TANH, g, u, y, n);
 }

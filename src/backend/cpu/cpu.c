@@ -588,38 +588,40 @@ static void hy_cpu_rope(hy_backend_t *be, float *x, int32_t n_tok, int32_t n_hea
 typedef struct {
     float *x;
     const float *y;
-    const float *z;
     float s;
     size_t n;
 } hy_ew_job_t;
 
-static void hy_swiglu_worker(void *arg, int ith, int nth)
+typedef struct {
+    void (*fn)(const float *g, const float *u, float *y, size_t n); /* act.h's */
+    const float *gate, *up;
+    float *y;
+    size_t n;
+} hy_glu_job_t;
+
+static void hy_glu_worker(void *arg, int ith, int nth)
 {
-    hy_ew_job_t *j = arg;
+    hy_glu_job_t *j = arg;
     int64_t lo, hi;
 
     hy_cpu_split((int64_t)j->n, ith, nth, &lo, &hi);
     if (hi > lo)
-        hy_act_swiglu(j->y + lo, j->z + lo, j->x + lo, (size_t)(hi - lo));
+        j->fn(j->gate + lo, j->up + lo, j->y + lo, (size_t)(hi - lo));
+}
+
+static void hy_cpu_glu(hy_backend_t *be, void (*fn)(const float *, const float *, float *, size_t),
+                       const float *gate, const float *up, float *y, size_t n)
+{
+    hy_glu_job_t j = {fn, gate, up, y, n};
+
+    /* the exp makes this several times costlier per float than add: share it sooner */
+    hy_pool_run_n(hy_cpu(be)->pool, hy_cpu_nth(hy_cpu(be), n * 8), hy_glu_worker, &j);
 }
 
 static void hy_cpu_swiglu(hy_backend_t *be, const float *gate, const float *up, float *y,
                           size_t n)
 {
-    hy_ew_job_t j = {y, gate, up, 0, n};
-
-    /* the exp makes this several times costlier per float than add: share it sooner */
-    hy_pool_run_n(hy_cpu(be)->pool, hy_cpu_nth(hy_cpu(be), n * 8), hy_swiglu_worker, &j);
-}
-
-static void hy_geglu_worker(void *arg, int ith, int nth)
-{
-    hy_ew_job_t *j = arg;
-    int64_t lo, hi;
-
-    hy_cpu_split((int64_t)j->n, ith, nth, &lo, &hi);
-    if (hi > lo)
-        hy_act_geglu(j->y + lo, j->z + lo, j->x + lo, (size_t)(hi - lo));
+    hy_cpu_glu(be, hy_act_swiglu, gate, up, y, n);
 }
 
 /* Gemma's FFN: the GELU and the product in one pass over the gate rows
@@ -628,9 +630,7 @@ static void hy_geglu_worker(void *arg, int ith, int nth)
 static void hy_cpu_geglu(hy_backend_t *be, const float *gate, const float *up, float *y,
                          size_t n)
 {
-    hy_ew_job_t j = {y, gate, up, 0, n};
-
-    hy_pool_run_n(hy_cpu(be)->pool, hy_cpu_nth(hy_cpu(be), n * 8), hy_geglu_worker, &j);
+    hy_cpu_glu(be, hy_act_geglu, gate, up, y, n);
 }
 
 static void hy_add_worker(void *arg, int ith, int nth)
@@ -651,7 +651,7 @@ static void hy_add_worker(void *arg, int ith, int nth)
 
 static void hy_cpu_add(hy_backend_t *be, float *x, const float *y, size_t n)
 {
-    hy_ew_job_t j = {x, y, NULL, 0, n};
+    hy_ew_job_t j = {x, y, 0, n};
 
     hy_pool_run_n(hy_cpu(be)->pool, hy_cpu_nth(hy_cpu(be), n), hy_add_worker, &j);
 }
@@ -674,7 +674,7 @@ static void hy_scale_worker(void *arg, int ith, int nth)
 
 static void hy_cpu_scale(hy_backend_t *be, float *x, float s, size_t n)
 {
-    hy_ew_job_t j = {x, NULL, NULL, s, n};
+    hy_ew_job_t j = {x, NULL, s, n};
 
     hy_pool_run_n(hy_cpu(be)->pool, hy_cpu_nth(hy_cpu(be), n), hy_scale_worker, &j);
 }
