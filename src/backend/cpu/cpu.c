@@ -200,6 +200,18 @@ static float hy_rms_scale(const float acc[8], const float *x, int32_t i, int32_t
     return (float)(1.0 / sqrt(sum / dim + (double)eps));
 }
 
+/* y = x * s (* w) from element i on */
+static void hy_rms_apply(const float *x, const float *w, float *y, float s, int32_t i,
+                         int32_t dim)
+{
+    if (w)
+        for (; i < dim; i++)
+            y[i] = x[i] * s * w[i];
+    else
+        for (; i < dim; i++)
+            y[i] = x[i] * s;
+}
+
 static void hy_rms_row(const float *x, const float *w, float *y, int32_t dim, float eps)
 {
     float acc[8] = {0};
@@ -208,13 +220,7 @@ static void hy_rms_row(const float *x, const float *w, float *y, int32_t dim, fl
     for (; i + 8 <= dim; i += 8)
         for (int k = 0; k < 8; k++)
             acc[k] += x[i + k] * x[i + k];
-    const float s = hy_rms_scale(acc, x, i, dim, eps);
-    if (w)
-        for (i = 0; i < dim; i++)
-            y[i] = x[i] * s * w[i];
-    else
-        for (i = 0; i < dim; i++)
-            y[i] = x[i] * s;
+    hy_rms_apply(x, w, y, hy_rms_scale(acc, x, i, dim, eps), 0, dim);
 }
 
 #if defined(__x86_64__) && HY_BUILD_AVX2
@@ -242,8 +248,7 @@ __attribute__((target("avx2"))) static void hy_rms_row_avx2(const float *x, cons
             v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
         _mm256_storeu_ps(y + i, v);
     }
-    for (; i < dim; i++)
-        y[i] = w ? x[i] * s * w[i] : x[i] * s;
+    hy_rms_apply(x, w, y, s, i, dim);
 }
 
 __attribute__((target("avx2"))) static void hy_add_avx2(float *x, const float *y, int64_t n)
@@ -368,10 +373,30 @@ static double hy_rope_corr_dim(int n_dims, int n_ctx_orig, double n_rot, double 
     return n_dims * log(n_ctx_orig / (n_rot * 2 * M_PI)) / (2 * log(base));
 }
 
+/* One head's rotation from pair i0 on: NEOX pairs (i, i + half), else
+ * (2i, 2i + 1). */
+static void hy_rope_row(float *x, const float *cs, const float *sn, int half, bool neox, int i0)
+{
+    if (neox) {
+        for (int i = i0; i < half; i++) {
+            float a = x[i], b = x[i + half];
+            x[i] = a * cs[i] - b * sn[i];
+            x[i + half] = a * sn[i] + b * cs[i];
+        }
+        return;
+    }
+    for (int i = i0; i < half; i++) {
+        float a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * cs[i] - b * sn[i];
+        x[2 * i + 1] = a * sn[i] + b * cs[i];
+    }
+}
+
 #if defined(__x86_64__) && HY_BUILD_AVX2
-/* One head's rotation, the loops below a vector at a time with their
- * operations (products, then a difference or a sum: x*c - y*s is x*c +
- * y*(-s), exactly, and the sum's order does not change its bits). */
+/* hy_rope_row a vector at a time with its operations (products, then a
+ * difference or a sum: x*c - y*s is x*c + y*(-s), exactly, and the sum's
+ * order does not change its bits); the pairs past the last vector through
+ * hy_rope_row. */
 __attribute__((target("avx2"))) static void hy_rope_row_avx2(float *x, const float *cs,
                                                               const float *sn, int half, bool neox)
 {
@@ -385,11 +410,7 @@ __attribute__((target("avx2"))) static void hy_rope_row_avx2(float *x, const flo
             _mm256_storeu_ps(x + i + half,
                              _mm256_add_ps(_mm256_mul_ps(a, sv), _mm256_mul_ps(b, c)));
         }
-        for (; i < half; i++) {
-            float a = x[i], b = x[i + half];
-            x[i] = a * cs[i] - b * sn[i];
-            x[i + half] = a * sn[i] + b * cs[i];
-        }
+        hy_rope_row(x, cs, sn, half, true, i);
         return;
     }
     /* pairs (2i, 2i+1), four to a vector: v*c' + swapped(v)*s' with c'
@@ -404,11 +425,7 @@ __attribute__((target("avx2"))) static void hy_rope_row_avx2(float *x, const flo
         const __m256 w = _mm256_permute_ps(v, 0xB1);
         _mm256_storeu_ps(x + 2 * i, _mm256_add_ps(_mm256_mul_ps(v, c), _mm256_mul_ps(w, sv)));
     }
-    for (; i < half; i++) {
-        float a = x[2 * i], b = x[2 * i + 1];
-        x[2 * i] = a * cs[i] - b * sn[i];
-        x[2 * i + 1] = a * sn[i] + b * cs[i];
-    }
+    hy_rope_row(x, cs, sn, half, false, i);
 }
 #endif
 
@@ -442,19 +459,7 @@ static void hy_rope_worker(void *arg, int ith, int nth)
                 continue;
             }
 #endif
-            if (r->mode == HY_ROPE_NEOX) {
-                for (int i = 0; i < half; i++) {
-                    float a = x[i], b = x[i + half];
-                    x[i] = a * cs[i] - b * sn[i];
-                    x[i + half] = a * sn[i] + b * cs[i];
-                }
-            } else {
-                for (int i = 0; i < half; i++) {
-                    float a = x[2 * i], b = x[2 * i + 1];
-                    x[2 * i] = a * cs[i] - b * sn[i];
-                    x[2 * i + 1] = a * sn[i] + b * cs[i];
-                }
-            }
+            hy_rope_row(x, cs, sn, half, r->mode == HY_ROPE_NEOX, 0);
         }
     }
 }
