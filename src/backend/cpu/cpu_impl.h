@@ -105,8 +105,9 @@ void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float
 /* Bytes of activation rows a prefill tile takes: 5/8 of this core's L2
  * (sysconf), the weight panels and output rows having the rest; 256 KB
  * where the C library does not say.  Tiles never change a result's bits,
- * only its speed (Zen 4, 1 MB: 640 KB, 128 token rows of every Gemma 3
- * matrix, +4.5% on its pp512 against the fixed 96 KB before). */
+ * only its speed (Zen 4, 1 MB: 640 KB, at least 128 token rows of every
+ * Gemma 3 matrix, +4.5% on its pp512 against the fixed 96 KB before; the
+ * cap is matmul.c's HY_MM_X_TILE_ROWS). */
 size_t hy_cpu_mm_x_tile_bytes(void);
 void hy_cpu_matmul_n(hy_backend_t *be, const hy_weight_t *const *w, int32_t n_w, const float *x,
                      float *const *y, int32_t n_tok);
