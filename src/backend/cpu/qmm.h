@@ -108,6 +108,25 @@ HY_QMM_DECLARE(q2_k)
 HY_QMM_DECLARE(q3_k)
 HY_QMM_DECLARE(iq4_xs)
 
+/* One 32-element block of 16 weight rows (two halves of 8) as qmm's
+ * many-token kernel reads it: per slot pair p and row, the pair of int16
+ * codes w (the decoder's) in one int32, low half first. */
+typedef struct {
+    int32_t q[16][2][8];    /* [p][h][r]: row 8h+r's codes of slot pair p */
+    float d[2][8], m[2][8]; /* D and M of each row */
+    float m2[2][8];         /* HY_QMM_OFFSET16: M of elements 16..31 (m: 0..15) */
+} hy_qmm_pblk_t;
+
+/* quant_avx512.c: super-block sb of 16 rows w + r*ws of Q4_K/Q5_K/Q6_K as
+ * the panel's 8 blocks p[0..8) (the AVX-512 level's qmm tiles take it for
+ * 16 rows at once: a quarter of the per-8-row extractors' work). */
+#define HY_QMM_KPANEL_DECLARE(name)                                                \
+    void hy_qmm_avx512_kpanel_##name(const char *w, size_t ws, int64_t sb,        \
+                                     hy_qmm_pblk_t *p);
+HY_QMM_KPANEL_DECLARE(q4_k)
+HY_QMM_KPANEL_DECLARE(q5_k)
+HY_QMM_KPANEL_DECLARE(q6_k)
+
 /* Kernel-table entries (hy_quant_kernels_t) of a type at each level. */
 #define HY_QMM_ENTRY_REF(name, to_float)                                           \
     {{HY_DTYPE_Q16, hy_qmm_ref_from_float_q16, hy_qmm_ref_dot_##name, to_float},  \

@@ -18,7 +18,8 @@
  *     hy_q2_dec_krows);
  *   - more tokens: a k-chunk of 16 rows is unpacked once into an L1 panel
  *     and meets every token of the tile, each broadcast pair feeding both
- *     halves (hy_q2_compute).
+ *     halves (hy_q2_compute); at the AVX-512 level the K-quants' panels
+ *     come 16 rows at once from quant_avx512.c (hy_qmm_avx512_kpanel_*).
  * A weight type plugs in with an extractor; types without one go through
  * their scalar decoder (hy_q2_unpack_decode).  Compiled with -mavx2 -mfma
  * -mf16c (cpu.mk).
@@ -61,13 +62,8 @@
  * latency exposed in bench_mm on a 262144-row matrix). */
 #define HY_Q2_PF_ROWS 16
 
-/* One 32-element block of 16 weight rows (two halves of 8) as the panel
- * kernel reads it. */
-typedef struct {
-    int32_t q[16][2][8];    /* [p][h][r]: row 8h+r's codes of slot pair p */
-    float d[2][8], m[2][8]; /* D and M of each row */
-    float m2[2][8];         /* HY_QMM_OFFSET16: M of elements 16..31 (m: 0..15) */
-} hy_q2_blk_t;
+/* The panel's blocks (qmm.h). */
+typedef hy_qmm_pblk_t hy_q2_blk_t;
 
 /* One block of 8 rows in registers: the 16 pair vectors, D and M. */
 typedef struct {
@@ -1611,17 +1607,35 @@ static bool hy_q2_vtile_one(hy_q2_vdec_fn dec, int64_t nb, float *s, const char 
 }
 #endif
 
+/* A K-quant super-block of 16 rows as 8 panel blocks (qmm.h), or NULL. */
+typedef void (*hy_q2_kpanel_fn)(const char *w, size_t ws, int64_t sb, hy_qmm_pblk_t *p);
+
+#ifdef HY_Q2_AVX512
+HY_Q2_INLINE hy_q2_kpanel_fn hy_q2_kpanel_of(hy_dtype_t t)
+{
+    return t == HY_DTYPE_Q4_K   ? hy_qmm_avx512_kpanel_q4_k
+           : t == HY_DTYPE_Q5_K ? hy_qmm_avx512_kpanel_q5_k
+           : t == HY_DTYPE_Q6_K ? hy_qmm_avx512_kpanel_q6_k
+                                : NULL;
+}
+#else
+#define hy_q2_kpanel_of(t) ((hy_q2_kpanel_fn)NULL)
+#endif
+
 /* s[c*ss + r] for nw rows of w (stride ws bytes) and nx Q16 rows of x
  * (stride xs bytes), n elements each.  Rows go 16 at a time, a ragged end
- * or a short tile handled as in hy_q2_tile_one. */
-static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_dec_fn dec,
-                       int64_t n, float *s, size_t ss, const void *vw, size_t ws, int nw,
-                       const void *vx, size_t xs, int nx)
+ * or a short tile handled as in hy_q2_tile_one; 16 rows or more of a type
+ * with a kpanel take it for their panels. */
+static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_kpanel_fn kpanel,
+                       hy_q2_dec_fn dec, int64_t n, float *s, size_t ss, const void *vw,
+                       size_t ws, int nw, const void *vx, size_t xs, int nx)
 {
     const char *w = vw, *x = vx;
     const int64_t nb = n / 32;
     const int64_t nkc = (nb + HY_Q2_KB - 1) / HY_Q2_KB;
-    const int64_t kbs = nkc ? (nb + nkc - 1) / nkc : 0;
+    /* 16 rows of a K-quant come a super-block (8 blocks) at a time */
+    const bool kp = kpanel && nw >= 16;
+    const int64_t kbs = kp ? 8 : nkc ? (nb + nkc - 1) / nkc : 0;
     const hy_q2_run_fn run = (ty->flags & HY_QMM_OFFSET)     ? hy_q2_run_offset
                              : (ty->flags & HY_QMM_OFFSET16) ? hy_q2_run_offset16
                              : (ty->flags & HY_QMM_CHUNK16)  ? hy_q2_run_chunk16
@@ -1648,8 +1662,12 @@ static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_de
 #endif
             for (int64_t kb = 0; kb < nb; kb += kbs) {
                 const int64_t kn = HY_MIN(kbs, nb - kb);
-                unpack(ty, w + (size_t)rb * ws, ws, n0, kb, kn, panel, 0);
-                unpack(ty, w1, ws, n1, kb, kn, panel, 1);
+                if (kp) {
+                    kpanel(w + (size_t)rb * ws, ws, kb / 8, panel);
+                } else {
+                    unpack(ty, w + (size_t)rb * ws, ws, n0, kb, kn, panel, 0);
+                    unpack(ty, w1, ws, n1, kb, kn, panel, 1);
+                }
                 for (int cc = 0; cc < ct; cc += HY_Q2_C)
                     run(HY_MIN(HY_Q2_C, ct - cc), panel, kn,
                         x + (size_t)(c0 + cc) * xs + (size_t)kb * sizeof(hy_block_q16_t), xs,
@@ -1696,7 +1714,8 @@ static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_de
     {                                                                              \
         if (HY_Q2_VTILE_ONE(t, n, s, w, ws, nw, x, nx))                            \
             return;                                                                \
-        hy_q2_tile(hy_qmm_type(t), unpacker, dec, n, s, ss, w, ws, nw, x, xs, nx); \
+        hy_q2_tile(hy_qmm_type(t), unpacker, hy_q2_kpanel_of(t), dec, n, s, ss, w, ws, \
+                   nw, x, xs, nx);                                                 \
     }
 #define HY_Q2_TILE_X(name, t, flags)                                               \
     HY_Q2_TILE(name, t, hy_q2_unpack_##name, hy_q2_dec_##name)

@@ -8,7 +8,9 @@
  * plane, and Q5_0 over Q8_S its unsigned 5-bit codes; the K-quants
  * Q4_K/Q5_K/Q6_K over ggml's Q8_K have their own 16-row kernels (hy_a5k_*:
  * a super-block unpacked once per 16 rows, the sub-block scales applied to
- * exact int32 sums).  Those are the 8-bit activation mode's kernels.
+ * exact int32 sums).  Those are the 8-bit activation mode's kernels; the
+ * same unpack also fills qmm's 16-bit panels for those three types
+ * (hy_qmm_avx512_kpanel_*).
  * ggml's single-level Q8_0 partners of Q4_0/Q8_0 are 512-bit tiles with
  * two 32-element blocks per zmm, register-blocked 4 weight rows x 4
  * activation rows, vec_dot the 1x1 instance of the same code.  Every other
@@ -1008,6 +1010,67 @@ HY_QX_INLINE void hy_a5k_dot(const int fmt, int64_t n, float *s, const void *vw,
 HY_A5K_ENTRY(q4_k, HY_A5K_Q4)
 HY_A5K_ENTRY(q5_k, HY_A5K_Q5)
 HY_A5K_ENTRY(q6_k, HY_A5K_Q6)
+
+/* Super-block sb of 16 rows as qmm's panel (qmm.h: hy_qmm_pblk_t, the
+ * int16 codes of its decoders, in pairs per slot).  hy_a5k_unpack's
+ * transposes put the 16 rows in the lanes (qmm's 8-row extractors
+ * transpose twice as often, and 256 bits at a time); a lane's dword of
+ * codes c0..c3 (elements 4g..4g+3) is slot pairs 2g = (c0, c2) and 2g+1 =
+ * (c1, c3), its even and odd bytes; times the sub-block's scale in both
+ * int16 halves (Q6_K: minus 32 first), as qmm.c decodes them:
+ *   Q4_K/Q5_K: w = sc_k q, D = d, M = -(dmin m_k);  Q6_K: w = sc (q - 32). */
+HY_QX_INLINE void hy_a5k_kpanel(const int fmt, const char *w, size_t ws, int64_t i,
+                                hy_qmm_pblk_t *p)
+{
+    hy_a5k_sb_t sb __attribute__((aligned(64)));
+    const __m512i bytes = _mm512_set1_epi32(0x00FF00FF), k32 = _mm512_set1_epi16(32);
+
+    hy_a5k_unpack(fmt, w, ws, i, &sb);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        __m512 m = _mm512_setzero_ps();
+        if (fmt != HY_A5K_Q6) {
+            /* m_j: the int16 half j % 2 of mp[j / 2] */
+            const __m512i mj =
+                _mm512_srli_epi32(_mm512_slli_epi32(sb.mp[j / 2], 16 - 16 * (j % 2)), 16);
+            m = _mm512_castsi512_ps(_mm512_xor_si512(
+                _mm512_castps_si512(_mm512_mul_ps(sb.dmin, _mm512_cvtepi32_ps(mj))),
+                _mm512_set1_epi32((int)0x80000000u)));
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            /* the scale as an int16 pair: Q6_K's of elements 16e.. */
+            const __m512i s32 = fmt == HY_A5K_Q6 ? sb.sc[2 * j + g / 4] : sb.sc[j];
+            const __m512i sc = _mm512_or_si512(_mm512_and_si512(s32, _mm512_set1_epi32(0xFFFF)),
+                                               _mm512_slli_epi32(s32, 16));
+            __m512i e = _mm512_and_si512(sb.q[8 * j + g], bytes);
+            __m512i o = _mm512_and_si512(_mm512_srli_epi32(sb.q[8 * j + g], 8), bytes);
+            if (fmt == HY_A5K_Q6) {
+                e = _mm512_sub_epi16(e, k32);
+                o = _mm512_sub_epi16(o, k32);
+            }
+            _mm512_store_si512(p[j].q[2 * g], _mm512_mullo_epi16(e, sc));
+            _mm512_store_si512(p[j].q[2 * g + 1], _mm512_mullo_epi16(o, sc));
+        }
+        _mm512_store_ps(p[j].d[0], sb.d);
+        _mm512_store_ps(p[j].m[0], m);
+    }
+}
+
+void hy_qmm_avx512_kpanel_q4_k(const char *w, size_t ws, int64_t sb, hy_qmm_pblk_t *p)
+{
+    hy_a5k_kpanel(HY_A5K_Q4, w, ws, sb, p);
+}
+
+void hy_qmm_avx512_kpanel_q5_k(const char *w, size_t ws, int64_t sb, hy_qmm_pblk_t *p)
+{
+    hy_a5k_kpanel(HY_A5K_Q5, w, ws, sb, p);
+}
+
+void hy_qmm_avx512_kpanel_q6_k(const char *w, size_t ws, int64_t sb, hy_qmm_pblk_t *p)
+{
+    hy_a5k_kpanel(HY_A5K_Q6, w, ws, sb, p);
+}
 
 /* ---- float weights (F32/F16/BF16): the GEMM's arithmetic ----
  * matmul sends every float-weight product at this level through
