@@ -1,6 +1,6 @@
 /*
  * bench_mm.c - micro-benchmark of the matmul tile kernels per batch size:
- * GFLOP/s (2 per weight x token product) of one thread for B = 1..64
+ * GFLOP/s (2 per weight x token product) of one thread for B = 1..256
  * tokens against the core's peak, for every weight type at the CPU's best
  * level (or the one named).  The peak is measured, not assumed: the clock
  * from a chain of dependent adds, and the issue rate of the instruction
@@ -98,7 +98,8 @@ int main(int argc, char **argv)
                                        HY_DTYPE_Q5_0, HY_DTYPE_Q5_1,  HY_DTYPE_IQ4_NL,
                                        HY_DTYPE_Q2_K, HY_DTYPE_Q3_K,  HY_DTYPE_IQ4_XS,
                                        HY_DTYPE_F32,  HY_DTYPE_F16,   HY_DTYPE_BF16};
-    static const int bs[] = {1, 2, 4, 8, 16, 32, 64};
+    static const int bs[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    enum { MAX_B = 256 };
     double secs = argc > 1 ? atof(argv[1]) : 0.2;
     hy_isa_t isa = hy_cpu_isa();
     int rows = argc > 3 ? atoi(argv[3]) : 1024, k = argc > 4 ? atoi(argv[4]) : 576;
@@ -145,12 +146,12 @@ int main(int argc, char **argv)
            "kernel's kind)\n", rows, k, k / 256 * 256);
     printf("%-6s", "type");
     for (size_t i = 0; i < HY_ARRAY_LEN(bs); i++)
-        printf("  B=%-2d        ", bs[i]);
+        printf("  B=%-3d       ", bs[i]);
     printf("\n");
 
-    float *xf = malloc(sizeof(float) * (size_t)k * 64), *wf = malloc(sizeof(float) * (size_t)k);
-    float *out = malloc(sizeof(float) * (size_t)rows * 64);
-    for (int i = 0; i < k * 64; i++)
+    float *xf = malloc(sizeof(float) * (size_t)k * MAX_B), *wf = malloc(sizeof(float) * (size_t)k);
+    float *out = malloc(sizeof(float) * (size_t)rows * MAX_B);
+    for (int i = 0; i < k * MAX_B; i++)
         xf[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
     const int k0 = k;
     const int q8 = getenv("BENCH_MM_Q8") && atoi(getenv("BENCH_MM_Q8"));
@@ -168,7 +169,7 @@ int main(int argc, char **argv)
             continue;
         }
         size_t wb = hy_dtype_row_bytes(t, k), xb = hy_dtype_row_bytes(tr->vec_dot_type, k);
-        uint8_t *w = malloc(wb * (size_t)rows), *x = malloc(xb * 64);
+        uint8_t *w = malloc(wb * (size_t)rows), *x = malloc(xb * MAX_B);
         for (int r = 0; r < rows; r++) {
             for (int i = 0; i < k; i++)
                 wf[i] = (float)(((int64_t)r * 31 + i * 104729) % 997) / 498.0f - 1.0f;
@@ -182,7 +183,7 @@ int main(int argc, char **argv)
                         0.01f);
             }
         }
-        for (int c = 0; c < 64; c++)
+        for (int c = 0; c < MAX_B; c++)
             tr->from_float(xf + (size_t)c * k, x + (size_t)c * xb, k);
         int is_f = tr->vec_dot_type == HY_DTYPE_F32;
         /* single-level int8 partners multiply with vpdpbusd at AVX-512 (the
