@@ -153,10 +153,11 @@ static void hy_mm_worker(void *arg, int ith, int nth)
     int64_t n_units = j->n_rb * j->n_tb;
 
     if (j->runs) {
-        /* Decode: this thread's own rows first, in address order, so its
-         * stream is one contiguous range (the kernels' software prefetch
-         * runs ahead into the thread's next tile, never into another's);
-         * then it helps finish the other runs. */
+        /* Decode, a few tokens (HY_TILE_PF_TOKENS): this thread's own
+         * rows first, in address order, so its stream is one contiguous
+         * range (the kernels' software prefetch runs ahead into the
+         * thread's next tile, never into another's); then it helps
+         * finish the other runs. */
         for (int k = 0; k < nth; k++) {
             hy_mm_run_t *run = &j->runs[(ith + k) % nth];
             int64_t u;
@@ -419,12 +420,13 @@ static void hy_mm_one(hy_cpu_t *cpu, const hy_weight_t *w, const float *x, float
     j.n_rb = (j.n_out + j.br - 1) / j.br;
     nth = (int)HY_MIN((int64_t)nth, j.n_rb * j.n_tb);
     atomic_init(&j.next, nth);  /* tiles 0..nth-1 are the threads' first */
-    /* One token: weights are streamed once, and the tiles are row ranges.
-     * Claimed from one counter, consecutive tiles alternate between the
-     * threads, so each thread's stream restarts cold at every tile (the
-     * prefetch of its previous tile ran into the neighbour's rows): give
-     * each thread a contiguous run instead. */
-    if (n_tok == 1 && nth > 1 && nth <= HY_MM_MAX_RUNS) {
+    /* One token or a few in one token tile (batched decode): weights are
+     * streamed once, and the tiles are row ranges.  Claimed from one
+     * counter, consecutive tiles alternate between the threads, so each
+     * thread's stream restarts cold at every tile (the prefetch of its
+     * previous tile ran into the neighbour's rows): give each thread a
+     * contiguous run instead. */
+    if (j.n_tb == 1 && n_tok <= HY_TILE_PF_TOKENS && nth > 1 && nth <= HY_MM_MAX_RUNS) {
         for (int t = 0; t < nth; t++) {
             int64_t lo, hi;
             hy_cpu_split(j.n_rb, t, nth, &lo, &hi);

@@ -117,15 +117,18 @@ typedef struct {
     float m2[2][8];         /* HY_QMM_OFFSET16: M of elements 16..31 (m: 0..15) */
 } hy_qmm_pblk_t;
 
-/* quant_avx512.c: super-block sb of 16 rows w + r*ws of Q4_K/Q5_K/Q6_K as
- * the panel's 8 blocks p[0..8) (the AVX-512 level's qmm tiles take it for
- * 16 rows at once: a quarter of the per-8-row extractors' work). */
-#define HY_QMM_KPANEL_DECLARE(name)                                                \
-    void hy_qmm_avx512_kpanel_##name(const char *w, size_t ws, int64_t sb,        \
-                                     hy_qmm_pblk_t *p);
-HY_QMM_KPANEL_DECLARE(q4_k)
-HY_QMM_KPANEL_DECLARE(q5_k)
-HY_QMM_KPANEL_DECLARE(q6_k)
+/* quant_avx512.c: blocks [b0, b0+nb) of 16 rows w + r*ws as the panel's
+ * blocks p[0..nb) (the AVX-512 level's qmm tiles take them for 16 rows at
+ * once, in place of two passes of the 8-row extractors).  The K-quants
+ * take whole super-blocks: b0 and nb multiples of 8. */
+#define HY_QMM_PANEL16_DECLARE(name)                                               \
+    void hy_qmm_avx512_panel16_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
+                                      hy_qmm_pblk_t *p);
+HY_QMM_PANEL16_DECLARE(q4_k)
+HY_QMM_PANEL16_DECLARE(q5_k)
+HY_QMM_PANEL16_DECLARE(q6_k)
+HY_QMM_PANEL16_DECLARE(q5_0)
+HY_QMM_PANEL16_DECLARE(q8_0)
 
 /* Kernel-table entries (hy_quant_kernels_t) of a type at each level. */
 #define HY_QMM_ENTRY_REF(name, to_float)                                           \

@@ -19,7 +19,7 @@
  *   - more tokens: a k-chunk of 16 rows is unpacked once into an L1 panel
  *     and meets every token of the tile, each broadcast pair feeding both
  *     halves (hy_q2_compute); at the AVX-512 level the K-quants' panels
- *     come 16 rows at once from quant_avx512.c (hy_qmm_avx512_kpanel_*).
+ *     come 16 rows at once from quant_avx512.c (hy_qmm_avx512_panel16_*).
  * A weight type plugs in with an extractor; types without one go through
  * their scalar decoder (hy_q2_unpack_decode).  Compiled with -mavx2 -mfma
  * -mf16c (cpu.mk).
@@ -1607,35 +1607,60 @@ static bool hy_q2_vtile_one(hy_q2_vdec_fn dec, int64_t nb, float *s, const char 
 }
 #endif
 
-/* A K-quant super-block of 16 rows as 8 panel blocks (qmm.h), or NULL. */
-typedef void (*hy_q2_kpanel_fn)(const char *w, size_t ws, int64_t sb, hy_qmm_pblk_t *p);
+/* Blocks [b, b+kn) of 16 rows starting at w are being unpacked: their
+ * share of the next 16 rows' run (16 ws bytes, contiguous) into L2, so
+ * that a few-token tile over a matrix from DRAM (Gemma 3's output matrix
+ * in batched decode) finds its rows there instead of waiting on 16
+ * interleaved streams the hardware prefetcher follows poorly. */
+HY_Q2_INLINE void hy_q2_prefetch_next16(const char *w, size_t ws, int64_t b, int64_t kn,
+                                        int64_t nb)
+{
+    const size_t span = 16 * ws;
+    const size_t lo = (size_t)b * span / (size_t)nb, hi = (size_t)(b + kn) * span / (size_t)nb;
+    const char *base = w + span;
+
+    for (size_t o = (lo + 63) & ~(size_t)63; o < hi + (b + kn == nb ? 64 : 0); o += 64)
+        _mm_prefetch(base + o, _MM_HINT_T1);
+}
+
+/* Blocks [b0, b0+nb) of 16 rows as panel blocks (qmm.h). */
+typedef void (*hy_q2_panel16_fn)(const char *w, size_t ws, int64_t b0, int64_t nb,
+                                 hy_qmm_pblk_t *p);
 
 #ifdef HY_Q2_AVX512
-HY_Q2_INLINE hy_q2_kpanel_fn hy_q2_kpanel_of(hy_dtype_t t)
+/* quant_avx512.c's 16-row unpacker of type t, or NULL. */
+HY_Q2_INLINE hy_q2_panel16_fn hy_q2_panel16_of(hy_dtype_t t)
 {
-    return t == HY_DTYPE_Q4_K   ? hy_qmm_avx512_kpanel_q4_k
-           : t == HY_DTYPE_Q5_K ? hy_qmm_avx512_kpanel_q5_k
-           : t == HY_DTYPE_Q6_K ? hy_qmm_avx512_kpanel_q6_k
+    return t == HY_DTYPE_Q4_K   ? hy_qmm_avx512_panel16_q4_k
+           : t == HY_DTYPE_Q5_K ? hy_qmm_avx512_panel16_q5_k
+           : t == HY_DTYPE_Q6_K ? hy_qmm_avx512_panel16_q6_k
+           : t == HY_DTYPE_Q5_0 ? hy_qmm_avx512_panel16_q5_0
+           : t == HY_DTYPE_Q8_0 ? hy_qmm_avx512_panel16_q8_0
                                 : NULL;
 }
 #else
-#define hy_q2_kpanel_of(t) ((hy_q2_kpanel_fn)NULL)
+#define hy_q2_panel16_of(t) ((hy_q2_panel16_fn)NULL)
 #endif
 
 /* s[c*ss + r] for nw rows of w (stride ws bytes) and nx Q16 rows of x
  * (stride xs bytes), n elements each.  Rows go 16 at a time, a ragged end
  * or a short tile handled as in hy_q2_tile_one; 16 rows or more of a type
- * with a kpanel take it for their panels. */
-static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_kpanel_fn kpanel,
-                       hy_q2_dec_fn dec, int64_t n, float *s, size_t ss, const void *vw,
-                       size_t ws, int nw, const void *vx, size_t xs, int nx)
+ * with a 16-row unpacker (p16) take it for their panels. */
+static void hy_q2_tile(hy_dtype_t t, hy_q2_unpack_fn unpack, hy_q2_dec_fn dec, int64_t n,
+                       float *s, size_t ss, const void *vw, size_t ws, int nw, const void *vx,
+                       size_t xs, int nx)
 {
+    const hy_qmm_type_t *ty = hy_qmm_type(t);
     const char *w = vw, *x = vx;
     const int64_t nb = n / 32;
     const int64_t nkc = (nb + HY_Q2_KB - 1) / HY_Q2_KB;
-    /* 16 rows of a K-quant come a super-block (8 blocks) at a time */
-    const bool kp = kpanel && nw >= 16;
-    const int64_t kbs = kp ? 8 : nkc ? (nb + nkc - 1) / nkc : 0;
+    /* 16 rows at once where the type has a 16-row unpacker; the
+     * K-quants' panels are whole super-blocks */
+    const hy_q2_panel16_fn p16 = nw >= 16 ? hy_q2_panel16_of(t) : NULL;
+    const bool kp = p16 != NULL, sb8 = hy_dtype_info(t)->block == 256;
+    const int64_t kbs = kp && sb8 ? 8 : nkc ? (nb + nkc - 1) / nkc : 0;
+    /* a few tokens: the weights' memory time is most of the tile's */
+    const bool pf = nx <= HY_TILE_PF_TOKENS && ws != 0;
     const hy_q2_run_fn run = (ty->flags & HY_QMM_OFFSET)     ? hy_q2_run_offset
                              : (ty->flags & HY_QMM_OFFSET16) ? hy_q2_run_offset16
                              : (ty->flags & HY_QMM_CHUNK16)  ? hy_q2_run_chunk16
@@ -1662,8 +1687,10 @@ static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_kp
 #endif
             for (int64_t kb = 0; kb < nb; kb += kbs) {
                 const int64_t kn = HY_MIN(kbs, nb - kb);
+                if (pf)
+                    hy_q2_prefetch_next16(w + (size_t)rb * ws, ws, kb, kn, nb);
                 if (kp) {
-                    kpanel(w + (size_t)rb * ws, ws, kb / 8, panel);
+                    p16(w + (size_t)rb * ws, ws, kb, kn, panel);
                 } else {
                     unpack(ty, w + (size_t)rb * ws, ws, n0, kb, kn, panel, 0);
                     unpack(ty, w1, ws, n1, kb, kn, panel, 1);
@@ -1714,8 +1741,7 @@ static void hy_q2_tile(const hy_qmm_type_t *ty, hy_q2_unpack_fn unpack, hy_q2_kp
     {                                                                              \
         if (HY_Q2_VTILE_ONE(t, n, s, w, ws, nw, x, nx))                            \
             return;                                                                \
-        hy_q2_tile(hy_qmm_type(t), unpacker, hy_q2_kpanel_of(t), dec, n, s, ss, w, ws, \
-                   nw, x, xs, nx);                                                 \
+        hy_q2_tile(t, unpacker, dec, n, s, ss, w, ws, nw, x, xs, nx);              \
     }
 #define HY_Q2_TILE_X(name, t, flags)                                               \
     HY_Q2_TILE(name, t, hy_q2_unpack_##name, hy_q2_dec_##name)

@@ -10,7 +10,7 @@
  * a super-block unpacked once per 16 rows, the sub-block scales applied to
  * exact int32 sums).  Those are the 8-bit activation mode's kernels; the
  * same unpack also fills qmm's 16-bit panels for those three types
- * (hy_qmm_avx512_kpanel_*).
+ * (hy_qmm_avx512_panel16_*).
  * ggml's single-level Q8_0 partners of Q4_0/Q8_0 are 512-bit tiles with
  * two 32-element blocks per zmm, register-blocked 4 weight rows x 4
  * activation rows, vec_dot the 1x1 instance of the same code.  Every other
@@ -530,8 +530,9 @@ HY_QX_INLINE void hy_a5t_tile(hy_a5t_group_fn_t hy_a5t_group, int64_t n, float *
 {
     const char *w = vw, *x = vx;
     const int64_t nb = n / 32;
-    /* decode: prefetch the next group's rows (HY_A5_PF_ROWS = 16) */
-    const size_t pf = nx == 1 ? (size_t)HY_A5_PF_ROWS * ws : 0;
+    /* a few tokens: prefetch the next group's rows (HY_A5_PF_ROWS = 16)
+     * while the first token group reads these (HY_TILE_PF_TOKENS) */
+    const size_t pf = nx <= HY_TILE_PF_TOKENS ? (size_t)HY_A5_PF_ROWS * ws : 0;
 
     hy_a5t_blk_t panel[HY_A5T_PANEL_BLOCKS];
     /* more than one token group: the first transposes into the panel, the
@@ -550,7 +551,8 @@ HY_QX_INLINE void hy_a5t_tile(hy_a5t_group_fn_t hy_a5t_group, int64_t n, float *
         const int r = HY_MIN(r0, nw - 16);
         for (int c0 = 0; c0 < nx; c0 += HY_A5T_RX)
             hy_a5t_group(nb, s + (size_t)c0 * ss + r, ss, w + (size_t)r * ws, ws,
-                         x + (size_t)c0 * xs, xs, HY_MIN(HY_A5T_RX, nx - c0), 0xFFFF, pf,
+                         x + (size_t)c0 * xs, xs, HY_MIN(HY_A5T_RX, nx - c0), 0xFFFF,
+                         c0 == 0 ? pf : 0,
                          !keep ? HY_A5T_ROWS : c0 == 0 ? HY_A5T_KEEP : HY_A5T_PANEL, panel,
                          nx >= HY_TILE_STREAM_TOKENS);
     }
@@ -1057,19 +1059,87 @@ HY_QX_INLINE void hy_a5k_kpanel(const int fmt, const char *w, size_t ws, int64_t
     }
 }
 
-void hy_qmm_avx512_kpanel_q4_k(const char *w, size_t ws, int64_t sb, hy_qmm_pblk_t *p)
+/* Half h of a 16-row panel block from the rows' codes as unsigned bytes
+ * (lane r: row r's codes of elements 4g..4g+3 in c[g], g < 4, for elements
+ * 16h..16h+15), minus off: slot pairs 2g = (c0, c2) and 2g+1 = (c1, c3),
+ * the dword's even and odd bytes. */
+HY_QX_INLINE void hy_a5p_pairs_u8(const __m512i c[4], int h, short off, hy_qmm_pblk_t *p)
 {
-    hy_a5k_kpanel(HY_A5K_Q4, w, ws, sb, p);
+    const __m512i bytes = _mm512_set1_epi32(0x00FF00FF), o = _mm512_set1_epi16(off);
+
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        const __m512i e = _mm512_and_si512(c[g], bytes);
+        const __m512i od = _mm512_and_si512(_mm512_srli_epi32(c[g], 8), bytes);
+        _mm512_store_si512(p->q[8 * h + 2 * g], _mm512_sub_epi16(e, o));
+        _mm512_store_si512(p->q[8 * h + 2 * g + 1], _mm512_sub_epi16(od, o));
+    }
 }
 
-void hy_qmm_avx512_kpanel_q5_k(const char *w, size_t ws, int64_t sb, hy_qmm_pblk_t *p)
+/* Q5_0 (w = q - 16; D = d): hy_a5t_kernel's 16-row unpack of d, qh and
+ * the nibbles into codes. */
+HY_QX_INLINE void hy_a5p_q5_0(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
 {
-    hy_a5k_kpanel(HY_A5K_Q5, w, ws, sb, p);
+    const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
+
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const char *base = w + (size_t)(b0 + ib) * sizeof(hy_block_q5_0_t);
+        const char *const b[4] = {base, base + 4 * ws, base + 8 * ws, base + 12 * ws};
+        __m512i hd[4], lo[4], hi[4];
+        hy_a5t_tload(b, 0, o, hd);
+        hy_a5t_wload(b, 6, o, lo, hi);
+        hy_a5t_q5_codes(_mm512_or_si512(_mm512_srli_epi32(hd[0], 16), _mm512_slli_epi32(hd[1], 16)),
+                        lo, hi);
+        hy_a5p_pairs_u8(lo, 0, 16, p + ib);
+        hy_a5p_pairs_u8(hi, 1, 16, p + ib);
+        _mm512_store_ps(p[ib].d[0], hy_a5t_f16lo(hd[0]));
+        _mm512_store_ps(p[ib].m[0], _mm512_setzero_ps());
+    }
 }
 
-void hy_qmm_avx512_kpanel_q6_k(const char *w, size_t ws, int64_t sb, hy_qmm_pblk_t *p)
+/* Q8_0 (w = q; D = d): d from the first dword, the codes as bytes from
+ * offsets 2 and 18, each int16 half sign-extended from its byte. */
+HY_QX_INLINE void hy_a5p_q8_0(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
 {
-    hy_a5k_kpanel(HY_A5K_Q6, w, ws, sb, p);
+    const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
+
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const char *base = w + (size_t)(b0 + ib) * sizeof(hy_block_q8_0_t);
+        const char *const b[4] = {base, base + 4 * ws, base + 8 * ws, base + 12 * ws};
+        __m512i hd[4], c[8];
+        hy_a5t_tload(b, 0, o, hd);
+        hy_a5t_tload32(b, 2, o, c);
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            _mm512_store_si512(p[ib].q[2 * g], _mm512_srai_epi16(_mm512_slli_epi16(c[g], 8), 8));
+            _mm512_store_si512(p[ib].q[2 * g + 1], _mm512_srai_epi16(c[g], 8));
+        }
+        _mm512_store_ps(p[ib].d[0], hy_a5t_f16lo(hd[0]));
+        _mm512_store_ps(p[ib].m[0], _mm512_setzero_ps());
+    }
+}
+
+#define HY_A5P_KQUANT(name, fmt)                                                   \
+    void hy_qmm_avx512_panel16_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
+                                      hy_qmm_pblk_t *p)                            \
+    {                                                                              \
+        for (int64_t b = 0; b < nb; b += 8)                                        \
+            hy_a5k_kpanel(fmt, w, ws, (b0 + b) / 8, p + b);                        \
+    }
+HY_A5P_KQUANT(q4_k, HY_A5K_Q4)
+HY_A5P_KQUANT(q5_k, HY_A5K_Q5)
+HY_A5P_KQUANT(q6_k, HY_A5K_Q6)
+
+void hy_qmm_avx512_panel16_q5_0(const char *w, size_t ws, int64_t b0, int64_t nb,
+                                hy_qmm_pblk_t *p)
+{
+    hy_a5p_q5_0(w, ws, b0, nb, p);
+}
+
+void hy_qmm_avx512_panel16_q8_0(const char *w, size_t ws, int64_t b0, int64_t nb,
+                                hy_qmm_pblk_t *p)
+{
+    hy_a5p_q8_0(w, ws, b0, nb, p);
 }
 
 /* ---- float weights (F32/F16/BF16): the GEMM's arithmetic ----
