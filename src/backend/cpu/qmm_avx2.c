@@ -1636,6 +1636,7 @@ HY_Q2_INLINE hy_q2_panel16_fn hy_q2_panel16_of(hy_dtype_t t)
            : t == HY_DTYPE_Q6_K ? hy_qmm_avx512_panel16_q6_k
            : t == HY_DTYPE_Q5_0 ? hy_qmm_avx512_panel16_q5_0
            : t == HY_DTYPE_Q8_0 ? hy_qmm_avx512_panel16_q8_0
+           : t == HY_DTYPE_Q2_K ? hy_qmm_avx512_panel16_q2_k
                                 : NULL;
 }
 #else

@@ -1119,6 +1119,64 @@ HY_QX_INLINE void hy_a5p_q8_0(const char *w, size_t ws, int64_t b0, int64_t nb, 
     }
 }
 
+/* Q2_K super-blocks (qmm.c's decoder: block k, element l: w = (scales[2k
+ * + l/16] & 15) q, q the 2-bit code at bits 2(k%4) of qs[32(k/4) + l];
+ * D = d; M = -(dmin (scales[2k] >> 4)), M2 the same for 2k+1). */
+HY_QX_INLINE void hy_a5p_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
+{
+    const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
+    const __m512i ff = _mm512_set1_epi32(0xFF), m4 = _mm512_set1_epi32(15);
+    const __m512i two = _mm512_set1_epi32(0x00030003);
+
+    for (int64_t ib = 0; ib < nb; ib += 8) {
+        const char *base = w + (size_t)((b0 + ib) / 8) * sizeof(hy_block_q2_k_t);
+        const char *const b[4] = {base, base + 4 * ws, base + 8 * ws, base + 12 * ws};
+        __m512i u[4], e[4], sc[16];
+        __m512 mn[16];
+        hy_a5t_tload(b, offsetof(hy_block_q2_k_t, scales), o, u);
+        /* d and dmin end the block: the last dword of its last 16 bytes */
+        hy_a5t_tload(b, sizeof(hy_block_q2_k_t) - 16, o, e);
+        const __m512 d = hy_a5t_f16lo(e[3]), dmin = hy_a5t_f16lo(_mm512_srli_epi32(e[3], 16));
+#pragma GCC unroll 16
+        for (int g = 0; g < 16; g++) {
+            const __m512i v = _mm512_and_si512(_mm512_srli_epi32(u[g / 4], 8 * (g % 4)), ff);
+            const __m512i s4 = _mm512_and_si512(v, m4);
+            const __m512 m = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)));
+            sc[g] = _mm512_or_si512(s4, _mm512_slli_epi32(s4, 16));
+            mn[g] = _mm512_castsi512_ps(
+                _mm512_xor_si512(_mm512_castps_si512(m), _mm512_set1_epi32((int)0x80000000u)));
+        }
+#pragma GCC unroll 2
+        for (int n = 0; n < 2; n++) {
+            __m512i c[8];
+            hy_a5t_tload32(b, offsetof(hy_block_q2_k_t, qs) + 32 * (size_t)n, o, c);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const int k = 4 * n + j;
+                hy_qmm_pblk_t *pk = p + ib + k;
+#pragma GCC unroll 8
+                for (int g = 0; g < 8; g++) {
+                    const __m512i q = _mm512_srli_epi32(c[g], 2 * j);
+                    const __m512i s = sc[2 * k + g / 4];
+                    const __m512i qe = _mm512_and_si512(q, two);
+                    const __m512i qo = _mm512_and_si512(_mm512_srli_epi32(q, 8), two);
+                    _mm512_store_si512(pk->q[2 * g], _mm512_mullo_epi16(qe, s));
+                    _mm512_store_si512(pk->q[2 * g + 1], _mm512_mullo_epi16(qo, s));
+                }
+                _mm512_store_ps(pk->d[0], d);
+                _mm512_store_ps(pk->m[0], mn[2 * k]);
+                _mm512_store_ps(pk->m2[0], mn[2 * k + 1]);
+            }
+        }
+    }
+}
+
+void hy_qmm_avx512_panel16_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb,
+                                hy_qmm_pblk_t *p)
+{
+    hy_a5p_q2_k(w, ws, b0, nb, p);
+}
+
 #define HY_A5P_KQUANT(name, fmt)                                                   \
     void hy_qmm_avx512_panel16_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
                                       hy_qmm_pblk_t *p)                            \
