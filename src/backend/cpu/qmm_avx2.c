@@ -18,8 +18,10 @@
  *     hy_q2_dec_krows);
  *   - more tokens: a k-chunk of 16 rows is unpacked once into an L1 panel
  *     and meets every token of the tile, each broadcast pair feeding both
- *     halves (hy_q2_compute); at the AVX-512 level the K-quants' panels
- *     come 16 rows at once from quant_avx512.c (hy_qmm_avx512_panel16_*).
+ *     halves (hy_q2_compute); at the AVX-512 level the panels of Q4_K,
+ *     Q5_K, Q6_K, Q2_K, Q5_0 and Q8_0 come 16 rows at once from
+ *     quant_avx512.c (hy_qmm_avx512_panel16_*).  A tile of a few tokens
+ *     prefetches the rows after its own (HY_TILE_PF_TOKENS).
  * A weight type plugs in with an extractor; types without one go through
  * their scalar decoder (hy_q2_unpack_decode).  Compiled with -mavx2 -mfma
  * -mf16c (cpu.mk).

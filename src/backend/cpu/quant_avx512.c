@@ -8,9 +8,9 @@
  * plane, and Q5_0 over Q8_S its unsigned 5-bit codes; the K-quants
  * Q4_K/Q5_K/Q6_K over ggml's Q8_K have their own 16-row kernels (hy_a5k_*:
  * a super-block unpacked once per 16 rows, the sub-block scales applied to
- * exact int32 sums).  Those are the 8-bit activation mode's kernels; the
- * same unpack also fills qmm's 16-bit panels for those three types
- * (hy_qmm_avx512_panel16_*).
+ * exact int32 sums).  Those are the 8-bit activation mode's kernels; their
+ * 16-row transposes also fill qmm's 16-bit panels of Q4_K, Q5_K, Q6_K,
+ * Q5_0, Q8_0 and Q2_K (hy_qmm_avx512_panel16_*).
  * ggml's single-level Q8_0 partners of Q4_0/Q8_0 are 512-bit tiles with
  * two 32-element blocks per zmm, register-blocked 4 weight rows x 4
  * activation rows, vec_dot the 1x1 instance of the same code.  Every other
