@@ -10,7 +10,7 @@
  * a super-block unpacked once per 16 rows, the sub-block scales applied to
  * exact int32 sums).  Those are the 8-bit activation mode's kernels; their
  * 16-row transposes also fill qmm's 16-bit panels of Q4_K, Q5_K, Q6_K,
- * Q5_0, Q8_0 and Q2_K (hy_qmm_avx512_panel16_*).
+ * Q5_0, Q5_1, Q8_0, Q2_K and IQ4_XS (hy_qmm_avx512_panel16_*).
  * ggml's single-level Q8_0 partners of Q4_0/Q8_0 are 512-bit tiles with
  * two 32-element blocks per zmm, register-blocked 4 weight rows x 4
  * activation rows, vec_dot the 1x1 instance of the same code.  Every other
@@ -1175,6 +1175,84 @@ void hy_qmm_avx512_panel16_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb
                                 hy_qmm_pblk_t *p)
 {
     hy_a5p_q2_k(w, ws, b0, nb, p);
+}
+
+/* Q5_1 (w = q; D = d, M = m): Q5_0's unpack with m beside d and qh at
+ * byte 4. */
+HY_QX_INLINE void hy_a5p_q5_1(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
+{
+    const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
+
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const char *base = w + (size_t)(b0 + ib) * sizeof(hy_block_q5_1_t);
+        const char *const b[4] = {base, base + 4 * ws, base + 8 * ws, base + 12 * ws};
+        __m512i hd[4], lo[4], hi[4];
+        hy_a5t_tload(b, 0, o, hd);
+        hy_a5t_wload(b, offsetof(hy_block_q5_1_t, qs), o, lo, hi);
+        hy_a5t_q5_codes(hd[1], lo, hi);
+        hy_a5p_pairs_u8(lo, 0, 0, p + ib);
+        hy_a5p_pairs_u8(hi, 1, 0, p + ib);
+        _mm512_store_ps(p[ib].d[0], hy_a5t_f16lo(hd[0]));
+        _mm512_store_ps(p[ib].m[0], hy_a5t_f16lo(_mm512_srli_epi32(hd[0], 16)));
+    }
+}
+
+/* IQ4_XS super-blocks (w = (ls_k - 32) grid[q], D = d): the grid looked
+ * up per byte, each int16 half of a pair sign-extended from its byte. */
+HY_QX_INLINE void hy_a5p_iq4_xs(const char *w, size_t ws, int64_t b0, int64_t nb,
+                                hy_qmm_pblk_t *p)
+{
+    const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
+    const __m512i grid = _mm512_broadcast_i32x4(
+        _mm_loadu_si128((const __m128i *)(const void *)hy_quant_iq4nl_values));
+
+    for (int64_t ib = 0; ib < nb; ib += 8) {
+        const char *base = w + (size_t)((b0 + ib) / 8) * sizeof(hy_block_iq4_xs_t);
+        const char *const b[4] = {base, base + 4 * ws, base + 8 * ws, base + 12 * ws};
+        __m512i hd[4];
+        /* d and scales_h in the first dword, scales_l in the second */
+        hy_a5t_tload(b, 0, o, hd);
+        const __m512 d = hy_a5t_f16lo(hd[0]);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            hy_qmm_pblk_t *pk = p + ib + k;
+            const int sh = 8 * (k / 2) + 4 * (k % 2);
+            const __m512i lsl =
+                _mm512_and_si512(_mm512_srli_epi32(hd[1], sh), _mm512_set1_epi32(15));
+            const __m512i lsh = _mm512_and_si512(_mm512_srli_epi32(hd[0], 16 + 2 * k),
+                                                 _mm512_set1_epi32(3));
+            const __m512i ls = _mm512_sub_epi32(_mm512_or_si512(lsl, _mm512_slli_epi32(lsh, 4)),
+                                                _mm512_set1_epi32(32));
+            const __m512i sc = _mm512_or_si512(_mm512_and_si512(ls, _mm512_set1_epi32(0xFFFF)),
+                                               _mm512_slli_epi32(ls, 16));
+            __m512i lo[4], hi[4];
+            hy_a5t_wload(b, offsetof(hy_block_iq4_xs_t, qs) + 16 * (size_t)k, o, lo, hi);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; g++) {
+                    const __m512i v = _mm512_shuffle_epi8(grid, h ? hi[g] : lo[g]);
+                    const __m512i e = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8);
+                    const __m512i od = _mm512_srai_epi16(v, 8);
+                    _mm512_store_si512(pk->q[8 * h + 2 * g], _mm512_mullo_epi16(e, sc));
+                    _mm512_store_si512(pk->q[8 * h + 2 * g + 1], _mm512_mullo_epi16(od, sc));
+                }
+            _mm512_store_ps(pk->d[0], d);
+            _mm512_store_ps(pk->m[0], _mm512_setzero_ps());
+        }
+    }
+}
+
+void hy_qmm_avx512_panel16_q5_1(const char *w, size_t ws, int64_t b0, int64_t nb,
+                                hy_qmm_pblk_t *p)
+{
+    hy_a5p_q5_1(w, ws, b0, nb, p);
+}
+
+void hy_qmm_avx512_panel16_iq4_xs(const char *w, size_t ws, int64_t b0, int64_t nb,
+                                  hy_qmm_pblk_t *p)
+{
+    hy_a5p_iq4_xs(w, ws, b0, nb, p);
 }
 
 #define HY_A5P_KQUANT(name, fmt)                                                   \
