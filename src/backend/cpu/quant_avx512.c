@@ -1171,12 +1171,6 @@ HY_QX_INLINE void hy_a5p_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
     }
 }
 
-void hy_qmm_avx512_panel16_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb,
-                                hy_qmm_pblk_t *p)
-{
-    hy_a5p_q2_k(w, ws, b0, nb, p);
-}
-
 /* Q5_1 (w = q; D = d, M = m): Q5_0's unpack with m beside d and qh at
  * byte 4. */
 HY_QX_INLINE void hy_a5p_q5_1(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
@@ -1243,21 +1237,9 @@ HY_QX_INLINE void hy_a5p_iq4_xs(const char *w, size_t ws, int64_t b0, int64_t nb
     }
 }
 
-void hy_qmm_avx512_panel16_q5_1(const char *w, size_t ws, int64_t b0, int64_t nb,
-                                hy_qmm_pblk_t *p)
-{
-    hy_a5p_q5_1(w, ws, b0, nb, p);
-}
-
-void hy_qmm_avx512_panel16_iq4_xs(const char *w, size_t ws, int64_t b0, int64_t nb,
-                                  hy_qmm_pblk_t *p)
-{
-    hy_a5p_iq4_xs(w, ws, b0, nb, p);
-}
-
 #define HY_A5P_KQUANT(name, fmt)                                                   \
-    void hy_qmm_avx512_panel16_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
-                                      hy_qmm_pblk_t *p)                            \
+    HY_QX_INLINE void hy_a5p_##name(const char *w, size_t ws, int64_t b0, int64_t nb,  \
+                                    hy_qmm_pblk_t *p)                              \
     {                                                                              \
         for (int64_t b = 0; b < nb; b += 8)                                        \
             hy_a5k_kpanel(fmt, w, ws, (b0 + b) / 8, p + b);                        \
@@ -1266,17 +1248,20 @@ HY_A5P_KQUANT(q4_k, HY_A5K_Q4)
 HY_A5P_KQUANT(q5_k, HY_A5K_Q5)
 HY_A5P_KQUANT(q6_k, HY_A5K_Q6)
 
-void hy_qmm_avx512_panel16_q5_0(const char *w, size_t ws, int64_t b0, int64_t nb,
-                                hy_qmm_pblk_t *p)
-{
-    hy_a5p_q5_0(w, ws, b0, nb, p);
-}
-
-void hy_qmm_avx512_panel16_q8_0(const char *w, size_t ws, int64_t b0, int64_t nb,
-                                hy_qmm_pblk_t *p)
-{
-    hy_a5p_q8_0(w, ws, b0, nb, p);
-}
+#define HY_A5P_ENTRY(name)                                                         \
+    void hy_qmm_avx512_panel16_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
+                                      hy_qmm_pblk_t *p)                            \
+    {                                                                              \
+        hy_a5p_##name(w, ws, b0, nb, p);                                           \
+    }
+HY_A5P_ENTRY(q4_k)
+HY_A5P_ENTRY(q5_k)
+HY_A5P_ENTRY(q6_k)
+HY_A5P_ENTRY(q2_k)
+HY_A5P_ENTRY(iq4_xs)
+HY_A5P_ENTRY(q5_0)
+HY_A5P_ENTRY(q5_1)
+HY_A5P_ENTRY(q8_0)
 
 /* ---- float weights (F32/F16/BF16): the GEMM's arithmetic ----
  * matmul sends every float-weight product at this level through
