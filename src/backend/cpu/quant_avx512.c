@@ -10,7 +10,7 @@
  * a super-block unpacked once per 16 rows, the sub-block scales applied to
  * exact int32 sums).  Those are the 8-bit activation mode's kernels; their
  * 16-row transposes also fill qmm's 16-bit panels of Q4_K, Q5_K, Q6_K,
- * Q5_0, Q5_1, Q8_0, Q2_K and IQ4_XS (hy_qmm_avx512_panel16_*).
+ * Q5_0, Q5_1, Q8_0, Q2_K, Q3_K and IQ4_XS (hy_qmm_avx512_panel16_*).
  * ggml's single-level Q8_0 partners of Q4_0/Q8_0 are 512-bit tiles with
  * two 32-element blocks per zmm, register-blocked 4 weight rows x 4
  * activation rows, vec_dot the 1x1 instance of the same code.  Every other
@@ -1237,6 +1237,72 @@ HY_QX_INLINE void hy_a5p_iq4_xs(const char *w, size_t ws, int64_t b0, int64_t nb
     }
 }
 
+/* Q3_K super-blocks (w = (sc_g - 32) (q - (high bit ? 0 : 4)), D = d): the
+ * 6-bit scales of the 16 groups as qmm_avx2.c's hy_q2_k3_prep builds them,
+ * 2-bit fields as Q2_K's and bit k of hmask[l] on top. */
+HY_QX_INLINE void hy_a5p_q3_k(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
+{
+    const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
+    const __m512i one = _mm512_set1_epi8(0x01), bytes = _mm512_set1_epi32(0x00FF00FF);
+    const __m512i four = _mm512_set1_epi16(4);
+
+    for (int64_t ib = 0; ib < nb; ib += 8) {
+        const char *base = w + (size_t)((b0 + ib) / 8) * sizeof(hy_block_q3_k_t);
+        const char *const b[4] = {base, base + 4 * ws, base + 8 * ws, base + 12 * ws};
+        __m512i t[4], hm[8], sc[16], sq[4];
+        /* the last 16 bytes: scales from byte 2, d in the last two */
+        hy_a5t_tload(b, sizeof(hy_block_q3_k_t) - 16, o, t);
+        const __m512 d = hy_a5t_f16lo(_mm512_srli_epi32(t[3], 16));
+        /* scales[0..3], [4..7] and [8..11]: the dwords 2 bytes into t[0..2] */
+        __m512i a[3];
+#pragma GCC unroll 3
+        for (int i = 0; i < 3; i++)
+            a[i] = _mm512_or_si512(_mm512_srli_epi32(t[i], 16), _mm512_slli_epi32(t[i + 1], 16));
+        /* byte j of sq[q] is scale 4q + j (+32): low nibble of scales[g % 8]
+         * (upper for g >= 8) and 2-bit field g / 4 of scales[8 + g % 4] */
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            sq[q] = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32(a[q % 2], 4 * (q / 2)), m4),
+                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a[2], 2 * q), m2), 4));
+#pragma GCC unroll 16
+        for (int g = 0; g < 16; g++) {
+            /* byte g % 4 less 32, sign-extended, in both int16 halves */
+            const __m512i v = _mm512_srai_epi32(
+                _mm512_slli_epi32(_mm512_sub_epi8(sq[g / 4], _mm512_set1_epi8(32)),
+                                  24 - 8 * (g % 4)),
+                24);
+            sc[g] = _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)),
+                                    _mm512_slli_epi32(v, 16));
+        }
+        hy_a5t_tload32(b, offsetof(hy_block_q3_k_t, hmask), o, hm);
+#pragma GCC unroll 2
+        for (int n = 0; n < 2; n++) {
+            __m512i c[8];
+            hy_a5t_tload32(b, offsetof(hy_block_q3_k_t, qs) + 32 * (size_t)n, o, c);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const int k = 4 * n + j;
+                hy_qmm_pblk_t *pk = p + ib + k;
+#pragma GCC unroll 8
+                for (int g = 0; g < 8; g++) {
+                    const __m512i x = _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi32(c[g], 2 * j), m2),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hm[g], k), one), 2));
+                    const __m512i qe = _mm512_sub_epi16(_mm512_and_si512(x, bytes), four);
+                    const __m512i qo =
+                        _mm512_sub_epi16(_mm512_and_si512(_mm512_srli_epi32(x, 8), bytes), four);
+                    _mm512_store_si512(pk->q[2 * g], _mm512_mullo_epi16(qe, sc[2 * k + g / 4]));
+                    _mm512_store_si512(pk->q[2 * g + 1], _mm512_mullo_epi16(qo, sc[2 * k + g / 4]));
+                }
+                _mm512_store_ps(pk->d[0], d);
+                _mm512_store_ps(pk->m[0], _mm512_setzero_ps());
+            }
+        }
+    }
+}
+
 #define HY_A5P_KQUANT(name, fmt)                                                   \
     HY_QX_INLINE void hy_a5p_##name(const char *w, size_t ws, int64_t b0, int64_t nb,  \
                                     hy_qmm_pblk_t *p)                              \
@@ -1258,6 +1324,7 @@ HY_A5P_ENTRY(q4_k)
 HY_A5P_ENTRY(q5_k)
 HY_A5P_ENTRY(q6_k)
 HY_A5P_ENTRY(q2_k)
+HY_A5P_ENTRY(q3_k)
 HY_A5P_ENTRY(iq4_xs)
 HY_A5P_ENTRY(q5_0)
 HY_A5P_ENTRY(q5_1)
