@@ -1119,6 +1119,51 @@ HY_QX_INLINE void hy_a5p_q8_0(const char *w, size_t ws, int64_t b0, int64_t nb, 
     }
 }
 
+/* The 2-bit fields of a Q2_K/Q3_K super-block of 16 rows (row 4q + j at
+ * b[q] + o[j]) as panel blocks p[0..8): block k = 4n + j takes bits 2j.. of
+ * the 32 bytes at qs + 32n, element l in byte l, as slot pairs (the even
+ * and odd bytes of a dword); Q3_K (hm: its hmask transposed) adds bit k of
+ * hmask[l] as 4, less 4.  Elements 0..15 take their group's scale sc[2k],
+ * 16..31 sc[2k + 1] (int16 pairs); Q2_K's groups' M in mn. */
+HY_QX_INLINE void hy_a5p_k23(const char *const b[4], const size_t o[4], size_t qs,
+                             const __m512i *hm, const __m512i sc[16], __m512 d, const __m512 *mn,
+                             hy_qmm_pblk_t *p)
+{
+    const __m512i m2 = _mm512_set1_epi8(0x03), one = _mm512_set1_epi8(0x01);
+    const __m512i bytes = _mm512_set1_epi32(0x00FF00FF), four = _mm512_set1_epi16(4);
+
+#pragma GCC unroll 2
+    for (int n = 0; n < 2; n++) {
+        __m512i c[8];
+        hy_a5t_tload32(b, qs + 32 * (size_t)n, o, c);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const int k = 4 * n + j;
+            hy_qmm_pblk_t *pk = p + k;
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                __m512i x = _mm512_and_si512(_mm512_srli_epi32(c[g], 2 * j), m2);
+                if (hm) {
+                    const __m512i h = _mm512_and_si512(_mm512_srli_epi32(hm[g], k), one);
+                    x = _mm512_or_si512(x, _mm512_slli_epi32(h, 2));
+                }
+                __m512i qe = _mm512_and_si512(x, bytes);
+                __m512i qo = _mm512_and_si512(_mm512_srli_epi32(x, 8), bytes);
+                if (hm) {
+                    qe = _mm512_sub_epi16(qe, four);
+                    qo = _mm512_sub_epi16(qo, four);
+                }
+                _mm512_store_si512(pk->q[2 * g], _mm512_mullo_epi16(qe, sc[2 * k + g / 4]));
+                _mm512_store_si512(pk->q[2 * g + 1], _mm512_mullo_epi16(qo, sc[2 * k + g / 4]));
+            }
+            _mm512_store_ps(pk->d[0], d);
+            _mm512_store_ps(pk->m[0], mn ? mn[2 * k] : _mm512_setzero_ps());
+            if (mn)
+                _mm512_store_ps(pk->m2[0], mn[2 * k + 1]);
+        }
+    }
+}
+
 /* Q2_K super-blocks (qmm.c's decoder: block k, element l: w = (scales[2k
  * + l/16] & 15) q, q the 2-bit code at bits 2(k%4) of qs[32(k/4) + l];
  * D = d; M = -(dmin (scales[2k] >> 4)), M2 the same for 2k+1). */
@@ -1126,7 +1171,6 @@ HY_QX_INLINE void hy_a5p_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
 {
     const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
     const __m512i ff = _mm512_set1_epi32(0xFF), m4 = _mm512_set1_epi32(15);
-    const __m512i two = _mm512_set1_epi32(0x00030003);
 
     for (int64_t ib = 0; ib < nb; ib += 8) {
         const char *base = w + (size_t)((b0 + ib) / 8) * sizeof(hy_block_q2_k_t);
@@ -1146,28 +1190,7 @@ HY_QX_INLINE void hy_a5p_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
             mn[g] = _mm512_castsi512_ps(
                 _mm512_xor_si512(_mm512_castps_si512(m), _mm512_set1_epi32((int)0x80000000u)));
         }
-#pragma GCC unroll 2
-        for (int n = 0; n < 2; n++) {
-            __m512i c[8];
-            hy_a5t_tload32(b, offsetof(hy_block_q2_k_t, qs) + 32 * (size_t)n, o, c);
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                const int k = 4 * n + j;
-                hy_qmm_pblk_t *pk = p + ib + k;
-#pragma GCC unroll 8
-                for (int g = 0; g < 8; g++) {
-                    const __m512i q = _mm512_srli_epi32(c[g], 2 * j);
-                    const __m512i s = sc[2 * k + g / 4];
-                    const __m512i qe = _mm512_and_si512(q, two);
-                    const __m512i qo = _mm512_and_si512(_mm512_srli_epi32(q, 8), two);
-                    _mm512_store_si512(pk->q[2 * g], _mm512_mullo_epi16(qe, s));
-                    _mm512_store_si512(pk->q[2 * g + 1], _mm512_mullo_epi16(qo, s));
-                }
-                _mm512_store_ps(pk->d[0], d);
-                _mm512_store_ps(pk->m[0], mn[2 * k]);
-                _mm512_store_ps(pk->m2[0], mn[2 * k + 1]);
-            }
-        }
+        hy_a5p_k23(b, o, offsetof(hy_block_q2_k_t, qs), NULL, sc, d, mn, p + ib);
     }
 }
 
@@ -1244,8 +1267,6 @@ HY_QX_INLINE void hy_a5p_q3_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
 {
     const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
-    const __m512i one = _mm512_set1_epi8(0x01), bytes = _mm512_set1_epi32(0x00FF00FF);
-    const __m512i four = _mm512_set1_epi16(4);
 
     for (int64_t ib = 0; ib < nb; ib += 8) {
         const char *base = w + (size_t)((b0 + ib) / 8) * sizeof(hy_block_q3_k_t);
@@ -1277,29 +1298,7 @@ HY_QX_INLINE void hy_a5p_q3_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
                                     _mm512_slli_epi32(v, 16));
         }
         hy_a5t_tload32(b, offsetof(hy_block_q3_k_t, hmask), o, hm);
-#pragma GCC unroll 2
-        for (int n = 0; n < 2; n++) {
-            __m512i c[8];
-            hy_a5t_tload32(b, offsetof(hy_block_q3_k_t, qs) + 32 * (size_t)n, o, c);
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                const int k = 4 * n + j;
-                hy_qmm_pblk_t *pk = p + ib + k;
-#pragma GCC unroll 8
-                for (int g = 0; g < 8; g++) {
-                    const __m512i x = _mm512_or_si512(
-                        _mm512_and_si512(_mm512_srli_epi32(c[g], 2 * j), m2),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hm[g], k), one), 2));
-                    const __m512i qe = _mm512_sub_epi16(_mm512_and_si512(x, bytes), four);
-                    const __m512i qo =
-                        _mm512_sub_epi16(_mm512_and_si512(_mm512_srli_epi32(x, 8), bytes), four);
-                    _mm512_store_si512(pk->q[2 * g], _mm512_mullo_epi16(qe, sc[2 * k + g / 4]));
-                    _mm512_store_si512(pk->q[2 * g + 1], _mm512_mullo_epi16(qo, sc[2 * k + g / 4]));
-                }
-                _mm512_store_ps(pk->d[0], d);
-                _mm512_store_ps(pk->m[0], _mm512_setzero_ps());
-            }
-        }
+        hy_a5p_k23(b, o, offsetof(hy_block_q3_k_t, qs), hm, sc, d, NULL, p + ib);
     }
 }
 
