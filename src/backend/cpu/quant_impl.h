@@ -22,9 +22,10 @@
 /* Tiles of this many tokens or fewer (decode, batched decode) read each
  * weight row once for little arithmetic, so their time is the weights'
  * memory time: the tiles prefetch the rows after the ones they multiply, and matmul.c hands each thread a contiguous run of row tiles
- * so that those rows are its own next ones.  Gemma 3, 8 sequences
- * decoding at 2 threads: 46 -> 31 ms a step. */
-#define HY_TILE_PF_TOKENS 32
+ * so that those rows are its own next ones.  Gemma 3 at 2 threads, 8
+ * sequences decoding: 46 -> 31 ms a step; 64 sequences, 32 -> 64 here:
+ * 183-186 -> 172-177 ms (SmolLM2: 117-130 -> 110-123). */
+#define HY_TILE_PF_TOKENS 64
 
 /* Block layouts exactly as ggml-common.h stores them (little-endian;
  * halves kept as raw uint16_t bits). */
