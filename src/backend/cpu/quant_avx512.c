@@ -1076,25 +1076,43 @@ HY_QX_INLINE void hy_a5p_pairs_u8(const __m512i c[4], int h, short off, hy_qmm_p
     }
 }
 
-/* Q5_0 (w = q - 16; D = d): hy_a5t_kernel's 16-row unpack of d, qh and
- * the nibbles into codes. */
-HY_QX_INLINE void hy_a5p_q5_0(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
+/* Q5_0 (w = q - 16; D = d) and Q5_1 (w = q; D = d, M = m):
+ * hy_a5t_kernel's 16-row unpack of d (and m), qh and the nibbles into
+ * codes. */
+HY_QX_INLINE void hy_a5p_q5(const int is1, const char *w, size_t ws, int64_t b0, int64_t nb,
+                            hy_qmm_pblk_t *p)
 {
     const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
+    const size_t bsz = is1 ? sizeof(hy_block_q5_1_t) : sizeof(hy_block_q5_0_t);
+    const size_t qs = is1 ? offsetof(hy_block_q5_1_t, qs) : offsetof(hy_block_q5_0_t, qs);
 
     for (int64_t ib = 0; ib < nb; ib++) {
-        const char *base = w + (size_t)(b0 + ib) * sizeof(hy_block_q5_0_t);
+        const char *base = w + (size_t)(b0 + ib) * bsz;
         const char *const b[4] = {base, base + 4 * ws, base + 8 * ws, base + 12 * ws};
         __m512i hd[4], lo[4], hi[4];
         hy_a5t_tload(b, 0, o, hd);
-        hy_a5t_wload(b, 6, o, lo, hi);
-        hy_a5t_q5_codes(_mm512_or_si512(_mm512_srli_epi32(hd[0], 16), _mm512_slli_epi32(hd[1], 16)),
+        hy_a5t_wload(b, qs, o, lo, hi);
+        /* qh: Q5_1's second dword; Q5_0's bytes 2..5, across the first two */
+        hy_a5t_q5_codes(is1 ? hd[1]
+                            : _mm512_or_si512(_mm512_srli_epi32(hd[0], 16),
+                                              _mm512_slli_epi32(hd[1], 16)),
                         lo, hi);
-        hy_a5p_pairs_u8(lo, 0, 16, p + ib);
-        hy_a5p_pairs_u8(hi, 1, 16, p + ib);
+        hy_a5p_pairs_u8(lo, 0, is1 ? 0 : 16, p + ib);
+        hy_a5p_pairs_u8(hi, 1, is1 ? 0 : 16, p + ib);
         _mm512_store_ps(p[ib].d[0], hy_a5t_f16lo(hd[0]));
-        _mm512_store_ps(p[ib].m[0], _mm512_setzero_ps());
+        _mm512_store_ps(p[ib].m[0], is1 ? hy_a5t_f16lo(_mm512_srli_epi32(hd[0], 16))
+                                        : _mm512_setzero_ps());
     }
+}
+
+HY_QX_INLINE void hy_a5p_q5_0(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
+{
+    hy_a5p_q5(0, w, ws, b0, nb, p);
+}
+
+HY_QX_INLINE void hy_a5p_q5_1(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
+{
+    hy_a5p_q5(1, w, ws, b0, nb, p);
 }
 
 /* Q8_0 (w = q; D = d): d from the first dword, the codes as bytes from
@@ -1191,26 +1209,6 @@ HY_QX_INLINE void hy_a5p_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
                 _mm512_xor_si512(_mm512_castps_si512(m), _mm512_set1_epi32((int)0x80000000u)));
         }
         hy_a5p_k23(b, o, offsetof(hy_block_q2_k_t, qs), NULL, sc, d, mn, p + ib);
-    }
-}
-
-/* Q5_1 (w = q; D = d, M = m): Q5_0's unpack with m beside d and qh at
- * byte 4. */
-HY_QX_INLINE void hy_a5p_q5_1(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
-{
-    const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
-
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const char *base = w + (size_t)(b0 + ib) * sizeof(hy_block_q5_1_t);
-        const char *const b[4] = {base, base + 4 * ws, base + 8 * ws, base + 12 * ws};
-        __m512i hd[4], lo[4], hi[4];
-        hy_a5t_tload(b, 0, o, hd);
-        hy_a5t_wload(b, offsetof(hy_block_q5_1_t, qs), o, lo, hi);
-        hy_a5t_q5_codes(hd[1], lo, hi);
-        hy_a5p_pairs_u8(lo, 0, 0, p + ib);
-        hy_a5p_pairs_u8(hi, 1, 0, p + ib);
-        _mm512_store_ps(p[ib].d[0], hy_a5t_f16lo(hd[0]));
-        _mm512_store_ps(p[ib].m[0], hy_a5t_f16lo(_mm512_srli_epi32(hd[0], 16)));
     }
 }
 
