@@ -1013,6 +1013,24 @@ HY_A5K_ENTRY(q4_k, HY_A5K_Q4)
 HY_A5K_ENTRY(q5_k, HY_A5K_Q5)
 HY_A5K_ENTRY(q6_k, HY_A5K_Q6)
 
+/* Slot pairs 2g and 2g+1 of qmm's panel (q[0], q[1]: 16 rows each) from a
+ * dword per row of unsigned code bytes c0..c3 (elements 4g..4g+3): the
+ * dword's even bytes (c0, c2) and odd bytes (c1, c3) as int16 pairs, less
+ * off, times the int16-pair scale *sc unless NULL. */
+HY_QX_INLINE void hy_a5p_put_pairs(__m512i x, short off, const __m512i *sc, int32_t (*q)[2][8])
+{
+    const __m512i bytes = _mm512_set1_epi32(0x00FF00FF), o = _mm512_set1_epi16(off);
+    __m512i e = _mm512_sub_epi16(_mm512_and_si512(x, bytes), o);
+    __m512i od = _mm512_sub_epi16(_mm512_and_si512(_mm512_srli_epi32(x, 8), bytes), o);
+
+    if (sc) {
+        e = _mm512_mullo_epi16(e, *sc);
+        od = _mm512_mullo_epi16(od, *sc);
+    }
+    _mm512_store_si512(q[0], e);
+    _mm512_store_si512(q[1], od);
+}
+
 /* Super-block sb of 16 rows as qmm's panel (qmm.h: hy_qmm_pblk_t, the
  * int16 codes of its decoders, in pairs per slot).  hy_a5k_unpack's
  * transposes put the 16 rows in the lanes (qmm's 8-row extractors
@@ -1025,8 +1043,6 @@ HY_QX_INLINE void hy_a5k_kpanel(const int fmt, const char *w, size_t ws, int64_t
                                 hy_qmm_pblk_t *p)
 {
     hy_a5k_sb_t sb __attribute__((aligned(64)));
-    const __m512i bytes = _mm512_set1_epi32(0x00FF00FF), k32 = _mm512_set1_epi16(32);
-
     hy_a5k_unpack(fmt, w, ws, i, &sb);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
@@ -1045,14 +1061,7 @@ HY_QX_INLINE void hy_a5k_kpanel(const int fmt, const char *w, size_t ws, int64_t
             const __m512i s32 = fmt == HY_A5K_Q6 ? sb.sc[2 * j + g / 4] : sb.sc[j];
             const __m512i sc = _mm512_or_si512(_mm512_and_si512(s32, _mm512_set1_epi32(0xFFFF)),
                                                _mm512_slli_epi32(s32, 16));
-            __m512i e = _mm512_and_si512(sb.q[8 * j + g], bytes);
-            __m512i o = _mm512_and_si512(_mm512_srli_epi32(sb.q[8 * j + g], 8), bytes);
-            if (fmt == HY_A5K_Q6) {
-                e = _mm512_sub_epi16(e, k32);
-                o = _mm512_sub_epi16(o, k32);
-            }
-            _mm512_store_si512(p[j].q[2 * g], _mm512_mullo_epi16(e, sc));
-            _mm512_store_si512(p[j].q[2 * g + 1], _mm512_mullo_epi16(o, sc));
+            hy_a5p_put_pairs(sb.q[8 * j + g], fmt == HY_A5K_Q6 ? 32 : 0, &sc, &p[j].q[2 * g]);
         }
         _mm512_store_ps(p[j].d[0], sb.d);
         _mm512_store_ps(p[j].m[0], m);
@@ -1060,20 +1069,13 @@ HY_QX_INLINE void hy_a5k_kpanel(const int fmt, const char *w, size_t ws, int64_t
 }
 
 /* Half h of a 16-row panel block from the rows' codes as unsigned bytes
- * (lane r: row r's codes of elements 4g..4g+3 in c[g], g < 4, for elements
- * 16h..16h+15), minus off: slot pairs 2g = (c0, c2) and 2g+1 = (c1, c3),
- * the dword's even and odd bytes. */
+ * (lane r: row r's codes of elements 16h + 4g.. in c[g], g < 4), less
+ * off. */
 HY_QX_INLINE void hy_a5p_pairs_u8(const __m512i c[4], int h, short off, hy_qmm_pblk_t *p)
 {
-    const __m512i bytes = _mm512_set1_epi32(0x00FF00FF), o = _mm512_set1_epi16(off);
-
 #pragma GCC unroll 4
-    for (int g = 0; g < 4; g++) {
-        const __m512i e = _mm512_and_si512(c[g], bytes);
-        const __m512i od = _mm512_and_si512(_mm512_srli_epi32(c[g], 8), bytes);
-        _mm512_store_si512(p->q[8 * h + 2 * g], _mm512_sub_epi16(e, o));
-        _mm512_store_si512(p->q[8 * h + 2 * g + 1], _mm512_sub_epi16(od, o));
-    }
+    for (int g = 0; g < 4; g++)
+        hy_a5p_put_pairs(c[g], off, NULL, &p->q[8 * h + 2 * g]);
 }
 
 /* Q5_0 (w = q - 16; D = d) and Q5_1 (w = q; D = d, M = m):
@@ -1148,7 +1150,6 @@ HY_QX_INLINE void hy_a5p_k23(const char *const b[4], const size_t o[4], size_t q
                              hy_qmm_pblk_t *p)
 {
     const __m512i m2 = _mm512_set1_epi8(0x03), one = _mm512_set1_epi8(0x01);
-    const __m512i bytes = _mm512_set1_epi32(0x00FF00FF), four = _mm512_set1_epi16(4);
 
 #pragma GCC unroll 2
     for (int n = 0; n < 2; n++) {
@@ -1165,14 +1166,7 @@ HY_QX_INLINE void hy_a5p_k23(const char *const b[4], const size_t o[4], size_t q
                     const __m512i h = _mm512_and_si512(_mm512_srli_epi32(hm[g], k), one);
                     x = _mm512_or_si512(x, _mm512_slli_epi32(h, 2));
                 }
-                __m512i qe = _mm512_and_si512(x, bytes);
-                __m512i qo = _mm512_and_si512(_mm512_srli_epi32(x, 8), bytes);
-                if (hm) {
-                    qe = _mm512_sub_epi16(qe, four);
-                    qo = _mm512_sub_epi16(qo, four);
-                }
-                _mm512_store_si512(pk->q[2 * g], _mm512_mullo_epi16(qe, sc[2 * k + g / 4]));
-                _mm512_store_si512(pk->q[2 * g + 1], _mm512_mullo_epi16(qo, sc[2 * k + g / 4]));
+                hy_a5p_put_pairs(x, hm ? 4 : 0, &sc[2 * k + g / 4], &pk->q[2 * g]);
             }
             _mm512_store_ps(pk->d[0], d);
             _mm512_store_ps(pk->m[0], mn ? mn[2 * k] : _mm512_setzero_ps());
