@@ -53,6 +53,10 @@
 #define HY_Q2_KB 12
 /* Token rows whose sums one tile call keeps (acc and mac: 32 KB). */
 #define HY_Q2_CT 256
+/* HY_QMM_OFFSET16's half-block sums a tile keeps (24 KB): 2 per token
+ * block, at least HY_Q2_CT tokens x HY_Q2_KB blocks */
+#define HY_Q2_HS_MAX 6144
+_Static_assert(HY_Q2_HS_MAX >= 2 * HY_Q2_CT * HY_Q2_KB, "a chunk's half sums fit");
 /* Token rows per pass of the compute kernel over the panel (AVX-512: one
  * zmm sum per token, 32 registers). */
 #ifdef HY_Q2_AVX512
@@ -775,6 +779,18 @@ HY_Q2_INLINE void hy_q2_step(const hy_q2_regs_t *g, const hy_block_q16_t *xb, __
     }
 }
 
+/* hs[2 (c hn + j) + h] = half h of block b0 + j (j < nb) of token row c
+ * (c < nx) of x (Q16 rows, stride xs): hy_q2_halfsums' floats, which the
+ * panel kernel reads per token and block. */
+static void hy_q2_halfsums_to(float *hs, const char *x, size_t xs, int nx, int64_t b0,
+                              int64_t nb, int64_t hn)
+{
+    for (int c = 0; c < nx; c++)
+        for (int64_t j = 0; j < nb; j++)
+            _mm_storel_pi((__m64 *)(hs + 2 * ((size_t)c * (size_t)hn + (size_t)j)),
+                          hy_q2_halfsums((const hy_block_q16_t *)(x + (size_t)c * xs) + b0 + j));
+}
+
 /* The share of block b (of nb) of the bytes HY_Q2_PF_ROWS rows ahead of
  * the 8 rows at w, a cache line at a time: the rows are consecutive, so
  * their successors are one contiguous run, and prefetching it line by
@@ -1399,7 +1415,8 @@ HY_Q2_INLINE void hy_q2_dpwssd_bcast(__m512i *P, __m512i w, const int16_t *v)
 }
 
 HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
-                                float *acc, float *mac, const int C, const int flags, int first)
+                                const float *hs, size_t hss, float *acc, float *mac,
+                                const int C, const int flags, int first)
 {
     /* the sums stay in registers over the panel's blocks (stores to acc
      * could alias the panel and the tokens, so GCC reloads them per block);
@@ -1443,10 +1460,9 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
             if (flags & HY_QMM_OFFSET)
                 MA[c] = _mm512_fmadd_ps(M, _mm512_set1_ps(xb[c]->s), MA[c]);
             if (flags & HY_QMM_OFFSET16) {
-                const __m128 u = hy_q2_halfsums(xb[c]);
-                MA[c] = _mm512_fmadd_ps(_mm512_load_ps(pb->m2[0]),
-                                        _mm512_broadcastss_ps(_mm_movehdup_ps(u)),
-                                        _mm512_fmadd_ps(M, _mm512_broadcastss_ps(u), MA[c]));
+                const float *u = hs + (size_t)c * hss + 2 * b;
+                MA[c] = _mm512_fmadd_ps(_mm512_load_ps(pb->m2[0]), _mm512_set1_ps(u[1]),
+                                        _mm512_fmadd_ps(M, _mm512_set1_ps(u[0]), MA[c]));
             }
         }
     }
@@ -1464,7 +1480,8 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
  * a broadcast costs an issue slot like a multiply-add, so sharing it is
  * what leaves the vpmaddwd ports busy. */
 HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
-                                float *acc, float *mac, const int C, const int flags, int first)
+                                const float *hs, size_t hss, float *acc, float *mac,
+                                const int C, const int flags, int first)
 {
     (void)first; /* the tile clears acc and mac for this version */
     for (int64_t b = 0; b < nb; b++, pb++) {
@@ -1520,9 +1537,8 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
                 _mm256_store_ps(m + 8, _mm256_fmadd_ps(M1, sx, _mm256_load_ps(m + 8)));
             }
             if (flags & HY_QMM_OFFSET16) {
-                const __m128 u = hy_q2_halfsums(xb[c]);
-                const __m256 u0 = _mm256_broadcastss_ps(u);
-                const __m256 u1 = _mm256_broadcastss_ps(_mm_movehdup_ps(u));
+                const float *u = hs + (size_t)c * hss + 2 * b;
+                const __m256 u0 = _mm256_set1_ps(u[0]), u1 = _mm256_set1_ps(u[1]);
                 float *m = mac + 16 * c;
                 _mm256_store_ps(m, _mm256_fmadd_ps(_mm256_load_ps(pb->m2[0]), u1,
                                                    _mm256_fmadd_ps(M0, u0, _mm256_load_ps(m))));
@@ -1538,24 +1554,24 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
 
 #if HY_Q2_C == 8
 #define HY_Q2_RUN_WIDE(flags)                                                      \
-    case 5: hy_q2_compute(pb, nb, x, xs, acc, mac, 5, flags, first); break;              \
-    case 6: hy_q2_compute(pb, nb, x, xs, acc, mac, 6, flags, first); break;              \
-    case 7: hy_q2_compute(pb, nb, x, xs, acc, mac, 7, flags, first); break;
+    case 5: hy_q2_compute(pb, nb, x, xs, hs, hss, acc, mac, 5, flags, first); break; \
+    case 6: hy_q2_compute(pb, nb, x, xs, hs, hss, acc, mac, 6, flags, first); break; \
+    case 7: hy_q2_compute(pb, nb, x, xs, hs, hss, acc, mac, 7, flags, first); break;
 #else
 #define HY_Q2_RUN_WIDE(flags)
 #endif
 #define HY_Q2_RUN(name, flags)                                                     \
     static void hy_q2_run_##name(int c, const hy_q2_blk_t *pb, int64_t nb,        \
-                                 const char *x, size_t xs, float *acc, float *mac, \
-                                 int first)                                        \
+                                 const char *x, size_t xs, const float *hs,       \
+                                 size_t hss, float *acc, float *mac, int first)   \
     {                                                                              \
         switch (c) {                                                               \
-        case 1: hy_q2_compute(pb, nb, x, xs, acc, mac, 1, flags, first); break;          \
-        case 2: hy_q2_compute(pb, nb, x, xs, acc, mac, 2, flags, first); break;          \
-        case 3: hy_q2_compute(pb, nb, x, xs, acc, mac, 3, flags, first); break;          \
-        case 4: hy_q2_compute(pb, nb, x, xs, acc, mac, 4, flags, first); break;          \
+        case 1: hy_q2_compute(pb, nb, x, xs, hs, hss, acc, mac, 1, flags, first); break; \
+        case 2: hy_q2_compute(pb, nb, x, xs, hs, hss, acc, mac, 2, flags, first); break; \
+        case 3: hy_q2_compute(pb, nb, x, xs, hs, hss, acc, mac, 3, flags, first); break; \
+        case 4: hy_q2_compute(pb, nb, x, xs, hs, hss, acc, mac, 4, flags, first); break; \
         HY_Q2_RUN_WIDE(flags)                                                      \
-        default: hy_q2_compute(pb, nb, x, xs, acc, mac, HY_Q2_C, flags, first); break;    \
+        default: hy_q2_compute(pb, nb, x, xs, hs, hss, acc, mac, HY_Q2_C, flags, first); break; \
         }                                                                          \
     }
 HY_Q2_RUN(plain, 0)
@@ -1565,7 +1581,7 @@ HY_Q2_RUN(offset16, HY_QMM_OFFSET16)
 _Static_assert(HY_Q2_C == 5 || HY_Q2_C == 8, "hy_q2_run instantiates 1..HY_Q2_C tokens");
 
 typedef void (*hy_q2_run_fn)(int c, const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
-                             float *acc, float *mac, int first);
+                             const float *hs, size_t hss, float *acc, float *mac, int first);
 
 /* ---- tiles ---- */
 
@@ -1679,6 +1695,13 @@ static void hy_q2_tile(hy_dtype_t t, hy_q2_unpack_fn unpack, hy_q2_dec_fn dec, i
         hy_q2_tile_one(dec, nb, s, w, ws, nw, (const hy_block_q16_t *)x);
         return;
     }
+    /* HY_QMM_OFFSET16's half-block sums depend on the token alone: once
+     * for the tile where they fit the buffer, else per panel and chunk */
+    float hs[HY_Q2_HS_MAX] __attribute__((aligned(64)));
+    const bool off16 = ty->flags & HY_QMM_OFFSET16;
+    const bool hs_all = off16 && (int64_t)nx * nb * 2 <= HY_Q2_HS_MAX;
+    if (hs_all)
+        hy_q2_halfsums_to(hs, x, xs, nx, 0, nb, nb);
     for (int r0 = 0; r0 < nw; r0 += 16) {
         const int rb = nw >= 16 ? HY_MIN(r0, nw - 16) : 0;
         const int lane0 = r0 - rb, nst = HY_MIN(16, nw - r0);
@@ -1701,10 +1724,16 @@ static void hy_q2_tile(hy_dtype_t t, hy_q2_unpack_fn unpack, hy_q2_dec_fn dec, i
                     unpack(ty, w + (size_t)rb * ws, ws, n0, kb, kn, panel, 0);
                     unpack(ty, w1, ws, n1, kb, kn, panel, 1);
                 }
-                for (int cc = 0; cc < ct; cc += HY_Q2_C)
+                if (off16 && !hs_all)
+                    hy_q2_halfsums_to(hs, x + (size_t)c0 * xs, xs, ct, kb, kn, kbs);
+                for (int cc = 0; cc < ct; cc += HY_Q2_C) {
+                    const size_t hc = hs_all ? (size_t)(c0 + cc) * (size_t)nb + (size_t)kb
+                                             : (size_t)cc * (size_t)kbs;
+                    const float *h = off16 ? hs + 2 * hc : NULL;
                     run(HY_MIN(HY_Q2_C, ct - cc), panel, kn,
-                        x + (size_t)(c0 + cc) * xs + (size_t)kb * sizeof(hy_block_q16_t), xs,
-                        acc + cc * 16, mac + cc * 16, kb == 0);
+                        x + (size_t)(c0 + cc) * xs + (size_t)kb * sizeof(hy_block_q16_t), xs, h,
+                        2 * (size_t)(hs_all ? nb : kbs), acc + cc * 16, mac + cc * 16, kb == 0);
+                }
             }
             for (int c = 0; c < ct; c++) {
                 float *o = acc + c * 16;
