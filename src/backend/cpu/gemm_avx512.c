@@ -5,7 +5,9 @@
  * activations once into groups of 12 tokens ([k][12]); the micro-kernel
  * keeps a 32 rows x 12 tokens block of outputs in 24 zmm accumulators and
  * does 24 FMAs per k for 2 vector loads and 12 broadcasts (BLIS's skx
- * shape).  Compiled with the AVX-512 flags of quant_avx512.c.
+ * shape).  Up to 12 tokens skip the weight panel (hy_gemm_a5_few): the
+ * same FMA chains with the tokens in the lanes.  Compiled with the AVX-512
+ * flags of quant_avx512.c.
  */
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -21,6 +23,11 @@
  * from L2; a block of MC rows is MC*kc*4 = 384 KB, well inside a 2 MB L2. */
 #ifndef HY_GEMM_A5_KC
 #define HY_GEMM_A5_KC 384
+#endif
+
+/* Bytes ahead in each weight row that the panel packing prefetches. */
+#ifndef HY_GEMM_A5_PF
+#define HY_GEMM_A5_PF 256
 #endif
 
 _Static_assert(HY_GEMM_A5_MC % HY_GEMM_A5_MR == 0, "MC is a multiple of MR");
@@ -58,6 +65,7 @@ HY_GEMM_A5_INLINE __m512 hy_gemm_a5_wload(hy_dtype_t type, const char *w, int64_
 HY_GEMM_A5_INLINE void hy_gemm_a5_pack_w_type(hy_dtype_t type, const char *w, size_t ws,
                                               int rows, int64_t k0, int64_t kc, float *ap)
 {
+    const size_t esz = type == HY_DTYPE_F32 ? 4 : 2;
     for (int h = 0; h < 2; h++) {
         for (int64_t kk = 0; kk < kc; kk += 16) {
             int n = (int)HY_MIN((int64_t)16, kc - kk);
@@ -65,6 +73,13 @@ HY_GEMM_A5_INLINE void hy_gemm_a5_pack_w_type(hy_dtype_t type, const char *w, si
             __m512 r[16];
             for (int i = 0; i < 16; i++) {
                 int row = h * 16 + i;
+                /* 16 rows a few KB apart, read 32-64 bytes at a time: the
+                 * hardware follows so many streams late, and decode-sized
+                 * calls spent more time waiting on these loads than in
+                 * the products (bench_gemm, 8 tokens) */
+                if (row < rows)
+                    _mm_prefetch(w + (size_t)row * ws + (size_t)(k0 + kk) * esz + HY_GEMM_A5_PF,
+                                 _MM_HINT_T0);
                 if (row >= rows)
                     r[i] = _mm512_setzero_ps();
                 else if (n == 16)
@@ -166,12 +181,111 @@ static void hy_gemm_a5_micro_n(int nr, int64_t kc, const float *ap, const float 
     }
 }
 
+/* ---- few tokens: the weights as they lie, the tokens in the lanes ----
+ *
+ * With one token group (n_tok <= NR) a panel is packed for a few products
+ * per weight: packing cost 2-3x the products at 8 tokens and made decode
+ * wait on 16 row streams (bench_gemm).  Here FR rows go through 16 k at a
+ * time: each row's 16 weights converted into buf, then per k one vector of
+ * the packed group (xp[k][NR]: token t in lane t) times each row's weight,
+ * broadcast.  acc[r] lane t is output (row r, token t): the micro-kernel's
+ * FMA chain over k in order, w * x + c, from zero, so the same bits. */
+#define HY_GEMM_A5_FR 16
+
+HY_GEMM_A5_INLINE void hy_gemm_a5_few_wbuf(hy_dtype_t type, const char *const rp[HY_GEMM_A5_FR],
+                                           int64_t k0, int n, float *buf)
+{
+    const size_t esz = type == HY_DTYPE_F32 ? 4 : 2;
+    const __mmask16 m = (__mmask16)((1u << n) - 1);
+
+#pragma GCC unroll 16
+    for (int r = 0; r < HY_GEMM_A5_FR; r++) {
+        _mm_prefetch(rp[r] + (size_t)k0 * esz + HY_GEMM_A5_PF, _MM_HINT_T0);
+        _mm512_store_ps(buf + 16 * r, hy_gemm_a5_wload(type, rp[r], k0, m, n < 16));
+    }
+}
+
+/* rows (<= FR) rows of w from row 0 against the nr (<= V) tokens of the
+ * packed group xp: y[t*ys + r].  VT: V lanes of float (ymm for up to 8
+ * tokens: two FMAs a cycle on Zen 4, as many products as one zmm). */
+#define HY_GEMM_A5_FEW(name, VT, V, LOADX, FMA, ZERO, STORE)                       \
+    HY_GEMM_A5_INLINE void name(hy_dtype_t type, const char *w, size_t ws, int rows, \
+                                int64_t k, const float *xp, int nr, float *y, size_t ys) \
+    {                                                                              \
+        const char *rp[HY_GEMM_A5_FR];                                             \
+        float buf[HY_GEMM_A5_FR * 16] __attribute__((aligned(64)));                \
+        VT acc[HY_GEMM_A5_FR];                                                     \
+        _Pragma("GCC unroll 16") for (int r = 0; r < HY_GEMM_A5_FR; r++) {        \
+            rp[r] = w + (size_t)HY_MIN(r, rows - 1) * ws;                          \
+            acc[r] = ZERO();                                                       \
+        }                                                                          \
+        for (int64_t k0 = 0; k0 < k; k0 += 16) {                                   \
+            const int n = (int)HY_MIN((int64_t)16, k - k0);                        \
+            const float *xk = xp + (size_t)k0 * HY_GEMM_A5_NR;                     \
+            hy_gemm_a5_few_wbuf(type, rp, k0, n, buf);                             \
+            /* one unrolled body for the tail too */                           \
+            _Pragma("GCC unroll 16") for (int kk = 0; kk < 16; kk++) {             \
+                if (kk >= n)                                                       \
+                    break;                                                         \
+                const VT xv = LOADX(xk + kk * HY_GEMM_A5_NR);                      \
+                _Pragma("GCC unroll 16") for (int r = 0; r < HY_GEMM_A5_FR; r++)   \
+                    acc[r] = FMA(buf + 16 * r + kk, xv, acc[r]);                   \
+            }                                                                      \
+        }                                                                          \
+        float out[HY_GEMM_A5_FR][V] __attribute__((aligned(64)));                  \
+        /* unrolled: a sum indexed at run time would live in memory */         \
+        _Pragma("GCC unroll 16") for (int r = 0; r < HY_GEMM_A5_FR; r++)          \
+            STORE(out[r], acc[r]);                                                 \
+        for (int t = 0; t < nr; t++)                                               \
+            for (int r = 0; r < rows; r++)                                         \
+                y[(size_t)t * ys + (size_t)r] = out[r][t];                         \
+    }
+
+/* acc + x * (*w broadcast): the weight read by the FMA itself ({1toN}),
+ * where GCC would keep buf in registers and broadcast each lane with a
+ * permute (and spill the sums to make room) */
+HY_GEMM_A5_INLINE __m256 hy_gemm_a5_fma8(const float *w, __m256 x, __m256 acc)
+{
+    __asm__("vfmadd231ps %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*w));
+    return acc;
+}
+
+HY_GEMM_A5_INLINE __m512 hy_gemm_a5_fma16(const float *w, __m512 x, __m512 acc)
+{
+    __asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*w));
+    return acc;
+}
+
+#define HY_GEMM_A5_X8(p) _mm256_loadu_ps(p)
+#define HY_GEMM_A5_X16(p) _mm512_maskz_loadu_ps((__mmask16)((1u << HY_GEMM_A5_NR) - 1), p)
+HY_GEMM_A5_FEW(hy_gemm_a5_few8, __m256, 8, HY_GEMM_A5_X8, hy_gemm_a5_fma8, _mm256_setzero_ps,
+               _mm256_store_ps)
+HY_GEMM_A5_FEW(hy_gemm_a5_few16, __m512, 16, HY_GEMM_A5_X16, hy_gemm_a5_fma16, _mm512_setzero_ps,
+               _mm512_store_ps)
+
+static void hy_gemm_a5_few(hy_dtype_t type, const char *w, size_t ws, int64_t rows, int64_t k,
+                           const float *xp, int nr, float *y, size_t ys)
+{
+    for (int64_t r = 0; r < rows; r += HY_GEMM_A5_FR) {
+        const int n = (int)HY_MIN((int64_t)HY_GEMM_A5_FR, rows - r);
+        if (nr <= 8)
+            hy_gemm_a5_few8(type, w + (size_t)r * ws, ws, n, k, xp, nr, y + r, ys);
+        else
+            hy_gemm_a5_few16(type, w + (size_t)r * ws, ws, n, k, xp, nr, y + r, ys);
+    }
+}
+
 void hy_gemm_a5_rows(hy_dtype_t type, const void *vw, size_t ws, int64_t k, int64_t r0,
                      int64_t r1, const float *xp, int64_t n_tok, float *y, size_t ys,
                      float *wpack)
 {
     const char *w = (const char *)vw + (size_t)r0 * ws;
     const int64_t rows = r1 - r0;
+
+    if (n_tok <= HY_GEMM_A5_NR) {
+        hy_gemm_a5_few(type, w, ws, rows, k, xp, (int)n_tok, y + r0, ys);
+        return;
+    }
     const int64_t n_mr = (rows + HY_GEMM_A5_MR - 1) / HY_GEMM_A5_MR;
     const int64_t n_g = (n_tok + HY_GEMM_A5_NR - 1) / HY_GEMM_A5_NR;
     /* equal k blocks of at most KC, multiples of 16 except the last */

@@ -178,8 +178,7 @@ static void hy_mm_worker(void *arg, int ith, int nth)
  * (tests pin lower levels through hy_quant_set_isa, which must then not
  * reach AVX-512 code).  Not a function of the number of tokens: the GEMM
  * and the tiles round differently, and decode must give the bits a
- * prefilled token gets (its packing costs decode what ~20 tokens of
- * arithmetic cost, bench_gemm, next to a weight stream from memory). */
+ * prefilled token gets (up to 12 tokens it skips the packing). */
 static bool hy_mm_gemm_wanted(const hy_weight_t *w)
 {
     if (w->type != HY_DTYPE_F32 && w->type != HY_DTYPE_F16 && w->type != HY_DTYPE_BF16)
