@@ -215,7 +215,7 @@ HY_GEMM_A5_INLINE void hy_gemm_a5_few_wbuf(hy_dtype_t type, const char *const rp
         const char *rp[HY_GEMM_A5_FR];                                             \
         float buf[HY_GEMM_A5_FR * 16] __attribute__((aligned(64)));                \
         VT acc[HY_GEMM_A5_FR];                                                     \
-        _Pragma("GCC unroll 16") for (int r = 0; r < HY_GEMM_A5_FR; r++) {        \
+        _Pragma("GCC unroll 16") for (int r = 0; r < HY_GEMM_A5_FR; r++) {         \
             rp[r] = w + (size_t)HY_MIN(r, rows - 1) * ws;                          \
             acc[r] = ZERO();                                                       \
         }                                                                          \
@@ -223,7 +223,7 @@ HY_GEMM_A5_INLINE void hy_gemm_a5_few_wbuf(hy_dtype_t type, const char *const rp
             const int n = (int)HY_MIN((int64_t)16, k - k0);                        \
             const float *xk = xp + (size_t)k0 * HY_GEMM_A5_NR;                     \
             hy_gemm_a5_few_wbuf(type, rp, k0, n, buf);                             \
-            /* one unrolled body for the tail too */                           \
+            /* one unrolled body for the tail too */                               \
             _Pragma("GCC unroll 16") for (int kk = 0; kk < 16; kk++) {             \
                 if (kk >= n)                                                       \
                     break;                                                         \
@@ -233,8 +233,8 @@ HY_GEMM_A5_INLINE void hy_gemm_a5_few_wbuf(hy_dtype_t type, const char *const rp
             }                                                                      \
         }                                                                          \
         float out[HY_GEMM_A5_FR][V] __attribute__((aligned(64)));                  \
-        /* unrolled: a sum indexed at run time would live in memory */         \
-        _Pragma("GCC unroll 16") for (int r = 0; r < HY_GEMM_A5_FR; r++)          \
+        /* unrolled: a sum indexed at run time would live in memory */             \
+        _Pragma("GCC unroll 16") for (int r = 0; r < HY_GEMM_A5_FR; r++)           \
             STORE(out[r], acc[r]);                                                 \
         for (int t = 0; t < nr; t++)                                               \
             for (int r = 0; r < rows; r++)                                         \
@@ -260,7 +260,7 @@ HY_GEMM_A5_INLINE __m512 hy_gemm_a5_fma16(const float *w, __m512 x, __m512 acc)
 #define HY_GEMM_A5_X16(p) _mm512_maskz_loadu_ps((__mmask16)((1u << HY_GEMM_A5_NR) - 1), p)
 HY_GEMM_A5_FEW(hy_gemm_a5_few8, __m256, 8, HY_GEMM_A5_X8, hy_gemm_a5_fma8, _mm256_setzero_ps,
                _mm256_store_ps)
-HY_GEMM_A5_FEW(hy_gemm_a5_few16, __m512, 16, HY_GEMM_A5_X16, hy_gemm_a5_fma16, _mm512_setzero_ps,
+HY_GEMM_A5_FEW(hy_gemm_a5_few12, __m512, 16, HY_GEMM_A5_X16, hy_gemm_a5_fma16, _mm512_setzero_ps,
                _mm512_store_ps)
 
 static void hy_gemm_a5_few(hy_dtype_t type, const char *w, size_t ws, int64_t rows, int64_t k,
@@ -271,7 +271,7 @@ static void hy_gemm_a5_few(hy_dtype_t type, const char *w, size_t ws, int64_t ro
         if (nr <= 8)
             hy_gemm_a5_few8(type, w + (size_t)r * ws, ws, n, k, xp, nr, y + r, ys);
         else
-            hy_gemm_a5_few16(type, w + (size_t)r * ws, ws, n, k, xp, nr, y + r, ys);
+            hy_gemm_a5_few12(type, w + (size_t)r * ws, ws, n, k, xp, nr, y + r, ys);
     }
 }
 
