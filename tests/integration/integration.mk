@@ -29,9 +29,11 @@ tests_integration_bench_sparse_LDADD = $(TEST_LDADD)
 TESTS += tests/integration/test_bench_sparse.sh
 EXTRA_DIST += tests/integration/test_bench_sparse.sh
 # scripts/device-model's copies of a model (for a lent GPU machine) and
-# device-check's settings
-TESTS += tests/integration/test_device_model.sh tests/integration/test_device_check.sh
-EXTRA_DIST += tests/integration/test_device_model.sh tests/integration/test_device_check.sh
+# device-check's settings; bench-peers' refusals
+TESTS += tests/integration/test_device_model.sh tests/integration/test_device_check.sh \
+	tests/integration/test_bench_peers.sh
+EXTRA_DIST += tests/integration/test_device_model.sh tests/integration/test_device_check.sh \
+	tests/integration/test_bench_peers.sh
 # TAP helpers shared by the shell integration tests
 EXTRA_DIST += tests/integration/taplib.sh
 # the warm and cold KV tiers end to end (restart hits with SmolLM2 and a GDN
