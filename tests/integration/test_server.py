@@ -536,7 +536,10 @@ try:
                 started.add(name)
                 body2 = (first + r2.read()).decode(errors="replace")
                 outcome[name] = "[DONE]" in body2 and '"error"' not in body2
-            except Exception:
+                if not outcome[name]:
+                    why[name] = "%d bytes ending %r" % (len(body2), body2[-120:])
+            except Exception as e:
+                why[name] = repr(e)
                 outcome[name] = False
 
         def busy():
@@ -546,7 +549,7 @@ try:
             pids = STACK.workers()
             base = {p: n_sockets(p) for p in pids}
             reaped0 = metrics()["hyserve_reaped_requests_total"]
-            outcome, started, ts = {}, set(), []
+            outcome, why, started, ts = {}, {}, set(), []
             for k in range(8):
                 x = threading.Thread(target=streamer, args=("s%d" % k,))
                 x.start()
@@ -568,7 +571,8 @@ try:
         ok(victim is not None and len(outcome) == 8 and quiet and
            1 <= len(failed) < 8 and len(failed) == reaped,
            "kill -9 of a busy worker fails only its streams (failed %s; the coordinator "
-           "reaped %d; sockets per busy worker %s, victim %s)" % (failed, reaped, held, victim))
+           "reaped %d; sockets per busy worker %s, victim %s; how each failed: %s)" %
+           (failed, reaped, held, victim, why))
         ok(t.wait_for(lambda: len(STACK.workers()) == N_WORKERS and
                       victim not in STACK.workers(), 10)
            and metrics()["hyserve_worker_restarts_total"] >= 1, "a new worker replaces it")
