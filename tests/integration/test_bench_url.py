@@ -57,11 +57,17 @@ try:
     # ignore_eos: every request generates exactly max_tokens
     ok(js.get("output_tokens") == 8 * 16, "128 output tokens (%s)" % js.get("output_tokens"))
     ttft, f, e = js.get("ttft_ms", {}), js.get("tpot_ms", {}), js.get("e2e_ms", {})
+    # Each request's first token comes before its end, so each percentile of
+    # TTFT is below the same percentile of E2E.  (TTFT's p99 below E2E's p50
+    # is no such consequence: a request admitted late on a loaded machine
+    # waited 427 ms for its first token while others ended in 374-430 ms.)
     ok(js.get("tok_per_s", 0) > 0 and
        0 < ttft.get("p50", 0) <= ttft.get("p90", 0) <= ttft.get("p99", 0) and
        0 < f.get("p50", 0) <= f.get("p99", 0) and
-       ttft.get("p99", 0) < e.get("p50", 0) <= e.get("p99", 0) <= js.get("wall_s", 0) * 1e3,
-       "percentiles are positive, ordered and consistent (TTFT < E2E <= wall)")
+       all(ttft.get(q, 0) < e.get(q, 0) for q in ("p50", "p90", "p99")) and
+       0 < e.get("p50", 0) <= e.get("p90", 0) <= e.get("p99", 0) <= js.get("wall_s", 0) * 1e3,
+       "percentiles are positive, ordered and consistent (TTFT < E2E <= wall at p50, p90, "
+       "p99: %s / %s, wall %s s)" % (ttft, e, js.get("wall_s")))
     m = re.search(r"throughput ([0-9.]+) tok/s", p.stdout)
     ok(m is not None and abs(float(m.group(1)) - js.get("tok_per_s", -1)) < 0.1,
        "the human report agrees with the json line")
