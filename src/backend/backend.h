@@ -20,6 +20,21 @@
 
 typedef struct hy_backend hy_backend_t;
 
+/* How a weight's rows lie in its data.  ROWS: as in the file, row r at
+ * data + r*row_bytes.  ROWS16 (float types F32/F16/BF16 only, every
+ * matrix's rows a multiple of 16): each run of 16 rows (16*row_bytes bytes
+ * where the 16 rows were) holds element i of its row j at position
+ * i*16 + j, so one vector load reads element i of 16 rows.  A CPU that
+ * multiplies one token by float weights then keeps 16 rows in the lanes of
+ * one FMA, where the file's layout needs one FMA per row (issue 16: F16
+ * decode at half llama.cpp's speed).  The loader rearranges the bytes when
+ * it holds a private copy of the file and the backend asks for it
+ * (hy_backend_i.weight_rows16); hy_weight_row reads a row of either. */
+typedef enum {
+    HY_WLAYOUT_ROWS = 0,
+    HY_WLAYOUT_ROWS16 = 1,
+} hy_weight_layout_t;
+
 /* A weight matrix or vector.  ne[0] is the row length (input features), ne[1]
  * the number of rows (output features); vectors have ne[1] = 1.  The
  * matmul convention is y[t][o] = sum_i W[o][i] * x[t][i]. */
@@ -30,7 +45,16 @@ typedef struct {
     const void *data;  /* host data (into the GGUF mapping) */
     void *dev;         /* backend-side copy or NULL (CPU uses data) */
     const char *name;  /* tensor name, for messages */
+    uint8_t layout;    /* hy_weight_layout_t of data */
 } hy_weight_t;
+
+/* Row r of w (either layout) into dst, row_bytes bytes, as the file has it. */
+void hy_weight_row(const hy_weight_t *w, int64_t r, void *dst);
+
+/* Rearranges rows (a multiple of 16) rows of row_bytes bytes of elements of
+ * esz bytes (4 or 2) at data into HY_WLAYOUT_ROWS16, in place; tmp holds
+ * 16*row_bytes bytes. */
+void hy_weight_to_rows16(void *data, int64_t rows, size_t row_bytes, size_t esz, void *tmp);
 
 /* One sequence's part of a batch.  Its tokens are rows first .. first+n-1
  * of the batch, at positions n_past .. n_past+n-1.  Its KV pages come in
@@ -364,6 +388,11 @@ struct hy_backend_i {
 
     /* Prepare a weight for use (upload / repack).  CPU: may be a no-op. */
     int (*weight_init)(hy_backend_t *be, hy_weight_t *w, char *err);
+
+    /* Whether w (not yet prepared) should be rearranged into
+     * HY_WLAYOUT_ROWS16 before weight_init, where the loader can write its
+     * bytes.  NULL: never. */
+    bool (*weight_rows16)(hy_backend_t *be, const hy_weight_t *w);
 
     /* Whether the model's file should be read into huge pages of host
      * memory rather than mapped (hy_model_load): the CPU computes from

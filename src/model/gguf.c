@@ -1191,6 +1191,16 @@ const hy_gguf_tensor_t *hy_gguf_tensor(const hy_gguf_t *g, int64_t i)
     return i >= 0 && i < g->n_tensors ? &g->tensors[i] : NULL;
 }
 
+void *hy_gguf_tensor_rw(hy_gguf_t *g, const hy_gguf_tensor_t *t)
+{
+    return g->huge ? (void *)(uintptr_t)t->data : NULL;
+}
+
+void hy_gguf_set_layout(hy_gguf_t *g, const hy_gguf_tensor_t *t, uint8_t layout)
+{
+    g->tensors[t - g->tensors].layout = layout;
+}
+
 const hy_gguf_tensor_t *hy_gguf_find_tensor(const hy_gguf_t *g, const char *name)
 {
     int64_t lo = 0, hi = g->n_tensors;

@@ -44,6 +44,7 @@ typedef struct {
     uint64_t offset;    /* from the start of the data section */
     uint64_t nbytes;    /* size of the data */
     const void *data;   /* into the mapping */
+    uint8_t layout;     /* hy_weight_layout_t the loader put data in (0: the file's) */
 } hy_gguf_tensor_t;
 
 typedef struct hy_gguf hy_gguf_t;
@@ -120,5 +121,12 @@ int64_t hy_gguf_n_tensors(const hy_gguf_t *g);
 const hy_gguf_tensor_t *hy_gguf_tensor(const hy_gguf_t *g, int64_t i);
 /* NULL if absent. */
 const hy_gguf_tensor_t *hy_gguf_find_tensor(const hy_gguf_t *g, const char *name);
+
+/* t's bytes, writable, where g holds a private copy of the file
+ * (HY_GGUF_HUGE_PAGES); NULL where it maps the file.  Whoever rearranges
+ * them says so in t's layout (hy_gguf_set_layout), so that every weight
+ * made from t later reads them alike. */
+void *hy_gguf_tensor_rw(hy_gguf_t *g, const hy_gguf_tensor_t *t);
+void hy_gguf_set_layout(hy_gguf_t *g, const hy_gguf_tensor_t *t, uint8_t layout);
 
 #endif

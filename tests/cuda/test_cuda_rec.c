@@ -166,7 +166,7 @@ static void test_lightning(hy_backend_t *cpu, int H, int d, int C)
     hy_state_layout_t lay = {1, 3, &conv, &rec};
     float slope[8], *table = malloc(sizeof(float) * (size_t)H * (C + 1));
     hy_weight_t wc = {HY_DTYPE_F32, {C + 1, H, 1, 1}, sizeof(float) * (size_t)(C + 1), table,
-                      NULL, "decay"}, wg = wc;
+                      NULL, "decay", HY_WLAYOUT_ROWS}, wg = wc;
     float *gs = malloc(sizeof(float) * (size_t)rec);
     int n_past[3] = {0};
     char err[HY_ERR_LEN];

@@ -162,7 +162,7 @@ static void check(hy_backend_t *be, int H, int d, int C, const sched_t *sc, int 
     float slope[8], table[8 * (HY_LIGHTNING_MAX_CHUNK + 1)];
     float *emu_st = calloc((size_t)N_SLOTS * (size_t)rec, sizeof(float));
     hy_weight_t sw = {HY_DTYPE_F32, {C + 1, H, 1, 1}, sizeof(float) * (size_t)(C + 1), table,
-                      NULL, "decay"};
+                      NULL, "decay", HY_WLAYOUT_ROWS};
     int n_past[N_SLOTS] = {0};
     char err[HY_ERR_LEN];
     bool same = true;

@@ -63,7 +63,7 @@ static int bench_decode(int rounds)
                 row[i] = (float)((r * 31 + i * 17 + m) % 101) / 50.0f - 1.0f;
             hy_quant_quantize_row(t, row, w + (size_t)r * rb, in);
         }
-        ws[m] = (hy_weight_t){t, {in, out, 1, 1}, rb, w, NULL, "decode"};
+        ws[m] = (hy_weight_t){t, {in, out, 1, 1}, rb, w, NULL, "decode", HY_WLAYOUT_ROWS};
         total += rb * out;
     }
     for (int k = 0; k < rounds; k++) {
@@ -158,7 +158,7 @@ int main(int argc, char **argv)
             }
             for (size_t i = 0; i < (size_t)512 * in; i++)
                 x[i] = (float)(i % 97) / 48.0f - 1.0f;
-            hy_weight_t wt2 = {t, {in, out, 1, 1}, rb, w, NULL, shapes[s].what};
+            hy_weight_t wt2 = {t, {in, out, 1, 1}, rb, w, NULL, shapes[s].what, HY_WLAYOUT_ROWS};
             for (int n_tok = 1; n_tok <= 512; n_tok *= 512) {
                 double t0, c0, dt, dc;
                 int reps = 0;

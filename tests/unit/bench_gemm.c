@@ -4,8 +4,10 @@
  * 1024) for 64, 512 and 4096 tokens, with 1 thread (thread CPU time: the
  * machine is shared, wall time would measure the queue) and 2 (wall time).
  * Built by `make check`, not run by it:
- *   tests/unit/bench_gemm [type=f16] [max_threads=2] [reps=5] [n_tok]
- * (n_tok: that token count instead of 64, 512, 4096).
+ *   tests/unit/bench_gemm [type=f16] [max_threads=2] [reps=5] [n_tok] [layout]
+ * (n_tok: that token count instead of 64, 512, 4096; layout: "rows" keeps
+ * the file's layout where a loaded model would get the one the backend
+ * asks for, HY_WLAYOUT_ROWS16 at AVX-512).
  */
 #include "backend/backend.h"
 #include "backend/cpu/quant.h"
@@ -44,9 +46,10 @@ int main(int argc, char **argv)
     }
     if (reps < 1)
         reps = 1;
-    printf("# %s weights, isa %s, min of %d runs; 1 thread: thread CPU time, %% of %.0f "
-           "GFLOP/s\n", hy_dtype_info(t)->name, hy_isa_name(hy_cpu_isa()), reps,
-           BENCH_PEAK_GFLOPS);
+    const bool file_layout = argc > 5 && strcmp(argv[5], "rows") == 0;
+    printf("# %s weights, isa %s, %s layout, min of %d runs; 1 thread: thread CPU time, %% "
+           "of %.0f GFLOP/s\n", hy_dtype_info(t)->name, hy_isa_name(hy_cpu_isa()),
+           file_layout ? "the file's" : "the backend's", reps, BENCH_PEAK_GFLOPS);
     for (int th = 1; th <= max_th; th++) {
         hy_backend_t *be = NULL;
         hy_backend_opts_t o = {.n_threads = th};
@@ -85,6 +88,16 @@ int main(int argc, char **argv)
             w.row_bytes = rb;
             w.data = wd;
             w.name = "bench";
+            if (!file_layout && be->i->weight_rows16 && be->i->weight_rows16(be, &w)) {
+                void *tmp = malloc(16 * rb);
+                if (!tmp) {
+                    fprintf(stderr, "bench_gemm: out of memory\n");
+                    return 1;
+                }
+                hy_weight_to_rows16(wd, n_out, rb, t == HY_DTYPE_F32 ? 4 : 2, tmp);
+                free(tmp);
+                w.layout = HY_WLAYOUT_ROWS16;
+            }
             for (size_t ni = 0; ni < n_nt; ni++) {
                 int nt = ntoks[ni];
                 double best = 1e30, best_cpu = 1e30;

@@ -20,7 +20,7 @@ static double run(hy_backend_t *be, int T, int H, int d, int chunk, bool decode,
                   const float *slope, float *table, float *out)
 {
     const hy_weight_t dw = {HY_DTYPE_F32, {chunk + 1, H, 1, 1}, sizeof(float) * (size_t)(chunk + 1),
-                            table, NULL, "decay"};
+                            table, NULL, "decay", HY_WLAYOUT_ROWS};
     const hy_lightning_params_t p = {H, d, chunk};
     int64_t rec = hy_lightning_state_floats(&p), conv = 0;
     hy_state_layout_t lay = {1, 1, &conv, &rec};

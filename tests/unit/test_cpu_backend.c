@@ -276,7 +276,7 @@ static void test_rmsnorm(hy_backend_t *be)
     const int n_rows = 200, dim = 576;
     float *x = malloc(n_rows * dim * sizeof(float)), *y = malloc(n_rows * dim * sizeof(float));
     float wv[576];
-    hy_weight_t w = {HY_DTYPE_F32, {dim, 1, 1, 1}, dim * sizeof(float), wv, NULL, "norm"};
+    hy_weight_t w = {HY_DTYPE_F32, {dim, 1, 1, 1}, dim * sizeof(float), wv, NULL, "norm", HY_WLAYOUT_ROWS};
     double worst = 0;
 
     fill(x, (size_t)n_rows * dim, 3.0f);
@@ -359,7 +359,7 @@ static void test_elementwise(hy_backend_t *be)
         static const int32_t dims[] = {576, 645, 7};
         float wv[645];
         fill(wv, 645, 1.5f);
-        hy_weight_t nw = {HY_DTYPE_F32, {645, 1, 1, 1}, sizeof wv, wv, NULL, "norm"};
+        hy_weight_t nw = {HY_DTYPE_F32, {645, 1, 1, 1}, sizeof wv, wv, NULL, "norm", HY_WLAYOUT_ROWS};
         int same = 1, runs = 0;
         for (size_t di = 0; di < HY_ARRAY_LEN(dims); di++)
             for (int wi = 0; wi < 2; wi++) {
@@ -390,7 +390,7 @@ static void test_elementwise(hy_backend_t *be)
 
     float bias[600];
     fill(bias, 600, 1.0f);
-    hy_weight_t bw = {HY_DTYPE_F32, {600, 1, 1, 1}, sizeof bias, bias, NULL, "bias"};
+    hy_weight_t bw = {HY_DTYPE_F32, {600, 1, 1, 1}, sizeof bias, bias, NULL, "bias", HY_WLAYOUT_ROWS};
     memcpy(a, a0, n * sizeof(float));
     be->i->add_bias(be, a, &bw, 160, 600);
     ok = 1;

@@ -8,6 +8,7 @@
  * the row block or the thread count).
  */
 #include "backend/backend.h"
+#include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/gemm_avx512.h"
 #include "backend/cpu/quant.h"
 #include "test.h"
@@ -81,7 +82,8 @@ static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
     /* (k, n_out): k not a multiple of 16, n_out not of 32, one of each
      * below the micro-kernel's sizes, one over the GEMM's k block (384) and
      * row block (256) */
-    static const int64_t shapes[][2] = {{37, 45}, {16, 1}, {1, 33}, {515, 300}, {200, 64}};
+    static const int64_t shapes[][2] = {{37, 45}, {16, 1}, {1, 33}, {515, 300}, {200, 64},
+                                        {37, 48}, {515, 304}};
     static const int ntoks[] = {1, 2, 5, 8, 9, 11, 12, 13, 23, 24, 25, 37, 64, 70};
     enum { MAX_TOK = 70 };
 
@@ -93,7 +95,7 @@ static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
         for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++) {
             hy_dtype_t t = types[ti];
             double worst = 0;
-            int same = 1, ran = 1, dot_same = 1;
+            int same = 1, ran = 1, dot_same = 1, r16_same = 1, r16_rows = 1, n_r16 = 0;
             for (size_t si = 0; si < HY_ARRAY_LEN(shapes) && ran; si++) {
                 int64_t k = shapes[si][0], n_out = shapes[si][1];
                 size_t rb = hy_dtype_row_bytes(t, k);
@@ -104,9 +106,10 @@ static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
                 double *ref = malloc((size_t)(MAX_TOK * n_out) * sizeof(double));
                 double *mag = malloc((size_t)(MAX_TOK * n_out) * sizeof(double));
                 uint8_t *wd = wf ? make_weight(t, k, n_out, rb, wf) : NULL;
-                hy_weight_t w = {0};
+                uint8_t *w16 = NULL, *row = malloc(rb);
+                hy_weight_t w = {0}, v = {0};
                 char err[HY_ERR_LEN];
-                if (!wf || !x || !y1 || !y3 || !ref || !mag || !wd) {
+                if (!wf || !x || !y1 || !y3 || !ref || !mag || !wd || !row) {
                     ran = 0;
                     goto next;
                 }
@@ -120,6 +123,42 @@ static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
                 w.row_bytes = rb;
                 w.data = wd;
                 w.name = "gemm.weight";
+                /* the same matrix in 16-row groups where its rows allow: at
+                 * AVX-512 the GEMM's lanes-are-rows kernel, below it the
+                 * tiles over gathered rows */
+                if (n_out % 16 == 0 && k >= 16) {
+                    void *tmp = malloc(16 * rb);
+                    w16 = malloc((size_t)n_out * rb);
+                    if (!tmp || !w16) {
+                        free(tmp);
+                        ran = 0;
+                        goto next;
+                    }
+                    memcpy(w16, wd, (size_t)n_out * rb);
+                    hy_weight_to_rows16(w16, n_out, rb, t == HY_DTYPE_F32 ? 4 : 2, tmp);
+                    free(tmp);
+                    v = w;
+                    v.data = w16;
+                    v.layout = HY_WLAYOUT_ROWS16;
+                    n_r16++;
+                    for (int64_t r = 0; r < n_out; r++) {
+                        hy_weight_row(&v, r, row);
+                        r16_rows = r16_rows && memcmp(row, wd + (size_t)r * rb, rb) == 0;
+                    }
+                    /* the embedding lookup and the small-weight floats read
+                     * rows through the layout too */
+                    int32_t ids[5] = {0, 1, (int32_t)n_out - 1, 17, 16};
+                    float *ta = NULL, *tb = NULL;
+                    be3->i->get_rows(be3, &w, ids, y1, 5);
+                    be3->i->get_rows(be3, &v, ids, y3, 5);
+                    r16_rows = r16_rows && memcmp(y1, y3, (size_t)5 * k * sizeof(float)) == 0;
+                    const float *fa = hy_cpu_weight_floats(be3->ctx, "t", &w, k * n_out, &ta);
+                    const float *fb = hy_cpu_weight_floats(be3->ctx, "t", &v, k * n_out, &tb);
+                    r16_rows = r16_rows && fa && fb &&
+                               memcmp(fa, fb, (size_t)(k * n_out) * sizeof(float)) == 0;
+                    free(ta);
+                    free(tb);
+                }
                 for (size_t ni = 0; ni < HY_ARRAY_LEN(ntoks); ni++) {
                     int nt = ntoks[ni];
                     memset(y1, 0xff, (size_t)(MAX_TOK * n_out) * sizeof(float)); /* NaN */
@@ -130,6 +169,14 @@ static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
                     double e3 = worst_err(y3, (size_t)n_out, ref, mag, n_out, nt);
                     worst = HY_MAX(worst, HY_MAX(e1, e3));
                     same = same && memcmp(y1, y3, (size_t)(nt * n_out) * sizeof(float)) == 0;
+                    if (w16) {
+                        be3->i->matmul(be3, &v, x, y3, nt);
+                        r16_same = r16_same &&
+                                   memcmp(y1, y3, (size_t)(nt * n_out) * sizeof(float)) == 0;
+                        be1->i->matmul(be1, &v, x, y3, nt);
+                        r16_same = r16_same &&
+                                   memcmp(y1, y3, (size_t)(nt * n_out) * sizeof(float)) == 0;
+                    }
                     /* every level: each output is vec_dot's bits, whatever
                      * n_tok (AVX-512: the GEMM, also for one token) */
                     for (int tk = 0; tk < nt; tk++)
@@ -145,6 +192,8 @@ static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
                     ran = 0;
                 }
             next:
+                free(w16);
+                free(row);
                 free(wf);
                 free(x);
                 free(y1);
@@ -154,10 +203,16 @@ static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
                 free(wd);
             }
             HY_T_OK(ran && worst <= 1e-5 && same && dot_same,
-                    "matmul %s at %s, 5 shapes x n_tok 1..70: err vs double %.2e (tol 1e-5), "
+                    "matmul %s at %s, 7 shapes x n_tok 1..70: err vs double %.2e (tol 1e-5), "
                     "1 and 3 threads %s, == vec_dot bit for bit %s", hy_dtype_info(t)->name,
                     hy_isa_name((hy_isa_t)isa), worst, same ? "identical" : "DIFFER",
                     dot_same ? "yes" : "NO");
+            HY_T_OK(ran && n_r16 == 3 && r16_same && r16_rows,
+                    "matmul %s at %s, %d shapes in 16-row groups: rows, get_rows and weight floats "
+                    "read back %s, the "
+                    "file's layout's bits at 1 and 3 threads %s", hy_dtype_info(t)->name,
+                    hy_isa_name((hy_isa_t)isa), n_r16, r16_rows ? "exactly" : "WRONG",
+                    r16_same ? "yes" : "NO");
         }
     }
     hy_quant_set_isa(hy_cpu_isa());
@@ -206,7 +261,7 @@ static void test_gemm_direct_type(hy_dtype_t t)
     for (int nt = 1; nt <= MAX_TOK; nt++) {
         memset(ybuf, 0xff, ((size_t)MAX_TOK * YS + 1) * sizeof(float));
         hy_gemm_a5_pack_x(x, XS, K, nt, 0, (nt + HY_GEMM_A5_NR - 1) / HY_GEMM_A5_NR, xp);
-        hy_gemm_a5_rows(t, wbuf + 1, ws, K, r0, r1, xp, nt, y, YS, wp);
+        hy_gemm_a5_rows(t, false, wbuf + 1, ws, K, r0, r1, xp, nt, y, YS, wp);
         /* the ref's columns r0..r1-1 */
         for (int64_t tk = 0; tk < nt; tk++)
             for (int64_t r = r0; r < r1; r++) {
@@ -232,13 +287,13 @@ static void test_gemm_direct_type(hy_dtype_t t)
      * the micro-kernel's grid, and the tokens from 57 on packed as their
      * own batch (the last call above left nt == MAX_TOK in y). */
     memset(ybuf, 0xff, ((size_t)MAX_TOK * YS + 1) * sizeof(float));
-    hy_gemm_a5_rows(t, wbuf + 1, ws, K, r0, r0 + 45, xp, MAX_TOK, y, YS, wp);
-    hy_gemm_a5_rows(t, wbuf + 1, ws, K, r0 + 45, r1, xp, MAX_TOK, y, YS, wp);
+    hy_gemm_a5_rows(t, false, wbuf + 1, ws, K, r0, r0 + 45, xp, MAX_TOK, y, YS, wp);
+    hy_gemm_a5_rows(t, false, wbuf + 1, ws, K, r0 + 45, r1, xp, MAX_TOK, y, YS, wp);
     for (int64_t tk = 0; tk < MAX_TOK; tk++)
         invariant = invariant && memcmp(y + tk * YS + r0, yall + tk * YS + r0,
                                         (size_t)(r1 - r0) * sizeof(float)) == 0;
     hy_gemm_a5_pack_x(x + 57 * XS, XS, K, MAX_TOK - 57, 0, 2, xp);
-    hy_gemm_a5_rows(t, wbuf + 1, ws, K, r0, r1, xp, MAX_TOK - 57, y, YS, wp);
+    hy_gemm_a5_rows(t, false, wbuf + 1, ws, K, r0, r1, xp, MAX_TOK - 57, y, YS, wp);
     for (int64_t tk = 57; tk < MAX_TOK; tk++)
         invariant = invariant && memcmp(y + (tk - 57) * YS + r0, yall + tk * YS + r0,
                                         (size_t)(r1 - r0) * sizeof(float)) == 0;
@@ -261,6 +316,59 @@ out:
     free(xp);
     free(wp);
 }
+
+/* HY_WLAYOUT_ROWS16 through the entry point: every n_tok 1..70 (the
+ * lanes-are-rows kernel up to 12, packed panels above) gives the file's
+ * layout's bits, over a full row block and over one that ends half way
+ * through a 32-row panel. */
+static void test_gemm_direct_rows16(hy_dtype_t t)
+{
+    enum { K = 403, N_OUT = 304, MAX_TOK = 70, YS = N_OUT + 5 };
+    static const int64_t blocks[][2] = {{32, 32 + HY_GEMM_A5_MC}, {16, 64}};
+    const size_t rb = hy_dtype_row_bytes(t, K);
+    float *wf = malloc((size_t)K * N_OUT * sizeof(float));
+    float *x = malloc((size_t)MAX_TOK * K * sizeof(float));
+    float *ya = malloc((size_t)MAX_TOK * YS * sizeof(float));
+    float *yb = malloc((size_t)MAX_TOK * YS * sizeof(float));
+    float *xp = aligned_alloc(64, (hy_gemm_a5_xpack_floats(K, MAX_TOK) * sizeof(float) + 63) & ~63u);
+    float *wp = aligned_alloc(64, (hy_gemm_a5_wpack_floats(K) * sizeof(float) + 63) & ~63u);
+    uint8_t *wd = wf ? make_weight(t, K, N_OUT, rb, wf) : NULL;
+    uint8_t *w16 = malloc((size_t)N_OUT * rb), *tmp = malloc(16 * rb);
+    int same = 1, ok = 0;
+
+    if (!x || !ya || !yb || !xp || !wp || !wd || !w16 || !tmp)
+        goto out;
+    memcpy(w16, wd, (size_t)N_OUT * rb);
+    hy_weight_to_rows16(w16, N_OUT, rb, t == HY_DTYPE_F32 ? 4 : 2, tmp);
+    for (size_t i = 0; i < (size_t)MAX_TOK * K; i++)
+        x[i] = rng_f(2.0f);
+    for (int nt = 1; nt <= MAX_TOK; nt++) {
+        hy_gemm_a5_pack_x(x, K, K, nt, 0, (nt + HY_GEMM_A5_NR - 1) / HY_GEMM_A5_NR, xp);
+        for (size_t bi = 0; bi < HY_ARRAY_LEN(blocks); bi++) {
+            int64_t r0 = blocks[bi][0], r1 = blocks[bi][1];
+            memset(ya, 0xff, (size_t)MAX_TOK * YS * sizeof(float));
+            memset(yb, 0xff, (size_t)MAX_TOK * YS * sizeof(float));
+            hy_gemm_a5_rows(t, false, wd, rb, K, r0, r1, xp, nt, ya, YS, wp);
+            hy_gemm_a5_rows(t, true, w16, rb, K, r0, r1, xp, nt, yb, YS, wp);
+            /* the untouched NaN padding compares equal as bytes too */
+            same = same && memcmp(ya, yb, (size_t)MAX_TOK * YS * sizeof(float)) == 0;
+        }
+    }
+    ok = 1;
+out:
+    HY_T_OK(ok && same, "gemm %s in 16-row groups, %dx%d, rows 32..288 and 16..64, n_tok "
+            "1..70: the file's layout's bits %s", hy_dtype_info(t)->name, K, N_OUT,
+            same ? "yes" : "NO");
+    free(wf);
+    free(x);
+    free(ya);
+    free(yb);
+    free(xp);
+    free(wp);
+    free(wd);
+    free(w16);
+    free(tmp);
+}
 #endif
 
 int main(void)
@@ -279,6 +387,8 @@ int main(void)
     if (hy_cpu_isa() >= HY_ISA_AVX512) {
         for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++)
             test_gemm_direct_type(types[ti]);
+        for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++)
+            test_gemm_direct_rows16(types[ti]);
     } else {
         printf("# gemm entry points: no AVX-512 on this CPU, skipped\n");
     }

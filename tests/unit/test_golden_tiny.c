@@ -9,6 +9,7 @@
  * accounting must be back to all-free.  The models are the manifest's
  * (tests/golden/tiny/manifest.json), every one of them.
  */
+#include "backend/cpu/quant.h"
 #include "engine/runner.h"
 #include "test.h"
 #include "golden.h"
@@ -113,12 +114,25 @@ static int hy_g_run_steps(hy_runner_t *r, const int32_t *ids, int n, int step, f
     return rc;
 }
 
+/* A runner for up to 4 sequences of 128 tokens, KV in f32. */
+static int hy_g_runner(hy_runner_t *r, hy_model_t *m, hy_backend_t *be, char *err)
+{
+    hy_runner_opts_t o;
+
+    hy_runner_opts_default(&o);
+    o.max_tokens = 400;
+    o.max_outputs = 400;
+    o.max_seqs = 4;
+    o.n_ctx = 128;
+    o.kv_type = HY_DTYPE_F32;
+    return hy_runner_init(r, m, be, &o, err);
+}
+
 static void hy_g_model(const char *name, hy_backend_t *be)
 {
     char rel[256], err[HY_ERR_LEN];
     hy_model_t *m = NULL;
     hy_runner_t r;
-    hy_runner_opts_t o;
     int32_t *ids[4] = {0};
     float *ref[4] = {0}, *dec[4] = {0}, *out = NULL;
     hy_g_cmp_t whole = {0}, s64 = {0}, s7 = {0}, s1 = {0}, dcmp = {0}, batch = {0};
@@ -129,13 +143,7 @@ static void hy_g_model(const char *name, hy_backend_t *be)
     HY_T_OK(rc == HY_OK, "%s: loads (%s)", name, rc == HY_OK ? "ok" : err);
     if (rc != HY_OK)
         return;
-    hy_runner_opts_default(&o);
-    o.max_tokens = 400;
-    o.max_outputs = 400;
-    o.max_seqs = 4;
-    o.n_ctx = 128;
-    o.kv_type = HY_DTYPE_F32;
-    rc = hy_runner_init(&r, m, be, &o, err);
+    rc = hy_g_runner(&r, m, be, err);
     HY_T_OK(rc == HY_OK, "%s: runner (%s)", name, rc == HY_OK ? "ok" : err);
     if (rc != HY_OK) {
         hy_model_free(m);
@@ -236,20 +244,76 @@ out:
     hy_model_free(m);
 }
 
+/* The logits of ids (n tokens, whole and then one at a time) from name
+ * loaded through be into out[2][n][vocab]; *r16 counts the tensors the
+ * loader rearranged into 16-row groups.  false if anything failed. */
+static bool hy_g_logits(const char *name, hy_backend_t *be, const int32_t *ids, int n,
+                        float *out, int *r16)
+{
+    char rel[256], err[HY_ERR_LEN];
+    hy_model_t *m = NULL;
+    hy_runner_t r;
+    bool ok;
+
+    snprintf(rel, sizeof rel, "tests/golden/tiny/%.63s.gguf", name);
+    if (hy_model_load(&m, hy_t_srcpath(rel), be, err) != HY_OK)
+        return false;
+    *r16 = 0;
+    for (int64_t i = 0; i < hy_gguf_n_tensors(m->gguf); i++)
+        *r16 += hy_gguf_tensor(m->gguf, i)->layout == HY_WLAYOUT_ROWS16;
+    if (hy_g_runner(&r, m, be, err) != HY_OK) {
+        hy_model_free(m);
+        return false;
+    }
+    ok = hy_g_run_steps(&r, ids, n, n, out) == HY_OK &&
+         hy_g_run_steps(&r, ids, n, 1, out + (size_t)n * HY_G_VOCAB) == HY_OK;
+    hy_runner_free(&r);
+    hy_model_free(m);
+    return ok;
+}
+
+/* The loader's 16-row groups (weights read into memory of its own) against
+ * the file's layout (weights mapped): the same logits, bit for bit. */
+static void hy_g_layouts(const char *name, hy_backend_t *be, hy_backend_t *be_mmap)
+{
+    enum { N = 100 };
+    int32_t *ids = hy_g_read(name, ".s100.ids", sizeof(int32_t) * N);
+    float *a = malloc(sizeof(float) * 2 * N * HY_G_VOCAB);
+    float *b = malloc(sizeof(float) * 2 * N * HY_G_VOCAB);
+    int ra = -1, rb = -1;
+    bool ok = ids && a && b && hy_g_logits(name, be, ids, N, a, &ra) &&
+              hy_g_logits(name, be_mmap, ids, N, b, &rb);
+
+    HY_T_OK(ok && ra > 0 && rb == 0 && memcmp(a, b, sizeof(float) * 2 * N * HY_G_VOCAB) == 0,
+            "%s: %d tensors in 16-row groups (mapped: %d) give the mapped file's logits bit "
+            "for bit, 100 tokens whole and one at a time (%s)", name, ra, rb,
+            !ok ? "failed to run" : memcmp(a, b, sizeof(float) * 2 * N * HY_G_VOCAB) ? "DIFFER"
+                                                                                     : "same");
+    free(ids);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     hy_backend_opts_t bo = {.n_threads = 2};
-    hy_backend_t *be = NULL;
+    hy_backend_opts_t bm = {.n_threads = 2, .weights_memory = HY_WEIGHTS_MMAP};
+    hy_backend_t *be = NULL, *be_mmap = NULL;
     hy_t_golden_t models[HY_T_GOLDEN_MAX];
     char err[HY_ERR_LEN];
     int i, n = hy_t_golden_models(models, HY_T_GOLDEN_MAX);
 
-    if (hy_backend_cpu_new(&be, &bo, err) != HY_OK) {
+    if (hy_backend_cpu_new(&be, &bo, err) != HY_OK ||
+        hy_backend_cpu_new(&be_mmap, &bm, err) != HY_OK) {
         HY_T_OK(0, "cpu backend: %s", err);
         return hy_t_done();
     }
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
         hy_g_model(models[i].name, be);
+        if (be->i->weight_rows16 && hy_cpu_isa() >= HY_ISA_AVX512)
+            hy_g_layouts(models[i].name, be, be_mmap);
+    }
     be->i->free(be);
+    be_mmap->i->free(be_mmap);
     return hy_t_done();
 }

@@ -63,7 +63,8 @@ static uint8_t *mm_weight(hy_dtype_t t, int64_t k, int64_t n_out, size_t *rb)
 /* Appended to each matmul line: which activation mode the backends run. */
 static const char *mm_label = "";
 
-static void mm_type(hy_backend_t *be[3], hy_dtype_t t, int64_t n_out, hy_isa_t isa)
+static void mm_type(hy_backend_t *be[3], hy_dtype_t t, int64_t n_out, hy_isa_t isa,
+                    bool rows16)
 {
     static const int sizes[] = {2, 3, 5, 8, 13, 16, 31, 32, 33, 47, 64, 100, 160};
     const int64_t k = 768; /* 3 x 256: K-quant blocks and a ragged k-chunk split */
@@ -83,6 +84,15 @@ static void mm_type(hy_backend_t *be[3], hy_dtype_t t, int64_t n_out, hy_isa_t i
     w.row_bytes = rb;
     w.data = data;
     w.name = "inv.weight";
+    if (rows16) {
+        /* as the loader leaves float weights for the AVX-512 GEMM (and for
+         * a lower level pinned after loading) */
+        void *tmp = malloc(16 * rb);
+        if (data && tmp)
+            hy_weight_to_rows16(data, n_out, rb, t == HY_DTYPE_F32 ? 4 : 2, tmp);
+        free(tmp);
+        w.layout = HY_WLAYOUT_ROWS16;
+    }
     fill(x, (size_t)M_TOK * k, 1.0f);
     /* LLM-like outlier channels in a few tokens */
     for (int tk = 5; tk < M_TOK; tk += 11)
@@ -102,10 +112,10 @@ static void mm_type(hy_backend_t *be[3], hy_dtype_t t, int64_t n_out, hy_isa_t i
     for (int i = 0; i < 3; i++)
         if (be[i]->i->status(be[i], err) != HY_OK)
             bad++;
-    HY_T_OK(bad == 0, "matmul %s/%s%s %lldx%lld: rows alone == rows in %d calls of 2..160 "
+    HY_T_OK(bad == 0, "matmul %s/%s%s %lldx%lld%s: rows alone == rows in %d calls of 2..160 "
             "tokens at offsets, 1/2/3 threads, bit for bit (%d calls differ)",
-            hy_dtype_info(t)->name, hy_isa_name(isa), mm_label,
-            (long long)k, (long long)n_out, calls, bad);
+            hy_dtype_info(t)->name, hy_isa_name(isa), mm_label, (long long)k,
+            (long long)n_out, rows16 ? " in 16-row groups" : "", calls, bad);
     free(data);
     free(x);
     free(alone);
@@ -131,9 +141,12 @@ static void test_matmul(hy_backend_t *be[3])
                 continue;
             }
             /* 150 rows: ragged 8- and 16-row groups; 5: fewer than a group */
-            mm_type(be, types[i], 150, (hy_isa_t)isa);
+            mm_type(be, types[i], 150, (hy_isa_t)isa, false);
             if (isa == (int)hy_cpu_isa())
-                mm_type(be, types[i], 5, (hy_isa_t)isa);
+                mm_type(be, types[i], 5, (hy_isa_t)isa, false);
+            if (types[i] == HY_DTYPE_F32 || types[i] == HY_DTYPE_F16 ||
+                types[i] == HY_DTYPE_BF16)
+                mm_type(be, types[i], 160, (hy_isa_t)isa, true);
         }
     }
     hy_quant_set_isa(hy_cpu_isa());

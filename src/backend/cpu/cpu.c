@@ -132,6 +132,7 @@ typedef struct {
     const int32_t *ids;
     float *y;
     int32_t n;
+    uint8_t *raw; /* [nth][row_bytes]: HY_WLAYOUT_ROWS16 rows gathered */
 } hy_get_rows_job_t;
 
 static void hy_get_rows_worker(void *arg, int ith, int nth)
@@ -143,6 +144,16 @@ static void hy_get_rows_worker(void *arg, int ith, int nth)
     for (int64_t i = lo; i < hi; i++) {
         const uint8_t *row = (const uint8_t *)j->w->data + (size_t)j->ids[i] * j->w->row_bytes;
         float *y = j->y + i * ne0;
+        if (j->w->layout == HY_WLAYOUT_ROWS16) {
+            /* the row's elements lie 16 apart: gathered first (F32 rows
+             * straight into y) */
+            if (j->w->type == HY_DTYPE_F32) {
+                hy_weight_row(j->w, j->ids[i], y);
+                continue;
+            }
+            hy_weight_row(j->w, j->ids[i], j->raw + (size_t)ith * j->w->row_bytes);
+            row = j->raw + (size_t)ith * j->w->row_bytes;
+        }
         if (j->w->type == HY_DTYPE_F32)
             memcpy(y, row, (size_t)ne0 * sizeof(float));
         else
@@ -154,7 +165,7 @@ static void hy_cpu_get_rows(hy_backend_t *be, const hy_weight_t *w, const int32_
                             float *y, int32_t n)
 {
     hy_cpu_t *cpu = hy_cpu(be);
-    hy_get_rows_job_t j = {w, hy_quant_traits(w->type), ids, y, n};
+    hy_get_rows_job_t j = {w, hy_quant_traits(w->type), ids, y, n, NULL};
     char err[HY_ERR_LEN];
 
     if (n <= 0)
@@ -172,8 +183,15 @@ static void hy_cpu_get_rows(hy_backend_t *be, const hy_weight_t *w, const int32_
             return;
         }
     }
-    hy_pool_run_n(cpu->pool, hy_cpu_nth(cpu, (size_t)n * (size_t)w->ne[0]),
-                  hy_get_rows_worker, &j);
+    const int nth = hy_cpu_nth(cpu, (size_t)n * (size_t)w->ne[0]);
+    if (w->layout == HY_WLAYOUT_ROWS16 && w->type != HY_DTYPE_F32 &&
+        (j.raw = malloc((size_t)nth * w->row_bytes)) == NULL) {
+        hy_cpu_fail(cpu, HY_ENOMEM, "get_rows %s: out of memory", w->name ? w->name : "?");
+        memset(y, 0, (size_t)n * (size_t)w->ne[0] * sizeof(float));
+        return;
+    }
+    hy_pool_run_n(cpu->pool, nth, hy_get_rows_worker, &j);
+    free(j.raw);
 }
 
 /* ---- rmsnorm ------------------------------------------------------------- */
@@ -842,6 +860,7 @@ static const struct hy_backend_i hy_cpu_methods = {
     .name = "cpu",
     .free = hy_cpu_free,
     .weight_init = hy_cpu_weight_init,
+    .weight_rows16 = hy_cpu_weight_rows16,
     .weights_huge_pages = hy_cpu_weights_huge_pages,
     .kv_init = hy_cpu_kv_init,
     .alloc = hy_cpu_alloc,

@@ -113,6 +113,8 @@ void hy_cpu_matmul_n(hy_backend_t *be, const hy_weight_t *const *w, int32_t n_w,
                      float *const *y, int32_t n_tok);
 /* Checks that a weight is something matmul / get_rows can use. */
 int hy_cpu_weight_check(const hy_weight_t *w, char *err);
+/* hy_backend_i.weight_rows16: float weights the AVX-512 GEMM multiplies. */
+bool hy_cpu_weight_rows16(hy_backend_t *be, const hy_weight_t *w);
 
 /* attention.c */
 int hy_cpu_kv_init(hy_backend_t *be, const hy_kv_layout_t *layout, char *err);

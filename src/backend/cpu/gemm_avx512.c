@@ -59,13 +59,36 @@ HY_GEMM_A5_INLINE __m512 hy_gemm_a5_wload(hy_dtype_t type, const char *w, int64_
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* Element i of the 16 rows of a HY_WLAYOUT_ROWS16 group at g, as floats. */
+HY_GEMM_A5_INLINE __m512 hy_gemm_a5_gload(hy_dtype_t type, const char *g, int64_t i)
+{
+    if (type == HY_DTYPE_F32)
+        return _mm512_loadu_ps((const float *)g + i * 16);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)g + i * 16));
+    if (type == HY_DTYPE_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 /* Rows [0, rows) (rows <= 32) of w, elements [k0, k0+kc), as floats into
  * ap[k][32] (rows >= `rows` are 0): each 16 x 16 block is loaded a row at a
  * time, converted, and transposed in registers. */
-HY_GEMM_A5_INLINE void hy_gemm_a5_pack_w_type(hy_dtype_t type, const char *w, size_t ws,
-                                              int rows, int64_t k0, int64_t kc, float *ap)
+HY_GEMM_A5_INLINE void hy_gemm_a5_pack_w_type(hy_dtype_t type, bool rows16, const char *w,
+                                              size_t ws, int rows, int64_t k0, int64_t kc,
+                                              float *ap)
 {
     const size_t esz = type == HY_DTYPE_F32 ? 4 : 2;
+    if (rows16) {
+        /* each 16-row group already lies k-major: converted, not transposed */
+        for (int h = 0; h < 2; h++) {
+            const char *g = w + (size_t)(h * 16) * ws;
+            for (int64_t kk = 0; kk < kc; kk++)
+                _mm512_store_ps(ap + kk * HY_GEMM_A5_MR + h * 16,
+                                h * 16 < rows ? hy_gemm_a5_gload(type, g, k0 + kk)
+                                              : _mm512_setzero_ps());
+        }
+        return;
+    }
     for (int h = 0; h < 2; h++) {
         for (int64_t kk = 0; kk < kc; kk += 16) {
             int n = (int)HY_MIN((int64_t)16, kc - kk);
@@ -94,15 +117,15 @@ HY_GEMM_A5_INLINE void hy_gemm_a5_pack_w_type(hy_dtype_t type, const char *w, si
     }
 }
 
-static void hy_gemm_a5_pack_w(hy_dtype_t type, const char *w, size_t ws, int rows, int64_t k0,
-                              int64_t kc, float *ap)
+static void hy_gemm_a5_pack_w(hy_dtype_t type, bool rows16, const char *w, size_t ws, int rows,
+                              int64_t k0, int64_t kc, float *ap)
 {
     if (type == HY_DTYPE_F16)
-        hy_gemm_a5_pack_w_type(HY_DTYPE_F16, w, ws, rows, k0, kc, ap);
+        hy_gemm_a5_pack_w_type(HY_DTYPE_F16, rows16, w, ws, rows, k0, kc, ap);
     else if (type == HY_DTYPE_BF16)
-        hy_gemm_a5_pack_w_type(HY_DTYPE_BF16, w, ws, rows, k0, kc, ap);
+        hy_gemm_a5_pack_w_type(HY_DTYPE_BF16, rows16, w, ws, rows, k0, kc, ap);
     else
-        hy_gemm_a5_pack_w_type(HY_DTYPE_F32, w, ws, rows, k0, kc, ap);
+        hy_gemm_a5_pack_w_type(HY_DTYPE_F32, rows16, w, ws, rows, k0, kc, ap);
 }
 
 void hy_gemm_a5_pack_x(const float *x, size_t xs, int64_t k, int64_t n_tok, int64_t g0,
@@ -275,13 +298,103 @@ static void hy_gemm_a5_few(hy_dtype_t type, const char *w, size_t ws, int64_t ro
     }
 }
 
-void hy_gemm_a5_rows(hy_dtype_t type, const void *vw, size_t ws, int64_t k, int64_t r0,
-                     int64_t r1, const float *xp, int64_t n_tok, float *y, size_t ys,
-                     float *wpack)
+/* Tokens up to which HY_WLAYOUT_ROWS16 weights skip the panel: one sum
+ * per token and a weight vector in 32 registers (two packed groups). */
+#define HY_GEMM_A5_R16_TOK 24
+
+/* ---- few tokens, HY_WLAYOUT_ROWS16: 16 rows in the lanes ----
+ *
+ * One load (and conversion) gives element i of a group's 16 rows; one FMA
+ * per token adds its products to 16 outputs, where the file's layout needs
+ * an FMA per row and token.  Lane j of acc[g*B + t] is output (row 16g+j,
+ * token t): the micro-kernel's chain w * x + c over k in order from zero,
+ * so the same bits.  G groups at a time keep G*B chains in flight (an
+ * FMA's latency is 4 cycles, two issue a cycle); each group is one
+ * sequential stream of 32 (F16/BF16) or 64 bytes per k. */
+HY_GEMM_A5_INLINE void hy_gemm_a5_g16(hy_dtype_t type, const char *w, size_t gs, int64_t k,
+                                      const float *xp, float *y, size_t ys, const int G,
+                                      const int B)
+{
+    __m512 acc[HY_GEMM_A5_R16_TOK];
+
+#pragma GCC unroll 24
+    for (int a = 0; a < G * B; a++)
+        acc[a] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < k; i++) {
+        __m512 wv[8];
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+            wv[g] = hy_gemm_a5_gload(type, w + (size_t)g * gs, i);
+#pragma GCC unroll 24
+        for (int t = 0; t < B; t++) {
+            /* token t in packed group t / NR */
+            const __m512 xb = _mm512_set1_ps(xp[(size_t)(t / HY_GEMM_A5_NR) * (size_t)k *
+                                                    HY_GEMM_A5_NR +
+                                                i * HY_GEMM_A5_NR + t % HY_GEMM_A5_NR]);
+#pragma GCC unroll 8
+            for (int g = 0; g < G; g++)
+                acc[g * B + t] = _mm512_fmadd_ps(wv[g], xb, acc[g * B + t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 24
+        for (int t = 0; t < B; t++)
+            _mm512_storeu_ps(y + (size_t)t * ys + (size_t)g * 16, acc[g * B + t]);
+}
+
+/* Groups per pass for B tokens: G*B sums and G weight vectors in 32
+ * registers, at least 8 chains where B allows; from 13 tokens one group. */
+#define HY_GEMM_A5_G16_CASE(B, G)                                                   \
+    case B:                                                                         \
+        for (; g + G <= ng; g += G)                                                 \
+            hy_gemm_a5_g16(type, w + (size_t)g * gs, gs, k, xp, y + g * 16, ys, G, B); \
+        for (; g < ng; g++)                                                         \
+            hy_gemm_a5_g16(type, w + (size_t)g * gs, gs, k, xp, y + g * 16, ys, 1, B); \
+        break;
+
+HY_GEMM_A5_INLINE void hy_gemm_a5_r16_type(hy_dtype_t type, const char *w, size_t ws,
+                                           int64_t rows, int64_t k, const float *xp, int nr,
+                                           float *y, size_t ys)
+{
+    const size_t gs = 16 * ws;
+    const int64_t ng = rows / 16;
+    int64_t g = 0;
+
+    switch (nr) {
+    HY_GEMM_A5_G16_CASE(1, 8) HY_GEMM_A5_G16_CASE(2, 6) HY_GEMM_A5_G16_CASE(3, 4)
+    HY_GEMM_A5_G16_CASE(4, 4) HY_GEMM_A5_G16_CASE(5, 3) HY_GEMM_A5_G16_CASE(6, 3)
+    HY_GEMM_A5_G16_CASE(7, 2) HY_GEMM_A5_G16_CASE(8, 2) HY_GEMM_A5_G16_CASE(9, 2)
+    HY_GEMM_A5_G16_CASE(10, 2) HY_GEMM_A5_G16_CASE(11, 2) HY_GEMM_A5_G16_CASE(12, 2)
+    HY_GEMM_A5_G16_CASE(13, 1) HY_GEMM_A5_G16_CASE(14, 1) HY_GEMM_A5_G16_CASE(15, 1)
+    HY_GEMM_A5_G16_CASE(16, 1) HY_GEMM_A5_G16_CASE(17, 1) HY_GEMM_A5_G16_CASE(18, 1)
+    HY_GEMM_A5_G16_CASE(19, 1) HY_GEMM_A5_G16_CASE(20, 1) HY_GEMM_A5_G16_CASE(21, 1)
+    HY_GEMM_A5_G16_CASE(22, 1) HY_GEMM_A5_G16_CASE(23, 1) HY_GEMM_A5_G16_CASE(24, 1)
+    }
+}
+
+static void hy_gemm_a5_r16(hy_dtype_t type, const char *w, size_t ws, int64_t rows, int64_t k,
+                           const float *xp, int nr, float *y, size_t ys)
+{
+    if (type == HY_DTYPE_F16)
+        hy_gemm_a5_r16_type(HY_DTYPE_F16, w, ws, rows, k, xp, nr, y, ys);
+    else if (type == HY_DTYPE_BF16)
+        hy_gemm_a5_r16_type(HY_DTYPE_BF16, w, ws, rows, k, xp, nr, y, ys);
+    else
+        hy_gemm_a5_r16_type(HY_DTYPE_F32, w, ws, rows, k, xp, nr, y, ys);
+}
+
+void hy_gemm_a5_rows(hy_dtype_t type, bool rows16, const void *vw, size_t ws, int64_t k,
+                     int64_t r0, int64_t r1, const float *xp, int64_t n_tok, float *y,
+                     size_t ys, float *wpack)
 {
     const char *w = (const char *)vw + (size_t)r0 * ws;
     const int64_t rows = r1 - r0;
 
+    if (rows16 && n_tok <= HY_GEMM_A5_R16_TOK) {
+        hy_gemm_a5_r16(type, w, ws, rows, k, xp, (int)n_tok, y + r0, ys);
+        return;
+    }
     if (n_tok <= HY_GEMM_A5_NR) {
         hy_gemm_a5_few(type, w, ws, rows, k, xp, (int)n_tok, y + r0, ys);
         return;
@@ -295,7 +408,7 @@ void hy_gemm_a5_rows(hy_dtype_t type, const void *vw, size_t ws, int64_t k, int6
     for (int64_t pc = 0; pc < k; pc += kcb) {
         int64_t kc = HY_MIN(kcb, k - pc);
         for (int64_t i = 0; i < n_mr; i++)
-            hy_gemm_a5_pack_w(type, w + (size_t)(i * HY_GEMM_A5_MR) * ws, ws,
+            hy_gemm_a5_pack_w(type, rows16, w + (size_t)(i * HY_GEMM_A5_MR) * ws, ws,
                               (int)HY_MIN((int64_t)HY_GEMM_A5_MR, rows - i * HY_GEMM_A5_MR),
                               pc, kc, wpack + i * kc * HY_GEMM_A5_MR);
         /* one 12-token slice of activations meets every 32-row slice of

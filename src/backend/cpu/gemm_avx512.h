@@ -14,6 +14,7 @@
 #include "common/hy.h"
 #include "common/dtype.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,12 +39,14 @@ void hy_gemm_a5_pack_x(const float *x, size_t xs, int64_t k, int64_t n_tok, int6
 
 /* y[t*ys + r] = sum_i W[r][i] x[t][i] for rows r0 <= r < r1 (at most
  * HY_GEMM_A5_MC of them) and every token t < n_tok.  type: HY_DTYPE_F32,
- * F16 or BF16; row r of W starts at w + r*w_stride bytes.  Each output is
- * one FMA chain over i in order, whatever the blocking, so the result does
- * not depend on r0/r1, n_tok or the thread count.  wpack: this thread's
- * buffer of hy_gemm_a5_wpack_floats(k) floats, 64-byte aligned. */
-void hy_gemm_a5_rows(hy_dtype_t type, const void *w, size_t w_stride, int64_t k, int64_t r0,
-                     int64_t r1, const float *xp, int64_t n_tok, float *y, size_t ys,
-                     float *wpack);
+ * F16 or BF16; row r of W starts at w + r*w_stride bytes, or with rows16
+ * W is in HY_WLAYOUT_ROWS16 (backend.h; r0 and r1 multiples of 16).  Each
+ * output is one FMA chain over i in order, whatever the blocking or the
+ * layout, so the result does not depend on r0/r1, n_tok or the thread
+ * count.  wpack: this thread's buffer of hy_gemm_a5_wpack_floats(k)
+ * floats, 64-byte aligned. */
+void hy_gemm_a5_rows(hy_dtype_t type, bool rows16, const void *w, size_t w_stride, int64_t k,
+                     int64_t r0, int64_t r1, const float *xp, int64_t n_tok, float *y,
+                     size_t ys, float *wpack);
 
 #endif

@@ -21,6 +21,7 @@
 #include "backend/cpu/quant_impl.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -74,6 +75,7 @@ typedef struct {
     int64_t n_rb, n_tb;   /* tiles along each axis */
     _Atomic int64_t next; /* next tile to claim */
     hy_mm_run_t *runs;    /* decode: [nth] contiguous runs, or NULL */
+    uint8_t *raw;         /* HY_WLAYOUT_ROWS16: [nth][br] rows gathered */
 } hy_mm_job_t;
 
 /* The GEMM's job: activations packed once, then blocks of mc output rows
@@ -113,8 +115,15 @@ int hy_cpu_weight_check(const hy_weight_t *w, char *err)
                       w->row_bytes, hy_dtype_info(w->type)->name, rb);
     if (!w->data)
         return hy_err(err, HY_EINVAL, "weight %s: no data", name);
+    if (w->layout != HY_WLAYOUT_ROWS &&
+        (w->layout != HY_WLAYOUT_ROWS16 || w->ne[1] % 16 != 0 ||
+         (w->type != HY_DTYPE_F32 && w->type != HY_DTYPE_F16 && w->type != HY_DTYPE_BF16)))
+        return hy_err(err, HY_EINVAL, "weight %s: layout %u does not fit type %s with %lld rows",
+                      name, (unsigned)w->layout, hy_dtype_info(w->type)->name,
+                      (long long)w->ne[1]);
     return HY_OK;
 }
+
 
 static void hy_mm_convert_worker(void *arg, int ith, int nth)
 {
@@ -126,7 +135,7 @@ static void hy_mm_convert_worker(void *arg, int ith, int nth)
         j->tr->from_float(j->x + t * j->ne0, (uint8_t *)j->act + t * j->act_row, j->ne0);
 }
 
-static void hy_mm_tile(hy_mm_job_t *j, int64_t u)
+static void hy_mm_tile(hy_mm_job_t *j, int64_t u, int ith)
 {
     int64_t rb = u / j->n_tb, tb = u % j->n_tb;
     int64_t r0 = rb * j->br, r1 = HY_MIN(j->n_out, r0 + j->br);
@@ -134,6 +143,14 @@ static void hy_mm_tile(hy_mm_job_t *j, int64_t u)
     const uint8_t *w = (const uint8_t *)j->w->data + (size_t)r0 * j->w->row_bytes;
     const uint8_t *x = j->act + (size_t)t0 * j->act_row;
     float *y = j->y + t0 * j->n_out + r0;
+
+    if (j->w->layout == HY_WLAYOUT_ROWS16) {
+        /* the tile kernels read rows as the file has them */
+        uint8_t *raw = j->raw + (size_t)ith * (size_t)j->br * j->w->row_bytes;
+        for (int64_t r = r0; r < r1; r++)
+            hy_weight_row(j->w, r, raw + (size_t)(r - r0) * j->w->row_bytes);
+        w = raw;
+    }
 
     if (j->tile) {
         j->tile(j->ne0, y, (size_t)j->n_out, w, j->w->row_bytes, (int)(r1 - r0), x,
@@ -163,7 +180,7 @@ static void hy_mm_worker(void *arg, int ith, int nth)
             int64_t u;
             while ((u = atomic_fetch_add_explicit(&run->next, 1, memory_order_relaxed)) <
                    run->end)
-                hy_mm_tile(j, u);
+                hy_mm_tile(j, u, ith);
         }
         return;
     }
@@ -171,7 +188,7 @@ static void hy_mm_worker(void *arg, int ith, int nth)
      * only once per later tile. */
     for (int64_t u = ith; u < n_units;
          u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
-        hy_mm_tile(j, u);
+        hy_mm_tile(j, u, ith);
 }
 
 /* Whether w takes the GEMM: float weights and the AVX-512 kernels selected
@@ -188,6 +205,16 @@ static bool hy_mm_gemm_wanted(const hy_weight_t *w)
 #else
     return false;
 #endif
+}
+
+bool hy_cpu_weight_rows16(hy_backend_t *be, const hy_weight_t *w)
+{
+    (void)be;
+    /* the layout serves the GEMM's few-token kernel (gemm_avx512.c), which
+     * then keeps 16 rows in the lanes; the tile path gathers rows back
+     * (hy_mm_tile).  Every matrix of a 3-D stack (MoE experts) keeps whole
+     * groups, so its slices are matrices of the same layout. */
+    return hy_mm_gemm_wanted(w) && w->ne[0] >= 16 && w->ne[1] % 16 == 0;
 }
 
 #if HY_BUILD_AVX512
@@ -224,7 +251,8 @@ static void hy_mm_gemm_worker(void *arg, int ith, int nth)
          u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) {
         int64_t rb = u % j->n_rb, t0 = u / j->n_rb * HY_MM_GEMM_NC;
         int64_t r0 = rb * j->mc, r1 = HY_MIN(j->n_out, r0 + j->mc);
-        hy_gemm_a5_rows(j->w->type, j->w->data, j->w->row_bytes, j->k, r0, r1,
+        hy_gemm_a5_rows(j->w->type, j->w->layout == HY_WLAYOUT_ROWS16, j->w->data,
+                        j->w->row_bytes, j->k, r0, r1,
                         j->xp + (size_t)(t0 / HY_GEMM_A5_NR) * (size_t)j->k * HY_GEMM_A5_NR,
                         HY_MIN((int64_t)HY_MM_GEMM_NC, j->n_tok - t0), j->y + t0 * j->n_out,
                         (size_t)j->n_out, wp);
@@ -434,8 +462,17 @@ static void hy_mm_one(hy_cpu_t *cpu, const hy_weight_t *w, const float *x, float
         }
         j.runs = runs;
     }
-
+    /* ROWS16 weights at a level below AVX-512 (a test pinning it): rare
+     * enough for an allocation per call */
+    if (w->layout == HY_WLAYOUT_ROWS16 &&
+        (j.raw = malloc((size_t)nth * (size_t)j.br * w->row_bytes)) == NULL) {
+        hy_cpu_fail(cpu, HY_ENOMEM, "matmul %s: out of memory for %lld gathered rows",
+                    w->name ? w->name : "?", (long long)j.br);
+        memset(y, 0, (size_t)n_tok * (size_t)j.n_out * sizeof(float));
+        return;
+    }
     hy_pool_run_n(cpu->pool, nth, hy_mm_worker, &j);
+    free(j.raw);
 }
 
 void hy_cpu_matmul(hy_backend_t *be, const hy_weight_t *w, const float *x, float *y,

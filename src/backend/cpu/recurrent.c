@@ -172,7 +172,8 @@ const float *hy_cpu_weight_floats(hy_cpu_t *cpu, const char *op, const hy_weight
                     w->name ? w->name : "?", (long long)(w->data ? have : 0), (long long)n);
         return NULL;
     }
-    if (w->type == HY_DTYPE_F32)
+    const bool r16 = w->layout == HY_WLAYOUT_ROWS16;
+    if (w->type == HY_DTYPE_F32 && !r16)
         return w->data;
     tr = hy_quant_traits(w->type);
     if (!tr || !tr->to_float || hy_dtype_row_bytes(w->type, w->ne[0]) != w->row_bytes) {
@@ -180,15 +181,21 @@ const float *hy_cpu_weight_floats(hy_cpu_t *cpu, const char *op, const hy_weight
                     w->name ? w->name : "?", (unsigned)w->type);
         return NULL;
     }
-    *tmp = malloc((size_t)n * sizeof(float));
+    /* ROWS16: each row gathered after the floats, then converted */
+    *tmp = malloc((size_t)n * sizeof(float) + (r16 ? w->row_bytes : 0));
     if (!*tmp) {
         hy_cpu_fail(cpu, HY_ENOMEM, "%s: out of memory", op);
         return NULL;
     }
     /* row by row: rows of block types are padded to whole blocks */
-    for (int64_t r = 0; r < n / w->ne[0]; r++)
-        tr->to_float((const uint8_t *)w->data + (size_t)r * w->row_bytes, *tmp + r * w->ne[0],
-                     w->ne[0]);
+    for (int64_t r = 0; r < n / w->ne[0]; r++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        if (r16) {
+            hy_weight_row(w, r, *tmp + n);
+            row = (const uint8_t *)(*tmp + n);
+        }
+        tr->to_float(row, *tmp + r * w->ne[0], w->ne[0]);
+    }
     return *tmp;
 }
 

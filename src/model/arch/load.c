@@ -198,11 +198,35 @@ int hy_model_weight(hy_model_t *m, hy_weight_t *w, const char *name, int64_t ne0
     return hy_model_weight3(m, w, name, ne0, ne1, 1, optional, err);
 }
 
+/* w (made from t) in the layout the backend asks for, where the loader
+ * holds the file's bytes privately; once per tensor, since a tensor may
+ * make several weights (a tied output matrix). */
+static int hy_model_weight_layout(hy_model_t *m, const hy_gguf_tensor_t *t, hy_weight_t *w,
+                                  char *err)
+{
+    hy_backend_t *be = m->be;
+    void *rw, *tmp;
+
+    if (t->layout == HY_WLAYOUT_ROWS && be->i->weight_rows16 && be->i->weight_rows16(be, w) &&
+        (rw = hy_gguf_tensor_rw(m->gguf, t)) != NULL) {
+        if ((tmp = malloc(16 * w->row_bytes)) == NULL)
+            return hy_err(err, HY_ENOMEM, "%s: out of memory rearranging tensor '%s'",
+                          hy_gguf_path(m->gguf), t->name);
+        hy_weight_to_rows16(rw, w->ne[1] * w->ne[2], w->row_bytes,
+                            w->type == HY_DTYPE_F32 ? 4 : 2, tmp);
+        free(tmp);
+        hy_gguf_set_layout(m->gguf, t, HY_WLAYOUT_ROWS16);
+    }
+    w->layout = t->layout;
+    return HY_OK;
+}
+
 int hy_model_weight3(hy_model_t *m, hy_weight_t *w, const char *name, int64_t ne0,
                      int64_t ne1, int64_t ne2, bool optional, char *err)
 {
     const hy_gguf_tensor_t *t = hy_gguf_find_tensor(m->gguf, name);
     const hy_dtype_info_t *ti;
+    int rc;
 
     memset(w, 0, sizeof *w);
     if (t == NULL) {
@@ -229,6 +253,8 @@ int hy_model_weight3(hy_model_t *m, hy_weight_t *w, const char *name, int64_t ne
     w->row_bytes = hy_dtype_row_bytes(t->type, t->ne[0]);
     w->data = t->data;
     w->name = t->name;
+    if ((rc = hy_model_weight_layout(m, t, w, err)) != HY_OK)
+        return rc;
     return m->be->i->weight_init(m->be, w, err);
 }
 
