@@ -124,7 +124,6 @@ int hy_cpu_weight_check(const hy_weight_t *w, char *err)
     return HY_OK;
 }
 
-
 static void hy_mm_convert_worker(void *arg, int ith, int nth)
 {
     hy_mm_job_t *j = arg;
