@@ -5,9 +5,11 @@
  * activations once into groups of 12 tokens ([k][12]); the micro-kernel
  * keeps a 32 rows x 12 tokens block of outputs in 24 zmm accumulators and
  * does 24 FMAs per k for 2 vector loads and 12 broadcasts (BLIS's skx
- * shape).  Up to 12 tokens skip the weight panel (hy_gemm_a5_few): the
- * same FMA chains with the tokens in the lanes.  Compiled with the AVX-512
- * flags of quant_avx512.c.
+ * shape).  Few tokens skip the weight panel: weights the loader laid out
+ * in 16-row groups (HY_WLAYOUT_ROWS16) up to 24 tokens with 16 rows in the
+ * lanes (hy_gemm_a5_r16), others up to 12 with the tokens in the lanes
+ * (hy_gemm_a5_few); the same FMA chains either way.  Compiled with the
+ * AVX-512 flags of quant_avx512.c.
  */
 #if defined(__x86_64__) || defined(__i386__)
 

@@ -4,9 +4,8 @@
  * chain per output, so a token's row does not depend on the batch).  The
  * caller packs the activations once (hy_gemm_a5_pack_x), then threads
  * compute blocks of at most HY_GEMM_A5_MC output rows for every token
- * (hy_gemm_a5_rows), each with its own weight-panel buffer (unused for up
- * to HY_GEMM_A5_NR tokens, which read the weights as they lie).  x86
- * builds only.
+ * (hy_gemm_a5_rows), each with its own weight-panel buffer (unused for a
+ * few tokens, which read the weights as they lie).  x86 builds only.
  */
 #ifndef HY_GEMM_AVX512_H
 #define HY_GEMM_AVX512_H
