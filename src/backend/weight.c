@@ -14,11 +14,20 @@ void hy_weight_row(const hy_weight_t *w, int64_t r, void *dst)
         memcpy(dst, d + (size_t)r * w->row_bytes, w->row_bytes);
         return;
     }
-    const size_t esz = w->type == HY_DTYPE_F32 ? 4 : 2;
-    const uint8_t *g = d + (size_t)(r / 16) * 16 * w->row_bytes + (size_t)(r % 16) * esz;
-    uint8_t *o = dst;
-    for (int64_t i = 0; i < w->ne[0]; i++)
-        memcpy(o + (size_t)i * esz, g + (size_t)i * 16 * esz, esz);
+    const uint8_t *g = d + (size_t)(r / 16) * 16 * w->row_bytes;
+    /* typed loops, as below: the embedding lookup gathers every prompt
+     * token's row this way */
+    if (hy_dtype_info(w->type)->block_bytes == 2) {
+        const uint16_t *s = (const uint16_t *)g + r % 16;
+        uint16_t *o = dst;
+        for (int64_t i = 0; i < w->ne[0]; i++)
+            o[i] = s[i * 16];
+    } else {
+        const uint32_t *s = (const uint32_t *)g + r % 16;
+        uint32_t *o = dst;
+        for (int64_t i = 0; i < w->ne[0]; i++)
+            o[i] = s[i * 16];
+    }
 }
 
 void hy_weight_to_rows16(void *data, int64_t rows, size_t row_bytes, size_t esz, void *tmp)
@@ -29,8 +38,8 @@ void hy_weight_to_rows16(void *data, int64_t rows, size_t row_bytes, size_t esz,
     for (int64_t g = 0; g < rows / 16; g++) {
         uint8_t *d = (uint8_t *)data + (size_t)g * 16 * row_bytes;
         memcpy(t, d, 16 * row_bytes);
-        /* typed loops: a 262K x 640 F16 matrix moves in a fraction of a
-         * second at load */
+        /* typed loops: Gemma 3's 262K x 640 F16 output matrix moves in a
+         * fraction of a second at load */
         for (int j = 0; j < 16; j++) {
             if (esz == 2) {
                 const uint16_t *s = (const uint16_t *)(t + (size_t)j * row_bytes);

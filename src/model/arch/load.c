@@ -213,7 +213,7 @@ static int hy_model_weight_layout(hy_model_t *m, const hy_gguf_tensor_t *t, hy_w
             return hy_err(err, HY_ENOMEM, "%s: out of memory rearranging tensor '%s'",
                           hy_gguf_path(m->gguf), t->name);
         hy_weight_to_rows16(rw, w->ne[1] * w->ne[2], w->row_bytes,
-                            w->type == HY_DTYPE_F32 ? 4 : 2, tmp);
+                            hy_dtype_info(w->type)->block_bytes, tmp);
         free(tmp);
         hy_gguf_set_layout(m->gguf, t, HY_WLAYOUT_ROWS16);
     }
