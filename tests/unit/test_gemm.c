@@ -371,6 +371,47 @@ out:
 }
 #endif
 
+/* A weight marked ROWS16 that the layout cannot describe (rows not a
+ * multiple of 16, or a quantized type) is refused by name: the matmul
+ * records the error and leaves zeros, never reads groups that are not
+ * there. */
+static void test_layout_refused(hy_backend_t *be)
+{
+    static const struct {
+        hy_dtype_t t;
+        int64_t n_out;
+        const char *want;
+    } cases[] = {
+        {HY_DTYPE_F16, 45, "weight bad.layout: layout 1 does not fit type f16 with 45 rows"},
+        {HY_DTYPE_Q8_0, 48, "weight bad.layout: layout 1 does not fit type q8_0 with 48 rows"},
+    };
+    const int64_t k = 64;
+
+    for (size_t i = 0; i < HY_ARRAY_LEN(cases); i++) {
+        size_t rb = hy_dtype_row_bytes(cases[i].t, k);
+        uint8_t *wd = calloc((size_t)cases[i].n_out, rb);
+        float x[64] = {0}, *y = malloc((size_t)cases[i].n_out * sizeof(float));
+        hy_weight_t w = {.type = cases[i].t, .ne = {k, cases[i].n_out, 1, 1}, .row_bytes = rb,
+                         .data = wd, .name = "bad.layout", .layout = HY_WLAYOUT_ROWS16};
+        char err[HY_ERR_LEN] = "";
+        int rc = HY_OK, zero = 1;
+
+        if (wd && y) {
+            memset(y, 0xff, (size_t)cases[i].n_out * sizeof(float));
+            be->i->matmul(be, &w, x, y, 1);
+            rc = be->i->status(be, err);
+            for (int64_t r = 0; r < cases[i].n_out; r++)
+                zero = zero && y[r] == 0.0f;
+        }
+        HY_T_OK(rc != HY_OK && strstr(err, cases[i].want) != NULL && zero,
+                "a %s weight of %lld rows marked ROWS16 is refused (%s), output zeroed %s",
+                hy_dtype_info(cases[i].t)->name, (long long)cases[i].n_out, err,
+                zero ? "yes" : "NO");
+        free(wd);
+        free(y);
+    }
+}
+
 int main(void)
 {
     hy_backend_t *be1 = NULL, *be3 = NULL;
@@ -383,6 +424,7 @@ int main(void)
         return hy_t_done();
     }
     test_matmul_levels(be1, be3);
+    test_layout_refused(be3);
 #if HY_BUILD_AVX512
     if (hy_cpu_isa() >= HY_ISA_AVX512) {
         for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++)
