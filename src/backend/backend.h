@@ -51,10 +51,10 @@ typedef struct {
 /* Row r of w (either layout) into dst, row_bytes bytes, as the file has it. */
 void hy_weight_row(const hy_weight_t *w, int64_t r, void *dst);
 
-/* Rearranges rows (a multiple of 16) rows of row_bytes bytes of elements of
- * esz bytes (4 or 2) at data into HY_WLAYOUT_ROWS16, in place; tmp holds
- * 16*row_bytes bytes. */
-void hy_weight_to_rows16(void *data, int64_t rows, size_t row_bytes, size_t esz, void *tmp);
+/* Rearranges rows (a multiple of 16) rows of row_bytes bytes of a float
+ * type (F32/F16/BF16) at data into HY_WLAYOUT_ROWS16, in place.  HY_OK, or
+ * HY_ENOMEM (data untouched) without 16 rows of scratch. */
+int hy_weight_to_rows16(void *data, hy_dtype_t type, int64_t rows, size_t row_bytes);
 
 /* One sequence's part of a batch.  Its tokens are rows first .. first+n-1
  * of the batch, at positions n_past .. n_past+n-1.  Its KV pages come in

@@ -4,6 +4,7 @@
  */
 #include "backend/backend.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void hy_weight_row(const hy_weight_t *w, int64_t r, void *dst)
@@ -30,11 +31,14 @@ void hy_weight_row(const hy_weight_t *w, int64_t r, void *dst)
     }
 }
 
-void hy_weight_to_rows16(void *data, int64_t rows, size_t row_bytes, size_t esz, void *tmp)
+int hy_weight_to_rows16(void *data, hy_dtype_t type, int64_t rows, size_t row_bytes)
 {
+    const size_t esz = hy_dtype_info(type)->block_bytes;
     const int64_t n = (int64_t)(row_bytes / esz);
-    uint8_t *t = tmp;
+    uint8_t *t = malloc(16 * row_bytes);
 
+    if (t == NULL)
+        return HY_ENOMEM;
     for (int64_t g = 0; g < rows / 16; g++) {
         uint8_t *d = (uint8_t *)data + (size_t)g * 16 * row_bytes;
         memcpy(t, d, 16 * row_bytes);
@@ -54,4 +58,6 @@ void hy_weight_to_rows16(void *data, int64_t rows, size_t row_bytes, size_t esz,
             }
         }
     }
+    free(t);
+    return HY_OK;
 }

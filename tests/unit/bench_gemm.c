@@ -89,13 +89,10 @@ int main(int argc, char **argv)
             w.data = wd;
             w.name = "bench";
             if (!file_layout && be->i->weight_rows16 && be->i->weight_rows16(be, &w)) {
-                void *tmp = malloc(16 * rb);
-                if (!tmp) {
+                if (hy_weight_to_rows16(wd, t, n_out, rb) != HY_OK) {
                     fprintf(stderr, "bench_gemm: out of memory\n");
                     return 1;
                 }
-                hy_weight_to_rows16(wd, n_out, rb, t == HY_DTYPE_F32 ? 4 : 2, tmp);
-                free(tmp);
                 w.layout = HY_WLAYOUT_ROWS16;
             }
             for (size_t ni = 0; ni < n_nt; ni++) {

@@ -127,16 +127,12 @@ static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
                  * AVX-512 the GEMM's lanes-are-rows kernel, below it the
                  * tiles over gathered rows */
                 if (n_out % 16 == 0 && k >= 16) {
-                    void *tmp = malloc(16 * rb);
-                    w16 = malloc((size_t)n_out * rb);
-                    if (!tmp || !w16) {
-                        free(tmp);
+                    if ((w16 = malloc((size_t)n_out * rb)) != NULL)
+                        memcpy(w16, wd, (size_t)n_out * rb);
+                    if (!w16 || hy_weight_to_rows16(w16, t, n_out, rb) != HY_OK) {
                         ran = 0;
                         goto next;
                     }
-                    memcpy(w16, wd, (size_t)n_out * rb);
-                    hy_weight_to_rows16(w16, n_out, rb, t == HY_DTYPE_F32 ? 4 : 2, tmp);
-                    free(tmp);
                     v = w;
                     v.data = w16;
                     v.layout = HY_WLAYOUT_ROWS16;
@@ -333,13 +329,14 @@ static void test_gemm_direct_rows16(hy_dtype_t t)
     float *xp = aligned_alloc(64, (hy_gemm_a5_xpack_floats(K, MAX_TOK) * sizeof(float) + 63) & ~63u);
     float *wp = aligned_alloc(64, (hy_gemm_a5_wpack_floats(K) * sizeof(float) + 63) & ~63u);
     uint8_t *wd = wf ? make_weight(t, K, N_OUT, rb, wf) : NULL;
-    uint8_t *w16 = malloc((size_t)N_OUT * rb), *tmp = malloc(16 * rb);
+    uint8_t *w16 = malloc((size_t)N_OUT * rb);
     int same = 1, ok = 0;
 
-    if (!x || !ya || !yb || !xp || !wp || !wd || !w16 || !tmp)
+    if (!x || !ya || !yb || !xp || !wp || !wd || !w16)
         goto out;
     memcpy(w16, wd, (size_t)N_OUT * rb);
-    hy_weight_to_rows16(w16, N_OUT, rb, t == HY_DTYPE_F32 ? 4 : 2, tmp);
+    if (hy_weight_to_rows16(w16, t, N_OUT, rb) != HY_OK)
+        goto out;
     for (size_t i = 0; i < (size_t)MAX_TOK * K; i++)
         x[i] = rng_f(2.0f);
     for (int nt = 1; nt <= MAX_TOK; nt++) {
@@ -367,7 +364,6 @@ out:
     free(wp);
     free(wd);
     free(w16);
-    free(tmp);
 }
 #endif
 

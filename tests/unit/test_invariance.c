@@ -87,10 +87,8 @@ static void mm_type(hy_backend_t *be[3], hy_dtype_t t, int64_t n_out, hy_isa_t i
     if (rows16) {
         /* as the loader leaves float weights for the AVX-512 GEMM (and for
          * a lower level pinned after loading) */
-        void *tmp = malloc(16 * rb);
-        if (data && tmp)
-            hy_weight_to_rows16(data, n_out, rb, t == HY_DTYPE_F32 ? 4 : 2, tmp);
-        free(tmp);
+        if (data && hy_weight_to_rows16(data, t, n_out, rb) != HY_OK)
+            bad++;
         w.layout = HY_WLAYOUT_ROWS16;
     }
     fill(x, (size_t)M_TOK * k, 1.0f);

@@ -61,15 +61,11 @@ HY_GEMM_A5_INLINE __m512 hy_gemm_a5_wload(hy_dtype_t type, const char *w, int64_
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* Element i of the 16 rows of a HY_WLAYOUT_ROWS16 group at g, as floats. */
+/* Element i of the 16 rows of a HY_WLAYOUT_ROWS16 group at g, as floats:
+ * the group's 16 elements from i*16, read as one row's. */
 HY_GEMM_A5_INLINE __m512 hy_gemm_a5_gload(hy_dtype_t type, const char *g, int64_t i)
 {
-    if (type == HY_DTYPE_F32)
-        return _mm512_loadu_ps((const float *)g + i * 16);
-    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)g + i * 16));
-    if (type == HY_DTYPE_F16)
-        return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return hy_gemm_a5_wload(type, g, i * 16, 0xFFFF, 0);
 }
 
 /* Rows [0, rows) (rows <= 32) of w, elements [k0, k0+kc), as floats into

@@ -205,16 +205,13 @@ static int hy_model_weight_layout(hy_model_t *m, const hy_gguf_tensor_t *t, hy_w
                                   char *err)
 {
     hy_backend_t *be = m->be;
-    void *rw, *tmp;
+    void *rw;
 
     if (t->layout == HY_WLAYOUT_ROWS && be->i->weight_rows16 && be->i->weight_rows16(be, w) &&
         (rw = hy_gguf_tensor_rw(m->gguf, t)) != NULL) {
-        if ((tmp = malloc(16 * w->row_bytes)) == NULL)
+        if (hy_weight_to_rows16(rw, w->type, w->ne[1] * w->ne[2], w->row_bytes) != HY_OK)
             return hy_err(err, HY_ENOMEM, "%s: out of memory rearranging tensor '%s'",
                           hy_gguf_path(m->gguf), t->name);
-        hy_weight_to_rows16(rw, w->ne[1] * w->ne[2], w->row_bytes,
-                            hy_dtype_info(w->type)->block_bytes, tmp);
-        free(tmp);
         hy_gguf_set_layout(m->gguf, t, HY_WLAYOUT_ROWS16);
     }
     w->layout = t->layout;
