@@ -8,10 +8,11 @@
  * level: 16 products each; vfmadd for float weights: 8 or 16 lanes).
  * Timed in thread CPU time (the machine is shared).  Built by `make check`,
  * not run as a test:
- *   ./tests/unit/bench_mm [seconds-per-case=0.2] [isa=best] [rows=1024] [k=576] [type]
+ *   ./tests/unit/bench_mm [seconds-per-case=0.2] [isa=best] [rows=1024] [k=576] [type] [B]
  * (a type name, e.g. q8_0, times that type alone: a matrix larger than the
  * caches, such as a 262144-row output matrix, then sets up in seconds and
- * its B=1 column is the decode's memory-bound speed).  BENCH_MM_Q8=1 times
+ * its B=1 column is the decode's memory-bound speed; a B after it times
+ * that batch size alone, for a profiler).  BENCH_MM_Q8=1 times
  * the single-level kernels of hy_quant_traits_q8 instead (those that
  * [engine] activation_bits = 8 takes where they are faster).
  */
@@ -107,6 +108,7 @@ int main(int argc, char **argv)
     double secs = argc > 1 ? atof(argv[1]) : 0.2;
     hy_isa_t isa = hy_cpu_isa();
     int rows = argc > 3 ? atoi(argv[3]) : 1024, k = argc > 4 ? atoi(argv[4]) : 576;
+    const int only_b = argc > 6 ? atoi(argv[6]) : 0;
     double hz = 0, madd = 0, fma = 0, busd = 0, peak_int = 0, peak_f = 0, peak_i8 = 0;
 
     if (argc > 2) {
@@ -199,6 +201,8 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < HY_ARRAY_LEN(bs); i++) {
             int b = bs[i];
             long iters = 0;
+            if (only_b > 0 && b != only_b)
+                continue;
             double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID), el;
             do {
                 tile(k, out, (size_t)rows, w, wb, rows, x, xb, b);

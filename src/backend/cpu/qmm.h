@@ -133,6 +133,8 @@ HY_QMM_PANEL16_DECLARE(q2_k)
 HY_QMM_PANEL16_DECLARE(q3_k)
 HY_QMM_PANEL16_DECLARE(q5_1)
 HY_QMM_PANEL16_DECLARE(iq4_xs)
+HY_QMM_PANEL16_DECLARE(q4_0)
+HY_QMM_PANEL16_DECLARE(iq4_nl)
 
 /* Kernel-table entries (hy_quant_kernels_t) of a type at each level. */
 #define HY_QMM_ENTRY_REF(name, to_float)                                           \

@@ -18,9 +18,9 @@
  *     hy_q2_dec_krows);
  *   - more tokens: a k-chunk of 16 rows is unpacked once into an L1 panel
  *     and meets every token of the tile, each broadcast pair feeding both
- *     halves (hy_q2_compute); at the AVX-512 level the panels of Q4_K,
- *     Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS, Q5_0, Q5_1 and Q8_0 come 16 rows at
- *     once from quant_avx512.c (hy_qmm_avx512_panel16_*).  A tile of a
+ *     halves (hy_q2_compute); at the AVX-512 level the panels of every
+ *     type here but Q4_1 come 16 rows at once from quant_avx512.c
+ *     (hy_qmm_avx512_panel16_*).  A tile of a
  *     few tokens prefetches the rows after its own (HY_TILE_PF_TOKENS).
  * A weight type plugs in with an extractor; types without one go through
  * their scalar decoder (hy_q2_unpack_decode).  Compiled with -mavx2 -mfma
@@ -1658,6 +1658,8 @@ HY_Q2_INLINE hy_q2_panel16_fn hy_q2_panel16_of(hy_dtype_t t)
            : t == HY_DTYPE_Q3_K ? hy_qmm_avx512_panel16_q3_k
            : t == HY_DTYPE_Q5_1 ? hy_qmm_avx512_panel16_q5_1
            : t == HY_DTYPE_IQ4_XS ? hy_qmm_avx512_panel16_iq4_xs
+           : t == HY_DTYPE_Q4_0 ? hy_qmm_avx512_panel16_q4_0
+           : t == HY_DTYPE_IQ4_NL ? hy_qmm_avx512_panel16_iq4_nl
                                 : NULL;
 }
 #else

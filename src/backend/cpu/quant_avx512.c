@@ -308,8 +308,9 @@ HY_QX_INLINE __m512i hy_a5t_bcast(const int8_t *p)
  * of lo[k] is element 4k + b, whose high bit is bit 4k + b of qh (hi[k]:
  * 16 + 4k + b).  A byte shuffle puts the qh byte holding those bits in each
  * byte, a test against the byte's bit gives a mask, and the bytes with the
- * bit gain 16. */
-HY_QX_INLINE void hy_a5t_q5_codes(__m512i qh, __m512i lo[4], __m512i hi[4])
+ * bit gain 16.  sgn: the values q - 16 as signed bytes instead (the bytes
+ * without the bit lose 16). */
+HY_QX_INLINE void hy_a5t_q5_codes(__m512i qh, __m512i lo[4], __m512i hi[4], const int sgn)
 {
     /* shuffle indices are per 128-bit lane: dword i's bytes at 4i */
     const __m512i base = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000);
@@ -321,10 +322,14 @@ HY_QX_INLINE void hy_a5t_q5_codes(__m512i qh, __m512i lo[4], __m512i hi[4])
         const __m512i bit = _mm512_set1_epi32((k & 1) ? (int)0x80402010 : 0x08040201);
         const __m512i sl = _mm512_add_epi8(base, _mm512_set1_epi8((char)(k / 2)));
         const __m512i sh = _mm512_add_epi8(base, _mm512_set1_epi8((char)(2 + k / 2)));
-        const __mmask64 ml = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, sl), bit);
-        const __mmask64 mh = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, sh), bit);
-        lo[k] = _mm512_mask_add_epi8(lo[k], ml, lo[k], sixteen);
-        hi[k] = _mm512_mask_add_epi8(hi[k], mh, hi[k], sixteen);
+        const __m512i bl = _mm512_shuffle_epi8(qh, sl), bh = _mm512_shuffle_epi8(qh, sh);
+        if (sgn) {
+            lo[k] = _mm512_mask_sub_epi8(lo[k], _mm512_testn_epi8_mask(bl, bit), lo[k], sixteen);
+            hi[k] = _mm512_mask_sub_epi8(hi[k], _mm512_testn_epi8_mask(bh, bit), hi[k], sixteen);
+        } else {
+            lo[k] = _mm512_mask_add_epi8(lo[k], _mm512_test_epi8_mask(bl, bit), lo[k], sixteen);
+            hi[k] = _mm512_mask_add_epi8(hi[k], _mm512_test_epi8_mask(bh, bit), hi[k], sixteen);
+        }
     }
 }
 
@@ -404,7 +409,7 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
                 const __m512i qh = _mm512_or_si512(_mm512_srli_epi32(hd[0], 16),
                                                    _mm512_slli_epi32(hd[1], 16));
                 d = hy_a5t_f16lo(hd[0]);
-                hy_a5t_q5_codes(qh, lo, hi);
+                hy_a5t_q5_codes(qh, lo, hi, 0);
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++)
                     b[q] += sizeof(hy_block_q5_0_t);
@@ -669,6 +674,14 @@ HY_QX_INLINE size_t hy_a5k_bytes(const int fmt)
                               : sizeof(hy_block_q6_k_t);
 }
 
+/* v shifted left by n bits in each dword (right by -n for n < 0). */
+HY_QX_INLINE __m512i hy_a5k_shift(__m512i v, const int n)
+{
+    return n > 0 ? _mm512_slli_epi32(v, (unsigned)n)
+           : n < 0 ? _mm512_srli_epi32(v, (unsigned)-n)
+                   : v;
+}
+
 /* Super-block i of rows w + r*ws (r < 16) into *sb, every field through
  * hy_a5t_tload's transposes (no gathers). */
 HY_QX_INLINE void hy_a5k_unpack(const int fmt, const char *w, size_t ws, int64_t i,
@@ -730,21 +743,20 @@ HY_QX_INLINE void hy_a5k_unpack(const int fmt, const char *w, size_t ws, int64_t
                 for (int g = 0; g < 4; g++) {
                     const int gg = 4 * hf + g;
                     if (fmt == HY_A5K_Q5) {
-                        const __m512i one = _mm512_set1_epi8(1);
-                        lo[g] = _mm512_or_si512(
-                            lo[g], _mm512_slli_epi32(
-                                       _mm512_and_si512(_mm512_srli_epi32(qh[gg], 2 * c), one), 4));
-                        hi[g] = _mm512_or_si512(
-                            hi[g], _mm512_slli_epi32(
-                                       _mm512_and_si512(_mm512_srli_epi32(qh[gg], 2 * c + 1), one),
-                                       4));
+                        /* bit 2c (2c + 1) of each qh byte moved to bit 4
+                         * and or-ed in under the mask: lo | (qh' & m) */
+                        const __m512i b4 = _mm512_set1_epi8(0x10);
+                        lo[g] = _mm512_ternarylogic_epi32(lo[g], hy_a5k_shift(qh[gg], 4 - 2 * c),
+                                                          b4, 0xF8);
+                        hi[g] = _mm512_ternarylogic_epi32(
+                            hi[g], hy_a5k_shift(qh[gg], 3 - 2 * c), b4, 0xF8);
                     }
                     sb->q[16 * c + gg] = lo[g];
                     sb->q[16 * c + 8 + gg] = hi[g];
                 }
             }
     } else {
-        const __m512i m3 = _mm512_set1_epi8(3);
+        const __m512i m30 = _mm512_set1_epi8(0x30);
         /* the 16 scales, and d ending the block: the high half of the
          * last dword of the 16 bytes that end with it */
         __m512i u[4], dw[4];
@@ -779,13 +791,16 @@ HY_QX_INLINE void hy_a5k_unpack(const int fmt, const char *w, size_t ws, int64_t
 #pragma GCC unroll 4
                 for (int g = 0; g < 4; g++) {
                     const int gl = 4 * (r % 2) + g; /* group of l */
-                    const __m512i hl = _mm512_and_si512(_mm512_srli_epi32(qh[gl], 2 * ro), m3);
-                    const __m512i hh =
-                        _mm512_and_si512(_mm512_srli_epi32(qh[gl], 2 * (ro + 2)), m3);
-                    sb->q[32 * h + 8 * ro + gl] =
-                        _mm512_or_si512(lo[g], _mm512_slli_epi32(hl, 4));
+                    /* bits 2s, 2s+1 of each qh byte moved to bits 4, 5
+                     * (s = ro: left by 4 - 2ro; s = ro + 2: right by
+                     * 2ro), taken under the mask and or-ed into the
+                     * nibble in one ternary-logic op (lo | (qh' & m)) */
+                    const __m512i sl = ro ? _mm512_slli_epi32(qh[gl], 2)
+                                          : _mm512_slli_epi32(qh[gl], 4);
+                    const __m512i sh = ro ? _mm512_srli_epi32(qh[gl], 2) : qh[gl];
+                    sb->q[32 * h + 8 * ro + gl] = _mm512_ternarylogic_epi32(lo[g], sl, m30, 0xF8);
                     sb->q[32 * h + 8 * (ro + 2) + gl] =
-                        _mm512_or_si512(hi[g], _mm512_slli_epi32(hh, 4));
+                        _mm512_ternarylogic_epi32(hi[g], sh, m30, 0xF8);
                 }
             }
         }
@@ -1016,16 +1031,51 @@ HY_A5K_ENTRY(q6_k, HY_A5K_Q6)
 /* Slot pairs 2g and 2g+1 of qmm's panel (q[0], q[1]: 16 rows each) from a
  * dword per row of unsigned code bytes c0..c3 (elements 4g..4g+3): the
  * dword's even bytes (c0, c2) and odd bytes (c1, c3) as int16 pairs, less
- * off, times the int16-pair scale *sc unless NULL. */
-HY_QX_INLINE void hy_a5p_put_pairs(__m512i x, short off, const __m512i *sc, int32_t (*q)[2][8])
+ * off. */
+HY_QX_INLINE void hy_a5p_put_pairs(__m512i x, short off, int32_t (*q)[2][8])
 {
     const __m512i bytes = _mm512_set1_epi32(0x00FF00FF), o = _mm512_set1_epi16(off);
-    __m512i e = _mm512_sub_epi16(_mm512_and_si512(x, bytes), o);
-    __m512i od = _mm512_sub_epi16(_mm512_and_si512(_mm512_srli_epi32(x, 8), bytes), o);
 
-    if (sc) {
-        e = _mm512_mullo_epi16(e, *sc);
-        od = _mm512_mullo_epi16(od, *sc);
+    _mm512_store_si512(q[0], _mm512_sub_epi16(_mm512_and_si512(x, bytes), o));
+    _mm512_store_si512(q[1], _mm512_sub_epi16(_mm512_srli_epi16(x, 8), o));
+}
+
+/* A sub-block's scale per row as the scaled pairs take it: the signed
+ * byte s in bytes 0 and 2 of each dword (e) or 1 and 3 (o), and off * s
+ * in both int16 halves. */
+typedef struct {
+    __m512i e, o, off;
+} hy_a5p_sc_t;
+
+/* From s32: each lane's scale as an int32 in -128..127; off = 1 << lg.
+ * Byte shuffles place the low byte (the dword's bytes are per 128-bit
+ * lane: 4i + 0 for dword i). */
+HY_QX_INLINE hy_a5p_sc_t hy_a5p_scale(__m512i s32, const unsigned lg)
+{
+    const __m512i ie = _mm512_set4_epi32(0x800C800C, 0x80088008, 0x80048004, 0x80008000);
+    const __m512i io = _mm512_set4_epi32(0x0C800C80, 0x08800880, 0x04800480, 0x00800080);
+    hy_a5p_sc_t sc;
+
+    sc.e = _mm512_shuffle_epi8(s32, ie);
+    sc.o = _mm512_shuffle_epi8(s32, io);
+    /* the byte sign-extended from the top of each int16 half, times off */
+    sc.off = _mm512_slli_epi16(_mm512_srai_epi16(sc.o, 8), lg);
+    return sc;
+}
+
+/* hy_a5p_put_pairs' pairs times the scale, less off * scale (w = s (c -
+ * off)): vpmaddubsw multiplies the unsigned code bytes by the scale
+ * placed under the even (odd) bytes and adds the zero products of the
+ * others, which splits and scales in one instruction (|c s| < 2^13: no
+ * saturation). */
+HY_QX_INLINE void hy_a5p_put_scaled(__m512i x, const int has_off, const hy_a5p_sc_t *sc,
+                                    int32_t (*q)[2][8])
+{
+    __m512i e = _mm512_maddubs_epi16(x, sc->e), od = _mm512_maddubs_epi16(x, sc->o);
+
+    if (has_off) {
+        e = _mm512_sub_epi16(e, sc->off);
+        od = _mm512_sub_epi16(od, sc->off);
     }
     _mm512_store_si512(q[0], e);
     _mm512_store_si512(q[1], od);
@@ -1036,8 +1086,8 @@ HY_QX_INLINE void hy_a5p_put_pairs(__m512i x, short off, const __m512i *sc, int3
  * transposes put the 16 rows in the lanes (qmm's 8-row extractors
  * transpose twice as often, and 256 bits at a time); a lane's dword of
  * codes c0..c3 (elements 4g..4g+3) is slot pairs 2g = (c0, c2) and 2g+1 =
- * (c1, c3), its even and odd bytes; times the sub-block's scale in both
- * int16 halves (Q6_K: minus 32 first), as qmm.c decodes them:
+ * (c1, c3), its even and odd bytes, times the sub-block's scale
+ * (hy_a5p_put_scaled; Q6_K: less 32 times it), as qmm.c decodes them:
  *   Q4_K/Q5_K: w = sc_k q, D = d, M = -(dmin m_k);  Q6_K: w = sc (q - 32). */
 HY_QX_INLINE void hy_a5k_kpanel(const int fmt, const char *w, size_t ws, int64_t i,
                                 hy_qmm_pblk_t *p)
@@ -1055,14 +1105,13 @@ HY_QX_INLINE void hy_a5k_kpanel(const int fmt, const char *w, size_t ws, int64_t
                 _mm512_castps_si512(_mm512_mul_ps(sb.dmin, _mm512_cvtepi32_ps(mj))),
                 _mm512_set1_epi32((int)0x80000000u)));
         }
+        /* the scales: Q6_K's of elements 0..15 and 16..31 */
+        const hy_a5p_sc_t sc[2] = {
+            hy_a5p_scale(fmt == HY_A5K_Q6 ? sb.sc[2 * j] : sb.sc[j], 5),
+            hy_a5p_scale(fmt == HY_A5K_Q6 ? sb.sc[2 * j + 1] : sb.sc[j], 5)};
 #pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) {
-            /* the scale as an int16 pair: Q6_K's of elements 16e.. */
-            const __m512i s32 = fmt == HY_A5K_Q6 ? sb.sc[2 * j + g / 4] : sb.sc[j];
-            const __m512i sc = _mm512_or_si512(_mm512_and_si512(s32, _mm512_set1_epi32(0xFFFF)),
-                                               _mm512_slli_epi32(s32, 16));
-            hy_a5p_put_pairs(sb.q[8 * j + g], fmt == HY_A5K_Q6 ? 32 : 0, &sc, &p[j].q[2 * g]);
-        }
+        for (int g = 0; g < 8; g++)
+            hy_a5p_put_scaled(sb.q[8 * j + g], fmt == HY_A5K_Q6, &sc[g / 4], &p[j].q[2 * g]);
         _mm512_store_ps(p[j].d[0], sb.d);
         _mm512_store_ps(p[j].m[0], m);
     }
@@ -1075,18 +1124,42 @@ HY_QX_INLINE void hy_a5p_pairs_u8(const __m512i c[4], int h, short off, hy_qmm_p
 {
 #pragma GCC unroll 4
     for (int g = 0; g < 4; g++)
-        hy_a5p_put_pairs(c[g], off, NULL, &p->q[8 * h + 2 * g]);
+        hy_a5p_put_pairs(c[g], off, &p->q[8 * h + 2 * g]);
 }
 
-/* Q5_0 (w = q - 16; D = d) and Q5_1 (w = q; D = d, M = m):
- * hy_a5t_kernel's 16-row unpack of d (and m), qh and the nibbles into
- * codes. */
-HY_QX_INLINE void hy_a5p_q5(const int is1, const char *w, size_t ws, int64_t b0, int64_t nb,
-                            hy_qmm_pblk_t *p)
+/* The same from signed code bytes: each int16 half of a pair
+ * sign-extended from its byte. */
+HY_QX_INLINE void hy_a5p_pairs_s8(const __m512i c[4], int h, hy_qmm_pblk_t *p)
+{
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        _mm512_store_si512(p->q[8 * h + 2 * g], _mm512_srai_epi16(_mm512_slli_epi16(c[g], 8), 8));
+        _mm512_store_si512(p->q[8 * h + 2 * g + 1], _mm512_srai_epi16(c[g], 8));
+    }
+}
+
+/* The 32-element types whose block starts with its f16 d, 16 rows at once
+ * (hy_a5t_kernel's unpack): Q4_0 (w = q - 8), IQ4_NL (w = grid[q]), Q5_0
+ * (w = q - 16) and Q5_1 (w = q, M = m); D = d.  d (m, qh) from the
+ * first dwords of one transpose, the nibbles from the 16 bytes at qs.  The
+ * signed codes (IQ4_NL's grid values, Q5_0's q - 16) have each int16 half
+ * of a pair sign-extended from its byte. */
+enum { HY_A5P_Q4_0, HY_A5P_IQ4_NL, HY_A5P_Q5_0, HY_A5P_Q5_1 };
+HY_QX_INLINE void hy_a5p_small(const int kind, const char *w, size_t ws, int64_t b0, int64_t nb,
+                               hy_qmm_pblk_t *p)
 {
     const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
-    const size_t bsz = is1 ? sizeof(hy_block_q5_1_t) : sizeof(hy_block_q5_0_t);
-    const size_t qs = is1 ? offsetof(hy_block_q5_1_t, qs) : offsetof(hy_block_q5_0_t, qs);
+    const size_t bsz = kind == HY_A5P_Q5_0   ? sizeof(hy_block_q5_0_t)
+                       : kind == HY_A5P_Q5_1 ? sizeof(hy_block_q5_1_t)
+                                             : sizeof(hy_block_q4_0_t);
+    const size_t qs = kind == HY_A5P_Q5_0   ? offsetof(hy_block_q5_0_t, qs)
+                      : kind == HY_A5P_Q5_1 ? offsetof(hy_block_q5_1_t, qs)
+                                            : offsetof(hy_block_q4_0_t, qs);
+    const __m512i grid = _mm512_broadcast_i32x4(
+        _mm_loadu_si128((const __m128i *)(const void *)hy_quant_iq4nl_values));
+    _Static_assert(sizeof(hy_block_iq4_nl_t) == sizeof(hy_block_q4_0_t) &&
+                       offsetof(hy_block_iq4_nl_t, qs) == offsetof(hy_block_q4_0_t, qs),
+                   "IQ4_NL's block is Q4_0's");
 
     for (int64_t ib = 0; ib < nb; ib++) {
         const char *base = w + (size_t)(b0 + ib) * bsz;
@@ -1094,28 +1167,44 @@ HY_QX_INLINE void hy_a5p_q5(const int is1, const char *w, size_t ws, int64_t b0,
         __m512i hd[4], lo[4], hi[4];
         hy_a5t_tload(b, 0, o, hd);
         hy_a5t_wload(b, qs, o, lo, hi);
-        /* qh: Q5_1's second dword; Q5_0's bytes 2..5, across the first two */
-        hy_a5t_q5_codes(is1 ? hd[1]
-                            : _mm512_or_si512(_mm512_srli_epi32(hd[0], 16),
-                                              _mm512_slli_epi32(hd[1], 16)),
-                        lo, hi);
-        hy_a5p_pairs_u8(lo, 0, is1 ? 0 : 16, p + ib);
-        hy_a5p_pairs_u8(hi, 1, is1 ? 0 : 16, p + ib);
+        if (kind == HY_A5P_IQ4_NL) {
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                lo[g] = _mm512_shuffle_epi8(grid, lo[g]);
+                hi[g] = _mm512_shuffle_epi8(grid, hi[g]);
+            }
+        } else if (kind != HY_A5P_Q4_0) {
+            /* qh: Q5_1's second dword; Q5_0's bytes 2..5, across the first two */
+            hy_a5t_q5_codes(kind == HY_A5P_Q5_1
+                                ? hd[1]
+                                : _mm512_or_si512(_mm512_srli_epi32(hd[0], 16),
+                                                  _mm512_slli_epi32(hd[1], 16)),
+                            lo, hi, kind == HY_A5P_Q5_0);
+        }
+        if (kind == HY_A5P_IQ4_NL || kind == HY_A5P_Q5_0) {
+            hy_a5p_pairs_s8(lo, 0, p + ib);
+            hy_a5p_pairs_s8(hi, 1, p + ib);
+        } else {
+            hy_a5p_pairs_u8(lo, 0, kind == HY_A5P_Q4_0 ? 8 : 0, p + ib);
+            hy_a5p_pairs_u8(hi, 1, kind == HY_A5P_Q4_0 ? 8 : 0, p + ib);
+        }
         _mm512_store_ps(p[ib].d[0], hy_a5t_f16lo(hd[0]));
-        _mm512_store_ps(p[ib].m[0], is1 ? hy_a5t_f16lo(_mm512_srli_epi32(hd[0], 16))
+        _mm512_store_ps(p[ib].m[0], kind == HY_A5P_Q5_1
+                                        ? hy_a5t_f16lo(_mm512_srli_epi32(hd[0], 16))
                                         : _mm512_setzero_ps());
     }
 }
 
-HY_QX_INLINE void hy_a5p_q5_0(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
-{
-    hy_a5p_q5(0, w, ws, b0, nb, p);
-}
-
-HY_QX_INLINE void hy_a5p_q5_1(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
-{
-    hy_a5p_q5(1, w, ws, b0, nb, p);
-}
+#define HY_A5P_SMALL(name, kind)                                                   \
+    HY_QX_INLINE void hy_a5p_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
+                                    hy_qmm_pblk_t *p)                              \
+    {                                                                              \
+        hy_a5p_small(kind, w, ws, b0, nb, p);                                      \
+    }
+HY_A5P_SMALL(q4_0, HY_A5P_Q4_0)
+HY_A5P_SMALL(iq4_nl, HY_A5P_IQ4_NL)
+HY_A5P_SMALL(q5_0, HY_A5P_Q5_0)
+HY_A5P_SMALL(q5_1, HY_A5P_Q5_1)
 
 /* Q8_0 (w = q; D = d): d from the first dword, the codes as bytes from
  * offsets 2 and 18, each int16 half sign-extended from its byte. */
@@ -1143,10 +1232,11 @@ HY_QX_INLINE void hy_a5p_q8_0(const char *w, size_t ws, int64_t b0, int64_t nb, 
  * b[q] + o[j]) as panel blocks p[0..8): block k = 4n + j takes bits 2j.. of
  * the 32 bytes at qs + 32n, element l in byte l, as slot pairs (the even
  * and odd bytes of a dword); Q3_K (hm: its hmask transposed) adds bit k of
- * hmask[l] as 4, less 4.  Elements 0..15 take their group's scale sc[2k],
- * 16..31 sc[2k + 1] (int16 pairs); Q2_K's groups' M in mn. */
+ * hmask[l] as 4, less 4.  Elements 0..15 take their group's scale s32[2k],
+ * 16..31 s32[2k + 1] (an int32 per row, in -128..127); Q2_K's groups' M
+ * in mn. */
 HY_QX_INLINE void hy_a5p_k23(const char *const b[4], const size_t o[4], size_t qs,
-                             const __m512i *hm, const __m512i sc[16], __m512 d, const __m512 *mn,
+                             const __m512i *hm, const __m512i s32[16], __m512 d, const __m512 *mn,
                              hy_qmm_pblk_t *p)
 {
     const __m512i m2 = _mm512_set1_epi8(0x03), one = _mm512_set1_epi8(0x01);
@@ -1159,6 +1249,8 @@ HY_QX_INLINE void hy_a5p_k23(const char *const b[4], const size_t o[4], size_t q
         for (int j = 0; j < 4; j++) {
             const int k = 4 * n + j;
             hy_qmm_pblk_t *pk = p + k;
+            const hy_a5p_sc_t sc[2] = {hy_a5p_scale(s32[2 * k], 2),
+                                       hy_a5p_scale(s32[2 * k + 1], 2)};
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
                 __m512i x = _mm512_and_si512(_mm512_srli_epi32(c[g], 2 * j), m2);
@@ -1166,7 +1258,7 @@ HY_QX_INLINE void hy_a5p_k23(const char *const b[4], const size_t o[4], size_t q
                     const __m512i h = _mm512_and_si512(_mm512_srli_epi32(hm[g], k), one);
                     x = _mm512_or_si512(x, _mm512_slli_epi32(h, 2));
                 }
-                hy_a5p_put_pairs(x, hm ? 4 : 0, &sc[2 * k + g / 4], &pk->q[2 * g]);
+                hy_a5p_put_scaled(x, hm != NULL, &sc[g / 4], &pk->q[2 * g]);
             }
             _mm512_store_ps(pk->d[0], d);
             _mm512_store_ps(pk->m[0], mn ? mn[2 * k] : _mm512_setzero_ps());
@@ -1198,7 +1290,7 @@ HY_QX_INLINE void hy_a5p_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
             const __m512i v = _mm512_and_si512(_mm512_srli_epi32(u[g / 4], 8 * (g % 4)), ff);
             const __m512i s4 = _mm512_and_si512(v, m4);
             const __m512 m = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)));
-            sc[g] = _mm512_or_si512(s4, _mm512_slli_epi32(s4, 16));
+            sc[g] = s4;
             mn[g] = _mm512_castsi512_ps(
                 _mm512_xor_si512(_mm512_castps_si512(m), _mm512_set1_epi32((int)0x80000000u)));
         }
@@ -1286,8 +1378,7 @@ HY_QX_INLINE void hy_a5p_q3_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
                 _mm512_slli_epi32(_mm512_sub_epi8(sq[g / 4], _mm512_set1_epi8(32)),
                                   24 - 8 * (g % 4)),
                 24);
-            sc[g] = _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)),
-                                    _mm512_slli_epi32(v, 16));
+            sc[g] = v;
         }
         hy_a5t_tload32(b, offsetof(hy_block_q3_k_t, hmask), o, hm);
         hy_a5p_k23(b, o, offsetof(hy_block_q3_k_t, qs), hm, sc, d, NULL, p + ib);
@@ -1320,6 +1411,8 @@ HY_A5P_ENTRY(iq4_xs)
 HY_A5P_ENTRY(q5_0)
 HY_A5P_ENTRY(q5_1)
 HY_A5P_ENTRY(q8_0)
+HY_A5P_ENTRY(q4_0)
+HY_A5P_ENTRY(iq4_nl)
 
 /* ---- float weights (F32/F16/BF16): the GEMM's arithmetic ----
  * matmul sends every float-weight product at this level through
@@ -1385,3 +1478,4 @@ const hy_quant_kernels_t hy_quant_avx512_kernels_q8[HY_DTYPE_COUNT] = {
 };
 
 #endif
+
