@@ -817,33 +817,65 @@ static void hy_af_decode_scores(const float *Q, int hdp, int g, const float *kr,
     }
 }
 
-/* One query's softmax step over its scores S[j0, j0+n): cap, new max m,
- * the weights in place of the scores, l updated; returns the factor that
- * rescales the query's earlier output. */
-static float hy_af_decode_softmax(int j0, int n, float softcap, float *S, float *m, float *l)
+/* The softmax step of a group's g queries over their scores S[q][j0,
+ * j0+n): cap, new max m[q], the weights in place of the scores, l[q]
+ * updated, and in c[q] the factor that rescales the query's earlier
+ * output.  Each query's max and sum are chains over j in order (the flash
+ * lane's: a NaN score makes the max depend on the order); the g chains
+ * run side by side so that their latencies overlap, one query after
+ * another cost four cycles a key each. */
+HY_AF_INLINE void hy_af_decode_softmax_g(int j0, int n, float softcap, float *const *S,
+                                         const int g, float *m, float *l, float *c)
 {
-    float mx = -INFINITY, lsum = 0.0f;
+    float mx[HY_AF_DEC_G], lsum[HY_AF_DEC_G];
 
-    for (int j = j0; j < j0 + n; j++) {
+#pragma GCC unroll 4
+    for (int q = 0; q < g; q++) {
+        mx[q] = -INFINITY;
+        lsum[q] = 0.0f;
         if (softcap > 0.0f)
-            S[j] = softcap * tanhf(S[j] / softcap);
-        mx = hy_af_max_scalar(mx, S[j]);
-    }
-    /* the flash lane's new max and rescale factor, through the same
-     * vector operations */
-    hy_af_v mv = hy_af_set1(*m), mn = hy_af_max(mv, hy_af_set1(mx)), x = hy_af_sub(mv, mn);
-    float c = hy_af_lane0(hy_af_one_if_ninf(hy_af_keep_ge(hy_af_exp(x), x, HY_AF_EXP_MIN), mn));
-    /* lane-wise: where the vectors start changes nothing (the scores
-     * buffer runs a vector past the tile) */
-    for (int j = j0; j < j0 + n; j += HY_AF_W) {
-        hy_af_v xs = hy_af_sub(hy_af_load(S + j), mn);
-        hy_af_store(S + j, hy_af_keep_ge(hy_af_exp(xs), xs, HY_AF_EXP_MIN));
+            for (int j = j0; j < j0 + n; j++)
+                S[q][j] = softcap * tanhf(S[q][j] / softcap);
     }
     for (int j = j0; j < j0 + n; j++)
-        lsum = lsum + S[j];
-    *m = hy_af_lane0(mn);
-    *l = fmaf(*l, c, lsum);
-    return c;
+#pragma GCC unroll 4
+        for (int q = 0; q < g; q++)
+            mx[q] = hy_af_max_scalar(mx[q], S[q][j]);
+#pragma GCC unroll 4
+    for (int q = 0; q < g; q++) {
+        /* the flash lane's new max and rescale factor, through the same
+         * vector operations */
+        hy_af_v mv = hy_af_set1(m[q]), mn = hy_af_max(mv, hy_af_set1(mx[q]));
+        hy_af_v x = hy_af_sub(mv, mn);
+        c[q] = hy_af_lane0(hy_af_one_if_ninf(hy_af_keep_ge(hy_af_exp(x), x, HY_AF_EXP_MIN), mn));
+        /* lane-wise: where the vectors start changes nothing (the scores
+         * buffer runs a vector past the tile) */
+        for (int j = j0; j < j0 + n; j += HY_AF_W) {
+            hy_af_v xs = hy_af_sub(hy_af_load(S[q] + j), mn);
+            hy_af_store(S[q] + j, hy_af_keep_ge(hy_af_exp(xs), xs, HY_AF_EXP_MIN));
+        }
+        m[q] = hy_af_lane0(mn);
+    }
+    for (int j = j0; j < j0 + n; j++)
+#pragma GCC unroll 4
+        for (int q = 0; q < g; q++)
+            lsum[q] = lsum[q] + S[q][j];
+#pragma GCC unroll 4
+    for (int q = 0; q < g; q++)
+        l[q] = fmaf(l[q], c[q], lsum[q]);
+}
+
+/* hy_af_decode_softmax_g for g = 1..HY_AF_DEC_G, unrolled for each g. */
+static void hy_af_decode_softmax(int j0, int n, float softcap, float *const *S, int g, float *m,
+                                 float *l, float *c)
+{
+    _Static_assert(HY_AF_DEC_G == 4, "one case per group size");
+    switch (g) {
+    case 1: hy_af_decode_softmax_g(j0, n, softcap, S, 1, m, l, c); break;
+    case 2: hy_af_decode_softmax_g(j0, n, softcap, S, 2, m, l, c); break;
+    case 3: hy_af_decode_softmax_g(j0, n, softcap, S, 3, m, l, c); break;
+    default: hy_af_decode_softmax_g(j0, n, softcap, S, 4, m, l, c); break;
+    }
 }
 
 /* acc[q][v] (q < g, v < cnt) = the chain fma(V[i][d0 + vW ..], P[q][i],
@@ -1040,9 +1072,7 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
                 }
                 hy_af_decode_scores(Q + (size_t)i * hdp, hdp, g, kr, k16 ? krow : NULL,
                                     j0 - lo, j1 - j0, ss, &pf);
-                for (int q = 0; q < g; q++)
-                    c[q] = hy_af_decode_softmax(j0 - lo, j1 - j0, f->softcap, ss[q], &m[i + q],
-                                                &l[i + q]);
+                hy_af_decode_softmax(j0 - lo, j1 - j0, f->softcap, ss, g, m + i, l + i, c);
                 hy_af_decode_values(vr, v16 ? vrow : NULL, j0 - lo, j1 - j0, hdv, g,
                                     (const float *const *)ss, c, os, &pf);
             }
