@@ -1105,7 +1105,8 @@ HY_QX_INLINE void hy_a5k_kpanel(const int fmt, const char *w, size_t ws, int64_t
                 _mm512_castps_si512(_mm512_mul_ps(sb.dmin, _mm512_cvtepi32_ps(mj))),
                 _mm512_set1_epi32((int)0x80000000u)));
         }
-        /* the scales: Q6_K's of elements 0..15 and 16..31 */
+        /* the scales: Q6_K's of elements 0..15 and 16..31 (its offset 32
+         * = 1 << 5; Q4_K and Q5_K have none) */
         const hy_a5p_sc_t sc[2] = {
             hy_a5p_scale(fmt == HY_A5K_Q6 ? sb.sc[2 * j] : sb.sc[j], 5),
             hy_a5p_scale(fmt == HY_A5K_Q6 ? sb.sc[2 * j + 1] : sb.sc[j], 5)};
@@ -1218,11 +1219,8 @@ HY_QX_INLINE void hy_a5p_q8_0(const char *w, size_t ws, int64_t b0, int64_t nb, 
         __m512i hd[4], c[8];
         hy_a5t_tload(b, 0, o, hd);
         hy_a5t_tload32(b, 2, o, c);
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) {
-            _mm512_store_si512(p[ib].q[2 * g], _mm512_srai_epi16(_mm512_slli_epi16(c[g], 8), 8));
-            _mm512_store_si512(p[ib].q[2 * g + 1], _mm512_srai_epi16(c[g], 8));
-        }
+        hy_a5p_pairs_s8(c, 0, p + ib);
+        hy_a5p_pairs_s8(c + 4, 1, p + ib);
         _mm512_store_ps(p[ib].d[0], hy_a5t_f16lo(hd[0]));
         _mm512_store_ps(p[ib].m[0], _mm512_setzero_ps());
     }
