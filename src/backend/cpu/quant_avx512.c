@@ -665,6 +665,7 @@ typedef struct {
     __m512i mp[8];  /* int16 pairs against Q8_K's bsums: Q4_K/Q5_K the mins of
                      * sub-blocks 2j, 2j+1 (j < 4); Q6_K scales 2j, 2j+1 */
     __m512 d, dmin;
+    __m512i u[4];   /* Q6_K: the scale bytes as loaded, scale s in byte s % 4 of u[s / 4] */
 } hy_a5k_sb_t;
 
 HY_QX_INLINE size_t hy_a5k_bytes(const int fmt)
@@ -761,6 +762,7 @@ HY_QX_INLINE void hy_a5k_unpack(const int fmt, const char *w, size_t ws, int64_t
          * last dword of the 16 bytes that end with it */
         __m512i u[4], dw[4];
         hy_a5t_tload(b, offsetof(hy_block_q6_k_t, scales), o, u);
+        memcpy(sb->u, u, sizeof u);
         hy_a5t_tload(b, offsetof(hy_block_q6_k_t, d) + 2 - 16, o, dw);
         sb->d = hy_a5t_f16lo(_mm512_srli_epi32(dw[3], 16));
         sb->dmin = _mm512_setzero_ps();
@@ -1047,20 +1049,30 @@ typedef struct {
     __m512i e, o, off;
 } hy_a5p_sc_t;
 
-/* From s32: each lane's scale as an int32 in -128..127; off = 1 << lg.
- * Byte shuffles place the low byte (the dword's bytes are per 128-bit
- * lane: 4i + 0 for dword i). */
-HY_QX_INLINE hy_a5p_sc_t hy_a5p_scale(__m512i s32, const unsigned lg)
+/* Byte k of each dword of u (a signed scale per row) as the scaled pairs
+ * take it; off = 1 << lg.  Byte shuffles place it (the dword's bytes are
+ * per 128-bit lane: 4i + k for dword i). */
+HY_QX_INLINE hy_a5p_sc_t hy_a5p_scale_b(__m512i u, const int k, const unsigned lg)
 {
-    const __m512i ie = _mm512_set4_epi32(0x800C800C, 0x80088008, 0x80048004, 0x80008000);
-    const __m512i io = _mm512_set4_epi32(0x0C800C80, 0x08800880, 0x04800480, 0x00800080);
+#define HY_A5P_IE(i) (int)(0x80008000u | (uint32_t)(4 * (i) + k) * 0x10001u)
+#define HY_A5P_IO(i) (int)(0x00800080u | (uint32_t)(4 * (i) + k) * 0x1000100u)
+    const __m512i ie = _mm512_set4_epi32(HY_A5P_IE(3), HY_A5P_IE(2), HY_A5P_IE(1), HY_A5P_IE(0));
+    const __m512i io = _mm512_set4_epi32(HY_A5P_IO(3), HY_A5P_IO(2), HY_A5P_IO(1), HY_A5P_IO(0));
+#undef HY_A5P_IE
+#undef HY_A5P_IO
     hy_a5p_sc_t sc;
 
-    sc.e = _mm512_shuffle_epi8(s32, ie);
-    sc.o = _mm512_shuffle_epi8(s32, io);
-    /* the byte sign-extended from the top of each int16 half, times off */
-    sc.off = _mm512_slli_epi16(_mm512_srai_epi16(sc.o, 8), lg);
+    sc.e = _mm512_shuffle_epi8(u, ie);
+    sc.o = _mm512_shuffle_epi8(u, io);
+    /* s * 256 in each int16 half of o, shifted down to s * off (lg <= 8) */
+    sc.off = _mm512_srai_epi16(sc.o, 8 - lg);
     return sc;
+}
+
+/* The same from s32: each lane's scale as an int32 in -128..127. */
+HY_QX_INLINE hy_a5p_sc_t hy_a5p_scale(__m512i s32, const unsigned lg)
+{
+    return hy_a5p_scale_b(s32, 0, lg);
 }
 
 /* hy_a5p_put_pairs' pairs times the scale, less off * scale (w = s (c -
@@ -1108,8 +1120,10 @@ HY_QX_INLINE void hy_a5k_kpanel(const int fmt, const char *w, size_t ws, int64_t
         /* the scales: Q6_K's of elements 0..15 and 16..31 (its offset 32
          * = 1 << 5; Q4_K and Q5_K have none) */
         const hy_a5p_sc_t sc[2] = {
-            hy_a5p_scale(fmt == HY_A5K_Q6 ? sb.sc[2 * j] : sb.sc[j], 5),
-            hy_a5p_scale(fmt == HY_A5K_Q6 ? sb.sc[2 * j + 1] : sb.sc[j], 5)};
+            fmt == HY_A5K_Q6 ? hy_a5p_scale_b(sb.u[j / 2], 2 * (j % 2), 5)
+                             : hy_a5p_scale(sb.sc[j], 5),
+            fmt == HY_A5K_Q6 ? hy_a5p_scale_b(sb.u[j / 2], 2 * (j % 2) + 1, 5)
+                             : hy_a5p_scale(sb.sc[j], 5)};
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++)
             hy_a5p_put_scaled(sb.q[8 * j + g], fmt == HY_A5K_Q6, &sc[g / 4], &p[j].q[2 * g]);
