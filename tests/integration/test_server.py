@@ -534,10 +534,15 @@ try:
                                      "max_tokens": 400, "stream": True, "ignore_eos": True})
                 first = r2.read(1)
                 started.add(name)
-                body2 = (first + r2.read()).decode(errors="replace")
-                outcome[name] = "[DONE]" in body2 and '"error"' not in body2
+                raw2 = first + r2.read()
+                # Parsed, not searched: a sampled story may hold the token
+                # "error", whose chunk reads {"text":"error",...} (CI once).
+                evs, prob2 = sse_parse(raw2)
+                if prob2 is None and any("error" in ev for ev in evs):
+                    prob2 = "an error event"
+                outcome[name] = prob2 is None
                 if not outcome[name]:
-                    why[name] = "%d bytes ending %r" % (len(body2), body2[-120:])
+                    why[name] = "%s: %d bytes ending %r" % (prob2, len(raw2), raw2[-120:])
             except Exception as e:
                 why[name] = repr(e)
                 outcome[name] = False
