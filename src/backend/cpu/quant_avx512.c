@@ -1244,11 +1244,11 @@ HY_QX_INLINE void hy_a5p_q8_0(const char *w, size_t ws, int64_t b0, int64_t nb, 
  * b[q] + o[j]) as panel blocks p[0..8): block k = 4n + j takes bits 2j.. of
  * the 32 bytes at qs + 32n, element l in byte l, as slot pairs (the even
  * and odd bytes of a dword); Q3_K (hm: its hmask transposed) adds bit k of
- * hmask[l] as 4, less 4.  Elements 0..15 take their group's scale s32[2k],
- * 16..31 s32[2k + 1] (an int32 per row, in -128..127); Q2_K's groups' M
- * in mn. */
+ * hmask[l] as 4, less 4.  Elements 0..15 take their group's scale 2k,
+ * 16..31 scale 2k + 1: scale g is the signed byte g % 4 of each row's dword
+ * in sb[g / 4]; Q2_K's groups' M in mn. */
 HY_QX_INLINE void hy_a5p_k23(const char *const b[4], const size_t o[4], size_t qs,
-                             const __m512i *hm, const __m512i s32[16], __m512 d, const __m512 *mn,
+                             const __m512i *hm, const __m512i sb[4], __m512 d, const __m512 *mn,
                              hy_qmm_pblk_t *p)
 {
     const __m512i m2 = _mm512_set1_epi8(0x03), one = _mm512_set1_epi8(0x01);
@@ -1261,8 +1261,8 @@ HY_QX_INLINE void hy_a5p_k23(const char *const b[4], const size_t o[4], size_t q
         for (int j = 0; j < 4; j++) {
             const int k = 4 * n + j;
             hy_qmm_pblk_t *pk = p + k;
-            const hy_a5p_sc_t sc[2] = {hy_a5p_scale(s32[2 * k], 2),
-                                       hy_a5p_scale(s32[2 * k + 1], 2)};
+            const hy_a5p_sc_t sc[2] = {hy_a5p_scale_b(sb[k / 2], 2 * (k % 2), 2),
+                                       hy_a5p_scale_b(sb[k / 2], 2 * (k % 2) + 1, 2)};
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
                 __m512i x = _mm512_and_si512(_mm512_srli_epi32(c[g], 2 * j), m2);
@@ -1286,12 +1286,12 @@ HY_QX_INLINE void hy_a5p_k23(const char *const b[4], const size_t o[4], size_t q
 HY_QX_INLINE void hy_a5p_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
 {
     const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
-    const __m512i ff = _mm512_set1_epi32(0xFF), m4 = _mm512_set1_epi32(15);
+    const __m512i ff = _mm512_set1_epi32(0xFF), m4 = _mm512_set1_epi8(15);
 
     for (int64_t ib = 0; ib < nb; ib += 8) {
         const char *base = w + (size_t)((b0 + ib) / 8) * sizeof(hy_block_q2_k_t);
         const char *const b[4] = {base, base + 4 * ws, base + 8 * ws, base + 12 * ws};
-        __m512i u[4], e[4], sc[16];
+        __m512i u[4], e[4], sc[4];
         __m512 mn[16];
         hy_a5t_tload(b, offsetof(hy_block_q2_k_t, scales), o, u);
         /* d and dmin end the block: the last dword of its last 16 bytes */
@@ -1300,12 +1300,14 @@ HY_QX_INLINE void hy_a5p_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
 #pragma GCC unroll 16
         for (int g = 0; g < 16; g++) {
             const __m512i v = _mm512_and_si512(_mm512_srli_epi32(u[g / 4], 8 * (g % 4)), ff);
-            const __m512i s4 = _mm512_and_si512(v, m4);
             const __m512 m = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)));
-            sc[g] = s4;
             mn[g] = _mm512_castsi512_ps(
                 _mm512_xor_si512(_mm512_castps_si512(m), _mm512_set1_epi32((int)0x80000000u)));
         }
+        /* the scales: each byte's low nibble (0..15) */
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            sc[q] = _mm512_and_si512(u[q], m4);
         hy_a5p_k23(b, o, offsetof(hy_block_q2_k_t, qs), NULL, sc, d, mn, p + ib);
     }
 }
@@ -1367,7 +1369,7 @@ HY_QX_INLINE void hy_a5p_q3_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
     for (int64_t ib = 0; ib < nb; ib += 8) {
         const char *base = w + (size_t)((b0 + ib) / 8) * sizeof(hy_block_q3_k_t);
         const char *const b[4] = {base, base + 4 * ws, base + 8 * ws, base + 12 * ws};
-        __m512i t[4], hm[8], sc[16], sq[4];
+        __m512i t[4], hm[8], sq[4];
         /* the last 16 bytes: scales from byte 2, d in the last two */
         hy_a5t_tload(b, sizeof(hy_block_q3_k_t) - 16, o, t);
         const __m512 d = hy_a5t_f16lo(_mm512_srli_epi32(t[3], 16));
@@ -1376,24 +1378,18 @@ HY_QX_INLINE void hy_a5p_q3_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
 #pragma GCC unroll 3
         for (int i = 0; i < 3; i++)
             a[i] = _mm512_or_si512(_mm512_srli_epi32(t[i], 16), _mm512_slli_epi32(t[i + 1], 16));
-        /* byte j of sq[q] is scale 4q + j (+32): low nibble of scales[g % 8]
-         * (upper for g >= 8) and 2-bit field g / 4 of scales[8 + g % 4] */
+        /* byte j of sq[q] is scale 4q + j: low nibble of scales[g % 8]
+         * (upper for g >= 8) and 2-bit field g / 4 of scales[8 + g % 4],
+         * less 32 */
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++)
-            sq[q] = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi32(a[q % 2], 4 * (q / 2)), m4),
-                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a[2], 2 * q), m2), 4));
-#pragma GCC unroll 16
-        for (int g = 0; g < 16; g++) {
-            /* byte g % 4 less 32, sign-extended, in both int16 halves */
-            const __m512i v = _mm512_srai_epi32(
-                _mm512_slli_epi32(_mm512_sub_epi8(sq[g / 4], _mm512_set1_epi8(32)),
-                                  24 - 8 * (g % 4)),
-                24);
-            sc[g] = v;
-        }
+            sq[q] = _mm512_sub_epi8(
+                _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi32(a[q % 2], 4 * (q / 2)), m4),
+                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a[2], 2 * q), m2), 4)),
+                _mm512_set1_epi8(32));
         hy_a5t_tload32(b, offsetof(hy_block_q3_k_t, hmask), o, hm);
-        hy_a5p_k23(b, o, offsetof(hy_block_q3_k_t, qs), hm, sc, d, NULL, p + ib);
+        hy_a5p_k23(b, o, offsetof(hy_block_q3_k_t, qs), hm, sq, d, NULL, p + ib);
     }
 }
 
