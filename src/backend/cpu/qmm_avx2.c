@@ -1428,13 +1428,21 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
         A[c] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + 16 * c);
         MA[c] = first ? _mm512_setzero_ps() : _mm512_load_ps(mac + 16 * c);
     }
+    /* two int32 chains per token (even and odd pairs), added at the end of
+     * the block: its 16 dependent vpdpwssd, 5 cycles each, took as long as
+     * 8 tokens' issue (bench_mm B = 8: Q5_0 153 -> 160, Q8_0 155 -> 162
+     * GFLOP/s); the sum is the same exact integer.  Not where the offset
+     * sums hold 8 more registers (no gain, spills), nor for CHUNK16 types,
+     * whose chains are 8 long (Q6_K lost 6%). */
+    const int split = !(flags & (HY_QMM_OFFSET | HY_QMM_OFFSET16 | HY_QMM_CHUNK16));
     for (int64_t b = 0; b < nb; b++, pb++) {
         const hy_block_q16_t *xb[HY_Q2_C];
-        __m512i P[HY_Q2_C];
+        __m512i P[HY_Q2_C], P2[HY_Q2_C];
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++) {
             xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
             P[c] = _mm512_setzero_si512();
+            P2[c] = _mm512_setzero_si512();
         }
         const __m512 D = _mm512_load_ps(pb->d[0]);
 #pragma GCC unroll 16
@@ -1450,8 +1458,12 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
             const __m512i w = _mm512_load_si512(pb->q[k]);
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++)
-                hy_q2_dpwssd_bcast(&P[c], w, xb[c]->v + 2 * k);
+                hy_q2_dpwssd_bcast(split && (k & 1) ? &P2[c] : &P[c], w, xb[c]->v + 2 * k);
         }
+        if (split)
+#pragma GCC unroll 8
+            for (int c = 0; c < C; c++)
+                P[c] = _mm512_add_epi32(P[c], P2[c]);
         const __m512 M = _mm512_load_ps(pb->m[0]);
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++) {
