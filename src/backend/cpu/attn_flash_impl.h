@@ -928,15 +928,19 @@ HY_AF_INLINE void hy_af_decode_values_g(const float *vr, const uint16_t *const *
     for (; d + HY_AF_W <= hdv; d += cv * HY_AF_W) {
         const int cnt = HY_MIN(cv, (hdv - d) / HY_AF_W);
         hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS];
-        /* full passes with a constant count: no per-vector tests in the loop */
-        if (vh && cnt == cv)
-            hy_af_value_chains(NULL, 0, vh, d, P, j0, j0 + n, g, cv, pf, acc);
-        else if (vh)
-            hy_af_value_chains(NULL, 0, vh, d, P, j0, j0 + n, g, cnt, pf, acc);
-        else if (cnt == cv)
-            hy_af_value_chains(vr, hdv, NULL, d, P, j0, j0 + n, g, cv, pf, acc);
+        /* passes with a constant count: no per-vector tests in the loop.
+         * Besides full passes, the counts of common head sizes' last pass
+         * (256 = 6 + 6 + 4 vectors for four heads, 64 = 4 for any) */
+#define HY_AF_VCH(k)                                                                   do {                                                                                   if (vh)                                                                                hy_af_value_chains(NULL, 0, vh, d, P, j0, j0 + n, g, k, pf, acc);             else                                                                                   hy_af_value_chains(vr, hdv, NULL, d, P, j0, j0 + n, g, k, pf, acc);        } while (0)
+        if (cnt == cv)
+            HY_AF_VCH(cv);
+        else if (cnt == 4 && 4 * g <= HY_AF_DEC_REGS)
+            HY_AF_VCH(4);
+        else if (cnt == 2)
+            HY_AF_VCH(2);
         else
-            hy_af_value_chains(vr, hdv, NULL, d, P, j0, j0 + n, g, cnt, pf, acc);
+            HY_AF_VCH(cnt);
+#undef HY_AF_VCH
 #pragma GCC unroll 4
         for (int q = 0; q < HY_AF_DEC_G; q++)
 #pragma GCC unroll 24
