@@ -63,11 +63,10 @@ static uint8_t *mm_weight(hy_dtype_t t, int64_t k, int64_t n_out, size_t *rb)
 /* Appended to each matmul line: which activation mode the backends run. */
 static const char *mm_label = "";
 
-static void mm_type(hy_backend_t *be[3], hy_dtype_t t, int64_t n_out, hy_isa_t isa,
+static void mm_type(hy_backend_t *be[3], hy_dtype_t t, int64_t k, int64_t n_out, hy_isa_t isa,
                     bool rows16)
 {
     static const int sizes[] = {2, 3, 5, 8, 13, 16, 31, 32, 33, 47, 64, 100, 160};
-    const int64_t k = 768; /* 3 x 256: K-quant blocks and a ragged k-chunk split */
     hy_weight_t w = {0};
     size_t rb;
     uint8_t *data = mm_weight(t, k, n_out, &rb);
@@ -139,12 +138,18 @@ static void test_matmul(hy_backend_t *be[3])
                 continue;
             }
             /* 150 rows: ragged 8- and 16-row groups; 5: fewer than a group */
-            mm_type(be, types[i], 150, (hy_isa_t)isa, false);
+            /* k = 3 x 256: K-quant blocks and a ragged k-chunk split */
+            mm_type(be, types[i], 768, 150, (hy_isa_t)isa, false);
             if (isa == (int)hy_cpu_isa())
-                mm_type(be, types[i], 5, (hy_isa_t)isa, false);
+                mm_type(be, types[i], 768, 5, (hy_isa_t)isa, false);
+            /* Q2_K's half-block sums: once for the tile up to 2,048-long
+             * rows, per chunk and 16 rows beyond (qmm_avx2.c's
+             * HY_Q2_HS_MAX): 72 x 256 takes the second from 29 tokens */
+            if (types[i] == HY_DTYPE_Q2_K && isa == (int)hy_cpu_isa())
+                mm_type(be, types[i], 72 * 256, 40, (hy_isa_t)isa, false);
             if (types[i] == HY_DTYPE_F32 || types[i] == HY_DTYPE_F16 ||
                 types[i] == HY_DTYPE_BF16)
-                mm_type(be, types[i], 160, (hy_isa_t)isa, true);
+                mm_type(be, types[i], 768, 160, (hy_isa_t)isa, true);
         }
     }
     hy_quant_set_isa(hy_cpu_isa());

@@ -53,9 +53,11 @@
 #define HY_Q2_KB 12
 /* Token rows whose sums one tile call keeps (acc and mac: 32 KB). */
 #define HY_Q2_CT 256
-/* HY_QMM_OFFSET16's half-block sums a tile keeps (24 KB): 2 per token
- * block, at least HY_Q2_CT tokens x HY_Q2_KB blocks */
-#define HY_Q2_HS_MAX 6144
+/* HY_QMM_OFFSET16's half-block sums a tile keeps (128 KB): 2 per token
+ * block, HY_Q2_CT tokens of rows up to 2,048 long once for the whole tile;
+ * beyond, a chunk's at a time for each 16 rows, which cost Q2_K a fifth of
+ * a 1024 x 1024 product at 256 tokens (bench_mm B = 256: 152 -> 214 GFLOP/s) */
+#define HY_Q2_HS_MAX 32768
 _Static_assert(HY_Q2_HS_MAX >= 2 * HY_Q2_CT * HY_Q2_KB, "a chunk's half sums fit");
 /* Token rows per pass of the compute kernel over the panel (AVX-512: one
  * zmm sum per token, 32 registers). */
