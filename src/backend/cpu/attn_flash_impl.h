@@ -931,7 +931,13 @@ HY_AF_INLINE void hy_af_decode_values_g(const float *vr, const uint16_t *const *
         /* passes with a constant count: no per-vector tests in the loop.
          * Besides full passes, the counts of common head sizes' last pass
          * (256 = 6 + 6 + 4 vectors for four heads, 64 = 4 for any) */
-#define HY_AF_VCH(k)                                                                   do {                                                                                   if (vh)                                                                                hy_af_value_chains(NULL, 0, vh, d, P, j0, j0 + n, g, k, pf, acc);             else                                                                                   hy_af_value_chains(vr, hdv, NULL, d, P, j0, j0 + n, g, k, pf, acc);        } while (0)
+#define HY_AF_VCH(k)                                                               \
+    do {                                                                           \
+        if (vh)                                                                    \
+            hy_af_value_chains(NULL, 0, vh, d, P, j0, j0 + n, g, k, pf, acc);      \
+        else                                                                       \
+            hy_af_value_chains(vr, hdv, NULL, d, P, j0, j0 + n, g, k, pf, acc);    \
+    } while (0)
         if (cnt == cv)
             HY_AF_VCH(cv);
         else if (cnt == 4 && 4 * g <= HY_AF_DEC_REGS)
