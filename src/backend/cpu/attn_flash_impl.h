@@ -80,16 +80,23 @@ typedef struct {
     size_t off;                          /* within run[ri] */
 } hy_af_pf_t;
 
-/* Issues up to n more line prefetches. */
+/* Issues up to n more line prefetches: the current run's lines in one
+ * tight loop, the cursor written back once (these steps sit inside the
+ * score and value loops). */
 static inline void hy_af_pf_step(hy_af_pf_t *pf, int n)
 {
     while (n > 0 && pf->ri < pf->n_run) {
-        __builtin_prefetch(pf->run[pf->ri] + pf->off, 0, 2);
-        n--;
-        pf->off += 64;
-        if (pf->off >= pf->len[pf->ri]) {
+        const char *p = pf->run[pf->ri] + pf->off;
+        const size_t left = (pf->len[pf->ri] - pf->off + 63) / 64;
+        const int m = (size_t)n < left ? n : (int)left;
+        for (int i = 0; i < m; i++)
+            __builtin_prefetch(p + 64 * (size_t)i, 0, 2);
+        n -= m;
+        if ((size_t)m == left) {
             pf->ri++;
             pf->off = 0;
+        } else {
+            pf->off += 64 * (size_t)m;
         }
     }
 }
