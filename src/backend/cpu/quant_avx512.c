@@ -665,7 +665,8 @@ typedef struct {
     __m512i mp[8];  /* int16 pairs against Q8_K's bsums: Q4_K/Q5_K the mins of
                      * sub-blocks 2j, 2j+1 (j < 4); Q6_K scales 2j, 2j+1 */
     __m512 d, dmin;
-    __m512i u[4];   /* Q6_K: the scale bytes as loaded, scale s in byte s % 4 of u[s / 4] */
+    __m512i u[4];   /* the sub-block scales as bytes, scale s in byte s % 4 of u[s / 4]:
+                     * Q6_K's 16 as loaded, Q4_K/Q5_K's 8 (0..63) in u[0..1] */
 } hy_a5k_sb_t;
 
 HY_QX_INLINE size_t hy_a5k_bytes(const int fmt)
@@ -714,6 +715,8 @@ HY_QX_INLINE void hy_a5k_unpack(const int fmt, const char *w, size_t ws, int64_t
                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k3), 4))};
         __m512i qh[8];
 
+        sb->u[0] = sc[0];
+        sb->u[1] = sc[1];
         sb->d = hy_a5t_f16lo(dm);
         sb->dmin = hy_a5t_f16lo(_mm512_srli_epi32(dm, 16));
 #pragma GCC unroll 8
@@ -1069,12 +1072,6 @@ HY_QX_INLINE hy_a5p_sc_t hy_a5p_scale_b(__m512i u, const int k, const unsigned l
     return sc;
 }
 
-/* The same from s32: each lane's scale as an int32 in -128..127. */
-HY_QX_INLINE hy_a5p_sc_t hy_a5p_scale(__m512i s32, const unsigned lg)
-{
-    return hy_a5p_scale_b(s32, 0, lg);
-}
-
 /* hy_a5p_put_pairs' pairs times the scale, less off * scale (w = s (c -
  * off)): vpmaddubsw multiplies the unsigned code bytes by the scale
  * placed under the even (odd) bytes and adds the zero products of the
@@ -1117,13 +1114,13 @@ HY_QX_INLINE void hy_a5k_kpanel(const int fmt, const char *w, size_t ws, int64_t
                 _mm512_castps_si512(_mm512_mul_ps(sb.dmin, _mm512_cvtepi32_ps(mj))),
                 _mm512_set1_epi32((int)0x80000000u)));
         }
-        /* the scales: Q6_K's of elements 0..15 and 16..31 (its offset 32
-         * = 1 << 5; Q4_K and Q5_K have none) */
+        /* the scales of elements 0..15 and 16..31: Q6_K's two (its offset
+         * 32 = 1 << 5), Q4_K's and Q5_K's one for both (no offset) */
         const hy_a5p_sc_t sc[2] = {
             fmt == HY_A5K_Q6 ? hy_a5p_scale_b(sb.u[j / 2], 2 * (j % 2), 5)
-                             : hy_a5p_scale(sb.sc[j], 5),
+                             : hy_a5p_scale_b(sb.u[j / 4], j % 4, 5),
             fmt == HY_A5K_Q6 ? hy_a5p_scale_b(sb.u[j / 2], 2 * (j % 2) + 1, 5)
-                             : hy_a5p_scale(sb.sc[j], 5)};
+                             : hy_a5p_scale_b(sb.u[j / 4], j % 4, 5)};
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++)
             hy_a5p_put_scaled(sb.q[8 * j + g], fmt == HY_A5K_Q6, &sc[g / 4], &p[j].q[2 * g]);
