@@ -9,7 +9,9 @@
  * times the decode token only; BENCH_ATTN_COLD=1 evicts the caches before
  * each decode repeat (in a model the weights stream through them between
  * one token's attention and the next).  BENCH_ATTN_SHAPE=NH,NKV,HD times
- * another shape (query heads, KV heads, head size).
+ * another shape (query heads, KV heads, head size); BENCH_ATTN_WINDOW=W a
+ * sliding layer's (the last W keys), BENCH_ATTN_SPLIT=S splits of S keys
+ * instead of HY_ATTN_SPLIT.
  * Built by `make check`, not run by it:
  *   tests/unit/bench_attn [reps=3] [isa=best|avx512|avx2|scalar] [keys...=4096 16384 32768]
  */
@@ -128,6 +130,11 @@ int main(int argc, char **argv)
     }
 
     hy_attn_params_t p = {B_NH, B_NKV, B_HD, B_HD, 0.0625f, 0, 0};
+    const char *win_env = getenv("BENCH_ATTN_WINDOW"), *split_env = getenv("BENCH_ATTN_SPLIT");
+    if (win_env)
+        p.window = atoi(win_env);
+    if (split_env)
+        hy_cpu_attn_set_split(atoi(split_env));
     /* the float peak of the level the kernels run at, per core, measured
      * here (0: the scalar level, no rating) */
     double peak = 0;

@@ -210,10 +210,14 @@ HY_AF_INLINE void hy_af_hsum4(hy_af_v v0, hy_af_v v1, hy_af_v v2, hy_af_v v3, fl
  * c*kc, or with kh the halves at kh[k] + c*W, converted as loaded (a
  * literal NULL compiles either away).  Each key chunk is loaded once for
  * the NQ queries, NQ*NK chains side by side.  With pf, a line of the next
- * tile is prefetched every other chunk. */
+ * tile is prefetched every other chunk; with nk and nv (f16 rows of 32
+ * lines per 16 chunks, nc a multiple of 4), chunk c prefetches W/8 lines
+ * of rows nk[c % 4] and nv[c % 4], so that the four rows are whole at the
+ * last chunk. */
 HY_AF_INLINE void hy_af_dots(const float *Q, size_t qs, size_t qc, const float *kf, size_t ks,
                              size_t kc, const uint16_t *const *kh, int nc, const int NQ,
-                             const int NK, hy_af_pf_t *pf, hy_af_v acc[HY_AF_DOT_Q][4])
+                             const int NK, hy_af_pf_t *pf, const uint16_t *const *nk,
+                             const uint16_t *const *nv, hy_af_v acc[HY_AF_DOT_Q][4])
 {
 #pragma GCC unroll 8
     for (int q = 0; q < NQ; q++)
@@ -224,6 +228,15 @@ HY_AF_INLINE void hy_af_dots(const float *Q, size_t qs, size_t qc, const float *
         hy_af_v kx[4];
         if (pf && (c & 1))
             hy_af_pf_step(pf, 1);
+        if (nk) {
+            /* chunk c: W/8 lines of next K row c % 4 and of its V row */
+            const size_t o = 64 * (size_t)(HY_AF_W / 8) * (size_t)(c >> 2);
+#pragma GCC unroll 2
+            for (int u = 0; u < HY_AF_W / 8; u++) {
+                __builtin_prefetch((const char *)nk[c & 3] + o + 64 * (size_t)u, 0, 2);
+                __builtin_prefetch((const char *)nv[c & 3] + o + 64 * (size_t)u, 0, 2);
+            }
+        }
 #pragma GCC unroll 4
         for (int k = 0; k < NK; k++)
             kx[k] = kh ? hy_af_cvt_f16(kh[k] + (size_t)c * HY_AF_W)
@@ -250,7 +263,7 @@ HY_AF_INLINE void hy_af_qk_block(const float *Qr, const float *K, int nc, int L,
     hy_af_v acc[HY_AF_DOT_Q][4];
 
     hy_af_dots(Qr, (size_t)nc * HY_AF_W, HY_AF_W, K, (size_t)nc * HY_AF_W, HY_AF_W,
-               NULL, nc, HY_AF_DOT_Q, NK, NULL, acc);
+               NULL, nc, HY_AF_DOT_Q, NK, NULL, NULL, NULL, acc);
 #pragma GCC unroll 4
     for (int k = 0; k < NK; k++)
 #pragma GCC unroll 2
@@ -768,15 +781,20 @@ _Static_assert(HY_AF_DEC_DQ <= HY_AF_DOT_Q, "a block of queries' chains fits hy_
  * missing keys are zeros: their chains stay empty). */
 HY_AF_INLINE void hy_af_decode_block(const float *Q, int hdp, const float *kf,
                                      const uint16_t *const *kh, const int NQ, const int NK,
-                                     float *const *S, int j, hy_af_pf_t *pf)
+                                     float *const *S, int j, hy_af_pf_t *pf,
+                                     const uint16_t *const *nk, const uint16_t *const *nv)
 {
     hy_af_v acc[HY_AF_DOT_Q][4];
 
-    if (kh)
-        hy_af_dots(Q, (size_t)hdp, HY_AF_W, NULL, 0, 0, kh, hdp / HY_AF_W, NQ, NK, pf, acc);
+    if (kh && nk)
+        hy_af_dots(Q, (size_t)hdp, HY_AF_W, NULL, 0, 0, kh, hdp / HY_AF_W, NQ, NK, NULL, nk, nv,
+                   acc);
+    else if (kh)
+        hy_af_dots(Q, (size_t)hdp, HY_AF_W, NULL, 0, 0, kh, hdp / HY_AF_W, NQ, NK, pf, NULL,
+                   NULL, acc);
     else
         hy_af_dots(Q, (size_t)hdp, HY_AF_W, kf, (size_t)hdp, HY_AF_W, NULL, hdp / HY_AF_W, NQ,
-                   NK, pf, acc);
+                   NK, pf, NULL, NULL, acc);
 #pragma GCC unroll 4
     for (int q = 0; q < NQ; q++)
         hy_af_hsum4(acc[q][0], acc[q][1], acc[q][2], acc[q][3], S[q] + j);
@@ -790,7 +808,8 @@ HY_AF_INLINE void hy_af_decode_block(const float *Q, int hdp, const float *kf,
  * queries. */
 static void hy_af_decode_scores(const float *Q, int hdp, int g, const float *kr,
                                 const uint16_t *const *kh, int j0, int n, float *const *S,
-                                hy_af_pf_t *pf)
+                                hy_af_pf_t *pf, const uint16_t *const *nxk,
+                                const uint16_t *const *nxv)
 {
     _Static_assert(HY_AF_DEC_DQ == 2 || HY_AF_DEC_DQ == 4, "one case per query count");
     for (int q0 = 0; q0 < g; q0 += HY_AF_DEC_DQ) {
@@ -801,12 +820,18 @@ static void hy_af_decode_scores(const float *Q, int hdp, int g, const float *kr,
             const int nk = HY_MIN(4, j0 + n - j);
             const uint16_t *const *khj = kh ? kh + j : NULL;
             const float *kfj = kr + (size_t)j * hdp;
+            /* the next tile's rows in step with this tile's blocks, for
+             * the first block of queries only */
+            const uint16_t *const *nkj = nxk && q0 == 0 ? nxk + (j - j0) : NULL;
+            const uint16_t *const *nvj = nxv ? nxv + (j - j0) : NULL;
 #define HY_AF_DEC_CASE(a, b)                                                       \
     case (a) * 8 + (b):                                                            \
-        if (khj)                                                                   \
-            hy_af_decode_block(Qq, hdp, NULL, khj, a, b, Sq, j, pf);               \
+        if (khj && nkj)                                                            \
+            hy_af_decode_block(Qq, hdp, NULL, khj, a, b, Sq, j, NULL, nkj, nvj);   \
+        else if (khj)                                                              \
+            hy_af_decode_block(Qq, hdp, NULL, khj, a, b, Sq, j, pf, NULL, NULL);   \
         else                                                                       \
-            hy_af_decode_block(Qq, hdp, kfj, NULL, a, b, Sq, j, pf);               \
+            hy_af_decode_block(Qq, hdp, kfj, NULL, a, b, Sq, j, pf, NULL, NULL);   \
         break;
 #define HY_AF_DEC_CASES(a) HY_AF_DEC_CASE(a, 1) HY_AF_DEC_CASE(a, 2) HY_AF_DEC_CASE(a, 3) HY_AF_DEC_CASE(a, 4)
             switch (HY_MIN(nq, HY_AF_DEC_DQ) * 8 + nk) {
@@ -1031,9 +1056,19 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
      * softmax's vectors may start anywhere in it; zeroed, so that lanes
      * past the last score are finite and defined) */
     float Sg[HY_AF_DEC_G][HY_AF_BK + HY_AF_W] __attribute__((aligned(64))) = {{0}};
-    /* f16 rows are read from the pages as they are used */
-    const uint16_t *krow[HY_AF_BK], *vrow[HY_AF_BK];
+    /* f16 rows are read from the pages as they are used; with K and V in
+     * f16, the next tile's rows (nk, nv: rows[cur ^ 1]) are prefetched in
+     * step with this tile's score blocks, else through the page-run walker
+     * pf.  The step spreads the lines over the arithmetic as it runs: the
+     * walker's were mostly in the value pass, a third of the tile's time,
+     * and its bookkeeping cost the score chains (warm 512 keys 28.5 ->
+     * 25.5 us) */
+    const uint16_t *rows[2][2][HY_AF_BK + 4];
+    const uint16_t **krow = rows[0][0], **vrow = rows[0][1];
     const bool k16 = f->kv_f16 && hd % HY_AF_W == 0, v16 = f->kv_f16 && hdv % HY_AF_W == 0;
+    /* (rows of whole line pairs a chunk each: hy_af_dots) */
+    const bool step = k16 && v16 && hdv == hd && hd % 64 == 0 && HY_AF_W >= 8;
+    int cur = 0;
     hy_af_pf_t pf;
     int32_t kmin = INT32_MAX, kmax = -1, a0, a;
 
@@ -1064,15 +1099,40 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
         /* the next tile's rows come in while this one is scored: at long
          * contexts the pages are not in cache (the weights streamed
          * through it since the last token) */
-        hy_af_pf_next(&pf, f, a, kmax);
-        if (k16)
-            hy_af_rows_f16(f, false, lo, hi, krow);
-        else
-            hy_af_load_keys(f, hdp, lo, hi, kr);
-        if (v16)
-            hy_af_rows_f16(f, true, lo, hi, vrow);
-        else
-            hy_af_load_rows(f, true, hdv, lo, hi, vr);
+        const uint16_t **nk = NULL, **nv = NULL;
+        int32_t nn = 0;
+        if (step) {
+            if (a == a0) {
+                hy_af_rows_f16(f, false, lo, hi, rows[cur][0]);
+                hy_af_rows_f16(f, true, lo, hi, rows[cur][1]);
+            }
+            krow = rows[cur][0];
+            vrow = rows[cur][1];
+            if (a + HY_AF_BK <= kmax) {
+                nn = HY_MIN(a + 2 * HY_AF_BK, kmax + 1) - (a + HY_AF_BK);
+                nk = rows[cur ^ 1][0];
+                nv = rows[cur ^ 1][1];
+                hy_af_rows_f16(f, false, a + HY_AF_BK, a + HY_AF_BK + nn, nk);
+                hy_af_rows_f16(f, true, a + HY_AF_BK, a + HY_AF_BK + nn, nv);
+                /* blocks past the next tile's rows prefetch lines already asked for */
+                for (int32_t r = nn; r < HY_AF_BK + 4; r++) {
+                    nk[r] = nk[0];
+                    nv[r] = nv[0];
+                }
+            }
+            pf.n_run = pf.ri = 0;
+        } else {
+            hy_af_pf_next(&pf, f, a, kmax);
+            if (k16)
+                hy_af_rows_f16(f, false, lo, hi, krow);
+            else
+                hy_af_load_keys(f, hdp, lo, hi, kr);
+            if (v16)
+                hy_af_rows_f16(f, true, lo, hi, vrow);
+            else
+                hy_af_load_rows(f, true, hdv, lo, hi, vr);
+        }
+        int32_t covered = 0;
         for (int32_t i = 0; i < nq;) {
             int32_t p = f->pos[f->t0 + i / nh];
             int32_t qlo = f->window > 0 ? HY_MAX(0, p - f->window + 1) : 0;
@@ -1087,8 +1147,11 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
                     ss[q] = Sg[q];
                     os[q] = O + (size_t)(i + q) * hdv;
                 }
+                const bool first = covered == 0;
                 hy_af_decode_scores(Q + (size_t)i * hdp, hdp, g, kr, k16 ? krow : NULL,
-                                    j0 - lo, j1 - j0, ss, &pf);
+                                    j0 - lo, j1 - j0, ss, &pf, first ? nk : NULL, nv);
+                if (first)
+                    covered = (j1 - j0 + 3) / 4 * 4;
                 hy_af_decode_softmax(j0 - lo, j1 - j0, f->softcap, ss, g, m + i, l + i, c);
                 hy_af_decode_values(vr, v16 ? vrow : NULL, j0 - lo, j1 - j0, hdv, g,
                                     (const float *const *)ss, c, os, &pf);
@@ -1096,6 +1159,14 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
             i += g;
         }
         hy_af_pf_step(&pf, INT32_MAX); /* whatever the scores left */
+        /* the next tile's rows past the blocks this one had (a window's
+         * first, part tile) */
+        for (int32_t r = covered; nk && r < nn; r++)
+            for (size_t o = 0; o < (size_t)hd * sizeof(uint16_t); o += 64) {
+                __builtin_prefetch((const char *)nk[r] + o, 0, 2);
+                __builtin_prefetch((const char *)nv[r] + o, 0, 2);
+            }
+        cur ^= step;
     }
     if (f->part) {
         if (kmin <= kmax)
