@@ -210,10 +210,10 @@ HY_AF_INLINE void hy_af_hsum4(hy_af_v v0, hy_af_v v1, hy_af_v v2, hy_af_v v3, fl
  * c*kc, or with kh the halves at kh[k] + c*W, converted as loaded (a
  * literal NULL compiles either away).  Each key chunk is loaded once for
  * the NQ queries, NQ*NK chains side by side.  With pf, a line of the next
- * tile is prefetched every other chunk; with nk and nv (f16 rows of 32
- * lines per 16 chunks, nc a multiple of 4), chunk c prefetches W/8 lines
- * of rows nk[c % 4] and nv[c % 4], so that the four rows are whole at the
- * last chunk. */
+ * tile is prefetched every other chunk; with nk and nv (the next tile's
+ * f16 rows for this block's four keys, nc a multiple of 4: a row is nc/4
+ * runs of W/8 lines), chunk c prefetches run c / 4 of K row nk[c % 4] and
+ * of V row nv[c % 4], so that the four rows are whole at the last chunk. */
 HY_AF_INLINE void hy_af_dots(const float *Q, size_t qs, size_t qc, const float *kf, size_t ks,
                              size_t kc, const uint16_t *const *kh, int nc, const int NQ,
                              const int NK, hy_af_pf_t *pf, const uint16_t *const *nk,
@@ -1062,7 +1062,7 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
      * pf.  The step spreads the lines over the arithmetic as it runs: the
      * walker's were mostly in the value pass, a third of the tile's time,
      * and its bookkeeping cost the score chains (warm 512 keys 28.5 ->
-     * 25.5 us) */
+     * 26.3 us) */
     const uint16_t *rows[2][2][HY_AF_BK + 4];
     const uint16_t **krow = rows[0][0], **vrow = rows[0][1];
     const bool k16 = f->kv_f16 && hd % HY_AF_W == 0, v16 = f->kv_f16 && hdv % HY_AF_W == 0;
