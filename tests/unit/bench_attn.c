@@ -131,10 +131,26 @@ int main(int argc, char **argv)
 
     hy_attn_params_t p = {B_NH, B_NKV, B_HD, B_HD, 0.0625f, 0, 0};
     const char *win_env = getenv("BENCH_ATTN_WINDOW"), *split_env = getenv("BENCH_ATTN_SPLIT");
-    if (win_env)
-        p.window = atoi(win_env);
-    if (split_env)
-        hy_cpu_attn_set_split(atoi(split_env));
+    char *end;
+    if (win_env) {
+        long w = strtol(win_env, &end, 10);
+        if (end == win_env || *end || w < 0 || w > (1 << 20)) {
+            fprintf(stderr, "bench_attn: BENCH_ATTN_WINDOW=%s: want 0..%d keys (0: none)\n",
+                    win_env, 1 << 20);
+            goto done;
+        }
+        p.window = (int32_t)w;
+    }
+    if (split_env) {
+        long sp = strtol(split_env, &end, 10);
+        if (end == split_env || *end || sp < 0 || sp > (1 << 20) ||
+            hy_cpu_attn_set_split((int32_t)sp) != HY_OK) {
+            fprintf(stderr,
+                    "bench_attn: BENCH_ATTN_SPLIT=%s: want a multiple of %d keys (0: one split)\n",
+                    split_env, HY_ATTN_FLASH_TILE);
+            goto done;
+        }
+    }
     /* the float peak of the level the kernels run at, per core, measured
      * here (0: the scalar level, no rating) */
     double peak = 0;
