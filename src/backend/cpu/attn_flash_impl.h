@@ -72,7 +72,9 @@ typedef struct {
 /* The next tile's K/V rows, prefetched into L2 a few lines at a time while
  * the current tile is computed: pages are scattered, so the hardware
  * prefetcher finds them only a page at a time, and a burst of a whole
- * tile's lines stalls on the fill buffers. */
+ * tile's lines stalls on the fill buffers.  The prefill kernel's walker,
+ * and the decode kernel's where its f16 step (HY_AF_DECODE_ENTRY) does not
+ * apply. */
 typedef struct {
     const char *run[2 * (HY_AF_BK + 1)]; /* page runs of rows: start, bytes */
     size_t len[2 * (HY_AF_BK + 1)];
