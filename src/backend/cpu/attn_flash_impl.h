@@ -1065,7 +1065,8 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
      * walker's were mostly in the value pass, a third of the tile's time,
      * and its bookkeeping cost the score chains (warm 512 keys 28.5 ->
      * 26.3 us) */
-    const uint16_t *rows[2][2][HY_AF_BK + 4];
+    _Static_assert(HY_AF_BK % 4 == 0, "a tile's score blocks end inside its rows");
+    const uint16_t *rows[2][2][HY_AF_BK];
     const uint16_t **krow = rows[0][0], **vrow = rows[0][1];
     const bool k16 = f->kv_f16 && hd % HY_AF_W == 0, v16 = f->kv_f16 && hdv % HY_AF_W == 0;
     /* (rows of whole line pairs a chunk each: hy_af_dots) */
@@ -1074,6 +1075,7 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
     hy_af_pf_t pf;
     int32_t kmin = INT32_MAX, kmax = -1, a0, a;
 
+    pf.n_run = pf.ri = 0; /* the step leaves the walker empty */
     for (int32_t i = 0; i < nq; i++) {
         int32_t t = f->t0 + i / nh, h = f->h0 + i % nh, p = f->pos[t];
         const float *qv = f->q + (size_t)t * f->q_stride + (size_t)h * hd;
@@ -1117,12 +1119,11 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
                 hy_af_rows_f16(f, false, a + HY_AF_BK, a + HY_AF_BK + nn, nk);
                 hy_af_rows_f16(f, true, a + HY_AF_BK, a + HY_AF_BK + nn, nv);
                 /* blocks past the next tile's rows prefetch lines already asked for */
-                for (int32_t r = nn; r < HY_AF_BK + 4; r++) {
+                for (int32_t r = nn; r < HY_AF_BK; r++) {
                     nk[r] = nk[0];
                     nv[r] = nv[0];
                 }
             }
-            pf.n_run = pf.ri = 0;
         } else {
             hy_af_pf_next(&pf, f, a, kmax);
             if (k16)
