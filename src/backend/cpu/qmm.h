@@ -120,10 +120,12 @@ typedef struct {
 /* quant_avx512.c: blocks [b0, b0+nb) of 16 rows w + r*ws as the panel's
  * blocks p[0..nb) (the AVX-512 level's qmm tiles take them for 16 rows at
  * once, in place of two passes of the 8-row extractors).  The K-quants
- * take whole super-blocks: b0 and nb multiples of 8. */
+ * take whole super-blocks: b0 and nb multiples of 8.  pf (or NULL): the
+ * next 16 rows, w + 16*ws, whose lines for these blocks go to L2 as the
+ * blocks are unpacked. */
 #define HY_QMM_PANEL16_DECLARE(name)                                               \
     void hy_qmm_avx512_panel16_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
-                                      hy_qmm_pblk_t *p);
+                                      hy_qmm_pblk_t *p, const char *pf);
 HY_QMM_PANEL16_DECLARE(q4_k)
 HY_QMM_PANEL16_DECLARE(q5_k)
 HY_QMM_PANEL16_DECLARE(q6_k)

@@ -1643,7 +1643,9 @@ static bool hy_q2_vtile_one(hy_q2_vdec_fn dec, int64_t nb, float *s, const char 
  * share of the next 16 rows' run (16 ws bytes, contiguous) into L2, so
  * that a few-token tile over a matrix from DRAM (Gemma 3's output matrix
  * in batched decode) finds its rows there instead of waiting on 16
- * interleaved streams the hardware prefetcher follows poorly. */
+ * interleaved streams the hardware prefetcher follows poorly.  A burst per
+ * panel: the AVX-512 16-row unpackers issue the same lines between their
+ * blocks instead (qmm.h). */
 HY_Q2_INLINE void hy_q2_prefetch_next16(const char *w, size_t ws, int64_t b, int64_t kn,
                                         int64_t nb)
 {
@@ -1655,9 +1657,10 @@ HY_Q2_INLINE void hy_q2_prefetch_next16(const char *w, size_t ws, int64_t b, int
         _mm_prefetch(base + o, _MM_HINT_T1);
 }
 
-/* Blocks [b0, b0+nb) of 16 rows as panel blocks (qmm.h). */
+/* Blocks [b0, b0+nb) of 16 rows as panel blocks, the next rows' lines
+ * prefetched among them (qmm.h). */
 typedef void (*hy_q2_panel16_fn)(const char *w, size_t ws, int64_t b0, int64_t nb,
-                                 hy_qmm_pblk_t *p);
+                                 hy_qmm_pblk_t *p, const char *pf);
 
 #ifdef HY_Q2_AVX512
 /* quant_avx512.c's 16-row unpacker of type t, or NULL. */
@@ -1732,11 +1735,12 @@ static void hy_q2_tile(hy_dtype_t t, hy_q2_unpack_fn unpack, hy_q2_dec_fn dec, i
 #endif
             for (int64_t kb = 0; kb < nb; kb += kbs) {
                 const int64_t kn = HY_MIN(kbs, nb - kb);
-                if (pf)
-                    hy_q2_prefetch_next16(w + (size_t)rb * ws, ws, kb, kn, nb);
                 if (kp) {
-                    p16(w + (size_t)rb * ws, ws, kb, kn, panel);
+                    p16(w + (size_t)rb * ws, ws, kb, kn, panel,
+                        pf ? w + (size_t)(rb + 16) * ws : NULL);
                 } else {
+                    if (pf)
+                        hy_q2_prefetch_next16(w + (size_t)rb * ws, ws, kb, kn, nb);
                     unpack(ty, w + (size_t)rb * ws, ws, n0, kb, kn, panel, 0);
                     unpack(ty, w1, ws, n1, kb, kn, panel, 1);
                 }

@@ -1090,6 +1090,36 @@ HY_QX_INLINE void hy_a5p_put_scaled(__m512i x, const int has_off, const hy_a5p_s
     _mm512_store_si512(q[1], od);
 }
 
+/* The lines of the next 16 rows that the panel being unpacked prefetches
+ * into L2 (qmm.h's pf), issued a few at a time between its blocks: a
+ * burst of them per panel stalled the tile (bench_mm B = 8 with the matrix
+ * in L2: Q4_0 and Q6_K lost 5-6% to it). */
+typedef struct {
+    const char *a, *end;
+} hy_a5p_pf_t;
+
+/* Up to n lines more (n a constant where the callers unroll). */
+HY_QX_INLINE void hy_a5p_pf_lines(hy_a5p_pf_t *c, const int n)
+{
+    for (int i = 0; i < n && c->a < c->end; i++, c->a += 64)
+        _mm_prefetch(c->a, _MM_HINT_T1);
+}
+
+/* Unit i's share (a block, or a K-quant super-block, of `bytes` per row)
+ * of the run at pf (16 rows x ws, contiguous): its 16 x bytes, each line
+ * fetched by the unit its start falls in; none without pf. */
+HY_QX_INLINE hy_a5p_pf_t hy_a5p_pf_share(const char *pf, size_t bytes, int64_t i)
+{
+    hy_a5p_pf_t c = {NULL, NULL};
+
+    if (pf) {
+        const char *lo = pf + (size_t)i * 16 * bytes;
+        c.a = (const char *)(((uintptr_t)lo + 63) & ~(uintptr_t)63);
+        c.end = lo + 16 * bytes;
+    }
+    return c;
+}
+
 /* Super-block sb of 16 rows as qmm's panel (qmm.h: hy_qmm_pblk_t, the
  * int16 codes of its decoders, in pairs per slot).  hy_a5k_unpack's
  * transposes put the 16 rows in the lanes (qmm's 8-row extractors
@@ -1099,7 +1129,7 @@ HY_QX_INLINE void hy_a5p_put_scaled(__m512i x, const int has_off, const hy_a5p_s
  * (hy_a5p_put_scaled; Q6_K: less 32 times it), as qmm.c decodes them:
  *   Q4_K/Q5_K: w = sc_k q, D = d, M = -(dmin m_k);  Q6_K: w = sc (q - 32). */
 HY_QX_INLINE void hy_a5k_kpanel(const int fmt, const char *w, size_t ws, int64_t i,
-                                hy_qmm_pblk_t *p)
+                                hy_qmm_pblk_t *p, hy_a5p_pf_t *pf)
 {
     hy_a5k_sb_t sb __attribute__((aligned(64)));
     hy_a5k_unpack(fmt, w, ws, i, &sb);
@@ -1126,6 +1156,7 @@ HY_QX_INLINE void hy_a5k_kpanel(const int fmt, const char *w, size_t ws, int64_t
             hy_a5p_put_scaled(sb.q[8 * j + g], fmt == HY_A5K_Q6, &sc[g / 4], &p[j].q[2 * g]);
         _mm512_store_ps(p[j].d[0], sb.d);
         _mm512_store_ps(p[j].m[0], m);
+        hy_a5p_pf_lines(pf, 7);
     }
 }
 
@@ -1246,7 +1277,7 @@ HY_QX_INLINE void hy_a5p_q8_0(const char *w, size_t ws, int64_t b0, int64_t nb, 
  * in sb[g / 4]; Q2_K's groups' M in mn. */
 HY_QX_INLINE void hy_a5p_k23(const char *const b[4], const size_t o[4], size_t qs,
                              const __m512i *hm, const __m512i sb[4], __m512 d, const __m512 *mn,
-                             hy_qmm_pblk_t *p)
+                             hy_qmm_pblk_t *p, hy_a5p_pf_t *pf)
 {
     const __m512i m2 = _mm512_set1_epi8(0x03), one = _mm512_set1_epi8(0x01);
 
@@ -1273,6 +1304,7 @@ HY_QX_INLINE void hy_a5p_k23(const char *const b[4], const size_t o[4], size_t q
             _mm512_store_ps(pk->m[0], mn ? mn[2 * k] : _mm512_setzero_ps());
             if (mn)
                 _mm512_store_ps(pk->m2[0], mn[2 * k + 1]);
+            hy_a5p_pf_lines(pf, 7);
         }
     }
 }
@@ -1280,7 +1312,8 @@ HY_QX_INLINE void hy_a5p_k23(const char *const b[4], const size_t o[4], size_t q
 /* Q2_K super-blocks (qmm.c's decoder: block k, element l: w = (scales[2k
  * + l/16] & 15) q, q the 2-bit code at bits 2(k%4) of qs[32(k/4) + l];
  * D = d; M = -(dmin (scales[2k] >> 4)), M2 the same for 2k+1). */
-HY_QX_INLINE void hy_a5p_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
+HY_QX_INLINE void hy_a5p_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p,
+                              hy_a5p_pf_t *pf)
 {
     const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
     const __m512i ff = _mm512_set1_epi32(0xFF), m4 = _mm512_set1_epi8(15);
@@ -1305,14 +1338,14 @@ HY_QX_INLINE void hy_a5p_q2_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++)
             sc[q] = _mm512_and_si512(u[q], m4);
-        hy_a5p_k23(b, o, offsetof(hy_block_q2_k_t, qs), NULL, sc, d, mn, p + ib);
+        hy_a5p_k23(b, o, offsetof(hy_block_q2_k_t, qs), NULL, sc, d, mn, p + ib, pf);
     }
 }
 
 /* IQ4_XS super-blocks (w = (ls_k - 32) grid[q], D = d): the grid looked
  * up per byte, each int16 half of a pair sign-extended from its byte. */
 HY_QX_INLINE void hy_a5p_iq4_xs(const char *w, size_t ws, int64_t b0, int64_t nb,
-                                hy_qmm_pblk_t *p)
+                                hy_qmm_pblk_t *p, hy_a5p_pf_t *pf)
 {
     const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
     const __m512i grid = _mm512_broadcast_i32x4(
@@ -1351,6 +1384,7 @@ HY_QX_INLINE void hy_a5p_iq4_xs(const char *w, size_t ws, int64_t b0, int64_t nb
                 }
             _mm512_store_ps(pk->d[0], d);
             _mm512_store_ps(pk->m[0], _mm512_setzero_ps());
+            hy_a5p_pf_lines(pf, 7);
         }
     }
 }
@@ -1358,7 +1392,8 @@ HY_QX_INLINE void hy_a5p_iq4_xs(const char *w, size_t ws, int64_t b0, int64_t nb
 /* Q3_K super-blocks (w = (sc_g - 32) (q - (high bit ? 0 : 4)), D = d): the
  * 6-bit scales of the 16 groups as qmm_avx2.c's hy_q2_k3_prep builds them,
  * 2-bit fields as Q2_K's and bit k of hmask[l] on top. */
-HY_QX_INLINE void hy_a5p_q3_k(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p)
+HY_QX_INLINE void hy_a5p_q3_k(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p,
+                              hy_a5p_pf_t *pf)
 {
     const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
@@ -1386,38 +1421,56 @@ HY_QX_INLINE void hy_a5p_q3_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a[2], 2 * q), m2), 4)),
                 _mm512_set1_epi8(32));
         hy_a5t_tload32(b, offsetof(hy_block_q3_k_t, hmask), o, hm);
-        hy_a5p_k23(b, o, offsetof(hy_block_q3_k_t, qs), hm, sq, d, NULL, p + ib);
+        hy_a5p_k23(b, o, offsetof(hy_block_q3_k_t, qs), hm, sq, d, NULL, p + ib, pf);
     }
 }
 
 #define HY_A5P_KQUANT(name, fmt)                                                   \
     HY_QX_INLINE void hy_a5p_##name(const char *w, size_t ws, int64_t b0, int64_t nb,  \
-                                    hy_qmm_pblk_t *p)                              \
+                                    hy_qmm_pblk_t *p, hy_a5p_pf_t *pf)             \
     {                                                                              \
         for (int64_t b = 0; b < nb; b += 8)                                        \
-            hy_a5k_kpanel(fmt, w, ws, (b0 + b) / 8, p + b);                        \
+            hy_a5k_kpanel(fmt, w, ws, (b0 + b) / 8, p + b, pf);                    \
     }
 HY_A5P_KQUANT(q4_k, HY_A5K_Q4)
 HY_A5P_KQUANT(q5_k, HY_A5K_Q5)
 HY_A5P_KQUANT(q6_k, HY_A5K_Q6)
 
-#define HY_A5P_ENTRY(name)                                                         \
+/* qmm.h's contract: the panel of blocks [b0, b0+nb) of 16 rows, a unit at a
+ * time (a block, or a super-block of 8), each unit's share of the next
+ * rows' lines issued as it is unpacked: the 32-element types' after each
+ * block, the super-blocks' a few lines after each of their blocks. */
+#define HY_A5P_ENTRY1(name, bytes)                                                 \
     void hy_qmm_avx512_panel16_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
-                                      hy_qmm_pblk_t *p)                            \
+                                      hy_qmm_pblk_t *p, const char *pf)            \
     {                                                                              \
-        hy_a5p_##name(w, ws, b0, nb, p);                                           \
+        for (int64_t b = 0; b < nb; b++) {                                         \
+            hy_a5p_pf_t c = hy_a5p_pf_share(pf, (bytes), b0 + b);                  \
+            hy_a5p_##name(w, ws, b0 + b, 1, p + b);                                \
+            hy_a5p_pf_lines(&c, 16);                                               \
+        }                                                                          \
     }
-HY_A5P_ENTRY(q4_k)
-HY_A5P_ENTRY(q5_k)
-HY_A5P_ENTRY(q6_k)
-HY_A5P_ENTRY(q2_k)
-HY_A5P_ENTRY(q3_k)
-HY_A5P_ENTRY(iq4_xs)
-HY_A5P_ENTRY(q5_0)
-HY_A5P_ENTRY(q5_1)
-HY_A5P_ENTRY(q8_0)
-HY_A5P_ENTRY(q4_0)
-HY_A5P_ENTRY(iq4_nl)
+#define HY_A5P_ENTRY8(name, bytes)                                                 \
+    void hy_qmm_avx512_panel16_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
+                                      hy_qmm_pblk_t *p, const char *pf)            \
+    {                                                                              \
+        for (int64_t b = 0; b < nb; b += 8) {                                      \
+            hy_a5p_pf_t c = hy_a5p_pf_share(pf, (bytes), (b0 + b) / 8);            \
+            hy_a5p_##name(w, ws, b0 + b, 8, p + b, &c);                            \
+            hy_a5p_pf_lines(&c, 64);                                               \
+        }                                                                          \
+    }
+HY_A5P_ENTRY8(q4_k, sizeof(hy_block_q4_k_t))
+HY_A5P_ENTRY8(q5_k, sizeof(hy_block_q5_k_t))
+HY_A5P_ENTRY8(q6_k, sizeof(hy_block_q6_k_t))
+HY_A5P_ENTRY8(q2_k, sizeof(hy_block_q2_k_t))
+HY_A5P_ENTRY8(q3_k, sizeof(hy_block_q3_k_t))
+HY_A5P_ENTRY8(iq4_xs, sizeof(hy_block_iq4_xs_t))
+HY_A5P_ENTRY1(q5_0, sizeof(hy_block_q5_0_t))
+HY_A5P_ENTRY1(q5_1, sizeof(hy_block_q5_1_t))
+HY_A5P_ENTRY1(q8_0, sizeof(hy_block_q8_0_t))
+HY_A5P_ENTRY1(q4_0, sizeof(hy_block_q4_0_t))
+HY_A5P_ENTRY1(iq4_nl, sizeof(hy_block_iq4_nl_t))
 
 /* ---- float weights (F32/F16/BF16): the GEMM's arithmetic ----
  * matmul sends every float-weight product at this level through
