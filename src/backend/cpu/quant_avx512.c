@@ -1184,7 +1184,8 @@ HY_QX_INLINE void hy_a5p_pairs_s8(const __m512i c[4], int h, hy_qmm_pblk_t *p)
 /* The 32-element types whose block starts with its f16 d, 16 rows at once
  * (hy_a5t_kernel's unpack): Q4_0 (w = q - 8), IQ4_NL (w = grid[q]), Q5_0
  * (w = q - 16) and Q5_1 (w = q, M = m); D = d.  d (m, qh) from the
- * first dwords of one transpose, the nibbles from the 16 bytes at qs.  The
+ * first dwords of one transpose (Q4_0's and IQ4_NL's d by a gather), the
+ * nibbles from the 16 bytes at qs.  The
  * signed codes (IQ4_NL's grid values, Q5_0's q - 16) have each int16 half
  * of a pair sign-extended from its byte. */
 enum { HY_A5P_Q4_0, HY_A5P_IQ4_NL, HY_A5P_Q5_0, HY_A5P_Q5_1 };
@@ -1192,6 +1193,12 @@ HY_QX_INLINE void hy_a5p_small(const int kind, const char *w, size_t ws, int64_t
                                hy_qmm_pblk_t *p)
 {
     const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
+    /* row r's byte offset r * ws for the gather, where it fits its int32
+     * indices (rows of 134 MB would not) */
+    const bool gather = (kind == HY_A5P_Q4_0 || kind == HY_A5P_IQ4_NL) && ws <= INT32_MAX / 16;
+    const __m512i rows = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32(gather ? (int)ws : 0));
     const size_t bsz = kind == HY_A5P_Q5_0   ? sizeof(hy_block_q5_0_t)
                        : kind == HY_A5P_Q5_1 ? sizeof(hy_block_q5_1_t)
                                              : sizeof(hy_block_q4_0_t);
@@ -1208,7 +1215,15 @@ HY_QX_INLINE void hy_a5p_small(const int kind, const char *w, size_t ws, int64_t
         const char *base = w + (size_t)(b0 + ib) * bsz;
         const char *const b[4] = {base, base + 4 * ws, base + 8 * ws, base + 12 * ws};
         __m512i hd[4], lo[4], hi[4];
-        hy_a5t_tload(b, 0, o, hd);
+        /* Q4_0's and IQ4_NL's first 16 bytes hold nothing but d beside
+         * codes the wload reads: one gather of the 16 rows' first dwords
+         * instead of a transpose (bench_mm B = 8: Q4_0 170 -> 180, IQ4_NL
+         * 169 -> 174 GFLOP/s; Q5_0's and Q5_1's d, m and qh by two gathers
+         * were no faster than the transpose) */
+        if (gather)
+            hd[0] = _mm512_i32gather_epi32(rows, base, 1);
+        else
+            hy_a5t_tload(b, 0, o, hd);
         hy_a5t_wload(b, qs, o, lo, hi);
         if (kind == HY_A5P_IQ4_NL) {
 #pragma GCC unroll 4
