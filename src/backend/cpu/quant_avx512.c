@@ -1091,17 +1091,20 @@ HY_QX_INLINE void hy_a5p_put_scaled(__m512i x, const int has_off, const hy_a5p_s
 }
 
 /* The lines of the next 16 rows that the panel being unpacked prefetches
- * into L2 (qmm.h's pf), issued a few at a time between its blocks: a
- * burst of them per panel stalled the tile (bench_mm B = 8 with the matrix
- * in L2: Q4_0 and Q6_K lost 5-6% to it). */
+ * into L2 (qmm.h's pf): the next line a and how many are left.  Issued a
+ * few at a time between its blocks, where one burst before each panel
+ * left a few-token tile over a matrix from DRAM waiting (bench_mm B = 8,
+ * 65,536 rows: Q8_0 120 -> 152 GFLOP/s, Q5_1 129 -> 146; in L2 the lines
+ * still cost the K-quants ~5%, burst or not). */
 typedef struct {
-    const char *a, *end;
+    const char *a;
+    int64_t n;
 } hy_a5p_pf_t;
 
-/* Up to n lines more (n a constant where the callers unroll). */
-HY_QX_INLINE void hy_a5p_pf_lines(hy_a5p_pf_t *c, const int n)
+/* Up to k lines more (k a constant where the callers unroll). */
+HY_QX_INLINE void hy_a5p_pf_lines(hy_a5p_pf_t *c, const int k)
 {
-    for (int i = 0; i < n && c->a < c->end; i++, c->a += 64)
+    for (int i = 0; i < k && c->n > 0; i++, c->n--, c->a += 64)
         _mm_prefetch(c->a, _MM_HINT_T1);
 }
 
@@ -1110,12 +1113,13 @@ HY_QX_INLINE void hy_a5p_pf_lines(hy_a5p_pf_t *c, const int n)
  * fetched by the unit its start falls in; none without pf. */
 HY_QX_INLINE hy_a5p_pf_t hy_a5p_pf_share(const char *pf, size_t bytes, int64_t i)
 {
-    hy_a5p_pf_t c = {NULL, NULL};
+    hy_a5p_pf_t c = {NULL, 0};
 
     if (pf) {
-        const char *lo = pf + (size_t)i * 16 * bytes;
-        c.a = (const char *)(((uintptr_t)lo + 63) & ~(uintptr_t)63);
-        c.end = lo + 16 * bytes;
+        const uintptr_t lo = (uintptr_t)(pf + (size_t)i * 16 * bytes), hi = lo + 16 * bytes;
+        const uintptr_t a = (lo + 63) & ~(uintptr_t)63;
+        c.a = (const char *)a;
+        c.n = a < hi ? (int64_t)((hi - a + 63) / 64) : 0;
     }
     return c;
 }
@@ -1217,8 +1221,8 @@ HY_QX_INLINE void hy_a5p_small(const int kind, const char *w, size_t ws, int64_t
         __m512i hd[4], lo[4], hi[4];
         /* Q4_0's and IQ4_NL's first 16 bytes hold nothing but d beside
          * codes the wload reads: one gather of the 16 rows' first dwords
-         * instead of a transpose (bench_mm B = 8: Q4_0 170 -> 180, IQ4_NL
-         * 169 -> 174 GFLOP/s; Q5_0's and Q5_1's d, m and qh by two gathers
+         * instead of a transpose (bench_mm B = 8: Q4_0 169 -> 178, IQ4_NL
+         * 169 -> 180 GFLOP/s; Q5_0's and Q5_1's d, m and qh by two gathers
          * were no faster than the transpose) */
         if (gather)
             hd[0] = _mm512_i32gather_epi32(rows, base, 1);
