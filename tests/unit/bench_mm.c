@@ -12,7 +12,9 @@
  * (a type name, e.g. q8_0, times that type alone: a matrix larger than the
  * caches, such as a 262144-row output matrix, then sets up in seconds and
  * its B=1 column is the decode's memory-bound speed; a B after it times
- * that batch size alone, for a profiler).  BENCH_MM_Q8=1 times
+ * that batch size alone, for a profiler).  A type whose rows the loader
+ * puts in 16-row groups (Q8_0 at AVX-512) gets a second row, NAME/16, in
+ * that layout.  BENCH_MM_Q8=1 times
  * the single-level kernels of hy_quant_traits_q8 instead (those that
  * [engine] activation_bits = 8 takes where they are faster).
  */
@@ -22,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/quant_ref.h"
 #include "bench.h"
@@ -200,23 +203,35 @@ int main(int argc, char **argv)
         int is_i8 = tr->vec_dot_type == HY_DTYPE_Q8_0 || tr->vec_dot_type == HY_DTYPE_Q8_1 ||
                     tr->vec_dot_type == HY_DTYPE_Q8_K || tr->vec_dot_type == HY_DTYPE_Q8_S;
         double peak = is_f ? peak_f : is_i8 && peak_i8 > 0 ? peak_i8 : peak_int;
-        printf("%-6s", hy_dtype_info(t)->name);
-        for (size_t i = 0; i < HY_ARRAY_LEN(bs); i++) {
-            int b = bs[i];
-            long iters = 0;
-            if (only_b > 0 && b != only_b)
-                continue;
-            double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID), el;
-            do {
-                tile(k, out, (size_t)rows, w, wb, rows, x, xb, b);
-                iters++;
-                el = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
-            } while (el < secs);
-            double gf = 2.0 * rows * k * b * iters / el / 1e9;
-            printf(" %6.1f (%3.0f%%)", gf, peak > 0 ? 100.0 * gf / peak : 0.0);
+        /* then, where the level has a tile for it, the same rows in the
+         * layout the loader gives them (HY_WLAYOUT_ROWS16, backend.h) */
+        hy_quant_tile_fn_t t16 = q8 || rows % 16 ? NULL : hy_quant_vec_dot_tile_rows16(t);
+        for (int lay = 0; lay < (t16 ? 2 : 1); lay++) {
+            if (lay == 1) {
+                if (hy_weight_to_rows16(w, t, rows, wb) != HY_OK)
+                    break;
+                tile = t16;
+            }
+            char name[32];
+            snprintf(name, sizeof name, "%s%s", hy_dtype_info(t)->name, lay ? "/16" : "");
+            printf("%-6s", name);
+            for (size_t i = 0; i < HY_ARRAY_LEN(bs); i++) {
+                int b = bs[i];
+                long iters = 0;
+                if (only_b > 0 && b != only_b)
+                    continue;
+                double t0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID), el;
+                do {
+                    tile(k, out, (size_t)rows, w, wb, rows, x, xb, b);
+                    iters++;
+                    el = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0;
+                } while (el < secs);
+                double gf = 2.0 * rows * k * b * iters / el / 1e9;
+                printf(" %6.1f (%3.0f%%)", gf, peak > 0 ? 100.0 * gf / peak : 0.0);
+            }
+            printf("\n");
+            fflush(stdout);
         }
-        printf("\n");
-        fflush(stdout);
         free(w);
         free(x);
     }

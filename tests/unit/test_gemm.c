@@ -367,8 +367,107 @@ out:
 }
 #endif
 
+/* Q8_0 in 16-row groups (backend.h): at every level and 1 and 3 threads,
+ * every n_tok (AVX-512: its own tile, straight from the blocks up to 8
+ * tokens, through a panel above; below: rows gathered back) gives the
+ * file's layout's bits, and rows, get_rows and the weight's floats read
+ * back exactly.  Random codes and scales, rows of 2 to 20 blocks. */
+static void test_q8_0_rows16(hy_backend_t *be1, hy_backend_t *be3)
+{
+    static const int64_t shapes[][2] = {{64, 16}, {640, 48}, {96, 304}};
+    static const int ntoks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 37, 70};
+    enum { MAX_TOK = 70 };
+
+    for (int isa = HY_ISA_SCALAR; isa <= HY_ISA_AVX512; isa++) {
+        int ran = 1, same = 1, rows = 1, asked = 0;
+        if (hy_quant_set_isa((hy_isa_t)isa) != HY_OK)
+            continue;
+        for (size_t si = 0; si < HY_ARRAY_LEN(shapes) && ran; si++) {
+            const int64_t k = shapes[si][0], n_out = shapes[si][1];
+            const size_t rb = hy_dtype_row_bytes(HY_DTYPE_Q8_0, k);
+            uint8_t *wd = malloc((size_t)n_out * rb), *w16 = malloc((size_t)n_out * rb);
+            uint8_t *row = malloc(rb);
+            float *x = malloc((size_t)MAX_TOK * (size_t)k * sizeof(float));
+            float *ya = malloc((size_t)MAX_TOK * (size_t)n_out * sizeof(float));
+            float *yb = malloc((size_t)MAX_TOK * (size_t)n_out * sizeof(float));
+            char err[HY_ERR_LEN];
+            if (!wd || !w16 || !row || !x || !ya || !yb) {
+                ran = 0;
+                goto next;
+            }
+            for (size_t i = 0; i < (size_t)n_out * rb; i++)
+                wd[i] = (uint8_t)rng_u32();
+            /* every block's d a finite f16 of either sign */
+            for (size_t b = 0; b < (size_t)n_out * rb / 34; b++) {
+                uint16_t h = hy_f32_to_f16(rng_f(0.02f));
+                memcpy(wd + b * 34, &h, 2);
+            }
+            for (size_t i = 0; i < (size_t)MAX_TOK * (size_t)k; i++)
+                x[i] = rng_f(2.0f);
+            memcpy(w16, wd, (size_t)n_out * rb);
+            hy_weight_t w = {.type = HY_DTYPE_Q8_0, .ne = {k, n_out, 1, 1}, .row_bytes = rb,
+                             .data = wd, .name = "q8.weight"};
+            hy_weight_t v = w;
+            v.data = w16;
+            v.layout = HY_WLAYOUT_ROWS16;
+            asked += be3->i->weight_rows16(be3, &w);
+            if (hy_weight_to_rows16(w16, HY_DTYPE_Q8_0, n_out, rb) != HY_OK) {
+                ran = 0;
+                goto next;
+            }
+            for (int64_t r = 0; r < n_out; r++) {
+                hy_weight_row(&v, r, row);
+                rows = rows && memcmp(row, wd + (size_t)r * rb, rb) == 0;
+            }
+            int32_t ids[4] = {0, 15, (int32_t)n_out - 1, 1};
+            be3->i->get_rows(be3, &w, ids, ya, 4);
+            be3->i->get_rows(be3, &v, ids, yb, 4);
+            rows = rows && memcmp(ya, yb, (size_t)4 * (size_t)k * sizeof(float)) == 0;
+            float *ta = NULL, *tb = NULL;
+            const float *fa = hy_cpu_weight_floats(be3->ctx, "t", &w, k * n_out, &ta);
+            const float *fb = hy_cpu_weight_floats(be3->ctx, "t", &v, k * n_out, &tb);
+            rows = rows && fa && fb && memcmp(fa, fb, (size_t)(k * n_out) * sizeof(float)) == 0;
+            free(ta);
+            free(tb);
+            for (size_t ni = 0; ni < HY_ARRAY_LEN(ntoks); ni++) {
+                const int nt = ntoks[ni];
+                const size_t ny = (size_t)nt * (size_t)n_out * sizeof(float);
+                memset(ya, 0xff, ny);
+                be1->i->matmul(be1, &w, x, ya, nt);
+                hy_backend_t *bes[2] = {be1, be3};
+                for (int bi = 0; bi < 2; bi++) {
+                    memset(yb, 0xff, ny);
+                    bes[bi]->i->matmul(bes[bi], &v, x, yb, nt);
+                    same = same && memcmp(ya, yb, ny) == 0;
+                }
+            }
+            if (be1->i->status(be1, err) != HY_OK || be3->i->status(be3, err) != HY_OK) {
+                printf("# %s\n", err);
+                ran = 0;
+            }
+        next:
+            free(wd);
+            free(w16);
+            free(row);
+            free(x);
+            free(ya);
+            free(yb);
+        }
+        HY_T_OK(ran && same && rows,
+                "matmul q8_0 at %s in 16-row groups, 3 shapes x n_tok 1..70: the file's "
+                "layout's bits at 1 and 3 threads %s, rows, get_rows and weight floats read back "
+                "%s", hy_isa_name((hy_isa_t)isa), same ? "yes" : "NO", rows ? "exactly" : "WRONG");
+        /* the backend asks for the layout where it has the tile */
+        HY_T_OK(asked == (hy_quant_vec_dot_tile_rows16(HY_DTYPE_Q8_0) ? 3 : 0),
+                "q8_0 at %s: the backend asks for 16-row groups for %d of 3 matrices (its tile: "
+                "%s)", hy_isa_name((hy_isa_t)isa), asked,
+                hy_quant_vec_dot_tile_rows16(HY_DTYPE_Q8_0) ? "yes" : "none");
+    }
+    hy_quant_set_isa(hy_cpu_isa());
+}
+
 /* A weight marked ROWS16 that the layout cannot describe (rows not a
- * multiple of 16, or a quantized type) is refused by name: the matmul
+ * multiple of 16, or a quantized type other than Q8_0) is refused by name: the matmul
  * records the error and leaves zeros, never reads groups that are not
  * there. */
 static void test_layout_refused(hy_backend_t *be)
@@ -379,7 +478,8 @@ static void test_layout_refused(hy_backend_t *be)
         const char *want;
     } cases[] = {
         {HY_DTYPE_F16, 45, "weight bad.layout: layout 1 does not fit type f16 with 45 rows"},
-        {HY_DTYPE_Q8_0, 48, "weight bad.layout: layout 1 does not fit type q8_0 with 48 rows"},
+        {HY_DTYPE_Q4_0, 48, "weight bad.layout: layout 1 does not fit type q4_0 with 48 rows"},
+        {HY_DTYPE_Q8_0, 40, "weight bad.layout: layout 1 does not fit type q8_0 with 40 rows"},
     };
     const int64_t k = 64;
 
@@ -420,6 +520,7 @@ int main(void)
         return hy_t_done();
     }
     test_matmul_levels(be1, be3);
+    test_q8_0_rows16(be1, be3);
     test_layout_refused(be3);
 #if HY_BUILD_AVX512
     if (hy_cpu_isa() >= HY_ISA_AVX512) {

@@ -75,7 +75,8 @@ typedef struct {
     int64_t n_rb, n_tb;   /* tiles along each axis */
     _Atomic int64_t next; /* next tile to claim */
     hy_mm_run_t *runs;    /* decode: [nth] contiguous runs, or NULL */
-    uint8_t *raw;         /* HY_WLAYOUT_ROWS16: [nth][br] rows gathered */
+    uint8_t *raw;         /* HY_WLAYOUT_ROWS16 for a tile of the file's rows:
+                           * [nth][br] rows gathered */
 } hy_mm_job_t;
 
 /* The GEMM's job: activations packed once, then blocks of mc output rows
@@ -117,7 +118,8 @@ int hy_cpu_weight_check(const hy_weight_t *w, char *err)
         return hy_err(err, HY_EINVAL, "weight %s: no data", name);
     if (w->layout != HY_WLAYOUT_ROWS &&
         (w->layout != HY_WLAYOUT_ROWS16 || w->ne[1] % 16 != 0 ||
-         (w->type != HY_DTYPE_F32 && w->type != HY_DTYPE_F16 && w->type != HY_DTYPE_BF16)))
+         (w->type != HY_DTYPE_F32 && w->type != HY_DTYPE_F16 && w->type != HY_DTYPE_BF16 &&
+          w->type != HY_DTYPE_Q8_0)))
         return hy_err(err, HY_EINVAL, "weight %s: layout %u does not fit type %s with %lld rows",
                       name, (unsigned)w->layout, hy_dtype_info(w->type)->name,
                       (long long)w->ne[1]);
@@ -143,8 +145,8 @@ static void hy_mm_tile(hy_mm_job_t *j, int64_t u, int ith)
     const uint8_t *x = j->act + (size_t)t0 * j->act_row;
     float *y = j->y + t0 * j->n_out + r0;
 
-    if (j->w->layout == HY_WLAYOUT_ROWS16) {
-        /* the tile kernels read rows as the file has them */
+    if (j->raw != NULL) {
+        /* the tile kernel reads rows as the file has them */
         uint8_t *raw = j->raw + (size_t)ith * (size_t)j->br * j->w->row_bytes;
         for (int64_t r = r0; r < r1; r++)
             hy_weight_row(j->w, r, raw + (size_t)(r - r0) * j->w->row_bytes);
@@ -206,14 +208,28 @@ static bool hy_mm_gemm_wanted(const hy_weight_t *w)
 #endif
 }
 
+/* The tile that reads w's ROWS16 rows in place, or NULL: a level or
+ * activation mode without one (a test pinning AVX2 after the load) takes
+ * the file's rows gathered back (hy_mm_tile). */
+static hy_quant_tile_fn_t hy_mm_rows16_tile(const hy_cpu_t *cpu, const hy_weight_t *w)
+{
+    const hy_quant_tile_fn_t t = hy_quant_vec_dot_tile_rows16(w->type);
+
+    return t && hy_cpu_mm_tile(cpu, w->type) == hy_quant_vec_dot_tile(w->type) ? t : NULL;
+}
+
 bool hy_cpu_weight_rows16(hy_backend_t *be, const hy_weight_t *w)
 {
-    (void)be;
-    /* the layout serves the GEMM's few-token kernel (gemm_avx512.c), which
-     * then keeps 16 rows in the lanes; the tile path gathers rows back
-     * (hy_mm_tile).  Every matrix of a 3-D stack (MoE experts) keeps whole
-     * groups, so its slices are matrices of the same layout. */
-    return hy_mm_gemm_wanted(w) && w->ne[0] >= 16 && w->ne[1] % 16 == 0;
+    /* The layout serves the GEMM's few-token kernel (gemm_avx512.c), which
+     * then keeps 16 rows in the lanes, and Q8_0's AVX-512 tile, which then
+     * needs no transposes (backend.h).  Every matrix of a 3-D stack (MoE
+     * experts) keeps whole groups, so its slices are matrices of the same
+     * layout. */
+    if (w->ne[1] % 16 != 0)
+        return false;
+    if (w->type == HY_DTYPE_Q8_0)
+        return hy_mm_rows16_tile(be->ctx, w) != NULL;
+    return hy_mm_gemm_wanted(w) && w->ne[0] >= 16;
 }
 
 #if HY_BUILD_AVX512
@@ -385,7 +401,10 @@ static void hy_mm_one(hy_cpu_t *cpu, const hy_weight_t *w, const float *x, float
     memset(&j, 0, sizeof j);
     j.w = w;
     j.tr = hy_cpu_mm_traits(cpu, w->type);
-    j.tile = hy_cpu_mm_tile(cpu, w->type);
+    j.tile = w->layout == HY_WLAYOUT_ROWS16 ? hy_mm_rows16_tile(cpu, w) : NULL;
+    const bool gather = w->layout == HY_WLAYOUT_ROWS16 && j.tile == NULL;
+    if (j.tile == NULL)
+        j.tile = hy_cpu_mm_tile(cpu, w->type);
     j.x = x;
     j.y = y;
     j.ne0 = w->ne[0];
@@ -463,8 +482,7 @@ static void hy_mm_one(hy_cpu_t *cpu, const hy_weight_t *w, const float *x, float
     }
     /* ROWS16 weights at a level below AVX-512 (a test pinning it): rare
      * enough for an allocation per call */
-    if (w->layout == HY_WLAYOUT_ROWS16 &&
-        (j.raw = malloc((size_t)nth * (size_t)j.br * w->row_bytes)) == NULL) {
+    if (gather && (j.raw = malloc((size_t)nth * (size_t)j.br * w->row_bytes)) == NULL) {
         hy_cpu_fail(cpu, HY_ENOMEM, "matmul %s: out of memory for %lld gathered rows",
                     w->name ? w->name : "?", (long long)j.br);
         memset(y, 0, (size_t)n_tok * (size_t)j.n_out * sizeof(float));

@@ -1687,9 +1687,9 @@ HY_Q2_INLINE hy_q2_panel16_fn hy_q2_panel16_of(hy_dtype_t t)
  * (stride xs bytes), n elements each.  Rows go 16 at a time, a ragged end
  * or a short tile handled as in hy_q2_tile_one; 16 rows or more of a type
  * with a 16-row unpacker (p16) take it for their panels. */
-static void hy_q2_tile(hy_dtype_t t, hy_q2_unpack_fn unpack, hy_q2_dec_fn dec, int64_t n,
-                       float *s, size_t ss, const void *vw, size_t ws, int nw, const void *vx,
-                       size_t xs, int nx)
+static void hy_q2_tile(hy_dtype_t t, hy_q2_unpack_fn unpack, hy_q2_dec_fn dec,
+                       hy_q2_panel16_fn p16r, int64_t n, float *s, size_t ss, const void *vw,
+                       size_t ws, int nw, const void *vx, size_t xs, int nx)
 {
     const hy_qmm_type_t *ty = hy_qmm_type(t);
     const char *w = vw, *x = vx;
@@ -1697,7 +1697,7 @@ static void hy_q2_tile(hy_dtype_t t, hy_q2_unpack_fn unpack, hy_q2_dec_fn dec, i
     const int64_t nkc = (nb + HY_Q2_KB - 1) / HY_Q2_KB;
     /* 16 rows at once where the type has a 16-row unpacker; the
      * K-quants' panels are whole super-blocks */
-    const hy_q2_panel16_fn p16 = nw >= 16 ? hy_q2_panel16_of(t) : NULL;
+    const hy_q2_panel16_fn p16 = p16r ? p16r : nw >= 16 ? hy_q2_panel16_of(t) : NULL;
     const bool kp = p16 != NULL, sb8 = hy_dtype_info(t)->block == 256;
     const int64_t kbs = kp && sb8 ? 8 : nkc ? (nb + nkc - 1) / nkc : 0;
     /* a few tokens: the weights' memory time is most of the tile's */
@@ -1796,10 +1796,135 @@ static void hy_q2_tile(hy_dtype_t t, hy_q2_unpack_fn unpack, hy_q2_dec_fn dec, i
     {                                                                              \
         if (HY_Q2_VTILE_ONE(t, n, s, w, ws, nw, x, nx))                            \
             return;                                                                \
-        hy_q2_tile(t, unpacker, dec, n, s, ss, w, ws, nw, x, xs, nx);              \
+        hy_q2_tile(t, unpacker, dec, NULL, n, s, ss, w, ws, nw, x, xs, nx);        \
     }
 #define HY_Q2_TILE_X(name, t, flags)                                               \
     HY_Q2_TILE(name, t, hy_q2_unpack_##name, hy_q2_dec_##name)
 HY_Q2_TYPES(HY_Q2_TILE_X)
+
+#ifdef HY_Q2_AVX512
+/* ---- Q8_0 in HY_WLAYOUT_ROWS16 (backend.h) ----
+ * A block of 16 rows is 544 bytes: the rows' f16 d, then eight zmm words,
+ * word k holding qs bytes 4k..4k+3 of each row in its lane: the transposes
+ * of the file's layout (hy_a5t_tload: 40 shuffles a block for Q8_0) are done
+ * once, at load.  Up to 8 tokens then take each block straight from memory
+ * into the multiply-adds, with no panel between (the panel's stores and
+ * reloads cost as much as the transposes did); more tokens unpack a panel
+ * that every 8 of them read, as hy_q2_tile does for the file's layout.
+ * Either way each row's sum is hy_q2_compute's: the exact int32 sums of the
+ * even and odd pairs added, then one FMA per block in block order, so
+ * the bits equal those of the file's layout at every level. */
+#define HY_Q2_R16_BLOCK 544
+
+/* The even and odd bytes of a word of 16 rows, each sign-extended to
+ * int16: slot pairs 2k and 2k+1. */
+HY_Q2_INLINE void hy_q2_r16_pairs(__m512i v, __m512i *e, __m512i *o)
+{
+    *e = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8);
+    *o = _mm512_srai_epi16(v, 8);
+}
+
+/* Block b's lines of the next 16 rows (pf: their block 0) into L2. */
+HY_Q2_INLINE void hy_q2_r16_prefetch(const char *pf, int64_t b)
+{
+    if (pf == NULL)
+        return;
+    const char *lo = pf + (size_t)b * HY_Q2_R16_BLOCK;
+    for (size_t o = 0; o < HY_Q2_R16_BLOCK; o += 64)
+        _mm_prefetch(lo + o, _MM_HINT_T1);
+}
+
+/* qmm.h's panel16 contract over the rearranged blocks. */
+static void hy_q2_panel16_q8_0_r16(const char *w, size_t ws, int64_t b0, int64_t nb,
+                                   hy_qmm_pblk_t *p, const char *pf)
+{
+    (void)ws;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const char *blk = w + (size_t)(b0 + ib) * HY_Q2_R16_BLOCK;
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i e, o;
+            hy_q2_r16_pairs(_mm512_loadu_si512(blk + 32 + 64 * k), &e, &o);
+            _mm512_store_si512(p[ib].q[2 * k], e);
+            _mm512_store_si512(p[ib].q[2 * k + 1], o);
+        }
+        _mm512_store_ps(p[ib].d[0], _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)));
+        _mm512_store_ps(p[ib].m[0], _mm512_setzero_ps());
+        hy_q2_r16_prefetch(pf, b0 + ib);
+    }
+}
+
+/* s[c*ss + 0..16) for the 16 rows at w (nb blocks) and C <= 8 tokens: the
+ * sums in registers over all blocks, each block's words read once. */
+HY_Q2_INLINE void hy_q2_r16_rows(const int C, int64_t nb, float *s, size_t ss, const char *w,
+                                 const char *x, size_t xs, const char *pf)
+{
+    __m512 A[HY_Q2_C];
+
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++)
+        A[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const char *blk = w + (size_t)b * HY_Q2_R16_BLOCK;
+        const hy_block_q16_t *xb[HY_Q2_C];
+        __m512i P[HY_Q2_C], P2[HY_Q2_C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
+            P[c] = _mm512_setzero_si512();
+            P2[c] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i e, o;
+            hy_q2_r16_pairs(_mm512_loadu_si512(blk + 32 + 64 * k), &e, &o);
+#pragma GCC unroll 8
+            for (int c = 0; c < C; c++) {
+                hy_q2_dpwssd_bcast(&P[c], e, xb[c]->v + 4 * k);
+                hy_q2_dpwssd_bcast(&P2[c], o, xb[c]->v + 4 * k + 2);
+            }
+        }
+        hy_q2_r16_prefetch(pf, b);
+        const __m512 D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++)
+            A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(P[c], P2[c])),
+                                   _mm512_mul_ps(D, _mm512_set1_ps(xb[c]->d)), A[c]);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++)
+        _mm512_storeu_ps(s + (size_t)c * ss, A[c]);
+}
+
+/* The tile of quant.h over Q8_0 rows in HY_WLAYOUT_ROWS16: w at the first
+ * of nw rows, both multiples of 16 (whole groups; ws = 0: no next rows to
+ * prefetch). */
+void hy_qmm_avx512_tile_q8_0_rows16(int64_t n, float *s, size_t ss, const void *vw, size_t ws,
+                                    int nw, const void *vx, size_t xs, int nx)
+{
+    const char *w = vw, *x = vx;
+    const int64_t nb = n / 32;
+
+    if (nx > HY_Q2_C) {
+        hy_q2_tile(HY_DTYPE_Q8_0, NULL, NULL, hy_q2_panel16_q8_0_r16, n, s, ss, w, ws, nw, x,
+                   xs, nx);
+        return;
+    }
+    for (int r0 = 0; r0 < nw; r0 += 16) {
+        const char *wr = w + (size_t)r0 * ws, *pf = ws ? wr + 16 * ws : NULL;
+        float *o = s + r0;
+        switch (nx) {
+        case 1: hy_q2_r16_rows(1, nb, o, ss, wr, x, xs, pf); break;
+        case 2: hy_q2_r16_rows(2, nb, o, ss, wr, x, xs, pf); break;
+        case 3: hy_q2_r16_rows(3, nb, o, ss, wr, x, xs, pf); break;
+        case 4: hy_q2_r16_rows(4, nb, o, ss, wr, x, xs, pf); break;
+        case 5: hy_q2_r16_rows(5, nb, o, ss, wr, x, xs, pf); break;
+        case 6: hy_q2_r16_rows(6, nb, o, ss, wr, x, xs, pf); break;
+        case 7: hy_q2_r16_rows(7, nb, o, ss, wr, x, xs, pf); break;
+        default: hy_q2_r16_rows(8, nb, o, ss, wr, x, xs, pf); break;
+        }
+    }
+}
+#endif
 
 #endif

@@ -1056,6 +1056,16 @@ hy_quant_tile_fn_t hy_quant_vec_dot_tile(hy_dtype_t t)
     return k ? k->tile : NULL;
 }
 
+hy_quant_tile_fn_t hy_quant_vec_dot_tile_rows16(hy_dtype_t t)
+{
+#if HY_BUILD_AVX512
+    if (t == HY_DTYPE_Q8_0 && hy_quant_isa() == HY_ISA_AVX512)
+        return hy_qmm_avx512_tile_q8_0_rows16;
+#endif
+    (void)t;
+    return NULL;
+}
+
 /* The types whose single-level kernel at a level is faster than its
  * default one (tests/unit/bench_mm with BENCH_MM_Q8=1): Q4_1, Q5_0 and the
  * K-quants Q4_K/Q5_K/Q6_K at AVX-512, where one dpbusd does the work of two

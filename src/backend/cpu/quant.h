@@ -83,6 +83,11 @@ hy_quant_tile_fn_t hy_quant_vec_dot_tile(hy_dtype_t t);
  * the plain functions. */
 const hy_quant_traits_t *hy_quant_traits_q8(hy_dtype_t t);
 hy_quant_tile_fn_t hy_quant_vec_dot_tile_q8(hy_dtype_t t);
+/* The tile (hy_quant_vec_dot_tile's contract and bits, 16-bit activations)
+ * that reads type t's rows in HY_WLAYOUT_ROWS16 (backend.h) where they lie,
+ * whole groups of 16 rows at a time, at the selected level; NULL where
+ * there is none (Q8_0 at AVX-512 has one). */
+hy_quant_tile_fn_t hy_quant_vec_dot_tile_rows16(hy_dtype_t t);
 /* The 8-bit activation mode ([engine] activation_bits = 8): the
  * single-level kernels of the types where they are faster at the current
  * level than the default ones (Q4_1, Q5_0 and Q4_K/Q5_K/Q6_K at AVX-512), the default
