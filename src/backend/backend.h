@@ -21,8 +21,8 @@
 typedef struct hy_backend hy_backend_t;
 
 /* How a weight's rows lie in its data.  ROWS: as in the file, row r at
- * data + r*row_bytes.  ROWS16 (float types F32/F16/BF16 and Q8_0, every
- * matrix's rows a multiple of 16): each run of 16 rows (16*row_bytes bytes
+ * data + r*row_bytes.  ROWS16 (every matrix's rows a multiple of 16), of
+ * the float types F32/F16/BF16: each run of 16 rows (16*row_bytes bytes
  * where the 16 rows were) holds element i of its row j at position
  * i*16 + j, so one vector load reads element i of 16 rows.  A CPU that
  * multiplies one token by float weights then keeps 16 rows in the lanes of
@@ -30,12 +30,15 @@ typedef struct hy_backend hy_backend_t;
  * decode at half llama.cpp's speed).  The loader rearranges the bytes when
  * it holds a private copy of the file and the backend asks for it
  * (hy_backend_i.weight_rows16); hy_weight_row reads a row of either.
- * ROWS16 of Q8_0 (rows a multiple of 16): each run of 16 rows holds, for
- * each block b, 544 bytes at b*544: the 16 rows' f16 scales d (row order),
- * then for k = 0..7 the 16 rows' qs bytes 4k..4k+3 (row r's at 64k + 4r),
- * so that one load gives a 32-bit word of 16 rows, in the lanes where the
- * AVX-512 kernels multiply them (qmm_avx2.c's rows16 tile; issue 16's
- * few-token matmuls, whose time went to transposing the file's rows). */
+ * ROWS16 of Q8_0, Q4_0, IQ4_NL and Q5_0 (rows a multiple of 16): each run
+ * of 16 rows holds, for each block b, 16 blocks' bytes at b * 16 * (block
+ * bytes): the fields of the file's block for the 16 rows together, in
+ * block order - the f16 d (2 bytes a row: 32), Q5_0's 32 high bits (4
+ * bytes a row: 64), then each 4-byte word of qs (64) - row r's part of a
+ * field at r times its size, so that one load gives a field of 16 rows in
+ * the lanes where the AVX-512 kernels multiply them (qmm_avx2.c's rows16
+ * tiles; issue 16's few-token matmuls, whose time went to transposing the
+ * file's rows). */
 typedef enum {
     HY_WLAYOUT_ROWS = 0,
     HY_WLAYOUT_ROWS16 = 1,
@@ -57,9 +60,12 @@ typedef struct {
 /* Row r of w (either layout) into dst, row_bytes bytes, as the file has it. */
 void hy_weight_row(const hy_weight_t *w, int64_t r, void *dst);
 
-/* Rearranges rows (a multiple of 16) rows of row_bytes bytes of a float
- * type (F32/F16/BF16) or Q8_0 at data into HY_WLAYOUT_ROWS16, in place.
- * HY_OK, HY_EINVAL (data untouched) for another type, or HY_ENOMEM (data
+/* Whether HY_WLAYOUT_ROWS16 describes weights of type t. */
+bool hy_weight_rows16_type(hy_dtype_t t);
+
+/* Rearranges rows (a multiple of 16) rows of row_bytes bytes of type t
+ * (hy_weight_rows16_type) at data into HY_WLAYOUT_ROWS16, in place.  HY_OK,
+ * HY_EINVAL (data untouched) for another type, or HY_ENOMEM (data
  * untouched) without 16 rows of scratch. */
 int hy_weight_to_rows16(void *data, hy_dtype_t type, int64_t rows, size_t row_bytes);
 

@@ -7,30 +7,57 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Q8_0's ROWS16 block of 16 rows (backend.h): the offset of row j's d and
- * of its qs word k within the block */
-#define HY_R16_Q8_BYTES 34 /* a Q8_0 block: f16 d, 32 int8 */
-#define HY_R16_Q8_BLOCK (16 * HY_R16_Q8_BYTES)
-#define HY_R16_Q8_D(j) (2 * (size_t)(j))
-#define HY_R16_Q8_QS(j, k) (32 + 64 * (size_t)(k) + 4 * (size_t)(j))
-_Static_assert(HY_R16_Q8_BLOCK == 32 + 8 * 64, "16 rows' d and qs fill the block");
+/* fields of a quantized block in ROWS16: Q8_0's d and 8 words */
+#define HY_R16_MAX_FIELDS 9
 
-/* Row j (of 16) of the Q8_0 ROWS16 group g (n blocks) into the file's
- * blocks at row, or (to_r16) the other way round. */
-static void hy_weight_q8_0_r16(uint8_t *g, int j, uint8_t *row, int64_t n, bool to_r16)
+/* The fields of a block of the quantized types ROWS16 takes (backend.h),
+ * in their order there: offset and bytes in the file's block; 0 for
+ * another type. */
+static int hy_r16_fields(hy_dtype_t t, uint8_t off[HY_R16_MAX_FIELDS],
+                         uint8_t len[HY_R16_MAX_FIELDS])
 {
-    for (int64_t b = 0; b < n; b++) {
-        uint8_t *blk = g + (size_t)b * HY_R16_Q8_BLOCK;
-        uint8_t *fb = row + (size_t)b * HY_R16_Q8_BYTES;
+    /* the f16 d first, Q5_0's 32 high bits next, then the words of qs */
+    const int qs = t == HY_DTYPE_Q5_0 ? 6 : 2;
+    const int words = t == HY_DTYPE_Q8_0 ? 8 : 4;
+    int n = 0;
 
-        if (to_r16) {
-            memcpy(blk + HY_R16_Q8_D(j), fb, 2);
-            for (int k = 0; k < 8; k++)
-                memcpy(blk + HY_R16_Q8_QS(j, k), fb + 2 + 4 * k, 4);
-        } else {
-            memcpy(fb, blk + HY_R16_Q8_D(j), 2);
-            for (int k = 0; k < 8; k++)
-                memcpy(fb + 2 + 4 * k, blk + HY_R16_Q8_QS(j, k), 4);
+    if (t != HY_DTYPE_Q8_0 && t != HY_DTYPE_Q4_0 && t != HY_DTYPE_IQ4_NL && t != HY_DTYPE_Q5_0)
+        return 0;
+    off[n] = 0, len[n++] = 2;
+    if (t == HY_DTYPE_Q5_0)
+        off[n] = 2, len[n++] = 4;
+    for (int k = 0; k < words; k++)
+        off[n] = (uint8_t)(qs + 4 * k), len[n++] = 4;
+    return n;
+}
+
+bool hy_weight_rows16_type(hy_dtype_t t)
+{
+    uint8_t off[HY_R16_MAX_FIELDS], len[HY_R16_MAX_FIELDS];
+
+    return t == HY_DTYPE_F32 || t == HY_DTYPE_F16 || t == HY_DTYPE_BF16 ||
+           hy_r16_fields(t, off, len) > 0;
+}
+
+/* Row j (of 16) of the quantized ROWS16 group g (n blocks of type t) into
+ * the file's blocks at row, or (to_r16) the other way round. */
+static void hy_weight_r16_blocks(hy_dtype_t t, uint8_t *g, int j, uint8_t *row, int64_t n,
+                                 bool to_r16)
+{
+    uint8_t off[HY_R16_MAX_FIELDS], len[HY_R16_MAX_FIELDS];
+    const int nf = hy_r16_fields(t, off, len);
+    const size_t bs = hy_dtype_info(t)->block_bytes;
+
+    for (int64_t b = 0; b < n; b++) {
+        uint8_t *blk = g + (size_t)b * 16 * bs, *fb = row + (size_t)b * bs;
+        size_t pos = 0;
+
+        for (int f = 0; f < nf; pos += 16 * (size_t)len[f], f++) {
+            uint8_t *r16 = blk + pos + (size_t)j * len[f];
+            if (to_r16)
+                memcpy(r16, fb + off[f], len[f]);
+            else
+                memcpy(fb + off[f], r16, len[f]);
         }
     }
 }
@@ -44,9 +71,10 @@ void hy_weight_row(const hy_weight_t *w, int64_t r, void *dst)
         return;
     }
     const uint8_t *g = d + (size_t)(r / 16) * 16 * w->row_bytes;
-    if (w->type == HY_DTYPE_Q8_0) {
-        hy_weight_q8_0_r16((uint8_t *)g, (int)(r % 16), dst,
-                           (int64_t)(w->row_bytes / HY_R16_Q8_BYTES), false);
+    if (hy_dtype_info(w->type)->block > 1) {
+        hy_weight_r16_blocks(w->type, (uint8_t *)g, (int)(r % 16), dst,
+                             (int64_t)(w->row_bytes / hy_dtype_info(w->type)->block_bytes),
+                             false);
         return;
     }
     /* typed loops, as below: the embedding lookup gathers every prompt
@@ -70,17 +98,16 @@ int hy_weight_to_rows16(void *data, hy_dtype_t type, int64_t rows, size_t row_by
     const int64_t n = (int64_t)(row_bytes / esz);
     uint8_t *t;
 
-    if (type != HY_DTYPE_F32 && type != HY_DTYPE_F16 && type != HY_DTYPE_BF16 &&
-        type != HY_DTYPE_Q8_0)
+    if (!hy_weight_rows16_type(type))
         return HY_EINVAL;
     if ((t = malloc(16 * row_bytes)) == NULL)
         return HY_ENOMEM;
     for (int64_t g = 0; g < rows / 16; g++) {
         uint8_t *d = (uint8_t *)data + (size_t)g * 16 * row_bytes;
         memcpy(t, d, 16 * row_bytes);
-        if (type == HY_DTYPE_Q8_0) {
+        if (hy_dtype_info(type)->block > 1) {
             for (int j = 0; j < 16; j++)
-                hy_weight_q8_0_r16(d, j, t + (size_t)j * row_bytes, n, true);
+                hy_weight_r16_blocks(type, d, j, t + (size_t)j * row_bytes, n, true);
             continue;
         }
         /* typed loops: Gemma 3's 262K x 640 F16 output matrix moves in a

@@ -367,16 +367,19 @@ out:
 }
 #endif
 
-/* Q8_0 in 16-row groups (backend.h): at every level and 1 and 3 threads,
+/* The quantized types in 16-row groups (backend.h): at every level and 1
+ * and 3 threads,
  * every n_tok (AVX-512: its own tile, straight from the blocks up to 8
  * tokens, through a panel above; below: rows gathered back) gives the
  * file's layout's bits, and rows, get_rows and the weight's floats read
  * back exactly.  Random codes and scales, rows of 2 to 20 blocks. */
-static void test_q8_0_rows16(hy_backend_t *be1, hy_backend_t *be3)
+static void test_quant_rows16(hy_backend_t *be1, hy_backend_t *be3, hy_dtype_t t)
 {
     static const int64_t shapes[][2] = {{64, 16}, {640, 48}, {96, 304}};
     static const int ntoks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 37, 70};
     enum { MAX_TOK = 70 };
+    const char *tn = hy_dtype_info(t)->name;
+    const size_t bsz = hy_dtype_info(t)->block_bytes;
 
     for (int isa = HY_ISA_SCALAR; isa <= HY_ISA_AVX512; isa++) {
         int ran = 1, same = 1, rows = 1, asked = 0;
@@ -384,7 +387,7 @@ static void test_q8_0_rows16(hy_backend_t *be1, hy_backend_t *be3)
             continue;
         for (size_t si = 0; si < HY_ARRAY_LEN(shapes) && ran; si++) {
             const int64_t k = shapes[si][0], n_out = shapes[si][1];
-            const size_t rb = hy_dtype_row_bytes(HY_DTYPE_Q8_0, k);
+            const size_t rb = hy_dtype_row_bytes(t, k);
             uint8_t *wd = malloc((size_t)n_out * rb), *w16 = malloc((size_t)n_out * rb);
             uint8_t *row = malloc(rb);
             float *x = malloc((size_t)MAX_TOK * (size_t)k * sizeof(float));
@@ -398,20 +401,20 @@ static void test_q8_0_rows16(hy_backend_t *be1, hy_backend_t *be3)
             for (size_t i = 0; i < (size_t)n_out * rb; i++)
                 wd[i] = (uint8_t)rng_u32();
             /* every block's d a finite f16 of either sign */
-            for (size_t b = 0; b < (size_t)n_out * rb / 34; b++) {
+            for (size_t b = 0; b < (size_t)n_out * rb / bsz; b++) {
                 uint16_t h = hy_f32_to_f16(rng_f(0.02f));
-                memcpy(wd + b * 34, &h, 2);
+                memcpy(wd + b * bsz, &h, 2);
             }
             for (size_t i = 0; i < (size_t)MAX_TOK * (size_t)k; i++)
                 x[i] = rng_f(2.0f);
             memcpy(w16, wd, (size_t)n_out * rb);
-            hy_weight_t w = {.type = HY_DTYPE_Q8_0, .ne = {k, n_out, 1, 1}, .row_bytes = rb,
-                             .data = wd, .name = "q8.weight"};
+            hy_weight_t w = {.type = t, .ne = {k, n_out, 1, 1}, .row_bytes = rb, .data = wd,
+                             .name = "quant.weight"};
             hy_weight_t v = w;
             v.data = w16;
             v.layout = HY_WLAYOUT_ROWS16;
             asked += be3->i->weight_rows16(be3, &w);
-            if (hy_weight_to_rows16(w16, HY_DTYPE_Q8_0, n_out, rb) != HY_OK) {
+            if (hy_weight_to_rows16(w16, t, n_out, rb) != HY_OK) {
                 ran = 0;
                 goto next;
             }
@@ -454,20 +457,22 @@ static void test_q8_0_rows16(hy_backend_t *be1, hy_backend_t *be3)
             free(yb);
         }
         HY_T_OK(ran && same && rows,
-                "matmul q8_0 at %s in 16-row groups, 3 shapes x n_tok 1..70: the file's "
+                "matmul %s at %s in 16-row groups, 3 shapes x n_tok 1..70: the file's "
                 "layout's bits at 1 and 3 threads %s, rows, get_rows and weight floats read back "
-                "%s", hy_isa_name((hy_isa_t)isa), same ? "yes" : "NO", rows ? "exactly" : "WRONG");
+                "%s", tn, hy_isa_name((hy_isa_t)isa), same ? "yes" : "NO",
+                rows ? "exactly" : "WRONG");
         /* the backend asks for the layout where it has the tile */
-        HY_T_OK(asked == (hy_quant_vec_dot_tile_rows16(HY_DTYPE_Q8_0) ? 3 : 0),
-                "q8_0 at %s: the backend asks for 16-row groups for %d of 3 matrices (its tile: "
-                "%s)", hy_isa_name((hy_isa_t)isa), asked,
-                hy_quant_vec_dot_tile_rows16(HY_DTYPE_Q8_0) ? "yes" : "none");
+        HY_T_OK(asked == (hy_quant_vec_dot_tile_rows16(t) ? 3 : 0),
+                "%s at %s: the backend asks for 16-row groups for %d of 3 matrices (its tile: "
+                "%s)", tn, hy_isa_name((hy_isa_t)isa), asked,
+                hy_quant_vec_dot_tile_rows16(t) ? "yes" : "none");
     }
     hy_quant_set_isa(hy_cpu_isa());
 }
 
 /* A weight marked ROWS16 that the layout cannot describe (rows not a
- * multiple of 16, or a quantized type other than Q8_0) is refused by name: the matmul
+ * multiple of 16, or a quantized type it does not describe) is refused by
+ * name: the matmul
  * records the error and leaves zeros, never reads groups that are not
  * there. */
 static void test_layout_refused(hy_backend_t *be)
@@ -478,7 +483,7 @@ static void test_layout_refused(hy_backend_t *be)
         const char *want;
     } cases[] = {
         {HY_DTYPE_F16, 45, "weight bad.layout: layout 1 does not fit type f16 with 45 rows"},
-        {HY_DTYPE_Q4_0, 48, "weight bad.layout: layout 1 does not fit type q4_0 with 48 rows"},
+        {HY_DTYPE_Q4_1, 48, "weight bad.layout: layout 1 does not fit type q4_1 with 48 rows"},
         {HY_DTYPE_Q8_0, 40, "weight bad.layout: layout 1 does not fit type q8_0 with 40 rows"},
     };
     const int64_t k = 64;
@@ -520,7 +525,12 @@ int main(void)
         return hy_t_done();
     }
     test_matmul_levels(be1, be3);
-    test_q8_0_rows16(be1, be3);
+    {
+        static const hy_dtype_t qt[] = {HY_DTYPE_Q8_0, HY_DTYPE_Q4_0, HY_DTYPE_IQ4_NL,
+                                        HY_DTYPE_Q5_0};
+        for (size_t i = 0; i < HY_ARRAY_LEN(qt); i++)
+            test_quant_rows16(be1, be3, qt[i]);
+    }
     test_layout_refused(be3);
 #if HY_BUILD_AVX512
     if (hy_cpu_isa() >= HY_ISA_AVX512) {

@@ -118,8 +118,7 @@ int hy_cpu_weight_check(const hy_weight_t *w, char *err)
         return hy_err(err, HY_EINVAL, "weight %s: no data", name);
     if (w->layout != HY_WLAYOUT_ROWS &&
         (w->layout != HY_WLAYOUT_ROWS16 || w->ne[1] % 16 != 0 ||
-         (w->type != HY_DTYPE_F32 && w->type != HY_DTYPE_F16 && w->type != HY_DTYPE_BF16 &&
-          w->type != HY_DTYPE_Q8_0)))
+         !hy_weight_rows16_type(w->type)))
         return hy_err(err, HY_EINVAL, "weight %s: layout %u does not fit type %s with %lld rows",
                       name, (unsigned)w->layout, hy_dtype_info(w->type)->name,
                       (long long)w->ne[1]);
@@ -221,13 +220,13 @@ static hy_quant_tile_fn_t hy_mm_rows16_tile(const hy_cpu_t *cpu, const hy_weight
 bool hy_cpu_weight_rows16(hy_backend_t *be, const hy_weight_t *w)
 {
     /* The layout serves the GEMM's few-token kernel (gemm_avx512.c), which
-     * then keeps 16 rows in the lanes, and Q8_0's AVX-512 tile, which then
-     * needs no transposes (backend.h).  Every matrix of a 3-D stack (MoE
-     * experts) keeps whole groups, so its slices are matrices of the same
-     * layout. */
+     * then keeps 16 rows in the lanes, and the quantized AVX-512 tiles that
+     * read it, which then need no transposes (backend.h).  Every matrix of
+     * a 3-D stack (MoE experts) keeps whole groups, so its slices are
+     * matrices of the same layout. */
     if (w->ne[1] % 16 != 0)
         return false;
-    if (w->type == HY_DTYPE_Q8_0)
+    if (hy_dtype_info(w->type)->block > 1)
         return hy_mm_rows16_tile(be->ctx, w) != NULL;
     return hy_mm_gemm_wanted(w) && w->ne[0] >= 16;
 }

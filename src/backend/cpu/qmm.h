@@ -123,11 +123,17 @@ typedef struct {
  * take whole super-blocks: b0 and nb multiples of 8.  pf (or NULL): the
  * next 16 rows, w + 16*ws, whose lines for these blocks go to L2 as the
  * blocks are unpacked. */
-/* qmm_avx2.c at the AVX-512 level: quant.h's tile over Q8_0 rows in
+/* qmm_avx2.c at the AVX-512 level: quant.h's tile over rows in
  * HY_WLAYOUT_ROWS16 (backend.h), whole groups of 16 (w at a group, nw a
- * multiple of 16): the bits of hy_qmm_avx512_tile_q8_0 on the file's rows. */
-void hy_qmm_avx512_tile_q8_0_rows16(int64_t n, float *s, size_t ss, const void *w, size_t ws,
-                                    int nw, const void *x, size_t xs, int nx);
+ * multiple of 16): the bits of hy_qmm_avx512_tile_NAME on the file's rows. */
+#define HY_QMM_ROWS16_DECLARE(name)                                                \
+    void hy_qmm_avx512_tile_##name##_rows16(int64_t n, float *s, size_t ss, const void *w, \
+                                            size_t ws, int nw, const void *x, size_t xs, \
+                                            int nx);
+HY_QMM_ROWS16_DECLARE(q8_0)
+HY_QMM_ROWS16_DECLARE(q4_0)
+HY_QMM_ROWS16_DECLARE(iq4_nl)
+HY_QMM_ROWS16_DECLARE(q5_0)
 
 #define HY_QMM_PANEL16_DECLARE(name)                                               \
     void hy_qmm_avx512_panel16_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \

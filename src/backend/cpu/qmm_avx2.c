@@ -1803,69 +1803,112 @@ static void hy_q2_tile(hy_dtype_t t, hy_q2_unpack_fn unpack, hy_q2_dec_fn dec,
 HY_Q2_TYPES(HY_Q2_TILE_X)
 
 #ifdef HY_Q2_AVX512
-/* ---- Q8_0 in HY_WLAYOUT_ROWS16 (backend.h) ----
- * A block of 16 rows is 544 bytes: the rows' f16 d, then eight zmm words,
- * word k holding qs bytes 4k..4k+3 of each row in its lane: the transposes
- * of the file's layout (hy_a5t_tload: 40 shuffles a block for Q8_0) are done
- * once, at load.  Up to 8 tokens then take each block straight from memory
- * into the multiply-adds, with no panel between (the panel's stores and
- * reloads cost as much as the transposes did); more tokens unpack a panel
- * that every 8 of them read, as hy_q2_tile does for the file's layout.
- * Either way each row's sum is hy_q2_compute's: the exact int32 sums of the
- * even and odd pairs added, then one FMA per block in block order, so
- * the bits equal those of the file's layout at every level. */
-#define HY_Q2_R16_BLOCK 544
+/* ---- HY_WLAYOUT_ROWS16 of the 32-element types (backend.h) ----
+ * A block of 16 rows holds each field of the file's block (d, Q5_0's qh,
+ * each 32-bit word of qs) for the 16 rows together, a 16-bit field in 32
+ * bytes, a 32-bit one in one zmm: the transposes of the file's layout
+ * (hy_a5t_tload: 20 shuffles per 16 bytes of 16 rows) are done once, at
+ * load.  Up to 8 tokens then take each block straight from memory into the
+ * multiply-adds, with no panel between (the panel's stores and reloads
+ * cost as much as the transposes did); more tokens unpack a panel that
+ * every 8 of them read, as hy_q2_tile does for the file's layout.  Either
+ * way each row's sum is hy_q2_compute's: the exact int32 sums of the even
+ * and odd pairs added, then one FMA per block in block order, so the bits
+ * equal those of the file's layout at every level. */
 
-/* The even and odd bytes of a word of 16 rows, each sign-extended to
- * int16: slot pairs 2k and 2k+1. */
+/* Block b's 32 signed codes of 16 rows as eight words: lane r of word k
+ * holds row r's codes of elements 4k..4k+3 (Q16's slot pairs 2k and
+ * 2k+1: even and odd bytes), one byte each. */
+HY_Q2_INLINE __m512i hy_q2_r16_code(hy_dtype_t t, const char *blk, const int k)
+{
+    if (t == HY_DTYPE_Q8_0)
+        return _mm512_loadu_si512(blk + 32 + 64 * k);
+    const int q5 = t == HY_DTYPE_Q5_0;
+    const __m512i v = _mm512_loadu_si512(blk + (q5 ? 96 : 32) + 64 * (k & 3));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    /* elements 4k.. in the low nibbles of word k, 16 + 4k.. in the high */
+    const __m512i n = _mm512_and_si512(k < 4 ? v : _mm512_srli_epi16(v, 4), m4);
+    if (t == HY_DTYPE_Q4_0)
+        return _mm512_sub_epi8(n, _mm512_set1_epi8(8));
+    if (t == HY_DTYPE_IQ4_NL)
+        return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(
+                                       (const __m128i *)(const void *)hy_quant_iq4nl_values)),
+                                   n);
+    /* Q5_0: q - 16, the high bit of element e bit e of the row's qh: the
+     * qh byte holding the word's four bits in each of its bytes (a shuffle
+     * per 128-bit lane), tested against the byte's own bit */
+    const int j = k & 3, hb = k >> 2;
+    const __m512i qh = _mm512_loadu_si512(blk + 32);
+    const __m512i idx = _mm512_add_epi8(
+        _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000),
+        _mm512_set1_epi8((char)(2 * hb + j / 2)));
+    const __m512i bit = _mm512_set1_epi32((j & 1) ? (int)0x80402010 : 0x08040201);
+    return _mm512_mask_sub_epi8(n, _mm512_testn_epi8_mask(_mm512_shuffle_epi8(qh, idx), bit), n,
+                                _mm512_set1_epi8(16));
+}
+
+/* The even and odd bytes of a word of codes, each sign-extended to int16:
+ * slot pairs 2k and 2k+1. */
 HY_Q2_INLINE void hy_q2_r16_pairs(__m512i v, __m512i *e, __m512i *o)
 {
     *e = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8);
     *o = _mm512_srai_epi16(v, 8);
 }
 
-/* Block b's lines of the next 16 rows (pf: their block 0) into L2. */
-HY_Q2_INLINE void hy_q2_r16_prefetch(const char *pf, int64_t b)
+/* Block b's lines of the next 16 rows (pf: their block 0, bb bytes a
+ * block of 16 rows) into L2. */
+HY_Q2_INLINE void hy_q2_r16_prefetch(const char *pf, size_t bb, int64_t b)
 {
     if (pf == NULL)
         return;
-    const char *lo = pf + (size_t)b * HY_Q2_R16_BLOCK;
-    for (size_t o = 0; o < HY_Q2_R16_BLOCK; o += 64)
+    const char *lo = pf + (size_t)b * bb;
+    for (size_t o = 0; o < bb; o += 64)
         _mm_prefetch(lo + o, _MM_HINT_T1);
 }
 
-/* qmm.h's panel16 contract over the rearranged blocks. */
-static void hy_q2_panel16_q8_0_r16(const char *w, size_t ws, int64_t b0, int64_t nb,
-                                   hy_qmm_pblk_t *p, const char *pf)
+/* qmm.h's panel16 contract over the rearranged blocks of type t. */
+HY_Q2_INLINE void hy_q2_r16_panel(hy_dtype_t t, const char *w, int64_t b0, int64_t nb,
+                                  hy_qmm_pblk_t *p, const char *pf)
 {
-    (void)ws;
+    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+
     for (int64_t ib = 0; ib < nb; ib++) {
-        const char *blk = w + (size_t)(b0 + ib) * HY_Q2_R16_BLOCK;
+        const char *blk = w + (size_t)(b0 + ib) * bb;
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m512i e, o;
-            hy_q2_r16_pairs(_mm512_loadu_si512(blk + 32 + 64 * k), &e, &o);
+            hy_q2_r16_pairs(hy_q2_r16_code(t, blk, k), &e, &o);
             _mm512_store_si512(p[ib].q[2 * k], e);
             _mm512_store_si512(p[ib].q[2 * k + 1], o);
         }
         _mm512_store_ps(p[ib].d[0], _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)));
         _mm512_store_ps(p[ib].m[0], _mm512_setzero_ps());
-        hy_q2_r16_prefetch(pf, b0 + ib);
+        hy_q2_r16_prefetch(pf, bb, b0 + ib);
     }
 }
 
-/* s[c*ss + 0..16) for the 16 rows at w (nb blocks) and C <= 8 tokens: the
- * sums in registers over all blocks, each block's words read once. */
-HY_Q2_INLINE void hy_q2_r16_rows(const int C, int64_t nb, float *s, size_t ss, const char *w,
-                                 const char *x, size_t xs, const char *pf)
+#define HY_Q2_R16_PANEL(name, t)                                                   \
+    static void hy_q2_r16_panel_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
+                                       hy_qmm_pblk_t *p, const char *pf)          \
+    {                                                                              \
+        (void)ws;                                                                  \
+        hy_q2_r16_panel(t, w, b0, nb, p, pf);                                      \
+    }
+
+/* s[c*ss + 0..16) for the 16 rows at w (nb blocks of type t) and C <= 8
+ * tokens: the sums in registers over all blocks, each block's words read
+ * once. */
+HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s, size_t ss,
+                                 const char *w, const char *x, size_t xs, const char *pf)
 {
+    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
     __m512 A[HY_Q2_C];
 
 #pragma GCC unroll 8
     for (int c = 0; c < C; c++)
         A[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const char *blk = w + (size_t)b * HY_Q2_R16_BLOCK;
+        const char *blk = w + (size_t)b * bb;
         const hy_block_q16_t *xb[HY_Q2_C];
         __m512i P[HY_Q2_C], P2[HY_Q2_C];
 #pragma GCC unroll 8
@@ -1877,14 +1920,14 @@ HY_Q2_INLINE void hy_q2_r16_rows(const int C, int64_t nb, float *s, size_t ss, c
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m512i e, o;
-            hy_q2_r16_pairs(_mm512_loadu_si512(blk + 32 + 64 * k), &e, &o);
+            hy_q2_r16_pairs(hy_q2_r16_code(t, blk, k), &e, &o);
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++) {
                 hy_q2_dpwssd_bcast(&P[c], e, xb[c]->v + 4 * k);
                 hy_q2_dpwssd_bcast(&P2[c], o, xb[c]->v + 4 * k + 2);
             }
         }
-        hy_q2_r16_prefetch(pf, b);
+        hy_q2_r16_prefetch(pf, bb, b);
         const __m512 D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++)
@@ -1896,35 +1939,47 @@ HY_Q2_INLINE void hy_q2_r16_rows(const int C, int64_t nb, float *s, size_t ss, c
         _mm512_storeu_ps(s + (size_t)c * ss, A[c]);
 }
 
-/* The tile of quant.h over Q8_0 rows in HY_WLAYOUT_ROWS16: w at the first
+/* quant.h's tile over rows of type t in HY_WLAYOUT_ROWS16: w at the first
  * of nw rows, both multiples of 16 (whole groups; ws = 0: no next rows to
  * prefetch). */
-void hy_qmm_avx512_tile_q8_0_rows16(int64_t n, float *s, size_t ss, const void *vw, size_t ws,
-                                    int nw, const void *vx, size_t xs, int nx)
+HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n, float *s,
+                                 size_t ss, const char *w, size_t ws, int nw, const char *x,
+                                 size_t xs, int nx)
 {
-    const char *w = vw, *x = vx;
     const int64_t nb = n / 32;
 
     if (nx > HY_Q2_C) {
-        hy_q2_tile(HY_DTYPE_Q8_0, NULL, NULL, hy_q2_panel16_q8_0_r16, n, s, ss, w, ws, nw, x,
-                   xs, nx);
+        hy_q2_tile(t, NULL, NULL, panel, n, s, ss, w, ws, nw, x, xs, nx);
         return;
     }
     for (int r0 = 0; r0 < nw; r0 += 16) {
         const char *wr = w + (size_t)r0 * ws, *pf = ws ? wr + 16 * ws : NULL;
         float *o = s + r0;
         switch (nx) {
-        case 1: hy_q2_r16_rows(1, nb, o, ss, wr, x, xs, pf); break;
-        case 2: hy_q2_r16_rows(2, nb, o, ss, wr, x, xs, pf); break;
-        case 3: hy_q2_r16_rows(3, nb, o, ss, wr, x, xs, pf); break;
-        case 4: hy_q2_r16_rows(4, nb, o, ss, wr, x, xs, pf); break;
-        case 5: hy_q2_r16_rows(5, nb, o, ss, wr, x, xs, pf); break;
-        case 6: hy_q2_r16_rows(6, nb, o, ss, wr, x, xs, pf); break;
-        case 7: hy_q2_r16_rows(7, nb, o, ss, wr, x, xs, pf); break;
-        default: hy_q2_r16_rows(8, nb, o, ss, wr, x, xs, pf); break;
+        case 1: hy_q2_r16_rows(t, 1, nb, o, ss, wr, x, xs, pf); break;
+        case 2: hy_q2_r16_rows(t, 2, nb, o, ss, wr, x, xs, pf); break;
+        case 3: hy_q2_r16_rows(t, 3, nb, o, ss, wr, x, xs, pf); break;
+        case 4: hy_q2_r16_rows(t, 4, nb, o, ss, wr, x, xs, pf); break;
+        case 5: hy_q2_r16_rows(t, 5, nb, o, ss, wr, x, xs, pf); break;
+        case 6: hy_q2_r16_rows(t, 6, nb, o, ss, wr, x, xs, pf); break;
+        case 7: hy_q2_r16_rows(t, 7, nb, o, ss, wr, x, xs, pf); break;
+        default: hy_q2_r16_rows(t, 8, nb, o, ss, wr, x, xs, pf); break;
         }
     }
 }
+
+#define HY_Q2_R16_TILE(name, t)                                                    \
+    HY_Q2_R16_PANEL(name, t)                                                       \
+    void hy_qmm_avx512_tile_##name##_rows16(int64_t n, float *s, size_t ss, const void *w, \
+                                            size_t ws, int nw, const void *x, size_t xs, \
+                                            int nx)                                \
+    {                                                                              \
+        hy_q2_r16_tile(t, hy_q2_r16_panel_##name, n, s, ss, w, ws, nw, x, xs, nx); \
+    }
+HY_Q2_R16_TILE(q8_0, HY_DTYPE_Q8_0)
+HY_Q2_R16_TILE(q4_0, HY_DTYPE_Q4_0)
+HY_Q2_R16_TILE(iq4_nl, HY_DTYPE_IQ4_NL)
+HY_Q2_R16_TILE(q5_0, HY_DTYPE_Q5_0)
 #endif
 
 #endif

@@ -1059,8 +1059,12 @@ hy_quant_tile_fn_t hy_quant_vec_dot_tile(hy_dtype_t t)
 hy_quant_tile_fn_t hy_quant_vec_dot_tile_rows16(hy_dtype_t t)
 {
 #if HY_BUILD_AVX512
-    if (t == HY_DTYPE_Q8_0 && hy_quant_isa() == HY_ISA_AVX512)
-        return hy_qmm_avx512_tile_q8_0_rows16;
+    if (hy_quant_isa() == HY_ISA_AVX512)
+        return t == HY_DTYPE_Q8_0     ? hy_qmm_avx512_tile_q8_0_rows16
+               : t == HY_DTYPE_Q4_0   ? hy_qmm_avx512_tile_q4_0_rows16
+               : t == HY_DTYPE_IQ4_NL ? hy_qmm_avx512_tile_iq4_nl_rows16
+               : t == HY_DTYPE_Q5_0   ? hy_qmm_avx512_tile_q5_0_rows16
+                                      : NULL;
 #endif
     (void)t;
     return NULL;
