@@ -16,16 +16,20 @@
 static int hy_r16_fields(hy_dtype_t t, uint8_t off[HY_R16_MAX_FIELDS],
                          uint8_t len[HY_R16_MAX_FIELDS])
 {
-    /* the f16 d first, Q5_0's 32 high bits next, then the words of qs */
-    const int qs = t == HY_DTYPE_Q5_0 ? 6 : 2;
+    /* the f16 d first, Q5_1's f16 m, Q5_x's 32 high bits, then the words
+     * of qs */
+    const int q51 = t == HY_DTYPE_Q5_1, q5 = q51 || t == HY_DTYPE_Q5_0;
+    const int qs = q51 ? 8 : q5 ? 6 : 2;
     const int words = t == HY_DTYPE_Q8_0 ? 8 : 4;
     int n = 0;
 
-    if (t != HY_DTYPE_Q8_0 && t != HY_DTYPE_Q4_0 && t != HY_DTYPE_IQ4_NL && t != HY_DTYPE_Q5_0)
+    if (t != HY_DTYPE_Q8_0 && t != HY_DTYPE_Q4_0 && t != HY_DTYPE_IQ4_NL && !q5)
         return 0;
     off[n] = 0, len[n++] = 2;
-    if (t == HY_DTYPE_Q5_0)
-        off[n] = 2, len[n++] = 4;
+    if (q51)
+        off[n] = 2, len[n++] = 2;
+    if (q5)
+        off[n] = (uint8_t)(q51 ? 4 : 2), len[n++] = 4;
     for (int k = 0; k < words; k++)
         off[n] = (uint8_t)(qs + 4 * k), len[n++] = 4;
     return n;

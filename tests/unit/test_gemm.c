@@ -527,7 +527,7 @@ int main(void)
     test_matmul_levels(be1, be3);
     {
         static const hy_dtype_t qt[] = {HY_DTYPE_Q8_0, HY_DTYPE_Q4_0, HY_DTYPE_IQ4_NL,
-                                        HY_DTYPE_Q5_0};
+                                        HY_DTYPE_Q5_0, HY_DTYPE_Q5_1};
         for (size_t i = 0; i < HY_ARRAY_LEN(qt); i++)
             test_quant_rows16(be1, be3, qt[i]);
     }

@@ -134,6 +134,7 @@ HY_QMM_ROWS16_DECLARE(q8_0)
 HY_QMM_ROWS16_DECLARE(q4_0)
 HY_QMM_ROWS16_DECLARE(iq4_nl)
 HY_QMM_ROWS16_DECLARE(q5_0)
+HY_QMM_ROWS16_DECLARE(q5_1)
 
 #define HY_QMM_PANEL16_DECLARE(name)                                               \
     void hy_qmm_avx512_panel16_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \

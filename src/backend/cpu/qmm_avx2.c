@@ -1823,8 +1823,9 @@ HY_Q2_INLINE __m512i hy_q2_r16_code(hy_dtype_t t, const char *blk, const int k)
 {
     if (t == HY_DTYPE_Q8_0)
         return _mm512_loadu_si512(blk + 32 + 64 * k);
-    const int q5 = t == HY_DTYPE_Q5_0;
-    const __m512i v = _mm512_loadu_si512(blk + (q5 ? 96 : 32) + 64 * (k & 3));
+    /* the fields before qs: d (32 bytes), Q5_1's m (32), Q5_x's qh (64) */
+    const int q5 = t == HY_DTYPE_Q5_0 || t == HY_DTYPE_Q5_1, qh_at = t == HY_DTYPE_Q5_1 ? 64 : 32;
+    const __m512i v = _mm512_loadu_si512(blk + (q5 ? qh_at + 64 : 32) + 64 * (k & 3));
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     /* elements 4k.. in the low nibbles of word k, 16 + 4k.. in the high */
     const __m512i n = _mm512_and_si512(k < 4 ? v : _mm512_srli_epi16(v, 4), m4);
@@ -1834,17 +1835,26 @@ HY_Q2_INLINE __m512i hy_q2_r16_code(hy_dtype_t t, const char *blk, const int k)
         return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(
                                        (const __m128i *)(const void *)hy_quant_iq4nl_values)),
                                    n);
-    /* Q5_0: q - 16, the high bit of element e bit e of the row's qh: the
-     * qh byte holding the word's four bits in each of its bytes (a shuffle
-     * per 128-bit lane), tested against the byte's own bit */
+    /* Q5_0: q - 16, Q5_1: q, the high bit of element e bit e of the row's
+     * qh: the qh byte holding the word's four bits in each of its bytes (a
+     * shuffle per 128-bit lane), tested against the byte's own bit */
     const int j = k & 3, hb = k >> 2;
-    const __m512i qh = _mm512_loadu_si512(blk + 32);
+    const __m512i qh = _mm512_loadu_si512(blk + qh_at);
     const __m512i idx = _mm512_add_epi8(
         _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000),
         _mm512_set1_epi8((char)(2 * hb + j / 2)));
     const __m512i bit = _mm512_set1_epi32((j & 1) ? (int)0x80402010 : 0x08040201);
-    return _mm512_mask_sub_epi8(n, _mm512_testn_epi8_mask(_mm512_shuffle_epi8(qh, idx), bit), n,
-                                _mm512_set1_epi8(16));
+    const __m512i hq = _mm512_shuffle_epi8(qh, idx);
+    if (t == HY_DTYPE_Q5_1)
+        return _mm512_mask_add_epi8(n, _mm512_test_epi8_mask(hq, bit), n, _mm512_set1_epi8(16));
+    return _mm512_mask_sub_epi8(n, _mm512_testn_epi8_mask(hq, bit), n, _mm512_set1_epi8(16));
+}
+
+/* Block blk's M of 16 rows (Q5_1's m; zero for the types without). */
+HY_Q2_INLINE __m512 hy_q2_r16_m(hy_dtype_t t, const char *blk)
+{
+    return t == HY_DTYPE_Q5_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
+                              : _mm512_setzero_ps();
 }
 
 /* The even and odd bytes of a word of codes, each sign-extended to int16:
@@ -1882,7 +1892,7 @@ HY_Q2_INLINE void hy_q2_r16_panel(hy_dtype_t t, const char *w, int64_t b0, int64
             _mm512_store_si512(p[ib].q[2 * k + 1], o);
         }
         _mm512_store_ps(p[ib].d[0], _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)));
-        _mm512_store_ps(p[ib].m[0], _mm512_setzero_ps());
+        _mm512_store_ps(p[ib].m[0], hy_q2_r16_m(t, blk));
         hy_q2_r16_prefetch(pf, bb, b0 + ib);
     }
 }
@@ -1897,16 +1907,19 @@ HY_Q2_INLINE void hy_q2_r16_panel(hy_dtype_t t, const char *w, int64_t b0, int64
 
 /* s[c*ss + 0..16) for the 16 rows at w (nb blocks of type t) and C <= 8
  * tokens: the sums in registers over all blocks, each block's words read
- * once. */
+ * once.  Q5_1 (HY_QMM_OFFSET) adds its M terms' sums at the end, as the
+ * tile does, and keeps one int32 chain per token (the M sums take the
+ * registers of the second). */
 HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s, size_t ss,
                                  const char *w, const char *x, size_t xs, const char *pf)
 {
     const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
-    __m512 A[HY_Q2_C];
+    const bool off = t == HY_DTYPE_Q5_1;
+    __m512 A[HY_Q2_C], MA[HY_Q2_C];
 
 #pragma GCC unroll 8
     for (int c = 0; c < C; c++)
-        A[c] = _mm512_setzero_ps();
+        A[c] = MA[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const char *blk = w + (size_t)b * bb;
         const hy_block_q16_t *xb[HY_Q2_C];
@@ -1924,19 +1937,23 @@ HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++) {
                 hy_q2_dpwssd_bcast(&P[c], e, xb[c]->v + 4 * k);
-                hy_q2_dpwssd_bcast(&P2[c], o, xb[c]->v + 4 * k + 2);
+                hy_q2_dpwssd_bcast(off ? &P[c] : &P2[c], o, xb[c]->v + 4 * k + 2);
             }
         }
         hy_q2_r16_prefetch(pf, bb, b);
         const __m512 D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        const __m512 M = hy_q2_r16_m(t, blk);
 #pragma GCC unroll 8
-        for (int c = 0; c < C; c++)
-            A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(P[c], P2[c])),
+        for (int c = 0; c < C; c++) {
+            A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(off ? P[c] : _mm512_add_epi32(P[c], P2[c])),
                                    _mm512_mul_ps(D, _mm512_set1_ps(xb[c]->d)), A[c]);
+            if (off)
+                MA[c] = _mm512_fmadd_ps(M, _mm512_set1_ps(xb[c]->s), MA[c]);
+        }
     }
 #pragma GCC unroll 8
     for (int c = 0; c < C; c++)
-        _mm512_storeu_ps(s + (size_t)c * ss, A[c]);
+        _mm512_storeu_ps(s + (size_t)c * ss, off ? _mm512_add_ps(A[c], MA[c]) : A[c]);
 }
 
 /* quant.h's tile over rows of type t in HY_WLAYOUT_ROWS16: w at the first
@@ -1980,6 +1997,7 @@ HY_Q2_R16_TILE(q8_0, HY_DTYPE_Q8_0)
 HY_Q2_R16_TILE(q4_0, HY_DTYPE_Q4_0)
 HY_Q2_R16_TILE(iq4_nl, HY_DTYPE_IQ4_NL)
 HY_Q2_R16_TILE(q5_0, HY_DTYPE_Q5_0)
+HY_Q2_R16_TILE(q5_1, HY_DTYPE_Q5_1)
 #endif
 
 #endif

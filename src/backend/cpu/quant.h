@@ -86,7 +86,7 @@ hy_quant_tile_fn_t hy_quant_vec_dot_tile_q8(hy_dtype_t t);
 /* The tile (hy_quant_vec_dot_tile's contract and bits, 16-bit activations)
  * that reads type t's rows in HY_WLAYOUT_ROWS16 (backend.h) where they lie,
  * whole groups of 16 rows at a time, at the selected level; NULL where
- * there is none (Q8_0, Q4_0, IQ4_NL and Q5_0 have one at AVX-512). */
+ * there is none (Q8_0, Q4_0, IQ4_NL, Q5_0 and Q5_1 have one at AVX-512). */
 hy_quant_tile_fn_t hy_quant_vec_dot_tile_rows16(hy_dtype_t t);
 /* The 8-bit activation mode ([engine] activation_bits = 8): the
  * single-level kernels of the types where they are faster at the current
