@@ -1416,6 +1416,20 @@ HY_Q2_INLINE void hy_q2_dpwssd_bcast(__m512i *P, __m512i w, const int16_t *v)
     __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(*P) : "v"(w), "m"(*(const int32_t *)v));
 }
 
+/* Block b of C token rows (Q16, stride xs, from x): its address per token
+ * and two zeroed int32 chains each. */
+HY_Q2_INLINE void hy_q2_block_start(const int C, const char *x, size_t xs, int64_t b,
+                                    const hy_block_q16_t *xb[HY_Q2_C], __m512i P[HY_Q2_C],
+                                    __m512i P2[HY_Q2_C])
+{
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++) {
+        xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
+        P[c] = _mm512_setzero_si512();
+        P2[c] = _mm512_setzero_si512();
+    }
+}
+
 HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x, size_t xs,
                                 const float *hs, size_t hss, float *acc, float *mac,
                                 const int C, const int flags, int first)
@@ -1440,12 +1454,7 @@ HY_Q2_INLINE void hy_q2_compute(const hy_q2_blk_t *pb, int64_t nb, const char *x
     for (int64_t b = 0; b < nb; b++, pb++) {
         const hy_block_q16_t *xb[HY_Q2_C];
         __m512i P[HY_Q2_C], P2[HY_Q2_C];
-#pragma GCC unroll 8
-        for (int c = 0; c < C; c++) {
-            xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
-            P[c] = _mm512_setzero_si512();
-            P2[c] = _mm512_setzero_si512();
-        }
+        hy_q2_block_start(C, x, xs, b, xb, P, P2);
         const __m512 D = _mm512_load_ps(pb->d[0]);
 #pragma GCC unroll 16
         for (int k = 0; k < 16; k++) {
@@ -1924,12 +1933,7 @@ HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s
         const char *blk = w + (size_t)b * bb;
         const hy_block_q16_t *xb[HY_Q2_C];
         __m512i P[HY_Q2_C], P2[HY_Q2_C];
-#pragma GCC unroll 8
-        for (int c = 0; c < C; c++) {
-            xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
-            P[c] = _mm512_setzero_si512();
-            P2[c] = _mm512_setzero_si512();
-        }
+        hy_q2_block_start(C, x, xs, b, xb, P, P2);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m512i e, o;
