@@ -44,7 +44,8 @@ bool hy_weight_rows16_type(hy_dtype_t t)
 }
 
 /* Row j (of 16) of the quantized ROWS16 group g (n blocks of type t) into
- * the file's blocks at row, or (to_r16) the other way round. */
+ * the file's blocks at row, or (to_r16) the other way round; only the
+ * destination is written (hy_weight_row passes its const group). */
 static void hy_weight_r16_blocks(hy_dtype_t t, uint8_t *g, int j, uint8_t *row, int64_t n,
                                  bool to_r16)
 {

@@ -1813,17 +1813,18 @@ HY_Q2_TYPES(HY_Q2_TILE_X)
 
 #ifdef HY_Q2_AVX512
 /* ---- HY_WLAYOUT_ROWS16 of the 32-element types (backend.h) ----
- * A block of 16 rows holds each field of the file's block (d, Q5_0's qh,
- * each 32-bit word of qs) for the 16 rows together, a 16-bit field in 32
- * bytes, a 32-bit one in one zmm: the transposes of the file's layout
- * (hy_a5t_tload: 20 shuffles per 16 bytes of 16 rows) are done once, at
- * load.  Up to 8 tokens then take each block straight from memory into the
- * multiply-adds, with no panel between (the panel's stores and reloads
- * cost as much as the transposes did); more tokens unpack a panel that
- * every 8 of them read, as hy_q2_tile does for the file's layout.  Either
- * way each row's sum is hy_q2_compute's: the exact int32 sums of the even
- * and odd pairs added, then one FMA per block in block order, so the bits
- * equal those of the file's layout at every level. */
+ * A block of 16 rows holds each field of the file's block (d, Q5_1's m,
+ * Q5_x's qh, each 32-bit word of qs) for the 16 rows together, a 16-bit
+ * field in 32 bytes, a 32-bit one in one zmm: the transposes of the file's
+ * layout (hy_a5t_tload: 20 shuffles per 16 bytes of 16 rows) are done
+ * once, at load.  Up to 8 tokens then take each block straight from
+ * memory into the multiply-adds, with no panel between (the panel's
+ * stores and reloads cost as much as the transposes did); more tokens
+ * unpack a panel that every 8 of them read, as hy_q2_tile does for the
+ * file's layout.  Either way each row's sum is hy_q2_compute's: the exact
+ * int32 sums of the even and odd pairs added, then one FMA per block in
+ * block order, so the bits equal those of the file's layout at every
+ * level. */
 
 /* Block b's 32 signed codes of 16 rows as eight words: lane r of word k
  * holds row r's codes of elements 4k..4k+3 (Q16's slot pairs 2k and
