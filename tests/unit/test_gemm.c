@@ -513,6 +513,28 @@ static void test_layout_refused(hy_backend_t *be)
     }
 }
 
+/* The loader asks only for types the layout describes; another one is
+ * refused by the rearrangement itself, its bytes left as they were. */
+static void test_rows16_refused(void)
+{
+    const size_t rb = hy_dtype_row_bytes(HY_DTYPE_Q4_1, 64);
+    uint8_t *wd = malloc(16 * rb), *keep = malloc(16 * rb);
+    int rc = HY_OK, same = 0;
+
+    if (wd && keep) {
+        for (size_t i = 0; i < 16 * rb; i++)
+            wd[i] = keep[i] = (uint8_t)rng_u32();
+        rc = hy_weight_to_rows16(wd, HY_DTYPE_Q4_1, 16, rb);
+        same = memcmp(wd, keep, 16 * rb) == 0;
+    }
+    HY_T_OK(rc == HY_EINVAL && same && !hy_weight_rows16_type(HY_DTYPE_Q4_1) &&
+                hy_weight_rows16_type(HY_DTYPE_Q5_1),
+            "16-row groups of q4_1 refused (rc %d), its bytes untouched %s", rc,
+            same ? "yes" : "NO");
+    free(wd);
+    free(keep);
+}
+
 int main(void)
 {
     hy_backend_t *be1 = NULL, *be3 = NULL;
@@ -532,6 +554,7 @@ int main(void)
             test_quant_rows16(be1, be3, qt[i]);
     }
     test_layout_refused(be3);
+    test_rows16_refused();
 #if HY_BUILD_AVX512
     if (hy_cpu_isa() >= HY_ISA_AVX512) {
         for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++)

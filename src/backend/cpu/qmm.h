@@ -117,12 +117,6 @@ typedef struct {
     float m2[2][8];         /* HY_QMM_OFFSET16: M of elements 16..31 (m: 0..15) */
 } hy_qmm_pblk_t;
 
-/* quant_avx512.c: blocks [b0, b0+nb) of 16 rows w + r*ws as the panel's
- * blocks p[0..nb) (the AVX-512 level's qmm tiles take them for 16 rows at
- * once, in place of two passes of the 8-row extractors).  The K-quants
- * take whole super-blocks: b0 and nb multiples of 8.  pf (or NULL): the
- * next 16 rows, w + 16*ws, whose lines for these blocks go to L2 as the
- * blocks are unpacked. */
 /* qmm_avx2.c at the AVX-512 level: quant.h's tile over rows in
  * HY_WLAYOUT_ROWS16 (backend.h), whole groups of 16 (w at a group, nw a
  * multiple of 16): the bits of hy_qmm_avx512_tile_NAME on the file's rows. */
@@ -136,6 +130,12 @@ HY_QMM_ROWS16_DECLARE(iq4_nl)
 HY_QMM_ROWS16_DECLARE(q5_0)
 HY_QMM_ROWS16_DECLARE(q5_1)
 
+/* quant_avx512.c: blocks [b0, b0+nb) of 16 rows w + r*ws as the panel's
+ * blocks p[0..nb) (the AVX-512 level's qmm tiles take them for 16 rows at
+ * once, in place of two passes of the 8-row extractors).  The K-quants
+ * take whole super-blocks: b0 and nb multiples of 8.  pf (or NULL): the
+ * next 16 rows, w + 16*ws, whose lines for these blocks go to L2 as the
+ * blocks are unpacked. */
 #define HY_QMM_PANEL16_DECLARE(name)                                               \
     void hy_qmm_avx512_panel16_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
                                       hy_qmm_pblk_t *p, const char *pf);
