@@ -77,6 +77,39 @@ static double worst_err(const float *y, size_t ys, const double *ref, const doub
 
 /* ---- through the backend, every ISA level -------------------------------- */
 
+/* Whether v (w's matrix in HY_WLAYOUT_ROWS16) reads back as w: every row
+ * (row: scratch of a row's bytes), the embedding lookup of rows on both
+ * sides of a group's edge and the last, and the small-weight floats. */
+static int rows16_reads_back(hy_backend_t *be, const hy_weight_t *w, const hy_weight_t *v,
+                             uint8_t *row)
+{
+    const int64_t k = w->ne[0], n_out = w->ne[1];
+    const int32_t last = (int32_t)n_out - 1;
+    const int32_t ids[6] = {0, 1, 15, HY_MIN(16, last), HY_MIN(17, last), last};
+    float *ya = malloc((size_t)6 * (size_t)k * sizeof(float));
+    float *yb = malloc((size_t)6 * (size_t)k * sizeof(float));
+    float *ta = NULL, *tb = NULL;
+    int ok = ya && yb;
+
+    for (int64_t r = 0; ok && r < n_out; r++) {
+        hy_weight_row(v, r, row);
+        ok = memcmp(row, (const uint8_t *)w->data + (size_t)r * w->row_bytes, w->row_bytes) == 0;
+    }
+    if (ok) {
+        be->i->get_rows(be, w, ids, ya, 6);
+        be->i->get_rows(be, v, ids, yb, 6);
+        ok = memcmp(ya, yb, (size_t)6 * (size_t)k * sizeof(float)) == 0;
+    }
+    const float *fa = hy_cpu_weight_floats(be->ctx, "t", w, k * n_out, &ta);
+    const float *fb = hy_cpu_weight_floats(be->ctx, "t", v, k * n_out, &tb);
+    ok = ok && fa && fb && memcmp(fa, fb, (size_t)(k * n_out) * sizeof(float)) == 0;
+    free(ta);
+    free(tb);
+    free(ya);
+    free(yb);
+    return ok;
+}
+
 static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
 {
     /* (k, n_out): k not a multiple of 16, n_out not of 32, one of each
@@ -137,23 +170,7 @@ static void test_matmul_levels(hy_backend_t *be1, hy_backend_t *be3)
                     v.data = w16;
                     v.layout = HY_WLAYOUT_ROWS16;
                     n_r16++;
-                    for (int64_t r = 0; r < n_out; r++) {
-                        hy_weight_row(&v, r, row);
-                        r16_rows = r16_rows && memcmp(row, wd + (size_t)r * rb, rb) == 0;
-                    }
-                    /* the embedding lookup and the small-weight floats read
-                     * rows through the layout too */
-                    int32_t ids[5] = {0, 1, (int32_t)n_out - 1, 17, 16};
-                    float *ta = NULL, *tb = NULL;
-                    be3->i->get_rows(be3, &w, ids, y1, 5);
-                    be3->i->get_rows(be3, &v, ids, y3, 5);
-                    r16_rows = r16_rows && memcmp(y1, y3, (size_t)5 * k * sizeof(float)) == 0;
-                    const float *fa = hy_cpu_weight_floats(be3->ctx, "t", &w, k * n_out, &ta);
-                    const float *fb = hy_cpu_weight_floats(be3->ctx, "t", &v, k * n_out, &tb);
-                    r16_rows = r16_rows && fa && fb &&
-                               memcmp(fa, fb, (size_t)(k * n_out) * sizeof(float)) == 0;
-                    free(ta);
-                    free(tb);
+                    r16_rows = rows16_reads_back(be3, &w, &v, row);
                 }
                 for (size_t ni = 0; ni < HY_ARRAY_LEN(ntoks); ni++) {
                     int nt = ntoks[ni];
@@ -418,20 +435,7 @@ static void test_quant_rows16(hy_backend_t *be1, hy_backend_t *be3, hy_dtype_t t
                 ran = 0;
                 goto next;
             }
-            for (int64_t r = 0; r < n_out; r++) {
-                hy_weight_row(&v, r, row);
-                rows = rows && memcmp(row, wd + (size_t)r * rb, rb) == 0;
-            }
-            int32_t ids[4] = {0, 15, (int32_t)n_out - 1, 1};
-            be3->i->get_rows(be3, &w, ids, ya, 4);
-            be3->i->get_rows(be3, &v, ids, yb, 4);
-            rows = rows && memcmp(ya, yb, (size_t)4 * (size_t)k * sizeof(float)) == 0;
-            float *ta = NULL, *tb = NULL;
-            const float *fa = hy_cpu_weight_floats(be3->ctx, "t", &w, k * n_out, &ta);
-            const float *fb = hy_cpu_weight_floats(be3->ctx, "t", &v, k * n_out, &tb);
-            rows = rows && fa && fb && memcmp(fa, fb, (size_t)(k * n_out) * sizeof(float)) == 0;
-            free(ta);
-            free(tb);
+            rows = rows && rows16_reads_back(be3, &w, &v, row);
             for (size_t ni = 0; ni < HY_ARRAY_LEN(ntoks); ni++) {
                 const int nt = ntoks[ni];
                 const size_t ny = (size_t)nt * (size_t)n_out * sizeof(float);
