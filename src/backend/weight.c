@@ -7,40 +7,63 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* fields of a quantized block in ROWS16: Q8_0's d and 8 words */
-#define HY_R16_MAX_FIELDS 9
+/* A run of n consecutive fields of len bytes at byte off of the file's
+ * block; ROWS16 stores each field for the 16 rows together (16 * len
+ * bytes), the runs in their order here. */
+typedef struct {
+    uint8_t off, len, n;
+} hy_r16_run_t;
 
-/* The fields of a block of the quantized types ROWS16 takes (backend.h),
- * in their order there: offset and bytes in the file's block; 0 for
- * another type. */
-static int hy_r16_fields(hy_dtype_t t, uint8_t off[HY_R16_MAX_FIELDS],
-                         uint8_t len[HY_R16_MAX_FIELDS])
+/* runs of a quantized block in ROWS16 at most (Q5_1's, Q5_K's, Q6_K's...) */
+#define HY_R16_MAX_RUNS 4
+
+/* The runs of a block of the quantized types ROWS16 takes (backend.h);
+ * 0 for another type.  A kernel reading the layout finds a 4-byte field
+ * of 16 rows in one zmm, the codes of a word of the file's block lined up
+ * by row (qmm_avx2.c's hy_q2_r16_* name the offsets this gives). */
+static int hy_r16_runs(hy_dtype_t t, hy_r16_run_t r[HY_R16_MAX_RUNS])
 {
-    /* the f16 d first, Q5_1's f16 m, Q5_x's 32 high bits, then the words
-     * of qs */
-    const int q51 = t == HY_DTYPE_Q5_1, q5 = q51 || t == HY_DTYPE_Q5_0;
-    const int qs = q51 ? 8 : q5 ? 6 : 2;
-    const int words = t == HY_DTYPE_Q8_0 ? 8 : 4;
-    int n = 0;
+    static const struct {
+        hy_dtype_t t;
+        hy_r16_run_t r[HY_R16_MAX_RUNS];
+    } runs[] = {
+        /* the 32-element types: the f16 d, Q5_1's f16 m, Q5_x's 32 high
+         * bits, the words of qs */
+        {HY_DTYPE_Q8_0, {{0, 2, 1}, {2, 4, 8}}},
+        {HY_DTYPE_Q4_0, {{0, 2, 1}, {2, 4, 4}}},
+        {HY_DTYPE_IQ4_NL, {{0, 2, 1}, {2, 4, 4}}},
+        {HY_DTYPE_Q5_0, {{0, 2, 1}, {2, 4, 1}, {6, 4, 4}}},
+        {HY_DTYPE_Q5_1, {{0, 2, 1}, {2, 2, 1}, {4, 4, 1}, {8, 4, 4}}},
+        /* the super-blocks, in the file's order: d and dmin (one word),
+         * the packed scales, Q5_K's qh, qs */
+        {HY_DTYPE_Q4_K, {{0, 4, 1}, {4, 4, 3}, {16, 4, 32}}},
+        {HY_DTYPE_Q5_K, {{0, 4, 1}, {4, 4, 3}, {16, 4, 8}, {48, 4, 32}}},
+        /* ql, qh, the 16 int8 scales, d */
+        {HY_DTYPE_Q6_K, {{0, 4, 32}, {128, 4, 16}, {192, 4, 4}, {208, 2, 1}}},
+        /* scales and mins, qs, d and dmin */
+        {HY_DTYPE_Q2_K, {{0, 4, 4}, {16, 4, 16}, {80, 4, 1}}},
+        /* hmask, qs, the packed scales, d */
+        {HY_DTYPE_Q3_K, {{0, 4, 8}, {32, 4, 16}, {96, 4, 3}, {108, 2, 1}}},
+        /* d and scales_h, scales_l, qs */
+        {HY_DTYPE_IQ4_XS, {{0, 4, 1}, {4, 4, 1}, {8, 4, 32}}},
+    };
 
-    if (t != HY_DTYPE_Q8_0 && t != HY_DTYPE_Q4_0 && t != HY_DTYPE_IQ4_NL && !q5)
-        return 0;
-    off[n] = 0, len[n++] = 2;
-    if (q51)
-        off[n] = 2, len[n++] = 2;
-    if (q5)
-        off[n] = (uint8_t)(q51 ? 4 : 2), len[n++] = 4;
-    for (int k = 0; k < words; k++)
-        off[n] = (uint8_t)(qs + 4 * k), len[n++] = 4;
-    return n;
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        if (runs[i].t != t)
+            continue;
+        int n = 0;
+        while (n < HY_R16_MAX_RUNS && runs[i].r[n].n)
+            r[n] = runs[i].r[n], n++;
+        return n;
+    }
+    return 0;
 }
 
 bool hy_weight_rows16_type(hy_dtype_t t)
 {
-    uint8_t off[HY_R16_MAX_FIELDS], len[HY_R16_MAX_FIELDS];
+    hy_r16_run_t r[HY_R16_MAX_RUNS];
 
-    return t == HY_DTYPE_F32 || t == HY_DTYPE_F16 || t == HY_DTYPE_BF16 ||
-           hy_r16_fields(t, off, len) > 0;
+    return t == HY_DTYPE_F32 || t == HY_DTYPE_F16 || t == HY_DTYPE_BF16 || hy_r16_runs(t, r) > 0;
 }
 
 /* Row j (of 16) of the quantized ROWS16 group g (n blocks of type t) into
@@ -49,21 +72,23 @@ bool hy_weight_rows16_type(hy_dtype_t t)
 static void hy_weight_r16_blocks(hy_dtype_t t, uint8_t *g, int j, uint8_t *row, int64_t n,
                                  bool to_r16)
 {
-    uint8_t off[HY_R16_MAX_FIELDS], len[HY_R16_MAX_FIELDS];
-    const int nf = hy_r16_fields(t, off, len);
+    hy_r16_run_t r[HY_R16_MAX_RUNS];
+    const int nr = hy_r16_runs(t, r);
     const size_t bs = hy_dtype_info(t)->block_bytes;
 
     for (int64_t b = 0; b < n; b++) {
         uint8_t *blk = g + (size_t)b * 16 * bs, *fb = row + (size_t)b * bs;
         size_t pos = 0;
 
-        for (int f = 0; f < nf; pos += 16 * (size_t)len[f], f++) {
-            uint8_t *r16 = blk + pos + (size_t)j * len[f];
-            if (to_r16)
-                memcpy(r16, fb + off[f], len[f]);
-            else
-                memcpy(fb + off[f], r16, len[f]);
-        }
+        for (int i = 0; i < nr; i++)
+            for (int f = 0; f < r[i].n; pos += 16 * (size_t)r[i].len, f++) {
+                uint8_t *r16 = blk + pos + (size_t)j * r[i].len;
+                uint8_t *at = fb + r[i].off + (size_t)f * r[i].len;
+                if (to_r16)
+                    memcpy(r16, at, r[i].len);
+                else
+                    memcpy(at, r16, r[i].len);
+            }
     }
 }
 

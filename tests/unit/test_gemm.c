@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/gemm_avx512.h"
 #include "backend/cpu/quant.h"
+#include "backend/cpu/quant_impl.h"
 #include "test.h"
 #define HY_TEST_SEED 0x2545F4914F6CDD1DULL
 #include "cpu_test.h"
@@ -392,17 +393,33 @@ out:
  * back exactly.  Random codes and scales, rows of 2 to 20 blocks. */
 static void test_quant_rows16(hy_backend_t *be1, hy_backend_t *be3, hy_dtype_t t)
 {
-    static const int64_t shapes[][2] = {{64, 16}, {640, 48}, {96, 304}};
+    /* rows of 2, 20 and 3 blocks (super-blocks: 1, 5 and 3) */
+    static const int64_t shapes32[][2] = {{64, 16}, {640, 48}, {96, 304}};
+    static const int64_t shapes256[][2] = {{256, 16}, {1280, 48}, {768, 304}};
+    const int64_t(*shapes)[2] = hy_dtype_info(t)->block == 256 ? shapes256 : shapes32;
     static const int ntoks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 37, 70};
     enum { MAX_TOK = 70 };
     const char *tn = hy_dtype_info(t)->name;
     const size_t bsz = hy_dtype_info(t)->block_bytes;
+    /* where the block's f16 fields are (d first; Q4_1's and Q5_1's m, the
+     * K-quants' dmin) */
+    size_t f16[2] = {0, 2};
+    const int nf16 = t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_1 || t == HY_DTYPE_Q4_K ||
+                             t == HY_DTYPE_Q5_K || t == HY_DTYPE_Q2_K
+                         ? 2
+                         : 1;
+    if (t == HY_DTYPE_Q6_K)
+        f16[0] = offsetof(hy_block_q6_k_t, d);
+    else if (t == HY_DTYPE_Q3_K)
+        f16[0] = offsetof(hy_block_q3_k_t, d);
+    else if (t == HY_DTYPE_Q2_K)
+        f16[0] = offsetof(hy_block_q2_k_t, d), f16[1] = offsetof(hy_block_q2_k_t, dmin);
 
     for (int isa = HY_ISA_SCALAR; isa <= HY_ISA_AVX512; isa++) {
         int ran = 1, same = 1, rows = 1, asked = 0;
         if (hy_quant_set_isa((hy_isa_t)isa) != HY_OK)
             continue;
-        for (size_t si = 0; si < HY_ARRAY_LEN(shapes) && ran; si++) {
+        for (size_t si = 0; si < HY_ARRAY_LEN(shapes32) && ran; si++) {
             const int64_t k = shapes[si][0], n_out = shapes[si][1];
             const size_t rb = hy_dtype_row_bytes(t, k);
             uint8_t *wd = malloc((size_t)n_out * rb), *w16 = malloc((size_t)n_out * rb);
@@ -417,11 +434,12 @@ static void test_quant_rows16(hy_backend_t *be1, hy_backend_t *be3, hy_dtype_t t
             }
             for (size_t i = 0; i < (size_t)n_out * rb; i++)
                 wd[i] = (uint8_t)rng_u32();
-            /* every block's d a finite f16 of either sign */
-            for (size_t b = 0; b < (size_t)n_out * rb / bsz; b++) {
-                uint16_t h = hy_f32_to_f16(rng_f(0.02f));
-                memcpy(wd + b * bsz, &h, 2);
-            }
+            /* every block's f16 scales finite, of either sign */
+            for (size_t b = 0; b < (size_t)n_out * rb / bsz; b++)
+                for (int f = 0; f < nf16; f++) {
+                    uint16_t h = hy_f32_to_f16(rng_f(0.02f));
+                    memcpy(wd + b * bsz + f16[f], &h, 2);
+                }
             for (size_t i = 0; i < (size_t)MAX_TOK * (size_t)k; i++)
                 x[i] = rng_f(2.0f);
             memcpy(w16, wd, (size_t)n_out * rb);
@@ -553,7 +571,9 @@ int main(void)
     test_matmul_levels(be1, be3);
     {
         static const hy_dtype_t qt[] = {HY_DTYPE_Q8_0, HY_DTYPE_Q4_0, HY_DTYPE_IQ4_NL,
-                                        HY_DTYPE_Q5_0, HY_DTYPE_Q5_1};
+                                        HY_DTYPE_Q5_0, HY_DTYPE_Q5_1, HY_DTYPE_Q4_K,
+                                        HY_DTYPE_Q5_K, HY_DTYPE_Q6_K, HY_DTYPE_Q2_K,
+                                        HY_DTYPE_Q3_K, HY_DTYPE_IQ4_XS};
         for (size_t i = 0; i < HY_ARRAY_LEN(qt); i++)
             test_quant_rows16(be1, be3, qt[i]);
     }

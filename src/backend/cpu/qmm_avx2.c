@@ -2003,6 +2003,383 @@ HY_Q2_R16_TILE(q4_0, HY_DTYPE_Q4_0)
 HY_Q2_R16_TILE(iq4_nl, HY_DTYPE_IQ4_NL)
 HY_Q2_R16_TILE(q5_0, HY_DTYPE_Q5_0)
 HY_Q2_R16_TILE(q5_1, HY_DTYPE_Q5_1)
+
+/* ---- the super-block types (Q2_K..Q6_K, IQ4_XS) in HY_WLAYOUT_ROWS16 ----
+ * A super-block of 16 rows holds weight.c's runs of the file's block, each
+ * 4-byte field of the 16 rows in one zmm (the offsets below are those
+ * runs').  Per super-block the rows' scales come out of their packed
+ * fields once, as int32 per 16-element half of each block, with D and the
+ * offsets (hy_q2_k16_prep); each block's codes then go unscaled into the
+ * multiply-adds, half by half, and each half's exact int32 sum is
+ * multiplied by its scale in int32: the integer the contract sums from
+ * the decoder's scaled codes (no partial sum can overflow where the
+ * block's sum does not, qmm.c), so the bits are those of the file's
+ * layout. */
+
+/* A super-block's terms beyond the codes, for 16 rows. */
+typedef struct {
+    __m512i sc[16]; /* the scale of half h of block j at sc[2j + h] */
+    __m512 M[16];   /* HY_QMM_OFFSET: block j's M at M[2j]; OFFSET16: the halves' */
+    __m512 D;
+} hy_q2_k16_t;
+
+/* The f16 in the low (hi: high) half of each dword, as floats. */
+HY_Q2_INLINE __m512 hy_q2_k16_f16(__m512i v, const int hi)
+{
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hi ? _mm512_srli_epi32(v, 16) : v));
+}
+
+/* Byte i % 4 of each dword of v[i / 4], unsigned (sgn: signed), as int32. */
+HY_Q2_INLINE __m512i hy_q2_k16_byte(const __m512i *v, const int i, const int sgn)
+{
+    const __m512i u = _mm512_slli_epi32(v[i / 4], 24 - 8 * (i % 4));
+    return sgn ? _mm512_srai_epi32(u, 24) : _mm512_srli_epi32(u, 24);
+}
+
+/* -(dmin * m), as the decoders round it. */
+HY_Q2_INLINE __m512 hy_q2_k16_neg_min(__m512 dmin, __m512i m)
+{
+    return _mm512_castsi512_ps(
+        _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m))),
+                         _mm512_set1_epi32((int)0x80000000u)));
+}
+
+#define HY_Q2_K16_LD(u, off) _mm512_loadu_si512((u) + (off))
+
+HY_Q2_INLINE void hy_q2_k16_prep(hy_dtype_t t, const char *u, hy_q2_k16_t *st)
+{
+    const __m512i m2 = _mm512_set1_epi8(0x03), m4 = _mm512_set1_epi8(0x0F);
+
+    if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K) {
+        /* dm at 0, scales' words at 64..: hy_quant_scale_min_k4 for the 16
+         * rows, scales 0..3 and 4..7 in the bytes of sc[], the mins in mn[] */
+        const __m512i dm = HY_Q2_K16_LD(u, 0), u0 = HY_Q2_K16_LD(u, 64),
+                      u1 = HY_Q2_K16_LD(u, 128), u2 = HY_Q2_K16_LD(u, 192);
+        const __m512i m6 = _mm512_set1_epi8(0x3F);
+        const __m512i sc[2] = {
+            _mm512_and_si512(u0, m6),
+            _mm512_or_si512(_mm512_and_si512(u2, m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), m2), 4))};
+        const __m512i mn[2] = {
+            _mm512_and_si512(u1, m6),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), m2), 4))};
+        const __m512 dmin = hy_q2_k16_f16(dm, 1);
+        st->D = hy_q2_k16_f16(dm, 0);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            st->sc[2 * j] = st->sc[2 * j + 1] = hy_q2_k16_byte(sc, j, 0);
+            st->M[2 * j] = hy_q2_k16_neg_min(dmin, hy_q2_k16_byte(mn, j, 0));
+        }
+    } else if (t == HY_DTYPE_Q6_K) {
+        /* the 16 int8 scales' words at 3072, d at 3328 */
+        const __m512i sv[4] = {HY_Q2_K16_LD(u, 3072), HY_Q2_K16_LD(u, 3136),
+                               HY_Q2_K16_LD(u, 3200), HY_Q2_K16_LD(u, 3264)};
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            st->sc[i] = hy_q2_k16_byte(sv, i, 1);
+        st->D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 3328)));
+    } else if (t == HY_DTYPE_Q2_K) {
+        /* group g's scale (low nibble) and min (high) in byte g of the
+         * words at 0, d and dmin at 1280 */
+        const __m512i sv[4] = {HY_Q2_K16_LD(u, 0), HY_Q2_K16_LD(u, 64), HY_Q2_K16_LD(u, 128),
+                               HY_Q2_K16_LD(u, 192)};
+        const __m512i dm = HY_Q2_K16_LD(u, 1280);
+        const __m512 dmin = hy_q2_k16_f16(dm, 1);
+        st->D = hy_q2_k16_f16(dm, 0);
+#pragma GCC unroll 16
+        for (int g = 0; g < 16; g++) {
+            const __m512i v = hy_q2_k16_byte(sv, g, 0);
+            st->sc[g] = _mm512_and_si512(v, _mm512_set1_epi32(15));
+            st->M[g] = hy_q2_k16_neg_min(dmin, _mm512_srli_epi32(v, 4));
+        }
+    } else if (t == HY_DTYPE_Q3_K) {
+        /* the 12 bytes of scales at 1536 (quant_avx512.c's hy_a5p_q3_k:
+         * byte j of sq[q] is scale 4q + j, less 32), d at 1728 */
+        const __m512i a[3] = {HY_Q2_K16_LD(u, 1536), HY_Q2_K16_LD(u, 1600),
+                              HY_Q2_K16_LD(u, 1664)};
+        __m512i sq[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            sq[q] = _mm512_sub_epi8(
+                _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi32(a[q % 2], 4 * (q / 2)), m4),
+                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a[2], 2 * q), m2), 4)),
+                _mm512_set1_epi8(32));
+#pragma GCC unroll 16
+        for (int g = 0; g < 16; g++)
+            st->sc[g] = hy_q2_k16_byte(sq, g, 1);
+        st->D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 1728)));
+    } else {
+        /* IQ4_XS: d and scales_h at 0, scales_l at 64 */
+        const __m512i hd0 = HY_Q2_K16_LD(u, 0), hd1 = HY_Q2_K16_LD(u, 64);
+        st->D = hy_q2_k16_f16(hd0, 0);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const __m512i lsl = _mm512_and_si512(_mm512_srli_epi32(hd1, 8 * (j / 2) + 4 * (j % 2)),
+                                                 _mm512_set1_epi32(15));
+            const __m512i lsh = _mm512_and_si512(_mm512_srli_epi32(hd0, 16 + 2 * j),
+                                                 _mm512_set1_epi32(3));
+            st->sc[2 * j] = st->sc[2 * j + 1] = _mm512_sub_epi32(
+                _mm512_or_si512(lsl, _mm512_slli_epi32(lsh, 4)), _mm512_set1_epi32(32));
+        }
+    }
+}
+
+/* v shifted left by n bits in each dword (right by -n for n < 0). */
+HY_Q2_INLINE __m512i hy_q2_k16_shift(__m512i v, const int n)
+{
+    return n > 0 ? _mm512_slli_epi32(v, (unsigned)n)
+           : n < 0 ? _mm512_srli_epi32(v, (unsigned)-n)
+                   : v;
+}
+
+/* Block j's unscaled codes of 16 rows, word k as hy_q2_r16_code's: lane r
+ * holds row r's codes of elements 4k..4k+3, a signed byte each (Q6_K's
+ * q - 32, Q3_K's q - (high bit ? 0 : 4), IQ4_XS's grid values). */
+HY_Q2_INLINE __m512i hy_q2_k16_code(hy_dtype_t t, const char *u, const int j, const int k)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
+
+    if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K) {
+        /* qs at 256 (Q5_K: 768): 32-byte run j / 2, nibble j % 2 */
+        const int qs = t == HY_DTYPE_Q4_K ? 256 : 768;
+        const __m512i n = _mm512_and_si512(
+            _mm512_srli_epi32(HY_Q2_K16_LD(u, qs + 64 * (8 * (j / 2) + k)), 4 * (j % 2)), m4);
+        if (t == HY_DTYPE_Q4_K)
+            return n;
+        /* bit j of qh's byte (qh at 256) as 16 */
+        return _mm512_ternarylogic_epi32(n, hy_q2_k16_shift(HY_Q2_K16_LD(u, 256 + 64 * k), 4 - j),
+                                         _mm512_set1_epi8(0x10), 0xF8);
+    }
+    if (t == HY_DTYPE_Q6_K) {
+        /* ql at 0: run 2 (j / 4) + j % 2, nibble (j % 4) / 2; bits 2m, 2m+1
+         * (m = j % 4) of qh (at 2048, run j / 4) as 16 and 32 */
+        const int h = j / 4, m = j % 4;
+        const __m512i n = _mm512_and_si512(
+            _mm512_srli_epi32(HY_Q2_K16_LD(u, 64 * (16 * h + 8 * (m & 1) + k)), 4 * (m >> 1)),
+            m4);
+        const __m512i q = _mm512_ternarylogic_epi32(
+            n, hy_q2_k16_shift(HY_Q2_K16_LD(u, 2048 + 64 * (8 * h + k)), 4 - 2 * m),
+            _mm512_set1_epi8(0x30), 0xF8);
+        return _mm512_sub_epi8(q, _mm512_set1_epi8(32));
+    }
+    if (t == HY_DTYPE_Q2_K || t == HY_DTYPE_Q3_K) {
+        /* bits 2 (j % 4) of qs's run j / 4 (at 256; Q3_K 512); Q3_K's bit
+         * j of hmask (at 0) as 4, less 4 */
+        const int qs = t == HY_DTYPE_Q2_K ? 256 : 512;
+        const __m512i q = _mm512_and_si512(
+            _mm512_srli_epi32(HY_Q2_K16_LD(u, qs + 64 * (8 * (j / 4) + k)), 2 * (j % 4)), m2);
+        if (t == HY_DTYPE_Q2_K)
+            return q;
+        return _mm512_sub_epi8(
+            _mm512_ternarylogic_epi32(q, hy_q2_k16_shift(HY_Q2_K16_LD(u, 64 * k), 2 - j),
+                                      _mm512_set1_epi8(0x04), 0xF8),
+            _mm512_set1_epi8(4));
+    }
+    /* IQ4_XS: qs at 128, block j's 16 bytes (4 words), nibble k / 4 */
+    const __m512i v = HY_Q2_K16_LD(u, 128 + 64 * (4 * j + (k & 3)));
+    return _mm512_shuffle_epi8(
+        _mm512_broadcast_i32x4(
+            _mm_loadu_si128((const __m128i *)(const void *)hy_quant_iq4nl_values)),
+        _mm512_and_si512(k < 4 ? v : _mm512_srli_epi16(v, 4), m4));
+}
+
+/* The code bytes of a word as slot pairs 2k, 2k+1 (hy_q2_r16_pairs):
+ * the unsigned codes (Q4_K, Q5_K, Q2_K) zero-extended, one instruction
+ * fewer. */
+HY_Q2_INLINE void hy_q2_k16_pairs(hy_dtype_t t, __m512i v, __m512i *e, __m512i *o)
+{
+    if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K || t == HY_DTYPE_Q2_K) {
+        *e = _mm512_and_si512(v, _mm512_set1_epi16(0xFF));
+        *o = _mm512_srli_epi16(v, 8);
+        return;
+    }
+    hy_q2_r16_pairs(v, e, o);
+}
+
+/* An int32 scale per lane in both int16 halves, for vpmullw. */
+HY_Q2_INLINE __m512i hy_q2_k16_s16(__m512i sc)
+{
+    return _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)),
+                           _mm512_slli_epi32(sc, 16));
+}
+
+/* Block j's share of the next 16 rows' super-block at pf (bb bytes) into
+ * L2. */
+HY_Q2_INLINE void hy_q2_k16_prefetch(const char *pf, size_t bb, const int j)
+{
+    if (pf == NULL)
+        return;
+    for (size_t o = 0; o < bb / 8 + 64; o += 64)
+        _mm_prefetch(pf + (size_t)j * (bb / 8) + o, _MM_HINT_T1);
+}
+
+/* qmm.h's panel16 contract over the rearranged super-blocks of type t:
+ * the codes scaled per half in int16 (|w| <= 4096), as the decoders give
+ * them. */
+HY_Q2_INLINE void hy_q2_k16_panel(hy_dtype_t t, const char *w, int64_t b0, int64_t nb,
+                                  hy_qmm_pblk_t *p, const char *pf)
+{
+    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+
+    for (int64_t ib = 0; ib < nb; ib += 8) {
+        const int64_t i = (b0 + ib) / 8;
+        const char *u = w + (size_t)i * bb;
+        hy_q2_k16_t st;
+        hy_q2_k16_prep(t, u, &st);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            hy_qmm_pblk_t *pk = p + ib + j;
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m512i s16 = hy_q2_k16_s16(st.sc[2 * j + k / 4]);
+                __m512i e, o;
+                hy_q2_k16_pairs(t, hy_q2_k16_code(t, u, j, k), &e, &o);
+                _mm512_store_si512(pk->q[2 * k], _mm512_mullo_epi16(e, s16));
+                _mm512_store_si512(pk->q[2 * k + 1], _mm512_mullo_epi16(o, s16));
+            }
+            _mm512_store_ps(pk->d[0], st.D);
+            const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K || t == HY_DTYPE_Q2_K;
+            _mm512_store_ps(pk->m[0], off ? st.M[2 * j] : _mm512_setzero_ps());
+            if (t == HY_DTYPE_Q2_K)
+                _mm512_store_ps(pk->m2[0], st.M[2 * j + 1]);
+            hy_q2_k16_prefetch(pf ? pf + (size_t)i * bb : NULL, bb, j);
+        }
+    }
+}
+
+/* s[c*ss + 0..16) for the 16 rows at w (nsb super-blocks of type t) and C
+ * <= 8 tokens, the sums in registers: per block, an int32 chain per half
+ * (the halves' scales differ), or for the offset types beyond 4 tokens
+ * one chain (one scale per block; the M sums take the registers of the
+ * second).  hs: HY_QMM_OFFSET16's half sums (hy_q2_halfsums_to, hss per
+ * token). */
+HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *s, size_t ss,
+                                 const char *w, const char *x, size_t xs, const float *hs,
+                                 size_t hss, const char *pf)
+{
+    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+    const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K, off16 = t == HY_DTYPE_Q2_K;
+    const bool chunk16 = t == HY_DTYPE_Q6_K || t == HY_DTYPE_IQ4_XS;
+    const bool one = off && C > 4;
+    /* beyond 4 tokens the types with a scale per half scale their codes
+     * (16 vpmullw a block) rather than each token's two sums (a vpmulld,
+     * two uops, each): bench_mm B = 8 */
+    const bool cs = !off && C > 4;
+    __m512 A[HY_Q2_C], MA[HY_Q2_C];
+
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++)
+        A[c] = MA[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const char *u = w + (size_t)i * bb;
+        hy_q2_k16_t st;
+        hy_q2_k16_prep(t, u, &st);
+        for (int j = 0; j < 8; j++) {
+            const int64_t b = 8 * i + j;
+            const hy_block_q16_t *xb[HY_Q2_C];
+            __m512i P[HY_Q2_C], P2[HY_Q2_C];
+            hy_q2_block_start(C, x, xs, b, xb, P, P2);
+            const __m512i s0 = st.sc[2 * j], s1 = st.sc[2 * j + 1];
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m512i e, o;
+                hy_q2_k16_pairs(t, hy_q2_k16_code(t, u, j, k), &e, &o);
+                if (cs) {
+                    const __m512i s16 = hy_q2_k16_s16(k < 4 ? s0 : s1);
+                    e = _mm512_mullo_epi16(e, s16);
+                    o = _mm512_mullo_epi16(o, s16);
+                }
+#pragma GCC unroll 8
+                for (int c = 0; c < C; c++) {
+                    __m512i *h = one || k < 4 ? &P[c] : &P2[c];
+                    hy_q2_dpwssd_bcast(h, e, xb[c]->v + 4 * k);
+                    hy_q2_dpwssd_bcast(h, o, xb[c]->v + 4 * k + 2);
+                }
+            }
+            hy_q2_k16_prefetch(pf ? pf + (size_t)i * bb : NULL, bb, j);
+#pragma GCC unroll 8
+            for (int c = 0; c < C; c++) {
+                const __m512 dd = _mm512_mul_ps(st.D, _mm512_set1_ps(xb[c]->d));
+                const __m512i p0 = cs ? P[c] : _mm512_mullo_epi32(P[c], s0);
+                const __m512i p1 = cs ? P2[c] : _mm512_mullo_epi32(P2[c], s1);
+                if (chunk16) {
+                    A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), dd, A[c]);
+                    A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), dd, A[c]);
+                } else {
+                    const __m512i q = one   ? _mm512_mullo_epi32(P[c], s0)
+                                      : off ? _mm512_mullo_epi32(_mm512_add_epi32(P[c], P2[c]), s0)
+                                            : _mm512_add_epi32(p0, p1);
+                    A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), dd, A[c]);
+                }
+                if (off)
+                    MA[c] = _mm512_fmadd_ps(st.M[2 * j], _mm512_set1_ps(xb[c]->s), MA[c]);
+                if (off16) {
+                    const float *h = hs + (size_t)c * hss + 2 * b;
+                    MA[c] = _mm512_fmadd_ps(st.M[2 * j + 1], _mm512_set1_ps(h[1]),
+                                            _mm512_fmadd_ps(st.M[2 * j], _mm512_set1_ps(h[0]),
+                                                            MA[c]));
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++)
+        _mm512_storeu_ps(s + (size_t)c * ss, off || off16 ? _mm512_add_ps(A[c], MA[c]) : A[c]);
+}
+
+/* hy_q2_r16_tile for the super-block types: more tokens than one pass
+ * keeps, or Q2_K's half sums beyond the buffer, go through the panel. */
+HY_Q2_INLINE void hy_q2_k16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n, float *s,
+                                 size_t ss, const char *w, size_t ws, int nw, const char *x,
+                                 size_t xs, int nx)
+{
+    const int64_t nb = n / 32;
+    const bool off16 = t == HY_DTYPE_Q2_K;
+    float hs[HY_Q2_HS_MAX] __attribute__((aligned(64)));
+
+    if (nx > HY_Q2_C || (off16 && (int64_t)nx * nb * 2 > HY_Q2_HS_MAX)) {
+        hy_q2_tile(t, NULL, NULL, panel, n, s, ss, w, ws, nw, x, xs, nx);
+        return;
+    }
+    if (off16)
+        hy_q2_halfsums_to(hs, x, xs, nx, 0, nb, nb);
+    for (int r0 = 0; r0 < nw; r0 += 16) {
+        const char *wr = w + (size_t)r0 * ws, *pf = ws ? wr + 16 * ws : NULL;
+        float *o = s + r0;
+        switch (nx) {
+        case 1: hy_q2_k16_rows(t, 1, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
+        case 2: hy_q2_k16_rows(t, 2, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
+        case 3: hy_q2_k16_rows(t, 3, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
+        case 4: hy_q2_k16_rows(t, 4, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
+        case 5: hy_q2_k16_rows(t, 5, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
+        case 6: hy_q2_k16_rows(t, 6, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
+        case 7: hy_q2_k16_rows(t, 7, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
+        default: hy_q2_k16_rows(t, 8, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
+        }
+    }
+}
+
+#define HY_Q2_K16_TILE(name, t)                                                    \
+    static void hy_q2_k16_panel_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
+                                       hy_qmm_pblk_t *p, const char *pf)          \
+    {                                                                              \
+        (void)ws;                                                                  \
+        hy_q2_k16_panel(t, w, b0, nb, p, pf);                                      \
+    }                                                                              \
+    void hy_qmm_avx512_tile_##name##_rows16(int64_t n, float *s, size_t ss, const void *w, \
+                                            size_t ws, int nw, const void *x, size_t xs, \
+                                            int nx)                                \
+    {                                                                              \
+        hy_q2_k16_tile(t, hy_q2_k16_panel_##name, n, s, ss, w, ws, nw, x, xs, nx); \
+    }
+HY_Q2_K16_TILE(q4_k, HY_DTYPE_Q4_K)
+HY_Q2_K16_TILE(q5_k, HY_DTYPE_Q5_K)
+HY_Q2_K16_TILE(q6_k, HY_DTYPE_Q6_K)
+HY_Q2_K16_TILE(q2_k, HY_DTYPE_Q2_K)
+HY_Q2_K16_TILE(q3_k, HY_DTYPE_Q3_K)
+HY_Q2_K16_TILE(iq4_xs, HY_DTYPE_IQ4_XS)
 #endif
 
 #endif
