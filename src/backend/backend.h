@@ -30,15 +30,16 @@ typedef struct hy_backend hy_backend_t;
  * decode at half llama.cpp's speed).  The loader rearranges the bytes when
  * it holds a private copy of the file and the backend asks for it
  * (hy_backend_i.weight_rows16); hy_weight_row reads a row of either.
- * ROWS16 of the quantized types but Q4_1 (Q4_0, Q5_0, Q5_1, Q8_0,
- * IQ4_NL, the K-quants Q2_K..Q6_K and IQ4_XS; rows a multiple of 16): each run of 16 rows holds, for each block b (the
+ * ROWS16 of the quantized types (every one with CPU kernels: Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q8_0, IQ4_NL, the K-quants Q2_K..Q6_K and IQ4_XS; rows a
+ * multiple of 16): each run of 16 rows holds, for each block b (the
  * K-quants': super-block), 16 blocks' bytes at b * 16 * (block bytes): the
  * fields of the file's block for the 16 rows together, in weight.c's
  * order - e.g. Q5_1's f16 d (2 bytes a row: 32), f16 m (32), 32 high bits
  * (4 bytes a row: 64), then each 4-byte word of qs (64) - row r's part of
  * a field at r times its size, so that one load gives a field of 16 rows
  * in the lanes where the AVX-512 kernels multiply them (the rows16 tiles
- * of qmm_avx2.c; issue 16's few-token
+ * of qmm_avx2.c and, for Q4_1, quant_avx512.c; issue 16's few-token
  * matmuls, whose time went to transposing the file's rows). */
 typedef enum {
     HY_WLAYOUT_ROWS = 0,

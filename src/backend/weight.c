@@ -27,10 +27,11 @@ static int hy_r16_runs(hy_dtype_t t, hy_r16_run_t r[HY_R16_MAX_RUNS])
         hy_dtype_t t;
         hy_r16_run_t r[HY_R16_MAX_RUNS];
     } runs[] = {
-        /* the 32-element types: the f16 d, Q5_1's f16 m, Q5_x's 32 high
-         * bits, the words of qs */
+        /* the 32-element types: the f16 d, Q4_1's and Q5_1's f16 m,
+         * Q5_x's 32 high bits, the words of qs */
         {HY_DTYPE_Q8_0, {{0, 2, 1}, {2, 4, 8}}},
         {HY_DTYPE_Q4_0, {{0, 2, 1}, {2, 4, 4}}},
+        {HY_DTYPE_Q4_1, {{0, 2, 1}, {2, 2, 1}, {4, 4, 4}}},
         {HY_DTYPE_IQ4_NL, {{0, 2, 1}, {2, 4, 4}}},
         {HY_DTYPE_Q5_0, {{0, 2, 1}, {2, 4, 1}, {6, 4, 4}}},
         {HY_DTYPE_Q5_1, {{0, 2, 1}, {2, 2, 1}, {4, 4, 1}, {8, 4, 4}}},

@@ -493,8 +493,7 @@ static void test_quant_rows16(hy_backend_t *be1, hy_backend_t *be3, hy_dtype_t t
 }
 
 /* A weight marked ROWS16 that the layout cannot describe (rows not a
- * multiple of 16, or a quantized type it does not describe) is refused by
- * name: the matmul
+ * multiple of 16) is refused by name: the matmul
  * records the error and leaves zeros, never reads groups that are not
  * there. */
 static void test_layout_refused(hy_backend_t *be)
@@ -505,7 +504,6 @@ static void test_layout_refused(hy_backend_t *be)
         const char *want;
     } cases[] = {
         {HY_DTYPE_F16, 45, "weight bad.layout: layout 1 does not fit type f16 with 45 rows"},
-        {HY_DTYPE_Q4_1, 48, "weight bad.layout: layout 1 does not fit type q4_1 with 48 rows"},
         {HY_DTYPE_Q8_0, 40, "weight bad.layout: layout 1 does not fit type q8_0 with 40 rows"},
     };
     const int64_t k = 64;
@@ -535,23 +533,24 @@ static void test_layout_refused(hy_backend_t *be)
     }
 }
 
-/* The loader asks only for types the layout describes; another one is
- * refused by the rearrangement itself, its bytes left as they were. */
+/* The loader asks only for types the layout describes (every weight type
+ * with CPU kernels); another one (Q8_1, an activation type) is refused by
+ * the rearrangement itself, its bytes left as they were. */
 static void test_rows16_refused(void)
 {
-    const size_t rb = hy_dtype_row_bytes(HY_DTYPE_Q4_1, 64);
+    const size_t rb = hy_dtype_row_bytes(HY_DTYPE_Q8_1, 64);
     uint8_t *wd = malloc(16 * rb), *keep = malloc(16 * rb);
     int rc = HY_OK, same = 0;
 
     if (wd && keep) {
         for (size_t i = 0; i < 16 * rb; i++)
             wd[i] = keep[i] = (uint8_t)rng_u32();
-        rc = hy_weight_to_rows16(wd, HY_DTYPE_Q4_1, 16, rb);
+        rc = hy_weight_to_rows16(wd, HY_DTYPE_Q8_1, 16, rb);
         same = memcmp(wd, keep, 16 * rb) == 0;
     }
-    HY_T_OK(rc == HY_EINVAL && same && !hy_weight_rows16_type(HY_DTYPE_Q4_1) &&
-                hy_weight_rows16_type(HY_DTYPE_Q5_1),
-            "16-row groups of q4_1 refused (rc %d), its bytes untouched %s", rc,
+    HY_T_OK(rc == HY_EINVAL && same && !hy_weight_rows16_type(HY_DTYPE_Q8_1) &&
+                hy_weight_rows16_type(HY_DTYPE_Q4_1),
+            "16-row groups of q8_1 refused (rc %d), its bytes untouched %s", rc,
             same ? "yes" : "NO");
     free(wd);
     free(keep);
@@ -570,7 +569,7 @@ int main(void)
     }
     test_matmul_levels(be1, be3);
     {
-        static const hy_dtype_t qt[] = {HY_DTYPE_Q8_0, HY_DTYPE_Q4_0, HY_DTYPE_IQ4_NL,
+        static const hy_dtype_t qt[] = {HY_DTYPE_Q8_0, HY_DTYPE_Q4_0, HY_DTYPE_Q4_1, HY_DTYPE_IQ4_NL,
                                         HY_DTYPE_Q5_0, HY_DTYPE_Q5_1, HY_DTYPE_Q4_K,
                                         HY_DTYPE_Q5_K, HY_DTYPE_Q6_K, HY_DTYPE_Q2_K,
                                         HY_DTYPE_Q3_K, HY_DTYPE_IQ4_XS};

@@ -135,6 +135,8 @@ HY_QMM_ROWS16_DECLARE(q6_k)
 HY_QMM_ROWS16_DECLARE(q2_k)
 HY_QMM_ROWS16_DECLARE(q3_k)
 HY_QMM_ROWS16_DECLARE(iq4_xs)
+/* quant_avx512.c: Q4_1's, its default kernel over Q8_2L reading the groups */
+HY_QMM_ROWS16_DECLARE(q4_1)
 
 /* quant_avx512.c: blocks [b0, b0+nb) of 16 rows w + r*ws as the panel's
  * blocks p[0..nb) (the AVX-512 level's qmm tiles take them for 16 rows at

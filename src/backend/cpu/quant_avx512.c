@@ -343,7 +343,10 @@ typedef struct {
  * them), the rows with the result kept in a panel for the next token
  * groups, or that panel.  Prefill transposes each block once per 16 rows
  * instead of once per 8 tokens. */
-enum { HY_A5T_ROWS, HY_A5T_KEEP, HY_A5T_PANEL };
+enum { HY_A5T_ROWS, HY_A5T_KEEP, HY_A5T_PANEL, HY_A5T_R16 };
+/* HY_A5T_R16: the 16 rows in HY_WLAYOUT_ROWS16 (weight.c: Q4_1's d, m and
+ * each word of qs for the 16 rows together, 320 bytes a block), already
+ * lined up by row: no transposes and no panel. */
 /* What the kernel multiplies: Q4_1 weights over Q8_2L (two planes) or
  * ggml's Q8_1 (one), or Q5_0 weights over Q8_S (the unsigned 5-bit codes
  * q on dpbusd's unsigned side, the activations on the signed one; the
@@ -379,7 +382,22 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
         __m512i lo[4], hi[4];
         __m512 d, m = _mm512_setzero_ps(); /* m: Q4_1 only */
 
-        if (src == HY_A5T_PANEL) {
+        if (src == HY_A5T_R16) {
+            const char *blk = w + (size_t)ib * 16 * sizeof(hy_block_q4_1_t);
+            const __m512i m4 = _mm512_set1_epi8(0x0F);
+            if (pf) {
+                for (size_t off = 0; off < 16 * sizeof(hy_block_q4_1_t); off += 64)
+                    _mm_prefetch(blk + pf + off, _MM_HINT_T0);
+            }
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m512i v = _mm512_loadu_si512(blk + 64 + 64 * k);
+                lo[k] = _mm512_and_si512(v, m4);
+                hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+            d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+            m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+        } else if (src == HY_A5T_PANEL) {
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 lo[k] = _mm512_load_si512(&pk[ib].lo[k]);
@@ -514,6 +532,8 @@ HY_QX_INLINE void hy_a5t_kernel(int64_t nb, float *s, size_t ss, const char *w, 
         _Static_assert(HY_A5T_RX == 8, "hy_a5t_group instantiates 1..8 tokens");  \
         if (src == HY_A5T_PANEL) {                                                 \
             HY_A5T_SRC(HY_A5T_PANEL, fmt)                                          \
+        } else if (src == HY_A5T_R16 && fmt == HY_A5T_Q41_2L) {                    \
+            HY_A5T_SRC(HY_A5T_R16, fmt)                                            \
         } else if (src == HY_A5T_KEEP) {                                           \
             HY_A5T_SRC(HY_A5T_KEEP, fmt)                                           \
         } else {                                                                   \
@@ -569,6 +589,25 @@ static void hy_a5_tile_q4_1_2l(int64_t n, float *s, size_t ss, const void *w, si
                                int nw, const void *x, size_t xs, int nx)
 {
     hy_a5t_tile(hy_a5t_group_2l, n, s, ss, w, ws, nw, x, xs, nx);
+}
+
+/* Q4_1 in HY_WLAYOUT_ROWS16 (qmm.h): w at the first of nw rows, both
+ * multiples of 16; every token group reads the blocks in place.  The same
+ * kernel as hy_a5_tile_q4_1_2l's, so the same bits. */
+void hy_qmm_avx512_tile_q4_1_rows16(int64_t n, float *s, size_t ss, const void *vw, size_t ws,
+                                    int nw, const void *vx, size_t xs, int nx)
+{
+    const char *w = vw, *x = vx;
+    const int64_t nb = n / 32;
+    const size_t pf = nx <= HY_TILE_PF_TOKENS ? 16 * ws : 0;
+
+    for (int r0 = 0; r0 < nw; r0 += 16)
+        for (int c0 = 0; c0 < nx; c0 += HY_A5T_RX)
+            hy_a5t_group_2l(nb, s + (size_t)c0 * ss + r0, ss, w + (size_t)r0 * ws, ws,
+                            x + (size_t)c0 * xs, xs, HY_MIN(HY_A5T_RX, nx - c0), 0xFFFF,
+                            c0 == 0 ? pf : 0, HY_A5T_R16, NULL, nx >= HY_TILE_STREAM_TOKENS);
+    /* the streamed sums are in memory before the pool's barrier says so */
+    _mm_sfence();
 }
 
 static void hy_a5_tile_q4_1_1l(int64_t n, float *s, size_t ss, const void *w, size_t ws,
