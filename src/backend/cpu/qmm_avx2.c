@@ -2134,9 +2134,16 @@ HY_Q2_INLINE __m512i hy_q2_k16_shift(__m512i v, const int n)
                    : v;
 }
 
-/* Block j's unscaled codes of 16 rows, word k as hy_q2_r16_code's: lane r
- * holds row r's codes of elements 4k..4k+3, a signed byte each (Q6_K's
- * q - 32, Q3_K's q - (high bit ? 0 : 4), IQ4_XS's grid values). */
+/* What the codes below are offset by: w = scale * (c - off). */
+HY_Q2_INLINE int hy_q2_k16_off(hy_dtype_t t)
+{
+    return t == HY_DTYPE_Q6_K ? 32 : t == HY_DTYPE_Q3_K ? 4 : t == HY_DTYPE_IQ4_XS ? 128 : 0;
+}
+
+/* Block j's codes of 16 rows, word k as hy_q2_r16_code's (lane r holds row
+ * r's codes of elements 4k..4k+3), as unsigned bytes c with the value c -
+ * hy_q2_k16_off(t): Q6_K's q (less 32), Q3_K's q with the high bit as 4
+ * (less 4), IQ4_XS's grid values plus 128. */
 HY_Q2_INLINE __m512i hy_q2_k16_code(hy_dtype_t t, const char *u, const int j, const int k)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
@@ -2159,50 +2166,78 @@ HY_Q2_INLINE __m512i hy_q2_k16_code(hy_dtype_t t, const char *u, const int j, co
         const __m512i n = _mm512_and_si512(
             _mm512_srli_epi32(HY_Q2_K16_LD(u, 64 * (16 * h + 8 * (m & 1) + k)), 4 * (m >> 1)),
             m4);
-        const __m512i q = _mm512_ternarylogic_epi32(
+        return _mm512_ternarylogic_epi32(
             n, hy_q2_k16_shift(HY_Q2_K16_LD(u, 2048 + 64 * (8 * h + k)), 4 - 2 * m),
             _mm512_set1_epi8(0x30), 0xF8);
-        return _mm512_sub_epi8(q, _mm512_set1_epi8(32));
     }
     if (t == HY_DTYPE_Q2_K || t == HY_DTYPE_Q3_K) {
         /* bits 2 (j % 4) of qs's run j / 4 (at 256; Q3_K 512); Q3_K's bit
-         * j of hmask (at 0) as 4, less 4 */
+         * j of hmask (at 0) as 4 */
         const int qs = t == HY_DTYPE_Q2_K ? 256 : 512;
         const __m512i q = _mm512_and_si512(
             _mm512_srli_epi32(HY_Q2_K16_LD(u, qs + 64 * (8 * (j / 4) + k)), 2 * (j % 4)), m2);
         if (t == HY_DTYPE_Q2_K)
             return q;
-        return _mm512_sub_epi8(
-            _mm512_ternarylogic_epi32(q, hy_q2_k16_shift(HY_Q2_K16_LD(u, 64 * k), 2 - j),
-                                      _mm512_set1_epi8(0x04), 0xF8),
-            _mm512_set1_epi8(4));
+        return _mm512_ternarylogic_epi32(q, hy_q2_k16_shift(HY_Q2_K16_LD(u, 64 * k), 2 - j),
+                                         _mm512_set1_epi8(0x04), 0xF8);
     }
     /* IQ4_XS: qs at 128, block j's 16 bytes (4 words), nibble k / 4 */
     const __m512i v = HY_Q2_K16_LD(u, 128 + 64 * (4 * j + (k & 3)));
-    return _mm512_shuffle_epi8(
-        _mm512_broadcast_i32x4(
-            _mm_loadu_si128((const __m128i *)(const void *)hy_quant_iq4nl_values)),
-        _mm512_and_si512(k < 4 ? v : _mm512_srli_epi16(v, 4), m4));
+    return _mm512_add_epi8(
+        _mm512_shuffle_epi8(
+            _mm512_broadcast_i32x4(
+                _mm_loadu_si128((const __m128i *)(const void *)hy_quant_iq4nl_values)),
+            _mm512_and_si512(k < 4 ? v : _mm512_srli_epi16(v, 4), m4)),
+        _mm512_set1_epi8((char)128));
 }
 
-/* The code bytes of a word as slot pairs 2k, 2k+1 (hy_q2_r16_pairs):
- * the unsigned codes (Q4_K, Q5_K, Q2_K) zero-extended, one instruction
- * fewer. */
+/* The codes of a word as slot pairs 2k, 2k+1 (the even and odd bytes as
+ * int16), their offset taken out. */
 HY_Q2_INLINE void hy_q2_k16_pairs(hy_dtype_t t, __m512i v, __m512i *e, __m512i *o)
 {
-    if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K || t == HY_DTYPE_Q2_K) {
-        *e = _mm512_and_si512(v, _mm512_set1_epi16(0xFF));
-        *o = _mm512_srli_epi16(v, 8);
-        return;
+    const __m512i off = _mm512_set1_epi16((short)hy_q2_k16_off(t));
+
+    *e = _mm512_and_si512(v, _mm512_set1_epi16(0xFF));
+    *o = _mm512_srli_epi16(v, 8);
+    if (hy_q2_k16_off(t)) {
+        *e = _mm512_sub_epi16(*e, off);
+        *o = _mm512_sub_epi16(*o, off);
     }
-    hy_q2_r16_pairs(v, e, o);
 }
 
-/* An int32 scale per lane in both int16 halves, for vpmullw. */
-HY_Q2_INLINE __m512i hy_q2_k16_s16(__m512i sc)
+/* A half's scale (int32 per row, |s| <= 128) as the scaled pairs take
+ * it: s in bytes 0 and 2 of each dword (e) or 1 and 3 (o), and s * off
+ * in both int16 halves. */
+typedef struct {
+    __m512i e, o, off;
+} hy_q2_k16_sc_t;
+
+HY_Q2_INLINE hy_q2_k16_sc_t hy_q2_k16_scale(hy_dtype_t t, __m512i s)
 {
-    return _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)),
-                           _mm512_slli_epi32(sc, 16));
+    const __m512i s16 = _mm512_or_si512(_mm512_and_si512(s, _mm512_set1_epi32(0xFFFF)),
+                                        _mm512_slli_epi32(s, 16));
+    const int off = hy_q2_k16_off(t);
+    hy_q2_k16_sc_t sc;
+
+    sc.e = _mm512_and_si512(s16, _mm512_set1_epi16(0xFF));
+    sc.o = _mm512_slli_epi16(s16, 8);
+    sc.off = _mm512_slli_epi16(s16, off == 128 ? 7 : off == 32 ? 5 : off == 4 ? 2 : 0);
+    return sc;
+}
+
+/* hy_q2_k16_pairs times the scale: vpmaddubsw multiplies the unsigned code
+ * bytes by the scale under the even (odd) bytes and adds the zero
+ * products of the others, which splits and scales in one instruction
+ * (|c s| <= 255 * 32: no saturation), less s * off. */
+HY_Q2_INLINE void hy_q2_k16_scaled(hy_dtype_t t, __m512i v, const hy_q2_k16_sc_t *sc, __m512i *e,
+                                   __m512i *o)
+{
+    *e = _mm512_maddubs_epi16(v, sc->e);
+    *o = _mm512_maddubs_epi16(v, sc->o);
+    if (hy_q2_k16_off(t)) {
+        *e = _mm512_sub_epi16(*e, sc->off);
+        *o = _mm512_sub_epi16(*o, sc->off);
+    }
 }
 
 /* Block j's share of the next 16 rows' super-block at pf (bb bytes) into
@@ -2231,13 +2266,14 @@ HY_Q2_INLINE void hy_q2_k16_panel(hy_dtype_t t, const char *w, int64_t b0, int64
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             hy_qmm_pblk_t *pk = p + ib + j;
+            const hy_q2_k16_sc_t sc[2] = {hy_q2_k16_scale(t, st.sc[2 * j]),
+                                          hy_q2_k16_scale(t, st.sc[2 * j + 1])};
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
-                const __m512i s16 = hy_q2_k16_s16(st.sc[2 * j + k / 4]);
                 __m512i e, o;
-                hy_q2_k16_pairs(t, hy_q2_k16_code(t, u, j, k), &e, &o);
-                _mm512_store_si512(pk->q[2 * k], _mm512_mullo_epi16(e, s16));
-                _mm512_store_si512(pk->q[2 * k + 1], _mm512_mullo_epi16(o, s16));
+                hy_q2_k16_scaled(t, hy_q2_k16_code(t, u, j, k), &sc[k / 4], &e, &o);
+                _mm512_store_si512(pk->q[2 * k], e);
+                _mm512_store_si512(pk->q[2 * k + 1], o);
             }
             _mm512_store_ps(pk->d[0], st.D);
             const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K || t == HY_DTYPE_Q2_K;
@@ -2262,11 +2298,11 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
     const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
     const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K, off16 = t == HY_DTYPE_Q2_K;
     const bool chunk16 = t == HY_DTYPE_Q6_K || t == HY_DTYPE_IQ4_XS;
-    const bool one = off && C > 4;
-    /* beyond 4 tokens the types with a scale per half scale their codes
-     * (16 vpmullw a block) rather than each token's two sums (a vpmulld,
-     * two uops, each): bench_mm B = 8 */
-    const bool cs = !off && C > 4;
+    const bool one = (off || off16) && C > 4;
+    /* beyond 4 tokens the codes are scaled as they are split into pairs
+     * (hy_q2_k16_scaled: no more instructions than the split) rather than
+     * each token's sums (a vpmulld, two uops, each): bench_mm B = 8 */
+    const bool cs = C > 4;
     __m512 A[HY_Q2_C], MA[HY_Q2_C];
 
 #pragma GCC unroll 8
@@ -2282,15 +2318,17 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
             __m512i P[HY_Q2_C], P2[HY_Q2_C];
             hy_q2_block_start(C, x, xs, b, xb, P, P2);
             const __m512i s0 = st.sc[2 * j], s1 = st.sc[2 * j + 1];
+            hy_q2_k16_sc_t sc[2];
+            if (cs)
+                sc[0] = hy_q2_k16_scale(t, s0), sc[1] = hy_q2_k16_scale(t, s1);
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
                 __m512i e, o;
-                hy_q2_k16_pairs(t, hy_q2_k16_code(t, u, j, k), &e, &o);
-                if (cs) {
-                    const __m512i s16 = hy_q2_k16_s16(k < 4 ? s0 : s1);
-                    e = _mm512_mullo_epi16(e, s16);
-                    o = _mm512_mullo_epi16(o, s16);
-                }
+                const __m512i v = hy_q2_k16_code(t, u, j, k);
+                if (cs)
+                    hy_q2_k16_scaled(t, v, &sc[k / 4], &e, &o);
+                else
+                    hy_q2_k16_pairs(t, v, &e, &o);
 #pragma GCC unroll 8
                 for (int c = 0; c < C; c++) {
                     __m512i *h = one || k < 4 ? &P[c] : &P2[c];
@@ -2308,9 +2346,10 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
                     A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), dd, A[c]);
                     A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), dd, A[c]);
                 } else {
-                    const __m512i q = one   ? _mm512_mullo_epi32(P[c], s0)
-                                      : off ? _mm512_mullo_epi32(_mm512_add_epi32(P[c], P2[c]), s0)
-                                            : _mm512_add_epi32(p0, p1);
+                    const __m512i q = one ? P[c]
+                                      : off && !cs
+                                          ? _mm512_mullo_epi32(_mm512_add_epi32(P[c], P2[c]), s0)
+                                          : _mm512_add_epi32(p0, p1);
                     A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), dd, A[c]);
                 }
                 if (off)
