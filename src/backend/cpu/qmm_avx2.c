@@ -2191,20 +2191,6 @@ HY_Q2_INLINE __m512i hy_q2_k16_code(hy_dtype_t t, const char *u, const int j, co
         _mm512_set1_epi8((char)128));
 }
 
-/* The codes of a word as slot pairs 2k, 2k+1 (the even and odd bytes as
- * int16), their offset taken out. */
-HY_Q2_INLINE void hy_q2_k16_pairs(hy_dtype_t t, __m512i v, __m512i *e, __m512i *o)
-{
-    const __m512i off = _mm512_set1_epi16((short)hy_q2_k16_off(t));
-
-    *e = _mm512_and_si512(v, _mm512_set1_epi16(0xFF));
-    *o = _mm512_srli_epi16(v, 8);
-    if (hy_q2_k16_off(t)) {
-        *e = _mm512_sub_epi16(*e, off);
-        *o = _mm512_sub_epi16(*o, off);
-    }
-}
-
 /* A half's scale (int32 per row, |s| <= 128) as the scaled pairs take
  * it: s in bytes 0 and 2 of each dword (e) or 1 and 3 (o), and s * off
  * in both int16 halves. */
@@ -2225,10 +2211,11 @@ HY_Q2_INLINE hy_q2_k16_sc_t hy_q2_k16_scale(hy_dtype_t t, __m512i s)
     return sc;
 }
 
-/* hy_q2_k16_pairs times the scale: vpmaddubsw multiplies the unsigned code
- * bytes by the scale under the even (odd) bytes and adds the zero
- * products of the others, which splits and scales in one instruction
- * (|c s| <= 255 * 32: no saturation), less s * off. */
+/* A word of codes as slot pairs 2k, 2k+1 (its even and odd bytes as
+ * int16), times the scale: vpmaddubsw multiplies the unsigned code bytes
+ * by the scale under the even (odd) bytes and adds the zero products of
+ * the others, which splits and scales in one instruction (|c s| <= 255 *
+ * 32: no saturation), less s * off. */
 HY_Q2_INLINE void hy_q2_k16_scaled(hy_dtype_t t, __m512i v, const hy_q2_k16_sc_t *sc, __m512i *e,
                                    __m512i *o)
 {
@@ -2286,11 +2273,13 @@ HY_Q2_INLINE void hy_q2_k16_panel(hy_dtype_t t, const char *w, int64_t b0, int64
 }
 
 /* s[c*ss + 0..16) for the 16 rows at w (nsb super-blocks of type t) and C
- * <= 8 tokens, the sums in registers: per block, an int32 chain per half
- * (the halves' scales differ), or for the offset types beyond 4 tokens
- * one chain (one scale per block; the M sums take the registers of the
- * second).  hs: HY_QMM_OFFSET16's half sums (hy_q2_halfsums_to, hss per
- * token). */
+ * <= 8 tokens, the sums in registers: each block's codes scaled as they
+ * are split into pairs (hy_q2_k16_scaled: no more instructions than the
+ * split alone; scaling each token's two sums instead, a vpmulld of two
+ * uops each, was no faster at B = 1..4 and slower at 8), then an int32
+ * chain per half, or for the offset types beyond 4 tokens one chain (the
+ * M sums take the registers of the second).  hs: HY_QMM_OFFSET16's half
+ * sums (hy_q2_halfsums_to, hss per token). */
 HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *s, size_t ss,
                                  const char *w, const char *x, size_t xs, const float *hs,
                                  size_t hss, const char *pf)
@@ -2299,10 +2288,6 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
     const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K, off16 = t == HY_DTYPE_Q2_K;
     const bool chunk16 = t == HY_DTYPE_Q6_K || t == HY_DTYPE_IQ4_XS;
     const bool one = (off || off16) && C > 4;
-    /* beyond 4 tokens the codes are scaled as they are split into pairs
-     * (hy_q2_k16_scaled: no more instructions than the split) rather than
-     * each token's sums (a vpmulld, two uops, each): bench_mm B = 8 */
-    const bool cs = C > 4;
     __m512 A[HY_Q2_C], MA[HY_Q2_C];
 
 #pragma GCC unroll 8
@@ -2317,18 +2302,12 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
             const hy_block_q16_t *xb[HY_Q2_C];
             __m512i P[HY_Q2_C], P2[HY_Q2_C];
             hy_q2_block_start(C, x, xs, b, xb, P, P2);
-            const __m512i s0 = st.sc[2 * j], s1 = st.sc[2 * j + 1];
-            hy_q2_k16_sc_t sc[2];
-            if (cs)
-                sc[0] = hy_q2_k16_scale(t, s0), sc[1] = hy_q2_k16_scale(t, s1);
+            const hy_q2_k16_sc_t sc[2] = {hy_q2_k16_scale(t, st.sc[2 * j]),
+                                          hy_q2_k16_scale(t, st.sc[2 * j + 1])};
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
                 __m512i e, o;
-                const __m512i v = hy_q2_k16_code(t, u, j, k);
-                if (cs)
-                    hy_q2_k16_scaled(t, v, &sc[k / 4], &e, &o);
-                else
-                    hy_q2_k16_pairs(t, v, &e, &o);
+                hy_q2_k16_scaled(t, hy_q2_k16_code(t, u, j, k), &sc[k / 4], &e, &o);
 #pragma GCC unroll 8
                 for (int c = 0; c < C; c++) {
                     __m512i *h = one || k < 4 ? &P[c] : &P2[c];
@@ -2340,16 +2319,11 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++) {
                 const __m512 dd = _mm512_mul_ps(st.D, _mm512_set1_ps(xb[c]->d));
-                const __m512i p0 = cs ? P[c] : _mm512_mullo_epi32(P[c], s0);
-                const __m512i p1 = cs ? P2[c] : _mm512_mullo_epi32(P2[c], s1);
                 if (chunk16) {
-                    A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), dd, A[c]);
-                    A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), dd, A[c]);
+                    A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[c]), dd, A[c]);
+                    A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P2[c]), dd, A[c]);
                 } else {
-                    const __m512i q = one ? P[c]
-                                      : off && !cs
-                                          ? _mm512_mullo_epi32(_mm512_add_epi32(P[c], P2[c]), s0)
-                                          : _mm512_add_epi32(p0, p1);
+                    const __m512i q = one ? P[c] : _mm512_add_epi32(P[c], P2[c]);
                     A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), dd, A[c]);
                 }
                 if (off)
