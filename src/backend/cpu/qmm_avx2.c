@@ -2009,12 +2009,10 @@ HY_Q2_R16_TILE(q5_1, HY_DTYPE_Q5_1)
  * 4-byte field of the 16 rows in one zmm (the offsets below are those
  * runs').  Per super-block the rows' scales come out of their packed
  * fields once, as int32 per 16-element half of each block, with D and the
- * offsets (hy_q2_k16_prep); each block's codes then go unscaled into the
- * multiply-adds, half by half, and each half's exact int32 sum is
- * multiplied by its scale in int32: the integer the contract sums from
- * the decoder's scaled codes (no partial sum can overflow where the
- * block's sum does not, qmm.c), so the bits are those of the file's
- * layout. */
+ * offsets (hy_q2_k16_prep); each block's codes are then split into slot
+ * pairs and scaled in the same instructions (hy_q2_k16_scaled): the
+ * decoder's int16 codes, so the int32 sums, the float steps and the bits
+ * are the file layout's (hy_q2_tile over quant_avx512.c's panels). */
 
 /* A super-block's terms beyond the codes, for 16 rows. */
 typedef struct {
@@ -2046,6 +2044,7 @@ HY_Q2_INLINE __m512 hy_q2_k16_neg_min(__m512 dmin, __m512i m)
 
 #define HY_Q2_K16_LD(u, off) _mm512_loadu_si512((u) + (off))
 
+/* The super-block of 16 rows at u: its scales, D and M into *st. */
 HY_Q2_INLINE void hy_q2_k16_prep(hy_dtype_t t, const char *u, hy_q2_k16_t *st)
 {
     const __m512i m2 = _mm512_set1_epi8(0x03), m4 = _mm512_set1_epi8(0x0F);
