@@ -20,7 +20,8 @@ typedef struct {
 /* The runs of a block of the quantized types ROWS16 takes (backend.h);
  * 0 for another type.  A kernel reading the layout finds a 4-byte field
  * of 16 rows in one zmm, the codes of a word of the file's block lined up
- * by row (qmm_avx2.c's hy_q2_r16_* name the offsets this gives). */
+ * by row; the kernels (qmm_avx2.c's hy_q2_r16_* and hy_q2_k16_*,
+ * quant_avx512.c's HY_A5T_R16) read fields at the offsets this gives. */
 static int hy_r16_runs(hy_dtype_t t, hy_r16_run_t r[HY_R16_MAX_RUNS])
 {
     static const struct {
