@@ -1907,14 +1907,6 @@ HY_Q2_INLINE void hy_q2_r16_panel(hy_dtype_t t, const char *w, int64_t b0, int64
     }
 }
 
-#define HY_Q2_R16_PANEL(name, t)                                                   \
-    static void hy_q2_r16_panel_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
-                                       hy_qmm_pblk_t *p, const char *pf)          \
-    {                                                                              \
-        (void)ws;                                                                  \
-        hy_q2_r16_panel(t, w, b0, nb, p, pf);                                      \
-    }
-
 /* s[c*ss + 0..16) for the 16 rows at w (nb blocks of type t) and C <= 8
  * tokens: the sums in registers over all blocks, each block's words read
  * once.  Q5_1 (HY_QMM_OFFSET) adds its M terms' sums at the end, as the
@@ -1961,48 +1953,6 @@ HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s
         _mm512_storeu_ps(s + (size_t)c * ss, off ? _mm512_add_ps(A[c], MA[c]) : A[c]);
 }
 
-/* quant.h's tile over rows of type t in HY_WLAYOUT_ROWS16: w at the first
- * of nw rows, both multiples of 16 (whole groups; ws = 0: no next rows to
- * prefetch). */
-HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n, float *s,
-                                 size_t ss, const char *w, size_t ws, int nw, const char *x,
-                                 size_t xs, int nx)
-{
-    const int64_t nb = n / 32;
-
-    if (nx > HY_Q2_C) {
-        hy_q2_tile(t, NULL, NULL, panel, n, s, ss, w, ws, nw, x, xs, nx);
-        return;
-    }
-    for (int r0 = 0; r0 < nw; r0 += 16) {
-        const char *wr = w + (size_t)r0 * ws, *pf = ws ? wr + 16 * ws : NULL;
-        float *o = s + r0;
-        switch (nx) {
-        case 1: hy_q2_r16_rows(t, 1, nb, o, ss, wr, x, xs, pf); break;
-        case 2: hy_q2_r16_rows(t, 2, nb, o, ss, wr, x, xs, pf); break;
-        case 3: hy_q2_r16_rows(t, 3, nb, o, ss, wr, x, xs, pf); break;
-        case 4: hy_q2_r16_rows(t, 4, nb, o, ss, wr, x, xs, pf); break;
-        case 5: hy_q2_r16_rows(t, 5, nb, o, ss, wr, x, xs, pf); break;
-        case 6: hy_q2_r16_rows(t, 6, nb, o, ss, wr, x, xs, pf); break;
-        case 7: hy_q2_r16_rows(t, 7, nb, o, ss, wr, x, xs, pf); break;
-        default: hy_q2_r16_rows(t, 8, nb, o, ss, wr, x, xs, pf); break;
-        }
-    }
-}
-
-#define HY_Q2_R16_TILE(name, t)                                                    \
-    HY_Q2_R16_PANEL(name, t)                                                       \
-    void hy_qmm_avx512_tile_##name##_rows16(int64_t n, float *s, size_t ss, const void *w, \
-                                            size_t ws, int nw, const void *x, size_t xs, \
-                                            int nx)                                \
-    {                                                                              \
-        hy_q2_r16_tile(t, hy_q2_r16_panel_##name, n, s, ss, w, ws, nw, x, xs, nx); \
-    }
-HY_Q2_R16_TILE(q8_0, HY_DTYPE_Q8_0)
-HY_Q2_R16_TILE(q4_0, HY_DTYPE_Q4_0)
-HY_Q2_R16_TILE(iq4_nl, HY_DTYPE_IQ4_NL)
-HY_Q2_R16_TILE(q5_0, HY_DTYPE_Q5_0)
-HY_Q2_R16_TILE(q5_1, HY_DTYPE_Q5_1)
 
 /* ---- the super-block types (Q2_K..Q6_K, IQ4_XS) in HY_WLAYOUT_ROWS16 ----
  * A super-block of 16 rows holds weight.c's runs of the file's block, each
@@ -2047,22 +1997,12 @@ HY_Q2_INLINE __m512 hy_q2_k16_neg_min(__m512 dmin, __m512i m)
 /* The super-block of 16 rows at u: its scales, D and M into *st. */
 HY_Q2_INLINE void hy_q2_k16_prep(hy_dtype_t t, const char *u, hy_q2_k16_t *st)
 {
-    const __m512i m2 = _mm512_set1_epi8(0x03), m4 = _mm512_set1_epi8(0x0F);
-
     if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K) {
-        /* dm at 0, scales' words at 64..: hy_quant_scale_min_k4 for the 16
-         * rows, scales 0..3 and 4..7 in the bytes of sc[], the mins in mn[] */
-        const __m512i dm = HY_Q2_K16_LD(u, 0), u0 = HY_Q2_K16_LD(u, 64),
-                      u1 = HY_Q2_K16_LD(u, 128), u2 = HY_Q2_K16_LD(u, 192);
-        const __m512i m6 = _mm512_set1_epi8(0x3F);
-        const __m512i sc[2] = {
-            _mm512_and_si512(u0, m6),
-            _mm512_or_si512(_mm512_and_si512(u2, m4),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), m2), 4))};
-        const __m512i mn[2] = {
-            _mm512_and_si512(u1, m6),
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), m2), 4))};
+        /* dm at 0, the scales' three words at 64 */
+        const __m512i dm = HY_Q2_K16_LD(u, 0);
+        const __m512i uw[3] = {HY_Q2_K16_LD(u, 64), HY_Q2_K16_LD(u, 128), HY_Q2_K16_LD(u, 192)};
+        __m512i sc[2], mn[2];
+        hy_qx_k4_scales16(uw, sc, mn);
         const __m512 dmin = hy_q2_k16_f16(dm, 1);
         st->D = hy_q2_k16_f16(dm, 0);
 #pragma GCC unroll 8
@@ -2093,18 +2033,11 @@ HY_Q2_INLINE void hy_q2_k16_prep(hy_dtype_t t, const char *u, hy_q2_k16_t *st)
             st->M[g] = hy_q2_k16_neg_min(dmin, _mm512_srli_epi32(v, 4));
         }
     } else if (t == HY_DTYPE_Q3_K) {
-        /* the 12 bytes of scales at 1536 (quant_avx512.c's hy_a5p_q3_k:
-         * byte j of sq[q] is scale 4q + j, less 32), d at 1728 */
+        /* the 12 bytes of scales at 1536, d at 1728 */
         const __m512i a[3] = {HY_Q2_K16_LD(u, 1536), HY_Q2_K16_LD(u, 1600),
                               HY_Q2_K16_LD(u, 1664)};
         __m512i sq[4];
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++)
-            sq[q] = _mm512_sub_epi8(
-                _mm512_or_si512(
-                    _mm512_and_si512(_mm512_srli_epi32(a[q % 2], 4 * (q / 2)), m4),
-                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a[2], 2 * q), m2), 4)),
-                _mm512_set1_epi8(32));
+        hy_qx_k3_scales16(a, sq);
 #pragma GCC unroll 16
         for (int g = 0; g < 16; g++)
             st->sc[g] = hy_q2_k16_byte(sq, g, 1);
@@ -2341,14 +2274,16 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
         _mm512_storeu_ps(s + (size_t)c * ss, off || off16 ? _mm512_add_ps(A[c], MA[c]) : A[c]);
 }
 
-/* hy_q2_r16_tile for the super-block types: more tokens than one pass
- * keeps, or Q2_K's half sums beyond the buffer, go through the panel. */
-HY_Q2_INLINE void hy_q2_k16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n, float *s,
+/* quant.h's tile over rows of type t in HY_WLAYOUT_ROWS16: w at the first
+ * of nw rows, both multiples of 16 (whole groups; ws = 0: no next rows to
+ * prefetch).  Up to 8 tokens take the rows kernels; more, or Q2_K's half
+ * sums beyond the buffer, the panel (hy_q2_tile). */
+HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n, float *s,
                                  size_t ss, const char *w, size_t ws, int nw, const char *x,
                                  size_t xs, int nx)
 {
     const int64_t nb = n / 32;
-    const bool off16 = t == HY_DTYPE_Q2_K;
+    const bool sb8 = hy_dtype_info(t)->block == 256, off16 = t == HY_DTYPE_Q2_K;
     float hs[HY_Q2_HS_MAX] __attribute__((aligned(64)));
 
     if (nx > HY_Q2_C || (off16 && (int64_t)nx * nb * 2 > HY_Q2_HS_MAX)) {
@@ -2360,38 +2295,34 @@ HY_Q2_INLINE void hy_q2_k16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n
     for (int r0 = 0; r0 < nw; r0 += 16) {
         const char *wr = w + (size_t)r0 * ws, *pf = ws ? wr + 16 * ws : NULL;
         float *o = s + r0;
+#define HY_Q2_R16_ROWS(C)                                                              (sb8 ? hy_q2_k16_rows(t, C, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf)             : hy_q2_r16_rows(t, C, nb, o, ss, wr, x, xs, pf))
         switch (nx) {
-        case 1: hy_q2_k16_rows(t, 1, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
-        case 2: hy_q2_k16_rows(t, 2, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
-        case 3: hy_q2_k16_rows(t, 3, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
-        case 4: hy_q2_k16_rows(t, 4, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
-        case 5: hy_q2_k16_rows(t, 5, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
-        case 6: hy_q2_k16_rows(t, 6, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
-        case 7: hy_q2_k16_rows(t, 7, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
-        default: hy_q2_k16_rows(t, 8, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf); break;
+        case 1: HY_Q2_R16_ROWS(1); break;
+        case 2: HY_Q2_R16_ROWS(2); break;
+        case 3: HY_Q2_R16_ROWS(3); break;
+        case 4: HY_Q2_R16_ROWS(4); break;
+        case 5: HY_Q2_R16_ROWS(5); break;
+        case 6: HY_Q2_R16_ROWS(6); break;
+        case 7: HY_Q2_R16_ROWS(7); break;
+        default: HY_Q2_R16_ROWS(8); break;
         }
+#undef HY_Q2_R16_ROWS
     }
 }
 
-#define HY_Q2_K16_TILE(name, t)                                                    \
-    static void hy_q2_k16_panel_##name(const char *w, size_t ws, int64_t b0, int64_t nb, \
-                                       hy_qmm_pblk_t *p, const char *pf)          \
-    {                                                                              \
-        (void)ws;                                                                  \
-        hy_q2_k16_panel(t, w, b0, nb, p, pf);                                      \
-    }                                                                              \
-    void hy_qmm_avx512_tile_##name##_rows16(int64_t n, float *s, size_t ss, const void *w, \
-                                            size_t ws, int nw, const void *x, size_t xs, \
-                                            int nx)                                \
-    {                                                                              \
-        hy_q2_k16_tile(t, hy_q2_k16_panel_##name, n, s, ss, w, ws, nw, x, xs, nx); \
-    }
-HY_Q2_K16_TILE(q4_k, HY_DTYPE_Q4_K)
-HY_Q2_K16_TILE(q5_k, HY_DTYPE_Q5_K)
-HY_Q2_K16_TILE(q6_k, HY_DTYPE_Q6_K)
-HY_Q2_K16_TILE(q2_k, HY_DTYPE_Q2_K)
-HY_Q2_K16_TILE(q3_k, HY_DTYPE_Q3_K)
-HY_Q2_K16_TILE(iq4_xs, HY_DTYPE_IQ4_XS)
+/* Per type: qmm.h's panel16 over its groups, and the tile. */
+#define HY_Q2_R16_TILE(name, t)                                                        static void hy_q2_r16_panel_##name(const char *w, size_t ws, int64_t b0, int64_t nb,                                        hy_qmm_pblk_t *p, const char *pf)              {                                                                                      (void)ws;                                                                          if (hy_dtype_info(t)->block == 256)                                                    hy_q2_k16_panel(t, w, b0, nb, p, pf);                                          else                                                                                   hy_q2_r16_panel(t, w, b0, nb, p, pf);                                      }                                                                                  void hy_qmm_avx512_tile_##name##_rows16(int64_t n, float *s, size_t ss, const void *w,                                             size_t ws, int nw, const void *x, size_t xs,                                             int nx)                                    {                                                                                      hy_q2_r16_tile(t, hy_q2_r16_panel_##name, n, s, ss, w, ws, nw, x, xs, nx);     }
+HY_Q2_R16_TILE(q8_0, HY_DTYPE_Q8_0)
+HY_Q2_R16_TILE(q4_0, HY_DTYPE_Q4_0)
+HY_Q2_R16_TILE(iq4_nl, HY_DTYPE_IQ4_NL)
+HY_Q2_R16_TILE(q5_0, HY_DTYPE_Q5_0)
+HY_Q2_R16_TILE(q5_1, HY_DTYPE_Q5_1)
+HY_Q2_R16_TILE(q4_k, HY_DTYPE_Q4_K)
+HY_Q2_R16_TILE(q5_k, HY_DTYPE_Q5_K)
+HY_Q2_R16_TILE(q6_k, HY_DTYPE_Q6_K)
+HY_Q2_R16_TILE(q2_k, HY_DTYPE_Q2_K)
+HY_Q2_R16_TILE(q3_k, HY_DTYPE_Q3_K)
+HY_Q2_R16_TILE(iq4_xs, HY_DTYPE_IQ4_XS)
 #endif
 
 #endif

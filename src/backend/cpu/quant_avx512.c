@@ -734,24 +734,14 @@ HY_QX_INLINE void hy_a5k_unpack(const int fmt, const char *w, size_t ws, int64_t
     const __m512i ff = _mm512_set1_epi32(0xFF);
 
     if (fmt != HY_A5K_Q6) {
-        const __m512i k1 = _mm512_set1_epi32(0x3f3f3f3f), k2 = _mm512_set1_epi32(0x0f0f0f0f);
-        const __m512i k3 = _mm512_set1_epi32(0x03030303);
         const size_t qs = fmt == HY_A5K_Q4 ? offsetof(hy_block_q4_k_t, qs)
                                            : offsetof(hy_block_q5_k_t, qs);
         /* the first 16 bytes: d and dmin, then the 12 bytes of scales */
         __m512i hd[4];
         hy_a5t_tload(b, 0, o, hd);
-        const __m512i dm = hd[0], u0 = hd[1], u1 = hd[2], u2 = hd[3];
-        /* hy_quant_scale_min_k4 for the 16 rows: bytes of sc[] are
-         * scales 0..3 and 4..7, of mn[] the mins */
-        const __m512i sc[2] = {
-            _mm512_and_si512(u0, k1),
-            _mm512_or_si512(_mm512_and_si512(u2, k2),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k3), 4))};
-        const __m512i mn[2] = {
-            _mm512_and_si512(u1, k1),
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k2),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k3), 4))};
+        const __m512i dm = hd[0];
+        __m512i sc[2], mn[2];
+        hy_qx_k4_scales16(hd + 1, sc, mn);
         __m512i qh[8];
 
         sb->u[0] = sc[0];
@@ -1448,13 +1438,13 @@ HY_QX_INLINE void hy_a5p_iq4_xs(const char *w, size_t ws, int64_t b0, int64_t nb
 }
 
 /* Q3_K super-blocks (w = (sc_g - 32) (q - (high bit ? 0 : 4)), D = d): the
- * 6-bit scales of the 16 groups as qmm_avx2.c's hy_q2_k3_prep builds them,
+ * 6-bit scales of the 16 groups by hy_qx_k3_scales16 (as qmm_avx2.c's
+ * hy_q2_k3_prep builds them for 8 rows),
  * 2-bit fields as Q2_K's and bit k of hmask[l] on top. */
 HY_QX_INLINE void hy_a5p_q3_k(const char *w, size_t ws, int64_t b0, int64_t nb, hy_qmm_pblk_t *p,
                               hy_a5p_pf_t *pf)
 {
     const size_t o[4] = {0, ws, 2 * ws, 3 * ws};
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
 
     for (int64_t ib = 0; ib < nb; ib += 8) {
         const char *base = w + (size_t)((b0 + ib) / 8) * sizeof(hy_block_q3_k_t);
@@ -1468,16 +1458,7 @@ HY_QX_INLINE void hy_a5p_q3_k(const char *w, size_t ws, int64_t b0, int64_t nb, 
 #pragma GCC unroll 3
         for (int i = 0; i < 3; i++)
             a[i] = _mm512_or_si512(_mm512_srli_epi32(t[i], 16), _mm512_slli_epi32(t[i + 1], 16));
-        /* byte j of sq[q] is scale 4q + j: low nibble of scales[g % 8]
-         * (upper for g >= 8) and 2-bit field g / 4 of scales[8 + g % 4],
-         * less 32 */
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++)
-            sq[q] = _mm512_sub_epi8(
-                _mm512_or_si512(
-                    _mm512_and_si512(_mm512_srli_epi32(a[q % 2], 4 * (q / 2)), m4),
-                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a[2], 2 * q), m2), 4)),
-                _mm512_set1_epi8(32));
+        hy_qx_k3_scales16(a, sq);
         hy_a5t_tload32(b, offsetof(hy_block_q3_k_t, hmask), o, hm);
         hy_a5p_k23(b, o, offsetof(hy_block_q3_k_t, qs), hm, sq, d, NULL, p + ib, pf);
     }

@@ -1,6 +1,7 @@
 /*
  * quant_scales_x86.h - the block scales every x86 activation quantizer
- * starts from (quant_x86.h's and qmm_avx2.c's): the largest |x| of a
+ * starts from (and, at AVX-512, the K-quants' packed weight scales of 16
+ * rows) (quant_x86.h's and qmm_avx2.c's): the largest |x| of a
  * block of 32, d = amax / vmax and 1/d as the scalar references compute
  * them.  The two-pass quantizers take 8 blocks' scales first, then their
  * codes: in one pass each block's codes waited on its max and two
@@ -38,5 +39,44 @@ static inline __attribute__((always_inline)) void hy_qx_scales32(const float *x,
         id[k] = d[k] != 0.0f ? 1.0f / d[k] : 0.0f;
     }
 }
+
+#ifdef __AVX512F__
+/* hy_quant_scale_min_k4 for 16 rows at once (quant_avx512.c's file-layout
+ * kernels and qmm_avx2.c's 16-row groups): u[0..2] the 12 bytes of each
+ * row's Q4_K/Q5_K scales, a dword per lane each; byte j of sc[0] (sc[1])
+ * is scale j (4 + j), of mn[] the mins. */
+static inline __attribute__((always_inline)) void hy_qx_k4_scales16(const __m512i u[3],
+                                                                    __m512i sc[2], __m512i mn[2])
+{
+    const __m512i m6 = _mm512_set1_epi8(0x3F), m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m2 = _mm512_set1_epi8(0x03);
+
+    sc[0] = _mm512_and_si512(u[0], m6);
+    sc[1] = _mm512_or_si512(_mm512_and_si512(u[2], m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u[0], 6), m2), 4));
+    mn[0] = _mm512_and_si512(u[1], m6);
+    mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u[2], 4), m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u[1], 6), m2), 4));
+}
+
+/* The 16 6-bit scales of Q3_K (hy_quant_scale_q3_k) for 16 rows at once:
+ * a[0..2] the 12 bytes of each row's scales, a dword per lane each; byte j
+ * of sq[q] is scale 4q + j, less 32 (a signed byte): the low nibble of
+ * scales[g % 8] (the high one for g >= 8) and 2-bit field g / 4 of
+ * scales[8 + g % 4]. */
+static inline __attribute__((always_inline)) void hy_qx_k3_scales16(const __m512i a[3],
+                                                                    __m512i sq[4])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
+
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++)
+        sq[q] = _mm512_sub_epi8(
+            _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32(a[q % 2], 4 * (q / 2)), m4),
+                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a[2], 2 * q), m2), 4)),
+            _mm512_set1_epi8(32));
+}
+#endif
 
 #endif
