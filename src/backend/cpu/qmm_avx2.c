@@ -2072,54 +2072,55 @@ HY_Q2_INLINE int hy_q2_k16_off(hy_dtype_t t)
     return t == HY_DTYPE_Q6_K ? 32 : t == HY_DTYPE_Q3_K ? 4 : t == HY_DTYPE_IQ4_XS ? 128 : 0;
 }
 
+/* The bits at sh.. of each byte of the word at u + off, under mask m. */
+HY_Q2_INLINE __m512i hy_q2_k16_bits(const char *u, int off, const int sh, char m)
+{
+    return _mm512_and_si512(_mm512_srli_epi32(HY_Q2_K16_LD(u, off), (unsigned)sh),
+                            _mm512_set1_epi8(m));
+}
+
+/* c with the bits of each byte of the word at u + off moved by sh (left;
+ * right for sh < 0) and taken under mask m or-ed in: a code's high bits
+ * from another field, in one ternary-logic operation. */
+HY_Q2_INLINE __m512i hy_q2_k16_or_high(__m512i c, const char *u, int off, const int sh, char m)
+{
+    return _mm512_ternarylogic_epi32(c, hy_q2_k16_shift(HY_Q2_K16_LD(u, off), sh),
+                                     _mm512_set1_epi8(m), 0xF8);
+}
+
 /* Block j's codes of 16 rows, word k as hy_q2_r16_code's (lane r holds row
  * r's codes of elements 4k..4k+3), as unsigned bytes c with the value c -
  * hy_q2_k16_off(t): Q6_K's q (less 32), Q3_K's q with the high bit as 4
  * (less 4), IQ4_XS's grid values plus 128. */
 HY_Q2_INLINE __m512i hy_q2_k16_code(hy_dtype_t t, const char *u, const int j, const int k)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
-
     if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K) {
-        /* qs at 256 (Q5_K: 768): 32-byte run j / 2, nibble j % 2 */
+        /* qs at 256 (Q5_K: 768): 32-byte run j / 2, nibble j % 2; Q5_K's
+         * bit j of qh's byte (qh at 256) as 16 */
         const int qs = t == HY_DTYPE_Q4_K ? 256 : 768;
-        const __m512i n = _mm512_and_si512(
-            _mm512_srli_epi32(HY_Q2_K16_LD(u, qs + 64 * (8 * (j / 2) + k)), 4 * (j % 2)), m4);
-        if (t == HY_DTYPE_Q4_K)
-            return n;
-        /* bit j of qh's byte (qh at 256) as 16 */
-        return _mm512_ternarylogic_epi32(n, hy_q2_k16_shift(HY_Q2_K16_LD(u, 256 + 64 * k), 4 - j),
-                                         _mm512_set1_epi8(0x10), 0xF8);
+        const __m512i n = hy_q2_k16_bits(u, qs + 64 * (8 * (j / 2) + k), 4 * (j % 2), 0x0F);
+        return t == HY_DTYPE_Q4_K ? n : hy_q2_k16_or_high(n, u, 256 + 64 * k, 4 - j, 0x10);
     }
     if (t == HY_DTYPE_Q6_K) {
         /* ql at 0: run 2 (j / 4) + j % 2, nibble (j % 4) / 2; bits 2m, 2m+1
          * (m = j % 4) of qh (at 2048, run j / 4) as 16 and 32 */
         const int h = j / 4, m = j % 4;
-        const __m512i n = _mm512_and_si512(
-            _mm512_srli_epi32(HY_Q2_K16_LD(u, 64 * (16 * h + 8 * (m & 1) + k)), 4 * (m >> 1)),
-            m4);
-        return _mm512_ternarylogic_epi32(
-            n, hy_q2_k16_shift(HY_Q2_K16_LD(u, 2048 + 64 * (8 * h + k)), 4 - 2 * m),
-            _mm512_set1_epi8(0x30), 0xF8);
+        const __m512i n = hy_q2_k16_bits(u, 64 * (16 * h + 8 * (m & 1) + k), 4 * (m >> 1), 0x0F);
+        return hy_q2_k16_or_high(n, u, 2048 + 64 * (8 * h + k), 4 - 2 * m, 0x30);
     }
     if (t == HY_DTYPE_Q2_K || t == HY_DTYPE_Q3_K) {
         /* bits 2 (j % 4) of qs's run j / 4 (at 256; Q3_K 512); Q3_K's bit
          * j of hmask (at 0) as 4 */
         const int qs = t == HY_DTYPE_Q2_K ? 256 : 512;
-        const __m512i q = _mm512_and_si512(
-            _mm512_srli_epi32(HY_Q2_K16_LD(u, qs + 64 * (8 * (j / 4) + k)), 2 * (j % 4)), m2);
-        if (t == HY_DTYPE_Q2_K)
-            return q;
-        return _mm512_ternarylogic_epi32(q, hy_q2_k16_shift(HY_Q2_K16_LD(u, 64 * k), 2 - j),
-                                         _mm512_set1_epi8(0x04), 0xF8);
+        const __m512i q = hy_q2_k16_bits(u, qs + 64 * (8 * (j / 4) + k), 2 * (j % 4), 0x03);
+        return t == HY_DTYPE_Q2_K ? q : hy_q2_k16_or_high(q, u, 64 * k, 2 - j, 0x04);
     }
     /* IQ4_XS: qs at 128, block j's 16 bytes (4 words), nibble k / 4 */
-    const __m512i v = HY_Q2_K16_LD(u, 128 + 64 * (4 * j + (k & 3)));
     return _mm512_add_epi8(
         _mm512_shuffle_epi8(
             _mm512_broadcast_i32x4(
                 _mm_loadu_si128((const __m128i *)(const void *)hy_quant_iq4nl_values)),
-            _mm512_and_si512(k < 4 ? v : _mm512_srli_epi16(v, 4), m4)),
+            hy_q2_k16_bits(u, 128 + 64 * (4 * j + (k & 3)), 4 * (k / 4), 0x0F)),
         _mm512_set1_epi8((char)128));
 }
 
