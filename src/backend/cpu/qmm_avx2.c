@@ -2296,7 +2296,9 @@ HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n
     for (int r0 = 0; r0 < nw; r0 += 16) {
         const char *wr = w + (size_t)r0 * ws, *pf = ws ? wr + 16 * ws : NULL;
         float *o = s + r0;
-#define HY_Q2_R16_ROWS(C)                                                              (sb8 ? hy_q2_k16_rows(t, C, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf)             : hy_q2_r16_rows(t, C, nb, o, ss, wr, x, xs, pf))
+#define HY_Q2_R16_ROWS(C)                                                         \
+    (sb8 ? hy_q2_k16_rows(t, C, nb / 8, o, ss, wr, x, xs, hs, 2 * (size_t)nb, pf) \
+         : hy_q2_r16_rows(t, C, nb, o, ss, wr, x, xs, pf))
         switch (nx) {
         case 1: HY_Q2_R16_ROWS(1); break;
         case 2: HY_Q2_R16_ROWS(2); break;
@@ -2312,7 +2314,22 @@ HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n
 }
 
 /* Per type: qmm.h's panel16 over its groups, and the tile. */
-#define HY_Q2_R16_TILE(name, t)                                                        static void hy_q2_r16_panel_##name(const char *w, size_t ws, int64_t b0, int64_t nb,                                        hy_qmm_pblk_t *p, const char *pf)              {                                                                                      (void)ws;                                                                          if (hy_dtype_info(t)->block == 256)                                                    hy_q2_k16_panel(t, w, b0, nb, p, pf);                                          else                                                                                   hy_q2_r16_panel(t, w, b0, nb, p, pf);                                      }                                                                                  void hy_qmm_avx512_tile_##name##_rows16(int64_t n, float *s, size_t ss, const void *w,                                             size_t ws, int nw, const void *x, size_t xs,                                             int nx)                                    {                                                                                      hy_q2_r16_tile(t, hy_q2_r16_panel_##name, n, s, ss, w, ws, nw, x, xs, nx);     }
+#define HY_Q2_R16_TILE(name, t)                                                            \
+    static void hy_q2_r16_panel_##name(const char *w, size_t ws, int64_t b0, int64_t nb,   \
+                                       hy_qmm_pblk_t *p, const char *pf)                   \
+    {                                                                                      \
+        (void)ws;                                                                          \
+        if (hy_dtype_info(t)->block == 256)                                                \
+            hy_q2_k16_panel(t, w, b0, nb, p, pf);                                          \
+        else                                                                               \
+            hy_q2_r16_panel(t, w, b0, nb, p, pf);                                          \
+    }                                                                                      \
+    void hy_qmm_avx512_tile_##name##_rows16(int64_t n, float *s, size_t ss, const void *w, \
+                                            size_t ws, int nw, const void *x, size_t xs,   \
+                                            int nx)                                        \
+    {                                                                                      \
+        hy_q2_r16_tile(t, hy_q2_r16_panel_##name, n, s, ss, w, ws, nw, x, xs, nx);         \
+    }
 HY_Q2_R16_TILE(q8_0, HY_DTYPE_Q8_0)
 HY_Q2_R16_TILE(q4_0, HY_DTYPE_Q4_0)
 HY_Q2_R16_TILE(iq4_nl, HY_DTYPE_IQ4_NL)
