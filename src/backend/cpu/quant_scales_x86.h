@@ -1,13 +1,13 @@
 /*
  * quant_scales_x86.h - the block scales every x86 activation quantizer
- * starts from (and, at AVX-512, the K-quants' packed weight scales of 16
- * rows) (quant_x86.h's and qmm_avx2.c's): the largest |x| of a
+ * starts from (quant_x86.h's and qmm_avx2.c's): the largest |x| of a
  * block of 32, d = amax / vmax and 1/d as the scalar references compute
  * them.  The two-pass quantizers take 8 blocks' scales first, then their
  * codes: in one pass each block's codes waited on its max and two
  * divisions (~60 cycles of latency), and the waiting instructions filled
- * the scheduler.  Compiled with the including file's flags (AVX2 at
- * least).
+ * the scheduler.  At AVX-512 also the K-quants' packed weight scales of
+ * 16 rows, which both weight layouts' kernels decode.  Compiled with the
+ * including file's flags (AVX2 at least).
  */
 #ifndef HY_QUANT_SCALES_X86_H
 #define HY_QUANT_SCALES_X86_H
