@@ -112,9 +112,9 @@ typedef struct {
      * written, or a batch position never is.  NULL: every page is hot. */
     struct hy_out_view *out;
     /* NULL, or where the attention op adds the blocks its sparse tokens
-     * read from the out store (one per chosen out block, layer and KV
-     * head): [0] all of them, [1] those with a page read from the spill
-     * file */
+     * read (one per block, layer and KV head): [0] those from the out store,
+     * [1] of those the ones with a page read from the spill file, [2] all,
+     * the token's own block included */
     uint64_t *out_reads;
 } hy_batch_seq_t;
 
@@ -197,19 +197,26 @@ typedef struct {
  * ([attention] sparse = block; backend/cpu/sparse_attn.h): a token at a
  * position >= min_tokens of a full (window 0) layer attends to its sink
  * blocks, its local blocks, the top-k other blocks by compressed key, and
- * its own block, not to every position.  block_pages 0: every layer dense. */
+ * its own block, not to every position.  block_pages 0: every layer dense.
+ * With topp > 0 the top-k is a floor: a token whose top-k blocks hold less
+ * than topp of its query group's block probability mass takes more, best
+ * first, until they do or max_blocks are chosen (so the count varies per
+ * token: the backend reports it, hy_batch_seq_t.out_reads[2]). */
 typedef struct {
     int32_t block_pages;  /* pages per block (sparse_block_tokens / page_tokens); 0 = off */
-    int32_t topk;         /* blocks chosen by score per KV head */
+    int32_t topk;         /* blocks chosen by score per KV head (with topp: at least) */
     int32_t sink_blocks;  /* the sequence's first blocks, always read */
     int32_t local_blocks; /* the blocks just before a token's own, always read */
     int32_t min_tokens;   /* positions below it attend densely */
+    float topp;           /* 0 = off, else the mass the chosen blocks reach, 0..1 */
+    int32_t max_blocks;   /* with topp: the most blocks chosen by score, >= topk */
 } hy_kv_sparse_t;
 
 /* The blocks before its own (block cur) that one query group of a sparse
- * token reads: the sink blocks, the local blocks and the top-k of the rest,
- * each once, never more than there are.  The selection (backend/cpu/
- * sparse_attn.c) and the engine's per-request count both use this. */
+ * token reads with a top-k choice: the sink blocks, the local blocks and
+ * the top-k of the rest, each once, never more than there are (with top-p,
+ * topk = max_blocks gives the most it may read).  The tests hold the
+ * choice and the backend's count of blocks read to it. */
 static inline int32_t hy_kv_sparse_blocks_before(int32_t cur, int32_t sink_blocks,
                                                  int32_t local_blocks, int32_t topk)
 {

@@ -75,6 +75,11 @@ int hy_kv_layout_check(const hy_kv_layout_t *lay, int32_t max_head, size_t *krow
                       "and %d local blocks from position %d: each must be >= 0",
                       lay->sparse.block_pages, lay->sparse.topk, lay->sparse.sink_blocks,
                       lay->sparse.local_blocks, lay->sparse.min_tokens);
+    if (!(lay->sparse.topp >= 0 && lay->sparse.topp <= 1) ||
+        (lay->sparse.topp > 0 && lay->sparse.max_blocks < lay->sparse.topk))
+        return hy_err(err, HY_ERANGE, "kv: sparse attention: top-p %g up to %d blocks: must be "
+                      "0..1, and with it at least top-%d", (double)lay->sparse.topp,
+                      lay->sparse.max_blocks, lay->sparse.topk);
     return hy_kv_layout_sizes(lay, krow, vrow, kpage, vpage, err);
 }
 

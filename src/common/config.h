@@ -41,7 +41,9 @@ enum { HY_CONFIG_WEIGHTS_HUGE_PAGES, HY_CONFIG_WEIGHTS_MMAP };
 typedef struct {
     int32_t sparse;               /* HY_CONFIG_SPARSE_* */
     uint32_t sparse_block_tokens; /* tokens per block, a multiple of [cache] page_tokens */
-    uint32_t sparse_topk;         /* blocks chosen by score per KV head */
+    uint32_t sparse_topk;         /* blocks chosen by score per KV head (with topp: at least) */
+    double sparse_topp;           /* 0, or the block mass the chosen blocks reach */
+    uint32_t sparse_max_blocks;   /* with sparse_topp: the most chosen by score */
     uint32_t sink_tokens;         /* the sequence's first tokens, always read (whole blocks) */
     uint32_t local_tokens;        /* the tokens before a token's own block, always read */
     uint32_t sparse_min_tokens;   /* positions below it attend densely */

@@ -828,26 +828,18 @@ static bool hy_engine_group_pages(hy_engine_t *e, hy_sched_seq_t *s, int32_t gro
 }
 
 /* The attention path of positions pos0 .. pos0+n-1 of s, by the rule the
- * backend follows (backend.h hy_kv_sparse_t): for the request's log line. */
+ * backend follows (backend.h hy_kv_sparse_t): for the request's log line.
+ * The blocks they read the backend counts (a top-p choice's number is the
+ * scores'): hy_engine_run takes them after the step. */
 static void hy_engine_count_attn(hy_engine_t *e, hy_sched_seq_t *s, int32_t pos0, int32_t n)
 {
-    const hy_kv_sparse_t *sp = &e->o.sparse;
-    int32_t bt = sp->block_pages * e->sp.page_tokens, p = pos0;
+    int32_t dense = n;
 
-    if (e->sparse_units == 0 || pos0 + n <= sp->min_tokens) {
-        s->attn.dense_tokens += (uint64_t)n;
-        return;
-    }
-    for (; p < pos0 + n && p < sp->min_tokens; p++)
-        s->attn.dense_tokens++;
-    for (; p < pos0 + n; p++) {
-        /* the chosen blocks before its own, and its own */
-        int32_t reads = hy_kv_sparse_blocks_before(p / bt, sp->sink_blocks, sp->local_blocks,
-                                                   sp->topk) + 1;
+    if (e->sparse_units > 0)
+        dense = HY_MIN(HY_MAX(e->o.sparse.min_tokens - pos0, 0), n);
 
-        s->attn.sparse_tokens++;
-        s->attn.blocks_hot += (uint64_t)reads * (uint64_t)e->sparse_units;
-    }
+    s->attn.dense_tokens += (uint64_t)dense;
+    s->attn.sparse_tokens += (uint64_t)(n - dense);
 }
 
 /* Pages for positions up to kv.n_tokens + chunk in every group, preempting
@@ -1243,15 +1235,15 @@ static void hy_engine_run(hy_engine_t *e, int32_t n_items)
         hy_engine_device_sample(e, n_items, host_logits);
     for (i = 0; i < n_items; i++) {
         hy_sched_seq_t *s = e->item_seq[i];
-        /* the blocks read from the out arena, counted by the backend, were
-         * counted as hot by the schedule's rule */
-        uint64_t out = HY_MIN(s->kv.out_reads[0], s->attn.blocks_hot);
+        /* the blocks the step's sparse tokens read, by tier, as the
+         * backend counted them */
+        uint64_t out = HY_MIN(s->kv.out_reads[0], s->kv.out_reads[2]);
         uint64_t cold = HY_MIN(s->kv.out_reads[1], out);
 
         s->attn.blocks_warm += out - cold;
         s->attn.blocks_cold += cold;
-        s->attn.blocks_hot -= out;
-        s->kv.out_reads[0] = s->kv.out_reads[1] = 0;
+        s->attn.blocks_hot += s->kv.out_reads[2] - out;
+        memset(s->kv.out_reads, 0, sizeof s->kv.out_reads);
         if (rc != HY_OK) {
             hy_engine_finish(e, s, HY_REQ_ERROR, HY_FINISH_ERROR, rc, err);
             continue;

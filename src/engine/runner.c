@@ -430,7 +430,7 @@ static int hy_runner_batch(hy_runner_t *r, const hy_runner_item_t *items, int32_
         bs->sp_valid = it->seq->sp_valid;
         bs->n_checked = it->seq->n_checked;
         bs->out = r->out ? &r->out->view : NULL;
-        bs->out_reads = r->out ? it->seq->out_reads : NULL;
+        bs->out_reads = it->seq->out_reads;
         for (j = 0; j < it->n; j++) {
             if (it->tokens[j] < 0 || it->tokens[j] >= r->model->n_vocab)
                 return hy_err(err, HY_EINVAL, "token id %d is outside the vocabulary (0..%d)",
@@ -589,7 +589,7 @@ void hy_runner_seq_drop(hy_runner_t *r, hy_kv_seq_t *seq)
     if (seq->state_slot > 0)
         hy_pt_state_free(r->pt, seq->state_slot - 1, err);
     seq->n_pages = seq->n_tokens = seq->state_slot = seq->n_checked = seq->n_out_blocks = 0;
-    seq->out_reads[0] = seq->out_reads[1] = 0;
+    memset(seq->out_reads, 0, sizeof seq->out_reads);
     seq->n_swa_pages = seq->swa_lo = 0;
     free(seq->sp_keys);
     seq->sp_keys = NULL;

@@ -49,9 +49,10 @@ typedef struct {
     /* blocks from the sink on below it were looked at for demotion
      * (hy_runner_opts_t.hot_blocks): those not kept hot are out */
     int32_t n_out_blocks;
-    uint64_t out_reads[2]; /* blocks its sparse tokens read from the out arena, and of
-                              those with a page from the spill file (backend.h
-                              out_reads), per layer and KV head; the caller takes them */
+    uint64_t out_reads[3]; /* blocks its sparse tokens read from the out arena, of
+                              those with a page from the spill file, and in all
+                              (backend.h out_reads), per layer and KV head; the
+                              caller takes them */
 } hy_kv_seq_t;
 
 typedef struct {

@@ -52,6 +52,14 @@ int hy_plan_sparse(const hy_config_attention_t *a, int32_t page_tokens, bool cli
                       a->local_tokens, blk, bt);
     out->block_pages = (int32_t)(bt / (uint32_t)page_tokens);
     out->topk = (int32_t)a->sparse_topk;
+    if (a->sparse_topp > 0 && a->sparse_max_blocks < a->sparse_topk)
+        return hy_err(err, HY_EINVAL, "%s = %u: must be at least %s (%u) with %s = %g",
+                      cli ? "--sparse-max-blocks" : "[attention] sparse_max_blocks",
+                      a->sparse_max_blocks, cli ? "--sparse-topk" : "[attention] sparse_topk",
+                      a->sparse_topk, cli ? "--sparse-topp" : "[attention] sparse_topp",
+                      a->sparse_topp);
+    out->topp = (float)a->sparse_topp;
+    out->max_blocks = (int32_t)a->sparse_max_blocks;
     out->sink_blocks = (int32_t)(a->sink_tokens / bt);
     out->local_blocks = (int32_t)(a->local_tokens / bt);
     out->min_tokens = (int32_t)a->sparse_min_tokens;

@@ -47,10 +47,12 @@ static void hy_run_usage(FILE *f)
             "      --swa-full          sliding-window layers keep every position (no sliding page group)\n"
             "      --sparse            block-sparse attention in the full-attention layers\n"
             "                          ([attention] sparse = block; docs/sparse.md), with\n"
-            "      --sparse-block-tokens N, --sparse-topk N, --sparse-sink-tokens N,\n"
-            "      --sparse-local-tokens N, --sparse-min-tokens N  (defaults: etc/hyserve.ini's\n"
-            "                          [attention] sparse_block_tokens, sparse_topk, sink_tokens,\n"
-            "                          local_tokens, sparse_min_tokens)\n"
+            "      --sparse-block-tokens N, --sparse-topk N, --sparse-topp P,\n"
+            "      --sparse-max-blocks N, --sparse-sink-tokens N, --sparse-local-tokens N,\n"
+            "      --sparse-min-tokens N  (defaults: etc/hyserve.ini's [attention]\n"
+            "                          sparse_block_tokens, sparse_topk, sparse_topp,\n"
+            "                          sparse_max_blocks, sink_tokens, local_tokens,\n"
+            "                          sparse_min_tokens)\n"
             "      --hot-tokens N      keep only the last N tokens' blocks in the page pool, the\n"
             "                          older ones in host memory ([cache] hot_tokens_per_seq;\n"
             "                          needs --sparse; docs/tiers.md)\n"
@@ -99,6 +101,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         {"hot-tokens", required_argument, 0, 23}, {"seq-warm-mb", required_argument, 0, 24},
         {"spill-dir", required_argument, 0, 25}, {"act-bits", required_argument, 0, 26},
         {"weights-memory", required_argument, 0, 27},
+        {"sparse-topp", required_argument, 0, 28}, {"sparse-max-blocks", required_argument, 0, 29},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     hy_sampling_t *sp = &o->sp;
     bool seeded = false;
@@ -162,6 +165,8 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         case 25: o->spill_dir = optarg; break;
         case 26: if (hy_cli_act_bits("run", optarg, &o->act_bits)) return 2; break;
         case 27: if (hy_cli_weights_memory("run", optarg, &o->weights_memory)) return 2; break;
+        case 28: if (hy_cli_float("run", "--sparse-topp", optarg, 0, 1, &o->attn.sparse_topp)) return 2; break;
+        case 29: if (hy_cli_int("run", "--sparse-max-blocks", optarg, 1, 1 << 20, &lv)) return 2; o->attn.sparse_max_blocks = (uint32_t)lv; break;
         case 'h': hy_run_usage(stdout); return 1;
         default: hy_run_usage(stderr); return 2;
         }

@@ -28,8 +28,9 @@
  *       them under the same load (the machine is shared and its speed
  *       drifts by tens of percent between runs minutes apart)
  *
- * settings: --threads T (default 1) --block B --topk K --sink S --local L
- * --min M (tokens; defaults: etc/hyserve.ini's [attention]); --dense 0:
+ * settings: --threads T (default 1) --block B --topk K --topp P
+ * --max-blocks C --sink S --local L --min M (tokens; defaults:
+ * etc/hyserve.ini's [attention]); --dense 0:
  * decode and passkey skip the dense runs (a dense prefill of 1M tokens is
  * quadratic; the pass-key grid's dense half does not depend on the settings);
  * --first I, --last J: passkey runs positions I..J-1 of the grid only (a
@@ -65,6 +66,8 @@ typedef struct {
     int first;          /* passkey: positions from this index on (0: all; a grid resumed) */
     int last;           /* and before this one (0: to the end) */
     int32_t ref;        /* decode: a reference sequence's tokens (0: none) */
+    uint64_t reads;     /* blocks the sparse runs' tokens read (backend.h out_reads[2]) */
+    uint64_t sparse_tokens; /* and how many such tokens, times bs_units */
     uint64_t image_bytes, model_bytes; /* measured (hy_plan_image_bytes): the program
                                           before the model, and what loading it added */
 } bs_t;
@@ -186,6 +189,26 @@ static int32_t bs_argmax(const float *x, int32_t n)
     return best;
 }
 
+/* The (layer, KV head) pairs a sparse token chooses blocks in: the full
+ * attention layers' KV heads. */
+static uint64_t bs_units(const bs_t *b)
+{
+    uint64_t u = 0;
+
+    for (int32_t il = 0; il < b->m->n_layer; il++)
+        u += b->m->layers[il].kv_index >= 0 && b->m->layers[il].window == 0;
+    return u * (uint64_t)b->m->n_head_kv;
+}
+
+/* What a sparse run of positions 0..n-1 of s read: into b's counts. */
+static void bs_count(bs_t *b, const hy_kv_seq_t *s, bool sparse, int32_t n)
+{
+    if (!sparse || n <= b->sp.min_tokens)
+        return;
+    b->reads += s->out_reads[2];
+    b->sparse_tokens += (uint64_t)(n - b->sp.min_tokens) * bs_units(b);
+}
+
 /* Greedy continuation of ids (n_gen tokens) into out. */
 static int bs_generate(bs_t *b, bool sparse, const int32_t *ids, int32_t n, int32_t *out,
                        int32_t n_gen, char *err)
@@ -209,6 +232,7 @@ static int bs_generate(bs_t *b, bool sparse, const int32_t *ids, int32_t n, int3
         if (i + 1 < n_gen)
             rc = hy_runner_step(&r, &it, 1, lg, err);
     }
+    bs_count(b, &s, sparse, n + n_gen - 1);
     hy_runner_seq_release(&r, &s);
     hy_runner_free(&r);
     free(lg);
@@ -292,9 +316,14 @@ static int bs_passkey(bs_t *b, int32_t n, int count)
             }
             snprintf(want, sizeof want, "%d", key);
             found[sparse] += bs_has_key(out, want);
-            printf("depth %.2f (%zu tokens) key %d %s: '%s' %s\n",
+            printf("depth %.2f (%zu tokens) key %d %s: '%s' %s",
                    count > 1 ? (double)i / (count - 1) * 0.95 : 0.5, nid, key,
                    sparse ? "sparse" : "dense ", out, bs_has_key(out, want) ? "found" : "MISSED");
+            if (sparse && b->sparse_tokens > 0)
+                printf(" (%.1f blocks a sparse token and KV head)",
+                       (double)b->reads / (double)b->sparse_tokens);
+            printf("\n");
+            b->reads = b->sparse_tokens = 0;
             fflush(stdout);
             free(out);
         }
@@ -433,7 +462,7 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
         hy_kv_seq_t s = {0}, s2 = {0};
         bool ref = sparse && b->ref > 0;
         hy_outstore_counts_t oc0 = {0};
-        uint64_t reads0[2] = {0, 0};
+        uint64_t reads0[3] = {0, 0, 0};
         double t0 = bs_user_s();
         int rc = bs_runner(b, &r, n + steps + 16, sparse, false, err);
 
@@ -451,6 +480,7 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
             reads0[0] = s.out_reads[0];
             reads0[1] = s.out_reads[1];
         }
+        reads0[2] = s.out_reads[2];
         for (int32_t i = 0; i < steps && rc == HY_OK; i++) {
             hy_runner_item_t it = {&s, ids + n + i, 1, false};
             hy_runner_item_t it2 = {&s2, ids + 1 + b->ref + i, 1, false};
@@ -488,6 +518,10 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
                    b->ref, mref * 1e3, wref * 1e3, 100.0 * mref / med[sparse],
                    100.0 * wref / wl);
         }
+        if (sparse && n >= b->sp.min_tokens)
+            printf("sparse: decode steps at %d: %.1f blocks read a step and KV head of a full "
+                   "layer\n", n,
+                   (double)(s.out_reads[2] - reads0[2]) / steps / (double)bs_units(b));
         if (sparse && b->hot > 0) {
             hy_outstore_counts_t c;
 
@@ -561,7 +595,16 @@ static int bs_settings(int argc, char **argv, hy_config_attention_t *a, int *thr
         char *end;
         long v = strtol(argv[i + 1], &end, 10);
 
-        /* every number is a count: a whole non-negative int */
+        if (strcmp(argv[i], "--topp") == 0) {
+            a->sparse_topp = strtod(argv[i + 1], &end);
+            if (end == argv[i + 1] || *end != '\0' ||
+                !(a->sparse_topp >= 0 && a->sparse_topp <= 1)) {
+                fprintf(stderr, "bench_sparse: bad value for --topp: '%s' (0..1)\n", argv[i + 1]);
+                return -1;
+            }
+            continue;
+        }
+        /* every other number is a count: a whole non-negative int */
         if (strcmp(argv[i], "--spill-dir") != 0 &&
             (end == argv[i + 1] || *end != '\0' || v < 0 || v > INT32_MAX)) {
             fprintf(stderr, "bench_sparse: bad value for %s: '%s'\n", argv[i], argv[i + 1]);
@@ -578,6 +621,7 @@ static int bs_settings(int argc, char **argv, hy_config_attention_t *a, int *thr
         else if (strcmp(argv[i], "--ref") == 0) b->ref = (int32_t)v;
         else if (strcmp(argv[i], "--block") == 0) a->sparse_block_tokens = (uint32_t)v;
         else if (strcmp(argv[i], "--topk") == 0) a->sparse_topk = (uint32_t)v;
+        else if (strcmp(argv[i], "--max-blocks") == 0) a->sparse_max_blocks = (uint32_t)v;
         else if (strcmp(argv[i], "--sink") == 0) a->sink_tokens = (uint32_t)v;
         else if (strcmp(argv[i], "--local") == 0) a->local_tokens = (uint32_t)v;
         else if (strcmp(argv[i], "--min") == 0) a->sparse_min_tokens = (uint32_t)v;
@@ -601,7 +645,8 @@ int main(int argc, char **argv)
 
     if (argc < 5 || cfg == NULL) {
         fprintf(stderr, "usage: bench_sparse MODEL passkey N COUNT | kl FILE N | decode N STEPS "
-                        "[--threads T --block B --topk K --sink S --local L --min M --dense 0|1 "
+                        "[--threads T --block B --topk K --topp P --max-blocks C --sink S "
+                        "--local L --min M --dense 0|1 "
                         "--hot TOKENS --out-pages P [--warm-pages W --spill-dir DIR] --ref R --first I --last J]\n");
         return 2;
     }
@@ -630,8 +675,10 @@ int main(int argc, char **argv)
         return 1;
     }
     b.model_bytes = b.model_bytes > b.image_bytes ? b.model_bytes - b.image_bytes : 0;
-    printf("%s: sparse blocks of %d pages, top-%d, %d sink + %d local blocks, from %d; %d "
-           "thread(s)\n", argv[1], b.sp.block_pages, b.sp.topk, b.sp.sink_blocks,
+    printf("%s: sparse blocks of %d pages, top-%d", argv[1], b.sp.block_pages, b.sp.topk);
+    if (b.sp.topp > 0)
+        printf(" and on to top-p %g (at most %d)", (double)b.sp.topp, b.sp.max_blocks);
+    printf(", %d sink + %d local blocks, from %d; %d thread(s)\n", b.sp.sink_blocks,
            b.sp.local_blocks, b.sp.min_tokens, threads);
     if (strcmp(argv[2], "passkey") == 0)
         rc = bs_passkey(&b, atoi(argv[3]), atoi(argv[4]));

@@ -3,7 +3,7 @@
 # quotes its numbers): a bad value, an unknown setting, a flag without a
 # value and a reference sequence not shorter than the long one are refused
 # with one precise message; --ref runs both sequences and reports their
-# ratio.  TAP.
+# ratio; the blocks a decode step reads, with top-k and top-p.  TAP.
 hy=${HYSERVE:-./hyserve}
 src=${HY_SRCDIR:-.}
 bench="$(dirname "$hy")/tests/integration/bench_sparse"
@@ -14,6 +14,8 @@ check 2 "bench_sparse: bad value for --ref: '-3'" "a negative --ref" -- \
     "$bench" "$tiny" decode 256 2 --dense 0 --ref -3
 check 2 "bench_sparse: bad value for --last: '2x'" "a --last that is not a number" -- \
     "$bench" "$tiny" decode 256 2 --dense 0 --last 2x
+check 2 "bench_sparse: bad value for --topp: '1.5' (0..1)" "a --topp past 1" -- \
+    "$bench" "$tiny" decode 256 2 --dense 0 --topp 1.5
 check 2 "bench_sparse: unknown setting --reff" "an unknown setting" -- \
     "$bench" "$tiny" decode 256 2 --dense 0 --reff 64
 check 2 "bench_sparse: --ref needs a value" "a setting without its value" -- \
@@ -23,4 +25,12 @@ check 1 "bench_sparse: --ref 256 is not shorter than 256" "a reference as long a
 check 0 "sparse: decode at 128, steps alternating with the above: median" \
     "--ref decodes the shorter sequence in the same run" -- \
     "$bench" "$tiny" decode 640 4 --dense 0 --min 256 --ref 128
+# the blocks a decode step reads: top-1 past the sink and 4 local blocks
+# (7 with its own); top-p 0.9 up to 3 on this random model reads the cap
+check 0 "sparse: decode steps at 640: 7.0 blocks read a step and KV head of a full layer" \
+    "a top-1 decode step reads 7 blocks per KV head" -- \
+    "$bench" "$tiny" decode 640 4 --dense 0 --min 256 --topk 1
+check 0 "sparse: decode steps at 640: 9.0 blocks read a step and KV head of a full layer" \
+    "with top-p 0.9 up to 3 blocks, 9" -- \
+    "$bench" "$tiny" decode 640 4 --dense 0 --min 256 --topk 1 --topp 0.9 --max-blocks 3
 finish

@@ -66,6 +66,11 @@ check 1 "hyserve run: --sparse-block-tokens = 24: must be a multiple of the 16-t
     "$hy" run -m "$tiny" -p hi -n 1 --sparse --sparse-block-tokens 24
 check 2 "hyserve run: --sparse-topk = '-1': must be an integer in 0..1048576" "run: negative --sparse-topk" -- \
     "$hy" run -m "$tiny" -p hi -n 1 --sparse --sparse-topk -1
+check 2 "hyserve run: --sparse-topp = '2': must be a number in 0..1" "run: --sparse-topp past 1" -- \
+    "$hy" run -m "$tiny" -p hi -n 1 --sparse --sparse-topp 2
+check 1 "hyserve run: --sparse-max-blocks = 8: must be at least --sparse-topk (64) with --sparse-topp = 0.5" \
+    "run: --sparse-max-blocks below --sparse-topk with --sparse-topp" -- \
+    "$hy" run -m "$tiny" -p hi -n 1 --sparse --sparse-topp 0.5 --sparse-max-blocks 8
 sp_tmp=$(mktemp -d)
 check 1 "[attention] sink_tokens = 48: must be a multiple of [attention] sparse_block_tokens (64)" \
     "serve: [attention] sink_tokens not whole blocks, refused at start" -- \
@@ -82,12 +87,17 @@ sp_p=$(for i in $(seq 1 20); do printf "cat sat %d. " "$i"; done)
 "$hy" run -m "$tiny" -p "$sp_p" -n 24 --temp 0 --ignore-eos --sparse --sparse-min-tokens 64 \
     --sparse-topk 1 --sparse-block-tokens 16 --sparse-sink-tokens 16 \
     --sparse-local-tokens 16 >"$sp_tmp/few" 2>"$sp_tmp/few.err"
+"$hy" run -m "$tiny" -p "$sp_p" -n 24 --temp 0 --ignore-eos --sparse --sparse-min-tokens 64 \
+    --sparse-topk 1 --sparse-topp 0.9 --sparse-max-blocks 3 --sparse-block-tokens 16 \
+    --sparse-sink-tokens 16 --sparse-local-tokens 16 >"$sp_tmp/topp" 2>"$sp_tmp/topp.err"
 # the attention line counts each computed position (the prompt and all but
 # the last generated token) on its path, and the blocks it read: every
 # earlier block and its own in the first run; sink + local + top-1 and its
-# own (4) past position 64 in the second; per layer and KV head alike
+# own (4) past position 64 in the second; per layer and KV head alike; with
+# top-p past the top-1 more, at most top-3's (this random model's heads
+# spread their attention: it reads more)
 n=$((n + 1))
-if python3 - "$sp_tmp/all.err" "$sp_tmp/few.err" <<'PY'
+if python3 - "$sp_tmp/all.err" "$sp_tmp/few.err" "$sp_tmp/topp.err" <<'PY'
 import re, sys
 def counts(path):
     t = open(path).read()
@@ -100,12 +110,15 @@ assert d == 0 and s == n and b % every == 0, (n, d, s, b, every)
 units = b // every
 n2, d2, s2, b2 = counts(sys.argv[2])
 assert n2 == n and d2 == 64 and s2 == n - 64 and b2 == 4 * units * s2, (n2, d2, s2, b2, units)
+n3, d3, s3, b3 = counts(sys.argv[3])
+cap = sum(min(q // 16, 1 + 1 + 3) + 1 for q in range(64, n))
+assert n3 == n and d3 == 64 and s3 == s2 and b2 < b3 <= cap * units, (n3, d3, s3, b3, b2, cap)
 PY
 then
-    echo "ok $n - run --sparse: the attention line counts dense and sparse positions and the blocks they read"
+    echo "ok $n - run --sparse: the attention line counts dense and sparse positions and the blocks they read (top-k and top-p)"
 else
     fail=$((fail + 1))
-    echo "not ok $n - run --sparse attention line: $(grep attention "$sp_tmp/all.err") / $(grep attention "$sp_tmp/few.err")"
+    echo "not ok $n - run --sparse attention line: $(grep attention "$sp_tmp/all.err") / $(grep attention "$sp_tmp/few.err") / $(grep attention "$sp_tmp/topp.err")"
 fi
 n=$((n + 1))
 if [ -s "$sp_tmp/dense" ] && cmp -s "$sp_tmp/dense" "$sp_tmp/all" && ! cmp -s "$sp_tmp/dense" "$sp_tmp/few"; then

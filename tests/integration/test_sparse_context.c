@@ -64,9 +64,11 @@ static void sp_runner_opts(hy_runner_opts_t *o, const hy_kv_sparse_t *sp, int32_
 
 /* Every position's logits of ids[0..SP_N) ([SP_N][n_vocab] in out), fed
  * in steps of chunk tokens, beside other (SP_N tokens, its logits
- * dropped) in the same steps when other != NULL. */
-static int sp_run(hy_model_t *m, const hy_kv_sparse_t *sp, const int32_t *ids, int32_t chunk,
-                  const int32_t *other, float *out, char *err)
+ * dropped) in the same steps when other != NULL; reads (or NULL): the
+ * blocks its sparse tokens read, as the backend counted them. */
+static int sp_run_reads(hy_model_t *m, const hy_kv_sparse_t *sp, const int32_t *ids,
+                        int32_t chunk, const int32_t *other, float *out, uint64_t *reads,
+                        char *err)
 {
     size_t nv = (size_t)m->n_vocab;
     hy_runner_opts_t o;
@@ -89,11 +91,19 @@ static int sp_run(hy_model_t *m, const hy_kv_sparse_t *sp, const int32_t *ids, i
         if ((rc = hy_runner_step(&r, it, other ? 2 : 1, lg, err)) == HY_OK)
             memcpy(out + (size_t)done * nv, lg, sizeof(float) * nv * (size_t)c);
     }
+    if (reads)
+        *reads = a.out_reads[2];
     hy_runner_seq_release(&r, &a);
     hy_runner_seq_release(&r, &b);
     hy_runner_free(&r);
     free(lg);
     return rc;
+}
+
+static int sp_run(hy_model_t *m, const hy_kv_sparse_t *sp, const int32_t *ids, int32_t chunk,
+                  const int32_t *other, float *out, char *err)
+{
+    return sp_run_reads(m, sp, ids, chunk, other, out, NULL, err);
 }
 
 /* Rows [lo, hi) of x and y: the first that differs in any bit, or hi. */
@@ -147,6 +157,63 @@ static void sp_keys_matter(hy_model_t *m, const char *name, const hy_kv_sparse_t
                     "%s: %s: dense to position 320, where the 256 run was sparse (%s)", name,
                     what[k], rc ? err : "ok");
     }
+}
+
+/* The blocks the rule reads for positions SP_MIN..SP_N-1 with up to
+ * scored blocks chosen by score, in every full layer's KV heads. */
+static uint64_t sp_rule_reads(const hy_model_t *m, const hy_kv_sparse_t *sp, int32_t scored)
+{
+    uint64_t n = 0, units = 0;
+    hy_runner_opts_t o;
+
+    sp_runner_opts(&o, sp, SP_CHUNK);
+    for (int32_t il = 0; il < m->n_layer; il++)
+        units += m->layers[il].kv_index >= 0 && m->layers[il].window == 0;
+    for (int32_t p = sp->min_tokens; p < SP_N; p++)
+        n += (uint64_t)hy_kv_sparse_blocks_before(p / (sp->block_pages * o.page_tokens),
+                                                  sp->sink_blocks, sp->local_blocks, scored) + 1;
+    return n * units * (uint64_t)m->n_head_kv;
+}
+
+/* The backend's count of blocks read is the rule's for a top-k; top-p
+ * (0.9, up to 6 blocks) reads more on these random models, whose heads
+ * spread their attention, and never past the cap; its bits do not depend
+ * on the cuts of the prompt or a batch; with the cap at the top-k it is
+ * the top-k. */
+static void sp_topp(hy_model_t *m, const char *name, const hy_kv_sparse_t *base,
+                    const int32_t *ids, const int32_t *other, const float *sparse, float *buf,
+                    float *buf2)
+{
+    hy_kv_sparse_t sp = *base;
+    size_t bytes = sizeof(float) * (size_t)m->n_vocab * SP_N;
+    uint64_t reads = 0, rk = sp_rule_reads(m, base, base->topk), rc6 = sp_rule_reads(m, base, 6);
+    char err[HY_ERR_LEN] = "";
+    int rc = sp_run_reads(m, base, ids, SP_CHUNK, NULL, buf, &reads, err);
+
+    HY_T_OK(rc == HY_OK && reads == rk, "%s: top-%d: the backend counts %llu blocks read, the "
+            "rule's %llu (%s)", name, base->topk, (unsigned long long)reads,
+            (unsigned long long)rk, rc ? err : "ok");
+    sp.topp = 0.9f;
+    sp.max_blocks = 6;
+    rc = sp_run_reads(m, &sp, ids, SP_CHUNK, NULL, buf, &reads, err);
+    HY_T_OK(rc == HY_OK && reads > rk && reads <= rc6 &&
+                sp_first_diff(buf, sparse, m->n_vocab, 0, SP_N) >= SP_MIN &&
+                sp_n_diff(buf, sparse, m->n_vocab, SP_MIN, SP_N) > 0,
+            "%s: top-p 0.9 up to 6 blocks: %llu blocks read (top-%d %llu, all at the cap %llu), "
+            "other logits past %d (%s)", name, (unsigned long long)reads, base->topk,
+            (unsigned long long)rk, (unsigned long long)rc6, SP_MIN, rc ? err : "ok");
+    for (int c = 0; c < 2 && rc == HY_OK; c++) {
+        int32_t chunk = m->n_rec_layers > 0 ? 64 : (c ? 1 : 37);
+
+        rc = sp_run(m, &sp, ids, chunk, c ? other : NULL, buf2, err);
+        HY_T_OK(rc == HY_OK && memcmp(buf2, buf, bytes) == 0,
+                "%s: top-p in steps of %d tokens%s: the same bits (%s)", name, chunk,
+                c ? ", batched with another sequence" : "", rc ? err : "ok");
+    }
+    sp.max_blocks = base->topk;
+    rc = sp_run(m, &sp, ids, SP_CHUNK, NULL, buf, err);
+    HY_T_OK(rc == HY_OK && memcmp(buf, sparse, bytes) == 0,
+            "%s: top-p with its cap at the top-k: the top-k's bits (%s)", name, rc ? err : "ok");
 }
 
 /* Two twins; one's full pages are read out and written back swapped
@@ -415,13 +482,13 @@ static void sp_model(const char *rel)
 {
     /* 32-token blocks: top-2, the first and the last block before a
      * token's own, from position 256 */
-    const hy_kv_sparse_t base = {2, 2, 1, 1, SP_MIN};
-    const hy_kv_sparse_t all = {1, 1 << 20, 0, 0, 0}, off = {0, 0, 0, 0, 0};
+    const hy_kv_sparse_t base = {2, 2, 1, 1, SP_MIN, 0, 0};
+    const hy_kv_sparse_t all = {1, 1 << 20, 0, 0, 0, 0, 0}, off = {0, 0, 0, 0, 0, 0, 0};
     const char *name = strrchr(rel, '/') + 1;
     char err[HY_ERR_LEN] = "";
     hy_model_t *m = NULL;
     int32_t *ids = NULL, *other = NULL, nv;
-    float *dense = NULL, *sparse = NULL, *buf = NULL;
+    float *dense = NULL, *sparse = NULL, *buf = NULL, *buf2 = NULL;
     size_t bytes;
     int rc;
 
@@ -436,7 +503,8 @@ static void sp_model(const char *rel)
     dense = malloc(bytes);
     sparse = malloc(bytes);
     buf = malloc(bytes);
-    if (!ids || !other || !dense || !sparse || !buf) {
+    buf2 = malloc(bytes);
+    if (!ids || !other || !dense || !sparse || !buf || !buf2) {
         HY_T_OK(0, "%s: out of memory", name);
         goto out;
     }
@@ -468,6 +536,7 @@ static void sp_model(const char *rel)
             "%s: sparse batched with another sequence: the same bits (%s)", name,
             rc ? err : "ok");
     sp_keys_matter(m, name, &base, ids, dense, sparse, buf);
+    sp_topp(m, name, &base, ids, other, sparse, buf, buf2);
     sp_rewrite(m, name, &base, ids);
     sp_hot(m, name, &base, ids, other, sparse, buf);
 out:
@@ -476,6 +545,7 @@ out:
     free(dense);
     free(sparse);
     free(buf);
+    free(buf2);
     hy_model_free(m);
 }
 

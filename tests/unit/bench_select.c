@@ -44,7 +44,7 @@ int main(int argc, char **argv)
     float *q = malloc(sizeof(float) * (size_t)heads * (size_t)hd);
     float *scr = malloc(sizeof(float) * hy_sparse_select_floats(heads, nb));
     int32_t *out = malloc(sizeof(int32_t) * ((size_t)nb + 1));
-    hy_sparse_params_t sp = {4, k, 1, 4, 1.0f / sqrtf((float)hd), 0};
+    hy_sparse_params_t sp = {4, k, 1, 4, 1.0f / sqrtf((float)hd), 0, 0, 0};
     uint32_t s = 1;
     double best = 1e30;
     long check = 0;

@@ -194,6 +194,8 @@ static void test_bad_values(void)
     ok &= set_fails("attention.sparse", "on", "command line: [attention] sparse = on: must be one of off|block");
     ok &= set_fails("attention.sparse_block_tokens", "0", "command line: [attention] sparse_block_tokens = 0: must be 1..65536");
     ok &= set_fails("attention.sparse_topk", "-3", "command line: [attention] sparse_topk = -3: must be 0..1048576");
+    ok &= set_fails("attention.sparse_topp", "1.5", "command line: [attention] sparse_topp = 1.5: must be 0..1");
+    ok &= set_fails("attention.sparse_max_blocks", "0", "command line: [attention] sparse_max_blocks = 0: must be 1..1048576");
     ok &= set_fails("attention.sink_tokens", "x", "command line: [attention] sink_tokens = x: not an integer");
     ok &= set_fails("attention.local_tokens", "16777217", "command line: [attention] local_tokens = 16777217: must be 0..16777216");
     ok &= set_fails("attention.sparse_min_tokens", "1e3", "command line: [attention] sparse_min_tokens = 1e3: not an integer");

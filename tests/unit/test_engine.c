@@ -704,7 +704,7 @@ static void hy_e_prefix_sparse(hy_e_env_t *v, const char *name)
     int rc;
 
     hy_e_opts(&v->o);
-    v->o.sparse = (hy_kv_sparse_t){1, 1, 1, 1, 32};
+    v->o.sparse = (hy_kv_sparse_t){1, 1, 1, 1, 32, 0, 0};
     if ((rc = hy_e_up(v, &v->o, err)) == HY_OK) {
         hy_e_prompt(p, 100, 41, v->m->n_vocab);
         rc = hy_e_run_twice(v, p, 100, &a, &b, &gap, err);
@@ -725,7 +725,7 @@ static void hy_e_prefix_sparse(hy_e_env_t *v, const char *name)
 static void hy_e_hot(hy_e_env_t *v, const char *name)
 {
     char err[HY_ERR_LEN] = "", err2[HY_ERR_LEN] = "", dir[] = "/tmp/hy-e-spill-XXXXXX";
-    const hy_kv_sparse_t sp = {1, 1, 1, 1, 32};
+    const hy_kv_sparse_t sp = {1, 1, 1, 1, 32, 0, 0};
     int32_t *p = malloc(sizeof(int32_t) * 600), hot = 0, pages[3] = {0, 0, 0};
     hy_e_out_t a = {0}, b = {0}, c = {0};
     hy_outstore_counts_t oc = {0};

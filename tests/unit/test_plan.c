@@ -330,6 +330,22 @@ static void hy_plan_sparse_case(void)
                  "(32)") == 0;
     HY_T_OK(ok, "sizes that are not whole pages or blocks refused, naming the key or flag (%s)",
             err);
+    a.local_tokens = 64;
+    ok = hy_plan_sparse(&a, 16, false, &sp, err) == HY_OK && sp.topp == 0 &&
+         sp.max_blocks == 512;
+    a.sparse_topp = 0.99;
+    a.sparse_max_blocks = 63;
+    ok &= hy_plan_sparse(&a, 16, false, &sp, err) == HY_EINVAL &&
+          strcmp(err, "[attention] sparse_max_blocks = 63: must be at least [attention] "
+                 "sparse_topk (64) with [attention] sparse_topp = 0.99") == 0;
+    ok &= hy_plan_sparse(&a, 16, true, &sp, err) == HY_EINVAL &&
+          strcmp(err, "--sparse-max-blocks = 63: must be at least --sparse-topk (64) with "
+                 "--sparse-topp = 0.99") == 0;
+    a.sparse_max_blocks = 64;
+    ok &= hy_plan_sparse(&a, 16, false, &sp, err) == HY_OK && sp.topp == 0.99f &&
+          sp.max_blocks == 64;
+    HY_T_OK(ok, "top-p: off by default with a cap of 512; a cap below the top-k refused with "
+            "top-p on, naming the keys or flags (%s)", err);
 }
 
 /* With block-sparse attention each full page carries its compressed key
@@ -411,7 +427,7 @@ static void hy_plan_window_case(hy_backend_t *be)
 {
     char err[HY_ERR_LEN] = "", e1[HY_ERR_LEN] = "", e2[HY_ERR_LEN] = "", e3[HY_ERR_LEN] = "";
     hy_model_t *m = NULL;
-    hy_kv_sparse_t sp = {4, 32, 1, 4, 4096}, off = {0};
+    hy_kv_sparse_t sp = {4, 32, 1, 4, 4096, 0, 0}, off = {0};
     hy_plan_opts_t po = {65536, 2, 16, 512, HY_DTYPE_F16, false, sp, 0, 0, 0, 0, 0, 0};
     hy_runner_opts_t o;
     hy_runner_t r;

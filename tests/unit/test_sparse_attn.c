@@ -220,7 +220,7 @@ static void ref_group(const float *q, int32_t heads, int32_t hd, double scale, c
 
 static void t_select(kv_t *c, const float *bk, int32_t cur, const char *name)
 {
-    hy_sparse_params_t sp = {BP, 3, 1, 2, 0.125f, 0};
+    hy_sparse_params_t sp = {BP, 3, 1, 2, 0.125f, 0, 0, 0};
     int32_t sel[T], n, best[3] = {-1, -1, -1};
     static float scr[(GRP + 3) * (T + 4)];
     static double score[T];
@@ -257,7 +257,7 @@ static void t_select(kv_t *c, const float *bk, int32_t cur, const char *name)
     n = hy_sparse_select(c->q, HD, GRP, HD, bk, HD, cur, &sp, sel, scr);
     HY_T_OK(n == cur && sel[0] == 0 && sel[cur - 1] == cur - 1,
             "%s: a top-k past the block count takes every block once (%d)", name, n);
-    sp = (hy_sparse_params_t){BP, 0, 0, 0, 0.125f, 0};
+    sp = (hy_sparse_params_t){BP, 0, 0, 0, 0.125f, 0, 0, 0};
     HY_T_OK(hy_sparse_select(c->q, HD, GRP, HD, bk, HD, cur, &sp, sel, scr) == 0 &&
                 hy_sparse_select(c->q, HD, GRP, HD, bk, HD, 0, &sp, sel, scr) == 0,
             "%s: nothing asked, nothing chosen (only the token's own block is read)", name);
@@ -291,7 +291,7 @@ static void t_select_heads(void)
     static float keys[NB][D], scr[(2 + 3) * (NB + 4)];
     float q[2 * D] = {0}, qs[D];
     int32_t sel[NB], n1, n2;
-    hy_sparse_params_t sp = {BP, 1, 1, 1, 1.0f / sqrtf((float)D), 0};
+    hy_sparse_params_t sp = {BP, 1, 1, 1, 1.0f / sqrtf((float)D), 0, 0, 0};
 
     q[0] = 10.0f;
     q[1] = 1.0f;
@@ -312,6 +312,107 @@ static void t_select_heads(void)
             "summed query takes block %d)", n2, n1);
 }
 
+/* Top-p past the top-k: the blocks ranked by the group's probability
+ * (each head's softmax over the blocks, averaged; double here), the choice
+ * is the shortest prefix of that ranking that holds topp of the mass, at
+ * least topk and at most max_blocks long - for one head and four, queries
+ * from flat (every block about as likely: the cap) to pointed (the top-k
+ * hold it all), and a top-p of 0 is the top-k's own choice. */
+static void t_select_topp(void)
+{
+    enum { NB = 3000, D = 16, K0 = 8, CAP = 600 };
+    static float keys[NB][D], scr[(4 + 3) * (NB + 4)];
+    static double p[NB], lg[4][NB];
+    static int32_t sel[NB], rank[NB], plain[NB];
+    static const float temps[] = {0.05f, 1.0f, 3.0f, 12.0f};
+    static const float topps[] = {0.5f, 0.9f, 0.99f};
+    float q[4 * D];
+    int32_t bad = 0, runs = 0, at_floor = 0, at_cap = 0, between = 0;
+    char what[200] = "";
+
+    for (int32_t b = 0; b < NB; b++)
+        fill(keys[b], D, 1.0f);
+    for (int heads = 1; heads <= 4; heads += 3)
+        for (size_t ti = 0; ti < HY_ARRAY_LEN(temps); ti++)
+            for (size_t pi = 0; pi < HY_ARRAY_LEN(topps); pi++) {
+                hy_sparse_params_t sp = {BP, K0, 1, 2, 1.0f / sqrtf((float)D), 0,
+                                         topps[pi], CAP};
+                int32_t sink = 1, local = NB - 2, nc = local - sink, n, c, np;
+                double acc = 0, before = 0;
+                bool ok = true;
+
+                fill(q, (size_t)heads * D, temps[ti]);
+                /* double: each head's softmax over the candidates, averaged */
+                for (int32_t b = sink; b < local; b++)
+                    p[b] = 0;
+                for (int h = 0; h < heads; h++) {
+                    double mx = -INFINITY, z = 0;
+
+                    for (int32_t b = sink; b < local; b++) {
+                        double d = 0;
+
+                        for (int32_t i = 0; i < D; i++)
+                            d += (double)q[h * D + i] * keys[b][i];
+                        lg[h][b] = d * sp.scale;
+                        mx = fmax(mx, lg[h][b]);
+                    }
+                    for (int32_t b = sink; b < local; b++)
+                        z += exp(lg[h][b] - mx);
+                    for (int32_t b = sink; b < local; b++)
+                        p[b] += exp(lg[h][b] - mx) / z / heads;
+                }
+                /* the ranking, best first, ties to the earlier block */
+                for (int32_t i = 0; i < nc; i++)
+                    rank[i] = sink + i;
+                for (int32_t i = 1; i < nc; i++) {
+                    int32_t v = rank[i], j = i;
+
+                    for (; j > 0 && p[rank[j - 1]] < p[v]; j--)
+                        rank[j] = rank[j - 1];
+                    rank[j] = v;
+                }
+                n = hy_sparse_select(q, D, heads, D, &keys[0][0], D, NB, &sp, sel, scr);
+                c = n - sink - 2;
+                /* the chosen scored blocks are the ranking's first c, up to
+                 * rounding between near-equal neighbours */
+                for (int32_t i = 0; i < c; i++)
+                    acc += p[rank[i]];
+                before = acc - (c > 0 ? p[rank[c - 1]] : 0);
+                for (int32_t i = sink; i < sink + c && ok; i++) {
+                    double lo = p[sel[i]];
+
+                    ok = lo >= p[rank[c]] * (1 - 1e-4) && sel[i] > sel[i - 1];
+                }
+                ok &= sel[0] == 0 && sel[n - 2] == NB - 2 && sel[n - 1] == NB - 1;
+                ok &= c >= K0 && c <= CAP;
+                /* the fewest that reach topp (float sums: 1e-4 of slack) */
+                ok &= c == K0 || c == CAP || (acc >= topps[pi] - 1e-4 && before < topps[pi] + 1e-4);
+                ok &= c == CAP || acc >= topps[pi] - 1e-4;
+                at_floor += c == K0;
+                at_cap += c == CAP;
+                between += c > K0 && c < CAP;
+                /* with top-p off: the top-k, which the top-p choice holds */
+                sp.topp = 0;
+                np = hy_sparse_select(q, D, heads, D, &keys[0][0], D, NB, &sp, plain, scr);
+                for (int32_t i = 0, j = 0; i < np && ok; i++) {
+                    while (j < n && sel[j] < plain[i])
+                        j++;
+                    ok = j < n && sel[j] == plain[i];
+                }
+                ok &= np == sink + K0 + 2;
+                runs++;
+                if (!ok && bad++ == 0)
+                    snprintf(what, sizeof what, "%d head(s), query scale %g, top-p %g: %d chosen "
+                             "by score, mass %.6f (%.6f without the last)", heads,
+                             (double)temps[ti], (double)topps[pi], c, acc, before);
+            }
+    HY_T_OK(bad == 0 && at_floor > 0 && at_cap > 0 && between > 0,
+            "top-p: %d of %d choices the shortest prefix of the ranking holding top-p of the "
+            "mass, between top-%d and %d (%d at the floor, %d at the cap, %d between)%s%s",
+            runs - bad, runs, K0, CAP, at_floor, at_cap, between, bad ? "; first wrong: " : "",
+            what);
+}
+
 /* The choice over many blocks (several of its scoring chunks, head dims
  * with and without a tail of fewer than 8): every chosen block scores at
  * least as high as every block left out (in double, up to float
@@ -326,7 +427,7 @@ static void t_select_many(void)
     static int32_t sel[NB];
     static double score[NB];
     float q[3 * MAXD];
-    hy_sparse_params_t sp = {BP, TOPK, 2, 3, 0.3f, 0};
+    hy_sparse_params_t sp = {BP, TOPK, 2, 3, 0.3f, 0, 0, 0};
 
     for (size_t di = 0; di < HY_ARRAY_LEN(dims); di++) {
         int32_t hd = dims[di], n, worst_in = -1, best_out = -1, count = 0;
@@ -511,7 +612,7 @@ static void t_levels(void)
     for (size_t h = 0; h < HY_ARRAY_LEN(heads); h++)
         for (size_t b = 0; b < HY_ARRAY_LEN(nbs); b++)
             for (size_t k = 0; k < HY_ARRAY_LEN(ks); k++) {
-                hy_sparse_params_t sp = {BP, ks[k], 1, 2, 0.25f, 0};
+                hy_sparse_params_t sp = {BP, ks[k], 1, 2, 0.25f, 0, 0, 0};
                 int32_t n[2];
 
                 for (int l = 0; l < 2; l++) {
@@ -524,7 +625,7 @@ static void t_levels(void)
     /* the group's scores themselves, bit for bit, at both levels */
     for (size_t h = 0; h < HY_ARRAY_LEN(heads); h++)
         for (size_t b = 0; b < HY_ARRAY_LEN(nbs); b++) {
-            hy_sparse_params_t sp = {BP, 64, 1, 2, 0.25f, 0};
+            hy_sparse_params_t sp = {BP, 64, 1, 2, 0.25f, 0, 0, 0};
             int32_t np = (nbs[b] + 3) & ~3;
             float *out = scr + (size_t)heads[h] * (size_t)np;
 
@@ -582,7 +683,7 @@ static void t_select_rule(void)
                     int32_t hd = dims[di], nb = lens[li], heads = 1 + kind % 3, n, m = 0;
                     /* a soft-cap with the needles: saturated, they tie */
                     hy_sparse_params_t sp = {BP, topks[ki], 3, 5, 1.0f / sqrtf((float)hd),
-                                             kind == 3 ? 2.0f : 0.0f};
+                                             kind == 3 ? 2.0f : 0.0f, 0, 0};
                     int32_t sink = HY_MIN(3, nb), local = HY_MAX(nb - 5, sink);
                     int32_t k = HY_MIN(topks[ki], local - sink), w = 0;
 
@@ -709,7 +810,7 @@ static void t_attend(kv_t *c, const float *bk, int32_t cur, kernel_fn kernel, co
                      const char *name)
 {
     static float scratch[1 << 16];
-    hy_sparse_params_t sp = {BP, 3, 1, 2, 0.125f, 0};
+    hy_sparse_params_t sp = {BP, 3, 1, 2, 0.125f, 0, 0, 0};
     int32_t pos = T - 1, sel[T], n, pages[T / PT + 1];
     static float scr[(GRP + 3) * (T + 4)];
     float dense[GRP * HD];
@@ -788,6 +889,7 @@ int main(void)
             t_levels();
             t_select_heads();
             t_select_rule();
+            t_select_topp();
             t_ids();
         }
         free(bk);

@@ -414,9 +414,23 @@ size_t hy_sparse_select_floats(int32_t n_heads, int32_t cur)
 {
     size_t c = (size_t)HY_MAX(cur, 0) + 4;
 
-    /* kept scores, every block's score, each chunk's best twice; with
-     * several heads also their own scores */
-    return n_heads > 1 ? (size_t)(n_heads + 3) * c : 2 * c;
+    /* kept scores (up to every block), every block's score, each chunk's
+     * best twice, and the heads' own scores (one head too, with topp) */
+    return (size_t)(HY_MAX(n_heads, 1) + 3) * c;
+}
+
+/* How many of the m kept (best first, scores log sum_h p_h) a top-p choice
+ * reads: at least k0, then until their mass, added in that order, reaches
+ * topp of the group's n_heads. */
+static int32_t sp_mass_count(const float *score, int32_t m, int32_t k0, int32_t n_heads,
+                             float topp)
+{
+    float want = topp * (float)n_heads, acc = 0;
+    int32_t i = 0;
+
+    for (; i < m && (i < k0 || acc < want); i++)
+        acc += score[i] == -INFINITY ? 0.0f : hy_vexp1(score[i]);
+    return i;
 }
 
 int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
@@ -426,6 +440,9 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
     int32_t sink = HY_MIN(HY_MAX(sp->sink_blocks, 0), cur);
     int32_t local = HY_MAX(cur - HY_MAX(sp->local_blocks, 0), sink);
     int32_t k = HY_MIN(HY_MAX(sp->topk, 0), local - sink), m = 0, n = 0;
+    /* top-p: room for up to cap kept, and the group's probabilities even
+     * for one head (the mass needs them; the order is the same) */
+    int32_t cap = sp->topp > 0 && k > 0 ? HY_MIN(HY_MAX(sp->max_blocks, k), local - sink) : k;
     int32_t n_chunks = (local - sink + SP_CHUNK - 1) / SP_CHUNK;
     int32_t *top = out + sink;
     float qs[HY_ATTN_MAX_HEAD_DIM], tail[4 * HY_ATTN_MAX_HEAD_DIM], cs[SP_CHUNK + 4];
@@ -435,9 +452,9 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
      * score after the k kept (padded to 4 with several heads), then each
      * chunk's best and a copy, then the heads' own scores
      * (hy_sparse_select_floats) */
-    bool group = n_heads > 1 && k > 0, pre = false;
+    bool group = (n_heads > 1 || cap > k) && k > 0, pre = false;
     int32_t np = group ? ((local - sink) + 3) & ~3 : local - sink;
-    float *all = scratch + k, *cmax = all + np, *cbest = cmax + n_chunks;
+    float *all = scratch + cap, *cmax = all + np, *cbest = cmax + n_chunks;
 
     if (group)
         hy_sparse_group_scores(q, q_stride, n_heads, hd, sp,
@@ -499,6 +516,18 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
                             cs);
         }
         m = sp_keep(sc, nb, b0, k, m, floor, scratch, top);
+    }
+    /* the top-k short of the mass: the best cap, then the fewest of them
+     * that reach it (every score is in all: no key is read again) */
+    if (cap > k && sp_mass_count(scratch, m, k, n_heads, sp->topp) == m) {
+        m = 0;
+        for (int32_t c = 0; c < n_chunks; c++) {
+            int32_t b0 = sink + c * SP_CHUNK;
+
+            m = sp_keep(all + (size_t)c * SP_CHUNK, HY_MIN(SP_CHUNK, local - b0), b0, cap, m,
+                        -INFINITY, scratch, top);
+        }
+        m = sp_mass_count(scratch, m, k, n_heads, sp->topp);
     }
     /* ascending, the order the keys lie in the sequence: the sink blocks,
      * the chosen ones (all between), the local ones */
@@ -787,9 +816,10 @@ void hy_cpu_sparse_keys_page(hy_cpu_t *cpu, int32_t group, int32_t page)
 static size_t sp_max_pages(const hy_cpu_t *cpu)
 {
     const hy_kv_sparse_t *c = &cpu->kv.sparse;
+    int32_t scored = c->topp > 0 ? HY_MAX(c->topk, c->max_blocks) : c->topk;
 
     return ((size_t)HY_MAX(c->sink_blocks, 0) + (size_t)HY_MAX(c->local_blocks, 0) +
-            (size_t)HY_MAX(c->topk, 0) + 1) *
+            (size_t)HY_MAX(scored, 0) + 1) *
            (size_t)HY_MAX(c->block_pages, 1);
 }
 
@@ -894,8 +924,11 @@ void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq
                           float *scr, float *sscr)
 {
     const hy_kv_sparse_t *c = &cpu->kv.sparse;
-    hy_sparse_params_t sp = {c->block_pages, c->topk, c->sink_blocks,
-                             c->local_blocks, f->scale, f->softcap};
+    hy_sparse_params_t sp = {c->block_pages, c->topk,  c->sink_blocks, c->local_blocks,
+                             f->scale,       f->softcap, c->topp,     c->max_blocks};
+    /* the group's first unit counts the reads: once per token and KV head,
+     * however its heads are cut into units */
+    uint64_t *counts = f->h0 == gh0 ? sq->out_reads : NULL, reads = 0;
     int32_t hd = f->hd, bp = c->block_pages, bt = bp * f->page_tokens;
     /* the unit's last token sees the most blocks */
     int32_t ncur = f->pos[f->t1 - 1] / bt;
@@ -925,25 +958,28 @@ void hy_cpu_sparse_tokens(const hy_cpu_t *cpu, int32_t layer, const hy_batch_seq
 
         u.t0 = t;
         u.t1 = t + 1;
+        reads += (uint64_t)n + 1;
         /* blocks and the position come from the checked batch: cannot fail */
         np = sp_compact(&u, blocks, n, c->block_pages, pages, &vpos);
         for (int32_t i = 0; stage && i < np; i++)
             out |= pages[i] < 0;
-        if (out && sq->out_reads) {
+        if (out && counts) {
             uint64_t k = 0;
 
             /* a block leaves the pool whole: its first page says */
             for (int32_t i = 0; i < n; i++)
                 k += f->pages[(size_t)blocks[i] * (size_t)bp] < -1;
-            __atomic_fetch_add(sq->out_reads, k, __ATOMIC_RELAXED);
+            __atomic_fetch_add(counts, k, __ATOMIC_RELAXED);
         }
         if (out) {
             int32_t cold = sp_run_at(cpu, layer, sq, &u, g, pages, np, &vpos, stage, kernel, scr);
 
-            if (cold > 0 && sq->out_reads)
-                __atomic_fetch_add(&sq->out_reads[1], (uint64_t)cold, __ATOMIC_RELAXED);
+            if (cold > 0 && counts)
+                __atomic_fetch_add(&counts[1], (uint64_t)cold, __ATOMIC_RELAXED);
         }
         else
             sp_run(&u, pages, &vpos, kernel, scr);
     }
+    if (counts)
+        __atomic_fetch_add(&counts[2], reads, __ATOMIC_RELAXED);
 }

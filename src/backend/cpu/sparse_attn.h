@@ -28,11 +28,13 @@
 
 typedef struct {
     int32_t block_pages;  /* pages per block (sparse_block_tokens / page_tokens), >= 1 */
-    int32_t topk;         /* blocks chosen by score, >= 0 */
+    int32_t topk;         /* blocks chosen by score, >= 0 (with topp: at least) */
     int32_t sink_blocks;  /* the sequence's first blocks, always read */
     int32_t local_blocks; /* the blocks just before the token's own, always read */
     float scale, softcap; /* the layer's attention logits: scale * q . k, then softcap *
                            * tanh(x / softcap) when softcap > 0 (a group's heads' softmax) */
+    float topp;           /* 0, or the group's block mass the chosen blocks reach */
+    int32_t max_blocks;   /* with topp: at most this many chosen by score */
 } hy_sparse_params_t;
 
 /* The compressed key of one KV head of a full page: the mean of its
@@ -59,9 +61,13 @@ void hy_sparse_block_key(const float *page_keys, size_t stride, const int32_t *p
  * sp->softcap) - each head's preference counts, whatever the others'
  * (InfLLM-v2's rule; summing the queries first let them cancel).  In one
  * fixed order: the same bits for a token whatever else runs; a NaN counts
- * as -inf, ties go to the earlier block.  Returns how many (each block
- * once) in out, ascending; scratch holds hy_sparse_select_floats(n_heads,
- * cur) floats. */
+ * as -inf, ties go to the earlier block.  With sp->topp > 0 the choice
+ * goes on past the top-k, best first, until the chosen blocks hold topp of
+ * the group's mass (sum over blocks and heads of p_h(b) is n_heads; one
+ * head takes the same rule) or sp->max_blocks are chosen: a token whose
+ * heads spread their attention reads more blocks, one whose heads point
+ * reads the top-k.  Returns how many (each block once) in out, ascending;
+ * scratch holds hy_sparse_select_floats(n_heads, cur) floats. */
 size_t hy_sparse_select_floats(int32_t n_heads, int32_t cur);
 /* log(sum_i exp(x[i * stride])) over i < n in the choice's order: the
  * largest first, then exp(x - it) (vexp.h) added into partial sum i mod 8
