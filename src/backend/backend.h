@@ -226,6 +226,14 @@ static inline int32_t hy_kv_sparse_blocks_before(int32_t cur, int32_t sink_block
     return HY_MIN(cur, sink + (cur - local) + HY_MAX(topk, 0));
 }
 
+/* The most blocks a token chooses by score: the top-k, or with top-p on
+ * top of a top-k the cap (the choice in backend/cpu/sparse_attn.c and
+ * the pages a token's scratch holds both take it from here). */
+static inline int32_t hy_kv_sparse_scored(int32_t topk, float topp, int32_t max_blocks)
+{
+    return topp > 0 && topk > 0 ? HY_MAX(topk, max_blocks) : topk;
+}
+
 /* The complete blocks of a sequence at n_tokens positions: what its block
  * keys hold once a step up to there has run. */
 static inline int32_t hy_kv_sparse_blocks_valid(const hy_kv_sparse_t *sp, int32_t page_tokens,

@@ -442,7 +442,7 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
     int32_t k = HY_MIN(HY_MAX(sp->topk, 0), local - sink), m = 0, n = 0;
     /* top-p: room for up to cap kept, and the group's probabilities even
      * for one head (the mass needs them; the order is the same) */
-    int32_t cap = sp->topp > 0 && k > 0 ? HY_MIN(HY_MAX(sp->max_blocks, k), local - sink) : k;
+    int32_t cap = HY_MIN(hy_kv_sparse_scored(k, sp->topp, sp->max_blocks), local - sink);
     int32_t n_chunks = (local - sink + SP_CHUNK - 1) / SP_CHUNK;
     int32_t *top = out + sink;
     float qs[HY_ATTN_MAX_HEAD_DIM], tail[4 * HY_ATTN_MAX_HEAD_DIM], cs[SP_CHUNK + 4];
@@ -816,7 +816,7 @@ void hy_cpu_sparse_keys_page(hy_cpu_t *cpu, int32_t group, int32_t page)
 static size_t sp_max_pages(const hy_cpu_t *cpu)
 {
     const hy_kv_sparse_t *c = &cpu->kv.sparse;
-    int32_t scored = c->topp > 0 ? HY_MAX(c->topk, c->max_blocks) : c->topk;
+    int32_t scored = hy_kv_sparse_scored(c->topk, c->topp, c->max_blocks);
 
     return ((size_t)HY_MAX(c->sink_blocks, 0) + (size_t)HY_MAX(c->local_blocks, 0) +
             (size_t)HY_MAX(scored, 0) + 1) *
