@@ -859,7 +859,7 @@ static void test_decode_invariance(void)
 {
     enum { NH = 32, NKV = 4, HD = 64, PT = 16, LA = 1000, LB = 40, NB = 15 };
     const int pa = (LA + 1 + PT - 1) / PT, pb = (LB + NB + PT - 1) / PT;
-    hy_kv_layout_t lay = {1, NKV, HD, HD, PT, pa + pb, HY_DTYPE_F16, 0, NULL, {0, 0, 0, 0, 0}};
+    hy_kv_layout_t lay = {1, NKV, HD, HD, PT, pa + pb, HY_DTYPE_F16, 0, NULL, {0, 0, 0, 0, 0, 0, 0}};
     hy_attn_params_t ap = {NH, NKV, HD, HD, 0.125f, 0, 0};
     int32_t *pages = malloc(sizeof(int32_t) * (size_t)(pa + pb));
     float *one = malloc(sizeof(float) * NH * HD), *row = malloc(sizeof(float) * NH * HD);
@@ -952,7 +952,7 @@ static void test_case(const acase_t *c)
         n_pages[s] = (len[s] + pt - 1) / pt;
         total += n_pages[s];
     }
-    hy_kv_layout_t lay = {2, n_kv, hd, hdv, pt, total + 5, c->kv, 0, NULL, {0, 0, 0, 0, 0}};
+    hy_kv_layout_t lay = {2, n_kv, hd, hdv, pt, total + 5, c->kv, 0, NULL, {0, 0, 0, 0, 0, 0, 0}};
     int32_t *perm = malloc(sizeof(int32_t) * (size_t)lay.n_pages);
     for (int i = 0; i < lay.n_pages; i++)
         perm[i] = i;

@@ -265,7 +265,7 @@ static void test_rope(void)
 static void test_attention(hy_dtype_t kv_type, int window, float softcap, int long_ctx)
 {
     const int n_head = 8, n_kv = 2, hd = 64, pt = 16;
-    hy_kv_layout_t lay = {2, n_kv, hd, hd, pt, 300, kv_type, 0, NULL, {0, 0, 0, 0, 0}};
+    hy_kv_layout_t lay = {2, n_kv, hd, hd, pt, 300, kv_type, 0, NULL, {0, 0, 0, 0, 0, 0, 0}};
     char err[HY_ERR_LEN];
     /* three sequences: long prefill, short prefill, and a third that
      * decodes after its prefill; then one decode step for all */
@@ -497,7 +497,7 @@ static void test_errors(void)
     wpair_t w = wpair_f32(e, 64, 10);
     pair_t y = pair_new(NULL, 64 * 2);
     int32_t ids[2] = {3, 10};
-    hy_kv_layout_t lay = {3, 2, 64, 64, 16, 40, HY_DTYPE_Q8_0, 0, NULL, {0, 0, 0, 0, 0}};
+    hy_kv_layout_t lay = {3, 2, 64, 64, 16, 40, HY_DTYPE_Q8_0, 0, NULL, {0, 0, 0, 0, 0, 0, 0}};
     uint64_t pc, sc, pg, sg, kc, kg, s1, s2;
 
     g_gpu->i->get_rows(g_gpu, &w.g, ids, y.g, 2);

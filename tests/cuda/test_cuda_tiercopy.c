@@ -39,7 +39,7 @@ static void first_diff(const uint8_t *a, const uint8_t *b, size_t n, char *buf, 
 static void t_pages(hy_dtype_t type)
 {
     static const uint8_t layer_swa[NL] = {0, 1, 0};
-    hy_kv_layout_t lay = {NL, NKV, HD, HD, PT, NP, type, NSP, layer_swa, {0, 0, 0, 0, 0}};
+    hy_kv_layout_t lay = {NL, NKV, HD, HD, PT, NP, type, NSP, layer_swa, {0, 0, 0, 0, 0, 0, 0}};
     hy_attn_params_t ap = {4, NKV, HD, HD, 0.125f, 0, 0};
     size_t layer_bytes = (size_t)2 * NKV * PT * hy_dtype_row_bytes(type, HD);
     const char *tn = hy_dtype_info(type)->name;

@@ -95,7 +95,7 @@ int main(int argc, char **argv)
 
     int n_pages = (max_keys + B_PT - 1) / B_PT;
     hy_kv_layout_t lay = {1, B_NKV, B_HD, B_HD, B_PT, n_pages, HY_DTYPE_F16, 0, NULL,
-                          {0, 0, 0, 0, 0}};
+                          {0, 0, 0, 0, 0, 0, 0}};
     q = malloc((size_t)B_NQ * B_NH * B_HD * sizeof(float));
     k = malloc((size_t)B_NQ * B_NKV * B_HD * sizeof(float));
     v = malloc((size_t)B_NQ * B_NKV * B_HD * sizeof(float));

@@ -186,7 +186,7 @@ int main(int argc, char **argv)
 
         /* attention: one 512-token prompt, SmolLM2 heads (9 q / 3 kv, 64) */
         {
-            hy_kv_layout_t lay = {1, 3, 64, 64, 16, 64, HY_DTYPE_F16, 0, NULL, {0, 0, 0, 0, 0}};
+            hy_kv_layout_t lay = {1, 3, 64, 64, 16, 64, HY_DTYPE_F16, 0, NULL, {0, 0, 0, 0, 0, 0, 0}};
             int n = 512;
             float *q = malloc((size_t)n * 9 * 64 * sizeof(float));
             float *k = malloc((size_t)n * 3 * 64 * sizeof(float));

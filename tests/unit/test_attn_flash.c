@@ -98,7 +98,7 @@ static void run_case_isas(hy_backend_t *be, const cfg_t *c, int n_past, int n_ne
     double *s = malloc((size_t)T * sizeof(double)), *o = malloc((size_t)c->hdv * sizeof(double));
     int32_t *pos = malloc((size_t)T * sizeof(int32_t)), *pages = malloc((size_t)n_pages * 4);
     hy_kv_layout_t lay = {1, c->nkv, c->hd, c->hdv, c->pt, n_pages, c->type, 0, NULL,
-                          {0, 0, 0, 0, 0}};
+                          {0, 0, 0, 0, 0, 0, 0}};
     hy_attn_params_t p = {nh, c->nkv, c->hd, c->hdv, 1.0f / sqrtf((float)c->hd), c->window,
                           c->softcap};
     char err[HY_ERR_LEN] = "";

@@ -712,7 +712,7 @@ static void attn_run(hy_backend_t *be, const attn_cfg_t *c, seq_hist_t *hs, cons
 static int kv_setup(hy_backend_t *be, const attn_cfg_t *c)
 {
     hy_kv_layout_t lay = {2, A_NKV, c->hd, c->hdv, c->pt, 3 * A_MAXPAGES, c->type, 0, NULL,
-                          {0, 0, 0, 0, 0}};
+                          {0, 0, 0, 0, 0, 0, 0}};
     char err[HY_ERR_LEN];
     int rc = be->i->kv_init(be, &lay, err);
     if (rc != HY_OK)
@@ -800,7 +800,7 @@ fail:
 static void test_attention_errors(hy_backend_t *be)
 {
     attn_cfg_t c = {64, 64, 16, HY_DTYPE_F16, 0, 0};
-    hy_kv_layout_t lay = {1, 2, 64, 64, 16, 4, HY_DTYPE_F16, 0, NULL, {0, 0, 0, 0, 0}};
+    hy_kv_layout_t lay = {1, 2, 64, 64, 16, 4, HY_DTYPE_F16, 0, NULL, {0, 0, 0, 0, 0, 0, 0}};
     char err[HY_ERR_LEN];
     float q[A_NH * 64] = {0}, kv[A_NKV * 64] = {0}, out[A_NH * 64];
     int32_t pos = 20, pages[2] = {0, 9};

@@ -374,7 +374,7 @@ static void sw_bad(void)
 {
     char err[HY_ERR_LEN] = "";
     uint8_t swa[2] = {0, 1};
-    hy_kv_layout_t lay = {2, 2, 32, 32, 16, 8, HY_DTYPE_F32, 0, swa, {0, 0, 0, 0, 0}};
+    hy_kv_layout_t lay = {2, 2, 32, 32, 16, 8, HY_DTYPE_F32, 0, swa, {0, 0, 0, 0, 0, 0, 0}};
     int32_t full[4] = {0, 1, 2, 3}, slid[4] = {-1, -1, 0, 1}, pos[2] = {50, 51};
     int32_t tok[2] = {1, 2};
     hy_batch_seq_t sq = {0, 2, 50, full, 4, -1, slid, 4, NULL, 0, 0, 0, NULL, NULL};
