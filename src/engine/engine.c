@@ -270,12 +270,8 @@ int hy_engine_create(hy_engine_t **out, hy_model_t *m, hy_backend_t *be, hy_pt_t
     e->o.n_ctx = n_ctx;
     e->sp = pt->sh->params;
     e->hybrid = m->n_rec_layers > 0;
-    if (o->sparse.block_pages > 0) {
-        /* sliding layers (a window) always read their window densely */
-        for (int32_t il = 0; il < m->n_layer; il++)
-            e->sparse_units += m->layers[il].kv_index >= 0 && m->layers[il].window == 0;
-        e->sparse_units *= m->n_head_kv;
-    }
+    if (o->sparse.block_pages > 0)
+        e->sparse_units = (int32_t)hy_model_sparse_units(m);
     if (o->max_seqs < 1 || o->max_batch_tokens < 1 || o->n_request_slots < 1) {
         rc = hy_err(err, HY_EINVAL,
                     "engine: max_seqs %d, max_batch_tokens %d and request slots %d must be >= 1",

@@ -214,6 +214,19 @@ static inline int hy_model_forward(hy_model_t *m, hy_fwd_t *f, const hy_batch_t 
     return m->arch->forward(m, f, b, out_rows, n_out, logits, err);
 }
 
+/* The (layer, KV head) pairs block-sparse attention chooses blocks in: the
+ * KV heads of the layers that keep KV without a window (a sliding layer
+ * always reads its window densely).  The engine's, the tests' and the
+ * benchmark's count of blocks read are per such pair. */
+static inline int64_t hy_model_sparse_units(const hy_model_t *m)
+{
+    int64_t n = 0;
+
+    for (int32_t il = 0; il < m->n_layer; il++)
+        n += m->layers[il].kv_index >= 0 && m->layers[il].window == 0;
+    return n * m->n_head_kv;
+}
+
 /* Keys, for the loader and every family's load() (model/arch/load.h has the
  * rest of what they share).  The rule for a missing key, everywhere: a
  * required key that is absent is an error naming the key and the file

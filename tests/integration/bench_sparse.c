@@ -67,7 +67,7 @@ typedef struct {
     int last;           /* and before this one (0: to the end) */
     int32_t ref;        /* decode: a reference sequence's tokens (0: none) */
     uint64_t reads;     /* blocks the sparse runs' tokens read (backend.h out_reads[2]) */
-    uint64_t sparse_tokens; /* and how many such tokens, times bs_units */
+    uint64_t sparse_tokens; /* and how many such tokens, times hy_model_sparse_units */
     uint64_t image_bytes, model_bytes; /* measured (hy_plan_image_bytes): the program
                                           before the model, and what loading it added */
 } bs_t;
@@ -189,24 +189,14 @@ static int32_t bs_argmax(const float *x, int32_t n)
     return best;
 }
 
-/* The (layer, KV head) pairs a sparse token chooses blocks in: the full
- * attention layers' KV heads. */
-static uint64_t bs_units(const bs_t *b)
-{
-    uint64_t u = 0;
-
-    for (int32_t il = 0; il < b->m->n_layer; il++)
-        u += b->m->layers[il].kv_index >= 0 && b->m->layers[il].window == 0;
-    return u * (uint64_t)b->m->n_head_kv;
-}
-
 /* What a sparse run of positions 0..n-1 of s read: into b's counts. */
 static void bs_count(bs_t *b, const hy_kv_seq_t *s, bool sparse, int32_t n)
 {
     if (!sparse || n <= b->sp.min_tokens)
         return;
     b->reads += s->out_reads[2];
-    b->sparse_tokens += (uint64_t)(n - b->sp.min_tokens) * bs_units(b);
+    b->sparse_tokens +=
+        (uint64_t)(n - b->sp.min_tokens) * (uint64_t)hy_model_sparse_units(b->m);
 }
 
 /* Greedy continuation of ids (n_gen tokens) into out. */
@@ -521,7 +511,8 @@ static int bs_decode(bs_t *b, int32_t n, int32_t steps)
         if (sparse && n >= b->sp.min_tokens)
             printf("sparse: decode steps at %d: %.1f blocks read a step and KV head of a full "
                    "layer\n", n,
-                   (double)(s.out_reads[2] - reads0[2]) / steps / (double)bs_units(b));
+                   (double)(s.out_reads[2] - reads0[2]) / steps /
+                       (double)hy_model_sparse_units(b->m));
         if (sparse && b->hot > 0) {
             hy_outstore_counts_t c;
 

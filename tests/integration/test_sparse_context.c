@@ -163,16 +163,14 @@ static void sp_keys_matter(hy_model_t *m, const char *name, const hy_kv_sparse_t
  * scored blocks chosen by score, in every full layer's KV heads. */
 static uint64_t sp_rule_reads(const hy_model_t *m, const hy_kv_sparse_t *sp, int32_t scored)
 {
-    uint64_t n = 0, units = 0;
+    uint64_t n = 0;
     hy_runner_opts_t o;
 
     sp_runner_opts(&o, sp, SP_CHUNK);
-    for (int32_t il = 0; il < m->n_layer; il++)
-        units += m->layers[il].kv_index >= 0 && m->layers[il].window == 0;
     for (int32_t p = sp->min_tokens; p < SP_N; p++)
         n += (uint64_t)hy_kv_sparse_blocks_before(p / (sp->block_pages * o.page_tokens),
                                                   sp->sink_blocks, sp->local_blocks, scored) + 1;
-    return n * units * (uint64_t)m->n_head_kv;
+    return n * (uint64_t)hy_model_sparse_units(m);
 }
 
 /* The backend's count of blocks read is the rule's for a top-k; top-p
