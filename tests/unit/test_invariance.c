@@ -147,8 +147,11 @@ static void test_matmul(hy_backend_t *be[3])
              * HY_Q2_HS_MAX): 72 x 256 takes the second from 29 tokens */
             if (types[i] == HY_DTYPE_Q2_K && isa == (int)hy_cpu_isa())
                 mm_type(be, types[i], 72 * 256, 40, (hy_isa_t)isa, false);
+            /* 16-row groups: the float types' (the AVX-512 GEMM's; the
+             * gathered rows elsewhere) and the quantized types' where the
+             * level has a tile that reads them */
             if (types[i] == HY_DTYPE_F32 || types[i] == HY_DTYPE_F16 ||
-                types[i] == HY_DTYPE_BF16)
+                types[i] == HY_DTYPE_BF16 || hy_quant_vec_dot_tile_rows16(types[i]))
                 mm_type(be, types[i], 768, 160, (hy_isa_t)isa, true);
         }
     }

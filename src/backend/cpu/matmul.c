@@ -220,10 +220,11 @@ static hy_quant_tile_fn_t hy_mm_rows16_tile(const hy_cpu_t *cpu, const hy_weight
 bool hy_cpu_weight_rows16(hy_backend_t *be, const hy_weight_t *w)
 {
     /* The layout serves the GEMM's few-token kernel (gemm_avx512.c), which
-     * then keeps 16 rows in the lanes, and the quantized AVX-512 tiles that
-     * read it, which then need no transposes (backend.h).  Every matrix of
-     * a 3-D stack (MoE experts) keeps whole groups, so its slices are
-     * matrices of the same layout. */
+     * then keeps 16 rows in the lanes, and the quantized tiles that read it
+     * (every type at AVX-512, the 32-element ones at AVX2), which then need
+     * no transposes (backend.h).  Every matrix of a 3-D stack (MoE
+     * experts) keeps whole groups, so its slices are matrices of the same
+     * layout. */
     if (w->ne[1] % 16 != 0)
         return false;
     if (hy_dtype_info(w->type)->block > 1)
@@ -479,7 +480,8 @@ static void hy_mm_one(hy_cpu_t *cpu, const hy_weight_t *w, const float *x, float
         }
         j.runs = runs;
     }
-    /* ROWS16 weights at a level below AVX-512 (a test pinning it): rare
+    /* ROWS16 weights at a level without their tile (a test pinning a
+     * lower one after the load): rare
      * enough for an allocation per call */
     if (gather && (j.raw = malloc((size_t)nth * (size_t)j.br * w->row_bytes)) == NULL) {
         hy_cpu_fail(cpu, HY_ENOMEM, "matmul %s: out of memory for %lld gathered rows",

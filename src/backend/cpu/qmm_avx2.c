@@ -2341,6 +2341,253 @@ HY_Q2_R16_TILE(q6_k, HY_DTYPE_Q6_K)
 HY_Q2_R16_TILE(q2_k, HY_DTYPE_Q2_K)
 HY_Q2_R16_TILE(q3_k, HY_DTYPE_Q3_K)
 HY_Q2_R16_TILE(iq4_xs, HY_DTYPE_IQ4_XS)
+#else
+/* ---- HY_WLAYOUT_ROWS16 of the 32-element types at AVX2 ----
+ * The layout the AVX-512 level reads (above), each 64-byte field of a
+ * 16-row block taken as two ymm: rows 0..7 (half 0) and 8..15 (half 1),
+ * the lanes hy_q2_compute's panel halves hold.  The file's layout costs
+ * this level a transpose of 8 rows' words per block and half (the panel's
+ * unpack: about a third of a B = 8 product, PERFORMANCE.md section 21);
+ * here the words arrive in the lanes as they lie.  A few tokens take each
+ * half's codes from memory into the multiply-adds; more tokens unpack a
+ * panel for hy_q2_tile.  Each row's sum is hy_q2_compute's (one exact
+ * int32 sum per block, then one FMA per block in block order; Q4_1's and
+ * Q5_1's M terms in their own sum, added at the end), so the bits are those of the
+ * file's layout. */
+
+/* Word k of block blk's codes for half h: lane r holds row 8h+r's signed
+ * codes of elements 4k..4k+3 (Q16's slot pairs 2k and 2k+1), one byte each. */
+HY_Q2_INLINE __m256i hy_q2_r16h_code(hy_dtype_t t, const char *blk, const int k, const int h)
+{
+    if (t == HY_DTYPE_Q8_0)
+        return _mm256_loadu_si256((const __m256i *)(blk + 32 + 64 * k + 32 * h));
+    /* the fields before qs: d (32 bytes), Q4_1's and Q5_1's m (32), Q5_x's
+     * qh (64) */
+    const int q5 = t == HY_DTYPE_Q5_0 || t == HY_DTYPE_Q5_1;
+    const int qh_at = t == HY_DTYPE_Q5_1 ? 64 : 32;
+    const int qs_at = q5 ? qh_at + 64 : t == HY_DTYPE_Q4_1 ? 64 : 32;
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + qs_at + 64 * (k & 3) + 32 * h));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    /* elements 4k.. in the low nibbles of word k, 16 + 4k.. in the high */
+    const __m256i n = _mm256_and_si256(k < 4 ? v : _mm256_srli_epi16(v, 4), m4);
+    if (t == HY_DTYPE_Q4_0)
+        return _mm256_sub_epi8(n, _mm256_set1_epi8(8));
+    if (t == HY_DTYPE_Q4_1)
+        return n;
+    if (t == HY_DTYPE_IQ4_NL)
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                       (const __m128i *)(const void *)hy_quant_iq4nl_values)),
+                                   n);
+    /* Q5_0: q - 16, Q5_1: q, the high bit of element e bit e of the row's
+     * qh: the qh byte holding the word's four bits in each of its bytes (a
+     * shuffle per 128-bit lane), compared with the byte's own bit */
+    const int j = k & 3, hb = k >> 2;
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + qh_at + 32 * h));
+    const __m256i idx = _mm256_add_epi8(
+        _mm256_setr_epi32(0x00000000, 0x04040404, 0x08080808, 0x0C0C0C0C, 0x00000000,
+                          0x04040404, 0x08080808, 0x0C0C0C0C),
+        _mm256_set1_epi8((char)(2 * hb + j / 2)));
+    const __m256i bit = _mm256_set1_epi32((j & 1) ? (int)0x80402010 : 0x08040201);
+    const __m256i set =
+        _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, idx), bit), bit);
+    if (t == HY_DTYPE_Q5_1)
+        return _mm256_add_epi8(n, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    return _mm256_sub_epi8(n, _mm256_andnot_si256(set, _mm256_set1_epi8(16)));
+}
+
+/* Half h of block blk's D and M (Q4_1's and Q5_1's m; zero for the types
+ * without). */
+HY_Q2_INLINE __m256 hy_q2_r16h_d(const char *blk, const int h)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+}
+
+HY_Q2_INLINE __m256 hy_q2_r16h_m(hy_dtype_t t, const char *blk, const int h)
+{
+    return t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_1
+               ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)))
+               : _mm256_setzero_ps();
+}
+
+/* The even and odd bytes of a word of codes, each sign-extended to int16:
+ * slot pairs 2k and 2k+1. */
+HY_Q2_INLINE void hy_q2_r16h_pairs(__m256i v, __m256i *e, __m256i *o)
+{
+    *e = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);
+    *o = _mm256_srai_epi16(v, 8);
+}
+
+/* Block b's lines of the next 16 rows (pf: their block 0, bb bytes a
+ * block of 16 rows) into L2. */
+HY_Q2_INLINE void hy_q2_r16_prefetch(const char *pf, size_t bb, int64_t b)
+{
+    if (pf == NULL)
+        return;
+    const char *lo = pf + (size_t)b * bb;
+    for (size_t o = 0; o < bb; o += 64)
+        _mm_prefetch(lo + o, _MM_HINT_T1);
+}
+
+/* qmm.h's panel16 contract over the rearranged blocks of type t. */
+HY_Q2_INLINE void hy_q2_r16_panel(hy_dtype_t t, const char *w, int64_t b0, int64_t nb,
+                                  hy_qmm_pblk_t *p, const char *pf)
+{
+    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const char *blk = w + (size_t)(b0 + ib) * bb;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m256i e, o;
+                hy_q2_r16h_pairs(hy_q2_r16h_code(t, blk, k, h), &e, &o);
+                _mm256_store_si256((__m256i *)p[ib].q[2 * k][h], e);
+                _mm256_store_si256((__m256i *)p[ib].q[2 * k + 1][h], o);
+            }
+            _mm256_store_ps(p[ib].d[h], hy_q2_r16h_d(blk, h));
+            _mm256_store_ps(p[ib].m[h], hy_q2_r16h_m(t, blk, h));
+        }
+        hy_q2_r16_prefetch(pf, bb, b0 + ib);
+    }
+}
+
+/* Tokens the rows kernel takes in one pass: two int32 chains each (the
+ * halves), with both halves' codes and the two broadcast pairs, fill 14 of
+ * the 16 ymm registers at 4; the float sums live in L1. */
+#define HY_Q2_R16_C 4
+/* Tokens up to which a tile of type t takes the rows kernel (in passes of
+ * HY_Q2_R16_C); more unpack a panel once for all of them.  The rows
+ * kernel decodes the codes again in each pass: at 8 tokens that is cheaper
+ * than the panel's stores and reloads for Q8_0, Q4_0 and Q4_1 (bench_mm
+ * B = 8, Zen 3: 56%, 50% and 51% of the int16 peak against 46%, 46% and
+ * 49%), dearer for the types whose codes cost more (Q5_x's high bits,
+ * IQ4_NL's table: 38-45% against 47-52%). */
+HY_Q2_INLINE int hy_q2_r16_rows_max(hy_dtype_t t)
+{
+    return t == HY_DTYPE_Q8_0 || t == HY_DTYPE_Q4_0 || t == HY_DTYPE_Q4_1 ? 8 : 4;
+}
+
+/* s[c*ss + 0..16) for the 16 rows at w (nb blocks of type t) and C <= 4
+ * tokens: per block each word of codes is read once for every token and
+ * each broadcast pair feeds both halves (a broadcast costs an issue slot
+ * like a multiply-add; hy_q2_compute shares it the same way).  One int32
+ * chain per token and half: the even and odd pairs' products in one sum,
+ * the same exact integer as the panel kernel's. */
+HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s, size_t ss,
+                                 const char *w, const char *x, size_t xs, const char *pf)
+{
+    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+    const bool off = t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_1;
+    float acc[HY_Q2_R16_C][16] __attribute__((aligned(32)));
+    float mac[HY_Q2_R16_C][16] __attribute__((aligned(32)));
+
+    memset(acc, 0, sizeof acc);
+    memset(mac, 0, sizeof mac);
+    for (int64_t b = 0; b < nb; b++) {
+        const char *blk = w + (size_t)b * bb;
+        const hy_block_q16_t *xb[HY_Q2_R16_C];
+        __m256i P0[HY_Q2_R16_C], P1[HY_Q2_R16_C];
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
+            P0[c] = P1[c] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m256i e0, o0, e1, o1;
+            hy_q2_r16h_pairs(hy_q2_r16h_code(t, blk, k, 0), &e0, &o0);
+            hy_q2_r16h_pairs(hy_q2_r16h_code(t, blk, k, 1), &e1, &o1);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                const __m256i be = hy_q2_bcast(xb[c]->v + 4 * k);
+                const __m256i bo = hy_q2_bcast(xb[c]->v + 4 * k + 2);
+                P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(e0, be));
+                P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(e1, be));
+                P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(o0, bo));
+                P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(o1, bo));
+                /* one add chain per sum, as in hy_q2_compute */
+                __asm__("" : "+x"(P0[c]), "+x"(P1[c]));
+            }
+        }
+        hy_q2_r16_prefetch(pf, bb, b);
+        const __m256 D0 = hy_q2_r16h_d(blk, 0), D1 = hy_q2_r16h_d(blk, 1);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            const __m256 dx = _mm256_set1_ps(xb[c]->d);
+            _mm256_store_ps(acc[c], _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0[c]),
+                                                    _mm256_mul_ps(D0, dx), _mm256_load_ps(acc[c])));
+            _mm256_store_ps(acc[c] + 8,
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1[c]), _mm256_mul_ps(D1, dx),
+                                            _mm256_load_ps(acc[c] + 8)));
+        }
+        if (off) {
+            const __m256 M0 = hy_q2_r16h_m(t, blk, 0), M1 = hy_q2_r16h_m(t, blk, 1);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                const __m256 sx = _mm256_set1_ps(xb[c]->s);
+                _mm256_store_ps(mac[c], _mm256_fmadd_ps(M0, sx, _mm256_load_ps(mac[c])));
+                _mm256_store_ps(mac[c] + 8, _mm256_fmadd_ps(M1, sx, _mm256_load_ps(mac[c] + 8)));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256 a = _mm256_load_ps(acc[c] + 8 * h);
+            _mm256_storeu_ps(s + (size_t)c * ss + 8 * h,
+                             off ? _mm256_add_ps(a, _mm256_load_ps(mac[c] + 8 * h)) : a);
+        }
+}
+
+/* quant.h's tile over rows of type t in HY_WLAYOUT_ROWS16: w at the first
+ * of nw rows, both multiples of 16 (ws = 0: no next rows to prefetch). */
+HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n, float *s,
+                                 size_t ss, const char *w, size_t ws, int nw, const char *x,
+                                 size_t xs, int nx)
+{
+    const int64_t nb = n / 32;
+
+    if (nx > hy_q2_r16_rows_max(t)) {
+        hy_q2_tile(t, NULL, NULL, panel, n, s, ss, w, ws, nw, x, xs, nx);
+        return;
+    }
+    for (int r0 = 0; r0 < nw; r0 += 16) {
+        const char *wr = w + (size_t)r0 * ws, *pf = ws ? wr + 16 * ws : NULL;
+        for (int c0 = 0; c0 < nx; c0 += HY_Q2_R16_C) {
+            const char *xc = x + (size_t)c0 * xs;
+            float *o = s + (size_t)c0 * ss + r0;
+            switch (HY_MIN(HY_Q2_R16_C, nx - c0)) {
+            case 1: hy_q2_r16_rows(t, 1, nb, o, ss, wr, xc, xs, pf); break;
+            case 2: hy_q2_r16_rows(t, 2, nb, o, ss, wr, xc, xs, pf); break;
+            case 3: hy_q2_r16_rows(t, 3, nb, o, ss, wr, xc, xs, pf); break;
+            default: hy_q2_r16_rows(t, 4, nb, o, ss, wr, xc, xs, pf); break;
+            }
+        }
+    }
+}
+
+/* Per type: qmm.h's panel16 over its groups, and the tile. */
+#define HY_Q2_R16_TILE(name, t)                                                            \
+    static void hy_q2_r16_panel_##name(const char *w, size_t ws, int64_t b0, int64_t nb,   \
+                                       hy_qmm_pblk_t *p, const char *pf)                   \
+    {                                                                                      \
+        (void)ws;                                                                          \
+        hy_q2_r16_panel(t, w, b0, nb, p, pf);                                              \
+    }                                                                                      \
+    void hy_qmm_avx2_tile_##name##_rows16(int64_t n, float *s, size_t ss, const void *w,   \
+                                          size_t ws, int nw, const void *x, size_t xs,     \
+                                          int nx)                                          \
+    {                                                                                      \
+        hy_q2_r16_tile(t, hy_q2_r16_panel_##name, n, s, ss, w, ws, nw, x, xs, nx);         \
+    }
+HY_Q2_R16_TILE(q8_0, HY_DTYPE_Q8_0)
+HY_Q2_R16_TILE(q4_0, HY_DTYPE_Q4_0)
+HY_Q2_R16_TILE(iq4_nl, HY_DTYPE_IQ4_NL)
+HY_Q2_R16_TILE(q5_0, HY_DTYPE_Q5_0)
+HY_Q2_R16_TILE(q5_1, HY_DTYPE_Q5_1)
+HY_Q2_R16_TILE(q4_1, HY_DTYPE_Q4_1)
 #endif
 
 #endif

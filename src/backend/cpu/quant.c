@@ -1074,6 +1074,16 @@ hy_quant_tile_fn_t hy_quant_vec_dot_tile_rows16(hy_dtype_t t)
                : t == HY_DTYPE_IQ4_XS ? hy_qmm_avx512_tile_iq4_xs_rows16
                                       : NULL;
 #endif
+#if HY_BUILD_AVX2
+    if (hy_quant_isa() == HY_ISA_AVX2)
+        return t == HY_DTYPE_Q8_0     ? hy_qmm_avx2_tile_q8_0_rows16
+               : t == HY_DTYPE_Q4_0   ? hy_qmm_avx2_tile_q4_0_rows16
+               : t == HY_DTYPE_IQ4_NL ? hy_qmm_avx2_tile_iq4_nl_rows16
+               : t == HY_DTYPE_Q5_0   ? hy_qmm_avx2_tile_q5_0_rows16
+               : t == HY_DTYPE_Q5_1   ? hy_qmm_avx2_tile_q5_1_rows16
+               : t == HY_DTYPE_Q4_1   ? hy_qmm_avx2_tile_q4_1_rows16
+                                      : NULL;
+#endif
     (void)t;
     return NULL;
 }
