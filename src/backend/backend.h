@@ -41,8 +41,7 @@ typedef struct hy_backend hy_backend_t;
  * in the lanes where the AVX-512 kernels multiply them (the rows16 tiles
  * of qmm_avx2.c and, for Q4_1, quant_avx512.c; issue 16's few-token
  * matmuls, whose time went to transposing the file's rows), or, as two
- * loads of 8 rows each, the AVX2 level's tiles of the 32-element types
- * (qmm_avx2.c). */
+ * loads of 8 rows each, the AVX2 level's (qmm_avx2.c: every type). */
 typedef enum {
     HY_WLAYOUT_ROWS = 0,
     HY_WLAYOUT_ROWS16 = 1,

@@ -13,8 +13,8 @@
  * caches, such as a 262144-row output matrix, then sets up in seconds and
  * its B=1 column is the decode's memory-bound speed; a B after it times
  * that batch size alone, for a profiler).  A type whose rows the loader
- * puts in 16-row groups (every quantized type at AVX-512, the 32-element
- * ones at AVX2) gets a second row, NAME/16, in that layout.  BENCH_MM_Q8=1 times
+ * puts in 16-row groups (every quantized type at AVX-512 and AVX2) gets a
+ * second row, NAME/16, in that layout.  BENCH_MM_Q8=1 times
  * the single-level kernels of hy_quant_traits_q8 instead (those that
  * [engine] activation_bits = 8 takes where they are faster).
  */

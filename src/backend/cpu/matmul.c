@@ -221,10 +221,9 @@ bool hy_cpu_weight_rows16(hy_backend_t *be, const hy_weight_t *w)
 {
     /* The layout serves the GEMM's few-token kernel (gemm_avx512.c), which
      * then keeps 16 rows in the lanes, and the quantized tiles that read it
-     * (every type at AVX-512, the 32-element ones at AVX2), which then need
-     * no transposes (backend.h).  Every matrix of a 3-D stack (MoE
-     * experts) keeps whole groups, so its slices are matrices of the same
-     * layout. */
+     * (at AVX-512 and AVX2), which then need no transposes (backend.h).
+     * Every matrix of a 3-D stack (MoE experts) keeps whole groups, so its
+     * slices are matrices of the same layout. */
     if (w->ne[1] % 16 != 0)
         return false;
     if (hy_dtype_info(w->type)->block > 1)

@@ -137,8 +137,8 @@ HY_QMM_ROWS16_DECLARE(q3_k)
 HY_QMM_ROWS16_DECLARE(iq4_xs)
 /* quant_avx512.c: Q4_1's, its default kernel over Q8_2L reading the groups */
 HY_QMM_ROWS16_DECLARE(q4_1)
-/* qmm_avx2.c at the AVX2 level: the same tiles for the 32-element types,
- * the bits of hy_qmm_avx2_tile_NAME on the file's rows. */
+/* qmm_avx2.c at the AVX2 level: the same tiles, 8 rows per ymm, with the
+ * bits of hy_qmm_avx2_tile_NAME on the file's rows. */
 #define HY_QMM_ROWS16_AVX2_DECLARE(name)                                         \
     void hy_qmm_avx2_tile_##name##_rows16(int64_t n, float *s, size_t ss, const void *w, \
                                           size_t ws, int nw, const void *x, size_t xs,   \
@@ -149,6 +149,12 @@ HY_QMM_ROWS16_AVX2_DECLARE(iq4_nl)
 HY_QMM_ROWS16_AVX2_DECLARE(q5_0)
 HY_QMM_ROWS16_AVX2_DECLARE(q5_1)
 HY_QMM_ROWS16_AVX2_DECLARE(q4_1)
+HY_QMM_ROWS16_AVX2_DECLARE(q4_k)
+HY_QMM_ROWS16_AVX2_DECLARE(q5_k)
+HY_QMM_ROWS16_AVX2_DECLARE(q6_k)
+HY_QMM_ROWS16_AVX2_DECLARE(q2_k)
+HY_QMM_ROWS16_AVX2_DECLARE(q3_k)
+HY_QMM_ROWS16_AVX2_DECLARE(iq4_xs)
 
 /* quant_avx512.c: blocks [b0, b0+nb) of 16 rows w + r*ws as the panel's
  * blocks p[0..nb) (the AVX-512 level's qmm tiles take them for 16 rows at

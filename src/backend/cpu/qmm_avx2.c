@@ -2462,7 +2462,8 @@ HY_Q2_INLINE void hy_q2_r16_panel(hy_dtype_t t, const char *w, int64_t b0, int64
  * than the panel's stores and reloads for Q8_0, Q4_0 and Q4_1 (bench_mm
  * B = 8, Zen 3: 56%, 50% and 51% of the int16 peak against 46%, 46% and
  * 49%), dearer for the types whose codes cost more (Q5_x's high bits,
- * IQ4_NL's table: 38-45% against 47-52%). */
+ * IQ4_NL's table: 38-45% against 47-52%; the K-quants, whose scales are
+ * unpacked again too: 29-40% against 33-44%). */
 HY_Q2_INLINE int hy_q2_r16_rows_max(hy_dtype_t t)
 {
     return t == HY_DTYPE_Q8_0 || t == HY_DTYPE_Q4_0 || t == HY_DTYPE_Q4_1 ? 8 : 4;
@@ -2541,29 +2542,411 @@ HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s
         }
 }
 
+/* ---- the super-block types (Q2_K..Q6_K, IQ4_XS) in HY_WLAYOUT_ROWS16 at AVX2 ----
+ * The AVX-512 level's kernels above, each 64-byte field of 16 rows taken
+ * as two halves of 8 (the offsets are weight.c's runs, as there): per
+ * super-block each half's scales come out of their packed fields once
+ * (hy_q2_k8_prep), then each block's codes are split into slot pairs and
+ * scaled in the same instructions (hy_q2_k8_scaled), the decoders' int16
+ * codes, so the int32 sums, the float steps and the bits are the file
+ * layout's. */
+
+/* One half's (8 rows') terms of a super-block beyond the codes. */
+typedef struct {
+    __m256i sc[16]; /* the scale of half h of block j at sc[2j + h] */
+    __m256 M[16];   /* HY_QMM_OFFSET: block j's M at M[2j]; OFFSET16: the halves' */
+    __m256 D;
+} hy_q2_k8_t;
+
+/* Half h (rows 8h..8h+7) of the 64-byte field at u + off. */
+#define HY_Q2_K8_LD(u, off, h) _mm256_loadu_si256((const __m256i *)((u) + (off) + 32 * (h)))
+
+/* The f16 in the low (hi: high) half of each dword, as floats. */
+HY_Q2_INLINE __m256 hy_q2_k8_f16(__m256i v, const int hi)
+{
+    const __m256i w =
+        _mm256_and_si256(hi ? _mm256_srli_epi32(v, 16) : v, _mm256_set1_epi32(0xFFFF));
+    /* packus per 128-bit lane: qwords 0 and 2 hold the 8 halves in order */
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(
+        _mm256_permute4x64_epi64(_mm256_packus_epi32(w, w), 0x08)));
+}
+
+/* 8 rows' f16 at p, as floats. */
+HY_Q2_INLINE __m256 hy_q2_k8_f16s(const char *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+/* Byte i % 4 of each dword of v[i / 4], unsigned (sgn: signed), as int32. */
+HY_Q2_INLINE __m256i hy_q2_k8_byte(const __m256i *v, const int i, const int sgn)
+{
+    const __m256i u = _mm256_slli_epi32(v[i / 4], 24 - 8 * (i % 4));
+    return sgn ? _mm256_srai_epi32(u, 24) : _mm256_srli_epi32(u, 24);
+}
+
+/* -(dmin * m), as the decoders round it. */
+HY_Q2_INLINE __m256 hy_q2_k8_neg_min(__m256 dmin, __m256i m)
+{
+    return _mm256_castsi256_ps(
+        _mm256_xor_si256(_mm256_castps_si256(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m))),
+                         _mm256_set1_epi32((int)0x80000000u)));
+}
+
+/* Half h of the super-block of 16 rows at u: its scales, D and M into *st
+ * (hy_qx_k4_scales16's and hy_qx_k3_scales16's unpacking, on 8 rows). */
+HY_Q2_INLINE void hy_q2_k8_prep(hy_dtype_t t, const char *u, const int h, hy_q2_k8_t *st)
+{
+    const __m256i m6 = _mm256_set1_epi8(0x3F), m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m2 = _mm256_set1_epi8(0x03);
+
+    if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K) {
+        /* dm at 0, the scales' three words at 64 */
+        const __m256i dm = HY_Q2_K8_LD(u, 0, h);
+        const __m256i a0 = HY_Q2_K8_LD(u, 64, h), a1 = HY_Q2_K8_LD(u, 128, h);
+        const __m256i a2 = HY_Q2_K8_LD(u, 192, h);
+        const __m256i sc[2] = {
+            _mm256_and_si256(a0, m6),
+            _mm256_or_si256(_mm256_and_si256(a2, m4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a0, 6), m2), 4))};
+        const __m256i mn[2] = {
+            _mm256_and_si256(a1, m6),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a2, 4), m4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a1, 6), m2), 4))};
+        const __m256 dmin = hy_q2_k8_f16(dm, 1);
+        st->D = hy_q2_k8_f16(dm, 0);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            st->sc[2 * j] = st->sc[2 * j + 1] = hy_q2_k8_byte(sc, j, 0);
+            st->M[2 * j] = hy_q2_k8_neg_min(dmin, hy_q2_k8_byte(mn, j, 0));
+        }
+    } else if (t == HY_DTYPE_Q6_K) {
+        /* the 16 int8 scales' words at 3072, d at 3328 */
+        const __m256i sv[4] = {HY_Q2_K8_LD(u, 3072, h), HY_Q2_K8_LD(u, 3136, h),
+                               HY_Q2_K8_LD(u, 3200, h), HY_Q2_K8_LD(u, 3264, h)};
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            st->sc[i] = hy_q2_k8_byte(sv, i, 1);
+        st->D = hy_q2_k8_f16s(u + 3328 + 16 * h);
+    } else if (t == HY_DTYPE_Q2_K) {
+        /* group g's scale (low nibble) and min (high) in byte g of the
+         * words at 0, d and dmin at 1280 */
+        const __m256i sv[4] = {HY_Q2_K8_LD(u, 0, h), HY_Q2_K8_LD(u, 64, h),
+                               HY_Q2_K8_LD(u, 128, h), HY_Q2_K8_LD(u, 192, h)};
+        const __m256i dm = HY_Q2_K8_LD(u, 1280, h);
+        const __m256 dmin = hy_q2_k8_f16(dm, 1);
+        st->D = hy_q2_k8_f16(dm, 0);
+#pragma GCC unroll 16
+        for (int g = 0; g < 16; g++) {
+            const __m256i v = hy_q2_k8_byte(sv, g, 0);
+            st->sc[g] = _mm256_and_si256(v, _mm256_set1_epi32(15));
+            st->M[g] = hy_q2_k8_neg_min(dmin, _mm256_srli_epi32(v, 4));
+        }
+    } else if (t == HY_DTYPE_Q3_K) {
+        /* the 12 bytes of scales at 1536, d at 1728: byte j of sq[q] is
+         * scale 4q + j, less 32 */
+        const __m256i a[3] = {HY_Q2_K8_LD(u, 1536, h), HY_Q2_K8_LD(u, 1600, h),
+                              HY_Q2_K8_LD(u, 1664, h)};
+        __m256i sq[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            sq[q] = _mm256_sub_epi8(
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi32(a[q % 2], 4 * (q / 2)), m4),
+                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a[2], 2 * q), m2), 4)),
+                _mm256_set1_epi8(32));
+#pragma GCC unroll 16
+        for (int g = 0; g < 16; g++)
+            st->sc[g] = hy_q2_k8_byte(sq, g, 1);
+        st->D = hy_q2_k8_f16s(u + 1728 + 16 * h);
+    } else {
+        /* IQ4_XS: d and scales_h at 0, scales_l at 64 */
+        const __m256i hd0 = HY_Q2_K8_LD(u, 0, h), hd1 = HY_Q2_K8_LD(u, 64, h);
+        st->D = hy_q2_k8_f16(hd0, 0);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const __m256i lsl = _mm256_and_si256(_mm256_srli_epi32(hd1, 8 * (j / 2) + 4 * (j % 2)),
+                                                 _mm256_set1_epi32(15));
+            const __m256i lsh = _mm256_and_si256(_mm256_srli_epi32(hd0, 16 + 2 * j),
+                                                 _mm256_set1_epi32(3));
+            st->sc[2 * j] = st->sc[2 * j + 1] = _mm256_sub_epi32(
+                _mm256_or_si256(lsl, _mm256_slli_epi32(lsh, 4)), _mm256_set1_epi32(32));
+        }
+    }
+}
+
+/* What the codes below are offset by: w = scale * (c - off). */
+HY_Q2_INLINE int hy_q2_k8_off(hy_dtype_t t)
+{
+    return t == HY_DTYPE_Q6_K ? 32 : t == HY_DTYPE_Q3_K ? 4 : t == HY_DTYPE_IQ4_XS ? 128 : 0;
+}
+
+/* The bits at sh.. of each byte of half h of the word at u + off, under
+ * mask m. */
+HY_Q2_INLINE __m256i hy_q2_k8_bits(const char *u, int off, const int h, const int sh, char m)
+{
+    return _mm256_and_si256(_mm256_srli_epi32(HY_Q2_K8_LD(u, off, h), (unsigned)sh),
+                            _mm256_set1_epi8(m));
+}
+
+/* c with the bits of each byte of half h of the word at u + off moved by
+ * sh (left; right for sh < 0) and taken under mask m or-ed in: a code's
+ * high bits from another field. */
+HY_Q2_INLINE __m256i hy_q2_k8_or_high(__m256i c, const char *u, int off, const int h,
+                                      const int sh, char m)
+{
+    const __m256i v = HY_Q2_K8_LD(u, off, h);
+    const __m256i s = sh > 0   ? _mm256_slli_epi32(v, (unsigned)sh)
+                      : sh < 0 ? _mm256_srli_epi32(v, (unsigned)-sh)
+                               : v;
+    return _mm256_or_si256(c, _mm256_and_si256(s, _mm256_set1_epi8(m)));
+}
+
+/* Half h of block j's codes, word k (lane r holds row 8h+r's codes of
+ * elements 4k..4k+3), as unsigned bytes c with the value c -
+ * hy_q2_k8_off(t) (hy_q2_k16_code's fields). */
+HY_Q2_INLINE __m256i hy_q2_k8_code(hy_dtype_t t, const char *u, const int j, const int k,
+                                   const int h)
+{
+    if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K) {
+        const int qs = t == HY_DTYPE_Q4_K ? 256 : 768;
+        const __m256i n = hy_q2_k8_bits(u, qs + 64 * (8 * (j / 2) + k), h, 4 * (j % 2), 0x0F);
+        return t == HY_DTYPE_Q4_K ? n : hy_q2_k8_or_high(n, u, 256 + 64 * k, h, 4 - j, 0x10);
+    }
+    if (t == HY_DTYPE_Q6_K) {
+        const int hh = j / 4, m = j % 4;
+        const __m256i n =
+            hy_q2_k8_bits(u, 64 * (16 * hh + 8 * (m & 1) + k), h, 4 * (m >> 1), 0x0F);
+        return hy_q2_k8_or_high(n, u, 2048 + 64 * (8 * hh + k), h, 4 - 2 * m, 0x30);
+    }
+    if (t == HY_DTYPE_Q2_K || t == HY_DTYPE_Q3_K) {
+        const int qs = t == HY_DTYPE_Q2_K ? 256 : 512;
+        const __m256i q = hy_q2_k8_bits(u, qs + 64 * (8 * (j / 4) + k), h, 2 * (j % 4), 0x03);
+        return t == HY_DTYPE_Q2_K ? q : hy_q2_k8_or_high(q, u, 64 * k, h, 2 - j, 0x04);
+    }
+    return _mm256_add_epi8(
+        _mm256_shuffle_epi8(
+            _mm256_broadcastsi128_si256(
+                _mm_loadu_si128((const __m128i *)(const void *)hy_quant_iq4nl_values)),
+            hy_q2_k8_bits(u, 128 + 64 * (4 * j + (k & 3)), h, 4 * (k / 4), 0x0F)),
+        _mm256_set1_epi8((char)128));
+}
+
+/* A half's scale (int32 per row, |s| <= 128) as the scaled pairs take it:
+ * s in bytes 0 and 2 of each dword (e) or 1 and 3 (o), and s * off in
+ * both int16 halves. */
+typedef struct {
+    __m256i e, o, off;
+} hy_q2_k8_sc_t;
+
+HY_Q2_INLINE hy_q2_k8_sc_t hy_q2_k8_scale(hy_dtype_t t, __m256i s)
+{
+    const __m256i s16 = _mm256_or_si256(_mm256_and_si256(s, _mm256_set1_epi32(0xFFFF)),
+                                        _mm256_slli_epi32(s, 16));
+    const int off = hy_q2_k8_off(t);
+    hy_q2_k8_sc_t sc;
+
+    sc.e = _mm256_and_si256(s16, _mm256_set1_epi16(0xFF));
+    sc.o = _mm256_slli_epi16(s16, 8);
+    sc.off = _mm256_slli_epi16(s16, off == 128 ? 7 : off == 32 ? 5 : off == 4 ? 2 : 0);
+    return sc;
+}
+
+/* A word of codes as slot pairs 2k, 2k+1, times the scale (vpmaddubsw:
+ * hy_q2_k16_scaled), less s * off. */
+HY_Q2_INLINE void hy_q2_k8_scaled(hy_dtype_t t, __m256i v, const hy_q2_k8_sc_t *sc, __m256i *e,
+                                  __m256i *o)
+{
+    *e = _mm256_maddubs_epi16(v, sc->e);
+    *o = _mm256_maddubs_epi16(v, sc->o);
+    if (hy_q2_k8_off(t)) {
+        *e = _mm256_sub_epi16(*e, sc->off);
+        *o = _mm256_sub_epi16(*o, sc->off);
+    }
+}
+
+/* Block j's share of the next 16 rows' super-block at pf (bb bytes) into
+ * L2. */
+HY_Q2_INLINE void hy_q2_k8_prefetch(const char *pf, size_t bb, const int j)
+{
+    if (pf == NULL)
+        return;
+    for (size_t o = 0; o < bb / 8 + 64; o += 64)
+        _mm_prefetch(pf + (size_t)j * (bb / 8) + o, _MM_HINT_T1);
+}
+
+/* qmm.h's panel16 contract over the rearranged super-blocks of type t. */
+HY_Q2_INLINE void hy_q2_k16_panel(hy_dtype_t t, const char *w, int64_t b0, int64_t nb,
+                                  hy_qmm_pblk_t *p, const char *pf)
+{
+    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+    const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K || t == HY_DTYPE_Q2_K;
+
+    for (int64_t ib = 0; ib < nb; ib += 8) {
+        const int64_t i = (b0 + ib) / 8;
+        const char *u = w + (size_t)i * bb;
+        hy_q2_k8_t st[2];
+        hy_q2_k8_prep(t, u, 0, &st[0]);
+        hy_q2_k8_prep(t, u, 1, &st[1]);
+        for (int j = 0; j < 8; j++) {
+            hy_qmm_pblk_t *pk = p + ib + j;
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const hy_q2_k8_sc_t sc[2] = {hy_q2_k8_scale(t, st[h].sc[2 * j]),
+                                             hy_q2_k8_scale(t, st[h].sc[2 * j + 1])};
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++) {
+                    __m256i e, o;
+                    hy_q2_k8_scaled(t, hy_q2_k8_code(t, u, j, k, h), &sc[k / 4], &e, &o);
+                    _mm256_store_si256((__m256i *)pk->q[2 * k][h], e);
+                    _mm256_store_si256((__m256i *)pk->q[2 * k + 1][h], o);
+                }
+                _mm256_store_ps(pk->d[h], st[h].D);
+                _mm256_store_ps(pk->m[h], off ? st[h].M[2 * j] : _mm256_setzero_ps());
+                if (t == HY_DTYPE_Q2_K)
+                    _mm256_store_ps(pk->m2[h], st[h].M[2 * j + 1]);
+            }
+            hy_q2_k8_prefetch(pf ? pf + (size_t)i * bb : NULL, bb, j);
+        }
+    }
+}
+
+/* s[c*ss + 0..16) for the 16 rows at w (nsb super-blocks of type t) and C
+ * <= 4 tokens: each block's codes of both halves scaled as they are split
+ * into pairs, every broadcast pair feeding both halves, one int32 chain
+ * per token and half (CHUNK16 types: one per 16 elements, added to the
+ * float sum in turn, as hy_q2_compute does), the float sums in L1.  hs:
+ * HY_QMM_OFFSET16's half sums (hy_q2_halfsums_to, hss per token). */
+HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *s, size_t ss,
+                                 const char *w, const char *x, size_t xs, const float *hs,
+                                 size_t hss, const char *pf)
+{
+    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+    const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K, off16 = t == HY_DTYPE_Q2_K;
+    const bool chunk16 = t == HY_DTYPE_Q6_K || t == HY_DTYPE_IQ4_XS;
+    float acc[HY_Q2_R16_C][16] __attribute__((aligned(32)));
+    float mac[HY_Q2_R16_C][16] __attribute__((aligned(32)));
+
+    memset(acc, 0, sizeof acc);
+    memset(mac, 0, sizeof mac);
+    for (int64_t i = 0; i < nsb; i++) {
+        const char *u = w + (size_t)i * bb;
+        hy_q2_k8_t st[2];
+        hy_q2_k8_prep(t, u, 0, &st[0]);
+        hy_q2_k8_prep(t, u, 1, &st[1]);
+        for (int j = 0; j < 8; j++) {
+            const int64_t b = 8 * i + j;
+            const hy_block_q16_t *xb[HY_Q2_R16_C];
+            __m256i P0[HY_Q2_R16_C], P1[HY_Q2_R16_C];
+            const hy_q2_k8_sc_t sc0[2] = {hy_q2_k8_scale(t, st[0].sc[2 * j]),
+                                          hy_q2_k8_scale(t, st[0].sc[2 * j + 1])};
+            const hy_q2_k8_sc_t sc1[2] = {hy_q2_k8_scale(t, st[1].sc[2 * j]),
+                                          hy_q2_k8_scale(t, st[1].sc[2 * j + 1])};
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
+                P0[c] = P1[c] = _mm256_setzero_si256();
+            }
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                if (chunk16 && k == 4)
+#pragma GCC unroll 4
+                    for (int c = 0; c < C; c++) {
+                        const __m256 dx = _mm256_set1_ps(xb[c]->d);
+                        _mm256_store_ps(acc[c], _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0[c]),
+                                                                _mm256_mul_ps(st[0].D, dx),
+                                                                _mm256_load_ps(acc[c])));
+                        _mm256_store_ps(acc[c] + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1[c]),
+                                                                    _mm256_mul_ps(st[1].D, dx),
+                                                                    _mm256_load_ps(acc[c] + 8)));
+                        P0[c] = P1[c] = _mm256_setzero_si256();
+                    }
+                __m256i e0, o0, e1, o1;
+                hy_q2_k8_scaled(t, hy_q2_k8_code(t, u, j, k, 0), &sc0[k / 4], &e0, &o0);
+                hy_q2_k8_scaled(t, hy_q2_k8_code(t, u, j, k, 1), &sc1[k / 4], &e1, &o1);
+#pragma GCC unroll 4
+                for (int c = 0; c < C; c++) {
+                    const __m256i be = hy_q2_bcast(xb[c]->v + 4 * k);
+                    const __m256i bo = hy_q2_bcast(xb[c]->v + 4 * k + 2);
+                    P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(e0, be));
+                    P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(e1, be));
+                    P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(o0, bo));
+                    P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(o1, bo));
+                    __asm__("" : "+x"(P0[c]), "+x"(P1[c]));
+                }
+            }
+            hy_q2_k8_prefetch(pf ? pf + (size_t)i * bb : NULL, bb, j);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                const __m256 dx = _mm256_set1_ps(xb[c]->d);
+                const __m256 d0 = _mm256_mul_ps(st[0].D, dx), d1 = _mm256_mul_ps(st[1].D, dx);
+                _mm256_store_ps(acc[c], _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0[c]), d0,
+                                                        _mm256_load_ps(acc[c])));
+                _mm256_store_ps(acc[c] + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1[c]), d1,
+                                                            _mm256_load_ps(acc[c] + 8)));
+                if (off) {
+                    const __m256 sx = _mm256_set1_ps(xb[c]->s);
+                    _mm256_store_ps(mac[c],
+                                    _mm256_fmadd_ps(st[0].M[2 * j], sx, _mm256_load_ps(mac[c])));
+                    _mm256_store_ps(mac[c] + 8, _mm256_fmadd_ps(st[1].M[2 * j], sx,
+                                                                _mm256_load_ps(mac[c] + 8)));
+                }
+                if (off16) {
+                    const float *hc = hs + (size_t)c * hss + 2 * b;
+                    const __m256 u0 = _mm256_set1_ps(hc[0]), u1 = _mm256_set1_ps(hc[1]);
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++)
+                        _mm256_store_ps(
+                            mac[c] + 8 * h,
+                            _mm256_fmadd_ps(st[h].M[2 * j + 1], u1,
+                                            _mm256_fmadd_ps(st[h].M[2 * j], u0,
+                                                            _mm256_load_ps(mac[c] + 8 * h))));
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256 a = _mm256_load_ps(acc[c] + 8 * h);
+            _mm256_storeu_ps(s + (size_t)c * ss + 8 * h,
+                             off || off16 ? _mm256_add_ps(a, _mm256_load_ps(mac[c] + 8 * h)) : a);
+        }
+}
+
 /* quant.h's tile over rows of type t in HY_WLAYOUT_ROWS16: w at the first
- * of nw rows, both multiples of 16 (ws = 0: no next rows to prefetch). */
+ * of nw rows, both multiples of 16 (ws = 0: no next rows to prefetch).
+ * Q2_K's half sums beyond the buffer take the panel. */
 HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n, float *s,
                                  size_t ss, const char *w, size_t ws, int nw, const char *x,
                                  size_t xs, int nx)
 {
     const int64_t nb = n / 32;
+    const bool sb8 = hy_dtype_info(t)->block == 256, off16 = t == HY_DTYPE_Q2_K;
+    float hs[HY_Q2_HS_MAX] __attribute__((aligned(64)));
 
-    if (nx > hy_q2_r16_rows_max(t)) {
+    if (nx > hy_q2_r16_rows_max(t) || (off16 && (int64_t)nx * nb * 2 > HY_Q2_HS_MAX)) {
         hy_q2_tile(t, NULL, NULL, panel, n, s, ss, w, ws, nw, x, xs, nx);
         return;
     }
+    if (off16)
+        hy_q2_halfsums_to(hs, x, xs, nx, 0, nb, nb);
     for (int r0 = 0; r0 < nw; r0 += 16) {
         const char *wr = w + (size_t)r0 * ws, *pf = ws ? wr + 16 * ws : NULL;
         for (int c0 = 0; c0 < nx; c0 += HY_Q2_R16_C) {
             const char *xc = x + (size_t)c0 * xs;
+            const float *hc = hs + (size_t)c0 * 2 * (size_t)nb;
             float *o = s + (size_t)c0 * ss + r0;
+#define HY_Q2_R16_ROWS(C)                                                               \
+    (sb8 ? hy_q2_k16_rows(t, C, nb / 8, o, ss, wr, xc, xs, hc, 2 * (size_t)nb, pf) \
+         : hy_q2_r16_rows(t, C, nb, o, ss, wr, xc, xs, pf))
             switch (HY_MIN(HY_Q2_R16_C, nx - c0)) {
-            case 1: hy_q2_r16_rows(t, 1, nb, o, ss, wr, xc, xs, pf); break;
-            case 2: hy_q2_r16_rows(t, 2, nb, o, ss, wr, xc, xs, pf); break;
-            case 3: hy_q2_r16_rows(t, 3, nb, o, ss, wr, xc, xs, pf); break;
-            default: hy_q2_r16_rows(t, 4, nb, o, ss, wr, xc, xs, pf); break;
+            case 1: HY_Q2_R16_ROWS(1); break;
+            case 2: HY_Q2_R16_ROWS(2); break;
+            case 3: HY_Q2_R16_ROWS(3); break;
+            default: HY_Q2_R16_ROWS(4); break;
             }
+#undef HY_Q2_R16_ROWS
         }
     }
 }
@@ -2574,7 +2957,10 @@ HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n
                                        hy_qmm_pblk_t *p, const char *pf)                   \
     {                                                                                      \
         (void)ws;                                                                          \
-        hy_q2_r16_panel(t, w, b0, nb, p, pf);                                              \
+        if (hy_dtype_info(t)->block == 256)                                                \
+            hy_q2_k16_panel(t, w, b0, nb, p, pf);                                          \
+        else                                                                               \
+            hy_q2_r16_panel(t, w, b0, nb, p, pf);                                          \
     }                                                                                      \
     void hy_qmm_avx2_tile_##name##_rows16(int64_t n, float *s, size_t ss, const void *w,   \
                                           size_t ws, int nw, const void *x, size_t xs,     \
@@ -2588,6 +2974,12 @@ HY_Q2_R16_TILE(iq4_nl, HY_DTYPE_IQ4_NL)
 HY_Q2_R16_TILE(q5_0, HY_DTYPE_Q5_0)
 HY_Q2_R16_TILE(q5_1, HY_DTYPE_Q5_1)
 HY_Q2_R16_TILE(q4_1, HY_DTYPE_Q4_1)
+HY_Q2_R16_TILE(q4_k, HY_DTYPE_Q4_K)
+HY_Q2_R16_TILE(q5_k, HY_DTYPE_Q5_K)
+HY_Q2_R16_TILE(q6_k, HY_DTYPE_Q6_K)
+HY_Q2_R16_TILE(q2_k, HY_DTYPE_Q2_K)
+HY_Q2_R16_TILE(q3_k, HY_DTYPE_Q3_K)
+HY_Q2_R16_TILE(iq4_xs, HY_DTYPE_IQ4_XS)
 #endif
 
 #endif

@@ -1082,6 +1082,12 @@ hy_quant_tile_fn_t hy_quant_vec_dot_tile_rows16(hy_dtype_t t)
                : t == HY_DTYPE_Q5_0   ? hy_qmm_avx2_tile_q5_0_rows16
                : t == HY_DTYPE_Q5_1   ? hy_qmm_avx2_tile_q5_1_rows16
                : t == HY_DTYPE_Q4_1   ? hy_qmm_avx2_tile_q4_1_rows16
+               : t == HY_DTYPE_Q4_K   ? hy_qmm_avx2_tile_q4_k_rows16
+               : t == HY_DTYPE_Q5_K   ? hy_qmm_avx2_tile_q5_k_rows16
+               : t == HY_DTYPE_Q6_K   ? hy_qmm_avx2_tile_q6_k_rows16
+               : t == HY_DTYPE_Q2_K   ? hy_qmm_avx2_tile_q2_k_rows16
+               : t == HY_DTYPE_Q3_K   ? hy_qmm_avx2_tile_q3_k_rows16
+               : t == HY_DTYPE_IQ4_XS ? hy_qmm_avx2_tile_iq4_xs_rows16
                                       : NULL;
 #endif
     (void)t;
