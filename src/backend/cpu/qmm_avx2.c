@@ -2352,8 +2352,8 @@ HY_Q2_R16_TILE(iq4_xs, HY_DTYPE_IQ4_XS)
  * half's codes from memory into the multiply-adds; more tokens unpack a
  * panel for hy_q2_tile.  Each row's sum is hy_q2_compute's (one exact
  * int32 sum per block, then one FMA per block in block order; Q4_1's and
- * Q5_1's M terms in their own sum, added at the end), so the bits are those of the
- * file's layout. */
+ * Q5_1's M terms in their own sum, added at the end), so the bits are
+ * those of the file's layout. */
 
 /* Word k of block blk's codes for half h: lane r holds row 8h+r's signed
  * codes of elements 4k..4k+3 (Q16's slot pairs 2k and 2k+1), one byte each. */
