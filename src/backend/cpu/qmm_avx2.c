@@ -2395,18 +2395,23 @@ HY_Q2_INLINE __m256i hy_q2_r16h_code(hy_dtype_t t, const char *blk, const int k,
     return _mm256_sub_epi8(n, _mm256_andnot_si256(set, _mm256_set1_epi8(16)));
 }
 
+/* 8 rows' f16 at p, as floats. */
+HY_Q2_INLINE __m256 hy_q2_f16s8(const char *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
 /* Half h of block blk's D and M (Q4_1's and Q5_1's m; zero for the types
  * without). */
 HY_Q2_INLINE __m256 hy_q2_r16h_d(const char *blk, const int h)
 {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+    return hy_q2_f16s8(blk + 16 * h);
 }
 
 HY_Q2_INLINE __m256 hy_q2_r16h_m(hy_dtype_t t, const char *blk, const int h)
 {
-    return t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_1
-               ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)))
-               : _mm256_setzero_ps();
+    return t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_1 ? hy_q2_f16s8(blk + 32 + 16 * h)
+                                                    : _mm256_setzero_ps();
 }
 
 /* The even and odd bytes of a word of codes, each sign-extended to int16:
@@ -2553,7 +2558,7 @@ HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s
 
 /* One half's (8 rows') terms of a super-block beyond the codes. */
 typedef struct {
-    __m256i sc[16]; /* the scale of half h of block j at sc[2j + h] */
+    __m256i sc[16]; /* block j's scale of elements 0..15 at sc[2j], 16..31 at sc[2j + 1] */
     __m256 M[16];   /* HY_QMM_OFFSET: block j's M at M[2j]; OFFSET16: the halves' */
     __m256 D;
 } hy_q2_k8_t;
@@ -2569,12 +2574,6 @@ HY_Q2_INLINE __m256 hy_q2_k8_f16(__m256i v, const int hi)
     /* packus per 128-bit lane: qwords 0 and 2 hold the 8 halves in order */
     return _mm256_cvtph_ps(_mm256_castsi256_si128(
         _mm256_permute4x64_epi64(_mm256_packus_epi32(w, w), 0x08)));
-}
-
-/* 8 rows' f16 at p, as floats. */
-HY_Q2_INLINE __m256 hy_q2_k8_f16s(const char *p)
-{
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
 
 /* Byte i % 4 of each dword of v[i / 4], unsigned (sgn: signed), as int32. */
@@ -2626,7 +2625,7 @@ HY_Q2_INLINE void hy_q2_k8_prep(hy_dtype_t t, const char *u, const int h, hy_q2_
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++)
             st->sc[i] = hy_q2_k8_byte(sv, i, 1);
-        st->D = hy_q2_k8_f16s(u + 3328 + 16 * h);
+        st->D = hy_q2_f16s8(u + 3328 + 16 * h);
     } else if (t == HY_DTYPE_Q2_K) {
         /* group g's scale (low nibble) and min (high) in byte g of the
          * words at 0, d and dmin at 1280 */
@@ -2657,7 +2656,7 @@ HY_Q2_INLINE void hy_q2_k8_prep(hy_dtype_t t, const char *u, const int h, hy_q2_
 #pragma GCC unroll 16
         for (int g = 0; g < 16; g++)
             st->sc[g] = hy_q2_k8_byte(sq, g, 1);
-        st->D = hy_q2_k8_f16s(u + 1728 + 16 * h);
+        st->D = hy_q2_f16s8(u + 1728 + 16 * h);
     } else {
         /* IQ4_XS: d and scales_h at 0, scales_l at 64 */
         const __m256i hd0 = HY_Q2_K8_LD(u, 0, h), hd1 = HY_Q2_K8_LD(u, 64, h);
