@@ -1811,6 +1811,29 @@ static void hy_q2_tile(hy_dtype_t t, hy_q2_unpack_fn unpack, hy_q2_dec_fn dec,
     HY_Q2_TILE(name, t, hy_q2_unpack_##name, hy_q2_dec_##name)
 HY_Q2_TYPES(HY_Q2_TILE_X)
 
+/* ---- HY_WLAYOUT_ROWS16 at both levels ---- */
+
+/* Block b's lines of the next 16 rows (pf: their block 0, bb bytes a
+ * block of 16 rows) into L2. */
+HY_Q2_INLINE void hy_q2_r16_prefetch(const char *pf, size_t bb, int64_t b)
+{
+    if (pf == NULL)
+        return;
+    const char *lo = pf + (size_t)b * bb;
+    for (size_t o = 0; o < bb; o += 64)
+        _mm_prefetch(lo + o, _MM_HINT_T1);
+}
+
+/* Block j's share of the next 16 rows' super-block at pf (bb bytes) into
+ * L2. */
+HY_Q2_INLINE void hy_q2_k16_prefetch(const char *pf, size_t bb, const int j)
+{
+    if (pf == NULL)
+        return;
+    for (size_t o = 0; o < bb / 8 + 64; o += 64)
+        _mm_prefetch(pf + (size_t)j * (bb / 8) + o, _MM_HINT_T1);
+}
+
 #ifdef HY_Q2_AVX512
 /* ---- HY_WLAYOUT_ROWS16 of the 32-element types (backend.h) ----
  * A block of 16 rows holds each field of the file's block (d, Q5_1's m,
@@ -1873,17 +1896,6 @@ HY_Q2_INLINE void hy_q2_r16_pairs(__m512i v, __m512i *e, __m512i *o)
 {
     *e = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8);
     *o = _mm512_srai_epi16(v, 8);
-}
-
-/* Block b's lines of the next 16 rows (pf: their block 0, bb bytes a
- * block of 16 rows) into L2. */
-HY_Q2_INLINE void hy_q2_r16_prefetch(const char *pf, size_t bb, int64_t b)
-{
-    if (pf == NULL)
-        return;
-    const char *lo = pf + (size_t)b * bb;
-    for (size_t o = 0; o < bb; o += 64)
-        _mm_prefetch(lo + o, _MM_HINT_T1);
 }
 
 /* qmm.h's panel16 contract over the rearranged blocks of type t. */
@@ -2160,16 +2172,6 @@ HY_Q2_INLINE void hy_q2_k16_scaled(hy_dtype_t t, __m512i v, const hy_q2_k16_sc_t
     }
 }
 
-/* Block j's share of the next 16 rows' super-block at pf (bb bytes) into
- * L2. */
-HY_Q2_INLINE void hy_q2_k16_prefetch(const char *pf, size_t bb, const int j)
-{
-    if (pf == NULL)
-        return;
-    for (size_t o = 0; o < bb / 8 + 64; o += 64)
-        _mm_prefetch(pf + (size_t)j * (bb / 8) + o, _MM_HINT_T1);
-}
-
 /* qmm.h's panel16 contract over the rearranged super-blocks of type t:
  * the codes scaled per half in int16 (|w| <= 4096), as the decoders give
  * them. */
@@ -2313,34 +2315,6 @@ HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n
     }
 }
 
-/* Per type: qmm.h's panel16 over its groups, and the tile. */
-#define HY_Q2_R16_TILE(name, t)                                                            \
-    static void hy_q2_r16_panel_##name(const char *w, size_t ws, int64_t b0, int64_t nb,   \
-                                       hy_qmm_pblk_t *p, const char *pf)                   \
-    {                                                                                      \
-        (void)ws;                                                                          \
-        if (hy_dtype_info(t)->block == 256)                                                \
-            hy_q2_k16_panel(t, w, b0, nb, p, pf);                                          \
-        else                                                                               \
-            hy_q2_r16_panel(t, w, b0, nb, p, pf);                                          \
-    }                                                                                      \
-    void hy_qmm_avx512_tile_##name##_rows16(int64_t n, float *s, size_t ss, const void *w, \
-                                            size_t ws, int nw, const void *x, size_t xs,   \
-                                            int nx)                                        \
-    {                                                                                      \
-        hy_q2_r16_tile(t, hy_q2_r16_panel_##name, n, s, ss, w, ws, nw, x, xs, nx);         \
-    }
-HY_Q2_R16_TILE(q8_0, HY_DTYPE_Q8_0)
-HY_Q2_R16_TILE(q4_0, HY_DTYPE_Q4_0)
-HY_Q2_R16_TILE(iq4_nl, HY_DTYPE_IQ4_NL)
-HY_Q2_R16_TILE(q5_0, HY_DTYPE_Q5_0)
-HY_Q2_R16_TILE(q5_1, HY_DTYPE_Q5_1)
-HY_Q2_R16_TILE(q4_k, HY_DTYPE_Q4_K)
-HY_Q2_R16_TILE(q5_k, HY_DTYPE_Q5_K)
-HY_Q2_R16_TILE(q6_k, HY_DTYPE_Q6_K)
-HY_Q2_R16_TILE(q2_k, HY_DTYPE_Q2_K)
-HY_Q2_R16_TILE(q3_k, HY_DTYPE_Q3_K)
-HY_Q2_R16_TILE(iq4_xs, HY_DTYPE_IQ4_XS)
 #else
 /* ---- HY_WLAYOUT_ROWS16 of the 32-element types at AVX2 ----
  * The layout the AVX-512 level reads (above), each 64-byte field of a
@@ -2420,17 +2394,6 @@ HY_Q2_INLINE void hy_q2_r16h_pairs(__m256i v, __m256i *e, __m256i *o)
 {
     *e = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);
     *o = _mm256_srai_epi16(v, 8);
-}
-
-/* Block b's lines of the next 16 rows (pf: their block 0, bb bytes a
- * block of 16 rows) into L2. */
-HY_Q2_INLINE void hy_q2_r16_prefetch(const char *pf, size_t bb, int64_t b)
-{
-    if (pf == NULL)
-        return;
-    const char *lo = pf + (size_t)b * bb;
-    for (size_t o = 0; o < bb; o += 64)
-        _mm_prefetch(lo + o, _MM_HINT_T1);
 }
 
 /* qmm.h's panel16 contract over the rearranged blocks of type t. */
@@ -2763,16 +2726,6 @@ HY_Q2_INLINE void hy_q2_k8_scaled(hy_dtype_t t, __m256i v, const hy_q2_k8_sc_t *
     }
 }
 
-/* Block j's share of the next 16 rows' super-block at pf (bb bytes) into
- * L2. */
-HY_Q2_INLINE void hy_q2_k8_prefetch(const char *pf, size_t bb, const int j)
-{
-    if (pf == NULL)
-        return;
-    for (size_t o = 0; o < bb / 8 + 64; o += 64)
-        _mm_prefetch(pf + (size_t)j * (bb / 8) + o, _MM_HINT_T1);
-}
-
 /* qmm.h's panel16 contract over the rearranged super-blocks of type t. */
 HY_Q2_INLINE void hy_q2_k16_panel(hy_dtype_t t, const char *w, int64_t b0, int64_t nb,
                                   hy_qmm_pblk_t *p, const char *pf)
@@ -2804,7 +2757,7 @@ HY_Q2_INLINE void hy_q2_k16_panel(hy_dtype_t t, const char *w, int64_t b0, int64
                 if (t == HY_DTYPE_Q2_K)
                     _mm256_store_ps(pk->m2[h], st[h].M[2 * j + 1]);
             }
-            hy_q2_k8_prefetch(pf ? pf + (size_t)i * bb : NULL, bb, j);
+            hy_q2_k16_prefetch(pf ? pf + (size_t)i * bb : NULL, bb, j);
         }
     }
 }
@@ -2873,7 +2826,7 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
                     __asm__("" : "+x"(P0[c]), "+x"(P1[c]));
                 }
             }
-            hy_q2_k8_prefetch(pf ? pf + (size_t)i * bb : NULL, bb, j);
+            hy_q2_k16_prefetch(pf ? pf + (size_t)i * bb : NULL, bb, j);
 #pragma GCC unroll 4
             for (int c = 0; c < C; c++) {
                 const __m256 dx = _mm256_set1_ps(xb[c]->d);
@@ -2950,7 +2903,10 @@ HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n
     }
 }
 
-/* Per type: qmm.h's panel16 over its groups, and the tile. */
+#endif
+
+/* Per type, at either level: qmm.h's panel16 over its groups, and the
+ * tile (Q4_1's at AVX-512 is quant_avx512.c's). */
 #define HY_Q2_R16_TILE(name, t)                                                            \
     static void hy_q2_r16_panel_##name(const char *w, size_t ws, int64_t b0, int64_t nb,   \
                                        hy_qmm_pblk_t *p, const char *pf)                   \
@@ -2961,9 +2917,9 @@ HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n
         else                                                                               \
             hy_q2_r16_panel(t, w, b0, nb, p, pf);                                          \
     }                                                                                      \
-    void hy_qmm_avx2_tile_##name##_rows16(int64_t n, float *s, size_t ss, const void *w,   \
-                                          size_t ws, int nw, const void *x, size_t xs,     \
-                                          int nx)                                          \
+    void HY_Q2_SYM(tile_##name##_rows16)(int64_t n, float *s, size_t ss, const void *w,    \
+                                         size_t ws, int nw, const void *x, size_t xs,      \
+                                         int nx)                                           \
     {                                                                                      \
         hy_q2_r16_tile(t, hy_q2_r16_panel_##name, n, s, ss, w, ws, nw, x, xs, nx);         \
     }
@@ -2972,13 +2928,14 @@ HY_Q2_R16_TILE(q4_0, HY_DTYPE_Q4_0)
 HY_Q2_R16_TILE(iq4_nl, HY_DTYPE_IQ4_NL)
 HY_Q2_R16_TILE(q5_0, HY_DTYPE_Q5_0)
 HY_Q2_R16_TILE(q5_1, HY_DTYPE_Q5_1)
+#ifndef HY_Q2_AVX512
 HY_Q2_R16_TILE(q4_1, HY_DTYPE_Q4_1)
+#endif
 HY_Q2_R16_TILE(q4_k, HY_DTYPE_Q4_K)
 HY_Q2_R16_TILE(q5_k, HY_DTYPE_Q5_K)
 HY_Q2_R16_TILE(q6_k, HY_DTYPE_Q6_K)
 HY_Q2_R16_TILE(q2_k, HY_DTYPE_Q2_K)
 HY_Q2_R16_TILE(q3_k, HY_DTYPE_Q3_K)
 HY_Q2_R16_TILE(iq4_xs, HY_DTYPE_IQ4_XS)
-#endif
 
 #endif
