@@ -49,6 +49,15 @@
 #define HY_Q2_CAT(a, b) HY_Q2_CAT2(a, b)
 #define HY_Q2_SYM(x) HY_Q2_CAT(HY_Q2_PREFIX, x)
 
+/* A type of 256-element super-blocks (the K-quants, IQ4_XS), decided at
+ * compile time for a constant t: the tiles instantiated per type keep only
+ * their own kernels (hy_dtype_info's table is read at run time). */
+HY_Q2_INLINE bool hy_q2_super(hy_dtype_t t)
+{
+    return t == HY_DTYPE_Q2_K || t == HY_DTYPE_Q3_K || t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K ||
+           t == HY_DTYPE_Q6_K || t == HY_DTYPE_IQ4_XS;
+}
+
 /* Blocks per panel: 12 x 1216 bytes stay in L1 next to the tokens' rows. */
 #define HY_Q2_KB 12
 /* Token rows whose sums one tile call keeps (acc and mac: 32 KB). */
@@ -2207,6 +2216,54 @@ HY_Q2_INLINE void hy_q2_k16_panel(hy_dtype_t t, const char *w, int64_t b0, int64
     }
 }
 
+/* Block j of super-block i (at u, its terms in *st) for C <= 8 tokens
+ * into the float sums A and MA (hy_q2_k16_rows). */
+HY_Q2_INLINE void hy_q2_k16_rows_blk(hy_dtype_t t, const int C, int64_t i, const int j,
+                                     const char *u, const hy_q2_k16_t *st, const char *x,
+                                     size_t xs, const float *hs, size_t hss, const char *pf,
+                                     size_t bb, __m512 *A, __m512 *MA)
+{
+    const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K, off16 = t == HY_DTYPE_Q2_K;
+    const bool chunk16 = t == HY_DTYPE_Q6_K || t == HY_DTYPE_IQ4_XS;
+    const bool one = (off || off16) && C > 4;
+    const int64_t b = 8 * i + j;
+    const hy_block_q16_t *xb[HY_Q2_C];
+    __m512i P[HY_Q2_C], P2[HY_Q2_C];
+    hy_q2_block_start(C, x, xs, b, xb, P, P2);
+    const hy_q2_k16_sc_t sc[2] = {hy_q2_k16_scale(t, st->sc[2 * j]),
+                                  hy_q2_k16_scale(t, st->sc[2 * j + 1])};
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        __m512i e, o;
+        hy_q2_k16_scaled(t, hy_q2_k16_code(t, u, j, k), &sc[k / 4], &e, &o);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            __m512i *h = one || k < 4 ? &P[c] : &P2[c];
+            hy_q2_dpwssd_bcast(h, e, xb[c]->v + 4 * k);
+            hy_q2_dpwssd_bcast(h, o, xb[c]->v + 4 * k + 2);
+        }
+    }
+    hy_q2_k16_prefetch(pf ? pf + (size_t)i * bb : NULL, bb, j);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++) {
+        const __m512 dd = _mm512_mul_ps(st->D, _mm512_set1_ps(xb[c]->d));
+        if (chunk16) {
+            A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[c]), dd, A[c]);
+            A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P2[c]), dd, A[c]);
+        } else {
+            const __m512i q = one ? P[c] : _mm512_add_epi32(P[c], P2[c]);
+            A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), dd, A[c]);
+        }
+        if (off)
+            MA[c] = _mm512_fmadd_ps(st->M[2 * j], _mm512_set1_ps(xb[c]->s), MA[c]);
+        if (off16) {
+            const float *h = hs + (size_t)c * hss + 2 * b;
+            MA[c] = _mm512_fmadd_ps(st->M[2 * j + 1], _mm512_set1_ps(h[1]),
+                                    _mm512_fmadd_ps(st->M[2 * j], _mm512_set1_ps(h[0]), MA[c]));
+        }
+    }
+}
+
 /* s[c*ss + 0..16) for the 16 rows at w (nsb super-blocks of type t) and C
  * <= 8 tokens, the sums in registers: each block's codes scaled as they
  * are split into pairs (hy_q2_k16_scaled: no more instructions than the
@@ -2214,15 +2271,17 @@ HY_Q2_INLINE void hy_q2_k16_panel(hy_dtype_t t, const char *w, int64_t b0, int64
  * uops each, was no faster at B = 1..4 and slower at 8), then an int32
  * chain per half, or for the offset types beyond 4 tokens one chain (the
  * M sums take the registers of the second).  hs: HY_QMM_OFFSET16's half
- * sums (hy_q2_halfsums_to, hss per token). */
+ * sums (hy_q2_halfsums_to, hss per token).  The blocks of a super-block
+ * unrolled where a block's codes sit at shifts that depend on it (Q3_K to
+ * Q6_K: immediate shifts instead of a count in a register and a branch on
+ * its sign; bench_mm B = 8, 2026-12-07: q6_K, q5_K +20-40%, q3_K +12%);
+ * Q2_K ran 10% slower so and IQ4_XS no faster, so they keep the loop. */
 HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *s, size_t ss,
                                  const char *w, const char *x, size_t xs, const float *hs,
                                  size_t hss, const char *pf)
 {
     const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
-    const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K, off16 = t == HY_DTYPE_Q2_K;
-    const bool chunk16 = t == HY_DTYPE_Q6_K || t == HY_DTYPE_IQ4_XS;
-    const bool one = (off || off16) && C > 4;
+    const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K || t == HY_DTYPE_Q2_K;
     __m512 A[HY_Q2_C], MA[HY_Q2_C];
 
 #pragma GCC unroll 8
@@ -2232,49 +2291,18 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
         const char *u = w + (size_t)i * bb;
         hy_q2_k16_t st;
         hy_q2_k16_prep(t, u, &st);
-        for (int j = 0; j < 8; j++) {
-            const int64_t b = 8 * i + j;
-            const hy_block_q16_t *xb[HY_Q2_C];
-            __m512i P[HY_Q2_C], P2[HY_Q2_C];
-            hy_q2_block_start(C, x, xs, b, xb, P, P2);
-            const hy_q2_k16_sc_t sc[2] = {hy_q2_k16_scale(t, st.sc[2 * j]),
-                                          hy_q2_k16_scale(t, st.sc[2 * j + 1])};
+        if (t == HY_DTYPE_Q2_K || t == HY_DTYPE_IQ4_XS) {
+            for (int j = 0; j < 8; j++)
+                hy_q2_k16_rows_blk(t, C, i, j, u, &st, x, xs, hs, hss, pf, bb, A, MA);
+        } else {
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) {
-                __m512i e, o;
-                hy_q2_k16_scaled(t, hy_q2_k16_code(t, u, j, k), &sc[k / 4], &e, &o);
-#pragma GCC unroll 8
-                for (int c = 0; c < C; c++) {
-                    __m512i *h = one || k < 4 ? &P[c] : &P2[c];
-                    hy_q2_dpwssd_bcast(h, e, xb[c]->v + 4 * k);
-                    hy_q2_dpwssd_bcast(h, o, xb[c]->v + 4 * k + 2);
-                }
-            }
-            hy_q2_k16_prefetch(pf ? pf + (size_t)i * bb : NULL, bb, j);
-#pragma GCC unroll 8
-            for (int c = 0; c < C; c++) {
-                const __m512 dd = _mm512_mul_ps(st.D, _mm512_set1_ps(xb[c]->d));
-                if (chunk16) {
-                    A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[c]), dd, A[c]);
-                    A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P2[c]), dd, A[c]);
-                } else {
-                    const __m512i q = one ? P[c] : _mm512_add_epi32(P[c], P2[c]);
-                    A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), dd, A[c]);
-                }
-                if (off)
-                    MA[c] = _mm512_fmadd_ps(st.M[2 * j], _mm512_set1_ps(xb[c]->s), MA[c]);
-                if (off16) {
-                    const float *h = hs + (size_t)c * hss + 2 * b;
-                    MA[c] = _mm512_fmadd_ps(st.M[2 * j + 1], _mm512_set1_ps(h[1]),
-                                            _mm512_fmadd_ps(st.M[2 * j], _mm512_set1_ps(h[0]),
-                                                            MA[c]));
-                }
-            }
+            for (int j = 0; j < 8; j++)
+                hy_q2_k16_rows_blk(t, C, i, j, u, &st, x, xs, hs, hss, pf, bb, A, MA);
         }
     }
 #pragma GCC unroll 8
     for (int c = 0; c < C; c++)
-        _mm512_storeu_ps(s + (size_t)c * ss, off || off16 ? _mm512_add_ps(A[c], MA[c]) : A[c]);
+        _mm512_storeu_ps(s + (size_t)c * ss, off ? _mm512_add_ps(A[c], MA[c]) : A[c]);
 }
 
 /* quant.h's tile over rows of type t in HY_WLAYOUT_ROWS16: w at the first
@@ -2286,7 +2314,7 @@ HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n
                                  size_t xs, int nx)
 {
     const int64_t nb = n / 32;
-    const bool sb8 = hy_dtype_info(t)->block == 256, off16 = t == HY_DTYPE_Q2_K;
+    const bool sb8 = hy_q2_super(t), off16 = t == HY_DTYPE_Q2_K;
     float hs[HY_Q2_HS_MAX] __attribute__((aligned(64)));
 
     if (nx > HY_Q2_C || (off16 && (int64_t)nx * nb * 2 > HY_Q2_HS_MAX)) {
@@ -2739,6 +2767,7 @@ HY_Q2_INLINE void hy_q2_k16_panel(hy_dtype_t t, const char *w, int64_t b0, int64
         hy_q2_k8_t st[2];
         hy_q2_k8_prep(t, u, 0, &st[0]);
         hy_q2_k8_prep(t, u, 1, &st[1]);
+#pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             hy_qmm_pblk_t *pk = p + ib + j;
 #pragma GCC unroll 2
@@ -2874,7 +2903,7 @@ HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n
                                  size_t xs, int nx)
 {
     const int64_t nb = n / 32;
-    const bool sb8 = hy_dtype_info(t)->block == 256, off16 = t == HY_DTYPE_Q2_K;
+    const bool sb8 = hy_q2_super(t), off16 = t == HY_DTYPE_Q2_K;
     float hs[HY_Q2_HS_MAX] __attribute__((aligned(64)));
 
     if (nx > hy_q2_r16_rows_max(t) || (off16 && (int64_t)nx * nb * 2 > HY_Q2_HS_MAX)) {
@@ -2912,7 +2941,7 @@ HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n
                                        hy_qmm_pblk_t *p, const char *pf)                   \
     {                                                                                      \
         (void)ws;                                                                          \
-        if (hy_dtype_info(t)->block == 256)                                                \
+        if (hy_q2_super(t))                                                                \
             hy_q2_k16_panel(t, w, b0, nb, p, pf);                                          \
         else                                                                               \
             hy_q2_r16_panel(t, w, b0, nb, p, pf);                                          \
