@@ -2275,7 +2275,7 @@ HY_Q2_INLINE void hy_q2_k16_rows_blk(hy_dtype_t t, const int C, int64_t i, const
  * unrolled where a block's codes sit at shifts that depend on it (Q3_K to
  * Q6_K: immediate shifts instead of a count in a register and a branch on
  * its sign; bench_mm B = 8, 2026-12-07: q6_K, q5_K +20-40%, q3_K +12%);
- * Q2_K ran 10% slower so and IQ4_XS no faster, so they keep the loop. */
+ * Q2_K and IQ4_XS were no faster unrolled, so they keep the loop. */
 HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *s, size_t ss,
                                  const char *w, const char *x, size_t xs, const float *hs,
                                  size_t hss, const char *pf)
@@ -2814,6 +2814,8 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
         hy_q2_k8_t st[2];
         hy_q2_k8_prep(t, u, 0, &st[0]);
         hy_q2_k8_prep(t, u, 1, &st[1]);
+        /* not unrolled as the panel is: with 16 ymm registers the unrolled
+         * blocks ran B = 4 10-40% slower (bench_mm, 2026-12-07) */
         for (int j = 0; j < 8; j++) {
             const int64_t b = 8 * i + j;
             const hy_block_q16_t *xb[HY_Q2_R16_C];
