@@ -201,8 +201,10 @@ typedef struct {
  * its own block, not to every position.  block_pages 0: every layer dense.
  * With topp > 0 the top-k is a floor: a token whose top-k blocks hold less
  * than topp of its query group's block probability mass takes more, best
- * first, until they do or max_blocks are chosen (so the count varies per
- * token: the backend reports it, hy_batch_seq_t.out_reads[2]). */
+ * first, until they do - if max_blocks of them can; if not, its attention
+ * is too flat for any affordable choice to be near exact and it reads the
+ * top-k (so the count varies per token: the backend reports it,
+ * hy_batch_seq_t.out_reads[2]). */
 typedef struct {
     int32_t block_pages;  /* pages per block (sparse_block_tokens / page_tokens); 0 = off */
     int32_t topk;         /* blocks chosen by score per KV head (with topp: at least) */

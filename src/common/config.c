@@ -81,7 +81,7 @@ static const hy_config_key_t keys[] = {
     { "attention", "sparse",          HY_CONFIG_ENUM,    OFF(attention.sparse),         "off",                   0,      0, sparse_modes },
     { "attention", "sparse_block_tokens", HY_CONFIG_UINT, OFF(attention.sparse_block_tokens), "64",              1,      65536, NULL },
     { "attention", "sparse_topk",     HY_CONFIG_UINT,    OFF(attention.sparse_topk),    "64",                    0,      1048576, NULL },
-    { "attention", "sparse_topp",     HY_CONFIG_FLOAT,   OFF(attention.sparse_topp),    "0",                     0,      1, NULL },
+    { "attention", "sparse_topp",     HY_CONFIG_FLOAT,   OFF(attention.sparse_topp),    "0.99",                  0,      1, NULL },
     { "attention", "sparse_max_blocks", HY_CONFIG_UINT,  OFF(attention.sparse_max_blocks), "512",                1,      1048576, NULL },
     { "attention", "sink_tokens",     HY_CONFIG_UINT,    OFF(attention.sink_tokens),    "64",                    0,      16777216, NULL },
     { "attention", "local_tokens",    HY_CONFIG_UINT,    OFF(attention.local_tokens),   "256",                   0,      16777216, NULL },

@@ -26,11 +26,20 @@ check 0 "sparse: decode at 128, steps alternating with the above: median" \
     "--ref decodes the shorter sequence in the same run" -- \
     "$bench" "$tiny" decode 640 4 --dense 0 --min 256 --ref 128
 # the blocks a decode step reads: top-1 past the sink and 4 local blocks
-# (7 with its own); top-p 0.9 up to 3 on this random model reads the cap
+# (7 with its own); of the 5 others this random model's heads spread their
+# attention evenly, so 3 hold half of it (top-p 0.5 up to 3 reads the cap,
+# 9) but not 0.9 (top-p 0.9 up to 3 reads the top-1's 7), and the default
+# top-p (0.99 up to 512) reads them all, 11
 check 0 "sparse: decode steps at 640: 7.0 blocks read a step and KV head of a full layer" \
     "a top-1 decode step reads 7 blocks per KV head" -- \
-    "$bench" "$tiny" decode 640 4 --dense 0 --min 256 --topk 1
+    "$bench" "$tiny" decode 640 4 --dense 0 --min 256 --topk 1 --topp 0
 check 0 "sparse: decode steps at 640: 9.0 blocks read a step and KV head of a full layer" \
-    "with top-p 0.9 up to 3 blocks, 9" -- \
+    "with top-p 0.5 up to 3 blocks, 9" -- \
+    "$bench" "$tiny" decode 640 4 --dense 0 --min 256 --topk 1 --topp 0.5 --max-blocks 3
+check 0 "sparse: decode steps at 640: 7.0 blocks read a step and KV head of a full layer" \
+    "with top-p 0.9 up to 3 blocks, which cannot hold it, the top-1's 7" -- \
     "$bench" "$tiny" decode 640 4 --dense 0 --min 256 --topk 1 --topp 0.9 --max-blocks 3
+check 0 "sparse: decode steps at 640: 11.0 blocks read a step and KV head of a full layer" \
+    "with the default top-p every block, 11" -- \
+    "$bench" "$tiny" decode 640 4 --dense 0 --min 256 --topk 1
 finish

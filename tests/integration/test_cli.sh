@@ -82,10 +82,10 @@ check 1 "[attention] sink_tokens = 48: must be a multiple of [attention] sparse_
 sp_p=$(for i in $(seq 1 20); do printf "cat sat %d. " "$i"; done)
 "$hy" run -m "$tiny" -p "$sp_p" -n 24 --temp 0 --ignore-eos >"$sp_tmp/dense" 2>/dev/null
 "$hy" run -m "$tiny" -p "$sp_p" -n 24 --temp 0 --ignore-eos --sparse --sparse-min-tokens 0 \
-    --sparse-topk 1048576 --sparse-block-tokens 16 --sparse-sink-tokens 0 \
+    --sparse-topk 1048576 --sparse-topp 0 --sparse-block-tokens 16 --sparse-sink-tokens 0 \
     --sparse-local-tokens 0 >"$sp_tmp/all" 2>"$sp_tmp/all.err"
 "$hy" run -m "$tiny" -p "$sp_p" -n 24 --temp 0 --ignore-eos --sparse --sparse-min-tokens 64 \
-    --sparse-topk 1 --sparse-block-tokens 16 --sparse-sink-tokens 16 \
+    --sparse-topk 1 --sparse-topp 0 --sparse-block-tokens 16 --sparse-sink-tokens 16 \
     --sparse-local-tokens 16 >"$sp_tmp/few" 2>"$sp_tmp/few.err"
 "$hy" run -m "$tiny" -p "$sp_p" -n 24 --temp 0 --ignore-eos --sparse --sparse-min-tokens 64 \
     --sparse-topk 1 --sparse-topp 0.9 --sparse-max-blocks 3 --sparse-block-tokens 16 \
@@ -95,7 +95,8 @@ sp_p=$(for i in $(seq 1 20); do printf "cat sat %d. " "$i"; done)
 # earlier block and its own in the first run; sink + local + top-1 and its
 # own (4) past position 64 in the second; per layer and KV head alike; with
 # top-p past the top-1 more, at most top-3's (this random model's heads
-# spread their attention: it reads more)
+# spread their attention: it reads more where 3 blocks hold 0.9 of it, the
+# top-1 where they cannot)
 n=$((n + 1))
 if python3 - "$sp_tmp/all.err" "$sp_tmp/few.err" "$sp_tmp/topp.err" <<'PY'
 import re, sys

@@ -175,7 +175,8 @@ static uint64_t sp_rule_reads(const hy_model_t *m, const hy_kv_sparse_t *sp, int
 
 /* The backend's count of blocks read is the rule's for a top-k; top-p
  * (0.9, up to 6 blocks) reads more on these random models, whose heads
- * spread their attention, and never past the cap; its bits do not depend
+ * spread their attention (where 6 blocks can hold 0.9 of it; past that
+ * the top-k), and never past the cap; its bits do not depend
  * on the cuts of the prompt or a batch; with the cap at the top-k it is
  * the top-k. */
 static void sp_topp(hy_model_t *m, const char *name, const hy_kv_sparse_t *base,

@@ -8,6 +8,7 @@
  * the best of 5 rounds of reps choices (the build machine is shared).
  * Built by `make check`, not run by it:
  *   tests/unit/bench_select [blocks=16384] [head_dim=8] [topk=64] [reps=2000] [heads=4]
+ *                           [topp=0] [max_blocks=512]
  */
 #include "backend/cpu/sparse_attn.h"
 #include "bench.h"
@@ -39,15 +40,23 @@ int main(int argc, char **argv)
 {
     int nb = arg(argc, argv, 1, 16384, 16), hd = arg(argc, argv, 2, 8, 1);
     int k = arg(argc, argv, 3, 64, 1), reps = arg(argc, argv, 4, 2000, 1);
-    int heads = arg(argc, argv, 5, 4, 1);
+    int heads = arg(argc, argv, 5, 4, 1), cap = arg(argc, argv, 7, 512, 1);
+    char *end = NULL;
+    float topp = argc > 6 ? strtof(argv[6], &end) : 0.0f;
     float *keys = malloc(sizeof(float) * (size_t)nb * (size_t)hd);
     float *q = malloc(sizeof(float) * (size_t)heads * (size_t)hd);
     float *scr = malloc(sizeof(float) * hy_sparse_select_floats(heads, nb));
     int32_t *out = malloc(sizeof(int32_t) * ((size_t)nb + 1));
-    hy_sparse_params_t sp = {4, k, 1, 4, 1.0f / sqrtf((float)hd), 0, 0, 0};
+    hy_sparse_params_t sp = {4, k, 1, 4, 1.0f / sqrtf((float)hd), 0, topp, cap};
     uint32_t s = 1;
     double best = 1e30;
-    long check = 0;
+    long check = 0, chosen = 0;
+
+    if (argc > 6 && (*end != '\0' || !(topp >= 0 && topp <= 1) || (topp > 0 && cap < k))) {
+        fprintf(stderr, "bench_select: top-p '%s': a number in 0..1, with max_blocks >= topk\n",
+                argv[6]);
+        return 2;
+    }
 
     if (!keys || !q || !scr || !out || hd > HY_ATTN_MAX_HEAD_DIM) {
         fprintf(stderr, "bench_select: out of memory or head dim over %d\n",
@@ -66,13 +75,15 @@ int main(int argc, char **argv)
                 q[j] = (float)(next(&s) & 0xffff) / 65536.0f - 0.5f;
             n = hy_sparse_select(q, hd, heads, hd, keys, (size_t)hd, nb, &sp, out, scr);
             check += out[n / 2];
+            chosen += n;
         }
         t = (bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - t0) / reps;
         best = t < best ? t : best;
     }
     /* the check sum: the same choices give the same number on any build */
-    printf("blocks %d head dim %d top-%d heads %d: %.2f us per choice (check %ld)\n", nb, hd,
-           k, heads, best * 1e6, check);
+    printf("blocks %d head dim %d top-%d top-p %g (at most %d) heads %d: %.2f us per choice, "
+           "%.1f blocks (check %ld)\n", nb, hd, k, (double)topp, cap, heads, best * 1e6,
+           (double)chosen / (5.0 * reps), check);
     free(keys);
     free(q);
     free(scr);

@@ -331,10 +331,13 @@ static void hy_plan_sparse_case(void)
     HY_T_OK(ok, "sizes that are not whole pages or blocks refused, naming the key or flag (%s)",
             err);
     a.local_tokens = 64;
-    ok = hy_plan_sparse(&a, 16, false, &sp, err) == HY_OK && sp.topp == 0 &&
+    ok = hy_plan_sparse(&a, 16, false, &sp, err) == HY_OK && sp.topp == 0.99f &&
          sp.max_blocks == 512;
-    a.sparse_topp = 0.99;
+    a.sparse_topp = 0;
     a.sparse_max_blocks = 63;
+    /* top-p off: the cap is not used, whatever it is */
+    ok &= hy_plan_sparse(&a, 16, false, &sp, err) == HY_OK && sp.topp == 0;
+    a.sparse_topp = 0.99;
     ok &= hy_plan_sparse(&a, 16, false, &sp, err) == HY_EINVAL &&
           strcmp(err, "[attention] sparse_max_blocks = 63: must be at least [attention] "
                  "sparse_topk (64) with [attention] sparse_topp = 0.99") == 0;
@@ -344,8 +347,8 @@ static void hy_plan_sparse_case(void)
     a.sparse_max_blocks = 64;
     ok &= hy_plan_sparse(&a, 16, false, &sp, err) == HY_OK && sp.topp == 0.99f &&
           sp.max_blocks == 64;
-    HY_T_OK(ok, "top-p: off by default with a cap of 512; a cap below the top-k refused with "
-            "top-p on, naming the keys or flags (%s)", err);
+    HY_T_OK(ok, "top-p: 0.99 by default with a cap of 512; a cap below the top-k refused with "
+            "top-p on, naming the keys or flags, not with it off (%s)", err);
 }
 
 /* With block-sparse attention each full page carries its compressed key

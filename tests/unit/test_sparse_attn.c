@@ -315,9 +315,11 @@ static void t_select_heads(void)
 /* Top-p past the top-k: the blocks ranked by the group's probability
  * (each head's softmax over the blocks, averaged; double here), the choice
  * is the shortest prefix of that ranking that holds topp of the mass, at
- * least topk and at most max_blocks long - for one head and four, queries
- * from flat (every block about as likely: the cap) to pointed (the top-k
- * hold it all), and a top-p of 0 is the top-k's own choice. */
+ * least topk long, where the first max_blocks of the ranking hold it; where
+ * they do not, the top-k's own choice - for one head and four, queries
+ * from flat (every block about as likely: more than the cap would hold) to
+ * pointed (the top-k hold it all), and a top-p of 0 is the top-k's own
+ * choice. */
 static void t_select_topp(void)
 {
     enum { NB = 3000, D = 16, K0 = 8, CAP = 600 };
@@ -327,7 +329,7 @@ static void t_select_topp(void)
     static const float temps[] = {0.05f, 1.0f, 3.0f, 12.0f};
     static const float topps[] = {0.5f, 0.9f, 0.99f};
     float q[4 * D];
-    int32_t bad = 0, runs = 0, at_floor = 0, at_cap = 0, between = 0;
+    int32_t bad = 0, runs = 0, at_floor = 0, flat = 0, between = 0;
     char what[200] = "";
 
     for (int32_t b = 0; b < NB; b++)
@@ -338,7 +340,7 @@ static void t_select_topp(void)
                 hy_sparse_params_t sp = {BP, K0, 1, 2, 1.0f / sqrtf((float)D), 0,
                                          topps[pi], CAP};
                 int32_t sink = 1, local = NB - 2, nc = local - sink, n, c, np;
-                double acc = 0, before = 0;
+                double acc = 0, before = 0, capm = 0;
                 bool ok = true;
 
                 fill(q, (size_t)heads * D, temps[ti]);
@@ -385,12 +387,20 @@ static void t_select_topp(void)
                 }
                 ok &= sel[0] == 0 && sel[n - 2] == NB - 2 && sel[n - 1] == NB - 1;
                 ok &= c >= K0 && c <= CAP;
-                /* the fewest that reach topp (float sums: 1e-4 of slack) */
-                ok &= c == K0 || c == CAP || (acc >= topps[pi] - 1e-4 && before < topps[pi] + 1e-4);
-                ok &= c == CAP || acc >= topps[pi] - 1e-4;
-                at_floor += c == K0;
-                at_cap += c == CAP;
-                between += c > K0 && c < CAP;
+                for (int32_t i = 0; i < CAP; i++)
+                    capm += p[rank[i]];
+                /* the cap short of the mass: the top-k (float sums: 1e-4
+                 * of slack either way) */
+                if (capm < topps[pi] - 1e-4)
+                    ok &= c == K0;
+                /* else the fewest that reach topp */
+                else
+                    ok &= c == K0 ||
+                          (acc >= topps[pi] - 1e-4 && before < topps[pi] + 1e-4);
+                ok &= capm < topps[pi] + 1e-4 || acc >= topps[pi] - 1e-4;
+                at_floor += c == K0 && capm >= topps[pi];
+                flat += c == K0 && capm < topps[pi];
+                between += c > K0 && c <= CAP;
                 /* with top-p off: the top-k, which the top-p choice holds */
                 sp.topp = 0;
                 np = hy_sparse_select(q, D, heads, D, &keys[0][0], D, NB, &sp, plain, scr);
@@ -400,17 +410,56 @@ static void t_select_topp(void)
                     ok = j < n && sel[j] == plain[i];
                 }
                 ok &= np == sink + K0 + 2;
+                /* a top-k choice is the top-k's, bit for bit */
+                ok &= c != K0 || (np == n && memcmp(sel, plain, sizeof(int32_t) * (size_t)n) == 0);
                 runs++;
                 if (!ok && bad++ == 0)
                     snprintf(what, sizeof what, "%d head(s), query scale %g, top-p %g: %d chosen "
                              "by score, mass %.6f (%.6f without the last)", heads,
                              (double)temps[ti], (double)topps[pi], c, acc, before);
             }
-    HY_T_OK(bad == 0 && at_floor > 0 && at_cap > 0 && between > 0,
+    HY_T_OK(bad == 0 && at_floor > 0 && flat > 0 && between > 0,
             "top-p: %d of %d choices the shortest prefix of the ranking holding top-p of the "
-            "mass, between top-%d and %d (%d at the floor, %d at the cap, %d between)%s%s",
-            runs - bad, runs, K0, CAP, at_floor, at_cap, between, bad ? "; first wrong: " : "",
+            "mass, between top-%d and %d, or the top-k where %d cannot hold it (%d at the "
+            "floor, %d flat, %d between)%s%s",
+            runs - bad, runs, K0, CAP, CAP, at_floor, flat, between, bad ? "; first wrong: " : "",
             what);
+}
+
+/* Top-p where the bound from the top-k's own mass lets the cap through and
+ * the cap still falls short: 20 blocks of 2% each and the rest sharing
+ * 60% evenly - the best 8 and 592 more at 2% would hold 0.99, the best 600
+ * hold ~0.52.  So 0.99 is the top-k's choice, bit for bit, and 0.5 the
+ * fewest of the 20 and the rest that hold it; every block equally likely
+ * is the top-k's choice too (the bound alone rules the cap out). */
+static void t_select_topp_short(void)
+{
+    enum { NB = 3000, D = 16, K0 = 8, CAP = 600, HOT = 20 };
+    static float keys[NB][D], scr[(4 + 3) * (NB + 4)];
+    static int32_t sel[NB], plain[NB];
+    float q[D] = {1.0f};
+    int32_t n[3], np[3], c[3];
+
+    for (int pass = 0; pass < 3; pass++) {
+        /* one head, scale 1/4: a block's logit is its key[0]; hot blocks
+         * spread over the sequence, the others at logit 0 */
+        float lhot = pass < 2 ? logf(0.02f / (0.6f / (NB - 3 - HOT))) : 0.0f;
+        hy_sparse_params_t sp = {BP, K0, 1, 2, 0.25f, 0, pass == 1 ? 0.5f : 0.99f, CAP};
+
+        memset(keys, 0, sizeof keys);
+        for (int32_t b = 0; b < HOT; b++)
+            keys[1 + b * 149][0] = 4.0f * lhot;
+        n[pass] = hy_sparse_select(q, D, 1, D, &keys[0][0], D, NB, &sp, sel, scr);
+        c[pass] = n[pass] - 3;
+        sp.topp = 0;
+        np[pass] = hy_sparse_select(q, D, 1, D, &keys[0][0], D, NB, &sp, plain, scr);
+        if (pass != 1 && !(n[pass] == np[pass] && memcmp(sel, plain, sizeof(int32_t) * (size_t)n[pass]) == 0))
+            c[pass] = -1;
+    }
+    /* 0.5: 20 hot (0.4) and ~500 of the rest at ~0.0002 */
+    HY_T_OK(c[0] == K0 && c[1] > HOT + 400 && c[1] < CAP && c[2] == K0,
+            "top-p when the cap falls short: 0.99 takes the top-%d's choice (%d), 0.5 %d "
+            "blocks, a flat group the top-k's (%d)", K0, c[0], c[1], c[2]);
 }
 
 /* The choice over many blocks (several of its scoring chunks, head dims
@@ -890,6 +939,7 @@ int main(void)
             t_select_heads();
             t_select_rule();
             t_select_topp();
+            t_select_topp_short();
             t_ids();
         }
         free(bk);

@@ -16,6 +16,7 @@
 #include "backend/cpu/quant.h"
 #include "backend/cpu/vexp.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <errno.h>
@@ -303,6 +304,26 @@ SP_AVX2 static int32_t sp_lse_terms_avx2(const float *x, int32_t n, float mx, fl
     return i;
 }
 
+/* The largest of x[0..n), as the scalar loop finds it: maxps keeps its
+ * second operand unless the first is above (a NaN is never above), the
+ * loop its running max; lanes that end equal but for the sign of a zero
+ * give the same sum (mx + log(s), log(s) >= +0). */
+SP_AVX2 static float sp_max_avx2(const float *x, int32_t n)
+{
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    float l[8], mx = -INFINITY;
+    int32_t i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+    _mm256_storeu_ps(l, m);
+    for (int32_t j = 0; j < 8; j++)
+        mx = l[j] > mx ? l[j] : mx;
+    for (; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
 /* hy_sparse_logsumexp(raw + b + j, np, n_heads) for the 8 blocks b + j,
  * lane by lane in its order (max, terms into partial h mod 8, the tree,
  * the log): the same bits. */
@@ -339,8 +360,13 @@ float hy_sparse_logsumexp(const float *x, size_t stride, int32_t n)
     float mx = -INFINITY, p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int32_t i = 0;
 
-    for (int32_t k = 0; k < n; k++)
-        mx = x[(size_t)k * stride] > mx ? x[(size_t)k * stride] : mx;
+#if defined(__x86_64__) && HY_BUILD_AVX2
+    if (stride == 1 && sp_avx2())
+        mx = sp_max_avx2(x, n);
+    else
+#endif
+        for (int32_t k = 0; k < n; k++)
+            mx = x[(size_t)k * stride] > mx ? x[(size_t)k * stride] : mx;
     if (mx == -INFINITY)
         return -INFINITY;
 #if defined(__x86_64__) && HY_BUILD_AVX2
@@ -350,6 +376,27 @@ float hy_sparse_logsumexp(const float *x, size_t stride, int32_t n)
     for (; i < n; i++)
         p[i & 7] += hy_vexp1(x[(size_t)i * stride] - mx);
     return mx + hy_vlog1(sp_tree8(p));
+}
+
+/* out[b] = a head's attention logit for block b from its score s[b] =
+ * q . key (scale, then the soft-cap), NaN and the spare lanes b >= nb as
+ * -inf, for b < np (a multiple of 4; out may be s). */
+static void sp_logits(const float *s, float *out, int32_t np, int32_t nb,
+                      const hy_sparse_params_t *sp)
+{
+    for (int32_t b = 0; b < np; b += 4) {
+        sp_v4_t x;
+        sp_i4_t keep;
+
+        memcpy(&x, s + b, sizeof x);
+        x = x * sp_splat(sp->scale);
+        if (sp->softcap > 0)
+            for (int32_t j = 0; j < 4; j++)
+                x[j] = sp->softcap * tanhf(x[j] / sp->softcap);
+        keep = (x == x) & ((sp_i4_t){b, b + 1, b + 2, b + 3} < nb);
+        x = (sp_v4_t)(((sp_i4_t)x & keep) | ((sp_i4_t)sp_splat(-INFINITY) & ~keep));
+        memcpy(out + b, &x, sizeof x);
+    }
 }
 
 /* A group of several query heads: block b's score is the log of the sum
@@ -377,20 +424,7 @@ void hy_sparse_group_scores(const float *q, int32_t q_stride, int32_t n_heads, i
         for (int32_t b0 = 0; b0 < nb; b0 += SP_CHUNK)
             sp_chunk_scores(qh, keys + (size_t)b0 * key_stride, key_stride,
                             HY_MIN(SP_CHUNK, nb - b0), hd, tail, s + b0);
-        for (int32_t b = 0; b < np; b += 4) {
-            sp_v4_t x;
-            sp_i4_t keep;
-
-            memcpy(&x, s + b, sizeof x);
-            x = x * sp_splat(sp->scale);
-            if (sp->softcap > 0)
-                for (int32_t j = 0; j < 4; j++)
-                    x[j] = sp->softcap * tanhf(x[j] / sp->softcap);
-            /* NaN and the spare lanes: -inf */
-            keep = (x == x) & ((sp_i4_t){b, b + 1, b + 2, b + 3} < nb);
-            x = (sp_v4_t)(((sp_i4_t)x & keep) | ((sp_i4_t)sp_splat(-INFINITY) & ~keep));
-            memcpy(s + b, &x, sizeof x);
-        }
+        sp_logits(s, s, np, nb, sp);
         lz = hy_sparse_logsumexp(s, 1, nb);
         for (int32_t b = 0; b < np; b += 4) {
             sp_v4_t x;
@@ -415,7 +449,8 @@ size_t hy_sparse_select_floats(int32_t n_heads, int32_t cur)
     size_t c = (size_t)HY_MAX(cur, 0) + 4;
 
     /* kept scores (up to every block), every block's score, each chunk's
-     * best twice, and the heads' own scores (one head too, with topp) */
+     * best twice, and the heads' own scores (or one head's logits, with
+     * topp) */
     return (size_t)(HY_MAX(n_heads, 1) + 3) * c;
 }
 
@@ -433,6 +468,55 @@ static int32_t sp_mass_count(const float *score, int32_t m, int32_t k0, int32_t 
     return i;
 }
 
+/* Whether the m kept, added in sp_mass_count's order, hold topp of the
+ * group's n_heads. */
+static bool sp_mass_reached(const float *score, int32_t m, int32_t n_heads, float topp)
+{
+    float acc = 0;
+
+    for (int32_t i = 0; i < m; i++)
+        acc += score[i] == -INFINITY ? 0.0f : hy_vexp1(score[i]);
+    return acc >= topp * (float)n_heads;
+}
+
+/* Whether the best cap blocks could hold topp of the mass, from the best
+ * k alone (score[0..k), best first): each further block holds at most the
+ * k-th's share. */
+static bool sp_cap_reaches(const float *score, int32_t k, int32_t cap, int32_t n_heads,
+                           float topp)
+{
+    float acc = 0, last = score[k - 1] == -INFINITY ? 0.0f : hy_vexp1(score[k - 1]);
+
+    for (int32_t i = 0; i < k; i++)
+        acc += score[i] == -INFINITY ? 0.0f : hy_vexp1(score[i]);
+    return acc + (float)(cap - k) * last >= topp * (float)n_heads;
+}
+
+/* A head's attention logit for a block from its score q . key, as
+ * sp_logits gives it. */
+static inline float sp_logit(float s, const hy_sparse_params_t *sp)
+{
+    float x = s * sp->scale;
+
+    if (sp->softcap > 0)
+        x = sp->softcap * tanhf(x / sp->softcap);
+    return x == x ? x : -INFINITY;
+}
+
+/* The m kept scores as the mass functions take them: a group's are its
+ * log sum_h p_h already; one head's (lp non-NULL) are q . key, turned
+ * into log p = logit - lz in lp, lz the log sum exp of every candidate's
+ * logit - what the group's rule gives for one head. */
+static const float *sp_log_probs(const float *kept, int32_t m, float *lp, float lz,
+                                 const hy_sparse_params_t *sp)
+{
+    if (!lp)
+        return kept;
+    for (int32_t i = 0; i < m; i++)
+        lp[i] = lz == -INFINITY ? -INFINITY : sp_logit(kept[i], sp) - lz;
+    return lp;
+}
+
 int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int32_t hd,
                          const float *block_keys, size_t key_stride, int32_t cur,
                          const hy_sparse_params_t *sp, int32_t *out, float *scratch)
@@ -440,21 +524,22 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
     int32_t sink = HY_MIN(HY_MAX(sp->sink_blocks, 0), cur);
     int32_t local = HY_MAX(cur - HY_MAX(sp->local_blocks, 0), sink);
     int32_t k = HY_MIN(HY_MAX(sp->topk, 0), local - sink), m = 0, n = 0;
-    /* top-p: room for up to cap kept, and the group's probabilities even
-     * for one head (the mass needs them; the order is the same) */
+    /* top-p: room for up to cap kept */
     int32_t cap = HY_MIN(hy_kv_sparse_scored(k, sp->topp, sp->max_blocks), local - sink);
     int32_t n_chunks = (local - sink + SP_CHUNK - 1) / SP_CHUNK;
     int32_t *top = out + sink;
     float qs[HY_ATTN_MAX_HEAD_DIM], tail[4 * HY_ATTN_MAX_HEAD_DIM], cs[SP_CHUNK + 4];
     float floor = -INFINITY;
     /* several heads score every block first (hy_sparse_group_scores), one
-     * head as it goes; so with the floor or with several heads: every block's
-     * score after the k kept (padded to 4 with several heads), then each
-     * chunk's best and a copy, then the heads' own scores
-     * (hy_sparse_select_floats) */
-    bool group = (n_heads > 1 || cap > k) && k > 0, pre = false;
-    int32_t np = group ? ((local - sink) + 3) & ~3 : local - sink;
+     * head as it goes; so with the floor, with several heads or with
+     * top-p: every block's score after the cap kept (padded to 4), then
+     * each chunk's best and a copy, then the heads' own scores or one
+     * head's logits (hy_sparse_select_floats) */
+    bool group = n_heads > 1 && k > 0, more = cap > k, pre = false;
+    int32_t np = group || more ? ((local - sink) + 3) & ~3 : local - sink;
     float *all = scratch + cap, *cmax = all + np, *cbest = cmax + n_chunks;
+    float *lp = NULL, lz = -INFINITY;
+    const float *ms;
 
     if (group)
         hy_sparse_group_scores(q, q_stride, n_heads, hd, sp,
@@ -514,12 +599,37 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
         } else {
             sp_chunk_scores(qs, block_keys + (size_t)b0 * key_stride, key_stride, nb, hd, tail,
                             cs);
+            /* top-p ranks them again and needs their mass */
+            if (more)
+                memcpy(all + (size_t)c * SP_CHUNK, cs, sizeof(float) * (size_t)nb);
         }
         m = sp_keep(sc, nb, b0, k, m, floor, scratch, top);
     }
+    /* One head ranks by q . key (monotone in its softmax over the blocks:
+     * the top-k's choice, and no exponential per block for it); top-p then
+     * needs that softmax's normalizer, one log sum exp over the candidates'
+     * logits, in the spare lanes too (sp_keep's vector test reads them). */
+    if (more && !group && m == k) {
+        lp = cbest + n_chunks;
+        for (int32_t b = local - sink; b < np; b++)
+            all[b] = -INFINITY;
+        sp_logits(all, lp, np, local - sink, sp);
+        lz = hy_sparse_logsumexp(lp, 1, local - sink);
+    }
+    ms = sp_log_probs(scratch, m, lp, lz, sp);
     /* the top-k short of the mass: the best cap, then the fewest of them
-     * that reach it (every score is in all: no key is read again) */
-    if (cap > k && sp_mass_count(scratch, m, k, n_heads, sp->topp) == m) {
+     * that reach it (every score is in all: no key is read again) - when
+     * the cap can reach it at all.  Where it cannot, the heads spread
+     * their attention over more blocks than the cap: reading the cap would
+     * cost up to cap / k times the top-k and still leave the output as
+     * approximate, so the choice stays the top-k's (a random model's flat
+     * attention at 1M tokens; Gemma 3's 32K context has under 512 blocks).
+     * Each block past the k-th holds at most the k-th's share, which
+     * bounds what the cap can hold before ranking it. */
+    if (more && m == k && sp_mass_count(ms, m, k, n_heads, sp->topp) == m &&
+        sp_cap_reaches(ms, k, cap, n_heads, sp->topp)) {
+        int32_t mk = m;
+
         m = 0;
         for (int32_t c = 0; c < n_chunks; c++) {
             int32_t b0 = sink + c * SP_CHUNK;
@@ -527,7 +637,22 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
             m = sp_keep(all + (size_t)c * SP_CHUNK, HY_MIN(SP_CHUNK, local - b0), b0, cap, m,
                         -INFINITY, scratch, top);
         }
-        m = sp_mass_count(scratch, m, k, n_heads, sp->topp);
+        ms = sp_log_probs(scratch, m, lp, lz, sp);
+        if (sp_mass_reached(ms, m, n_heads, sp->topp)) {
+            m = sp_mass_count(ms, m, k, n_heads, sp->topp);
+        } else {
+            /* the bound let it through, the cap fell short: the top-k
+             * again, by the pass that chose it */
+            m = 0;
+            for (int32_t c = 0; c < n_chunks; c++) {
+                int32_t b0 = sink + c * SP_CHUNK;
+
+                m = sp_keep(all + (size_t)c * SP_CHUNK, HY_MIN(SP_CHUNK, local - b0), b0, k, m,
+                            -INFINITY, scratch, top);
+            }
+            assert(m == mk);
+            (void)mk;
+        }
     }
     /* ascending, the order the keys lie in the sequence: the sink blocks,
      * the chosen ones (all between), the local ones */

@@ -64,9 +64,10 @@ void hy_sparse_block_key(const float *page_keys, size_t stride, const int32_t *p
  * as -inf, ties go to the earlier block.  With sp->topp > 0 the choice
  * goes on past the top-k, best first, until the chosen blocks hold topp of
  * the group's mass (sum over blocks and heads of p_h(b) is n_heads; one
- * head takes the same rule) or sp->max_blocks are chosen: a token whose
- * heads spread their attention reads more blocks, one whose heads point
- * reads the top-k.  Returns how many (each block once) in out, ascending;
+ * head takes the same rule), if sp->max_blocks of them can: a token whose
+ * heads spread their attention over a few hundred blocks reads them, one
+ * whose heads point reads the top-k, and one whose attention is flatter
+ * than the cap can hold reads the top-k too.  Returns how many (each block once) in out, ascending;
  * scratch holds hy_sparse_select_floats(n_heads, cur) floats. */
 size_t hy_sparse_select_floats(int32_t n_heads, int32_t cur);
 /* log(sum_i exp(x[i * stride])) over i < n in the choice's order: the
