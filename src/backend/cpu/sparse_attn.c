@@ -642,7 +642,8 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
             m = sp_mass_count(ms, m, k, n_heads, sp->topp);
         } else {
             /* the bound let it through, the cap fell short: the top-k
-             * again, by the pass that chose it */
+             * again, by one pass over every score (the blocks the floored
+             * pass chose) */
             m = 0;
             for (int32_t c = 0; c < n_chunks; c++) {
                 int32_t b0 = sink + c * SP_CHUNK;
