@@ -7,6 +7,7 @@
 hy=${HYSERVE:-./hyserve}
 src=${HY_SRCDIR:-.}
 bench="$(dirname "$hy")/tests/integration/bench_sparse"
+select="$(dirname "$hy")/tests/unit/bench_select"
 tiny="$src/tests/golden/tiny/qwen35-long.gguf"
 . "$src/tests/integration/taplib.sh"
 
@@ -42,4 +43,13 @@ check 0 "sparse: decode steps at 640: 7.0 blocks read a step and KV head of a fu
 check 0 "sparse: decode steps at 640: 11.0 blocks read a step and KV head of a full layer" \
     "with the default top-p every block, 11" -- \
     "$bench" "$tiny" decode 640 4 --dense 0 --min 256 --topk 1
+# the choice's own benchmark (PERFORMANCE.md section 41 quotes it): a top-p
+# past 1 or a cap below the top-k refused; one head on random keys at 4,096
+# blocks is flat past the cap, so top-p 0.99 chooses the top-64 and 5 more
+check 2 "bench_select: top-p '1.5': a number in 0..1, with max_blocks >= topk" \
+    "bench_select: a top-p past 1" -- "$select" 256 8 16 1 1 1.5
+check 2 "bench_select: top-p '0.9': a number in 0..1, with max_blocks >= topk" \
+    "bench_select: a cap below the top-k" -- "$select" 256 8 16 1 1 0.9 8
+check 0 "us per choice, 69.0 blocks" "bench_select: one head, top-p 0.99 past the cap: the top-64 and 5" -- \
+    "$select" 4096 8 64 2 1 0.99
 finish

@@ -453,7 +453,8 @@ static void t_select_topp_short(void)
         c[pass] = n[pass] - 3;
         sp.topp = 0;
         np[pass] = hy_sparse_select(q, D, 1, D, &keys[0][0], D, NB, &sp, plain, scr);
-        if (pass != 1 && !(n[pass] == np[pass] && memcmp(sel, plain, sizeof(int32_t) * (size_t)n[pass]) == 0))
+        if (pass != 1 &&
+            !(n[pass] == np[pass] && memcmp(sel, plain, sizeof(int32_t) * (size_t)n[pass]) == 0))
             c[pass] = -1;
     }
     /* 0.5: 20 hot (0.4) and ~500 of the rest at ~0.0002 */

@@ -468,28 +468,15 @@ static int32_t sp_mass_count(const float *score, int32_t m, int32_t k0, int32_t 
     return i;
 }
 
-/* Whether the m kept, added in sp_mass_count's order, hold topp of the
- * group's n_heads. */
-static bool sp_mass_reached(const float *score, int32_t m, int32_t n_heads, float topp)
+/* The mass of the first n of the kept (best first, scores log sum_h p_h),
+ * added in sp_mass_count's order. */
+static float sp_mass(const float *score, int32_t n)
 {
     float acc = 0;
 
-    for (int32_t i = 0; i < m; i++)
+    for (int32_t i = 0; i < n; i++)
         acc += score[i] == -INFINITY ? 0.0f : hy_vexp1(score[i]);
-    return acc >= topp * (float)n_heads;
-}
-
-/* Whether the best cap blocks could hold topp of the mass, from the best
- * k alone (score[0..k), best first): each further block holds at most the
- * k-th's share. */
-static bool sp_cap_reaches(const float *score, int32_t k, int32_t cap, int32_t n_heads,
-                           float topp)
-{
-    float acc = 0, last = score[k - 1] == -INFINITY ? 0.0f : hy_vexp1(score[k - 1]);
-
-    for (int32_t i = 0; i < k; i++)
-        acc += score[i] == -INFINITY ? 0.0f : hy_vexp1(score[i]);
-    return acc + (float)(cap - k) * last >= topp * (float)n_heads;
+    return acc;
 }
 
 /* A head's attention logit for a block from its score q . key, as
@@ -626,33 +613,34 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
      * attention at 1M tokens; Gemma 3's 32K context has under 512 blocks).
      * Each block past the k-th holds at most the k-th's share, which
      * bounds what the cap can hold before ranking it. */
-    if (more && m == k && sp_mass_count(ms, m, k, n_heads, sp->topp) == m &&
-        sp_cap_reaches(ms, k, cap, n_heads, sp->topp)) {
-        int32_t mk = m;
+    if (more && m == k) {
+        float want = sp->topp * (float)n_heads, mk = sp_mass(ms, k);
+        float last = ms[k - 1] == -INFINITY ? 0.0f : hy_vexp1(ms[k - 1]);
 
-        m = 0;
-        for (int32_t c = 0; c < n_chunks; c++) {
-            int32_t b0 = sink + c * SP_CHUNK;
-
-            m = sp_keep(all + (size_t)c * SP_CHUNK, HY_MIN(SP_CHUNK, local - b0), b0, cap, m,
-                        -INFINITY, scratch, top);
-        }
-        ms = sp_log_probs(scratch, m, lp, lz, sp);
-        if (sp_mass_reached(ms, m, n_heads, sp->topp)) {
-            m = sp_mass_count(ms, m, k, n_heads, sp->topp);
-        } else {
-            /* the bound let it through, the cap fell short: the top-k
-             * again, by one pass over every score (the blocks the floored
-             * pass chose) */
+        if (mk < want && mk + (float)(cap - k) * last >= want) {
             m = 0;
             for (int32_t c = 0; c < n_chunks; c++) {
                 int32_t b0 = sink + c * SP_CHUNK;
 
-                m = sp_keep(all + (size_t)c * SP_CHUNK, HY_MIN(SP_CHUNK, local - b0), b0, k, m,
-                            -INFINITY, scratch, top);
+                m = sp_keep(all + (size_t)c * SP_CHUNK, HY_MIN(SP_CHUNK, local - b0), b0, cap,
+                            m, -INFINITY, scratch, top);
             }
-            assert(m == mk);
-            (void)mk;
+            ms = sp_log_probs(scratch, m, lp, lz, sp);
+            if (sp_mass(ms, m) >= want) {
+                m = sp_mass_count(ms, m, k, n_heads, sp->topp);
+            } else {
+                /* the bound let it through, the cap fell short: the top-k
+                 * again, by one pass over every score (the blocks the
+                 * floored pass chose) */
+                m = 0;
+                for (int32_t c = 0; c < n_chunks; c++) {
+                    int32_t b0 = sink + c * SP_CHUNK;
+
+                    m = sp_keep(all + (size_t)c * SP_CHUNK, HY_MIN(SP_CHUNK, local - b0), b0,
+                                k, m, -INFINITY, scratch, top);
+                }
+                assert(m == k);
+            }
         }
     }
     /* ascending, the order the keys lie in the sequence: the sink blocks,
