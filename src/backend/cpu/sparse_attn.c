@@ -468,6 +468,19 @@ static int32_t sp_mass_count(const float *score, int32_t m, int32_t k0, int32_t 
     return i;
 }
 
+/* sp_keep over every score (all: blocks sink..local, chunk after chunk)
+ * into an empty list of up to k: the best k, no floor. */
+static int32_t sp_keep_all(const float *all, int32_t sink, int32_t local, int32_t k,
+                           float *score, int32_t *top)
+{
+    int32_t m = 0;
+
+    for (int32_t b0 = sink; b0 < local; b0 += SP_CHUNK)
+        m = sp_keep(all + (b0 - sink), HY_MIN(SP_CHUNK, local - b0), b0, k, m, -INFINITY, score,
+                    top);
+    return m;
+}
+
 /* The mass of the first n of the kept (best first, scores log sum_h p_h),
  * added in sp_mass_count's order. */
 static float sp_mass(const float *score, int32_t n)
@@ -618,13 +631,7 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
         float last = ms[k - 1] == -INFINITY ? 0.0f : hy_vexp1(ms[k - 1]);
 
         if (mk < want && mk + (float)(cap - k) * last >= want) {
-            m = 0;
-            for (int32_t c = 0; c < n_chunks; c++) {
-                int32_t b0 = sink + c * SP_CHUNK;
-
-                m = sp_keep(all + (size_t)c * SP_CHUNK, HY_MIN(SP_CHUNK, local - b0), b0, cap,
-                            m, -INFINITY, scratch, top);
-            }
+            m = sp_keep_all(all, sink, local, cap, scratch, top);
             ms = sp_log_probs(scratch, m, lp, lz, sp);
             if (sp_mass(ms, m) >= want) {
                 m = sp_mass_count(ms, m, k, n_heads, sp->topp);
@@ -632,13 +639,7 @@ int32_t hy_sparse_select(const float *q, int32_t q_stride, int32_t n_heads, int3
                 /* the bound let it through, the cap fell short: the top-k
                  * again, by one pass over every score (the blocks the
                  * floored pass chose) */
-                m = 0;
-                for (int32_t c = 0; c < n_chunks; c++) {
-                    int32_t b0 = sink + c * SP_CHUNK;
-
-                    m = sp_keep(all + (size_t)c * SP_CHUNK, HY_MIN(SP_CHUNK, local - b0), b0,
-                                k, m, -INFINITY, scratch, top);
-                }
+                m = sp_keep_all(all, sink, local, k, scratch, top);
                 assert(m == k);
             }
         }
