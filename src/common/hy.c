@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 int hy_err(char *err, int code, const char *fmt, ...)
@@ -101,6 +102,27 @@ void hy_host_memory(uint64_t *total, uint64_t *avail)
  * bytes of slack; a chunk from mmap (the large ones) is whole pages, one
  * from the heap touches its pages and the one its start straddles.  So n
  * bytes rounded up to pages plus a page holds either. */
+size_t hy_huge_bytes(const void *p, size_t len)
+{
+    char line[256];
+    unsigned long long lo, hi, kb;
+    size_t total = 0;
+    bool in = false;
+    FILE *f = fopen("/proc/self/smaps", "r");
+
+    if (f == NULL)
+        return 0;
+    /* a mapping's own lines: its range, then fields up to the next range */
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = lo < (uintptr_t)p + len && hi > (uintptr_t)p;
+        else if (in && sscanf(line, "AnonHugePages: %llu kB", &kb) == 1)
+            total += (size_t)kb * 1024;
+    }
+    fclose(f);
+    return total;
+}
+
 uint64_t hy_host_alloc_bytes(uint64_t n)
 {
     long p = sysconf(_SC_PAGESIZE);

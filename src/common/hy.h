@@ -40,6 +40,10 @@ void hy_host_memory(uint64_t *total, uint64_t *avail);
 /* The most resident memory one malloc (or aligned_alloc) of n bytes can
  * take: what the plan counts for each allocation it knows of. */
 uint64_t hy_host_alloc_bytes(uint64_t n);
+/* The bytes of the mappings overlapping [p, p + len) that the kernel holds
+ * on transparent huge pages (their AnonHugePages in /proc/self/smaps); 0
+ * where it cannot say. */
+size_t hy_huge_bytes(const void *p, size_t len);
 
 /* The index of the first of ids[0..n) outside [0, lim), or -1 when all
  * are inside.  Page lists of a million-token sequence are checked every

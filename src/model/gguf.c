@@ -826,23 +826,7 @@ size_t hy_gguf_file_size(const hy_gguf_t *g) { return g->size; }
 
 size_t hy_gguf_huge_bytes(const hy_gguf_t *g)
 {
-    char line[256];
-    unsigned long long lo, hi, kb;
-    size_t total = 0;
-    bool in = false;
-    FILE *f;
-
-    if (!g->huge || (f = fopen("/proc/self/smaps", "r")) == NULL)
-        return 0;
-    /* the mapping's own lines: its range, then fields up to the next range */
-    while (fgets(line, sizeof line, f) != NULL) {
-        if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
-            in = lo < (uintptr_t)g->map + g->map_size && hi > (uintptr_t)g->map;
-        else if (in && sscanf(line, "AnonHugePages: %llu kB", &kb) == 1)
-            total += (size_t)kb * 1024;
-    }
-    fclose(f);
-    return total;
+    return g->huge ? hy_huge_bytes(g->map, g->map_size) : 0;
 }
 
 /* ---- metadata ---------------------------------------------------------- */

@@ -93,6 +93,21 @@ int hy_cli_act_bits(const char *cmd, const char *s, int *out)
     return 0;
 }
 
+int hy_cli_kv_type(const char *cmd, const char *s, hy_dtype_t *out)
+{
+    if (strcmp(s, "f16") == 0)
+        *out = HY_DTYPE_F16;
+    else if (strcmp(s, "f32") == 0)
+        *out = HY_DTYPE_F32;
+    else if (strcmp(s, "q8_0") == 0)
+        *out = HY_DTYPE_Q8_0;
+    else {
+        fprintf(stderr, "hyserve %s: --kv-type = '%s': must be f16, f32 or q8_0\n", cmd, s);
+        return -1;
+    }
+    return 0;
+}
+
 int hy_cli_weights_memory(const char *cmd, const char *s, int *out)
 {
     if (strcmp(s, "huge_pages") == 0)

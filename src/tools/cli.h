@@ -39,6 +39,8 @@ int hy_cli_open(hy_cli_ctx_t *c, const char *cmd, const char *model_path, const 
 int hy_cli_act_bits(const char *cmd, const char *s, int *out);
 #define HY_CLI_ACT_BITS_HELP \
     "  --act-bits 16|8  integer activations of the quantized matmuls ([engine] activation_bits)\n"
+/* --kv-type f16|f32|q8_0 (the [cache] kv_type choices); reports a bad value. */
+int hy_cli_kv_type(const char *cmd, const char *s, hy_dtype_t *out);
 /* --weights-memory huge_pages|mmap (hy_backend_opts_t.weights_memory). */
 int hy_cli_weights_memory(const char *cmd, const char *s, int *out);
 #define HY_CLI_WEIGHTS_MEMORY_HELP \

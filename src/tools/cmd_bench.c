@@ -13,9 +13,11 @@
 #include "tools/cli.h"
 #include "tools/bench_offline.h"
 #include "tools/bench_url.h"
+#include "kv/plan.h"
 
 #include <getopt.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +28,10 @@
  * weight bytes.  The bound is measured the way decode reads: T threads each
  * stream their share of a buffer as large as the weights, again and again,
  * with the widest loads the CPU has (target_clones picks 64-byte AVX-512
- * loads where present, as the kernels use), best of several passes.  The
+ * loads where present, as the kernels use), from memory of the weights'
+ * kind (huge pages unless they are the file's mapping: on this repository's
+ * Xeon a stream over 4 KB pages reads ~10% slower, PERFORMANCE.md section
+ * 42), best of several passes.  The
  * footprint matters: on a CPU whose last-level cache holds part of the
  * weights, a 1 GiB buffer would measure DRAM alone and understate what a
  * model of this size can be fed with; that figure is printed as well.
@@ -58,20 +63,26 @@ static void *hy_bw_worker(void *arg)
 }
 
 /* GB/s reading `bytes` with `threads` threads, best of `passes` passes
- * after one warm-up pass; 0 if the buffer cannot be had. */
-static double hy_bench_read_bw(int threads, size_t bytes, int passes)
+ * after one warm-up pass, the buffer advised onto huge pages when `huge`
+ * (*on_huge, unless NULL: the share the kernel placed there, 0..1); 0 if
+ * the buffer cannot be had. */
+static double hy_bench_read_bw(int threads, size_t bytes, int passes, bool huge, double *on_huge)
 {
-    const size_t n = bytes / sizeof(hy_bw_vec_t);
-    hy_bw_vec_t *buf = aligned_alloc(64, n * sizeof *buf);
+    const size_t n = bytes / sizeof(hy_bw_vec_t), hp = (size_t)2 << 20;
+    const size_t len = n * sizeof(hy_bw_vec_t) + hp;
+    void *map = n ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                  : MAP_FAILED;
+    hy_bw_vec_t *buf;
     hy_bw_part_t parts[256];
     pthread_t tid[256];
     double best = 0;
     int pass, t;
 
-    if (buf == NULL || n == 0) {
-        free(buf);
+    if (map == MAP_FAILED)
         return 0;
-    }
+    /* aligned to a huge page, as the weights' copy is (gguf.c) */
+    buf = (hy_bw_vec_t *)(((uintptr_t)map + hp - 1) & ~(uintptr_t)(hp - 1));
+    (void)madvise(buf, n * sizeof *buf, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     for (size_t i = 0; i < n; i++)
         for (int k = 0; k < 8; k++)
             buf[i][k] = i * 8 + (size_t)k;
@@ -96,8 +107,33 @@ static double hy_bench_read_bw(int threads, size_t bytes, int passes)
     /* keep the sums alive */
     if (parts[0].sum == 42)
         fprintf(stderr, " ");
-    free(buf);
+    if (on_huge != NULL)
+        *on_huge = (double)hy_huge_bytes(buf, n * sizeof *buf) / (double)(n * sizeof *buf);
+    munmap(map, len);
     return best; /* GB/s */
+}
+
+/* The KV bytes a token decoded at position pos reads: each attention
+ * kind's bytes a position (the plan's, for ro's KV type) times the
+ * positions its layers attend to, all or the window (the kind's largest). */
+static int hy_bench_kv_read(const hy_cli_ctx_t *c, const hy_runner_opts_t *ro, int64_t pos,
+                            uint64_t *out, char *err)
+{
+    hy_plan_opts_t po = {0};
+    hy_plan_t p;
+
+    po.n_ctx = ro->n_ctx;
+    po.n_seqs = 1;
+    po.page_tokens = ro->page_tokens;
+    po.chunk = ro->max_tokens;
+    po.kv_type = ro->kv_type;
+    if (hy_plan_make_opts(&p, c->model, c->be, &po, err) != HY_OK)
+        return -1;
+    *out = 0;
+    for (int k = 0; k < HY_LAYER_KINDS; k++)
+        *out += p.kv_bytes_per_token[k] *
+                (uint64_t)(p.window[k] > 0 ? HY_MIN(pos, (int64_t)p.window[k]) : pos);
+    return 0;
 }
 
 static int hy_bench_cmp(const void *a, const void *b)
@@ -156,7 +192,7 @@ int hy_cmd_bench(int argc, char **argv)
         {"repetitions", required_argument, 0, 'r'}, {"membw", no_argument, 0, 'b'},
         {"backend", required_argument, 0, 'B'}, {"ubatch", required_argument, 0, 'u'},
         {"n-depth", required_argument, 0, 'd'}, {"act-bits", required_argument, 0, 'A'},
-        {"weights-memory", required_argument, 0, 'W'},
+        {"weights-memory", required_argument, 0, 'W'}, {"kv-type", required_argument, 0, 'K'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *threads_list = "0", *backend = NULL;
     long n_prompt = 512, n_gen = 128, reps = 5, ubatch = 512, depth = 0;
@@ -165,7 +201,9 @@ int hy_cmd_bench(int argc, char **argv)
     int opt, rc = 1;
     bool membw = false;
     int act_bits = 0, weights_memory = HY_WEIGHTS_HUGE_PAGES;
-    uint64_t bw_note_wbytes = 0;
+    hy_dtype_t kv_type = HY_DTYPE_F16;
+    uint64_t bw_note_wbytes = 0, bw_note_kvbytes = 0, bw_note_huge = 0, bw_note_wfile = 1;
+    char err[HY_ERR_LEN];
     double bw_note_tg = 0;
 
     for (opt = 1; opt < argc; opt++)
@@ -188,12 +226,14 @@ int hy_cmd_bench(int argc, char **argv)
         case 'd': if (hy_cli_int("bench", "--n-depth", optarg, 0, 1048576, &depth)) return 2; break;
         case 'A': if (hy_cli_act_bits("bench", optarg, &act_bits)) return 2; break;
         case 'W': if (hy_cli_weights_memory("bench", optarg, &weights_memory)) return 2; break;
+        case 'K': if (hy_cli_kv_type("bench", optarg, &kv_type)) return 2; break;
         case 'h':
-            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-d 0] [-r 5] [-u 512] [--membw] [--act-bits 16|8] [--weights-memory huge_pages|mmap] [--backend cpu|cuda]\n"
+            printf("usage: hyserve bench -m MODEL.gguf [-t 1,2] [-p 512] [-n 128] [-d 0] [-r 5] [-u 512] [--membw] [--act-bits 16|8] [--weights-memory huge_pages|mmap] [--kv-type f16|f32|q8_0] [--backend cpu|cuda]\n"
                    "  -u N     prompt tokens per forward pass (llama-bench's -ub, default 512)\n"
                    "  -d N     N tokens in the context before each test (llama-bench's -d), untimed\n"
                    "  -t LIST  comma-separated thread counts (0 = all cores)\n"
                    "  --membw  also measure read bandwidth and tg's share of the memory bound\n"
+                   "  --kv-type T  the KV cache's element type (llama-bench's -ctk/-ctv; [cache] kv_type)\n"
                    HY_CLI_ACT_BITS_HELP
                    HY_CLI_WEIGHTS_MEMORY_HELP
                    "       hyserve bench --url http://HOST:PORT ...  (load a running server; --url --help)\n");
@@ -222,6 +262,7 @@ int hy_cmd_bench(int argc, char **argv)
          * would */
         ro.max_tokens = (int32_t)HY_MAX(HY_MIN(HY_MAX(n_prompt, depth), ubatch), 1);
         ro.n_ctx = (int32_t)(depth + HY_MAX(n_prompt, n_gen) + 1);
+        ro.kv_type = kv_type;
         const hy_backend_opts_t bo = {.n_threads = (int)threads, .act_bits = act_bits,
                                       .weights_memory = weights_memory};
 
@@ -267,6 +308,13 @@ int hy_cmd_bench(int argc, char **argv)
                 }
                 bw_note_wbytes = wbytes;
                 bw_note_tg = med;
+                bw_note_huge = hy_gguf_huge_bytes(c.model->gguf);
+                bw_note_wfile = HY_MAX(hy_gguf_file_size(c.model->gguf), 1);
+                /* the timed tokens' mean position */
+                if (hy_bench_kv_read(&c, &ro, depth + n / 2, &bw_note_kvbytes, err) != 0) {
+                    fprintf(stderr, "hyserve bench: %s\n", err);
+                    goto fail;
+                }
             }
             printf("| %s | %ld | %s%ld%s | %.2f | %.2f | %.2f | %ld |\n", c.model->name,
                    threads, pass == 0 ? "pp" : "tg", n, depth_tag,
@@ -285,16 +333,24 @@ fail:
         hy_cli_close(&c);
         if (membw && bw_note_tg > 0) {
             int nt = threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-            double bw = hy_bench_read_bw(nt, bw_note_wbytes, 20);
-            double dram = hy_bench_read_bw(nt, (size_t)1 << 30, 3);
+            const bool huge = weights_memory == HY_WEIGHTS_HUGE_PAGES;
+            const double bytes = (double)(bw_note_wbytes + bw_note_kvbytes);
+            double on_huge = 0;
+            double bw = hy_bench_read_bw(nt, (size_t)bytes, 20, huge, &on_huge);
+            double dram = hy_bench_read_bw(nt, (size_t)1 << 30, 3, huge, NULL);
 
-            printf("\nthreads %ld: weights read per token %.1f MB; read bandwidth %.2f GB/s "
-                   "(%s threads streaming a buffer of that size with the widest loads, best of 20 "
-                   "passes); bound %.1f tok/s; tg achieves %.0f%% of it\n"
+            printf("\nthreads %ld: read per token %.1f MB (weights %.1f MB, %.0f%% of them on huge "
+                   "pages; KV %.2f MB: %s at the tokens' mean position %ld); read bandwidth %.2f "
+                   "GB/s (%s threads streaming a buffer of that size, %.0f%% of it on huge pages, "
+                   "with the widest loads, best of 20 passes); bound %.1f tok/s; tg achieves "
+                   "%.0f%% of it\n"
                    "  (1 GiB buffer, DRAM alone: %.2f GB/s, tg %.0f%% of that bound)\n\n",
-                   threads, bw_note_wbytes / 1e6, bw, tok, bw * 1e9 / bw_note_wbytes,
-                   100.0 * bw_note_tg * bw_note_wbytes / (bw * 1e9), dram,
-                   100.0 * bw_note_tg * bw_note_wbytes / (dram * 1e9));
+                   threads, bytes / 1e6, bw_note_wbytes / 1e6,
+                   100.0 * (double)bw_note_huge / (double)bw_note_wfile,
+                   bw_note_kvbytes / 1e6, hy_dtype_info(kv_type)->name, depth + n_gen / 2, bw,
+                   tok, 100.0 * on_huge, bw * 1e9 / bytes,
+                   100.0 * bw_note_tg * bytes / (bw * 1e9), dram,
+                   100.0 * bw_note_tg * bytes / (dram * 1e9));
         }
     }
     rc = 0;

@@ -60,15 +60,7 @@ int hy_cmd_plan(int argc, char **argv)
         case 'L': if (hy_cli_int("plan", "--sparse-local-tokens", optarg, 0, 1 << 24, &lv)) return 2; attn.local_tokens = (uint32_t)lv; break;
         case 'H': if (hy_cli_int("plan", "--hot-tokens", optarg, 0, 1L << 30, &hot)) return 2; break;
         case 'W': if (hy_cli_int("plan", "--seq-warm-mb", optarg, 0, 1L << 32, &warm_mb)) return 2; break;
-        case 'k':
-            if (strcmp(optarg, "f16") == 0) kv = HY_DTYPE_F16;
-            else if (strcmp(optarg, "f32") == 0) kv = HY_DTYPE_F32;
-            else if (strcmp(optarg, "q8_0") == 0) kv = HY_DTYPE_Q8_0;
-            else {
-                fprintf(stderr, "hyserve plan: --kv-type = '%s': must be f16, f32 or q8_0\n", optarg);
-                return 2;
-            }
-            break;
+        case 'k': if (hy_cli_kv_type("plan", optarg, &kv)) return 2; break;
         case 'j': json = true; break;
         case 'B': backend = optarg; break;
         case 'h':

@@ -196,6 +196,24 @@ case "$out" in
     fail=$((fail + 1))
     echo "not ok $n - bench -d: $out" ;;
 esac
+check 2 "hyserve bench: --kv-type = 'q4_0': must be f16, f32 or q8_0" "bench: unknown --kv-type" -- \
+    "$hy" bench -m "$tiny" --kv-type q4_0
+# --membw counts the KV a token reads: the tiny Gemma 3 has one global layer
+# (256 bytes a position in f16, 136 in q8_0) and five sliding ones of window
+# 16 (1,280 and 680 bytes a position): at the tokens' mean position 402,
+# 256 * 402 + 1280 * 16 = 0.12 MB in f16, 136 * 402 + 680 * 16 = 0.07 MB in q8_0
+for kv in f16:0.12 q8_0:0.07; do
+    n=$((n + 1))
+    out=$("$hy" bench -m "$src/tests/golden/tiny/gemma3.gguf" -p 0 -n 4 -d 400 -r 1 -t 1 \
+        --membw --kv-type "${kv%:*}" 2>&1)
+    case "$out" in
+    *"| tg4 @ d400 |"*"KV ${kv#*:} MB: ${kv%:*} at the tokens' mean position 402"*"on huge pages"*)
+        echo "ok $n - bench --membw --kv-type ${kv%:*}: the KV read at 402 positions, ${kv#*:} MB" ;;
+    *)
+        fail=$((fail + 1))
+        echo "not ok $n - bench --membw --kv-type ${kv%:*}: $out" ;;
+    esac
+done
 check 1 "hyserve bench: backend 'gpu': must be one of cpu|cuda" "bench: unknown --backend" -- \
     "$hy" bench -m "$tiny" -p 16 -n 0 -r 1 --backend gpu
 check 2 "hyserve bench: --ttft-prefix = 0: must be an integer in 32..65536" "bench: --ttft-prefix too small" -- \
