@@ -353,48 +353,41 @@ static void hy_quant_ref_to_float_q8_0(const void *vw, float *y, int64_t n)
     }
 }
 
+/* One Q4_K or Q5_K super-block (qh: Q5_K's fifth bits; NULL for Q4_K)
+ * into y[0 .. 256), as ggml's dequantize_row_q4_K / q5_K round it. */
+static void hy_quant_ref_k45(uint16_t d16, uint16_t dmin16, const uint8_t *scales,
+                             const uint8_t *q, const uint8_t *qh, float *y)
+{
+    float d = hy_f16_to_f32(d16), dmin = hy_f16_to_f32(dmin16);
+
+    for (int c = 0; c < 4; c++) { /* 64-element chunks */
+        uint8_t sc, m, u1 = (uint8_t)(1u << (2 * c)), u2 = (uint8_t)(2u << (2 * c));
+        hy_quant_scale_min_k4(2 * c, scales, &sc, &m);
+        float d1 = d * sc, m1 = dmin * m;
+        hy_quant_scale_min_k4(2 * c + 1, scales, &sc, &m);
+        float d2 = d * sc, m2 = dmin * m;
+        for (int l = 0; l < 32; l++)
+            *y++ = d1 * (float)((q[l] & 15) + (qh && (qh[l] & u1) ? 16 : 0)) - m1;
+        for (int l = 0; l < 32; l++)
+            *y++ = d2 * (float)((q[l] >> 4) + (qh && (qh[l] & u2) ? 16 : 0)) - m2;
+        q += 32;
+    }
+}
+
 void hy_quant_ref_to_float_q4_k(const void *vw, float *y, int64_t n)
 {
     const hy_block_q4_k_t *w = vw;
 
-    for (int64_t i = 0; i < n / 256; i++) {
-        float d = hy_f16_to_f32(w[i].d), dmin = hy_f16_to_f32(w[i].dmin);
-        const uint8_t *q = w[i].qs;
-        for (int c = 0; c < 4; c++) {      /* 64-element chunks */
-            uint8_t sc, m;
-            hy_quant_scale_min_k4(2 * c, w[i].scales, &sc, &m);
-            float d1 = d * sc, m1 = dmin * m;
-            hy_quant_scale_min_k4(2 * c + 1, w[i].scales, &sc, &m);
-            float d2 = d * sc, m2 = dmin * m;
-            for (int l = 0; l < 32; l++)
-                *y++ = d1 * (float)(q[l] & 15) - m1;
-            for (int l = 0; l < 32; l++)
-                *y++ = d2 * (float)(q[l] >> 4) - m2;
-            q += 32;
-        }
-    }
+    for (int64_t i = 0; i < n / 256; i++)
+        hy_quant_ref_k45(w[i].d, w[i].dmin, w[i].scales, w[i].qs, NULL, y + 256 * i);
 }
 
 void hy_quant_ref_to_float_q5_k(const void *vw, float *y, int64_t n)
 {
     const hy_block_q5_k_t *w = vw;
 
-    for (int64_t i = 0; i < n / 256; i++) {
-        float d = hy_f16_to_f32(w[i].d), dmin = hy_f16_to_f32(w[i].dmin);
-        const uint8_t *q = w[i].qs, *qh = w[i].qh;
-        for (int c = 0; c < 4; c++) {
-            uint8_t sc, m, u1 = (uint8_t)(1u << (2 * c)), u2 = (uint8_t)(2u << (2 * c));
-            hy_quant_scale_min_k4(2 * c, w[i].scales, &sc, &m);
-            float d1 = d * sc, m1 = dmin * m;
-            hy_quant_scale_min_k4(2 * c + 1, w[i].scales, &sc, &m);
-            float d2 = d * sc, m2 = dmin * m;
-            for (int l = 0; l < 32; l++)
-                *y++ = d1 * (float)((q[l] & 15) + (qh[l] & u1 ? 16 : 0)) - m1;
-            for (int l = 0; l < 32; l++)
-                *y++ = d2 * (float)((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
-            q += 32;
-        }
-    }
+    for (int64_t i = 0; i < n / 256; i++)
+        hy_quant_ref_k45(w[i].d, w[i].dmin, w[i].scales, w[i].qs, w[i].qh, y + 256 * i);
 }
 
 void hy_quant_ref_to_float_q6_k(const void *vw, float *y, int64_t n)
