@@ -11,7 +11,7 @@
  * one token's attention and the next).  BENCH_ATTN_SHAPE=NH,NKV,HD times
  * another shape (query heads, KV heads, head size); BENCH_ATTN_WINDOW=W a
  * sliding layer's (the last W keys), BENCH_ATTN_SPLIT=S splits of S keys
- * instead of HY_ATTN_SPLIT.
+ * instead of HY_ATTN_SPLIT, BENCH_ATTN_KV=f32|f16|q8_0 the KV type.
  * Built by `make check`, not run by it:
  *   tests/unit/bench_attn [reps=3] [isa=best|avx512|avx2|scalar] [keys...=4096 16384 32768]
  */
@@ -61,6 +61,15 @@ int main(int argc, char **argv)
     float *q = NULL, *k = NULL, *v = NULL, *o = NULL;
     int32_t *pos = NULL, *pages = NULL;
 
+    const char *kv_env = getenv("BENCH_ATTN_KV");
+    hy_dtype_t kv = HY_DTYPE_F16;
+    if (kv_env && strcmp(kv_env, "f16") != 0)
+        kv = strcmp(kv_env, "f32") == 0 ? HY_DTYPE_F32
+             : strcmp(kv_env, "q8_0") == 0 ? HY_DTYPE_Q8_0 : HY_DTYPE_COUNT;
+    if (kv == HY_DTYPE_COUNT) {
+        fprintf(stderr, "bench_attn: BENCH_ATTN_KV=%s: want f32, f16 or q8_0\n", kv_env);
+        return 1;
+    }
     const char *shape = getenv("BENCH_ATTN_SHAPE");
     if (shape && (sscanf(shape, "%d,%d,%d", &B_NH, &B_NKV, &B_HD) != 3 || B_NKV < 1 ||
                   B_NH < B_NKV || B_NH % B_NKV || B_HD < 1 || B_HD > 512)) {
@@ -94,7 +103,7 @@ int main(int argc, char **argv)
     }
 
     int n_pages = (max_keys + B_PT - 1) / B_PT;
-    hy_kv_layout_t lay = {1, B_NKV, B_HD, B_HD, B_PT, n_pages, HY_DTYPE_F16, 0, NULL,
+    hy_kv_layout_t lay = {1, B_NKV, B_HD, B_HD, B_PT, n_pages, kv, 0, NULL,
                           {0, 0, 0, 0, 0, 0, 0}};
     q = malloc((size_t)B_NQ * B_NH * B_HD * sizeof(float));
     k = malloc((size_t)B_NQ * B_NKV * B_HD * sizeof(float));

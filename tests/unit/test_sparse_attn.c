@@ -105,7 +105,8 @@ static hy_attn_flash_t unit(kv_t *c, const int32_t *pos)
     size_t row = HD * c->esz, page = (size_t)NKV * PT * row;
     hy_attn_flash_t f = {
         c->kp + (size_t)KVH * PT * row, c->vp + (size_t)KVH * PT * row, page, page, row, row,
-        c->pages, PT, c->type == HY_DTYPE_F32, c->type == HY_DTYPE_F16, NULL,
+        c->pages, PT, c->type == HY_DTYPE_F32, c->type == HY_DTYPE_F16,
+        c->type == HY_DTYPE_Q8_0, NULL,
         c->q, c->out, pos, GRP * HD, GRP * HD, 0, 1, 0, GRP, HD, HD, 0,
         1.0f / sqrtf((float)HD), 0, HY_ATTN_SPLIT, NULL, 0, 0, 0, 0, 0, NULL, NULL,
     };

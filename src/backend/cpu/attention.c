@@ -331,6 +331,7 @@ static void hy_attn_unit(hy_attn_job_t *j, float *scr, float *sscr, int32_t s, i
         /* .page_tokens = */ pt,
         /* .kv_f32 = */ cpu->kv.type == HY_DTYPE_F32,
         /* .kv_f16 = */ cpu->kv.type == HY_DTYPE_F16,
+        /* .kv_q8 = */ cpu->kv.type == HY_DTYPE_Q8_0,
         /* .to_float = */ j->tr->to_float,
         /* .q = */ j->q,
         /* .out = */ j->out,

@@ -9,6 +9,7 @@
 #include "backend/cpu/x86_transpose.h"
 
 #include <math.h>
+#include <string.h>
 
 #if defined(__x86_64__) && HY_BUILD_AVX2
 #pragma GCC push_options
@@ -61,6 +62,16 @@ HY_AF_PRIM hy_af_v hy_af_one_if_ninf(hy_af_v c, hy_af_v m)
 HY_AF_PRIM hy_af_v hy_af_cvt_f16(const uint16_t *h)
 {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+/* The W codes from o of the q8_0 block at b, times its d. */
+HY_AF_PRIM hy_af_v hy_af_cvt_q8(const uint8_t *b, size_t o)
+{
+    uint16_t d;
+    memcpy(&d, b, sizeof d);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                             _mm_loadl_epi64((const __m128i *)(const void *)(b + 2 + o)))),
+                         _mm256_cvtph_ps(_mm_set1_epi16((short)d)));
 }
 
 #define HY_AF_HAVE_HSUM4 1

@@ -29,6 +29,8 @@ typedef struct {
     int32_t page_tokens;
     int kv_f32;                      /* rows are floats: copied, not converted */
     int kv_f16;                      /* rows are halves: converted inline */
+    int kv_q8;                       /* rows are q8_0 blocks: the decode kernel converts
+                                        them inline, the flash kernel through to_float */
     void (*to_float)(const void *x, float *y, int64_t n); /* row elements -> f32 */
 
     const float *q;      /* [tokens][q_stride]: head h at q + t*q_stride + h*hd */

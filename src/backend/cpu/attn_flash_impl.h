@@ -207,19 +207,33 @@ HY_AF_INLINE void hy_af_hsum4(hy_af_v v0, hy_af_v v1, hy_af_v v2, hy_af_v v3, fl
 }
 #endif
 
+/* W elements from e of a key or value row in the pages as floats: halves,
+ * or (q8, a literal) q8_0 blocks of 32, a chunk inside one block (W
+ * divides 32), each element d * q: the product is exact (11 by 8
+ * significant bits), so the floats are to_float's and the decode kernel's
+ * arithmetic the flash kernel's. */
+_Static_assert(32 % HY_AF_W == 0, "a q8_0 block holds whole chunks");
+HY_AF_INLINE hy_af_v hy_af_cvt_row(const uint16_t *row, size_t e, const int q8)
+{
+    if (!q8)
+        return hy_af_cvt_f16(row + e);
+    return hy_af_cvt_q8((const uint8_t *)(const void *)row + e / 32 * 34, e % 32);
+}
+
 /* acc[q][k] for NQ queries times NK keys: the chains over nc chunks of W
  * columns, query q's chunk c at Q + q*qs + c*qc, key k's at kf + k*ks +
- * c*kc, or with kh the halves at kh[k] + c*W, converted as loaded (a
- * literal NULL compiles either away).  Each key chunk is loaded once for
- * the NQ queries, NQ*NK chains side by side.  With pf, a line of the next
+ * c*kc, or with kh the row at kh[k] (halves, or with q8 q8_0 blocks),
+ * converted as loaded (literals compile the others away).  Each key chunk
+ * is loaded once for the NQ queries, NQ*NK chains side by side.  With pf, a line of the next
  * tile is prefetched every other chunk; with nk and nv (the next tile's
  * f16 rows for this block's four keys, nc a multiple of 4: a row is nc/4
  * runs of W/8 lines), chunk c prefetches run c / 4 of K row nk[c % 4] and
  * of V row nv[c % 4], so that the four rows are whole at the last chunk. */
 HY_AF_INLINE void hy_af_dots(const float *Q, size_t qs, size_t qc, const float *kf, size_t ks,
-                             size_t kc, const uint16_t *const *kh, int nc, const int NQ,
-                             const int NK, hy_af_pf_t *pf, const uint16_t *const *nk,
-                             const uint16_t *const *nv, hy_af_v acc[HY_AF_DOT_Q][4])
+                             size_t kc, const uint16_t *const *kh, const int q8, int nc,
+                             const int NQ, const int NK, hy_af_pf_t *pf,
+                             const uint16_t *const *nk, const uint16_t *const *nv,
+                             hy_af_v acc[HY_AF_DOT_Q][4])
 {
 #pragma GCC unroll 8
     for (int q = 0; q < NQ; q++)
@@ -241,7 +255,7 @@ HY_AF_INLINE void hy_af_dots(const float *Q, size_t qs, size_t qc, const float *
         }
 #pragma GCC unroll 4
         for (int k = 0; k < NK; k++)
-            kx[k] = kh ? hy_af_cvt_f16(kh[k] + (size_t)c * HY_AF_W)
+            kx[k] = kh ? hy_af_cvt_row(kh[k], (size_t)c * HY_AF_W, q8)
                        : hy_af_load(kf + (size_t)k * ks + (size_t)c * kc);
 #pragma GCC unroll 8
         for (int q = 0; q < NQ; q++) {
@@ -265,7 +279,7 @@ HY_AF_INLINE void hy_af_qk_block(const float *Qr, const float *K, int nc, int L,
     hy_af_v acc[HY_AF_DOT_Q][4];
 
     hy_af_dots(Qr, (size_t)nc * HY_AF_W, HY_AF_W, K, (size_t)nc * HY_AF_W, HY_AF_W,
-               NULL, nc, HY_AF_DOT_Q, NK, NULL, NULL, NULL, acc);
+               NULL, 0, nc, HY_AF_DOT_Q, NK, NULL, NULL, NULL, acc);
 #pragma GCC unroll 4
     for (int k = 0; k < NK; k++)
 #pragma GCC unroll 2
@@ -455,10 +469,10 @@ static inline int32_t hy_af_run(const hy_attn_flash_t *f, bool v, int32_t p, int
     return HY_MIN(hi - p, pt - slot);
 }
 
-/* Where positions [lo, hi) of one KV head's f16 keys or values lie (row
- * p - lo). */
-static void hy_af_rows_f16(const hy_attn_flash_t *f, bool v, int32_t lo, int32_t hi,
-                           const uint16_t **rows)
+/* Where positions [lo, hi) of one KV head's keys or values lie (row p -
+ * lo), halves or q8_0 blocks read in place. */
+static void hy_af_rows(const hy_attn_flash_t *f, bool v, int32_t lo, int32_t hi,
+                       const uint16_t **rows)
 {
     size_t row_bytes = v ? f->v_row_bytes : f->k_row_bytes;
     const uint8_t *src;
@@ -778,24 +792,25 @@ static inline float hy_af_max_scalar(float a, float b)
 _Static_assert(HY_AF_DEC_DQ <= HY_AF_DOT_Q, "a block of queries' chains fits hy_af_dots");
 
 /* The scores of NQ <= HY_AF_DEC_DQ query rows (Q, stride hdp) by NK <= 4
- * keys (rows kf of stride hdp, or halves at kh[k]) into S[q][0 .. 4):
+ * keys (rows kf of stride hdp, or page rows at kh[k]: halves, with q8 q8_0)
+ * into S[q][0 .. 4):
  * each query's four keys summed into one quarter vector (the scores of
  * missing keys are zeros: their chains stay empty). */
 HY_AF_INLINE void hy_af_decode_block(const float *Q, int hdp, const float *kf,
-                                     const uint16_t *const *kh, const int NQ, const int NK,
-                                     float *const *S, int j, hy_af_pf_t *pf,
+                                     const uint16_t *const *kh, const int q8, const int NQ,
+                                     const int NK, float *const *S, int j, hy_af_pf_t *pf,
                                      const uint16_t *const *nk, const uint16_t *const *nv)
 {
     hy_af_v acc[HY_AF_DOT_Q][4];
 
     if (kh && nk)
-        hy_af_dots(Q, (size_t)hdp, HY_AF_W, NULL, 0, 0, kh, hdp / HY_AF_W, NQ, NK, NULL, nk, nv,
-                   acc);
+        hy_af_dots(Q, (size_t)hdp, HY_AF_W, NULL, 0, 0, kh, q8, hdp / HY_AF_W, NQ, NK, NULL, nk,
+                   nv, acc);
     else if (kh)
-        hy_af_dots(Q, (size_t)hdp, HY_AF_W, NULL, 0, 0, kh, hdp / HY_AF_W, NQ, NK, pf, NULL,
+        hy_af_dots(Q, (size_t)hdp, HY_AF_W, NULL, 0, 0, kh, q8, hdp / HY_AF_W, NQ, NK, pf, NULL,
                    NULL, acc);
     else
-        hy_af_dots(Q, (size_t)hdp, HY_AF_W, kf, (size_t)hdp, HY_AF_W, NULL, hdp / HY_AF_W, NQ,
+        hy_af_dots(Q, (size_t)hdp, HY_AF_W, kf, (size_t)hdp, HY_AF_W, NULL, 0, hdp / HY_AF_W, NQ,
                    NK, pf, NULL, NULL, acc);
 #pragma GCC unroll 4
     for (int q = 0; q < NQ; q++)
@@ -803,14 +818,14 @@ HY_AF_INLINE void hy_af_decode_block(const float *Q, int hdp, const float *kf,
 }
 
 /* The scores of g <= HY_AF_DEC_G query rows (Q, stride hdp) over keys
- * [j0, j0+n) of the tile (rows relative to its first: kh halves straight
- * from the pages, else kr floats of stride hdp) into S[q][j0 ..], four
- * keys at a time (a short last four padded with zero scores, which no
- * later pass reads), each key row read once for every HY_AF_DEC_DQ
- * queries. */
+ * [j0, j0+n) of the tile (rows relative to its first: kh rows straight
+ * from the pages, halves or with q8 q8_0, else kr floats of stride hdp)
+ * into S[q][j0 ..], four keys at a time (a short last four padded with
+ * zero scores, which no later pass reads), each key row read once for
+ * every HY_AF_DEC_DQ queries. */
 static void hy_af_decode_scores(const float *Q, int hdp, int g, const float *kr,
-                                const uint16_t *const *kh, int j0, int n, float *const *S,
-                                hy_af_pf_t *pf, const uint16_t *const *nxk,
+                                const uint16_t *const *kh, bool q8, int j0, int n,
+                                float *const *S, hy_af_pf_t *pf, const uint16_t *const *nxk,
                                 const uint16_t *const *nxv)
 {
     _Static_assert(HY_AF_DEC_DQ == 2 || HY_AF_DEC_DQ == 4, "one case per query count");
@@ -826,14 +841,16 @@ static void hy_af_decode_scores(const float *Q, int hdp, int g, const float *kr,
              * the first block of queries only */
             const uint16_t *const *nkj = nxk && q0 == 0 ? nxk + (j - j0) : NULL;
             const uint16_t *const *nvj = nxv ? nxv + (j - j0) : NULL;
-#define HY_AF_DEC_CASE(a, b)                                                       \
-    case (a) * 8 + (b):                                                            \
-        if (khj && nkj)                                                            \
-            hy_af_decode_block(Qq, hdp, NULL, khj, a, b, Sq, j, NULL, nkj, nvj);   \
-        else if (khj)                                                              \
-            hy_af_decode_block(Qq, hdp, NULL, khj, a, b, Sq, j, pf, NULL, NULL);   \
-        else                                                                       \
-            hy_af_decode_block(Qq, hdp, kfj, NULL, a, b, Sq, j, pf, NULL, NULL);   \
+#define HY_AF_DEC_CASE(a, b)                                                        \
+    case (a) * 8 + (b):                                                             \
+        if (khj && nkj)                                                             \
+            hy_af_decode_block(Qq, hdp, NULL, khj, 0, a, b, Sq, j, NULL, nkj, nvj); \
+        else if (khj && q8)                                                         \
+            hy_af_decode_block(Qq, hdp, NULL, khj, 1, a, b, Sq, j, pf, NULL, NULL); \
+        else if (khj)                                                               \
+            hy_af_decode_block(Qq, hdp, NULL, khj, 0, a, b, Sq, j, pf, NULL, NULL); \
+        else                                                                        \
+            hy_af_decode_block(Qq, hdp, kfj, NULL, 0, a, b, Sq, j, pf, NULL, NULL); \
         break;
 #define HY_AF_DEC_CASES(a) HY_AF_DEC_CASE(a, 1) HY_AF_DEC_CASE(a, 2) HY_AF_DEC_CASE(a, 3) HY_AF_DEC_CASE(a, 4)
             switch (HY_MIN(nq, HY_AF_DEC_DQ) * 8 + nk) {
@@ -914,13 +931,14 @@ static void hy_af_decode_softmax(int j0, int n, float softcap, float *const *S, 
 
 /* acc[q][v] (q < g, v < cnt) = the chain fma(V[i][d0 + vW ..], P[q][i],
  * acc) over keys i in [i0, i1), from zero, the value rows floats at vr +
- * i*hdv or with vh halves at vh[i], converted as loaded (a literal NULL
- * compiles either away): the g queries' chains side by side, each row's
- * vectors loaded once for the group, g * cnt <= HY_AF_DEC_REGS chains; a
- * line of the next tile prefetched per row. */
-HY_AF_INLINE void hy_af_value_chains(const float *vr, int hdv, const uint16_t *const *vh, int d0,
-                                     const float *const *P, int i0, int i1, const int g,
-                                     const int cnt, hy_af_pf_t *pf,
+ * i*hdv or with vh page rows at vh[i] (halves, or with q8 q8_0 blocks),
+ * converted as loaded (literals compile the others away): the g queries'
+ * chains side by side, each row's vectors loaded once for the group, g *
+ * cnt <= HY_AF_DEC_REGS chains; a line of the next tile prefetched per
+ * row. */
+HY_AF_INLINE void hy_af_value_chains(const float *vr, int hdv, const uint16_t *const *vh,
+                                     const int q8, int d0, const float *const *P, int i0,
+                                     int i1, const int g, const int cnt, hy_af_pf_t *pf,
                                      hy_af_v acc[HY_AF_DEC_G][HY_AF_DEC_REGS])
 {
 #pragma GCC unroll 4
@@ -933,9 +951,10 @@ HY_AF_INLINE void hy_af_value_chains(const float *vr, int hdv, const uint16_t *c
         hy_af_pf_step(pf, HY_AF_DEC_PF);
 #pragma GCC unroll 24
         for (int v = 0; v < HY_AF_DEC_REGS; v++)
-            /* a half converts to its float exactly: the same x either way */
+            /* a half or a q8_0 element converts to its float exactly:
+             * the same x either way */
             x[v] = v >= cnt ? hy_af_zero()
-                   : vh     ? hy_af_cvt_f16(vh[i] + d0 + v * HY_AF_W)
+                   : vh     ? hy_af_cvt_row(vh[i], (size_t)(d0 + v * HY_AF_W), q8)
                             : hy_af_load(vr + (size_t)i * hdv + d0 + v * HY_AF_W);
 #pragma GCC unroll 4
         for (int q = 0; q < HY_AF_DEC_G; q++)
@@ -952,9 +971,10 @@ HY_AF_INLINE void hy_af_value_chains(const float *vr, int hdv, const uint16_t *c
 /* O[q][d] = fma(O[q][d], c[q], acc) for the g queries' weights P[q] over
  * keys [j0, j0+n), acc per column the chain fma(V[j][d], P[j], acc) from 0
  * in key order: each value row read once for the group, as the keys. */
-HY_AF_INLINE void hy_af_decode_values_g(const float *vr, const uint16_t *const *vh, int j0,
-                                        int n, int hdv, const int g, const float *const *P,
-                                        const float *c, float *const *O, hy_af_pf_t *pf)
+HY_AF_INLINE void hy_af_decode_values_g(const float *vr, const uint16_t *const *vh, bool q8,
+                                        int j0, int n, int hdv, const int g,
+                                        const float *const *P, const float *c, float *const *O,
+                                        hy_af_pf_t *pf)
 {
     const int cv = HY_MAX(1, HY_AF_DEC_REGS / g);
     int d = 0;
@@ -967,10 +987,12 @@ HY_AF_INLINE void hy_af_decode_values_g(const float *vr, const uint16_t *const *
          * (256 = 6 + 6 + 4 vectors for four heads, 64 = 4 for any) */
 #define HY_AF_VCH(k)                                                               \
     do {                                                                           \
-        if (vh)                                                                    \
-            hy_af_value_chains(NULL, 0, vh, d, P, j0, j0 + n, g, k, pf, acc);      \
+        if (vh && q8)                                                              \
+            hy_af_value_chains(NULL, 0, vh, 1, d, P, j0, j0 + n, g, k, pf, acc);   \
+        else if (vh)                                                               \
+            hy_af_value_chains(NULL, 0, vh, 0, d, P, j0, j0 + n, g, k, pf, acc);   \
         else                                                                       \
-            hy_af_value_chains(vr, hdv, NULL, d, P, j0, j0 + n, g, k, pf, acc);    \
+            hy_af_value_chains(vr, hdv, NULL, 0, d, P, j0, j0 + n, g, k, pf, acc); \
     } while (0)
         if (cnt == cv)
             HY_AF_VCH(cv);
@@ -1001,16 +1023,16 @@ HY_AF_INLINE void hy_af_decode_values_g(const float *vr, const uint16_t *const *
 }
 
 /* The value pass for a group of g = 1..HY_AF_DEC_G, unrolled for each g. */
-static void hy_af_decode_values(const float *vr, const uint16_t *const *vh, int j0, int n,
-                                int hdv, int g, const float *const *P, const float *c,
+static void hy_af_decode_values(const float *vr, const uint16_t *const *vh, bool q8, int j0,
+                                int n, int hdv, int g, const float *const *P, const float *c,
                                 float *const *O, hy_af_pf_t *pf)
 {
     _Static_assert(HY_AF_DEC_G == 4, "one case per group size");
     switch (g) {
-    case 1: hy_af_decode_values_g(vr, vh, j0, n, hdv, 1, P, c, O, pf); break;
-    case 2: hy_af_decode_values_g(vr, vh, j0, n, hdv, 2, P, c, O, pf); break;
-    case 3: hy_af_decode_values_g(vr, vh, j0, n, hdv, 3, P, c, O, pf); break;
-    default: hy_af_decode_values_g(vr, vh, j0, n, hdv, 4, P, c, O, pf); break;
+    case 1: hy_af_decode_values_g(vr, vh, q8, j0, n, hdv, 1, P, c, O, pf); break;
+    case 2: hy_af_decode_values_g(vr, vh, q8, j0, n, hdv, 2, P, c, O, pf); break;
+    case 3: hy_af_decode_values_g(vr, vh, q8, j0, n, hdv, 3, P, c, O, pf); break;
+    default: hy_af_decode_values_g(vr, vh, q8, j0, n, hdv, 4, P, c, O, pf); break;
     }
 }
 
@@ -1069,6 +1091,10 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
     const uint16_t *rows[2][2][HY_AF_BK];
     const uint16_t **krow = rows[0][0], **vrow = rows[0][1];
     const bool k16 = f->kv_f16 && hd % HY_AF_W == 0, v16 = f->kv_f16 && hdv % HY_AF_W == 0;
+    /* q8_0 rows (whole blocks: every row is) are read from the pages too, at
+     * 34 bytes for 32 elements instead of a float tile's 128 */
+    const bool kq = f->kv_q8 && hd % 32 == 0, vq = f->kv_q8 && hdv % 32 == 0;
+    const bool krows = k16 || kq, vrows = v16 || vq;
     /* (rows of whole line pairs a chunk each: hy_af_dots) */
     const bool step = k16 && v16 && hdv == hd && hd % 64 == 0 && HY_AF_W >= 8;
     int cur = 0;
@@ -1107,8 +1133,8 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
         int32_t nn = 0;
         if (step) {
             if (a == a0) {
-                hy_af_rows_f16(f, false, lo, hi, rows[cur][0]);
-                hy_af_rows_f16(f, true, lo, hi, rows[cur][1]);
+                hy_af_rows(f, false, lo, hi, rows[cur][0]);
+                hy_af_rows(f, true, lo, hi, rows[cur][1]);
             }
             krow = rows[cur][0];
             vrow = rows[cur][1];
@@ -1116,8 +1142,8 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
                 nn = HY_MIN(a + 2 * HY_AF_BK, kmax + 1) - (a + HY_AF_BK);
                 nk = rows[cur ^ 1][0];
                 nv = rows[cur ^ 1][1];
-                hy_af_rows_f16(f, false, a + HY_AF_BK, a + HY_AF_BK + nn, nk);
-                hy_af_rows_f16(f, true, a + HY_AF_BK, a + HY_AF_BK + nn, nv);
+                hy_af_rows(f, false, a + HY_AF_BK, a + HY_AF_BK + nn, nk);
+                hy_af_rows(f, true, a + HY_AF_BK, a + HY_AF_BK + nn, nv);
                 /* blocks past the next tile's rows prefetch lines already asked for */
                 for (int32_t r = nn; r < HY_AF_BK; r++) {
                     nk[r] = nk[0];
@@ -1126,12 +1152,12 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
             }
         } else {
             hy_af_pf_next(&pf, f, a, kmax);
-            if (k16)
-                hy_af_rows_f16(f, false, lo, hi, krow);
+            if (krows)
+                hy_af_rows(f, false, lo, hi, krow);
             else
                 hy_af_load_keys(f, hdp, lo, hi, kr);
-            if (v16)
-                hy_af_rows_f16(f, true, lo, hi, vrow);
+            if (vrows)
+                hy_af_rows(f, true, lo, hi, vrow);
             else
                 hy_af_load_rows(f, true, hdv, lo, hi, vr);
         }
@@ -1151,12 +1177,12 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
                     os[q] = O + (size_t)(i + q) * hdv;
                 }
                 const bool first = covered == 0;
-                hy_af_decode_scores(Q + (size_t)i * hdp, hdp, g, kr, k16 ? krow : NULL,
+                hy_af_decode_scores(Q + (size_t)i * hdp, hdp, g, kr, krows ? krow : NULL, kq,
                                     j0 - lo, j1 - j0, ss, &pf, first ? nk : NULL, nv);
                 if (first)
                     covered = (j1 - j0 + 3) / 4 * 4;
                 hy_af_decode_softmax(j0 - lo, j1 - j0, f->softcap, ss, g, m + i, l + i, c);
-                hy_af_decode_values(vr, v16 ? vrow : NULL, j0 - lo, j1 - j0, hdv, g,
+                hy_af_decode_values(vr, vrows ? vrow : NULL, vq, j0 - lo, j1 - j0, hdv, g,
                                     (const float *const *)ss, c, os, &pf);
             }
             i += g;

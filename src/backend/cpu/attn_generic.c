@@ -11,6 +11,7 @@
 #include "backend/cpu/quant.h"
 
 #include <math.h>
+#include <string.h>
 
 #define HY_AF_W 4
 #define HY_AF_VMAX 3
@@ -61,6 +62,13 @@ HY_AF_PRIM hy_af_v hy_af_keep_ge(hy_af_v p, hy_af_v x, float t) { HY_AF_MAP(x.x[
 HY_AF_PRIM hy_af_v hy_af_one_if_ninf(hy_af_v c, hy_af_v m) { HY_AF_MAP(m.x[i] == -INFINITY ? 1.0f : c.x[i]); }
 
 HY_AF_PRIM hy_af_v hy_af_cvt_f16(const uint16_t *h) { HY_AF_MAP(hy_f16_to_f32(h[i])); }
+/* The W codes from o of the q8_0 block at b, times its d. */
+HY_AF_PRIM hy_af_v hy_af_cvt_q8(const uint8_t *b, size_t o)
+{
+    uint16_t d;
+    memcpy(&d, b, sizeof d);
+    HY_AF_MAP((float)(int8_t)b[2 + o + (size_t)i] * hy_f16_to_f32(d));
+}
 
 HY_AF_PRIM void hy_af_transpose(const float *src, size_t ss, float *dst, size_t ds)
 {
