@@ -30,8 +30,8 @@
  * with the widest loads the CPU has (target_clones picks 64-byte AVX-512
  * loads where present, as the kernels use), from memory of the weights'
  * kind (huge pages unless they are the file's mapping: on this repository's
- * Xeon a stream over 4 KB pages reads ~10% slower, PERFORMANCE.md section
- * 42), best of several passes.  The
+ * Xeon a stream over 4 KB pages reads 5-10% slower, PERFORMANCE.md
+ * section 42), best of several passes.  The
  * footprint matters: on a CPU whose last-level cache holds part of the
  * weights, a 1 GiB buffer would measure DRAM alone and understate what a
  * model of this size can be fed with; that figure is printed as well.
