@@ -624,6 +624,28 @@ static void hy_quant_ref_dot_q8_0(int64_t n, float *s, const void *vw, const voi
 /* Q4_K/Q5_K: y = d*sc_k*q - dmin*m_k, so per block
  * dot = d_x*d*sum_k sc_k*(q.x)_k - d_x*dmin*sum_k m_k*(sum x)_k, the last
  * sums coming from the Q8_K bsums. */
+/* One Q4_K or Q5_K super-block (qh: Q5_K's fifth bits; NULL for Q4_K) by
+ * Q8_K block x: sum_k sc_k*(q.x)_k into *sumi, sum_k m_k*(sum x)_k into
+ * *summ. */
+static void hy_quant_ref_sums_k45(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
+                                  const hy_block_q8_k_t *x, int *sumi, int *summ)
+{
+    *sumi = *summ = 0;
+    for (int k = 0; k < 8; k++) {
+        uint8_t sc, m;
+        const uint8_t *q = qs + (k / 2) * 32;
+        const int8_t *xq = x->qs + k * 32;
+        int shift = (k & 1) * 4, isum = 0;
+        hy_quant_scale_min_k4(k, scales, &sc, &m);
+        for (int l = 0; l < 32; l++) {
+            int qv = ((q[l] >> shift) & 15) + (qh ? ((qh[l] >> k) & 1) * 16 : 0);
+            isum += qv * xq[l];
+        }
+        *sumi += sc * isum;
+        *summ += m * (x->bsums[2 * k] + x->bsums[2 * k + 1]);
+    }
+}
+
 static void hy_quant_ref_dot_q4_k(int64_t n, float *s, const void *vw, const void *vx)
 {
     const hy_block_q4_k_t *w = vw;
@@ -631,18 +653,8 @@ static void hy_quant_ref_dot_q4_k(int64_t n, float *s, const void *vw, const voi
     float sum = 0.0f;
 
     for (int64_t i = 0; i < n / 256; i++) {
-        int sumi = 0, summ = 0;
-        for (int k = 0; k < 8; k++) {
-            uint8_t sc, m;
-            const uint8_t *q = w[i].qs + (k / 2) * 32;
-            const int8_t *xq = x[i].qs + k * 32;
-            int shift = (k & 1) * 4, isum = 0;
-            hy_quant_scale_min_k4(k, w[i].scales, &sc, &m);
-            for (int l = 0; l < 32; l++)
-                isum += ((q[l] >> shift) & 15) * xq[l];
-            sumi += sc * isum;
-            summ += m * (x[i].bsums[2 * k] + x[i].bsums[2 * k + 1]);
-        }
+        int sumi, summ;
+        hy_quant_ref_sums_k45(w[i].scales, w[i].qs, NULL, &x[i], &sumi, &summ);
         sum += x[i].d * hy_f16_to_f32(w[i].d) * (float)sumi
              - x[i].d * hy_f16_to_f32(w[i].dmin) * (float)summ;
     }
@@ -656,20 +668,8 @@ static void hy_quant_ref_dot_q5_k(int64_t n, float *s, const void *vw, const voi
     float sum = 0.0f;
 
     for (int64_t i = 0; i < n / 256; i++) {
-        int sumi = 0, summ = 0;
-        for (int k = 0; k < 8; k++) {
-            uint8_t sc, m;
-            const uint8_t *q = w[i].qs + (k / 2) * 32;
-            const int8_t *xq = x[i].qs + k * 32;
-            int shift = (k & 1) * 4, isum = 0;
-            hy_quant_scale_min_k4(k, w[i].scales, &sc, &m);
-            for (int l = 0; l < 32; l++) {
-                int qv = ((q[l] >> shift) & 15) + ((w[i].qh[l] >> k) & 1) * 16;
-                isum += qv * xq[l];
-            }
-            sumi += sc * isum;
-            summ += m * (x[i].bsums[2 * k] + x[i].bsums[2 * k + 1]);
-        }
+        int sumi, summ;
+        hy_quant_ref_sums_k45(w[i].scales, w[i].qs, w[i].qh, &x[i], &sumi, &summ);
         sum += x[i].d * hy_f16_to_f32(w[i].d) * (float)sumi
              - x[i].d * hy_f16_to_f32(w[i].dmin) * (float)summ;
     }
