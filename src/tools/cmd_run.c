@@ -40,6 +40,7 @@ static void hy_run_usage(FILE *f)
             "                          [engine] activation_bits)\n"
             "      --weights-memory huge_pages|mmap  where the CPU reads the weights from\n"
             "                          (default huge_pages; [engine] weights_memory)\n"
+            "      --kv-type f16|f32|q8_0  the KV cache's element type (default f16; [cache] kv_type)\n"
             "  -c, --ctx N             context length (default: model's, at most 8192)\n"
             "      --ignore-eos        keep generating past end-of-generation tokens\n"
             "      --chat              wrap the prompt as a user message in the model's chat template\n"
@@ -71,6 +72,7 @@ typedef struct {
     long n_predict, threads, ctx, hot, seq_warm_mb;
     int act_bits;     /* --act-bits (0: the default) */
     int weights_memory; /* --weights-memory */
+    hy_dtype_t kv_type; /* --kv-type */
     bool ignore_eos, chat, json, swa_full;
     hy_config_attention_t attn; /* --sparse*: [attention]'s defaults otherwise */
     hy_sampling_t sp;
@@ -102,6 +104,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         {"spill-dir", required_argument, 0, 25}, {"act-bits", required_argument, 0, 26},
         {"weights-memory", required_argument, 0, 27},
         {"sparse-topp", required_argument, 0, 28}, {"sparse-max-blocks", required_argument, 0, 29},
+        {"kv-type", required_argument, 0, 30},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     hy_sampling_t *sp = &o->sp;
     bool seeded = false;
@@ -113,6 +116,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
     hy_cli_attn_defaults(&o->attn);
     o->n_predict = 128;
     o->ctx = 8192;
+    o->kv_type = HY_DTYPE_F16;
     hy_sampling_default(sp);
     sp->temperature = 0.8f;
     sp->top_k = 40;
@@ -167,6 +171,7 @@ static int hy_run_parse(int argc, char **argv, hy_run_opts_t *o)
         case 27: if (hy_cli_weights_memory("run", optarg, &o->weights_memory)) return 2; break;
         case 28: if (hy_cli_float("run", "--sparse-topp", optarg, 0, 1, &o->attn.sparse_topp)) return 2; break;
         case 29: if (hy_cli_int("run", "--sparse-max-blocks", optarg, 1, 1 << 20, &lv)) return 2; o->attn.sparse_max_blocks = (uint32_t)lv; break;
+        case 30: if (hy_cli_kv_type("run", optarg, &o->kv_type)) return 2; break;
         case 'h': hy_run_usage(stdout); return 1;
         default: hy_run_usage(stderr); return 2;
         }
@@ -302,7 +307,7 @@ static int hy_run_generate(hy_cli_ctx_t *c, const hy_run_opts_t *o, int32_t n_ct
      * the engine draws and nobody sees */
     eo.n_ctx = n_ctx + (o->n_predict == 0 && n_ids == n_ctx);
     eo.page_tokens = 16;
-    eo.kv_type = HY_DTYPE_F16;
+    eo.kv_type = o->kv_type;
     eo.n_request_slots = 1;
     eo.no_checkpoints = true;
     eo.swa_full = o->swa_full;

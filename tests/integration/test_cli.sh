@@ -198,6 +198,21 @@ case "$out" in
 esac
 check 2 "hyserve bench: --kv-type = 'q4_0': must be f16, f32 or q8_0" "bench: unknown --kv-type" -- \
     "$hy" bench -m "$tiny" --kv-type q4_0
+check 2 "hyserve run: --kv-type = '': must be f16, f32 or q8_0" "run: empty --kv-type" -- \
+    "$hy" run -m "$tiny" -p hi --kv-type ""
+# the flag reaches the cache: the tiny llama's 16-wide heads cannot take q8_0
+check 1 "kv: q8_0 cache needs head sizes that are multiples of 32 (k 16, v 16)" \
+    "run: --kv-type q8_0 on 16-wide heads" -- "$hy" run -m "$tiny" -p hi -n 2 --kv-type q8_0
+n=$((n + 1))
+a=$("$hy" run -m "$src/tests/golden/tiny/gemma3.gguf" -p "hello there" -n 8 --temp 0 -t 1 \
+    --kv-type q8_0 2>/dev/null)
+rc=$?
+if [ "$rc" = 0 ] && [ -n "$a" ]; then
+    echo "ok $n - run --kv-type q8_0 on the tiny Gemma 3 (32-wide heads): 8 tokens"
+else
+    fail=$((fail + 1))
+    echo "not ok $n - run --kv-type q8_0: rc $rc, '$a'"
+fi
 # --membw counts the KV a token reads: the tiny Gemma 3 has one global layer
 # (256 bytes a position in f16, 136 in q8_0) and five sliding ones of window
 # 16 (1,280 and 680 bytes a position): at the tokens' mean position 402,
