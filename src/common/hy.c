@@ -102,6 +102,14 @@ void hy_host_memory(uint64_t *total, uint64_t *avail)
  * bytes of slack; a chunk from mmap (the large ones) is whole pages, one
  * from the heap touches its pages and the one its start straddles.  So n
  * bytes rounded up to pages plus a page holds either. */
+uint64_t hy_host_alloc_bytes(uint64_t n)
+{
+    long p = sysconf(_SC_PAGESIZE);
+    uint64_t page = p > 0 ? (uint64_t)p : 4096;
+
+    return (n + page - 1) / page * page + page;
+}
+
 size_t hy_huge_bytes(const void *p, size_t len)
 {
     char line[256];
@@ -121,12 +129,4 @@ size_t hy_huge_bytes(const void *p, size_t len)
     }
     fclose(f);
     return total;
-}
-
-uint64_t hy_host_alloc_bytes(uint64_t n)
-{
-    long p = sysconf(_SC_PAGESIZE);
-    uint64_t page = p > 0 ? (uint64_t)p : 4096;
-
-    return (n + page - 1) / page * page + page;
 }
