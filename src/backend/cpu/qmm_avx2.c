@@ -58,6 +58,27 @@ HY_Q2_INLINE bool hy_q2_super(hy_dtype_t t)
            t == HY_DTYPE_Q6_K || t == HY_DTYPE_IQ4_XS;
 }
 
+/* A block's bytes, a constant for a constant t like hy_q2_super (the
+ * prefetch loops over a 16-row block then unroll). */
+HY_Q2_INLINE size_t hy_q2_block_bytes(hy_dtype_t t)
+{
+    switch (t) {
+    case HY_DTYPE_Q4_0: return sizeof(hy_block_q4_0_t);
+    case HY_DTYPE_Q4_1: return sizeof(hy_block_q4_1_t);
+    case HY_DTYPE_Q5_0: return sizeof(hy_block_q5_0_t);
+    case HY_DTYPE_Q5_1: return sizeof(hy_block_q5_1_t);
+    case HY_DTYPE_Q8_0: return sizeof(hy_block_q8_0_t);
+    case HY_DTYPE_IQ4_NL: return sizeof(hy_block_iq4_nl_t);
+    case HY_DTYPE_Q2_K: return sizeof(hy_block_q2_k_t);
+    case HY_DTYPE_Q3_K: return sizeof(hy_block_q3_k_t);
+    case HY_DTYPE_Q4_K: return sizeof(hy_block_q4_k_t);
+    case HY_DTYPE_Q5_K: return sizeof(hy_block_q5_k_t);
+    case HY_DTYPE_Q6_K: return sizeof(hy_block_q6_k_t);
+    case HY_DTYPE_IQ4_XS: return sizeof(hy_block_iq4_xs_t);
+    default: return hy_dtype_info(t)->block_bytes;
+    }
+}
+
 /* Blocks per panel: 12 x 1216 bytes stay in L1 next to the tokens' rows. */
 #define HY_Q2_KB 12
 /* Token rows whose sums one tile call keeps (acc and mac: 32 KB). */
@@ -1829,6 +1850,7 @@ HY_Q2_INLINE void hy_q2_r16_prefetch(const char *pf, size_t bb, int64_t b)
     if (pf == NULL)
         return;
     const char *lo = pf + (size_t)b * bb;
+#pragma GCC unroll 16
     for (size_t o = 0; o < bb; o += 64)
         _mm_prefetch(lo + o, _MM_HINT_T1);
 }
@@ -1914,7 +1936,7 @@ HY_Q2_INLINE void hy_q2_r16_pairs(__m512i v, __m512i *e, __m512i *o)
 HY_Q2_INLINE void hy_q2_r16_panel(hy_dtype_t t, const char *w, int64_t b0, int64_t nb,
                                   hy_qmm_pblk_t *p, const char *pf)
 {
-    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+    const size_t bb = 16 * hy_q2_block_bytes(t);
 
     for (int64_t ib = 0; ib < nb; ib++) {
         const char *blk = w + (size_t)(b0 + ib) * bb;
@@ -1939,7 +1961,7 @@ HY_Q2_INLINE void hy_q2_r16_panel(hy_dtype_t t, const char *w, int64_t b0, int64
 HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s, size_t ss,
                                  const char *w, const char *x, size_t xs, const char *pf)
 {
-    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+    const size_t bb = 16 * hy_q2_block_bytes(t);
     const bool off = t == HY_DTYPE_Q5_1;
     __m512 A[HY_Q2_C], MA[HY_Q2_C];
 
@@ -2190,7 +2212,7 @@ HY_Q2_INLINE void hy_q2_k16_scaled(hy_dtype_t t, __m512i v, const hy_q2_k16_sc_t
 HY_Q2_INLINE void hy_q2_k16_panel(hy_dtype_t t, const char *w, int64_t b0, int64_t nb,
                                   hy_qmm_pblk_t *p, const char *pf)
 {
-    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+    const size_t bb = 16 * hy_q2_block_bytes(t);
 
     for (int64_t ib = 0; ib < nb; ib += 8) {
         const int64_t i = (b0 + ib) / 8;
@@ -2283,7 +2305,7 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
                                  const char *w, const char *x, size_t xs, const float *hs,
                                  size_t hss, const char *pf)
 {
-    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+    const size_t bb = 16 * hy_q2_block_bytes(t);
     const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K || t == HY_DTYPE_Q2_K;
     __m512 A[HY_Q2_C], MA[HY_Q2_C];
 
@@ -2431,7 +2453,7 @@ HY_Q2_INLINE void hy_q2_r16h_pairs(__m256i v, __m256i *e, __m256i *o)
 HY_Q2_INLINE void hy_q2_r16_panel(hy_dtype_t t, const char *w, int64_t b0, int64_t nb,
                                   hy_qmm_pblk_t *p, const char *pf)
 {
-    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+    const size_t bb = 16 * hy_q2_block_bytes(t);
 
     for (int64_t ib = 0; ib < nb; ib++) {
         const char *blk = w + (size_t)(b0 + ib) * bb;
@@ -2477,7 +2499,7 @@ HY_Q2_INLINE int hy_q2_r16_rows_max(hy_dtype_t t)
 HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s, size_t ss,
                                  const char *w, const char *x, size_t xs, const char *pf)
 {
-    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+    const size_t bb = 16 * hy_q2_block_bytes(t);
     const bool off = t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_1;
     float acc[HY_Q2_R16_C][16] __attribute__((aligned(32)));
     float mac[HY_Q2_R16_C][16] __attribute__((aligned(32)));
@@ -2761,7 +2783,7 @@ HY_Q2_INLINE void hy_q2_k8_scaled(hy_dtype_t t, __m256i v, const hy_q2_k8_sc_t *
 HY_Q2_INLINE void hy_q2_k16_panel(hy_dtype_t t, const char *w, int64_t b0, int64_t nb,
                                   hy_qmm_pblk_t *p, const char *pf)
 {
-    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+    const size_t bb = 16 * hy_q2_block_bytes(t);
     const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K || t == HY_DTYPE_Q2_K;
 
     for (int64_t ib = 0; ib < nb; ib += 8) {
@@ -2804,7 +2826,7 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
                                  const char *w, const char *x, size_t xs, const float *hs,
                                  size_t hss, const char *pf)
 {
-    const size_t bb = 16 * hy_dtype_info(t)->block_bytes;
+    const size_t bb = 16 * hy_q2_block_bytes(t);
     const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K, off16 = t == HY_DTYPE_Q2_K;
     const bool chunk16 = t == HY_DTYPE_Q6_K || t == HY_DTYPE_IQ4_XS;
     float acc[HY_Q2_R16_C][16] __attribute__((aligned(32)));
