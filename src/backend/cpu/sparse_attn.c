@@ -378,25 +378,24 @@ float hy_sparse_logsumexp(const float *x, size_t stride, int32_t n)
     return mx + hy_vlog1(sp_tree8(p));
 }
 
-/* out[b] = a head's attention logit for block b from its score s[b] =
- * q . key (scale, then the soft-cap), NaN and the spare lanes b >= nb as
- * -inf, for b < np (a multiple of 4; out may be s). */
+/* A head's attention logit for a block from its score s = q . key: the
+ * scale, then the soft-cap; NaN as -inf. */
+static inline float sp_logit(float s, const hy_sparse_params_t *sp)
+{
+    float x = s * sp->scale;
+
+    if (sp->softcap > 0)
+        x = sp->softcap * tanhf(x / sp->softcap);
+    return x == x ? x : -INFINITY;
+}
+
+/* out[b] = sp_logit(s[b]) for b < nb, the spare lanes nb <= b < np as
+ * -inf (out may be s). */
 static void sp_logits(const float *s, float *out, int32_t np, int32_t nb,
                       const hy_sparse_params_t *sp)
 {
-    for (int32_t b = 0; b < np; b += 4) {
-        sp_v4_t x;
-        sp_i4_t keep;
-
-        memcpy(&x, s + b, sizeof x);
-        x = x * sp_splat(sp->scale);
-        if (sp->softcap > 0)
-            for (int32_t j = 0; j < 4; j++)
-                x[j] = sp->softcap * tanhf(x[j] / sp->softcap);
-        keep = (x == x) & ((sp_i4_t){b, b + 1, b + 2, b + 3} < nb);
-        x = (sp_v4_t)(((sp_i4_t)x & keep) | ((sp_i4_t)sp_splat(-INFINITY) & ~keep));
-        memcpy(out + b, &x, sizeof x);
-    }
+    for (int32_t b = 0; b < np; b++)
+        out[b] = b < nb ? sp_logit(s[b], sp) : -INFINITY;
 }
 
 /* A group of several query heads: block b's score is the log of the sum
@@ -490,17 +489,6 @@ static float sp_mass(const float *score, int32_t n)
     for (int32_t i = 0; i < n; i++)
         acc += score[i] == -INFINITY ? 0.0f : hy_vexp1(score[i]);
     return acc;
-}
-
-/* A head's attention logit for a block from its score q . key, as
- * sp_logits gives it. */
-static inline float sp_logit(float s, const hy_sparse_params_t *sp)
-{
-    float x = s * sp->scale;
-
-    if (sp->softcap > 0)
-        x = sp->softcap * tanhf(x / sp->softcap);
-    return x == x ? x : -INFINITY;
 }
 
 /* The m kept scores as the mass functions take them: a group's are its
