@@ -623,10 +623,9 @@ static void hy_quant_ref_dot_q8_0(int64_t n, float *s, const void *vw, const voi
 
 /* Q4_K/Q5_K: y = d*sc_k*q - dmin*m_k, so per block
  * dot = d_x*d*sum_k sc_k*(q.x)_k - d_x*dmin*sum_k m_k*(sum x)_k, the last
- * sums coming from the Q8_K bsums. */
-/* One Q4_K or Q5_K super-block (qh: Q5_K's fifth bits; NULL for Q4_K) by
- * Q8_K block x: sum_k sc_k*(q.x)_k into *sumi, sum_k m_k*(sum x)_k into
- * *summ. */
+ * sums coming from the Q8_K bsums.  This is one super-block's two integer
+ * sums (qh: Q5_K's fifth bits; NULL for Q4_K) by Q8_K block x: the first
+ * into *sumi, the second into *summ. */
 static void hy_quant_ref_sums_k45(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh,
                                   const hy_block_q8_k_t *x, int *sumi, int *summ)
 {
