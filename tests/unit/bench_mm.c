@@ -130,11 +130,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_mm: bad isa/rows/k (k >= 256, a multiple of 32)\n");
         return 1;
     }
-    const int reps = getenv("BENCH_MM_REPS") ? HY_MAX(1, atoi(getenv("BENCH_MM_REPS"))) : 1;
+    const char *reps_env = getenv("BENCH_MM_REPS");
+    char *end = NULL;
+    const long reps_l = reps_env ? strtol(reps_env, &end, 10) : 1;
+    if (reps_env && (end == reps_env || *end || reps_l < 1 || reps_l > 100)) {
+        fprintf(stderr, "bench_mm: BENCH_MM_REPS=%s: want 1..100 runs a case\n", reps_env);
+        return 1;
+    }
+    const int reps = (int)reps_l;
 #if defined(__x86_64__) && defined(__GNUC__)
-    /* the peaks the fastest of at least three measurements: one alone read
-     * vpmaddwd ymm at 1.47 a cycle here as often as at 1.97 (2026-12-07),
-     * which put every AVX2 kernel a third nearer its peak than it is */
+    /* the peaks of the fastest (by the int16 rate) of at least three
+     * measurements: one alone read vpmaddwd ymm at 1.47 a cycle here as
+     * often as at 1.97 (2026-12-07), which put every AVX2 kernel a quarter
+     * to a third nearer its peak than it is */
     for (int rep = 0; rep < HY_MAX(reps, 3); rep++) {
         double h = measure_hz(), m = 0, f = 0, u = 0;
         if (isa >= HY_ISA_AVX2) {
