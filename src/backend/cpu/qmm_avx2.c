@@ -1865,60 +1865,75 @@ HY_Q2_INLINE void hy_q2_k16_prefetch(const char *pf, size_t bb, const int j)
         _mm_prefetch(pf + (size_t)j * (bb / 8) + o, _MM_HINT_T1);
 }
 
-#ifdef HY_Q2_AVX512
 /* ---- HY_WLAYOUT_ROWS16 of the 32-element types (backend.h) ----
- * A block of 16 rows holds each field of the file's block (d, Q5_1's m,
- * Q5_x's qh, each 32-bit word of qs) for the 16 rows together, a 16-bit
- * field in 32 bytes, a 32-bit one in one zmm: the transposes of the file's
- * layout (hy_a5t_tload: 20 shuffles per 16 bytes of 16 rows) are done
- * once, at load.  Up to 8 tokens then take each block straight from
- * memory into the multiply-adds, with no panel between (the panel's
- * stores and reloads cost as much as the transposes did); more tokens
- * unpack a panel that every 8 of them read, as hy_q2_tile does for the
- * file's layout.  Either way each row's sum is hy_q2_compute's: the exact
- * int32 sums of the even and odd pairs added, then one FMA per block in
- * block order, so the bits equal those of the file's layout at every
- * level. */
+ * A block of 16 rows holds each field of the file's block (d, Q4_1's and
+ * Q5_1's m, Q5_x's qh, each 32-bit word of qs) for the 16 rows together, a
+ * 16-bit field in 32 bytes, a 32-bit one in 64 (one zmm at AVX-512; two
+ * ymm at AVX2, half h: rows 8h..8h+7, the lanes of hy_q2_compute's panel
+ * halves): the transposes of the file's layout (hy_a5t_tload: 20 shuffles
+ * per 16 bytes of 16 rows; at AVX2 the panel's unpack, about a third of a
+ * B = 8 product, PERFORMANCE.md section 21) are done once, at load.  A few
+ * tokens then take each block straight from memory into the multiply-adds,
+ * with no panel between (the panel's stores and reloads cost as much as
+ * the transposes did); more tokens unpack a panel that every pass of them
+ * reads, as hy_q2_tile does for the file's layout.  Either way each row's
+ * sum is hy_q2_compute's: the exact int32 sums of the even and odd pairs
+ * added, then one FMA per block in block order (Q4_1's and Q5_1's M terms
+ * in their own sum, added at the end), so the bits equal those of the
+ * file's layout at every level.  The field work is written once over the
+ * level's vector (HY_Q2_V and the hy_q2_v_ helpers); the rows kernels
+ * differ, as the register files do. */
 
-/* Block b's 32 signed codes of 16 rows as eight words: lane r of word k
- * holds row r's codes of elements 4k..4k+3 (Q16's slot pairs 2k and
- * 2k+1: even and odd bytes), one byte each. */
-HY_Q2_INLINE __m512i hy_q2_r16_code(hy_dtype_t t, const char *blk, const int k)
+/* The level's vector for the fields of 16 rows, and the few steps whose
+ * instructions differ between the levels (AVX-512's ternary logic and
+ * mask registers; AVX2's packs and compares). */
+#ifdef HY_Q2_AVX512
+typedef __m512i hy_q2_vi;
+typedef __m512 hy_q2_vf;
+#define HY_Q2_NH 1 /* vectors a 64-byte field of 16 rows takes */
+#define HY_Q2_V(op) _mm512_##op
+#define HY_Q2_VSI(op) _mm512_##op##_si512
+#define HY_Q2_VCASTI(v) _mm512_castps_si512(v)
+#define HY_Q2_VCASTF(v) _mm512_castsi512_ps(v)
+#define HY_Q2_VST(p, v) _mm512_store_si512((p), (v))
+/* Half h (AVX-512: all) of the 64-byte field at u + off. */
+#define HY_Q2_VLD(u, off, h) _mm512_loadu_si512((u) + (off))
+/* The 16-byte table at p in each 128-bit lane. */
+#define HY_Q2_VTAB(p) \
+    _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+
+/* The dwords a, b, c, d in each 128-bit lane, in that order. */
+HY_Q2_INLINE __m512i hy_q2_v_lanes(int a, int b, int c, int d)
 {
-    if (t == HY_DTYPE_Q8_0)
-        return _mm512_loadu_si512(blk + 32 + 64 * k);
-    /* the fields before qs: d (32 bytes), Q5_1's m (32), Q5_x's qh (64) */
-    const int q5 = t == HY_DTYPE_Q5_0 || t == HY_DTYPE_Q5_1, qh_at = t == HY_DTYPE_Q5_1 ? 64 : 32;
-    const __m512i v = _mm512_loadu_si512(blk + (q5 ? qh_at + 64 : 32) + 64 * (k & 3));
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    /* elements 4k.. in the low nibbles of word k, 16 + 4k.. in the high */
-    const __m512i n = _mm512_and_si512(k < 4 ? v : _mm512_srli_epi16(v, 4), m4);
-    if (t == HY_DTYPE_Q4_0)
-        return _mm512_sub_epi8(n, _mm512_set1_epi8(8));
-    if (t == HY_DTYPE_IQ4_NL)
-        return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(
-                                       (const __m128i *)(const void *)hy_quant_iq4nl_values)),
-                                   n);
-    /* Q5_0: q - 16, Q5_1: q, the high bit of element e bit e of the row's
-     * qh: the qh byte holding the word's four bits in each of its bytes (a
-     * shuffle per 128-bit lane), tested against the byte's own bit */
-    const int j = k & 3, hb = k >> 2;
-    const __m512i qh = _mm512_loadu_si512(blk + qh_at);
-    const __m512i idx = _mm512_add_epi8(
-        _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0x00000000),
-        _mm512_set1_epi8((char)(2 * hb + j / 2)));
-    const __m512i bit = _mm512_set1_epi32((j & 1) ? (int)0x80402010 : 0x08040201);
-    const __m512i hq = _mm512_shuffle_epi8(qh, idx);
-    if (t == HY_DTYPE_Q5_1)
-        return _mm512_mask_add_epi8(n, _mm512_test_epi8_mask(hq, bit), n, _mm512_set1_epi8(16));
-    return _mm512_mask_sub_epi8(n, _mm512_testn_epi8_mask(hq, bit), n, _mm512_set1_epi8(16));
+    return _mm512_set4_epi32(d, c, b, a);
 }
 
-/* Block blk's M of 16 rows (Q5_1's m; zero for the types without). */
-HY_Q2_INLINE __m512 hy_q2_r16_m(hy_dtype_t t, const char *blk)
+/* The f16 in the low (hi: high) half of each dword, as floats. */
+HY_Q2_INLINE __m512 hy_q2_v_f16(__m512i v, const int hi)
 {
-    return t == HY_DTYPE_Q5_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
-                              : _mm512_setzero_ps();
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hi ? _mm512_srli_epi32(v, 16) : v));
+}
+
+/* Half h's (AVX-512: the 16 rows') f16 of the run at p, as floats. */
+HY_Q2_INLINE __m512 hy_q2_v_f16s(const char *p, const int h)
+{
+    (void)h;
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
+
+/* c | (s & m), in one ternary-logic operation. */
+HY_Q2_INLINE __m512i hy_q2_v_or_and(__m512i c, __m512i s, __m512i m)
+{
+    return _mm512_ternarylogic_epi32(c, s, m, 0xF8);
+}
+
+/* Q5_x's codes n with their high bits, the bytes of hq under bit: 16 added
+ * where set (q5_1), or taken where clear (Q5_0's q - 16). */
+HY_Q2_INLINE __m512i hy_q2_v_q5_high(__m512i n, __m512i hq, __m512i bit, const int q5_1)
+{
+    return q5_1 ? _mm512_mask_add_epi8(n, _mm512_test_epi8_mask(hq, bit), n, _mm512_set1_epi8(16))
+                : _mm512_mask_sub_epi8(n, _mm512_testn_epi8_mask(hq, bit), n,
+                                       _mm512_set1_epi8(16));
 }
 
 /* The even and odd bytes of a word of codes, each sign-extended to int16:
@@ -1926,10 +1941,115 @@ HY_Q2_INLINE __m512 hy_q2_r16_m(hy_dtype_t t, const char *blk)
  * 0 under the others gives each byte's value exactly: two instructions
  * where the shifts were three, all on one port (bench_mm B = 1 in L2, nine
  * alternating rounds, q8_0 median 71.1 -> 78.8 GFLOP/s, q5_0 66.3 -> 72.0) */
-HY_Q2_INLINE void hy_q2_r16_pairs(__m512i v, __m512i *e, __m512i *o)
+HY_Q2_INLINE void hy_q2_v_pairs(__m512i v, __m512i *e, __m512i *o)
 {
     *e = _mm512_maddubs_epi16(_mm512_set1_epi16(0x0001), v);
     *o = _mm512_maddubs_epi16(_mm512_set1_epi16(0x0100), v);
+}
+#else
+typedef __m256i hy_q2_vi;
+typedef __m256 hy_q2_vf;
+#define HY_Q2_NH 2
+#define HY_Q2_V(op) _mm256_##op
+#define HY_Q2_VSI(op) _mm256_##op##_si256
+#define HY_Q2_VCASTI(v) _mm256_castps_si256(v)
+#define HY_Q2_VCASTF(v) _mm256_castsi256_ps(v)
+#define HY_Q2_VST(p, v) _mm256_store_si256((__m256i *)(void *)(p), (v))
+#define HY_Q2_VLD(u, off, h) _mm256_loadu_si256((const __m256i *)((u) + (off) + 32 * (h)))
+#define HY_Q2_VTAB(p) \
+    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+
+HY_Q2_INLINE __m256i hy_q2_v_lanes(int a, int b, int c, int d)
+{
+    return _mm256_setr_epi32(a, b, c, d, a, b, c, d);
+}
+
+HY_Q2_INLINE __m256 hy_q2_v_f16(__m256i v, const int hi)
+{
+    const __m256i w =
+        _mm256_and_si256(hi ? _mm256_srli_epi32(v, 16) : v, _mm256_set1_epi32(0xFFFF));
+    /* packus per 128-bit lane: qwords 0 and 2 hold the 8 halves in order */
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(
+        _mm256_permute4x64_epi64(_mm256_packus_epi32(w, w), 0x08)));
+}
+
+/* 8 rows' f16 at p, as floats. */
+HY_Q2_INLINE __m256 hy_q2_f16s8(const char *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+HY_Q2_INLINE __m256 hy_q2_v_f16s(const char *p, const int h)
+{
+    return hy_q2_f16s8(p + 16 * h);
+}
+
+HY_Q2_INLINE __m256i hy_q2_v_or_and(__m256i c, __m256i s, __m256i m)
+{
+    return _mm256_or_si256(c, _mm256_and_si256(s, m));
+}
+
+/* (the bytes compared with their bit: no mask registers) */
+HY_Q2_INLINE __m256i hy_q2_v_q5_high(__m256i n, __m256i hq, __m256i bit, const int q5_1)
+{
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hq, bit), bit);
+    return q5_1 ? _mm256_add_epi8(n, _mm256_and_si256(set, _mm256_set1_epi8(16)))
+                : _mm256_sub_epi8(n, _mm256_andnot_si256(set, _mm256_set1_epi8(16)));
+}
+
+/* (by shifts) */
+HY_Q2_INLINE void hy_q2_v_pairs(__m256i v, __m256i *e, __m256i *o)
+{
+    *e = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);
+    *o = _mm256_srai_epi16(v, 8);
+}
+#endif
+
+/* Half h of block b's 32 signed codes of 16 rows as eight words: lane r
+ * of word k holds row 8h+r's codes of elements 4k..4k+3 (Q16's slot pairs
+ * 2k and 2k+1: even and odd bytes), one byte each. */
+HY_Q2_INLINE hy_q2_vi hy_q2_r16_code(hy_dtype_t t, const char *blk, const int k, const int h)
+{
+    if (t == HY_DTYPE_Q8_0)
+        return HY_Q2_VLD(blk, 32 + 64 * k, h);
+    /* the fields before qs: d (32 bytes), Q4_1's and Q5_1's m (32), Q5_x's
+     * qh (64) */
+    const int q5 = t == HY_DTYPE_Q5_0 || t == HY_DTYPE_Q5_1;
+    const int qh_at = t == HY_DTYPE_Q5_1 ? 64 : 32;
+    const int qs_at = q5 ? qh_at + 64 : t == HY_DTYPE_Q4_1 ? 64 : 32;
+    const hy_q2_vi v = HY_Q2_VLD(blk, qs_at + 64 * (k & 3), h);
+    const hy_q2_vi m4 = HY_Q2_V(set1_epi8)(0x0F);
+    /* elements 4k.. in the low nibbles of word k, 16 + 4k.. in the high */
+    const hy_q2_vi n = HY_Q2_VSI(and)(k < 4 ? v : HY_Q2_V(srli_epi16)(v, 4), m4);
+    if (t == HY_DTYPE_Q4_0)
+        return HY_Q2_V(sub_epi8)(n, HY_Q2_V(set1_epi8)(8));
+    if (t == HY_DTYPE_Q4_1)
+        return n;
+    if (t == HY_DTYPE_IQ4_NL)
+        return HY_Q2_V(shuffle_epi8)(HY_Q2_VTAB(hy_quant_iq4nl_values), n);
+    /* Q5_0: q - 16, Q5_1: q, the high bit of element e bit e of the row's
+     * qh: the qh byte holding the word's four bits in each of its bytes (a
+     * shuffle per 128-bit lane), tested against the byte's own bit */
+    const int j = k & 3, hb = k >> 2;
+    const hy_q2_vi idx = HY_Q2_V(add_epi8)(hy_q2_v_lanes(0x00000000, 0x04040404, 0x08080808,
+                                                         0x0C0C0C0C),
+                                           HY_Q2_V(set1_epi8)((char)(2 * hb + j / 2)));
+    const hy_q2_vi bit = HY_Q2_V(set1_epi32)((j & 1) ? (int)0x80402010 : 0x08040201);
+    const hy_q2_vi hq = HY_Q2_V(shuffle_epi8)(HY_Q2_VLD(blk, qh_at, h), idx);
+    return hy_q2_v_q5_high(n, hq, bit, t == HY_DTYPE_Q5_1);
+}
+
+/* Half h of block blk's D and M (Q4_1's and Q5_1's m; zero for the types
+ * without). */
+HY_Q2_INLINE hy_q2_vf hy_q2_r16_d(const char *blk, const int h)
+{
+    return hy_q2_v_f16s(blk, h);
+}
+
+HY_Q2_INLINE hy_q2_vf hy_q2_r16_m(hy_dtype_t t, const char *blk, const int h)
+{
+    return t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_1 ? hy_q2_v_f16s(blk + 32, h)
+                                                    : HY_Q2_V(setzero_ps)();
 }
 
 /* qmm.h's panel16 contract over the rearranged blocks of type t. */
@@ -1940,19 +2060,23 @@ HY_Q2_INLINE void hy_q2_r16_panel(hy_dtype_t t, const char *w, int64_t b0, int64
 
     for (int64_t ib = 0; ib < nb; ib++) {
         const char *blk = w + (size_t)(b0 + ib) * bb;
+#pragma GCC unroll 2
+        for (int h = 0; h < HY_Q2_NH; h++) {
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            __m512i e, o;
-            hy_q2_r16_pairs(hy_q2_r16_code(t, blk, k), &e, &o);
-            _mm512_store_si512(p[ib].q[2 * k], e);
-            _mm512_store_si512(p[ib].q[2 * k + 1], o);
+            for (int k = 0; k < 8; k++) {
+                hy_q2_vi e, o;
+                hy_q2_v_pairs(hy_q2_r16_code(t, blk, k, h), &e, &o);
+                HY_Q2_VST(p[ib].q[2 * k][h], e);
+                HY_Q2_VST(p[ib].q[2 * k + 1][h], o);
+            }
+            HY_Q2_V(store_ps)(p[ib].d[h], hy_q2_r16_d(blk, h));
+            HY_Q2_V(store_ps)(p[ib].m[h], hy_q2_r16_m(t, blk, h));
         }
-        _mm512_store_ps(p[ib].d[0], _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)));
-        _mm512_store_ps(p[ib].m[0], hy_q2_r16_m(t, blk));
         hy_q2_r16_prefetch(pf, bb, b0 + ib);
     }
 }
 
+#ifdef HY_Q2_AVX512
 /* s[c*ss + 0..16) for the 16 rows at w (nb blocks of type t) and C <= 8
  * tokens: the sums in registers over all blocks, each block's words read
  * once.  Q5_1 (HY_QMM_OFFSET) adds its M terms' sums at the end, as the
@@ -1976,7 +2100,7 @@ HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m512i e, o;
-            hy_q2_r16_pairs(hy_q2_r16_code(t, blk, k), &e, &o);
+            hy_q2_v_pairs(hy_q2_r16_code(t, blk, k, 0), &e, &o);
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++) {
                 hy_q2_dpwssd_bcast(&P[c], e, xb[c]->v + 4 * k);
@@ -1984,8 +2108,8 @@ HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s
             }
         }
         hy_q2_r16_prefetch(pf, bb, b);
-        const __m512 D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-        const __m512 M = hy_q2_r16_m(t, blk);
+        const __m512 D = hy_q2_r16_d(blk, 0);
+        const __m512 M = hy_q2_r16_m(t, blk, 0);
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++) {
             A[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(off ? P[c] : _mm512_add_epi32(P[c], P2[c])),
@@ -1999,58 +2123,157 @@ HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s
         _mm512_storeu_ps(s + (size_t)c * ss, off ? _mm512_add_ps(A[c], MA[c]) : A[c]);
 }
 
+#else
+/* Tokens the rows kernel takes in one pass: two int32 chains each (the
+ * halves), with both halves' codes and the two broadcast pairs, fill 14 of
+ * the 16 ymm registers at 4; the float sums live in L1. */
+#define HY_Q2_R16_C 4
+/* Tokens up to which a tile of type t takes the rows kernel (in passes of
+ * HY_Q2_R16_C); more unpack a panel once for all of them.  The rows
+ * kernel decodes the codes again in each pass: at 8 tokens that is cheaper
+ * than the panel's stores and reloads for Q8_0, Q4_0 and Q4_1 (bench_mm
+ * B = 8, Zen 3: 56%, 50% and 51% of the int16 peak against 46%, 46% and
+ * 49%), dearer for the types whose codes cost more (Q5_x's high bits,
+ * IQ4_NL's table: 38-45% against 47-52%; the K-quants, whose scales are
+ * unpacked again too: 29-40% against 33-44%). */
+HY_Q2_INLINE int hy_q2_r16_rows_max(hy_dtype_t t)
+{
+    return t == HY_DTYPE_Q8_0 || t == HY_DTYPE_Q4_0 || t == HY_DTYPE_Q4_1 ? 8 : 4;
+}
+
+/* s[c*ss + 0..16) for the 16 rows at w (nb blocks of type t) and C <= 4
+ * tokens: per block each word of codes is read once for every token and
+ * each broadcast pair feeds both halves (a broadcast costs an issue slot
+ * like a multiply-add; hy_q2_compute shares it the same way).  One int32
+ * chain per token and half: the even and odd pairs' products in one sum,
+ * the same exact integer as the panel kernel's. */
+HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s, size_t ss,
+                                 const char *w, const char *x, size_t xs, const char *pf)
+{
+    const size_t bb = 16 * hy_q2_block_bytes(t);
+    const bool off = t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_1;
+    float acc[HY_Q2_R16_C][16] __attribute__((aligned(32)));
+    float mac[HY_Q2_R16_C][16] __attribute__((aligned(32)));
+
+    memset(acc, 0, sizeof acc);
+    memset(mac, 0, sizeof mac);
+    for (int64_t b = 0; b < nb; b++) {
+        const char *blk = w + (size_t)b * bb;
+        const hy_block_q16_t *xb[HY_Q2_R16_C];
+        __m256i P0[HY_Q2_R16_C], P1[HY_Q2_R16_C];
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
+            P0[c] = P1[c] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m256i e0, o0, e1, o1;
+            hy_q2_v_pairs(hy_q2_r16_code(t, blk, k, 0), &e0, &o0);
+            hy_q2_v_pairs(hy_q2_r16_code(t, blk, k, 1), &e1, &o1);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                const __m256i be = hy_q2_bcast(xb[c]->v + 4 * k);
+                const __m256i bo = hy_q2_bcast(xb[c]->v + 4 * k + 2);
+                P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(e0, be));
+                P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(e1, be));
+                P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(o0, bo));
+                P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(o1, bo));
+                /* one add chain per sum, as in hy_q2_compute */
+                __asm__("" : "+x"(P0[c]), "+x"(P1[c]));
+            }
+        }
+        hy_q2_r16_prefetch(pf, bb, b);
+        const __m256 D0 = hy_q2_r16_d(blk, 0), D1 = hy_q2_r16_d(blk, 1);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            const __m256 dx = _mm256_set1_ps(xb[c]->d);
+            _mm256_store_ps(acc[c], _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0[c]),
+                                                    _mm256_mul_ps(D0, dx), _mm256_load_ps(acc[c])));
+            _mm256_store_ps(acc[c] + 8,
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1[c]), _mm256_mul_ps(D1, dx),
+                                            _mm256_load_ps(acc[c] + 8)));
+        }
+        if (off) {
+            const __m256 M0 = hy_q2_r16_m(t, blk, 0), M1 = hy_q2_r16_m(t, blk, 1);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                const __m256 sx = _mm256_set1_ps(xb[c]->s);
+                _mm256_store_ps(mac[c], _mm256_fmadd_ps(M0, sx, _mm256_load_ps(mac[c])));
+                _mm256_store_ps(mac[c] + 8, _mm256_fmadd_ps(M1, sx, _mm256_load_ps(mac[c] + 8)));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256 a = _mm256_load_ps(acc[c] + 8 * h);
+            _mm256_storeu_ps(s + (size_t)c * ss + 8 * h,
+                             off ? _mm256_add_ps(a, _mm256_load_ps(mac[c] + 8 * h)) : a);
+        }
+}
+#endif
 
 /* ---- the super-block types (Q2_K..Q6_K, IQ4_XS) in HY_WLAYOUT_ROWS16 ----
  * A super-block of 16 rows holds weight.c's runs of the file's block, each
- * 4-byte field of the 16 rows in one zmm (the offsets below are those
- * runs').  Per super-block the rows' scales come out of their packed
- * fields once, as int32 per 16-element half of each block, with D and the
- * offsets (hy_q2_k16_prep); each block's codes are then split into slot
- * pairs and scaled in the same instructions (hy_q2_k16_scaled): the
- * decoder's int16 codes, so the int32 sums, the float steps and the bits
- * are the file layout's (hy_q2_tile over quant_avx512.c's panels). */
+ * 4-byte field of the 16 rows in 64 bytes (the offsets below are those
+ * runs'): one zmm at AVX-512, two ymm at AVX2 (half h: rows 8h..8h+7, the
+ * lanes of hy_q2_compute's panel halves).  Per super-block the rows'
+ * scales come out of their packed fields once, as int32 per 16-element
+ * half of each block, with D and the offsets (hy_q2_k16_prep); each
+ * block's codes are then split into slot pairs and scaled in the same
+ * instructions (hy_q2_k16_scaled): the decoder's int16 codes, so the int32
+ * sums, the float steps and the bits are the file layout's.  As for the
+ * 32-element types, the field work is written once over the level's
+ * vector; the rows kernels after it differ, as the register files do. */
 
-/* A super-block's terms beyond the codes, for 16 rows. */
+
+/* A super-block's terms beyond the codes, for half h's rows. */
 typedef struct {
-    __m512i sc[16]; /* the scale of half h of block j at sc[2j + h] */
-    __m512 M[16];   /* HY_QMM_OFFSET: block j's M at M[2j]; OFFSET16: the halves' */
-    __m512 D;
+    hy_q2_vi sc[16]; /* the scale of half k of block j at sc[2j + k] */
+    hy_q2_vf M[16];  /* HY_QMM_OFFSET: block j's M at M[2j]; OFFSET16: the halves' */
+    hy_q2_vf D;
 } hy_q2_k16_t;
 
-/* The f16 in the low (hi: high) half of each dword, as floats. */
-HY_Q2_INLINE __m512 hy_q2_k16_f16(__m512i v, const int hi)
-{
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hi ? _mm512_srli_epi32(v, 16) : v));
-}
-
 /* Byte i % 4 of each dword of v[i / 4], unsigned (sgn: signed), as int32. */
-HY_Q2_INLINE __m512i hy_q2_k16_byte(const __m512i *v, const int i, const int sgn)
+HY_Q2_INLINE hy_q2_vi hy_q2_k16_byte(const hy_q2_vi *v, const int i, const int sgn)
 {
-    const __m512i u = _mm512_slli_epi32(v[i / 4], 24 - 8 * (i % 4));
-    return sgn ? _mm512_srai_epi32(u, 24) : _mm512_srli_epi32(u, 24);
+    const hy_q2_vi u = HY_Q2_V(slli_epi32)(v[i / 4], 24 - 8 * (i % 4));
+    return sgn ? HY_Q2_V(srai_epi32)(u, 24) : HY_Q2_V(srli_epi32)(u, 24);
 }
 
 /* -(dmin * m), as the decoders round it. */
-HY_Q2_INLINE __m512 hy_q2_k16_neg_min(__m512 dmin, __m512i m)
+HY_Q2_INLINE hy_q2_vf hy_q2_k16_neg_min(hy_q2_vf dmin, hy_q2_vi m)
 {
-    return _mm512_castsi512_ps(
-        _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m))),
-                         _mm512_set1_epi32((int)0x80000000u)));
+    return HY_Q2_VCASTF(HY_Q2_VSI(xor)(
+        HY_Q2_VCASTI(HY_Q2_V(mul_ps)(dmin, HY_Q2_V(cvtepi32_ps)(m))),
+        HY_Q2_V(set1_epi32)((int)0x80000000u)));
 }
 
-#define HY_Q2_K16_LD(u, off) _mm512_loadu_si512((u) + (off))
-
-/* The super-block of 16 rows at u: its scales, D and M into *st. */
-HY_Q2_INLINE void hy_q2_k16_prep(hy_dtype_t t, const char *u, hy_q2_k16_t *st)
+/* Half h of the super-block of 16 rows at u: its scales, D and M into
+ * *st. */
+HY_Q2_INLINE void hy_q2_k16_prep(hy_dtype_t t, const char *u, const int h, hy_q2_k16_t *st)
 {
+    const hy_q2_vi m6 = HY_Q2_V(set1_epi8)(0x3F), m4 = HY_Q2_V(set1_epi8)(0x0F);
+    const hy_q2_vi m2 = HY_Q2_V(set1_epi8)(0x03);
+
     if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K) {
-        /* dm at 0, the scales' three words at 64 */
-        const __m512i dm = HY_Q2_K16_LD(u, 0);
-        const __m512i uw[3] = {HY_Q2_K16_LD(u, 64), HY_Q2_K16_LD(u, 128), HY_Q2_K16_LD(u, 192)};
-        __m512i sc[2], mn[2];
-        hy_qx_k4_scales16(uw, sc, mn);
-        const __m512 dmin = hy_q2_k16_f16(dm, 1);
-        st->D = hy_q2_k16_f16(dm, 0);
+        /* dm at 0, the scales' three words at 64 (hy_quant_scale_min_k4:
+         * byte j of sc[0] (sc[1]) is scale j (4 + j), of mn[] the mins) */
+        const hy_q2_vi dm = HY_Q2_VLD(u, 0, h);
+        const hy_q2_vi a0 = HY_Q2_VLD(u, 64, h), a1 = HY_Q2_VLD(u, 128, h);
+        const hy_q2_vi a2 = HY_Q2_VLD(u, 192, h);
+        const hy_q2_vi sc[2] = {
+            HY_Q2_VSI(and)(a0, m6),
+            HY_Q2_VSI(or)(HY_Q2_VSI(and)(a2, m4),
+                          HY_Q2_V(slli_epi32)(HY_Q2_VSI(and)(HY_Q2_V(srli_epi32)(a0, 6), m2), 4))};
+        const hy_q2_vi mn[2] = {
+            HY_Q2_VSI(and)(a1, m6),
+            HY_Q2_VSI(or)(HY_Q2_VSI(and)(HY_Q2_V(srli_epi32)(a2, 4), m4),
+                          HY_Q2_V(slli_epi32)(HY_Q2_VSI(and)(HY_Q2_V(srli_epi32)(a1, 6), m2), 4))};
+        const hy_q2_vf dmin = hy_q2_v_f16(dm, 1);
+        st->D = hy_q2_v_f16(dm, 0);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             st->sc[2 * j] = st->sc[2 * j + 1] = hy_q2_k16_byte(sc, j, 0);
@@ -2058,58 +2281,59 @@ HY_Q2_INLINE void hy_q2_k16_prep(hy_dtype_t t, const char *u, hy_q2_k16_t *st)
         }
     } else if (t == HY_DTYPE_Q6_K) {
         /* the 16 int8 scales' words at 3072, d at 3328 */
-        const __m512i sv[4] = {HY_Q2_K16_LD(u, 3072), HY_Q2_K16_LD(u, 3136),
-                               HY_Q2_K16_LD(u, 3200), HY_Q2_K16_LD(u, 3264)};
+        const hy_q2_vi sv[4] = {HY_Q2_VLD(u, 3072, h), HY_Q2_VLD(u, 3136, h),
+                                HY_Q2_VLD(u, 3200, h), HY_Q2_VLD(u, 3264, h)};
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++)
             st->sc[i] = hy_q2_k16_byte(sv, i, 1);
-        st->D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 3328)));
+        st->D = hy_q2_v_f16s(u + 3328, h);
     } else if (t == HY_DTYPE_Q2_K) {
         /* group g's scale (low nibble) and min (high) in byte g of the
          * words at 0, d and dmin at 1280 */
-        const __m512i sv[4] = {HY_Q2_K16_LD(u, 0), HY_Q2_K16_LD(u, 64), HY_Q2_K16_LD(u, 128),
-                               HY_Q2_K16_LD(u, 192)};
-        const __m512i dm = HY_Q2_K16_LD(u, 1280);
-        const __m512 dmin = hy_q2_k16_f16(dm, 1);
-        st->D = hy_q2_k16_f16(dm, 0);
+        const hy_q2_vi sv[4] = {HY_Q2_VLD(u, 0, h), HY_Q2_VLD(u, 64, h), HY_Q2_VLD(u, 128, h),
+                                HY_Q2_VLD(u, 192, h)};
+        const hy_q2_vi dm = HY_Q2_VLD(u, 1280, h);
+        const hy_q2_vf dmin = hy_q2_v_f16(dm, 1);
+        st->D = hy_q2_v_f16(dm, 0);
 #pragma GCC unroll 16
         for (int g = 0; g < 16; g++) {
-            const __m512i v = hy_q2_k16_byte(sv, g, 0);
-            st->sc[g] = _mm512_and_si512(v, _mm512_set1_epi32(15));
-            st->M[g] = hy_q2_k16_neg_min(dmin, _mm512_srli_epi32(v, 4));
+            const hy_q2_vi v = hy_q2_k16_byte(sv, g, 0);
+            st->sc[g] = HY_Q2_VSI(and)(v, HY_Q2_V(set1_epi32)(15));
+            st->M[g] = hy_q2_k16_neg_min(dmin, HY_Q2_V(srli_epi32)(v, 4));
         }
     } else if (t == HY_DTYPE_Q3_K) {
-        /* the 12 bytes of scales at 1536, d at 1728 */
-        const __m512i a[3] = {HY_Q2_K16_LD(u, 1536), HY_Q2_K16_LD(u, 1600),
-                              HY_Q2_K16_LD(u, 1664)};
-        __m512i sq[4];
-        hy_qx_k3_scales16(a, sq);
+        /* the 12 bytes of scales at 1536, d at 1728 (hy_quant_scale_q3_k:
+         * byte j of sq[q] is scale 4q + j, less 32, a signed byte: the low
+         * nibble of scales[g % 8] (the high one for g >= 8) and 2-bit field
+         * g / 4 of scales[8 + g % 4]) */
+        const hy_q2_vi a[3] = {HY_Q2_VLD(u, 1536, h), HY_Q2_VLD(u, 1600, h),
+                               HY_Q2_VLD(u, 1664, h)};
+        hy_q2_vi sq[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            sq[q] = HY_Q2_V(sub_epi8)(
+                HY_Q2_VSI(or)(
+                    HY_Q2_VSI(and)(HY_Q2_V(srli_epi32)(a[q % 2], 4 * (q / 2)), m4),
+                    HY_Q2_V(slli_epi32)(HY_Q2_VSI(and)(HY_Q2_V(srli_epi32)(a[2], 2 * q), m2), 4)),
+                HY_Q2_V(set1_epi8)(32));
 #pragma GCC unroll 16
         for (int g = 0; g < 16; g++)
             st->sc[g] = hy_q2_k16_byte(sq, g, 1);
-        st->D = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 1728)));
+        st->D = hy_q2_v_f16s(u + 1728, h);
     } else {
         /* IQ4_XS: d and scales_h at 0, scales_l at 64 */
-        const __m512i hd0 = HY_Q2_K16_LD(u, 0), hd1 = HY_Q2_K16_LD(u, 64);
-        st->D = hy_q2_k16_f16(hd0, 0);
+        const hy_q2_vi hd0 = HY_Q2_VLD(u, 0, h), hd1 = HY_Q2_VLD(u, 64, h);
+        st->D = hy_q2_v_f16(hd0, 0);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
-            const __m512i lsl = _mm512_and_si512(_mm512_srli_epi32(hd1, 8 * (j / 2) + 4 * (j % 2)),
-                                                 _mm512_set1_epi32(15));
-            const __m512i lsh = _mm512_and_si512(_mm512_srli_epi32(hd0, 16 + 2 * j),
-                                                 _mm512_set1_epi32(3));
-            st->sc[2 * j] = st->sc[2 * j + 1] = _mm512_sub_epi32(
-                _mm512_or_si512(lsl, _mm512_slli_epi32(lsh, 4)), _mm512_set1_epi32(32));
+            const hy_q2_vi lsl = HY_Q2_VSI(and)(
+                HY_Q2_V(srli_epi32)(hd1, 8 * (j / 2) + 4 * (j % 2)), HY_Q2_V(set1_epi32)(15));
+            const hy_q2_vi lsh = HY_Q2_VSI(and)(HY_Q2_V(srli_epi32)(hd0, 16 + 2 * j),
+                                                HY_Q2_V(set1_epi32)(3));
+            st->sc[2 * j] = st->sc[2 * j + 1] = HY_Q2_V(sub_epi32)(
+                HY_Q2_VSI(or)(lsl, HY_Q2_V(slli_epi32)(lsh, 4)), HY_Q2_V(set1_epi32)(32));
         }
     }
-}
-
-/* v shifted left by n bits in each dword (right by -n for n < 0). */
-HY_Q2_INLINE __m512i hy_q2_k16_shift(__m512i v, const int n)
-{
-    return n > 0 ? _mm512_slli_epi32(v, (unsigned)n)
-           : n < 0 ? _mm512_srli_epi32(v, (unsigned)-n)
-                   : v;
 }
 
 /* What the codes below are offset by: w = scale * (c - off). */
@@ -2118,75 +2342,79 @@ HY_Q2_INLINE int hy_q2_k16_off(hy_dtype_t t)
     return t == HY_DTYPE_Q6_K ? 32 : t == HY_DTYPE_Q3_K ? 4 : t == HY_DTYPE_IQ4_XS ? 128 : 0;
 }
 
-/* The bits at sh.. of each byte of the word at u + off, under mask m. */
-HY_Q2_INLINE __m512i hy_q2_k16_bits(const char *u, int off, const int sh, char m)
+/* The bits at sh.. of each byte of half h of the word at u + off, under
+ * mask m. */
+HY_Q2_INLINE hy_q2_vi hy_q2_k16_bits(const char *u, int off, const int h, const int sh, char m)
 {
-    return _mm512_and_si512(_mm512_srli_epi32(HY_Q2_K16_LD(u, off), (unsigned)sh),
-                            _mm512_set1_epi8(m));
+    return HY_Q2_VSI(and)(HY_Q2_V(srli_epi32)(HY_Q2_VLD(u, off, h), (unsigned)sh),
+                          HY_Q2_V(set1_epi8)(m));
 }
 
-/* c with the bits of each byte of the word at u + off moved by sh (left;
- * right for sh < 0) and taken under mask m or-ed in: a code's high bits
- * from another field, in one ternary-logic operation. */
-HY_Q2_INLINE __m512i hy_q2_k16_or_high(__m512i c, const char *u, int off, const int sh, char m)
+/* c with the bits of each byte of half h of the word at u + off moved by
+ * sh (left; right for sh < 0) and taken under mask m or-ed in: a code's
+ * high bits from another field. */
+HY_Q2_INLINE hy_q2_vi hy_q2_k16_or_high(hy_q2_vi c, const char *u, int off, const int h,
+                                        const int sh, char m)
 {
-    return _mm512_ternarylogic_epi32(c, hy_q2_k16_shift(HY_Q2_K16_LD(u, off), sh),
-                                     _mm512_set1_epi8(m), 0xF8);
+    const hy_q2_vi v = HY_Q2_VLD(u, off, h);
+    const hy_q2_vi s = sh > 0   ? HY_Q2_V(slli_epi32)(v, (unsigned)sh)
+                       : sh < 0 ? HY_Q2_V(srli_epi32)(v, (unsigned)-sh)
+                                : v;
+    return hy_q2_v_or_and(c, s, HY_Q2_V(set1_epi8)(m));
 }
 
-/* Block j's codes of 16 rows, word k as hy_q2_r16_code's (lane r holds row
- * r's codes of elements 4k..4k+3), as unsigned bytes c with the value c -
- * hy_q2_k16_off(t): Q6_K's q (less 32), Q3_K's q with the high bit as 4
- * (less 4), IQ4_XS's grid values plus 128. */
-HY_Q2_INLINE __m512i hy_q2_k16_code(hy_dtype_t t, const char *u, const int j, const int k)
+/* Half h of block j's codes of 16 rows, word k as hy_q2_r16_code's (lane
+ * r holds row 8h+r's codes of elements 4k..4k+3), as unsigned bytes c
+ * with the value c - hy_q2_k16_off(t): Q6_K's q (less 32), Q3_K's q with
+ * the high bit as 4 (less 4), IQ4_XS's grid values plus 128. */
+HY_Q2_INLINE hy_q2_vi hy_q2_k16_code(hy_dtype_t t, const char *u, const int j, const int k,
+                                     const int h)
 {
     if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K) {
         /* qs at 256 (Q5_K: 768): 32-byte run j / 2, nibble j % 2; Q5_K's
          * bit j of qh's byte (qh at 256) as 16 */
         const int qs = t == HY_DTYPE_Q4_K ? 256 : 768;
-        const __m512i n = hy_q2_k16_bits(u, qs + 64 * (8 * (j / 2) + k), 4 * (j % 2), 0x0F);
-        return t == HY_DTYPE_Q4_K ? n : hy_q2_k16_or_high(n, u, 256 + 64 * k, 4 - j, 0x10);
+        const hy_q2_vi n = hy_q2_k16_bits(u, qs + 64 * (8 * (j / 2) + k), h, 4 * (j % 2), 0x0F);
+        return t == HY_DTYPE_Q4_K ? n : hy_q2_k16_or_high(n, u, 256 + 64 * k, h, 4 - j, 0x10);
     }
     if (t == HY_DTYPE_Q6_K) {
         /* ql at 0: run 2 (j / 4) + j % 2, nibble (j % 4) / 2; bits 2m, 2m+1
          * (m = j % 4) of qh (at 2048, run j / 4) as 16 and 32 */
-        const int h = j / 4, m = j % 4;
-        const __m512i n = hy_q2_k16_bits(u, 64 * (16 * h + 8 * (m & 1) + k), 4 * (m >> 1), 0x0F);
-        return hy_q2_k16_or_high(n, u, 2048 + 64 * (8 * h + k), 4 - 2 * m, 0x30);
+        const int hh = j / 4, m = j % 4;
+        const hy_q2_vi n =
+            hy_q2_k16_bits(u, 64 * (16 * hh + 8 * (m & 1) + k), h, 4 * (m >> 1), 0x0F);
+        return hy_q2_k16_or_high(n, u, 2048 + 64 * (8 * hh + k), h, 4 - 2 * m, 0x30);
     }
     if (t == HY_DTYPE_Q2_K || t == HY_DTYPE_Q3_K) {
         /* bits 2 (j % 4) of qs's run j / 4 (at 256; Q3_K 512); Q3_K's bit
          * j of hmask (at 0) as 4 */
         const int qs = t == HY_DTYPE_Q2_K ? 256 : 512;
-        const __m512i q = hy_q2_k16_bits(u, qs + 64 * (8 * (j / 4) + k), 2 * (j % 4), 0x03);
-        return t == HY_DTYPE_Q2_K ? q : hy_q2_k16_or_high(q, u, 64 * k, 2 - j, 0x04);
+        const hy_q2_vi q = hy_q2_k16_bits(u, qs + 64 * (8 * (j / 4) + k), h, 2 * (j % 4), 0x03);
+        return t == HY_DTYPE_Q2_K ? q : hy_q2_k16_or_high(q, u, 64 * k, h, 2 - j, 0x04);
     }
     /* IQ4_XS: qs at 128, block j's 16 bytes (4 words), nibble k / 4 */
-    return _mm512_add_epi8(
-        _mm512_shuffle_epi8(
-            _mm512_broadcast_i32x4(
-                _mm_loadu_si128((const __m128i *)(const void *)hy_quant_iq4nl_values)),
-            hy_q2_k16_bits(u, 128 + 64 * (4 * j + (k & 3)), 4 * (k / 4), 0x0F)),
-        _mm512_set1_epi8((char)128));
+    const hy_q2_vi n = hy_q2_k16_bits(u, 128 + 64 * (4 * j + (k & 3)), h, 4 * (k / 4), 0x0F);
+    return HY_Q2_V(add_epi8)(HY_Q2_V(shuffle_epi8)(HY_Q2_VTAB(hy_quant_iq4nl_values), n),
+                             HY_Q2_V(set1_epi8)((char)128));
 }
 
 /* A half's scale (int32 per row, |s| <= 128) as the scaled pairs take
  * it: s in bytes 0 and 2 of each dword (e) or 1 and 3 (o), and s * off
  * in both int16 halves. */
 typedef struct {
-    __m512i e, o, off;
+    hy_q2_vi e, o, off;
 } hy_q2_k16_sc_t;
 
-HY_Q2_INLINE hy_q2_k16_sc_t hy_q2_k16_scale(hy_dtype_t t, __m512i s)
+HY_Q2_INLINE hy_q2_k16_sc_t hy_q2_k16_scale(hy_dtype_t t, hy_q2_vi s)
 {
-    const __m512i s16 = _mm512_or_si512(_mm512_and_si512(s, _mm512_set1_epi32(0xFFFF)),
-                                        _mm512_slli_epi32(s, 16));
+    const hy_q2_vi s16 = HY_Q2_VSI(or)(HY_Q2_VSI(and)(s, HY_Q2_V(set1_epi32)(0xFFFF)),
+                                       HY_Q2_V(slli_epi32)(s, 16));
     const int off = hy_q2_k16_off(t);
     hy_q2_k16_sc_t sc;
 
-    sc.e = _mm512_and_si512(s16, _mm512_set1_epi16(0xFF));
-    sc.o = _mm512_slli_epi16(s16, 8);
-    sc.off = _mm512_slli_epi16(s16, off == 128 ? 7 : off == 32 ? 5 : off == 4 ? 2 : 0);
+    sc.e = HY_Q2_VSI(and)(s16, HY_Q2_V(set1_epi16)(0xFF));
+    sc.o = HY_Q2_V(slli_epi16)(s16, 8);
+    sc.off = HY_Q2_V(slli_epi16)(s16, off == 128 ? 7 : off == 32 ? 5 : off == 4 ? 2 : 0);
     return sc;
 }
 
@@ -2195,14 +2423,14 @@ HY_Q2_INLINE hy_q2_k16_sc_t hy_q2_k16_scale(hy_dtype_t t, __m512i s)
  * by the scale under the even (odd) bytes and adds the zero products of
  * the others, which splits and scales in one instruction (|c s| <= 255 *
  * 32: no saturation), less s * off. */
-HY_Q2_INLINE void hy_q2_k16_scaled(hy_dtype_t t, __m512i v, const hy_q2_k16_sc_t *sc, __m512i *e,
-                                   __m512i *o)
+HY_Q2_INLINE void hy_q2_k16_scaled(hy_dtype_t t, hy_q2_vi v, const hy_q2_k16_sc_t *sc,
+                                   hy_q2_vi *e, hy_q2_vi *o)
 {
-    *e = _mm512_maddubs_epi16(v, sc->e);
-    *o = _mm512_maddubs_epi16(v, sc->o);
+    *e = HY_Q2_V(maddubs_epi16)(v, sc->e);
+    *o = HY_Q2_V(maddubs_epi16)(v, sc->o);
     if (hy_q2_k16_off(t)) {
-        *e = _mm512_sub_epi16(*e, sc->off);
-        *o = _mm512_sub_epi16(*o, sc->off);
+        *e = HY_Q2_V(sub_epi16)(*e, sc->off);
+        *o = HY_Q2_V(sub_epi16)(*o, sc->off);
     }
 }
 
@@ -2213,34 +2441,40 @@ HY_Q2_INLINE void hy_q2_k16_panel(hy_dtype_t t, const char *w, int64_t b0, int64
                                   hy_qmm_pblk_t *p, const char *pf)
 {
     const size_t bb = 16 * hy_q2_block_bytes(t);
+    const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K || t == HY_DTYPE_Q2_K;
 
     for (int64_t ib = 0; ib < nb; ib += 8) {
         const int64_t i = (b0 + ib) / 8;
         const char *u = w + (size_t)i * bb;
-        hy_q2_k16_t st;
-        hy_q2_k16_prep(t, u, &st);
+        hy_q2_k16_t st[HY_Q2_NH];
+#pragma GCC unroll 2
+        for (int h = 0; h < HY_Q2_NH; h++)
+            hy_q2_k16_prep(t, u, h, &st[h]);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             hy_qmm_pblk_t *pk = p + ib + j;
-            const hy_q2_k16_sc_t sc[2] = {hy_q2_k16_scale(t, st.sc[2 * j]),
-                                          hy_q2_k16_scale(t, st.sc[2 * j + 1])};
+#pragma GCC unroll 2
+            for (int h = 0; h < HY_Q2_NH; h++) {
+                const hy_q2_k16_sc_t sc[2] = {hy_q2_k16_scale(t, st[h].sc[2 * j]),
+                                              hy_q2_k16_scale(t, st[h].sc[2 * j + 1])};
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) {
-                __m512i e, o;
-                hy_q2_k16_scaled(t, hy_q2_k16_code(t, u, j, k), &sc[k / 4], &e, &o);
-                _mm512_store_si512(pk->q[2 * k], e);
-                _mm512_store_si512(pk->q[2 * k + 1], o);
+                for (int k = 0; k < 8; k++) {
+                    hy_q2_vi e, o;
+                    hy_q2_k16_scaled(t, hy_q2_k16_code(t, u, j, k, h), &sc[k / 4], &e, &o);
+                    HY_Q2_VST(pk->q[2 * k][h], e);
+                    HY_Q2_VST(pk->q[2 * k + 1][h], o);
+                }
+                HY_Q2_V(store_ps)(pk->d[h], st[h].D);
+                HY_Q2_V(store_ps)(pk->m[h], off ? st[h].M[2 * j] : HY_Q2_V(setzero_ps)());
+                if (t == HY_DTYPE_Q2_K)
+                    HY_Q2_V(store_ps)(pk->m2[h], st[h].M[2 * j + 1]);
             }
-            _mm512_store_ps(pk->d[0], st.D);
-            const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K || t == HY_DTYPE_Q2_K;
-            _mm512_store_ps(pk->m[0], off ? st.M[2 * j] : _mm512_setzero_ps());
-            if (t == HY_DTYPE_Q2_K)
-                _mm512_store_ps(pk->m2[0], st.M[2 * j + 1]);
             hy_q2_k16_prefetch(pf ? pf + (size_t)i * bb : NULL, bb, j);
         }
     }
 }
 
+#ifdef HY_Q2_AVX512
 /* Block j of super-block i (at u, its terms in *st) for C <= 8 tokens
  * into the float sums A and MA (hy_q2_k16_rows). */
 HY_Q2_INLINE void hy_q2_k16_rows_blk(hy_dtype_t t, const int C, int64_t i, const int j,
@@ -2260,7 +2494,7 @@ HY_Q2_INLINE void hy_q2_k16_rows_blk(hy_dtype_t t, const int C, int64_t i, const
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) {
         __m512i e, o;
-        hy_q2_k16_scaled(t, hy_q2_k16_code(t, u, j, k), &sc[k / 4], &e, &o);
+        hy_q2_k16_scaled(t, hy_q2_k16_code(t, u, j, k, 0), &sc[k / 4], &e, &o);
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++) {
             __m512i *h = one || k < 4 ? &P[c] : &P2[c];
@@ -2315,7 +2549,7 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
     for (int64_t i = 0; i < nsb; i++) {
         const char *u = w + (size_t)i * bb;
         hy_q2_k16_t st;
-        hy_q2_k16_prep(t, u, &st);
+        hy_q2_k16_prep(t, u, 0, &st);
         if (t == HY_DTYPE_Q2_K || t == HY_DTYPE_IQ4_XS) {
             for (int j = 0; j < 8; j++)
                 hy_q2_k16_rows_blk(t, C, i, j, u, &st, x, xs, hs, hss, pf, bb, A, MA);
@@ -2369,453 +2603,6 @@ HY_Q2_INLINE void hy_q2_r16_tile(hy_dtype_t t, hy_q2_panel16_fn panel, int64_t n
 }
 
 #else
-/* ---- HY_WLAYOUT_ROWS16 of the 32-element types at AVX2 ----
- * The layout the AVX-512 level reads (above), each 64-byte field of a
- * 16-row block taken as two ymm: rows 0..7 (half 0) and 8..15 (half 1),
- * the lanes hy_q2_compute's panel halves hold.  The file's layout costs
- * this level a transpose of 8 rows' words per block and half (the panel's
- * unpack: about a third of a B = 8 product, PERFORMANCE.md section 21);
- * here the words arrive in the lanes as they lie.  A few tokens take each
- * half's codes from memory into the multiply-adds; more tokens unpack a
- * panel for hy_q2_tile.  Each row's sum is hy_q2_compute's (one exact
- * int32 sum per block, then one FMA per block in block order; Q4_1's and
- * Q5_1's M terms in their own sum, added at the end), so the bits are
- * those of the file's layout. */
-
-/* Word k of block blk's codes for half h: lane r holds row 8h+r's signed
- * codes of elements 4k..4k+3 (Q16's slot pairs 2k and 2k+1), one byte each. */
-HY_Q2_INLINE __m256i hy_q2_r16h_code(hy_dtype_t t, const char *blk, const int k, const int h)
-{
-    if (t == HY_DTYPE_Q8_0)
-        return _mm256_loadu_si256((const __m256i *)(blk + 32 + 64 * k + 32 * h));
-    /* the fields before qs: d (32 bytes), Q4_1's and Q5_1's m (32), Q5_x's
-     * qh (64) */
-    const int q5 = t == HY_DTYPE_Q5_0 || t == HY_DTYPE_Q5_1;
-    const int qh_at = t == HY_DTYPE_Q5_1 ? 64 : 32;
-    const int qs_at = q5 ? qh_at + 64 : t == HY_DTYPE_Q4_1 ? 64 : 32;
-    const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + qs_at + 64 * (k & 3) + 32 * h));
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    /* elements 4k.. in the low nibbles of word k, 16 + 4k.. in the high */
-    const __m256i n = _mm256_and_si256(k < 4 ? v : _mm256_srli_epi16(v, 4), m4);
-    if (t == HY_DTYPE_Q4_0)
-        return _mm256_sub_epi8(n, _mm256_set1_epi8(8));
-    if (t == HY_DTYPE_Q4_1)
-        return n;
-    if (t == HY_DTYPE_IQ4_NL)
-        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(
-                                       (const __m128i *)(const void *)hy_quant_iq4nl_values)),
-                                   n);
-    /* Q5_0: q - 16, Q5_1: q, the high bit of element e bit e of the row's
-     * qh: the qh byte holding the word's four bits in each of its bytes (a
-     * shuffle per 128-bit lane), compared with the byte's own bit */
-    const int j = k & 3, hb = k >> 2;
-    const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + qh_at + 32 * h));
-    const __m256i idx = _mm256_add_epi8(
-        _mm256_setr_epi32(0x00000000, 0x04040404, 0x08080808, 0x0C0C0C0C, 0x00000000,
-                          0x04040404, 0x08080808, 0x0C0C0C0C),
-        _mm256_set1_epi8((char)(2 * hb + j / 2)));
-    const __m256i bit = _mm256_set1_epi32((j & 1) ? (int)0x80402010 : 0x08040201);
-    const __m256i set =
-        _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, idx), bit), bit);
-    if (t == HY_DTYPE_Q5_1)
-        return _mm256_add_epi8(n, _mm256_and_si256(set, _mm256_set1_epi8(16)));
-    return _mm256_sub_epi8(n, _mm256_andnot_si256(set, _mm256_set1_epi8(16)));
-}
-
-/* 8 rows' f16 at p, as floats. */
-HY_Q2_INLINE __m256 hy_q2_f16s8(const char *p)
-{
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
-}
-
-/* Half h of block blk's D and M (Q4_1's and Q5_1's m; zero for the types
- * without). */
-HY_Q2_INLINE __m256 hy_q2_r16h_d(const char *blk, const int h)
-{
-    return hy_q2_f16s8(blk + 16 * h);
-}
-
-HY_Q2_INLINE __m256 hy_q2_r16h_m(hy_dtype_t t, const char *blk, const int h)
-{
-    return t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_1 ? hy_q2_f16s8(blk + 32 + 16 * h)
-                                                    : _mm256_setzero_ps();
-}
-
-/* The even and odd bytes of a word of codes, each sign-extended to int16:
- * slot pairs 2k and 2k+1. */
-HY_Q2_INLINE void hy_q2_r16h_pairs(__m256i v, __m256i *e, __m256i *o)
-{
-    *e = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);
-    *o = _mm256_srai_epi16(v, 8);
-}
-
-/* qmm.h's panel16 contract over the rearranged blocks of type t. */
-HY_Q2_INLINE void hy_q2_r16_panel(hy_dtype_t t, const char *w, int64_t b0, int64_t nb,
-                                  hy_qmm_pblk_t *p, const char *pf)
-{
-    const size_t bb = 16 * hy_q2_block_bytes(t);
-
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const char *blk = w + (size_t)(b0 + ib) * bb;
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) {
-                __m256i e, o;
-                hy_q2_r16h_pairs(hy_q2_r16h_code(t, blk, k, h), &e, &o);
-                _mm256_store_si256((__m256i *)p[ib].q[2 * k][h], e);
-                _mm256_store_si256((__m256i *)p[ib].q[2 * k + 1][h], o);
-            }
-            _mm256_store_ps(p[ib].d[h], hy_q2_r16h_d(blk, h));
-            _mm256_store_ps(p[ib].m[h], hy_q2_r16h_m(t, blk, h));
-        }
-        hy_q2_r16_prefetch(pf, bb, b0 + ib);
-    }
-}
-
-/* Tokens the rows kernel takes in one pass: two int32 chains each (the
- * halves), with both halves' codes and the two broadcast pairs, fill 14 of
- * the 16 ymm registers at 4; the float sums live in L1. */
-#define HY_Q2_R16_C 4
-/* Tokens up to which a tile of type t takes the rows kernel (in passes of
- * HY_Q2_R16_C); more unpack a panel once for all of them.  The rows
- * kernel decodes the codes again in each pass: at 8 tokens that is cheaper
- * than the panel's stores and reloads for Q8_0, Q4_0 and Q4_1 (bench_mm
- * B = 8, Zen 3: 56%, 50% and 51% of the int16 peak against 46%, 46% and
- * 49%), dearer for the types whose codes cost more (Q5_x's high bits,
- * IQ4_NL's table: 38-45% against 47-52%; the K-quants, whose scales are
- * unpacked again too: 29-40% against 33-44%). */
-HY_Q2_INLINE int hy_q2_r16_rows_max(hy_dtype_t t)
-{
-    return t == HY_DTYPE_Q8_0 || t == HY_DTYPE_Q4_0 || t == HY_DTYPE_Q4_1 ? 8 : 4;
-}
-
-/* s[c*ss + 0..16) for the 16 rows at w (nb blocks of type t) and C <= 4
- * tokens: per block each word of codes is read once for every token and
- * each broadcast pair feeds both halves (a broadcast costs an issue slot
- * like a multiply-add; hy_q2_compute shares it the same way).  One int32
- * chain per token and half: the even and odd pairs' products in one sum,
- * the same exact integer as the panel kernel's. */
-HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s, size_t ss,
-                                 const char *w, const char *x, size_t xs, const char *pf)
-{
-    const size_t bb = 16 * hy_q2_block_bytes(t);
-    const bool off = t == HY_DTYPE_Q4_1 || t == HY_DTYPE_Q5_1;
-    float acc[HY_Q2_R16_C][16] __attribute__((aligned(32)));
-    float mac[HY_Q2_R16_C][16] __attribute__((aligned(32)));
-
-    memset(acc, 0, sizeof acc);
-    memset(mac, 0, sizeof mac);
-    for (int64_t b = 0; b < nb; b++) {
-        const char *blk = w + (size_t)b * bb;
-        const hy_block_q16_t *xb[HY_Q2_R16_C];
-        __m256i P0[HY_Q2_R16_C], P1[HY_Q2_R16_C];
-#pragma GCC unroll 4
-        for (int c = 0; c < C; c++) {
-            xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
-            P0[c] = P1[c] = _mm256_setzero_si256();
-        }
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            __m256i e0, o0, e1, o1;
-            hy_q2_r16h_pairs(hy_q2_r16h_code(t, blk, k, 0), &e0, &o0);
-            hy_q2_r16h_pairs(hy_q2_r16h_code(t, blk, k, 1), &e1, &o1);
-#pragma GCC unroll 4
-            for (int c = 0; c < C; c++) {
-                const __m256i be = hy_q2_bcast(xb[c]->v + 4 * k);
-                const __m256i bo = hy_q2_bcast(xb[c]->v + 4 * k + 2);
-                P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(e0, be));
-                P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(e1, be));
-                P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(o0, bo));
-                P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(o1, bo));
-                /* one add chain per sum, as in hy_q2_compute */
-                __asm__("" : "+x"(P0[c]), "+x"(P1[c]));
-            }
-        }
-        hy_q2_r16_prefetch(pf, bb, b);
-        const __m256 D0 = hy_q2_r16h_d(blk, 0), D1 = hy_q2_r16h_d(blk, 1);
-#pragma GCC unroll 4
-        for (int c = 0; c < C; c++) {
-            const __m256 dx = _mm256_set1_ps(xb[c]->d);
-            _mm256_store_ps(acc[c], _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0[c]),
-                                                    _mm256_mul_ps(D0, dx), _mm256_load_ps(acc[c])));
-            _mm256_store_ps(acc[c] + 8,
-                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1[c]), _mm256_mul_ps(D1, dx),
-                                            _mm256_load_ps(acc[c] + 8)));
-        }
-        if (off) {
-            const __m256 M0 = hy_q2_r16h_m(t, blk, 0), M1 = hy_q2_r16h_m(t, blk, 1);
-#pragma GCC unroll 4
-            for (int c = 0; c < C; c++) {
-                const __m256 sx = _mm256_set1_ps(xb[c]->s);
-                _mm256_store_ps(mac[c], _mm256_fmadd_ps(M0, sx, _mm256_load_ps(mac[c])));
-                _mm256_store_ps(mac[c] + 8, _mm256_fmadd_ps(M1, sx, _mm256_load_ps(mac[c] + 8)));
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < C; c++)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m256 a = _mm256_load_ps(acc[c] + 8 * h);
-            _mm256_storeu_ps(s + (size_t)c * ss + 8 * h,
-                             off ? _mm256_add_ps(a, _mm256_load_ps(mac[c] + 8 * h)) : a);
-        }
-}
-
-/* ---- the super-block types (Q2_K..Q6_K, IQ4_XS) in HY_WLAYOUT_ROWS16 at AVX2 ----
- * The AVX-512 level's kernels above, each 64-byte field of 16 rows taken
- * as two halves of 8 (the offsets are weight.c's runs, as there): per
- * super-block each half's scales come out of their packed fields once
- * (hy_q2_k8_prep), then each block's codes are split into slot pairs and
- * scaled in the same instructions (hy_q2_k8_scaled), the decoders' int16
- * codes, so the int32 sums, the float steps and the bits are the file
- * layout's. */
-
-/* One half's (8 rows') terms of a super-block beyond the codes. */
-typedef struct {
-    __m256i sc[16]; /* block j's scale of elements 0..15 at sc[2j], 16..31 at sc[2j + 1] */
-    __m256 M[16];   /* HY_QMM_OFFSET: block j's M at M[2j]; OFFSET16: the halves' */
-    __m256 D;
-} hy_q2_k8_t;
-
-/* Half h (rows 8h..8h+7) of the 64-byte field at u + off. */
-#define HY_Q2_K8_LD(u, off, h) _mm256_loadu_si256((const __m256i *)((u) + (off) + 32 * (h)))
-
-/* The f16 in the low (hi: high) half of each dword, as floats. */
-HY_Q2_INLINE __m256 hy_q2_k8_f16(__m256i v, const int hi)
-{
-    const __m256i w =
-        _mm256_and_si256(hi ? _mm256_srli_epi32(v, 16) : v, _mm256_set1_epi32(0xFFFF));
-    /* packus per 128-bit lane: qwords 0 and 2 hold the 8 halves in order */
-    return _mm256_cvtph_ps(_mm256_castsi256_si128(
-        _mm256_permute4x64_epi64(_mm256_packus_epi32(w, w), 0x08)));
-}
-
-/* Byte i % 4 of each dword of v[i / 4], unsigned (sgn: signed), as int32. */
-HY_Q2_INLINE __m256i hy_q2_k8_byte(const __m256i *v, const int i, const int sgn)
-{
-    const __m256i u = _mm256_slli_epi32(v[i / 4], 24 - 8 * (i % 4));
-    return sgn ? _mm256_srai_epi32(u, 24) : _mm256_srli_epi32(u, 24);
-}
-
-/* -(dmin * m), as the decoders round it. */
-HY_Q2_INLINE __m256 hy_q2_k8_neg_min(__m256 dmin, __m256i m)
-{
-    return _mm256_castsi256_ps(
-        _mm256_xor_si256(_mm256_castps_si256(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m))),
-                         _mm256_set1_epi32((int)0x80000000u)));
-}
-
-/* Half h of the super-block of 16 rows at u: its scales, D and M into *st
- * (hy_qx_k4_scales16's and hy_qx_k3_scales16's unpacking, on 8 rows). */
-HY_Q2_INLINE void hy_q2_k8_prep(hy_dtype_t t, const char *u, const int h, hy_q2_k8_t *st)
-{
-    const __m256i m6 = _mm256_set1_epi8(0x3F), m4 = _mm256_set1_epi8(0x0F);
-    const __m256i m2 = _mm256_set1_epi8(0x03);
-
-    if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K) {
-        /* dm at 0, the scales' three words at 64 */
-        const __m256i dm = HY_Q2_K8_LD(u, 0, h);
-        const __m256i a0 = HY_Q2_K8_LD(u, 64, h), a1 = HY_Q2_K8_LD(u, 128, h);
-        const __m256i a2 = HY_Q2_K8_LD(u, 192, h);
-        const __m256i sc[2] = {
-            _mm256_and_si256(a0, m6),
-            _mm256_or_si256(_mm256_and_si256(a2, m4),
-                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a0, 6), m2), 4))};
-        const __m256i mn[2] = {
-            _mm256_and_si256(a1, m6),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a2, 4), m4),
-                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a1, 6), m2), 4))};
-        const __m256 dmin = hy_q2_k8_f16(dm, 1);
-        st->D = hy_q2_k8_f16(dm, 0);
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            st->sc[2 * j] = st->sc[2 * j + 1] = hy_q2_k8_byte(sc, j, 0);
-            st->M[2 * j] = hy_q2_k8_neg_min(dmin, hy_q2_k8_byte(mn, j, 0));
-        }
-    } else if (t == HY_DTYPE_Q6_K) {
-        /* the 16 int8 scales' words at 3072, d at 3328 */
-        const __m256i sv[4] = {HY_Q2_K8_LD(u, 3072, h), HY_Q2_K8_LD(u, 3136, h),
-                               HY_Q2_K8_LD(u, 3200, h), HY_Q2_K8_LD(u, 3264, h)};
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; i++)
-            st->sc[i] = hy_q2_k8_byte(sv, i, 1);
-        st->D = hy_q2_f16s8(u + 3328 + 16 * h);
-    } else if (t == HY_DTYPE_Q2_K) {
-        /* group g's scale (low nibble) and min (high) in byte g of the
-         * words at 0, d and dmin at 1280 */
-        const __m256i sv[4] = {HY_Q2_K8_LD(u, 0, h), HY_Q2_K8_LD(u, 64, h),
-                               HY_Q2_K8_LD(u, 128, h), HY_Q2_K8_LD(u, 192, h)};
-        const __m256i dm = HY_Q2_K8_LD(u, 1280, h);
-        const __m256 dmin = hy_q2_k8_f16(dm, 1);
-        st->D = hy_q2_k8_f16(dm, 0);
-#pragma GCC unroll 16
-        for (int g = 0; g < 16; g++) {
-            const __m256i v = hy_q2_k8_byte(sv, g, 0);
-            st->sc[g] = _mm256_and_si256(v, _mm256_set1_epi32(15));
-            st->M[g] = hy_q2_k8_neg_min(dmin, _mm256_srli_epi32(v, 4));
-        }
-    } else if (t == HY_DTYPE_Q3_K) {
-        /* the 12 bytes of scales at 1536, d at 1728: byte j of sq[q] is
-         * scale 4q + j, less 32 */
-        const __m256i a[3] = {HY_Q2_K8_LD(u, 1536, h), HY_Q2_K8_LD(u, 1600, h),
-                              HY_Q2_K8_LD(u, 1664, h)};
-        __m256i sq[4];
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++)
-            sq[q] = _mm256_sub_epi8(
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi32(a[q % 2], 4 * (q / 2)), m4),
-                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a[2], 2 * q), m2), 4)),
-                _mm256_set1_epi8(32));
-#pragma GCC unroll 16
-        for (int g = 0; g < 16; g++)
-            st->sc[g] = hy_q2_k8_byte(sq, g, 1);
-        st->D = hy_q2_f16s8(u + 1728 + 16 * h);
-    } else {
-        /* IQ4_XS: d and scales_h at 0, scales_l at 64 */
-        const __m256i hd0 = HY_Q2_K8_LD(u, 0, h), hd1 = HY_Q2_K8_LD(u, 64, h);
-        st->D = hy_q2_k8_f16(hd0, 0);
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            const __m256i lsl = _mm256_and_si256(_mm256_srli_epi32(hd1, 8 * (j / 2) + 4 * (j % 2)),
-                                                 _mm256_set1_epi32(15));
-            const __m256i lsh = _mm256_and_si256(_mm256_srli_epi32(hd0, 16 + 2 * j),
-                                                 _mm256_set1_epi32(3));
-            st->sc[2 * j] = st->sc[2 * j + 1] = _mm256_sub_epi32(
-                _mm256_or_si256(lsl, _mm256_slli_epi32(lsh, 4)), _mm256_set1_epi32(32));
-        }
-    }
-}
-
-/* What the codes below are offset by: w = scale * (c - off). */
-HY_Q2_INLINE int hy_q2_k8_off(hy_dtype_t t)
-{
-    return t == HY_DTYPE_Q6_K ? 32 : t == HY_DTYPE_Q3_K ? 4 : t == HY_DTYPE_IQ4_XS ? 128 : 0;
-}
-
-/* The bits at sh.. of each byte of half h of the word at u + off, under
- * mask m. */
-HY_Q2_INLINE __m256i hy_q2_k8_bits(const char *u, int off, const int h, const int sh, char m)
-{
-    return _mm256_and_si256(_mm256_srli_epi32(HY_Q2_K8_LD(u, off, h), (unsigned)sh),
-                            _mm256_set1_epi8(m));
-}
-
-/* c with the bits of each byte of half h of the word at u + off moved by
- * sh (left; right for sh < 0) and taken under mask m or-ed in: a code's
- * high bits from another field. */
-HY_Q2_INLINE __m256i hy_q2_k8_or_high(__m256i c, const char *u, int off, const int h,
-                                      const int sh, char m)
-{
-    const __m256i v = HY_Q2_K8_LD(u, off, h);
-    const __m256i s = sh > 0   ? _mm256_slli_epi32(v, (unsigned)sh)
-                      : sh < 0 ? _mm256_srli_epi32(v, (unsigned)-sh)
-                               : v;
-    return _mm256_or_si256(c, _mm256_and_si256(s, _mm256_set1_epi8(m)));
-}
-
-/* Half h of block j's codes, word k (lane r holds row 8h+r's codes of
- * elements 4k..4k+3), as unsigned bytes c with the value c -
- * hy_q2_k8_off(t) (hy_q2_k16_code's fields). */
-HY_Q2_INLINE __m256i hy_q2_k8_code(hy_dtype_t t, const char *u, const int j, const int k,
-                                   const int h)
-{
-    if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K) {
-        const int qs = t == HY_DTYPE_Q4_K ? 256 : 768;
-        const __m256i n = hy_q2_k8_bits(u, qs + 64 * (8 * (j / 2) + k), h, 4 * (j % 2), 0x0F);
-        return t == HY_DTYPE_Q4_K ? n : hy_q2_k8_or_high(n, u, 256 + 64 * k, h, 4 - j, 0x10);
-    }
-    if (t == HY_DTYPE_Q6_K) {
-        const int hh = j / 4, m = j % 4;
-        const __m256i n =
-            hy_q2_k8_bits(u, 64 * (16 * hh + 8 * (m & 1) + k), h, 4 * (m >> 1), 0x0F);
-        return hy_q2_k8_or_high(n, u, 2048 + 64 * (8 * hh + k), h, 4 - 2 * m, 0x30);
-    }
-    if (t == HY_DTYPE_Q2_K || t == HY_DTYPE_Q3_K) {
-        const int qs = t == HY_DTYPE_Q2_K ? 256 : 512;
-        const __m256i q = hy_q2_k8_bits(u, qs + 64 * (8 * (j / 4) + k), h, 2 * (j % 4), 0x03);
-        return t == HY_DTYPE_Q2_K ? q : hy_q2_k8_or_high(q, u, 64 * k, h, 2 - j, 0x04);
-    }
-    return _mm256_add_epi8(
-        _mm256_shuffle_epi8(
-            _mm256_broadcastsi128_si256(
-                _mm_loadu_si128((const __m128i *)(const void *)hy_quant_iq4nl_values)),
-            hy_q2_k8_bits(u, 128 + 64 * (4 * j + (k & 3)), h, 4 * (k / 4), 0x0F)),
-        _mm256_set1_epi8((char)128));
-}
-
-/* A half's scale (int32 per row, |s| <= 128) as the scaled pairs take it:
- * s in bytes 0 and 2 of each dword (e) or 1 and 3 (o), and s * off in
- * both int16 halves. */
-typedef struct {
-    __m256i e, o, off;
-} hy_q2_k8_sc_t;
-
-HY_Q2_INLINE hy_q2_k8_sc_t hy_q2_k8_scale(hy_dtype_t t, __m256i s)
-{
-    const __m256i s16 = _mm256_or_si256(_mm256_and_si256(s, _mm256_set1_epi32(0xFFFF)),
-                                        _mm256_slli_epi32(s, 16));
-    const int off = hy_q2_k8_off(t);
-    hy_q2_k8_sc_t sc;
-
-    sc.e = _mm256_and_si256(s16, _mm256_set1_epi16(0xFF));
-    sc.o = _mm256_slli_epi16(s16, 8);
-    sc.off = _mm256_slli_epi16(s16, off == 128 ? 7 : off == 32 ? 5 : off == 4 ? 2 : 0);
-    return sc;
-}
-
-/* A word of codes as slot pairs 2k, 2k+1, times the scale (vpmaddubsw:
- * hy_q2_k16_scaled), less s * off. */
-HY_Q2_INLINE void hy_q2_k8_scaled(hy_dtype_t t, __m256i v, const hy_q2_k8_sc_t *sc, __m256i *e,
-                                  __m256i *o)
-{
-    *e = _mm256_maddubs_epi16(v, sc->e);
-    *o = _mm256_maddubs_epi16(v, sc->o);
-    if (hy_q2_k8_off(t)) {
-        *e = _mm256_sub_epi16(*e, sc->off);
-        *o = _mm256_sub_epi16(*o, sc->off);
-    }
-}
-
-/* qmm.h's panel16 contract over the rearranged super-blocks of type t. */
-HY_Q2_INLINE void hy_q2_k16_panel(hy_dtype_t t, const char *w, int64_t b0, int64_t nb,
-                                  hy_qmm_pblk_t *p, const char *pf)
-{
-    const size_t bb = 16 * hy_q2_block_bytes(t);
-    const bool off = t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K || t == HY_DTYPE_Q2_K;
-
-    for (int64_t ib = 0; ib < nb; ib += 8) {
-        const int64_t i = (b0 + ib) / 8;
-        const char *u = w + (size_t)i * bb;
-        hy_q2_k8_t st[2];
-        hy_q2_k8_prep(t, u, 0, &st[0]);
-        hy_q2_k8_prep(t, u, 1, &st[1]);
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            hy_qmm_pblk_t *pk = p + ib + j;
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                const hy_q2_k8_sc_t sc[2] = {hy_q2_k8_scale(t, st[h].sc[2 * j]),
-                                             hy_q2_k8_scale(t, st[h].sc[2 * j + 1])};
-#pragma GCC unroll 8
-                for (int k = 0; k < 8; k++) {
-                    __m256i e, o;
-                    hy_q2_k8_scaled(t, hy_q2_k8_code(t, u, j, k, h), &sc[k / 4], &e, &o);
-                    _mm256_store_si256((__m256i *)pk->q[2 * k][h], e);
-                    _mm256_store_si256((__m256i *)pk->q[2 * k + 1][h], o);
-                }
-                _mm256_store_ps(pk->d[h], st[h].D);
-                _mm256_store_ps(pk->m[h], off ? st[h].M[2 * j] : _mm256_setzero_ps());
-                if (t == HY_DTYPE_Q2_K)
-                    _mm256_store_ps(pk->m2[h], st[h].M[2 * j + 1]);
-            }
-            hy_q2_k16_prefetch(pf ? pf + (size_t)i * bb : NULL, bb, j);
-        }
-    }
-}
-
 /* s[c*ss + 0..16) for the 16 rows at w (nsb super-blocks of type t) and C
  * <= 4 tokens: each block's codes of both halves scaled as they are split
  * into pairs, every broadcast pair feeding both halves, one int32 chain
@@ -2836,19 +2623,19 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
     memset(mac, 0, sizeof mac);
     for (int64_t i = 0; i < nsb; i++) {
         const char *u = w + (size_t)i * bb;
-        hy_q2_k8_t st[2];
-        hy_q2_k8_prep(t, u, 0, &st[0]);
-        hy_q2_k8_prep(t, u, 1, &st[1]);
+        hy_q2_k16_t st[2];
+        hy_q2_k16_prep(t, u, 0, &st[0]);
+        hy_q2_k16_prep(t, u, 1, &st[1]);
         /* not unrolled as the panel is: with 16 ymm registers the unrolled
          * blocks ran B = 4 10-40% slower (bench_mm, 2026-12-07) */
         for (int j = 0; j < 8; j++) {
             const int64_t b = 8 * i + j;
             const hy_block_q16_t *xb[HY_Q2_R16_C];
             __m256i P0[HY_Q2_R16_C], P1[HY_Q2_R16_C];
-            const hy_q2_k8_sc_t sc0[2] = {hy_q2_k8_scale(t, st[0].sc[2 * j]),
-                                          hy_q2_k8_scale(t, st[0].sc[2 * j + 1])};
-            const hy_q2_k8_sc_t sc1[2] = {hy_q2_k8_scale(t, st[1].sc[2 * j]),
-                                          hy_q2_k8_scale(t, st[1].sc[2 * j + 1])};
+            const hy_q2_k16_sc_t sc0[2] = {hy_q2_k16_scale(t, st[0].sc[2 * j]),
+                                          hy_q2_k16_scale(t, st[0].sc[2 * j + 1])};
+            const hy_q2_k16_sc_t sc1[2] = {hy_q2_k16_scale(t, st[1].sc[2 * j]),
+                                          hy_q2_k16_scale(t, st[1].sc[2 * j + 1])};
 #pragma GCC unroll 4
             for (int c = 0; c < C; c++) {
                 xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
@@ -2869,8 +2656,8 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
                         P0[c] = P1[c] = _mm256_setzero_si256();
                     }
                 __m256i e0, o0, e1, o1;
-                hy_q2_k8_scaled(t, hy_q2_k8_code(t, u, j, k, 0), &sc0[k / 4], &e0, &o0);
-                hy_q2_k8_scaled(t, hy_q2_k8_code(t, u, j, k, 1), &sc1[k / 4], &e1, &o1);
+                hy_q2_k16_scaled(t, hy_q2_k16_code(t, u, j, k, 0), &sc0[k / 4], &e0, &o0);
+                hy_q2_k16_scaled(t, hy_q2_k16_code(t, u, j, k, 1), &sc1[k / 4], &e1, &o1);
 #pragma GCC unroll 4
                 for (int c = 0; c < C; c++) {
                     const __m256i be = hy_q2_bcast(xb[c]->v + 4 * k);
