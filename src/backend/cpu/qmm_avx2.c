@@ -2141,10 +2141,56 @@ HY_Q2_INLINE int hy_q2_r16_rows_max(hy_dtype_t t)
     return t == HY_DTYPE_Q8_0 || t == HY_DTYPE_Q4_0 || t == HY_DTYPE_Q4_1 ? 8 : 4;
 }
 
+/* Token c's block b of x (rows xs apart) at xb[c], its chains empty. */
+HY_Q2_INLINE void hy_q2_h_start(const int C, const char *x, size_t xs, int64_t b,
+                                const hy_block_q16_t **xb, __m256i *P0, __m256i *P1)
+{
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) {
+        xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
+        P0[c] = P1[c] = _mm256_setzero_si256();
+    }
+}
+
+/* Word k's slot pairs of both halves (e0, o0 and e1, o1) by each token's
+ * broadcast pairs into its chains: each broadcast feeds both halves (it
+ * costs an issue slot like a multiply-add; hy_q2_compute shares it the
+ * same way), one add chain per sum as there. */
+HY_Q2_INLINE void hy_q2_h_madd(const int C, const hy_block_q16_t *const *xb, const int k,
+                               __m256i e0, __m256i o0, __m256i e1, __m256i o1, __m256i *P0,
+                               __m256i *P1)
+{
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) {
+        const __m256i be = hy_q2_bcast(xb[c]->v + 4 * k);
+        const __m256i bo = hy_q2_bcast(xb[c]->v + 4 * k + 2);
+        P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(e0, be));
+        P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(e1, be));
+        P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(o0, bo));
+        P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(o1, bo));
+        __asm__("" : "+x"(P0[c]), "+x"(P1[c]));
+    }
+}
+
+/* Each token's chains into its float sums (both halves): acc = fma(P,
+ * D * d, acc). */
+HY_Q2_INLINE void hy_q2_h_fold(const int C, const hy_block_q16_t *const *xb, const __m256i *P0,
+                               const __m256i *P1, __m256 D0, __m256 D1, float (*acc)[16])
+{
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) {
+        const __m256 dx = _mm256_set1_ps(xb[c]->d);
+        _mm256_store_ps(acc[c], _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0[c]), _mm256_mul_ps(D0, dx),
+                                                _mm256_load_ps(acc[c])));
+        _mm256_store_ps(acc[c] + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1[c]),
+                                                    _mm256_mul_ps(D1, dx),
+                                                    _mm256_load_ps(acc[c] + 8)));
+    }
+}
+
 /* s[c*ss + 0..16) for the 16 rows at w (nb blocks of type t) and C <= 4
  * tokens: per block each word of codes is read once for every token and
- * each broadcast pair feeds both halves (a broadcast costs an issue slot
- * like a multiply-add; hy_q2_compute shares it the same way).  One int32
+ * each broadcast pair feeds both halves.  One int32
  * chain per token and half: the even and odd pairs' products in one sum,
  * the same exact integer as the panel kernel's. */
 HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s, size_t ss,
@@ -2161,39 +2207,16 @@ HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s
         const char *blk = w + (size_t)b * bb;
         const hy_block_q16_t *xb[HY_Q2_R16_C];
         __m256i P0[HY_Q2_R16_C], P1[HY_Q2_R16_C];
-#pragma GCC unroll 4
-        for (int c = 0; c < C; c++) {
-            xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
-            P0[c] = P1[c] = _mm256_setzero_si256();
-        }
+        hy_q2_h_start(C, x, xs, b, xb, P0, P1);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m256i e0, o0, e1, o1;
             hy_q2_v_pairs(hy_q2_r16_code(t, blk, k, 0), &e0, &o0);
             hy_q2_v_pairs(hy_q2_r16_code(t, blk, k, 1), &e1, &o1);
-#pragma GCC unroll 4
-            for (int c = 0; c < C; c++) {
-                const __m256i be = hy_q2_bcast(xb[c]->v + 4 * k);
-                const __m256i bo = hy_q2_bcast(xb[c]->v + 4 * k + 2);
-                P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(e0, be));
-                P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(e1, be));
-                P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(o0, bo));
-                P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(o1, bo));
-                /* one add chain per sum, as in hy_q2_compute */
-                __asm__("" : "+x"(P0[c]), "+x"(P1[c]));
-            }
+            hy_q2_h_madd(C, xb, k, e0, o0, e1, o1, P0, P1);
         }
         hy_q2_r16_prefetch(pf, bb, b);
-        const __m256 D0 = hy_q2_r16_d(blk, 0), D1 = hy_q2_r16_d(blk, 1);
-#pragma GCC unroll 4
-        for (int c = 0; c < C; c++) {
-            const __m256 dx = _mm256_set1_ps(xb[c]->d);
-            _mm256_store_ps(acc[c], _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0[c]),
-                                                    _mm256_mul_ps(D0, dx), _mm256_load_ps(acc[c])));
-            _mm256_store_ps(acc[c] + 8,
-                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1[c]), _mm256_mul_ps(D1, dx),
-                                            _mm256_load_ps(acc[c] + 8)));
-        }
+        hy_q2_h_fold(C, xb, P0, P1, hy_q2_r16_d(blk, 0), hy_q2_r16_d(blk, 1), acc);
         if (off) {
             const __m256 M0 = hy_q2_r16_m(t, blk, 0), M1 = hy_q2_r16_m(t, blk, 1);
 #pragma GCC unroll 4
@@ -2636,48 +2659,24 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
                                           hy_q2_k16_scale(t, st[0].sc[2 * j + 1])};
             const hy_q2_k16_sc_t sc1[2] = {hy_q2_k16_scale(t, st[1].sc[2 * j]),
                                           hy_q2_k16_scale(t, st[1].sc[2 * j + 1])};
-#pragma GCC unroll 4
-            for (int c = 0; c < C; c++) {
-                xb[c] = (const hy_block_q16_t *)(x + (size_t)c * xs) + b;
-                P0[c] = P1[c] = _mm256_setzero_si256();
-            }
+            hy_q2_h_start(C, x, xs, b, xb, P0, P1);
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
-                if (chunk16 && k == 4)
+                if (chunk16 && k == 4) {
+                    hy_q2_h_fold(C, xb, P0, P1, st[0].D, st[1].D, acc);
 #pragma GCC unroll 4
-                    for (int c = 0; c < C; c++) {
-                        const __m256 dx = _mm256_set1_ps(xb[c]->d);
-                        _mm256_store_ps(acc[c], _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0[c]),
-                                                                _mm256_mul_ps(st[0].D, dx),
-                                                                _mm256_load_ps(acc[c])));
-                        _mm256_store_ps(acc[c] + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1[c]),
-                                                                    _mm256_mul_ps(st[1].D, dx),
-                                                                    _mm256_load_ps(acc[c] + 8)));
+                    for (int c = 0; c < C; c++)
                         P0[c] = P1[c] = _mm256_setzero_si256();
-                    }
+                }
                 __m256i e0, o0, e1, o1;
                 hy_q2_k16_scaled(t, hy_q2_k16_code(t, u, j, k, 0), &sc0[k / 4], &e0, &o0);
                 hy_q2_k16_scaled(t, hy_q2_k16_code(t, u, j, k, 1), &sc1[k / 4], &e1, &o1);
-#pragma GCC unroll 4
-                for (int c = 0; c < C; c++) {
-                    const __m256i be = hy_q2_bcast(xb[c]->v + 4 * k);
-                    const __m256i bo = hy_q2_bcast(xb[c]->v + 4 * k + 2);
-                    P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(e0, be));
-                    P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(e1, be));
-                    P0[c] = _mm256_add_epi32(P0[c], _mm256_madd_epi16(o0, bo));
-                    P1[c] = _mm256_add_epi32(P1[c], _mm256_madd_epi16(o1, bo));
-                    __asm__("" : "+x"(P0[c]), "+x"(P1[c]));
-                }
+                hy_q2_h_madd(C, xb, k, e0, o0, e1, o1, P0, P1);
             }
             hy_q2_k16_prefetch(pf ? pf + (size_t)i * bb : NULL, bb, j);
+            hy_q2_h_fold(C, xb, P0, P1, st[0].D, st[1].D, acc);
 #pragma GCC unroll 4
             for (int c = 0; c < C; c++) {
-                const __m256 dx = _mm256_set1_ps(xb[c]->d);
-                const __m256 d0 = _mm256_mul_ps(st[0].D, dx), d1 = _mm256_mul_ps(st[1].D, dx);
-                _mm256_store_ps(acc[c], _mm256_fmadd_ps(_mm256_cvtepi32_ps(P0[c]), d0,
-                                                        _mm256_load_ps(acc[c])));
-                _mm256_store_ps(acc[c] + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(P1[c]), d1,
-                                                            _mm256_load_ps(acc[c] + 8)));
                 if (off) {
                     const __m256 sx = _mm256_set1_ps(xb[c]->s);
                     _mm256_store_ps(mac[c],
