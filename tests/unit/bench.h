@@ -2,7 +2,8 @@
  * bench.h - what the micro-benchmarks (tests/unit/bench_*.c) share: a
  * clock in seconds (they pick thread or process CPU time, since the machine
  * they run on is shared), a qsort comparator for medians, a weight type by
- * its ggml name, and the plain 64-byte-load read that is the bandwidth
+ * its ggml name, an integer setting from the environment, checked, and the
+ * plain 64-byte-load read that is the bandwidth
  * bound they compare kernels with.  Static inline: one include per program.
  */
 #ifndef HY_BENCH_H
@@ -10,7 +11,10 @@
 
 #include "common/dtype.h"
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -38,6 +42,27 @@ static inline hy_dtype_t bench_parse_type(const char *s)
             return (hy_dtype_t)t;
     }
     return HY_DTYPE_COUNT;
+}
+
+/* Environment variable name as an integer in lo..hi into *v (left as it
+ * is when the variable is unset): false for anything else, after a line on
+ * stderr that names the program, the variable, its value and what it
+ * wants. */
+static inline bool bench_env_long(const char *prog, const char *name, long lo, long hi,
+                                  const char *want, long *v)
+{
+    const char *s = getenv(name);
+    char *end;
+
+    if (s == NULL)
+        return true;
+    long x = strtol(s, &end, 10);
+    if (end == s || *end || x < lo || x > hi) {
+        fprintf(stderr, "%s: %s=%s: want %s\n", prog, name, s, want);
+        return false;
+    }
+    *v = x;
+    return true;
 }
 
 /* vfmadd instructions a second of this thread, 10 independent chains (ymm,

@@ -45,8 +45,10 @@ int main(int argc, char **argv)
     const char *isa = argc > 2 ? argv[2] : "best";
     int keys[16] = {4096, 16384, 32768}, n_keys = 3, max_keys = 0, rc = 1;
     hy_backend_t *be = NULL;
-    const char *nth_env = getenv("BENCH_ATTN_THREADS");
-    int nth = nth_env && atoi(nth_env) > 1 ? atoi(nth_env) : 1;
+    long nth_l = 1;
+    if (!bench_env_long("bench_attn", "BENCH_ATTN_THREADS", 1, 256, "1..256 threads", &nth_l))
+        return 1;
+    const int nth = (int)nth_l;
     const char *pf_env = getenv("BENCH_ATTN_PREFILL"), *cold_env = getenv("BENCH_ATTN_COLD");
     bool do_prefill = !(pf_env && strcmp(pf_env, "0") == 0);
     bool cold = cold_env && strcmp(cold_env, "1") == 0;
@@ -139,26 +141,18 @@ int main(int argc, char **argv)
     }
 
     hy_attn_params_t p = {B_NH, B_NKV, B_HD, B_HD, 0.0625f, 0, 0};
-    const char *win_env = getenv("BENCH_ATTN_WINDOW"), *split_env = getenv("BENCH_ATTN_SPLIT");
-    char *end;
-    if (win_env) {
-        long w = strtol(win_env, &end, 10);
-        if (end == win_env || *end || w < 0 || w > (1 << 20)) {
-            fprintf(stderr, "bench_attn: BENCH_ATTN_WINDOW=%s: want 0..%d keys (0: none)\n",
-                    win_env, 1 << 20);
-            goto done;
-        }
-        p.window = (int32_t)w;
-    }
-    if (split_env) {
-        long sp = strtol(split_env, &end, 10);
-        if (end == split_env || *end || sp < 0 || sp > (1 << 20) ||
-            hy_cpu_attn_set_split((int32_t)sp) != HY_OK) {
-            fprintf(stderr,
-                    "bench_attn: BENCH_ATTN_SPLIT=%s: want a multiple of %d keys (0: one split)\n",
-                    split_env, HY_ATTN_FLASH_TILE);
-            goto done;
-        }
+    long win = 0, split = -1;
+    if (!bench_env_long("bench_attn", "BENCH_ATTN_WINDOW", 0, 1 << 20,
+                        "0..1048576 keys (0: none)", &win) ||
+        !bench_env_long("bench_attn", "BENCH_ATTN_SPLIT", 0, 1 << 20,
+                        "0..1048576 keys, a multiple of the flash tile (0: one split)", &split))
+        goto done;
+    p.window = (int32_t)win;
+    if (split >= 0 && hy_cpu_attn_set_split((int32_t)split) != HY_OK) {
+        fprintf(stderr,
+                "bench_attn: BENCH_ATTN_SPLIT=%ld: want a multiple of %d keys (0: one split)\n",
+                split, HY_ATTN_FLASH_TILE);
+        goto done;
     }
     /* the float peak of the level the kernels run at, per core, measured
      * here (0: the scalar level, no rating) */

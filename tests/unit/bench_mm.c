@@ -130,14 +130,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_mm: bad isa/rows/k (k >= 256, a multiple of 32)\n");
         return 1;
     }
-    const char *reps_env = getenv("BENCH_MM_REPS");
-    char *end = NULL;
-    const long reps_l = reps_env ? strtol(reps_env, &end, 10) : 1;
-    if (reps_env && (end == reps_env || *end || reps_l < 1 || reps_l > 100)) {
-        fprintf(stderr, "bench_mm: BENCH_MM_REPS=%s: want 1..100 runs a case\n", reps_env);
+    long reps_l = 1;
+    if (!bench_env_long("bench_mm", "BENCH_MM_REPS", 1, 100, "1..100 runs a case", &reps_l))
         return 1;
-    }
     const int reps = (int)reps_l;
+    long q8_l = 0;
+    if (!bench_env_long("bench_mm", "BENCH_MM_Q8", 0, 1, "0 or 1", &q8_l))
+        return 1;
+    const int q8 = (int)q8_l;
 #if defined(__x86_64__) && defined(__GNUC__)
     /* the peaks of the fastest (by the int16 rate) of at least three
      * measurements: one alone read vpmaddwd ymm at 1.47 a cycle here as
@@ -192,7 +192,6 @@ int main(int argc, char **argv)
     for (int i = 0; i < k * MAX_B; i++)
         xf[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
     const int k0 = k;
-    const int q8 = getenv("BENCH_MM_Q8") && atoi(getenv("BENCH_MM_Q8"));
     for (size_t ti = 0; ti < HY_ARRAY_LEN(types); ti++) {
         hy_dtype_t t = types[ti];
         k = hy_dtype_info(t)->block == 256 ? k0 / 256 * 256 : k0;
