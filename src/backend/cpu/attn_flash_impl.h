@@ -225,15 +225,14 @@ HY_AF_INLINE hy_af_v hy_af_cvt_row(const uint16_t *row, size_t e, const int q8)
  * c*kc, or with kh the row at kh[k] (halves, or with q8 q8_0 blocks),
  * converted as loaded (literals compile the others away).  Each key chunk
  * is loaded once for the NQ queries, NQ*NK chains side by side.  With pf, a line of the next
- * tile is prefetched every other chunk; with nk and nv (the next tile's
- * f16 rows for this block's four keys, nc a multiple of 4: a row is nc/4
- * runs of W/8 lines), chunk c prefetches run c / 4 of K row nk[c % 4] and
- * of V row nv[c % 4], so that the four rows are whole at the last chunk. */
+ * tile is prefetched every other chunk; with nk (the next tile's f16 key
+ * rows for this block's four keys, nc a multiple of 4: a row is nc/4 runs
+ * of W/8 lines), chunk c prefetches run c / 4 of row nk[c % 4], so that
+ * the four rows are whole at the last chunk. */
 HY_AF_INLINE void hy_af_dots(const float *Q, size_t qs, size_t qc, const float *kf, size_t ks,
                              size_t kc, const uint16_t *const *kh, const int q8, int nc,
                              const int NQ, const int NK, hy_af_pf_t *pf,
-                             const uint16_t *const *nk, const uint16_t *const *nv,
-                             hy_af_v acc[HY_AF_DOT_Q][4])
+                             const uint16_t *const *nk, hy_af_v acc[HY_AF_DOT_Q][4])
 {
 #pragma GCC unroll 8
     for (int q = 0; q < NQ; q++)
@@ -245,13 +244,11 @@ HY_AF_INLINE void hy_af_dots(const float *Q, size_t qs, size_t qc, const float *
         if (pf && (c & 1))
             hy_af_pf_step(pf, 1);
         if (nk) {
-            /* chunk c: W/8 lines of next K row c % 4 and of its V row */
+            /* chunk c: W/8 lines of next K row c % 4 */
             const size_t o = 64 * (size_t)(HY_AF_W / 8) * (size_t)(c >> 2);
 #pragma GCC unroll 2
-            for (int u = 0; u < HY_AF_W / 8; u++) {
+            for (int u = 0; u < HY_AF_W / 8; u++)
                 __builtin_prefetch((const char *)nk[c & 3] + o + 64 * (size_t)u, 0, 2);
-                __builtin_prefetch((const char *)nv[c & 3] + o + 64 * (size_t)u, 0, 2);
-            }
         }
 #pragma GCC unroll 4
         for (int k = 0; k < NK; k++)
@@ -279,7 +276,7 @@ HY_AF_INLINE void hy_af_qk_block(const float *Qr, const float *K, int nc, int L,
     hy_af_v acc[HY_AF_DOT_Q][4];
 
     hy_af_dots(Qr, (size_t)nc * HY_AF_W, HY_AF_W, K, (size_t)nc * HY_AF_W, HY_AF_W,
-               NULL, 0, nc, HY_AF_DOT_Q, NK, NULL, NULL, NULL, acc);
+               NULL, 0, nc, HY_AF_DOT_Q, NK, NULL, NULL, acc);
 #pragma GCC unroll 4
     for (int k = 0; k < NK; k++)
 #pragma GCC unroll 2
@@ -799,19 +796,19 @@ _Static_assert(HY_AF_DEC_DQ <= HY_AF_DOT_Q, "a block of queries' chains fits hy_
 HY_AF_INLINE void hy_af_decode_block(const float *Q, int hdp, const float *kf,
                                      const uint16_t *const *kh, const int q8, const int NQ,
                                      const int NK, float *const *S, int j, hy_af_pf_t *pf,
-                                     const uint16_t *const *nk, const uint16_t *const *nv)
+                                     const uint16_t *const *nk)
 {
     hy_af_v acc[HY_AF_DOT_Q][4];
 
     if (kh && nk)
         hy_af_dots(Q, (size_t)hdp, HY_AF_W, NULL, 0, 0, kh, q8, hdp / HY_AF_W, NQ, NK, NULL, nk,
-                   nv, acc);
+                   acc);
     else if (kh)
         hy_af_dots(Q, (size_t)hdp, HY_AF_W, NULL, 0, 0, kh, q8, hdp / HY_AF_W, NQ, NK, pf, NULL,
-                   NULL, acc);
+                   acc);
     else
         hy_af_dots(Q, (size_t)hdp, HY_AF_W, kf, (size_t)hdp, HY_AF_W, NULL, 0, hdp / HY_AF_W, NQ,
-                   NK, pf, NULL, NULL, acc);
+                   NK, pf, NULL, acc);
 #pragma GCC unroll 4
     for (int q = 0; q < NQ; q++)
         hy_af_hsum4(acc[q][0], acc[q][1], acc[q][2], acc[q][3], S[q] + j);
@@ -825,8 +822,7 @@ HY_AF_INLINE void hy_af_decode_block(const float *Q, int hdp, const float *kf,
  * every HY_AF_DEC_DQ queries. */
 static void hy_af_decode_scores(const float *Q, int hdp, int g, const float *kr,
                                 const uint16_t *const *kh, bool q8, int j0, int n,
-                                float *const *S, hy_af_pf_t *pf, const uint16_t *const *nxk,
-                                const uint16_t *const *nxv)
+                                float *const *S, hy_af_pf_t *pf, const uint16_t *const *nxk)
 {
     _Static_assert(HY_AF_DEC_DQ == 2 || HY_AF_DEC_DQ == 4, "one case per query count");
     for (int q0 = 0; q0 < g; q0 += HY_AF_DEC_DQ) {
@@ -837,20 +833,19 @@ static void hy_af_decode_scores(const float *Q, int hdp, int g, const float *kr,
             const int nk = HY_MIN(4, j0 + n - j);
             const uint16_t *const *khj = kh ? kh + j : NULL;
             const float *kfj = kr + (size_t)j * hdp;
-            /* the next tile's rows in step with this tile's blocks, for
-             * the first block of queries only */
+            /* the next tile's key rows in step with this tile's blocks,
+             * for the first block of queries only */
             const uint16_t *const *nkj = nxk && q0 == 0 ? nxk + (j - j0) : NULL;
-            const uint16_t *const *nvj = nxv ? nxv + (j - j0) : NULL;
-#define HY_AF_DEC_CASE(a, b)                                                        \
-    case (a) * 8 + (b):                                                             \
-        if (khj && nkj)                                                             \
-            hy_af_decode_block(Qq, hdp, NULL, khj, 0, a, b, Sq, j, NULL, nkj, nvj); \
-        else if (khj && q8)                                                         \
-            hy_af_decode_block(Qq, hdp, NULL, khj, 1, a, b, Sq, j, pf, NULL, NULL); \
-        else if (khj)                                                               \
-            hy_af_decode_block(Qq, hdp, NULL, khj, 0, a, b, Sq, j, pf, NULL, NULL); \
-        else                                                                        \
-            hy_af_decode_block(Qq, hdp, kfj, NULL, 0, a, b, Sq, j, pf, NULL, NULL); \
+#define HY_AF_DEC_CASE(a, b)                                                  \
+    case (a) * 8 + (b):                                                       \
+        if (khj && nkj)                                                       \
+            hy_af_decode_block(Qq, hdp, NULL, khj, 0, a, b, Sq, j, NULL, nkj); \
+        else if (khj && q8)                                                   \
+            hy_af_decode_block(Qq, hdp, NULL, khj, 1, a, b, Sq, j, pf, NULL); \
+        else if (khj)                                                         \
+            hy_af_decode_block(Qq, hdp, NULL, khj, 0, a, b, Sq, j, pf, NULL); \
+        else                                                                  \
+            hy_af_decode_block(Qq, hdp, kfj, NULL, 0, a, b, Sq, j, pf, NULL); \
         break;
 #define HY_AF_DEC_CASES(a) HY_AF_DEC_CASE(a, 1) HY_AF_DEC_CASE(a, 2) HY_AF_DEC_CASE(a, 3) HY_AF_DEC_CASE(a, 4)
             switch (HY_MIN(nq, HY_AF_DEC_DQ) * 8 + nk) {
@@ -1081,12 +1076,17 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
      * past the last score are finite and defined) */
     float Sg[HY_AF_DEC_G][HY_AF_BK + HY_AF_W] __attribute__((aligned(64))) = {{0}};
     /* f16 rows are read from the pages as they are used; with K and V in
-     * f16, the next tile's rows (nk, nv: rows[cur ^ 1]) are prefetched in
-     * step with this tile's score blocks, else through the page-run walker
-     * pf.  The step spreads the lines over the arithmetic as it runs: the
-     * walker's were mostly in the value pass, a third of the tile's time,
-     * and its bookkeeping cost the score chains (warm 512 keys 28.5 ->
-     * 26.3 us) */
+     * f16, the next tile's key rows (nk: rows[cur ^ 1][0]) are prefetched
+     * in step with this tile's score blocks and its value rows through the
+     * page-run walker pf in the value pass, else both through the walker.
+     * The step spreads the key lines over the score arithmetic as it runs
+     * (the walker's bookkeeping there cost the score chains: warm 512 keys
+     * 28.5 -> 26.3 us); all the next tile's lines in the score pass, as
+     * before, left the value pass with no reads in flight and the score
+     * pass stalled on them (bench_attn decode, Gemma 3's 4/1 x 256, two
+     * threads, 16,384 keys cold, eight alternating rounds twice: medians
+     * 1165 -> 1110 and 1072 -> 1009 us; 4,096 keys warm 261 -> 237 us; 512
+     * keys warm 33.7 -> 34.7 us) */
     _Static_assert(HY_AF_BK % 4 == 0, "a tile's score blocks end inside its rows");
     const uint16_t *rows[2][2][HY_AF_BK];
     const uint16_t **krow = rows[0][0], **vrow = rows[0][1];
@@ -1101,7 +1101,7 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
     hy_af_pf_t pf;
     int32_t kmin = INT32_MAX, kmax = -1, a0, a;
 
-    pf.n_run = pf.ri = 0; /* the step leaves the walker empty */
+    pf.n_run = pf.ri = 0; /* empty until a tile queues the next one's rows */
     for (int32_t i = 0; i < nq; i++) {
         int32_t t = f->t0 + i / nh, h = f->h0 + i % nh, p = f->pos[t];
         const float *qv = f->q + (size_t)t * f->q_stride + (size_t)h * hd;
@@ -1129,7 +1129,7 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
         /* the next tile's rows come in while this one is scored: at long
          * contexts the pages are not in cache (the weights streamed
          * through it since the last token) */
-        const uint16_t **nk = NULL, **nv = NULL;
+        const uint16_t **nk = NULL;
         int32_t nn = 0;
         if (step) {
             if (a == a0) {
@@ -1141,14 +1141,15 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
             if (a + HY_AF_BK <= kmax) {
                 nn = HY_MIN(a + 2 * HY_AF_BK, kmax + 1) - (a + HY_AF_BK);
                 nk = rows[cur ^ 1][0];
-                nv = rows[cur ^ 1][1];
                 hy_af_rows(f, false, a + HY_AF_BK, a + HY_AF_BK + nn, nk);
-                hy_af_rows(f, true, a + HY_AF_BK, a + HY_AF_BK + nn, nv);
+                hy_af_rows(f, true, a + HY_AF_BK, a + HY_AF_BK + nn, rows[cur ^ 1][1]);
                 /* blocks past the next tile's rows prefetch lines already asked for */
-                for (int32_t r = nn; r < HY_AF_BK; r++) {
+                for (int32_t r = nn; r < HY_AF_BK; r++)
                     nk[r] = nk[0];
-                    nv[r] = nv[0];
-                }
+                /* the value rows for the value pass's steps */
+                pf.n_run = pf.ri = 0;
+                pf.off = 0;
+                hy_af_pf_rows(&pf, f, true, a + HY_AF_BK, a + HY_AF_BK + nn);
             }
         } else {
             hy_af_pf_next(&pf, f, a, kmax);
@@ -1178,7 +1179,7 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
                 }
                 const bool first = covered == 0;
                 hy_af_decode_scores(Q + (size_t)i * hdp, hdp, g, kr, krows ? krow : NULL, kq,
-                                    j0 - lo, j1 - j0, ss, &pf, first ? nk : NULL, nv);
+                                    j0 - lo, j1 - j0, ss, &pf, first ? nk : NULL);
                 if (first)
                     covered = (j1 - j0 + 3) / 4 * 4;
                 hy_af_decode_softmax(j0 - lo, j1 - j0, f->softcap, ss, g, m + i, l + i, c);
@@ -1187,14 +1188,12 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
             }
             i += g;
         }
-        hy_af_pf_step(&pf, INT32_MAX); /* whatever the scores left */
-        /* the next tile's rows past the blocks this one had (a window's
-         * first, part tile) */
+        hy_af_pf_step(&pf, INT32_MAX); /* whatever the passes left */
+        /* the next tile's key rows past the blocks this one had (a
+         * window's first, part tile) */
         for (int32_t r = covered; nk && r < nn; r++)
-            for (size_t o = 0; o < (size_t)hd * sizeof(uint16_t); o += 64) {
+            for (size_t o = 0; o < (size_t)hd * sizeof(uint16_t); o += 64)
                 __builtin_prefetch((const char *)nk[r] + o, 0, 2);
-                __builtin_prefetch((const char *)nv[r] + o, 0, 2);
-            }
         cur ^= step;
     }
     if (f->part) {
