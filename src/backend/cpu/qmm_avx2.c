@@ -2188,6 +2188,21 @@ HY_Q2_INLINE void hy_q2_h_fold(const int C, const hy_block_q16_t *const *xb, con
     }
 }
 
+/* s[c*ss + 0..16) = each token's float sums, plus its M terms' (mac)
+ * where the type has them (off). */
+HY_Q2_INLINE void hy_q2_h_store(const int C, float (*acc)[16], float (*mac)[16],
+                                const bool off, float *s, size_t ss)
+{
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256 a = _mm256_load_ps(acc[c] + 8 * h);
+            _mm256_storeu_ps(s + (size_t)c * ss + 8 * h,
+                             off ? _mm256_add_ps(a, _mm256_load_ps(mac[c] + 8 * h)) : a);
+        }
+}
+
 /* s[c*ss + 0..16) for the 16 rows at w (nb blocks of type t) and C <= 4
  * tokens: per block each word of codes is read once for every token and
  * each broadcast pair feeds both halves.  One int32
@@ -2227,14 +2242,7 @@ HY_Q2_INLINE void hy_q2_r16_rows(hy_dtype_t t, const int C, int64_t nb, float *s
             }
         }
     }
-#pragma GCC unroll 4
-    for (int c = 0; c < C; c++)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m256 a = _mm256_load_ps(acc[c] + 8 * h);
-            _mm256_storeu_ps(s + (size_t)c * ss + 8 * h,
-                             off ? _mm256_add_ps(a, _mm256_load_ps(mac[c] + 8 * h)) : a);
-        }
+    hy_q2_h_store(C, acc, mac, off, s, ss);
 }
 #endif
 
@@ -2698,14 +2706,7 @@ HY_Q2_INLINE void hy_q2_k16_rows(hy_dtype_t t, const int C, int64_t nsb, float *
             }
         }
     }
-#pragma GCC unroll 4
-    for (int c = 0; c < C; c++)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m256 a = _mm256_load_ps(acc[c] + 8 * h);
-            _mm256_storeu_ps(s + (size_t)c * ss + 8 * h,
-                             off || off16 ? _mm256_add_ps(a, _mm256_load_ps(mac[c] + 8 * h)) : a);
-        }
+    hy_q2_h_store(C, acc, mac, off || off16, s, ss);
 }
 
 /* quant.h's tile over rows of type t in HY_WLAYOUT_ROWS16: w at the first
