@@ -1126,7 +1126,7 @@ void HY_AF_DECODE_ENTRY(const hy_attn_flash_t *f, float *scr)
         int32_t lo = HY_MAX(a, kmin), hi = HY_MIN(a + HY_AF_BK, kmax + 1);
         if (f->split > 0 && a > a0 && a % f->split == 0)
             hy_af_decode_split(f, nq, a / f->split - 1, O, m, l, Oa, Ma, La);
-        /* the next tile's rows come in while this one is scored: at long
+        /* the next tile's rows come in while this one is computed: at long
          * contexts the pages are not in cache (the weights streamed
          * through it since the last token) */
         const uint16_t **nk = NULL;

@@ -6,7 +6,7 @@
  * codes: in one pass each block's codes waited on its max and two
  * divisions (~60 cycles of latency), and the waiting instructions filled
  * the scheduler.  At AVX-512 also the K-quants' packed weight scales of
- * 16 rows, which both weight layouts' kernels decode.  Compiled with the
+ * 16 rows, which the file layout's kernels decode.  Compiled with the
  * including file's flags (AVX2 at least).
  */
 #ifndef HY_QUANT_SCALES_X86_H
@@ -42,7 +42,8 @@ static inline __attribute__((always_inline)) void hy_qx_scales32(const float *x,
 
 #ifdef __AVX512F__
 /* hy_quant_scale_min_k4 for 16 rows at once (quant_avx512.c's file-layout
- * kernels and qmm_avx2.c's 16-row groups): u[0..2] the 12 bytes of each
+ * kernels; qmm_avx2.c's 16-row groups take the same steps on either
+ * level's vector, hy_q2_k16_prep): u[0..2] the 12 bytes of each
  * row's Q4_K/Q5_K scales, a dword per lane each; byte j of sc[0] (sc[1])
  * is scale j (4 + j), of mn[] the mins. */
 static inline __attribute__((always_inline)) void hy_qx_k4_scales16(const __m512i u[3],
