@@ -1901,6 +1901,9 @@ typedef __m512 hy_q2_vf;
 /* The 16-byte table at p in each 128-bit lane. */
 #define HY_Q2_VTAB(p) \
     _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+/* The packed K-quant scales of the vector's rows (quant_scales_x86.h). */
+#define HY_Q2_VK4_SCALES hy_qx_k4_scales16
+#define HY_Q2_VK3_SCALES hy_qx_k3_scales16
 
 /* The dwords a, b, c, d in each 128-bit lane, in that order. */
 HY_Q2_INLINE __m512i hy_q2_v_lanes(int a, int b, int c, int d)
@@ -1958,6 +1961,8 @@ typedef __m256 hy_q2_vf;
 #define HY_Q2_VLD(u, off, h) _mm256_loadu_si256((const __m256i *)((u) + (off) + 32 * (h)))
 #define HY_Q2_VTAB(p) \
     _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define HY_Q2_VK4_SCALES hy_qx_k4_scales8
+#define HY_Q2_VK3_SCALES hy_qx_k3_scales8
 
 HY_Q2_INLINE __m256i hy_q2_v_lanes(int a, int b, int c, int d)
 {
@@ -2286,23 +2291,12 @@ HY_Q2_INLINE hy_q2_vf hy_q2_k16_neg_min(hy_q2_vf dmin, hy_q2_vi m)
  * *st. */
 HY_Q2_INLINE void hy_q2_k16_prep(hy_dtype_t t, const char *u, const int h, hy_q2_k16_t *st)
 {
-    const hy_q2_vi m6 = HY_Q2_V(set1_epi8)(0x3F), m4 = HY_Q2_V(set1_epi8)(0x0F);
-    const hy_q2_vi m2 = HY_Q2_V(set1_epi8)(0x03);
-
     if (t == HY_DTYPE_Q4_K || t == HY_DTYPE_Q5_K) {
-        /* dm at 0, the scales' three words at 64 (hy_quant_scale_min_k4:
-         * byte j of sc[0] (sc[1]) is scale j (4 + j), of mn[] the mins) */
+        /* dm at 0, the scales' three words at 64 */
         const hy_q2_vi dm = HY_Q2_VLD(u, 0, h);
-        const hy_q2_vi a0 = HY_Q2_VLD(u, 64, h), a1 = HY_Q2_VLD(u, 128, h);
-        const hy_q2_vi a2 = HY_Q2_VLD(u, 192, h);
-        const hy_q2_vi sc[2] = {
-            HY_Q2_VSI(and)(a0, m6),
-            HY_Q2_VSI(or)(HY_Q2_VSI(and)(a2, m4),
-                          HY_Q2_V(slli_epi32)(HY_Q2_VSI(and)(HY_Q2_V(srli_epi32)(a0, 6), m2), 4))};
-        const hy_q2_vi mn[2] = {
-            HY_Q2_VSI(and)(a1, m6),
-            HY_Q2_VSI(or)(HY_Q2_VSI(and)(HY_Q2_V(srli_epi32)(a2, 4), m4),
-                          HY_Q2_V(slli_epi32)(HY_Q2_VSI(and)(HY_Q2_V(srli_epi32)(a1, 6), m2), 4))};
+        const hy_q2_vi uw[3] = {HY_Q2_VLD(u, 64, h), HY_Q2_VLD(u, 128, h), HY_Q2_VLD(u, 192, h)};
+        hy_q2_vi sc[2], mn[2];
+        HY_Q2_VK4_SCALES(uw, sc, mn);
         const hy_q2_vf dmin = hy_q2_v_f16(dm, 1);
         st->D = hy_q2_v_f16(dm, 0);
 #pragma GCC unroll 8
@@ -2333,20 +2327,11 @@ HY_Q2_INLINE void hy_q2_k16_prep(hy_dtype_t t, const char *u, const int h, hy_q2
             st->M[g] = hy_q2_k16_neg_min(dmin, HY_Q2_V(srli_epi32)(v, 4));
         }
     } else if (t == HY_DTYPE_Q3_K) {
-        /* the 12 bytes of scales at 1536, d at 1728 (hy_quant_scale_q3_k:
-         * byte j of sq[q] is scale 4q + j, less 32, a signed byte: the low
-         * nibble of scales[g % 8] (the high one for g >= 8) and 2-bit field
-         * g / 4 of scales[8 + g % 4]) */
+        /* the 12 bytes of scales at 1536, d at 1728 */
         const hy_q2_vi a[3] = {HY_Q2_VLD(u, 1536, h), HY_Q2_VLD(u, 1600, h),
                                HY_Q2_VLD(u, 1664, h)};
         hy_q2_vi sq[4];
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++)
-            sq[q] = HY_Q2_V(sub_epi8)(
-                HY_Q2_VSI(or)(
-                    HY_Q2_VSI(and)(HY_Q2_V(srli_epi32)(a[q % 2], 4 * (q / 2)), m4),
-                    HY_Q2_V(slli_epi32)(HY_Q2_VSI(and)(HY_Q2_V(srli_epi32)(a[2], 2 * q), m2), 4)),
-                HY_Q2_V(set1_epi8)(32));
+        HY_Q2_VK3_SCALES(a, sq);
 #pragma GCC unroll 16
         for (int g = 0; g < 16; g++)
             st->sc[g] = hy_q2_k16_byte(sq, g, 1);

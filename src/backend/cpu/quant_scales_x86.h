@@ -5,9 +5,8 @@
  * them.  The two-pass quantizers take 8 blocks' scales first, then their
  * codes: in one pass each block's codes waited on its max and two
  * divisions (~60 cycles of latency), and the waiting instructions filled
- * the scheduler.  At AVX-512 also the K-quants' packed weight scales of
- * 16 rows, which the file layout's kernels decode.  Compiled with the
- * including file's flags (AVX2 at least).
+ * the scheduler.  Also the K-quants' packed weight scales of 8 or 16 rows
+ * at once.  Compiled with the including file's flags (AVX2 at least).
  */
 #ifndef HY_QUANT_SCALES_X86_H
 #define HY_QUANT_SCALES_X86_H
@@ -40,44 +39,51 @@ static inline __attribute__((always_inline)) void hy_qx_scales32(const float *x,
     }
 }
 
+/* The packed K-quant scales of 8 rows (ymm: hy_qx_..._scales8) or 16
+ * (zmm, at AVX-512: ..._scales16), a dword of each row's field per lane:
+ * one definition for both widths (V the vector, P its intrinsics' prefix,
+ * SI their integer suffix).  quant_avx512.c's file-layout kernels and
+ * qmm_avx2.c's 16-row groups (hy_q2_k16_prep, at either level) decode
+ * them.
+ *
+ * hy_qx_k4_scales*: hy_quant_scale_min_k4, u[0..2] the 12 bytes of each
+ * row's Q4_K/Q5_K scales; byte j of sc[0] (sc[1]) is scale j (4 + j), of
+ * mn[] the mins. */
+#define HY_QX_K4_SCALES(name, V, P, SI)                                                       \
+    static inline __attribute__((always_inline)) void name(const V u[3], V sc[2], V mn[2])    \
+    {                                                                                         \
+        const V m6 = P##set1_epi8(0x3F), m4 = P##set1_epi8(0x0F), m2 = P##set1_epi8(0x03);    \
+                                                                                              \
+        sc[0] = P##and_##SI(u[0], m6);                                                        \
+        sc[1] = P##or_##SI(P##and_##SI(u[2], m4),                                             \
+                           P##slli_epi32(P##and_##SI(P##srli_epi32(u[0], 6), m2), 4));        \
+        mn[0] = P##and_##SI(u[1], m6);                                                        \
+        mn[1] = P##or_##SI(P##and_##SI(P##srli_epi32(u[2], 4), m4),                           \
+                           P##slli_epi32(P##and_##SI(P##srli_epi32(u[1], 6), m2), 4));        \
+    }
+
+/* hy_qx_k3_scales*: the 16 6-bit scales of Q3_K (hy_quant_scale_q3_k),
+ * a[0..2] the 12 bytes of each row's scales; byte j of sq[q] is scale 4q
+ * + j, less 32 (a signed byte): the low nibble of scales[g % 8] (the high
+ * one for g >= 8) and 2-bit field g / 4 of scales[8 + g % 4]. */
+#define HY_QX_K3_SCALES(name, V, P, SI)                                                       \
+    static inline __attribute__((always_inline)) void name(const V a[3], V sq[4])             \
+    {                                                                                         \
+        const V m4 = P##set1_epi8(0x0F), m2 = P##set1_epi8(0x03);                             \
+                                                                                              \
+        _Pragma("GCC unroll 4")                                                               \
+        for (int q = 0; q < 4; q++)                                                           \
+            sq[q] = P##sub_epi8(                                                              \
+                P##or_##SI(P##and_##SI(P##srli_epi32(a[q % 2], 4 * (q / 2)), m4),             \
+                           P##slli_epi32(P##and_##SI(P##srli_epi32(a[2], 2 * q), m2), 4)),    \
+                P##set1_epi8(32));                                                            \
+    }
+
+HY_QX_K4_SCALES(hy_qx_k4_scales8, __m256i, _mm256_, si256)
+HY_QX_K3_SCALES(hy_qx_k3_scales8, __m256i, _mm256_, si256)
 #ifdef __AVX512F__
-/* hy_quant_scale_min_k4 for 16 rows at once (quant_avx512.c's file-layout
- * kernels; qmm_avx2.c's 16-row groups take the same steps on either
- * level's vector, hy_q2_k16_prep): u[0..2] the 12 bytes of each
- * row's Q4_K/Q5_K scales, a dword per lane each; byte j of sc[0] (sc[1])
- * is scale j (4 + j), of mn[] the mins. */
-static inline __attribute__((always_inline)) void hy_qx_k4_scales16(const __m512i u[3],
-                                                                    __m512i sc[2], __m512i mn[2])
-{
-    const __m512i m6 = _mm512_set1_epi8(0x3F), m4 = _mm512_set1_epi8(0x0F);
-    const __m512i m2 = _mm512_set1_epi8(0x03);
-
-    sc[0] = _mm512_and_si512(u[0], m6);
-    sc[1] = _mm512_or_si512(_mm512_and_si512(u[2], m4),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u[0], 6), m2), 4));
-    mn[0] = _mm512_and_si512(u[1], m6);
-    mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u[2], 4), m4),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u[1], 6), m2), 4));
-}
-
-/* The 16 6-bit scales of Q3_K (hy_quant_scale_q3_k) for 16 rows at once:
- * a[0..2] the 12 bytes of each row's scales, a dword per lane each; byte j
- * of sq[q] is scale 4q + j, less 32 (a signed byte): the low nibble of
- * scales[g % 8] (the high one for g >= 8) and 2-bit field g / 4 of
- * scales[8 + g % 4]. */
-static inline __attribute__((always_inline)) void hy_qx_k3_scales16(const __m512i a[3],
-                                                                    __m512i sq[4])
-{
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
-
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; q++)
-        sq[q] = _mm512_sub_epi8(
-            _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi32(a[q % 2], 4 * (q / 2)), m4),
-                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a[2], 2 * q), m2), 4)),
-            _mm512_set1_epi8(32));
-}
+HY_QX_K4_SCALES(hy_qx_k4_scales16, __m512i, _mm512_, si512)
+HY_QX_K3_SCALES(hy_qx_k3_scales16, __m512i, _mm512_, si512)
 #endif
 
 #endif
