@@ -3,8 +3,8 @@
  * clock in seconds (they pick thread or process CPU time, since the machine
  * they run on is shared), a qsort comparator for medians, a weight type by
  * its ggml name, an integer setting from the environment, checked, and the
- * plain 64-byte-load read that is the bandwidth
- * bound they compare kernels with.  Static inline: one include per program.
+ * plain 64-byte-load read that is the bandwidth bound they compare kernels
+ * with.  Static inline: one include per program.
  */
 #ifndef HY_BENCH_H
 #define HY_BENCH_H

@@ -49,9 +49,11 @@ int main(int argc, char **argv)
     if (!bench_env_long("bench_attn", "BENCH_ATTN_THREADS", 1, 256, "1..256 threads", &nth_l))
         return 1;
     const int nth = (int)nth_l;
-    const char *pf_env = getenv("BENCH_ATTN_PREFILL"), *cold_env = getenv("BENCH_ATTN_COLD");
-    bool do_prefill = !(pf_env && strcmp(pf_env, "0") == 0);
-    bool cold = cold_env && strcmp(cold_env, "1") == 0;
+    long pf_l = 1, cold_l = 0;
+    if (!bench_env_long("bench_attn", "BENCH_ATTN_PREFILL", 0, 1, "0 or 1", &pf_l) ||
+        !bench_env_long("bench_attn", "BENCH_ATTN_COLD", 0, 1, "0 or 1", &cold_l))
+        return 1;
+    const bool do_prefill = pf_l != 0, cold = cold_l != 0;
     /* larger than any last-level cache this runs on */
     enum { B_EVICT = 256 << 20 };
     char *evict = NULL;
